@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+from tracelab.model import EventKind, LaneKind, ModelError, RunMeta, StringInterner, build_timeline
+from tracelab.model.api_names import classify_api_name
+from tracelab.model.kinds import Flag, SyncKind
+
+
+def _tiny():
+    s = StringInterner()
+    names = s.intern_array(["k1", "cudaLaunchKernel", "k1", "cudaStreamSynchronize"])
+    return build_timeline(
+        {
+            "kind": [EventKind.KERNEL, EventKind.RUNTIME, EventKind.KERNEL, EventKind.RUNTIME],
+            "start": [100, 10, 50, 60],
+            "end": [150, 20, 90, 160],
+            "device": [0, -1, 0, -1],
+            "stream": [7, -1, 8, -1],
+            "pid": [-1, 1, -1, 1],
+            "tid": [-1, 2, -1, 2],
+            "name": names,
+            "correlation": [5, 5, 6, -1],
+        },
+        s.strings,
+        RunMeta(source="x", format="kineto"),
+    )
+
+
+def test_build_sorts_and_assigns_lanes():
+    tl = _tiny()
+    assert tl.events["start"].tolist() == [10, 50, 60, 100]
+    # two GPU stream lanes and one host thread lane
+    kinds = sorted(tl.lanes["lane_kind"].tolist())
+    assert kinds == [LaneKind.GPU_STREAM, LaneKind.GPU_STREAM, LaneKind.HOST_THREAD]
+    assert [(d.rank, d.device) for d in tl.devices] == [(0, 0)]
+    assert list(tl.names(tl.events["name"])) == ["cudaLaunchKernel", "k1", "cudaStreamSynchronize", "k1"]
+
+
+def test_validate_rejects_reversed_interval():
+    tl = _tiny()
+    tl.events.loc[0, "end"] = 0
+    with pytest.raises(ModelError, match="end before they start"):
+        tl.validate()
+
+
+def test_classify_api_names():
+    assert classify_api_name("cudaStreamSynchronize") == (SyncKind.STREAM, Flag.BLOCKING)
+    assert classify_api_name("cudaMemcpyAsync")[1] == Flag.LAUNCH
+    assert classify_api_name("cudaMemcpy")[0] == SyncKind.MEMCPY
+    assert classify_api_name("cuLaunchKernel") == (SyncKind.NONE, Flag.LAUNCH)
+    assert classify_api_name("cudaStreamWaitEvent")[0] == SyncKind.STREAM_WAIT_EVENT
+    assert classify_api_name("cudaGetDevice") == (SyncKind.NONE, 0)
+
+
+def test_empty_timeline_is_valid():
+    tl = build_timeline({}, [], RunMeta(source="x", format="kineto"))
+    assert len(tl.events) == 0 and len(tl.lanes) == 0
+    assert np.array_equal(tl.gpu_mask(), np.zeros(0, dtype=bool))

@@ -1,0 +1,195 @@
+"""Typed, frozen analysis results. `to_document` turns an `Analysis` into the `analyze --json`
+document (schema 1, DESIGN.md); everything renders from these types, never from raw events."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+GapCause = Literal["host_sync", "launch_latency", "dependency_wait", "no_work", "unknown"]
+Severity = Literal["info", "warning", "critical"]
+SmSource = Literal["measured", "estimated", "none"]
+
+RULES = (
+    "sync_per_iteration",
+    "pageable_memcpy",
+    "sync_memcpy",
+    "launch_bound",
+    "serialized_copy_compute",
+    "idle_partition",
+    "pdl",
+)
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    gap_threshold_ns: int = 10_000
+    # Drop GPU events whose correlation matches no host launch before analysing (TraceLens does).
+    exclude_orphans: bool = False
+
+
+@dataclass(frozen=True)
+class Overlap:
+    compute_compute_ns: int = 0
+    compute_copy_ns: int = 0
+    compute_comm_ns: int = 0
+    copy_copy_ns: int = 0
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    stream: int
+    context: int | None
+    green_context: int | None
+    busy_ns: int
+    kernels: int
+    memcpys: int
+    memsets: int = 0
+
+
+@dataclass(frozen=True)
+class SmPartition:
+    green_context: int | None  # None = the part of the device outside every green context
+    sm_count: int
+    busy_fraction: float
+
+
+@dataclass(frozen=True)
+class SmSummary:
+    source: SmSource = "none"
+    busy_fraction: float = 0.0
+    partitions: tuple[SmPartition, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    rank: int
+    device: int
+    name: str
+    sm_count: int
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    busy_ns: int
+    idle_ns: int
+    kernel_ns: int  # union of kernel intervals (comm kernels included)
+    memcpy_ns: int  # union of memcpy intervals
+    memset_ns: int  # union of memset intervals
+    comm_ns: int  # union of communication-kernel intervals
+    overlap: Overlap
+    streams: tuple[StreamSummary, ...]
+    sm: SmSummary = SmSummary()
+    kernels: int = 0
+    memcpys: int = 0
+    memsets: int = 0
+
+
+@dataclass(frozen=True)
+class Gap:
+    rank: int
+    device: int
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    cause: GapCause
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    count: int
+    wasted_ns: int
+    message: str
+    where: str
+    # machine-readable details (e.g. the measured PDL overlap); not part of schema 1's required keys
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    source: str
+    format: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    trace: TraceInfo
+    devices: tuple[DeviceSummary, ...]
+    gaps: tuple[Gap, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = ()
+    options: AnalysisOptions = AnalysisOptions()
+
+
+def to_document(analysis: Analysis) -> dict[str, Any]:
+    """The `analyze --json` document, schema 1 (DESIGN.md)."""
+
+    def device_doc(d: DeviceSummary) -> dict[str, Any]:
+        return {
+            "rank": d.rank,
+            "device": d.device,
+            "name": d.name,
+            "sm_count": d.sm_count,
+            "span_ns": d.span_ns,
+            "busy_ns": d.busy_ns,
+            "idle_ns": d.idle_ns,
+            "kernel_ns": d.kernel_ns,
+            "memcpy_ns": d.memcpy_ns,
+            "memset_ns": d.memset_ns,
+            "comm_ns": d.comm_ns,
+            "overlap": asdict(d.overlap),
+            "streams": [
+                {
+                    "stream": s.stream,
+                    "context": s.context,
+                    "green_context": s.green_context,
+                    "busy_ns": s.busy_ns,
+                    "kernels": s.kernels,
+                    "memcpys": s.memcpys,
+                }
+                for s in d.streams
+            ],
+            "sm": {
+                "source": d.sm.source,
+                "busy_fraction": d.sm.busy_fraction,
+                "partitions": [asdict(p) for p in d.sm.partitions],
+            },
+        }
+
+    return {
+        "schema": SCHEMA_VERSION,
+        "trace": {
+            "source": analysis.trace.source,
+            "format": analysis.trace.format,
+            "ranks": list(analysis.trace.ranks),
+        },
+        "devices": [device_doc(d) for d in analysis.devices],
+        "gaps": [
+            {
+                "rank": g.rank,
+                "device": g.device,
+                "start_ns": g.start_ns,
+                "end_ns": g.end_ns,
+                "duration_ns": g.duration_ns,
+                "cause": g.cause,
+                "evidence": g.evidence,
+            }
+            for g in analysis.gaps
+        ],
+        "findings": [
+            {
+                "rule": f.rule,
+                "severity": f.severity,
+                "count": f.count,
+                "wasted_ns": f.wasted_ns,
+                "message": f.message,
+                "where": f.where,
+            }
+            for f in analysis.findings
+        ],
+    }

@@ -1,0 +1,37 @@
+"""The timeline model shared by every parser, analysis, renderer and the store."""
+
+from .kinds import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, LaneKind, MemKind, SyncKind
+from .strings import StringInterner
+from .timeline import (
+    EVENT_COLUMNS,
+    LANE_COLUMNS,
+    ContextInfo,
+    DeviceInfo,
+    ModelError,
+    RunMeta,
+    Timeline,
+    assign_lanes,
+    build_timeline,
+    merge_timelines,
+)
+
+__all__ = [
+    "GPU_ACTIVITY_KINDS",
+    "CopyKind",
+    "EventKind",
+    "Flag",
+    "LaneKind",
+    "MemKind",
+    "SyncKind",
+    "StringInterner",
+    "EVENT_COLUMNS",
+    "LANE_COLUMNS",
+    "ContextInfo",
+    "DeviceInfo",
+    "ModelError",
+    "RunMeta",
+    "Timeline",
+    "assign_lanes",
+    "build_timeline",
+    "merge_timelines",
+]

@@ -1,0 +1,68 @@
+"""Classify host API call names (CUDA runtime / driver, HIP) once per distinct name.
+
+Both parsers use this so that Kineto and nsys traces get the same sync/launch flags.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .kinds import Flag, SyncKind
+
+_SYNC_PATTERNS: tuple[tuple[re.Pattern[str], SyncKind], ...] = (
+    (re.compile(r"^(cuda|hip|cu)StreamWaitEvent", re.I), SyncKind.STREAM_WAIT_EVENT),
+    (re.compile(r"^(cuda|hip|cu)(Stream|Event)Query", re.I), SyncKind.EVENT_QUERY),
+    (re.compile(r"^(cuda|hip|cu)StreamSynchronize", re.I), SyncKind.STREAM),
+    (re.compile(r"^(cuda|hip)(Device|Thread)Synchronize|^cuCtxSynchronize", re.I), SyncKind.DEVICE),
+    (re.compile(r"^(cuda|hip|cu)EventSynchronize", re.I), SyncKind.EVENT),
+    # synchronous copies / sets: cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, hipMemcpy, cudaMemset (no Async)
+    (re.compile(r"^(cuda|hip)Mem(cpy|set)(?!.*Async)|^cuMem(cpy|set)(?!.*Async)", re.I), SyncKind.MEMCPY),
+)
+
+_LAUNCH = re.compile(
+    r"^(cuda|hip)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch|Mem(cpy|set)\w*Async|"
+    r"ExtLaunchKernel|ModuleLaunchKernel|LaunchHostFunc)"
+    r"|^cu(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|GraphLaunch|Mem(cpy|set)\w*Async)"
+    r"|^hipExtModuleLaunchKernel",
+    re.I,
+)
+
+
+def classify_api_name(name: str) -> tuple[SyncKind, int]:
+    """Return (sync kind, flags) for one API call name such as 'cudaStreamSynchronize'."""
+    base = name.split("(", 1)[0].strip()
+    for pattern, kind in _SYNC_PATTERNS:
+        if pattern.search(base):
+            blocking = kind in (SyncKind.STREAM, SyncKind.DEVICE, SyncKind.EVENT, SyncKind.MEMCPY)
+            return kind, (Flag.BLOCKING if blocking else 0) | (Flag.LAUNCH if kind == SyncKind.MEMCPY else 0)
+    if _LAUNCH.search(base):
+        return SyncKind.NONE, Flag.LAUNCH
+    return SyncKind.NONE, 0
+
+
+def classify_api_ids(strings: list[str] | tuple[str, ...], name_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized: classify each distinct name id once, then map back onto the rows."""
+    uniq, inverse = np.unique(name_ids, return_inverse=True)
+    sync = np.zeros(len(uniq), dtype=np.int8)
+    flags = np.zeros(len(uniq), dtype=np.int16)
+    for i, sid in enumerate(uniq.tolist()):
+        if 0 <= sid < len(strings):
+            s, f = classify_api_name(strings[sid])
+            sync[i], flags[i] = int(s), f
+    return sync[inverse], flags[inverse]
+
+
+_COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|sendrecv|c10d", re.I)
+
+
+def is_comm_name(name: str) -> bool:
+    """Communication kernels: NCCL/RCCL collectives and peers (their names say so)."""
+    return bool(_COMM.search(name))
+
+
+def comm_mask(strings: list[str] | tuple[str, ...], name_ids: np.ndarray) -> np.ndarray:
+    uniq, inverse = np.unique(name_ids, return_inverse=True)
+    hit = np.array([0 <= s < len(strings) and is_comm_name(strings[s]) for s in uniq.tolist()], dtype=bool)
+    return hit[inverse] if len(uniq) else np.zeros(len(name_ids), dtype=bool)

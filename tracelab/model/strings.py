@@ -1,0 +1,48 @@
+"""Names (kernels, API calls, NVTX text, ops) are interned: events hold int32 ids into one table."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+
+class StringInterner:
+    """Builds a string table. `intern_array` factorizes in pandas, so each distinct name costs one
+    dict lookup, not each event."""
+
+    def __init__(self, initial: Iterable[str] = ()) -> None:
+        self._ids: dict[str, int] = {}
+        self._strings: list[str] = []
+        for s in initial:
+            self.intern(s)
+
+    def intern(self, s: str) -> int:
+        sid = self._ids.get(s)
+        if sid is None:
+            sid = len(self._strings)
+            self._ids[s] = sid
+            self._strings.append(s)
+        return sid
+
+    def intern_array(self, values: Sequence[object] | np.ndarray | pd.Series) -> np.ndarray:
+        """Ids for each value; None / NaN map to -1."""
+        codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+        table = np.fromiter((self.intern(str(u)) for u in uniques), dtype=np.int32, count=len(uniques))
+        out = np.full(len(codes), -1, dtype=np.int32)
+        ok = codes >= 0
+        out[ok] = table[codes[ok]]
+        return out
+
+    @property
+    def strings(self) -> tuple[str, ...]:
+        return tuple(self._strings)
+
+    def __len__(self) -> int:
+        return len(self._strings)
+
+
+def ids_matching(strings: Sequence[str], predicate) -> np.ndarray:
+    """Ids of the strings for which predicate(s) is true (evaluated once per distinct string)."""
+    return np.fromiter((i for i, s in enumerate(strings) if predicate(s)), dtype=np.int32)

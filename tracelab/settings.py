@@ -1,0 +1,22 @@
+"""Where things live: the store path (TRACELAB_DB or --db override the user-data default)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tracelab"
+
+
+def default_db_path() -> Path:
+    env = os.environ.get("TRACELAB_DB")
+    return Path(env) if env else data_dir() / "tracelab.db"
+
+
+def runs_dir() -> Path:
+    """Where `tracelab record` writes run directories by default."""
+    env = os.environ.get("TRACELAB_RUNS")
+    return Path(env) if env else data_dir() / "runs"
