@@ -1,0 +1,5 @@
+"""The tracelab dashboard (Plotly Dash, one module per page under app/pages)."""
+
+from .main import create_app
+
+__all__ = ["create_app"]

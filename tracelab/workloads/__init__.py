@@ -1,0 +1,33 @@
+"""Built-in GPU workloads: one small module per workload, each with named variants.
+
+`WORKLOADS` maps a workload's name to its `Workload` (description, effect, variants, parameters).
+Importing this package needs no GPU and no torch; running a variant (`runner.py`) needs both.
+"""
+
+from __future__ import annotations
+
+from ..errors import BadInput
+from . import graphs, green_contexts, overlap, pdl, sync_pitfalls
+from .base import RunContext, Variant, Workload
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        overlap.WORKLOAD,
+        sync_pitfalls.WORKLOAD,
+        pdl.WORKLOAD,
+        graphs.WORKLOAD,
+        green_contexts.WORKLOAD,
+    )
+}
+
+
+def get_workload(name: str) -> Workload:
+    """The workload called `name` (BadInput naming the known ones otherwise)."""
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise BadInput(f"unknown workload {name!r} (choose from: {', '.join(WORKLOADS)})") from None
+
+
+__all__ = ["WORKLOADS", "Workload", "Variant", "RunContext", "get_workload"]

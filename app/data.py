@@ -1,0 +1,162 @@
+"""Data the pages need that is not an analysis result: the stream x stream overlap matrix, the
+compare tables, finding windows. Pure functions over Timeline / Analysis / Comparison."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracelab.analyses.intervals import intersection_length, union_length
+from tracelab.analyses.results import Analysis, Finding
+from tracelab.model.kinds import GPU_ACTIVITY_KINDS
+from tracelab.model.timeline import Timeline
+
+
+def stream_overlap_matrix(timeline: Timeline, rank: int, device: int) -> pd.DataFrame:
+    """For one device, the time (ns) during which each pair of streams is busy at once; the diagonal
+    is each stream's busy time (union of its kernels, memcpys and memsets)."""
+    ev = timeline.events
+    m = (
+        ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy()
+        & (ev["rank"].to_numpy() == rank)
+        & (ev["device"].to_numpy() == device)
+    )
+    gpu = ev[m]
+    streams = sorted(set(gpu["stream"].tolist()))
+    parts = {}
+    for s in streams:  # per stream (a handful), vectorized inside
+        sel = gpu["stream"].to_numpy() == s
+        parts[s] = (gpu["start"].to_numpy()[sel], gpu["end"].to_numpy()[sel])
+    labels = [f"stream {s}" for s in streams]
+    mat = np.zeros((len(streams), len(streams)), dtype=np.int64)
+    for i, a in enumerate(streams):
+        mat[i, i] = union_length(*parts[a])
+        for j in range(i + 1, len(streams)):
+            mat[i, j] = mat[j, i] = intersection_length(*parts[a], *parts[streams[j]])
+    return pd.DataFrame(mat, index=labels, columns=labels)
+
+
+def finding_window(finding: Finding) -> tuple[int, int] | None:
+    """The time window a finding points at, when its data says (start_ns/end_ns, or the first of
+    `windows` / `intervals` / `stretches` / any list of {start_ns, end_ns} or [start, end]); None
+    otherwise (the link then opens the whole run)."""
+    d: dict[str, Any] = dict(finding.data or {})
+    if "start_ns" in d and "end_ns" in d:
+        return int(d["start_ns"]), int(d["end_ns"])
+    for key in ("windows", "intervals", "examples", "stretches", *d.keys()):
+        v = d.get(key)
+        if isinstance(v, (list, tuple)) and v:
+            first = v[0]
+            if isinstance(first, dict) and "start_ns" in first and "end_ns" in first:
+                return int(first["start_ns"]), int(first["end_ns"])
+            if isinstance(first, (list, tuple)) and len(first) == 2 and all(isinstance(x, int) for x in first):
+                return int(first[0]), int(first[1])
+    return None
+
+
+def findings_table(analysis: Analysis) -> pd.DataFrame:
+    rows = [
+        {
+            "id": f"finding-{i}",
+            "rule": f.rule,
+            "severity": f.severity,
+            "count": f.count,
+            "wasted_ns": f.wasted_ns,
+            "message": f.message,
+            "where": f.where,
+        }
+        for i, f in enumerate(analysis.findings)
+    ]
+    return pd.DataFrame(rows, columns=["id", "rule", "severity", "count", "wasted_ns", "message", "where"])
+
+
+# ---- compare --------------------------------------------------------------------------------------
+
+_DEVICE_METRICS = (
+    ("span", "span_ns"), ("busy", "busy_ns"), ("idle", "idle_ns"), ("kernels (time)", "kernel_ns"),
+    ("memcpy (time)", "memcpy_ns"), ("memset (time)", "memset_ns"), ("comm (time)", "comm_ns"),
+    ("compute ∩ compute", "compute_compute_ns"), ("compute ∩ copy", "compute_copy_ns"),
+    ("compute ∩ comm", "compute_comm_ns"), ("copy ∩ copy", "copy_copy_ns"), ("kernels (count)", "kernels"),
+    ("memcpys (count)", "memcpys"), ("gaps (count)", "gaps"), ("gap time", "gap_ns"),
+)
+
+
+def compare_runs(a: Analysis, b: Analysis, a_tl: Timeline | None = None, b_tl: Timeline | None = None):
+    """The comparison of baseline `a` and variant `b` (engineer F's `compare`)."""
+    from tracelab.analyses.compare import compare
+
+    return compare(a, b, a_tl, b_tl)
+
+
+def _pct(p: float | None) -> str:
+    return "" if p is None else f"{p:+.1f}%"
+
+
+def comparison_tables(cmp) -> dict[str, pd.DataFrame]:
+    """Flat tables (metric, baseline, variant, delta, delta %) for the compare page."""
+    dev_rows = []
+    parts = ([("all devices", cmp.totals)] if cmp.totals is not None and len(cmp.devices) > 1 else []) + [
+        (f"rank {d.rank} · GPU {d.device}" + ("" if d.present == "both" else f" (only in {d.present.upper()})"), d)
+        for d in cmp.devices
+    ]
+    for label, d in parts:
+        for metric, attr in _DEVICE_METRICS:
+            delta = getattr(d, attr)
+            is_time = attr.endswith("_ns")
+            dev_rows.append({
+                "device": label, "metric": metric, "baseline": delta.a, "variant": delta.b, "delta": delta.delta,
+                "delta_pct": _pct(delta.pct), "unit": "ns" if is_time else "count",
+            })
+    gaps = [
+        {"cause": g.cause, "count_a": g.count.a, "count_b": g.count.b, "count_delta": g.count.delta,
+         "time_a": g.total_ns.a, "time_b": g.total_ns.b, "time_delta": g.total_ns.delta,
+         "time_delta_pct": _pct(g.total_ns.pct)}
+        for g in cmp.gaps
+    ]
+    findings = [
+        {"rule": f.rule, "status": f.status, "severity_a": f.severity_a or "", "severity_b": f.severity_b or "",
+         "count_a": f.count.a, "count_b": f.count.b, "wasted_a": f.wasted_ns.a, "wasted_b": f.wasted_ns.b,
+         "wasted_delta": f.wasted_ns.delta}
+        for f in cmp.findings
+    ]
+    kernels = [
+        {"name": k.name, "status": k.status, "calls_a": k.calls.a, "calls_b": k.calls.b, "total_a": k.total_ns.a,
+         "total_b": k.total_ns.b, "total_delta": k.total_ns.delta, "total_delta_pct": _pct(k.total_ns.pct)}
+        for k in cmp.kernels
+    ]
+    return {
+        "devices": pd.DataFrame(dev_rows, columns=["device", "metric", "baseline", "variant", "delta", "delta_pct",
+                                                   "unit"]),
+        "gaps": pd.DataFrame(gaps),
+        "findings": pd.DataFrame(findings),
+        "kernels": pd.DataFrame(kernels),
+    }
+
+
+def kernel_occupancy(timeline: Timeline) -> pd.Series:
+    """Theoretical occupancy (0..1) of each kernel launch, indexed like timeline.events (kernels
+    only), from engineer H's occupancy calculator; NaN where the block size or registers are unknown."""
+    try:
+        from tracelab.analyses.occupancy import limits_for, occupancy
+    except ImportError:
+        return pd.Series(dtype=float)
+    from tracelab.model.kinds import EventKind
+
+    ev = timeline.events
+    k = ev[ev["kind"].to_numpy() == int(EventKind.KERNEL)]
+    out = pd.Series(np.nan, index=k.index, dtype=float)
+    if k.empty:
+        return out
+    threads = (k["block_x"].clip(lower=0) * k["block_y"].clip(lower=1) * k["block_z"].clip(lower=1)).to_numpy()
+    known = (k["block_x"].to_numpy() > 0) & (k["registers"].to_numpy() >= 0)
+    keys = k[["rank", "device"]].drop_duplicates().itertuples(index=False)
+    for rank, device in keys:  # per device: one vectorized call
+        m = known & (k["rank"].to_numpy() == rank) & (k["device"].to_numpy() == device)
+        if not m.any():
+            continue
+        occ = occupancy(threads[m], k["registers"].to_numpy()[m], k["shared_mem"].to_numpy()[m],
+                        limits_for(timeline.device_info(int(rank), int(device))))
+        out.iloc[np.flatnonzero(m)] = occ.occupancy
+    return out

@@ -1,0 +1,188 @@
+"""create_app(store): the Dash app over a store. Pages are registered here (one module per page);
+callbacks are the pages' plain functions, wrapped thinly so the tests can call them directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dash
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+from tracelab.store import Store
+
+from .components import PAGES
+from .pages import compare, gaps, kernels, overlap, runs, timeline
+from .state import STATE_KEY, AppState, current_state
+from .urls import href
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+
+def _not_found(**_ignored: Any) -> html.Div:
+    return html.Div([html.H2("Page not found"), html.P([dcc.Link("Back to the list of runs", href="/")])],
+                    id="not-found-page")
+
+
+def _register_pages() -> None:
+    order = 0
+    for module, path, name in (
+        (runs, "/", "Runs"), (timeline, "/timeline", "Timeline"), (gaps, "/gaps", "Gaps & findings"),
+        (overlap, "/overlap", "Overlap"), (kernels, "/kernels", "Kernels"), (compare, "/compare", "Compare"),
+    ):
+        dash.register_page(module.__name__, path=path, name=name, title=f"tracelab · {name}",
+                           layout=module.layout, order=order)
+        order += 1
+    dash.register_page("app.pages.not_found_404", path="/404", name="Not found", layout=_not_found, order=99)
+
+
+def _shell() -> html.Div:
+    return html.Div(
+        [
+            html.Nav(
+                [html.Span("tracelab", className="brand")]
+                + [dcc.Link(label, href="/" if p == "runs" else f"/{p}", id=f"nav-{p}", className="nav-link")
+                   for label, p in PAGES],
+                className="navbar",
+            ),
+            dcc.Location(id="nav-location", refresh="callback-nav"),
+            html.Div(id="history-sink", style={"display": "none"}),
+            html.Main(dash.page_container, className="content"),
+        ]
+    )
+
+
+def nav_hrefs(search: str | None) -> list[str]:
+    """Navigation links that keep the current run (?run=ID) when there is one."""
+    from urllib.parse import parse_qs
+
+    q = parse_qs((search or "").lstrip("?"))
+    run = (q.get("run") or q.get("a") or [None])[0]
+    return [("/" if p == "runs" else href(p, run=run) if p != "compare" else href(p, a=run)) for _, p in PAGES]
+
+
+def create_app(store: Store, *, import_dir: str | Path | None = None, max_upload_bytes: int = 200 * 2**20) -> Dash:
+    """The dashboard over `store`. Uploads are written only under `import_dir` (or a temporary
+    directory removed after the import) and limited to `max_upload_bytes`."""
+    state = AppState(store=store, import_dir=Path(import_dir) if import_dir is not None else None,
+                     max_upload_bytes=int(max_upload_bytes))
+    app = Dash(
+        "app",
+        use_pages=True,
+        pages_folder="",
+        assets_folder=str(ASSETS),
+        suppress_callback_exceptions=True,
+        title="tracelab",
+        update_title=None,
+    )
+    app.server.config[STATE_KEY] = state
+    # base64 inflates uploads by 4/3; leave room for the JSON around it
+    app.server.config["MAX_CONTENT_LENGTH"] = int(max_upload_bytes * 4 / 3) + 1_000_000
+    _register_pages()
+    app.layout = _shell
+    _register_callbacks(app)
+    return app
+
+
+def _register_callbacks(app: Dash) -> None:
+    @app.callback(
+        [Output(f"nav-{p}", "href") for _, p in PAGES],
+        Input("_pages_location", "search"),
+    )
+    def _nav(search):
+        return nav_hrefs(search)
+
+    @app.callback(
+        Output("upload-message", "children"),
+        Output("runs-list", "children"),
+        Input("upload", "contents"),
+        State("upload", "filename"),
+        prevent_initial_call=True,
+    )
+    def _upload(contents, filename):
+        message, listing = runs.on_upload(current_state(), contents, filename)
+        return message, listing.children
+
+    @app.callback(
+        Output("tl-graph", "figure"),
+        Output("tl-view", "data"),
+        Output("tl-permalink", "href"),
+        Output("tl-info", "children"),
+        Output("tl-selection", "children"),
+        Input("tl-xrange", "data"),
+        Input("tl-graph", "clickData"),
+        Input("tl-show", "value"),
+        Input("tl-zoom-out", "n_clicks"),
+        Input("tl-full", "n_clicks"),
+        Input("tl-clear", "n_clicks"),
+        State("tl-view", "data"),
+        prevent_initial_call=True,
+    )
+    def _timeline(relayout, click, show, _zo, _full, _clear, view):
+        trig = ctx.triggered_id
+        trigger = {"tl-xrange": "graph.relayoutData", "tl-graph": "graph.clickData", "tl-show": "show",
+                   "tl-zoom-out": "zoom-out", "tl-full": "full", "tl-clear": "clear"}.get(trig)
+        new_view, outputs = timeline.on_timeline_event(current_state(), trigger, view or {}, relayout=relayout,
+                                                       click=click, show=show)
+        if new_view is None:
+            return (no_update,) * 5
+        fig, link, info, panel = outputs
+        return fig, new_view, link, info, panel
+
+    # Plotly can follow a zoom with an {"autosize": true} relayout before Dash reads relayoutData, so
+    # the x range is read from the graph itself whenever anything was relaid out.
+    app.clientside_callback(
+        """function(rl) {
+            if (!rl) { return window.dash_clientside.no_update; }
+            if (rl['xaxis.autorange']) { return {'xaxis.autorange': true}; }
+            const gd = document.querySelector('#tl-graph .js-plotly-plot');
+            const r = gd && gd._fullLayout && gd._fullLayout.xaxis && gd._fullLayout.xaxis.range;
+            if (!r) { return window.dash_clientside.no_update; }
+            return {'xaxis.range': [Number(r[0]), Number(r[1])]};
+        }""",
+        Output("tl-xrange", "data"),
+        Input("tl-graph", "relayoutData"),
+        prevent_initial_call=True,
+    )
+
+    # keep the address bar on the current view (shareable) without re-rendering the page
+    app.clientside_callback(
+        """function(h) { if (h && window.location.pathname.endsWith('/timeline')) {
+               window.history.replaceState(null, '', h); } return ''; }""",
+        Output("history-sink", "children", allow_duplicate=True),
+        Input("tl-permalink", "href"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        """function(h) { if (h && window.location.pathname.endsWith('/compare')) {
+               window.history.replaceState(null, '', h); } return ''; }""",
+        Output("history-sink", "children", allow_duplicate=True),
+        Input("compare-permalink", "href"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output("nav-location", "href"),
+        Input("gaps-table", "active_cell"),
+        Input("gaps-graph", "clickData"),
+        State("gaps-table", "data"),
+        State("gaps-run", "data"),
+        prevent_initial_call=True,
+    )
+    def _gap_click(active_cell, click, rows, run_info):
+        if ctx.triggered_id == "gaps-table":
+            target = gaps.gap_click_href(run_info or {}, active_cell=active_cell, rows=rows)
+        else:
+            target = gaps.gap_click_href(run_info or {}, click=click)
+        return target or no_update
+
+    @app.callback(
+        Output("compare-content", "children"),
+        Output("compare-permalink", "href"),
+        Input("compare-a", "value"),
+        Input("compare-b", "value"),
+        prevent_initial_call=True,
+    )
+    def _compare(a, b):
+        return compare.on_compare(current_state(), a, b)
+

@@ -1,0 +1,106 @@
+"""Compare page: /compare?a=BASELINE&b=VARIANT. The same analysis of two runs side by side, with
+deltas (variant - baseline) per device, per gap cause, per finding rule and for the top kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+
+from tracelab.errors import BadInput, MissingDependency
+from tracelab.render.figures import fmt_ns
+
+from ..components import data_table, run_options
+from ..data import compare_runs, comparison_tables
+from ..state import AppState, current_state, describe_error
+from ..urls import href
+
+PATH = "/compare"
+
+
+def _fmt_delta_table(df, time_cols: list[str]):
+    out = df.copy()
+    for c in time_cols:
+        if c in out.columns:
+            out[c] = [fmt_ns(v) for v in out[c].tolist()]
+    return out
+
+
+def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
+    """The comparison of runs a (baseline) and b (variant), or a line saying what is missing."""
+    if not a or not b:
+        return html.Div("Pick a baseline and a variant run.", id="compare-result", className="hint")
+    try:
+        ra, rb = state.record(a), state.record(b)
+        an_a, an_b = state.analysis(ra.id), state.analysis(rb.id)
+        cmp = compare_runs(an_a, an_b, state.timeline(ra.id), state.timeline(rb.id))
+    except (BadInput, MissingDependency) as exc:
+        return html.Div(describe_error(exc), id="compare-result", className="error-message")
+    t = comparison_tables(cmp)
+    dev = t["devices"].copy()
+    timed = dev["unit"] == "ns"
+    for c in ("baseline", "variant", "delta"):
+        dev[c] = [fmt_ns(v) if is_t else f"{v:,}" for v, is_t in zip(dev[c].tolist(), timed.tolist())]
+    dev.loc[timed, "delta"] = [("+" if not str(v).startswith("-") else "") + str(v) for v in dev.loc[timed, "delta"]]
+    headline = []
+    if cmp.totals is not None:
+        span, busy, idle = cmp.totals.span_ns, cmp.totals.busy_ns, cmp.totals.idle_ns
+        headline = [
+            html.Span(f"span {fmt_ns(span.a)} → {fmt_ns(span.b)} ({'' if span.pct is None else f'{span.pct:+.1f}%'})"),
+            " · ",
+            html.Span(f"idle {fmt_ns(idle.a)} → {fmt_ns(idle.b)}"),
+            " · ",
+            html.Span(f"busy {cmp.totals.busy_fraction_a:.1%} → {cmp.totals.busy_fraction_b:.1%}"),
+        ]
+    parts: list[Any] = [
+        html.H3(["Baseline ", html.Code(ra.name), " vs variant ", html.Code(rb.name)]),
+        html.Div(headline, id="compare-headline", className="compare-headline"),
+        html.Ul([html.Li(n) for n in cmp.notes], className="notes") if cmp.notes else "",
+        html.H4("Devices"),
+        data_table("compare-devices", dev.drop(columns=["unit"]), page_size=40),
+        html.H4("Idle gaps by cause"),
+        data_table("compare-gaps", _fmt_delta_table(t["gaps"], ["time_a", "time_b", "time_delta"])),
+        html.H4(f"Findings ({cmp.new_findings} new, {cmp.gone_findings} gone, {cmp.changed_findings} changed)"),
+        data_table("compare-findings", _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"])),
+    ]
+    if cmp.kernels_compared:
+        parts += [html.H4("Top kernels"),
+                  data_table("compare-kernels", _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"]))]
+    return html.Div(parts, id="compare-result")
+
+
+def compare_layout(state: AppState, a: str | None = None, b: str | None = None) -> html.Div:
+    records = state.runs()
+    opts = run_options(records)
+    ids = [r.id for r in records]
+
+    def pick(value: str | None, default_index: int) -> str | None:
+        if value:
+            try:
+                return state.record(value).id
+            except BadInput:
+                return value  # shown as an error in the content
+        return ids[default_index] if len(ids) > default_index else None
+
+    a_id = pick(a, 1 if len(ids) > 1 else 0)
+    b_id = pick(b, 0)
+    return html.Div(
+        [
+            html.H2("Compare runs"),
+            html.Div([
+                html.Label("baseline (A)"), dcc.Dropdown(id="compare-a", options=opts, value=a_id, clearable=False),
+                html.Label("variant (B)"), dcc.Dropdown(id="compare-b", options=opts, value=b_id, clearable=False),
+            ], className="compare-pickers"),
+            dcc.Link("Permalink", id="compare-permalink", href=href("compare", a=a_id, b=b_id)),
+            dcc.Loading(html.Div(compare_content(state, a_id, b_id), id="compare-content"), type="dot"),
+        ],
+        id="compare-page",
+    )
+
+
+def on_compare(state: AppState, a: str | None, b: str | None) -> tuple[Any, str]:
+    return compare_content(state, a, b), href("compare", a=a, b=b)
+
+
+def layout(a: str | None = None, b: str | None = None, **_ignored: Any) -> html.Div:
+    return compare_layout(current_state(), a, b)

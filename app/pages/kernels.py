@@ -1,0 +1,67 @@
+"""Kernels page: /kernels?run=ID. A sortable, filterable table: name, count, total, mean, max,
+grid / block, theoretical occupancy where the launch configuration is known."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dash_table, html
+
+from tracelab.render.figures import fmt_ns, kernel_table
+
+from ..components import data_table, run_header
+from ..data import kernel_occupancy
+from ..state import AppState, current_state
+from .common import with_run
+
+PATH = "/kernels"
+
+
+def kernels_frame(state: AppState, run_id: str):
+    def make():
+        tl = state.timeline(run_id)
+        table = kernel_table(tl, kernel_occupancy(tl))
+        table["total"] = [fmt_ns(v) for v in table["total_ns"].tolist()]
+        table["mean"] = [fmt_ns(v) for v in table["mean_ns"].tolist()]
+        table["max"] = [fmt_ns(v) for v in table["max_ns"].tolist()]
+        table["occupancy"] = (table["occupancy"] * 100).round(1)
+        return table
+
+    return state._misc.get(("kernels", run_id), make)
+
+
+def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
+    def body(record) -> html.Div:
+        table = kernels_frame(state, record.id)
+        fmt = dash_table.FormatTemplate
+        cols = [
+            {"name": "name", "id": "name"},
+            {"name": "count", "id": "count", "type": "numeric"},
+            {"name": "total", "id": "total"},
+            {"name": "total (ns)", "id": "total_ns", "type": "numeric"},
+            {"name": "mean", "id": "mean"},
+            {"name": "mean (ns)", "id": "mean_ns", "type": "numeric"},
+            {"name": "max", "id": "max"},
+            {"name": "max (ns)", "id": "max_ns", "type": "numeric"},
+            {"name": "grid", "id": "grid"},
+            {"name": "block", "id": "block"},
+            {"name": "occupancy %", "id": "occupancy", "type": "numeric"},
+        ]
+        del fmt
+        return html.Div(
+            [
+                run_header(record, "Kernels"),
+                html.P(f"{len(table):,} distinct kernels / launch configurations, "
+                       f"{int(table['count'].sum()) if len(table) else 0:,} launches. Sort by clicking a column; "
+                       "filter with the row under the header (e.g. gemm, >1000).", className="hint"),
+                data_table("kernels-table", table, cols, page_size=30,
+                           tooltip_data=[{"name": {"value": str(n), "type": "text"}} for n in table["name"].head(300)]),
+            ],
+            id="kernels-page",
+        )
+
+    return with_run(state, run, body)
+
+
+def layout(run: str | None = None, **_ignored: Any) -> html.Div:
+    return kernels_layout(current_state(), run)

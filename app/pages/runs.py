@@ -1,0 +1,183 @@
+"""Runs page (/): the store's runs, and import of a trace file.
+
+An upload is size-checked, written under the app's import directory (or a private temporary
+directory, removed afterwards) with a sanitized name, parsed with `tracelab.parsers.load_trace` and
+imported into the store. Any BadInput becomes one clear line on the page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dash import dcc, html
+
+from tracelab.errors import BadInput, DuplicateRun, TracelabError
+from tracelab.render.figures import fmt_ns
+from tracelab.store import RunRecord
+
+from ..components import data_table
+from ..state import AppState, current_state, describe_error
+from ..urls import href
+
+PATH = "/"
+ACCEPTED_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
+
+
+def runs_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": r.id, "name": r.name, "workload": r.workload, "variant": r.variant, "backend": r.backend,
+            "gpu": r.gpu, "format": r.format, "events": r.events, "span": fmt_ns(r.span_ns), "created": r.created,
+            "source": r.source,
+        }
+        for r in records
+    ]
+
+
+def runs_list(state: AppState) -> html.Div:
+    records = state.runs()
+    if not records:
+        return html.Div([html.P("No runs in the store yet. Import a trace below, or run `tracelab demo`.")],
+                        id="runs-list")
+    links = html.Ul(
+        [
+            html.Li([
+                html.B(r.name), " ", html.Code(r.id), " — ",
+                dcc.Link("timeline", href=href("timeline", run=r.id)), " · ",
+                dcc.Link("gaps & findings", href=href("gaps", run=r.id)), " · ",
+                dcc.Link("overlap", href=href("overlap", run=r.id)), " · ",
+                dcc.Link("kernels", href=href("kernels", run=r.id)), " · ",
+                dcc.Link("compare", href=href("compare", a=r.id)),
+            ], className="run-item")
+            for r in records
+        ],
+        className="run-links",
+    )
+    cols = [{"name": c, "id": c} for c in ("id", "name", "workload", "variant", "backend", "gpu", "format",
+                                           "events", "span", "created", "source")]
+    return html.Div([links, data_table("runs-table", __import__("pandas").DataFrame(runs_rows(records)), cols,
+                                       page_size=15)], id="runs-list")
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_filename(name: str | None) -> str:
+    """The upload's base name reduced to [A-Za-z0-9._-] (no directories, no leading dots)."""
+    base = re.split(r"[\\/]", str(name or ""))[-1]
+    base = _SAFE.sub("_", base).lstrip(".")[:120]
+    return base or "upload.trace"
+
+
+def decode_upload(contents: str | None, filename: str | None, max_bytes: int) -> bytes:
+    """The uploaded bytes from a dcc.Upload data URL; BadInput when too big, empty or malformed."""
+    if not contents or "," not in contents:
+        raise BadInput("the upload is empty or malformed", filename or "upload")
+    b64 = contents.split(",", 1)[1]
+    if len(b64) * 3 // 4 > max_bytes + 3:
+        raise BadInput(f"file too large: {len(b64) * 3 // 4:,} bytes, the limit is {max_bytes:,} bytes",
+                       filename or "upload")
+    try:
+        data = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadInput("the upload is not valid base64 data", filename or "upload") from None
+    if len(data) > max_bytes:
+        raise BadInput(f"file too large: {len(data):,} bytes, the limit is {max_bytes:,} bytes", filename or "upload")
+    if not data:
+        raise BadInput("the file is empty", filename or "upload")
+    return data
+
+
+def import_upload(state: AppState, contents: str | None, filename: str | None) -> tuple[bool, str, str | None]:
+    """Write the upload inside the import directory (or a temporary one), parse it, import it.
+    Returns (ok, message, run id). Never raises for bad input; never writes outside that directory."""
+    shown = safe_filename(filename)
+    try:
+        data = decode_upload(contents, shown, state.max_upload_bytes)
+    except BadInput as exc:
+        return False, describe_error(exc), None
+    tmp_dir: Path | None = None
+    work: Path | None = None
+    path = Path(shown)
+    try:
+        if state.import_dir is not None:
+            target_dir = Path(state.import_dir).resolve()
+            target_dir.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix="upload-", dir=target_dir))
+        else:
+            work = tmp_dir = Path(tempfile.mkdtemp(prefix="tracelab-upload-"))
+        path = (work / shown).resolve()
+        if path.parent != work.resolve():  # belt and braces: the name cannot leave the directory
+            return False, f"{shown}: refused file name", None
+        path.write_bytes(data)
+        try:
+            from tracelab.parsers import load_trace, trace_fingerprint  # type: ignore[attr-defined]
+        except ImportError as exc:
+            return False, f"cannot import traces: the parsers are not available ({exc})", None
+        timeline = load_trace(path)
+        fingerprint = trace_fingerprint(path)
+        run_id = state.store.import_timeline(timeline, source_path=path, fingerprint=fingerprint, name=shown)
+        state.forget()
+        return True, f"imported {shown} as run {run_id} ({len(timeline.events):,} events)", run_id
+    except DuplicateRun as exc:
+        _discard(work, tmp_dir)
+        return False, f"{shown}: already imported as run {exc.run_id}", exc.run_id
+    except TracelabError as exc:
+        _discard(work, tmp_dir)
+        msg = describe_error(exc).replace(str(path), shown)
+        return False, msg, None
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the page down; say what happened
+        _discard(work, tmp_dir)
+        return False, f"{shown}: could not be read ({type(exc).__name__}: {str(exc)[:200]})", None
+    finally:
+        if tmp_dir is not None:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _discard(work: Path | None, tmp_dir: Path | None) -> None:
+    """Remove a failed upload's directory inside the import directory (temp dirs go in `finally`)."""
+    if work is not None and tmp_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def on_upload(state: AppState, contents: str | None, filename: str | None) -> tuple[Any, Any]:
+    """Callback: (message component, refreshed runs list)."""
+    if contents is None:
+        return "", runs_list(state)
+    ok, message, run_id = import_upload(state, contents, filename)
+    children: list[Any] = [message]
+    if run_id:
+        children += [" — ", dcc.Link("open its timeline", href=href("timeline", run=run_id))]
+    return html.Div(children, className="upload-ok" if ok else "upload-error", id="upload-result"), runs_list(state)
+
+
+def runs_layout(state: AppState) -> html.Div:
+    limit = state.max_upload_bytes
+    return html.Div(
+        [
+            html.H2("Runs"),
+            runs_list(state),
+            html.H3("Import a trace"),
+            dcc.Upload(
+                id="upload",
+                children=html.Div(["Drop a trace here or ", html.A("choose a file"),
+                                   f" (Kineto .json / .json.gz, nsys .sqlite; up to {limit // 2**20} MiB)"]),
+                max_size=limit,
+                multiple=False,
+                className="upload-box",
+                style={"border": "2px dashed #999", "borderRadius": "6px", "padding": "18px", "textAlign": "center"},
+            ),
+            dcc.Loading(html.Div(id="upload-message"), type="dot"),
+        ],
+        id="runs-page",
+    )
+
+
+def layout(**_ignored: Any) -> html.Div:
+    return runs_layout(current_state())

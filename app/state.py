@@ -1,0 +1,131 @@
+"""What the app holds: the store, where uploads may be written, and small per-run caches.
+
+Page layouts and callbacks are plain functions taking an `AppState` first; the Dash wrappers find the
+state of the app serving the request through Flask's `current_app` (several apps, each with its own
+store, can live in one process: the tests do that).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from tracelab.analyses.results import Analysis, AnalysisOptions
+from tracelab.errors import BadInput, MissingDependency, UnknownRun
+from tracelab.model.timeline import Timeline
+from tracelab.store import RunRecord, Store
+
+STATE_KEY = "TRACELAB_APP_STATE"
+
+
+class _Lru:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._d:
+                self._d.move_to_end(key)
+                return self._d[key]
+        value = make()  # outside the lock: loading a big run must not block other runs
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+
+@dataclass(frozen=True)
+class CorrelationIndex:
+    """Events sorted by correlation id, for launch <-> GPU op lookups in O(log n)."""
+
+    order: np.ndarray  # positions into timeline.events, sorted by correlation
+    keys: np.ndarray  # the sorted correlation ids
+
+    @classmethod
+    def build(cls, timeline: Timeline) -> "CorrelationIndex":
+        corr = timeline.events["correlation"].to_numpy()
+        order = np.argsort(corr, kind="stable")
+        return cls(order=order, keys=corr[order])
+
+    def positions(self, correlation: int) -> np.ndarray:
+        lo = np.searchsorted(self.keys, correlation, side="left")
+        hi = np.searchsorted(self.keys, correlation, side="right")
+        return self.order[lo:hi]
+
+
+@dataclass
+class AppState:
+    store: Store
+    import_dir: Path | None = None
+    max_upload_bytes: int = 200 * 2**20
+    width_px: int = 1600
+    max_items: int = 4000
+    _timelines: _Lru = field(default_factory=lambda: _Lru(3))
+    _analyses: _Lru = field(default_factory=lambda: _Lru(8))
+    _misc: _Lru = field(default_factory=lambda: _Lru(32))
+
+    # ---- runs ----------------------------------------------------------------------------------
+    def runs(self) -> list[RunRecord]:
+        return self.store.runs()
+
+    def record(self, run: str | None) -> RunRecord:
+        """The run's record; UnknownRun for a missing / unknown id (or name)."""
+        if not run:
+            raise UnknownRun("")
+        rid = self.store.resolve(str(run))
+        return self.store.get_run(rid)
+
+    def timeline(self, run_id: str) -> Timeline:
+        return self._timelines.get(run_id, lambda: self.store.load(run_id))
+
+    def lanes(self, run_id: str) -> pd.DataFrame:
+        return self._misc.get(("lanes", run_id), lambda: self.store.lanes(run_id))
+
+    def strings(self, run_id: str) -> tuple[str, ...]:
+        return self._misc.get(("strings", run_id), lambda: self.store.strings(run_id))
+
+    def correlation_index(self, run_id: str) -> CorrelationIndex:
+        return self._misc.get(("corr", run_id), lambda: CorrelationIndex.build(self.timeline(run_id)))
+
+    def analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
+        """The run's analysis (cached). MissingDependency when the analyses are not installed."""
+        try:
+            from tracelab.analyses import analyze  # type: ignore[attr-defined]
+        except ImportError as exc:  # pragma: no cover - only while the analyses package is incomplete
+            raise MissingDependency(f"the analyses are not available: {exc}") from None
+        return self._analyses.get((run_id, options), lambda: analyze(self.timeline(run_id), options))
+
+    def forget(self, run_id: str | None = None) -> None:
+        for cache in (self._timelines, self._analyses, self._misc):
+            cache.clear()
+
+
+def current_state() -> AppState:
+    """The state of the app serving this request."""
+    import flask
+
+    state = flask.current_app.config.get(STATE_KEY)
+    if state is None:  # pragma: no cover - only outside create_app
+        raise RuntimeError("no tracelab app state: build the app with app.create_app(store)")
+    return state
+
+
+def describe_error(exc: Exception) -> str:
+    """One line for the user: the BadInput message (it names the run / file) or the error type."""
+    if isinstance(exc, (BadInput, MissingDependency)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

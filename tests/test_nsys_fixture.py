@@ -1,0 +1,221 @@
+"""The recorded fixture: tests/data/programs/mixed_small.py run on a real H100/H200 under nsys (and,
+in a separate process, under torch.profiler). See tests/data/README.md. Skips until the recording
+is committed.
+
+The program, per step (STEPS of them): a pinned and a pageable 4 MiB host-to-device copy on two
+side streams, a CUDA-graph replay, a reduction on a green-context stream and one `.item()`.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracelab.model import EventKind, Flag, MemKind
+from tracelab.parsers.nsys import load_nsys_sqlite
+
+DATA = Path(__file__).resolve().parent / "data"
+PROGRAM = DATA / "programs" / "mixed_small.py"
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+
+
+def _steps() -> int:
+    if not PROGRAM.exists():
+        return 5
+    m = re.search(r"^STEPS\s*=\s*(\d+)", PROGRAM.read_text(), re.MULTILINE)
+    return int(m.group(1)) if m else 5
+
+
+STEPS = _steps()
+
+
+def _run_dirs(backend: str) -> list[Path]:
+    """Run directories (meta.json) of the mixed_small program recorded with `backend`."""
+    out = []
+    for meta in sorted(DATA.rglob("meta.json")):
+        try:
+            doc = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        text = json.dumps(doc)
+        if "mixed_small" in text and doc.get("backend") == backend:
+            out.append(meta.parent)
+    return out
+
+
+def _nsys_trace() -> Path | None:
+    for run in _run_dirs("nsys"):
+        for cand in sorted(run.glob("*.sqlite*")):
+            if cand.suffix == ".sqlite" or cand.suffix in _OPENERS:
+                return cand
+    hits = sorted(p for p in DATA.rglob("*mixed*.sqlite*") if p.suffix == ".sqlite" or p.suffix in _OPENERS)
+    return hits[0] if hits else None
+
+
+def _torch_trace() -> Path | None:
+    for run in _run_dirs("torch"):
+        hits = sorted(run.glob("*.json.gz")) + sorted(run.glob("*.json"))
+        hits = [h for h in hits if h.name != "meta.json"]
+        if hits:
+            return hits[0]
+    return None
+
+
+NSYS_TRACE = _nsys_trace()
+TORCH_TRACE = _torch_trace()
+needs_nsys = pytest.mark.skipif(
+    NSYS_TRACE is None, reason="nsys recording of mixed_small not in tests/data yet"
+)
+needs_both = pytest.mark.skipif(
+    NSYS_TRACE is None or TORCH_TRACE is None,
+    reason="nsys + torch recordings of mixed_small not in tests/data yet",
+)
+
+
+@pytest.fixture(scope="module")
+def sqlite_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    assert NSYS_TRACE is not None
+    if NSYS_TRACE.suffix == ".sqlite":
+        return NSYS_TRACE
+    out = tmp_path_factory.mktemp("fixture") / "trace.sqlite"
+    with _OPENERS[NSYS_TRACE.suffix](NSYS_TRACE, "rb") as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+@pytest.fixture(scope="module")
+def timeline(sqlite_path: Path):
+    return load_nsys_sqlite(sqlite_path)
+
+
+def sql(path: Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+def tables(path: Path) -> set[str]:
+    return {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def count(path: Path, table: str, where: str = "") -> int:
+    return int(sql(path, f"SELECT count(*) FROM {table} {where}")[0][0]) if table in tables(path) else 0
+
+
+def of_kind(tl, kind: EventKind):
+    return tl.events[tl.events["kind"] == int(kind)]
+
+
+@needs_nsys
+def test_counts_match_sql(sqlite_path: Path, timeline) -> None:
+    tl = timeline
+    tl.validate()
+    assert len(of_kind(tl, EventKind.KERNEL)) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_KERNEL") > 0
+    assert len(of_kind(tl, EventKind.MEMCPY)) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_MEMCPY") > 0
+    assert len(of_kind(tl, EventKind.MEMSET)) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_MEMSET")
+    syncs = of_kind(tl, EventKind.SYNC)
+    n_sync = count(sqlite_path, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    n_event = count(sqlite_path, "CUPTI_ACTIVITY_KIND_CUDA_EVENT")
+    assert len(syncs) == n_sync + n_event
+    api = tl.events[tl.events["kind"].isin([int(EventKind.RUNTIME), int(EventKind.DRIVER)])]
+    assert len(api) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_RUNTIME") + count(
+        sqlite_path, "CUPTI_ACTIVITY_KIND_DRIVER"
+    )
+    # the program's blocking host syncs: at least one `.item()` (DtoH into pageable memory) per step
+    dtoh_pageable = count(
+        sqlite_path, "CUPTI_ACTIVITY_KIND_MEMCPY", "WHERE copyKind = 2 AND dstKind = 0"
+    )  # CUPTI: 2 = DtoH, 0 = pageable
+    mine = of_kind(tl, EventKind.MEMCPY)
+    assert int((mine["dst_mem"] == int(MemKind.PAGEABLE)).sum()) >= dtoh_pageable >= STEPS
+
+
+@needs_nsys
+def test_green_context_stream(sqlite_path: Path, timeline) -> None:
+    tl = timeline
+    k = of_kind(tl, EventKind.KERNEL)
+    green = k[k["green_context"] >= 0]
+    assert len(green) >= STEPS  # one reduction per step on the green stream
+    ctx_table = "TARGET_INFO_CUDA_CONTEXT_INFO"
+    has_green_col = "greenContextId" in {
+        r[1] for r in sql(sqlite_path, "PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")
+    }
+    where = []
+    if has_green_col:
+        where.append("coalesce(greenContextId, 0) > 0")
+    if ctx_table in tables(sqlite_path):
+        where.append(f"contextId IN (SELECT contextId FROM {ctx_table} WHERE isGreenContext = 1)")
+    assert len(green) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_KERNEL", "WHERE " + " OR ".join(where))
+    # the green-context kernels run on their own stream lane(s)
+    green_lanes = tl.lanes[(tl.lanes["lane_kind"] == 0) & (tl.lanes["green_context"] >= 0)]
+    assert len(green_lanes) >= 1
+    assert set(green["lane"]) <= set(green_lanes["lane"])
+    assert any(c.is_green for c in tl.contexts) or has_green_col
+
+
+@needs_nsys
+def test_graph_kernels(sqlite_path: Path, timeline) -> None:
+    k = of_kind(timeline, EventKind.KERNEL)
+    graph = k[(k["flags"] & Flag.GRAPH) != 0]
+    # 4 x (matmul, tanh) at least, per replay, STEPS replays
+    assert len(graph) >= STEPS * 4 * 2
+    by_node = count(
+        sqlite_path, "CUPTI_ACTIVITY_KIND_KERNEL", "WHERE graphNodeId IS NOT NULL AND graphNodeId > 0"
+    )
+    assert len(graph) >= by_node
+    assert int((graph["graph_node"] > 0).sum()) == by_node
+    # none of the graph kernels is an orphan: each belongs to a cudaGraphLaunch
+    assert not ((graph["flags"] & Flag.ORPHAN) != 0).any()
+
+
+@needs_nsys
+def test_findings_fire(sqlite_path: Path, timeline) -> None:
+    from tracelab.analyses import analyze
+    from tracelab.analyses.findings import PAGEABLE_MIN_BYTES
+
+    result = analyze(timeline)
+    by_rule = {f.rule: f for f in result.findings}
+    expected = count(
+        sqlite_path,
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        f"WHERE (srcKind = 0 OR dstKind = 0) AND bytes >= {PAGEABLE_MIN_BYTES}",  # 0 = pageable
+    )
+    assert expected == STEPS  # one pageable 4 MiB copy per step
+    assert "pageable_memcpy" in by_rule and by_rule["pageable_memcpy"].count == expected
+    assert "sync_per_iteration" in by_rule
+    assert by_rule["sync_per_iteration"].count == STEPS
+
+
+@needs_both
+def test_same_numbers_from_both_formats(timeline) -> None:
+    """The same program recorded under nsys and under torch.profiler (separate processes): kernel
+    counts per stream agree and GPU busy time agrees within 5%."""
+    from tracelab.analyses import analyze
+    from tracelab.parsers import load_trace
+
+    torch_tl = load_trace(TORCH_TRACE)
+
+    def per_stream(tl) -> dict[int, int]:
+        k = of_kind(tl, EventKind.KERNEL)
+        counts = k.groupby("stream").size()
+        return {int(s): int(n) for s, n in counts.items()}
+
+    a, b = per_stream(timeline), per_stream(torch_tl)
+    assert sorted(a.values()) == sorted(b.values())
+    if set(a) == set(b):
+        assert a == b
+    busy_a = sum(d.busy_ns for d in analyze(timeline).devices)
+    busy_b = sum(d.busy_ns for d in analyze(torch_tl).devices)
+    assert busy_a > 0 and busy_b > 0
+    assert abs(busy_a - busy_b) <= 0.05 * max(busy_a, busy_b), (busy_a, busy_b)
+    assert np.isfinite(busy_a / busy_b)

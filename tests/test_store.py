@@ -1,0 +1,387 @@
+"""The run store on real SQLite files: exact roundtrip, one-transaction imports, dedupe by content
+hash, window queries against a brute-force filter, refusal of files that are not a store."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracelab.errors import BadInput, DuplicateRun, UnknownRun
+from tracelab.model import (
+    EVENT_COLUMNS,
+    ContextInfo,
+    DeviceInfo,
+    EventKind,
+    RunMeta,
+    StringInterner,
+    build_timeline,
+)
+from tracelab.store import Store
+
+
+def _timeline(n: int = 2000, seed: int = 0, source: str = "t.json"):
+    """A two-rank timeline in which every event column holds non-default values somewhere."""
+    rng = np.random.default_rng(seed)
+    s = StringInterner()
+    pool = np.array(
+        [
+            "gemm<128>",
+            "cudaLaunchKernel",
+            "we\"ird'; DROP TABLE runs;--",
+            "<script>x</script>",
+            "naïve ünïcode ✓",
+            "nccl:all_reduce",
+            "",
+            "ProfilerStep#1",
+        ],
+        dtype=object,
+    )
+    kind = rng.choice([int(k) for k in EventKind], size=n).astype(np.int8)
+    start = rng.integers(0, 5_000_000, n)
+    dur = np.where(kind == int(EventKind.NVTX_MARK), 0, rng.integers(0, 40_000, n))
+    dur[:5] = 2_000_000  # a few long events: the window query must still find them
+    gpu = np.isin(kind, [0, 1, 2, 3, 9])
+    cols = {
+        c: rng.integers(-1, 1 << 40, n)
+        for c in ("context", "correlation", "bytes", "graph_id", "graph_node", "green_context", "shared_mem")
+    }
+    cols.update(
+        {
+            c: rng.integers(-1, 1 << 20, n).astype(np.int32)
+            for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers")
+        }
+    )
+    cols.update(
+        kind=kind,
+        start=start,
+        end=start + dur,
+        rank=rng.integers(0, 2, n),
+        device=np.where(gpu, rng.integers(0, 2, n), -1),
+        stream=np.where(gpu, rng.integers(7, 10, n), -1),
+        pid=np.where(gpu, -1, 4242),
+        tid=np.where(gpu, -1, rng.integers(1, 3, n)),
+        name=s.intern_array(pool[rng.integers(0, len(pool), n)]),
+        category=np.where(rng.random(n) < 0.5, s.intern_array(["domain"] * n), -1),
+        copy_kind=rng.integers(0, 6, n),
+        src_mem=rng.integers(0, 6, n),
+        dst_mem=rng.integers(0, 6, n),
+        sync_kind=rng.integers(0, 7, n),
+        flags=rng.integers(0, 64, n),
+    )
+    cols["context"] = np.where(gpu, rng.integers(1, 3, n), -1)
+    cols["green_context"] = np.where(gpu, rng.integers(-1, 3, n), -1)
+    meta = RunMeta(
+        source=source,
+        format="kineto",
+        ranks=(0, 1),
+        schema_version="1.0",
+        backend="torch",
+        workload="overlap",
+        variant="streams_pinned",
+        gpu="NVIDIA H200",
+        notes=("no NVTX table", "3 orphan kernels"),
+        stats={"orphan_gpu_events": 3},
+        extra={"meta_json": {"steps": [1.5, 2.5], "driver": "570.1"}, "distributedInfo": {"rank": 0}},
+    )
+    devices = [
+        DeviceInfo(0, 0, "NVIDIA H200", 132, 9, 0, 141 << 30, 2048, 32, 65536, 65536, 233472, 232448),
+        DeviceInfo(1, 1, "NVIDIA H200", 132),
+    ]
+    contexts = [ContextInfo(0, 0, 1), ContextInfo(0, 0, 2, True, 1, 2, 16)]
+    blocks = pd.DataFrame(
+        {
+            "rank": np.zeros(50, np.int32),
+            "device": np.zeros(50, np.int32),
+            "green_context": np.full(50, 2, np.int64),
+            "sm": np.arange(50, dtype=np.int32) % 16,
+            "start": np.arange(50, dtype=np.int64) * 10,
+            "end": np.arange(50, dtype=np.int64) * 10 + 7,
+            "name": np.zeros(50, np.int32),
+        }
+    )
+    return build_timeline(cols, s.strings, meta, devices, contexts, sm_blocks=blocks)
+
+
+def _fp(tag: str) -> str:
+    return hashlib.sha256(tag.encode()).hexdigest()
+
+
+def _counts(path) -> dict[str, int]:
+    with sqlite3.connect(path) as c:
+        return {
+            t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "strings", "lanes", "events", "event_columns", "sm_blocks")
+        }
+
+
+def test_roundtrip_is_identical(tmp_path):
+    tl = _timeline()
+    db = tmp_path / "s.db"
+    rid = Store(db).import_timeline(tl, source_path="/x/t.json", fingerprint=_fp("a"))
+    assert rid == _fp("a")[:8]
+    back = Store(db).load(rid)  # a fresh connection: it really came from the file
+    pd.testing.assert_frame_equal(back.events, tl.events, check_exact=True)
+    assert [str(back.events[c].dtype) for c in EVENT_COLUMNS] == list(EVENT_COLUMNS.values())
+    pd.testing.assert_frame_equal(back.lanes, tl.lanes, check_exact=True)
+    assert back.strings == tl.strings
+    assert back.devices == tl.devices and back.contexts == tl.contexts
+    assert back.meta == tl.meta
+    pd.testing.assert_frame_equal(back.sm_blocks, tl.sm_blocks, check_exact=True)
+    back.validate()
+
+
+def test_runs_listing_and_resolution(tmp_path):
+    st = Store(tmp_path / "s.db")
+    a = st.import_timeline(_timeline(seed=1), source_path="a.json", fingerprint=_fp("a"))
+    b = st.import_timeline(
+        _timeline(seed=2, source="b"), source_path="b.json", fingerprint=_fp("b"), name="mine"
+    )
+    recs = st.runs()
+    assert [r.id for r in recs] == [a, b]
+    assert recs[0].name == "overlap/streams_pinned/torch" and recs[1].name == "mine"
+    assert recs[0].gpu == "NVIDIA H200" and recs[0].events == 2000 and recs[0].ranks == (0, 1)
+    assert st.get_run(b).fingerprint == _fp("b")
+    assert st.resolve("mine") == b and st.resolve(a[:5]) == a
+    assert st.load("mine").meta.source == "b"
+    with pytest.raises(UnknownRun, match="'nope'"):
+        st.load("nope")
+    with pytest.raises(BadInput, match="matches 2 runs"):
+        st.import_timeline(_timeline(seed=3), source_path="c.json", fingerprint=_fp("c"), name="mine")
+        st.resolve("mine")
+
+
+def test_failed_import_leaves_nothing(tmp_path):
+    db = tmp_path / "s.db"
+    st = Store(db)
+    keep = st.import_timeline(_timeline(seed=5), source_path="k.json", fingerprint=_fp("keep"))
+    before = _counts(db)
+    big = _timeline(n=250_000, seed=6)  # several insert chunks
+
+    def interrupt(done, total):
+        if done >= 100_000:
+            raise KeyboardInterrupt  # the user pressed Ctrl-C midway
+
+    with pytest.raises(KeyboardInterrupt):
+        st.import_timeline(big, source_path="big.json", fingerprint=_fp("big"), progress=interrupt)
+    assert _counts(db) == before
+    assert [r.id for r in Store(db).runs()] == [keep]
+    # the same import succeeds afterwards: nothing of the failed attempt is in the way
+    rid = st.import_timeline(big, source_path="big.json", fingerprint=_fp("big"))
+    assert _counts(db)["events"] == before["events"] + 250_000
+    assert len(st.load(rid).events) == 250_000
+
+
+def test_duplicate_content_is_detected(tmp_path):
+    st = Store(tmp_path / "s.db")
+    tl = _timeline()
+    rid = st.import_timeline(tl, source_path="t.json", fingerprint=_fp("same"))
+    with pytest.raises(DuplicateRun) as e:
+        st.import_timeline(tl, source_path="copy-of-t.json", fingerprint=_fp("same"))
+    assert e.value.run_id == rid and "copy-of-t.json: already imported as run " + rid in str(e.value)
+    assert st.find_fingerprint(_fp("same")) == rid and st.find_fingerprint(_fp("other")) is None
+    assert len(st.runs()) == 1
+
+
+def test_short_id_collision_gets_a_longer_id(tmp_path):
+    st = Store(tmp_path / "s.db")
+    a = st.import_timeline(_timeline(seed=1), source_path="a", fingerprint="abcdef12" + "0" * 56)
+    b = st.import_timeline(_timeline(seed=2), source_path="b", fingerprint="abcdef12" + "1" * 56)
+    assert (a, b) == ("abcdef12", "abcdef1211")
+
+
+def test_delete_run(tmp_path):
+    db = tmp_path / "s.db"
+    st = Store(db)
+    a = st.import_timeline(_timeline(seed=1), source_path="a", fingerprint=_fp("a"))
+    st.import_timeline(_timeline(seed=2), source_path="b", fingerprint=_fp("b"))
+    st.delete_run(a)
+    with sqlite3.connect(db) as c:
+        for t in ("strings", "lanes", "events", "event_columns", "sm_blocks"):
+            assert c.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", (a,)).fetchone()[0] == 0
+    assert len(st.runs()) == 1
+    with pytest.raises(UnknownRun):
+        st.get_run(a)
+
+
+def _brute(ev: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame:
+    s, e = ev["start"], ev["end"]
+    return ev[(s < t1) & ((e > t0) | (s >= t0))]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_window_matches_brute_force(tmp_path, seed):
+    tl = _timeline(n=5000, seed=seed)
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(tl, source_path="w", fingerprint=_fp(f"w{seed}"))
+    rng = np.random.default_rng(seed)
+    ev = tl.events
+    edges = [(0, 1), (int(ev["start"].iloc[10]), int(ev["end"].iloc[10])), (-10, 10**12)]
+    edges += [tuple(sorted(rng.integers(0, 5_100_000, 2).tolist())) for _ in range(20)]
+    for t0, t1 in edges:
+        got = st.window(rid, t0, t1)
+        want = _brute(ev, t0, t1)
+        assert sorted(got.index) == sorted(want.index)
+        pd.testing.assert_frame_equal(
+            got.sort_index(), want.rename_axis("event").sort_index(), check_exact=True
+        )
+        assert got["start"].is_monotonic_increasing
+    t0, t1 = 1_000_000, 3_000_000
+    lanes = [0, 2, 3]
+    got = st.window(rid, t0, t1, lanes=lanes, kinds=[0, 1])
+    want = _brute(ev, t0, t1)
+    want = want[want["lane"].isin(lanes) & want["kind"].isin([0, 1])]
+    assert sorted(got.index) == sorted(want.index) and len(got) > 0
+    assert len(st.window(rid, t0, t1, limit=7)) == 7
+    assert st.window(rid, t0, t0).empty and st.window(rid, t1, t0).empty
+
+
+def test_window_uses_the_primary_key(tmp_path):
+    st = Store(tmp_path / "s.db")
+    st.import_timeline(_timeline(n=100), source_path="w", fingerprint=_fp("p"))
+    plan = st.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE run_id = ? AND lane = ? AND start >= ? AND start < ?",
+        ("x", 0, 0, 1),
+    ).fetchall()
+    assert "USING PRIMARY KEY (run_id=? AND lane=? AND start>? AND start<?)" in str(plan)
+
+
+def test_lanes_table_has_window_bounds(tmp_path):
+    tl = _timeline()
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(tl, source_path="l", fingerprint=_fp("l"))
+    lanes = st.lanes(rid)
+    ev = tl.events
+    g = ev.assign(d=ev["end"] - ev["start"]).groupby("lane")
+    assert lanes["events"].tolist() == g.size().tolist()
+    assert lanes["max_dur"].tolist() == g["d"].max().tolist()
+    assert lanes["first_start"].tolist() == g["start"].min().tolist()
+
+
+def test_empty_timeline_roundtrip(tmp_path):
+    tl = build_timeline({}, [], RunMeta(source="e.json", format="kineto"))
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(tl, source_path="e.json", fingerprint=_fp("e"))
+    back = st.load(rid)
+    assert len(back.events) == 0 and back.meta == tl.meta and back.sm_blocks is None
+    assert st.get_run(rid).start_ns is None and st.window(rid, 0, 10).empty
+
+
+def test_files_that_are_not_a_store_are_refused_untouched(tmp_path):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20)
+    other = tmp_path / "report.sqlite"
+    with sqlite3.connect(other) as c:
+        c.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER)")
+    for path in (garbage, other):
+        before = path.read_bytes()
+        with pytest.raises(BadInput) as e:
+            Store(path)
+        assert str(path) in str(e.value) and "not a tracelab store" in str(e.value)
+        assert "\n" not in str(e.value)
+        assert path.read_bytes() == before
+    with pytest.raises(BadInput, match="is a directory"):
+        Store(tmp_path)
+    with pytest.raises(BadInput, match="no tracelab store here"):
+        Store(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_store_created_in_new_directory_and_reopened(tmp_path):
+    db = tmp_path / "deep" / "er" / "s.db"
+    Store(db).import_timeline(_timeline(n=10), source_path="x", fingerprint=_fp("x"))
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA application_id").fetchone()[0] == 0x54524C42
+    assert len(Store(db, create=False).runs()) == 1
+
+
+def test_corrupt_column_blob_is_bad_input(tmp_path):
+    db = tmp_path / "s.db"
+    rid = Store(db).import_timeline(_timeline(n=50), source_path="x", fingerprint=_fp("x"))
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE event_columns SET data = x'00ff00ff' WHERE name = 'end'")
+    with pytest.raises(BadInput, match="corrupt store: column end"):
+        Store(db).load(rid)
+
+
+def test_empty_sm_blocks_frame_roundtrip(tmp_path):
+    tl = _timeline(n=20)
+    empty = tl.sm_blocks.iloc[:0]
+    from dataclasses import replace
+
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(replace(tl, sm_blocks=empty), source_path="x", fingerprint=_fp("x"))
+    back = st.load(rid).sm_blocks
+    assert back is not None and len(back) == 0 and dict(back.dtypes) == dict(empty.dtypes)
+
+
+def test_second_writer_waits_for_the_first(tmp_path):
+    """Two stores on one file (two processes in real life): an import while the other holds the
+    write lock waits for it instead of failing, and both runs land."""
+    import threading
+
+    db = tmp_path / "s.db"
+    a, b = Store(db), Store(db)
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    done = []
+    t = threading.Thread(
+        target=lambda: done.append(
+            b.import_timeline(_timeline(n=100, seed=1), source_path="b", fingerprint=_fp("b"))
+        )
+    )
+    t.start()
+    t.join(0.5)
+    assert not done  # waiting on the lock
+    blocker.execute("ROLLBACK")
+    t.join(30)
+    assert done and a.get_run(done[0]).events == 100
+
+
+def test_window_boundaries(tmp_path):
+    # kernels on one stream: [0,10) [10,10] (an instant) [10,20) [5,30) [20,20] [30,40)
+    starts = np.array([0, 10, 10, 5, 20, 30])
+    ends = np.array([10, 10, 20, 30, 20, 40])
+    tl = build_timeline(
+        {
+            "kind": 0,
+            "start": starts,
+            "end": ends,
+            "device": 0,
+            "stream": 7,
+            "name": np.arange(6, dtype=np.int32),
+        },
+        [f"k{i}" for i in range(6)],
+        RunMeta(source="b", format="kineto"),
+    )
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(tl, source_path="b", fingerprint=_fp("b"))
+
+    def names(t0, t1):
+        return sorted(tl.names(st.window(rid, t0, t1)["name"]))
+
+    assert names(10, 20) == ["k1", "k2", "k3"]  # [0,10) ends at t0: out; the instant at 10: in
+    assert names(20, 30) == [
+        "k3",
+        "k4",
+    ]  # [10,20) out, [5,30) in, instant at 20 in, [30,40) starts at t1: out
+    assert names(39, 100) == ["k5"]
+    assert names(40, 100) == []
+
+
+def test_window_over_many_lanes(tmp_path):
+    n = 1000
+    streams = np.arange(n) % 450  # 450 lanes: more than one compound SELECT
+    tl = build_timeline(
+        {"kind": 0, "start": np.arange(n) * 10, "end": np.arange(n) * 10 + 5, "device": 0, "stream": streams},
+        [],
+        RunMeta(source="m", format="kineto"),
+    )
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(tl, source_path="m", fingerprint=_fp("m"))
+    got = st.window(rid, 2000, 6000)
+    want = _brute(tl.events, 2000, 6000)
+    assert len(tl.lanes) == 450 and sorted(got.index) == sorted(want.index) and len(got) == 400

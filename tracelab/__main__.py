@@ -1,0 +1,6 @@
+"""`python -m tracelab` = the `tracelab` command."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main(prog_name="tracelab")

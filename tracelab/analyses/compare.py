@@ -1,0 +1,339 @@
+"""Compare two analyses (baseline A vs variant B): the same figures side by side, with differences.
+
+Pure: `compare(a, b, a_timeline, b_timeline) -> Comparison`. Devices are matched by (rank, device);
+when no key matches but both runs have the same number of devices (e.g. rank 3 of one job against
+rank 1 of another), they are paired in order and a note says so. Findings are matched by rule id.
+Kernels (by name) need the timelines; without them the kernel part is empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from tracelab.model import Timeline
+
+from .kernels import kernel_summary
+from .results import Analysis, DeviceSummary, Finding, GapCause, TraceInfo
+
+FindingStatus = Literal["new", "gone", "changed", "same"]
+GAP_CAUSES: tuple[str, ...] = get_args(GapCause)
+_SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
+TOP_KERNELS = 20
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A figure in A and in B. `delta` = b - a; `pct` = 100 * delta / a (None when a is 0)."""
+
+    a: int
+    b: int
+
+    @property
+    def delta(self) -> int:
+        return self.b - self.a
+
+    @property
+    def pct(self) -> float | None:
+        return None if self.a == 0 else 100.0 * (self.b - self.a) / self.a
+
+
+@dataclass(frozen=True)
+class DeviceComparison:
+    rank: int  # the (rank, device) of A (of B when the device is only in B)
+    device: int
+    b_rank: int  # the (rank, device) of B it was matched with
+    b_device: int
+    name_a: str
+    name_b: str
+    present: Literal["both", "a", "b"]
+    span_ns: Delta
+    busy_ns: Delta
+    idle_ns: Delta
+    kernel_ns: Delta
+    memcpy_ns: Delta
+    memset_ns: Delta
+    comm_ns: Delta
+    compute_compute_ns: Delta
+    compute_copy_ns: Delta
+    compute_comm_ns: Delta
+    copy_copy_ns: Delta
+    kernels: Delta  # counts
+    memcpys: Delta
+    gaps: Delta  # gap count on this device
+    gap_ns: Delta  # total gap time on this device
+
+    @property
+    def busy_fraction_a(self) -> float:
+        return self.busy_ns.a / self.span_ns.a if self.span_ns.a else 0.0
+
+    @property
+    def busy_fraction_b(self) -> float:
+        return self.busy_ns.b / self.span_ns.b if self.span_ns.b else 0.0
+
+
+@dataclass(frozen=True)
+class GapCauseDelta:
+    cause: str
+    count: Delta
+    total_ns: Delta
+
+
+@dataclass(frozen=True)
+class FindingDelta:
+    rule: str
+    status: FindingStatus
+    severity_a: str | None  # the highest severity of this rule in A (None: absent)
+    severity_b: str | None
+    count: Delta
+    wasted_ns: Delta
+    message_a: str
+    message_b: str
+
+
+@dataclass(frozen=True)
+class KernelDelta:
+    name: str  # untrusted text: escape it when rendering
+    calls: Delta
+    total_ns: Delta
+    mean_ns_a: float
+    mean_ns_b: float
+    status: Literal["both", "a", "b"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: TraceInfo
+    b: TraceInfo
+    devices: tuple[DeviceComparison, ...]
+    gaps: tuple[GapCauseDelta, ...]  # one per cause, in GAP_CAUSES order (all devices together)
+    findings: tuple[FindingDelta, ...]  # new first, then changed, gone, same
+    kernels: tuple[KernelDelta, ...]  # top kernels by max(total A, total B); empty without timelines
+    totals: DeviceComparison | None  # matched devices summed (None when nothing to compare)
+    notes: tuple[str, ...] = ()
+    kernels_compared: bool = False
+
+    @property
+    def new_findings(self) -> int:
+        return sum(f.status == "new" for f in self.findings)
+
+    @property
+    def gone_findings(self) -> int:
+        return sum(f.status == "gone" for f in self.findings)
+
+    @property
+    def changed_findings(self) -> int:
+        return sum(f.status == "changed" for f in self.findings)
+
+    @property
+    def wasted_ns(self) -> Delta:
+        return Delta(sum(f.wasted_ns.a for f in self.findings), sum(f.wasted_ns.b for f in self.findings))
+
+
+# ---- devices ---------------------------------------------------------------------------------------
+
+_DEVICE_FIELDS = ("span_ns", "busy_ns", "idle_ns", "kernel_ns", "memcpy_ns", "memset_ns", "comm_ns")
+_OVERLAP_FIELDS = ("compute_compute_ns", "compute_copy_ns", "compute_comm_ns", "copy_copy_ns")
+
+
+def _figures(d: DeviceSummary | None, gaps: dict[tuple[int, int], tuple[int, int]]) -> dict[str, int]:
+    if d is None:
+        return {k: 0 for k in (*_DEVICE_FIELDS, *_OVERLAP_FIELDS, "kernels", "memcpys", "gaps", "gap_ns")}
+    out = {k: int(getattr(d, k)) for k in _DEVICE_FIELDS}
+    out.update({k: int(getattr(d.overlap, k)) for k in _OVERLAP_FIELDS})
+    out["kernels"] = int(d.kernels or sum(s.kernels for s in d.streams))
+    out["memcpys"] = int(d.memcpys or sum(s.memcpys for s in d.streams))
+    n, total = gaps.get((d.rank, d.device), (0, 0))
+    out["gaps"], out["gap_ns"] = n, total
+    return out
+
+
+def _device_comparison(
+    da: DeviceSummary | None,
+    db: DeviceSummary | None,
+    gaps_a: dict[tuple[int, int], tuple[int, int]],
+    gaps_b: dict[tuple[int, int], tuple[int, int]],
+) -> DeviceComparison:
+    fa, fb = _figures(da, gaps_a), _figures(db, gaps_b)
+    ref = da if da is not None else db
+    assert ref is not None
+    present: Literal["both", "a", "b"] = "both" if da is not None and db is not None else "a" if db is None else "b"
+    return DeviceComparison(
+        rank=ref.rank,
+        device=ref.device,
+        b_rank=(db or ref).rank,
+        b_device=(db or ref).device,
+        name_a=da.name if da is not None else "",
+        name_b=db.name if db is not None else "",
+        present=present,
+        **{k: Delta(fa[k], fb[k]) for k in fa},
+    )
+
+
+def _gaps_by_device(analysis: Analysis) -> dict[tuple[int, int], tuple[int, int]]:
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for g in analysis.gaps:
+        n, total = out.get((g.rank, g.device), (0, 0))
+        out[(g.rank, g.device)] = (n + 1, total + int(g.duration_ns))
+    return out
+
+
+def _match_devices(a: Analysis, b: Analysis) -> tuple[list[tuple[DeviceSummary | None, DeviceSummary | None]], list[str]]:
+    by_a = {(d.rank, d.device): d for d in a.devices}
+    by_b = {(d.rank, d.device): d for d in b.devices}
+    common = [k for k in by_a if k in by_b]
+    notes: list[str] = []
+    if not common and by_a and len(by_a) == len(by_b):
+        ka, kb = sorted(by_a), sorted(by_b)
+        pairs: list[tuple[DeviceSummary | None, DeviceSummary | None]] = [(by_a[x], by_b[y]) for x, y in zip(ka, kb)]
+        notes.append(
+            "no (rank, device) in common; devices paired in order: "
+            + ", ".join(f"A r{x[0]}/d{x[1]} with B r{y[0]}/d{y[1]}" for x, y in zip(ka, kb))
+        )
+        return pairs, notes
+    pairs = [(by_a[k], by_b.get(k)) for k in sorted(by_a)]
+    pairs += [(None, by_b[k]) for k in sorted(by_b) if k not in by_a]
+    only_a = [k for k in by_a if k not in by_b]
+    only_b = [k for k in by_b if k not in by_a]
+    if only_a:
+        notes.append("only in A: " + ", ".join(f"r{r}/d{d}" for r, d in sorted(only_a)))
+    if only_b:
+        notes.append("only in B: " + ", ".join(f"r{r}/d{d}" for r, d in sorted(only_b)))
+    return pairs, notes
+
+
+def _totals(devices: list[DeviceComparison]) -> DeviceComparison | None:
+    both = [d for d in devices if d.present == "both"]
+    if not both:
+        return None
+    fields = [f for f in DeviceComparison.__dataclass_fields__ if isinstance(getattr(both[0], f), Delta)]
+    sums = {f: Delta(sum(getattr(d, f).a for d in both), sum(getattr(d, f).b for d in both)) for f in fields}
+    return DeviceComparison(
+        rank=-1, device=-1, b_rank=-1, b_device=-1, name_a="all matched devices", name_b="all matched devices",
+        present="both", **sums,
+    )
+
+
+# ---- gaps, findings, kernels -----------------------------------------------------------------------
+
+
+def _gap_causes(a: Analysis, b: Analysis) -> tuple[GapCauseDelta, ...]:
+    def tally(an: Analysis) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for g in an.gaps:
+            n, t = out.get(g.cause, (0, 0))
+            out[g.cause] = (n + 1, t + int(g.duration_ns))
+        return out
+
+    ta, tb = tally(a), tally(b)
+    causes = list(GAP_CAUSES) + sorted((set(ta) | set(tb)) - set(GAP_CAUSES))
+    return tuple(
+        GapCauseDelta(
+            cause=c,
+            count=Delta(ta.get(c, (0, 0))[0], tb.get(c, (0, 0))[0]),
+            total_ns=Delta(ta.get(c, (0, 0))[1], tb.get(c, (0, 0))[1]),
+        )
+        for c in causes
+    )
+
+
+def _by_rule(findings: tuple[Finding, ...]) -> dict[str, tuple[str, int, int, str]]:
+    out: dict[str, tuple[str, int, int, str]] = {}
+    for f in findings:
+        sev, count, wasted, msg = out.get(f.rule, ("info", 0, 0, f.message))
+        if _SEVERITY_ORDER.get(f.severity, 0) > _SEVERITY_ORDER.get(sev, 0):
+            sev = f.severity
+        out[f.rule] = (sev, count + int(f.count), wasted + int(f.wasted_ns), msg)
+    return out
+
+
+def _findings(a: Analysis, b: Analysis) -> tuple[FindingDelta, ...]:
+    ra, rb = _by_rule(a.findings), _by_rule(b.findings)
+    out: list[FindingDelta] = []
+    for rule in list(ra) + [r for r in rb if r not in ra]:
+        fa, fb = ra.get(rule), rb.get(rule)
+        if fa is None:
+            status: FindingStatus = "new"
+        elif fb is None:
+            status = "gone"
+        elif (fa[0], fa[1], fa[2]) != (fb[0], fb[1], fb[2]):
+            status = "changed"
+        else:
+            status = "same"
+        out.append(
+            FindingDelta(
+                rule=rule,
+                status=status,
+                severity_a=fa[0] if fa else None,
+                severity_b=fb[0] if fb else None,
+                count=Delta(fa[1] if fa else 0, fb[1] if fb else 0),
+                wasted_ns=Delta(fa[2] if fa else 0, fb[2] if fb else 0),
+                message_a=fa[3] if fa else "",
+                message_b=fb[3] if fb else "",
+            )
+        )
+    order = {"new": 0, "changed": 1, "gone": 2, "same": 3}
+    return tuple(sorted(out, key=lambda f: (order[f.status], -max(f.wasted_ns.a, f.wasted_ns.b))))
+
+
+def _kernels(a_tl: Timeline, b_tl: Timeline, top: int) -> tuple[KernelDelta, ...]:
+    ka = kernel_summary(a_tl).set_index("name")
+    kb = kernel_summary(b_tl).set_index("name")
+    # duplicate names cannot happen (grouped by interned name), but "" (unnamed) could collide: sum
+    ka = ka.groupby(level=0).agg({"calls": "sum", "total_ns": "sum"})
+    kb = kb.groupby(level=0).agg({"calls": "sum", "total_ns": "sum"})
+    joined = ka.add_suffix("_a").join(kb.add_suffix("_b"), how="outer").fillna(0)
+    if joined.empty:
+        return ()
+    joined["key"] = joined[["total_ns_a", "total_ns_b"]].max(axis=1)
+    joined = joined.sort_values("key", ascending=False, kind="stable").head(top)
+    out = []
+    for name, row in joined.iterrows():  # at most `top` rows
+        ca, cb = int(row["calls_a"]), int(row["calls_b"])
+        ta, tb = int(row["total_ns_a"]), int(row["total_ns_b"])
+        out.append(
+            KernelDelta(
+                name=str(name),
+                calls=Delta(ca, cb),
+                total_ns=Delta(ta, tb),
+                mean_ns_a=ta / ca if ca else 0.0,
+                mean_ns_b=tb / cb if cb else 0.0,
+                status="both" if ca and cb else ("a" if ca else "b"),
+            )
+        )
+    return tuple(out)
+
+
+def compare(
+    a: Analysis,
+    b: Analysis,
+    a_timeline: Timeline | None = None,
+    b_timeline: Timeline | None = None,
+    *,
+    top_kernels: int = TOP_KERNELS,
+) -> Comparison:
+    """Baseline `a` against variant `b`. Deltas are b - a; percentages are relative to a."""
+    pairs, notes = _match_devices(a, b)
+    gaps_a, gaps_b = _gaps_by_device(a), _gaps_by_device(b)
+    devices = [_device_comparison(da, db, gaps_a, gaps_b) for da, db in pairs]
+    if a.options.gap_threshold_ns != b.options.gap_threshold_ns:
+        notes.append(
+            f"gap thresholds differ: A {a.options.gap_threshold_ns} ns, B {b.options.gap_threshold_ns} ns"
+        )
+    kernels: tuple[KernelDelta, ...] = ()
+    have_timelines = a_timeline is not None and b_timeline is not None
+    if a_timeline is not None and b_timeline is not None:
+        kernels = _kernels(a_timeline, b_timeline, top_kernels)
+    else:
+        notes.append("kernels not compared (timelines not given)")
+    return Comparison(
+        a=a.trace,
+        b=b.trace,
+        devices=tuple(devices),
+        gaps=_gap_causes(a, b),
+        findings=_findings(a, b),
+        kernels=kernels,
+        totals=_totals(devices),
+        notes=tuple(notes),
+        kernels_compared=have_timelines,
+    )

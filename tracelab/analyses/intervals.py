@@ -1,0 +1,172 @@
+"""Vectorized interval math on half-open integer intervals [start, end) (ns).
+
+Every function works on numpy int64 arrays with a sorted sweep (sort, running maximum, cumulative
+sums, searchsorted): no Python loop per interval. A "union" is a pair of arrays (starts, ends) of
+disjoint intervals sorted by start, as `merge` returns it.
+
+Conventions:
+- Touching intervals ([0, 5) and [5, 9)) merge into one.
+- Zero-length intervals (start == end, e.g. a kernel Kineto rounded to 0 µs) add no length, but a
+  zero-length interval that touches no other one stays a point in the union, so it splits a gap:
+  the GPU did something at that instant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _as_i64(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.int64)
+
+
+def merge(
+    starts, ends, *, assume_sorted: bool = False, return_index: bool = False
+) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of the intervals as disjoint sorted intervals.
+
+    With return_index, also the position (in the input) of the interval that opens each merged
+    interval (the first one by start; for ties the first in input order)."""
+    s = _as_i64(starts)
+    e = _as_i64(ends)
+    n = s.size
+    if n == 0:
+        return (_EMPTY, _EMPTY, _EMPTY) if return_index else (_EMPTY, _EMPTY)
+    if assume_sorted:
+        order = None
+    else:
+        order = np.argsort(s, kind="stable")
+        s = s[order]
+        e = e[order]
+    runmax = np.maximum.accumulate(e)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.greater(s[1:], runmax[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = n - 1
+    us = s[first]
+    ue = runmax[last]
+    if return_index:
+        idx = first if order is None else order[first]
+        return us, ue, idx
+    return us, ue
+
+
+def length(starts, ends) -> int:
+    """Total length of already-disjoint intervals (e.g. a union)."""
+    return int((_as_i64(ends) - _as_i64(starts)).sum())
+
+
+def union_length(starts, ends, *, assume_sorted: bool = False) -> int:
+    us, ue = merge(starts, ends, assume_sorted=assume_sorted)
+    return length(us, ue)
+
+
+def intersection_length(a_starts, a_ends, b_starts, b_ends) -> int:
+    """Length of (union of A) ∩ (union of B): |A| + |B| − |A ∪ B|, exact in integers."""
+    a = union_length(a_starts, a_ends)
+    b = union_length(b_starts, b_ends)
+    both = union_length(np.concatenate([_as_i64(a_starts), _as_i64(b_starts)]),
+                        np.concatenate([_as_i64(a_ends), _as_i64(b_ends)]))
+    return a + b - both
+
+
+def merge_grouped(starts, ends, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of the intervals within each group: (starts, ends, group) sorted by (group, start)."""
+    s = _as_i64(starts)
+    e = _as_i64(ends)
+    g = _as_i64(groups)
+    n = s.size
+    if n == 0:
+        return _EMPTY, _EMPTY, _EMPTY
+    order = np.lexsort((s, g))
+    s, e, g = s[order], e[order], g[order]
+    boundary = np.empty(n, dtype=bool)
+    boundary[0] = True
+    np.not_equal(g[1:], g[:-1], out=boundary[1:])
+    # Segmented running maximum: shift each group into its own band of the number line so that one
+    # global maximum.accumulate never carries a value across a group boundary.
+    base = int(s.min())
+    width = int(e.max()) - base + 1
+    band = np.cumsum(boundary) - 1  # 0, 1, 2, ... per group
+    if int(band[-1]) * width < 2**62:
+        shift = band * width - base
+        runmax = np.maximum.accumulate(e + shift) - shift
+    else:  # absurd time ranges: fall back to one accumulate per group (few groups in practice)
+        runmax = np.empty_like(e)
+        bounds = np.flatnonzero(boundary).tolist() + [n]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            runmax[lo:hi] = np.maximum.accumulate(e[lo:hi])
+    new = boundary.copy()
+    new[1:] |= s[1:] > runmax[:-1]
+    first = np.flatnonzero(new)
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = n - 1
+    return s[first], runmax[last], g[first]
+
+
+def grouped_union_lengths(starts, ends, groups, n_groups: int | None = None) -> np.ndarray:
+    """Union length per group id (groups are small non-negative ints); an array of n_groups."""
+    gs, ge, gg = merge_grouped(starts, ends, groups)
+    size = n_groups if n_groups is not None else (int(gg.max()) + 1 if gg.size else 0)
+    return np.bincount(gg, weights=(ge - gs), minlength=size).astype(np.int64)
+
+
+def coverage_at_least(starts, ends, groups, k: int = 2) -> int:
+    """Time covered by intervals of at least k distinct groups at once (e.g. kernels running on
+    two or more streams at once). Overlaps within one group count once."""
+    gs, ge, _ = merge_grouped(starts, ends, groups)
+    if gs.size == 0:
+        return 0
+    times = np.concatenate([gs, ge])
+    delta = np.concatenate([np.ones(gs.size, np.int64), -np.ones(ge.size, np.int64)])
+    # ends before starts at equal times: touching intervals do not overlap (zero length anyway)
+    order = np.lexsort((delta, times))
+    times = times[order]
+    depth = np.cumsum(delta[order])
+    seg = np.diff(times)
+    return int(seg[depth[:-1] >= k].sum())
+
+
+def complement(us: np.ndarray, ue: np.ndarray, min_length: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Gaps between consecutive intervals of a union (inside its span), at least min_length long."""
+    if us.size < 2:
+        return _EMPTY, _EMPTY
+    gs = ue[:-1]
+    ge = us[1:]
+    keep = (ge - gs) >= max(min_length, 1)
+    return gs[keep], ge[keep]
+
+
+def measure_before(us: np.ndarray, ue: np.ndarray, t) -> np.ndarray:
+    """For each time t, the length of the union (us, ue) that lies before t."""
+    t = _as_i64(t)
+    if us.size == 0:
+        return np.zeros(t.shape, dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(ue - us)])
+    i = np.searchsorted(us, t, side="right")  # intervals starting at or before t
+    last_end = np.where(i > 0, ue[np.maximum(i - 1, 0)], t)
+    return cum[i] - np.maximum(last_end - t, 0)
+
+
+def covered_length(us: np.ndarray, ue: np.ndarray, a, b) -> np.ndarray:
+    """For each window [a, b), how much of it the union (us, ue) covers."""
+    return measure_before(us, ue, b) - measure_before(us, ue, a)
+
+
+def running_max_index(ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For intervals sorted by start: the running maximum of their ends and the index of the
+    interval that holds it (the latest one on ties). With i = searchsorted(starts, t, 'right') - 1,
+    runmax[i] answers "how far does any interval that started by t reach", argmax[i] says which."""
+    e = _as_i64(ends)
+    if e.size == 0:
+        return _EMPTY, _EMPTY
+    runmax = np.maximum.accumulate(e)
+    pos = np.arange(e.size, dtype=np.int64)
+    arg = np.maximum.accumulate(np.where(e == runmax, pos, 0))
+    return runmax, arg

@@ -1,0 +1,36 @@
+"""Overlap between classes of GPU work on one device (DESIGN.md definitions).
+
+- compute = kernels that are not communication; comm = communication kernels (NCCL and similar);
+  copy = memcpys and memsets.
+- compute_copy_ns / compute_comm_ns: length of the intersection of the two classes' unions.
+- compute_compute_ns: time during which compute kernels run on two or more streams at once
+  (kernels overlapping on the same stream, as with PDL, count once).
+- copy_copy_ns: time during which copies run on two or more streams at once (e.g. an HtoD and a
+  DtoH copy engine busy together); two copies on one stream count once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import EventKind
+from .intervals import coverage_at_least, intersection_length
+from .results import Overlap
+
+
+def device_overlap(
+    kind: np.ndarray, start: np.ndarray, end: np.ndarray, stream_key: np.ndarray, comm: np.ndarray
+) -> Overlap:
+    """Overlap figures for the GPU events of one device (columns as arrays of equal length;
+    stream_key identifies a stream, e.g. the event's lane id)."""
+    is_kernel = kind == int(EventKind.KERNEL)
+    compute = is_kernel & ~comm
+    comm_k = is_kernel & comm
+    copy = (kind == int(EventKind.MEMCPY)) | (kind == int(EventKind.MEMSET))
+    cs, ce = start[compute], end[compute]
+    return Overlap(
+        compute_compute_ns=coverage_at_least(cs, ce, stream_key[compute], 2),
+        compute_copy_ns=intersection_length(cs, ce, start[copy], end[copy]),
+        compute_comm_ns=intersection_length(cs, ce, start[comm_k], end[comm_k]),
+        copy_copy_ns=coverage_at_least(start[copy], end[copy], stream_key[copy], 2),
+    )

@@ -1,0 +1,645 @@
+"""`tracelab` command line: thin wiring of parsers, store, analyses and renderers.
+
+Conventions (DESIGN.md): results on stdout, progress and logs on stderr; exit 0 on success, 2 on bad
+input or usage (one line naming the file and what is wrong), 1 on an internal error (one line; set
+TRACELAB_DEBUG=1 for the traceback). Heavy or optional modules are imported inside the commands, so
+`tracelab --help` is fast and works without dash or torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from . import __version__
+from .errors import BadInput, MissingDependency, TracelabError
+
+if TYPE_CHECKING:
+    from .analyses.results import Analysis, AnalysisOptions
+    from .model.timeline import Timeline
+    from .store import Store
+
+DEBUG_ENV = "TRACELAB_DEBUG"
+
+
+def _one_line(text: object) -> str:
+    """An error message as one terminal-safe line (file names and run names are untrusted)."""
+    from .render.compare_text import term_safe
+
+    return term_safe(" ".join(str(text).split()))
+
+
+def err(message: str) -> None:
+    """A log line on stderr."""
+    click.echo(message, err=True)
+
+
+class TracelabGroup(click.Group):
+    """Turns tracelab's typed errors into one line on stderr and the error's exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except TracelabError as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            err(f"error: {_one_line(e)}")
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            err("interrupted")
+            ctx.exit(130)
+        except BrokenPipeError:  # `tracelab runs | head`: the reader left, nothing to report
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            ctx.exit(0)
+        except Exception as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            err(
+                f"internal error: {type(e).__name__}: {_one_line(e)} (rerun with {DEBUG_ENV}=1 for the traceback)"
+            )
+            ctx.exit(1)
+
+
+# ---- shared plumbing ----------------------------------------------------------------------------
+
+
+def _db_option(f: Callable) -> Callable:
+    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.ensure_object(dict)["db"] = value
+
+    return click.option(
+        "--db",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=remember,
+        help="Store file (default: $TRACELAB_DB or the user data directory).",
+    )(f)
+
+
+def _db_path(ctx: click.Context) -> Path:
+    from .settings import default_db_path
+
+    db = ctx.ensure_object(dict).get("db")
+    return Path(db) if db else default_db_path()
+
+
+def open_store(ctx: click.Context, *, create: bool = True) -> Store:
+    from .store import Store
+
+    return Store(_db_path(ctx), create=create)
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, label: str) -> None:
+        self.console = _stderr_console()
+        self.enabled = self.console.is_terminal
+        self.label = label
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> _Progress:  # noqa: PYI034
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.label, total=None)
+        return self
+
+    def phase(self, description: str) -> Callable[[int, int], None]:
+        """A `progress(done, total)` callback for one phase (parse, store)."""
+        if self._bar is not None:
+            self._bar.update(self._task, description=f"{self.label}: {description}", completed=0, total=None)
+
+        def update(done: int, total: int | None = None) -> None:
+            if self._bar is not None:
+                self._bar.update(self._task, completed=done, total=total or None)
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+def _parse(path: Path, progress: Callable[[int, int], None] | None = None) -> Timeline:
+    from .parsers import load_trace
+
+    if not path.exists():
+        raise BadInput("no such file or directory", path)
+    return load_trace(path, progress=progress)
+
+
+def _fingerprint(path: Path) -> str:
+    from .parsers import trace_fingerprint
+
+    if not path.exists():
+        raise BadInput("no such file or directory", path)
+    return trace_fingerprint(path)
+
+
+def import_path(store: Store, path: Path, name: str | None = None) -> tuple[str, bool]:
+    """Import one trace (file or directory); returns (run id, newly imported). Content that is
+    already in the store is not parsed again: its existing run id comes back."""
+    from .errors import DuplicateRun
+
+    fp = _fingerprint(path)
+    existing = store.find_fingerprint(fp)
+    if existing:
+        return existing, False
+    with _Progress(path.name) as bar:
+        timeline = _parse(path, bar.phase("parsing"))
+        try:
+            rid = store.import_timeline(
+                timeline,
+                source_path=str(path.absolute()),
+                fingerprint=fp,
+                name=name,
+                progress=bar.phase("storing"),
+            )
+        except DuplicateRun as e:  # imported concurrently by another process
+            return e.run_id, False
+    return rid, True
+
+
+def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisOptions:
+    from .analyses.results import AnalysisOptions
+
+    if gap_threshold_us is None:
+        return AnalysisOptions(exclude_orphans=exclude_orphans)
+    return AnalysisOptions(gap_threshold_ns=round(gap_threshold_us * 1000), exclude_orphans=exclude_orphans)
+
+
+def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
+    """RUN_OR_PATH: an existing path is parsed directly (the store is not touched); anything else
+    is a run id, id prefix or name in the store. Returns the timeline and a title."""
+    path = Path(ref)
+    if path.exists():
+        with _Progress(path.name) as bar:
+            return _parse(path, bar.phase("parsing")), str(path)
+    from .store import Store
+
+    db = _db_path(ctx)
+    if not db.exists():
+        raise BadInput(
+            f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
+        )
+    store = Store(db, create=False)
+    from .errors import UnknownRun
+
+    try:
+        rid = store.resolve(ref)
+    except UnknownRun:
+        raise BadInput(
+            "no such file, and no run with this id or name in the store (see `tracelab runs`)", ref
+        ) from None
+    run = store.get_run(rid)
+    return store.load(rid), f"run {rid} · {run.name}"
+
+
+def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
+    from .analyses import analyze
+
+    return analyze(timeline, options)
+
+
+def _echo_json(doc: Any) -> None:
+    import orjson
+
+    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+
+
+def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
+    from rich.console import Console, Group
+
+    from .render.text import analysis_renderables, format_analysis
+
+    console = Console(highlight=False, soft_wrap=False)
+    if console.is_terminal:
+        console.print(Group(*analysis_renderables(analysis, title=title, top_gaps=top_gaps)))
+    else:  # a pipe or a file: plain text, no colour, no trailing blanks
+        click.echo(format_analysis(analysis, title=title, top_gaps=top_gaps), nl=False)
+
+
+def _human_ns(ns: int) -> str:
+    from .render.compare_text import fmt_ns
+
+    return fmt_ns(ns)
+
+
+def _safe(text: object, limit: int | None = None) -> str:
+    from .render.compare_text import term_safe
+
+    return term_safe(text, limit)
+
+
+# ---- commands -----------------------------------------------------------------------------------
+
+
+@click.group(cls=TracelabGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tracelab")
+@_db_option
+def main() -> None:
+    """tracelab: where is my GPU idle, what overlaps with what, and why.
+
+    Import nsys SQLite and Kineto (torch.profiler) traces, analyse busy/idle time, overlap, idle
+    gaps and their causes, and explore them in a dashboard or in reports.
+    """
+
+
+@main.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--name", help="Name for the run (only with a single PATH).")
+@_db_option
+@click.pass_context
+def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None) -> None:
+    """Import traces into the store and print their run ids.
+
+    PATH is a Kineto JSON trace (.json, .json.gz), an nsys SQLite export (.sqlite), an .nsys-rep
+    (exported through nsys when it is installed), a recorded run directory, or a directory of
+    per-rank traces (one multi-rank run). A trace already in the store (same content) is not
+    imported again: its existing run id is printed.
+    """
+    if name and len(paths) > 1:
+        raise click.UsageError("--name needs a single PATH")
+    store = open_store(ctx)
+    failed = 0
+    for path in paths:
+        try:
+            rid, new = import_path(store, path, name)
+        except BadInput as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            err(f"error: {_one_line(e)}")
+            failed += 1
+            continue
+        click.echo(rid)
+        if new:
+            run = store.get_run(rid)
+            err(f"{_safe(path)}: imported as run {rid} ({run.events:,} events)")
+        else:
+            err(f"{_safe(path)}: already imported as run {rid}")
+    if failed:
+        if len(paths) > 1:
+            err(f"{failed} of {len(paths)} paths not imported")
+        ctx.exit(2)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@_db_option
+@click.pass_context
+def runs(ctx: click.Context, as_json: bool) -> None:
+    """List the runs in the store: id, name, workload, variant, backend, GPU, source."""
+    db = _db_path(ctx)
+    records = open_store(ctx, create=False).runs() if db.exists() else []
+    if as_json:
+        _echo_json([r.to_dict() for r in records])
+        return
+    if not records:
+        err(f"no runs in {db} (import a trace with `tracelab import PATH` or run `tracelab demo`)")
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col, just in (
+        ("id", "left"),
+        ("name", "left"),
+        ("workload", "left"),
+        ("variant", "left"),
+        ("backend", "left"),
+        ("gpu", "left"),
+        ("events", "right"),
+        ("span", "right"),
+        ("source", "left"),
+    ):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for r in records:
+        t.add_row(
+            r.id,
+            Text(_safe(r.name, 60)),
+            Text(_safe(r.workload)),
+            Text(_safe(r.variant)),
+            Text(_safe(r.backend)),
+            Text(_safe(r.gpu, 30)),
+            f"{r.events:,}",
+            _human_ns(r.span_ns),
+            Text(_safe(r.source, 80)),
+        )
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200, color_system=None)
+    console.print(t)
+
+
+@main.command()
+@click.argument("run_ids", nargs=-1, required=True)
+@_db_option
+@click.pass_context
+def delete(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
+    """Delete runs (by id, id prefix or name) from the store."""
+    store = open_store(ctx, create=False)
+    rids = [store.resolve(r) for r in run_ids]  # every id checked before anything is deleted
+    for rid in dict.fromkeys(rids):
+        store.delete_run(rid)
+        click.echo(rid)
+        err(f"deleted run {rid}")
+
+
+_gap_option = click.option(
+    "--gap-threshold-us",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Shortest idle interval reported as a gap, in µs (default 10).",
+)
+_orphan_option = click.option(
+    "--exclude-orphans",
+    is_flag=True,
+    help="Leave out GPU events whose correlation id matches no host launch (as TraceLens does).",
+)
+
+
+@main.command()
+@click.argument("run_or_path")
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 1).")
+@_gap_option
+@_orphan_option
+@click.option(
+    "--top",
+    "top_gaps",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Gaps listed in the human output.",
+)
+@_db_option
+@click.pass_context
+def analyze(
+    ctx: click.Context,
+    run_or_path: str,
+    as_json: bool,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+    top_gaps: int,
+) -> None:
+    """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
+    busy/idle per device, overlap, idle gaps with their causes, findings."""
+    timeline, title = load_subject(ctx, run_or_path)
+    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    if as_json:
+        from .analyses.results import to_document
+
+        _echo_json(to_document(analysis))
+    else:
+        _print_analysis(analysis, title, top_gaps)
+
+
+@main.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="Print both analyses and the comparison as JSON.")
+@_gap_option
+@_orphan_option
+@_db_option
+@click.pass_context
+def compare(
+    ctx: click.Context, a: str, b: str, as_json: bool, gap_threshold_us: float | None, exclude_orphans: bool
+) -> None:
+    """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
+    gaps by cause, findings and top kernels."""
+    from .analyses.compare import compare as compare_analyses
+
+    options = _options(gap_threshold_us, exclude_orphans)
+    tl_a, _ = load_subject(ctx, a)
+    tl_b, _ = load_subject(ctx, b)
+    an_a, an_b = _analyze(tl_a, options), _analyze(tl_b, options)
+    comparison = compare_analyses(an_a, an_b, tl_a, tl_b)
+    if as_json:
+        from .analyses.results import SCHEMA_VERSION, to_document
+        from .render.compare_text import comparison_document
+
+        _echo_json(
+            {
+                "schema": SCHEMA_VERSION,
+                "a": to_document(an_a),
+                "b": to_document(an_b),
+                "comparison": comparison_document(comparison),
+            }
+        )
+    else:
+        from .render.compare_text import format_comparison
+
+        click.echo(format_comparison(comparison))
+
+
+@main.command()
+@click.argument("run_or_path")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Report file: .html (self-contained), .md or .json.",
+)
+@click.option("--against", help="Baseline run or trace to compare with.")
+@_gap_option
+@_orphan_option
+@_db_option
+@click.pass_context
+def report(
+    ctx: click.Context,
+    run_or_path: str,
+    output: Path,
+    against: str | None,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+) -> None:
+    """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
+    if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
+        raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
+    from .render.reports import write_report
+
+    options = _options(gap_threshold_us, exclude_orphans)
+    timeline, _ = load_subject(ctx, run_or_path)
+    analysis = _analyze(timeline, options)
+    base = None
+    if against:
+        tl_b, _ = load_subject(ctx, against)
+        base = (_analyze(tl_b, options), tl_b)
+    write_report(output, analysis, timeline, against=base)
+    click.echo(str(output))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def workloads(as_json: bool) -> None:
+    """List the built-in GPU workloads, their variants and what each demonstrates."""
+    from .workloads import WORKLOADS
+
+    if as_json:
+        _echo_json([w.to_dict() for w in WORKLOADS.values()])
+        return
+    for w in WORKLOADS.values():
+        click.echo(f"{w.name}: {w.description}")
+        for v in w.variants:
+            click.echo(f"  {v.name:20} {v.description}")
+        click.echo("")
+
+
+class _RecordCommand(click.Command):
+    """Remembers whether the arguments used `--` (profile a command) or not (a workload)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["tracelab.dashdash"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+@main.command(cls=_RecordCommand)
+@click.argument("target", nargs=-1, required=True)
+@click.option("--variant", default="all", show_default=True, help="Variant to record, or 'all'.")
+@click.option(
+    "--backend",
+    type=click.Choice(["nsys", "torch"]),
+    default=None,
+    help="Profiler (default: nsys when installed, else torch).",
+)
+@click.option("--quick", is_flag=True, help="Small sizes: a fast smoke run.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where run directories go (default: $TRACELAB_RUNS or the user data directory).",
+)
+@_db_option
+@click.pass_context
+def record(
+    ctx: click.Context,
+    target: tuple[str, ...],
+    variant: str,
+    backend: str | None,
+    quick: bool,
+    out_dir: Path | None,
+) -> None:
+    """Record a built-in workload on the GPU, or any program, then import and analyse it.
+
+    \b
+    tracelab record WORKLOAD [--variant V|all] [--backend nsys|torch] [--quick]
+    tracelab record [--backend nsys|torch] -- CMD [ARGS...]
+    """
+    from .settings import runs_dir
+
+    out = out_dir or runs_dir()
+    command = bool(ctx.meta.get("tracelab.dashdash"))
+    if not command:
+        if len(target) != 1:
+            raise click.UsageError("give one WORKLOAD, or a command after `--` (tracelab record -- CMD ...)")
+        from .workloads import get_workload
+
+        get_workload(target[0]).resolve_variants(variant)  # unknown names: one line, before any work
+    backend = backend or _default_backend()
+    err(f"recording with the {backend} backend into {out}")
+    if command:
+        from .record import record_command
+
+        paths = [record_command(list(target), backend, out)]
+    else:
+        from .record import record_workload
+
+        paths = list(record_workload(target[0], variant, backend, quick, out))
+    store = open_store(ctx)
+    for p in paths:
+        rid, _ = import_path(store, Path(p))
+        click.echo(rid)
+        err(f"{_safe(p)}: run {rid}")
+        run = store.get_run(rid)
+        _print_analysis(_analyze(store.load(rid), _options(None, False)), f"run {rid} · {run.name}")
+
+
+def _default_backend() -> str:
+    try:
+        from .parsers.nsys import find_nsys
+    except ImportError:
+        return "torch"
+    return "nsys" if find_nsys() else "torch"
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
+@_db_option
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int) -> None:
+    """Serve the dashboard over the store (http://HOST:PORT)."""
+    _serve(open_store(ctx), host, port)
+
+
+def _serve(store: Store, host: str, port: int) -> None:
+    try:
+        import dash  # noqa: F401
+        import plotly  # noqa: F401
+    except ImportError as e:
+        raise MissingDependency(
+            f"the dashboard needs dash and plotly ({e}); pip install 'tracelab[app]'"
+        ) from None
+    from app import create_app
+
+    dash_app = create_app(store)
+    err(f"tracelab dashboard on http://{host}:{port}/ (store {store.path}); Ctrl-C to stop")
+    dash_app.run(host=host, port=port, debug=False)
+
+
+@main.command()
+@click.option("--no-serve", is_flag=True, help="Import the example runs, print their ids and exit.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
+@_db_option
+@click.pass_context
+def demo(ctx: click.Context, no_serve: bool, host: str, port: int) -> None:
+    """Import the bundled example runs (recorded on a real GPU) and open the dashboard."""
+    from .demo import demo_run_paths
+
+    paths = list(demo_run_paths())
+    if not paths:
+        raise TracelabError("this installation has no bundled demo runs")
+    store = open_store(ctx)
+    for p in paths:
+        rid, new = import_path(store, Path(p))
+        click.echo(rid)
+        run = store.get_run(rid)
+        err(f"{'imported' if new else 'already in the store:'} run {rid} · {_safe(run.name)}")
+    if not no_serve:
+        _serve(store, host, port)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,203 @@
+"""`load_trace(path)`: one entry point for every trace tracelab reads, dispatched by content.
+
+- a file starting with the SQLite header            -> nsys SQLite export (`nsys.load_nsys_sqlite`)
+- a `.nsys-rep` / `.qdrep` report                    -> exported with nsys into a temporary folder, then loaded
+- gzip, or JSON ('{' / '[')                          -> Kineto Chrome trace (`kineto.load_kineto`)
+- a directory with meta.json                         -> a recorded run directory (`rundir.load_run_dir`)
+- a directory of per-rank traces                     -> one multi-rank run (`merge_timelines`)
+
+The parser modules are imported only when needed, so a missing optional part never breaks the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from tracelab.errors import BadInput, MissingDependency, TraceFormatError
+from tracelab.model import RunMeta, Timeline, merge_timelines
+
+Progress = Callable[[int, int], None]  # progress(done_bytes, total_bytes) over the input files
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+_NSYS_REP = (".nsys-rep", ".qdrep")
+_KNOWN_BINARY = {
+    b"\x89PNG": "a PNG image",
+    b"%PDF": "a PDF document",
+    b"PK\x03\x04": "a ZIP archive",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF8": "a GIF image",
+    b"\x7fELF": "an executable (ELF)",
+    b"BZh": "a bzip2 archive",
+    b"\xfd7zXZ": "an xz archive",
+    b"(\xb5/\xfd": "a zstd archive",
+}
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
+_RANK_IN_NAME = re.compile(r"(?:rank|worker|node|proc|gpu)[-_.]?(\d+)", re.IGNORECASE)
+
+
+def load_trace(path: str | Path, progress: Progress | None = None) -> Timeline:
+    """Read any supported trace file or directory into a Timeline (see the module docstring).
+
+    Raises BadInput / TraceFormatError with one line naming the file for anything unusable, and
+    MissingDependency when the format needs a component that is not installed (e.g. nsys for .nsys-rep)."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput("no such file or directory", path)
+    if path.is_dir():
+        if (path / "meta.json").is_file():
+            return _rundir().load_run_dir(path)
+        return load_trace_dir(path, progress)
+    if not path.is_file():
+        raise BadInput("not a regular file", path)
+    kind = sniff(path)
+    if kind == "sqlite":
+        return _nsys().load_nsys_sqlite(path)
+    if kind == "nsys-rep":
+        return _load_nsys_rep(path)
+    from . import kineto
+
+    return kineto.load_kineto(path, progress=progress)
+
+
+def sniff(path: Path) -> str:
+    """'sqlite', 'nsys-rep' or 'json' (gzip or plain); raises TraceFormatError for anything else."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        raise BadInput(f"cannot read ({exc.strerror or exc})", path) from None
+    if not head:
+        raise TraceFormatError("empty file", path)
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite"
+    if path.name.lower().endswith(_NSYS_REP):
+        return "nsys-rep"
+    if head.startswith(GZIP_MAGIC):
+        return "json"
+    stripped = head.lstrip(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        return "json"
+    if not stripped and len(head) < 64:
+        raise TraceFormatError("empty file (only whitespace)", path)
+    for magic, what in _KNOWN_BINARY.items():
+        if head.startswith(magic):
+            raise TraceFormatError(f"not a trace: the file is {what}", path)
+    raise TraceFormatError(
+        "not a trace: expected Kineto JSON (.json/.json.gz), nsys SQLite (.sqlite) or .nsys-rep", path
+    )
+
+
+def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
+    """A directory of per-rank traces (Kineto JSON or nsys SQLite) -> one multi-rank Timeline.
+
+    Rank of each file: its distributedInfo rank, else a number in its name (rank3, worker3, ...),
+    else its position in name order; when two files claim the same rank the next source is used."""
+    files = sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith(_TRACE_SUFFIXES)
+    )
+    if not files:
+        raise BadInput("directory holds no traces (*.json, *.json.gz, *.sqlite) and no meta.json", path)
+    total = sum(p.stat().st_size for p in files)
+    done = 0
+    parts: list[Timeline] = []
+    for p in files:
+        sub = None
+        if progress is not None:
+            base = done
+            sub = lambda d, t, base=base: progress(base + d, total)
+        parts.append(load_trace(p, progress=sub) if sniff(p) != "sqlite" else _nsys().load_nsys_sqlite(p))
+        done += p.stat().st_size
+        if progress is not None:
+            progress(done, total)
+    ranks = _choose_ranks(files, parts)
+    from .kineto import relabel_rank
+
+    parts = [tl if tl.meta.ranks == (r,) else relabel_rank(tl, r) for tl, r in zip(parts, ranks)]
+    formats = sorted({tl.meta.format for tl in parts})
+    notes = tuple(f"{f.name}: {n}" for f, tl in zip(files, parts) for n in tl.meta.notes)
+    stats: dict[str, int] = {}
+    for tl in parts:
+        for k, v in tl.meta.stats.items():
+            if isinstance(v, int):
+                stats[k] = stats.get(k, 0) + v
+    meta = RunMeta(
+        source=str(path),
+        format=formats[0] if len(formats) == 1 else "+".join(formats),
+        ranks=tuple(sorted(ranks)),
+        schema_version=",".join(sorted({tl.meta.schema_version for tl in parts if tl.meta.schema_version})),
+        gpu=", ".join(sorted({g for tl in parts for g in tl.meta.gpu.split(", ") if g})),
+        notes=notes,
+        stats=stats,
+        extra={"files": {f.name: r for f, r in zip(files, ranks)}},
+    )
+    return merge_timelines(parts, meta)
+
+
+def _choose_ranks(files: list[Path], parts: list[Timeline]) -> list[int]:
+    from_info = [
+        tl.meta.ranks[0] if tl.meta.extra.get("rank_source") == "distributedInfo" else None for tl in parts
+    ]
+    if all(r is not None for r in from_info) and len(set(from_info)) == len(from_info):
+        return [int(r) for r in from_info]  # type: ignore[arg-type]
+    from_name = []
+    for f in files:
+        m = _RANK_IN_NAME.findall(f.name)
+        from_name.append(int(m[-1]) if m else None)
+    if all(r is not None for r in from_name) and len(set(from_name)) == len(from_name):
+        return [int(r) for r in from_name]  # type: ignore[arg-type]
+    return list(range(len(files)))
+
+
+def trace_fingerprint(path: str | Path) -> str:
+    """sha256 of the file's bytes; for a directory, sha256 of the sorted hashes of its files
+    (recursively, hidden files excluded), so renaming or reordering does not change it."""
+    path = Path(path)
+    if path.is_dir():
+        hashes = sorted(
+            _file_hash(p)
+            for p in path.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+        return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
+    if not path.is_file():
+        raise BadInput("no such file or directory", path)
+    return _file_hash(path)
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load_nsys_rep(path: Path) -> Timeline:
+    nsys = _nsys()
+    with tempfile.TemporaryDirectory(prefix="tracelab-nsys-") as tmp:
+        sqlite_path = nsys.export_nsys_rep(path, Path(tmp))
+        tl = nsys.load_nsys_sqlite(sqlite_path)
+    return tl.with_meta(source=str(path))
+
+
+def _nsys():
+    try:
+        from . import nsys
+    except ImportError as exc:  # pragma: no cover - only while the nsys parser is absent
+        raise MissingDependency(f"nsys trace support is not available ({exc})") from None
+    return nsys
+
+
+def _rundir():
+    try:
+        from . import rundir
+    except ImportError as exc:  # pragma: no cover
+        raise MissingDependency(f"run-directory support is not available ({exc})") from None
+    return rundir

@@ -1,0 +1,246 @@
+"""A run directory written by `tracelab record` (or the workload runner) → one Timeline.
+
+Layout: `meta.json` (workload, variant, backend, GPU, versions, parameters, wall time per step,
+green-context partitions, PDL kernels, probe metadata), the raw trace named by `meta["trace_file"]`
+(`trace.sqlite` / `trace.nsys-rep` for nsys, `trace.json.gz` for torch.profiler) and optionally
+`sm_probe.npz` (format: tracelab/workloads/probes.py).
+
+`load_run_dir` loads the trace through `tracelab.parsers.load_trace`, then applies what only the
+run knows:
+- RunMeta: backend, workload, variant, gpu, and meta.json under `extra["run"]`;
+- devices: SM count and limits from meta.json where the trace has none;
+- green contexts for torch traces (Kineto does not record them): the stream on which a partition's
+  marker kernel (`tl_probe_large_partition` / `tl_probe_small_partition`) ran is that partition's
+  stream; its GPU events get the partition's green-context id (the driver's context id, the same
+  id nsys reports) and a ContextInfo with the partition's SM count is added. For nsys traces the
+  parser's contexts are kept and only missing SM counts are filled in;
+- the PDL flag on kernels the workload launched with PDL (`meta["pdl_kernels"]`);
+- `sm_blocks` from the probe file: the k-th trace kernel (by start) with the probed kernel's name is
+  invocation k; each invocation is shifted by `trace start - earliest probe t_start`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import BadInput, TraceFormatError
+from ..model import EVENT_COLUMNS, ContextInfo, DeviceInfo, EventKind, Flag, Timeline, build_timeline
+
+META_FILE = "meta.json"
+TRACE_CANDIDATES = ("trace.sqlite", "trace.json.gz", "trace.json", "trace.nsys-rep")
+SM_BLOCK_COLUMNS = {"rank": "int32", "device": "int32", "green_context": "int64", "sm": "int32",
+                    "start": "int64", "end": "int64", "name": "int32"}
+
+
+def is_run_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / META_FILE).is_file()
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    p = Path(path) / META_FILE
+    try:
+        meta = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise BadInput("not a tracelab run directory (no meta.json)", Path(path)) from None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise TraceFormatError(f"meta.json is not valid JSON ({e.__class__.__name__})", p) from None
+    if not isinstance(meta, dict):
+        raise TraceFormatError("meta.json must hold a JSON object", p)
+    return meta
+
+
+def trace_path(path: str | Path, meta: dict[str, Any]) -> Path:
+    d = Path(path)
+    names = [meta["trace_file"]] if isinstance(meta.get("trace_file"), str) else []
+    for name in (*names, *TRACE_CANDIDATES):
+        cand = d / Path(name).name  # never leave the run directory
+        if cand.is_file():
+            return cand
+    raise BadInput(f"run directory holds no trace file (looked for {', '.join(names or TRACE_CANDIDATES)})", d)
+
+
+def load_run_dir(path: str | Path) -> Timeline:
+    """Load a run directory (meta.json + raw trace + optional probe file) as one Timeline."""
+    from . import load_trace
+
+    d = Path(path)
+    meta = read_meta(d)
+    tl = load_trace(trace_path(d, meta))
+    notes = list(tl.meta.notes)
+    devices = _devices(tl, meta)
+    contexts = list(tl.contexts)
+    ev = tl.events
+    changed = False
+    strings = tl.strings
+    name_ids = {s: i for i, s in enumerate(strings)}
+
+    # green contexts the trace does not know about (torch.profiler)
+    green_parts = [p for p in meta.get("partitions") or [] if p.get("green")]
+    if green_parts:
+        gc = ev["green_context"].to_numpy().copy()
+        for i, part in enumerate(green_parts):
+            marker = name_ids.get(str(part.get("marker", "")))
+            if marker is None:
+                notes.append(f"green-context partition {part.get('name')}: marker kernel not in the trace")
+                continue
+            on = (ev["kind"].to_numpy() == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == marker)
+            keys = ev.loc[on, ["rank", "device", "stream"]].drop_duplicates()
+            for rank, dev, stream in keys.itertuples(index=False):
+                sel = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == dev) & (
+                    ev["stream"].to_numpy() == stream
+                )
+                existing = gc[sel & (gc >= 0)]
+                if len(existing):
+                    gid = int(np.bincount(existing - existing.min()).argmax() + existing.min())
+                else:
+                    gid = int(part.get("context_id", -1))
+                    gid = gid if gid >= 0 else 1_000_000 + i
+                    gc[sel] = gid
+                    changed = True
+                contexts = _with_green(contexts, int(rank), int(dev), gid, int(part.get("sm_count", 0)))
+        if changed:
+            ev = ev.copy()
+            ev["green_context"] = gc
+
+    pdl_ids = [name_ids[n] for n in meta.get("pdl_kernels") or [] if n in name_ids]
+    if pdl_ids:
+        mask = (ev["kind"].to_numpy() == int(EventKind.KERNEL)) & np.isin(ev["name"].to_numpy(), pdl_ids)
+        flags = ev["flags"].to_numpy()
+        if (flags[mask] & Flag.PDL != Flag.PDL).any():
+            ev = ev.copy() if not changed else ev
+            ev["flags"] = np.where(mask, flags | Flag.PDL, flags).astype(flags.dtype)
+            changed = True
+
+    sm_blocks, probe_notes, overhead = _probe_blocks(d, meta, ev, strings)
+    notes += probe_notes
+    extra = dict(tl.meta.extra)
+    extra["run"] = meta
+    if overhead:
+        extra["probe_overhead_in_trace"] = overhead
+    gpu = meta.get("gpu") or {}
+    run_meta = replace(
+        tl.meta,
+        source=str(d),
+        backend=str(meta.get("backend") or tl.meta.backend),
+        workload=str(meta.get("workload") or ""),
+        variant=str(meta.get("variant") or ""),
+        gpu=str(gpu.get("name") or tl.meta.gpu),
+        notes=tuple(notes),
+        extra=extra,
+    )
+    if changed or devices != list(tl.devices) or contexts != list(tl.contexts):
+        cols = {c: ev[c].to_numpy() for c in EVENT_COLUMNS if c != "lane"}
+        return build_timeline(cols, strings, run_meta, devices=devices, contexts=contexts, sm_blocks=sm_blocks)
+    return replace(tl, meta=run_meta, sm_blocks=sm_blocks)
+
+
+def _devices(tl: Timeline, meta: dict[str, Any]) -> list[DeviceInfo]:
+    gpu = meta.get("gpu") or {}
+    out = []
+    for d in tl.devices:
+        fill: dict[str, Any] = {}
+        if not d.sm_count and gpu.get("sm_count"):
+            fill["sm_count"] = int(gpu["sm_count"])
+        if not d.name and gpu.get("name"):
+            fill["name"] = str(gpu["name"])
+        if not d.cc_major and gpu.get("cc"):
+            major, _, minor = str(gpu["cc"]).partition(".")
+            fill.update(cc_major=int(major or 0), cc_minor=int(minor or 0))
+        for attr, key in (("max_threads_per_sm", "max_threads_per_multi_processor"),
+                          ("registers_per_sm", "regs_per_multiprocessor"),
+                          ("shared_mem_per_sm", "shared_memory_per_multiprocessor"),
+                          ("max_shared_mem_per_block", "shared_memory_per_block_optin"),
+                          ("total_memory", "total_memory")):
+            if not getattr(d, attr) and gpu.get(key):
+                fill[attr] = int(gpu[key])
+        out.append(replace(d, **fill) if fill else d)
+    return out
+
+
+def _with_green(contexts: list[ContextInfo], rank: int, device: int, gid: int, sm_count: int) -> list[ContextInfo]:
+    out = []
+    found = False
+    for c in contexts:
+        if c.rank == rank and c.device == device and (c.green_context == gid or (c.is_green and c.context == gid)):
+            found = True
+            if not c.sm_count and sm_count:
+                c = replace(c, sm_count=sm_count)
+        out.append(c)
+    if not found:
+        out.append(ContextInfo(rank=rank, device=device, context=gid, is_green=True, green_context=gid,
+                               sm_count=sm_count))
+    return out
+
+
+def _probe_blocks(d: Path, meta: dict[str, Any], ev: pd.DataFrame, strings: tuple[str, ...]):
+    """sm_blocks aligned to the trace clock, notes, and the probe overhead seen in the trace."""
+    probe = meta.get("probe") or {}
+    f = d / Path(str(probe.get("file") or "sm_probe.npz")).name
+    if not f.is_file():
+        return None, [], {}
+    try:
+        with np.load(f, allow_pickle=False) as z:
+            arr = {k: z[k] for k in z.files}
+        need = ("kernel", "invocation", "smid", "t_start", "t_end", "names")
+        if any(k not in arr for k in need):
+            raise ValueError("missing arrays")
+    except Exception as e:  # noqa: BLE001 - any unreadable probe file is the same user problem
+        raise TraceFormatError(f"probe file is not a tracelab sm_probe.npz ({e})", f) from None
+    names = [str(n) for n in arr["names"]]
+    trace_names = probe.get("trace_names") or {}
+    name_ids = {s: i for i, s in enumerate(strings)}
+    kinds = ev["kind"].to_numpy()
+    frames = []
+    notes: list[str] = []
+    overhead: dict[str, Any] = {}
+    for k, key in enumerate(names):
+        tname = trace_names.get(key, key)
+        sid = name_ids.get(tname)
+        rows = arr["kernel"] == k
+        if sid is None:
+            notes.append(f"probe data for {tname!r} but no such kernel in the trace")
+            continue
+        kev = ev[(kinds == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == sid)].sort_values("start", kind="stable")
+        starts = kev["start"].to_numpy()
+        inv = arr["invocation"][rows]
+        t0 = arr["t_start"][rows]
+        t1 = arr["t_end"][rows]
+        sm = arr["smid"][rows]
+        ok = (inv < len(starts)) & (t0 > 0) & (t1 >= t0)
+        if (~ok).any():
+            notes.append(f"{int((~ok).sum())} probe rows of {tname!r} could not be aligned")
+        inv, t0, t1, sm = inv[ok], t0[ok], t1[ok], sm[ok]
+        if not len(inv):
+            continue
+        uniq, first = np.unique(inv, return_inverse=True)
+        min_t0 = np.full(len(uniq), np.iinfo(np.int64).max)
+        np.minimum.at(min_t0, first, t0)
+        offset = starts[uniq] - min_t0
+        frames.append(pd.DataFrame({
+            "rank": kev["rank"].to_numpy()[inv].astype("int32"),
+            "device": kev["device"].to_numpy()[inv].astype("int32"),
+            "green_context": kev["green_context"].to_numpy()[inv].astype("int64"),
+            "sm": sm.astype("int32"),
+            "start": (t0 + offset[first]).astype("int64"),
+            "end": (t1 + offset[first]).astype("int64"),
+            "name": np.full(len(inv), sid, dtype="int32"),
+        }))
+        dur = (kev["end"] - kev["start"]).to_numpy()
+        probed = np.zeros(len(dur), dtype=bool)
+        probed[uniq] = True
+        if probed.any() and (~probed).any():
+            a, b = float(np.median(dur[~probed])), float(np.median(dur[probed]))
+            overhead[tname] = {"plain_median_ns": a, "probed_median_ns": b,
+                               "overhead_pct": round(100.0 * (b - a) / a, 2) if a else None,
+                               "probed_invocations": int(probed.sum()), "plain_invocations": int((~probed).sum())}
+    if not frames:
+        return None, notes, overhead
+    blocks = pd.concat(frames, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
+    return blocks.astype(SM_BLOCK_COLUMNS), notes, overhead

@@ -1,0 +1,295 @@
+"""Record built-in workloads (or any program) under nsys or torch.profiler into run directories.
+
+A run directory holds the raw trace (`trace.sqlite` + `trace.nsys-rep` for nsys, `trace.json.gz`
+for torch.profiler), `meta.json` (workload, variant, backend, GPU, driver, versions, parameters,
+wall time per step) and, for the workloads' instrumented kernels, `sm_probe.npz`
+(tracelab/workloads/probes.py documents it). `tracelab.parsers.rundir.load_run_dir` reads one.
+
+Each variant runs in its own subprocess (`python -m tracelab.workloads.runner ...`); under nsys that
+subprocess is the profiled program, under torch.profiler the runner starts the profiler itself.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .errors import BadInput, MissingDependency, TracelabError
+from .workloads import get_workload
+
+BACKENDS = ("nsys", "torch")
+NSYS_FLAGS = ("-t", "cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node",
+              "--export=sqlite", "--force-overwrite=true")
+NSYS_GLOBS = (
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda*/bin/nsys",
+)
+
+
+class RecordError(TracelabError):
+    """The profiled program failed; the message names the run directory's log."""
+
+
+def find_nsys() -> Path | None:
+    """The nsys binary: engineer B's finder when present, else TRACELAB_NSYS, PATH, standard dirs."""
+    try:
+        from .parsers.nsys import find_nsys as _b_find
+
+        found = _b_find()
+        if found:
+            return Path(found)
+    except Exception:  # noqa: BLE001 - B's module may not exist yet
+        pass
+    env = os.environ.get("TRACELAB_NSYS")
+    if env and Path(env).is_file():
+        return Path(env)
+    which = shutil.which("nsys")
+    if which:
+        return Path(which)
+    for pattern in NSYS_GLOBS:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return Path(hits[-1])
+    return None
+
+
+# workloads open their measured window with cudaProfilerStart/Stop (warm-up and set-up stay out)
+NSYS_WINDOW = ("--capture-range=cudaProfilerApi", "--capture-range-end=stop")
+
+
+def nsys_command(nsys: str | Path, out_prefix: str | Path, cmd: Sequence[str], window: bool = False) -> list[str]:
+    """`nsys profile` with tracelab's flags (small traces: no CPU sampling, no context switches);
+    `window`: record only between cudaProfilerStart and cudaProfilerStop."""
+    return [str(nsys), "profile", *NSYS_FLAGS, *(NSYS_WINDOW if window else ()), "-o", str(out_prefix), *cmd]
+
+
+def workload_command(name: str, variant: str, backend: str, quick: bool, run_dir: str | Path,
+                     params: Mapping[str, Any] | None = None, seed: int = 0, probe: bool = True,
+                     python: str | None = None) -> list[str]:
+    """The runner command line for one variant (without the nsys prefix)."""
+    cmd = [python or sys.executable, "-m", "tracelab.workloads.runner", name, variant, "--out", str(run_dir),
+           "--backend", backend, "--seed", str(seed)]
+    if quick:
+        cmd.append("--quick")
+    if not probe:
+        cmd.append("--no-probe")
+    for key, value in (params or {}).items():
+        cmd += ["--param", f"{key}={value}"]
+    if backend == "nsys":
+        cmd += ["--trace-file", "trace.sqlite"]
+    return cmd
+
+
+def build_command(name: str, variant: str, backend: str, quick: bool, run_dir: str | Path,
+                  params: Mapping[str, Any] | None = None, seed: int = 0, nsys: str | Path = "nsys",
+                  probe: bool = True) -> list[str]:
+    """The full command that records one variant with `backend`."""
+    check_backend(backend)
+    inner = workload_command(name, variant, backend, quick, run_dir, params, seed, probe)
+    if backend == "nsys":
+        return nsys_command(nsys, Path(run_dir) / "trace", inner, window=True)
+    return inner
+
+
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise BadInput(f"unknown backend {backend!r} (choose from: {', '.join(BACKENDS)})")
+
+
+def check_gpu() -> None:
+    """MissingDependency unless torch is importable and sees a CUDA GPU."""
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001
+        raise MissingDependency(f"recording needs PyTorch with CUDA (pip install 'tracelab[record]'): {e}") from None
+    if not torch.cuda.is_available():
+        raise MissingDependency("recording needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
+
+
+def require_nsys() -> Path:
+    nsys = find_nsys()
+    if nsys is None:
+        raise MissingDependency(
+            "nsys (Nsight Systems) not found: install it, put it on PATH or set TRACELAB_NSYS, "
+            "or record with --backend torch"
+        )
+    return nsys
+
+
+def _env(run_dir: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    if run_dir is not None:
+        env["TRACELAB_RUN_DIR"] = str(run_dir)  # a program may leave program_meta.json there
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _fresh_dir(path: Path) -> Path:
+    if not path.exists():
+        return path
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for i in range(1000):
+        cand = path.with_name(f"{path.name}-{stamp}" + (f"-{i}" if i else ""))
+        if not cand.exists():
+            return cand
+    raise BadInput("cannot find a free run directory name", path)
+
+
+def _run(cmd: list[str], run_dir: Path, timeout: float | None) -> None:
+    log = run_dir / "record.log"
+    with open(log, "wb") as fh:
+        fh.write((" ".join(cmd) + "\n").encode())
+        fh.flush()
+        try:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_env(run_dir), timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            raise RecordError(f"{run_dir}: timed out after {timeout} s (log: {log})") from None
+    if rc != 0:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        last = tail[-1] if tail else "no output"
+        raise RecordError(f"{run_dir}: recording failed with exit code {rc}: {last[:300]} (log: {log})")
+
+
+def _finish_nsys(run_dir: Path, nsys: Path) -> None:
+    """Make sure trace.sqlite exists (export the .nsys-rep when nsys did not)."""
+    sqlite = run_dir / "trace.sqlite"
+    rep = run_dir / "trace.nsys-rep"
+    if sqlite.exists():
+        return
+    if not rep.exists():
+        raise RecordError(f"{run_dir}: nsys wrote no trace.nsys-rep (see record.log)")
+    try:
+        from .parsers.nsys import export_nsys_rep
+
+        export_nsys_rep(rep, run_dir)
+    except ImportError:
+        subprocess.run([str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite),
+                        str(rep)], check=True, capture_output=True)
+    if not sqlite.exists():
+        raise RecordError(f"{run_dir}: exporting {rep.name} to SQLite failed")
+
+
+def record_workload(name: str, variant: str | None = "all", backend: str = "nsys", quick: bool = False,
+                    out_dir: str | Path | None = None, *, params: Mapping[str, Any] | None = None,
+                    seed: int = 0, probe: bool = True, timeout: float | None = 900) -> list[Path]:
+    """Record each selected variant in its own subprocess; returns the run directories."""
+    wl = get_workload(name)
+    variants = wl.resolve_variants(variant)
+    check_backend(backend)
+    wl.parameters(quick, params)  # validates overrides before anything runs
+    nsys = require_nsys() if backend == "nsys" else None
+    check_gpu()
+    if out_dir is None:
+        from .settings import runs_dir
+
+        out_dir = runs_dir()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for v in variants:
+        run_dir = _fresh_dir(out / f"{name}-{v}-{backend}")
+        run_dir.mkdir(parents=True)
+        cmd = build_command(name, v, backend, quick, run_dir, params, seed, nsys or "nsys", probe)
+        _run(cmd, run_dir, timeout)
+        if backend == "nsys":
+            _finish_nsys(run_dir, nsys)
+        runs.append(run_dir)
+    return runs
+
+
+def record_command(cmd: Sequence[str], backend: str = "nsys", out_dir: str | Path | None = None,
+                   timeout: float | None = None) -> Path:
+    """Profile any program: nsys wraps any command; torch.profiler wraps a Python script
+    (`python script.py ...` or `script.py ...`). Returns the run directory."""
+    check_backend(backend)
+    cmd = list(cmd)
+    if not cmd:
+        raise BadInput("record needs a command after --")
+    if out_dir is None:
+        from .settings import runs_dir
+
+        out_dir = runs_dir()
+    base = Path(cmd[0]).name if not cmd[0].endswith(".py") else Path(cmd[0]).stem
+    if backend == "nsys":
+        nsys = require_nsys()
+        run_dir = _fresh_dir(Path(out_dir) / f"cmd-{_safe(base)}-nsys")
+        run_dir.mkdir(parents=True)
+        _run(nsys_command(nsys, run_dir / "trace", cmd), run_dir, timeout)
+        _finish_nsys(run_dir, nsys)
+        trace = "trace.sqlite"
+    else:
+        script = _python_script(cmd)
+        check_gpu()
+        run_dir = _fresh_dir(Path(out_dir) / f"cmd-{_safe(Path(script[0]).stem)}-torch")
+        run_dir.mkdir(parents=True)
+        _run([sys.executable, "-m", "tracelab.workloads.torchwrap", "--out", str(run_dir), "--", *script],
+             run_dir, timeout)
+        trace = "trace.json.gz"
+    meta_path = run_dir / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    extra = run_dir / "program_meta.json"
+    if extra.exists():
+        try:
+            meta.update({k: v for k, v in json.loads(extra.read_text()).items() if k in ("partitions", "pdl_kernels")})
+        except ValueError:
+            pass
+    meta.update({"tracelab_run": 1, "workload": "", "variant": "", "backend": backend, "command": cmd,
+                 "trace_file": trace})
+    meta_path.write_text(json.dumps(meta, indent=1, default=str))
+    return run_dir
+
+
+def _python_script(cmd: list[str]) -> list[str]:
+    """`[script.py, args...]` from a python command line (BadInput for anything else)."""
+    if Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and cmd[1] != "-c":
+        if cmd[1] == "-m":
+            raise BadInput("--backend torch profiles a Python script (python script.py ...); use nsys for -m")
+        return cmd[1:]
+    if cmd[0].endswith(".py"):
+        return cmd
+    raise BadInput(f"--backend torch can only profile a Python script, not {cmd[0]!r}; use --backend nsys")
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "cmd"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tracelab.record WORKLOAD [--variant V|all] [--backend nsys|torch|both] [--quick]
+    [--out DIR]` (the device-side entry point; `tracelab record` is the user-facing one)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tracelab.record")
+    ap.add_argument("workload")
+    ap.add_argument("--variant", default="all")
+    ap.add_argument("--backend", default="nsys", choices=[*BACKENDS, "both"])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--param", action="append", default=[])
+    a = ap.parse_args(argv)
+    params = dict(kv.split("=", 1) for kv in a.param)
+    rc = 0
+    for backend in (BACKENDS if a.backend == "both" else (a.backend,)):
+        try:
+            for run in record_workload(a.workload, a.variant, backend, a.quick, a.out, params=params):
+                print(run)
+        except TracelabError as e:
+            print(f"error: {e}", file=sys.stderr)
+            rc = max(rc, e.exit_code)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""`tracelab compare A B`: the comparison as terminal text (`format_comparison`) and as the
+"comparison" part of the JSON output (`comparison_document`). Also the small number formatters the
+report writers share."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tracelab.analyses.compare import Comparison, Delta, DeviceComparison
+
+# ---- shared formatting ------------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def shorten(text: str, limit: int | None) -> str:
+    """Cut long text in the middle ('void gemm<…, 128, 64>'): C++ kernel names and paths differ at
+    their ends as often as at their starts."""
+    if limit is None or len(text) <= limit:
+        return text
+    if limit < 8:
+        return text[: max(limit - 1, 0)] + "…"
+    head = (limit - 1) * 3 // 5
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
+def term_safe(text: object, limit: int | None = None) -> str:
+    """Untrusted text (kernel names, file names) made safe for a terminal: control characters
+    (ANSI escapes, newlines, bidi overrides) become '?', long text is cut in the middle."""
+    return shorten(_CONTROL.sub("?", str(text)), limit)
+
+
+def fmt_ns(ns: float | None) -> str:
+    """Human duration: 950 ns, 12.3 µs, 4.56 ms, 1.23 s."""
+    if ns is None:
+        return "-"
+    v = float(ns)
+    a = abs(v)
+    if a < 1e3:
+        return f"{v:.0f} ns"
+    if a < 1e6:
+        return f"{v / 1e3:.1f} µs"
+    if a < 1e9:
+        return f"{v / 1e6:.2f} ms"
+    return f"{v / 1e9:.3f} s"
+
+
+def fmt_signed_ns(ns: int) -> str:
+    return ("+" if ns > 0 else "") + fmt_ns(ns) if ns else "0"
+
+
+def fmt_pct(pct: float | None) -> str:
+    if pct is None:
+        return "n/a"
+    return f"{pct:+.1f}%"
+
+
+def fmt_fraction(x: float) -> str:
+    return f"{100.0 * x:.1f}%"
+
+
+def fmt_delta_ns(d: Delta) -> str:
+    """'+1.20 ms (+12.0%)'."""
+    return f"{fmt_signed_ns(d.delta)} ({fmt_pct(d.pct)})"
+
+
+def fmt_delta_count(d: Delta) -> str:
+    return f"{d.delta:+d} ({fmt_pct(d.pct)})" if d.delta else "0"
+
+
+def device_label(d: DeviceComparison) -> str:
+    if d.rank < 0:
+        return "total"
+    own = f"r{d.rank}/d{d.device}"
+    if d.present == "both" and (d.b_rank, d.b_device) != (d.rank, d.device):
+        own += f" ~ r{d.b_rank}/d{d.b_device}"
+    return own
+
+
+# ---- terminal text ---------------------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
+    right = right if right is not None else set(range(1, len(header)))
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+_ROWS = (
+    ("span", "span_ns"),
+    ("busy", "busy_ns"),
+    ("idle", "idle_ns"),
+    ("kernels", "kernel_ns"),
+    ("memcpy", "memcpy_ns"),
+    ("memset", "memset_ns"),
+    ("comm", "comm_ns"),
+    ("overlap compute/compute", "compute_compute_ns"),
+    ("overlap compute/copy", "compute_copy_ns"),
+    ("overlap compute/comm", "compute_comm_ns"),
+    ("overlap copy/copy", "copy_copy_ns"),
+    ("gap time", "gap_ns"),
+)
+
+
+def device_rows(d: DeviceComparison) -> list[list[str]]:
+    """[figure, A, B, delta, %] rows of one device comparison (time figures, then counts)."""
+    rows = [
+        [label, fmt_ns(getattr(d, f).a), fmt_ns(getattr(d, f).b), fmt_signed_ns(getattr(d, f).delta), fmt_pct(getattr(d, f).pct)]
+        for label, f in _ROWS
+    ]
+    rows.append(["busy fraction", fmt_fraction(d.busy_fraction_a), fmt_fraction(d.busy_fraction_b),
+                 f"{100 * (d.busy_fraction_b - d.busy_fraction_a):+.1f} pt", ""])
+    for label, f in (("gaps", "gaps"), ("kernel launches", "kernels"), ("memcpys", "memcpys")):
+        v: Delta = getattr(d, f)
+        rows.append([label, str(v.a), str(v.b), f"{v.delta:+d}", fmt_pct(v.pct)])
+    return rows
+
+
+def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
+    """The comparison for the terminal: per device, gaps by cause, findings, top kernels."""
+    c = comparison
+    out: list[str] = [
+        f"A (baseline): {term_safe(c.a.source)}  [{term_safe(c.a.format)}, ranks {list(c.a.ranks)}]",
+        f"B (variant):  {term_safe(c.b.source)}  [{term_safe(c.b.format)}, ranks {list(c.b.ranks)}]",
+        "deltas are B - A; percentages relative to A",
+    ]
+    for n in c.notes:
+        out.append(f"note: {term_safe(n)}")
+    devices = list(c.devices)
+    if c.totals is not None and len([d for d in devices if d.present == "both"]) > 1:
+        devices.append(c.totals)
+    for d in devices:
+        names = term_safe(d.name_a or d.name_b or "unknown GPU", 40)
+        if d.present == "both" and d.name_a != d.name_b and d.rank >= 0:
+            names = f"{term_safe(d.name_a, 30)} vs {term_safe(d.name_b, 30)}"
+        present = {"both": "", "a": "  (only in A)", "b": "  (only in B)"}[d.present]
+        out += ["", f"== device {device_label(d)}  {names}{present}"]
+        out += _table(["", "A", "B", "delta", "%"], device_rows(d))
+    out += ["", "== gaps by cause"]
+    out += _table(
+        ["cause", "count A", "count B", "time A", "time B", "delta", "%"],
+        [
+            [g.cause, str(g.count.a), str(g.count.b), fmt_ns(g.total_ns.a), fmt_ns(g.total_ns.b),
+             fmt_signed_ns(g.total_ns.delta), fmt_pct(g.total_ns.pct)]
+            for g in c.gaps
+            if g.count.a or g.count.b
+        ]
+        or [["(no gaps)", "0", "0", "-", "-", "0", ""]],
+    )
+    w = c.wasted_ns
+    out += ["", (f"== findings: {c.new_findings} new, {c.gone_findings} gone, {c.changed_findings} changed; "
+            f"wasted time {fmt_ns(w.a)} -> {fmt_ns(w.b)} ({fmt_pct(w.pct)})")]
+    if c.findings:
+        out += _table(
+            ["rule", "status", "severity A", "severity B", "count A", "count B", "wasted A", "wasted B"],
+            [
+                [f.rule, f.status, f.severity_a or "-", f.severity_b or "-", str(f.count.a), str(f.count.b),
+                 fmt_ns(f.wasted_ns.a), fmt_ns(f.wasted_ns.b)]
+                for f in c.findings
+            ],
+            right={4, 5, 6, 7},
+        )
+    if c.kernels_compared:
+        out += ["", "== top kernels by total time"]
+        out += _table(
+            ["kernel", "calls A", "calls B", "total A", "total B", "delta", "%"],
+            [
+                [term_safe(k.name or "(unnamed)", name_width), str(k.calls.a), str(k.calls.b), fmt_ns(k.total_ns.a),
+                 fmt_ns(k.total_ns.b), fmt_signed_ns(k.total_ns.delta), fmt_pct(k.total_ns.pct)]
+                for k in c.kernels
+            ]
+            or [["(no kernels)", "0", "0", "-", "-", "0", ""]],
+        )
+    return "\n".join(out)
+
+
+# ---- JSON ------------------------------------------------------------------------------------------
+
+
+def _delta_doc(d: Delta) -> dict[str, Any]:
+    return {"a": d.a, "b": d.b, "delta": d.delta, "pct": None if d.pct is None else round(d.pct, 3)}
+
+
+def _device_doc(d: DeviceComparison) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "rank": d.rank,
+        "device": d.device,
+        "b_rank": d.b_rank,
+        "b_device": d.b_device,
+        "name_a": d.name_a,
+        "name_b": d.name_b,
+        "present": d.present,
+    }
+    for f in DeviceComparison.__dataclass_fields__:
+        v = getattr(d, f)
+        if isinstance(v, Delta):
+            doc[f] = _delta_doc(v)
+    doc["busy_fraction"] = {"a": d.busy_fraction_a, "b": d.busy_fraction_b}
+    return doc
+
+
+def comparison_document(comparison: Comparison) -> dict[str, Any]:
+    """The "comparison" part of `compare --json` / a `.json` report written with --against.
+    Every figure is {"a", "b", "delta" (= b - a), "pct" (relative to a, null when a is 0)}."""
+    c = comparison
+    return {
+        "a": {"source": c.a.source, "format": c.a.format, "ranks": list(c.a.ranks)},
+        "b": {"source": c.b.source, "format": c.b.format, "ranks": list(c.b.ranks)},
+        "notes": list(c.notes),
+        "devices": [_device_doc(d) for d in c.devices],
+        "totals": None if c.totals is None else _device_doc(c.totals),
+        "gaps_by_cause": [
+            {"cause": g.cause, "count": _delta_doc(g.count), "total_ns": _delta_doc(g.total_ns)} for g in c.gaps
+        ],
+        "findings": {
+            "new": c.new_findings,
+            "gone": c.gone_findings,
+            "changed": c.changed_findings,
+            "wasted_ns": _delta_doc(c.wasted_ns),
+            "rules": [
+                {
+                    "rule": f.rule,
+                    "status": f.status,
+                    "severity_a": f.severity_a,
+                    "severity_b": f.severity_b,
+                    "count": _delta_doc(f.count),
+                    "wasted_ns": _delta_doc(f.wasted_ns),
+                    "message_a": f.message_a,
+                    "message_b": f.message_b,
+                }
+                for f in c.findings
+            ],
+        },
+        "kernels_compared": c.kernels_compared,
+        "kernels": [
+            {
+                "name": k.name,
+                "status": k.status,
+                "calls": _delta_doc(k.calls),
+                "total_ns": _delta_doc(k.total_ns),
+                "mean_ns_a": k.mean_ns_a,
+                "mean_ns_b": k.mean_ns_b,
+            }
+            for k in c.kernels
+        ],
+    }

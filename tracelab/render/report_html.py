@@ -1,0 +1,401 @@
+"""HTML report: ONE self-contained file that works offline.
+
+plotly.js is inlined once; every figure is embedded as JSON (without plotly.js and without its own copy
+of the layout template: one shared template) and drawn by one small script. Figures are aggregated
+(binned utilization, top-N bars), never raw events, so the file stays small whatever the trace size.
+A Content-Security-Policy forbids every remote load; all untrusted text goes through html.escape, and
+figure JSON is encoded with plotly's script-safe encoder (`<`, `>`, `/`, `&` as \\u escapes).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.io.json import to_json_plotly
+from plotly.offline import get_plotlyjs
+
+from tracelab.analyses.compare import Comparison
+from tracelab.analyses.results import Analysis
+from tracelab.model import Timeline
+from tracelab.render import figures as dash_figures
+from tracelab.render import report_figures as rf
+from tracelab.render.compare_text import (
+    device_label,
+    device_rows,
+    fmt_fraction,
+    fmt_ns,
+    fmt_pct,
+    fmt_signed_ns,
+    shorten,
+)
+from tracelab.render.reports import metadata_rows
+
+TOP_GAPS = 15
+TOP_KERNELS = 30
+NAME_LIMIT = 160
+BINS = 200
+MAX_ACTIVITY_DEVICES = 4  # per-device activity figures (the heatmap shows every device)
+MAX_SM_DEVICES = 2  # per-SM lane heatmaps (132 rows each on an H100)
+SM_BINS = 120
+MAX_HEATMAP_ROWS = 64  # utilization heatmap: device rows + the busiest streams
+MAX_STREAMS = 24  # per-stream bars per device
+TITLE_LIMIT = 400  # full kernel names in the tooltip, cut
+
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data: blob:; font-src data:; connect-src 'none'; frame-src 'none'; object-src 'none'; "
+    "base-uri 'none'; form-action 'none'"
+)
+PLOT_CONFIG = {"displaylogo": False, "responsive": True, "showLink": False, "showSendToCloud": False}
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Roboto,Helvetica,Arial,sans-serif;margin:0;color:#1d2733;background:#f6f7f9}
+main{max-width:1280px;margin:0 auto;padding:16px 28px 60px}
+h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d9dee4;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px;background:#fff;font-size:13px}
+th,td{border:1px solid #d9dee4;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eef1f5}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.name{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all;max-width:640px}
+.cards{display:flex;flex-wrap:wrap;gap:12px}.card{background:#fff;border:1px solid #d9dee4;border-radius:6px;padding:10px 14px;min-width:230px}
+.card b{font-size:20px}.muted{color:#66717f;font-size:12px}
+.sev-critical{color:#b00020;font-weight:600}.sev-warning{color:#a85a00;font-weight:600}.sev-info{color:#2b6cb0}
+.fig{background:#fff;border:1px solid #d9dee4;border-radius:6px;margin:8px 0 14px;min-height:200px}
+ul.narrative li{margin:3px 0}.cmp{display:flex;flex-wrap:wrap;gap:0 22px}.new{color:#b00020}.gone{color:#1b7f3b}
+"""
+
+
+_SECTIONS = (
+    ("summary", "summary"), ("devices", "devices"), ("findings", "findings"), ("gaps", "gaps"), ("overlap", "overlap"),
+    ("utilization", "utilization"), ("streams", "streams"), ("sm", "SMs"), ("kernels", "kernels"),
+    ("comparison", "comparison"),
+)
+
+
+@dataclass(frozen=True)
+class _Fig:
+    id: str
+    figure: go.Figure
+
+
+class _Figures:
+    """Collects figures; each `place` returns the div that will hold it."""
+
+    def __init__(self) -> None:
+        self.items: list[_Fig] = []
+
+    def place(self, fig: go.Figure) -> str:
+        fid = f"fig{len(self.items)}"
+        self.items.append(_Fig(fid, fig))
+        return f'<div class="fig" id="{fid}"></div>'
+
+    def script(self) -> str:
+        template = pio.templates["plotly_white"].to_plotly_json()
+        figs = []
+        for f in self.items:
+            d = f.figure.to_plotly_json()
+            layout = dict(d.get("layout", {}))
+            layout.pop("template", None)
+            figs.append({"id": f.id, "data": d.get("data", []), "layout": layout})
+        return (
+            "<script>(function(){var T="
+            + to_json_plotly(template)
+            + ";var F="
+            + to_json_plotly(figs)
+            + ";var C="
+            + to_json_plotly(PLOT_CONFIG)
+            + ";F.forEach(function(f){f.layout.template=T;Plotly.newPlot(f.id,f.data,f.layout,C);});})();</script>"
+        )
+
+
+def _e(text: object, limit: int | None = None, *, middle: bool = False) -> str:
+    """Untrusted text as HTML; longer than `limit`: cut at the end (in the middle with `middle`)."""
+    s = str(text)
+    if middle:
+        s = shorten(s, limit)
+    elif limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return html.escape(s, quote=True)
+
+
+def _table(header: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    """Cells must already be escaped HTML."""
+    numeric = numeric if numeric is not None else set(range(1, len(header)))
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    thead = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
+    return f"<table>{thead}<tbody>{body}</tbody></table>"
+
+
+def _metadata(analysis: Analysis, timeline: Timeline | None) -> str:
+    rows = [[_e(k, 80), _e(v, 500)] for k, v in metadata_rows(analysis, timeline)]
+    return _table(["", ""], rows, numeric=set())
+
+
+def _device_cards(analysis: Analysis) -> str:
+    cards = []
+    for d in analysis.devices:
+        frac = d.busy_ns / d.span_ns if d.span_ns else 0.0
+        ngaps = sum(1 for g in analysis.gaps if (g.rank, g.device) == (d.rank, d.device))
+        cards.append(
+            f'<div class="card"><div class="muted">rank {d.rank} · GPU {d.device} · {_e(d.name or "unknown GPU", 60)}'
+            f" · {d.sm_count or '?'} SMs</div><b>{fmt_fraction(frac)}</b> busy"
+            f'<div class="muted">span {fmt_ns(d.span_ns)} · busy {fmt_ns(d.busy_ns)} · idle {fmt_ns(d.idle_ns)}<br>'
+            f"{d.kernels} kernels · {d.memcpys} memcpys · {d.memsets} memsets · {ngaps} gaps<br>"
+            f"SM busy {fmt_fraction(d.sm.busy_fraction)} ({_e(d.sm.source)})</div></div>"
+        )
+    return '<div class="cards">' + "".join(cards) + "</div>" if cards else "<p>No GPU activity in this trace.</p>"
+
+
+def _devices_table(analysis: Analysis) -> str:
+    rows = [
+        [f"r{d.rank}/d{d.device}", _e(d.name or "unknown GPU", 60), fmt_ns(d.span_ns), fmt_ns(d.busy_ns), fmt_ns(d.idle_ns),
+         fmt_fraction(d.busy_ns / d.span_ns if d.span_ns else 0), fmt_ns(d.kernel_ns), fmt_ns(d.memcpy_ns),
+         fmt_ns(d.memset_ns), fmt_ns(d.comm_ns), fmt_ns(d.overlap.compute_compute_ns), fmt_ns(d.overlap.compute_copy_ns),
+         fmt_ns(d.overlap.compute_comm_ns), fmt_ns(d.overlap.copy_copy_ns)]
+        for d in analysis.devices
+    ]
+    return _table(
+        ["device", "GPU", "span", "busy", "idle", "busy %", "kernels", "memcpy", "memset", "comm",
+         "compute ∩ compute", "compute ∩ copy", "compute ∩ comm", "copy ∩ copy"],
+        rows, numeric=set(range(2, 14)),
+    )
+
+
+def _findings(analysis: Analysis) -> str:
+    if not analysis.findings:
+        return "<p>No findings.</p>"
+    rows = [
+        [f'<span class="sev-{_e(f.severity)}">{_e(f.severity)}</span>', f"<code>{_e(f.rule)}</code>", str(f.count),
+         fmt_ns(f.wasted_ns), _e(f.message, 600), _e(f.where, 600)]
+        for f in sorted(analysis.findings, key=lambda f: -int(f.wasted_ns))
+    ]
+    return _table(["severity", "rule", "count", "wasted", "what", "where (evidence)"], rows, numeric={2, 3})
+
+
+def _gaps(analysis: Analysis) -> str:
+    origin = dash_figures.analysis_origin(analysis)
+    top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:TOP_GAPS]
+    rows = [
+        [f"r{g.rank}/d{g.device}", f"{(g.start_ns - origin) / 1e3:,.1f}", fmt_ns(g.duration_ns),
+         f"<code>{_e(g.cause)}</code>", _e(g.evidence, 400)]
+        for g in top
+    ]
+    return _table(["device", "start (µs from the run's first GPU activity)", "duration", "cause", "evidence"], rows,
+                  numeric={1, 2})
+
+
+def _kernels(kernels: pd.DataFrame) -> str:
+    rows = []
+    for i, r in enumerate(kernels.head(TOP_KERNELS).itertuples(index=False)):
+        name = r.name or "(unnamed)"
+        rows.append(
+            [str(i + 1), f'<span title="{_e(name, TITLE_LIMIT, middle=True)}">{_e(name, NAME_LIMIT, middle=True)}</span>' + (" <i>(comm)</i>" if r.comm else ""),
+             f"{r.calls:,}", fmt_ns(r.total_ns), fmt_ns(r.mean_ns), fmt_ns(r.min_ns), fmt_ns(r.max_ns), fmt_fraction(r.share)]
+        )
+    table = _table(["#", "kernel", "calls", "total", "mean", "min", "max", "share"], rows, numeric={0, 2, 3, 4, 5, 6, 7})
+    table = table.replace("<td>", '<td class="name">')  # only the name column is not numeric
+    more = f'<p class="muted">{len(kernels) - TOP_KERNELS} more kernels not shown.</p>' if len(kernels) > TOP_KERNELS else ""
+    return table + more
+
+
+def _narrative(analysis: Analysis) -> str:
+    items = []
+    for d in analysis.devices:
+        frac = d.busy_ns / d.span_ns if d.span_ns else 0.0
+        gaps = [g for g in analysis.gaps if (g.rank, g.device) == (d.rank, d.device)]
+        text = (f"<b>r{d.rank}/d{d.device}</b> ({_e(d.name or 'unknown GPU', 60)}) was busy <b>{fmt_fraction(frac)}</b> "
+                f"of its {fmt_ns(d.span_ns)} span")
+        if gaps:
+            by: dict[str, int] = {}
+            for g in gaps:
+                by[g.cause] = by.get(g.cause, 0) + int(g.duration_ns)
+            top = max(by, key=by.__getitem__)
+            text += f"; {len(gaps)} gaps total {fmt_ns(sum(by.values()))}, mostly <code>{_e(top)}</code> ({fmt_ns(by[top])})"
+        items.append(f"<li>{text}.</li>")
+    for f in sorted(analysis.findings, key=lambda f: -int(f.wasted_ns))[:3]:
+        items.append(f'<li><span class="sev-{_e(f.severity)}">{_e(f.rule)}</span> ({fmt_ns(f.wasted_ns)}): {_e(f.message, 300)}</li>')
+    return '<ul class="narrative">' + "".join(items) + "</ul>"
+
+
+def _busiest_rows(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
+    """Every device row, then the busiest stream rows, up to `limit` rows (order kept)."""
+    if len(rows) <= limit:
+        return rows
+    busy = np.array([b.sum() for b in rows["busy"]])  # one value per row (a few per stream)
+    is_device = rows["stream"].to_numpy() < 0
+    keep = is_device.copy()
+    room = max(limit - int(is_device.sum()), 0)
+    streams = np.flatnonzero(~is_device)
+    keep[streams[np.argsort(-busy[streams], kind="stable")[:room]]] = True
+    return rows[keep]
+
+
+def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures) -> str:
+    """SM busy per device and partition (from the analysis), then the per-SM lanes of the first devices
+    that have SM data (engineer H's figures: measured from probes or estimated from launch configs)."""
+    with_sm = [d for d in analysis.devices if d.sm.source != "none"]
+    if not with_sm:
+        return ('<p class="muted">No per-SM data: the trace has neither probe records nor the launch '
+                "configurations and SM counts an estimate needs.</p>")
+    parts = [figs.place(rf.sm_partitions_figure(analysis))]
+    if timeline is None:
+        return "".join(parts)
+    try:
+        from tracelab.analyses.sm import sm_grid, sm_utilization
+        from tracelab.render.sm_figures import partition_utilization_figure, sm_lanes_figure
+    except ImportError:  # per-SM lanes not available in this build
+        return "".join(parts)
+    for d in with_sm[:MAX_SM_DEVICES]:
+        grid = sm_grid(timeline, d.rank, d.device, bins=SM_BINS)
+        if grid.busy.size:
+            parts.append(figs.place(rf.compact_heatmaps(sm_lanes_figure(grid))))
+        if d.sm.partitions:
+            util = sm_utilization(timeline, d.rank, d.device, bins=BINS)
+            if len(util):
+                parts.append(figs.place(partition_utilization_figure(util)))
+    if len(with_sm) > MAX_SM_DEVICES:
+        parts.append(f'<p class="muted">SM lanes shown for the first {MAX_SM_DEVICES} of {len(with_sm)} devices.</p>')
+    return "".join(parts)
+
+
+def _comparison(c: Comparison, figs: _Figures) -> str:
+    w = c.wasted_ns
+    parts = [
+        '<h2 id="comparison">Comparison</h2>',
+        (f"<p>Baseline <b>A</b>: {_e(c.a.source, 300)}<br>Variant <b>B</b>: {_e(c.b.source, 300)}<br>"
+        '<span class="muted">Deltas are B − A; percentages are relative to A.</span></p>'),
+    ]
+    parts += [f'<p class="muted">note: {_e(n, 400)}</p>' for n in c.notes]
+    parts.append(
+        f'<p>Findings: <b class="new">{c.new_findings} new</b>, <b class="gone">{c.gone_findings} gone</b>, '
+        f"<b>{c.changed_findings} changed</b>; time wasted by findings {fmt_ns(w.a)} → {fmt_ns(w.b)} ({fmt_pct(w.pct)}).</p>"
+    )
+    if c.devices:
+        parts.append(figs.place(rf.comparison_device_figure(c)))
+    devices = list(c.devices)
+    if c.totals is not None and sum(d.present == "both" for d in devices) > 1:
+        devices.append(c.totals)
+    cards = []
+    for d in devices:
+        present = {"both": "", "a": " (only in A)", "b": " (only in B)"}[d.present]
+        name = _e(d.name_a or d.name_b or "unknown GPU", 60) if d.rank >= 0 else "all matched devices"
+        cards.append(f"<div><h3>Device {_e(device_label(d))}: {name}{present}</h3>"
+                     + _table(["", "A", "B", "Δ", "%"], [[_e(x) for x in r] for r in device_rows(d)]) + "</div>")
+    parts.append('<div class="cmp">' + "".join(cards) + "</div>")
+    gap_rows = [
+        [f"<code>{_e(g.cause)}</code>", str(g.count.a), str(g.count.b), fmt_ns(g.total_ns.a), fmt_ns(g.total_ns.b),
+         fmt_signed_ns(g.total_ns.delta), fmt_pct(g.total_ns.pct)]
+        for g in c.gaps
+        if g.count.a or g.count.b
+    ]
+    parts += ["<h3>Gaps by cause</h3>", _table(["cause", "count A", "count B", "time A", "time B", "Δ", "%"], gap_rows)]
+    if gap_rows:
+        parts.append(figs.place(rf.comparison_gaps_figure(c)))
+    if c.findings:
+        rows = [
+            [f"<code>{_e(f.rule)}</code>", f'<span class="{_e(f.status)}">{_e(f.status)}</span>', _e(f.severity_a or "-"),
+             _e(f.severity_b or "-"), str(f.count.a), str(f.count.b), fmt_ns(f.wasted_ns.a), fmt_ns(f.wasted_ns.b)]
+            for f in c.findings
+        ]
+        parts += ["<h3>Findings</h3>",
+                  _table(["rule", "status", "severity A", "severity B", "count A", "count B", "wasted A", "wasted B"],
+                         rows, numeric={4, 5, 6, 7})]
+    if c.kernels_compared and c.kernels:
+        rows = [
+            [f'<span title="{_e(k.name, TITLE_LIMIT, middle=True)}">{_e(k.name or "(unnamed)", NAME_LIMIT, middle=True)}</span>', str(k.calls.a),
+             str(k.calls.b), fmt_ns(k.total_ns.a), fmt_ns(k.total_ns.b), fmt_signed_ns(k.total_ns.delta),
+             fmt_pct(k.total_ns.pct)]
+            for k in c.kernels
+        ]
+        parts += ["<h3>Top kernels</h3>", figs.place(rf.comparison_kernels_figure(c)),
+                  _table(["kernel", "calls A", "calls B", "total A", "total B", "Δ", "%"], rows).replace(
+                      "<td>", '<td class="name">')]
+    return "".join(parts)
+
+
+def render_html(
+    analysis: Analysis,
+    timeline: Timeline | None,
+    kernels: pd.DataFrame | None = None,
+    comparison: Comparison | None = None,
+) -> str:
+    """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`."""
+    figs = _Figures()
+    title = f"tracelab report: {_e(analysis.trace.source, 120)}"
+    body = [
+        f"<h1>{title}</h1>",
+        (f'<p class="muted">generated {datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} · times on the '
+        "trace's own clock · busy = union of kernels, memcpys and memsets; idle = span − busy</p>"),
+        '<h2 id="summary">Summary</h2>', _narrative(analysis), _device_cards(analysis),
+        '<h2 id="run">Run</h2>', _metadata(analysis, timeline),
+        '<h2 id="devices">Devices</h2>', _devices_table(analysis),
+    ]
+    if analysis.devices:
+        body.append(figs.place(rf.device_summary_figure(analysis)))
+    body += ['<h2 id="findings">Findings</h2>', _findings(analysis)]
+    body.append(f'<h2 id="gaps">Idle gaps (≥ {fmt_ns(analysis.options.gap_threshold_ns)})</h2>')
+    if analysis.gaps:
+        body += [figs.place(rf.gaps_by_cause_figure(analysis)), figs.place(rf.gaps_over_time_figure(analysis)),
+                 f"<h3>Top {min(TOP_GAPS, len(analysis.gaps))} gaps</h3>",
+                 _gaps(analysis)]
+    else:
+        body.append("<p>No gaps.</p>")
+    if analysis.devices:
+        body += ['<h2 id="overlap">Overlap</h2>', figs.place(dash_figures.overlap_bars_figure(analysis.devices))]
+    if timeline is not None and analysis.devices:
+        rows, edges = rf.binned_utilization(timeline, bins=BINS)
+        if len(rows):
+            shown = _busiest_rows(rows, MAX_HEATMAP_ROWS)
+            omitted = len(rows) - len(shown)
+            body += ['<h2 id="utilization">Utilization over time</h2>',
+                     (f'<p class="muted">busy fraction of {len(edges) - 1} time bins of '
+                     f"{fmt_ns((edges[-1] - edges[0]) / max(len(edges) - 1, 1))} each"
+                     + (f"; {omitted} less busy streams not shown" if omitted else "") + "</p>"),
+                     figs.place(rf.utilization_heatmap_figure(shown, edges))]
+            for d in analysis.devices[:MAX_ACTIVITY_DEVICES]:
+                series = rf.kind_binned(timeline, d.rank, d.device, edges)
+                if series:
+                    title = f"r{d.rank}/d{d.device}: compute, copy and comm activity"
+                    body.append(figs.place(rf.activity_figure(series, edges, title)))
+            if len(analysis.devices) > MAX_ACTIVITY_DEVICES:
+                body.append(f'<p class="muted">Activity lines shown for the first {MAX_ACTIVITY_DEVICES} of '
+                            f"{len(analysis.devices)} devices; the heatmap above shows all.</p>")
+    if analysis.devices:
+        trimmed = [replace(d, streams=tuple(sorted(d.streams, key=lambda st: -st.busy_ns)[:MAX_STREAMS]))
+                   for d in analysis.devices]
+        body += ['<h2 id="streams">Per-stream utilization</h2>', figs.place(dash_figures.stream_utilization_figure(trimmed))]
+        if any(len(d.streams) > MAX_STREAMS for d in analysis.devices):
+            body.append(f'<p class="muted">The {MAX_STREAMS} busiest streams of each device are shown; every '
+                        "stream is in the JSON report.</p>")
+        body += ['<h2 id="sm">Per-SM utilization</h2>', _sm_section(analysis, timeline, figs)]
+    if kernels is not None:
+        body.append('<h2 id="kernels">Kernels</h2>')
+        if len(kernels):
+            body += [figs.place(rf.kernels_figure(kernels)), _kernels(kernels)]
+        else:
+            body.append("<p>No kernels.</p>")
+    if comparison is not None:
+        body.append(_comparison(comparison, figs))
+    nav = " · ".join(f'<a href="#{sid}">{label}</a>' for sid, label in _SECTIONS if f'id="{sid}"' in "".join(body))
+    body.insert(2, f'<nav class="muted">{nav}</nav>')
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title><style>{_CSS}</style>"
+        f"<script>{get_plotlyjs()}</script></head>\n<body><main>"
+        + "\n".join(body)
+        + "</main>\n"
+        + figs.script()
+        + "</body></html>\n"
+    )

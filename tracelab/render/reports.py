@@ -1,0 +1,150 @@
+"""`tracelab report RUN -o FILE`: write the report in the format the extension names.
+
+.html / .htm -> self-contained HTML (report_html), .md / .markdown -> Markdown (report_md),
+.json -> the `analyze --json` document (plus a "comparison" key with --against).
+With `against=(baseline_analysis, baseline_timeline)` the report also compares: baseline = A, this run = B.
+The file is written atomically: rendered in memory, written to a temporary file next to the target,
+then renamed over it, so a failure never leaves a half-written report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import orjson
+
+from tracelab.analyses.compare import Comparison, compare
+from tracelab.analyses.kernels import kernel_summary
+from tracelab.analyses.results import Analysis, to_document
+from tracelab.errors import BadInput, MissingDependency
+from tracelab.model import Timeline
+
+FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
+
+
+MAX_EXTRA_ROWS = 12
+
+
+def metadata_rows(analysis: Analysis, timeline: Timeline | None) -> list[tuple[str, str]]:
+    """(label, value) rows describing the run, raw (untrusted: the caller escapes them): trace, run
+    metadata, parser statistics, scalar metadata of `meta.extra` (one level deep), notes."""
+    rows = [
+        ("source", analysis.trace.source),
+        ("format", analysis.trace.format),
+        ("ranks", ", ".join(map(str, analysis.trace.ranks))),
+        ("gap threshold", f"{analysis.options.gap_threshold_ns / 1e3:g} µs"),
+    ]
+    notes = list(analysis.notes)
+    if timeline is not None:
+        m = timeline.meta
+        for label, value in (("workload", m.workload), ("variant", m.variant), ("backend", m.backend),
+                             ("GPU", m.gpu), ("schema", m.schema_version)):
+            if value:
+                rows.append((label, str(value)))
+        rows.append(("events", f"{len(timeline.events):,}"))
+        if m.stats:
+            rows.append(("parser statistics", " · ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
+                                                          for k, v in m.stats.items())))
+        extra: list[tuple[str, str]] = []
+        for key, value in m.extra.items():
+            if isinstance(value, (str, int, float, bool)):
+                extra.append((str(key), str(value)))
+            elif isinstance(value, dict) and len(value) <= 8:
+                extra += [(f"{key}.{k}", str(v)) for k, v in value.items() if isinstance(v, (str, int, float, bool))]
+        rows += extra[:MAX_EXTRA_ROWS]
+        notes += [n for n in m.notes if n not in notes]
+    rows += [("note", n) for n in notes]
+    return rows
+
+
+def report_format(path: str | Path) -> str:
+    """'html' | 'md' | 'json' from the file extension; BadInput for anything else."""
+    suffix = Path(path).suffix.lower()
+    fmt = FORMATS.get(suffix)
+    if fmt is None:
+        shown = suffix or "no extension"
+        raise BadInput(f"unknown report format ({shown}); use .html, .md or .json", path)
+    return fmt
+
+
+def report_document(analysis: Analysis, comparison: Comparison | None = None) -> dict:
+    from tracelab.render.compare_text import comparison_document
+
+    doc = to_document(analysis)
+    if comparison is not None:
+        doc["comparison"] = comparison_document(comparison)
+    return doc
+
+
+def render_report(
+    fmt: str,
+    analysis: Analysis,
+    timeline: Timeline | None,
+    *,
+    against: tuple[Analysis, Timeline | None] | None = None,
+) -> bytes:
+    """The report's bytes in format `fmt` ('html' | 'md' | 'json')."""
+    comparison = None
+    if against is not None:
+        base_analysis, base_timeline = against
+        comparison = compare(base_analysis, analysis, base_timeline, timeline)
+    if fmt == "json":
+        return orjson.dumps(report_document(analysis, comparison), option=orjson.OPT_INDENT_2) + b"\n"
+    kernels = kernel_summary(timeline) if timeline is not None else None
+    if fmt == "md":
+        from tracelab.render.report_md import render_markdown
+
+        return render_markdown(analysis, timeline, kernels, comparison).encode("utf-8")
+    if fmt == "html":
+        try:
+            from tracelab.render.report_html import render_html
+        except ImportError as exc:  # plotly is an optional dependency (the `app` extra)
+            raise MissingDependency(
+                f"HTML reports need plotly ({exc.name} is missing): pip install 'tracelab[app]'"
+            ) from exc
+        return render_html(analysis, timeline, kernels, comparison).encode("utf-8")
+    raise BadInput(f"unknown report format {fmt!r}; use html, md or json")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory and a rename."""
+    directory = path.parent
+    if not directory.is_dir():
+        raise BadInput(f"directory {directory} does not exist", path)
+    if path.is_dir():
+        raise BadInput("is a directory, not a file", path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise BadInput(f"cannot write here: {exc.strerror}", path) from exc
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_report(
+    path: str | Path,
+    analysis: Analysis,
+    timeline: Timeline | None,
+    *,
+    against: tuple[Analysis, Timeline | None] | None = None,
+) -> Path:
+    """Write the report of `analysis` (and `timeline`, for kernels and utilization over time) to `path`,
+    in the format its extension names. Returns the path written."""
+    path = Path(path)
+    fmt = report_format(path)
+    data = render_report(fmt, analysis, timeline, against=against)
+    write_atomic(path, data)
+    return path

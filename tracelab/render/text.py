@@ -1,0 +1,220 @@
+"""Human `tracelab analyze` output: a compact table per device, per-stream lines, the top gaps with
+their causes and evidence, the findings with evidence, and the notes. Pure: Analysis -> rich
+renderables (or a plain string). Every untrusted name goes through `term_safe` and into `Text`, so
+neither rich markup nor terminal escapes in kernel names can do anything."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..analyses.results import Analysis, DeviceSummary, Finding
+from .compare_text import fmt_ns, term_safe
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta"}
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def device_title(d: DeviceSummary) -> str:
+    name = term_safe(d.name, 60) or "unknown GPU"
+    sms = f", {d.sm_count} SMs" if d.sm_count else ""
+    return f"rank {d.rank} · GPU {d.device} · {name}{sms}"
+
+
+def device_table(d: DeviceSummary) -> Table:
+    """Span, busy, idle, per-kind time and overlap of one device: value and share of the span."""
+    t = Table(
+        title=Text(device_title(d), style="bold"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    t.add_column("", style="dim")
+    t.add_column("time", justify="right")
+    t.add_column("of span", justify="right")
+    t.add_column("", style="dim")
+    t.add_column("overlap", justify="right")
+    t.add_column("of span", justify="right")
+    ov = d.overlap
+    left = [
+        ("span", d.span_ns, ""),
+        ("busy", d.busy_ns, _pct(d.busy_ns, d.span_ns)),
+        ("idle", d.idle_ns, _pct(d.idle_ns, d.span_ns)),
+        (f"kernels ({d.kernels})", d.kernel_ns, _pct(d.kernel_ns, d.span_ns)),
+        (f"memcpy ({d.memcpys})", d.memcpy_ns, _pct(d.memcpy_ns, d.span_ns)),
+        (f"memset ({d.memsets})", d.memset_ns, _pct(d.memset_ns, d.span_ns)),
+        ("comm", d.comm_ns, _pct(d.comm_ns, d.span_ns)),
+    ]
+    right = [
+        ("compute/compute", ov.compute_compute_ns),
+        ("compute/copy", ov.compute_copy_ns),
+        ("compute/comm", ov.compute_comm_ns),
+        ("copy/copy", ov.copy_copy_ns),
+    ]
+    for i, (label, ns, pct) in enumerate(left):
+        r = right[i] if i < len(right) else None
+        t.add_row(
+            label,
+            fmt_ns(ns),
+            pct,
+            r[0] if r else "",
+            fmt_ns(r[1]) if r else "",
+            _pct(r[1], d.span_ns) if r else "",
+        )
+    return t
+
+
+def stream_lines(d: DeviceSummary) -> Text:
+    out = Text()
+    for i, s in enumerate(sorted(d.streams, key=lambda s: -s.busy_ns)):
+        if i:
+            out.append("\n")
+        where = []
+        if s.context is not None and s.context >= 0:
+            where.append(f"ctx {s.context}")
+        if s.green_context is not None and s.green_context >= 0:
+            where.append(f"green ctx {s.green_context}")
+        loc = f" ({', '.join(where)})" if where else ""
+        work = [_count(s.kernels, "kernel")] if s.kernels or not (s.memcpys or s.memsets) else []
+        if s.memcpys:
+            work.append(_count(s.memcpys, "memcpy"))
+        if s.memsets:
+            work.append(_count(s.memsets, "memset"))
+        out.append(f"  stream {s.stream}{loc}: ", style="bold")
+        out.append(f"busy {fmt_ns(s.busy_ns)} ({_pct(s.busy_ns, d.span_ns)} of span), {', '.join(work)}")
+    return out
+
+
+def sm_line(d: DeviceSummary) -> Text | None:
+    sm = d.sm
+    if sm.source == "none":
+        return None
+    out = Text(f"  SMs ({sm.source}): busy {100.0 * sm.busy_fraction:.1f}%")
+    for p in sm.partitions:
+        label = "rest of device" if p.green_context is None else f"green ctx {p.green_context}"
+        out.append(f"; {label}: {p.sm_count} SMs, busy {100.0 * p.busy_fraction:.1f}%")
+    return out
+
+
+def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
+    gaps = sorted(analysis.gaps, key=lambda g: -g.duration_ns)
+    if not gaps:
+        return None
+    origin = {(d.rank, d.device): d.start_ns for d in analysis.devices}
+    total: dict[str, int] = defaultdict(int)
+    count: Counter[str] = Counter()
+    for g in gaps:
+        total[g.cause] += g.duration_ns
+        count[g.cause] += 1
+    summary = ", ".join(
+        f"{cause} {count[cause]}× {fmt_ns(ns)}" for cause, ns in sorted(total.items(), key=lambda kv: -kv[1])
+    )
+    threshold = fmt_ns(analysis.options.gap_threshold_ns)
+    title = Text(f"Idle gaps ≥ {threshold}: {len(gaps)} ({summary})", style="bold")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("where")
+    t.add_column("at", justify="right")
+    t.add_column("length", justify="right")
+    t.add_column("cause")
+    t.add_column("evidence", overflow="fold")
+    for g in gaps[:top]:
+        t.add_row(
+            f"r{g.rank} GPU {g.device}",
+            "+" + fmt_ns(g.start_ns - origin.get((g.rank, g.device), g.start_ns)),
+            fmt_ns(g.duration_ns),
+            Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")),
+            Text(term_safe(g.evidence, 200)),
+        )
+    if len(gaps) > top:
+        t.caption = f"{len(gaps) - top} shorter gaps not shown (--json lists all)"
+        t.caption_justify = "left"
+    return t
+
+
+def findings_table(findings: Iterable[Finding]) -> Table | None:
+    order = {"critical": 0, "warning": 1, "info": 2}
+    items = sorted(findings, key=lambda f: (order.get(f.severity, 3), -f.wasted_ns))
+    if not items:
+        return None
+    t = Table(
+        title=Text(f"Findings: {len(items)}", style="bold"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    t.add_column("severity")
+    t.add_column("rule", no_wrap=True)
+    t.add_column("count", justify="right")
+    t.add_column("lost", justify="right")
+    t.add_column("evidence", overflow="fold", ratio=1)
+    for f in items:
+        evidence = Text(term_safe(f.message, 400))
+        if f.where:
+            evidence.append("\nwhere: " + term_safe(f.where, 300), style="dim")
+        t.add_row(
+            Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")),
+            Text(f.rule, style="bold"),
+            str(f.count),
+            fmt_ns(f.wasted_ns) if f.wasted_ns else "-",
+            evidence,
+        )
+    return t
+
+
+def analysis_renderables(
+    analysis: Analysis, *, title: str | None = None, top_gaps: int = 10
+) -> list[RenderableType]:
+    tr = analysis.trace
+    ranks = ",".join(str(r) for r in tr.ranks)
+    head = Text(term_safe(title or tr.source, 200), style="bold")
+    head.append(f"  ({tr.format}, rank{'s' if len(tr.ranks) > 1 else ''} {ranks})", style="dim")
+    parts: list[RenderableType] = [head]
+    if not analysis.devices:
+        parts.append(Text("no GPU activity in this trace", style="yellow"))
+    for d in analysis.devices:
+        parts.append(Text(""))
+        parts.append(device_table(d))
+        parts.append(stream_lines(d))
+        sm = sm_line(d)
+        if sm is not None:
+            parts.append(sm)
+    parts.append(Text(""))
+    gaps = gaps_table(analysis, top_gaps)
+    if gaps is not None:
+        parts += [gaps, Text("")]
+    else:
+        parts.append(Text(f"No idle gaps ≥ {fmt_ns(analysis.options.gap_threshold_ns)}.\n"))
+    findings = findings_table(analysis.findings)
+    parts += [findings, Text("")] if findings is not None else [Text("No findings.\n")]
+    if analysis.notes:
+        notes = Text("Notes\n", style="bold")
+        for n in analysis.notes:
+            notes.append(f"  - {term_safe(n, 400)}\n", style="dim")
+        parts.append(notes)
+    return parts
+
+
+def format_analysis(
+    analysis: Analysis, *, title: str | None = None, top_gaps: int = 10, width: int = 110
+) -> str:
+    """The human analysis as plain text (no colour): what `tracelab analyze` prints to a pipe."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, highlight=False, soft_wrap=False)
+    console.print(Group(*analysis_renderables(analysis, title=title, top_gaps=top_gaps)))
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip().splitlines()) + "\n"

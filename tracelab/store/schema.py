@@ -1,0 +1,167 @@
+"""The store's SQLite schema, and the check that a file is a tracelab store before we touch it.
+
+One file holds every run. `events` is a WITHOUT ROWID table clustered on (run_id, lane, start, seq):
+a run's events sit together (fast load and delete) and a window query on a lane is one range scan
+(no secondary index to maintain during bulk import). `seq` is the event's row in `Timeline.events`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ..errors import BadInput
+from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS
+
+STORE_SCHEMA_VERSION = 1
+APPLICATION_ID = 0x54524C42  # "TRLB": marks the file as a tracelab store (PRAGMA application_id)
+
+# the measured per-block SM records a Timeline may carry (Timeline.sm_blocks); other columns are kept too
+SM_BLOCK_COLUMNS: dict[str, str] = {
+    "rank": "int32",
+    "device": "int32",
+    "green_context": "int64",
+    "sm": "int32",
+    "start": "int64",
+    "end": "int64",
+    "name": "int32",
+}
+
+EVENT_FIELDS: tuple[str, ...] = tuple(c for c in EVENT_COLUMNS if c != "lane")
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _int_cols(cols) -> str:
+    return ", ".join(f"{quote(c)} INTEGER NOT NULL" for c in cols)
+
+
+DDL: tuple[str, ...] = (
+    """CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    """CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        source TEXT NOT NULL,
+        format TEXT NOT NULL,
+        backend TEXT NOT NULL DEFAULT '',
+        workload TEXT NOT NULL DEFAULT '',
+        variant TEXT NOT NULL DEFAULT '',
+        gpu TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL,
+        fingerprint TEXT NOT NULL UNIQUE,
+        events INTEGER NOT NULL,
+        start_ns INTEGER,
+        end_ns INTEGER,
+        metadata TEXT NOT NULL,
+        devices TEXT NOT NULL,
+        contexts TEXT NOT NULL
+    )""",
+    """CREATE INDEX runs_name ON runs (name)""",
+    """CREATE TABLE strings (run_id TEXT NOT NULL, id INTEGER NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (run_id, id)) WITHOUT ROWID""",
+    f"""CREATE TABLE lanes (run_id TEXT NOT NULL, {_int_cols(LANE_COLUMNS)},
+        events INTEGER NOT NULL, first_start INTEGER, last_end INTEGER, max_dur INTEGER NOT NULL,
+        PRIMARY KEY (run_id, lane)) WITHOUT ROWID""",
+    f"""CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, lane INTEGER NOT NULL,
+        {_int_cols(EVENT_FIELDS)},
+        PRIMARY KEY (run_id, lane, start, seq)) WITHOUT ROWID""",
+    # the same events column by column (zlib-compressed numpy bytes, timeline order): `Store.load`
+    # reads a run from here in a fraction of the time a row scan takes
+    """CREATE TABLE event_columns (run_id TEXT NOT NULL, name TEXT NOT NULL, dtype TEXT NOT NULL,
+        length INTEGER NOT NULL, data BLOB NOT NULL)""",
+    """CREATE UNIQUE INDEX event_columns_run ON event_columns (run_id, name)""",
+    """CREATE TABLE sm_blocks (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
+        PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+)
+
+
+def connect(path: Path, *, create: bool) -> sqlite3.Connection:
+    """Open (and, with create, initialise) the store at path. A file that is not a tracelab store
+    (another SQLite database, a corrupt file, a directory) is BadInput and is left untouched."""
+    if path.is_dir():
+        raise BadInput("is a directory, not a tracelab store file", path)
+    exists = path.exists()
+    if not exists and not create:
+        raise BadInput("no tracelab store here (import a trace first, or pass --db)", path)
+    if not exists:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"cannot create the store's directory: {e.strerror or e}", path) from None
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+    except sqlite3.Error as e:
+        raise BadInput(f"cannot open the store: {e}", path) from None
+    try:
+        _check_or_init(conn, path, create=create)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_or_init(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as e:
+        raise BadInput(f"not a tracelab store (not a readable SQLite database: {e})", path) from None
+    if not tables and app_id == 0:
+        if not create:
+            raise BadInput("no tracelab store here (the file is an empty database)", path)
+        _init(conn, path)
+        return
+    if app_id != APPLICATION_ID or "store_meta" not in tables:
+        raise BadInput("not a tracelab store (a SQLite database with other tables; pass another --db)", path)
+    row = conn.execute("SELECT value FROM store_meta WHERE key='schema_version'").fetchone()
+    version = int(row[0]) if row else -1
+    if version > STORE_SCHEMA_VERSION:
+        raise BadInput(
+            f"store schema version {version} is newer than this tracelab supports ({STORE_SCHEMA_VERSION});"
+            " upgrade tracelab",
+            path,
+        )
+    if version < 1:
+        raise BadInput("corrupt tracelab store (no schema version)", path)
+    _pragmas(conn)
+
+
+def _pragmas(conn: sqlite3.Connection) -> None:
+    # WAL: the dashboard reads while an import writes; NORMAL: commits do not fsync (a crash can lose
+    # the last import, never corrupt the file); the size limit keeps the WAL from staying huge
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA journal_size_limit=67108864")
+    except sqlite3.OperationalError:  # a read-only file: reading still works, writes say why they fail
+        pass
+
+
+def _init(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        _pragmas(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:  # another process won the race
+            conn.execute("ROLLBACK")
+            _check_or_init(conn, path, create=False)
+            return
+        for stmt in DDL:
+            conn.execute(stmt)
+        for col, dtype in SM_BLOCK_COLUMNS.items():
+            conn.execute(f"ALTER TABLE sm_blocks ADD COLUMN {quote(col)} {sql_type(dtype)}")
+        conn.execute(
+            "INSERT INTO store_meta VALUES ('schema_version', ?), ('created_by', 'tracelab')",
+            (str(STORE_SCHEMA_VERSION),),
+        )
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute("COMMIT")
+    except sqlite3.Error as e:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise BadInput(f"cannot initialise the store: {e}", path) from None
+
+
+def sql_type(dtype: str) -> str:
+    return "REAL" if dtype.startswith("float") else "TEXT" if dtype == "object" else "INTEGER"

@@ -1,0 +1,436 @@
+"""The run store: Timelines in one SQLite file, by run id.
+
+    store = Store(path)                     # creates the file if needed; BadInput if not a store
+    run_id = store.import_timeline(tl, source_path=p, fingerprint=fp)   # one transaction
+    tl = store.load(run_id)                 # identical Timeline
+    df = store.window(run_id, t0, t1)       # events overlapping [t0, t1), by index range scans
+
+Re-importing the same content (same fingerprint) raises DuplicateRun carrying the existing run id;
+`find_fingerprint` lets a caller check before parsing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sqlite_utils
+
+from ..errors import BadInput, DuplicateRun, UnknownRun
+from ..model.timeline import DEFAULTS, EVENT_COLUMNS, LANE_COLUMNS, Timeline
+from . import codec
+from .bulk import fetch_matrix, insert_columns
+from .records import RunRecord
+from .schema import EVENT_FIELDS, connect, quote, sql_type
+
+_RUN_COLS = (
+    "id, name, source, format, backend, workload, variant, gpu, created, fingerprint, events, "
+    "start_ns, end_ns, metadata, devices"
+)
+_LOAD_COLS = ("seq", "lane", *EVENT_FIELDS)
+
+
+class Store:
+    def __init__(self, path: str | Path | None = None, *, create: bool = True) -> None:
+        if path is None:
+            from ..settings import default_db_path
+
+            path = default_db_path()
+        self.path = Path(path)
+        self._local = threading.local()
+        self._create = create
+        _ = self.conn  # open now, so a bad path fails here with BadInput
+
+    # ---- connection (one per thread: the dashboard serves from several) ----------------------
+    @property
+    def conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = connect(self.path, create=self._create)
+        return conn
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils view of this thread's connection (for ad-hoc queries)."""
+        return sqlite_utils.Database(self.conn)
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def __enter__(self) -> Store:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- runs ---------------------------------------------------------------------------------
+    def runs(self) -> list[RunRecord]:
+        rows = self.conn.execute(f"SELECT {_RUN_COLS} FROM runs ORDER BY created, id").fetchall()
+        return [_record(r) for r in rows]
+
+    def get_run(self, run_id: str) -> RunRecord:
+        return _record(self._run_row(self.resolve(run_id)))
+
+    def find_fingerprint(self, fingerprint: str) -> str | None:
+        row = self.conn.execute("SELECT id FROM runs WHERE fingerprint = ?", (fingerprint,)).fetchone()
+        return row[0] if row else None
+
+    def resolve(self, run: str) -> str:
+        """A run id from an id, a unique id prefix (4+ chars) or a unique name; UnknownRun otherwise."""
+        run = str(run)
+        c = self.conn
+        if c.execute("SELECT 1 FROM runs WHERE id = ?", (run,)).fetchone():
+            return run
+        ids = [r[0] for r in c.execute("SELECT id FROM runs WHERE name = ? ORDER BY created", (run,))]
+        if not ids and len(run) >= 4 and all(ch in "0123456789abcdef" for ch in run):
+            ids = [r[0] for r in c.execute("SELECT id FROM runs WHERE id >= ? AND id < ?", (run, run + "g"))]
+        if len(ids) == 1:
+            return ids[0]
+        if len(ids) > 1:
+            raise BadInput(f"{run!r} matches {len(ids)} runs ({', '.join(ids)}); use a run id")
+        raise UnknownRun(run)
+
+    def delete_run(self, run_id: str) -> None:
+        rid = self.resolve(run_id)
+        with self._transaction():
+            for table in ("events", "event_columns", "lanes", "strings", "sm_blocks", "runs"):
+                key = "id" if table == "runs" else "run_id"
+                self.conn.execute(f"DELETE FROM {table} WHERE {key} = ?", (rid,))
+
+    # ---- import -------------------------------------------------------------------------------
+    def import_timeline(
+        self,
+        timeline: Timeline,
+        *,
+        source_path: str | Path,
+        fingerprint: str,
+        name: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> str:
+        """Store a Timeline as a new run in ONE transaction; returns the run id. DuplicateRun if a run
+        with this fingerprint exists. `progress(done, total)` is called as events are written (an
+        exception raised there, or anywhere, rolls the whole import back)."""
+        existing = self.find_fingerprint(fingerprint)
+        if existing:
+            raise DuplicateRun(source_path, existing)
+        ev = timeline.events
+        n = len(ev)
+        meta = timeline.meta
+        blocks = timeline.sm_blocks
+        block_dtypes = {c: str(blocks[c].dtype) for c in blocks.columns} if blocks is not None else None
+        metadata = codec.meta_to_json(
+            meta,
+            {
+                "sm_blocks": block_dtypes,
+                "event_columns": list(EVENT_COLUMNS),
+                "store_source_path": str(source_path),
+            },
+        )
+        start_ns = int(ev["start"].min()) if n else None
+        end_ns = int(ev["end"].max()) if n else None
+        done = 0
+
+        def step(k: int) -> None:
+            nonlocal done
+            done += k
+            if progress is not None:
+                progress(done, n)
+
+        with self._transaction():
+            run_id = self._new_run_id(fingerprint)
+            try:
+                self.conn.execute(
+                    "INSERT INTO runs (id, name, source, format, backend, workload, variant, gpu, created,"
+                    " fingerprint, events, start_ns, end_ns, metadata, devices, contexts)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        name or codec.default_name(meta, str(source_path)),
+                        str(source_path or meta.source),
+                        meta.format,
+                        meta.backend,
+                        meta.workload,
+                        meta.variant,
+                        meta.gpu,
+                        datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                        fingerprint,
+                        n,
+                        start_ns,
+                        end_ns,
+                        metadata,
+                        codec.infos_to_json(timeline.devices),
+                        codec.infos_to_json(timeline.contexts),
+                    ),
+                )
+            except sqlite3.IntegrityError:  # a concurrent import of the same content won the race
+                raise DuplicateRun(source_path, self.find_fingerprint(fingerprint) or "?") from None
+            self.conn.executemany(
+                "INSERT INTO strings (run_id, id, value) VALUES (?, ?, ?)",
+                ((run_id, i, s) for i, s in enumerate(timeline.strings)),
+            )
+            self._insert_lanes(run_id, timeline)
+            # compress the column blobs on a second thread while the rows go in (zlib drops the GIL)
+            with ThreadPoolExecutor(1) as pool:
+                blobs = pool.submit(_compress_columns, ev)
+                self._insert_events(run_id, ev, step)
+                self.conn.executemany(
+                    "INSERT INTO event_columns (run_id, name, dtype, length, data) VALUES (?, ?, ?, ?, ?)",
+                    ((run_id, c, t, n, blob) for c, t, blob in blobs.result()),
+                )
+            if blocks is not None:
+                self._insert_blocks(run_id, blocks)
+        return run_id
+
+    def _new_run_id(self, fingerprint: str) -> str:
+        for rid in codec.run_id_candidates(fingerprint):
+            if not self.conn.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
+                return rid
+        raise BadInput(f"cannot derive a free run id from fingerprint {fingerprint!r}")
+
+    def _insert_lanes(self, run_id: str, tl: Timeline) -> None:
+        ev = tl.events
+        lanes = tl.lanes
+        nl = len(lanes)
+        lane = ev["lane"].to_numpy()
+        start = ev["start"].to_numpy()
+        end = ev["end"].to_numpy()
+        count = np.bincount(lane, minlength=nl)
+        first = np.full(nl, np.iinfo(np.int64).max, dtype=np.int64)
+        last = np.full(nl, np.iinfo(np.int64).min, dtype=np.int64)
+        maxdur = np.zeros(nl, dtype=np.int64)
+        np.minimum.at(first, lane, start)
+        np.maximum.at(last, lane, end)
+        np.maximum.at(maxdur, lane, end - start)
+        names = [*LANE_COLUMNS, "events", "first_start", "last_end", "max_dur"]
+        arrays = [lanes[c].to_numpy() for c in LANE_COLUMNS] + [count, first, last, maxdur]
+        insert_columns(self.conn, "lanes", run_id, names, arrays)
+
+    def _insert_events(self, run_id: str, ev: pd.DataFrame, step: Callable[[int], None]) -> None:
+        n = len(ev)
+        lane = ev["lane"].to_numpy()
+        start = ev["start"].to_numpy()
+        # insert in primary-key order (lane, start, seq): B-tree appends, not random inserts
+        order = np.lexsort((start, lane)) if n else np.zeros(0, dtype=np.int64)
+        names = list(_LOAD_COLS)
+        arrays = [order] + [ev[c].to_numpy()[order] for c in names[1:]]
+        insert_columns(self.conn, "events", run_id, names, arrays, progress=step)
+
+    def _insert_blocks(self, run_id: str, blocks: pd.DataFrame) -> None:
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(sm_blocks)")}
+        for col in blocks.columns:
+            if col not in have:  # schema changes are transactional in SQLite: rolled back with the run
+                self.conn.execute(
+                    f"ALTER TABLE sm_blocks ADD COLUMN {quote(col)} {sql_type(str(blocks[col].dtype))}"
+                )
+        names = ["seq", *blocks.columns]
+        arrays = [np.arange(len(blocks))] + [blocks[c].to_numpy() for c in blocks.columns]
+        insert_columns(self.conn, "sm_blocks", run_id, names, arrays)
+
+    # ---- load ---------------------------------------------------------------------------------
+    def load(self, run_id_or_name: str) -> Timeline:
+        """The stored run as the identical Timeline it was imported from."""
+        rid = self.resolve(run_id_or_name)
+        row = self.conn.execute(
+            "SELECT events, metadata, devices, contexts FROM runs WHERE id = ?", (rid,)
+        ).fetchone()
+        n, metadata, devices, contexts = row
+        meta, extra = codec.meta_from_json(metadata)
+        events = self._load_columns(rid, n, extra.get("event_columns", list(EVENT_COLUMNS)))
+        return Timeline(
+            events=events,
+            strings=self.strings(rid),
+            lanes=self.lanes(rid)[list(LANE_COLUMNS)],
+            devices=codec.devices_from_json(devices),
+            meta=meta,
+            contexts=codec.contexts_from_json(contexts),
+            sm_blocks=self._load_blocks(rid, extra.get("sm_blocks")),
+        )
+
+    def _load_columns(self, rid: str, n: int, stored: list[str]) -> pd.DataFrame:
+        data = {}
+        for name, dtype, length, blob in self.conn.execute(
+            "SELECT name, dtype, length, data FROM event_columns WHERE run_id = ?", (rid,)
+        ):
+            if name in EVENT_COLUMNS:
+                try:
+                    arr = np.frombuffer(zlib.decompress(blob), dtype=dtype)
+                except (zlib.error, ValueError, TypeError) as e:
+                    raise BadInput(
+                        f"corrupt store: column {name} of run {rid} unreadable ({e})", self.path
+                    ) from None
+                if length != n or len(arr) != n:
+                    raise BadInput(
+                        f"corrupt store: column {name} of run {rid} has {len(arr)} of {n} rows", self.path
+                    )
+                data[name] = arr.astype(EVENT_COLUMNS[name], copy=False)
+        lost = [c for c in stored if c in EVENT_COLUMNS and c not in data]
+        if lost:
+            raise BadInput(f"corrupt store: run {rid} lacks event columns {', '.join(lost)}", self.path)
+        for name, dtype in EVENT_COLUMNS.items():  # columns added to the model after this run was stored
+            if name not in data:
+                data[name] = np.full(n, DEFAULTS[name], dtype=dtype)
+        return pd.DataFrame({c: data[c] for c in EVENT_COLUMNS}, copy=False)
+
+    def strings(self, run_id: str) -> tuple[str, ...]:
+        rid = self.resolve(run_id)
+        return tuple(
+            r[0] for r in self.conn.execute("SELECT value FROM strings WHERE run_id = ? ORDER BY id", (rid,))
+        )
+
+    def lanes(self, run_id: str) -> pd.DataFrame:
+        """The run's lane table (LANE_COLUMNS) plus events, first_start, last_end, max_dur per lane."""
+        rid = self.resolve(run_id)
+        extra = {"events": "int64", "first_start": "int64", "last_end": "int64", "max_dur": "int64"}
+        dtypes = {**LANE_COLUMNS, **extra}
+        cols = ", ".join(quote(c) for c in dtypes)
+        mat = fetch_matrix(
+            self.conn, f"SELECT {cols} FROM lanes WHERE run_id = ? ORDER BY lane", (rid,), len(dtypes)
+        )
+        return pd.DataFrame({c: mat[:, i].astype(t) for i, (c, t) in enumerate(dtypes.items())})
+
+    def _load_blocks(self, rid: str, dtypes: dict[str, str] | None) -> pd.DataFrame | None:
+        if dtypes is None:
+            return None
+        cols = ", ".join(quote(c) for c in dtypes) or "seq"
+        rows = self.conn.execute(
+            f"SELECT {cols} FROM sm_blocks WHERE run_id = ? ORDER BY seq", (rid,)
+        ).fetchall()
+        if not dtypes:
+            return pd.DataFrame(index=pd.RangeIndex(len(rows)))
+        frame = pd.DataFrame.from_records(rows, columns=list(dtypes), nrows=len(rows))
+        return frame.astype(dtypes)
+
+    # ---- window -------------------------------------------------------------------------------
+    def window(
+        self,
+        run_id: str,
+        t0: int,
+        t1: int,
+        lanes: Iterable[int] | None = None,
+        kinds: Iterable[int] | None = None,
+        limit: int | None = None,
+    ) -> pd.DataFrame:
+        """Events overlapping [t0, t1) (an instant at t0 counts; an interval ending at t0 does not),
+        sorted by start, indexed by their row in `load(run_id).events`. One index range per lane:
+        start in [t0 - max duration on that lane, t1)."""
+        rid = self.resolve(run_id)
+        t0, t1 = int(t0), int(t1)
+        lane_table = self.conn.execute("SELECT lane, max_dur FROM lanes WHERE run_id = ?", (rid,)).fetchall()
+        maxdur = dict(lane_table)
+        wanted = sorted(maxdur) if lanes is None else sorted({int(x) for x in lanes} & set(maxdur))
+        names = ("seq", "lane", *EVENT_FIELDS)
+        if not wanted or t1 <= t0:
+            return _frame(np.zeros((0, len(names)), dtype=np.int64), names)
+        cols = ", ".join(quote(c) for c in names)
+        kl = sorted({int(k) for k in kinds}) if kinds is not None else None
+        kind_sql = f" AND kind IN ({', '.join('?' * len(kl))})" if kl is not None else ""
+        select = (
+            f"SELECT {cols} FROM events WHERE run_id = ? AND lane = ? AND start >= ? AND start < ?"
+            f' AND ("end" > ? OR start >= ?){kind_sql}'
+        )
+        mats = []
+        for lo in range(0, len(wanted), 400):  # SQLite caps a compound SELECT at 500 terms
+            batch = wanted[lo : lo + 400]
+            params: list = []
+            for lane in batch:
+                params += [rid, lane, t0 - maxdur[lane], t1, t0, t0, *(kl or ())]
+            sql = " UNION ALL ".join([select] * len(batch))
+            mats.append(fetch_matrix(self.conn, sql, params, len(names)))
+        mat = np.concatenate(mats) if len(mats) > 1 else mats[0]
+        order = np.lexsort((mat[:, 0], mat[:, names.index("start")]))
+        if limit is not None:
+            order = order[: int(limit)]
+        return _frame(mat[order], names)
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _run_row(self, rid: str):
+        row = self.conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (rid,)).fetchone()
+        if row is None:
+            raise UnknownRun(rid)
+        return row
+
+    def _transaction(self):
+        return _Transaction(self.conn, self.path)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (KeyboardInterrupt included)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+
+    def __enter__(self) -> None:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:  # read-only file, or another writer held it for 30 s
+            raise BadInput(f"cannot write to the store: {e}", self.path) from None
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+
+def _compress_columns(ev: pd.DataFrame) -> list[tuple[str, str, bytes]]:
+    return [
+        (c, t, zlib.compress(np.ascontiguousarray(ev[c].to_numpy(), dtype=t).tobytes(), 1))
+        for c, t in EVENT_COLUMNS.items()
+    ]
+
+
+def _frame(mat: np.ndarray, names: Sequence[str]) -> pd.DataFrame:
+    data = {c: mat[:, i + 1].astype(EVENT_COLUMNS[c]) for i, c in enumerate(names[1:])}
+    df = pd.DataFrame({c: data[c] for c in EVENT_COLUMNS}, copy=False)
+    df.index = pd.Index(mat[:, 0], name="event")
+    return df
+
+
+def _record(row) -> RunRecord:
+    (
+        rid,
+        name,
+        source,
+        fmt,
+        backend,
+        workload,
+        variant,
+        gpu,
+        created,
+        fp,
+        events,
+        s,
+        e,
+        metadata,
+        devices,
+    ) = row
+    meta, _ = codec.meta_from_json(metadata)
+    return RunRecord(
+        id=rid,
+        name=name,
+        source=source,
+        format=fmt,
+        backend=backend,
+        workload=workload,
+        variant=variant,
+        gpu=gpu,
+        created=created,
+        fingerprint=fp,
+        events=events,
+        start_ns=s,
+        end_ns=e,
+        ranks=tuple(meta.ranks),
+        devices=len(codec.loads(devices)),
+        notes=tuple(meta.notes),
+    )

@@ -1,0 +1,255 @@
+"""Run one variant of one workload in this process and write its run directory.
+
+    python -m tracelab.workloads.runner WORKLOAD VARIANT --out DIR [--backend torch|nsys|none]
+        [--quick] [--seed N] [--param KEY=VALUE ...] [--no-probe]
+
+`--backend torch` starts torch.profiler (CPU + CUDA activities, shapes, CUDA sync events) after
+warm-up and writes `trace.json.gz`; `--backend nsys` expects to run under `nsys profile` (record.py
+builds that command) and writes only meta.json and the probe file. Always writes `meta.json`
+(workload, variant, backend, GPU, driver, versions, parameters, wall time per step) and, when
+probes ran, `sm_probe.npz` (format: probes.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import get_workload
+from .base import RunContext
+from .probes import PROBE_FILE, ProbeRecorder
+
+META_FILE = "meta.json"
+TORCH_TRACE = "trace.json.gz"
+NSYS_TRACE = "trace.sqlite"
+
+
+def gpu_facts() -> dict[str, Any]:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    facts: dict[str, Any] = {
+        "name": props.name,
+        "sm_count": props.multi_processor_count,
+        "cc": f"{props.major}.{props.minor}",
+        "total_memory": int(props.total_memory),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "python": platform.python_version(),
+    }
+    for attr in ("max_threads_per_multi_processor", "regs_per_multiprocessor", "shared_memory_per_multiprocessor",
+                 "shared_memory_per_block_optin", "warp_size"):
+        if hasattr(props, attr):
+            facts[attr] = int(getattr(props, attr))
+    try:
+        import triton
+
+        facts["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        facts["driver"] = v.decode() if isinstance(v, bytes) else v
+    except Exception:  # noqa: BLE001
+        facts["driver"] = None
+    try:
+        from importlib.metadata import version
+
+        facts["cuda_bindings"] = version("cuda-bindings")
+    except Exception:  # noqa: BLE001
+        pass
+    return facts
+
+
+def _profiler():
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    kw: dict[str, Any] = {}
+    note = "enable_cuda_sync_events=True"
+    try:
+        from torch.profiler import _ExperimentalConfig
+
+        kw["experimental_config"] = _ExperimentalConfig(enable_cuda_sync_events=True)
+    except Exception as e:  # noqa: BLE001 - older torch: no sync events
+        note = f"no CUDA sync events ({e})"
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, **kw)
+    del torch
+    return prof, note
+
+
+def measure_overhead(reps: int = 20) -> dict[str, Any]:
+    """Time the instrumented kernels with and without probes (CUDA events, median of `reps`)."""
+    import torch
+
+    from . import kernels as K
+
+    n = 1 << 22
+    x = torch.randn(n, device="cuda")
+    y = torch.empty_like(x)
+    w = torch.rand(n, device="cuda")
+    progs = n // 1024
+    probe = torch.empty((n // 1024 + 1, 3), dtype=torch.int64, device="cuda")
+    cases = {
+        "busy_kernel": lambda on: K.busy_kernel[(progs,)](x, y, n, 200, 1.0001, 0.0001, probe, BLOCK=1024,
+                                                           PROBE=on, num_warps=4),
+        "sigmoid_kernel": lambda on: K.sigmoid_kernel[(n // 4096,)](x, y, n, probe, BLOCK=4096, PROBE=on,
+                                                                   num_warps=8),
+        "chain_kernel": lambda on: K.chain_kernel[(progs,)](x, w, y, n, 16, probe, BLOCK=1024, USE_PDL=False,
+                                                             PROBE=on, num_warps=4),
+    }
+    out: dict[str, Any] = {}
+    for name, fn in cases.items():
+        res = {}
+        for on in (False, True):
+            fn(on)
+            times = []
+            for _ in range(reps):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                fn(on)
+                e.record()
+                e.synchronize()
+                times.append(s.elapsed_time(e) * 1e3)
+            times.sort()
+            res["probed_us" if on else "plain_us"] = round(times[len(times) // 2], 2)
+        res["overhead_pct"] = round(100.0 * (res["probed_us"] - res["plain_us"]) / res["plain_us"], 2)
+        res["elements"] = n
+        out[name] = res
+    return out
+
+
+def run_variant(workload: str, variant: str, out: Path, backend: str = "none", quick: bool = False,
+                seed: int = 0, overrides: dict[str, str] | None = None, probe: bool = True,
+                trace_file: str | None = None) -> Path:
+    import importlib
+
+    import torch
+
+    from .ranges import nvtx_backend
+
+    wl = get_workload(workload)
+    wl.resolve_variants(variant)
+    params = wl.parameters(quick, overrides)
+    if not torch.cuda.is_available():
+        from ..errors import MissingDependency
+
+        raise MissingDependency("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    steps = int(params["steps"])
+    recorder = ProbeRecorder(enabled=probe, max_rows=int(os.environ.get("TRACELAB_PROBE_ROWS", 2_000_000)))
+    recorder.prepare()
+    ctx = RunContext(workload=workload, variant=variant, params=params, seed=seed, recorder=recorder,
+                     steps=steps, warmup=2, probe_steps=tuple(range(max(0, steps - 2), steps)))
+    prof = None
+    prof_note = ""
+    if backend == "torch":
+        prof, prof_note = _profiler()
+
+        ctx.on_measure_start = prof.start
+    elif backend == "nsys":
+        # recorded with --capture-range=cudaProfilerApi: nsys sees the measured window only
+        ctx.on_measure_start = torch.cuda.profiler.start
+    module = importlib.import_module(wl.module)
+    t0 = time.time()
+    facts = module.run(ctx, variant)
+    torch.cuda.synchronize()
+    if backend == "nsys":
+        torch.cuda.profiler.stop()
+    meta: dict[str, Any] = {
+        "tracelab_run": 1,
+        "workload": workload,
+        "variant": variant,
+        "backend": backend,
+        "quick": quick,
+        "seed": seed,
+        "params": params,
+        "steps": steps,
+        "warmup": ctx.warmup,
+        "description": wl.description,
+        "variant_description": dict((v.name, v.description) for v in wl.variants)[variant],
+        "gpu": gpu_facts(),
+        "nvtx": nvtx_backend(),
+        "step_wall_ms": [round(x, 4) for x in ctx.step_wall_ms],
+        "loop_wall_ms": round(sum(ctx.step_wall_ms), 4),
+        "mean_step_ms": round(sum(ctx.step_wall_ms) / max(1, len(ctx.step_wall_ms)), 4),
+        "facts": facts,
+        "partitions": facts.get("partitions", []),
+        "pdl_kernels": facts.get("pdl_kernels", []),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+        "command": [sys.executable, "-m", "tracelab.workloads.runner", *sys.argv[1:]],
+    }
+    if prof is not None:
+        prof.stop()
+        tmp = out / "trace.json"
+        prof.export_chrome_trace(str(tmp))
+        with open(tmp, "rb") as src, gzip.open(out / TORCH_TRACE, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.unlink()
+        meta["trace_file"] = TORCH_TRACE
+        meta["profiler"] = {"tool": "torch.profiler", "activities": ["CPU", "CUDA"], "record_shapes": True,
+                            "sync_events": prof_note}
+    elif backend == "nsys":
+        meta["trace_file"] = trace_file or NSYS_TRACE
+        meta["profiler"] = {"tool": "nsys"}
+    from .kernels import TRACE_NAMES
+
+    if recorder._pending or recorder.kinds:
+        rows = recorder.save(out / PROBE_FILE)
+        meta["probe"] = {
+            "file": PROBE_FILE,
+            "rows": rows,
+            "kernels": recorder.kinds,
+            "trace_names": {k: TRACE_NAMES.get(k, k) for k in recorder.kinds},
+            "probe_steps": list(ctx.probe_steps),
+            "invocation_base": "profiler window start (torch.profiler start / cudaProfilerStart)",
+            "timer": "globaltimer",
+        }
+        if backend == "torch" and any(v == "triton-instrumented" for v in recorder.kinds.values()):
+            meta["probe"]["overhead"] = measure_overhead()
+    (out / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tracelab.workloads.runner")
+    ap.add_argument("workload")
+    ap.add_argument("variant")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--backend", default="none", choices=["torch", "nsys", "none"])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--no-probe", action="store_true")
+    ap.add_argument("--trace-file", default=None)
+    a = ap.parse_args(argv)
+    from ..errors import TracelabError
+
+    try:
+        overrides = dict(kv.split("=", 1) for kv in a.param)
+    except ValueError:
+        print(f"error: --param wants KEY=VALUE, got {a.param}", file=sys.stderr)
+        return 2
+    try:
+        run_variant(a.workload, a.variant, a.out, a.backend, a.quick, a.seed, overrides, not a.no_probe,
+                    a.trace_file)
+    except TracelabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
