@@ -51,7 +51,11 @@ def finding_window(finding: Finding) -> tuple[int, int] | None:
             first = v[0]
             if isinstance(first, dict) and "start_ns" in first and "end_ns" in first:
                 return int(first["start_ns"]), int(first["end_ns"])
-            if isinstance(first, (list, tuple)) and len(first) == 2 and all(isinstance(x, int) for x in first):
+            if (
+                isinstance(first, (list, tuple))
+                and len(first) == 2
+                and all(isinstance(x, int) for x in first)
+            ):
                 return int(first[0]), int(first[1])
     return None
 
@@ -75,11 +79,21 @@ def findings_table(analysis: Analysis) -> pd.DataFrame:
 # ---- compare --------------------------------------------------------------------------------------
 
 _DEVICE_METRICS = (
-    ("span", "span_ns"), ("busy", "busy_ns"), ("idle", "idle_ns"), ("kernels (time)", "kernel_ns"),
-    ("memcpy (time)", "memcpy_ns"), ("memset (time)", "memset_ns"), ("comm (time)", "comm_ns"),
-    ("compute ∩ compute", "compute_compute_ns"), ("compute ∩ copy", "compute_copy_ns"),
-    ("compute ∩ comm", "compute_comm_ns"), ("copy ∩ copy", "copy_copy_ns"), ("kernels (count)", "kernels"),
-    ("memcpys (count)", "memcpys"), ("gaps (count)", "gaps"), ("gap time", "gap_ns"),
+    ("span", "span_ns"),
+    ("busy", "busy_ns"),
+    ("idle", "idle_ns"),
+    ("kernels (time)", "kernel_ns"),
+    ("memcpy (time)", "memcpy_ns"),
+    ("memset (time)", "memset_ns"),
+    ("comm (time)", "comm_ns"),
+    ("compute ∩ compute", "compute_compute_ns"),
+    ("compute ∩ copy", "compute_copy_ns"),
+    ("compute ∩ comm", "compute_comm_ns"),
+    ("copy ∩ copy", "copy_copy_ns"),
+    ("kernels (count)", "kernels"),
+    ("memcpys (count)", "memcpys"),
+    ("gaps (count)", "gaps"),
+    ("gap time", "gap_ns"),
 )
 
 
@@ -98,37 +112,72 @@ def comparison_tables(cmp) -> dict[str, pd.DataFrame]:
     """Flat tables (metric, baseline, variant, delta, delta %) for the compare page."""
     dev_rows = []
     parts = ([("all devices", cmp.totals)] if cmp.totals is not None and len(cmp.devices) > 1 else []) + [
-        (f"rank {d.rank} · GPU {d.device}" + ("" if d.present == "both" else f" (only in {d.present.upper()})"), d)
+        (
+            f"rank {d.rank} · GPU {d.device}"
+            + ("" if d.present == "both" else f" (only in {d.present.upper()})"),
+            d,
+        )
         for d in cmp.devices
     ]
     for label, d in parts:
         for metric, attr in _DEVICE_METRICS:
             delta = getattr(d, attr)
             is_time = attr.endswith("_ns")
-            dev_rows.append({
-                "device": label, "metric": metric, "baseline": delta.a, "variant": delta.b, "delta": delta.delta,
-                "delta_pct": _pct(delta.pct), "unit": "ns" if is_time else "count",
-            })
+            dev_rows.append(
+                {
+                    "device": label,
+                    "metric": metric,
+                    "baseline": delta.a,
+                    "variant": delta.b,
+                    "delta": delta.delta,
+                    "delta_pct": _pct(delta.pct),
+                    "unit": "ns" if is_time else "count",
+                }
+            )
     gaps = [
-        {"cause": g.cause, "count_a": g.count.a, "count_b": g.count.b, "count_delta": g.count.delta,
-         "time_a": g.total_ns.a, "time_b": g.total_ns.b, "time_delta": g.total_ns.delta,
-         "time_delta_pct": _pct(g.total_ns.pct)}
+        {
+            "cause": g.cause,
+            "count_a": g.count.a,
+            "count_b": g.count.b,
+            "count_delta": g.count.delta,
+            "time_a": g.total_ns.a,
+            "time_b": g.total_ns.b,
+            "time_delta": g.total_ns.delta,
+            "time_delta_pct": _pct(g.total_ns.pct),
+        }
         for g in cmp.gaps
     ]
     findings = [
-        {"rule": f.rule, "status": f.status, "severity_a": f.severity_a or "", "severity_b": f.severity_b or "",
-         "count_a": f.count.a, "count_b": f.count.b, "wasted_a": f.wasted_ns.a, "wasted_b": f.wasted_ns.b,
-         "wasted_delta": f.wasted_ns.delta}
+        {
+            "rule": f.rule,
+            "status": f.status,
+            "severity_a": f.severity_a or "",
+            "severity_b": f.severity_b or "",
+            "count_a": f.count.a,
+            "count_b": f.count.b,
+            "wasted_a": f.wasted_ns.a,
+            "wasted_b": f.wasted_ns.b,
+            "wasted_delta": f.wasted_ns.delta,
+        }
         for f in cmp.findings
     ]
     kernels = [
-        {"name": k.name, "status": k.status, "calls_a": k.calls.a, "calls_b": k.calls.b, "total_a": k.total_ns.a,
-         "total_b": k.total_ns.b, "total_delta": k.total_ns.delta, "total_delta_pct": _pct(k.total_ns.pct)}
+        {
+            "name": k.name,
+            "status": k.status,
+            "calls_a": k.calls.a,
+            "calls_b": k.calls.b,
+            "total_a": k.total_ns.a,
+            "total_b": k.total_ns.b,
+            "total_delta": k.total_ns.delta,
+            "total_delta_pct": _pct(k.total_ns.pct),
+        }
         for k in cmp.kernels
     ]
     return {
-        "devices": pd.DataFrame(dev_rows, columns=["device", "metric", "baseline", "variant", "delta", "delta_pct",
-                                                   "unit"]),
+        "devices": pd.DataFrame(
+            dev_rows, columns=["device", "metric", "baseline", "variant", "delta", "delta_pct", "unit"]
+        ),
         "gaps": pd.DataFrame(gaps),
         "findings": pd.DataFrame(findings),
         "kernels": pd.DataFrame(kernels),
@@ -149,14 +198,20 @@ def kernel_occupancy(timeline: Timeline) -> pd.Series:
     out = pd.Series(np.nan, index=k.index, dtype=float)
     if k.empty:
         return out
-    threads = (k["block_x"].clip(lower=0) * k["block_y"].clip(lower=1) * k["block_z"].clip(lower=1)).to_numpy()
+    threads = (
+        k["block_x"].clip(lower=0) * k["block_y"].clip(lower=1) * k["block_z"].clip(lower=1)
+    ).to_numpy()
     known = (k["block_x"].to_numpy() > 0) & (k["registers"].to_numpy() >= 0)
     keys = k[["rank", "device"]].drop_duplicates().itertuples(index=False)
     for rank, device in keys:  # per device: one vectorized call
         m = known & (k["rank"].to_numpy() == rank) & (k["device"].to_numpy() == device)
         if not m.any():
             continue
-        occ = occupancy(threads[m], k["registers"].to_numpy()[m], k["shared_mem"].to_numpy()[m],
-                        limits_for(timeline.device_info(int(rank), int(device))))
+        occ = occupancy(
+            threads[m],
+            k["registers"].to_numpy()[m],
+            k["shared_mem"].to_numpy()[m],
+            limits_for(timeline.device_info(int(rank), int(device))),
+        )
         out.iloc[np.flatnonzero(m)] = occ.occupancy
     return out

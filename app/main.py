@@ -20,18 +20,30 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 
 
 def _not_found(**_ignored: Any) -> html.Div:
-    return html.Div([html.H2("Page not found"), html.P([dcc.Link("Back to the list of runs", href="/")])],
-                    id="not-found-page")
+    return html.Div(
+        [html.H2("Page not found"), html.P([dcc.Link("Back to the list of runs", href="/")])],
+        id="not-found-page",
+    )
 
 
 def _register_pages() -> None:
     order = 0
     for module, path, name in (
-        (runs, "/", "Runs"), (timeline, "/timeline", "Timeline"), (gaps, "/gaps", "Gaps & findings"),
-        (overlap, "/overlap", "Overlap"), (kernels, "/kernels", "Kernels"), (compare, "/compare", "Compare"),
+        (runs, "/", "Runs"),
+        (timeline, "/timeline", "Timeline"),
+        (gaps, "/gaps", "Gaps & findings"),
+        (overlap, "/overlap", "Overlap"),
+        (kernels, "/kernels", "Kernels"),
+        (compare, "/compare", "Compare"),
     ):
-        dash.register_page(module.__name__, path=path, name=name, title=f"tracelab · {name}",
-                           layout=module.layout, order=order)
+        dash.register_page(
+            module.__name__,
+            path=path,
+            name=name,
+            title=f"tracelab · {name}",
+            layout=module.layout,
+            order=order,
+        )
         order += 1
     dash.register_page("app.pages.not_found_404", path="/404", name="Not found", layout=_not_found, order=99)
 
@@ -41,8 +53,10 @@ def _shell() -> html.Div:
         [
             html.Nav(
                 [html.Span("tracelab", className="brand")]
-                + [dcc.Link(label, href="/" if p == "runs" else f"/{p}", id=f"nav-{p}", className="nav-link")
-                   for label, p in PAGES],
+                + [
+                    dcc.Link(label, href="/" if p == "runs" else f"/{p}", id=f"nav-{p}", className="nav-link")
+                    for label, p in PAGES
+                ],
                 className="navbar",
             ),
             dcc.Location(id="nav-location", refresh="callback-nav"),
@@ -58,14 +72,21 @@ def nav_hrefs(search: str | None) -> list[str]:
 
     q = parse_qs((search or "").lstrip("?"))
     run = (q.get("run") or q.get("a") or [None])[0]
-    return [("/" if p == "runs" else href(p, run=run) if p != "compare" else href(p, a=run)) for _, p in PAGES]
+    return [
+        ("/" if p == "runs" else href(p, run=run) if p != "compare" else href(p, a=run)) for _, p in PAGES
+    ]
 
 
-def create_app(store: Store, *, import_dir: str | Path | None = None, max_upload_bytes: int = 200 * 2**20) -> Dash:
+def create_app(
+    store: Store, *, import_dir: str | Path | None = None, max_upload_bytes: int = 200 * 2**20
+) -> Dash:
     """The dashboard over `store`. Uploads are written only under `import_dir` (or a temporary
     directory removed after the import) and limited to `max_upload_bytes`."""
-    state = AppState(store=store, import_dir=Path(import_dir) if import_dir is not None else None,
-                     max_upload_bytes=int(max_upload_bytes))
+    state = AppState(
+        store=store,
+        import_dir=Path(import_dir) if import_dir is not None else None,
+        max_upload_bytes=int(max_upload_bytes),
+    )
     app = Dash(
         "app",
         use_pages=True,
@@ -120,10 +141,17 @@ def _register_callbacks(app: Dash) -> None:
     )
     def _timeline(relayout, click, show, _zo, _full, _clear, view):
         trig = ctx.triggered_id
-        trigger = {"tl-xrange": "graph.relayoutData", "tl-graph": "graph.clickData", "tl-show": "show",
-                   "tl-zoom-out": "zoom-out", "tl-full": "full", "tl-clear": "clear"}.get(trig)
-        new_view, outputs = timeline.on_timeline_event(current_state(), trigger, view or {}, relayout=relayout,
-                                                       click=click, show=show)
+        trigger = {
+            "tl-xrange": "graph.relayoutData",
+            "tl-graph": "graph.clickData",
+            "tl-show": "show",
+            "tl-zoom-out": "zoom-out",
+            "tl-full": "full",
+            "tl-clear": "clear",
+        }.get(trig)
+        new_view, outputs = timeline.on_timeline_event(
+            current_state(), trigger, view or {}, relayout=relayout, click=click, show=show
+        )
         if new_view is None:
             return (no_update,) * 5
         fig, link, info, panel = outputs
@@ -185,4 +213,3 @@ def _register_callbacks(app: Dash) -> None:
     )
     def _compare(a, b):
         return compare.on_compare(current_state(), a, b)
-

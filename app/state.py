@@ -43,6 +43,10 @@ class _Lru:
                 self._d.popitem(last=False)
         return value
 
+    def peek(self, key: Any) -> Any:
+        with self._lock:
+            return self._d.get(key)
+
     def clear(self) -> None:
         with self._lock:
             self._d.clear()
@@ -79,6 +83,16 @@ class AppState:
     _misc: _Lru = field(default_factory=lambda: _Lru(32))
 
     # ---- runs ----------------------------------------------------------------------------------
+    def cached(self, key: Any, make: Callable[[], Any]) -> Any:
+        """A small derived value (lanes, tables, SM lanes) cached under `key`."""
+        return self._misc.get(key, make)
+
+    def device_names(self, run_id: str) -> dict[tuple[int, int], str]:
+        """GPU names by (rank, device), from the run's device table (cached with the run)."""
+        return self._misc.get(
+            ("device_names", run_id), lambda: {(d.rank, d.device): d.name for d in self.timeline(run_id).devices}
+        )
+
     def runs(self) -> list[RunRecord]:
         return self.store.runs()
 
@@ -93,10 +107,10 @@ class AppState:
         return self._timelines.get(run_id, lambda: self.store.load(run_id))
 
     def lanes(self, run_id: str) -> pd.DataFrame:
-        return self._misc.get(("lanes", run_id), lambda: self.store.lanes(run_id))
+        return self.cached(("lanes", run_id), lambda: self.store.lanes(run_id))
 
     def strings(self, run_id: str) -> tuple[str, ...]:
-        return self._misc.get(("strings", run_id), lambda: self.store.strings(run_id))
+        return self.cached(("strings", run_id), lambda: self.store.strings(run_id))
 
     def correlation_index(self, run_id: str) -> CorrelationIndex:
         return self._misc.get(("corr", run_id), lambda: CorrelationIndex.build(self.timeline(run_id)))
@@ -108,6 +122,10 @@ class AppState:
         except ImportError as exc:  # pragma: no cover - only while the analyses package is incomplete
             raise MissingDependency(f"the analyses are not available: {exc}") from None
         return self._analyses.get((run_id, options), lambda: analyze(self.timeline(run_id), options))
+
+    def cached_analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis | None:
+        """The analysis if it was computed already (the timeline never waits for one)."""
+        return self._analyses.peek((run_id, options))
 
     def forget(self, run_id: str | None = None) -> None:
         for cache in (self._timelines, self._analyses, self._misc):

@@ -18,7 +18,9 @@ def href(page: str, **params: object) -> str:
 
 
 def timeline_href(run_id: str, t0: int | None = None, t1: int | None = None) -> str:
-    return href("timeline", run=run_id, t0=None if t0 is None else int(t0), t1=None if t1 is None else int(t1))
+    return href(
+        "timeline", run=run_id, t0=None if t0 is None else int(t0), t1=None if t1 is None else int(t1)
+    )
 
 
 def _parse_ns(value: object, what: str) -> int:
@@ -26,7 +28,9 @@ def _parse_ns(value: object, what: str) -> int:
         text = str(value).strip()
         return int(text) if text.lstrip("-").isdigit() else int(float(text))
     except (TypeError, ValueError, OverflowError):
-        raise BadInput(f"the time window's {what} must be an integer number of nanoseconds, got {str(value)[:40]!r}")
+        raise BadInput(
+            f"the time window's {what} must be an integer number of nanoseconds, got {str(value)[:40]!r}"
+        ) from None
 
 
 def parse_window(record: RunRecord, t0: object = None, t1: object = None) -> tuple[int, int]:
@@ -42,7 +46,9 @@ def parse_window(record: RunRecord, t0: object = None, t1: object = None) -> tup
     if b <= a:
         raise BadInput(f"the time window is empty or reversed: t0={a} must be before t1={b}")
     if b <= lo or a >= hi:
-        raise BadInput(f"the time window [{a}, {b}) lies outside run {record.id}, which spans [{lo}, {hi}) ns")
+        raise BadInput(
+            f"the time window [{a}, {b}) lies outside run {record.id}, which spans [{lo}, {hi}) ns"
+        )
     a, b = max(a, lo), min(b, hi)
     if b - a < MIN_SPAN_NS:
         mid = (a + b) // 2

@@ -34,6 +34,7 @@ try:
 except ImportError:
     analyze = None
 t1 = time.perf_counter()
+base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 tl = load_trace(sys.argv[1])
 t2 = time.perf_counter()
 devices = None
@@ -43,7 +44,8 @@ if analyze is not None:
 t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "parse_s": t2 - t1, "analyze_s": t3 - t2 if analyze else None,
                   "events": int(tl.meta.stats.get("trace_events", len(tl.events))), "kept": len(tl.events),
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "devices": devices}))
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "base_rss": base_rss,
+                  "devices": devices}))
 """
 
 HTA_WORKER = r"""
@@ -53,6 +55,7 @@ logging.disable(logging.WARNING)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 t1 = time.perf_counter()
+base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 d = tempfile.mkdtemp(prefix="hta-bench-")
 src = sys.argv[1]
 os.symlink(os.path.abspath(src), os.path.join(d, os.path.basename(src)))
@@ -64,7 +67,7 @@ a.get_idle_time_breakdown(ranks=ranks, visualize=False)
 a.get_comm_comp_overlap(visualize=False)
 t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "parse_s": t2 - t1, "analyze_s": t3 - t2,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "base_rss": base_rss}))
 """
 
 
@@ -98,7 +101,7 @@ def report(label: str, r: dict, mb: float, events: int) -> None:
     print(
         f"{label:9s} parse {r['parse_s']:7.2f} s  analyze {analyze_s if analyze_s is not None else float('nan'):6.2f} s"
         f"  total {total:7.2f} s  {mb / total:7.1f} MB/s  {events / total / 1e6:6.3f} M events/s"
-        f"  peak RSS {r['peak_rss'] / 2**30:5.2f} GiB"
+        f"  peak RSS {r['peak_rss'] / 2**30:5.2f} GiB (after imports {r['base_rss'] / 2**30:4.2f} GiB)"
     )
 
 

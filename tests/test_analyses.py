@@ -2,12 +2,14 @@
 
 import json
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_analyses_builder import TB, Sim, us
 
 from tracelab.analyses import AnalysisOptions, analyze, to_document
 from tracelab.model import ContextInfo, CopyKind, DeviceInfo, Flag, MemKind, SyncKind
-
-from test_analyses_builder import TB, Sim, us
 
 
 def _two_stream_device():
@@ -22,8 +24,10 @@ def _two_stream_device():
     tb.kernel(70, 40, stream=20, name="ncclKernel_AllReduce_RING_LL_Sum_float")
     # copies on two streams at once: DtoH on stream 21 [250,320) overlaps the HtoD [200,300)
     tb.memcpy(250, 70, CopyKind.DTOH, 1 << 20, stream=21, dst=MemKind.PINNED)
-    return tb.build(devices=[DeviceInfo(rank=0, device=0, name="NVIDIA H100", sm_count=132)],
-                    contexts=[ContextInfo(0, 0, 2, is_green=True, green_context=5, sm_count=16)])
+    return tb.build(
+        devices=[DeviceInfo(rank=0, device=0, name="NVIDIA H100", sm_count=132)],
+        contexts=[ContextInfo(0, 0, 2, is_green=True, green_context=5, sm_count=16)],
+    )
 
 
 def test_device_summary_busy_idle_kinds_and_streams():
@@ -109,12 +113,35 @@ def _gap_case(cause: str):
 @pytest.mark.parametrize(
     "case,cause,evidence",
     [
-        ("host_sync_inprogress", "host_sync", "cudaStreamSynchronize on thread 1 was waiting"),
-        ("host_sync_cover", "host_sync", "cudaDeviceSynchronize on thread 2 from +10.0 µs covers 92% of the gap"),
-        ("item", "host_sync", "cudaMemcpyAsync on thread 1 was waiting when the GPU went idle and returned at +2.0 µs; next launch only at +188.0 µs"),
-        ("launch_latency", "launch_latency",
-         "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1; host busy 99% "
-         "of the gap (in aten::slow_python_op)"),
+        (
+            "host_sync_inprogress",
+            "host_sync",
+            (
+                "cudaStreamSynchronize on thread 1 was waiting when the GPU went idle and returned at +2.0 µs; "
+                "next launch only at +190.0 µs (cudaLaunchKernel on thread 1) (host in aten::python_work)"
+            ),
+        ),
+        (
+            "host_sync_cover",
+            "host_sync",
+            "cudaDeviceSynchronize on thread 2 from +10.0 µs covers 92% of the gap",
+        ),
+        (
+            "item",
+            "host_sync",
+            (
+                "cudaMemcpyAsync on thread 1 was waiting when the GPU went idle and returned at "
+                "+2.0 µs; next launch only at +188.0 µs"
+            ),
+        ),
+        (
+            "launch_latency",
+            "launch_latency",
+            (
+                "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1; host busy 99% "
+                "of the gap (in aten::slow_python_op)"
+            ),
+        ),
         ("no_work", "no_work", "no CUDA API call or CPU op recorded for 100% of the gap"),
         ("dependency_wait", "dependency_wait", "last cudaStreamWaitEvent at -60.0 µs"),
         ("unknown", "unknown", "its launch is not in the trace"),
@@ -123,15 +150,21 @@ def _gap_case(cause: str):
 def test_gap_causes(case, cause, evidence):
     a = analyze(_gap_case(case))
     (g,) = a.gaps
-    assert (g.start_ns, g.end_ns, g.duration_ns) == (us(100 if case != "item" else 102), us(300),
-                                                     us(200 if case != "item" else 198))
+    assert (g.start_ns, g.end_ns, g.duration_ns) == (
+        us(100 if case != "item" else 102),
+        us(300),
+        us(200 if case != "item" else 198),
+    )
     assert g.cause == cause, g.evidence
     assert evidence in g.evidence, g.evidence
 
 
 def test_dependency_wait_evidence_names_the_launch():
     (g,) = analyze(_gap_case("dependency_wait")).gaps
-    assert "was already launched (cudaLaunchKernel on thread 1 at -55.0 µs) but started only at +200.0 µs" in g.evidence
+    assert (
+        "was already launched (cudaLaunchKernel on thread 1 at -55.0 µs) but started only at +200.0 µs"
+        in g.evidence
+    )
 
 
 def test_gap_threshold_and_order():
@@ -212,8 +245,12 @@ def test_document_is_schema_1_json():
     assert back["schema"] == 1
     assert back["devices"][0]["busy_ns"] == us(202)
     assert back["gaps"][0]["cause"] == "host_sync"
-    assert set(back["devices"][0]["overlap"]) == {"compute_compute_ns", "compute_copy_ns", "compute_comm_ns",
-                                                  "copy_copy_ns"}
+    assert set(back["devices"][0]["overlap"]) == {
+        "compute_compute_ns",
+        "compute_copy_ns",
+        "compute_comm_ns",
+        "copy_copy_ns",
+    }
 
 
 def test_multi_rank_host_lookup_is_per_rank():
@@ -240,3 +277,75 @@ def test_profiler_sync_record_defers_to_its_api_call():
         tb.kernel(300, 100, name="kernel_B", launch_at=295)
         (g,) = analyze(tb.build()).gaps
         assert g.cause == cause, g.evidence
+
+
+def test_host_view_finds_outermost_op_per_thread():
+    from tracelab.analyses.gaps import HostView
+
+    tb = TB()
+    tb.cpu_op("outer", 0, 100, tid=1)
+    tb.cpu_op("inner", 10, 20, tid=1)
+    tb.cpu_op("later", 150, 10, tid=1)
+    tb.cpu_op("other_thread", 0, 500, tid=2)
+    tb.kernel(0, 1)
+    tl = tb.build()
+    hv = HostView(tl, 0)
+    idx = hv.op_at(np.array([1, 1, 1, 1, 2, 3]), np.array([15, 50, 120, 155, 120, 5]) * 1000)
+    got = [tl.name(int(hv.op_name[i])) if i >= 0 else None for i in idx.tolist()]
+    assert got == ["outer", "outer", None, "later", "other_thread", None]
+
+
+@st.composite
+def _random_device_work(draw):
+    n = draw(st.integers(1, 25))
+    items = []
+    for _ in range(n):
+        start = draw(st.integers(0, 200))
+        items.append(
+            (
+                draw(st.sampled_from(["k", "k", "c", "s", "n"])),  # kernel, copy, memset, nccl kernel
+                start,
+                start + draw(st.integers(0, 40)),
+                draw(st.sampled_from([7, 8, 9])),
+            )
+        )
+    return items
+
+
+@settings(max_examples=150, deadline=None)
+@given(_random_device_work())
+def test_device_invariants_against_brute_force(items):
+    tb = TB()
+    for what, s, e, stream in items:
+        if what == "c":
+            tb.memcpy(s, e - s, CopyKind.HTOD, 1024, stream=stream)
+        elif what == "s":
+            tb.memset(s, e - s, stream=stream)
+        else:
+            tb.kernel(s, e - s, stream=stream, name="ncclKernel_AllReduce" if what == "n" else "gemm")
+    a = analyze(tb.build(), AnalysisOptions(gap_threshold_ns=1))
+    (d,) = a.devices
+
+    def cells(kinds, stream=None):
+        c = np.zeros(241, dtype=bool)
+        for what, s, e, st_ in items:
+            if what in kinds and (stream is None or st_ == stream):
+                c[s:e] = True
+        return c
+
+    busy = cells("kcsn")
+    lo, hi = min(s for _, s, _, _ in items), max(e for _, _, e, _ in items)
+    assert d.span_ns == us(hi - lo) and d.busy_ns == us(busy.sum())
+    assert d.kernel_ns == us(cells("kn").sum()) and d.comm_ns == us(cells("n").sum())
+    compute, copy = cells("k"), cells("cs")
+    assert d.overlap.compute_copy_ns == us((compute & copy).sum())
+    assert d.overlap.compute_comm_ns == us((compute & cells("n")).sum())
+    streams_k = sum(cells("k", s).astype(int) for s in (7, 8, 9))
+    streams_c = sum(cells("cs", s).astype(int) for s in (7, 8, 9))
+    assert d.overlap.compute_compute_ns == us((streams_k >= 2).sum())
+    assert d.overlap.copy_copy_ns == us((streams_c >= 2).sum())
+    # with a 1 ns threshold the gaps are exactly the idle time inside the span
+    assert sum(g.duration_ns for g in a.gaps) == d.idle_ns
+    assert {s.stream: s.busy_ns for s in d.streams} == {
+        s: us(cells("kcsn", s).sum()) for s in {it[3] for it in items}
+    }

@@ -45,7 +45,11 @@ def test_invariants_on_real_traces(rel):
         for d in a.devices:
             assert 0 < d.busy_ns <= d.span_ns and d.idle_ns == d.span_ns - d.busy_ns
             assert d.end_ns - d.start_ns == d.span_ns
-            assert max(d.kernel_ns, d.memcpy_ns, d.memset_ns) <= d.busy_ns <= d.kernel_ns + d.memcpy_ns + d.memset_ns
+            assert (
+                max(d.kernel_ns, d.memcpy_ns, d.memset_ns)
+                <= d.busy_ns
+                <= d.kernel_ns + d.memcpy_ns + d.memset_ns
+            )
             assert d.comm_ns <= d.kernel_ns
             o = d.overlap
             assert o.compute_compute_ns <= d.kernel_ns - d.comm_ns + o.compute_comm_ns

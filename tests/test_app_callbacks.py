@@ -28,15 +28,42 @@ HOSTILE_NVTX = "<img src=x onerror=alert(1)>"
 # ---- a small synthetic run with known structure ------------------------------------------------------
 
 
-def synthetic_timeline(steps: int = 8, step_ns: int = 2_000_000, source: str = "synthetic"):
+EPOCH_NS = 1_700_000_000_000_000_000  # trace clocks are often epoch nanoseconds: beyond 2^53
+
+
+def synthetic_timeline(
+    steps: int = 8, step_ns: int = 2_000_000, source: str = "synthetic", base: int = EPOCH_NS
+):
     """Per step: an NVTX range; 5 kernels on stream 7 (each launched by cudaLaunchKernel, correlated);
     an async HtoD copy on stream 13 (right after them) overlapping a kernel on stream 21 (green context 5); then a
     cudaStreamSynchronize, so the GPU idles until the next step (a gap of ~step_ns - 300 µs)."""
     s = StringInterner()
-    cols: dict[str, list] = {c: [] for c in ("kind", "start", "end", "device", "context", "green_context", "stream",
-                                             "pid", "tid", "name", "category", "correlation", "bytes", "copy_kind",
-                                             "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                                             "registers")}
+    cols: dict[str, list] = {
+        c: []
+        for c in (
+            "kind",
+            "start",
+            "end",
+            "device",
+            "context",
+            "green_context",
+            "stream",
+            "pid",
+            "tid",
+            "name",
+            "category",
+            "correlation",
+            "bytes",
+            "copy_kind",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "registers",
+        )
+    }
 
     def add(**kw):
         for c in cols:
@@ -47,31 +74,104 @@ def synthetic_timeline(steps: int = 8, step_ns: int = 2_000_000, source: str = "
     corr = 0
     dom = s.intern("default")
     for i in range(steps):
-        t = 1_000_000_000 + i * step_ns
-        add(kind=EventKind.NVTX_RANGE, start=t, end=t + 1_500 * us, pid=100, tid=1, category=dom,
-            name=s.intern(HOSTILE_NVTX if i == 0 else f"step {i}"))
+        t = base + i * step_ns
+        add(
+            kind=EventKind.NVTX_RANGE,
+            start=t,
+            end=t + 1_500 * us,
+            pid=100,
+            tid=1,
+            category=dom,
+            name=s.intern(HOSTILE_NVTX if i == 0 else f"step {i}"),
+        )
         for j in range(5):
             corr += 1
             launch = t + j * 20 * us
-            add(kind=EventKind.RUNTIME, start=launch, end=launch + 5 * us, pid=100, tid=1,
-                name=s.intern("cudaLaunchKernel"), correlation=corr)
+            add(
+                kind=EventKind.RUNTIME,
+                start=launch,
+                end=launch + 5 * us,
+                pid=100,
+                tid=1,
+                name=s.intern("cudaLaunchKernel"),
+                correlation=corr,
+            )
             kname = HOSTILE_KERNEL if (i == 0 and j == 2) else f"gemm_kernel_{j % 2}"
-            add(kind=EventKind.KERNEL, start=launch + 10 * us, end=launch + 25 * us, device=0, context=1, stream=7,
-                name=s.intern(kname), correlation=corr, grid_x=128, grid_y=1, grid_z=1, block_x=256, block_y=1,
-                block_z=1, registers=32)
+            add(
+                kind=EventKind.KERNEL,
+                start=launch + 10 * us,
+                end=launch + 25 * us,
+                device=0,
+                context=1,
+                stream=7,
+                name=s.intern(kname),
+                correlation=corr,
+                grid_x=128,
+                grid_y=1,
+                grid_z=1,
+                block_x=256,
+                block_y=1,
+                block_z=1,
+                registers=32,
+            )
         corr += 1
-        add(kind=EventKind.RUNTIME, start=t + 103 * us, end=t + 106 * us, pid=100, tid=1,
-            name=s.intern("cudaMemcpyAsync"), correlation=corr)
-        add(kind=EventKind.MEMCPY, start=t + 108 * us, end=t + 208 * us, device=0, context=1, stream=13,
-            name=s.intern("Memcpy HtoD"), correlation=corr, bytes=1 << 20, copy_kind=CopyKind.HTOD)
+        add(
+            kind=EventKind.RUNTIME,
+            start=t + 103 * us,
+            end=t + 106 * us,
+            pid=100,
+            tid=1,
+            name=s.intern("cudaMemcpyAsync"),
+            correlation=corr,
+        )
+        add(
+            kind=EventKind.MEMCPY,
+            start=t + 108 * us,
+            end=t + 208 * us,
+            device=0,
+            context=1,
+            stream=13,
+            name=s.intern("Memcpy HtoD"),
+            correlation=corr,
+            bytes=1 << 20,
+            copy_kind=CopyKind.HTOD,
+        )
         corr += 1
-        add(kind=EventKind.RUNTIME, start=t + 116 * us, end=t + 119 * us, pid=100, tid=1,
-            name=s.intern("cudaLaunchKernel"), correlation=corr)
-        add(kind=EventKind.KERNEL, start=t + 120 * us, end=t + 300 * us, device=0, context=3, green_context=5,
-            stream=21, name=s.intern("attention_kernel"), correlation=corr, grid_x=64, grid_y=2, grid_z=1,
-            block_x=128, block_y=1, block_z=1, registers=64)
-        add(kind=EventKind.RUNTIME, start=t + 305 * us, end=t + step_ns - 20 * us, pid=100, tid=1,
-            name=s.intern("cudaStreamSynchronize"))
+        add(
+            kind=EventKind.RUNTIME,
+            start=t + 116 * us,
+            end=t + 119 * us,
+            pid=100,
+            tid=1,
+            name=s.intern("cudaLaunchKernel"),
+            correlation=corr,
+        )
+        add(
+            kind=EventKind.KERNEL,
+            start=t + 120 * us,
+            end=t + 300 * us,
+            device=0,
+            context=3,
+            green_context=5,
+            stream=21,
+            name=s.intern("attention_kernel"),
+            correlation=corr,
+            grid_x=64,
+            grid_y=2,
+            grid_z=1,
+            block_x=128,
+            block_y=1,
+            block_z=1,
+            registers=64,
+        )
+        add(
+            kind=EventKind.RUNTIME,
+            start=t + 305 * us,
+            end=t + step_ns - 20 * us,
+            pid=100,
+            tid=1,
+            name=s.intern("cudaStreamSynchronize"),
+        )
     kind = np.array(cols["kind"], dtype=np.int8)
     names = np.array(cols["name"], dtype=np.int32)
     sync, flags = classify_api_ids(s.strings, names)
@@ -84,17 +184,27 @@ def synthetic_timeline(steps: int = 8, step_ns: int = 2_000_000, source: str = "
         s.strings,
         RunMeta(source=source, format="nsys", workload="synthetic", variant=source),
         devices=[DeviceInfo(0, 0, name="NVIDIA H100 80GB HBM3", sm_count=132, cc_major=9, cc_minor=0)],
-        contexts=[ContextInfo(0, 0, 1), ContextInfo(0, 0, 3, is_green=True, parent_context=1, green_context=5,
-                                                    sm_count=16)],
+        contexts=[
+            ContextInfo(0, 0, 1),
+            ContextInfo(0, 0, 3, is_green=True, parent_context=1, green_context=5, sm_count=16),
+        ],
     )
 
 
 def make_store(path: Path) -> tuple[Store, str, str]:
     store = Store(path)
-    a = store.import_timeline(synthetic_timeline(source="baseline"), source_path="baseline.nsys-rep",
-                              fingerprint="a" * 64, name="baseline")
-    b = store.import_timeline(synthetic_timeline(step_ns=1_000_000, source="variant"), source_path="variant.nsys-rep",
-                              fingerprint="b" * 64, name="variant")
+    a = store.import_timeline(
+        synthetic_timeline(source="baseline"),
+        source_path="baseline.nsys-rep",
+        fingerprint="a" * 64,
+        name="baseline",
+    )
+    b = store.import_timeline(
+        synthetic_timeline(step_ns=1_000_000, source="variant"),
+        source_path="variant.nsys-rep",
+        fingerprint="b" * 64,
+        name="variant",
+    )
     return store, a, b
 
 
@@ -135,7 +245,10 @@ def test_parse_window(env):
     state, a, _ = env
     rec = state.record(a)
     assert parse_window(rec) == (rec.start_ns, rec.end_ns)
-    assert parse_window(rec, rec.start_ns + 10, str(rec.start_ns + 5_000)) == (rec.start_ns + 10, rec.start_ns + 5_000)
+    assert parse_window(rec, rec.start_ns + 10, str(rec.start_ns + 5_000)) == (
+        rec.start_ns + 10,
+        rec.start_ns + 5_000,
+    )
     # clamped to the run
     assert parse_window(rec, rec.start_ns - 10**9, rec.end_ns + 10**9) == (rec.start_ns, rec.end_ns)
     for bad in (("abc", None), (rec.start_ns + 500, rec.start_ns + 100), (rec.end_ns + 1, rec.end_ns + 10)):
@@ -147,8 +260,12 @@ def test_bad_run_id_and_window_give_clear_pages(env):
     from app.pages import gaps, kernels, overlap, timeline
 
     state, a, _ = env
-    for page in (timeline.timeline_layout(state, "nope"), gaps.gaps_layout(state, "nope"),
-                 overlap.overlap_layout(state, "nope"), kernels.kernels_layout(state, "nope")):
+    for page in (
+        timeline.timeline_layout(state, "nope"),
+        gaps.gaps_layout(state, "nope"),
+        overlap.overlap_layout(state, "nope"),
+        kernels.kernels_layout(state, "nope"),
+    ):
         assert page.id == "error"
         assert "no run with id or name 'nope'" in as_json(page)
     page = timeline.timeline_layout(state, a, "12abc", "x")
@@ -181,7 +298,7 @@ def test_timeline_lanes_labels_and_escaping(env):
         kh = next(h for h in hovers if "gemm_kernel" in h)
         assert "duration 15 µs" in kh and "grid (128,1,1) block (256,1,1)" in kh
     view = find(page, "tl-view").data
-    assert (view["t0"], view["t1"]) == (state.record(a).start_ns, state.record(a).end_ns)
+    assert (view["t0"], view["t1"]) == (str(state.record(a).start_ns), str(state.record(a).end_ns))
 
 
 def test_zoom_requeries_store_window_and_updates_link(env):
@@ -191,11 +308,12 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     rec = state.record(a)
     view = find(timeline.timeline_layout(state, a), "tl-view").data
     # zoom to the first 200 µs (step 0's kernels), in the unit of the whole-run figure's x axis
-    unit, _ = axis_unit(view["t1"] - view["t0"])
+    unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))
     new_view, outputs = timeline.on_timeline_event(
-        state, "graph.relayoutData", view, relayout={"xaxis.range[0]": 0.0, "xaxis.range[1]": 200_000 / unit})
+        state, "graph.relayoutData", view, relayout={"xaxis.range[0]": 0.0, "xaxis.range[1]": 200_000 / unit}
+    )
     assert new_view is not None
-    assert (new_view["t0"], new_view["t1"]) == (rec.start_ns, rec.start_ns + 200_000)
+    assert (new_view["t0"], new_view["t1"]) == (str(rec.start_ns), str(rec.start_ns + 200_000))
     fig, link, info, _ = outputs
     q = parse_qs(urlparse(link).query)
     assert q == {"run": [a], "t0": [str(rec.start_ns)], "t1": [str(rec.start_ns + 200_000)]}
@@ -205,9 +323,14 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     assert any("&lt;script&gt;" in h for h in hovers)
     assert fig.layout.xaxis.title.text.startswith("time (µs")
     # a relayout without an x range (autosize) changes nothing; autorange returns to the whole run
-    assert timeline.on_timeline_event(state, "graph.relayoutData", new_view, relayout={"autosize": True}) == (None, None)
-    full, _ = timeline.on_timeline_event(state, "graph.relayoutData", new_view, relayout={"xaxis.autorange": True})
-    assert (full["t0"], full["t1"]) == (rec.start_ns, rec.end_ns)
+    assert timeline.on_timeline_event(state, "graph.relayoutData", new_view, relayout={"autosize": True}) == (
+        None,
+        None,
+    )
+    full, _ = timeline.on_timeline_event(
+        state, "graph.relayoutData", new_view, relayout={"xaxis.autorange": True}
+    )
+    assert (int(full["t0"]), int(full["t1"])) == (rec.start_ns, rec.end_ns)
 
 
 def _points(fig, kind: int):
@@ -225,12 +348,14 @@ def test_click_gpu_op_highlights_host_launch_and_back(env):
 
     state, a, _ = env
     view = find(timeline.timeline_layout(state, a), "tl-view").data
-    unit, _ = axis_unit(view["t1"] - view["t0"])
+    unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))
     view, (fig, *_rest) = timeline.on_timeline_event(
-        state, "graph.relayoutData", view, relayout={"xaxis.range[0]": 0.0, "xaxis.range[1]": 200_000 / unit})
+        state, "graph.relayoutData", view, relayout={"xaxis.range[0]": 0.0, "xaxis.range[1]": 200_000 / unit}
+    )
     _, _, cd = next(_points(fig, int(EventKind.KERNEL)))
     sel_view, (fig2, _, _, panel) = timeline.on_timeline_event(
-        state, "graph.clickData", view, click={"points": [{"customdata": cd}]})
+        state, "graph.clickData", view, click={"points": [{"customdata": cd}]}
+    )
     assert sel_view["selected"]["correlation"] == int(cd[3])
     linked = timeline.correlated_events(state, a, sel_view["selected"])
     assert sorted(linked["kind"].tolist()) == [int(EventKind.KERNEL), int(EventKind.RUNTIME)]
@@ -239,7 +364,9 @@ def test_click_gpu_op_highlights_host_launch_and_back(env):
     assert "cudaLaunchKernel" in as_json(panel)
     # and back: clicking the host launch links the same kernel
     _, _, host_cd = next(p for p in _points(fig, int(EventKind.RUNTIME)) if int(p[2][3]) == int(cd[3]))
-    back, _ = timeline.on_timeline_event(state, "graph.clickData", view, click={"points": [{"customdata": host_cd}]})
+    back, _ = timeline.on_timeline_event(
+        state, "graph.clickData", view, click={"points": [{"customdata": host_cd}]}
+    )
     linked_back = timeline.correlated_events(state, a, back["selected"])
     assert set(linked_back["start"]) == set(linked["start"])
 
@@ -268,17 +395,24 @@ def test_gap_click_opens_timeline_at_gap(env):
     rows = table.data
     assert len(rows) == 7  # one idle stretch between each of the 8 steps
     assert rows[0]["duration_ns"] >= rows[-1]["duration_ns"]  # longest first
+    assert isinstance(rows[0]["start_ns"], str)  # epoch ns must survive the browser's numbers
     run_info = find(page, "gaps-run").data
-    link = gaps.gap_click_href(run_info, active_cell={"row": 2, "column": 0, "row_id": rows[2]["id"]}, rows=rows)
+    link = gaps.gap_click_href(
+        run_info, active_cell={"row": 2, "column": 0, "row_id": rows[2]["id"]}, rows=rows
+    )
     q = parse_qs(urlparse(link).query)
     t0, t1 = int(q["t0"][0]), int(q["t1"][0])
-    assert t0 < rows[2]["start_ns"] and rows[2]["end_ns"] < t1
+    assert t0 < int(rows[2]["start_ns"]) and int(rows[2]["end_ns"]) < t1
     tl_page = timeline.timeline_layout(state, q["run"][0], q["t0"][0], q["t1"][0])
     view = find(tl_page, "tl-view").data
-    assert (view["t0"], view["t1"]) == (t0, t1)
+    assert (int(view["t0"]), int(view["t1"])) == (t0, t1)
     # the scatter of gaps carries [start, end] too
-    point = gaps.gap_click_href(run_info, click={"points": [{"customdata": [rows[0]["start_ns"], rows[0]["end_ns"]]}]})
-    assert point is not None and f"run={a}" in point
+    fig = find(page, "gaps-graph").figure
+    cd = next(tr.customdata[0] for tr in fig.data if tr.customdata is not None)
+    point = gaps.gap_click_href(run_info, click={"points": [{"customdata": cd}]})
+    pq = parse_qs(urlparse(point).query)
+    gap = next(r for r in rows if int(r["start_ns"]) == int(run_info["lo"]) + cd[0])
+    assert int(pq["t0"][0]) < int(gap["start_ns"]) < int(gap["end_ns"]) < int(pq["t1"][0])
     assert gaps.gap_click_href(run_info, click={"points": [{}]}) is None
 
 
@@ -378,6 +512,21 @@ def test_lod_caps_drawn_items():
         # folded + drawn events are all accounted for
         assert int(view.bins["count"].sum()) + len(view.items) == n
     zoom = level_of_detail(ev, 5 * 10**9, 5 * 10**9 + 2 * 10**6, 12, max_items=3000)
+    # the budget is shared between rows: one row full of long events does not take it all
+    crowd = pd.DataFrame(
+        {
+            "start": np.arange(10_000) * 1_000_000,
+            "end": np.arange(10_000) * 1_000_000 + 5_000_000,
+            "row": np.zeros(10_000, dtype=np.int32),
+        }
+    )
+    few = pd.DataFrame(
+        {"start": [10**6, 5 * 10**9], "end": [10**6 + 10**7, 5 * 10**9 + 10**7], "row": [1, 1]}
+    )
+    fair = level_of_detail(
+        pd.concat([crowd, few], ignore_index=True), 0, 10**10, 2, width_px=4000, max_items=1000
+    )
+    assert (fair.items["row"] == 1).sum() == 2 and (fair.items["row"] == 0).sum() == 750 - 2
     z0, z1 = 5 * 10**9, 5 * 10**9 + 2 * 10**6
     vis = (end >= z0) & (start < z1)
     wide = (np.minimum(end, z1) - np.maximum(start, z0))[vis] >= (z1 - z0) / 1600
@@ -387,17 +536,18 @@ def test_lod_caps_drawn_items():
 
 def test_render_view_on_store_caps_items(tmp_path):
     """A run of 120k events: every view of the timeline stays under the item budget."""
-    from app.pages import timeline
+    from app import timeline_view
     from app.state import AppState
 
     store = Store(tmp_path / "big.db")
-    rid = store.import_timeline(synthetic_timeline(steps=8000, step_ns=400_000), source_path="big",
-                                fingerprint="c" * 64)
+    rid = store.import_timeline(
+        synthetic_timeline(steps=8000, step_ns=400_000), source_path="big", fingerprint="c" * 64
+    )
     state = AppState(store=store, max_items=2000)
     rec = state.record(rid)
     assert rec.events > 100_000
     for t0, t1 in ((rec.start_ns, rec.end_ns), (rec.start_ns, rec.start_ns + 50_000_000)):
-        r = timeline.render_view(state, rec, t0, t1)
+        r = timeline_view.render_view(state, rec, t0, t1)
         assert r.n_drawn <= 2000 + 1000  # stream/host budget + SM budget (max_items // 2)
         assert r.view.events_in_window > 0
 
@@ -462,5 +612,66 @@ def test_create_app_serves_pages(env, tmp_path):
     assert client.get("/_dash-layout").status_code == 200
     deps = client.get("/_dash-dependencies").get_json()
     outputs = " ".join(d["output"] for d in deps)
-    assert "tl-graph.figure" in outputs and "nav-location.href" in outputs and "upload-message.children" in outputs
+    assert (
+        "tl-graph.figure" in outputs
+        and "nav-location.href" in outputs
+        and "upload-message.children" in outputs
+    )
     assert app.server.config["MAX_CONTENT_LENGTH"] < 10 * 1024 * 1024
+
+
+def test_timeline_shades_gaps_once_analysed(env):
+    from app import timeline_view
+
+    state, a, _ = env
+    rec = state.record(a)
+    before = timeline_view.render_view(state, rec, rec.start_ns, rec.end_ns).figure
+    assert not [tr for tr in before.data if tr.name == "idle gaps (shaded)"]  # never waits for an analysis
+    gaps = state.analysis(a).gaps
+    after = timeline_view.render_view(state, rec, rec.start_ns, rec.end_ns).figure
+    marks = [tr for tr in after.data if tr.name == "idle gaps (shaded)"]
+    assert len(marks) == 1 and len(marks[0].x) == len(gaps) == 7
+    assert len([sh for sh in after.layout.shapes if sh.type == "rect"]) == 7
+    assert all("host_sync" in h for h in marks[0].hovertext)
+
+
+def test_store_window_and_in_memory_cut_give_the_same_view(env, monkeypatch):
+    """Wide views are cut from the run's columns in memory, narrow ones queried with Store.window:
+    both paths draw exactly the same items and bins."""
+    from app import timeline_view
+    from tracelab.render.figures import lane_to_row, timeline_rows
+
+    state, a, _ = env
+    rec = state.record(a)
+    rows = timeline_rows(state.lanes(a), state.strings(a))
+    table = lane_to_row(rows, len(state.lanes(a)))
+    shown = rows.loc[rows["lane"] >= 0, "lane"].to_numpy()
+    for t0, t1 in ((rec.start_ns, rec.end_ns), (rec.start_ns + 150_000, rec.start_ns + 2_400_000)):
+        views = []
+        for limit in (10**9, -1):  # everything through Store.window, then everything in memory
+            monkeypatch.setattr(timeline_view, "STORE_WINDOW_MAX_EVENTS", limit)
+            views.append(timeline_view.window_view(state, a, t0, t1, table, shown, len(rows)))
+        store_view, memory_view = views
+        assert store_view.events_in_window == memory_view.events_in_window > 0
+        cols = ["start", "end", "row", "kind", "name", "correlation"]
+        pd.testing.assert_frame_equal(
+            store_view.items[cols].reset_index(drop=True), memory_view.items[cols].reset_index(drop=True)
+        )
+        pd.testing.assert_frame_equal(store_view.bins, memory_view.bins)
+
+
+def test_internal_errors_give_a_clear_page(env, monkeypatch):
+    from app import timeline_view
+    from app.pages import overlap, timeline
+
+    state, a, _ = env
+
+    def broken(*_a, **_k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(state, "analysis", broken)
+    page = overlap.overlap_layout(state, a)
+    assert page.id == "error" and "RuntimeError: boom" in as_json(page)
+    monkeypatch.setattr(timeline_view, "level_of_detail", broken)
+    page = timeline.timeline_layout(state, a)
+    assert page.id == "error" and "Internal error" in as_json(page)

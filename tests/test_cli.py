@@ -616,3 +616,14 @@ def test_hostile_file_name_in_an_error_is_defused(env):
     r = run("import", str(bad))
     _assert_one_line_error(r, "evil")
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+
+
+def test_import_replace_keeps_the_id(env):
+    tmp, db = env
+    trace = write_trace(tmp / "a.json", kineto_trace())
+    rid = run("import", str(trace)).stdout.strip()
+    before = runs_table(db)
+    r = run("import", "--replace", str(trace))
+    assert r.exit_code == 0 and r.stdout.strip() == rid and "imported as run" in r.stderr
+    after = runs_table(db)
+    assert len(after) == len(before) and after[0][8] != before[0][8]  # same run, new `created`

@@ -96,6 +96,18 @@ def test_compare_baseline_vs_variant():
     assert ranked == sorted(ranked, reverse=True)
 
 
+def test_sm_busy_compared():
+    base = synthetic_timeline(gap_us=80, source="base.json", gpu_name="NVIDIA H100")
+    var = synthetic_timeline(gap_us=20, source="var.json", gpu_name="NVIDIA H100")
+    a, b = analysis_of(base), analysis_of(var)
+    d = compare(a, b, base, var).devices[0]
+    assert (d.sm_source_a, d.sm_source_b) == (a.devices[0].sm.source, b.devices[0].sm.source) != ("none", "none")
+    assert (d.sm_busy_a, d.sm_busy_b) == (a.devices[0].sm.busy_fraction, b.devices[0].sm.busy_fraction)
+    assert d.sm_busy_b > d.sm_busy_a > 0  # same work, shorter gaps: the SMs are busier
+    text = format_comparison(compare(a, b, base, var))
+    assert f"SM busy ({d.sm_source_a} / {d.sm_source_b})" in text
+
+
 def test_findings_new_gone_changed():
     tl = synthetic_timeline(iterations=3)
     base = analysis_of(tl)
@@ -148,6 +160,7 @@ def test_text_and_json_output():
     text = format_comparison(c)
     assert "\x1b" not in text and "\u202e" not in text and "line?break" in text
     assert "== device r0/d0" in text and "== gaps by cause" in text and "2 new" in text
+    assert "new sync_per_iteration: sync after |pipe|" in text  # what appeared in B, in words
     for label in ("span", "busy", "idle", "overlap compute/copy"):
         assert any(line.startswith(label) for line in text.splitlines())
     idle = c.devices[0].idle_ns

@@ -57,17 +57,20 @@ def _kineto_files() -> list[str]:
     return sorted(str(p.relative_to(CORPUS)) for p in files if not p.name.endswith(NOT_TRACES))
 
 
-_CACHE: dict[str, object] = {}
+@pytest.fixture(scope="module")
+def parsed():
+    """Parse each file once per module (several tests look at the same file)."""
+    cache: dict[str, object] = {}
 
+    def get(rel: str):
+        if rel not in cache:
+            try:
+                cache[rel] = load_trace(CORPUS / rel)
+            except BadInput as exc:
+                cache[rel] = exc
+        return cache[rel]
 
-def parsed(rel: str):
-    """Parse once per test session (several tests look at the same file)."""
-    if rel not in _CACHE:
-        try:
-            _CACHE[rel] = load_trace(CORPUS / rel)
-        except BadInput as exc:
-            _CACHE[rel] = exc
-    return _CACHE[rel]
+    return get
 
 
 FILES = _kineto_files()
@@ -80,7 +83,7 @@ def test_readme_lists_every_kineto_file():
 
 
 @pytest.mark.parametrize("rel", FILES)
-def test_imports_or_rejects_in_one_line(rel):
+def test_imports_or_rejects_in_one_line(rel, parsed):
     result = parsed(rel)
     if rel in REJECTED:
         assert isinstance(result, BadInput)
@@ -115,7 +118,7 @@ def test_imports_or_rejects_in_one_line(rel):
         assert result.meta.ranks == (int(rank.group(1)),)
 
 
-def test_comm_flag_on_nccl_kernels():
+def test_comm_flag_on_nccl_kernels(parsed):
     tl = parsed("hta/df_index_resolver__df_index_resolver.json.gz")
     ev = tl.events
     comm = (ev["flags"].to_numpy() & Flag.COMM) != 0
@@ -123,20 +126,20 @@ def test_comm_flag_on_nccl_kernels():
     assert all("nccl" in s.lower() for s in tl.names(ev["name"][comm]))
 
 
-def test_legacy_schema_sample():
+def test_legacy_schema_sample(parsed):
     tl = parsed("kineto_tb_plugin/samples__resnet50_autograd_api_num_workers_0__worker0.pt.trace.json.gz")
     assert tl.meta.extra["kineto_schema"] == "2021"
     kern = tl.events[tl.events["kind"] == EventKind.KERNEL]
     assert (kern["grid_x"] > 0).all() and (kern["block_x"] > 0).all() and (kern["registers"] >= 0).all()
 
 
-def test_device_properties_from_compute_properties():
+def test_device_properties_from_compute_properties(parsed):
     tl = parsed("kineto_tb_plugin/test__gpu_metrics_input.json")
     d = tl.devices[0]
     assert (d.name, d.sm_count, d.cc_major, d.max_threads_per_sm) == ("Tesla V100-DGXS-32GB", 80, 7, 2048)
 
 
-def test_eight_rank_directory():
+def test_eight_rank_directory(parsed):
     tl = load_trace(CORPUS / "param" / "dlrm_kineto_8rank")
     tl.validate()
     assert tl.meta.ranks == tuple(range(8))
@@ -152,9 +155,25 @@ def test_eight_rank_directory():
     assert all(sorted(s) == [7, 22, 24, 84] for s in streams)
 
 
-def test_amd_trace_devices():
+def test_amd_trace_devices(parsed):
     tl = parsed("tracelens/mi300__resnet_act_checkpoint.json.gz")
     assert tl.meta.gpu == "AMD Instinct MI300X"
     api = tl.events[tl.events["kind"] == EventKind.RUNTIME]
     assert any(s.startswith("hip") for s in tl.names(api["name"]))
     assert tl.meta.stats["orphan_gpu_events"] == 968
+
+
+@pytest.mark.parametrize(
+    "rel,words",
+    [
+        ("hta/mtia_inference_trace__mtia_inference_rank_0.json.gz", "MTIA accelerator trace"),
+        ("hta/cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "no kernel/memcpy/memset"),
+        ("zoology/trace.json", "no kernel/memcpy/memset"),
+    ],
+)
+def test_traces_without_gpu_work_keep_host_events(rel, words, parsed):
+    tl = parsed(rel)
+    assert len(tl.events) > 0 and not tl.gpu_mask().any() and tl.devices == ()
+    assert any(words in n for n in tl.meta.notes)
+    host = tl.events[tl.events["pid"] >= 0]
+    assert len(host) == len(tl.events)

@@ -199,3 +199,28 @@ def test_cloverleaf_api_trace_golden() -> None:
     assert not (k["flags"] & Flag.ORPHAN).any()
     syncs = api[api["nm"] == "cudaDeviceSynchronize_v3020"]
     assert len(syncs) == 1312 and (syncs["flags"] & Flag.BLOCKING).all()
+
+
+def test_saxpy_2_9_nvtx_domains_and_threads(loaded) -> None:
+    """Schema 2.9.1: registered NVTX strings (textId), an 'MPI' domain, a named thread, and extra
+    non-standard 'name' columns in RUNTIME/MEMCPY that are ignored."""
+    rel = "pipit/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+    path = CORPUS / rel
+    tl = loaded[rel]
+    ev = tl.events[tl.events["kind"] == int(EventKind.NVTX_RANGE)]
+    pairs = pd.Series(list(zip(tl.names(ev["name"]), tl.names(ev["category"])))).value_counts().to_dict()
+    expected = sql(
+        path,
+        "SELECT coalesce(n.text, s.value), coalesce(d.text, ''), count(*) FROM NVTX_EVENTS n "
+        "LEFT JOIN StringIds s ON s.id = n.textId "
+        "LEFT JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = n.domainId AND n.domainId != 0 "
+        "WHERE n.eventType = 59 GROUP BY 1, 2",
+    )
+    assert pairs == {(name, dom): n for name, dom, n in expected}
+    assert pairs[("MPI_Send", "MPI")] == 10
+    assert "MPI Rank 0" in tl.meta.extra["thread_names"].values()
+    m = tl.events[tl.events["kind"] == int(EventKind.MEMCPY)]
+    assert sorted(pd.Series(m["copy_kind"]).value_counts().to_dict().items()) == [
+        (int(CopyKind.HTOD), 10),
+        (int(CopyKind.DTOH), 5),
+    ]

@@ -50,13 +50,45 @@ def test_green_ctx_partitions_use_exactly_their_sms(tmp_path: Path) -> None:
     assert not (large & small)
 
 
-def test_pdl_overlaps_on_device(tmp_path: Path) -> None:
-    """With PDL, a chain kernel's first program starts before the previous kernel's last one ends."""
-    out = run_variant("pdl", "pdl", tmp_path / "pdl", backend="none", quick=True)
+def _program_gaps(out: Path) -> np.ndarray:
+    """Per consecutive pair of chain kernels: first program start of the next minus last program
+    end of the previous (probe clock, ns)."""
     p = load_probe_file(out / "sm_probe.npz")
     inv = p["invocation"]
-    firsts = np.array([p["t_start"][inv == i].min() for i in np.unique(inv)])
-    lasts = np.array([p["t_end"][inv == i].max() for i in np.unique(inv)])
-    consecutive = np.diff(np.unique(inv)) == 1
-    overlap = (lasts[:-1] - firsts[1:])[consecutive]
-    assert (overlap > 0).mean() > 0.5, overlap
+    u = np.unique(inv)
+    firsts = np.array([p["t_start"][inv == i].min() for i in u])
+    lasts = np.array([p["t_end"][inv == i].max() for i in u])
+    return (firsts[1:] - lasts[:-1])[np.diff(u) == 1]
+
+
+def test_pdl_shortens_the_gap_between_dependent_kernels(tmp_path: Path) -> None:
+    """Measured on the SMs: with PDL the next kernel's programs start sooner after the previous
+    kernel's last program (H200, 2026-11-22: median 1.9 µs without PDL, 0.54 µs with)."""
+    plain = _program_gaps(run_variant("pdl", "no_pdl", tmp_path / "a", backend="none", quick=True))
+    pdl = _program_gaps(run_variant("pdl", "pdl", tmp_path / "b", backend="none", quick=True))
+    assert len(plain) > 10 and len(pdl) > 10
+    assert np.median(pdl) < 0.6 * np.median(plain), (np.median(plain), np.median(pdl))
+
+
+def test_record_torch_then_load_and_analyze(tmp_path: Path) -> None:
+    from tracelab.analyses import analyze
+    from tracelab.parsers.rundir import load_run_dir
+    from tracelab.record import record_workload
+
+    (run,) = record_workload("pdl", "pdl", "torch", True, tmp_path)
+    tl = load_run_dir(run)
+    assert tl.meta.backend == "torch" and tl.meta.variant == "pdl" and tl.sm_blocks is not None
+    assert "pdl" in {f.rule for f in analyze(tl).findings}
+
+
+def test_record_nsys_then_load(tmp_path: Path) -> None:
+    from tracelab.parsers.rundir import load_run_dir
+    from tracelab.record import find_nsys, record_workload
+
+    if find_nsys() is None:
+        pytest.skip("no nsys on this machine")
+    (run,) = record_workload("green_contexts", "green_ctx", "nsys", True, tmp_path, params={"elementwise": 2})
+    tl = load_run_dir(run)
+    green = sorted(c.sm_count for c in tl.contexts if c.is_green)
+    assert sum(green) == torch.cuda.get_device_properties(0).multi_processor_count and green[0] == 16
+    assert set(tl.sm_blocks["green_context"].unique()) == {c.green_context for c in tl.contexts if c.is_green}

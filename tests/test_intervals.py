@@ -80,7 +80,11 @@ def test_grouped_union_lengths(items):
 
 
 @settings(max_examples=300, deadline=None)
-@given(intervals_strategy(), st.lists(st.tuples(st.integers(0, T), st.integers(0, T)), max_size=10), st.integers(1, 5))
+@given(
+    intervals_strategy(),
+    st.lists(st.tuples(st.integers(0, T), st.integers(0, T)), max_size=10),
+    st.integers(1, 5),
+)
 def test_complement_and_covered_length(items, windows, min_len):
     s, e, _ = arrays(items)
     us, ue = iv.merge(s, e)

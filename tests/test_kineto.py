@@ -670,6 +670,10 @@ BAD = {
         }
     ).encode(),
     "trailing_garbage.json": lambda: json.dumps(current_trace()).encode() + b"xx",
+    "no_events_inside.json": lambda: b'{"schemaVersion": 1, "traceEvents": []}',
+    "only_flows.json": lambda: json.dumps(
+        {"traceEvents": [{"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 1, "cat": "ac2g", "name": "ac2g"}]}
+    ).encode(),
 }
 
 
@@ -683,3 +687,66 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, name):
     msg = str(info.value)
     assert "\n" not in msg and str(p) in msg and len(msg) < 400
     assert p.read_bytes() == data  # input untouched
+
+
+def test_traceevents_after_large_metadata_and_header_cap(tmp_path, monkeypatch):
+    doc = {"otherData": ["x" * 100] * 2000, **current_trace()}  # ~200 KB before the traceEvents key
+    p = write(tmp_path, "late.json", doc)
+    monkeypatch.setattr("tracelab.parsers.kineto.BLOCK_SIZE", 4096)
+    assert len(load_kineto(p).events) == 13
+    monkeypatch.setattr("tracelab.parsers.kineto_stream.MAX_HEADER", 64 * 1024)
+    with pytest.raises(TraceFormatError, match="no traceEvents array in the first"):
+        load_kineto(p)
+
+
+# ---- the chunk splitter on its own: any JSON layout, any block size, same elements ------------------
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+_tricky_text = st.text(alphabet=st.sampled_from(list('ab{}[],:"\\ \n\té')), max_size=12)
+_value = st.recursive(
+    st.none() | st.integers(-5, 10**15) | st.floats(allow_nan=False, allow_infinity=False) | _tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_tricky_text, inner, max_size=3),
+    max_leaves=6,
+)
+_event = st.dictionaries(_tricky_text, _value, max_size=4)
+
+
+def _orjson_pieces(mv: memoryview) -> list:
+    import orjson
+
+    try:
+        return orjson.loads(bytes(mv))
+    except orjson.JSONDecodeError as exc:
+        raise kineto_stream.PieceRejected(str(exc)) from None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    events=st.lists(_event, max_size=25),
+    meta=st.dictionaries(_tricky_text, _value, max_size=3),
+    indent=st.sampled_from([None, 1, 2]),
+    block=st.integers(8, 300),
+    events_first=st.booleans(),
+)
+def test_event_chunks_split_any_layout(tmp_path, events, meta, indent, block, events_first):
+    meta = {k: v for k, v in meta.items() if k != "traceEvents"}
+    doc = {"traceEvents": events, **meta} if events_first else {**meta, "traceEvents": events}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, indent=indent))
+    chunks = kineto_stream.EventChunks(p, _orjson_pieces, block_size=block)
+    got = [e for piece in chunks for e in piece]
+    assert got == events
+    assert json.loads(chunks.metadata_json) == {**meta, "traceEvents": []}
+
+
+def test_every_truncation_is_a_one_line_error(tmp_path):
+    """Cut a valid trace at many points: each cut is rejected with TraceFormatError, nothing else."""
+    raw = json.dumps(current_trace(), indent=1).encode()
+    end = raw.rstrip().rfind(b"}")
+    p = tmp_path / "cut.json"
+    for cut in range(0, end, 11):
+        p.write_bytes(raw[:cut])
+        with pytest.raises(TraceFormatError) as info:
+            load_kineto(p)
+        assert "\n" not in str(info.value)

@@ -600,7 +600,8 @@ def test_export_without_nsys_says_how(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(MissingDependency) as info:
         export_nsys_rep(rep, tmp_path / "out")
     msg = str(info.value)
-    assert "nsys export --type sqlite" in msg and str(rep.resolve()) in msg and "report1.sqlite" in msg
+    assert "nsys export --type sqlite" in msg and str(rep.resolve()) in msg
+    assert f"tracelab import {rep.resolve().with_suffix('.sqlite')}" in msg and "\n" not in msg
     assert not (tmp_path / "out").exists()
 
 
@@ -687,11 +688,110 @@ def test_graph_ids_from_graph_node_table(tmp_path: Path) -> None:
 
 def test_parallel_reads_match_serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = make_export(tmp_path / "p.sqlite")
-    monkeypatch.setattr("tracelab.parsers.nsys.PARALLEL_MIN_ROWS", 10**12)
+    monkeypatch.setattr("tracelab.parsers.nsys_read.PARALLEL_MIN_ROWS", 10**12)
     serial = load_nsys_sqlite(path)
-    monkeypatch.setattr("tracelab.parsers.nsys.PARALLEL_MIN_ROWS", 0)
-    monkeypatch.setattr("tracelab.parsers.nsys.os.cpu_count", lambda: 4)
+    monkeypatch.setattr("tracelab.parsers.nsys_read.PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr("tracelab.parsers.nsys_read.os.cpu_count", lambda: 4)
     parallel = load_nsys_sqlite(path)
     assert serial.events.equals(parallel.events)
     assert serial.strings == parallel.strings
     assert list(serial.strings) == sorted(serial.strings)
+
+
+def test_green_context_from_stream_table(tmp_path: Path) -> None:
+    """Kernels that carry only the parent context, on a stream TARGET_INFO_CUDA_STREAM puts in a green
+    context, are placed in that green context."""
+    path = make_export(tmp_path / "gs.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET greenContextId = NULL")
+    con.execute(
+        "CREATE TABLE TARGET_INFO_CUDA_STREAM (streamId INTEGER, hwId INTEGER, vmId INTEGER, processId INTEGER, "
+        "contextId INTEGER, priority INTEGER, flag INTEGER)"
+    )
+    con.executemany(
+        "INSERT INTO TARGET_INFO_CUDA_STREAM VALUES (?, 0, 1, ?, ?, 0, 2)",
+        [(7, PID, 1), (13, PID, 5), (13, 999, 5)],
+    )
+    con.commit()
+    con.close()
+    k, _ = rows_of(load_nsys_sqlite(path), EventKind.KERNEL)
+    assert k["green_context"].tolist() == [-1, 5, -1, -1, -1]
+
+
+def test_indexes_in_post_processed_files_do_not_reorder(tmp_path: Path) -> None:
+    """A post-processed export with an index on NVTX eventType: names still pair with their rows."""
+    path = make_export(tmp_path / "ix.sqlite")
+    plain = load_nsys_sqlite(path)
+    con = sqlite3.connect(path)
+    con.execute("CREATE INDEX nvtx_type ON NVTX_EVENTS (eventType, text)")
+    con.execute("CREATE INDEX kernel_name ON CUPTI_ACTIVITY_KIND_KERNEL (demangledName, streamId)")
+    con.commit()
+    con.close()
+    indexed = load_nsys_sqlite(path)
+    assert plain.events.equals(indexed.events) and plain.strings == indexed.strings
+
+
+def test_export_with_empty_tables(tmp_path: Path) -> None:
+    path = make_export(tmp_path / "e.sqlite")
+    con = sqlite3.connect(path)
+    for table in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "NVTX_EVENTS",
+    ):
+        con.execute(f"DELETE FROM {table}")
+    con.commit()
+    con.close()
+    tl = load_nsys_sqlite(path)
+    assert len(tl.events) == 0 and len(tl.lanes) == 0 and tl.devices == ()
+    assert tl.meta.stats["kernels"] == 0 and tl.meta.ranks == (0,)
+
+
+def test_driver_table(tmp_path: Path) -> None:
+    path = make_export(tmp_path / "d.sqlite")
+    con = sqlite3.connect(path)
+    con.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_DRIVER ({API_COLS})")
+    con.execute(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_DRIVER (start, end, eventClass, globalTid, correlationId, nameId, returnValue) "
+        "VALUES (6900, 6950, 1, ?, 999, 12, 0)",
+        (gtid(PID, TID2),),
+    )
+    con.commit()
+    con.close()
+    tl = load_nsys_sqlite(path)
+    drv = tl.events[tl.events["kind"] == int(EventKind.DRIVER)]
+    assert sorted(tl.names(drv["name"])) == ["cuLaunchKernel", "cuLaunchKernel"]
+    assert (drv["flags"] & Flag.LAUNCH).all()
+    k, _ = rows_of(tl, EventKind.KERNEL)
+    assert not k.loc[4, "flags"] & Flag.ORPHAN  # its launch is the driver call
+    assert tl.meta.stats["orphan_gpu_events"] == 0
+
+
+def test_unknown_end_times(tmp_path: Path) -> None:
+    path = make_export(tmp_path / "z.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = 0 WHERE correlationId = 10")
+    con.commit()
+    con.close()
+    tl = load_nsys_sqlite(path)
+    k, _ = rows_of(tl, EventKind.KERNEL)
+    assert k.loc[0, ["start", "end"]].tolist() == [1000, 1000]
+    assert "1 events end before they start (unknown end time): shown with zero length" in tl.meta.notes
+
+
+def test_missing_device_ids(tmp_path: Path) -> None:
+    path = make_export(tmp_path / "nodev.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE k2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")  # drop the NOT NULL constraint
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute("ALTER TABLE k2 RENAME TO CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = NULL WHERE correlationId = 999")
+    con.commit()
+    con.close()
+    tl = load_nsys_sqlite(path)
+    k, _ = rows_of(tl, EventKind.KERNEL)
+    assert k.loc[4, "device"] == 0
+    assert "1 GPU operations have no deviceId: placed on device 0" in tl.meta.notes

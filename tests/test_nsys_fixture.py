@@ -154,7 +154,12 @@ def test_green_context_stream(sqlite_path: Path, timeline) -> None:
     if has_green_col:
         where.append("coalesce(greenContextId, 0) > 0")
     if ctx_table in tables(sqlite_path):
-        where.append(f"contextId IN (SELECT contextId FROM {ctx_table} WHERE isGreenContext = 1)")
+        green_ctx = f"SELECT contextId FROM {ctx_table} WHERE isGreenContext = 1"
+        where.append(f"contextId IN ({green_ctx})")
+        if "TARGET_INFO_CUDA_STREAM" in tables(sqlite_path):
+            where.append(
+                f"streamId IN (SELECT streamId FROM TARGET_INFO_CUDA_STREAM WHERE contextId IN ({green_ctx}))"
+            )
     assert len(green) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_KERNEL", "WHERE " + " OR ".join(where))
     # the green-context kernels run on their own stream lane(s)
     green_lanes = tl.lanes[(tl.lanes["lane_kind"] == 0) & (tl.lanes["green_context"] >= 0)]

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracelab.analyses import analyze
 from tracelab.analyses.kernels import kernel_summary
-from tracelab.analyses.results import Analysis, AnalysisOptions, Finding, Gap, TraceInfo, to_document
+from tracelab.analyses.results import Analysis, AnalysisOptions, Finding, to_document
 from tracelab.errors import BadInput
 from tracelab.model import CopyKind, DeviceInfo, EventKind, Flag, RunMeta, StringInterner, build_timeline
 from tracelab.render.compare_text import shorten
@@ -78,7 +79,8 @@ def synthetic_timeline(
         add(EventKind.MEMCPY, first + 2_000, first + 12_000, 0, 8, copy, -1, nbytes=1 << 20, copy_kind=int(CopyKind.HTOD))
         add(EventKind.RUNTIME, t, t + gap_us * 1000, 0, 0, sync, -1, flags=Flag.BLOCKING, sync_kind=1, host=True)
         t += gap_us * 1000 + 2_000
-    meta = RunMeta(source=source, format="kineto", workload="wl<b>bold</b>", variant="v|1", notes=("note <i>x</i>",))
+    meta = RunMeta(source=source, format="kineto", workload="wl<b>bold</b>", variant="v|1", notes=("note <i>x</i>",),
+                   extra={"host": HOSTILE[1], "distributedInfo": {"backend": HOSTILE[0], "rank": 0}})
     columns = {k: np.asarray(v) for k, v in cols.items()}
     devices = ()
     if gpu_name is not None:
@@ -93,28 +95,8 @@ def synthetic_timeline(
 
 
 def analysis_of(timeline, options: AnalysisOptions | None = None) -> Analysis:
-    """The real analysis (engineer C's `analyze`); until it lands, the real device summaries plus the gaps
-    between the device's activity (cause unknown)."""
-    try:
-        from tracelab.analyses import analyze
-    except ImportError:
-        analyze = None
-    options = options or AnalysisOptions()
-    if analyze is not None:
-        return analyze(timeline, options)
-    from tracelab.analyses.devices import device_summaries
-    from tracelab.analyses.intervals import complement, merge
-
-    devices = device_summaries(timeline)
-    gaps = []
-    g = timeline.gpu_events()
-    for d in devices:
-        part = g[(g["rank"] == d.rank) & (g["device"] == d.device)]
-        us, ue = merge(part["start"].to_numpy(), part["end"].to_numpy())
-        gs, ge = complement(us, ue, options.gap_threshold_ns)
-        gaps += [Gap(d.rank, d.device, int(a), int(b), int(b - a), "unknown", "") for a, b in zip(gs, ge)]
-    m = timeline.meta
-    return Analysis(TraceInfo(m.source, m.format, tuple(m.ranks)), devices, tuple(gaps), (), options=options)
+    """The real analysis (engineer C's `analyze`)."""
+    return analyze(timeline, options or AnalysisOptions())
 
 
 def hostile_analysis(timeline) -> Analysis:
@@ -207,6 +189,7 @@ def test_each_format_written_and_escaped(tmp_path: Path):
         assert raw not in md
     assert md_escape(HOSTILE[0]) in md and md_escape(HOSTILE[1]) in md
     assert "\\|pipe\\|" in md and "line break" in md
+    assert f"| distributedInfo.backend | {md_escape(HOSTILE[0])} |" in md  # metadata shown, escaped
     # every table row keeps its column count (no name broke a table)
     for block in md.split("\n\n"):
         rows = [r for r in block.splitlines() if r.startswith("| ")]
@@ -376,6 +359,27 @@ def test_report_size_is_bounded_for_large_runs(tmp_path: Path, devices: int, str
     assert_html_safe(text)
     if devices * (streams + 1) > 64:
         assert "less busy streams not shown" in text and "busiest streams of each device" in text
+
+def test_html_report_falls_back_to_compact_over_budget(tmp_path: Path, monkeypatch):
+    """A report that would pass the size budget is re-rendered with less detail (and says so). The
+    budget (5 MB) is lowered here so that a small run crosses it."""
+    from tracelab.render import reports
+
+    tl = synthetic_timeline(iterations=5)
+    many = tuple(Finding("launch_bound", "warning", i, 1000 + i, f"finding {i} " + "x" * 700, "w" * 700) for i in range(400))
+    a = replace(analysis_of(tl), findings=many)
+    full = write_report(tmp_path / "full.html", a, tl)
+    assert "compact report" not in full.read_text() and "300 more findings" in full.read_text()
+    monkeypatch.setattr(reports, "HTML_BUDGET_BYTES", full.stat().st_size - 1)
+    small = write_report(tmp_path / "small.html", a, tl)
+    text = small.read_text()
+    assert small.stat().st_size < full.stat().st_size and "compact report" in text
+    assert "375 more findings in the .json report" in text
+    assert "finding 399 " in text and "finding 0 " not in text  # the costliest are kept
+    assert_html_safe(text)
+    md = write_report(tmp_path / "r.md", a, tl).read_text()
+    assert "370 more findings in the .json report." in md and "finding 399 " in md and "finding 0 " not in md
+
 
 def test_reports_without_timeline(tmp_path: Path):
     """From an analysis alone (e.g. a stored analyze --json): no kernel table, no binned figures."""

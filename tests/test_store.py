@@ -385,3 +385,35 @@ def test_window_over_many_lanes(tmp_path):
     got = st.window(rid, 2000, 6000)
     want = _brute(tl.events, 2000, 6000)
     assert len(tl.lanes) == 450 and sorted(got.index) == sorted(want.index) and len(got) == 400
+
+
+def test_replace_swaps_the_run_in_one_transaction(tmp_path):
+    db = tmp_path / "s.db"
+    st = Store(db)
+    rid = st.import_timeline(_timeline(n=100, seed=1), source_path="a", fingerprint=_fp("a"))
+    newer = _timeline(n=300, seed=2)
+
+    def fail(done, total):
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        st.import_timeline(newer, source_path="a", fingerprint=_fp("a"), replace=True, progress=fail)
+    assert st.get_run(rid).events == 100  # the old run survived the failed replacement
+    again = st.import_timeline(newer, source_path="a", fingerprint=_fp("a"), replace=True)
+    assert again == rid and st.get_run(rid).events == 300 and len(st.runs()) == 1
+    assert _counts(db)["events"] == 300
+
+
+def test_store_is_plain_sql_for_ad_hoc_queries(tmp_path):
+    """Every event is a row: users can query the store with sqlite-utils or sqlite3 directly."""
+    tl = _timeline(n=500)
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(tl, source_path="q", fingerprint=_fp("q"))
+    assert st.db["events"].count_where("run_id = ?", [rid]) == 500
+    kernels = st.db.execute(
+        'SELECT count(*), sum(e."end" - e.start) FROM events e WHERE run_id = ? AND kind = 0', [rid]
+    ).fetchone()
+    k = tl.events[tl.events["kind"] == 0]
+    assert kernels == (len(k), int((k["end"] - k["start"]).sum()))
+    names = dict(st.db.execute("SELECT id, value FROM strings WHERE run_id = ?", [rid]).fetchall())
+    assert tuple(names[i] for i in range(len(names))) == tl.strings

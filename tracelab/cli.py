@@ -164,14 +164,14 @@ def _fingerprint(path: Path) -> str:
     return trace_fingerprint(path)
 
 
-def import_path(store: Store, path: Path, name: str | None = None) -> tuple[str, bool]:
+def import_path(store: Store, path: Path, name: str | None = None, replace: bool = False) -> tuple[str, bool]:
     """Import one trace (file or directory); returns (run id, newly imported). Content that is
-    already in the store is not parsed again: its existing run id comes back."""
+    already in the store is not parsed again: its existing run id comes back (unless replace)."""
     from .errors import DuplicateRun
 
     fp = _fingerprint(path)
     existing = store.find_fingerprint(fp)
-    if existing:
+    if existing and not replace:
         return existing, False
     with _Progress(path.name) as bar:
         timeline = _parse(path, bar.phase("parsing"))
@@ -182,6 +182,7 @@ def import_path(store: Store, path: Path, name: str | None = None) -> tuple[str,
                 fingerprint=fp,
                 name=name,
                 progress=bar.phase("storing"),
+                replace=replace,
             )
         except DuplicateRun as e:  # imported concurrently by another process
             return e.run_id, False
@@ -276,9 +277,12 @@ def main() -> None:
 @main.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--name", help="Name for the run (only with a single PATH).")
+@click.option(
+    "--replace", is_flag=True, help="Re-import traces already in the store (e.g. after an upgrade)."
+)
 @_db_option
 @click.pass_context
-def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None) -> None:
+def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, replace: bool) -> None:
     """Import traces into the store and print their run ids.
 
     PATH is a Kineto JSON trace (.json, .json.gz), an nsys SQLite export (.sqlite), an .nsys-rep
@@ -292,7 +296,7 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None) ->
     failed = 0
     for path in paths:
         try:
-            rid, new = import_path(store, path, name)
+            rid, new = import_path(store, path, name, replace)
         except BadInput as e:
             if os.environ.get(DEBUG_ENV):
                 raise

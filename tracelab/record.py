@@ -199,7 +199,8 @@ def record_workload(name: str, variant: str | None = "all", backend: str = "nsys
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     for v in variants:
-        run_dir = _fresh_dir(out / f"{name}-{v}-{backend}")
+        suffix = "".join(f"-{_safe(str(k))}={_safe(str(val))}" for k, val in sorted((params or {}).items()))
+        run_dir = _fresh_dir(out / f"{name}-{v}-{backend}{suffix}")
         run_dir.mkdir(parents=True)
         cmd = build_command(name, v, backend, quick, run_dir, params, seed, nsys or "nsys", probe)
         _run(cmd, run_dir, timeout)

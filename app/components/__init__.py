@@ -12,8 +12,14 @@ from tracelab.store import RunRecord
 
 from ..urls import href
 
-PAGES = (("Runs", "runs"), ("Timeline", "timeline"), ("Gaps & findings", "gaps"), ("Overlap", "overlap"),
-         ("Kernels", "kernels"), ("Compare", "compare"))
+PAGES = (
+    ("Runs", "runs"),
+    ("Timeline", "timeline"),
+    ("Gaps & findings", "gaps"),
+    ("Overlap", "overlap"),
+    ("Kernels", "kernels"),
+    ("Compare", "compare"),
+)
 
 
 def error_page(title: str, message: str, *, page_id: str = "error") -> html.Div:
@@ -35,8 +41,15 @@ def run_header(record: RunRecord, page: str) -> html.Div:
         [
             html.H2([f"{page}: ", html.Span(record.name, className="run-name")]),
             html.Div(
-                [html.Code(record.id), " · ", " · ".join(bits), " · ", f"{record.events:,} events",
-                 " · span ", fmt_ns(record.span_ns)],
+                [
+                    html.Code(record.id),
+                    " · ",
+                    " · ".join(bits),
+                    " · ",
+                    f"{record.events:,} events",
+                    " · span ",
+                    fmt_ns(record.span_ns),
+                ],
                 className="run-meta",
             ),
             html.Div(
@@ -63,8 +76,15 @@ def data_table(table_id: str, df: pd.DataFrame, columns: Sequence[dict[str, Any]
         filter_action="native",
         page_size=kw.pop("page_size", 25),
         style_table={"overflowX": "auto"},
-        style_cell={"fontFamily": "monospace", "fontSize": 12, "textAlign": "left", "maxWidth": 640,
-                    "overflow": "hidden", "textOverflow": "ellipsis", "whiteSpace": "nowrap"},
+        style_cell={
+            "fontFamily": "monospace",
+            "fontSize": 12,
+            "textAlign": "left",
+            "maxWidth": 640,
+            "overflow": "hidden",
+            "textOverflow": "ellipsis",
+            "whiteSpace": "nowrap",
+        },
         style_header={"fontWeight": "bold"},
         tooltip_duration=None,
         **kw,

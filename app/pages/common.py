@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from dash import html
@@ -11,6 +12,8 @@ from tracelab.store import RunRecord
 
 from ..components import error_page
 from ..state import AppState, describe_error
+
+log = logging.getLogger("tracelab.app")
 
 
 def with_run(state: AppState, run: str | None, body: Callable[[RunRecord], html.Div]) -> html.Div:
@@ -28,3 +31,6 @@ def with_run(state: AppState, run: str | None, body: Callable[[RunRecord], html.
         return body(record)
     except (BadInput, MissingDependency) as exc:
         return error_page("Cannot analyse this run", describe_error(exc))
+    except Exception as exc:  # noqa: BLE001 - a bug must give a clear page, and a traceback in the log
+        log.exception("internal error rendering run %s", record.id)
+        return error_page("Internal error", f"{describe_error(exc)} (details in the server log)")

@@ -8,7 +8,7 @@ from typing import Any
 from dash import dcc, html
 
 from tracelab.errors import BadInput, MissingDependency
-from tracelab.render.figures import fmt_ns
+from tracelab.render.figures import compare_bars_figure, fmt_ns
 
 from ..components import data_table, run_options
 from ..data import compare_runs, comparison_tables
@@ -41,12 +41,16 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     timed = dev["unit"] == "ns"
     for c in ("baseline", "variant", "delta"):
         dev[c] = [fmt_ns(v) if is_t else f"{v:,}" for v, is_t in zip(dev[c].tolist(), timed.tolist())]
-    dev.loc[timed, "delta"] = [("+" if not str(v).startswith("-") else "") + str(v) for v in dev.loc[timed, "delta"]]
+    dev.loc[timed, "delta"] = [
+        ("+" if not str(v).startswith("-") else "") + str(v) for v in dev.loc[timed, "delta"]
+    ]
     headline = []
     if cmp.totals is not None:
-        span, busy, idle = cmp.totals.span_ns, cmp.totals.busy_ns, cmp.totals.idle_ns
+        span, idle = cmp.totals.span_ns, cmp.totals.idle_ns
         headline = [
-            html.Span(f"span {fmt_ns(span.a)} → {fmt_ns(span.b)} ({'' if span.pct is None else f'{span.pct:+.1f}%'})"),
+            html.Span(
+                f"span {fmt_ns(span.a)} → {fmt_ns(span.b)} ({'' if span.pct is None else f'{span.pct:+.1f}%'})"
+            ),
             " · ",
             html.Span(f"idle {fmt_ns(idle.a)} → {fmt_ns(idle.b)}"),
             " · ",
@@ -56,16 +60,29 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
         html.H3(["Baseline ", html.Code(ra.name), " vs variant ", html.Code(rb.name)]),
         html.Div(headline, id="compare-headline", className="compare-headline"),
         html.Ul([html.Li(n) for n in cmp.notes], className="notes") if cmp.notes else "",
+        dcc.Graph(
+            id="compare-bars",
+            figure=compare_bars_figure(cmp, a_label=f"A: {ra.name}", b_label=f"B: {rb.name}"),
+            config={"displaylogo": False},
+        ),
         html.H4("Devices"),
         data_table("compare-devices", dev.drop(columns=["unit"]), page_size=40),
         html.H4("Idle gaps by cause"),
         data_table("compare-gaps", _fmt_delta_table(t["gaps"], ["time_a", "time_b", "time_delta"])),
-        html.H4(f"Findings ({cmp.new_findings} new, {cmp.gone_findings} gone, {cmp.changed_findings} changed)"),
-        data_table("compare-findings", _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"])),
+        html.H4(
+            f"Findings ({cmp.new_findings} new, {cmp.gone_findings} gone, {cmp.changed_findings} changed)"
+        ),
+        data_table(
+            "compare-findings", _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"])
+        ),
     ]
     if cmp.kernels_compared:
-        parts += [html.H4("Top kernels"),
-                  data_table("compare-kernels", _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"]))]
+        parts += [
+            html.H4("Top kernels"),
+            data_table(
+                "compare-kernels", _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"])
+            ),
+        ]
     return html.Div(parts, id="compare-result")
 
 
@@ -87,10 +104,15 @@ def compare_layout(state: AppState, a: str | None = None, b: str | None = None) 
     return html.Div(
         [
             html.H2("Compare runs"),
-            html.Div([
-                html.Label("baseline (A)"), dcc.Dropdown(id="compare-a", options=opts, value=a_id, clearable=False),
-                html.Label("variant (B)"), dcc.Dropdown(id="compare-b", options=opts, value=b_id, clearable=False),
-            ], className="compare-pickers"),
+            html.Div(
+                [
+                    html.Label("baseline (A)"),
+                    dcc.Dropdown(id="compare-a", options=opts, value=a_id, clearable=False),
+                    html.Label("variant (B)"),
+                    dcc.Dropdown(id="compare-b", options=opts, value=b_id, clearable=False),
+                ],
+                className="compare-pickers",
+            ),
             dcc.Link("Permalink", id="compare-permalink", href=href("compare", a=a_id, b=b_id)),
             dcc.Loading(html.Div(compare_content(state, a_id, b_id), id="compare-content"), type="dot"),
         ],

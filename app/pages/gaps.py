@@ -16,6 +16,7 @@ from ..urls import gap_window, timeline_href
 from .common import with_run
 
 PATH = "/gaps"
+MAX_GAP_ROWS = 1000
 
 
 def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
@@ -23,33 +24,73 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
         analysis = state.analysis(record.id)
         origin = record.start_ns or 0
         gt = gaps_table(analysis.gaps, origin)
+        # ns times as strings: epoch nanoseconds do not survive JavaScript numbers
+        shown = gt.head(MAX_GAP_ROWS).astype({"start_ns": str, "end_ns": str})
         ft = findings_table(analysis)
         total = sum(g.duration_ns for g in analysis.gaps)
         finding_items = []
         for i, f in enumerate(analysis.findings):
             w = finding_window(f)
-            link = timeline_href(record.id, *gap_window(w[0], w[1], record.start_ns, record.end_ns)) if w else \
-                timeline_href(record.id)
-            finding_items.append(html.Li([
-                html.Span(f.severity.upper(), className=f"sev sev-{f.severity}"), " ", html.B(f.rule), " — ",
-                f.message, html.Br(), html.Small(f"{f.count} occurrence(s) · wasted {fmt_ns(f.wasted_ns)} · {f.where}"),
-                " ", dcc.Link("show in timeline", href=link, id=f"finding-link-{i}"),
-            ], className="finding"))
-        gap_cols = [{"name": n, "id": c} for n, c in (
-            ("rank", "rank"), ("GPU", "device"), ("start (µs)", "start_us"), ("duration", "duration"),
-            ("ns", "duration_ns"), ("cause", "cause"), ("evidence", "evidence"))]
+            link = (
+                timeline_href(record.id, *gap_window(w[0], w[1], record.start_ns, record.end_ns))
+                if w
+                else timeline_href(record.id)
+            )
+            finding_items.append(
+                html.Li(
+                    [
+                        html.Span(f.severity.upper(), className=f"sev sev-{f.severity}"),
+                        " ",
+                        html.B(f.rule),
+                        " — ",
+                        f.message,
+                        html.Br(),
+                        html.Small(f"{f.count} occurrence(s) · wasted {fmt_ns(f.wasted_ns)} · {f.where}"),
+                        " ",
+                        dcc.Link("show in timeline", href=link, id=f"finding-link-{i}"),
+                    ],
+                    className="finding",
+                )
+            )
+        gap_cols = [
+            {"name": n, "id": c}
+            for n, c in (
+                ("rank", "rank"),
+                ("GPU", "device"),
+                ("start (µs)", "start_us"),
+                ("duration", "duration"),
+                ("ns", "duration_ns"),
+                ("cause", "cause"),
+                ("evidence", "evidence"),
+            )
+        ]
         return html.Div(
             [
                 run_header(record, "Gaps & findings"),
                 html.H3(f"Findings ({len(analysis.findings)})"),
                 html.Ul(finding_items or [html.Li("No findings.")], id="findings-list"),
-                html.H3(f"Idle gaps ({len(analysis.gaps)}, {fmt_ns(total)} in total; threshold "
-                        f"{fmt_ns(analysis.options.gap_threshold_ns)})"),
+                html.H3(
+                    f"Idle gaps ({len(analysis.gaps)}, {fmt_ns(total)} in total; threshold "
+                    f"{fmt_ns(analysis.options.gap_threshold_ns)})"
+                ),
                 html.P("Click a gap (row or point) to open the timeline there.", className="hint"),
-                dcc.Graph(id="gaps-graph", figure=gaps_figure(analysis.gaps, origin), config={"displaylogo": False}),
-                data_table("gaps-table", gt, gap_cols),
+                dcc.Graph(
+                    id="gaps-graph",
+                    figure=gaps_figure(sorted(analysis.gaps, key=lambda g: -g.duration_ns)[:5000], origin),
+                    config={"displaylogo": False},
+                ),
+                html.P(
+                    f"The {MAX_GAP_ROWS:,} longest of {len(gt):,} gaps are listed."
+                    if len(gt) > MAX_GAP_ROWS
+                    else "",
+                    className="hint",
+                ),
+                data_table("gaps-table", shown, gap_cols),
                 html.Details([html.Summary("Findings as a table"), data_table("findings-table", ft)]),
-                dcc.Store(id="gaps-run", data={"run": record.id, "lo": record.start_ns, "hi": record.end_ns}),
+                dcc.Store(
+                    id="gaps-run",
+                    data={"run": record.id, "lo": str(record.start_ns or 0), "hi": str(record.end_ns or 0)},
+                ),
             ],
             id="gaps-page",
         )
@@ -57,8 +98,13 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
     return with_run(state, run, body)
 
 
-def gap_click_href(run_info: dict[str, Any], *, active_cell: dict[str, Any] | None = None,
-                   rows: list[dict[str, Any]] | None = None, click: dict[str, Any] | None = None) -> str | None:
+def gap_click_href(
+    run_info: dict[str, Any],
+    *,
+    active_cell: dict[str, Any] | None = None,
+    rows: list[dict[str, Any]] | None = None,
+    click: dict[str, Any] | None = None,
+) -> str | None:
     """The timeline URL for a clicked gap (DataTable cell -> its row by id, or a scatter point with
     customdata [start, end]); None when the click is not on a gap."""
     start = end = None
@@ -71,8 +117,8 @@ def gap_click_href(run_info: dict[str, Any], *, active_cell: dict[str, Any] | No
             start, end = match[0]["start_ns"], match[0]["end_ns"]
     elif click and click.get("points"):
         cd = click["points"][0].get("customdata")
-        if isinstance(cd, (list, tuple)) and len(cd) >= 2:
-            start, end = cd[0], cd[1]
+        if isinstance(cd, (list, tuple)) and len(cd) >= 2:  # ns from the run's start
+            start, end = int(cd[0]) + int(run_info.get("lo") or 0), int(cd[1]) + int(run_info.get("lo") or 0)
     if start is None or end is None:
         return None
     t0, t1 = gap_window(int(start), int(end), run_info.get("lo"), run_info.get("hi"))

@@ -27,7 +27,7 @@ def kernels_frame(state: AppState, run_id: str):
         table["occupancy"] = (table["occupancy"] * 100).round(1)
         return table
 
-    return state._misc.get(("kernels", run_id), make)
+    return state.cached(("kernels", run_id), make)
 
 
 def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
@@ -51,11 +51,21 @@ def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
         return html.Div(
             [
                 run_header(record, "Kernels"),
-                html.P(f"{len(table):,} distinct kernels / launch configurations, "
-                       f"{int(table['count'].sum()) if len(table) else 0:,} launches. Sort by clicking a column; "
-                       "filter with the row under the header (e.g. gemm, >1000).", className="hint"),
-                data_table("kernels-table", table, cols, page_size=30,
-                           tooltip_data=[{"name": {"value": str(n), "type": "text"}} for n in table["name"].head(300)]),
+                html.P(
+                    f"{len(table):,} distinct kernels / launch configurations, "
+                    f"{int(table['count'].sum()) if len(table) else 0:,} launches. Sort by clicking a column; "
+                    "filter with the row under the header (e.g. gemm, >1000).",
+                    className="hint",
+                ),
+                data_table(
+                    "kernels-table",
+                    table,
+                    cols,
+                    page_size=30,
+                    tooltip_data=[
+                        {"name": {"value": str(n), "type": "text"}} for n in table["name"].head(300)
+                    ],
+                ),
             ],
             id="kernels-page",
         )

@@ -24,16 +24,26 @@ def overlap_layout(state: AppState, run: str | None = None) -> html.Div:
         parts: list[Any] = [
             run_header(record, "Overlap"),
             html.H3("Compute, copy and communication"),
-            dcc.Graph(id="overlap-bars", figure=overlap_bars_figure(analysis.devices), config={"displaylogo": False}),
+            dcc.Graph(
+                id="overlap-bars", figure=overlap_bars_figure(analysis.devices), config={"displaylogo": False}
+            ),
             html.H3("Stream utilization"),
-            dcc.Graph(id="stream-util", figure=stream_utilization_figure(analysis.devices),
-                      config={"displaylogo": False}),
+            dcc.Graph(
+                id="stream-util",
+                figure=stream_utilization_figure(analysis.devices),
+                config={"displaylogo": False},
+            ),
         ]
         for d in analysis.devices:
             m = stream_overlap_matrix(timeline, d.rank, d.device)
             title = f"rank {d.rank} · GPU {d.device}: stream × stream overlap (diagonal: busy time)"
-            parts.append(dcc.Graph(id=f"overlap-matrix-{d.rank}-{d.device}", figure=overlap_matrix_figure(m, title=title),
-                                   config={"displaylogo": False}))
+            parts.append(
+                dcc.Graph(
+                    id=f"overlap-matrix-{d.rank}-{d.device}",
+                    figure=overlap_matrix_figure(m, title=title),
+                    config={"displaylogo": False},
+                )
+            )
         return html.Div(parts, id="overlap-page")
 
     return with_run(state, run, body)

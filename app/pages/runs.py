@@ -32,8 +32,16 @@ ACCEPTED_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
 def runs_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
     return [
         {
-            "id": r.id, "name": r.name, "workload": r.workload, "variant": r.variant, "backend": r.backend,
-            "gpu": r.gpu, "format": r.format, "events": r.events, "span": fmt_ns(r.span_ns), "created": r.created,
+            "id": r.id,
+            "name": r.name,
+            "workload": r.workload,
+            "variant": r.variant,
+            "backend": r.backend,
+            "gpu": r.gpu,
+            "format": r.format,
+            "events": r.events,
+            "span": fmt_ns(r.span_ns),
+            "created": r.created,
             "source": r.source,
         }
         for r in records
@@ -43,26 +51,57 @@ def runs_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
 def runs_list(state: AppState) -> html.Div:
     records = state.runs()
     if not records:
-        return html.Div([html.P("No runs in the store yet. Import a trace below, or run `tracelab demo`.")],
-                        id="runs-list")
+        return html.Div(
+            [html.P("No runs in the store yet. Import a trace below, or run `tracelab demo`.")],
+            id="runs-list",
+        )
     links = html.Ul(
         [
-            html.Li([
-                html.B(r.name), " ", html.Code(r.id), " — ",
-                dcc.Link("timeline", href=href("timeline", run=r.id)), " · ",
-                dcc.Link("gaps & findings", href=href("gaps", run=r.id)), " · ",
-                dcc.Link("overlap", href=href("overlap", run=r.id)), " · ",
-                dcc.Link("kernels", href=href("kernels", run=r.id)), " · ",
-                dcc.Link("compare", href=href("compare", a=r.id)),
-            ], className="run-item")
+            html.Li(
+                [
+                    html.B(r.name),
+                    " ",
+                    html.Code(r.id),
+                    " — ",
+                    dcc.Link("timeline", href=href("timeline", run=r.id)),
+                    " · ",
+                    dcc.Link("gaps & findings", href=href("gaps", run=r.id)),
+                    " · ",
+                    dcc.Link("overlap", href=href("overlap", run=r.id)),
+                    " · ",
+                    dcc.Link("kernels", href=href("kernels", run=r.id)),
+                    " · ",
+                    dcc.Link("compare", href=href("compare", a=r.id)),
+                ],
+                className="run-item",
+            )
             for r in records
         ],
         className="run-links",
     )
-    cols = [{"name": c, "id": c} for c in ("id", "name", "workload", "variant", "backend", "gpu", "format",
-                                           "events", "span", "created", "source")]
-    return html.Div([links, data_table("runs-table", __import__("pandas").DataFrame(runs_rows(records)), cols,
-                                       page_size=15)], id="runs-list")
+    cols = [
+        {"name": c, "id": c}
+        for c in (
+            "id",
+            "name",
+            "workload",
+            "variant",
+            "backend",
+            "gpu",
+            "format",
+            "events",
+            "span",
+            "created",
+            "source",
+        )
+    ]
+    return html.Div(
+        [
+            links,
+            data_table("runs-table", __import__("pandas").DataFrame(runs_rows(records)), cols, page_size=15),
+        ],
+        id="runs-list",
+    )
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -81,20 +120,26 @@ def decode_upload(contents: str | None, filename: str | None, max_bytes: int) ->
         raise BadInput("the upload is empty or malformed", filename or "upload")
     b64 = contents.split(",", 1)[1]
     if len(b64) * 3 // 4 > max_bytes + 3:
-        raise BadInput(f"file too large: {len(b64) * 3 // 4:,} bytes, the limit is {max_bytes:,} bytes",
-                       filename or "upload")
+        raise BadInput(
+            f"file too large: {len(b64) * 3 // 4:,} bytes, the limit is {max_bytes:,} bytes",
+            filename or "upload",
+        )
     try:
         data = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
         raise BadInput("the upload is not valid base64 data", filename or "upload") from None
     if len(data) > max_bytes:
-        raise BadInput(f"file too large: {len(data):,} bytes, the limit is {max_bytes:,} bytes", filename or "upload")
+        raise BadInput(
+            f"file too large: {len(data):,} bytes, the limit is {max_bytes:,} bytes", filename or "upload"
+        )
     if not data:
         raise BadInput("the file is empty", filename or "upload")
     return data
 
 
-def import_upload(state: AppState, contents: str | None, filename: str | None) -> tuple[bool, str, str | None]:
+def import_upload(
+    state: AppState, contents: str | None, filename: str | None
+) -> tuple[bool, str, str | None]:
     """Write the upload inside the import directory (or a temporary one), parse it, import it.
     Returns (ok, message, run id). Never raises for bad input; never writes outside that directory."""
     shown = safe_filename(filename)
@@ -154,7 +199,9 @@ def on_upload(state: AppState, contents: str | None, filename: str | None) -> tu
     children: list[Any] = [message]
     if run_id:
         children += [" — ", dcc.Link("open its timeline", href=href("timeline", run=run_id))]
-    return html.Div(children, className="upload-ok" if ok else "upload-error", id="upload-result"), runs_list(state)
+    return html.Div(children, className="upload-ok" if ok else "upload-error", id="upload-result"), runs_list(
+        state
+    )
 
 
 def runs_layout(state: AppState) -> html.Div:
@@ -164,15 +211,36 @@ def runs_layout(state: AppState) -> html.Div:
             html.H2("Runs"),
             runs_list(state),
             html.H3("Import a trace"),
-            dcc.Upload(
-                id="upload",
-                children=html.Div(["Drop a trace here or ", html.A("choose a file"),
-                                   f" (Kineto .json / .json.gz, nsys .sqlite; up to {limit // 2**20} MiB)"]),
-                max_size=limit,
-                multiple=False,
-                className="upload-box",
-                style={"border": "2px dashed #999", "borderRadius": "6px", "padding": "18px", "textAlign": "center"},
-            ),
+            html.Div(
+                dcc.Upload(
+                    id="upload",
+                    children=html.Div(
+                        [
+                            "Drop a trace here or ",
+                            html.A("choose a file"),
+                            f" (Kineto .json / .json.gz, nsys .sqlite; up to {limit // 2**20} MiB)",
+                        ]
+                    ),
+                    max_size=limit,
+                    multiple=False,
+                    className="upload-box",
+                    style={
+                        "border": "2px dashed #999",
+                        "borderRadius": "6px",
+                        "padding": "18px",
+                        "textAlign": "center",
+                    },
+                    style_reject={
+                        "border": "2px dashed #c00",
+                        "borderRadius": "6px",
+                        "padding": "18px",
+                        "textAlign": "center",
+                        "background": "#fee",
+                    },
+                ),
+                id="upload-zone",
+                **{"data-max-bytes": str(limit)},
+            ),  # assets/upload_guard.js reads the limit
             dcc.Loading(html.Div(id="upload-message"), type="dot"),
         ],
         id="runs-page",

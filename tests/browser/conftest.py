@@ -19,6 +19,34 @@ HAVE_BROWSER = Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
+def recorded_run_paths() -> list[Path]:
+    """Runs recorded on a real GPU that ship with the project: the demo runs and the test fixtures
+    (run directories with a meta.json); empty until they exist."""
+    paths: list[Path] = []
+    try:
+        from tracelab.demo import demo_run_paths
+
+        paths += [Path(p) for p in demo_run_paths()]
+    except Exception:  # noqa: BLE001 - no demo runs in this checkout
+        pass
+    data = Path(__file__).resolve().parents[1] / "data"
+    paths += sorted(p.parent for p in data.glob("*/meta.json"))
+    return list(dict.fromkeys(paths))
+
+
+def import_recorded_runs(store) -> list[str]:
+    from tracelab.errors import DuplicateRun
+    from tracelab.parsers import load_trace, trace_fingerprint
+
+    ids = []
+    for p in recorded_run_paths():
+        try:
+            ids.append(store.import_timeline(load_trace(p), source_path=p, fingerprint=trace_fingerprint(p)))
+        except DuplicateRun as exc:
+            ids.append(exc.run_id)
+    return ids
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     from werkzeug.serving import make_server
@@ -28,12 +56,13 @@ def server(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("dashboard")
     store, a, b = make_store(root / "store.db")
+    recorded = import_recorded_runs(store)
     app = create_app(store, import_dir=root / "imports", max_upload_bytes=8 * 2**20)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     srv = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    yield {"url": f"http://127.0.0.1:{srv.server_port}", "a": a, "b": b, "store": store}
+    yield {"url": f"http://127.0.0.1:{srv.server_port}", "a": a, "b": b, "store": store, "recorded": recorded}
     srv.shutdown()
 
 
@@ -48,8 +77,16 @@ def browser(tmp_path_factory):
     opts = Options()
     opts.binary_location = CHROMIUM
     profile = tmp_path_factory.mktemp("chromium-profile")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-                "--disable-dev-shm-usage", "--window-size=1500,1000", f"--user-data-dir={profile}"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1500,1000",
+        f"--user-data-dir={profile}",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)

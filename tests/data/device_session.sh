@@ -34,6 +34,8 @@ for p in ("cuda-bindings","nvtx","pandas","numpy","orjson","msgspec","click","ri
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nsys --version; nvcc --version | tail -2; } > $W/logs/env.txt 2>&1 ;;
   test) timeout $(left) python3 -m pytest -q -x tests/test_gpu.py tests/test_workloads.py > $W/logs/pytest_gpu.txt 2>&1 ;;
   record) BACKENDS=${BACKENDS:-torch nsys} timeout $(left) tests/data/record_all.sh $W ${WORKLOADS:-} > $W/logs/record.txt 2>&1 ;;
+  triton_mm) timeout $(left) python3 -m tracelab.record green_contexts --variant green_ctx --backend both --quick \
+      --param matmul=triton --out $W/runs > $W/logs/triton_mm.txt 2>&1 ;;
   fixtures) timeout $(left) tests/data/record_fixtures.sh $W/fixtures > $W/logs/fixtures.txt 2>&1 ;;
   export) { r=$(ls $W/runs/*/trace.nsys-rep | head -1); mkdir -p $W/export; cp "$r" $W/export/;
     timeout 120 nsys export --type sqlite --force-overwrite true -o $W/export/exported.sqlite $W/export/trace.nsys-rep;

@@ -3,4 +3,4 @@
 from .analyze import analyze
 from .results import Analysis, AnalysisOptions, to_document
 
-__all__ = ["analyze", "Analysis", "AnalysisOptions", "to_document"]
+__all__ = ["Analysis", "AnalysisOptions", "analyze", "to_document"]

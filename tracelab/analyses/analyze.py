@@ -24,7 +24,10 @@ def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
     return replace(timeline, events=events), n
 
 
-def analyze(timeline: Timeline, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
+DEFAULT_OPTIONS = AnalysisOptions()
+
+
+def analyze(timeline: Timeline, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis:
     """Per-device busy/idle/overlap, idle gaps with causes, and findings (DESIGN.md definitions)."""
     notes = list(timeline.meta.notes)
     if options.exclude_orphans:

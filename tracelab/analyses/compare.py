@@ -62,6 +62,11 @@ class DeviceComparison:
     memcpys: Delta
     gaps: Delta  # gap count on this device
     gap_ns: Delta  # total gap time on this device
+    # SM busy fraction (busy SM-time / (SMs x span)) and where it comes from: measured / estimated / none
+    sm_busy_a: float = 0.0
+    sm_busy_b: float = 0.0
+    sm_source_a: str = "none"
+    sm_source_b: str = "none"
 
     @property
     def busy_fraction_a(self) -> float:
@@ -167,6 +172,10 @@ def _device_comparison(
         name_b=db.name if db is not None else "",
         present=present,
         **{k: Delta(fa[k], fb[k]) for k in fa},
+        sm_busy_a=float(da.sm.busy_fraction) if da is not None else 0.0,
+        sm_busy_b=float(db.sm.busy_fraction) if db is not None else 0.0,
+        sm_source_a=da.sm.source if da is not None else "none",
+        sm_source_b=db.sm.source if db is not None else "none",
     )
 
 

@@ -23,7 +23,8 @@ Rules and their thresholds (chosen so that a clean trace fires none):
 - launch_bound: per device, a stretch is a run of ≥ 32 consecutive tiny kernels (< 10 µs each, not
   launched from a CUDA graph) separated by gaps of ≤ 100 µs, in which the GPU is idle for at least
   half of the stretch. Fires when the idle time in such stretches is ≥ 2% of the device span.
-  count = stretches; wasted_ns = idle time inside them (what a CUDA graph would mostly remove).
+  count = kernels in such stretches (data.n_stretches = how many stretches); wasted_ns = idle time
+  inside them (what a CUDA graph would mostly remove).
 - serialized_copy_compute: a stream that runs both kernels and ≥ 3 host<->device copies (of at least
   64 KiB: smaller ones are latency-bound, there is nothing to hide), whose
   copies take ≥ 5% of the device span and overlap no compute for ≥ 80% of their time (copies
@@ -69,9 +70,11 @@ WARNING_FRACTION = 0.01  # wasted ≥ 1% of the span: warning (else info)
 CRITICAL_FRACTION = 0.2  # wasted ≥ 20% of the span: critical
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
-STEP_LIKE = re.compile(r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.I)
-GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.I)
-AMD_GPU = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
+STEP_LIKE = re.compile(
+    r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE
+)
+GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
+AMD_GPU = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.IGNORECASE)
 HIP_API = re.compile(r"^hip[A-Z]")
 PDL_MIN_OVERLAPS = 2
 
@@ -193,8 +196,13 @@ def sync_per_iteration(ctx: FindingContext) -> Finding | None:
         wasted += w
         n_copy = int(np.unique(step_copy[step_copy >= 0]).size)
         n_blk = int(np.unique(step_blk[step_blk >= 0]).size)
-        per_rank[rank] = {"steps": int(n_steps), "steps_with_sync": int(steps_with.size), "wasted_ns": w,
-                          "steps_with_dtoh_copy": n_copy, "steps_with_sync_call": n_blk}
+        per_rank[rank] = {
+            "steps": int(n_steps),
+            "steps_with_sync": int(steps_with.size),
+            "wasted_ns": w,
+            "steps_with_dtoh_copy": n_copy,
+            "steps_with_sync_call": n_blk,
+        }
         first = tl.name(int(s_name[steps_with[0]]))
         last = tl.name(int(s_name[steps_with[-1]]))
         places.append(f"rank {rank}: {steps_with.size} of {n_steps} steps ({first} … {last})")
@@ -204,11 +212,15 @@ def sync_per_iteration(ctx: FindingContext) -> Finding | None:
                 j = int(hit[0])
                 call = tl.name(int(host.api_name[lic[j]])) if found[j] else "a copy"
                 tid = f" on thread {int(host.api_tid[lic[j]])}" if found[j] else ""
-                example = f"{call} device-to-host into pageable memory{tid} in {tl.name(int(s_name[step_copy[j]]))}"
+                example = (
+                    f"{call} device-to-host into pageable memory{tid} in {tl.name(int(s_name[step_copy[j]]))}"
+                )
             else:
                 j = int(np.flatnonzero(step_blk >= 0)[0])
-                example = (f"{tl.name(int(host.api_name[blk[j]]))} on thread {int(host.api_tid[blk[j]])} "
-                           f"in {tl.name(int(s_name[step_blk[j]]))}")
+                example = (
+                    f"{tl.name(int(host.api_name[blk[j]]))} on thread {int(host.api_tid[blk[j]])} "
+                    f"in {tl.name(int(s_name[step_blk[j]]))}"
+                )
     if not total_sync:
         return None
     return Finding(
@@ -231,7 +243,9 @@ def sync_per_iteration(ctx: FindingContext) -> Finding | None:
 def pageable_memcpy(ctx: FindingContext) -> Finding | None:
     kind = ctx.col("kind")
     pageable = (ctx.col("src_mem") == int(MemKind.PAGEABLE)) | (ctx.col("dst_mem") == int(MemKind.PAGEABLE))
-    pos = np.flatnonzero((kind == int(EventKind.MEMCPY)) & pageable & (ctx.col("bytes") >= PAGEABLE_MIN_BYTES))
+    pos = np.flatnonzero(
+        (kind == int(EventKind.MEMCPY)) & pageable & (ctx.col("bytes") >= PAGEABLE_MIN_BYTES)
+    )
     if pos.size == 0:
         return None
     dur = ctx.col("end")[pos] - ctx.col("start")[pos]
@@ -261,9 +275,11 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
     the bandwidth of this trace's pinned copies of that direction (when it has any, else the whole
     duration: an upper bound)."""
     kind = ctx.col("kind")
-    pinned = (kind == int(EventKind.MEMCPY)) & (
-        (ctx.col("src_mem") == int(MemKind.PINNED)) | (ctx.col("dst_mem") == int(MemKind.PINNED))
-    ) & (ctx.col("bytes") >= PAGEABLE_MIN_BYTES)
+    pinned = (
+        (kind == int(EventKind.MEMCPY))
+        & ((ctx.col("src_mem") == int(MemKind.PINNED)) | (ctx.col("dst_mem") == int(MemKind.PINNED)))
+        & (ctx.col("bytes") >= PAGEABLE_MIN_BYTES)
+    )
     p_ck = ctx.col("copy_kind")[pinned]
     p_dur = (ctx.col("end") - ctx.col("start"))[pinned]
     p_bytes = ctx.col("bytes")[pinned]
@@ -274,7 +290,7 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
         t = int(dur[m].sum())
         if pm.any() and p_dur[pm].sum() > 0:
             bw = p_bytes[pm].sum() / p_dur[pm].sum()  # bytes per ns
-            t = max(0, t - int(round(nbytes[m].sum() / bw)))
+            t = max(0, t - round(nbytes[m].sum() / bw))
         cost += t
     return cost
 
@@ -282,7 +298,8 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
 def sync_memcpy(ctx: FindingContext) -> Finding | None:
     kind = ctx.col("kind")
     pos = np.flatnonzero(
-        np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)]) & (ctx.col("sync_kind") == int(SyncKind.MEMCPY))
+        np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)])
+        & (ctx.col("sync_kind") == int(SyncKind.MEMCPY))
     )
     if pos.size == 0:
         return None
@@ -296,8 +313,12 @@ def sync_memcpy(ctx: FindingContext) -> Finding | None:
         gaps = [g for g in ctx.gaps if g.rank == rank]
         if gaps:
             m = rank_of == rank
-            wasted += intersection_length(starts[m], ends[m], np.array([g.start_ns for g in gaps], dtype=np.int64),
-                                          np.array([g.end_ns for g in gaps], dtype=np.int64))
+            wasted += intersection_length(
+                starts[m],
+                ends[m],
+                np.array([g.start_ns for g in gaps], dtype=np.int64),
+                np.array([g.end_ns for g in gaps], dtype=np.int64),
+            )
     names, counts = np.unique(ctx.col("name")[pos], return_counts=True)
     top = sorted(zip(counts.tolist(), names.tolist()), reverse=True)[:3]
     calls = ", ".join(f"{c}× {tl.name(n)}" for c, n in top)
@@ -330,7 +351,9 @@ def _count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> str:
     s = ctx.col("stream")[pos]
     keys, counts = np.unique(np.stack([r, d, s]), axis=1, return_counts=True)
     order = np.argsort(-counts, kind="stable")
-    return _where([f"rank {keys[0, i]} device {keys[1, i]} stream {keys[2, i]}: {counts[i]} {what}" for i in order])
+    return _where(
+        [f"rank {keys[0, i]} device {keys[1, i]} stream {keys[2, i]}: {counts[i]} {what}" for i in order]
+    )
 
 
 # ---- launch-bound stretches ------------------------------------------------------------------
@@ -369,10 +392,10 @@ def launch_bound(ctx: FindingContext) -> Finding | None:
         if not cand.any():
             continue
         first, last, n_k = first[cand], last[cand], n_k[cand]
-        pos_gap = np.concatenate([np.maximum(gap, 0), [0]])
-        cum = np.concatenate([[0], np.cumsum(pos_gap)])
-        idle = cum[last] - cum[first]  # gaps between kernels first..last
+        # device idle inside each run (any GPU activity, copies included, counts as busy)
+        du, de = merge(ctx.col("start")[dr.rows], ctx.col("end")[dr.rows], assume_sorted=True)
         span = reach[last] - s[first]
+        idle = span - covered_length(du, de, s[first], reach[last])
         ok = idle >= STRETCH_IDLE_FRACTION * np.maximum(span, 1)
         if not ok.any():
             continue
@@ -388,15 +411,21 @@ def launch_bound(ctx: FindingContext) -> Finding | None:
         )
         for f, l_, k, i_ in zip(first[ok].tolist(), last[ok].tolist(), n_k[ok].tolist(), idle[ok].tolist()):
             stretches.append(
-                {"rank": dr.rank, "device": dr.device, "start_ns": int(s[f]), "end_ns": int(reach[l_]),
-                 "kernels": int(k), "idle_ns": int(i_)}
+                {
+                    "rank": dr.rank,
+                    "device": dr.device,
+                    "start_ns": int(s[f]),
+                    "end_ns": int(reach[l_]),
+                    "kernels": int(k),
+                    "idle_ns": int(i_),
+                }
             )
     if not count:
         return None
     return Finding(
         rule="launch_bound",
         severity=_severity(wasted, ctx.span_ns(), "warning"),
-        count=count,
+        count=kernels_in,
         wasted_ns=wasted,
         message=(
             f"{count} stretches of {kernels_in} tiny kernels (< {fmt_ns(TINY_KERNEL_NS)} each) with the GPU idle "
@@ -404,7 +433,7 @@ def launch_bound(ctx: FindingContext) -> Finding | None:
             "(torch.cuda.graphs, torch.compile mode='reduce-overhead') or fuse them."
         ),
         where=_where(places),
-        data={"stretches": sorted(stretches, key=lambda x: -x["idle_ns"])[:20], "kernels": kernels_in},
+        data={"stretches": sorted(stretches, key=lambda x: -x["idle_ns"])[:20], "n_stretches": count},
     )
 
 
@@ -440,7 +469,11 @@ def serialized_copy_compute(ctx: FindingContext) -> Finding | None:
             m = cl == ln
             total = int((ce[m] - cs[m]).sum())
             unov = int(alone[m].sum())
-            if m.sum() < SERIAL_MIN_COPIES or total < SERIAL_MIN_FRACTION * dev.span_ns or unov < SERIAL_UNOVERLAPPED * total:
+            if (
+                m.sum() < SERIAL_MIN_COPIES
+                or total < SERIAL_MIN_FRACTION * dev.span_ns
+                or unov < SERIAL_UNOVERLAPPED * total
+            ):
                 continue
             n_alone = int((alone[m] * 2 > (ce[m] - cs[m])).sum())
             stream = int(ctx.timeline.lanes["stream"].to_numpy()[ln])
@@ -450,8 +483,16 @@ def serialized_copy_compute(ctx: FindingContext) -> Finding | None:
                 f"rank {dr.rank} device {dr.device} stream {stream}: {int(m.sum())} copies, "
                 f"{fmt_ns(unov)} not overlapped"
             )
-            details.append({"rank": dr.rank, "device": dr.device, "stream": stream, "copies": int(m.sum()),
-                            "copy_ns": total, "unoverlapped_ns": unov})
+            details.append(
+                {
+                    "rank": dr.rank,
+                    "device": dr.device,
+                    "stream": stream,
+                    "copies": int(m.sum()),
+                    "copy_ns": total,
+                    "unoverlapped_ns": unov,
+                }
+            )
         wasted += min(dev_wasted, compute_ns)
     if not count:
         return None
@@ -513,7 +554,9 @@ def pdl(ctx: FindingContext) -> Finding | None:
         overlap_total += o
         names, counts = np.unique(ctx.col("name")[rows][hit], return_counts=True)
         top = short_name(ctx.timeline.name(int(names[np.argmax(counts)])), 50)
-        places.append(f"rank {dr.rank} device {dr.device}: {n} kernels (most often {top}), {fmt_ns(o)} overlap")
+        places.append(
+            f"rank {dr.rank} device {dr.device}: {n} kernels (most often {top}), {fmt_ns(o)} overlap"
+        )
     if not total:
         return None
     mean = overlap_total / pairs_total if pairs_total else 0
@@ -528,8 +571,13 @@ def pdl(ctx: FindingContext) -> Finding | None:
             f"{fmt_ns(overlap_total)} in total ({fmt_ns(mean)} each on average)."
         ),
         where=_where(places),
-        data={"kernels": total, "flagged": flagged_total, "overlapping_pairs": pairs_total,
-              "overlap_ns": overlap_total, "mean_overlap_ns": int(mean)},
+        data={
+            "kernels": total,
+            "flagged": flagged_total,
+            "overlapping_pairs": pairs_total,
+            "overlap_ns": overlap_total,
+            "mean_overlap_ns": int(mean),
+        },
     )
 
 
@@ -551,7 +599,15 @@ def finding_notes(ctx: FindingContext) -> list[str]:
     out = []
     for rank, host in ctx.hosts.items():
         n_block = int(((host.api_flags & Flag.BLOCKING) != 0).sum())
-        if ctx.steps[rank][0].size < MIN_STEPS and n_block >= MIN_STEPS:
+        n_steps = ctx.steps[rank][0].size
+        if n_steps >= MIN_STEPS or n_block < MIN_STEPS:
+            continue
+        if n_steps:
+            out.append(
+                f"rank {rank}: only {n_steps} training step(s) in the trace (at least {MIN_STEPS} needed): "
+                "sync_per_iteration was not evaluated"
+            )
+        else:
             out.append(
                 f"rank {rank}: {n_block} blocking host syncs but no training steps marked (ProfilerStep#N, or "
                 "NVTX / record_function ranges named like 'step 3'): sync_per_iteration was not evaluated"

@@ -27,7 +27,11 @@ are formatted one per gap.
 
 from __future__ import annotations
 
+import gc
+import itertools
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -46,7 +50,7 @@ _I64 = np.int64
 
 
 # ---- formatting ------------------------------------------------------------------------------
-def fmt_ns(ns: int | float) -> str:
+def fmt_ns(ns: float) -> str:
     """A duration for people: 850 ns, 12.3 µs, 1.25 ms, 2.50 s."""
     ns = float(ns)
     a = abs(ns)
@@ -59,7 +63,7 @@ def fmt_ns(ns: int | float) -> str:
     return f"{ns / 1e9:.2f} s"
 
 
-def fmt_rel(ns: int | float) -> str:
+def fmt_rel(ns: float) -> str:
     """A time relative to a reference, with its sign: +12.3 µs, -1.20 ms."""
     a = ns if ns >= 0 else -ns
     sign = "-" if ns < 0 else "+"
@@ -89,8 +93,12 @@ def _collapse(s: str, open_: str, close: str) -> str:
     return "".join(out)
 
 
-_UNITS = ((1_000, 1.0, "{}{:.0f} ns"), (1_000_000, 1e3, "{}{:.1f} µs"), (1_000_000_000, 1e6, "{}{:.2f} ms"),
-          (None, 1e9, "{}{:.2f} s"))
+_UNITS = (
+    (1_000, 1.0, "{}{:.0f} ns"),
+    (1_000_000, 1e3, "{}{:.1f} µs"),
+    (1_000_000_000, 1e6, "{}{:.2f} ms"),
+    (None, 1e9, "{}{:.2f} s"),
+)
 
 
 def fmt_rel_many(ns: np.ndarray) -> list[str]:
@@ -108,8 +116,7 @@ def short_name(name: str, limit: int = 70) -> str:
     """A kernel or op name short enough for one line: drops 'void ', the trailing argument list
     and, when still long, template arguments."""
     s = name.strip()
-    if s.startswith("void "):
-        s = s[5:]
+    s = s.removeprefix("void ")
     if s.endswith(")"):  # cut the trailing (matching) argument list
         depth = 0
         for i in range(len(s) - 1, -1, -1):
@@ -131,7 +138,6 @@ class HostView:
 
     def __init__(self, timeline: Timeline, rank: int) -> None:
         ev = timeline.events
-        self.timeline = timeline
         kind = ev["kind"].to_numpy()
         on_rank = ev["rank"].to_numpy() == rank
         start = ev["start"].to_numpy()
@@ -218,39 +224,37 @@ class HostView:
 
         # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
         ops = np.flatnonzero(cpu)
-        self._op_tid = tid[ops]
-        self._op_tids = np.unique(self._op_tid)
-        order = np.lexsort((start[ops], np.searchsorted(self._op_tids, self._op_tid)))
-        ops = ops[order]
-        self._op_tid = tid[ops]
-        self._op_start = start[ops]
-        self._op_end = end[ops]
-        self._op_name = names[ops]
+        ops = ops[np.lexsort((start[ops], tid[ops]))]
+        self.op_tid = tid[ops]
+        self.op_start = start[ops]
+        self.op_end = end[ops]
+        self.op_name = names[ops]
         # segmented running maximum of the ends (per thread): the outermost op that started by t
-        self._op_reach = np.empty(ops.size, dtype=_I64)
-        self._op_arg = np.empty(ops.size, dtype=_I64)
-        bounds = np.flatnonzero(np.r_[True, self._op_tid[1:] != self._op_tid[:-1], True])
-        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # one per host thread
-            r, g = running_max_index(self._op_end[lo:hi])
-            self._op_reach[lo:hi] = r
-            self._op_arg[lo:hi] = g + lo
+        self.op_reach = np.empty(ops.size, dtype=_I64)
+        self.op_arg = np.empty(ops.size, dtype=_I64)
+        if ops.size:
+            bounds = np.flatnonzero(np.r_[True, self.op_tid[1:] != self.op_tid[:-1], True])
+            for lo, hi in itertools.pairwise(bounds.tolist()):  # one per host thread
+                r, g = running_max_index(self.op_end[lo:hi])
+                self.op_reach[lo:hi] = r
+                self.op_arg[lo:hi] = g + lo
 
     def op_at(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Index (into the _op_* arrays) of the outermost CPU op running on thread tid at time t, or -1."""
+        """Index (into the op_* arrays) of the outermost CPU op running on thread tid at time t, or -1."""
         tid = np.asarray(tid, dtype=_I64)
         t = np.asarray(t, dtype=_I64)
         out = np.full(t.shape, -1, dtype=_I64)
-        if self._op_start.size == 0:
+        if self.op_start.size == 0:
             return out
-        lo = np.searchsorted(self._op_tid, tid, side="left")
-        hi = np.searchsorted(self._op_tid, tid, side="right")
+        lo = np.searchsorted(self.op_tid, tid, side="left")
+        hi = np.searchsorted(self.op_tid, tid, side="right")
         for th in np.unique(tid[hi > lo]).tolist():  # one searchsorted per host thread
             q = np.flatnonzero(tid == th)
             a, b = int(lo[q[0]]), int(hi[q[0]])
-            i = np.searchsorted(self._op_start[a:b], t[q], side="right") - 1
+            i = np.searchsorted(self.op_start[a:b], t[q], side="right") - 1
             ic = np.maximum(i, 0) + a
-            hit = (i >= 0) & (self._op_reach[ic] > t[q])
-            out[q[hit]] = self._op_arg[ic][hit]
+            hit = (i >= 0) & (self.op_reach[ic] > t[q])
+            out[q[hit]] = self.op_arg[ic][hit]
         return out
 
     def launch_index(self, correlation: np.ndarray) -> np.ndarray:
@@ -281,9 +285,23 @@ def find_gaps(
     rows = device_rows(timeline) if rows is None else rows
     hosts = host_views(timeline) if hosts is None else hosts
     out: list[Gap] = []
-    for dr in rows:
-        out.extend(_device_gaps(timeline, dr, hosts[dr.rank], threshold_ns))
+    with _bulk_allocation():
+        for dr in rows:
+            out.extend(_device_gaps(timeline, dr, hosts[dr.rank], threshold_ns))
     return tuple(out)
+
+
+@contextmanager
+def _bulk_allocation() -> Iterator[None]:
+    """Pause the cyclic garbage collector while hundreds of thousands of acyclic result objects are
+    made (it would rescan them over and over: a third of the time on a 2M-event trace)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _device_gaps(timeline: Timeline, dr: DeviceRows, host: HostView, threshold_ns: int) -> list[Gap]:
@@ -353,11 +371,26 @@ def _device_gaps(timeline: Timeline, dr: DeviceRows, host: HostView, threshold_n
 
     names = timeline.strings
     evidence = _evidence(
-        names, cause, a, b, ev["kind"].to_numpy()[nxt], ev["name"].to_numpy()[nxt], ev["stream"].to_numpy()[nxt],
-        found, l_start,
+        names,
+        cause,
+        a,
+        b,
+        ev["kind"].to_numpy()[nxt],
+        ev["name"].to_numpy()[nxt],
+        ev["stream"].to_numpy()[nxt],
+        found,
+        l_start,
         host.api_name[lic] if host.api_name.size else np.zeros(n, dtype=_I64),
         host.api_tid[lic] if host.api_tid.size else np.zeros(n, dtype=_I64),
-        covered, cov, w_cover, w_inprog, host, act, s_ok, s_time, s_name,
+        covered,
+        cov,
+        w_cover,
+        w_inprog,
+        host,
+        act,
+        s_ok,
+        s_time,
+        s_name,
     )
     a_l, b_l, c_l = a.tolist(), b.tolist(), cause.tolist()
     rank, device = dr.rank, dr.device
@@ -380,13 +413,33 @@ def _pct(x: np.ndarray) -> np.ndarray:
     return np.round(np.asarray(x) * 100).astype(np.int64).astype(str).astype(object)
 
 
-def _evidence(names, cause, a, b, nk, nn, ns, found, l_start, l_name, l_tid, covered, cov, w_cover, w_inprog,
-              host: "HostView", act, s_ok, s_time, s_name) -> np.ndarray:
+def _evidence(
+    names,
+    cause,
+    a,
+    b,
+    nk,
+    nn,
+    ns,
+    found,
+    l_start,
+    l_name,
+    l_tid,
+    covered,
+    cov,
+    w_cover,
+    w_inprog,
+    host: HostView,
+    act,
+    s_ok,
+    s_time,
+    s_name,
+) -> np.ndarray:
     """One evidence line per gap, built column-wise (object-array concatenation runs in C; names are
     formatted once per distinct value)."""
     n = a.size
-    nm = lambda sid: names[sid] if 0 <= sid < len(names) else "?"  # noqa: E731
-    obj = lambda x: np.asarray(x, dtype=object)  # noqa: E731
+    nm = lambda sid: names[sid] if 0 <= sid < len(names) else "?"
+    obj = lambda x: np.asarray(x, dtype=object)
     what = _labels(names, lambda k, m, st: f"{_op_label(k, nm(m))} on stream {st}", nk, nn, ns)
     caller = _labels(names, lambda m, t: f"{nm(m)} on thread {t}", l_name, l_tid)
     rel_b = obj(fmt_rel_many(b - a))
@@ -395,7 +448,15 @@ def _evidence(names, cause, a, b, nk, nn, ns, found, l_start, l_name, l_tid, cov
 
     m = cause == "dependency_wait"
     if m.any():
-        txt = what[m] + " was already launched (" + caller[m] + " at " + rel_l[m] + ") but started only at " + rel_b[m]
+        txt = (
+            what[m]
+            + " was already launched ("
+            + caller[m]
+            + " at "
+            + rel_l[m]
+            + ") but started only at "
+            + rel_b[m]
+        )
         k = s_ok[m]
         if k.any():
             last = "; last " + _labels(names, lambda x: nm(x), s_name[m][k]) + " at "
@@ -406,30 +467,69 @@ def _evidence(names, cause, a, b, nk, nn, ns, found, l_start, l_name, l_tid, cov
     if m.any():
         j = w_cover[m]
         who = _labels(names, lambda x, t: f"{nm(x)} on thread {t}", host.wait_name[j], host.wait_tid[j])
-        out[m] = who + " from " + obj(fmt_rel_many(host.wait_start[j] - a[m])) + " covers " + _pct(cov[m]) + "% of the gap"
+        out[m] = (
+            who
+            + " from "
+            + obj(fmt_rel_many(host.wait_start[j] - a[m]))
+            + " covers "
+            + _pct(cov[m])
+            + "% of the gap"
+        )
     m = (cause == "host_sync") & ~covered
     if m.any():
         j = w_inprog[m]
         who = _labels(names, lambda x, t: f"{nm(x)} on thread {t}", host.wait_name[j], host.wait_tid[j])
-        nxt = np.where(found[m], "next launch only at " + rel_l[m] + " (" + caller[m] + ")",
-                       "next " + what[m] + " at " + rel_b[m])
-        out[m] = (who + " was waiting when the GPU went idle and returned at "
-                  + obj(fmt_rel_many(host.wait_end[j] - a[m])) + "; " + nxt)
+        nxt = np.where(
+            found[m],
+            "next launch only at " + rel_l[m] + " (" + caller[m] + ")",
+            "next " + what[m] + " at " + rel_b[m],
+        )
+        txt = (
+            who
+            + " was waiting when the GPU went idle and returned at "
+            + obj(fmt_rel_many(host.wait_end[j] - a[m]))
+            + "; "
+            + nxt
+        )
+        # what the launching thread did between the wait's return and the next launch
+        back = np.minimum(np.maximum(host.wait_end[j], a[m]), b[m])
+        op = host.op_at(l_tid[m], back + (np.maximum(l_start[m], back) - back) // 2)
+        k = found[m] & (op >= 0)
+        if k.any():
+            txt[k] = (
+                txt[k]
+                + " (host in "
+                + _labels(names, lambda x: short_name(nm(x), 60), host.op_name[op[k]])
+                + ")"
+            )
+        out[m] = txt
 
     m = cause == "no_work"
     if m.any():
-        nxt = np.where(found[m], "next launch " + caller[m] + " at " + rel_l[m] + " (" + what[m] + ")",
-                       "next " + what[m] + " at " + rel_b[m])
+        nxt = np.where(
+            found[m],
+            "next launch " + caller[m] + " at " + rel_l[m] + " (" + what[m] + ")",
+            "next " + what[m] + " at " + rel_b[m],
+        )
         out[m] = "no CUDA API call or CPU op recorded for " + _pct(1 - act[m]) + "% of the gap; " + nxt
 
     m = cause == "launch_latency"
     if m.any():
-        txt = what[m] + " launched only at " + rel_l[m] + " by " + caller[m] + "; host busy " + _pct(act[m]) + "% of the gap"
+        txt = (
+            what[m]
+            + " launched only at "
+            + rel_l[m]
+            + " by "
+            + caller[m]
+            + "; host busy "
+            + _pct(act[m])
+            + "% of the gap"
+        )
         # what the launching thread was doing halfway between the gap's start and the launch
         j = host.op_at(l_tid[m], a[m] + (l_start[m] - a[m]) // 2)
         k = j >= 0
         if k.any():
-            op = _labels(names, lambda x: short_name(nm(x), 60), host._op_name[j[k]])
+            op = _labels(names, lambda x: short_name(nm(x), 60), host.op_name[j[k]])
             txt[k] = txt[k] + " (in " + op + ")"
         out[m] = txt
 

@@ -13,6 +13,8 @@ Conventions:
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -70,8 +72,10 @@ def intersection_length(a_starts, a_ends, b_starts, b_ends) -> int:
     """Length of (union of A) ∩ (union of B): |A| + |B| − |A ∪ B|, exact in integers."""
     a = union_length(a_starts, a_ends)
     b = union_length(b_starts, b_ends)
-    both = union_length(np.concatenate([_as_i64(a_starts), _as_i64(b_starts)]),
-                        np.concatenate([_as_i64(a_ends), _as_i64(b_ends)]))
+    both = union_length(
+        np.concatenate([_as_i64(a_starts), _as_i64(b_starts)]),
+        np.concatenate([_as_i64(a_ends), _as_i64(b_ends)]),
+    )
     return a + b - both
 
 
@@ -99,7 +103,7 @@ def merge_grouped(starts, ends, groups) -> tuple[np.ndarray, np.ndarray, np.ndar
     else:  # absurd time ranges: fall back to one accumulate per group (few groups in practice)
         runmax = np.empty_like(e)
         bounds = np.flatnonzero(boundary).tolist() + [n]
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
+        for lo, hi in itertools.pairwise(bounds):
             runmax[lo:hi] = np.maximum.accumulate(e[lo:hi])
     new = boundary.copy()
     new[1:] |= s[1:] > runmax[:-1]

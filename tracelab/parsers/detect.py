@@ -135,7 +135,10 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
         gpu=", ".join(sorted({g for tl in parts for g in tl.meta.gpu.split(", ") if g})),
         notes=notes,
         stats=stats,
-        extra={"files": {f.name: r for f, r in zip(files, ranks)}},
+        extra={
+            "files": {f.name: r for f, r in zip(files, ranks)},
+            "rank_extra": {str(r): dict(tl.meta.extra) for tl, r in zip(parts, ranks)},
+        },
     )
     return merge_timelines(parts, meta)
 

@@ -9,18 +9,22 @@ cats with hip* API names.
 How: the traceEvents array is streamed in chunks (`kineto_stream`); msgspec decodes each chunk into
 small typed structs that carry only the fields we use (everything else is skipped without making
 Python objects); columns are pulled out with C-level `map(attrgetter)` into numpy arrays; names are
-interned per distinct value. Times become integer ns on the trace's own clock: round(ts_µs * 1000).
+interned per distinct value (`kineto_columns`); device limits and copy kinds come from
+`kineto_devices`. Times become integer ns on the trace's own clock: round(ts_µs * 1000).
+
+What is kept: complete ("X") events. Flows (ac2g), instants ([memory]), counters and metadata rows are
+counted in meta.stats but not kept. python_function and unknown cats become OTHER host events;
+user_annotation -> NVTX_RANGE; gpu_user_annotation -> GPU_ANNOTATION on its stream.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -28,15 +32,11 @@ from typing import Any
 import msgspec
 import numpy as np
 import orjson
-import pandas as pd
 
 from tracelab.errors import TraceFormatError
 from tracelab.model import (
-    CopyKind,
-    DeviceInfo,
     EventKind,
     Flag,
-    MemKind,
     RunMeta,
     SyncKind,
     Timeline,
@@ -44,6 +44,18 @@ from tracelab.model import (
 )
 from tracelab.model.api_names import classify_api_ids, comm_mask
 
+from .kineto_columns import (
+    assemble,
+    col,
+    member,
+    sorted_unique,
+    stream_from_tid,
+    strs,
+    take,
+    triples,
+    us_to_ns,
+)
+from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 
 _Num = int | float | str | None
@@ -140,21 +152,6 @@ _SYNC_NAMES = {
     "context sync": SyncKind.DEVICE,
     "stream wait event": SyncKind.STREAM_WAIT_EVENT,
 }
-_MEMCPY = re.compile(r"memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
-_COPY_KINDS = {
-    "htod": CopyKind.HTOD,
-    "dtoh": CopyKind.DTOH,
-    "dtod": CopyKind.DTOD,
-    "htoh": CopyKind.HTOH,
-    "ptop": CopyKind.PTOP,
-}
-_MEM_KINDS = {
-    "pageable": MemKind.PAGEABLE,
-    "pinned": MemKind.PINNED,
-    "device": MemKind.DEVICE,
-    "array": MemKind.ARRAY,
-    "managed": MemKind.MANAGED,
-}
 
 
 def load_kineto(
@@ -244,68 +241,6 @@ def _decode(piece: bytes) -> list:
         raise PieceRejected(str(exc)) from None
 
 
-def _ints(values: list | tuple, dtype: str = "int64") -> np.ndarray:
-    """Python numbers -> int array; None / non-numeric / out-of-range values become -1."""
-    n = len(values)
-    try:
-        return np.fromiter(values, dtype=dtype, count=n)
-    except (TypeError, ValueError, OverflowError):
-        num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(
-            dtype=np.float64, copy=True
-        )
-        bad = ~np.isfinite(num) | (np.abs(num) > 9.2e18)
-        num[bad] = -1
-        return num.astype(dtype)
-
-
-def _floats(values: list | tuple) -> np.ndarray:
-    try:
-        return np.fromiter(values, dtype=np.float64, count=len(values))
-    except (TypeError, ValueError, OverflowError):
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
-
-
-def _us_to_ns(us: np.ndarray) -> np.ndarray:
-    """round(us * 1000) without losing the ns digits of large epoch-µs values."""
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
-
-
-def _strs(values: list | tuple) -> list:
-    return [v if isinstance(v, str) else ("" if v is None else str(v)) for v in values]
-
-
-def _triples(values: list | tuple) -> np.ndarray:
-    """[x, y, z] lists -> (n, 3) int32; missing or malformed -> -1."""
-    n = len(values)
-    filled = [v if v is not None else (-1, -1, -1) for v in values]
-    try:
-        return np.fromiter(chain.from_iterable(filled), dtype=np.int32, count=3 * n).reshape(n, 3)
-    except (TypeError, ValueError, OverflowError):
-        out = np.full((n, 3), -1, dtype=np.int32)
-        for i, v in enumerate(filled):  # only for malformed grids (rare; never on well-formed traces)
-            if isinstance(v, (list, tuple)):
-                for j, x in enumerate(v[:3]):
-                    if isinstance(x, (int, float)) and abs(x) < 2**31:
-                        out[i, j] = int(x)
-        return out
-
-
-def _col(seq: list, field: str, dtype: str = "int64") -> np.ndarray:
-    """One struct field over a list of structs as a numpy column (C-level loop; slow path only for
-    odd values such as strings or nulls)."""
-    get = attrgetter(field)
-    try:
-        return np.fromiter(map(get, seq), dtype=dtype, count=len(seq))
-    except (TypeError, ValueError, OverflowError):
-        values = list(map(get, seq))
-        return _floats(values) if dtype == "float64" else _ints(values, dtype)
-
-
-def _take(seq: list, idx: np.ndarray) -> list:
-    return seq if len(idx) == len(seq) else list(map(seq.__getitem__, idx.tolist()))
-
-
 class _Parsed:
     """Accumulates column arrays chunk by chunk."""
 
@@ -342,7 +277,7 @@ class _Parsed:
         cats = list(map(attrgetter("cat"), evs))
         phs = list(map(attrgetter("ph"), evs))
         if loose:
-            cats, phs = _strs(cats), _strs(phs)
+            cats, phs = strs(cats), strs(phs)
         if not self.legacy and not _LEGACY_CATS.isdisjoint(cats):
             self.legacy = True
         ph_count = Counter(phs)
@@ -354,31 +289,30 @@ class _Parsed:
         idx = np.flatnonzero(kind != _DROP)
         if not len(idx):
             return
-        sel = _take(evs, idx)
-        cats = _take(cats, idx)
+        sel = take(evs, idx)
+        cats = take(cats, idx)
         del evs, phs
         kind = kind[idx]
-        ts = _col(sel, "ts", "float64")
-        dur = _col(sel, "dur", "float64")
-        pid = _col(sel, "pid")
+        ts = col(sel, "ts", "float64")
+        dur = col(sel, "dur", "float64")
+        pid = col(sel, "pid")
         on_dev = np.isin(kind, _ON_DEVICE)
         # drop events without a time, and host events on a non-numeric pid (e.g. "Spans")
         good = np.isfinite(ts) & (on_dev | (pid >= 0))
         self.n_bad_ts += int(np.count_nonzero(~np.isfinite(ts)))
         if not good.all():
             keep = np.flatnonzero(good)
-            sel, cats = _take(sel, keep), _take(cats, keep)
+            sel, cats = take(sel, keep), take(cats, keep)
             kind, ts, dur, pid, on_dev = kind[keep], ts[keep], dur[keep], pid[keep], on_dev[keep]
             if not len(sel):
                 return
-        len(sel)
         dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
-        start = _us_to_ns(ts)
+        start = us_to_ns(ts)
         end = start + np.rint(dur * 1000).astype(np.int64)
-        tid = _col(sel, "tid")
+        tid = col(sel, "tid")
         names = list(map(attrgetter("name"), sel))
         if loose:
-            names = _strs(names)
+            names = strs(names)
         cols: dict[str, np.ndarray] = {
             "kind": kind,
             "start": start,
@@ -391,13 +325,13 @@ class _Parsed:
         aidx = np.flatnonzero(np.isin(kind, _WITH_CORRELATION) | on_dev)
         if len(aidx):
             cols["rows"] = aidx.astype(np.int32)  # the rows that carry GPU / correlation fields
-            sub = _take(sel, aidx)
+            sub = take(sel, aidx)
             args = list(map(attrgetter("args"), sub))
             if None in args:
                 args = [a if a is not None else _EMPTY_ARGS for a in args]
             k = kind[aidx]
-            dev = _col(args, "device")
-            stream = _col(args, "stream")
+            dev = col(args, "device")
+            stream = col(args, "stream")
             ann = k == int(EventKind.GPU_ANNOTATION)
             if ann.any():  # gpu_user_annotation: the GPU sits in pid, the stream in tid
                 dev = np.where(ann & (dev < 0), pid[aidx], dev)
@@ -405,25 +339,25 @@ class _Parsed:
             gpu = np.isin(k, _GPU)
             legacy_stream = gpu & (stream < 0)
             if legacy_stream.any():  # 2021 schema: tid "stream 7"
-                stream = np.where(legacy_stream, _stream_from_tid(list(map(attrgetter("tid"), sub))), stream)
+                stream = np.where(legacy_stream, stream_from_tid(list(map(attrgetter("tid"), sub))), stream)
             self.n_no_device += int(np.count_nonzero(gpu & ((dev < 0) | (stream < 0))))
             dev_side = np.isin(k, _ON_DEVICE)
             cols["a_device"] = np.where(dev_side, dev, -1).astype(np.int32)
             cols["a_stream"] = np.where(dev_side, stream, -1)
-            cols["a_context"] = np.where(dev_side, _col(args, "context"), -1)
-            cols["a_correlation"] = _col(args, "correlation")
+            cols["a_context"] = np.where(dev_side, col(args, "context"), -1)
+            cols["a_correlation"] = col(args, "correlation")
             b = np.full(len(aidx), -1, dtype=np.int64)
             copy = np.flatnonzero(np.isin(k, [int(EventKind.MEMCPY), int(EventKind.MEMSET)]))
             if len(copy):
-                b[copy] = _col(_take(args, copy), "bytes")
+                b[copy] = col(take(args, copy), "bytes")
             cols["a_bytes"] = b
             kern = np.flatnonzero(k == int(EventKind.KERNEL))
             cols["k_rows"] = aidx[kern].astype(np.int32)
-            kargs = _take(args, kern)
-            cols["k_registers"] = _col(kargs, "registers", "int32")
-            cols["k_shared"] = _col(kargs, "shared")
-            cols["k_grid"] = _triples(list(map(attrgetter("grid"), kargs)))
-            cols["k_block"] = _triples(list(map(attrgetter("block"), kargs)))
+            kargs = take(args, kern)
+            cols["k_registers"] = col(kargs, "registers", "int32")
+            cols["k_shared"] = col(kargs, "shared")
+            cols["k_grid"] = triples(list(map(attrgetter("grid"), kargs)))
+            cols["k_block"] = triples(list(map(attrgetter("block"), kargs)))
             syn = np.flatnonzero(k == int(EventKind.SYNC))
             if len(syn):
                 sync = np.zeros(len(aidx), dtype=np.int8)
@@ -442,10 +376,17 @@ class _Parsed:
                 "so they cannot be placed on a GPU lane",
                 path,
             )
-        cols = _assemble(self.parts)
+        cols = assemble(self.parts)
         self.parts = []
         kind = cols["kind"]
         n = len(kind)
+        if n == 0:
+            what = (
+                "an empty traceEvents array"
+                if self.n_total == 0
+                else f"{self.n_total} events, none with a duration"
+            )
+            raise TraceFormatError(f"empty trace: {what} (nothing to show)", path)
         notes: list[str] = []
         stats: dict[str, int] = {"trace_events": self.n_total}
         if self.n_bad_ts:
@@ -470,14 +411,17 @@ class _Parsed:
         if kern.any():
             flags[kern] |= np.where(comm_mask(strings, cols["name"][kern]), Flag.COMM, 0).astype(np.int16)
         corr = cols["correlation"]
-        launches = np.unique(corr[is_api & (corr >= 0)])
-        orphan = gpu & ~np.isin(corr, launches)
+        launches = sorted_unique(corr[is_api & (corr >= 0)])
+        gpu_rows = np.flatnonzero(gpu)
+        orphan = np.zeros(n, dtype=bool)
+        orphan[gpu_rows] = ~member(corr[gpu_rows], launches)
         flags[orphan] |= Flag.ORPHAN
         stats["orphan_gpu_events"] = int(orphan.sum())
         graph_names = np.array([i for i, s in enumerate(strings) if "GraphLaunch" in s], dtype=np.int32)
         if len(graph_names):
-            graph_corr = np.unique(corr[is_api & np.isin(cols["name"], graph_names)])
-            flags[gpu & np.isin(corr, graph_corr) & (corr >= 0)] |= Flag.GRAPH
+            graph_corr = sorted_unique(corr[is_api & np.isin(cols["name"], graph_names)])
+            graph_corr = graph_corr[graph_corr >= 0]
+            flags[gpu_rows[member(corr[gpu_rows], graph_corr)]] |= Flag.GRAPH
 
         copy_kind = np.zeros(n, dtype=np.int8)
         src_mem = np.zeros(n, dtype=np.int8)
@@ -487,7 +431,7 @@ class _Parsed:
             if not len(rows):
                 continue
             uniq, inv = np.unique(cols["name"][rows], return_inverse=True)
-            table = np.array([_copy_info(strings[u], k) for u in uniq.tolist()], dtype=np.int8).reshape(-1, 3)
+            table = np.array([copy_info(strings[u], k) for u in uniq.tolist()], dtype=np.int8).reshape(-1, 3)
             copy_kind[rows], src_mem[rows], dst_mem[rows] = table[inv, 0], table[inv, 1], table[inv, 2]
 
         n_gpu = int(gpu.sum())
@@ -503,7 +447,7 @@ class _Parsed:
         if n_gpu == 0:
             what = (
                 "MTIA accelerator trace: its device events are not GPU work"
-                if _is_mtia(top)
+                if is_mtia(top)
                 else "no kernel/memcpy/memset events"
             )
             notes.append(f"no GPU activity ({what}); only host-side events were loaded")
@@ -516,14 +460,14 @@ class _Parsed:
         used = sorted(
             {
                 int(d)
-                for d in np.unique(cols["device"][gpu | (kind == int(EventKind.GPU_ANNOTATION))])
+                for d in sorted_unique(cols["device"][gpu | (kind == int(EventKind.GPU_ANNOTATION))])
                 if d >= 0
             }
         )
-        devices = _devices(top, rank, used)
+        devices = devices_from_properties(top, rank, used)
         gpu_names = sorted({d.name for d in devices if d.name})
         if not used:  # no GPU work recorded: still say which accelerator the trace lists
-            gpu_names = _listed_names(top)
+            gpu_names = listed_names(top)
         extra: dict[str, Any] = {
             "kineto_schema": "2021" if self.legacy else "current",
             "rank_source": rank_source,
@@ -560,162 +504,3 @@ class _Parsed:
             flags=flags,
         )
         return build_timeline(cols, strings, meta, devices=devices)
-
-
-_MAIN = {
-    "kind": np.int8,
-    "start": np.int64,
-    "end": np.int64,
-    "name": np.int32,
-    "category": np.int32,
-    "pid": np.int64,
-    "tid": np.int64,
-}
-_SPARSE = {
-    "device": ("a_device", np.int32),
-    "stream": ("a_stream", np.int64),
-    "context": ("a_context", np.int64),
-    "correlation": ("a_correlation", np.int64),
-    "bytes": ("a_bytes", np.int64),
-    "sync_kind": ("a_sync", np.int8),
-}
-_KERNEL = {"registers": ("k_registers", np.int32), "shared_mem": ("k_shared", np.int64)}
-
-
-def _assemble(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Chunk parts -> full columns sorted by start. Columns are built and reordered one at a time
-    (each part's arrays are released as soon as they are copied) to keep peak memory low."""
-    sizes = [len(p["kind"]) for p in parts]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    n = int(offsets[-1])
-    out: dict[str, np.ndarray] = {}
-    for c, t in _MAIN.items():
-        out[c] = np.concatenate([p.pop(c) for p in parts]) if parts else np.zeros(0, dtype=t)
-    order = np.argsort(out["start"], kind="stable")
-    if n and (np.diff(out["start"]) >= 0).all():
-        order = None
-    for c in list(out):
-        if order is not None:
-            out[c] = out[c][order]
-    rows = [p.get("rows", np.zeros(0, np.int32)).astype(np.int64) + off for p, off in zip(parts, offsets)]
-    krows = [p.get("k_rows", np.zeros(0, np.int32)).astype(np.int64) + off for p, off in zip(parts, offsets)]
-    inverse = None
-    if order is not None:
-        inverse = np.empty(n, dtype=np.int64)
-        inverse[order] = np.arange(n, dtype=np.int64)
-    all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    all_krows = np.concatenate(krows) if krows else np.zeros(0, np.int64)
-    if inverse is not None:
-        all_rows, all_krows = inverse[all_rows], inverse[all_krows]
-    fill = {"sync_kind": 0}
-    for c, (key, t) in _SPARSE.items():
-        col = np.full(n, fill.get(c, -1), dtype=t)
-        vals = [
-            p.pop(key) if key in p else np.full(len(r), fill.get(c, -1), dtype=t) for p, r in zip(parts, rows)
-        ]
-        if vals:
-            col[all_rows] = np.concatenate(vals)
-        out[c] = col
-    for c, (key, t) in _KERNEL.items():
-        col = np.full(n, -1, dtype=t)
-        vals = [p.pop(key) for p in parts if key in p]
-        if vals:
-            col[all_krows] = np.concatenate(vals)
-        out[c] = col
-    for c in ("grid", "block"):
-        vals = [p.pop("k_" + c) for p in parts if "k_" + c in p]
-        tri = np.concatenate(vals) if vals else np.zeros((0, 3), np.int32)
-        for j, axis in enumerate("xyz"):
-            col = np.full(n, -1, dtype=np.int32)
-            col[all_krows] = tri[:, j]
-            out[f"{c}_{axis}"] = col
-    parts.clear()
-    return out
-
-
-def _stream_from_tid(tids: list) -> np.ndarray:
-    out = []
-    for t in tids:  # only GPU events that lack args.stream (rare)
-        m = re.search(r"(\d+)\s*$", str(t))
-        out.append(int(m.group(1)) if m else -1)
-    return np.array(out, dtype=np.int64)
-
-
-def _copy_info(name: str, kind: EventKind) -> tuple[int, int, int]:
-    if kind == EventKind.MEMSET:
-        m = re.search(r"\((\w+)\)", name)
-        mem = _MEM_KINDS.get(m.group(1).lower(), MemKind.UNKNOWN) if m else MemKind.UNKNOWN
-        return int(CopyKind.UNKNOWN), int(MemKind.UNKNOWN), int(mem)
-    m = _MEMCPY.search(name)
-    if not m:
-        return int(CopyKind.UNKNOWN), int(MemKind.UNKNOWN), int(MemKind.UNKNOWN)
-    ck = _COPY_KINDS.get(m.group(1).lower(), CopyKind.UNKNOWN)
-    src = _MEM_KINDS.get((m.group(2) or "").lower(), MemKind.UNKNOWN)
-    dst = _MEM_KINDS.get((m.group(3) or "").lower(), MemKind.UNKNOWN)
-    return int(ck), int(src), int(dst)
-
-
-def _is_mtia(top: dict) -> bool:
-    props = top.get("deviceProperties")
-    text = orjson.dumps(props).decode() if props is not None else ""
-    return "ARTEMIS" in text or "mtia" in str(top.get("distributedInfo", "")).lower()
-
-
-def _int(d: dict, *keys: str) -> int:
-    for k in keys:
-        v = d.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return int(v)
-    return 0
-
-
-def _listed_names(top: dict) -> list[str]:
-    props = top.get("deviceProperties")
-    if not isinstance(props, list):
-        props = top.get("computeProperties")
-    if not isinstance(props, list):
-        return []
-    return sorted({str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")})
-
-
-def _devices(top: dict, rank: int, used: list[int]) -> list[DeviceInfo]:
-    """DeviceInfo for the GPUs the events use, from deviceProperties (current) or computeProperties (2021)."""
-    props = top.get("deviceProperties")
-    if not isinstance(props, list):
-        props = top.get("computeProperties")
-    by_id: dict[int, dict] = {}
-    if isinstance(props, list):
-        for i, p in enumerate(props):
-            if isinstance(p, dict):
-                by_id[_int(p, "id") if "id" in p else i] = p
-    names = {str(p.get("name") or "") for p in by_id.values()}
-    fallback = None
-    if by_id and not set(used) & set(by_id) and len(names) == 1:
-        # ROCm numbers GPUs by agent (e.g. device 2) while deviceProperties counts from 0: when every
-        # listed GPU is the same model, its properties are the ones the events' GPU has
-        fallback = next(iter(by_id.values()))
-    out = []
-    for dev in used:
-        p = by_id.get(dev, fallback)
-        if p is None:
-            out.append(DeviceInfo(rank=rank, device=dev))
-            continue
-        out.append(
-            DeviceInfo(
-                rank=rank,
-                device=dev,
-                name=str(p.get("name") or ""),
-                sm_count=_int(p, "numSms", "multiProcessorCount"),
-                cc_major=_int(p, "computeMajor", "major"),
-                cc_minor=_int(p, "computeMinor", "minor"),
-                total_memory=_int(p, "totalGlobalMem"),
-                max_threads_per_sm=_int(p, "maxThreadsPerMultiprocessor", "maxThreadsPerMultiProcessor"),
-                max_blocks_per_sm=_int(p, "maxBlocksPerMultiprocessor", "maxBlocksPerMultiProcessor"),
-                registers_per_sm=_int(p, "regsPerMultiprocessor", "regsPerMultiProcessor"),
-                max_registers_per_block=_int(p, "regsPerBlock"),
-                shared_mem_per_sm=_int(p, "sharedMemPerMultiprocessor", "sharedMemPerMultiProcessor"),
-                max_shared_mem_per_block=_int(p, "sharedMemPerBlockOptin", "sharedMemPerBlock"),
-                warp_size=_int(p, "warpSize") or 32,
-            )
-        )
-    return out

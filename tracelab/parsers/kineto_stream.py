@@ -25,7 +25,8 @@ from typing import TypeVar
 
 import numpy as np
 
-BLOCK_SIZE = 16 << 20
+BLOCK_SIZE = 4 << 20
+MAX_HEADER = 256 << 20  # a traceEvents key further into the file than this is not a Kineto trace
 _KEY = b'"traceEvents"'
 _WS = b" \t\r\n"
 
@@ -183,7 +184,7 @@ class _Reader:
                     self._q.put((data, raw.tell()))
                     if not data:
                         return
-        except (OSError, EOFError, zlib.error) as exc:
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which re-raises it
             self._q.put(exc)
 
     def read(self) -> bytes:
@@ -194,7 +195,9 @@ class _Reader:
                 raise ChunkError("truncated gzip stream")
             if isinstance(item, (gzip.BadGzipFile, zlib.error)):
                 raise ChunkError(f"corrupt gzip data ({msg})")
-            raise ChunkError(f"cannot read ({msg})")
+            if isinstance(item, OSError):
+                raise ChunkError(f"cannot read ({msg})")
+            raise item
         data, self.position = item
         return data
 
@@ -243,10 +246,19 @@ class EventChunks:
     def _chunks(self, reader: _Reader) -> Iterator[T]:
         buf = bytearray()
         eof = False
+        searched = 0
         while True:
             data = self._more(reader)
             eof = not data
             buf += data
+            first = buf[:64].lstrip(b"\xef\xbb\xbf" + _WS)[:1]
+            if not eof and first == b"{" and buf.find(_KEY, max(0, searched - len(_KEY))) < 0:
+                searched = len(buf)  # no key yet: read on without rescanning what was searched
+                if searched > MAX_HEADER:
+                    raise ChunkError(
+                        f"no traceEvents array in the first {MAX_HEADER >> 20} MB (not a Kineto trace)"
+                    )
+                continue
             start = _find_array_start(buf, final=eof)
             if start is not None:
                 break
@@ -299,6 +311,13 @@ class EventChunks:
                 eof = not data
                 buf += data
                 j = _skip_ws(buf, cut + 1)
+            if j < len(buf) and buf[j] == ord("]"):  # that was the last event: finish at the end of file
+                fast = False
+                while not eof:
+                    data = self._more(reader)
+                    eof = not data
+                    buf += data
+                continue
             if j >= len(buf) or buf[j] != ord(","):
                 raise ChunkError("corrupt JSON in traceEvents (expected ',' between events)")
             yield self._decode_exact(buf, sep, cut + 1)

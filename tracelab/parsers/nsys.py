@@ -12,28 +12,23 @@ meta.notes. Host launches and GPU work are linked by correlationId (made unique 
 
 from __future__ import annotations
 
-import itertools
-import os
 import sqlite3
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..errors import TraceFormatError
-from ..model import EVENT_COLUMNS, EventKind, RunMeta, Timeline, build_timeline
-from ..model.timeline import DEFAULTS
-from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
+from ..model import EventKind, RunMeta, Timeline, build_timeline
 from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export
 from .nsys_export import export_nsys_rep, find_nsys
-from .nsys_host import host_of, read_driver, read_nvtx, read_runtime
+from .nsys_host import host_of, pid_of
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
+from .nsys_read import distinct_pairs, merge_sorted, read_tables
 from .nsys_strings import NsysStrings, compact
 from .nsys_target import (
     KNOWN_SCHEMA_MAJOR,
     export_meta,
+    green_streams,
     process_names,
     read_contexts,
     read_devices,
@@ -55,113 +50,12 @@ _MISSING_NOTES = {
     "CUPTI_ACTIVITY_KIND_MEMSET": "no CUPTI_ACTIVITY_KIND_MEMSET table: no memsets were recorded",
     "NVTX_EVENTS": "no NVTX_EVENTS table: no NVTX ranges were recorded",
 }
-# columns the parser itself works on after the merge (the others may stay absent)
-_ALWAYS = {
-    "kind",
-    "start",
-    "end",
-    "rank",
-    "device",
-    "context",
-    "green_context",
-    "stream",
-    "pid",
-    "tid",
-    "name",
-    "category",
-    "correlation",
-    "flags",
-    "graph_node",
-    "graph_id",
-    "_gpid",
-}
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 
 
-def _merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Stack per-table column dicts in start order (one scatter per column and table: no
-    concatenate-then-reorder pass); a column a table lacks takes the model default."""
-    lengths = [len(p["start"]) for p in parts]
-    n = sum(lengths)
-    starts = np.concatenate([p["start"] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
-    order = np.argsort(starts, kind="stable")
-    where = np.empty(n, dtype=np.int64)
-    where[order] = np.arange(n, dtype=np.int64)
-    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    slots = [where[a:b] for a, b in itertools.pairwise(bounds.tolist())]
-    out: dict[str, np.ndarray] = {}
-    for key in [c for c in EVENT_COLUMNS if c != "lane"] + ["_gpid"]:
-        dtype = EVENT_COLUMNS.get(key, "int64")
-        default = DEFAULTS.get(key, -1)
-        having = [(part[key], slot) for part, slot in zip(parts, slots) if key in part]
-        if not having and key not in _ALWAYS:
-            continue  # build_timeline fills the default
-        col = np.empty(n, dtype=dtype) if len(having) == len(parts) else np.full(n, default, dtype=dtype)
-        for values, slot in having:
-            col[slot] = values
-        out[key] = col
-    return out
-
-
-PARALLEL_MIN_ROWS = 200_000  # below this, reading the tables one after the other is as fast
-
-
-def _read_tables(
-    db: NsysDb, strings: NsysStrings, kernel_names: str
-) -> tuple[list[dict[str, np.ndarray]], int]:
-    """Every activity table as column arrays, in a fixed order. Big exports are read in parallel
-    threads, one read-only connection each (sqlite3 releases the GIL while SQLite works)."""
-    tasks: list[tuple[str, Callable]] = [
-        ("CUPTI_ACTIVITY_KIND_KERNEL", lambda d: read_kernels(d, strings, kernel_names)),
-        ("CUPTI_ACTIVITY_KIND_MEMCPY", lambda d: read_memcpys(d, strings)),
-        ("CUPTI_ACTIVITY_KIND_MEMSET", lambda d: read_memsets(d, strings)),
-        ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", lambda d: read_syncs(d, strings)),
-        ("CUPTI_ACTIVITY_KIND_CUDA_EVENT", lambda d: read_cuda_events(d, strings)),
-        ("CUPTI_ACTIVITY_KIND_RUNTIME", lambda d: read_runtime(d, strings)),
-        ("CUPTI_ACTIVITY_KIND_DRIVER", lambda d: read_driver(d, strings)),
-        ("NVTX_EVENTS", lambda d: read_nvtx(d, strings)),
-    ]
-    tasks = [(t, fn) for t, fn in tasks if t in db.tables]
-    sizes = {t: db.count(t) for t, _ in tasks}
-    workers = min(len(tasks), os.cpu_count() or 1, 4)
-    if workers > 1 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
-
-        def run(fn: Callable):
-            own = open_export(db.path)
-            try:
-                return fn(own)
-            finally:
-                own.close()
-
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            # biggest tables first so the slowest one starts at once
-            order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
-            futures = {i: pool.submit(run, tasks[i][1]) for i in order}
-            results = [futures[i].result() for i in range(len(tasks))]
-    else:
-        results = [fn(db) for _, fn in tasks]
-    parts: list[dict[str, np.ndarray]] = []
-    open_ranges = 0
-    for (table, _), res in zip(tasks, results):
-        if table == "NVTX_EVENTS":
-            res, open_ranges = res
-        if res is not None and len(res["start"]):
-            parts.append(res)
-    return parts, open_ranges
-
-
-def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> set[tuple[int, int]]:
-    """Distinct (a, b) pairs of two non-negative integer columns (hashing one combined key;
-    Python only per distinct pair)."""
-    if not len(a):
-        return set()
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    keys = pd.unique(a * (1 << 32) + (b & 0xFFFFFFFF))
-    return {(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()}
-
-
-def _green_from_contexts(cols: dict[str, np.ndarray], contexts, on_device: np.ndarray) -> None:
+def _green_from_contexts(
+    cols: dict[str, np.ndarray], contexts, streams: dict[tuple[int, int], int], on_device: np.ndarray
+) -> None:
     """Work whose contextId is itself a green context (TARGET_INFO_CUDA_CONTEXT_INFO.isGreenContext)
     sits in that green context even when the export has no greenContextId column."""
     green = [c for c in contexts if c.is_green]
@@ -171,6 +65,11 @@ def _green_from_contexts(cols: dict[str, np.ndarray], contexts, on_device: np.nd
     for c in green:
         hit = todo & (cols["rank"] == c.rank) & (cols["device"] == c.device) & (cols["context"] == c.context)
         cols["green_context"][hit] = c.green_context
+    # or whose stream TARGET_INFO_CUDA_STREAM puts in a green context
+    pid = pid_of(cols["_gpid"])
+    for (spid, stream), ctx in streams.items():
+        hit = on_device & (cols["green_context"] < 0) & (cols["stream"] == stream) & (pid == spid)
+        cols["green_context"][hit] = ctx
 
 
 def _check_is_nsys(db: NsysDb) -> None:
@@ -188,10 +87,9 @@ def _check_is_nsys(db: NsysDb) -> None:
     )
 
 
-def _parse(db: NsysDb, kernel_names: str) -> Timeline:
-    _check_is_nsys(db)
+def _schema_notes(db: NsysDb, emeta: dict[str, str]) -> list[str]:
+    """What the export's version, slicing and missing tables mean for the analysis, in words."""
     notes: list[str] = []
-    emeta = export_meta(db)
     version = schema_version(emeta)
     major = schema_major(version)
     if not version:
@@ -201,23 +99,54 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
             f"export schema {version} is newer than tracelab knows (3.x): parsed on a best-effort basis"
         )
     if "DERIVED_WINDOW_NS" in emeta:
+        source = emeta.get("DERIVED_FROM", "a larger export")
         notes.append(
-            f"time-sliced export (window {emeta['DERIVED_WINDOW_NS']} ns of {emeta.get('DERIVED_FROM', 'a larger export')}):"
-            " work and launches outside the window are missing"
+            f"time-sliced export (window {emeta['DERIVED_WINDOW_NS']} ns of {source}): "
+            "work and launches outside the window are missing"
         )
     notes += [msg for table, msg in _MISSING_NOTES.items() if table not in db.tables]
-
-    strings = NsysStrings(db)
-    parts, open_ranges = _read_tables(db, strings, kernel_names)
     cuda_event = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
     if cuda_event in db.tables and "timestamp" not in db.columns(cuda_event) and db.count(cuda_event):
         notes.append(
             "CUPTI_ACTIVITY_KIND_CUDA_EVENT has no timestamp column in this schema: event records skipped"
         )
+    return notes
 
-    cols = _merge_sorted(parts)
+
+def _counts(kind: np.ndarray, open_ranges: int) -> dict[str, int]:
+    return {
+        "kernels": int((kind == int(EventKind.KERNEL)).sum()),
+        "memcpys": int((kind == int(EventKind.MEMCPY)).sum()),
+        "memsets": int((kind == int(EventKind.MEMSET)).sum()),
+        "syncs": int((kind == int(EventKind.SYNC)).sum()),
+        "runtime_calls": int((kind == int(EventKind.RUNTIME)).sum()),
+        "driver_calls": int((kind == int(EventKind.DRIVER)).sum()),
+        "nvtx": int(np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]).sum()),
+        "unterminated_nvtx_ranges": open_ranges,
+    }
+
+
+def _parse(db: NsysDb, kernel_names: str) -> Timeline:
+    _check_is_nsys(db)
+    emeta = export_meta(db)
+    version = schema_version(emeta)
+    notes = _schema_notes(db, emeta)
+
+    strings = NsysStrings(db)
+    parts, open_ranges = read_tables(db, strings, kernel_names)
+    cols = merge_sorted(parts)
+    backwards = cols["end"] < cols["start"]
+    if backwards.any():  # CUPTI writes 0 for unknown end times
+        cols["end"] = np.where(backwards, cols["start"], cols["end"])
+        notes.append(
+            f"{int(backwards.sum())} events end before they start (unknown end time): shown with zero length"
+        )
     kind = cols["kind"]
     gpu = np.isin(kind, _GPU_KINDS)
+    no_device = gpu & (cols["device"] < 0)
+    if no_device.any():
+        cols["device"] = np.where(no_device, 0, cols["device"])
+        notes.append(f"{int(no_device.sum())} GPU operations have no deviceId: placed on device 0")
 
     # ranks: one per host (hardware id) when an export merges several machines
     hosts = host_of(cols["_gpid"])
@@ -238,31 +167,21 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     if open_ranges:
         notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
 
-    counts = {
-        "kernels": int((kind == int(EventKind.KERNEL)).sum()),
-        "memcpys": int((kind == int(EventKind.MEMCPY)).sum()),
-        "memsets": int((kind == int(EventKind.MEMSET)).sum()),
-        "syncs": int((kind == int(EventKind.SYNC)).sum()),
-        "runtime_calls": int((kind == int(EventKind.RUNTIME)).sum()),
-        "driver_calls": int((kind == int(EventKind.DRIVER)).sum()),
-        "nvtx": int(np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]).sum()),
-        "unterminated_nvtx_ranges": open_ranges,
-        **stats,
-    }
+    counts = {**_counts(kind, open_ranges), **stats}
 
     on_device = (cols["device"] >= 0) & (gpu | (kind == int(EventKind.SYNC)))
-    used_devices = _distinct_pairs(cols["rank"][on_device], cols["device"][on_device])
+    used_devices = distinct_pairs(cols["rank"][on_device], cols["device"][on_device])
     devices, described = read_devices(db, used_devices)
     if used_devices and not described:
         notes.append("no TARGET_INFO_GPU table: GPU names and limits are unknown")
     rank_of_pid = {}
     host_pids = cols["pid"] >= 0
-    for r, p in _distinct_pairs(cols["rank"][host_pids], cols["pid"][host_pids]):
+    for r, p in distinct_pairs(cols["rank"][host_pids], cols["pid"][host_pids]):
         rank_of_pid.setdefault(p, r)
     contexts = read_contexts(db, rank_of_pid)
-    _green_from_contexts(cols, contexts, on_device)
+    _green_from_contexts(cols, contexts, green_streams(db), on_device)
 
-    threads = _distinct_pairs(cols["pid"][host_pids], cols["tid"][host_pids])
+    threads = distinct_pairs(cols["pid"][host_pids], cols["tid"][host_pids])
     pids = {p for p, _ in threads}
     extra = {
         "export": {
@@ -276,7 +195,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     del cols["_gpid"]
     table, cols = compact(strings.strings, cols)
     names = sorted({d.name for d in devices if d.name})
-    ranks = tuple(sorted(set(cols["rank"].tolist()))) or (0,)
+    ranks = tuple(int(r) for r in distinct(cols["rank"])) or (0,)
     meta = RunMeta(
         source=str(db.path),
         format="nsys",

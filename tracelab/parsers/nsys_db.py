@@ -127,16 +127,17 @@ def fetch_int_columns(
     SQLite itself joins each column into one comma-separated string (group_concat) and numpy parses
     it: no Python object per value, which is several times faster than fetchall on big exports.
     All aggregates of one query visit the rows in the same order, so the columns stay aligned;
+    NOT INDEXED keeps that order the rowid order whatever indexes a post-processed file carries;
     tables are read in rowid ranges of CHUNK_ROWS so no string grows past SQLite's limits."""
     aggs = ", ".join(f"group_concat(coalesce({e}, -1))" for e in exprs)
     cond = f"({where})" if where else "1"
     try:
         lo, hi = db.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
         ranges = [(a, a + CHUNK_ROWS) for a in range(lo, hi + 1, CHUNK_ROWS)] if lo is not None else []
-        sql = f'SELECT count(*), {aggs} FROM "{table}" WHERE rowid >= ? AND rowid < ? AND {cond}'
+        sql = f'SELECT count(*), {aggs} FROM "{table}" NOT INDEXED WHERE rowid >= ? AND rowid < ? AND {cond}'
     except sqlite3.OperationalError:  # a table without rowid: one pass
         ranges = [(0, 0)]
-        sql = f'SELECT count(*), {aggs} FROM "{table}" WHERE {cond} AND ? = ?'
+        sql = f'SELECT count(*), {aggs} FROM "{table}" NOT INDEXED WHERE {cond} AND ? = ?'
     parts: list[list[np.ndarray]] = [[] for _ in names]
     for a, b in ranges:
         row = db.conn.execute(sql, (a, b)).fetchone()
@@ -163,9 +164,9 @@ def fetch_texts(db: NsysDb, table: str, column: str, where: str = "") -> list[st
     except sqlite3.OperationalError:
         lo = None
     if lo is None:
-        return [str(r[0]) for r in db.rows(f'SELECT "{column}" FROM "{table}" WHERE {cond}')]
+        return [str(r[0]) for r in db.rows(f'SELECT "{column}" FROM "{table}" NOT INDEXED WHERE {cond}')]
     sql = (
-        f'SELECT count(*), group_concat(CAST("{column}" AS TEXT), char(30)) FROM "{table}" '
+        f'SELECT count(*), group_concat(CAST("{column}" AS TEXT), char(30)) FROM "{table}" NOT INDEXED '
         f"WHERE rowid >= ? AND rowid < ? AND {cond}"
     )
     for a in range(lo, hi + 1, CHUNK_ROWS):
@@ -177,7 +178,7 @@ def fetch_texts(db: NsysDb, table: str, column: str, where: str = "") -> list[st
             values = [
                 str(r[0])
                 for r in db.rows(
-                    f'SELECT "{column}" FROM "{table}" WHERE rowid >= ? AND rowid < ? AND {cond} ORDER BY rowid',
+                    f'SELECT "{column}" FROM "{table}" NOT INDEXED WHERE rowid >= ? AND rowid < ? AND {cond} ORDER BY rowid',
                     (a, a + CHUNK_ROWS),
                 )
             ]

@@ -67,10 +67,11 @@ def export_nsys_rep(rep_path: str | Path, out_dir: str | Path, timeout: float = 
     out = Path(out_dir) / (rep.stem + ".sqlite")
     nsys = find_nsys()
     if nsys is None:
-        cmd = shlex.join(export_command("nsys", rep.resolve(), out.resolve()))
+        target = rep.resolve().with_suffix(".sqlite")
+        cmd = shlex.join(export_command("nsys", rep.resolve(), target))
         raise MissingDependency(
-            f"{rep}: exporting .nsys-rep needs Nsight Systems (`nsys`), not found on PATH, in ${NSYS_ENV} or in "
-            f"/opt/nvidia; run `{cmd}` where nsys is installed and import the .sqlite"
+            f"{rep}: reading .nsys-rep needs Nsight Systems (`nsys`), not found on PATH, in ${NSYS_ENV} or under "
+            f"/opt/nvidia; run `{cmd}` where nsys is installed, then `tracelab import {shlex.quote(str(target))}`"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.stem + ".partial.sqlite")

@@ -153,3 +153,23 @@ def thread_names(db: NsysDb, strings: NsysStrings, wanted: set[tuple[int, int]])
             if name:
                 out[f"{key[0]}:{key[1]}"] = name
     return out
+
+
+def green_streams(db: NsysDb) -> dict[tuple[int, int], int]:
+    """(pid, streamId) -> green context id, for streams that TARGET_INFO_CUDA_STREAM places in a
+    context that TARGET_INFO_CUDA_CONTEXT_INFO marks green."""
+    green = {
+        (_int(r.get("processId"), -1), _int(r.get("contextId"), -1))
+        for r in _select_dicts(
+            db, "TARGET_INFO_CUDA_CONTEXT_INFO", ("processId", "contextId", "isGreenContext")
+        )
+        if _int(r.get("isGreenContext")) == 1
+    }
+    if not green:
+        return {}
+    out: dict[tuple[int, int], int] = {}
+    for r in _select_dicts(db, "TARGET_INFO_CUDA_STREAM", ("processId", "contextId", "streamId")):
+        key = (_int(r.get("processId"), -1), _int(r.get("contextId"), -1))
+        if key in green:
+            out[(key[0], _int(r.get("streamId"), -1))] = key[1]
+    return out

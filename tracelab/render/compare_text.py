@@ -115,6 +115,9 @@ def device_rows(d: DeviceComparison) -> list[list[str]]:
     ]
     rows.append(["busy fraction", fmt_fraction(d.busy_fraction_a), fmt_fraction(d.busy_fraction_b),
                  f"{100 * (d.busy_fraction_b - d.busy_fraction_a):+.1f} pt", ""])
+    if d.sm_source_a != "none" or d.sm_source_b != "none":
+        rows.append([f"SM busy ({d.sm_source_a} / {d.sm_source_b})", fmt_fraction(d.sm_busy_a),
+                     fmt_fraction(d.sm_busy_b), f"{100 * (d.sm_busy_b - d.sm_busy_a):+.1f} pt", ""])
     for label, f in (("gaps", "gaps"), ("kernel launches", "kernels"), ("memcpys", "memcpys")):
         v: Delta = getattr(d, f)
         rows.append([label, str(v.a), str(v.b), f"{v.delta:+d}", fmt_pct(v.pct)])
@@ -139,7 +142,8 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
         if d.present == "both" and d.name_a != d.name_b and d.rank >= 0:
             names = f"{term_safe(d.name_a, 30)} vs {term_safe(d.name_b, 30)}"
         present = {"both": "", "a": "  (only in A)", "b": "  (only in B)"}[d.present]
-        out += ["", f"== device {device_label(d)}  {names}{present}"]
+        header = f"== device {device_label(d)}  {names}{present}" if d.rank >= 0 else "== all matched devices (sums)"
+        out += ["", header]
         out += _table(["", "A", "B", "delta", "%"], device_rows(d))
     out += ["", "== gaps by cause"]
     out += _table(
@@ -165,6 +169,9 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
             ],
             right={4, 5, 6, 7},
         )
+        for f in c.findings:
+            if f.status == "new":
+                out.append(f"new {f.rule}: {term_safe(f.message_b, 160)}")
     if c.kernels_compared:
         out += ["", "== top kernels by total time"]
         out += _table(
@@ -201,6 +208,8 @@ def _device_doc(d: DeviceComparison) -> dict[str, Any]:
         if isinstance(v, Delta):
             doc[f] = _delta_doc(v)
     doc["busy_fraction"] = {"a": d.busy_fraction_a, "b": d.busy_fraction_b}
+    doc["sm"] = {"a": {"source": d.sm_source_a, "busy_fraction": d.sm_busy_a},
+                 "b": {"source": d.sm_source_b, "busy_fraction": d.sm_busy_b}}
     return doc
 
 

@@ -31,15 +31,15 @@ def plotly_text(s: object) -> str:
 
 
 def fmt_ns(ns: float) -> str:
-    """A duration in the most readable unit: 850 ns, 12.3 µs, 4.56 ms, 1.234 s."""
+    """A duration in the most readable unit, 4 significant digits: 850 ns, 12.3 µs, 4.56 ms, 1.234 s."""
     ns = float(ns)
     a = abs(ns)
     if a < 1e3:
         return f"{ns:.0f} ns"
     if a < 1e6:
-        return f"{ns / 1e3:.3g} µs" if a < 1e5 else f"{ns / 1e3:.1f} µs"
+        return f"{ns / 1e3:.4g} µs"
     if a < 1e9:
-        return f"{ns / 1e6:.3g} ms" if a < 1e8 else f"{ns / 1e6:.1f} ms"
+        return f"{ns / 1e6:.4g} ms"
     return f"{ns / 1e9:.4g} s"
 
 
@@ -82,16 +82,30 @@ def timeline_rows(
     sm_rows = sm_rows or {}
     out: list[dict[str, Any]] = []
 
-    def add(kind: str, label: str, group: str, *, lane: int = -1, sm: int = -1, rank: int = -1,
-            device: int = -1, height: float = 1.0) -> None:
-        out.append(dict(lane=lane, sm=sm, rank=rank, device=device, kind=kind, label=label, group=group,
-                        height=height))
+    def add(
+        kind: str,
+        label: str,
+        group: str,
+        *,
+        lane: int = -1,
+        sm: int = -1,
+        rank: int = -1,
+        device: int = -1,
+        height: float = 1.0,
+    ) -> None:
+        out.append(
+            dict(
+                lane=lane, sm=sm, rank=rank, device=device, kind=kind, label=label, group=group, height=height
+            )
+        )
 
     lk = lanes["lane_kind"].to_numpy()
     ranks = sorted(set(lanes["rank"].tolist()) | {r for r, _ in sm_rows})
     for rank in ranks:
         of_rank = lanes[lanes["rank"] == rank]
-        gpu_side = of_rank[np.isin(of_rank["lane_kind"], [int(LaneKind.GPU_STREAM), int(LaneKind.GPU_ANNOTATION)])]
+        gpu_side = of_rank[
+            np.isin(of_rank["lane_kind"], [int(LaneKind.GPU_STREAM), int(LaneKind.GPU_ANNOTATION)])
+        ]
         devices = sorted(set(gpu_side["device"].tolist()) | {d for r, d in sm_rows if r == rank})
         for device in devices:
             name = device_names.get((rank, device), "")
@@ -134,7 +148,13 @@ def timeline_rows(
                     if "nvtx" not in show:
                         continue
                     dom = strings[r.category] if 0 <= r.category < len(strings) else ""
-                    add("nvtx", f"NVTX {dom} · tid {r.tid}".replace("  ", " "), group, lane=int(r.lane), rank=rank)
+                    add(
+                        "nvtx",
+                        f"NVTX {dom} · tid {r.tid}".replace("  ", " "),
+                        group,
+                        lane=int(r.lane),
+                        rank=rank,
+                    )
                 else:
                     if "host" not in show:
                         continue
@@ -178,9 +198,9 @@ EVENT_CLASSES: dict[str, tuple[str, str]] = {  # class -> (legend name, colour)
     "cpu_op": ("CPU ops", "#c7c7c7"),
     "nvtx": ("NVTX ranges", "#e377c2"),
     "sm": ("SM activity", "#8c564b"),
-    "other": ("other", "#aaaaaa"),
+    "other": ("other host events", "#aaaaaa"),
 }
-_THIN = {"cpu_op", "sm"}
+_THIN = {"cpu_op", "sm", "other"}
 
 
 def event_class(events: pd.DataFrame) -> np.ndarray:
@@ -201,7 +221,18 @@ def event_class(events: pd.DataFrame) -> np.ndarray:
         kind == EventKind.CPU_OP,
         np.isin(kind, [EventKind.NVTX_RANGE, EventKind.NVTX_MARK]),
     ]
-    choices = ["comm", "kernel", "memcpy", "memset", "sync", "annotation", "blocking", "api", "cpu_op", "nvtx"]
+    choices = [
+        "comm",
+        "kernel",
+        "memcpy",
+        "memset",
+        "sync",
+        "annotation",
+        "blocking",
+        "api",
+        "cpu_op",
+        "nvtx",
+    ]
     return np.select(conds, choices, default="other").astype(object)
 
 
@@ -214,8 +245,17 @@ def _segments_xy(x0: np.ndarray, x1: np.ndarray, y: np.ndarray) -> tuple[np.ndar
     return xs, ys
 
 
+HOVER_NAME_CHARS = 100
+
+
+def _short(s: str, limit: int = HOVER_NAME_CHARS) -> str:
+    """Long (templated) names cut in the middle for hover labels."""
+    return s if len(s) <= limit else s[: limit * 2 // 3] + " … " + s[-(limit // 3) :]
+
+
 def _name_table(strings: Sequence[str]) -> np.ndarray:
-    return np.array([plotly_text(s) for s in strings] + [""], dtype=object)
+    """Escaped, shortened hover names, indexed by string id (one entry per distinct name)."""
+    return np.array([plotly_text(_short(s)) for s in strings] + [""], dtype=object)
 
 
 def _hover(items: pd.DataFrame, names: np.ndarray, n_strings: int) -> np.ndarray:
@@ -238,11 +278,26 @@ def _hover(items: pd.DataFrame, names: np.ndarray, n_strings: int) -> np.ndarray
         label = np.full(n, "", dtype=object)
     text = label + "<br>duration " + _fmt_ns_array(col("end") - col("start"))
     if "grid_x" in items.columns:
-        grid = ("<br>grid (" + txt("grid_x") + "," + txt("grid_y") + "," + txt("grid_z") + ") block ("
-                + txt("block_x") + "," + txt("block_y") + "," + txt("block_z") + ")")
+        grid = (
+            "<br>grid ("
+            + txt("grid_x")
+            + ","
+            + txt("grid_y")
+            + ","
+            + txt("grid_z")
+            + ") block ("
+            + txt("block_x")
+            + ","
+            + txt("block_y")
+            + ","
+            + txt("block_z")
+            + ")"
+        )
         text = text + np.where(col("grid_x") > 0, grid, "")
     if "bytes" in items.columns:
-        text = text + np.array(["<br>" + fmt_bytes(v) if v >= 0 else "" for v in col("bytes").tolist()], dtype=object)
+        text = text + np.array(
+            ["<br>" + fmt_bytes(v) if v >= 0 else "" for v in col("bytes").tolist()], dtype=object
+        )
     if "correlation" in items.columns and "kind" in items.columns:
         text = text + np.where(col("correlation") >= 0, "<br>correlation " + txt("correlation"), "")
     if "sm_first" in items.columns and "kind" not in items.columns:
@@ -253,8 +308,8 @@ def _hover(items: pd.DataFrame, names: np.ndarray, n_strings: int) -> np.ndarray
 
 
 def axis_unit(span_ns: int) -> tuple[float, str]:
-    """The time unit of the timeline's x axis for a window: ms above 20 ms, else µs."""
-    return (1e6, "ms") if span_ns > 20_000_000 else (1e3, "µs")
+    """The time unit of the timeline's x axis for a window: ms above 5 ms, else µs."""
+    return (1e6, "ms") if span_ns > 5_000_000 else (1e3, "µs")
 
 
 def timeline_figure(
@@ -267,11 +322,14 @@ def timeline_figure(
     sm_view: LodView | None = None,
     title: str = "",
     uirevision: str = "timeline",
+    gaps: Sequence[Gap] = (),
 ) -> go.Figure:
     """The timeline: one horizontal row per lane (see `timeline_rows`), events as WebGL segments, busy
     bins as translucent segments, a shared time axis in µs from `origin_ns`. `view.items` need a `row`
-    column; points carry customdata [row, start, end, correlation, kind] for click handling.
-    `highlight` (events with `row`) is outlined on top, joined by a dashed line (launch <-> GPU op)."""
+    column; points carry customdata [row, start - origin_ns, end - origin_ns, correlation, kind] for
+    click handling.
+    `highlight` (events with `row`) is outlined on top, joined by a dashed line (launch <-> GPU op).
+    `gaps` inside the window are shaded (the 200 longest)."""
     names = _name_table(strings)
     unit, unit_name = axis_unit(view.t1 - view.t0)
     y_of_row = rows["y"].to_numpy(dtype=float) if len(rows) else np.zeros(1)
@@ -289,22 +347,44 @@ def timeline_figure(
         y = y_of_row[row]
         kind = items["kind"].to_numpy() if "kind" in items.columns else np.full(len(items), -1)
         corr = items["correlation"].to_numpy() if "correlation" in items.columns else np.full(len(items), -1)
-        custom = np.column_stack([row, items["start"].to_numpy(), items["end"].to_numpy(), corr, kind])
+        # plain JSON numbers, times relative to the origin (exact in float64), so that the browser
+        # hands back exactly what it got (no int64 typed arrays, which JavaScript cannot decode)
+        custom = np.column_stack(
+            [row, items["start"].to_numpy() - origin_ns, items["end"].to_numpy() - origin_ns, corr, kind]
+        ).astype(np.float64)
         for cls in pd.unique(classes):
             m = classes == cls
             legend, color = EVENT_CLASSES.get(cls, EVENT_CLASSES["other"])
             width = 3 if cls in _THIN else 12
             xs, ys = _segments_xy(x0[m], x1[m], y[m])
-            fig.add_trace(go.Scattergl(
-                x=xs, y=ys, mode="lines", line=dict(color=color, width=width), name=legend,
-                legendgroup=cls, hoverinfo="skip", showlegend=True,
-            ))
-            fig.add_trace(go.Scattergl(
-                x=(x0[m] + x1[m]) / 2, y=y[m], mode="markers",
-                marker=dict(color=color, size=3 if cls in _THIN else 5, opacity=0.35 if cls in _THIN else 0.6),
-                name=legend, legendgroup=cls, showlegend=False, hovertext=hover[m], hoverinfo="text",
-                customdata=custom[m],
-            ))
+            fig.add_trace(
+                go.Scattergl(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line=dict(color=color, width=width),
+                    name=legend,
+                    legendgroup=cls,
+                    hoverinfo="skip",
+                    showlegend=True,
+                )
+            )
+            fig.add_trace(
+                go.Scattergl(
+                    x=(x0[m] + x1[m]) / 2,
+                    y=y[m],
+                    mode="markers",
+                    marker=dict(
+                        color=color, size=3 if cls in _THIN else 5, opacity=0.35 if cls in _THIN else 0.6
+                    ),
+                    name=legend,
+                    legendgroup=cls,
+                    showlegend=False,
+                    hovertext=hover[m],
+                    hoverinfo="text",
+                    customdata=custom[m].tolist(),
+                )
+            )
 
     def add_bins(bins: pd.DataFrame, color: str, group: str) -> None:
         if len(bins) == 0:
@@ -315,9 +395,15 @@ def timeline_figure(
         y = y_of_row[row]
         lv = bins["level"].to_numpy()
         text = np.array(
-            [f"{c} short events folded<br>busy {b:.0%}<br>{fmt_ns(e - s)}"
-             for c, b, s, e in zip(bins["count"].tolist(), bins["busy"].tolist(), bins["start"].tolist(),
-                                   bins["end"].tolist())],
+            [
+                f"{c} short events folded<br>busy {b:.0%}<br>{fmt_ns(e - s)}"
+                for c, b, s, e in zip(
+                    bins["count"].tolist(),
+                    bins["busy"].tolist(),
+                    bins["start"].tolist(),
+                    bins["end"].tolist(),
+                )
+            ],
             dtype=object,
         )
         for level in range(len(LEVELS)):
@@ -325,16 +411,31 @@ def timeline_figure(
             if not m.any():
                 continue
             xs, ys = _segments_xy(x0[m], x1[m], y[m])
-            fig.add_trace(go.Scattergl(
-                x=xs, y=ys, mode="lines", opacity=0.25 + 0.75 * LEVELS[level],
-                line=dict(color=color, width=12 if group == "bins" else 3),
-                name="short events, aggregated (darker = busier)", legendgroup=group, hoverinfo="skip",
-                showlegend=group == "bins" and level == int(lv.max()),
-            ))
-            fig.add_trace(go.Scattergl(
-                x=(x0[m] + x1[m]) / 2, y=y[m], mode="markers", marker=dict(color=color, size=4, opacity=0.5),
-                legendgroup=group, showlegend=False, hovertext=text[m], hoverinfo="text",
-            ))
+            fig.add_trace(
+                go.Scattergl(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    opacity=0.25 + 0.75 * LEVELS[level],
+                    line=dict(color=color, width=12 if group == "bins" else 3),
+                    name="short events, aggregated (darker = busier)",
+                    legendgroup=group,
+                    hoverinfo="skip",
+                    showlegend=group == "bins" and level == int(lv.max()),
+                )
+            )
+            fig.add_trace(
+                go.Scattergl(
+                    x=(x0[m] + x1[m]) / 2,
+                    y=y[m],
+                    mode="markers",
+                    marker=dict(color=color, size=4, opacity=0.5),
+                    legendgroup=group,
+                    showlegend=False,
+                    hovertext=text[m],
+                    hoverinfo="text",
+                )
+            )
 
     add_bins(view.bins, "#4c6a92", "bins")
     add_items(view.items, event_class(view.items))
@@ -347,33 +448,105 @@ def timeline_figure(
         hx1 = (highlight["end"].to_numpy() - origin_ns) / unit
         hy = y_of_row[highlight["row"].to_numpy()]
         xs, ys = _segments_xy(hx0, hx1, hy)
-        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line=dict(color="#ffd700", width=18),
-                                   opacity=0.7, name="selected (correlated)", hoverinfo="skip"))
+        fig.add_trace(
+            go.Scattergl(
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(color="#ffd700", width=18),
+                opacity=0.7,
+                name="selected (correlated)",
+                hoverinfo="skip",
+            )
+        )
         order = np.argsort(hx0)
-        fig.add_trace(go.Scattergl(x=hx0[order], y=hy[order], mode="lines+markers",
-                                   line=dict(color="#d4a000", width=2, dash="dash"),
-                                   marker=dict(size=9, color="#d4a000"), showlegend=False, hoverinfo="skip"))
+        fig.add_trace(
+            go.Scattergl(
+                x=hx0[order],
+                y=hy[order],
+                mode="lines+markers",
+                line=dict(color="#d4a000", width=2, dash="dash"),
+                marker=dict(size=9, color="#d4a000"),
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
 
     # row labels and group separators
     labels = rows["label"].to_numpy(dtype=object) if len(rows) else np.zeros(0, dtype=object)
     is_header = (rows["kind"] == "header").to_numpy() if len(rows) else np.zeros(0, dtype=bool)
     tick_mask = labels != ""
-    ticktext = [f"<b>{plotly_text(t)}</b>" if h else plotly_text(t)
-                for t, h in zip(labels[tick_mask], is_header[tick_mask])]
+    ticktext = [
+        f"<b>{plotly_text(t)}</b>" if h else plotly_text(t)
+        for t, h in zip(labels[tick_mask], is_header[tick_mask])
+    ]
     shapes = [
-        dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=float(y - 0.5), y1=float(y - 0.5),
-             line=dict(color="#888", width=1))
+        dict(
+            type="line",
+            xref="paper",
+            x0=0,
+            x1=1,
+            yref="y",
+            y0=float(y - 0.5),
+            y1=float(y - 0.5),
+            line=dict(color="#888", width=1),
+        )
         for y in (y_of_row[: len(rows)][is_header] if len(rows) else [])
     ]
+    visible_gaps = sorted(
+        (g for g in gaps if g.end_ns > view.t0 and g.start_ns < view.t1), key=lambda g: -g.duration_ns
+    )[:200]
+    for g in visible_gaps:
+        shapes.append(
+            dict(
+                type="rect",
+                xref="x",
+                yref="paper",
+                x0=(g.start_ns - origin_ns) / unit,
+                x1=(g.end_ns - origin_ns) / unit,
+                y0=0,
+                y1=1,
+                fillcolor="rgba(214,39,40,0.07)",
+                line=dict(width=0),
+                layer="below",
+            )
+        )
+    if visible_gaps:
+        mid = np.array([((g.start_ns + g.end_ns) / 2 - origin_ns) / unit for g in visible_gaps])
+        fig.add_trace(
+            go.Scatter(
+                x=mid,
+                y=np.zeros(len(mid)),
+                mode="markers",
+                cliponaxis=False,
+                marker=dict(color="rgba(214,39,40,0.7)", size=10, symbol="triangle-down"),
+                name="idle gaps (shaded)",
+                hoverinfo="text",
+                hovertext=[
+                    f"idle gap {fmt_ns(g.duration_ns)} · {plotly_text(g.cause)}<br>"
+                    f"{plotly_text(_short(g.evidence, 160))}"
+                    for g in visible_gaps
+                ],
+            )
+        )
     fig.update_layout(
         title=dict(text=plotly_text(title), x=0.01) if title else None,
         height=int(min(max(260, n_units * height_px + 140), 4000)),
         margin=dict(l=10, r=10, t=70 if title else 50, b=40),
-        xaxis=dict(title=f"time ({unit_name} from run start)",
-                   range=[(view.t0 - origin_ns) / unit, (view.t1 - origin_ns) / unit],
-                   showgrid=True, zeroline=False),
-        yaxis=dict(tickvals=y_of_row[: len(rows)][tick_mask].tolist() if len(rows) else [], ticktext=ticktext,
-                   range=[n_units, 0], fixedrange=True, showgrid=False, automargin=True),
+        xaxis=dict(
+            title=f"time ({unit_name} from run start)",
+            range=[(view.t0 - origin_ns) / unit, (view.t1 - origin_ns) / unit],
+            showgrid=True,
+            zeroline=False,
+        ),
+        yaxis=dict(
+            tickvals=y_of_row[: len(rows)][tick_mask].tolist() if len(rows) else [],
+            ticktext=ticktext,
+            range=[n_units, 0],
+            fixedrange=True,
+            showgrid=False,
+            automargin=True,
+        ),
         shapes=shapes,
         hovermode="closest",
         dragmode="zoom",
@@ -387,9 +560,21 @@ def timeline_figure(
 def empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
-        xaxis=dict(visible=False), yaxis=dict(visible=False), height=220, plot_bgcolor="white",
-        annotations=[dict(text=plotly_text(message), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                          font=dict(size=15, color="#555"))],
+        xaxis=dict(visible=False),
+        yaxis=dict(visible=False),
+        height=220,
+        plot_bgcolor="white",
+        annotations=[
+            dict(
+                text=plotly_text(message),
+                showarrow=False,
+                x=0.5,
+                y=0.5,
+                xref="paper",
+                yref="paper",
+                font=dict(size=15, color="#555"),
+            )
+        ],
     )
     return fig
 
@@ -406,22 +591,40 @@ def overlap_matrix_figure(matrix: pd.DataFrame, *, title: str = "") -> go.Figure
     labels = [plotly_text(c) for c in matrix.columns]
     z = matrix.to_numpy(dtype=float) / 1e6
     text = [[fmt_ns(v) for v in row] for row in matrix.to_numpy(dtype=float).tolist()]
-    fig = go.Figure(go.Heatmap(
-        z=z, x=labels, y=labels, text=text, texttemplate="%{text}", colorscale="Blues",
-        colorbar=dict(title="ms"), hovertemplate="%{y} ∩ %{x}: %{text}<extra></extra>",
-    ))
-    fig.update_layout(title=plotly_text(title) if title else None, height=max(320, 60 * len(labels) + 160),
-                      yaxis=dict(autorange="reversed"), margin=dict(l=10, r=10, t=50, b=10))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=labels,
+            y=labels,
+            text=text,
+            texttemplate="%{text}",
+            colorscale="Blues",
+            colorbar=dict(title="ms"),
+            hovertemplate="%{y} ∩ %{x}: %{text}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=plotly_text(title) if title else None,
+        height=max(320, 60 * len(labels) + 160),
+        yaxis=dict(autorange="reversed"),
+        margin=dict(l=10, r=10, t=50, b=10),
+    )
     return fig
 
 
 _BAR_FIELDS = (
-    ("busy", "busy_ns"), ("idle", "idle_ns"), ("kernels (compute+comm)", "kernel_ns"), ("memcpy", "memcpy_ns"),
-    ("memset", "memset_ns"), ("comm", "comm_ns"),
+    ("busy", "busy_ns"),
+    ("idle", "idle_ns"),
+    ("kernels (compute+comm)", "kernel_ns"),
+    ("memcpy", "memcpy_ns"),
+    ("memset", "memset_ns"),
+    ("comm", "comm_ns"),
 )
 _OVERLAP_FIELDS = (
-    ("compute ∩ compute", "compute_compute_ns"), ("compute ∩ copy", "compute_copy_ns"),
-    ("compute ∩ comm", "compute_comm_ns"), ("copy ∩ copy", "copy_copy_ns"),
+    ("compute ∩ compute", "compute_compute_ns"),
+    ("compute ∩ copy", "compute_copy_ns"),
+    ("compute ∩ comm", "compute_comm_ns"),
+    ("copy ∩ copy", "copy_copy_ns"),
 )
 
 
@@ -430,24 +633,41 @@ def _device_label(d: DeviceSummary) -> str:
 
 
 def overlap_bars_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
-    """Per device: time in compute / copy / comm and the overlaps between the classes (ms)."""
+    """Per device: busy / idle time, time in compute / copy / comm, and the overlaps between the
+    classes (ms), one horizontal bar per figure (one trace per device)."""
     if not devices:
         return empty_figure("no GPU activity in this run")
+    fields = [*_BAR_FIELDS, *[(lbl, f"overlap.{a}") for lbl, a in _OVERLAP_FIELDS]]
+    labels = [lbl for lbl, _ in fields]
     fig = go.Figure()
-    ylabels = [plotly_text(_device_label(d)) for d in devices]
-    for label, attr in (*_BAR_FIELDS, *[(lbl, f"overlap.{a}") for lbl, a in _OVERLAP_FIELDS]):
+    for d in devices:
         vals = []
-        for d in devices:
+        for _, attr in fields:
             obj: Any = d
             for part in attr.split("."):
                 obj = getattr(obj, part)
             vals.append(int(obj))
-        fig.add_trace(go.Bar(
-            y=ylabels, x=[v / 1e6 for v in vals], orientation="h", name=label,
-            text=[fmt_ns(v) for v in vals], hovertemplate="%{y}<br>" + label + ": %{text}<extra></extra>",
-        ))
-    fig.update_layout(barmode="group", height=max(320, 260 * len(devices)), xaxis_title="ms",
-                      margin=dict(l=10, r=10, t=30, b=40), legend=dict(orientation="h", y=-0.2))
+        name = plotly_text(_device_label(d))
+        fig.add_trace(
+            go.Bar(
+                y=labels,
+                x=[v / 1e6 for v in vals],
+                orientation="h",
+                name=name,
+                text=[fmt_ns(v) for v in vals],
+                textposition="auto",
+                hovertemplate="%{y}: %{text}<extra>" + name + "</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        height=max(340, 28 * len(labels) * max(1, min(len(devices), 4)) + 80),
+        xaxis_title="ms",
+        yaxis=dict(autorange="reversed"),
+        margin=dict(l=10, r=10, t=30, b=40),
+        legend=dict(orientation="h", y=1.08),
+        showlegend=len(devices) > 1,
+    )
     return fig
 
 
@@ -464,33 +684,64 @@ def stream_utilization_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
             texts.append(f"{fmt_ns(s.busy_ns)} busy · {s.kernels} kernels · {s.memcpys} memcpys")
     if not xs:
         return empty_figure("no GPU streams")
-    fig = go.Figure(go.Bar(x=xs, y=ys, orientation="h", text=texts, hovertemplate="%{y}<br>%{text}<extra></extra>",
-                           marker_color="#1f77b4"))
-    fig.update_layout(xaxis=dict(title="busy fraction of the device span", tickformat=".0%", range=[0, 1]),
-                      height=max(240, 40 * len(xs) + 120), margin=dict(l=10, r=10, t=30, b=40),
-                      yaxis=dict(autorange="reversed"))
+    fig = go.Figure(
+        go.Bar(
+            x=xs,
+            y=ys,
+            orientation="h",
+            text=texts,
+            hovertemplate="%{y}<br>%{text}<extra></extra>",
+            marker_color="#1f77b4",
+        )
+    )
+    fig.update_layout(
+        xaxis=dict(title="busy fraction of the device span", tickformat=".0%", range=[0, 1]),
+        height=max(240, 40 * len(xs) + 120),
+        margin=dict(l=10, r=10, t=30, b=40),
+        yaxis=dict(autorange="reversed"),
+    )
     return fig
 
 
 def gaps_figure(gaps: Sequence[Gap], origin_ns: int) -> go.Figure:
-    """Idle gaps on a time axis, coloured by cause (each point carries customdata [start, end])."""
+    """Idle gaps on a time axis, coloured by cause (each point carries customdata [start, end] in ns
+    from `origin_ns`)."""
     if not gaps:
         return empty_figure("no idle gaps above the threshold")
     df = pd.DataFrame([g.__dict__ for g in gaps])
     fig = go.Figure()
-    colors = {"host_sync": "#d62728", "launch_latency": "#ff7f0e", "dependency_wait": "#9467bd",
-              "no_work": "#7f7f7f", "unknown": "#bcbd22"}
+    colors = {
+        "host_sync": "#d62728",
+        "launch_latency": "#ff7f0e",
+        "dependency_wait": "#9467bd",
+        "no_work": "#7f7f7f",
+        "unknown": "#bcbd22",
+    }
     for cause, part in df.groupby("cause", sort=True):
-        fig.add_trace(go.Scattergl(
-            x=(part["start_ns"] - origin_ns) / 1e3, y=part["duration_ns"] / 1e3, mode="markers",
-            name=str(cause), marker=dict(color=colors.get(str(cause), "#333"), size=8),
-            customdata=np.column_stack([part["start_ns"], part["end_ns"]]),
-            hovertext=[f"{plotly_text(cause)} · {fmt_ns(d)}<br>{plotly_text(ev)}"
-                       for d, ev in zip(part["duration_ns"].tolist(), part["evidence"].tolist())],
-            hoverinfo="text",
-        ))
-    fig.update_layout(xaxis_title="gap start (µs from run start)", yaxis_title="gap length (µs)", yaxis_type="log",
-                      height=320, margin=dict(l=10, r=10, t=30, b=40))
+        fig.add_trace(
+            go.Scattergl(
+                x=(part["start_ns"] - origin_ns) / 1e3,
+                y=part["duration_ns"] / 1e3,
+                mode="markers",
+                name=str(cause),
+                marker=dict(color=colors.get(str(cause), "#333"), size=8),
+                customdata=np.column_stack(
+                    [part["start_ns"] - origin_ns, part["end_ns"] - origin_ns]
+                ).tolist(),
+                hovertext=[
+                    f"{plotly_text(cause)} · {fmt_ns(d)}<br>{plotly_text(ev)}"
+                    for d, ev in zip(part["duration_ns"].tolist(), part["evidence"].tolist())
+                ],
+                hoverinfo="text",
+            )
+        )
+    fig.update_layout(
+        xaxis_title="gap start (µs from run start)",
+        yaxis_title="gap length (µs)",
+        yaxis_type="log",
+        height=320,
+        margin=dict(l=10, r=10, t=30, b=40),
+    )
     return fig
 
 
@@ -509,13 +760,19 @@ def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.D
     k = ev[ev["kind"] == int(EventKind.KERNEL)]
     if k.empty:
         return pd.DataFrame({c: [] for c in KERNEL_TABLE_COLUMNS})
-    df = pd.DataFrame({
-        "name_id": k["name"].to_numpy(),
-        "grid": k["grid_x"].astype(str) + "×" + k["grid_y"].astype(str) + "×" + k["grid_z"].astype(str),
-        "block": k["block_x"].astype(str) + "×" + k["block_y"].astype(str) + "×" + k["block_z"].astype(str),
-        "dur": (k["end"] - k["start"]).to_numpy(),
-        "occ": occupancy.reindex(k.index).to_numpy(dtype=float) if occupancy is not None else np.nan,
-    })
+    df = pd.DataFrame(
+        {
+            "name_id": k["name"].to_numpy(),
+            "grid": k["grid_x"].astype(str) + "×" + k["grid_y"].astype(str) + "×" + k["grid_z"].astype(str),
+            "block": k["block_x"].astype(str)
+            + "×"
+            + k["block_y"].astype(str)
+            + "×"
+            + k["block_z"].astype(str),
+            "dur": (k["end"] - k["start"]).to_numpy(),
+            "occ": occupancy.reindex(k.index).to_numpy(dtype=float) if occupancy is not None else np.nan,
+        }
+    )
     unknown = k["grid_x"].to_numpy() < 0
     df.loc[unknown, "grid"] = ""
     df.loc[k["block_x"].to_numpy() < 0, "block"] = ""
@@ -531,17 +788,98 @@ def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.D
 def gaps_table(gaps: Sequence[Gap], origin_ns: int) -> pd.DataFrame:
     """Gaps sorted by duration (longest first), with times relative to the run origin."""
     if not gaps:
-        return pd.DataFrame(columns=["id", "rank", "device", "start_us", "duration", "duration_ns", "cause",
-                                     "evidence", "start_ns", "end_ns"])
+        return pd.DataFrame(
+            columns=[
+                "id",
+                "rank",
+                "device",
+                "start_us",
+                "duration",
+                "duration_ns",
+                "cause",
+                "evidence",
+                "start_ns",
+                "end_ns",
+            ]
+        )
     df = pd.DataFrame([g.__dict__ for g in gaps])
     df = df.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
     df["id"] = [f"gap-{i}" for i in range(len(df))]
     df["start_us"] = ((df["start_ns"] - origin_ns) / 1e3).round(3)
     df["duration"] = [fmt_ns(v) for v in df["duration_ns"].tolist()]
-    return df[["id", "rank", "device", "start_us", "duration", "duration_ns", "cause", "evidence", "start_ns",
-               "end_ns"]]
+    return df[
+        [
+            "id",
+            "rank",
+            "device",
+            "start_us",
+            "duration",
+            "duration_ns",
+            "cause",
+            "evidence",
+            "start_ns",
+            "end_ns",
+        ]
+    ]
 
 
 def analysis_origin(analysis: Analysis) -> int:
     starts = [d.start_ns for d in analysis.devices]
     return int(min(starts)) if starts else 0
+
+
+_COMPARE_BARS = (
+    ("span", "span_ns"),
+    ("busy", "busy_ns"),
+    ("idle", "idle_ns"),
+    ("kernels", "kernel_ns"),
+    ("memcpy", "memcpy_ns"),
+    ("comm", "comm_ns"),
+    ("compute ∩ copy", "compute_copy_ns"),
+    ("gap time", "gap_ns"),
+)
+
+
+def compare_bars_figure(comparison: Any, *, a_label: str = "baseline", b_label: str = "variant") -> go.Figure:
+    """Baseline vs variant side by side (ms) for the main device figures of a comparison
+    (`tracelab.analyses.compare.Comparison`: its totals, or its only device); the variant's bars carry
+    the relative change."""
+    d = (
+        comparison.totals
+        if comparison.totals is not None
+        else (comparison.devices[0] if comparison.devices else None)
+    )
+    if d is None:
+        return empty_figure("nothing to compare")
+    labels = [lbl for lbl, _ in _COMPARE_BARS]
+    deltas = [getattr(d, attr) for _, attr in _COMPARE_BARS]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=labels,
+            y=[x.a / 1e6 for x in deltas],
+            name=plotly_text(a_label),
+            marker_color="#7f7f7f",
+            text=[fmt_ns(x.a) for x in deltas],
+            textposition="outside",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            x=labels,
+            y=[x.b / 1e6 for x in deltas],
+            name=plotly_text(b_label),
+            marker_color="#1f77b4",
+            text=[fmt_ns(x.b) + ("" if x.pct is None else f" ({x.pct:+.0f}%)") for x in deltas],
+            textposition="outside",
+        )
+    )
+    fig.update_layout(
+        barmode="group",
+        yaxis_title="ms",
+        height=360,
+        margin=dict(l=10, r=10, t=30, b=40),
+        legend=dict(orientation="h", y=1.1),
+        uniformtext=dict(minsize=9, mode="show"),
+    )
+    return fig

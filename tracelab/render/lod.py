@@ -1,8 +1,8 @@
 """Level of detail for the timeline: what the server sends for one view.
 
 A view is a time window [t0, t1) drawn `width_px` pixels wide. Events at least one pixel long are drawn
-one by one (the longest first, up to a budget); everything shorter, or over the budget, is folded into
-per-row busy bins: for each row, the fraction of each bin covered by folded events (exact overlap, not
+one by one (up to a budget shared fairly between rows, each row's longest first); everything shorter,
+or over the budget, is folded into per-row busy bins: for each row, the fraction of each bin covered by folded events (exact overlap, not
 start-binned), merged into runs of bins with the same busy level. The number of drawable items stays
 below `max_items` whatever the number of events (bins are coarsened until they fit).
 
@@ -44,7 +44,14 @@ class LodView:
         return len(self.items) + len(self.bins)
 
 
-_BIN_COLUMNS = {"row": "int32", "start": "int64", "end": "int64", "count": "int64", "busy": "float64", "level": "int8"}
+_BIN_COLUMNS = {
+    "row": "int32",
+    "start": "int64",
+    "end": "int64",
+    "count": "int64",
+    "busy": "float64",
+    "level": "int8",
+}
 
 
 def _empty_bins() -> pd.DataFrame:
@@ -94,7 +101,8 @@ def busy_bins(
         l_, h_, b_ = (lo, hi, b) if sel is None else (lo[sel], hi[sel], b[sel])
         w_ = w if (w is None or sel is None) else w[sel]
         return np.bincount(l_ * n_bins + b_, weights=w_, minlength=size) - np.bincount(
-            h_ * n_bins + b_, weights=w_, minlength=size)
+            h_ * n_bins + b_, weights=w_, minlength=size
+        )
 
     first_part = np.where(same, e - s, (bs + 1) * width - s)
     diff = spread(bs, first_part)
@@ -108,8 +116,12 @@ def busy_bins(
         nb1 = n_bins + 1
         li, hi_, b0, b1 = lo[inner], hi[inner], bs[inner] + 1, be[inner]
         size2 = (n_rows + 1) * nb1
-        d2 = (np.bincount(li * nb1 + b0, minlength=size2) - np.bincount(li * nb1 + b1, minlength=size2)
-              - np.bincount(hi_ * nb1 + b0, minlength=size2) + np.bincount(hi_ * nb1 + b1, minlength=size2))
+        d2 = (
+            np.bincount(li * nb1 + b0, minlength=size2)
+            - np.bincount(li * nb1 + b1, minlength=size2)
+            - np.bincount(hi_ * nb1 + b0, minlength=size2)
+            + np.bincount(hi_ * nb1 + b1, minlength=size2)
+        )
         full = np.cumsum(np.cumsum(d2.reshape(n_rows + 1, nb1), axis=1), axis=0)[:n_rows, :n_bins]
         covered = covered + full * width
     counts = np.cumsum(spread(bs, None).reshape(n_rows + 1, n_bins), axis=0)[:n_rows].astype(np.int64)
@@ -119,12 +131,15 @@ def busy_bins(
 def coarsen(covered: np.ndarray, counts: np.ndarray, factor: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """Merge `factor` adjacent bins (the bin count must be a multiple of factor)."""
     r, b = covered.shape
-    return (covered.reshape(r, b // factor, factor).sum(axis=2), counts.reshape(r, b // factor, factor).sum(axis=2))
+    return (
+        covered.reshape(r, b // factor, factor).sum(axis=2),
+        counts.reshape(r, b // factor, factor).sum(axis=2),
+    )
 
 
 def _segments(covered: np.ndarray, counts: np.ndarray, t0: int, t1: int) -> pd.DataFrame:
     """Merge consecutive non-empty bins of the same busy level into segments."""
-    n_rows, n_bins = covered.shape
+    n_bins = covered.shape[1]
     width = (t1 - t0) / n_bins
     busy = np.clip(covered / width, 0.0, 1.0)
     nonempty = (covered > 0) | (counts > 0)
@@ -189,8 +204,14 @@ def level_of_detail(
     item_budget = max_items * 3 // 4
     sizes = (last - rows + 1).astype(np.int64)  # rows each event is drawn on
     if int(sizes[wide].sum()) > item_budget:
-        # keep the longest ones that fit the budget; the rest are folded into bins
-        order = wide[np.argsort(-dur[wide], kind="stable")]
+        # share the budget fairly between rows (round robin: every row's longest event, then every
+        # row's second longest, ...), so a row of long host ops cannot crowd out the GPU rows;
+        # the events left over are folded into bins
+        by_row = wide[np.lexsort((-dur[wide], rows[wide]))]
+        r = rows[by_row]
+        first_of_row = np.r_[0, np.flatnonzero(np.diff(r)) + 1]
+        rank = np.arange(len(by_row)) - np.repeat(first_of_row, np.diff(np.r_[first_of_row, len(by_row)]))
+        order = by_row[np.lexsort((-dur[by_row], rank))]
         fits = np.cumsum(sizes[order]) <= item_budget
         wide = np.sort(order[fits])
     drawn = np.zeros(n, dtype=bool)
@@ -208,8 +229,16 @@ def level_of_detail(
         budget = max_items - len(items)
         # bins of ~1.5 px, a power of two so that coarsening halves them exactly
         n_bins = 1 << max(int(np.log2(max(width_px / 1.5, 1))), 0)
-        covered, counts = busy_bins(rows[folded], start[folded], end[folded], t0, t1, n_rows, n_bins,
-                                    rows_last=last[folded] if ranged else None)
+        covered, counts = busy_bins(
+            rows[folded],
+            start[folded],
+            end[folded],
+            t0,
+            t1,
+            n_rows,
+            n_bins,
+            rows_last=last[folded] if ranged else None,
+        )
         while True:
             bins = _segments(covered, counts, t0, t1)
             if len(bins) <= budget or covered.shape[1] <= 1:

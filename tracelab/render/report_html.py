@@ -36,16 +36,30 @@ from tracelab.render.compare_text import (
 )
 from tracelab.render.reports import metadata_rows
 
-TOP_GAPS = 15
-TOP_KERNELS = 30
 NAME_LIMIT = 160
-BINS = 200
-MAX_ACTIVITY_DEVICES = 4  # per-device activity figures (the heatmap shows every device)
-MAX_SM_DEVICES = 2  # per-SM lane heatmaps (132 rows each on an H100)
-SM_BINS = 120
-MAX_HEATMAP_ROWS = 64  # utilization heatmap: device rows + the busiest streams
-MAX_STREAMS = 24  # per-stream bars per device
-TITLE_LIMIT = 400  # full kernel names in the tooltip, cut
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much detail a report embeds. COMPACT is used when the full report would pass the size budget."""
+
+    top_gaps: int = 15
+    top_kernels: int = 30
+    bins: int = 200
+    max_activity_devices: int = 4  # per-device activity figures (the heatmap shows every device)
+    max_sm_devices: int = 2  # per-SM lane heatmaps (132 rows each on an H100)
+    sm_bins: int = 120
+    max_heatmap_rows: int = 64  # utilization heatmap: device rows + the busiest streams
+    max_streams: int = 24  # per-stream bars per device
+    title_limit: int = 400  # full kernel names in the tooltip, cut (0: no tooltip)
+    top_findings: int = 100
+    text_limit: int = 600  # finding messages, evidence
+    compact: bool = False
+
+
+FULL = Limits()
+COMPACT = Limits(top_gaps=10, top_kernels=15, bins=120, max_activity_devices=1, max_sm_devices=1, sm_bins=60,
+                 max_heatmap_rows=24, max_streams=12, title_limit=0, top_findings=25, text_limit=200, compact=True)
 
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -171,40 +185,51 @@ def _devices_table(analysis: Analysis) -> str:
     )
 
 
-def _findings(analysis: Analysis) -> str:
+def _findings(analysis: Analysis, limits: Limits) -> str:
     if not analysis.findings:
         return "<p>No findings.</p>"
+    ranked = sorted(analysis.findings, key=lambda f: -int(f.wasted_ns))
     rows = [
         [f'<span class="sev-{_e(f.severity)}">{_e(f.severity)}</span>', f"<code>{_e(f.rule)}</code>", str(f.count),
-         fmt_ns(f.wasted_ns), _e(f.message, 600), _e(f.where, 600)]
-        for f in sorted(analysis.findings, key=lambda f: -int(f.wasted_ns))
+         fmt_ns(f.wasted_ns), _e(f.message, limits.text_limit), _e(f.where, limits.text_limit)]
+        for f in ranked[: limits.top_findings]
     ]
-    return _table(["severity", "rule", "count", "wasted", "what", "where (evidence)"], rows, numeric={2, 3})
+    table = _table(["severity", "rule", "count", "wasted", "what", "where (evidence)"], rows, numeric={2, 3})
+    hidden = len(ranked) - limits.top_findings
+    return table + (f'<p class="muted">{hidden} more findings in the .json report.</p>' if hidden > 0 else "")
 
 
-def _gaps(analysis: Analysis) -> str:
+def _gaps(analysis: Analysis, limits: Limits) -> str:
     origin = dash_figures.analysis_origin(analysis)
-    top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:TOP_GAPS]
+    top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:limits.top_gaps]
     rows = [
         [f"r{g.rank}/d{g.device}", f"{(g.start_ns - origin) / 1e3:,.1f}", fmt_ns(g.duration_ns),
-         f"<code>{_e(g.cause)}</code>", _e(g.evidence, 400)]
+         f"<code>{_e(g.cause)}</code>", _e(g.evidence, limits.text_limit)]
         for g in top
     ]
     return _table(["device", "start (µs from the run's first GPU activity)", "duration", "cause", "evidence"], rows,
                   numeric={1, 2})
 
 
-def _kernels(kernels: pd.DataFrame) -> str:
+def _name_cell(name: str, limits: Limits) -> str:
+    shown = _e(name or "(unnamed)", NAME_LIMIT, middle=True)
+    if limits.title_limit and len(name) > NAME_LIMIT:
+        return f'<span title="{_e(name, limits.title_limit, middle=True)}">{shown}</span>'
+    return shown
+
+
+def _kernels(kernels: pd.DataFrame, limits: Limits) -> str:
     rows = []
-    for i, r in enumerate(kernels.head(TOP_KERNELS).itertuples(index=False)):
+    for i, r in enumerate(kernels.head(limits.top_kernels).itertuples(index=False)):
         name = r.name or "(unnamed)"
         rows.append(
-            [str(i + 1), f'<span title="{_e(name, TITLE_LIMIT, middle=True)}">{_e(name, NAME_LIMIT, middle=True)}</span>' + (" <i>(comm)</i>" if r.comm else ""),
+            [str(i + 1), _name_cell(name, limits) + (" <i>(comm)</i>" if r.comm else ""),
              f"{r.calls:,}", fmt_ns(r.total_ns), fmt_ns(r.mean_ns), fmt_ns(r.min_ns), fmt_ns(r.max_ns), fmt_fraction(r.share)]
         )
     table = _table(["#", "kernel", "calls", "total", "mean", "min", "max", "share"], rows, numeric={0, 2, 3, 4, 5, 6, 7})
     table = table.replace("<td>", '<td class="name">')  # only the name column is not numeric
-    more = f'<p class="muted">{len(kernels) - TOP_KERNELS} more kernels not shown.</p>' if len(kernels) > TOP_KERNELS else ""
+    hidden = len(kernels) - limits.top_kernels
+    more = f'<p class="muted">{hidden} more kernels not shown.</p>' if hidden > 0 else ""
     return table + more
 
 
@@ -240,7 +265,7 @@ def _busiest_rows(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
     return rows[keep]
 
 
-def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures) -> str:
+def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures, limits: Limits) -> str:
     """SM busy per device and partition (from the analysis), then the per-SM lanes of the first devices
     that have SM data (engineer H's figures: measured from probes or estimated from launch configs)."""
     with_sm = [d for d in analysis.devices if d.sm.source != "none"]
@@ -255,20 +280,21 @@ def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures) -
         from tracelab.render.sm_figures import partition_utilization_figure, sm_lanes_figure
     except ImportError:  # per-SM lanes not available in this build
         return "".join(parts)
-    for d in with_sm[:MAX_SM_DEVICES]:
-        grid = sm_grid(timeline, d.rank, d.device, bins=SM_BINS)
+    for d in with_sm[:limits.max_sm_devices]:
+        grid = sm_grid(timeline, d.rank, d.device, bins=limits.sm_bins)
         if grid.busy.size:
             parts.append(figs.place(rf.compact_heatmaps(sm_lanes_figure(grid))))
         if d.sm.partitions:
-            util = sm_utilization(timeline, d.rank, d.device, bins=BINS)
+            util = sm_utilization(timeline, d.rank, d.device, bins=limits.bins)
             if len(util):
                 parts.append(figs.place(partition_utilization_figure(util)))
-    if len(with_sm) > MAX_SM_DEVICES:
-        parts.append(f'<p class="muted">SM lanes shown for the first {MAX_SM_DEVICES} of {len(with_sm)} devices.</p>')
+    if len(with_sm) > limits.max_sm_devices:
+        parts.append(f'<p class="muted">SM lanes shown for the first {limits.max_sm_devices} of {len(with_sm)} '
+                     "devices.</p>")
     return "".join(parts)
 
 
-def _comparison(c: Comparison, figs: _Figures) -> str:
+def _comparison(c: Comparison, figs: _Figures, limits: Limits) -> str:
     w = c.wasted_ns
     parts = [
         '<h2 id="comparison">Comparison</h2>',
@@ -312,7 +338,7 @@ def _comparison(c: Comparison, figs: _Figures) -> str:
                          rows, numeric={4, 5, 6, 7})]
     if c.kernels_compared and c.kernels:
         rows = [
-            [f'<span title="{_e(k.name, TITLE_LIMIT, middle=True)}">{_e(k.name or "(unnamed)", NAME_LIMIT, middle=True)}</span>', str(k.calls.a),
+            [_name_cell(k.name, limits), str(k.calls.a),
              str(k.calls.b), fmt_ns(k.total_ns.a), fmt_ns(k.total_ns.b), fmt_signed_ns(k.total_ns.delta),
              fmt_pct(k.total_ns.pct)]
             for k in c.kernels
@@ -328,6 +354,7 @@ def render_html(
     timeline: Timeline | None,
     kernels: pd.DataFrame | None = None,
     comparison: Comparison | None = None,
+    limits: Limits = FULL,
 ) -> str:
     """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`."""
     figs = _Figures()
@@ -335,57 +362,59 @@ def render_html(
     body = [
         f"<h1>{title}</h1>",
         (f'<p class="muted">generated {datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} · times on the '
-        "trace's own clock · busy = union of kernels, memcpys and memsets; idle = span − busy</p>"),
+        "trace's own clock · busy = union of kernels, memcpys and memsets; idle = span − busy"
+         + (" · compact report (less detail, to stay under the size budget; the .json report has every figure)"
+            if limits.compact else "") + "</p>"),
         '<h2 id="summary">Summary</h2>', _narrative(analysis), _device_cards(analysis),
         '<h2 id="run">Run</h2>', _metadata(analysis, timeline),
         '<h2 id="devices">Devices</h2>', _devices_table(analysis),
     ]
     if analysis.devices:
         body.append(figs.place(rf.device_summary_figure(analysis)))
-    body += ['<h2 id="findings">Findings</h2>', _findings(analysis)]
+    body += ['<h2 id="findings">Findings</h2>', _findings(analysis, limits)]
     body.append(f'<h2 id="gaps">Idle gaps (≥ {fmt_ns(analysis.options.gap_threshold_ns)})</h2>')
     if analysis.gaps:
         body += [figs.place(rf.gaps_by_cause_figure(analysis)), figs.place(rf.gaps_over_time_figure(analysis)),
-                 f"<h3>Top {min(TOP_GAPS, len(analysis.gaps))} gaps</h3>",
-                 _gaps(analysis)]
+                 f"<h3>Top {min(limits.top_gaps, len(analysis.gaps))} gaps</h3>",
+                 _gaps(analysis, limits)]
     else:
         body.append("<p>No gaps.</p>")
     if analysis.devices:
         body += ['<h2 id="overlap">Overlap</h2>', figs.place(dash_figures.overlap_bars_figure(analysis.devices))]
     if timeline is not None and analysis.devices:
-        rows, edges = rf.binned_utilization(timeline, bins=BINS)
+        rows, edges = rf.binned_utilization(timeline, bins=limits.bins)
         if len(rows):
-            shown = _busiest_rows(rows, MAX_HEATMAP_ROWS)
+            shown = _busiest_rows(rows, limits.max_heatmap_rows)
             omitted = len(rows) - len(shown)
             body += ['<h2 id="utilization">Utilization over time</h2>',
                      (f'<p class="muted">busy fraction of {len(edges) - 1} time bins of '
                      f"{fmt_ns((edges[-1] - edges[0]) / max(len(edges) - 1, 1))} each"
                      + (f"; {omitted} less busy streams not shown" if omitted else "") + "</p>"),
                      figs.place(rf.utilization_heatmap_figure(shown, edges))]
-            for d in analysis.devices[:MAX_ACTIVITY_DEVICES]:
+            for d in analysis.devices[:limits.max_activity_devices]:
                 series = rf.kind_binned(timeline, d.rank, d.device, edges)
                 if series:
                     title = f"r{d.rank}/d{d.device}: compute, copy and comm activity"
                     body.append(figs.place(rf.activity_figure(series, edges, title)))
-            if len(analysis.devices) > MAX_ACTIVITY_DEVICES:
-                body.append(f'<p class="muted">Activity lines shown for the first {MAX_ACTIVITY_DEVICES} of '
+            if len(analysis.devices) > limits.max_activity_devices:
+                body.append(f'<p class="muted">Activity lines shown for the first {limits.max_activity_devices} of '
                             f"{len(analysis.devices)} devices; the heatmap above shows all.</p>")
     if analysis.devices:
-        trimmed = [replace(d, streams=tuple(sorted(d.streams, key=lambda st: -st.busy_ns)[:MAX_STREAMS]))
+        trimmed = [replace(d, streams=tuple(sorted(d.streams, key=lambda st: -st.busy_ns)[:limits.max_streams]))
                    for d in analysis.devices]
         body += ['<h2 id="streams">Per-stream utilization</h2>', figs.place(dash_figures.stream_utilization_figure(trimmed))]
-        if any(len(d.streams) > MAX_STREAMS for d in analysis.devices):
-            body.append(f'<p class="muted">The {MAX_STREAMS} busiest streams of each device are shown; every '
+        if any(len(d.streams) > limits.max_streams for d in analysis.devices):
+            body.append(f'<p class="muted">The {limits.max_streams} busiest streams of each device are shown; every '
                         "stream is in the JSON report.</p>")
-        body += ['<h2 id="sm">Per-SM utilization</h2>', _sm_section(analysis, timeline, figs)]
+        body += ['<h2 id="sm">Per-SM utilization</h2>', _sm_section(analysis, timeline, figs, limits)]
     if kernels is not None:
         body.append('<h2 id="kernels">Kernels</h2>')
         if len(kernels):
-            body += [figs.place(rf.kernels_figure(kernels)), _kernels(kernels)]
+            body += [figs.place(rf.kernels_figure(kernels)), _kernels(kernels, limits)]
         else:
             body.append("<p>No kernels.</p>")
     if comparison is not None:
-        body.append(_comparison(comparison, figs))
+        body.append(_comparison(comparison, figs, limits))
     nav = " · ".join(f'<a href="#{sid}">{label}</a>' for sid, label in _SECTIONS if f'id="{sid}"' in "".join(body))
     body.insert(2, f'<nav class="muted">{nav}</nav>')
     return (

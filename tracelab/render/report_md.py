@@ -25,6 +25,7 @@ from tracelab.render.compare_text import (
 from tracelab.render.reports import metadata_rows
 
 TOP_GAPS = 10
+TOP_FINDINGS = 30
 TOP_KERNELS = 20
 NAME_LIMIT = 120
 
@@ -143,12 +144,15 @@ def _sm_table(analysis: Analysis) -> str:
 
 
 def _findings_table(analysis: Analysis) -> str:
+    ranked = sorted(analysis.findings, key=lambda f: -int(f.wasted_ns))
     rows = [
         [md_escape(f.severity), md_code(f.rule), str(f.count), fmt_ns(f.wasted_ns), md_escape(f.message, 300),
          md_escape(f.where, 200)]
-        for f in sorted(analysis.findings, key=lambda f: -int(f.wasted_ns))
+        for f in ranked[:TOP_FINDINGS]
     ]
-    return md_table(["severity", "rule", "count", "wasted", "what", "where (evidence)"], rows, "llrrll")
+    table = md_table(["severity", "rule", "count", "wasted", "what", "where (evidence)"], rows, "llrrll")
+    hidden = len(ranked) - TOP_FINDINGS
+    return table + (f"\n\n{hidden} more findings in the .json report." if hidden > 0 else "")
 
 
 def _gaps_table(analysis: Analysis) -> str:

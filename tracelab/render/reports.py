@@ -25,6 +25,7 @@ FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".js
 
 
 MAX_EXTRA_ROWS = 12
+HTML_BUDGET_BYTES = 5_000_000  # an HTML report over this is re-rendered with less detail (plotly.js alone is ~4.8 MB)
 
 
 def metadata_rows(analysis: Analysis, timeline: Timeline | None) -> list[tuple[str, str]]:
@@ -104,7 +105,12 @@ def render_report(
             raise MissingDependency(
                 f"HTML reports need plotly ({exc.name} is missing): pip install 'tracelab[app]'"
             ) from exc
-        return render_html(analysis, timeline, kernels, comparison).encode("utf-8")
+        from tracelab.render.report_html import COMPACT
+
+        data = render_html(analysis, timeline, kernels, comparison).encode("utf-8")
+        if len(data) > HTML_BUDGET_BYTES:  # keep the promise: less detail rather than a huge file
+            data = render_html(analysis, timeline, kernels, comparison, limits=COMPACT).encode("utf-8")
+        return data
     raise BadInput(f"unknown report format {fmt!r}; use html, md or json")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +29,7 @@ from . import codec
 from .bulk import fetch_matrix, insert_columns
 from .records import RunRecord
 from .schema import EVENT_FIELDS, connect, quote, sql_type
+from .window import window_events
 
 _RUN_COLS = (
     "id, name, source, format, backend, workload, variant, gpu, created, fingerprint, events, "
@@ -103,9 +104,12 @@ class Store:
     def delete_run(self, run_id: str) -> None:
         rid = self.resolve(run_id)
         with self._transaction():
-            for table in ("events", "event_columns", "lanes", "strings", "sm_blocks", "runs"):
-                key = "id" if table == "runs" else "run_id"
-                self.conn.execute(f"DELETE FROM {table} WHERE {key} = ?", (rid,))
+            self._delete_rows(rid)
+
+    def _delete_rows(self, rid: str) -> None:
+        for table in ("events", "event_columns", "lanes", "strings", "sm_blocks", "runs"):
+            key = "id" if table == "runs" else "run_id"
+            self.conn.execute(f"DELETE FROM {table} WHERE {key} = ?", (rid,))
 
     # ---- import -------------------------------------------------------------------------------
     def import_timeline(
@@ -116,12 +120,14 @@ class Store:
         fingerprint: str,
         name: str | None = None,
         progress: Callable[[int, int], None] | None = None,
+        replace: bool = False,
     ) -> str:
         """Store a Timeline as a new run in ONE transaction; returns the run id. DuplicateRun if a run
         with this fingerprint exists. `progress(done, total)` is called as events are written (an
-        exception raised there, or anywhere, rolls the whole import back)."""
+        exception raised there, or anywhere, rolls the whole import back). With replace, a run of the
+        same content is replaced (same transaction; it keeps its id unless a name is given anew)."""
         existing = self.find_fingerprint(fingerprint)
-        if existing:
+        if existing and not replace:
             raise DuplicateRun(source_path, existing)
         ev = timeline.events
         n = len(ev)
@@ -147,6 +153,9 @@ class Store:
                 progress(done, n)
 
         with self._transaction():
+            existing = self.find_fingerprint(fingerprint)
+            if existing and replace:
+                self._delete_rows(existing)
             run_id = self._new_run_id(fingerprint)
             try:
                 self.conn.execute(
@@ -321,36 +330,13 @@ class Store:
         limit: int | None = None,
     ) -> pd.DataFrame:
         """Events overlapping [t0, t1) (an instant at t0 counts; an interval ending at t0 does not),
-        sorted by start, indexed by their row in `load(run_id).events`. One index range per lane:
-        start in [t0 - max duration on that lane, t1)."""
+        sorted by start, indexed by their row in `load(run_id).events`; one primary-key range scan
+        per lane (see window.py)."""
         rid = self.resolve(run_id)
-        t0, t1 = int(t0), int(t1)
-        lane_table = self.conn.execute("SELECT lane, max_dur FROM lanes WHERE run_id = ?", (rid,)).fetchall()
-        maxdur = dict(lane_table)
-        wanted = sorted(maxdur) if lanes is None else sorted({int(x) for x in lanes} & set(maxdur))
-        names = ("seq", "lane", *EVENT_FIELDS)
-        if not wanted or t1 <= t0:
-            return _frame(np.zeros((0, len(names)), dtype=np.int64), names)
-        cols = ", ".join(quote(c) for c in names)
-        kl = sorted({int(k) for k in kinds}) if kinds is not None else None
-        kind_sql = f" AND kind IN ({', '.join('?' * len(kl))})" if kl is not None else ""
-        select = (
-            f"SELECT {cols} FROM events WHERE run_id = ? AND lane = ? AND start >= ? AND start < ?"
-            f' AND ("end" > ? OR start >= ?){kind_sql}'
+        max_dur = dict(
+            self.conn.execute("SELECT lane, max_dur FROM lanes WHERE run_id = ?", (rid,)).fetchall()
         )
-        mats = []
-        for lo in range(0, len(wanted), 400):  # SQLite caps a compound SELECT at 500 terms
-            batch = wanted[lo : lo + 400]
-            params: list = []
-            for lane in batch:
-                params += [rid, lane, t0 - maxdur[lane], t1, t0, t0, *(kl or ())]
-            sql = " UNION ALL ".join([select] * len(batch))
-            mats.append(fetch_matrix(self.conn, sql, params, len(names)))
-        mat = np.concatenate(mats) if len(mats) > 1 else mats[0]
-        order = np.lexsort((mat[:, 0], mat[:, names.index("start")]))
-        if limit is not None:
-            order = order[: int(limit)]
-        return _frame(mat[order], names)
+        return window_events(self.conn, rid, max_dur, int(t0), int(t1), lanes, kinds, limit)
 
     # ---- helpers ------------------------------------------------------------------------------
     def _run_row(self, rid: str):
@@ -388,13 +374,6 @@ def _compress_columns(ev: pd.DataFrame) -> list[tuple[str, str, bytes]]:
         (c, t, zlib.compress(np.ascontiguousarray(ev[c].to_numpy(), dtype=t).tobytes(), 1))
         for c, t in EVENT_COLUMNS.items()
     ]
-
-
-def _frame(mat: np.ndarray, names: Sequence[str]) -> pd.DataFrame:
-    data = {c: mat[:, i + 1].astype(EVENT_COLUMNS[c]) for i, c in enumerate(names[1:])}
-    df = pd.DataFrame({c: data[c] for c in EVENT_COLUMNS}, copy=False)
-    df.index = pd.Index(mat[:, 0], name="event")
-    return df
 
 
 def _record(row) -> RunRecord:

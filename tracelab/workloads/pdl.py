@@ -7,6 +7,10 @@ GPU idles for about a microsecond between kernels. With PDL (`launch_pdl=True`, 
 preamble (index math, loading its own weights) overlaps the previous kernel's tail and it waits in
 `gdc_wait` only for the data. In the trace the next kernel starts *before* the previous one ends on
 the same stream: a negative kernel-to-kernel gap.
+Where the trigger sits matters: released right after reading its input (first recording, H200,
+1M elements, 1000 FMAs per element), the next kernel's programs sat resident in `gdc_wait` beside
+the running ones for the whole kernel and the chain ran 60 µs per kernel instead of 39 µs without
+PDL; released after the compute (this version), only the store and the next preamble overlap.
 """
 
 from __future__ import annotations

@@ -1,0 +1,124 @@
+"""Read every activity table of an export into column arrays and merge them in start order."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pandas as pd
+
+from ..model import EVENT_COLUMNS
+from ..model.timeline import DEFAULTS
+from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
+from .nsys_db import NsysDb, open_export
+from .nsys_host import read_driver, read_nvtx, read_runtime
+from .nsys_strings import NsysStrings
+
+# columns the parser itself works on after the merge (the others may stay absent)
+_ALWAYS = {
+    "kind",
+    "start",
+    "end",
+    "rank",
+    "device",
+    "context",
+    "green_context",
+    "stream",
+    "pid",
+    "tid",
+    "name",
+    "category",
+    "correlation",
+    "flags",
+    "graph_node",
+    "graph_id",
+    "_gpid",
+}
+
+
+def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Stack per-table column dicts in start order (one scatter per column and table: no
+    concatenate-then-reorder pass); a column a table lacks takes the model default. Consumes
+    `parts`: each input column is dropped once placed, so memory is reused as the output grows."""
+    lengths = [len(p["start"]) for p in parts]
+    n = sum(lengths)
+    starts = np.concatenate([p["start"] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    where = np.empty(n, dtype=np.int64)
+    where[order] = np.arange(n, dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    slots = [where[a:b] for a, b in itertools.pairwise(bounds.tolist())]
+    out: dict[str, np.ndarray] = {}
+    for key in [c for c in EVENT_COLUMNS if c != "lane"] + ["_gpid"]:
+        dtype = EVENT_COLUMNS.get(key, "int64")
+        default = DEFAULTS.get(key, -1)
+        having = [(part.pop(key), slot) for part, slot in zip(parts, slots) if key in part]
+        if not having and key not in _ALWAYS:
+            continue  # build_timeline fills the default
+        col = np.empty(n, dtype=dtype) if len(having) == len(parts) else np.full(n, default, dtype=dtype)
+        for values, slot in having:
+            col[slot] = values
+        del having
+        out[key] = col
+    return out
+
+
+PARALLEL_MIN_ROWS = 200_000  # below this, reading the tables one after the other is as fast
+
+
+def read_tables(
+    db: NsysDb, strings: NsysStrings, kernel_names: str
+) -> tuple[list[dict[str, np.ndarray]], int]:
+    """Every activity table as column arrays, in a fixed order. Big exports are read in parallel
+    threads, one read-only connection each (sqlite3 releases the GIL while SQLite works)."""
+    tasks: list[tuple[str, Callable]] = [
+        ("CUPTI_ACTIVITY_KIND_KERNEL", lambda d: read_kernels(d, strings, kernel_names)),
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", lambda d: read_memcpys(d, strings)),
+        ("CUPTI_ACTIVITY_KIND_MEMSET", lambda d: read_memsets(d, strings)),
+        ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", lambda d: read_syncs(d, strings)),
+        ("CUPTI_ACTIVITY_KIND_CUDA_EVENT", lambda d: read_cuda_events(d, strings)),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", lambda d: read_runtime(d, strings)),
+        ("CUPTI_ACTIVITY_KIND_DRIVER", lambda d: read_driver(d, strings)),
+        ("NVTX_EVENTS", lambda d: read_nvtx(d, strings)),
+    ]
+    tasks = [(t, fn) for t, fn in tasks if t in db.tables]
+    sizes = {t: db.count(t) for t, _ in tasks}
+    workers = min(len(tasks), os.cpu_count() or 1, 4)
+    if workers > 1 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
+
+        def run(fn: Callable):
+            own = open_export(db.path)
+            try:
+                return fn(own)
+            finally:
+                own.close()
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            # biggest tables first so the slowest one starts at once
+            order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
+            futures = {i: pool.submit(run, tasks[i][1]) for i in order}
+            results = [futures[i].result() for i in range(len(tasks))]
+    else:
+        results = [fn(db) for _, fn in tasks]
+    parts: list[dict[str, np.ndarray]] = []
+    open_ranges = 0
+    for (table, _), res in zip(tasks, results):
+        if table == "NVTX_EVENTS":
+            res, open_ranges = res
+        if res is not None and len(res["start"]):
+            parts.append(res)
+    return parts, open_ranges
+
+
+def distinct_pairs(a: np.ndarray, b: np.ndarray) -> set[tuple[int, int]]:
+    """Distinct (a, b) pairs of two non-negative integer columns (hashing one combined key;
+    Python only per distinct pair)."""
+    if not len(a):
+        return set()
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    keys = pd.unique(a * (1 << 32) + (b & 0xFFFFFFFF))
+    return {(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()}
