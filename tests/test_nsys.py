@@ -795,3 +795,15 @@ def test_missing_device_ids(tmp_path: Path) -> None:
     k, _ = rows_of(tl, EventKind.KERNEL)
     assert k.loc[4, "device"] == 0
     assert "1 GPU operations have no deviceId: placed on device 0" in tl.meta.notes
+
+
+def test_green_context_without_context_table(tmp_path: Path) -> None:
+    path = make_export(tmp_path / "nc.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE TARGET_INFO_CUDA_CONTEXT_INFO")
+    con.commit()
+    con.close()
+    tl = load_nsys_sqlite(path)
+    assert [
+        (c.device, c.context, c.is_green, c.parent_context, c.green_context, c.sm_count) for c in tl.contexts
+    ] == [(0, 5, True, 1, 5, 0)]

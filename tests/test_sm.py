@@ -225,23 +225,22 @@ def test_concurrent_kernels_stack_and_levels_clip():
     assert s.partitions == ()  # no green contexts on this device
 
 
-def test_multi_wave_tail_and_unknown_grid():
+def test_multi_wave_and_unknown_grid():
     t = Trace()
-    # 256 threads x 32 regs -> 8 blocks/SM -> 1056 blocks per wave; 1584 blocks = 1.5 -> 2 waves;
-    # the last wave has 528 blocks (>= 132 SMs): every SM stays busy
+    # 256 threads x 32 regs -> 8 blocks/SM -> 1056 blocks per wave: 1584 blocks = 2 waves, all SMs
     t.kernel("full", 0, 1000, grid=1584)
-    # 1024 threads x 64 regs -> 1 block/SM: 198 blocks = 2 waves, the last one on 66 SMs
-    t.kernel("tail", 2000, 1000, grid=198, threads=1024, regs=64)
+    # 1024 threads x 64 regs -> 1 block/SM: 198 blocks = 2 waves; still all 132 SMs over the duration
+    t.kernel("two_waves", 2000, 1000, grid=198, threads=1024, regs=64)
     t.kernel("unknown", 4000, 1000, grid=-1)  # no launch configuration: the whole partition
     t.kernel("small", 6000, 1000, grid=33)
     tl = t.build()
     st = sm._sm_time(tl, 0, 0, "estimated")
-    expected = 132 * 1000 + (66 * 1000 + 66 * 500) + 132 * 1000 + 33 * 1000
+    expected = 132 * 1000 * 3 + 33 * 1000
     assert st.device_busy == pytest.approx(expected)
     util = sm.sm_utilization(tl, 0, 0, bins=7)
     dev = util[util.scope == "device"]
     assert dev["busy_sm_ns"].sum() == pytest.approx(expected)
-    assert dev["utilization"].tolist() == pytest.approx([1.0, 0.0, 0.75, 0.0, 1.0, 0.0, 0.25])
+    assert dev["utilization"].tolist() == pytest.approx([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.25])
 
 
 def test_idle_partition_fires_on_idle_partition_only():
@@ -393,10 +392,10 @@ def test_green_context_explanation_when_the_small_partition_starves():
     assert ex.elementwise_ns_variant == 8 * 120_000 and ex.elementwise_ns_sequential == 8 * 20_000
     assert ex.elementwise_ratio == pytest.approx(6.0)
     assert ex.large_green_context == LARGE and ex.large_sm_count == 116
-    # 264 blocks at 1 block/SM on 116 SMs: 3 waves, the last on 32 SMs -> 88 SMs busy on average
+    # 264 blocks at 1 block/SM: 3 waves on 116 SMs (2 on 132); all 116 SMs busy while it runs
     assert ex.matmul_waves_variant == 3 and ex.matmul_waves_sequential == 2
-    assert ex.large_busy_fraction == pytest.approx(460_000 * 88 / (116 * 963_000), rel=1e-5)  # ns rounding
-    assert ex.large_idle_sm_ns == pytest.approx(116 * 963_000 - 88 * 460_000, abs=100)
+    assert ex.large_busy_fraction == pytest.approx(460_000 / 963_000, rel=1e-9)
+    assert ex.large_idle_sm_ns == 116 * (963_000 - 460_000)
     assert "16-SM partition 1 sets the pace" in ex.message and "(6.00x)" in ex.message
 
 

@@ -16,9 +16,10 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from ..errors import TraceFormatError
-from ..model import EventKind, RunMeta, Timeline, build_timeline
+from ..model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
 from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_host import host_of, pid_of
@@ -70,6 +71,32 @@ def _green_from_contexts(
     for (spid, stream), ctx in streams.items():
         hit = on_device & (cols["green_context"] < 0) & (cols["stream"] == stream) & (pid == spid)
         cols["green_context"][hit] = ctx
+
+
+def _undescribed_green_contexts(
+    cols: dict[str, np.ndarray], contexts: list[ContextInfo], on_device: np.ndarray
+) -> list[ContextInfo]:
+    """A ContextInfo (SM count unknown) for each green context that work runs in but
+    TARGET_INFO_CUDA_CONTEXT_INFO does not describe, so every partition is listed."""
+    rows = on_device & (cols["green_context"] >= 0)
+    if not rows.any():
+        return []
+    keys = pd.DataFrame(
+        {k: cols[k][rows] for k in ("rank", "device", "green_context", "context")}
+    ).drop_duplicates(["rank", "device", "green_context"])
+    known = {(c.rank, c.device, c.green_context) for c in contexts if c.is_green}
+    return [
+        ContextInfo(
+            rank=int(r),
+            device=int(d),
+            context=int(g),
+            is_green=True,
+            parent_context=int(c),
+            green_context=int(g),
+        )
+        for r, d, g, c in keys.itertuples(index=False)
+        if (int(r), int(d), int(g)) not in known
+    ]
 
 
 def _check_is_nsys(db: NsysDb) -> None:
@@ -180,6 +207,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         rank_of_pid.setdefault(p, r)
     contexts = read_contexts(db, rank_of_pid)
     _green_from_contexts(cols, contexts, green_streams(db), on_device)
+    contexts += _undescribed_green_contexts(cols, contexts, on_device)
 
     threads = distinct_pairs(cols["pid"][host_pids], cols["tid"][host_pids])
     pids = {p for p, _ in threads}

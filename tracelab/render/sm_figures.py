@@ -60,8 +60,8 @@ def sm_lanes_figure(grid: SmGrid, *, title: str | None = None, height: int | Non
     source = {"measured": "measured (probe)", "estimated": "estimated (occupancy model)"}.get(
         grid.source, "none"
     )
-    if grid.source == "measured" and grid.estimated_rows:
-        source += f"; {grid.estimated_rows} intervals of uninstrumented kernels estimated"
+    if grid.source == "measured" and grid.estimated_kernels:
+        source += f"; {grid.estimated_kernels} uninstrumented kernel launches estimated"
     fig.update_layout(
         title=title or f"SM lanes · {grid.device_label} · {n_rows} SMs · {source}",
         xaxis_title="time since first GPU activity (ms)",
