@@ -4,7 +4,7 @@ and the figure. Plain functions over an `AppState`; the page module wires them t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -149,15 +149,14 @@ def _sm_view(state: AppState, sm: list[SmLanes], rows: pd.DataFrame, t0: int, t1
     events = pd.concat(narrow, ignore_index=True)
     view = level_of_detail(events, t0, t1, len(rows), width_px=state.width_px, max_items=state.max_items // 2)
     full = pd.concat(frames, ignore_index=True)
-    items = full.iloc[view.items["pos"].to_numpy()].assign(row=view.items["row"].to_numpy())
-    return LodView(
-        t0=view.t0,
-        t1=view.t1,
-        width_px=view.width_px,
-        items=items,
-        bins=view.bins,
-        events_in_window=view.events_in_window,
-    )
+    return _full_items(view, full)
+
+
+def _full_items(view: LodView, events: pd.DataFrame) -> LodView:
+    """`view` computed on narrow columns (start, end, row, pos) with its items swapped for the full
+    rows of `events` at those positions (keeping the row each was drawn in)."""
+    items = events.iloc[view.items["pos"].to_numpy()].assign(row=view.items["row"].to_numpy())
+    return replace(view, items=items)
 
 
 STORE_WINDOW_MAX_EVENTS = 20_000  # above this (estimated), a view is cut from the run's columns in memory
@@ -199,15 +198,7 @@ def window_view(
     pos = np.flatnonzero(m)
     narrow = pd.DataFrame({"start": s[pos], "end": e[pos], "row": lane_rows[ln[pos]], "pos": pos})
     view = level_of_detail(narrow, t0, t1, n_rows, width_px=state.width_px, max_items=state.max_items)
-    items = ev.iloc[view.items["pos"].to_numpy()].assign(row=view.items["row"].to_numpy())
-    return LodView(
-        t0=view.t0,
-        t1=view.t1,
-        width_px=view.width_px,
-        items=items,
-        bins=view.bins,
-        events_in_window=view.events_in_window,
-    )
+    return _full_items(view, ev)
 
 
 def correlated_events(state: AppState, run_id: str, selected: dict[str, Any]) -> pd.DataFrame:

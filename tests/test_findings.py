@@ -316,3 +316,36 @@ def test_sync_per_iteration_is_judged_per_rank():
     assert f.count == 5 and f.data["steps"] == 5
     assert set(f.data["ranks"]) == {0}
     assert f.where.startswith("rank 0: 5 of 5 steps")
+
+
+def test_every_finding_points_at_a_window():
+    """data carries start_ns/end_ns of the first or worst occurrence (the dashboard link opens it)."""
+    tl = training()
+    f = by_rule(analyze(tl))
+    ev = tl.events
+    step0 = ev[ev["name"] == tl.strings.index("ProfilerStep#0")].iloc[0]
+    assert (f["sync_per_iteration"].data["start_ns"], f["sync_per_iteration"].data["end_ns"]) == (
+        int(step0["start"]),
+        int(step0["end"]),
+    )
+    first_copy = ev[(ev["kind"] == int(EventKind.MEMCPY)) & (ev["bytes"] == BATCH)].iloc[0]
+    for rule in ("pageable_memcpy", "serialized_copy_compute"):  # all copies alike: the first one
+        assert (f[rule].data["start_ns"], f[rule].data["end_ns"]) == (int(first_copy["start"]), int(first_copy["end"]))
+
+    tb = TB()
+    for i, dur in enumerate((50, 70, 50)):
+        tb.memcpy(i * 100 + 5, 40, CopyKind.HTOD, 1 << 20, src=MemKind.PINNED, launch_at=i * 100,
+                  launch_name="cudaMemcpy", launch_dur=dur)
+        tb.kernel(i * 100 + 50, 40, launch_at=i * 100 + 81)
+    sm = by_rule(analyze(tb.build()))["sync_memcpy"]
+    assert (sm.data["start_ns"], sm.data["end_ns"]) == (us(100), us(170))  # the longest call
+
+    sim = Sim(launch_cost=12.0, latency=5.0)
+    for _ in range(200):
+        sim.kernel(3.0, name="tiny_elementwise")
+    lb = by_rule(analyze(sim.build()))["launch_bound"]
+    worst = lb.data["stretches"][0]
+    assert (lb.data["start_ns"], lb.data["end_ns"]) == (worst["start_ns"], worst["end_ns"])
+
+    p = by_rule(analyze(_pdl_trace()))["pdl"]  # the first overlapping pair: kernels 0 and 1
+    assert (p.data["start_ns"], p.data["end_ns"]) == (0, us(21))

@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from tracelab.workloads import WORKLOADS  # noqa: E402
-from tracelab.workloads.probes import load_probe_file  # noqa: E402
-from tracelab.workloads.runner import run_variant  # noqa: E402
+from tracelab.workloads import WORKLOADS
+from tracelab.workloads.probes import load_probe_file
+from tracelab.workloads.runner import run_variant
 
 CASES = [(w, v) for w, wl in WORKLOADS.items() for v in wl.variant_names()]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab.model import EventKind, Flag, MemKind
+from tracelab.model import CopyKind, EventKind, Flag, MemKind, SyncKind
 from tracelab.parsers.nsys import load_nsys_sqlite
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -126,18 +126,26 @@ def test_counts_match_sql(sqlite_path: Path, timeline) -> None:
     assert len(of_kind(tl, EventKind.MEMSET)) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_MEMSET")
     syncs = of_kind(tl, EventKind.SYNC)
     n_sync = count(sqlite_path, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
-    n_event = count(sqlite_path, "CUPTI_ACTIVITY_KIND_CUDA_EVENT")
-    assert len(syncs) == n_sync + n_event
+    event_cols = {r[1] for r in sql(sqlite_path, "PRAGMA table_info(CUPTI_ACTIVITY_KIND_CUDA_EVENT)")}
+    # event records are placed on the timeline only when the schema exports their timestamp
+    n_event = count(sqlite_path, "CUPTI_ACTIVITY_KIND_CUDA_EVENT") if "timestamp" in event_cols else 0
+    assert len(syncs) == n_sync + n_event > 0
+    if event_cols and "timestamp" not in event_cols:
+        assert any("CUDA_EVENT has no timestamp" in n for n in tl.meta.notes)
     api = tl.events[tl.events["kind"].isin([int(EventKind.RUNTIME), int(EventKind.DRIVER)])]
     assert len(api) == count(sqlite_path, "CUPTI_ACTIVITY_KIND_RUNTIME") + count(
         sqlite_path, "CUPTI_ACTIVITY_KIND_DRIVER"
     )
-    # the program's blocking host syncs: at least one `.item()` (DtoH into pageable memory) per step
-    dtoh_pageable = count(
-        sqlite_path, "CUPTI_ACTIVITY_KIND_MEMCPY", "WHERE copyKind = 2 AND dstKind = 0"
-    )  # CUPTI: 2 = DtoH, 0 = pageable
+    # the program's per-step `.item()`: a small device-to-host copy, then a blocking stream sync
+    dtoh = count(sqlite_path, "CUPTI_ACTIVITY_KIND_MEMCPY", "WHERE copyKind = 2")  # CUPTI: 2 = DtoH
     mine = of_kind(tl, EventKind.MEMCPY)
-    assert int((mine["dst_mem"] == int(MemKind.PAGEABLE)).sum()) >= dtoh_pageable >= STEPS
+    assert int((mine["copy_kind"] == int(CopyKind.DTOH)).sum()) == dtoh >= STEPS
+    stream_syncs = api[np.asarray(tl.names(api["name"])) == "cudaStreamSynchronize_v3020"]
+    assert len(stream_syncs) >= STEPS and (stream_syncs["flags"] & Flag.BLOCKING).all()
+    assert (stream_syncs["sync_kind"] == int(SyncKind.STREAM)).all()
+    # one pinned and one pageable 4 MiB host-to-device copy per step
+    htod = mine[(mine["copy_kind"] == int(CopyKind.HTOD)) & (mine["bytes"] == 4 << 20)]
+    assert sorted(htod["src_mem"].tolist()) == [int(MemKind.PAGEABLE)] * STEPS + [int(MemKind.PINNED)] * STEPS
 
 
 @needs_nsys
@@ -204,23 +212,58 @@ def test_findings_fire(sqlite_path: Path, timeline) -> None:
 @needs_both
 def test_same_numbers_from_both_formats(timeline) -> None:
     """The same program recorded under nsys and under torch.profiler (separate processes): kernel
-    counts per stream agree and GPU busy time agrees within 5%."""
+    counts per stream agree, copies and memsets agree per stream, direction, memory kinds and size,
+    and the GPU's kernel busy time agrees within 5%.
+
+    Total busy time is compared loosely on purpose: this program's busy time is mostly host-device
+    copies, whose speed varies between processes (in the committed recordings the same pageable
+    4 MiB copy took 197-427 us under nsys and 285-404 us under torch.profiler), so a 5% bound on it
+    would test the PCIe link, not the parsers. Kernel time is what both profilers must agree on."""
     from tracelab.analyses import analyze
     from tracelab.parsers import load_trace
 
     torch_tl = load_trace(TORCH_TRACE)
 
-    def per_stream(tl) -> dict[int, int]:
-        k = of_kind(tl, EventKind.KERNEL)
-        counts = k.groupby("stream").size()
-        return {int(s): int(n) for s, n in counts.items()}
+    def per_stream(tl, kind: EventKind, keys: tuple[str, ...] = ()) -> dict[tuple, int]:
+        ev = of_kind(tl, kind)
+        counts = ev.groupby(["stream", *keys]).size()
+        return {tuple(np.atleast_1d(k).tolist()): int(n) for k, n in counts.items()}
 
-    a, b = per_stream(timeline), per_stream(torch_tl)
-    assert sorted(a.values()) == sorted(b.values())
-    if set(a) == set(b):
-        assert a == b
+    a, b = per_stream(timeline, EventKind.KERNEL), per_stream(torch_tl, EventKind.KERNEL)
+    assert a == b and sum(a.values()) > 0
+    copy_keys = ("copy_kind", "src_mem", "dst_mem", "bytes")
+    assert per_stream(timeline, EventKind.MEMCPY, copy_keys) == per_stream(
+        torch_tl, EventKind.MEMCPY, copy_keys
+    )
+    assert per_stream(timeline, EventKind.MEMSET, ("bytes",)) == per_stream(
+        torch_tl, EventKind.MEMSET, ("bytes",)
+    )
+
+    ka = sum(d.kernel_ns for d in analyze(timeline).devices)
+    kb = sum(d.kernel_ns for d in analyze(torch_tl).devices)
+    assert ka > 0 and kb > 0
+    assert abs(ka - kb) <= 0.05 * max(ka, kb), (ka, kb)
     busy_a = sum(d.busy_ns for d in analyze(timeline).devices)
     busy_b = sum(d.busy_ns for d in analyze(torch_tl).devices)
-    assert busy_a > 0 and busy_b > 0
-    assert abs(busy_a - busy_b) <= 0.05 * max(busy_a, busy_b), (busy_a, busy_b)
-    assert np.isfinite(busy_a / busy_b)
+    assert 0.5 < busy_a / busy_b < 2.0, (busy_a, busy_b)
+
+
+REP = next(iter(sorted(DATA.glob("*mixed*.nsys-rep"))), None)
+
+
+@pytest.mark.skipif(REP is None or NSYS_TRACE is None, reason="nsys-rep fixture not in tests/data yet")
+def test_nsys_rep_exports_to_the_same_timeline(tmp_path: Path, timeline) -> None:
+    """Where nsys is installed: exporting the committed .nsys-rep gives the same events as the
+    committed SQLite export (same counts per kind and stream)."""
+    from tracelab.parsers.nsys import export_nsys_rep, find_nsys
+
+    if find_nsys() is None:
+        pytest.skip("nsys is not installed here")
+    out = export_nsys_rep(REP, tmp_path)
+    fresh = load_nsys_sqlite(out)
+
+    def shape(tl) -> dict[tuple[int, int], int]:
+        gpu = tl.gpu_events()
+        return {(int(k), int(s)): int(n) for (k, s), n in gpu.groupby(["kind", "stream"]).size().items()}
+
+    assert shape(fresh) == shape(timeline)

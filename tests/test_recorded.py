@@ -53,8 +53,11 @@ def test_demo_runs_load_through_load_trace(cache: Path) -> None:
     for path in demo_run_paths(cache):
         meta = json.loads((path / "meta.json").read_text())
         tl = load_trace(path)  # the run directory dispatches to load_run_dir
-        assert (tl.meta.workload, tl.meta.variant, tl.meta.backend) == (meta["workload"], meta["variant"],
-                                                                       meta["backend"])
+        assert (tl.meta.workload, tl.meta.variant, tl.meta.backend) == (
+            meta["workload"],
+            meta["variant"],
+            meta["backend"],
+        )
         assert tl.meta.gpu == "NVIDIA H200" and tl.devices[0].sm_count == 132
         assert path.name.startswith(f"{meta['workload']}-{meta['variant']}-{meta['backend']}")
         assert len(tl.events) and tl.gpu_mask().any()
@@ -121,7 +124,7 @@ def test_conditional_graph_loops_on_the_device(run, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pdl_finding_reports_the_measured_overlap(run, backend: str) -> None:
-    tl, a = run(f"pdl-pdl-{backend}")
+    _, a = run(f"pdl-pdl-{backend}")
     (f,) = [f for f in a.findings if f.rule == "pdl"]
     assert f.count == 160 and f.data["overlap_ns"] > 0 and f.data["mean_overlap_ns"] > 0
     assert "pdl" not in {f.rule for f in run(f"pdl-no_pdl-{backend}")[1].findings}
@@ -150,7 +153,9 @@ def test_green_ctx_measured_lanes_show_the_partitions(run, backend: str) -> None
     assert a.devices[0].sm.source == "measured" and set(parts) == set(green)
 
 
-@pytest.mark.parametrize("name", ["pdl-pdl-torch", "overlap-streams_pinned-nsys", "green_contexts-green_ctx-nsys"])
+@pytest.mark.parametrize(
+    "name", ["pdl-pdl-torch", "overlap-streams_pinned-nsys", "green_contexts-green_ctx-nsys"]
+)
 def test_probe_blocks_align_inside_their_kernels(run, name: str) -> None:
     tl, _ = run(name)
     sb, ev = tl.sm_blocks, tl.events
@@ -185,7 +190,64 @@ def test_same_program_same_kernels_in_both_formats() -> None:
             k = tl.events[tl.events["kind"] == int(EventKind.KERNEL)]
             return k.groupby(["stream", "green_context"]).size().to_dict()
 
-        assert per_stream(a) == per_stream(b) == {(7, -1): 82, (13, -1): 10, (17, -1): 10, (21, -1): 6,
-                                                  (25, -1): 2, (148, 3): 11}
+        assert (
+            per_stream(a)
+            == per_stream(b)
+            == {(7, -1): 82, (13, -1): 10, (17, -1): 10, (21, -1): 6, (25, -1): 2, (148, 3): 11}
+        )
         ka, kb = analyze(a).devices[0].kernel_ns, analyze(b).devices[0].kernel_ns
         assert abs(ka - kb) < 0.05 * max(ka, kb)
+
+
+def _copy_run(cache: Path, name: str, tmp_path: Path) -> Path:
+    import shutil
+
+    dst = tmp_path / name
+    shutil.copytree(demo_run(name, cache), dst)
+    return dst
+
+
+def test_load_run_dir_leaves_the_files_unchanged(cache: Path, tmp_path: Path) -> None:
+    import hashlib
+
+    d = _copy_run(cache, "green_contexts-green_ctx-torch", tmp_path)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in d.iterdir()}
+    load_run_dir(d)
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in d.iterdir()} == before
+
+
+def test_bad_run_directories_are_one_line_bad_input(cache: Path, tmp_path: Path) -> None:
+    from tracelab.errors import BadInput, TraceFormatError
+
+    with pytest.raises(BadInput, match="no meta.json"):
+        load_run_dir(tmp_path)
+    d = _copy_run(cache, "pdl-pdl-torch", tmp_path)
+    (d / "sm_probe.npz").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(TraceFormatError, match=r"sm_probe\.npz: probe file is not"):
+        load_run_dir(d)
+    (d / "sm_probe.npz").unlink()
+    assert load_run_dir(d).sm_blocks is None  # probes are optional
+    (d / "trace.json.gz").unlink()
+    with pytest.raises(BadInput, match="holds no trace file"):
+        load_run_dir(d)
+    (d / "meta.json").write_text("{not json")
+    with pytest.raises(TraceFormatError, match=r"meta\.json: meta\.json is not valid JSON"):
+        load_run_dir(d)
+    for err in (BadInput, TraceFormatError):
+        assert issubclass(err, BadInput)
+
+
+def test_torch_run_gets_green_contexts_from_meta(cache: Path) -> None:
+    """Kineto records no green contexts: load_run_dir maps the marker kernel's stream to its partition."""
+    tl = load_run_dir(demo_run("green_contexts-green_ctx-torch", cache))
+    meta = tl.meta.extra["run"]
+    by_marker = {p["marker"]: p for p in meta["partitions"]}
+    k = tl.events[tl.events["kind"] == int(EventKind.KERNEL)]
+    names = tl.names(k["name"].to_numpy())
+    for marker, part in by_marker.items():
+        rows = k[names == marker]
+        assert set(rows["green_context"]) == {part["context_id"]}
+        stream = set(rows["stream"])
+        assert set(k.loc[k["stream"].isin(stream), "green_context"]) == {part["context_id"]}
+    lanes = tl.lanes[tl.lanes["green_context"] >= 0]
+    assert set(lanes["green_context"]) == {p["context_id"] for p in meta["partitions"]}

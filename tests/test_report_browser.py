@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from test_reports import CORPUS, HOSTILE, analysis_of, hostile_analysis, synthetic_timeline
 
+from tracelab.errors import BadInput
 from tracelab.render.reports import write_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -140,7 +141,7 @@ def test_demo_report_renders_in_chromium(browser, tmp_path: Path):
     try:
         run = demo.demo_run("green_contexts-green_ctx-nsys", cache=tmp_path / "cache")
         base = demo.demo_run("green_contexts-sequential-nsys", cache=tmp_path / "cache")
-    except Exception as exc:  # BadInput: not bundled in this build
+    except BadInput as exc:  # not bundled in this build
         pytest.skip(f"bundled runs not available: {exc}")
     tl, tl_base = parsers.load_trace(run), parsers.load_trace(base)
     report = write_report(tmp_path / "green_ctx.html", analysis_of(tl), tl, against=(analysis_of(tl_base), tl_base))

@@ -4,6 +4,7 @@ simulated the way the hardware schedules them (block i of wave w on SM ids[i mod
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -255,6 +256,7 @@ def test_idle_partition_fires_on_idle_partition_only():
     assert f.data["idle_sm_ns"] == pytest.approx(16 * span * (1 - f.data["busy_fraction"]), rel=1e-3)
     assert f.wasted_ns == pytest.approx(f.data["idle_sm_ns"] / 132, abs=1)
     assert "16 of 132 SMs" in f.message and f.data["source"] == "measured"
+    assert f.data["end_ns"] - f.data["start_ns"] == span  # the dashboard link opens the whole span
     # a device without green contexts never has an idle partition
     t = Trace()
     t.kernel("k", 0, 1000, grid=4)
@@ -315,6 +317,21 @@ def test_lanes_figure_has_one_row_per_sm():
     util_fig = partition_utilization_figure(sm.sm_utilization(green_run(), 0, 0, bins=40))
     assert len(util_fig.data) == 3  # device + two partitions
     assert "measured" in util_fig.layout.title.text
+
+
+def test_lanes_figure_compact_and_escaped_title():
+    grid = sm.sm_grid(green_run(), 0, 0, bins=120)
+    hostile = dataclasses.replace(grid, device_label="rank 0 device 0 · <b onmouseover=x>GPU</b> & co")
+    title = sm_lanes_figure(hostile).layout.title.text
+    assert "<b" not in title and "&lt;b onmouseover=x&gt;GPU&lt;/b&gt; &amp; co" in title
+    full = [tr for tr in sm_lanes_figure(grid).data if tr.type == "heatmap"]
+    small = [tr for tr in sm_lanes_figure(grid, compact=True).data if tr.type == "heatmap"]
+    assert all(tr.text is not None for tr in full) and all(tr.text is None for tr in small)
+    assert all("%{text}" not in tr.hovertemplate for tr in small)
+    for a, b in zip(full, small):  # the same cells, as integer percent
+        assert np.asarray(b.z).dtype == np.uint8 and (b.zmin, b.zmax) == (0, 100)
+        assert np.array_equal(np.asarray(b.z), np.clip(np.round(np.asarray(a.z) * 100), 0, 100).astype(np.uint8))
+    assert len(sm_lanes_figure(grid, compact=True).to_json()) < len(sm_lanes_figure(grid).to_json()) / 2
 
 
 def test_green_context_explanation():

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from tracelab.errors import BadInput, MissingDependency
-from tracelab.record import NSYS_FLAGS, build_command, check_backend, nsys_command, record_command, record_workload
+from tracelab.record import (
+    NSYS_FLAGS,
+    build_command,
+    check_backend,
+    nsys_command,
+    record_command,
+    record_workload,
+)
 from tracelab.workloads import WORKLOADS, get_workload
 
 CONTRACT = {
@@ -63,8 +70,14 @@ def test_parameter_overrides_are_typed_and_checked() -> None:
 def test_nsys_command_uses_the_small_trace_flags(tmp_path: Path) -> None:
     cmd = build_command("overlap", "serial", "nsys", True, tmp_path, nsys="/opt/nsys")
     assert cmd[:2] == ["/opt/nsys", "profile"]
-    for flag in ("-t", "cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node",
-                 "--export=sqlite"):
+    for flag in (
+        "-t",
+        "cuda,nvtx,osrt",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
+        "--export=sqlite",
+    ):
         assert flag in cmd
     assert "--capture-range=cudaProfilerApi" in cmd  # the runner opens the measured window
     assert cmd[cmd.index("-o") + 1] == str(tmp_path / "trace")

@@ -18,15 +18,23 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .errors import BadInput, MissingDependency, TracelabError
 from .workloads import get_workload
 
 BACKENDS = ("nsys", "torch")
-NSYS_FLAGS = ("-t", "cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node",
-              "--export=sqlite", "--force-overwrite=true")
+NSYS_FLAGS = (
+    "-t",
+    "cuda,nvtx,osrt",
+    "--sample=none",
+    "--cpuctxsw=none",
+    "--cuda-graph-trace=node",
+    "--export=sqlite",
+    "--force-overwrite=true",
+)
 NSYS_GLOBS = (
     "/opt/nvidia/nsight-systems/*/bin/nsys",
     "/opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
@@ -44,12 +52,11 @@ def find_nsys() -> Path | None:
     """The nsys binary: engineer B's finder when present, else TRACELAB_NSYS, PATH, standard dirs."""
     try:
         from .parsers.nsys import find_nsys as _b_find
-
-        found = _b_find()
-        if found:
-            return Path(found)
-    except Exception:  # noqa: BLE001 - B's module may not exist yet
-        pass
+    except ImportError:  # the nsys parser is optional here
+        _b_find = None
+    found = _b_find() if _b_find is not None else None
+    if found:
+        return Path(found)
     env = os.environ.get("TRACELAB_NSYS")
     if env and Path(env).is_file():
         return Path(env)
@@ -67,18 +74,39 @@ def find_nsys() -> Path | None:
 NSYS_WINDOW = ("--capture-range=cudaProfilerApi", "--capture-range-end=stop")
 
 
-def nsys_command(nsys: str | Path, out_prefix: str | Path, cmd: Sequence[str], window: bool = False) -> list[str]:
+def nsys_command(
+    nsys: str | Path, out_prefix: str | Path, cmd: Sequence[str], window: bool = False
+) -> list[str]:
     """`nsys profile` with tracelab's flags (small traces: no CPU sampling, no context switches);
     `window`: record only between cudaProfilerStart and cudaProfilerStop."""
     return [str(nsys), "profile", *NSYS_FLAGS, *(NSYS_WINDOW if window else ()), "-o", str(out_prefix), *cmd]
 
 
-def workload_command(name: str, variant: str, backend: str, quick: bool, run_dir: str | Path,
-                     params: Mapping[str, Any] | None = None, seed: int = 0, probe: bool = True,
-                     python: str | None = None) -> list[str]:
+def workload_command(
+    name: str,
+    variant: str,
+    backend: str,
+    quick: bool,
+    run_dir: str | Path,
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    probe: bool = True,
+    python: str | None = None,
+) -> list[str]:
     """The runner command line for one variant (without the nsys prefix)."""
-    cmd = [python or sys.executable, "-m", "tracelab.workloads.runner", name, variant, "--out", str(run_dir),
-           "--backend", backend, "--seed", str(seed)]
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "tracelab.workloads.runner",
+        name,
+        variant,
+        "--out",
+        str(run_dir),
+        "--backend",
+        backend,
+        "--seed",
+        str(seed),
+    ]
     if quick:
         cmd.append("--quick")
     if not probe:
@@ -90,9 +118,17 @@ def workload_command(name: str, variant: str, backend: str, quick: bool, run_dir
     return cmd
 
 
-def build_command(name: str, variant: str, backend: str, quick: bool, run_dir: str | Path,
-                  params: Mapping[str, Any] | None = None, seed: int = 0, nsys: str | Path = "nsys",
-                  probe: bool = True) -> list[str]:
+def build_command(
+    name: str,
+    variant: str,
+    backend: str,
+    quick: bool,
+    run_dir: str | Path,
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    nsys: str | Path = "nsys",
+    probe: bool = True,
+) -> list[str]:
     """The full command that records one variant with `backend`."""
     check_backend(backend)
     inner = workload_command(name, variant, backend, quick, run_dir, params, seed, probe)
@@ -111,9 +147,13 @@ def check_gpu() -> None:
     try:
         import torch
     except Exception as e:  # noqa: BLE001
-        raise MissingDependency(f"recording needs PyTorch with CUDA (pip install 'tracelab[record]'): {e}") from None
+        raise MissingDependency(
+            f"recording needs PyTorch with CUDA (pip install 'tracelab[record]'): {e}"
+        ) from None
     if not torch.cuda.is_available():
-        raise MissingDependency("recording needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
+        raise MissingDependency(
+            "recording needs a CUDA GPU: torch.cuda.is_available() is False on this machine"
+        )
 
 
 def require_nsys() -> Path:
@@ -153,7 +193,9 @@ def _run(cmd: list[str], run_dir: Path, timeout: float | None) -> None:
         fh.write((" ".join(cmd) + "\n").encode())
         fh.flush()
         try:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_env(run_dir), timeout=timeout).returncode
+            rc = subprocess.run(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, env=_env(run_dir), timeout=timeout, check=False
+            ).returncode
         except subprocess.TimeoutExpired:
             raise RecordError(f"{run_dir}: timed out after {timeout} s (log: {log})") from None
     if rc != 0:
@@ -175,15 +217,37 @@ def _finish_nsys(run_dir: Path, nsys: Path) -> None:
 
         export_nsys_rep(rep, run_dir)
     except ImportError:
-        subprocess.run([str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite),
-                        str(rep)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                str(nsys),
+                "export",
+                "--type",
+                "sqlite",
+                "--force-overwrite",
+                "true",
+                "-o",
+                str(sqlite),
+                str(rep),
+            ],
+            check=True,
+            capture_output=True,
+        )
     if not sqlite.exists():
         raise RecordError(f"{run_dir}: exporting {rep.name} to SQLite failed")
 
 
-def record_workload(name: str, variant: str | None = "all", backend: str = "nsys", quick: bool = False,
-                    out_dir: str | Path | None = None, *, params: Mapping[str, Any] | None = None,
-                    seed: int = 0, probe: bool = True, timeout: float | None = 900) -> list[Path]:
+def record_workload(
+    name: str,
+    variant: str | None = "all",
+    backend: str = "nsys",
+    quick: bool = False,
+    out_dir: str | Path | None = None,
+    *,
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    probe: bool = True,
+    timeout: float | None = 900,
+) -> list[Path]:
     """Record each selected variant in its own subprocess; returns the run directories."""
     wl = get_workload(name)
     variants = wl.resolve_variants(variant)
@@ -210,8 +274,9 @@ def record_workload(name: str, variant: str | None = "all", backend: str = "nsys
     return runs
 
 
-def record_command(cmd: Sequence[str], backend: str = "nsys", out_dir: str | Path | None = None,
-                   timeout: float | None = None) -> Path:
+def record_command(
+    cmd: Sequence[str], backend: str = "nsys", out_dir: str | Path | None = None, timeout: float | None = None
+) -> Path:
     """Profile any program: nsys wraps any command; torch.profiler wraps a Python script
     (`python script.py ...` or `script.py ...`). Returns the run directory."""
     check_backend(backend)
@@ -235,21 +300,56 @@ def record_command(cmd: Sequence[str], backend: str = "nsys", out_dir: str | Pat
         check_gpu()
         run_dir = _fresh_dir(Path(out_dir) / f"cmd-{_safe(Path(script[0]).stem)}-torch")
         run_dir.mkdir(parents=True)
-        _run([sys.executable, "-m", "tracelab.workloads.torchwrap", "--out", str(run_dir), "--", *script],
-             run_dir, timeout)
+        _run(
+            [sys.executable, "-m", "tracelab.workloads.torchwrap", "--out", str(run_dir), "--", *script],
+            run_dir,
+            timeout,
+        )
         trace = "trace.json.gz"
     meta_path = run_dir / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     extra = run_dir / "program_meta.json"
     if extra.exists():
         try:
-            meta.update({k: v for k, v in json.loads(extra.read_text()).items() if k in ("partitions", "pdl_kernels")})
+            meta.update(
+                {k: v for k, v in json.loads(extra.read_text()).items() if k in ("partitions", "pdl_kernels")}
+            )
         except ValueError:
             pass
-    meta.update({"tracelab_run": 1, "workload": "", "variant": "", "backend": backend, "command": cmd,
-                 "trace_file": trace})
+    meta.update(
+        {
+            "tracelab_run": 1,
+            "workload": "",
+            "variant": "",
+            "backend": backend,
+            "command": cmd,
+            "trace_file": trace,
+        }
+    )
+    if not meta.get("gpu"):
+        meta["gpu"] = _gpu_from_smi()
     meta_path.write_text(json.dumps(meta, indent=1, default=str))
     return run_dir
+
+
+def _gpu_from_smi() -> dict[str, Any]:
+    """GPU name and driver from nvidia-smi (for runs of arbitrary programs); {} when unavailable."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {}
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    first = out.strip().splitlines()[0] if out.strip() else ""
+    name, _, driver = first.partition(",")
+    return {"name": name.strip(), "driver": driver.strip()} if name else {}
 
 
 def _python_script(cmd: list[str]) -> list[str]:
@@ -282,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     params = dict(kv.split("=", 1) for kv in a.param)
     rc = 0
-    for backend in (BACKENDS if a.backend == "both" else (a.backend,)):
+    for backend in BACKENDS if a.backend == "both" else (a.backend,):
         try:
             for run in record_workload(a.workload, a.variant, backend, a.quick, a.out, params=params):
                 print(run)

@@ -24,7 +24,7 @@ from tracelab.render.figures import (
 from tracelab.store import RunRecord
 
 from ..components import error_page, run_header
-from .common import log
+from .common import internal_error_page, resolve_run
 from ..state import AppState, current_state, describe_error
 from ..timeline_view import DEFAULT_SHOW, correlated_events, render_view, sm_lanes_for
 from ..urls import MIN_SPAN_NS, parse_window, timeline_href
@@ -251,15 +251,9 @@ def default_show(record: RunRecord) -> list[str]:
 
 
 def timeline_layout(state: AppState, run: str | None = None, t0: Any = None, t1: Any = None) -> html.Div:
-    if not run:
-        runs = state.runs()
-        if not runs:
-            return error_page("No runs yet", "Import a trace on the Runs page, or run `tracelab demo`.")
-        run = runs[0].id
-    try:
-        record = state.record(run)
-    except BadInput as exc:
-        return error_page("Unknown run", describe_error(exc))
+    record = resolve_run(state, run)
+    if not isinstance(record, RunRecord):
+        return record
     try:
         a, b = parse_window(record, t0, t1)
     except BadInput as exc:
@@ -282,9 +276,8 @@ def timeline_layout(state: AppState, run: str | None = None, t0: Any = None, t1:
         view["row_lanes"] = _row_lanes(state, view)
     except BadInput as exc:
         return error_page("Cannot show this run", describe_error(exc))
-    except Exception as exc:  # noqa: BLE001 - a bug must give a clear page, and a traceback in the log
-        log.exception("internal error rendering the timeline of run %s", record.id)
-        return error_page("Internal error", f"{describe_error(exc)} (details in the server log)")
+    except Exception as exc:  # noqa: BLE001 - see internal_error_page
+        return internal_error_page(exc, f"the timeline of run {record.id}")
     return html.Div(
         [
             run_header(record, "Timeline"),

@@ -32,10 +32,13 @@ for p in ("cuda-bindings","nvtx","pandas","numpy","orjson","msgspec","click","ri
   try: print(p, m.version(p))
   except Exception as e: print(p, "MISSING")'
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nsys --version; nvcc --version | tail -2; } > $W/logs/env.txt 2>&1 ;;
-  test) timeout $(left) python3 -m pytest -q -x tests/test_gpu.py tests/test_workloads.py > $W/logs/pytest_gpu.txt 2>&1 ;;
+  test) timeout $(left) python3 -m pytest -q tests/test_gpu.py tests/test_workloads.py tests/test_recorded.py > $W/logs/pytest_gpu.txt 2>&1 ;;
   record) BACKENDS=${BACKENDS:-torch nsys} timeout $(left) tests/data/record_all.sh $W ${WORKLOADS:-} > $W/logs/record.txt 2>&1 ;;
   triton_mm) timeout $(left) python3 -m tracelab.record green_contexts --variant green_ctx --backend both --quick \
       --param matmul=triton --out $W/runs > $W/logs/triton_mm.txt 2>&1 ;;
+  fullsize) for v in item_every_step deferred_sync; do timeout $(left) python3 -m tracelab.workloads.runner \
+      sync_pitfalls $v --out $W/full/$v --backend none > $W/logs/full_$v.txt 2>&1;
+      python3 -c "import json;m=json.load(open('$W/full/$v/meta.json'));print('$v',m['params'],m['mean_step_ms'],m['step_wall_ms'])"; done > $W/logs/fullsize.txt 2>&1 ;;
   fixtures) timeout $(left) tests/data/record_fixtures.sh $W/fixtures > $W/logs/fixtures.txt 2>&1 ;;
   export) { r=$(ls $W/runs/*/trace.nsys-rep | head -1); mkdir -p $W/export; cp "$r" $W/export/;
     timeout 120 nsys export --type sqlite --force-overwrite true -o $W/export/exported.sqlite $W/export/trace.nsys-rep;

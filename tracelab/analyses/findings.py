@@ -50,9 +50,10 @@ import numpy as np
 
 from ..model import CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from .devices import DeviceRows
-from .gaps import HostView, fmt_ns, short_name
+from .gaps import HostView, short_name
 from .intervals import covered_length, intersection_length, merge
 from .results import DeviceSummary, Finding, Gap
+from .units import fmt_bytes, fmt_ns
 
 # ---- thresholds -----------------------------------------------------------------------------
 MIN_STEPS = 3
@@ -112,6 +113,12 @@ def _where(places: list[str], limit: int = 4) -> str:
     return "; ".join(places[:limit]) + (f"; and {more} more" if more > 0 else "")
 
 
+def _window(start: int, end: int) -> dict[str, int]:
+    """The time window a finding points at (its first or worst occurrence), for `Finding.data`: the
+    dashboard's "show in timeline" link opens it."""
+    return {"start_ns": int(start), "end_ns": int(end)}
+
+
 def _ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray:
     return np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
 
@@ -155,6 +162,7 @@ def sync_per_iteration(ctx: FindingContext) -> Finding | None:
     total_steps = total_sync = wasted = 0
     places: list[str] = []
     example = ""
+    window: dict[str, int] = {}
     per_rank: dict[int, dict[str, int]] = {}
     gaps_by_rank: dict[int, list[Gap]] = {}
     for g in ctx.gaps:
@@ -206,6 +214,8 @@ def sync_per_iteration(ctx: FindingContext) -> Finding | None:
         first = tl.name(int(s_name[steps_with[0]]))
         last = tl.name(int(s_name[steps_with[-1]]))
         places.append(f"rank {rank}: {steps_with.size} of {n_steps} steps ({first} … {last})")
+        if not window:  # the first step that waits
+            window = _window(s_start[steps_with[0]], s_end[steps_with[0]])
         if not example:
             hit = np.flatnonzero(step_copy >= 0)
             if hit.size:
@@ -235,7 +245,7 @@ def sync_per_iteration(ctx: FindingContext) -> Finding | None:
             "every N steps."
         ),
         where=_where(places),
-        data={"ranks": per_rank, "steps": total_steps},
+        data={"ranks": per_rank, "steps": total_steps, **window},
     )
 
 
@@ -261,12 +271,17 @@ def pageable_memcpy(ctx: FindingContext) -> Finding | None:
         count=int(pos.size),
         wasted_ns=wasted,
         message=(
-            f"{pos.size} memcpys ({_fmt_bytes(nbytes)}, {fmt_ns(int(dur.sum()))}) use pageable host memory "
+            f"{pos.size} memcpys ({fmt_bytes(nbytes)}, {fmt_ns(int(dur.sum()))}) use pageable host memory "
             f"({', '.join(f'{v} {k}' for k, v in dirs.items())}); pin it (pin_memory=True, "
             "cudaHostAlloc) so copies run at full speed and can overlap with compute."
         ),
         where=places,
-        data={"bytes": nbytes, "by_kind": dirs, "copy_ns": int(dur.sum())},
+        data={
+            "bytes": nbytes,
+            "by_kind": dirs,
+            "copy_ns": int(dur.sum()),
+            **_window(ctx.col("start")[pos[np.argmax(dur)]], ctx.col("end")[pos[np.argmax(dur)]]),  # longest
+        },
     )
 
 
@@ -334,15 +349,12 @@ def sync_memcpy(ctx: FindingContext) -> Finding | None:
             "and sync only where the data is needed."
         ),
         where=_where([f"rank {r}" for r in ranks]),
-        data={"calls": {tl.name(n): c for c, n in top}, "host_blocked_ns": blocked},
+        data={
+            "calls": {tl.name(n): c for c, n in top},
+            "host_blocked_ns": blocked,
+            **_window(starts[np.argmax(ends - starts)], ends[np.argmax(ends - starts)]),  # longest call
+        },
     )
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def _count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> str:
@@ -422,6 +434,7 @@ def launch_bound(ctx: FindingContext) -> Finding | None:
             )
     if not count:
         return None
+    worst = sorted(stretches, key=lambda x: -x["idle_ns"])[:20]
     return Finding(
         rule="launch_bound",
         severity=_severity(wasted, ctx.span_ns(), "warning"),
@@ -433,7 +446,7 @@ def launch_bound(ctx: FindingContext) -> Finding | None:
             "(torch.cuda.graphs, torch.compile mode='reduce-overhead') or fuse them."
         ),
         where=_where(places),
-        data={"stretches": sorted(stretches, key=lambda x: -x["idle_ns"])[:20], "n_stretches": count},
+        data={"stretches": worst, "n_stretches": count, **_window(worst[0]["start_ns"], worst[0]["end_ns"])},
     )
 
 
@@ -442,6 +455,7 @@ def serialized_copy_compute(ctx: FindingContext) -> Finding | None:
     count = wasted = 0
     places: list[str] = []
     details: list[dict[str, int]] = []
+    worst = (-1, 0, 0)  # (not-overlapped ns, start, end) of the worst copy
     for dr, dev in zip(ctx.rows, ctx.devices):
         rows = dr.rows
         kind = ctx.col("kind")[rows]
@@ -476,6 +490,9 @@ def serialized_copy_compute(ctx: FindingContext) -> Finding | None:
             ):
                 continue
             n_alone = int((alone[m] * 2 > (ce[m] - cs[m])).sum())
+            j = int(np.argmax(alone[m]))
+            if int(alone[m][j]) > worst[0]:
+                worst = (int(alone[m][j]), int(cs[m][j]), int(ce[m][j]))
             stream = int(ctx.timeline.lanes["stream"].to_numpy()[ln])
             count += n_alone
             dev_wasted += unov
@@ -507,7 +524,7 @@ def serialized_copy_compute(ctx: FindingContext) -> Finding | None:
             "the next batch while this one computes."
         ),
         where=_where(places),
-        data={"streams": details},
+        data={"streams": details, **_window(worst[1], worst[2])},
     )
 
 
@@ -524,6 +541,8 @@ def _hip_rank(ctx: FindingContext, rank: int) -> bool:
 def pdl(ctx: FindingContext) -> Finding | None:
     total = flagged_total = pairs_total = overlap_total = 0
     places: list[str] = []
+    window: dict[str, int] = {}
+    best = 0  # largest overlap of two kernels seen so far
     for dr, dev in zip(ctx.rows, ctx.devices):
         info = ctx.timeline.device_info(dr.rank, dr.device)
         if info is not None and (0 < info.cc_major < 9 or AMD_GPU.search(info.name)):
@@ -548,6 +567,10 @@ def pdl(ctx: FindingContext) -> Finding | None:
             continue
         n = int(hit.sum())
         o = int(ov[overlapping].sum())
+        j = int(np.argmax(np.where(hit, ov, -1)))  # the pair that overlaps most (or a flagged kernel)
+        if not window or int(ov[j]) > best:
+            best = int(ov[j])
+            window = _window(s[j - 1] if same[j] else s[j], e[j])
         total += n
         flagged_total += int(flagged.sum())
         pairs_total += int(overlapping.sum())
@@ -577,6 +600,7 @@ def pdl(ctx: FindingContext) -> Finding | None:
             "overlapping_pairs": pairs_total,
             "overlap_ns": overlap_total,
             "mean_overlap_ns": int(mean),
+            **window,
         },
     )
 

@@ -40,6 +40,7 @@ from ..model import CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from .devices import DeviceRows, device_rows
 from .intervals import covered_length, merge, running_max_index
 from .results import Gap
+from .units import fmt_rel_many
 
 CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a microsecond
 HOST_SYNC_COVERAGE = 0.5
@@ -50,32 +51,6 @@ _I64 = np.int64
 
 
 # ---- formatting ------------------------------------------------------------------------------
-def fmt_ns(ns: float) -> str:
-    """A duration for people: 850 ns, 12.3 µs, 1.25 ms, 2.50 s."""
-    ns = float(ns)
-    a = abs(ns)
-    if a < 1_000:
-        return f"{ns:.0f} ns"
-    if a < 1_000_000:
-        return f"{ns / 1e3:.1f} µs"
-    if a < 1_000_000_000:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e9:.2f} s"
-
-
-def fmt_rel(ns: float) -> str:
-    """A time relative to a reference, with its sign: +12.3 µs, -1.20 ms."""
-    a = ns if ns >= 0 else -ns
-    sign = "-" if ns < 0 else "+"
-    if a < 1_000:
-        return f"{sign}{a:.0f} ns"
-    if a < 1_000_000:
-        return f"{sign}{a / 1e3:.1f} µs"
-    if a < 1_000_000_000:
-        return f"{sign}{a / 1e6:.2f} ms"
-    return f"{sign}{a / 1e9:.2f} s"
-
-
 def _collapse(s: str, open_: str, close: str) -> str:
     """Replace every top-level open_ ... close group with open_ + '…' + close."""
     out, depth = [], 0
@@ -91,25 +66,6 @@ def _collapse(s: str, open_: str, close: str) -> str:
         elif depth == 0:
             out.append(ch)
     return "".join(out)
-
-
-_UNITS = (
-    (1_000, 1.0, "{}{:.0f} ns"),
-    (1_000_000, 1e3, "{}{:.1f} µs"),
-    (1_000_000_000, 1e6, "{}{:.2f} ms"),
-    (None, 1e9, "{}{:.2f} s"),
-)
-
-
-def fmt_rel_many(ns: np.ndarray) -> list[str]:
-    """fmt_rel for a whole array (one unit choice per element, vectorized)."""
-    ns = np.asarray(ns, dtype=np.int64)
-    a = np.abs(ns)
-    unit = np.searchsorted(np.array([1_000, 1_000_000, 1_000_000_000]), a, side="right")
-    scaled = a / np.array([u[1] for u in _UNITS])[unit]
-    fmts = [u[2].format for u in _UNITS]
-    signs = np.where(ns < 0, "-", "+").tolist()
-    return [fmts[u](sg, v) for u, sg, v in zip(unit.tolist(), signs, scaled.tolist())]
 
 
 def short_name(name: str, limit: int = 70) -> str:

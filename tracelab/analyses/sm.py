@@ -728,6 +728,8 @@ def idle_partition_findings(timeline: Timeline) -> list[Finding]:
                         "idle_sm_ns": round(idle_sm_ns),
                         "span_ns": int(span),
                         "source": st.source,
+                        "start_ns": int(st.span[0]),  # the whole span: the partition idles throughout
+                        "end_ns": int(st.span[1]),
                     },
                 )
             )

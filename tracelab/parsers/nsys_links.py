@@ -85,7 +85,9 @@ def _pdl_overlap(cols: dict[str, np.ndarray], kernels: np.ndarray) -> np.ndarray
             "i": idx,
         }
     ).sort_values(["r", "d", "c", "s", "start"], kind="stable")
-    prev_end = df.groupby(["r", "d", "c", "s"], sort=False)["end"].transform(lambda e: e.cummax().shift(1))
+    keys = ["r", "d", "c", "s"]
+    df["run_end"] = df.groupby(keys, sort=False)["end"].cummax()
+    prev_end = df.groupby(keys, sort=False)["run_end"].shift(1)
     hit = (df["start"] < prev_end).to_numpy()
     out[df["i"].to_numpy()[hit]] = True
     return out

@@ -34,8 +34,15 @@ from ..model import EVENT_COLUMNS, ContextInfo, DeviceInfo, EventKind, Flag, Tim
 
 META_FILE = "meta.json"
 TRACE_CANDIDATES = ("trace.sqlite", "trace.json.gz", "trace.json", "trace.nsys-rep")
-SM_BLOCK_COLUMNS = {"rank": "int32", "device": "int32", "green_context": "int64", "sm": "int32",
-                    "start": "int64", "end": "int64", "name": "int32"}
+SM_BLOCK_COLUMNS = {
+    "rank": "int32",
+    "device": "int32",
+    "green_context": "int64",
+    "sm": "int32",
+    "start": "int64",
+    "end": "int64",
+    "name": "int32",
+}
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -63,7 +70,9 @@ def trace_path(path: str | Path, meta: dict[str, Any]) -> Path:
         cand = d / Path(name).name  # never leave the run directory
         if cand.is_file():
             return cand
-    raise BadInput(f"run directory holds no trace file (looked for {', '.join(names or TRACE_CANDIDATES)})", d)
+    raise BadInput(
+        f"run directory holds no trace file (looked for {', '.join(names or TRACE_CANDIDATES)})", d
+    )
 
 
 def load_run_dir(path: str | Path) -> Timeline:
@@ -93,8 +102,10 @@ def load_run_dir(path: str | Path) -> Timeline:
             on = (ev["kind"].to_numpy() == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == marker)
             keys = ev.loc[on, ["rank", "device", "stream"]].drop_duplicates()
             for rank, dev, stream in keys.itertuples(index=False):
-                sel = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == dev) & (
-                    ev["stream"].to_numpy() == stream
+                sel = (
+                    (ev["rank"].to_numpy() == rank)
+                    & (ev["device"].to_numpy() == dev)
+                    & (ev["stream"].to_numpy() == stream)
                 )
                 existing = gc[sel & (gc >= 0)]
                 if len(existing):
@@ -137,7 +148,9 @@ def load_run_dir(path: str | Path) -> Timeline:
     )
     if changed or devices != list(tl.devices) or contexts != list(tl.contexts):
         cols = {c: ev[c].to_numpy() for c in EVENT_COLUMNS if c != "lane"}
-        return build_timeline(cols, strings, run_meta, devices=devices, contexts=contexts, sm_blocks=sm_blocks)
+        return build_timeline(
+            cols, strings, run_meta, devices=devices, contexts=contexts, sm_blocks=sm_blocks
+        )
     return replace(tl, meta=run_meta, sm_blocks=sm_blocks)
 
 
@@ -153,29 +166,40 @@ def _devices(tl: Timeline, meta: dict[str, Any]) -> list[DeviceInfo]:
         if not d.cc_major and gpu.get("cc"):
             major, _, minor = str(gpu["cc"]).partition(".")
             fill.update(cc_major=int(major or 0), cc_minor=int(minor or 0))
-        for attr, key in (("max_threads_per_sm", "max_threads_per_multi_processor"),
-                          ("registers_per_sm", "regs_per_multiprocessor"),
-                          ("shared_mem_per_sm", "shared_memory_per_multiprocessor"),
-                          ("max_shared_mem_per_block", "shared_memory_per_block_optin"),
-                          ("total_memory", "total_memory")):
+        for attr, key in (
+            ("max_threads_per_sm", "max_threads_per_multi_processor"),
+            ("registers_per_sm", "regs_per_multiprocessor"),
+            ("shared_mem_per_sm", "shared_memory_per_multiprocessor"),
+            ("max_shared_mem_per_block", "shared_memory_per_block_optin"),
+            ("total_memory", "total_memory"),
+        ):
             if not getattr(d, attr) and gpu.get(key):
                 fill[attr] = int(gpu[key])
         out.append(replace(d, **fill) if fill else d)
     return out
 
 
-def _with_green(contexts: list[ContextInfo], rank: int, device: int, gid: int, sm_count: int) -> list[ContextInfo]:
+def _with_green(
+    contexts: list[ContextInfo], rank: int, device: int, gid: int, sm_count: int
+) -> list[ContextInfo]:
     out = []
     found = False
     for c in contexts:
-        if c.rank == rank and c.device == device and (c.green_context == gid or (c.is_green and c.context == gid)):
+        if (
+            c.rank == rank
+            and c.device == device
+            and (c.green_context == gid or (c.is_green and c.context == gid))
+        ):
             found = True
             if not c.sm_count and sm_count:
                 c = replace(c, sm_count=sm_count)
         out.append(c)
     if not found:
-        out.append(ContextInfo(rank=rank, device=device, context=gid, is_green=True, green_context=gid,
-                               sm_count=sm_count))
+        out.append(
+            ContextInfo(
+                rank=rank, device=device, context=gid, is_green=True, green_context=gid, sm_count=sm_count
+            )
+        )
     return out
 
 
@@ -207,7 +231,9 @@ def _probe_blocks(d: Path, meta: dict[str, Any], ev: pd.DataFrame, strings: tupl
         if sid is None:
             notes.append(f"probe data for {tname!r} but no such kernel in the trace")
             continue
-        kev = ev[(kinds == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == sid)].sort_values("start", kind="stable")
+        kev = ev[(kinds == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == sid)].sort_values(
+            "start", kind="stable"
+        )
         starts = kev["start"].to_numpy()
         inv = arr["invocation"][rows]
         t0 = arr["t_start"][rows]
@@ -223,23 +249,31 @@ def _probe_blocks(d: Path, meta: dict[str, Any], ev: pd.DataFrame, strings: tupl
         min_t0 = np.full(len(uniq), np.iinfo(np.int64).max)
         np.minimum.at(min_t0, first, t0)
         offset = starts[uniq] - min_t0
-        frames.append(pd.DataFrame({
-            "rank": kev["rank"].to_numpy()[inv].astype("int32"),
-            "device": kev["device"].to_numpy()[inv].astype("int32"),
-            "green_context": kev["green_context"].to_numpy()[inv].astype("int64"),
-            "sm": sm.astype("int32"),
-            "start": (t0 + offset[first]).astype("int64"),
-            "end": (t1 + offset[first]).astype("int64"),
-            "name": np.full(len(inv), sid, dtype="int32"),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": kev["rank"].to_numpy()[inv].astype("int32"),
+                    "device": kev["device"].to_numpy()[inv].astype("int32"),
+                    "green_context": kev["green_context"].to_numpy()[inv].astype("int64"),
+                    "sm": sm.astype("int32"),
+                    "start": (t0 + offset[first]).astype("int64"),
+                    "end": (t1 + offset[first]).astype("int64"),
+                    "name": np.full(len(inv), sid, dtype="int32"),
+                }
+            )
+        )
         dur = (kev["end"] - kev["start"]).to_numpy()
         probed = np.zeros(len(dur), dtype=bool)
         probed[uniq] = True
         if probed.any() and (~probed).any():
             a, b = float(np.median(dur[~probed])), float(np.median(dur[probed]))
-            overhead[tname] = {"plain_median_ns": a, "probed_median_ns": b,
-                               "overhead_pct": round(100.0 * (b - a) / a, 2) if a else None,
-                               "probed_invocations": int(probed.sum()), "plain_invocations": int((~probed).sum())}
+            overhead[tname] = {
+                "plain_median_ns": a,
+                "probed_median_ns": b,
+                "overhead_pct": round(100.0 * (b - a) / a, 2) if a else None,
+                "probed_invocations": int(probed.sum()),
+                "plain_invocations": int((~probed).sum()),
+            }
     if not frames:
         return None, notes, overhead
     blocks = pd.concat(frames, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tracelab.analyses import units
 from tracelab.analyses.compare import Comparison, Delta, DeviceComparison
 
 # ---- shared formatting ------------------------------------------------------------------------------
@@ -32,18 +33,8 @@ def term_safe(text: object, limit: int | None = None) -> str:
 
 
 def fmt_ns(ns: float | None) -> str:
-    """Human duration: 950 ns, 12.3 µs, 4.56 ms, 1.23 s."""
-    if ns is None:
-        return "-"
-    v = float(ns)
-    a = abs(v)
-    if a < 1e3:
-        return f"{v:.0f} ns"
-    if a < 1e6:
-        return f"{v / 1e3:.1f} µs"
-    if a < 1e9:
-        return f"{v / 1e6:.2f} ms"
-    return f"{v / 1e9:.3f} s"
+    """Human duration: 950 ns, 12.3 µs, 4.56 ms, 1.234 s; '-' when unknown."""
+    return "-" if ns is None else units.fmt_ns(ns, units.FIXED_MS3)
 
 
 def fmt_signed_ns(ns: int) -> str:

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tracelab.analyses import units
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
+from tracelab.analyses.units import fmt_bytes
 from tracelab.model.kinds import EventKind, Flag, LaneKind
 from tracelab.model.timeline import Timeline
 
@@ -32,26 +34,7 @@ def plotly_text(s: object) -> str:
 
 def fmt_ns(ns: float) -> str:
     """A duration in the most readable unit, 4 significant digits: 850 ns, 12.3 µs, 4.56 ms, 1.234 s."""
-    ns = float(ns)
-    a = abs(ns)
-    if a < 1e3:
-        return f"{ns:.0f} ns"
-    if a < 1e6:
-        return f"{ns / 1e3:.4g} µs"
-    if a < 1e9:
-        return f"{ns / 1e6:.4g} ms"
-    return f"{ns / 1e9:.4g} s"
-
-
-def fmt_bytes(b: float) -> str:
-    b = float(b)
-    if b < 0:
-        return ""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if b < 1024 or unit == "GiB":
-            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
-        b /= 1024
-    return f"{b:.1f} GiB"
+    return units.fmt_ns(ns, units.SIG4)
 
 
 def _fmt_ns_array(values: np.ndarray) -> np.ndarray:

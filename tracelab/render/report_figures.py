@@ -53,13 +53,28 @@ def _layout(fig: go.Figure, title: str, height: int = 360, **kw) -> go.Figure:
 # ---- binning ----------------------------------------------------------------------------------------
 
 
+def time_edges(t0: int, t1: int, bins: int) -> np.ndarray:
+    """`bins` equal bins over [t0, t1] (at least 1 ns), edges rounded to whole ns (duplicates dropped)."""
+    return np.unique(np.linspace(t0, max(t1, t0 + 1), bins + 1).round().astype(np.int64))
+
+
+def bin_centers_ms(edges: np.ndarray) -> np.ndarray:
+    """Bin centers in ms since the first edge (float32: the x axis of binned figures)."""
+    return (((edges[:-1] + edges[1:]) / 2 - edges[0]) / 1e6).astype(np.float32)
+
+
+def covered_per_bin(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Time (ns) of each bin [edges[i], edges[i+1]) under the union of the intervals."""
+    us, ue = merge(starts, ends)
+    return covered_length(us, ue, edges[:-1], edges[1:])
+
+
 def binned_busy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Busy fraction (0..1) of each bin [edges[i], edges[i+1]) under the union of the intervals."""
     if len(starts) == 0:
         return np.zeros(len(edges) - 1)
-    us, ue = merge(starts, ends)
     e = np.round(edges).astype(np.int64)
-    covered = covered_length(us, ue, e[:-1], e[1:]).astype(np.float64)
+    covered = covered_per_bin(starts, ends, e).astype(np.float64)
     width = np.diff(e).astype(np.float64)
     return np.clip(covered / np.where(width > 0, width, 1), 0.0, 1.0)
 
@@ -78,7 +93,7 @@ def binned_utilization(timeline: Timeline, bins: int = 200) -> tuple[pd.DataFram
     if g.empty:
         return pd.DataFrame(columns=["rank", "device", "stream", "label", "busy"]), np.zeros(0)
     t0, t1 = int(g["start"].min()), int(g["end"].max())
-    edges = np.unique(np.linspace(t0, max(t1, t0 + 1), bins + 1).round().astype(np.int64))
+    edges = time_edges(t0, t1, bins)
     rows = []
     for (rank, device), d in g.groupby(["rank", "device"], sort=True):  # per device
         s, e = d["start"].to_numpy(), d["end"].to_numpy()
@@ -113,12 +128,12 @@ def utilization_heatmap_figure(rows: pd.DataFrame, edges: np.ndarray) -> go.Figu
     """Lanes (devices and their streams) x time bins, colored by busy fraction."""
     fig = go.Figure()
     if len(rows):
-        centers_ms = ((edges[:-1] + edges[1:]) / 2 - edges[0]) / 1e6
+        centers_ms = bin_centers_ms(edges)
         z = np.round(np.vstack(rows["busy"].to_list()) * 100).astype(np.uint8)
         fig.add_trace(
             go.Heatmap(
                 z=z,
-                x=centers_ms.astype(np.float32),
+                x=centers_ms,
                 y=[html.escape(x) for x in rows["label"]],
                 zmin=0,
                 zmax=100,
@@ -135,7 +150,7 @@ def utilization_heatmap_figure(rows: pd.DataFrame, edges: np.ndarray) -> go.Figu
 def activity_figure(series: dict[str, np.ndarray], edges: np.ndarray, title: str) -> go.Figure:
     """Stacked lines of compute / copy / comm busy fraction per bin for one device."""
     fig = go.Figure()
-    x = (((edges[:-1] + edges[1:]) / 2 - edges[0]) / 1e6).astype(np.float32) if len(edges) else []
+    x = bin_centers_ms(edges) if len(edges) else []
     for name, values in series.items():
         fig.add_trace(
             go.Scatter(
@@ -218,8 +233,8 @@ def gaps_over_time_figure(analysis: Analysis, bins: int = 120) -> go.Figure:
     device_keys = np.array([(g.rank, g.device) for g in analysis.gaps], dtype=np.int64)
     t0 = min(d.start_ns for d in analysis.devices) if analysis.devices else int(start.min())
     t1 = max(d.end_ns for d in analysis.devices) if analysis.devices else int(end.max())
-    edges = np.unique(np.linspace(t0, max(t1, t0 + 1), bins + 1).round().astype(np.int64))
-    x = (((edges[:-1] + edges[1:]) / 2 - edges[0]) / 1e6).astype(np.float32)
+    edges = time_edges(t0, t1, bins)
+    x = bin_centers_ms(edges)
     totals = {c: int((end - start)[cause == c].sum()) for c in set(cause.tolist())}
     for c in sorted(totals, key=lambda c: -totals[c]):
         m = cause == c
@@ -228,31 +243,12 @@ def gaps_over_time_figure(analysis: Analysis, bins: int = 120) -> go.Figure:
         keys = device_keys[m]
         for key in np.unique(keys, axis=0):  # one pass per device
             sel = (keys == key).all(axis=1)
-            us, ue = merge(start[m][sel], end[m][sel])
-            per_bin += covered_length(us, ue, edges[:-1], edges[1:])
+            per_bin += covered_per_bin(start[m][sel], end[m][sel], edges)
         fig.add_trace(go.Bar(x=x, y=(per_bin / 1e6).astype(np.float32), name=c, marker_color=COLORS.get(c, "#888"),
                              hovertemplate=c + ": %{y:.3f} ms idle<br>t=%{x:.3f} ms<extra></extra>"))
     fig.update_xaxes(title_text="time since first GPU activity (ms)")
     fig.update_yaxes(title_text="idle time in gaps (ms per bin)")
     return _layout(fig, "Idle gaps over time, by cause", barmode="stack", bargap=0)
-
-
-def compact_heatmaps(fig: go.Figure) -> go.Figure:
-    """Shrink the heatmaps of a busy-fraction figure (z in 0..1) for embedding in a file: z as
-    integer percent (uint8), no per-cell hover text. Mutates and returns `fig`."""
-    for tr in fig.data:
-        if tr.type != "heatmap" or tr.z is None:
-            continue
-        z = np.asarray(tr.z, dtype=np.float64)
-        tr.z = np.clip(np.round(z * 100), 0, 100).astype(np.uint8)
-        tr.zmin, tr.zmax = 0, 100
-        tr.text = None
-        if tr.colorbar is not None:
-            tr.colorbar.tickformat = None
-            tr.colorbar.ticksuffix = "%"
-        if tr.hovertemplate:
-            tr.hovertemplate = tr.hovertemplate.replace("%{text} · ", "").replace("%{z:.0%}", "%{z}%")
-    return fig
 
 
 def kernels_figure(kernels: pd.DataFrame, top: int = 15) -> go.Figure:

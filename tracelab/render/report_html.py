@@ -34,7 +34,7 @@ from tracelab.render.compare_text import (
     fmt_signed_ns,
     shorten,
 )
-from tracelab.render.reports import metadata_rows
+from tracelab.render.reports import metadata_rows, report_title
 
 NAME_LIMIT = 160
 
@@ -283,7 +283,7 @@ def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures, l
     for d in with_sm[:limits.max_sm_devices]:
         grid = sm_grid(timeline, d.rank, d.device, bins=limits.sm_bins)
         if grid.busy.size:
-            parts.append(figs.place(rf.compact_heatmaps(sm_lanes_figure(grid))))
+            parts.append(figs.place(sm_lanes_figure(grid, compact=True)))
         if d.sm.partitions:
             util = sm_utilization(timeline, d.rank, d.device, bins=limits.bins)
             if len(util):
@@ -358,7 +358,7 @@ def render_html(
 ) -> str:
     """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`."""
     figs = _Figures()
-    title = f"tracelab report: {_e(analysis.trace.source, 120)}"
+    title = f"tracelab report: {_e(report_title(analysis, timeline), 160)}"
     body = [
         f"<h1>{title}</h1>",
         (f'<p class="muted">generated {datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} · times on the '

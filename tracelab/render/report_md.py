@@ -22,7 +22,7 @@ from tracelab.render.compare_text import (
     fmt_signed_ns,
     shorten,
 )
-from tracelab.render.reports import metadata_rows
+from tracelab.render.reports import metadata_rows, report_title
 
 TOP_GAPS = 10
 TOP_FINDINGS = 30
@@ -245,7 +245,7 @@ def render_markdown(
     comparison: Comparison | None = None,
 ) -> str:
     """The whole Markdown report. `kernels` is `kernel_summary(timeline)` (computed by the caller)."""
-    src = md_escape(analysis.trace.source, 120)
+    src = md_escape(report_title(analysis, timeline), 160)
     out = [f"# tracelab report: {src}", "", "## Summary", "", *_narrative(analysis), ""]
     meta = [[md_escape(k, 80), md_escape(v, 300)] for k, v in metadata_rows(analysis, timeline)]
     out += ["## Run", "", md_table(["", ""], meta, "ll"), ""]

@@ -28,6 +28,17 @@ MAX_EXTRA_ROWS = 12
 HTML_BUDGET_BYTES = 5_000_000  # an HTML report over this is re-rendered with less detail (plotly.js alone is ~4.8 MB)
 
 
+def report_title(analysis: Analysis, timeline: Timeline | None) -> str:
+    """What the report is about, raw (escape it): 'workload · variant (backend, GPU)' for recorded
+    runs, else the trace's file or directory name (the full path is in the metadata)."""
+    m = timeline.meta if timeline is not None else None
+    if m is not None and m.workload:
+        detail = ", ".join(x for x in (m.backend, m.gpu) if x)
+        return " · ".join(x for x in (m.workload, m.variant) if x) + (f" ({detail})" if detail else "")
+    source = analysis.trace.source.rstrip("/\\")
+    return Path(source).name or source or "trace"
+
+
 def metadata_rows(analysis: Analysis, timeline: Timeline | None) -> list[tuple[str, str]]:
     """(label, value) rows describing the run, raw (untrusted: the caller escapes them): trace, run
     metadata, parser statistics, scalar metadata of `meta.extra` (one level deep), notes."""

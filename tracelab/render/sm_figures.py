@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -24,8 +26,13 @@ def _partition_label(gc: int, n: int) -> str:
     return f"outside green contexts ({n} SMs)" if gc < 0 else f"green context {gc} ({n} SMs)"
 
 
-def sm_lanes_figure(grid: SmGrid, *, title: str | None = None, height: int | None = None) -> go.Figure:
-    """All SM lanes of one device as a heatmap: one row per SM, grouped by partition."""
+def sm_lanes_figure(
+    grid: SmGrid, *, title: str | None = None, height: int | None = None, compact: bool = False
+) -> go.Figure:
+    """All SM lanes of one device as a heatmap: one row per SM, grouped by partition.
+
+    `compact=True` is for embedding in a file: z as integer percent (uint8) and no per-cell hover
+    text (the "SM n" label of every cell is most of the figure's size)."""
     fig = go.Figure()
     n_rows = len(grid.sm_ids)
     x_ms = (grid.edges[:-1] + np.diff(grid.edges) / 2 - grid.edges[0]) / 1e6 if len(grid.edges) > 1 else []
@@ -36,20 +43,25 @@ def sm_lanes_figure(grid: SmGrid, *, title: str | None = None, height: int | Non
     for i, gc in enumerate(groups):
         rows = np.flatnonzero(grid.sm_partition == gc)
         label = _partition_label(int(gc), sizes.get(int(gc), len(rows)))
-        hover = np.repeat([[f"SM {int(s)}"] for s in grid.sm_ids[rows]], grid.busy.shape[1], axis=1)
+        if compact:
+            z = np.clip(np.round(grid.busy[rows] * 100), 0, 100).astype(np.uint8)
+            cells = {"zmin": 0, "zmax": 100, "colorbar": {"title": "busy", "ticksuffix": "%"}}
+            hovertemplate = label + "<br>t=%{x:.3f} ms<br>busy %{z}%<extra></extra>"
+        else:
+            z = grid.busy[rows]
+            hover = np.repeat([[f"SM {int(s)}"] for s in grid.sm_ids[rows]], grid.busy.shape[1], axis=1)
+            cells = {"zmin": 0.0, "zmax": 1.0, "colorbar": {"title": "busy", "tickformat": ".0%"}, "text": hover}
+            hovertemplate = "%{text} · " + label + "<br>t=%{x:.3f} ms<br>busy %{z:.0%}<extra></extra>"
         fig.add_trace(
             go.Heatmap(
-                z=grid.busy[rows],
+                z=z,
                 x=x_ms,
                 y=rows,
-                zmin=0.0,
-                zmax=1.0,
                 colorscale=_SCALES[i % len(_SCALES)],
                 showscale=i == 0,
-                colorbar={"title": "busy", "tickformat": ".0%"},
                 name=label,
-                text=hover,
-                hovertemplate="%{text} · " + label + "<br>t=%{x:.3f} ms<br>busy %{z:.0%}<extra></extra>",
+                hovertemplate=hovertemplate,
+                **cells,
             )
         )
         if len(rows):
@@ -63,7 +75,7 @@ def sm_lanes_figure(grid: SmGrid, *, title: str | None = None, height: int | Non
     if grid.source == "measured" and grid.estimated_kernels:
         source += f"; {grid.estimated_kernels} uninstrumented kernel launches estimated"
     fig.update_layout(
-        title=title or f"SM lanes · {grid.device_label} · {n_rows} SMs · {source}",
+        title=title or f"SM lanes · {html.escape(grid.device_label)} · {n_rows} SMs · {source}",
         xaxis_title="time since first GPU activity (ms)",
         yaxis={
             "title": "one row per SM, grouped by partition",

@@ -30,4 +30,4 @@ def get_workload(name: str) -> Workload:
         raise BadInput(f"unknown workload {name!r} (choose from: {', '.join(WORKLOADS)})") from None
 
 
-__all__ = ["WORKLOADS", "Workload", "Variant", "RunContext", "get_workload"]
+__all__ = ["WORKLOADS", "RunContext", "Variant", "Workload", "get_workload"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from ..errors import BadInput
 
@@ -50,7 +51,9 @@ class Workload:
             p.update(self.quick)
         for key, value in (overrides or {}).items():
             if key not in p:
-                raise BadInput(f"workload {self.name!r} has no parameter {key!r} (has: {', '.join(sorted(p))})")
+                raise BadInput(
+                    f"workload {self.name!r} has no parameter {key!r} (has: {', '.join(sorted(p))})"
+                )
             p[key] = _coerce(value, p[key], key)
         return p
 

@@ -23,7 +23,9 @@ WORKLOAD = Workload(
     variants=(
         Variant("eager", "tiny kernels launched one by one from Python (launch-bound)"),
         Variant("graph", "the same kernels captured once and replayed as a CUDA graph"),
-        Variant("conditional", "a graph with a conditional WHILE node looping on the device, then an IF node"),
+        Variant(
+            "conditional", "a graph with a conditional WHILE node looping on the device, then an IF node"
+        ),
     ),
     module="tracelab.workloads.graphs",
     params={"elements": 4096, "ops": 200, "steps": 20},
@@ -181,5 +183,9 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
                 ext.launch(built[0])
         else:
             body()
-    return {"while_iterations": ops, "kernels_per_step": 2 * ops + 3, "launches_per_step": 1,
-            "nodes": "reset -> WHILE{body, condition} -> if_condition -> IF{if_body}"}
+    return {
+        "while_iterations": ops,
+        "kernels_per_step": 2 * ops + 3,
+        "launches_per_step": 1,
+        "nodes": "reset -> WHILE{body, condition} -> if_condition -> IF{if_body}",
+    }

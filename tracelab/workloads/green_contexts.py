@@ -28,11 +28,20 @@ WORKLOAD = Workload(
     variants=(
         Variant("sequential", "matmul, then the sigmoid kernels, on one stream"),
         Variant("streams", "matmul and sigmoids on two ordinary streams, sharing all SMs"),
-        Variant("green_ctx", "matmul on the large green-context partition, sigmoids on a small_sms partition"),
+        Variant(
+            "green_ctx", "matmul on the large green-context partition, sigmoids on a small_sms partition"
+        ),
     ),
     module="tracelab.workloads.green_contexts",
-    params={"size": 8192, "matmuls": 4, "elements": 1 << 26, "elementwise": 16, "small_sms": 16,
-            "steps": 5, "matmul": "cublas"},
+    params={
+        "size": 8192,
+        "matmuls": 4,
+        "elements": 1 << 26,
+        "elementwise": 16,
+        "small_sms": 16,
+        "steps": 5,
+        "matmul": "cublas",
+    },
     quick={"steps": 3},  # the effect needs the full sizes; quick only runs fewer steps
 )
 
@@ -54,19 +63,27 @@ def make_partitions(small_sms: int) -> dict[str, Any]:
     torch.cuda.init()
     _check(cu.cuInit(0), "cuInit")
     dev = _check(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")
-    sm_res = _check(cu.cuDeviceGetDevResource(dev, cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
-                    "cuDeviceGetDevResource")
-    groups, _n, remaining = _check(cu.cuDevSmResourceSplitByCount(1, sm_res, 0, small_sms),
-                                   "cuDevSmResourceSplitByCount")
+    sm_res = _check(
+        cu.cuDeviceGetDevResource(dev, cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource"
+    )
+    groups, _n, remaining = _check(
+        cu.cuDevSmResourceSplitByCount(1, sm_res, 0, small_sms), "cuDevSmResourceSplitByCount"
+    )
     small = groups[0] if isinstance(groups, (list, tuple)) else groups
     out: dict[str, Any] = {"device_sms": int(sm_res.sm.smCount), "partitions": []}
-    for name, res, marker in (("large", remaining, "tl_probe_large_partition"),
-                              ("small", small, "tl_probe_small_partition")):
+    for name, res, marker in (
+        ("large", remaining, "tl_probe_large_partition"),
+        ("small", small, "tl_probe_small_partition"),
+    ):
         desc = _check(cu.cuDevResourceGenerateDesc([res], 1), "cuDevResourceGenerateDesc")
-        gctx = _check(cu.cuGreenCtxCreate(desc, dev, cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM),
-                      "cuGreenCtxCreate")
-        raw = _check(cu.cuGreenCtxStreamCreate(gctx, cu.CUstream_flags.CU_STREAM_NON_BLOCKING, 0),
-                     "cuGreenCtxStreamCreate")
+        gctx = _check(
+            cu.cuGreenCtxCreate(desc, dev, cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM),
+            "cuGreenCtxCreate",
+        )
+        raw = _check(
+            cu.cuGreenCtxStreamCreate(gctx, cu.CUstream_flags.CU_STREAM_NON_BLOCKING, 0),
+            "cuGreenCtxStreamCreate",
+        )
         ctx_id = -1
         try:
             cctx = _check(cu.cuCtxFromGreenCtx(gctx), "cuCtxFromGreenCtx")
@@ -74,9 +91,17 @@ def make_partitions(small_sms: int) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001 - an id is nice to have, not needed
             out.setdefault("notes", []).append(f"context id of {name}: {e}")
         stream = torch.cuda.get_stream_from_external(int(raw), torch.cuda.current_device())
-        out["partitions"].append({"name": name, "sm_count": int(res.sm.smCount), "marker": marker,
-                                  "green": True, "context_id": ctx_id, "_stream": stream,
-                                  "_keep": (gctx, raw)})
+        out["partitions"].append(
+            {
+                "name": name,
+                "sm_count": int(res.sm.smCount),
+                "marker": marker,
+                "green": True,
+                "context_id": ctx_id,
+                "_stream": stream,
+                "_keep": (gctx, raw),
+            }
+        )
     return out
 
 
@@ -103,12 +128,19 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
         parts = make_partitions(p["small_sms"])
         mm_stream, ew_stream = parts["partitions"][0]["_stream"], parts["partitions"][1]["_stream"]
         facts.update({k: v for k, v in parts.items() if k != "partitions"})
-        facts["partitions"] = [{k: v for k, v in d.items() if not k.startswith("_")} for d in parts["partitions"]]
+        facts["partitions"] = [
+            {k: v for k, v in d.items() if not k.startswith("_")} for d in parts["partitions"]
+        ]
     elif variant == "streams":
         mm_stream, ew_stream = torch.cuda.Stream(), torch.cuda.Stream()
         facts["partitions"] = [
             {"name": "matmul stream", "sm_count": sms, "marker": "tl_probe_large_partition", "green": False},
-            {"name": "elementwise stream", "sm_count": sms, "marker": "tl_probe_small_partition", "green": False},
+            {
+                "name": "elementwise stream",
+                "sm_count": sms,
+                "marker": "tl_probe_small_partition",
+                "green": False,
+            },
         ]
     else:
         mm_stream = ew_stream = main
@@ -137,8 +169,17 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
             bracket_probe(ctx.recorder, "tl_probe_small_partition", bracket_n, partition=part)
             for i in range(p["elementwise"]):
                 src, dst = (x, y) if i % 2 == 0 else (y, x)
-                K.launch(ctx.recorder, K.sigmoid_kernel, programs, src, dst, p["elements"], BLOCK=block,
-                         num_warps=8, partition=part)
+                K.launch(
+                    ctx.recorder,
+                    K.sigmoid_kernel,
+                    programs,
+                    src,
+                    dst,
+                    p["elements"],
+                    BLOCK=block,
+                    num_warps=8,
+                    partition=part,
+                )
             bracket_probe(ctx.recorder, "tl_probe_small_partition", bracket_n, partition=part)
 
     for _s, _m in ctx.loop():
@@ -146,7 +187,9 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
         elementwise_phase()
         main.wait_stream(mm_stream)
         main.wait_stream(ew_stream)
-    facts["matmul_impl"] = "triton-instrumented" if p["matmul"] == "triton" else "cublas (bracketed by probes)"
+    facts["matmul_impl"] = (
+        "triton-instrumented" if p["matmul"] == "triton" else "cublas (bracketed by probes)"
+    )
     facts["flops_per_step"] = 2 * p["size"] ** 3 * p["matmuls"]
     facts["bytes_elementwise_per_step"] = 8 * p["elements"] * p["elementwise"]
     return facts

@@ -67,9 +67,26 @@ def chain_kernel(x, w, y, n, iters, probe, BLOCK: tl.constexpr, USE_PDL: tl.cons
 
 
 @triton.jit
-def matmul_kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, probe,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                  PROBE: tl.constexpr):
+def matmul_kernel(
+    a,
+    b,
+    c,
+    M,
+    N,
+    K,
+    sam,
+    sak,
+    sbk,
+    sbn,
+    scm,
+    scn,
+    probe,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    PROBE: tl.constexpr,
+):
     """C = A @ B (bf16 in, fp32 accumulate), grouped tile order; instrumented stand-in for cuBLAS."""
     sm, t0 = probe_begin()
     pid = tl.program_id(0)
@@ -87,7 +104,7 @@ def matmul_kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, probe,
     pa = a + rm[:, None] * sam + rk[None, :] * sak
     pb = b + rk[:, None] * sbk + rn[None, :] * sbn
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for _k in range(0, tl.cdiv(K, BK)):
+    for _k in range(tl.cdiv(K, BK)):
         acc += tl.dot(tl.load(pa), tl.load(pb))
         pa += BK * sak
         pb += BK * sbk
@@ -97,13 +114,17 @@ def matmul_kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, probe,
         probe_end(probe, sm, t0)
 
 
-def launch(recorder: ProbeRecorder, kernel: Any, n_programs: int, *args: Any, partition: int = -1, **kw: Any) -> None:
+def launch(
+    recorder: ProbeRecorder, kernel: Any, n_programs: int, *args: Any, partition: int = -1, **kw: Any
+) -> None:
     """Launch a 1-D grid of an instrumented kernel, probing it when the recorder says so."""
     name = kernel.fn.__name__
     buf, on = recorder.launch(name, n_programs, partition=partition)
     compiled = kernel[(n_programs,)](*args, buf, PROBE=on, **kw)
     if name not in TRACE_NAMES:
-        TRACE_NAMES[name] = getattr(compiled, "name", None) or getattr(getattr(compiled, "metadata", None), "name", name)
+        TRACE_NAMES[name] = getattr(compiled, "name", None) or getattr(
+            getattr(compiled, "metadata", None), "name", name
+        )
 
 
 def matmul(recorder: ProbeRecorder, a: Any, b: Any, c: Any, partition: int = -1) -> None:
@@ -111,6 +132,27 @@ def matmul(recorder: ProbeRecorder, a: Any, b: Any, c: Any, partition: int = -1)
     N = b.shape[1]
     BM, BN, BK = 128, 256, 64
     n = triton.cdiv(M, BM) * triton.cdiv(N, BN)
-    launch(recorder, matmul_kernel, n, a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-           c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=8, num_stages=3,
-           partition=partition)
+    launch(
+        recorder,
+        matmul_kernel,
+        n,
+        a,
+        b,
+        c,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        BM=BM,
+        BN=BN,
+        BK=BK,
+        GROUP_M=8,
+        num_warps=8,
+        num_stages=3,
+        partition=partition,
+    )

@@ -28,8 +28,15 @@ WORKLOAD = Workload(
     module="tracelab.workloads.overlap",
     # small kernels must outlast the host's launch cost (~20 µs a Triton launch) or nothing overlaps:
     # with 5000 iterations (~10 µs) the first recording showed no kernel-kernel overlap at all
-    params={"chunk_mb": 64, "chunks": 8, "iters": 2000, "steps": 10, "streams": 8, "small_programs": 16,
-            "small_iters": 400000},
+    params={
+        "chunk_mb": 64,
+        "chunks": 8,
+        "iters": 2000,
+        "steps": 10,
+        "streams": 8,
+        "small_programs": 16,
+        "small_iters": 400000,
+    },
     # 8 MB chunks were host-bound under nsys (one recording: 16% of copy time overlapped, the next 52%)
     quick={"chunk_mb": 32, "chunks": 4, "steps": 6, "small_iters": 200000},
 )
@@ -76,8 +83,19 @@ def _copies(ctx: RunContext, variant: str) -> dict[str, Any]:
             with torch.cuda.stream(comp), phase(f"compute {k}"):
                 comp.wait_event(uploaded[k])
                 comp.wait_event(downloaded[k])  # dev_out[k] read by the last download
-                K.launch(ctx.recorder, K.busy_kernel, programs, dev_in[k], dev_out[k], n, p["iters"],
-                         1.0001, 0.0001, BLOCK=block, num_warps=4)
+                K.launch(
+                    ctx.recorder,
+                    K.busy_kernel,
+                    programs,
+                    dev_in[k],
+                    dev_out[k],
+                    n,
+                    p["iters"],
+                    1.0001,
+                    0.0001,
+                    BLOCK=block,
+                    num_warps=4,
+                )
                 computed[k].record(comp)
             with torch.cuda.stream(d2h), phase(f"d2h {k}"):
                 d2h.wait_event(computed[k])
@@ -85,8 +103,12 @@ def _copies(ctx: RunContext, variant: str) -> dict[str, Any]:
                 downloaded[k].record(d2h)
         for e in downloaded:
             main.wait_event(e)
-    return {"pinned": pinned, "bytes_per_copy": n * 4, "copies_per_step": 2 * chunks,
-            "streams": "one" if variant == "serial" else "h2d, compute, d2h"}
+    return {
+        "pinned": pinned,
+        "bytes_per_copy": n * 4,
+        "copies_per_step": 2 * chunks,
+        "streams": "one" if variant == "serial" else "h2d, compute, d2h",
+    }
 
 
 def _concurrent(ctx: RunContext) -> dict[str, Any]:
@@ -110,8 +132,19 @@ def _concurrent(ctx: RunContext) -> dict[str, Any]:
             with torch.cuda.stream(s), phase(f"stream {i}"):
                 s.wait_event(start)
                 for _ in range(4):
-                    K.launch(ctx.recorder, K.busy_kernel, programs, xs[i], ys[i], n, p["small_iters"],
-                             1.0001, 0.0001, BLOCK=block, num_warps=4)
+                    K.launch(
+                        ctx.recorder,
+                        K.busy_kernel,
+                        programs,
+                        xs[i],
+                        ys[i],
+                        n,
+                        p["small_iters"],
+                        1.0001,
+                        0.0001,
+                        BLOCK=block,
+                        num_warps=4,
+                    )
         for s in streams:
             main.wait_stream(s)
     return {"streams": p["streams"], "programs_per_kernel": programs, "kernels_per_stream_per_step": 4}

@@ -50,8 +50,23 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
     for _step, _m in ctx.loop():
         with phase("chain"):
             for k in range(p["chain"]):
-                K.launch(ctx.recorder, K.chain_kernel, programs, bufs[k % 2], w, bufs[(k + 1) % 2], n,
-                         p["iters"], BLOCK=block, USE_PDL=use_pdl, num_warps=4,
-                         launch_pdl=use_pdl)
-    return {"pdl": use_pdl, "pdl_kernels": ["chain_kernel"] if use_pdl else [], "programs": programs,
-            "kernels_per_step": p["chain"]}
+                K.launch(
+                    ctx.recorder,
+                    K.chain_kernel,
+                    programs,
+                    bufs[k % 2],
+                    w,
+                    bufs[(k + 1) % 2],
+                    n,
+                    p["iters"],
+                    BLOCK=block,
+                    USE_PDL=use_pdl,
+                    num_warps=4,
+                    launch_pdl=use_pdl,
+                )
+    return {
+        "pdl": use_pdl,
+        "pdl_kernels": ["chain_kernel"] if use_pdl else [],
+        "programs": programs,
+        "kernels_per_step": p["chain"],
+    }

@@ -47,7 +47,7 @@ try:  # Triton is needed only on the GPU machine
     import triton.language as tl
 
     HAVE_TRITON = True
-except Exception:  # pragma: no cover - CPU-only environments
+except ImportError:  # pragma: no cover - CPU-only environments
     HAVE_TRITON = False
 
 
@@ -208,7 +208,9 @@ def _dummy():
     return _DUMMY["t"]
 
 
-def bracket_probe(recorder: ProbeRecorder, name: str, n_programs: int, spin_ns: int = 2000, partition: int = -1):
+def bracket_probe(
+    recorder: ProbeRecorder, name: str, n_programs: int, spin_ns: int = 2000, partition: int = -1
+):
     """Launch the probe-only kernel `name` on the current stream: `n_programs` tiny programs that
     each spin `spin_ns` and record their SM. Used around opaque library kernels."""
     buf, on = recorder.launch(name, n_programs, kind="bracket", partition=partition)

@@ -9,11 +9,11 @@ when no profiler is attached. Workloads use only this module for ranges.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 try:  # the `nvtx` package (NVIDIA's Python NVTX bindings): domains, colors, cheap
     import nvtx as _nvtx
-except Exception:  # pragma: no cover - depends on the environment
+except ImportError:  # pragma: no cover - depends on the environment
     _nvtx = None
 
 DOMAIN = "tracelab"
@@ -25,12 +25,9 @@ def nvtx_backend() -> str:
         return "nvtx"
     try:
         import torch
-
-        if torch.cuda.is_available():
-            return "torch"
-    except Exception:  # pragma: no cover
-        pass
-    return "none"
+    except ImportError:  # pragma: no cover
+        return "none"
+    return "torch" if torch.cuda.is_available() else "none"
 
 
 @contextlib.contextmanager

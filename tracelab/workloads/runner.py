@@ -45,16 +45,20 @@ def gpu_facts() -> dict[str, Any]:
         "cuda_runtime": torch.version.cuda,
         "python": platform.python_version(),
     }
-    for attr in ("max_threads_per_multi_processor", "regs_per_multiprocessor", "shared_memory_per_multiprocessor",
-                 "shared_memory_per_block_optin", "warp_size"):
+    for attr in (
+        "max_threads_per_multi_processor",
+        "regs_per_multiprocessor",
+        "shared_memory_per_multiprocessor",
+        "shared_memory_per_block_optin",
+        "warp_size",
+    ):
         if hasattr(props, attr):
             facts[attr] = int(getattr(props, attr))
     try:
         import triton
-
-        facts["triton"] = triton.__version__
-    except Exception:  # noqa: BLE001
-        pass
+    except ImportError:
+        triton = None
+    facts["triton"] = getattr(triton, "__version__", None)
     try:
         import pynvml
 
@@ -63,12 +67,12 @@ def gpu_facts() -> dict[str, Any]:
         facts["driver"] = v.decode() if isinstance(v, bytes) else v
     except Exception:  # noqa: BLE001
         facts["driver"] = None
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         facts["cuda_bindings"] = version("cuda-bindings")
-    except Exception:  # noqa: BLE001
-        pass
+    except PackageNotFoundError:
+        facts["cuda_bindings"] = None
     return facts
 
 
@@ -102,12 +106,15 @@ def measure_overhead(reps: int = 20) -> dict[str, Any]:
     progs = n // 1024
     probe = torch.empty((n // 1024 + 1, 3), dtype=torch.int64, device="cuda")
     cases = {
-        "busy_kernel": lambda on: K.busy_kernel[(progs,)](x, y, n, 200, 1.0001, 0.0001, probe, BLOCK=1024,
-                                                           PROBE=on, num_warps=4),
-        "sigmoid_kernel": lambda on: K.sigmoid_kernel[(n // 4096,)](x, y, n, probe, BLOCK=4096, PROBE=on,
-                                                                   num_warps=8),
-        "chain_kernel": lambda on: K.chain_kernel[(progs,)](x, w, y, n, 16, probe, BLOCK=1024, USE_PDL=False,
-                                                             PROBE=on, num_warps=4),
+        "busy_kernel": lambda on: K.busy_kernel[(progs,)](
+            x, y, n, 200, 1.0001, 0.0001, probe, BLOCK=1024, PROBE=on, num_warps=4
+        ),
+        "sigmoid_kernel": lambda on: K.sigmoid_kernel[(n // 4096,)](
+            x, y, n, probe, BLOCK=4096, PROBE=on, num_warps=8
+        ),
+        "chain_kernel": lambda on: K.chain_kernel[(progs,)](
+            x, w, y, n, 16, probe, BLOCK=1024, USE_PDL=False, PROBE=on, num_warps=4
+        ),
     }
     out: dict[str, Any] = {}
     for name, fn in cases.items():
@@ -130,9 +137,17 @@ def measure_overhead(reps: int = 20) -> dict[str, Any]:
     return out
 
 
-def run_variant(workload: str, variant: str, out: Path, backend: str = "none", quick: bool = False,
-                seed: int = 0, overrides: dict[str, str] | None = None, probe: bool = True,
-                trace_file: str | None = None) -> Path:
+def run_variant(
+    workload: str,
+    variant: str,
+    out: Path,
+    backend: str = "none",
+    quick: bool = False,
+    seed: int = 0,
+    overrides: dict[str, str] | None = None,
+    probe: bool = True,
+    trace_file: str | None = None,
+) -> Path:
     import importlib
 
     import torch
@@ -149,10 +164,18 @@ def run_variant(workload: str, variant: str, out: Path, backend: str = "none", q
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     steps = int(params["steps"])
-    recorder = ProbeRecorder(enabled=probe, max_rows=int(os.environ.get("TRACELAB_PROBE_ROWS", 2_000_000)))
+    recorder = ProbeRecorder(enabled=probe, max_rows=int(os.environ.get("TRACELAB_PROBE_ROWS", "2000000")))
     recorder.prepare()
-    ctx = RunContext(workload=workload, variant=variant, params=params, seed=seed, recorder=recorder,
-                     steps=steps, warmup=2, probe_steps=tuple(range(max(0, steps - 2), steps)))
+    ctx = RunContext(
+        workload=workload,
+        variant=variant,
+        params=params,
+        seed=seed,
+        recorder=recorder,
+        steps=steps,
+        warmup=2,
+        probe_steps=tuple(range(max(0, steps - 2), steps)),
+    )
     prof = None
     prof_note = ""
     if backend == "torch":
@@ -179,7 +202,7 @@ def run_variant(workload: str, variant: str, out: Path, backend: str = "none", q
         "steps": steps,
         "warmup": ctx.warmup,
         "description": wl.description,
-        "variant_description": dict((v.name, v.description) for v in wl.variants)[variant],
+        "variant_description": {v.name: v.description for v in wl.variants}[variant],
         "gpu": gpu_facts(),
         "nvtx": nvtx_backend(),
         "step_wall_ms": [round(x, 4) for x in ctx.step_wall_ms],
@@ -199,8 +222,12 @@ def run_variant(workload: str, variant: str, out: Path, backend: str = "none", q
             shutil.copyfileobj(src, dst)
         tmp.unlink()
         meta["trace_file"] = TORCH_TRACE
-        meta["profiler"] = {"tool": "torch.profiler", "activities": ["CPU", "CUDA"], "record_shapes": True,
-                            "sync_events": prof_note}
+        meta["profiler"] = {
+            "tool": "torch.profiler",
+            "activities": ["CPU", "CUDA"],
+            "record_shapes": True,
+            "sync_events": prof_note,
+        }
     elif backend == "nsys":
         meta["trace_file"] = trace_file or NSYS_TRACE
         meta["profiler"] = {"tool": "nsys"}
@@ -243,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --param wants KEY=VALUE, got {a.param}", file=sys.stderr)
         return 2
     try:
-        run_variant(a.workload, a.variant, a.out, a.backend, a.quick, a.seed, overrides, not a.no_probe,
-                    a.trace_file)
+        run_variant(
+            a.workload, a.variant, a.out, a.backend, a.quick, a.seed, overrides, not a.no_probe, a.trace_file
+        )
     except TracelabError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -28,8 +28,15 @@ WORKLOAD = Workload(
         Variant("nonzero_sync", "torch.nonzero on a data-dependent mask forces a sync each step"),
     ),
     module="tracelab.workloads.sync_pitfalls",
-    params={"batch": 8192, "width": 4096, "layers": 4, "classes": 1000, "steps": 30, "log_every": 10,
-            "batches": 4},
+    params={
+        "batch": 8192,
+        "width": 4096,
+        "layers": 4,
+        "classes": 1000,
+        "steps": 30,
+        "log_every": 10,
+        "batches": 4,
+    },
     quick={"batch": 2048, "width": 1024, "steps": 20},
 )
 

@@ -20,9 +20,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m tracelab.workloads.torchwrap --out DIR -- script.py [args]", file=sys.stderr)
         return 2
     out, script = Path(argv[1]), argv[3:]
-    from .runner import TORCH_TRACE, _profiler, gpu_facts
-
     import torch
+
+    from .runner import TORCH_TRACE, _profiler, gpu_facts
 
     prof, note = _profiler()
     sys.argv = list(script)
@@ -42,8 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     with open(tmp, "rb") as src, gzip.open(out / TORCH_TRACE, "wb") as dst:
         shutil.copyfileobj(src, dst)
     tmp.unlink()
-    meta = {"tracelab_run": 1, "backend": "torch", "trace_file": TORCH_TRACE, "gpu": gpu_facts(),
-            "loop_wall_ms": round(wall, 3), "profiler": {"tool": "torch.profiler", "sync_events": note}}
+    meta = {
+        "tracelab_run": 1,
+        "backend": "torch",
+        "trace_file": TORCH_TRACE,
+        "gpu": gpu_facts(),
+        "loop_wall_ms": round(wall, 3),
+        "profiler": {"tool": "torch.profiler", "sync_events": note},
+    }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return 0
 

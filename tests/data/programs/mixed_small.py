@@ -70,8 +70,10 @@ def main() -> None:
     if run_dir:  # tracelab record merges this into meta.json
         small = {k: v for k, v in parts["partitions"][1].items() if not k.startswith("_")}
         Path(run_dir, "program_meta.json").write_text(json.dumps({"partitions": [small]}))
-    print(f"green partitions: {[(p['name'], p['sm_count'], p['context_id']) for p in parts['partitions']]}",
-          file=sys.stderr)
+    print(
+        f"green partitions: {[(p['name'], p['sm_count'], p['context_id']) for p in parts['partitions']]}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":
