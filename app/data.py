@@ -60,20 +60,14 @@ def finding_window(finding: Finding) -> tuple[int, int] | None:
     return None
 
 
+FINDING_FIELDS = ("rule", "severity", "count", "wasted_ns", "message", "where")  # as in `analyze --json`
+
+
 def findings_table(analysis: Analysis) -> pd.DataFrame:
     rows = [
-        {
-            "id": f"finding-{i}",
-            "rule": f.rule,
-            "severity": f.severity,
-            "count": f.count,
-            "wasted_ns": f.wasted_ns,
-            "message": f.message,
-            "where": f.where,
-        }
-        for i, f in enumerate(analysis.findings)
+        {"id": f"finding-{i}", **{c: getattr(f, c) for c in FINDING_FIELDS}} for i, f in enumerate(analysis.findings)
     ]
-    return pd.DataFrame(rows, columns=["id", "rule", "severity", "count", "wasted_ns", "message", "where"])
+    return pd.DataFrame(rows, columns=["id", *FINDING_FIELDS])
 
 
 # ---- compare --------------------------------------------------------------------------------------

@@ -458,6 +458,41 @@ def test_legacy_stream_from_tid_when_args_lack_it(tmp_path):
     assert row(tl, "cask_cudnn::computeOffsetsKernel")["stream"] == 7
 
 
+def test_context_sync_on_no_stream_is_device_wide(tmp_path):
+    """Kineto writes CUPTI's "no stream" as uint32 4294967295 on context syncs (HTA's AlexNet trace):
+    it is stream -1 (the whole device), never a stream lane of its own or a stream in summaries."""
+    from tracelab.analyses import analyze
+
+    doc = current_trace()
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cuda_sync",
+            "name": "Context Sync",
+            "pid": 0,
+            "tid": -1,
+            "ts": 1096.0,
+            "dur": 9.0,
+            "args": {"cuda_sync_kind": "Context Sync", "stream": 4294967295, "correlation": 15, "device": 0,
+                     "context": 1},
+        }
+    )
+    tl = load_kineto(write(tmp_path, "t.json", doc))
+    sync = row(tl, "Context Sync")
+    assert sync["kind"] == EventKind.SYNC and sync["sync_kind"] == SyncKind.DEVICE
+    assert (sync["device"], sync["stream"]) == (0, -1)
+    assert int(tl.events["stream"].max()) < 1 << 31 and 4294967295 not in set(tl.lanes["stream"])
+    lane = tl.lanes.iloc[int(sync["lane"])]
+    assert (lane["device"], lane["stream"]) == (0, -1)
+    streams = {s.stream for d in analyze(tl).devices for s in d.streams}
+    assert -1 not in streams and 4294967295 not in streams
+
+    from tracelab.render.figures import timeline_rows
+
+    labels = timeline_rows(tl.lanes, tl.strings)["label"].tolist()
+    assert "all streams · ctx 1" in labels and not any("4294967295" in x for x in labels)
+
+
 def test_rank_argument_and_relabel(tmp_path):
     p = write(tmp_path, "t.json", current_trace())
     tl = load_kineto(p, rank=5)
@@ -556,6 +591,24 @@ def test_graph_launch_flags_kernels(tmp_path):
     ]
     tl = load_kineto(write(tmp_path, "g.json", {"traceEvents": ev}))
     assert all(row(tl, n)["flags"] & Flag.GRAPH for n in ("k1", "k2"))
+
+
+def test_device_launched_kernels_in_a_graph_run_are_graph_kernels(tmp_path):
+    """Conditional-node bodies are launched on the device: CUPTI gives them correlation 0."""
+    ev = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 1.0,
+         "dur": 2.0, "args": {"correlation": 8}},
+        {"ph": "X", "cat": "kernel", "name": "cond", "pid": 0, "tid": 7, "ts": 3.0, "dur": 1.0,
+         "args": {"device": 0, "stream": 7, "correlation": 8}},
+        {"ph": "X", "cat": "kernel", "name": "body", "pid": 0, "tid": 7, "ts": 4.0, "dur": 1.0,
+         "args": {"device": 0, "stream": 7, "correlation": 0}},
+    ]
+    tl = load_kineto(write(tmp_path, "c.json", {"traceEvents": ev}))
+    body = row(tl, "body")
+    assert body["flags"] & Flag.GRAPH and body["flags"] & Flag.ORPHAN
+    # without any graph launch in the trace, correlation 0 is just an orphan
+    tl = load_kineto(write(tmp_path, "d.json", {"traceEvents": ev[1:]}))
+    assert not row(tl, "body")["flags"] & Flag.GRAPH
 
 
 def test_large_epoch_microseconds_keep_ns_digits(tmp_path):

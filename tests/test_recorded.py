@@ -251,3 +251,22 @@ def test_torch_run_gets_green_contexts_from_meta(cache: Path) -> None:
         assert set(k.loc[k["stream"].isin(stream), "green_context"]) == {part["context_id"]}
     lanes = tl.lanes[tl.lanes["green_context"] >= 0]
     assert set(lanes["green_context"]) == {p["context_id"] for p in meta["partitions"]}
+
+
+def test_runs_recorded_with_non_default_parameters_get_their_own_name(run) -> None:
+    from tracelab.store.codec import default_name
+
+    triton, _ = run("green_contexts-green_ctx-nsys-matmul=triton")
+    cublas, _ = run("green_contexts-green_ctx-nsys")
+    assert triton.meta.extra["params_label"] == "matmul=triton"
+    assert default_name(triton.meta, "x") == "green_contexts/green_ctx/nsys/matmul=triton"
+    assert default_name(cublas.meta, "x") == "green_contexts/green_ctx/nsys"
+
+
+def test_device_launched_conditional_bodies_are_not_launch_bound(run) -> None:
+    # the WHILE / IF bodies run without returning to the host: no launch gaps to blame
+    for backend in BACKENDS:
+        _, analysis = run(f"graphs-conditional-{backend}")
+        assert "launch_bound" not in {f.rule for f in analysis.findings}
+        _, eager = run(f"graphs-eager-{backend}")
+        assert "launch_bound" in {f.rule for f in eager.findings}

@@ -19,6 +19,7 @@ from tracelab.render.figures import (
     empty_figure,
     fmt_bytes,
     fmt_ns,
+    stream_label,
     timeline_rows,
 )
 from tracelab.store import RunRecord
@@ -130,7 +131,7 @@ def selection_panel(state: AppState, record: RunRecord, selected: dict[str, Any]
     for r in linked.head(20).itertuples(index=False):  # a handful of linked events, not a hot path
         kind = EventKind(int(r.kind)).name.lower()
         name = strings[r.name] if 0 <= r.name < len(strings) else ""
-        where = f"stream {r.stream}" if r.device >= 0 else f"thread {r.tid}"
+        where = stream_label(int(r.stream)) if r.device >= 0 else f"thread {r.tid}"
         extra = []
         if r.grid_x > 0:
             extra.append(

@@ -45,6 +45,7 @@ from tracelab.model import (
 from tracelab.model.api_names import classify_api_ids, comm_mask
 
 from .kineto_columns import (
+    NO_STREAM,
     assemble,
     col,
     member,
@@ -86,28 +87,18 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
-class _LooseArgs(msgspec.Struct, gc=False):
-    device: Any = -1
-    stream: Any = -1
-    correlation: Any = -1
-    context: Any = -1
-    bytes: Any = -1
-    registers: Any = msgspec.field(default=-1, name="registers per thread")
-    shared: Any = msgspec.field(default=-1, name="shared memory")
-    grid: Any = None
-    block: Any = None
-    sync: Any = msgspec.field(default=None, name="cuda_sync_kind")
+def _loose(strict: type[msgspec.Struct], name: str, **types: Any) -> type[msgspec.Struct]:
+    """The same struct (fields, defaults, JSON names) with every field typed Any (or as in `types`):
+    the fallback decoder for files whose fields hold odd values."""
+    fields = [
+        (f.name, types.get(f.name, Any), msgspec.field(default=f.default, name=f.encode_name))
+        for f in msgspec.structs.fields(strict)
+    ]
+    return msgspec.defstruct(name, fields, gc=False)
 
 
-class _LooseEvent(msgspec.Struct, gc=False):
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = -1
-    tid: Any = -1
-    ts: Any = math.nan
-    dur: Any = 0.0
-    args: _LooseArgs | None = None
+_LooseArgs = _loose(_Args, "_LooseArgs")
+_LooseEvent = _loose(_Event, "_LooseEvent", args=_LooseArgs | None)
 
 
 _STRICT = msgspec.json.Decoder(list[_Event])
@@ -332,6 +323,7 @@ class _Parsed:
             k = kind[aidx]
             dev = col(args, "device")
             stream = col(args, "stream")
+            stream[stream == NO_STREAM] = -1  # CUPTI's "not on a stream" as uint32 (context syncs): none
             ann = k == int(EventKind.GPU_ANNOTATION)
             if ann.any():  # gpu_user_annotation: the GPU sits in pid, the stream in tid
                 dev = np.where(ann & (dev < 0), pid[aidx], dev)
@@ -422,6 +414,10 @@ class _Parsed:
             graph_corr = sorted_unique(corr[is_api & np.isin(cols["name"], graph_names)])
             graph_corr = graph_corr[graph_corr >= 0]
             flags[gpu_rows[member(corr[gpu_rows], graph_corr)]] |= Flag.GRAPH
+            if len(graph_corr):
+                # CUPTI gives kernels launched on the device (the bodies of conditional WHILE / IF graph
+                # nodes) correlation 0: they belong to a graph even though no host call launched them.
+                flags[gpu_rows[corr[gpu_rows] == 0]] |= Flag.GRAPH
 
         copy_kind = np.zeros(n, dtype=np.int8)
         src_mem = np.zeros(n, dtype=np.int8)

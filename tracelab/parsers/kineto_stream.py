@@ -49,27 +49,34 @@ def is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
 
+def _unescaped_quotes(a: np.ndarray) -> np.ndarray:
+    """Positions of the '"' bytes that open or close strings: a quote preceded by an odd run of
+    backslashes is escaped. Vectorized over quotes; loops once per backslash of the longest run."""
+    q = np.flatnonzero(a == 34)
+    if not len(q):
+        return q
+    prev = a[np.maximum(q - 1, 0)] == 92
+    prev[q == 0] = False
+    active = np.flatnonzero(prev)
+    if not len(active):
+        return q
+    run = np.zeros(len(q), dtype=np.int64)
+    k = 1
+    while len(active):
+        run[active] += 1
+        k += 1
+        pos = q[active] - k
+        ok = pos >= 0
+        active = active[ok]
+        active = active[a[pos[ok]] == 92]
+    return q[(run & 1) == 0]
+
+
 def _structure(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For a buffer that starts outside any string: positions of the brackets outside strings, the
     bracket codes (+1 open, -1 close) and the depth after each, relative to the buffer start."""
     a = np.frombuffer(buf, dtype=np.uint8)
-    q = np.flatnonzero(a == 34)
-    if len(q):
-        # a quote preceded by an odd run of backslashes is escaped
-        prev = a[np.maximum(q - 1, 0)] == 92
-        prev[q == 0] = False
-        active = np.flatnonzero(prev)
-        if len(active):
-            run = np.zeros(len(q), dtype=np.int64)
-            k = 1
-            while len(active):
-                run[active] += 1
-                k += 1
-                pos = q[active] - k
-                ok = pos >= 0
-                active = active[ok]
-                active = active[a[pos[ok]] == 92]
-            q = q[(run & 1) == 0]
+    q = _unescaped_quotes(a)
     codes = _LUT[a]
     s = np.flatnonzero(codes)
     if len(q):
@@ -142,24 +149,7 @@ def _raise_truncated() -> None:
 
 
 def _inside_string(a: np.ndarray) -> bool:
-    q = np.flatnonzero(a == 34)
-    if not len(q):
-        return False
-    bs = a[np.maximum(q - 1, 0)] == 92
-    bs[q == 0] = False
-    if bs.any():
-        run = np.zeros(len(q), dtype=np.int64)
-        active = np.flatnonzero(bs)
-        k = 1
-        while len(active):
-            run[active] += 1
-            k += 1
-            pos = q[active] - k
-            ok = pos >= 0
-            active = active[ok]
-            active = active[a[pos[ok]] == 92]
-        q = q[(run & 1) == 0]
-    return bool(len(q) & 1)
+    return bool(len(_unescaped_quotes(a)) & 1)
 
 
 class _Reader:

@@ -133,6 +133,9 @@ def load_run_dir(path: str | Path) -> Timeline:
     notes += probe_notes
     extra = dict(tl.meta.extra)
     extra["run"] = meta
+    changed_params = _non_default_params(meta)
+    if changed_params:
+        extra["params_label"] = changed_params
     if overhead:
         extra["probe_overhead_in_trace"] = overhead
     gpu = meta.get("gpu") or {}
@@ -278,3 +281,18 @@ def _probe_blocks(d: Path, meta: dict[str, Any], ev: pd.DataFrame, strings: tupl
         return None, notes, overhead
     blocks = pd.concat(frames, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
     return blocks.astype(SM_BLOCK_COLUMNS), notes, overhead
+
+
+def _non_default_params(meta: dict) -> str:
+    """'matmul=triton' for a run recorded with parameters other than its workload's defaults (at the
+    size it was recorded with), so two such runs get different names; '' otherwise."""
+    params = meta.get("params")
+    if not isinstance(params, dict) or not meta.get("workload"):
+        return ""
+    try:
+        from ..workloads import get_workload
+
+        defaults = get_workload(str(meta["workload"])).parameters(bool(meta.get("quick")), None)
+    except Exception:  # an unknown or newer workload: no label rather than a failed import
+        return ""
+    return ",".join(f"{k}={v}" for k, v in sorted(params.items()) if k in defaults and defaults[k] != v)

@@ -5,6 +5,7 @@ report writers share."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from tracelab.analyses import units
@@ -115,6 +116,55 @@ def device_rows(d: DeviceComparison) -> list[list[str]]:
     return rows
 
 
+# ---- rows shared by the terminal, Markdown and HTML renderings --------------------------------------
+# Each takes the cell formatters of its output (escaping, code spans); numbers are formatted here.
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+def compared_devices(c: Comparison) -> list[DeviceComparison]:
+    """The devices to show, plus the totals row when more than one device is matched."""
+    devices = list(c.devices)
+    if c.totals is not None and sum(d.present == "both" for d in devices) > 1:
+        devices.append(c.totals)
+    return devices
+
+
+def gap_rows(c: Comparison, cause: Callable[[str], str] = _plain) -> list[list[str]]:
+    """[cause, count A, count B, time A, time B, delta, %] of the causes present in A or B."""
+    return [
+        [cause(g.cause), str(g.count.a), str(g.count.b), fmt_ns(g.total_ns.a), fmt_ns(g.total_ns.b),
+         fmt_signed_ns(g.total_ns.delta), fmt_pct(g.total_ns.pct)]
+        for g in c.gaps
+        if g.count.a or g.count.b
+    ]
+
+
+def finding_rows(
+    c: Comparison,
+    rule: Callable[[str], str] = _plain,
+    status: Callable[[str], str] = _plain,
+    severity: Callable[[str], str] = _plain,
+) -> list[list[str]]:
+    """[rule, status, severity A, severity B, count A, count B, wasted A, wasted B] per rule."""
+    return [
+        [rule(f.rule), status(f.status), severity(f.severity_a or "-"), severity(f.severity_b or "-"),
+         str(f.count.a), str(f.count.b), fmt_ns(f.wasted_ns.a), fmt_ns(f.wasted_ns.b)]
+        for f in c.findings
+    ]
+
+
+def kernel_rows(c: Comparison, name: Callable[[str], str]) -> list[list[str]]:
+    """[kernel, calls A, calls B, total A, total B, delta, %]; `name` gets the raw (maybe empty) name."""
+    return [
+        [name(k.name), str(k.calls.a), str(k.calls.b), fmt_ns(k.total_ns.a), fmt_ns(k.total_ns.b),
+         fmt_signed_ns(k.total_ns.delta), fmt_pct(k.total_ns.pct)]
+        for k in c.kernels
+    ]
+
+
 def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
     """The comparison for the terminal: per device, gaps by cause, findings, top kernels."""
     c = comparison
@@ -125,10 +175,7 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
     ]
     for n in c.notes:
         out.append(f"note: {term_safe(n)}")
-    devices = list(c.devices)
-    if c.totals is not None and len([d for d in devices if d.present == "both"]) > 1:
-        devices.append(c.totals)
-    for d in devices:
+    for d in compared_devices(c):
         names = term_safe(d.name_a or d.name_b or "unknown GPU", 40)
         if d.present == "both" and d.name_a != d.name_b and d.rank >= 0:
             names = f"{term_safe(d.name_a, 30)} vs {term_safe(d.name_b, 30)}"
@@ -139,12 +186,7 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
     out += ["", "== gaps by cause"]
     out += _table(
         ["cause", "count A", "count B", "time A", "time B", "delta", "%"],
-        [
-            [g.cause, str(g.count.a), str(g.count.b), fmt_ns(g.total_ns.a), fmt_ns(g.total_ns.b),
-             fmt_signed_ns(g.total_ns.delta), fmt_pct(g.total_ns.pct)]
-            for g in c.gaps
-            if g.count.a or g.count.b
-        ]
+        gap_rows(c)
         or [["(no gaps)", "0", "0", "-", "-", "0", ""]],
     )
     w = c.wasted_ns
@@ -153,11 +195,7 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
     if c.findings:
         out += _table(
             ["rule", "status", "severity A", "severity B", "count A", "count B", "wasted A", "wasted B"],
-            [
-                [f.rule, f.status, f.severity_a or "-", f.severity_b or "-", str(f.count.a), str(f.count.b),
-                 fmt_ns(f.wasted_ns.a), fmt_ns(f.wasted_ns.b)]
-                for f in c.findings
-            ],
+            finding_rows(c),
             right={4, 5, 6, 7},
         )
         for f in c.findings:
@@ -167,11 +205,7 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
         out += ["", "== top kernels by total time"]
         out += _table(
             ["kernel", "calls A", "calls B", "total A", "total B", "delta", "%"],
-            [
-                [term_safe(k.name or "(unnamed)", name_width), str(k.calls.a), str(k.calls.b), fmt_ns(k.total_ns.a),
-                 fmt_ns(k.total_ns.b), fmt_signed_ns(k.total_ns.delta), fmt_pct(k.total_ns.pct)]
-                for k in c.kernels
-            ]
+            kernel_rows(c, lambda n: term_safe(n or "(unnamed)", name_width))
             or [["(no kernels)", "0", "0", "-", "-", "0", ""]],
         )
     return "\n".join(out)

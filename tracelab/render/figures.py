@@ -37,6 +37,12 @@ def fmt_ns(ns: float) -> str:
     return units.fmt_ns(ns, units.SIG4)
 
 
+def stream_label(stream: int) -> str:
+    """A GPU lane's name: "stream 7", or "all streams" for device-wide events with no stream
+    (context / device synchronize: CUPTI records them on stream -1)."""
+    return f"stream {stream}" if stream >= 0 else "all streams"
+
+
 def _fmt_ns_array(values: np.ndarray) -> np.ndarray:
     return np.array([fmt_ns(v) for v in values.tolist()], dtype=object)  # per drawn item (<= a few 1000)
 
@@ -101,7 +107,7 @@ def timeline_rows(
                 if int(r.lane_kind) == int(LaneKind.GPU_STREAM):
                     if "stream" not in show:
                         continue
-                    label = f"stream {r.stream}"
+                    label = stream_label(int(r.stream))
                     kind = "stream"
                 else:
                     if "stream" not in show:
@@ -768,42 +774,21 @@ def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.D
     return out[list(KERNEL_TABLE_COLUMNS)].reset_index(drop=True)
 
 
+GAPS_TABLE_COLUMNS = (
+    "id", "rank", "device", "start_us", "duration", "duration_ns", "cause", "evidence", "start_ns", "end_ns",
+)
+
+
 def gaps_table(gaps: Sequence[Gap], origin_ns: int) -> pd.DataFrame:
     """Gaps sorted by duration (longest first), with times relative to the run origin."""
     if not gaps:
-        return pd.DataFrame(
-            columns=[
-                "id",
-                "rank",
-                "device",
-                "start_us",
-                "duration",
-                "duration_ns",
-                "cause",
-                "evidence",
-                "start_ns",
-                "end_ns",
-            ]
-        )
+        return pd.DataFrame(columns=list(GAPS_TABLE_COLUMNS))
     df = pd.DataFrame([g.__dict__ for g in gaps])
     df = df.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
     df["id"] = [f"gap-{i}" for i in range(len(df))]
     df["start_us"] = ((df["start_ns"] - origin_ns) / 1e3).round(3)
     df["duration"] = [fmt_ns(v) for v in df["duration_ns"].tolist()]
-    return df[
-        [
-            "id",
-            "rank",
-            "device",
-            "start_us",
-            "duration",
-            "duration_ns",
-            "cause",
-            "evidence",
-            "start_ns",
-            "end_ns",
-        ]
-    ]
+    return df[list(GAPS_TABLE_COLUMNS)]
 
 
 def analysis_origin(analysis: Analysis) -> int:

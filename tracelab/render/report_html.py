@@ -26,12 +26,15 @@ from tracelab.model import Timeline
 from tracelab.render import figures as dash_figures
 from tracelab.render import report_figures as rf
 from tracelab.render.compare_text import (
+    compared_devices,
     device_label,
     device_rows,
+    finding_rows,
     fmt_fraction,
     fmt_ns,
     fmt_pct,
-    fmt_signed_ns,
+    gap_rows,
+    kernel_rows,
     shorten,
 )
 from tracelab.render.reports import metadata_rows, report_title
@@ -138,6 +141,10 @@ def _e(text: object, limit: int | None = None, *, middle: bool = False) -> str:
     return html.escape(s, quote=True)
 
 
+def _code(text: str) -> str:
+    return f"<code>{_e(text)}</code>"
+
+
 def _table(header: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
     """Cells must already be escaped HTML."""
     numeric = numeric if numeric is not None else set(range(1, len(header)))
@@ -190,7 +197,7 @@ def _findings(analysis: Analysis, limits: Limits) -> str:
         return "<p>No findings.</p>"
     ranked = sorted(analysis.findings, key=lambda f: -int(f.wasted_ns))
     rows = [
-        [f'<span class="sev-{_e(f.severity)}">{_e(f.severity)}</span>', f"<code>{_e(f.rule)}</code>", str(f.count),
+        [f'<span class="sev-{_e(f.severity)}">{_e(f.severity)}</span>', _code(f.rule), str(f.count),
          fmt_ns(f.wasted_ns), _e(f.message, limits.text_limit), _e(f.where, limits.text_limit)]
         for f in ranked[: limits.top_findings]
     ]
@@ -204,7 +211,7 @@ def _gaps(analysis: Analysis, limits: Limits) -> str:
     top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:limits.top_gaps]
     rows = [
         [f"r{g.rank}/d{g.device}", f"{(g.start_ns - origin) / 1e3:,.1f}", fmt_ns(g.duration_ns),
-         f"<code>{_e(g.cause)}</code>", _e(g.evidence, limits.text_limit)]
+         _code(g.cause), _e(g.evidence, limits.text_limit)]
         for g in top
     ]
     return _table(["device", "start (µs from the run's first GPU activity)", "duration", "cause", "evidence"], rows,
@@ -308,41 +315,24 @@ def _comparison(c: Comparison, figs: _Figures, limits: Limits) -> str:
     )
     if c.devices:
         parts.append(figs.place(rf.comparison_device_figure(c)))
-    devices = list(c.devices)
-    if c.totals is not None and sum(d.present == "both" for d in devices) > 1:
-        devices.append(c.totals)
     cards = []
-    for d in devices:
+    for d in compared_devices(c):
         present = {"both": "", "a": " (only in A)", "b": " (only in B)"}[d.present]
         name = _e(d.name_a or d.name_b or "unknown GPU", 60) if d.rank >= 0 else "all matched devices"
         cards.append(f"<div><h3>Device {_e(device_label(d))}: {name}{present}</h3>"
                      + _table(["", "A", "B", "Δ", "%"], [[_e(x) for x in r] for r in device_rows(d)]) + "</div>")
     parts.append('<div class="cmp">' + "".join(cards) + "</div>")
-    gap_rows = [
-        [f"<code>{_e(g.cause)}</code>", str(g.count.a), str(g.count.b), fmt_ns(g.total_ns.a), fmt_ns(g.total_ns.b),
-         fmt_signed_ns(g.total_ns.delta), fmt_pct(g.total_ns.pct)]
-        for g in c.gaps
-        if g.count.a or g.count.b
-    ]
-    parts += ["<h3>Gaps by cause</h3>", _table(["cause", "count A", "count B", "time A", "time B", "Δ", "%"], gap_rows)]
-    if gap_rows:
+    gaps = gap_rows(c, _code)
+    parts += ["<h3>Gaps by cause</h3>", _table(["cause", "count A", "count B", "time A", "time B", "Δ", "%"], gaps)]
+    if gaps:
         parts.append(figs.place(rf.comparison_gaps_figure(c)))
     if c.findings:
-        rows = [
-            [f"<code>{_e(f.rule)}</code>", f'<span class="{_e(f.status)}">{_e(f.status)}</span>', _e(f.severity_a or "-"),
-             _e(f.severity_b or "-"), str(f.count.a), str(f.count.b), fmt_ns(f.wasted_ns.a), fmt_ns(f.wasted_ns.b)]
-            for f in c.findings
-        ]
+        rows = finding_rows(c, rule=_code, status=lambda s: f'<span class="{_e(s)}">{_e(s)}</span>', severity=_e)
         parts += ["<h3>Findings</h3>",
                   _table(["rule", "status", "severity A", "severity B", "count A", "count B", "wasted A", "wasted B"],
                          rows, numeric={4, 5, 6, 7})]
     if c.kernels_compared and c.kernels:
-        rows = [
-            [_name_cell(k.name, limits), str(k.calls.a),
-             str(k.calls.b), fmt_ns(k.total_ns.a), fmt_ns(k.total_ns.b), fmt_signed_ns(k.total_ns.delta),
-             fmt_pct(k.total_ns.pct)]
-            for k in c.kernels
-        ]
+        rows = kernel_rows(c, lambda n: _name_cell(n, limits))
         parts += ["<h3>Top kernels</h3>", figs.place(rf.comparison_kernels_figure(c)),
                   _table(["kernel", "calls A", "calls B", "total A", "total B", "Δ", "%"], rows).replace(
                       "<td>", '<td class="name">')]

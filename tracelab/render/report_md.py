@@ -14,12 +14,15 @@ from tracelab.analyses.compare import Comparison
 from tracelab.analyses.results import Analysis, DeviceSummary
 from tracelab.model import Timeline
 from tracelab.render.compare_text import (
+    compared_devices,
     device_label,
     device_rows,
+    finding_rows,
     fmt_fraction,
     fmt_ns,
     fmt_pct,
-    fmt_signed_ns,
+    gap_rows,
+    kernel_rows,
     shorten,
 )
 from tracelab.render.reports import metadata_rows, report_title
@@ -203,36 +206,20 @@ def comparison_markdown(c: Comparison) -> str:
         f"time wasted by findings {fmt_ns(w.a)} → {fmt_ns(w.b)} ({fmt_pct(w.pct)})."),
         "",
     ]
-    devices = list(c.devices)
-    if c.totals is not None and sum(d.present == "both" for d in devices) > 1:
-        devices.append(c.totals)
-    for d in devices:
+    for d in compared_devices(c):
         present = {"both": "", "a": " (only in A)", "b": " (only in B)"}[d.present]
         names = md_escape(d.name_a or d.name_b or "unknown GPU", 60) if d.rank >= 0 else "all matched devices"
         out += [f"### Device {md_escape(device_label(d))}: {names}{present}", ""]
         out += [md_table(["", "A", "B", "Δ", "%"], [[md_escape(x) for x in r] for r in device_rows(d)]), ""]
-    gap_rows = [
-        [md_code(g.cause), str(g.count.a), str(g.count.b), fmt_ns(g.total_ns.a), fmt_ns(g.total_ns.b),
-         fmt_signed_ns(g.total_ns.delta), fmt_pct(g.total_ns.pct)]
-        for g in c.gaps
-        if g.count.a or g.count.b
-    ]
-    out += ["### Gaps by cause", "", md_table(["cause", "count A", "count B", "time A", "time B", "Δ", "%"], gap_rows), ""]
+    gaps = gap_rows(c, md_code)
+    out += ["### Gaps by cause", "", md_table(["cause", "count A", "count B", "time A", "time B", "Δ", "%"], gaps), ""]
     if c.findings:
-        rows = [
-            [md_code(f.rule), f.status, md_escape(f.severity_a or "-"), md_escape(f.severity_b or "-"),
-             str(f.count.a), str(f.count.b), fmt_ns(f.wasted_ns.a), fmt_ns(f.wasted_ns.b)]
-            for f in c.findings
-        ]
+        rows = finding_rows(c, rule=md_code, severity=md_escape)
         out += ["### Findings", "",
                 md_table(["rule", "status", "severity A", "severity B", "count A", "count B", "wasted A", "wasted B"],
                          rows, "llllrrrr"), ""]
     if c.kernels_compared:
-        rows = [
-            [md_escape(k.name or "(unnamed)", NAME_LIMIT, middle=True), str(k.calls.a), str(k.calls.b), fmt_ns(k.total_ns.a),
-             fmt_ns(k.total_ns.b), fmt_signed_ns(k.total_ns.delta), fmt_pct(k.total_ns.pct)]
-            for k in c.kernels
-        ]
+        rows = kernel_rows(c, lambda n: md_escape(n or "(unnamed)", NAME_LIMIT, middle=True))
         out += ["### Top kernels", "",
                 md_table(["kernel", "calls A", "calls B", "total A", "total B", "Δ", "%"], rows, "lrrrrrr"), ""]
     return "\n".join(out)

@@ -95,7 +95,7 @@ def contexts_from_json(text: str) -> tuple[ContextInfo, ...]:
 def default_name(meta: RunMeta, source_path: str) -> str:
     """A readable run name: workload/variant[/backend] for recorded runs, else the file's name."""
     if meta.workload:
-        parts = [meta.workload, meta.variant, meta.backend]
+        parts = [meta.workload, meta.variant, meta.backend, str(meta.extra.get("params_label") or "")]
         return "/".join(p for p in parts if p)
     from pathlib import PurePath
 

@@ -5,6 +5,8 @@
     tl = store.load(run_id)                 # identical Timeline
     df = store.window(run_id, t0, t1)       # events overlapping [t0, t1), by index range scans
 
+Events are stored as per-lane columnar chunks (schema.py, chunks.py).
+
 Re-importing the same content (same fingerprint) raises DuplicateRun carrying the existing run id;
 `find_fingerprint` lets a caller check before parsing.
 """
@@ -15,7 +17,6 @@ import sqlite3
 import threading
 import zlib
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ..errors import BadInput, DuplicateRun, UnknownRun
 from ..model.timeline import DEFAULTS, EVENT_COLUMNS, LANE_COLUMNS, Timeline
 from . import codec
 from .bulk import fetch_matrix, insert_columns
+from .chunks import Chunks, decode, encode
 from .records import RunRecord
 from .schema import EVENT_FIELDS, connect, quote, sql_type
 from .window import window_events
@@ -35,7 +37,8 @@ _RUN_COLS = (
     "id, name, source, format, backend, workload, variant, gpu, created, fingerprint, events, "
     "start_ns, end_ns, metadata, devices"
 )
-_LOAD_COLS = ("seq", "lane", *EVENT_FIELDS)
+CHUNK_COLUMNS = ("seq", *EVENT_FIELDS)  # what each event chunk holds, in order (the lane is the row's)
+_CHUNK_ROWS = 64  # chunks per executemany batch (and per progress step)
 
 
 class Store:
@@ -107,7 +110,7 @@ class Store:
             self._delete_rows(rid)
 
     def _delete_rows(self, rid: str) -> None:
-        for table in ("events", "event_columns", "lanes", "strings", "sm_blocks", "runs"):
+        for table in ("events", "lanes", "strings", "sm_blocks", "runs"):
             key = "id" if table == "runs" else "run_id"
             self.conn.execute(f"DELETE FROM {table} WHERE {key} = ?", (rid,))
 
@@ -139,6 +142,7 @@ class Store:
             {
                 "sm_blocks": block_dtypes,
                 "event_columns": list(EVENT_COLUMNS),
+                "chunk_columns": list(CHUNK_COLUMNS),
                 "store_source_path": str(source_path),
             },
         )
@@ -187,15 +191,9 @@ class Store:
                 "INSERT INTO strings (run_id, id, value) VALUES (?, ?, ?)",
                 ((run_id, i, s) for i, s in enumerate(timeline.strings)),
             )
-            self._insert_lanes(run_id, timeline)
-            # compress the column blobs on a second thread while the rows go in (zlib drops the GIL)
-            with ThreadPoolExecutor(1) as pool:
-                blobs = pool.submit(_compress_columns, ev)
-                self._insert_events(run_id, ev, step)
-                self.conn.executemany(
-                    "INSERT INTO event_columns (run_id, name, dtype, length, data) VALUES (?, ?, ?, ?, ?)",
-                    ((run_id, c, t, n, blob) for c, t, blob in blobs.result()),
-                )
+            chunks = encode(ev, CHUNK_COLUMNS)
+            self._insert_lanes(run_id, timeline, chunks)
+            self._insert_events(run_id, chunks, step)
             if blocks is not None:
                 self._insert_blocks(run_id, blocks)
         return run_id
@@ -206,33 +204,39 @@ class Store:
                 return rid
         raise BadInput(f"cannot derive a free run id from fingerprint {fingerprint!r}")
 
-    def _insert_lanes(self, run_id: str, tl: Timeline) -> None:
-        ev = tl.events
+    def _insert_lanes(self, run_id: str, tl: Timeline, ch: Chunks) -> None:
+        """Lane rows with their window bounds, from the per-chunk summaries (no pass over events)."""
         lanes = tl.lanes
         nl = len(lanes)
-        lane = ev["lane"].to_numpy()
-        start = ev["start"].to_numpy()
-        end = ev["end"].to_numpy()
-        count = np.bincount(lane, minlength=nl)
+        lane = ch.lane.astype(np.int64)
+        count = np.bincount(lane, weights=ch.n, minlength=nl).astype(np.int64)
         first = np.full(nl, np.iinfo(np.int64).max, dtype=np.int64)
         last = np.full(nl, np.iinfo(np.int64).min, dtype=np.int64)
         maxdur = np.zeros(nl, dtype=np.int64)
-        np.minimum.at(first, lane, start)
-        np.maximum.at(last, lane, end)
-        np.maximum.at(maxdur, lane, end - start)
-        names = [*LANE_COLUMNS, "events", "first_start", "last_end", "max_dur"]
-        arrays = [lanes[c].to_numpy() for c in LANE_COLUMNS] + [count, first, last, maxdur]
+        span = np.zeros(nl, dtype=np.int64)
+        np.minimum.at(first, lane, ch.start_min)
+        np.maximum.at(last, lane, ch.end_max)
+        np.maximum.at(maxdur, lane, ch.max_dur)
+        np.maximum.at(span, lane, ch.end_max - ch.start_min)
+        names = [*LANE_COLUMNS, "events", "first_start", "last_end", "max_dur", "chunk_span"]
+        arrays = [lanes[c].to_numpy() for c in LANE_COLUMNS] + [count, first, last, maxdur, span]
         insert_columns(self.conn, "lanes", run_id, names, arrays)
 
-    def _insert_events(self, run_id: str, ev: pd.DataFrame, step: Callable[[int], None]) -> None:
-        n = len(ev)
-        lane = ev["lane"].to_numpy()
-        start = ev["start"].to_numpy()
-        # insert in primary-key order (lane, start, seq): B-tree appends, not random inserts
-        order = np.lexsort((start, lane)) if n else np.zeros(0, dtype=np.int64)
-        names = list(_LOAD_COLS)
-        arrays = [order] + [ev[c].to_numpy()[order] for c in names[1:]]
-        insert_columns(self.conn, "events", run_id, names, arrays, progress=step)
+    def _insert_events(self, run_id: str, ch: Chunks, step: Callable[[int], None]) -> None:
+        """One row per chunk, in index order (lane, start_min): B-tree appends."""
+        sql = (
+            "INSERT INTO events (run_id, lane, chunk, start_min, start_max, end_max, n, kinds, data)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        meta = [a.tolist() for a in (ch.lane, ch.start_min, ch.start_max, ch.end_max, ch.n, ch.kinds)]
+        for lo in range(0, len(ch.blobs), _CHUNK_ROWS):
+            hi = min(lo + _CHUNK_ROWS, len(ch.blobs))
+            rows = zip(
+                [run_id] * (hi - lo), *(m[lo:hi] for m in meta[:1]), range(lo, hi),
+                *(m[lo:hi] for m in meta[1:]), ch.blobs[lo:hi],
+            )
+            self.conn.executemany(sql, rows)
+            step(int(sum(meta[4][lo:hi])))
 
     def _insert_blocks(self, run_id: str, blocks: pd.DataFrame) -> None:
         have = {r[1] for r in self.conn.execute("PRAGMA table_info(sm_blocks)")}

@@ -1,66 +1,83 @@
-"""Window queries: the events of a run overlapping [t0, t1), read through the primary key.
+"""Window queries: the events of a run overlapping [t0, t1), read chunk by chunk through an index.
 
-`events` is clustered on (run_id, lane, start, seq), so each lane is one index range scan. An event
-overlaps the window when start < t1 and (end > t0, or it is an instant at or after t0); since no
-event on a lane lasts longer than that lane's `max_dur` (stored at import), start >= t0 - max_dur
-bounds the scan from below.
+`events` holds per-lane chunks (see schema.py). A chunk can hold an overlapping event only when
+start_min < t1 and end_max >= t0; since no chunk on a lane reaches further than the lane's
+`chunk_span` (max end_max - start_min, stored at import), start_min >= t0 - chunk_span bounds the
+index range scan from below. The selected chunks are decoded with numpy and the exact rule applied
+vectorized: start < t1 and (end > t0, or an instant at or after t0).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..errors import BadInput
 from ..model.timeline import EVENT_COLUMNS
-from .bulk import fetch_matrix
-from .schema import EVENT_FIELDS, quote
+from .chunks import complete, decode
 
-COLUMNS: tuple[str, ...] = ("seq", "lane", *EVENT_FIELDS)
 _MAX_TERMS = 400  # SQLite caps a compound SELECT at 500 terms
 
 
 def window_events(
     conn: sqlite3.Connection,
     run_id: str,
-    max_dur: Mapping[int, int],
+    chunk_span: Mapping[int, int],
+    columns: Sequence[str],
     t0: int,
     t1: int,
     lanes: Iterable[int] | None = None,
     kinds: Iterable[int] | None = None,
     limit: int | None = None,
+    path: Path | None = None,
 ) -> pd.DataFrame:
     """Events overlapping [t0, t1) on the given lanes (all when None) and kinds, sorted by start,
     indexed by their row in the run's Timeline.events ("event")."""
-    wanted = sorted(max_dur) if lanes is None else sorted({int(x) for x in lanes} & set(max_dur))
-    if not wanted or t1 <= t0:
-        return frame(np.zeros((0, len(COLUMNS)), dtype=np.int64))
-    kl = sorted({int(k) for k in kinds}) if kinds is not None else []
-    kind_sql = f" AND kind IN ({', '.join('?' * len(kl))})" if kinds is not None else ""
+    wanted = sorted(chunk_span) if lanes is None else sorted({int(x) for x in lanes} & set(chunk_span))
+    kl = sorted({int(k) for k in kinds}) if kinds is not None else None
+    if not wanted or t1 <= t0 or kl == []:
+        return frame(complete({}, 0, 0), np.zeros(0, np.int64))
+    mask = 0
+    for k in kl or ():
+        mask |= 1 << k if 0 <= k < 63 else 0
+    kind_sql = " AND (kinds & ?) != 0" if kl is not None else ""
     select = (
-        f"SELECT {', '.join(quote(c) for c in COLUMNS)} FROM events"
-        " WHERE run_id = ? AND lane = ? AND start >= ? AND start < ?"
-        f' AND ("end" > ? OR start >= ?){kind_sql}'
+        "SELECT lane, n, data FROM events"
+        " WHERE run_id = ? AND lane = ? AND start_min >= ? AND start_min < ? AND end_max >= ?" + kind_sql
     )
-    mats = []
+    parts: list[dict[str, np.ndarray]] = []
     for lo in range(0, len(wanted), _MAX_TERMS):
         batch = wanted[lo : lo + _MAX_TERMS]
         params: list = []
         for lane in batch:
-            params += [run_id, lane, t0 - max_dur[lane], t1, t0, t0, *kl]
-        mats.append(fetch_matrix(conn, " UNION ALL ".join([select] * len(batch)), params, len(COLUMNS)))
-    mat = np.concatenate(mats) if len(mats) > 1 else mats[0]
-    order = np.lexsort((mat[:, 0], mat[:, COLUMNS.index("start")]))
+            params += [run_id, lane, t0 - chunk_span[lane], t1, t0] + ([mask] if kl is not None else [])
+        for lane, n, blob in conn.execute(" UNION ALL ".join([select] * len(batch)), params):
+            try:
+                cols = decode(blob, n, columns)
+            except (ValueError, zlib.error) as e:
+                raise BadInput(f"corrupt store: an event chunk of run {run_id} is unreadable ({e})", path) from None
+            s, e_ = cols["start"], cols["end"]
+            keep = (s < t1) & ((e_ > t0) | (s >= t0))
+            if kl is not None:
+                keep &= np.isin(cols["kind"], kl)
+            if keep.any():
+                parts.append({c: v[keep] for c, v in complete(cols, n, lane).items()} | {"seq": cols["seq"][keep]})
+    if not parts:
+        return frame(complete({}, 0, 0), np.zeros(0, np.int64))
+    data = {c: np.concatenate([p[c] for p in parts]) for c in (*EVENT_COLUMNS, "seq")}
+    order = np.lexsort((data["seq"], data["start"]))
     if limit is not None:
         order = order[: int(limit)]
-    return frame(mat[order])
+    return frame({c: data[c][order] for c in EVENT_COLUMNS}, data["seq"][order])
 
 
-def frame(mat: np.ndarray, names: Sequence[str] = COLUMNS) -> pd.DataFrame:
-    """EVENT_COLUMNS with their dtypes, indexed by seq, from an int64 matrix of `names` columns."""
-    data = {c: mat[:, i + 1].astype(EVENT_COLUMNS[c]) for i, c in enumerate(names[1:])}
-    df = pd.DataFrame({c: data[c] for c in EVENT_COLUMNS}, copy=False)
-    df.index = pd.Index(mat[:, 0], name="event")
+def frame(cols: Mapping[str, np.ndarray], seq: np.ndarray) -> pd.DataFrame:
+    """EVENT_COLUMNS with their dtypes, indexed by seq (the row in Timeline.events)."""
+    df = pd.DataFrame({c: np.asarray(cols[c], dtype=t) for c, t in EVENT_COLUMNS.items()}, copy=False)
+    df.index = pd.Index(np.asarray(seq, dtype=np.int64), name="event")
     return df

@@ -1,0 +1,138 @@
+"""SM partitions of a device: its green contexts and the SMs outside them (see `tracelab.analyses.sm`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from tracelab.analyses.occupancy import device_sm_count
+from tracelab.model import GPU_ACTIVITY_KINDS, EventKind, Timeline
+
+NONE_PARTITION = -1  # green_context value of work outside every green context
+
+SM_LANE_COLUMNS: dict[str, str] = {
+    "sm_first": "int32",  # first SM id of the interval (inclusive)
+    "sm_last": "int32",  # last SM id (inclusive); == sm_first for measured rows
+    "start": "int64",
+    "end": "int64",
+    "green_context": "int64",  # -1 = outside every green context
+    "name": "int32",  # kernel name id (Timeline.strings)
+    "measured": "bool",  # True: probe data; False: estimated
+    "kernel": "int64",  # row of the kernel in Timeline.events; -1 for measured rows
+}
+
+LaneSource = Literal["measured", "estimated", "none"]
+
+
+
+# ---------------------------------------------------------------------------------------------
+# partitions
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Partition:
+    green_context: int  # -1 = outside every green context
+    sm_count: int
+    sm_ids: tuple[int, ...]  # the SM ids lanes use for it (estimated layout, or measured ids)
+    configured: bool  # sm_count came from the trace's context information
+    overlaps: bool = False  # partition -1 spanning the whole device (green contexts hold every SM)
+
+
+@dataclass(frozen=True)
+class _Device:
+    rank: int
+    device: int
+    name: str
+    sm_count: int
+    kernels: pd.DataFrame  # the device's kernel events (index = row in Timeline.events)
+    blocks: pd.DataFrame | None  # measured blocks of the device, or None
+    span: tuple[int, int]  # GPU activity span (0, 0 when none)
+
+
+def _device(tl: Timeline, rank: int, device: int) -> _Device:
+    ev = tl.events
+    on_dev = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == device)
+    kind = ev["kind"].to_numpy()
+    gpu = on_dev & np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS])
+    kernels = ev[on_dev & (kind == int(EventKind.KERNEL))]
+    blocks = None
+    if tl.sm_blocks is not None and len(tl.sm_blocks):
+        b = tl.sm_blocks
+        sel = (b["rank"].to_numpy() == rank) & (b["device"].to_numpy() == device)
+        if sel.any():
+            blocks = b[sel]
+    if gpu.any():
+        span = (int(ev["start"].to_numpy()[gpu].min()), int(ev["end"].to_numpy()[gpu].max()))
+    elif blocks is not None:
+        span = (int(blocks["start"].min()), int(blocks["end"].max()))
+    else:
+        span = (0, 0)
+    info = tl.device_info(rank, device)
+    sm_count = device_sm_count(info)
+    if sm_count <= 0 and blocks is not None:
+        sm_count = int(blocks["sm"].max()) + 1
+    return _Device(rank, device, info.name if info else "", sm_count, kernels, blocks, span)
+
+
+def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
+    """Green-context partitions of the device (sorted by id), then partition -1 when it has work
+    or SMs of its own."""
+    configured: dict[int, int] = {}
+    for c in tl.contexts:
+        if c.rank == dev.rank and c.device == dev.device and c.is_green and c.green_context >= 0:
+            configured[c.green_context] = max(configured.get(c.green_context, 0), c.sm_count)
+    ids = set(configured)
+    ids.update(int(g) for g in np.unique(dev.kernels["green_context"].to_numpy()) if g >= 0)
+    measured_sms: dict[int, np.ndarray] = {}
+    if dev.blocks is not None:
+        b = dev.blocks
+        for g, sms in b.groupby("green_context")["sm"]:
+            measured_sms[int(g)] = np.unique(sms.to_numpy())
+        ids.update(g for g in measured_sms if g >= 0)
+    sm_total = dev.sm_count
+    sizes: dict[int, tuple[int, bool]] = {}
+    for g in sorted(ids):
+        if configured.get(g, 0) > 0:
+            sizes[g] = (configured[g], True)
+        elif g in measured_sms:
+            sizes[g] = (len(measured_sms[g]), False)
+    unknown = [g for g in sorted(ids) if g not in sizes]
+    left = max(sm_total - sum(s for s, _ in sizes.values()), 0)
+    for g in unknown:  # no size anywhere: share what no other green context holds
+        sizes[g] = (max(left // max(len(unknown), 1), 1), False)
+    remainder = max(sm_total - sum(s for s, _ in sizes.values()), 0)
+
+    has_none_work = bool((dev.kernels["green_context"].to_numpy() < 0).any()) or (
+        NONE_PARTITION in measured_sms
+    )
+    parts: list[Partition] = []
+    if dev.blocks is not None:  # measured: the SM ids the probe saw, topped up with unused ids
+        used = {int(x) for g in sizes for x in measured_sms.get(g, ())}
+        free = [x for x in range(sm_total) if x not in used]
+        for g in sorted(sizes):
+            n, conf = sizes[g]
+            seen = sorted(int(x) for x in measured_sms.get(g, ()))
+            extra, free = free[: max(n - len(seen), 0)], free[max(n - len(seen), 0) :]
+            parts.append(Partition(g, n, tuple(sorted(seen + extra)), conf))
+        if not ids:
+            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True))
+        elif remainder > 0:
+            parts.append(Partition(NONE_PARTITION, remainder, tuple(free[:remainder]), True))
+        elif has_none_work:
+            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
+        return parts
+    base = 0
+    for g in sorted(sizes):
+        n, conf = sizes[g]
+        parts.append(Partition(g, n, tuple(range(base, base + n)), conf))
+        base += n
+    if not ids:
+        parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True))
+    elif remainder > 0 or has_none_work:
+        if remainder > 0:
+            parts.append(Partition(NONE_PARTITION, remainder, tuple(range(base, base + remainder)), True))
+        else:
+            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
+    return parts

@@ -1,0 +1,384 @@
+"""SM lanes of a device (measured or estimated), SM-time and the public per-SM analyses."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from tracelab.analyses.results import Finding, SmPartition, SmSummary
+from tracelab.model import Timeline
+
+from .sm_estimate import _Estimate, _estimate, _estimated_rows
+from .sm_measured import _empty_lanes, _instrumented, _measured_rows, _merge_intervals
+from .sm_partitions import (
+    NONE_PARTITION,
+    SM_LANE_COLUMNS,
+    LaneSource,
+    Partition,
+    _Device,
+    _device,
+    _partitions,
+)
+
+IDLE_PARTITION_THRESHOLD = 0.5  # busy fraction below which a green-context partition is "idle"
+IDLE_PARTITION_CRITICAL = 0.1
+
+
+def _lanes(
+    tl: Timeline, rank: int, device: int, source: str = "auto"
+) -> tuple[pd.DataFrame, LaneSource, _Device, list[Partition], _Estimate | None]:
+    dev = _device(tl, rank, device)
+    if dev.sm_count <= 0 or (len(dev.kernels) == 0 and dev.blocks is None):
+        return _empty_lanes(), "none", dev, [], None
+    use_measured = dev.blocks is not None and source in ("auto", "measured")
+    if source == "measured" and dev.blocks is None:
+        return _empty_lanes(), "none", dev, [], None
+    parts = _partitions(tl, dev) if use_measured else _partitions(tl, _without_blocks(dev))
+    frames = []
+    kernels = dev.kernels
+    if use_measured:
+        frames.append(_measured_rows(dev))
+        kernels = kernels[~_instrumented(dev)]
+    est = _estimate(tl, dev, parts, kernels)
+    frames.append(_estimated_rows(est, parts))
+    frames = [f for f in frames if len(f)]
+    lanes = pd.concat(frames, ignore_index=True) if frames else _empty_lanes()
+    lanes = (
+        lanes.astype(SM_LANE_COLUMNS).sort_values(["start", "sm_first"], kind="stable").reset_index(drop=True)
+    )
+    return lanes, ("measured" if use_measured else "estimated"), dev, parts, est
+
+
+def _without_blocks(dev: _Device) -> _Device:
+    return _Device(dev.rank, dev.device, dev.name, dev.sm_count, dev.kernels, None, dev.span)
+
+
+def sm_lanes(
+    timeline: Timeline, rank: int, device: int, source: Literal["auto", "measured", "estimated"] = "auto"
+) -> tuple[pd.DataFrame, LaneSource]:
+    """Per-SM busy intervals of one device (columns `SM_LANE_COLUMNS`) and where they come from.
+
+    auto: measured when the run has probe data for the device (uninstrumented kernels estimated,
+    `measured` False on their rows), else estimated; "none" when the device has no kernels or its SM
+    count is unknown. Rows cover SM ranges `sm_first..sm_last` (inclusive): measured rows are single
+    SMs, estimated rows a contiguous run of SM ids of the kernel's partition."""
+    lanes, src, *_ = _lanes(timeline, rank, device, source)
+    return lanes, src
+
+
+def expand_lanes(lanes: pd.DataFrame) -> pd.DataFrame:
+    """One row per SM (column `sm`) instead of SM ranges — for small windows and hover text."""
+    n = (lanes["sm_last"].to_numpy() - lanes["sm_first"].to_numpy() + 1).astype(np.int64)
+    rows = np.repeat(np.arange(len(lanes)), n)
+    sm = lanes["sm_first"].to_numpy()[rows] + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    out = lanes.iloc[rows].reset_index(drop=True).drop(columns=["sm_first", "sm_last"])
+    out.insert(0, "sm", sm.astype(np.int32))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# levels and SM-time
+# ---------------------------------------------------------------------------------------------
+def _cumulative(times: np.ndarray, level: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Integral of a step function (value level[i] on [times[i], times[i+1])) from -inf to each edge."""
+    if len(times) == 0:
+        return np.zeros(len(edges), dtype=np.float64)
+    widths = np.diff(times).astype(np.float64)
+    area = np.concatenate([[0.0], np.cumsum(level[:-1].astype(np.float64) * widths)])
+    k = np.searchsorted(times, edges, side="right") - 1
+    ok = k >= 0
+    kk = np.maximum(k, 0)
+    return np.where(ok, area[kk] + level[kk] * (edges - times[kk]).astype(np.float64), 0.0)
+
+
+def _level_functions(
+    lanes: pd.DataFrame, parts: list[Partition], sm_total: int
+) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
+    """Device level (busy SMs) as a step function, and one per partition (keyed by green context).
+    Each partition is clipped at its SM count, the device at its SM count."""
+    lanes = _merge_measured(lanes)
+    part_ids = [p.green_context for p in parts]
+    caps = np.array([max(p.sm_count, 1) for p in parts] + [1], dtype=np.int64)
+    gc = lanes["green_context"].to_numpy()
+    pmap = {g: i for i, g in enumerate(part_ids)}
+    none_idx = pmap.get(NONE_PARTITION, len(parts) - 1 if parts else 0)
+    if len(gc):
+        uniq, inv = np.unique(gc, return_inverse=True)
+        pidx = np.array([pmap.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
+    else:
+        pidx = np.zeros(0, dtype=np.int64)
+    w = (lanes["sm_last"].to_numpy() - lanes["sm_first"].to_numpy() + 1).astype(np.int64)
+    times = np.concatenate([lanes["start"].to_numpy(), lanes["end"].to_numpy()]).astype(np.int64)
+    delta = np.concatenate([w, -w])
+    part = np.concatenate([pidx, pidx])
+    # order within equal times does not matter: the clipped sums telescope per partition, so the
+    # level after the last event at a time is the same in any order (intermediate levels last 0 ns)
+    order = np.argsort(times, kind="stable")
+    t, d, p = times[order], delta[order], part[order]
+    # per-partition running level (grouped cumsum), clipped at the partition size
+    if len(parts) <= 1:
+        raw = np.cumsum(d)
+    else:
+        porder = np.argsort(p.astype(np.int16), kind="stable")  # radix sort, keeps time order
+        raw = np.empty(len(t), dtype=np.int64)
+        raw[porder] = _group_cumsum(d[porder], p[porder])
+    clipped = np.minimum(raw, caps[p])
+    prev = np.minimum(raw - d, caps[p])
+    dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
+    per_part: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for i, g in enumerate(part_ids):
+        m = p == i
+        per_part[g] = (t[m], clipped[m])
+    return t, dev_level, per_part
+
+
+def _merge_measured(lanes: pd.DataFrame) -> pd.DataFrame:
+    """Measured rows merged per SM across kernels (two kernels sharing an SM count once)."""
+    m = lanes["measured"].to_numpy()
+    if not m.any():
+        return lanes
+    meas = lanes[m]
+    sm_ = meas["sm_first"].to_numpy().astype(np.int64)
+    gc = meas["green_context"].to_numpy().astype(np.int64)
+    first, ms, me = _merge_intervals([sm_, gc], meas["start"].to_numpy(), meas["end"].to_numpy())
+    merged = pd.DataFrame(
+        {"sm_first": sm_[first], "sm_last": sm_[first], "start": ms, "end": me, "green_context": gc[first]}
+    )
+    return pd.concat([merged, lanes.loc[~m, list(merged.columns)]], ignore_index=True)
+
+
+def _group_cumsum(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Cumulative sum restarting at each group (values sorted by group)."""
+    c = np.cumsum(values)
+    if len(c) == 0:
+        return c
+    first = np.ones(len(groups), dtype=bool)
+    first[1:] = groups[1:] != groups[:-1]
+    head = np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))
+    return c - (c[head] - values[head])
+
+
+def _busy_between(times: np.ndarray, level: np.ndarray, t0: int, t1: int) -> float:
+    c = _cumulative(times, level, np.array([t0, t1], dtype=np.int64))
+    return float(c[1] - c[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# public analyses
+# ---------------------------------------------------------------------------------------------
+def sm_utilization(
+    timeline: Timeline,
+    rank: int,
+    device: int,
+    bins: int | np.ndarray = 200,
+    source: Literal["auto", "measured", "estimated"] = "auto",
+) -> pd.DataFrame:
+    """SM utilization over time: one row per (bin, scope), scope "device" for the whole GPU and
+    "partition" per green-context partition (green_context -1 = outside every green context).
+    Columns: start, end, scope, green_context, sm_count, busy_sm_ns, utilization, source.
+    `bins`: a number of equal bins over the device's span, or explicit edges (ns)."""
+    lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source)
+    cols = ["start", "end", "scope", "green_context", "sm_count", "busy_sm_ns", "utilization", "source"]
+    if src == "none" or dev.span[1] <= dev.span[0]:
+        return pd.DataFrame({c: [] for c in cols})
+    if np.ndim(bins) == 0:
+        edges = np.linspace(dev.span[0], dev.span[1], int(bins) + 1).round().astype(np.int64)
+        edges = np.unique(edges)
+    else:
+        edges = np.asarray(bins, dtype=np.int64)
+    t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)
+    width = np.diff(edges).astype(np.float64)
+    frames = []
+
+    def frame(scope: str, g: int, n: int, busy: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "start": edges[:-1],
+                "end": edges[1:],
+                "scope": scope,
+                "green_context": g,
+                "sm_count": n,
+                "busy_sm_ns": busy,
+                "utilization": np.where(width > 0, busy / (np.maximum(n, 1) * np.maximum(width, 1)), 0.0),
+                "source": src,
+            }
+        )
+
+    frames.append(frame("device", NONE_PARTITION, dev.sm_count, np.diff(_cumulative(t, lvl, edges))))
+    if any(p.green_context >= 0 for p in parts):
+        for p in parts:
+            pt, pl = per_part[p.green_context]
+            frames.append(
+                frame("partition", p.green_context, p.sm_count, np.diff(_cumulative(pt, pl, edges)))
+            )
+    return pd.concat(frames, ignore_index=True)
+
+
+@dataclass(frozen=True)
+class _SmTime:
+    source: LaneSource
+    span: tuple[int, int]
+    sm_count: int
+    device_busy: float  # SM-ns
+    partitions: tuple[tuple[Partition, float], ...]  # (partition, busy SM-ns)
+
+
+_CACHE: dict[tuple[int, int, int, str], tuple[weakref.ref, _SmTime]] = {}
+_CACHE_SIZE = 16
+_CACHE_LOCK = threading.Lock()
+
+
+def _sm_time(timeline: Timeline, rank: int, device: int, source: str = "auto") -> _SmTime:
+    """SM-time of a device and its partitions, memoized per Timeline object (analyze asks for the
+    summary and the findings of the same device)."""
+    key = (id(timeline), rank, device, source)
+    with _CACHE_LOCK:  # the dashboard calls from several threads
+        hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is timeline:
+        return hit[1]
+    result = _compute_sm_time(timeline, rank, device, source)
+    with _CACHE_LOCK:
+        while len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = (weakref.ref(timeline), result)
+    return result
+
+
+def _compute_sm_time(timeline: Timeline, rank: int, device: int, source: str) -> _SmTime:
+    lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source)
+    if src == "none" or dev.span[1] <= dev.span[0]:
+        return _SmTime("none", dev.span, dev.sm_count, 0.0, ())
+    t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)
+    t0, t1 = dev.span
+    busy = _busy_between(t, lvl, t0, t1)
+    pb = tuple((p, _busy_between(*per_part[p.green_context], t0, t1)) for p in parts)
+    return _SmTime(src, dev.span, dev.sm_count, busy, pb)
+
+
+def sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
+    """Source, busy fraction (busy SM-time / (SMs x span)) and green-context partitions of a device.
+    Partitions are listed only when the device has green contexts: each green context, plus
+    partition None for the SMs no green context holds (when there are any). Work outside green
+    contexts on a device whose green contexts hold every SM counts in the device's busy fraction
+    only."""
+    st = _sm_time(timeline, rank, device)
+    if st.source == "none":
+        return SmSummary()
+    span = st.span[1] - st.span[0]
+    frac = st.device_busy / (st.sm_count * span) if st.sm_count and span else 0.0
+    partitions: tuple[SmPartition, ...] = ()
+    if any(p.green_context >= 0 for p, _ in st.partitions):
+        partitions = tuple(
+            SmPartition(
+                green_context=None if p.green_context < 0 else p.green_context,
+                sm_count=p.sm_count,
+                busy_fraction=round(b / (p.sm_count * span), 6) if p.sm_count and span else 0.0,
+            )
+            for p, b in st.partitions
+            if not p.overlaps  # the listed partitions are disjoint: their SM counts add up
+        )
+    return SmSummary(source=st.source, busy_fraction=round(frac, 6), partitions=partitions)
+
+
+def _gpu_devices(timeline: Timeline) -> list[tuple[int, int]]:
+    keys = {(d.rank, d.device) for d in timeline.devices}
+    if timeline.sm_blocks is not None and len(timeline.sm_blocks):
+        keys |= set(map(tuple, timeline.sm_blocks[["rank", "device"]].drop_duplicates().to_numpy().tolist()))
+    return sorted((int(r), int(d)) for r, d in keys)
+
+
+def idle_partition_findings(timeline: Timeline) -> list[Finding]:
+    """Rule `idle_partition`: a green-context partition busy less than half of the device's span.
+    wasted_ns = the partition's idle SM-time expressed as whole-device time (idle SM-ns / device
+    SMs); data carries the raw numbers (idle_sm_ns, sm_count, busy_fraction, span_ns, source)."""
+    findings: list[Finding] = []
+    for rank, device in _gpu_devices(timeline):
+        st = _sm_time(timeline, rank, device)
+        if st.source == "none":
+            continue
+        span = st.span[1] - st.span[0]
+        for p, busy in st.partitions:
+            if p.green_context < 0 or p.sm_count <= 0 or span <= 0:
+                continue
+            frac = busy / (p.sm_count * span)
+            if frac >= IDLE_PARTITION_THRESHOLD:
+                continue
+            idle_sm_ns = p.sm_count * span - busy
+            where = f"rank {rank} device {device} green context {p.green_context}"
+            findings.append(
+                Finding(
+                    rule="idle_partition",
+                    severity="critical" if frac < IDLE_PARTITION_CRITICAL else "warning",
+                    count=1,
+                    wasted_ns=round(idle_sm_ns / max(st.sm_count, 1)),
+                    message=(
+                        f"green-context partition {p.green_context} ({p.sm_count} of {st.sm_count} SMs) is busy "
+                        f"{frac:.0%} of the {span / 1e6:.3f} ms span ({st.source}): "
+                        f"{idle_sm_ns / 1e6:.1f} SM-ms idle, {idle_sm_ns / (st.sm_count * span):.0%} of the "
+                        f"device's SM-time. Give it fewer SMs or more work."
+                    ),
+                    where=where,
+                    data={
+                        "green_context": p.green_context,
+                        "sm_count": p.sm_count,
+                        "device_sm_count": st.sm_count,
+                        "busy_fraction": round(frac, 6),
+                        "idle_sm_ns": round(idle_sm_ns),
+                        "span_ns": int(span),
+                        "source": st.source,
+                        "start_ns": int(st.span[0]),  # the whole span: the partition idles throughout
+                        "end_ns": int(st.span[1]),
+                    },
+                )
+            )
+    return findings
+
+
+@dataclass(frozen=True)
+class SmAgreement:
+    """Measured vs estimated SM-time of the probe-instrumented kernels of one device."""
+
+    measured_sm_ns: float
+    estimated_sm_ns: float
+    relative_error: float  # (estimated - measured) / measured
+    kernels: int  # instrumented kernel events compared
+
+
+def estimate_agreement(timeline: Timeline, rank: int, device: int) -> SmAgreement | None:
+    """How far the estimate is from the measurement, on the kernel events the probe instrumented
+    (None without probe data), as SM-time over the device's span.
+
+    measured = union of the recorded blocks per SM; estimated = the same kernel events' share of
+    the estimated level: every kernel of the device is estimated, and where a partition's kernels
+    want more SMs than it has, each gets its proportional share (the clipping `sm_summary` does),
+    so concurrent uninstrumented kernels (cuBLAS on another stream) take their part."""
+    dev = _device(timeline, rank, device)
+    if dev.blocks is None or dev.sm_count <= 0:
+        return None
+    parts = _partitions(timeline, dev)
+    inst = _instrumented(dev)
+    t0, t1 = dev.span
+    m = _busy_between(*_level_functions(_measured_rows(dev), parts, dev.sm_count)[:2], t0, t1)
+    rows = _estimated_rows(_estimate(timeline, dev, parts, dev.kernels), parts)
+    mine = np.isin(rows["kernel"].to_numpy(), dev.kernels.index[inst])
+    e = 0.0
+    for p in parts:  # one pass per partition
+        sel = rows["green_context"].to_numpy() == p.green_context
+        pr = rows[sel]
+        w = (pr["sm_last"].to_numpy() - pr["sm_first"].to_numpy() + 1).astype(np.int64)
+        start, end = pr["start"].to_numpy(), pr["end"].to_numpy()
+        times = np.concatenate([start, end])
+        order = np.argsort(times, kind="stable")
+        t = times[order]
+        level = np.cumsum(np.concatenate([w, -w])[order])
+        share = np.where(level > 0, np.minimum(1.0, max(p.sm_count, 1) / np.maximum(level, 1)), 0.0)
+        k = mine[sel]
+        a = _cumulative(t, share, np.clip(start[k], t0, t1))
+        b = _cumulative(t, share, np.clip(end[k], t0, t1))
+        e += float((w[k] * (b - a)).sum())
+    return SmAgreement(m, e, (e - m) / m if m else float("inf"), int(inst.sum()))
