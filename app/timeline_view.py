@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracelab.analyses.sm import sm_lanes
 from tracelab.render.figures import lane_to_row, sm_band_size, timeline_figure, timeline_rows
 from tracelab.render.lod import LodView, level_of_detail
 from tracelab.store import RunRecord
@@ -29,19 +30,15 @@ class SmLanes:
 
 
 def sm_lanes_for(state: AppState, run_id: str) -> list[SmLanes]:
-    """Per-SM lanes of every device (engineer H's `sm_lanes`), cached; [] when unavailable."""
+    """Per-SM lanes of every device (`tracelab.analyses.sm.sm_lanes`), cached; [] when none has any."""
 
     def make() -> list[SmLanes]:
-        try:
-            from tracelab.analyses.sm import sm_lanes  # type: ignore[attr-defined]
-        except ImportError:
-            return []
         tl = state.timeline(run_id)
         out = []
         for d in tl.devices:
             try:
                 frame, source = sm_lanes(tl, d.rank, d.device)
-            except Exception:  # noqa: BLE001 - SM lanes are an optional extra; the timeline still shows
+            except Exception:  # noqa: BLE001, S112 - SM lanes are an optional extra; the timeline still shows
                 continue
             if frame is None or len(frame) == 0 or source == "none":
                 continue

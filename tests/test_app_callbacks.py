@@ -66,9 +66,9 @@ def synthetic_timeline(
     }
 
     def add(**kw):
-        for c in cols:
+        for c, values in cols.items():
             default = 0 if c in ("kind", "copy_kind") else -1
-            cols[c].append(kw.get(c, default))
+            values.append(kw.get(c, default))
 
     us = 1_000
     corr = 0
@@ -314,7 +314,7 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     )
     assert new_view is not None
     assert (new_view["t0"], new_view["t1"]) == (str(rec.start_ns), str(rec.start_ns + 200_000))
-    fig, link, info, _ = outputs
+    fig, link, _info, _ = outputs
     q = parse_qs(urlparse(link).query)
     assert q == {"run": [a], "t0": [str(rec.start_ns)], "t1": [str(rec.start_ns + 200_000)]}
     # at this zoom every kernel of step 0 is drawn individually, with its hover text
@@ -576,7 +576,7 @@ def test_upload_rejects_bad_files_and_writes_only_in_import_dir(env, tmp_path):
     imports = tmp_path / "imports"
     assert not imports.exists() or not any(p.is_file() for p in imports.rglob("*"))
     assert runs.safe_filename("../../a b<c>.json.gz") == "a_b_c_.json.gz"
-    message, listing = runs.on_upload(state, _data_url(b"garbage"), "trace.sqlite")
+    message, _listing = runs.on_upload(state, _data_url(b"garbage"), "trace.sqlite")
     assert "upload-error" in as_json(message)
 
 
@@ -675,3 +675,16 @@ def test_internal_errors_give_a_clear_page(env, monkeypatch):
     monkeypatch.setattr(timeline_view, "level_of_detail", broken)
     page = timeline.timeline_layout(state, a)
     assert page.id == "error" and "Internal error" in as_json(page)
+
+
+def test_every_finding_link_opens_its_window(env):
+    """Each rule puts its first / worst occurrence in data (start_ns, end_ns): the link opens it."""
+    from app.pages import gaps
+
+    state, a, _ = env
+    findings = state.analysis(a).findings
+    assert {f.rule for f in findings} >= {"sync_per_iteration", "idle_partition"}
+    page = gaps.gaps_layout(state, a)
+    for i, f in enumerate(findings):
+        q = parse_qs(urlparse(find(page, f"finding-link-{i}").href).query)
+        assert int(q["t0"][0]) <= f.data["start_ns"] < f.data["end_ns"] <= int(q["t1"][0]), f.rule

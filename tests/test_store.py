@@ -111,11 +111,14 @@ def _fp(tag: str) -> str:
 
 
 def _counts(path) -> dict[str, int]:
+    """Rows per table; for `events` (one row per chunk) the number of events the chunks hold."""
     with sqlite3.connect(path) as c:
-        return {
+        counts = {
             t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in ("runs", "strings", "lanes", "events", "event_columns", "sm_blocks")
+            for t in ("runs", "strings", "lanes", "events", "sm_blocks")
         }
+        counts["events"] = c.execute("SELECT coalesce(sum(n), 0) FROM events").fetchone()[0]
+        return counts
 
 
 def test_roundtrip_is_identical(tmp_path):
@@ -200,7 +203,7 @@ def test_delete_run(tmp_path):
     st.import_timeline(_timeline(seed=2), source_path="b", fingerprint=_fp("b"))
     st.delete_run(a)
     with sqlite3.connect(db) as c:
-        for t in ("strings", "lanes", "events", "event_columns", "sm_blocks"):
+        for t in ("strings", "lanes", "events", "sm_blocks"):
             assert c.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", (a,)).fetchone()[0] == 0
     assert len(st.runs()) == 1
     with pytest.raises(UnknownRun):
@@ -239,14 +242,19 @@ def test_window_matches_brute_force(tmp_path, seed):
     assert st.window(rid, t0, t0).empty and st.window(rid, t1, t0).empty
 
 
-def test_window_uses_the_primary_key(tmp_path):
+def test_window_uses_the_chunk_index(tmp_path):
     st = Store(tmp_path / "s.db")
     st.import_timeline(_timeline(n=100), source_path="w", fingerprint=_fp("p"))
     plan = st.conn.execute(
-        "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE run_id = ? AND lane = ? AND start >= ? AND start < ?",
-        ("x", 0, 0, 1),
+        "EXPLAIN QUERY PLAN SELECT lane, n, data FROM events WHERE run_id = ? AND lane = ?"
+        " AND start_min >= ? AND start_min < ? AND end_max >= ? AND (kinds & ?) != 0",
+        ("x", 0, 0, 1, 0, 1),
     ).fetchall()
-    assert "USING PRIMARY KEY (run_id=? AND lane=? AND start>? AND start<?)" in str(plan)
+    assert "USING INDEX events_window (run_id=? AND lane=? AND start_min>? AND start_min<?)" in str(plan)
+    plan = st.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT lane FROM lanes WHERE run_id = ? AND device = ?", ("x", 0)
+    ).fetchall()
+    assert "lanes_device" in str(plan)
 
 
 def test_lanes_table_has_window_bounds(tmp_path):
@@ -298,12 +306,20 @@ def test_store_created_in_new_directory_and_reopened(tmp_path):
     assert len(Store(db, create=False).runs()) == 1
 
 
-def test_corrupt_column_blob_is_bad_input(tmp_path):
+def test_corrupt_chunk_blob_is_bad_input(tmp_path):
     db = tmp_path / "s.db"
     rid = Store(db).import_timeline(_timeline(n=50), source_path="x", fingerprint=_fp("x"))
     with sqlite3.connect(db) as c:
-        c.execute("UPDATE event_columns SET data = x'00ff00ff' WHERE name = 'end'")
-    with pytest.raises(BadInput, match="corrupt store: column end"):
+        lane = c.execute("SELECT lane FROM events ORDER BY n DESC LIMIT 1").fetchone()[0]
+        c.execute("UPDATE events SET data = x'00ff00ff' WHERE lane = ?", (lane,))
+    with pytest.raises(BadInput, match="corrupt store: an event chunk of run") as e:
+        Store(db).load(rid)
+    assert str(db) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(BadInput, match="corrupt store"):
+        Store(db).window(rid, -(10**12), 10**12)
+    with sqlite3.connect(db) as c:  # a chunk gone: the load notices the missing rows
+        c.execute("DELETE FROM events WHERE lane = ?", (lane,))
+    with pytest.raises(BadInput, match="corrupt store: run .* lacks"):
         Store(db).load(rid)
 
 
@@ -404,16 +420,135 @@ def test_replace_swaps_the_run_in_one_transaction(tmp_path):
     assert _counts(db)["events"] == 300
 
 
-def test_store_is_plain_sql_for_ad_hoc_queries(tmp_path):
-    """Every event is a row: users can query the store with sqlite-utils or sqlite3 directly."""
+def test_chunk_summaries_are_plain_sql(tmp_path):
+    """Events live in per-lane chunks; their summaries (lane, n, start_min, end_max, kinds) and the
+    strings stay plain SQL for sqlite-utils / sqlite3; event-level queries go through Store.window."""
     tl = _timeline(n=500)
     st = Store(tmp_path / "s.db")
     rid = st.import_timeline(tl, source_path="q", fingerprint=_fp("q"))
-    assert st.db["events"].count_where("run_id = ?", [rid]) == 500
-    kernels = st.db.execute(
-        'SELECT count(*), sum(e."end" - e.start) FROM events e WHERE run_id = ? AND kind = 0', [rid]
+    ev = tl.events
+    per_lane = dict(
+        st.db.execute("SELECT lane, sum(n) FROM events WHERE run_id = ? GROUP BY lane", [rid]).fetchall()
+    )
+    assert per_lane == ev.groupby("lane").size().to_dict()
+    bounds = st.db.execute(
+        "SELECT min(start_min), max(end_max), count(*) FROM events WHERE run_id = ? AND (kinds & 1) != 0",
+        [rid],
     ).fetchone()
-    k = tl.events[tl.events["kind"] == 0]
-    assert kernels == (len(k), int((k["end"] - k["start"]).sum()))
+    k = ev[ev["kind"] == 0]
+    with_kernels = ev[ev["lane"].isin(k["lane"])]  # 500 events: one chunk per lane
+    assert bounds == (int(with_kernels["start"].min()), int(with_kernels["end"].max()), k["lane"].nunique())
+    kernels = st.window(rid, -(10**15), 10**15, kinds=[0])
+    assert (len(kernels), int((kernels["end"] - kernels["start"]).sum())) == (
+        len(k),
+        int((k["end"] - k["start"]).sum()),
+    )
     names = dict(st.db.execute("SELECT id, value FROM strings WHERE run_id = ?", [rid]).fetchall())
     assert tuple(names[i] for i in range(len(names))) == tl.strings
+
+
+def _one_lane_run(tmp_path, starts, ends, kinds=None, tag="c"):
+    n = len(starts)
+    tl = build_timeline(
+        {
+            "kind": np.zeros(n, np.int8) if kinds is None else kinds,
+            "start": starts,
+            "end": ends,
+            "device": 0,
+            "stream": 7,
+            "name": (np.arange(n) % 5).astype(np.int32),
+            "correlation": np.arange(n) * 3,
+        },
+        [f"k{i}" for i in range(5)],
+        RunMeta(source=tag, format="kineto"),
+    )
+    st = Store(tmp_path / f"{tag}.db")
+    return tl, st, st.import_timeline(tl, source_path=tag, fingerprint=_fp(tag))
+
+
+def _check(st, rid, ev, t0, t1, **kw):
+    got = st.window(rid, t0, t1, **kw)
+    want = _brute(ev, t0, t1)
+    if "kinds" in kw:
+        want = want[want["kind"].isin(kw["kinds"])]
+    pd.testing.assert_frame_equal(got.sort_index(), want.rename_axis("event").sort_index(), check_exact=True)
+    return got
+
+
+def test_window_at_chunk_edges(tmp_path):
+    """Windows that start or end exactly on the first/last event of a chunk, instants on the edges."""
+    from tracelab.store.chunks import CHUNK_EVENTS
+
+    n = 3 * CHUNK_EVENTS + 17  # three full chunks and a short one
+    starts = np.arange(n, dtype=np.int64) * 100
+    ends = starts + 50
+    kinds = np.zeros(n, np.int8)
+    instants = np.arange(0, n, CHUNK_EVENTS // 2)  # on every chunk's first event and mid-chunk
+    instants = np.unique(np.r_[instants, instants[1:] - 1, n - 1])  # and every chunk's last
+    ends[instants] = starts[instants]
+    kinds[instants] = int(EventKind.MEMSET)  # zero-length, on the same stream lane
+    tl, st, rid = _one_lane_run(tmp_path, starts, ends, kinds)
+    rows = st.conn.execute(
+        "SELECT start_min, start_max, end_max, n FROM events ORDER BY start_min"
+    ).fetchall()
+    assert [r[3] for r in rows] == [CHUNK_EVENTS] * 3 + [17]
+    ev = tl.events
+    for s_min, s_max, e_max, _ in rows:
+        for t0, t1 in [
+            (s_min, s_min + 1),  # one ns at a chunk's first start (an instant there)
+            (s_max, s_max + 1),  # at a chunk's last start
+            (e_max, e_max + 100),  # starting where the chunk's last event ends
+            (s_min - 50, s_min),  # ending exactly at a chunk's first start: that event is out
+            (s_max, s_max + 100),  # straddling two chunks
+            (s_min, s_max + 1),  # exactly one chunk
+        ]:
+            _check(st, rid, ev, t0, t1)
+    got = _check(st, rid, ev, int(starts[CHUNK_EVENTS]), int(starts[CHUNK_EVENTS]) + 1)
+    assert got.index.tolist() == [CHUNK_EVENTS]  # the instant opening chunk 2
+    got = _check(st, rid, ev, int(starts[CHUNK_EVENTS]), int(starts[2 * CHUNK_EVENTS]), kinds=[2])
+    assert set(got.index) == {i for i in instants if CHUNK_EVENTS <= i < 2 * CHUNK_EVENTS}
+
+
+def test_long_event_spanning_many_chunks(tmp_path):
+    from tracelab.store.chunks import CHUNK_EVENTS
+
+    n = 6 * CHUNK_EVENTS
+    starts = np.arange(n, dtype=np.int64) * 10
+    ends = starts + 5
+    ends[3] = starts[-1] + 1_000  # event 3 lasts past every other event on the lane
+    ends[CHUNK_EVENTS + 1] = starts[4 * CHUNK_EVENTS]  # ends exactly where chunk 5 begins
+    tl, st, rid = _one_lane_run(tmp_path, starts, ends, tag="long")
+    ev = tl.events
+    span = st.conn.execute("SELECT chunk_span FROM lanes").fetchone()[0]
+    assert span == int(ends[3] - starts[0])
+    for t0, t1 in [
+        (int(starts[-1]) + 500, int(starts[-1]) + 501),  # only the long event is there
+        (int(starts[4 * CHUNK_EVENTS]), int(starts[4 * CHUNK_EVENTS]) + 1),
+        (int(starts[4 * CHUNK_EVENTS]) - 1, int(starts[4 * CHUNK_EVENTS])),
+        (int(starts[3 * CHUNK_EVENTS]), int(starts[3 * CHUNK_EVENTS + 10])),
+    ]:
+        got = _check(st, rid, ev, t0, t1)
+        assert 3 in got.index
+    got = _check(st, rid, ev, int(starts[-1]) + 500, int(starts[-1]) + 501)
+    assert got.index.tolist() == [3]
+    assert st.window(rid, int(ends[3]), int(ends[3]) + 10).empty
+    got = st.window(rid, 0, 10**9, limit=5)
+    assert got.index.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_old_or_newer_store_schema_is_refused(tmp_path):
+    from tracelab.store import STORE_SCHEMA_VERSION
+
+    db = tmp_path / "s.db"
+    Store(db).import_timeline(_timeline(n=10), source_path="x", fingerprint=_fp("x"))
+    for version in (1, STORE_SCHEMA_VERSION + 1):
+        with sqlite3.connect(db) as c:
+            c.execute("UPDATE store_meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+        before = db.read_bytes()
+        with pytest.raises(BadInput) as e:
+            Store(db)
+        msg = str(e.value)
+        assert f"store schema version {version}; this tracelab expects {STORE_SCHEMA_VERSION}" in msg
+        assert str(db) in msg and "\n" not in msg
+        assert ("re-import" in msg) == (version < STORE_SCHEMA_VERSION)
+        assert db.read_bytes() == before

@@ -25,10 +25,10 @@ from tracelab.render.figures import (
 from tracelab.store import RunRecord
 
 from ..components import error_page, run_header
-from .common import internal_error_page, resolve_run
 from ..state import AppState, current_state, describe_error
 from ..timeline_view import DEFAULT_SHOW, correlated_events, render_view, sm_lanes_for
 from ..urls import MIN_SPAN_NS, parse_window, timeline_href
+from .common import internal_error_page, resolve_run
 
 PATH = "/timeline"
 LANE_GROUPS = (
@@ -59,8 +59,8 @@ def window_from_relayout(relayout: dict[str, Any] | None, view: dict[str, Any]) 
         return None
     unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))  # the unit of the figure being zoomed
     try:
-        t0 = origin + int(round(float(a) * unit))
-        t1 = origin + int(round(float(b) * unit))
+        t0 = origin + round(float(a) * unit)
+        t1 = origin + round(float(b) * unit)
     except (TypeError, ValueError):
         return None
     lo, hi = int(view["lo"]), int(view["hi"])
@@ -82,7 +82,7 @@ def selection_from_click(
     if not isinstance(cd, (list, tuple)) or len(cd) < 5:
         return None
     try:
-        row, start, end, corr, kind = (int(round(float(v))) for v in cd[:5])
+        row, start, end, corr, kind = (round(float(v)) for v in cd[:5])
     except (TypeError, ValueError):
         return None
     start, end = start + int(origin), end + int(origin)

@@ -17,7 +17,8 @@ from ..model import EventKind, Flag, Timeline
 from ..model.api_names import comm_mask
 from .intervals import grouped_union_lengths, merge, union_length
 from .overlap import device_overlap
-from .results import DeviceSummary, SmSummary, StreamSummary
+from .results import DeviceSummary, StreamSummary
+from .sm import sm_summary
 
 _GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
 
@@ -61,14 +62,6 @@ def comm_kernels(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     if is_kernel.any():
         named[is_kernel] = comm_mask(timeline.strings, ev["name"].to_numpy()[rows][is_kernel])
     return is_kernel & (flagged | named)
-
-
-def _sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
-    try:
-        from .sm import sm_summary
-    except ImportError:  # engineer H's module not there yet
-        return SmSummary()
-    return sm_summary(timeline, rank, device)
 
 
 def _opt(v: int) -> int | None:
@@ -140,7 +133,7 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
         comm_ns=kind_len(comm),
         overlap=device_overlap(kind, start, end, lane, comm),
         streams=tuple(streams),
-        sm=_sm_summary(timeline, dr.rank, dr.device),
+        sm=sm_summary(timeline, dr.rank, dr.device),
         kernels=int(is_k.sum()),
         memcpys=int(is_c.sum()),
         memsets=int(is_s.sum()),

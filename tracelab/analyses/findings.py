@@ -53,6 +53,7 @@ from .devices import DeviceRows
 from .gaps import HostView, short_name
 from .intervals import covered_length, intersection_length, merge
 from .results import DeviceSummary, Finding, Gap
+from .sm import idle_partition_findings
 from .units import fmt_bytes, fmt_ns
 
 # ---- thresholds -----------------------------------------------------------------------------
@@ -606,14 +607,6 @@ def pdl(ctx: FindingContext) -> Finding | None:
 
 
 # ---- all rules --------------------------------------------------------------------------------
-def _idle_partition(timeline: Timeline) -> list[Finding]:
-    try:
-        from .sm import idle_partition_findings
-    except ImportError:  # engineer H's module not there yet
-        return []
-    return list(idle_partition_findings(timeline))
-
-
 RULES = (sync_per_iteration, pageable_memcpy, sync_memcpy, launch_bound, serialized_copy_compute, pdl)
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -642,5 +635,5 @@ def finding_notes(ctx: FindingContext) -> list[str]:
 def find_all(ctx: FindingContext) -> tuple[Finding, ...]:
     """Every rule that fires, most severe first, then by GPU time wasted."""
     found = [f for rule in RULES if (f := rule(ctx)) is not None]
-    found.extend(_idle_partition(ctx.timeline))
+    found.extend(idle_partition_findings(ctx.timeline))
     return tuple(sorted(found, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -f.wasted_ns, f.rule)))

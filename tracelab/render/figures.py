@@ -83,9 +83,9 @@ def timeline_rows(
         height: float = 1.0,
     ) -> None:
         out.append(
-            dict(
-                lane=lane, sm=sm, rank=rank, device=device, kind=kind, label=label, group=group, height=height
-            )
+            {
+                "lane": lane, "sm": sm, "rank": rank, "device": device, "kind": kind, "label": label, "group": group, "height": height
+            }
         )
 
     lk = lanes["lane_kind"].to_numpy()
@@ -351,7 +351,7 @@ def timeline_figure(
                     x=xs,
                     y=ys,
                     mode="lines",
-                    line=dict(color=color, width=width),
+                    line={"color": color, "width": width},
                     name=legend,
                     legendgroup=cls,
                     hoverinfo="skip",
@@ -363,9 +363,9 @@ def timeline_figure(
                     x=(x0[m] + x1[m]) / 2,
                     y=y[m],
                     mode="markers",
-                    marker=dict(
-                        color=color, size=3 if cls in _THIN else 5, opacity=0.35 if cls in _THIN else 0.6
-                    ),
+                    marker={
+                        "color": color, "size": 3 if cls in _THIN else 5, "opacity": 0.35 if cls in _THIN else 0.6
+                    },
                     name=legend,
                     legendgroup=cls,
                     showlegend=False,
@@ -406,7 +406,7 @@ def timeline_figure(
                     y=ys,
                     mode="lines",
                     opacity=0.25 + 0.75 * LEVELS[level],
-                    line=dict(color=color, width=12 if group == "bins" else 3),
+                    line={"color": color, "width": 12 if group == "bins" else 3},
                     name="short events, aggregated (darker = busier)",
                     legendgroup=group,
                     hoverinfo="skip",
@@ -418,7 +418,7 @@ def timeline_figure(
                     x=(x0[m] + x1[m]) / 2,
                     y=y[m],
                     mode="markers",
-                    marker=dict(color=color, size=4, opacity=0.5),
+                    marker={"color": color, "size": 4, "opacity": 0.5},
                     legendgroup=group,
                     showlegend=False,
                     hovertext=text[m],
@@ -442,7 +442,7 @@ def timeline_figure(
                 x=xs,
                 y=ys,
                 mode="lines",
-                line=dict(color="#ffd700", width=18),
+                line={"color": "#ffd700", "width": 18},
                 opacity=0.7,
                 name="selected (correlated)",
                 hoverinfo="skip",
@@ -454,8 +454,8 @@ def timeline_figure(
                 x=hx0[order],
                 y=hy[order],
                 mode="lines+markers",
-                line=dict(color="#d4a000", width=2, dash="dash"),
-                marker=dict(size=9, color="#d4a000"),
+                line={"color": "#d4a000", "width": 2, "dash": "dash"},
+                marker={"size": 9, "color": "#d4a000"},
                 showlegend=False,
                 hoverinfo="skip",
             )
@@ -470,16 +470,16 @@ def timeline_figure(
         for t, h in zip(labels[tick_mask], is_header[tick_mask])
     ]
     shapes = [
-        dict(
-            type="line",
-            xref="paper",
-            x0=0,
-            x1=1,
-            yref="y",
-            y0=float(y - 0.5),
-            y1=float(y - 0.5),
-            line=dict(color="#888", width=1),
-        )
+        {
+            "type": "line",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "yref": "y",
+            "y0": float(y - 0.5),
+            "y1": float(y - 0.5),
+            "line": {"color": "#888", "width": 1},
+        }
         for y in (y_of_row[: len(rows)][is_header] if len(rows) else [])
     ]
     visible_gaps = sorted(
@@ -487,18 +487,18 @@ def timeline_figure(
     )[:200]
     for g in visible_gaps:
         shapes.append(
-            dict(
-                type="rect",
-                xref="x",
-                yref="paper",
-                x0=(g.start_ns - origin_ns) / unit,
-                x1=(g.end_ns - origin_ns) / unit,
-                y0=0,
-                y1=1,
-                fillcolor="rgba(214,39,40,0.07)",
-                line=dict(width=0),
-                layer="below",
-            )
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": (g.start_ns - origin_ns) / unit,
+                "x1": (g.end_ns - origin_ns) / unit,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": "rgba(214,39,40,0.07)",
+                "line": {"width": 0},
+                "layer": "below",
+            }
         )
     if visible_gaps:
         mid = np.array([((g.start_ns + g.end_ns) / 2 - origin_ns) / unit for g in visible_gaps])
@@ -508,7 +508,7 @@ def timeline_figure(
                 y=np.zeros(len(mid)),
                 mode="markers",
                 cliponaxis=False,
-                marker=dict(color="rgba(214,39,40,0.7)", size=10, symbol="triangle-down"),
+                marker={"color": "rgba(214,39,40,0.7)", "size": 10, "symbol": "triangle-down"},
                 name="idle gaps (shaded)",
                 hoverinfo="text",
                 hovertext=[
@@ -519,28 +519,28 @@ def timeline_figure(
             )
         )
     fig.update_layout(
-        title=dict(text=plotly_text(title), x=0.01) if title else None,
+        title={"text": plotly_text(title), "x": 0.01} if title else None,
         height=int(min(max(260, n_units * height_px + 140), 4000)),
-        margin=dict(l=10, r=10, t=70 if title else 50, b=40),
-        xaxis=dict(
-            title=f"time ({unit_name} from run start)",
-            range=[(view.t0 - origin_ns) / unit, (view.t1 - origin_ns) / unit],
-            showgrid=True,
-            zeroline=False,
-        ),
-        yaxis=dict(
-            tickvals=y_of_row[: len(rows)][tick_mask].tolist() if len(rows) else [],
-            ticktext=ticktext,
-            range=[n_units, 0],
-            fixedrange=True,
-            showgrid=False,
-            automargin=True,
-        ),
+        margin={"l": 10, "r": 10, "t": 70 if title else 50, "b": 40},
+        xaxis={
+            "title": f"time ({unit_name} from run start)",
+            "range": [(view.t0 - origin_ns) / unit, (view.t1 - origin_ns) / unit],
+            "showgrid": True,
+            "zeroline": False,
+        },
+        yaxis={
+            "tickvals": y_of_row[: len(rows)][tick_mask].tolist() if len(rows) else [],
+            "ticktext": ticktext,
+            "range": [n_units, 0],
+            "fixedrange": True,
+            "showgrid": False,
+            "automargin": True,
+        },
         shapes=shapes,
         hovermode="closest",
         dragmode="zoom",
         uirevision=uirevision,
-        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left", font=dict(size=11)),
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left", "font": {"size": 11}},
         plot_bgcolor="white",
     )
     return fig
@@ -549,20 +549,20 @@ def timeline_figure(
 def empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
-        xaxis=dict(visible=False),
-        yaxis=dict(visible=False),
+        xaxis={"visible": False},
+        yaxis={"visible": False},
         height=220,
         plot_bgcolor="white",
         annotations=[
-            dict(
-                text=plotly_text(message),
-                showarrow=False,
-                x=0.5,
-                y=0.5,
-                xref="paper",
-                yref="paper",
-                font=dict(size=15, color="#555"),
-            )
+            {
+                "text": plotly_text(message),
+                "showarrow": False,
+                "x": 0.5,
+                "y": 0.5,
+                "xref": "paper",
+                "yref": "paper",
+                "font": {"size": 15, "color": "#555"},
+            }
         ],
     )
     return fig
@@ -588,15 +588,15 @@ def overlap_matrix_figure(matrix: pd.DataFrame, *, title: str = "") -> go.Figure
             text=text,
             texttemplate="%{text}",
             colorscale="Blues",
-            colorbar=dict(title="ms"),
+            colorbar={"title": "ms"},
             hovertemplate="%{y} ∩ %{x}: %{text}<extra></extra>",
         )
     )
     fig.update_layout(
         title=plotly_text(title) if title else None,
         height=max(320, 60 * len(labels) + 160),
-        yaxis=dict(autorange="reversed"),
-        margin=dict(l=10, r=10, t=50, b=10),
+        yaxis={"autorange": "reversed"},
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
     )
     return fig
 
@@ -652,9 +652,9 @@ def overlap_bars_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
         barmode="group",
         height=max(340, 28 * len(labels) * max(1, min(len(devices), 4)) + 80),
         xaxis_title="ms",
-        yaxis=dict(autorange="reversed"),
-        margin=dict(l=10, r=10, t=30, b=40),
-        legend=dict(orientation="h", y=1.08),
+        yaxis={"autorange": "reversed"},
+        margin={"l": 10, "r": 10, "t": 30, "b": 40},
+        legend={"orientation": "h", "y": 1.08},
         showlegend=len(devices) > 1,
     )
     return fig
@@ -684,10 +684,10 @@ def stream_utilization_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
         )
     )
     fig.update_layout(
-        xaxis=dict(title="busy fraction of the device span", tickformat=".0%", range=[0, 1]),
+        xaxis={"title": "busy fraction of the device span", "tickformat": ".0%", "range": [0, 1]},
         height=max(240, 40 * len(xs) + 120),
-        margin=dict(l=10, r=10, t=30, b=40),
-        yaxis=dict(autorange="reversed"),
+        margin={"l": 10, "r": 10, "t": 30, "b": 40},
+        yaxis={"autorange": "reversed"},
     )
     return fig
 
@@ -713,7 +713,7 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int) -> go.Figure:
                 y=part["duration_ns"] / 1e3,
                 mode="markers",
                 name=str(cause),
-                marker=dict(color=colors.get(str(cause), "#333"), size=8),
+                marker={"color": colors.get(str(cause), "#333"), "size": 8},
                 customdata=np.column_stack(
                     [part["start_ns"] - origin_ns, part["end_ns"] - origin_ns]
                 ).tolist(),
@@ -729,7 +729,7 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int) -> go.Figure:
         yaxis_title="gap length (µs)",
         yaxis_type="log",
         height=320,
-        margin=dict(l=10, r=10, t=30, b=40),
+        margin={"l": 10, "r": 10, "t": 30, "b": 40},
     )
     return fig
 
@@ -846,8 +846,8 @@ def compare_bars_figure(comparison: Any, *, a_label: str = "baseline", b_label: 
         barmode="group",
         yaxis_title="ms",
         height=360,
-        margin=dict(l=10, r=10, t=30, b=40),
-        legend=dict(orientation="h", y=1.1),
-        uniformtext=dict(minsize=9, mode="show"),
+        margin={"l": 10, "r": 10, "t": 30, "b": 40},
+        legend={"orientation": "h", "y": 1.1},
+        uniformtext={"minsize": 9, "mode": "show"},
     )
     return fig

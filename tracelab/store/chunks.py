@@ -41,8 +41,11 @@ class Chunks:
     blobs: list[bytes]
 
 
-def encode(ev: pd.DataFrame, columns: Sequence[str], size: int = CHUNK_EVENTS, compress: bool = False) -> Chunks:
+def encode(
+    ev: pd.DataFrame, columns: Sequence[str], size: int | None = None, compress: bool = False
+) -> Chunks:
     """Cut `ev` (Timeline.events) into per-lane chunks of `columns` ("seq" = the row in ev)."""
+    size = size or CHUNK_EVENTS
     n = len(ev)
     lane = ev["lane"].to_numpy()
     start = ev["start"].to_numpy()
@@ -66,34 +69,42 @@ def encode(ev: pd.DataFrame, columns: Sequence[str], size: int = CHUNK_EVENTS, c
     widths = np.zeros((nchunk, ncol), np.uint8)
     pieces: list[list[bytes]] = [[] for _ in range(nchunk)]
     if nchunk:
-        kind_bits = np.left_shift(1, ev["kind"].to_numpy()[order].astype(np.int64))
+        kind_bits = np.left_shift(1, kind_bit(ev["kind"].to_numpy()[order].astype(np.int64)))
         kinds = np.bitwise_or.reduceat(kind_bits, bounds)
         end_max = np.maximum.reduceat(end_s, bounds)
         dur_max = np.maximum.reduceat(end_s - start_s, bounds)
     else:
         kinds = end_max = dur_max = np.zeros(0, np.int64)
     for j, c in enumerate(columns):
+        if not nchunk:
+            break
         if c == "seq":
-            a = order.astype(np.int64)
+            a = order.astype(np.int64, copy=False)
         elif c == "end":
             a = end_s - start_s
         elif c == "start":
             a = start_s
         else:
-            a = ev[c].to_numpy()[order].astype(np.int64)
-        if not nchunk:
-            continue
+            col = ev[c].to_numpy()
+            lo_v, hi_v = col.min(), col.max()
+            if lo_v == hi_v:  # constant over the run: no gather, no payload
+                bases[:, j] = int(lo_v)
+                continue
+            a = col[order]
+        # native dtype throughout: offsets wrap modulo 2**bits like the range does, and a width
+        # never exceeds the itemsize, so the narrowed low bits are exact
+        unsigned = np.dtype(f"u{a.dtype.itemsize}")
         mn = np.minimum.reduceat(a, bounds)
-        rng = np.maximum.reduceat(a, bounds).view(np.uint64) - mn.view(np.uint64)  # exact mod 2**64
+        rng = np.maximum.reduceat(a, bounds).view(unsigned) - mn.view(unsigned)
         w = np.select([rng == 0, rng <= 0xFF, rng <= 0xFFFF, rng <= 0xFFFFFFFF], [0, 1, 2, 4], 8)
         bases[:, j] = mn
         widths[:, j] = w
         present = np.unique(w[w > 0])
         if not len(present):
             continue
-        rel = a - np.repeat(mn, counts)  # int64, wraps like the uint64 range above
+        rel = a.view(unsigned) - np.repeat(mn, counts).view(unsigned)
         for width in present.tolist():
-            narrow = rel.astype(_UINT[width])
+            narrow = rel if rel.dtype.itemsize == width else rel.astype(_UINT[width])
             for i in np.flatnonzero(w == width).tolist():
                 pieces[i].append(narrow[bounds[i] : ends[i]].tobytes())
     codec = bytes([CODEC_ZLIB if compress else CODEC_RAW])
@@ -111,6 +122,11 @@ def encode(ev: pd.DataFrame, columns: Sequence[str], size: int = CHUNK_EVENTS, c
         kinds=kinds,
         blobs=blobs,
     )
+
+
+def kind_bit(kind):
+    """The bit of the chunk `kinds` set that stands for an event kind (62 for any kind outside 0..61)."""
+    return np.where((kind >= 0) & (kind < 62), kind, 62)
 
 
 def decode(blob: bytes, n: int, columns: Sequence[str]) -> dict[str, np.ndarray]:

@@ -25,10 +25,10 @@ import pandas as pd
 import sqlite_utils
 
 from ..errors import BadInput, DuplicateRun, UnknownRun
-from ..model.timeline import DEFAULTS, EVENT_COLUMNS, LANE_COLUMNS, Timeline
+from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS, Timeline
 from . import codec
 from .bulk import fetch_matrix, insert_columns
-from .chunks import Chunks, decode, encode
+from .chunks import Chunks, complete, decode, encode
 from .records import RunRecord
 from .schema import EVENT_FIELDS, connect, quote, sql_type
 from .window import window_events
@@ -232,8 +232,11 @@ class Store:
         for lo in range(0, len(ch.blobs), _CHUNK_ROWS):
             hi = min(lo + _CHUNK_ROWS, len(ch.blobs))
             rows = zip(
-                [run_id] * (hi - lo), *(m[lo:hi] for m in meta[:1]), range(lo, hi),
-                *(m[lo:hi] for m in meta[1:]), ch.blobs[lo:hi],
+                [run_id] * (hi - lo),
+                *(m[lo:hi] for m in meta[:1]),
+                range(lo, hi),
+                *(m[lo:hi] for m in meta[1:]),
+                ch.blobs[lo:hi],
             )
             self.conn.executemany(sql, rows)
             step(int(sum(meta[4][lo:hi])))
@@ -258,7 +261,7 @@ class Store:
         ).fetchone()
         n, metadata, devices, contexts = row
         meta, extra = codec.meta_from_json(metadata)
-        events = self._load_columns(rid, n, extra.get("event_columns", list(EVENT_COLUMNS)))
+        events = self._load_events(rid, n, extra.get("chunk_columns", list(CHUNK_COLUMNS)))
         return Timeline(
             events=events,
             strings=self.strings(rid),
@@ -269,30 +272,28 @@ class Store:
             sm_blocks=self._load_blocks(rid, extra.get("sm_blocks")),
         )
 
-    def _load_columns(self, rid: str, n: int, stored: list[str]) -> pd.DataFrame:
-        data = {}
-        for name, dtype, length, blob in self.conn.execute(
-            "SELECT name, dtype, length, data FROM event_columns WHERE run_id = ?", (rid,)
-        ):
-            if name in EVENT_COLUMNS:
-                try:
-                    arr = np.frombuffer(zlib.decompress(blob), dtype=dtype)
-                except (zlib.error, ValueError, TypeError) as e:
-                    raise BadInput(
-                        f"corrupt store: column {name} of run {rid} unreadable ({e})", self.path
-                    ) from None
-                if length != n or len(arr) != n:
-                    raise BadInput(
-                        f"corrupt store: column {name} of run {rid} has {len(arr)} of {n} rows", self.path
-                    )
-                data[name] = arr.astype(EVENT_COLUMNS[name], copy=False)
-        lost = [c for c in stored if c in EVENT_COLUMNS and c not in data]
-        if lost:
-            raise BadInput(f"corrupt store: run {rid} lacks event columns {', '.join(lost)}", self.path)
-        for name, dtype in EVENT_COLUMNS.items():  # columns added to the model after this run was stored
-            if name not in data:
-                data[name] = np.full(n, DEFAULTS[name], dtype=dtype)
-        return pd.DataFrame({c: data[c] for c in EVENT_COLUMNS}, copy=False)
+    def _load_events(self, rid: str, n: int, columns: list[str]) -> pd.DataFrame:
+        """Decode every chunk of the run and scatter it to its rows (seq) of Timeline.events."""
+        data = {c: np.empty(n, dtype=t) for c, t in EVENT_COLUMNS.items()}
+        seen = np.zeros(n, dtype=bool)
+        for lane, m, blob in self.conn.execute("SELECT lane, n, data FROM events WHERE run_id = ?", (rid,)):
+            try:
+                cols = decode(blob, m, columns)
+                seq = cols["seq"]
+                if len(seq) and (seq.min() < 0 or seq.max() >= n):
+                    raise ValueError("event rows out of range")
+            except (zlib.error, ValueError) as e:
+                raise BadInput(
+                    f"corrupt store: an event chunk of run {rid} (lane {lane}) is unreadable ({e})", self.path
+                ) from None
+            seen[seq] = True
+            for c, v in complete(cols, m, lane).items():
+                data[c][seq] = v
+        if not seen.all():
+            raise BadInput(
+                f"corrupt store: run {rid} lacks {int(n - seen.sum())} of its {n} events", self.path
+            )
+        return pd.DataFrame(data, copy=False)
 
     def strings(self, run_id: str) -> tuple[str, ...]:
         rid = self.resolve(run_id)
@@ -334,13 +335,15 @@ class Store:
         limit: int | None = None,
     ) -> pd.DataFrame:
         """Events overlapping [t0, t1) (an instant at t0 counts; an interval ending at t0 does not),
-        sorted by start, indexed by their row in `load(run_id).events`; one primary-key range scan
-        per lane (see window.py)."""
+        sorted by start, indexed by their row in `load(run_id).events`; one index range scan
+        per lane over the event chunks, decoded with numpy (see window.py)."""
         rid = self.resolve(run_id)
-        max_dur = dict(
-            self.conn.execute("SELECT lane, max_dur FROM lanes WHERE run_id = ?", (rid,)).fetchall()
+        span = dict(
+            self.conn.execute("SELECT lane, chunk_span FROM lanes WHERE run_id = ?", (rid,)).fetchall()
         )
-        return window_events(self.conn, rid, max_dur, int(t0), int(t1), lanes, kinds, limit)
+        metadata = self.conn.execute("SELECT metadata FROM runs WHERE id = ?", (rid,)).fetchone()[0]
+        columns = codec.loads(metadata).get("chunk_columns", list(CHUNK_COLUMNS))
+        return window_events(self.conn, rid, span, columns, int(t0), int(t1), lanes, kinds, limit, self.path)
 
     # ---- helpers ------------------------------------------------------------------------------
     def _run_row(self, rid: str):
@@ -371,13 +374,6 @@ class _Transaction:
             self.conn.execute("COMMIT")
         elif self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
-
-
-def _compress_columns(ev: pd.DataFrame) -> list[tuple[str, str, bytes]]:
-    return [
-        (c, t, zlib.compress(np.ascontiguousarray(ev[c].to_numpy(), dtype=t).tobytes(), 1))
-        for c, t in EVENT_COLUMNS.items()
-    ]
 
 
 def _record(row) -> RunRecord:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..errors import BadInput
 from ..model.timeline import EVENT_COLUMNS
-from .chunks import complete, decode
+from .chunks import complete, decode, kind_bit
 
 _MAX_TERMS = 400  # SQLite caps a compound SELECT at 500 terms
 
@@ -44,7 +44,7 @@ def window_events(
         return frame(complete({}, 0, 0), np.zeros(0, np.int64))
     mask = 0
     for k in kl or ():
-        mask |= 1 << k if 0 <= k < 63 else 0
+        mask |= 1 << int(kind_bit(k))
     kind_sql = " AND (kinds & ?) != 0" if kl is not None else ""
     select = (
         "SELECT lane, n, data FROM events"
@@ -60,13 +60,17 @@ def window_events(
             try:
                 cols = decode(blob, n, columns)
             except (ValueError, zlib.error) as e:
-                raise BadInput(f"corrupt store: an event chunk of run {run_id} is unreadable ({e})", path) from None
+                raise BadInput(
+                    f"corrupt store: an event chunk of run {run_id} is unreadable ({e})", path
+                ) from None
             s, e_ = cols["start"], cols["end"]
             keep = (s < t1) & ((e_ > t0) | (s >= t0))
             if kl is not None:
                 keep &= np.isin(cols["kind"], kl)
             if keep.any():
-                parts.append({c: v[keep] for c, v in complete(cols, n, lane).items()} | {"seq": cols["seq"][keep]})
+                parts.append(
+                    {c: v[keep] for c, v in complete(cols, n, lane).items()} | {"seq": cols["seq"][keep]}
+                )
     if not parts:
         return frame(complete({}, 0, 0), np.zeros(0, np.int64))
     data = {c: np.concatenate([p[c] for p in parts]) for c in (*EVENT_COLUMNS, "seq")}
