@@ -552,3 +552,27 @@ def test_old_or_newer_store_schema_is_refused(tmp_path):
         assert str(db) in msg and "\n" not in msg
         assert ("re-import" in msg) == (version < STORE_SCHEMA_VERSION)
         assert db.read_bytes() == before
+
+
+def test_extreme_values_roundtrip_through_chunks(tmp_path):
+    """Offsets that span the whole range of a column's type (int64 min and max in one chunk)."""
+    n = 300
+    rng = np.random.default_rng(7)
+    i64 = np.iinfo(np.int64)
+    cols = {
+        "kind": 0,
+        "start": np.sort(rng.integers(0, 1 << 62, n)),
+        "device": 0,
+        "stream": 7,
+        "correlation": rng.choice([i64.min, i64.max, -1, 0], n),
+        "bytes": rng.integers(i64.min, i64.max, n, dtype=np.int64),
+        "grid_x": rng.choice([np.iinfo(np.int32).min, np.iinfo(np.int32).max], n).astype(np.int32),
+        "flags": rng.choice([-(1 << 15), (1 << 15) - 1], n).astype(np.int16),
+        "copy_kind": rng.choice([-128, 127], n).astype(np.int8),
+    }
+    cols["end"] = cols["start"] + rng.integers(0, 1 << 61, n)
+    tl = build_timeline(cols, [], RunMeta(source="x", format="kineto"))
+    st = Store(tmp_path / "s.db")
+    rid = st.import_timeline(tl, source_path="x", fingerprint=_fp("x"))
+    pd.testing.assert_frame_equal(st.load(rid).events, tl.events, check_exact=True)
+    _check(st, rid, tl.events, int(tl.events["start"].iloc[100]), int(tl.events["start"].iloc[200]))

@@ -8,6 +8,7 @@ from typing import Any
 from dash import dcc, html
 
 from tracelab.errors import BadInput, MissingDependency
+from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
 
 from ..components import data_table, run_options
@@ -24,6 +25,24 @@ def _fmt_delta_table(df, time_cols: list[str]):
         if c in out.columns:
             out[c] = [fmt_ns(v) for v in out[c].tolist()]
     return out
+
+
+def green_contexts_section(cmp: Any) -> Any:
+    """Why the green-context run is slower or faster than the other run (when exactly one uses green
+    contexts): the explanation's text and its key figures. Text is escaped by Dash."""
+    g = cmp.green_contexts
+    if g is None:
+        return ""
+    header = html.Tr([html.Th(h) for h in ("", "A (baseline)", "B (variant)", "B / A")])
+    body = [html.Tr([html.Td(r[0])] + [html.Td(x, className="n") for x in r[1:]]) for r in green_context_rows(cmp)]
+    return html.Div(
+        [
+            html.H4(f"Green contexts: {green_context_title(cmp)}"),
+            html.P(g.message, className="green-explanation"),
+            html.Table([html.Thead(header), html.Tbody(body)], id="compare-green-table"),
+        ],
+        id="compare-green-contexts",
+    )
 
 
 def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
@@ -60,6 +79,7 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
         html.H3(["Baseline ", html.Code(ra.name), " vs variant ", html.Code(rb.name)]),
         html.Div(headline, id="compare-headline", className="compare-headline"),
         html.Ul([html.Li(n) for n in cmp.notes], className="notes") if cmp.notes else "",
+        green_contexts_section(cmp),
         dcc.Graph(
             id="compare-bars",
             figure=compare_bars_figure(cmp, a_label=f"A: {ra.name}", b_label=f"B: {rb.name}"),

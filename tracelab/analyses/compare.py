@@ -3,7 +3,9 @@
 Pure: `compare(a, b, a_timeline, b_timeline) -> Comparison`. Devices are matched by (rank, device);
 when no key matches but both runs have the same number of devices (e.g. rank 3 of one job against
 rank 1 of another), they are paired in order and a note says so. Findings are matched by rule id.
-Kernels (by name) need the timelines; without them the kernel part is empty.
+Kernels (by name) need the timelines; without them the kernel part is empty. With both timelines,
+when exactly one run uses green contexts, `green_contexts` explains the green run's slowdown or
+speedup against the other (`tracelab.analyses.sm.green_context_explanation`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from tracelab.model import Timeline
+from tracelab.model import EventKind, Timeline
 
+from .green_explain import GreenContextExplanation, green_context_explanation
 from .kernels import kernel_summary
 from .results import Analysis, DeviceSummary, Finding, GapCause, TraceInfo
 
@@ -117,6 +120,9 @@ class Comparison:
     totals: DeviceComparison | None  # matched devices summed (None when nothing to compare)
     notes: tuple[str, ...] = ()
     kernels_compared: bool = False
+    # the green-context run explained against the other run (None unless exactly one uses green contexts)
+    green_contexts: GreenContextExplanation | None = None
+    green_contexts_run: Literal["a", "b"] | None = None  # which side is the green-context run
 
     @property
     def new_findings(self) -> int:
@@ -313,6 +319,30 @@ def _kernels(a_tl: Timeline, b_tl: Timeline, top: int) -> tuple[KernelDelta, ...
     return tuple(out)
 
 
+# ---- green contexts --------------------------------------------------------------------------------
+
+
+def uses_green_contexts(tl: Timeline) -> bool:
+    """A green context is declared (`ContextInfo.is_green`) or events carry one (green_context >= 0)."""
+    return any(c.is_green for c in tl.contexts) or bool((tl.events["green_context"].to_numpy() >= 0).any())
+
+
+def _has_kernels(tl: Timeline) -> bool:
+    return bool((tl.events["kind"].to_numpy() == int(EventKind.KERNEL)).any())
+
+
+def _green_contexts(
+    a_tl: Timeline, b_tl: Timeline
+) -> tuple[GreenContextExplanation | None, Literal["a", "b"] | None]:
+    """The explanation when exactly one run uses green contexts and both ran kernels."""
+    ga, gb = uses_green_contexts(a_tl), uses_green_contexts(b_tl)
+    if ga == gb or not (_has_kernels(a_tl) and _has_kernels(b_tl)):
+        return None, None
+    if gb:
+        return green_context_explanation(b_tl, a_tl), "b"
+    return green_context_explanation(a_tl, b_tl), "a"
+
+
 def compare(
     a: Analysis,
     b: Analysis,
@@ -331,8 +361,11 @@ def compare(
         )
     kernels: tuple[KernelDelta, ...] = ()
     have_timelines = a_timeline is not None and b_timeline is not None
+    green: GreenContextExplanation | None = None
+    green_run: Literal["a", "b"] | None = None
     if a_timeline is not None and b_timeline is not None:
         kernels = _kernels(a_timeline, b_timeline, top_kernels)
+        green, green_run = _green_contexts(a_timeline, b_timeline)
     else:
         notes.append("kernels not compared (timelines not given)")
     return Comparison(
@@ -345,4 +378,6 @@ def compare(
         totals=_totals(devices),
         notes=tuple(notes),
         kernels_compared=have_timelines,
+        green_contexts=green,
+        green_contexts_run=green_run,
     )

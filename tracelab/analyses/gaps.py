@@ -397,7 +397,12 @@ def _evidence(
     nm = lambda sid: names[sid] if 0 <= sid < len(names) else "?"
     obj = lambda x: np.asarray(x, dtype=object)
     what = _labels(names, lambda k, m, st: f"{_op_label(k, nm(m))} on stream {st}", nk, nn, ns)
-    caller = _labels(names, lambda m, t: f"{nm(m)} on thread {t}", l_name, l_tid)
+
+    def on_thread(name_ids: np.ndarray, tids: np.ndarray) -> np.ndarray:
+        """'<name> on thread <tid>' per element (formatted once per distinct pair)."""
+        return _labels(names, lambda x, t: f"{nm(x)} on thread {t}", name_ids, tids)
+
+    caller = on_thread(l_name, l_tid)
     rel_b = obj(fmt_rel_many(b - a))
     rel_l = obj(fmt_rel_many(l_start - a))
     out = np.empty(n, dtype=object)
@@ -422,7 +427,7 @@ def _evidence(
     m = (cause == "host_sync") & covered
     if m.any():
         j = w_cover[m]
-        who = _labels(names, lambda x, t: f"{nm(x)} on thread {t}", host.wait_name[j], host.wait_tid[j])
+        who = on_thread(host.wait_name[j], host.wait_tid[j])
         out[m] = (
             who
             + " from "
@@ -434,7 +439,7 @@ def _evidence(
     m = (cause == "host_sync") & ~covered
     if m.any():
         j = w_inprog[m]
-        who = _labels(names, lambda x, t: f"{nm(x)} on thread {t}", host.wait_name[j], host.wait_tid[j])
+        who = on_thread(host.wait_name[j], host.wait_tid[j])
         nxt = np.where(
             found[m],
             "next launch only at " + rel_l[m] + " (" + caller[m] + ")",

@@ -60,6 +60,7 @@ class GreenContextExplanation:
     large_idle_sm_ns: int
     source: LaneSource
     message: str
+    baseline: str = "sequential"  # the run compared against: its variant name, else "baseline"
 
 
 _PROBE = re.compile(r"^tl_probe_")
@@ -162,9 +163,10 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
     mm_ratio = mm_v / mm_s if mm_s else float("inf")
     ew_ratio = ew_nv / ew_ns if ew_ns else float("inf")
     name = variant_tl.meta.variant or "variant"
+    base = sequential_tl.meta.variant or "baseline"
     text = [
         (
-            f"{name} takes {ratio:.2f}x the sequential time ({v_span / 1e6:.3f} ms vs {s_span / 1e6:.3f} ms: "
+            f"{name} takes {ratio:.2f}x the {base} time ({v_span / 1e6:.3f} ms vs {s_span / 1e6:.3f} ms: "
             f"{verdict})."
         )
     ]
@@ -185,7 +187,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
         label = (
             _short(mm_name)
             if mm_name_v == mm_name
-            else f"{_short(mm_name_v)}; {_short(mm_name)} in sequential"
+            else f"{_short(mm_name_v)}; {_short(mm_name)} in {base}"
         )
         where = (
             f"on {sms_v} SMs instead of {sms_s} (SM ratio {sm_ratio:.2f}, which alone predicts "
@@ -200,7 +202,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
     if ew_ns and ew_part is not None:
         on = f"on the {ew_part.sm_count}-SM partition" if ew_part.green_context >= 0 else "on their stream"
         text.append(
-            f"The elementwise kernels {on} take {ew_nv / 1e6:.3f} ms vs {ew_ns / 1e6:.3f} ms in sequential "
+            f"The elementwise kernels {on} take {ew_nv / 1e6:.3f} ms vs {ew_ns / 1e6:.3f} ms in {base} "
             f"on all {sms_s} SMs ({ew_ratio:.2f}x)."
         )
     if green:
@@ -263,6 +265,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
         large_idle_sm_ns=li,
         source=st.source,
         message=" ".join(text),
+        baseline=base,
     )
 
 

@@ -4,8 +4,11 @@ report writers share."""
 
 from __future__ import annotations
 
+import math
 import re
+import textwrap
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from tracelab.analyses import units
@@ -165,6 +168,55 @@ def kernel_rows(c: Comparison, name: Callable[[str], str]) -> list[list[str]]:
     ]
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{b / a:.2f}x" if a else "n/a"
+
+
+def green_context_title(c: Comparison) -> str:
+    """'B (green_ctx) against A (sequential)': which side is the green-context run (raw text)."""
+    g, run = c.green_contexts, c.green_contexts_run
+    if g is None or run is None:
+        return ""
+    other = "a" if run == "b" else "b"
+    return f"{run.upper()} ({g.variant}) against {other.upper()} ({g.baseline})"
+
+
+def green_context_rows(c: Comparison) -> list[list[str]]:
+    """[figure, A, B, B / A] of the green-context explanation (none without one). The partition rows
+    have a value only on the green-context run's side."""
+    g, run = c.green_contexts, c.green_contexts_run
+    if g is None or run is None:
+        return []
+
+    def row(label: str, green: float, base: float, fmt: Callable[[float], str]) -> list[str]:
+        a, b = (base, green) if run == "b" else (green, base)
+        return [label, fmt(a), fmt(b), _ratio(a, b)]
+
+    def only_green(label: str, value: str) -> list[str]:
+        return [label, "-", value, ""] if run == "b" else [label, value, "-", ""]
+
+    rows = [
+        row("span", g.variant_span_ns, g.sequential_span_ns, fmt_ns),
+        row("matmul time", g.matmul_ns_variant, g.matmul_ns_sequential, fmt_ns),
+        row("matmul SMs", g.matmul_sms_variant, g.matmul_sms_sequential, lambda x: str(int(x))),
+    ]
+    if g.matmul_waves_variant and g.matmul_waves_sequential:
+        rows.append(row("matmul waves per launch", g.matmul_waves_variant, g.matmul_waves_sequential,
+                        lambda x: str(int(x))))
+    if g.elementwise_ns_sequential:
+        rows.append(row("elementwise time", g.elementwise_ns_variant, g.elementwise_ns_sequential, fmt_ns))
+    parts = [("small", g.small_green_context, g.small_sm_count, g.small_busy_fraction, g.small_idle_sm_ns)]
+    if g.large_green_context != g.small_green_context:
+        parts.append(("large", g.large_green_context, g.large_sm_count, g.large_busy_fraction, g.large_idle_sm_ns))
+    for label, gc, sms, busy, idle in parts:
+        if gc is None:
+            continue
+        pace = " (sets the pace)" if gc == g.starving_green_context else ""
+        rows.append(only_green(f"{label} partition {gc}: {sms} SMs, busy{pace}", fmt_fraction(busy)))
+        rows.append(only_green(f"{label} partition {gc}: idle SM-time", f"{idle / 1e6:,.1f} SM-ms"))
+    return rows
+
+
 def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
     """The comparison for the terminal: per device, gaps by cause, findings, top kernels."""
     c = comparison
@@ -183,6 +235,10 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
         header = f"== device {device_label(d)}  {names}{present}" if d.rank >= 0 else "== all matched devices (sums)"
         out += ["", header]
         out += _table(["", "A", "B", "delta", "%"], device_rows(d))
+    if c.green_contexts is not None:
+        out += ["", f"== green contexts: {term_safe(green_context_title(c))}"]
+        out += textwrap.wrap(term_safe(c.green_contexts.message), 100)
+        out += _table(["", "A", "B", "B / A"], green_context_rows(c))
     out += ["", "== gaps by cause"]
     out += _table(
         ["cause", "count A", "count B", "time A", "time B", "delta", "%"],
@@ -238,6 +294,19 @@ def _device_doc(d: DeviceComparison) -> dict[str, Any]:
     return doc
 
 
+def green_context_document(comparison: Comparison) -> dict[str, Any] | None:
+    """The green-context explanation as JSON: "run" ("a" or "b": the green-context run; the other one
+    is "baseline") plus every field of `GreenContextExplanation` (*_sequential = the other run's
+    figures; ratios are green run / other run; non-finite ratios are null). None without one."""
+    g = comparison.green_contexts
+    if g is None:
+        return None
+    doc: dict[str, Any] = {"run": comparison.green_contexts_run}
+    for k, v in asdict(g).items():
+        doc[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+    return doc
+
+
 def comparison_document(comparison: Comparison) -> dict[str, Any]:
     """The "comparison" part of `compare --json` / a `.json` report written with --against.
     Every figure is {"a", "b", "delta" (= b - a), "pct" (relative to a, null when a is 0)}."""
@@ -270,6 +339,7 @@ def comparison_document(comparison: Comparison) -> dict[str, Any]:
                 for f in c.findings
             ],
         },
+        "green_contexts": green_context_document(c),
         "kernels_compared": c.kernels_compared,
         "kernels": [
             {

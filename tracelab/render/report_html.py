@@ -34,6 +34,8 @@ from tracelab.render.compare_text import (
     fmt_ns,
     fmt_pct,
     gap_rows,
+    green_context_rows,
+    green_context_title,
     kernel_rows,
     shorten,
 )
@@ -322,6 +324,10 @@ def _comparison(c: Comparison, figs: _Figures, limits: Limits) -> str:
         cards.append(f"<div><h3>Device {_e(device_label(d))}: {name}{present}</h3>"
                      + _table(["", "A", "B", "Δ", "%"], [[_e(x) for x in r] for r in device_rows(d)]) + "</div>")
     parts.append('<div class="cmp">' + "".join(cards) + "</div>")
+    if c.green_contexts is not None:
+        parts += [f"<h3>Green contexts: {_e(green_context_title(c))}</h3>",
+                  f'<p class="green-explanation">{_e(c.green_contexts.message)}</p>',
+                  _table(["", "A", "B", "B / A"], [[_e(x) for x in r] for r in green_context_rows(c)])]
     gaps = gap_rows(c, _code)
     parts += ["<h3>Gaps by cause</h3>", _table(["cause", "count A", "count B", "time A", "time B", "Δ", "%"], gaps)]
     if gaps:

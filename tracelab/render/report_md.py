@@ -22,6 +22,8 @@ from tracelab.render.compare_text import (
     fmt_ns,
     fmt_pct,
     gap_rows,
+    green_context_rows,
+    green_context_title,
     kernel_rows,
     shorten,
 )
@@ -211,6 +213,10 @@ def comparison_markdown(c: Comparison) -> str:
         names = md_escape(d.name_a or d.name_b or "unknown GPU", 60) if d.rank >= 0 else "all matched devices"
         out += [f"### Device {md_escape(device_label(d))}: {names}{present}", ""]
         out += [md_table(["", "A", "B", "Δ", "%"], [[md_escape(x) for x in r] for r in device_rows(d)]), ""]
+    if c.green_contexts is not None:
+        rows = [[md_escape(x) for x in r] for r in green_context_rows(c)]
+        out += [f"### Green contexts: {md_escape(green_context_title(c))}", "",
+                md_escape(c.green_contexts.message), "", md_table(["", "A", "B", "B / A"], rows, "lrrr"), ""]
     gaps = gap_rows(c, md_code)
     out += ["### Gaps by cause", "", md_table(["cause", "count A", "count B", "time A", "time B", "Δ", "%"], gaps), ""]
     if c.findings:

@@ -111,6 +111,7 @@ def encode(
     blobs = []
     for i in range(nchunk):
         body = b"".join([bases[i].tobytes(), widths[i].tobytes(), *pieces[i]])
+        pieces[i] = []  # the blob replaces its pieces: peak memory stays one copy
         blobs.append(codec + (zlib.compress(body, 1) if compress else body))
     return Chunks(
         lane=lane_s[bounds] if nchunk else np.zeros(0, np.int64),
