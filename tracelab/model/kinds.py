@@ -19,6 +19,8 @@ class EventKind(IntEnum):
     OTHER = 10
 
 
+NO_STREAM = 0xFFFFFFFF  # CUPTI's "not on a stream" (context syncs, event queries) as uint32; parsers map it to -1
+
 GPU_ACTIVITY_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 HOST_API_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
 

@@ -43,9 +43,9 @@ from tracelab.model import (
     build_timeline,
 )
 from tracelab.model.api_names import classify_api_ids, comm_mask
+from tracelab.model.kinds import NO_STREAM
 
 from .kineto_columns import (
-    NO_STREAM,
     assemble,
     col,
     member,

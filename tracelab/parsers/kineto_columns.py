@@ -73,7 +73,6 @@ def take(seq: list, idx: np.ndarray) -> list:
     return seq if len(idx) == len(seq) else list(map(seq.__getitem__, idx.tolist()))
 
 
-NO_STREAM = 0xFFFFFFFF  # CUPTI's "not on a stream" (-1 written as uint32: context syncs)
 
 _MAIN = {
     "kind": np.int8,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import CopyKind, EventKind, Flag, MemKind, SyncKind
+from ..model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
 from ..model.api_names import comm_mask
 from .nsys_db import NsysDb, col_or, fetch_int_columns
 from .nsys_enums import (
@@ -30,7 +30,6 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 
-NO_STREAM = 0xFFFFFFFF  # CUPTI's "not on a stream" (context syncs, event queries)
 
 # column names some exports use to say a kernel was launched with programmatic stream
 # serialization (PDL); matched case-insensitively
