@@ -192,8 +192,10 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
         where = (
             f"on {sms_v} SMs instead of {sms_s} (SM ratio {sm_ratio:.2f}, which alone predicts "
             f"{1 / sm_ratio if sm_ratio else float('inf'):.2f}x{waves_txt})"
-            if sms_v != sms_s
+            if sms_v != sms_s and sms_v and sms_s
             else f"on all {sms_s} SMs in both runs"
+            if sms_v == sms_s and sms_s
+            else f"on {sms_v or 'an unknown number of'} SMs ({sms_s or 'unknown'} in {base})"
         )
         text.append(
             f"The matmul ({label}) runs {where}: {mm_v / 1e6:.3f} ms vs {mm_s / 1e6:.3f} ms "

@@ -198,7 +198,7 @@ def green_context_rows(c: Comparison) -> list[list[str]]:
     rows = [
         row("span", g.variant_span_ns, g.sequential_span_ns, fmt_ns),
         row("matmul time", g.matmul_ns_variant, g.matmul_ns_sequential, fmt_ns),
-        row("matmul SMs", g.matmul_sms_variant, g.matmul_sms_sequential, lambda x: str(int(x))),
+        row("matmul SMs", g.matmul_sms_variant, g.matmul_sms_sequential, lambda x: str(int(x)) if x else "?"),
     ]
     if g.matmul_waves_variant and g.matmul_waves_sequential:
         rows.append(row("matmul waves per launch", g.matmul_waves_variant, g.matmul_waves_sequential,
