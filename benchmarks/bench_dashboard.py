@@ -124,7 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--db", type=Path, default=ROOT / ".scratch" / "E" / "bench_dashboard.db")
+    ap.add_argument("--db", type=Path, default=ROOT / ".scratch" / "bench" / "bench_dashboard.db")
     args = ap.parse_args()
 
     from app.pages import timeline
