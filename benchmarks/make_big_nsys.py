@@ -18,21 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+from tracelab.parsers.nsys_db import ACTIVITY_TABLES
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 DEFAULT_SOURCE = CORPUS / "pipit" / "perlmutter-cloverleaf-cuda.sqlite"
 DEFAULT_OUT = ROOT / ".scratch" / "B" / "big_nsys.sqlite"
 
-TABLES = (
-    "CUPTI_ACTIVITY_KIND_KERNEL",
-    "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "CUPTI_ACTIVITY_KIND_MEMSET",
-    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
-    "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
-    "CUPTI_ACTIVITY_KIND_RUNTIME",
-    "CUPTI_ACTIVITY_KIND_DRIVER",
-    "NVTX_EVENTS",
-)
+TABLES = ACTIVITY_TABLES  # the tables the parser reads
 TIME_COLUMNS = ("start", "end", "timestamp")
 
 

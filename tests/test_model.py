@@ -56,3 +56,31 @@ def test_empty_timeline_is_valid():
     tl = build_timeline({}, [], RunMeta(source="x", format="kineto"))
     assert len(tl.events) == 0 and len(tl.lanes) == 0
     assert np.array_equal(tl.gpu_mask(), np.zeros(0, dtype=bool))
+
+
+def test_merge_remaps_probe_blocks_to_their_kernels():
+    import pandas as pd
+
+    from tracelab.model import merge_timelines
+
+    def part(rank, starts):
+        s = StringInterner()
+        names = s.intern_array([f"k{rank}_{i}" for i in range(len(starts))])
+        tl = build_timeline(
+            {"kind": [EventKind.KERNEL] * len(starts), "start": starts, "end": [t + 5 for t in starts],
+             "device": 0, "stream": 7, "rank": rank, "name": names},
+            s.strings, RunMeta(source="x", format="kineto", ranks=(rank,)),
+        )
+        blocks = pd.DataFrame({"rank": rank, "device": 0, "green_context": -1, "sm": [3, 4],
+                               "start": [starts[1], starts[0]], "end": [starts[1] + 5, starts[0] + 5],
+                               "name": [names[1], names[0]], "kernel": [1, 0]})
+        return build_timeline({c: tl.events[c].to_numpy() for c in tl.events.columns if c != "lane"},
+                              tl.strings, tl.meta, sm_blocks=blocks)
+
+    merged = merge_timelines([part(0, [10, 30]), part(1, [5, 20])], RunMeta(source="x", format="kineto", ranks=(0, 1)))
+    blocks = merged.sm_blocks
+    ev = merged.events
+    for b in blocks.itertuples():
+        row = ev.iloc[b.kernel]
+        assert row["start"] == b.start and row["rank"] == b.rank
+        assert merged.strings[row["name"]] == merged.strings[b.name]

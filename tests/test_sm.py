@@ -330,7 +330,9 @@ def test_lanes_figure_compact_and_escaped_title():
     assert all("%{text}" not in tr.hovertemplate for tr in small)
     for a, b in zip(full, small):  # the same cells, as integer percent
         assert np.asarray(b.z).dtype == np.uint8 and (b.zmin, b.zmax) == (0, 100)
-        assert np.array_equal(np.asarray(b.z), np.clip(np.round(np.asarray(a.z) * 100), 0, 100).astype(np.uint8))
+        assert np.array_equal(
+            np.asarray(b.z), np.clip(np.round(np.asarray(a.z) * 100), 0, 100).astype(np.uint8)
+        )
     assert len(sm_lanes_figure(grid, compact=True).to_json()) < len(sm_lanes_figure(grid).to_json()) / 2
 
 
@@ -503,3 +505,73 @@ def test_estimates_on_real_traces(name, sms):
     assert src == "estimated" and lanes["sm_last"].max() < sms and set(lanes["kernel"]) == set(k.index)
     fig = sm_lanes_figure(sm.sm_grid(tl, d.rank, d.device, bins=100))
     assert sum(len(tr.z) for tr in fig.data) == sms
+
+
+def _blocks_of(tl, spec):
+    """sm_blocks for `spec` = [(kernel name, SM ids, start offset, end offset)], each block running
+    on its SM from the kernel's start + start offset to its end - end offset; column `kernel` = the
+    kernel's row in tl.events."""
+    ev = tl.events
+    frames = []
+    for name, ids, lo, hi in spec:
+        row = int(np.flatnonzero(tl.names(ev["name"]) == name)[0])
+        k = ev.iloc[row]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": 0,
+                    "device": 0,
+                    "green_context": int(k["green_context"]),
+                    "sm": np.asarray(ids, dtype=np.int32),
+                    "start": int(k["start"]) + lo,
+                    "end": int(k["end"]) - hi,
+                    "name": int(k["name"]),
+                    "kernel": row,
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_kernel_agreement_exact_where_concurrent_kernels_stack_on_shared_sms():
+    """Two 16-block kernels at the same time, each on 16 distinct SMs, both on SMs 0-15 (how the
+    H200 packed overlap/concurrent_kernels): kernel by kernel the estimate (16 SMs x duration) is
+    exact, while the union of busy SMs is half of what the estimate stacks."""
+    t = Trace()
+    t.kernel("a", 1_000, 100_000, grid=16, threads=128)
+    t.kernel("b", 1_010, 100_000, grid=16, threads=128, stream=8)
+    tl = t.build()
+    tl = dataclasses.replace(tl, sm_blocks=_blocks_of(tl, [("a", range(16), 0, 0), ("b", range(16), 0, 0)]))
+    k = sm.kernel_sm_agreement(tl, 0, 0)
+    assert k is not None and k.kernels == 2
+    assert k.measured_sm_ns == k.estimated_sm_ns == 2 * 16 * 100_000
+    assert k.relative_error == 0.0 and k.worst_relative_error == 0.0
+    assert k.shared_estimated_sm_ns == k.estimated_sm_ns and k.contended_kernels == 0  # 32 of 132 SMs
+    u = sm.estimate_agreement(tl, 0, 0)
+    assert u.measured_sm_ns == 16 * 100_010  # union over SMs 0-15
+    assert u.relative_error == pytest.approx(2 * 100_000 / 100_010 - 1)  # ~ +100%
+    # blocks are clipped to their kernel; blocks of unknown kernels and timelines without the
+    # column do not count
+    b = _blocks_of(tl, [("a", range(16), -50, 0), ("b", range(8), 0, 40_000)])
+    b.loc[b.index[-1], "kernel"] = -1
+    k2 = sm.kernel_sm_agreement(dataclasses.replace(tl, sm_blocks=b), 0, 0)
+    assert k2.measured_sm_ns == 16 * 100_000 + 7 * 60_000
+    assert k2.worst_kernel == int(np.flatnonzero(tl.names(tl.events["name"]) == "b")[0])
+    assert k2.worst_relative_error == pytest.approx(16 * 100_000 / (7 * 60_000) - 1)
+    assert sm.kernel_sm_agreement(dataclasses.replace(tl, sm_blocks=b.drop(columns="kernel")), 0, 0) is None
+
+
+def test_kernel_agreement_shares_a_contended_partition():
+    """A multi-wave kernel (every SM wanted) beside a 132-block kernel: alone each would take all 132
+    SMs, together the hardware splits them (here 66 + 66). The plain per-kernel estimate is 2x the
+    measurement; with the partition's proportional share it is exact."""
+    t = Trace()
+    t.kernel("waves", 0, 10_000, grid=132 * 8, threads=256)
+    t.kernel("gemm", 0, 10_000, grid=132, threads=256, stream=8)  # uninstrumented
+    tl = t.build()
+    tl = dataclasses.replace(tl, sm_blocks=_blocks_of(tl, [("waves", range(66), 0, 0)]))
+    k = sm.kernel_sm_agreement(tl, 0, 0)
+    assert k.kernels == 1 and k.contended_kernels == 1
+    assert k.measured_sm_ns == 66 * 10_000 and k.estimated_sm_ns == 132 * 10_000
+    assert k.relative_error == pytest.approx(1.0)
+    assert k.shared_estimated_sm_ns == pytest.approx(66 * 10_000) and abs(k.shared_relative_error) < 1e-9

@@ -301,6 +301,7 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
     table: dict[str, int] = {}
     strings: list[str] = []
     frames = []
+    remaps = []
     for tl in parts:
         remap = np.empty(len(tl.strings) + 1, dtype=np.int32)
         for i, s in enumerate(tl.strings):
@@ -310,13 +311,30 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
                 strings.append(s)
             remap[i] = sid
         remap[-1] = -1
+        remaps.append(remap)
         ev = tl.events.copy()
         for col in ("name", "category"):
             ids = ev[col].to_numpy()
             ev[col] = remap[np.where(ids < 0, len(tl.strings), ids)]
         frames.append(ev)
     events = pd.concat(frames, ignore_index=True)
-    blocks = [tl.sm_blocks for tl in parts if tl.sm_blocks is not None]
+    # sm_blocks["kernel"] holds a row of its part's events: move it to the row that event gets in the merged,
+    # start-sorted table (build_timeline sorts with the same stable argsort)
+    new_row = np.empty(len(events), dtype=np.int64)
+    new_row[np.argsort(events["start"].to_numpy(), kind="stable")] = np.arange(len(events))
+    blocks = []
+    offset = 0
+    for tl, remap in zip(parts, remaps):
+        if tl.sm_blocks is not None:
+            b = tl.sm_blocks
+            if "name" in b.columns:
+                ids = b["name"].to_numpy()
+                b = b.assign(name=remap[np.where(ids < 0, len(tl.strings), ids)])
+            if "kernel" in b.columns:
+                k = b["kernel"].to_numpy()
+                b = b.assign(kernel=np.where(k >= 0, new_row[np.clip(k + offset, 0, max(len(events) - 1, 0))], -1))
+            blocks.append(b)
+        offset += len(tl.events)
     return build_timeline(
         {c: events[c].to_numpy() for c in EVENT_COLUMNS if c != "lane"},
         strings,

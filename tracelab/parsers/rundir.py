@@ -16,7 +16,8 @@ run knows:
   parser's contexts are kept and only missing SM counts are filled in;
 - the PDL flag on kernels the workload launched with PDL (`meta["pdl_kernels"]`);
 - `sm_blocks` from the probe file: the k-th trace kernel (by start) with the probed kernel's name is
-  invocation k; each invocation is shifted by `trace start - earliest probe t_start`.
+  invocation k; each invocation is shifted by `trace start - earliest probe t_start`. Column `kernel`
+  is the row of that kernel event in the returned `Timeline.events` (-1 when unknown).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ SM_BLOCK_COLUMNS = {
     "start": "int64",
     "end": "int64",
     "name": "int32",
+    "kernel": "int64",  # row of the block's kernel event in Timeline.events; -1 unknown
 }
 
 
@@ -129,6 +131,8 @@ def load_run_dir(path: str | Path) -> Timeline:
             ev["flags"] = np.where(mask, flags | Flag.PDL, flags).astype(flags.dtype)
             changed = True
 
+    # block -> kernel rows are positions in `ev`; the rebuild below keeps them (ev is sorted by start,
+    # so build_timeline does not reorder)
     sm_blocks, probe_notes, overhead = _probe_blocks(d, meta, ev, strings)
     notes += probe_notes
     extra = dict(tl.meta.extra)
@@ -234,9 +238,9 @@ def _probe_blocks(d: Path, meta: dict[str, Any], ev: pd.DataFrame, strings: tupl
         if sid is None:
             notes.append(f"probe data for {tname!r} but no such kernel in the trace")
             continue
-        kev = ev[(kinds == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == sid)].sort_values(
-            "start", kind="stable"
-        )
+        pos = np.flatnonzero((kinds == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == sid))
+        pos = pos[np.argsort(ev["start"].to_numpy()[pos], kind="stable")]  # rows of ev, by start
+        kev = ev.iloc[pos]
         starts = kev["start"].to_numpy()
         inv = arr["invocation"][rows]
         t0 = arr["t_start"][rows]
@@ -262,6 +266,7 @@ def _probe_blocks(d: Path, meta: dict[str, Any], ev: pd.DataFrame, strings: tupl
                     "start": (t0 + offset[first]).astype("int64"),
                     "end": (t1 + offset[first]).astype("int64"),
                     "name": np.full(len(inv), sid, dtype="int32"),
+                    "kernel": pos[inv].astype("int64"),
                 }
             )
         )
