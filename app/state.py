@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,7 +61,7 @@ class CorrelationIndex:
     keys: np.ndarray  # the sorted correlation ids
 
     @classmethod
-    def build(cls, timeline: Timeline) -> "CorrelationIndex":
+    def build(cls, timeline: Timeline) -> CorrelationIndex:
         corr = timeline.events["correlation"].to_numpy()
         order = np.argsort(corr, kind="stable")
         return cls(order=order, keys=corr[order])

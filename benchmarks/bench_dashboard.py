@@ -24,10 +24,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import plotly  # noqa: E402
+import plotly
 
-from tracelab.model.timeline import EVENT_COLUMNS, build_timeline  # noqa: E402
-from tracelab.store import Store  # noqa: E402
+from tracelab.model.timeline import EVENT_COLUMNS, build_timeline
+from tracelab.store import Store
 
 DEFAULT_TRACE = (
     ROOT.parent / "shared" / "corpus" / "param" / "et_replay__tests__inputs__resnet_kineto.json.gz"

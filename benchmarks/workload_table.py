@@ -1,11 +1,17 @@
 """Build the README table: `tracelab analyze --json` (the real CLI, one subprocess per run) on every
 bundled demo run, plus step times from meta.json and the median kernel-to-kernel gap from the Timeline."""
-import json, os, subprocess, sys
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
 import numpy as np
+
 from tracelab.demo import demo_run_paths
-from tracelab.parsers import load_trace
 from tracelab.model import EventKind
+from tracelab.parsers import load_trace
+
 
 def us(ns): return f"{ns/1000:.1f} µs"
 def ms(ns): return f"{ns/1e6:.2f} ms"

@@ -49,10 +49,10 @@ def import_recorded_runs(store) -> list[str]:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
+    from test_app_callbacks import make_store
     from werkzeug.serving import make_server
 
     from app import create_app
-    from test_app_callbacks import make_store
 
     root = tmp_path_factory.mktemp("dashboard")
     store, a, b = make_store(root / "store.db")

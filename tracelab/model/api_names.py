@@ -12,13 +12,13 @@ import numpy as np
 from .kinds import Flag, SyncKind
 
 _SYNC_PATTERNS: tuple[tuple[re.Pattern[str], SyncKind], ...] = (
-    (re.compile(r"^(cuda|hip|cu)StreamWaitEvent", re.I), SyncKind.STREAM_WAIT_EVENT),
-    (re.compile(r"^(cuda|hip|cu)(Stream|Event)Query", re.I), SyncKind.EVENT_QUERY),
-    (re.compile(r"^(cuda|hip|cu)StreamSynchronize", re.I), SyncKind.STREAM),
-    (re.compile(r"^(cuda|hip)(Device|Thread)Synchronize|^cuCtxSynchronize", re.I), SyncKind.DEVICE),
-    (re.compile(r"^(cuda|hip|cu)EventSynchronize", re.I), SyncKind.EVENT),
+    (re.compile(r"^(cuda|hip|cu)StreamWaitEvent", re.IGNORECASE), SyncKind.STREAM_WAIT_EVENT),
+    (re.compile(r"^(cuda|hip|cu)(Stream|Event)Query", re.IGNORECASE), SyncKind.EVENT_QUERY),
+    (re.compile(r"^(cuda|hip|cu)StreamSynchronize", re.IGNORECASE), SyncKind.STREAM),
+    (re.compile(r"^(cuda|hip)(Device|Thread)Synchronize|^cuCtxSynchronize", re.IGNORECASE), SyncKind.DEVICE),
+    (re.compile(r"^(cuda|hip|cu)EventSynchronize", re.IGNORECASE), SyncKind.EVENT),
     # synchronous copies / sets: cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, hipMemcpy, cudaMemset (no Async)
-    (re.compile(r"^(cuda|hip)Mem(cpy|set)(?!.*Async)|^cuMem(cpy|set)(?!.*Async)", re.I), SyncKind.MEMCPY),
+    (re.compile(r"^(cuda|hip)Mem(cpy|set)(?!.*Async)|^cuMem(cpy|set)(?!.*Async)", re.IGNORECASE), SyncKind.MEMCPY),
 )
 
 _LAUNCH = re.compile(
@@ -26,7 +26,7 @@ _LAUNCH = re.compile(
     r"ExtLaunchKernel|ModuleLaunchKernel|LaunchHostFunc)"
     r"|^cu(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|GraphLaunch|Mem(cpy|set)\w*Async)"
     r"|^hipExtModuleLaunchKernel",
-    re.I,
+    re.IGNORECASE,
 )
 
 
@@ -54,7 +54,7 @@ def classify_api_ids(strings: list[str] | tuple[str, ...], name_ids: np.ndarray)
     return sync[inverse], flags[inverse]
 
 
-_COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|sendrecv|c10d", re.I)
+_COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|sendrecv|c10d", re.IGNORECASE)
 
 
 def is_comm_name(name: str) -> bool:

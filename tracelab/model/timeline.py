@@ -13,8 +13,9 @@ columns use -1 for "unknown / not applicable".
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -156,7 +157,7 @@ class Timeline:
                 return d
         return None
 
-    def with_meta(self, **changes: Any) -> "Timeline":
+    def with_meta(self, **changes: Any) -> Timeline:
         return replace(self, meta=replace(self.meta, **changes))
 
     # ---- invariants --------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
 from ..model.api_names import comm_mask
+from ..model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
 from .nsys_db import NsysDb, col_or, fetch_int_columns
 from .nsys_enums import (
     COPY_LABEL,

@@ -298,6 +298,6 @@ def _non_default_params(meta: dict) -> str:
         from ..workloads import get_workload
 
         defaults = get_workload(str(meta["workload"])).parameters(bool(meta.get("quick")), None)
-    except Exception:  # an unknown or newer workload: no label rather than a failed import
+    except (BadInput, KeyError, TypeError, ValueError):  # an unknown or newer workload: no label, no failed import
         return ""
     return ",".join(f"{k}={v}" for k, v in sorted(params.items()) if k in defaults and defaults[k] != v)
