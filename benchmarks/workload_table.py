@@ -51,7 +51,8 @@ for p in demo_run_paths(cache):
     elif w == "pdl":
         g = k2k_gap(p)
         head = f"median kernel→kernel gap {g/1000:+.2f} µs"
-        if "pdl" in f: head += f"; pdl ×{f['pdl']['count']}, {us(f['pdl']['wasted_ns'] or 0) if False else ''}overlap bought (from message) "
+        if "pdl" in f:
+            head += f"; pdl ×{f['pdl']['count']}: " + f["pdl"]["message"].split(": ", 1)[1]
     elif w == "graphs":
         g = k2k_gap(p)
         lb = f.get("launch_bound")
@@ -60,9 +61,6 @@ for p in demo_run_paths(cache):
         parts = d["sm"]["partitions"]
         head = f"SM busy ({d['sm']['source']}) {100*d['sm']['busy_fraction']:.0f}%" + (
             "; partitions " + ", ".join(f"{q['sm_count']} SMs {100*q['busy_fraction']:.0f}%" for q in parts) if parts else "")
-    if w == "pdl" and "pdl" in f:
-        msg = f["pdl"]["message"]
-        head = f"median kernel→kernel gap {g/1000:+.2f} µs; pdl ×{f['pdl']['count']}: " + msg.split(": ", 1)[1]
     rows.append((w, v + (f" ({extra})" if extra else ""), b, d["name"], meta["mean_step_ms"], 100 * busy, head))
 
 order = {n: i for i, n in enumerate(["overlap", "sync_pitfalls", "pdl", "graphs", "green_contexts"])}
