@@ -11,6 +11,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from tracelab.store import Store
 
+from . import timeline_callbacks
 from .components import PAGES
 from .pages import compare, gaps, kernels, overlap, runs, timeline
 from .state import STATE_KEY, AppState, current_state
@@ -124,54 +125,7 @@ def _register_callbacks(app: Dash) -> None:
         message, listing = runs.on_upload(current_state(), contents, filename)
         return message, listing.children
 
-    @app.callback(
-        Output("tl-graph", "figure"),
-        Output("tl-view", "data"),
-        Output("tl-permalink", "href"),
-        Output("tl-info", "children"),
-        Output("tl-selection", "children"),
-        Input("tl-xrange", "data"),
-        Input("tl-graph", "clickData"),
-        Input("tl-show", "value"),
-        Input("tl-zoom-out", "n_clicks"),
-        Input("tl-full", "n_clicks"),
-        Input("tl-clear", "n_clicks"),
-        State("tl-view", "data"),
-        prevent_initial_call=True,
-    )
-    def _timeline(relayout, click, show, _zo, _full, _clear, view):
-        trig = ctx.triggered_id
-        trigger = {
-            "tl-xrange": "graph.relayoutData",
-            "tl-graph": "graph.clickData",
-            "tl-show": "show",
-            "tl-zoom-out": "zoom-out",
-            "tl-full": "full",
-            "tl-clear": "clear",
-        }.get(trig)
-        new_view, outputs = timeline.on_timeline_event(
-            current_state(), trigger, view or {}, relayout=relayout, click=click, show=show
-        )
-        if new_view is None:
-            return (no_update,) * 5
-        fig, link, info, panel = outputs
-        return fig, new_view, link, info, panel
-
-    # Plotly can follow a zoom with an {"autosize": true} relayout before Dash reads relayoutData, so
-    # the x range is read from the graph itself whenever anything was relaid out.
-    app.clientside_callback(
-        """function(rl) {
-            if (!rl) { return window.dash_clientside.no_update; }
-            if (rl['xaxis.autorange']) { return {'xaxis.autorange': true}; }
-            const gd = document.querySelector('#tl-graph .js-plotly-plot');
-            const r = gd && gd._fullLayout && gd._fullLayout.xaxis && gd._fullLayout.xaxis.range;
-            if (!r) { return window.dash_clientside.no_update; }
-            return {'xaxis.range': [Number(r[0]), Number(r[1])]};
-        }""",
-        Output("tl-xrange", "data"),
-        Input("tl-graph", "relayoutData"),
-        prevent_initial_call=True,
-    )
+    timeline_callbacks.register(app)
 
     # keep the address bar on the current view (shareable) without re-rendering the page
     app.clientside_callback(

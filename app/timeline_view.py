@@ -10,9 +10,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracelab.analyses.findings import find_steps
 from tracelab.analyses.sm import sm_lanes
-from tracelab.render.figures import lane_to_row, sm_band_size, timeline_figure, timeline_rows
+from tracelab.model.kinds import EventKind
 from tracelab.render.lod import LodView, level_of_detail
+from tracelab.render.timeline import (
+    Overlays,
+    SmRows,
+    lane_depth_cap,
+    lane_to_row,
+    nesting_depth,
+    sm_partitions_of,
+    sm_row_table,
+    timeline_figure,
+    timeline_rows,
+)
 from tracelab.store import RunRecord
 
 from .state import AppState
@@ -65,10 +77,68 @@ class RenderedView:
     rows: pd.DataFrame
     t0: int
     t1: int
+    matches_in_view: int = 0
+    flows: int = 0
 
     @property
     def n_drawn(self) -> int:
         return self.view.n_drawn + (self.sm_view.n_drawn if self.sm_view is not None else 0)
+
+
+def nvtx_depths(state: AppState, run_id: str) -> dict[int, int]:
+    """Nesting levels of each NVTX lane over the whole run (cached): how many rows it needs."""
+
+    def make() -> dict[int, int]:
+        ev = state.timeline(run_id).events
+        m = np.isin(ev["kind"].to_numpy(), [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])
+        if not m.any():
+            return {}
+        lane = ev["lane"].to_numpy()[m]
+        depth = nesting_depth(lane, ev["start"].to_numpy()[m], ev["end"].to_numpy()[m])
+        g = pd.Series(depth).groupby(lane).max()
+        return {int(k): int(v) + 1 for k, v in g.items()}
+
+    return state.cached(("nvtx_depths", run_id), make)
+
+
+def run_steps(state: AppState, run_id: str) -> pd.DataFrame:
+    """The run's steps (ProfilerStep#N or step-like top-level ranges, per rank): rank, start, end,
+    label. Cached. Uses `tracelab.analyses.findings.find_steps` until `analyses.steps` lands."""
+
+    def make() -> pd.DataFrame:
+        tl = state.timeline(run_id)
+        parts = []
+        for rank in sorted(set(tl.events["rank"].tolist())):
+            s, e, names = find_steps(tl, int(rank))
+            if len(s):
+                parts.append(pd.DataFrame({"rank": int(rank), "start": s, "end": e, "label": tl.names(names)}))
+        if not parts:
+            return pd.DataFrame({"rank": [], "start": [], "end": [], "label": []})
+        return pd.concat(parts, ignore_index=True)
+
+    return state.cached(("steps", run_id), make)
+
+
+def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...]) -> tuple[pd.DataFrame, list[SmLanes]]:
+    """The timeline's rows for the lane groups in `show` (cached per run and groups)."""
+    run_id = record.id
+
+    def make() -> tuple[pd.DataFrame, list[SmLanes]]:
+        sm = sm_lanes_for(state, run_id) if "sm" in show else []
+        sm_rows = {(s.rank, s.device): SmRows(s.n_sms, s.source, sm_partitions_of(s.frame)) for s in sm}
+        steps = run_steps(state, run_id)
+        rows = timeline_rows(
+            state.lanes(run_id),
+            state.strings(run_id),
+            device_names=state.device_names(run_id),
+            sm_rows=sm_rows,
+            show=show,
+            nvtx_depths=nvtx_depths(state, run_id),
+            step_ranks=sorted(set(steps["rank"].astype(int).tolist())) if "nvtx" in show or "host" in show else [],
+        )
+        return rows, sm
+
+    return state.cached(("rows", run_id, tuple(show)), make)
 
 
 def render_view(
@@ -79,38 +149,116 @@ def render_view(
     *,
     show: list[str] | tuple[str, ...] = tuple(DEFAULT_SHOW),
     selected: dict[str, Any] | None = None,
+    query: str = "",
+    flows: bool = True,
 ) -> RenderedView:
-    """Query the store for [t0, t1) on the shown lanes, reduce to drawable items, build the figure."""
+    """Query the store for [t0, t1) on the shown lanes, reduce to drawable items, build the figure
+    with the idle lanes (the run's gaps), steps, search matches and launch -> GPU arrows."""
     run_id = record.id
     lanes = state.lanes(run_id)
     strings = state.strings(run_id)
-    sm = sm_lanes_for(state, run_id) if "sm" in show else []
-    sm_rows = {(s.rank, s.device): (s.n_sms, s.source) for s in sm}
-    rows = timeline_rows(lanes, strings, device_names=state.device_names(run_id), sm_rows=sm_rows, show=show)
+    rows, sm = view_rows(state, record, show)
     table = lane_to_row(rows, len(lanes))
-    shown = rows.loc[rows["lane"] >= 0, "lane"].to_numpy()
-    view = window_view(state, run_id, t0, t1, table, shown, len(rows))
+    cap = lane_depth_cap(rows, len(lanes))
+    shown = np.flatnonzero(table >= 0)
+    view = window_view(state, run_id, t0, t1, table, shown, len(rows), depth_cap=cap)
 
-    sm_view = None
-    if sm:
-        sm_view = _sm_view(state, sm, rows, t0, t1)
-
-    highlight = None
-    if selected:
-        highlight = _highlight(state, run_id, selected, table)
+    sm_view = _sm_view(state, sm, rows, t0, t1) if sm else None
+    highlight = _highlight(state, run_id, selected, table) if selected else None
+    matches = search_matches_in_window(state, run_id, query, t0, t1, table, cap) if query else None
     origin = record.start_ns or 0
-    analysis = state.cached_analysis(run_id)
     fig = timeline_figure(
         view,
         rows,
         strings,
         origin_ns=origin,
-        highlight=highlight,
         sm_view=sm_view,
+        overlays=Overlays(
+            gaps=state.analysis(run_id).gaps,
+            steps=_steps_in_window(state, run_id, rows, t0, t1),
+            matches=matches,
+            highlight=highlight,
+            flows=flows,
+        ),
         uirevision=f"{run_id}",
-        gaps=analysis.gaps if analysis is not None else (),
     )
-    return RenderedView(fig, view, sm_view, rows, t0, t1)
+    return RenderedView(
+        fig, view, sm_view, rows, t0, t1,
+        matches_in_view=0 if matches is None else len(matches),
+        flows=int((fig.layout.meta or {}).get("flows", 0)),
+    )
+
+
+def _steps_in_window(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame | None:
+    steps = run_steps(state, run_id)
+    step_rows = rows[rows["kind"] == "steps"]
+    if not len(steps) or not len(step_rows):
+        return None
+    row_of = dict(zip(step_rows["rank"].astype(int), step_rows["row"].astype(int)))
+    part = steps[(steps["end"] > t0) & (steps["start"] < t1)]
+    return part.assign(row=[row_of.get(int(r), -1) for r in part["rank"]]).query("row >= 0")
+
+
+def search_matches_in_window(
+    state: AppState, run_id: str, query: str, t0: int, t1: int, table: np.ndarray, cap: np.ndarray, limit: int = 3000
+) -> pd.DataFrame:
+    """The search matches of [t0, t1) on shown rows (start, end, row), at most `limit` (the longest)."""
+    pos = search_positions(state, run_id, query)
+    ev = state.timeline(run_id).events
+    if len(pos) == 0:
+        return pd.DataFrame({"start": [], "end": [], "row": []})
+    st, en = ev["start"].to_numpy()[pos], ev["end"].to_numpy()[pos]
+    m = (st < t1) & ((en > t0) | (st >= t0))
+    pos = pos[m]
+    rows = event_rows(state, run_id, ev.iloc[pos], table, cap)
+    out = pd.DataFrame({"start": st[m], "end": en[m], "row": rows})
+    out = out[out["row"] >= 0]
+    if len(out) > limit:
+        out = out.assign(d=out["end"] - out["start"]).nlargest(limit, "d").drop(columns="d")
+    return out
+
+
+def event_rows(state: AppState, run_id: str, events: pd.DataFrame, table: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """The row of each event: its lane's row, plus its nesting depth for NVTX ranges."""
+    lane = events["lane"].to_numpy()
+    row = table[lane]
+    nv = np.isin(events["kind"].to_numpy(), [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])
+    if nv.any():
+        depth = nvtx_event_depth(state, run_id)
+        d = depth.reindex(events.index[nv]).fillna(0).to_numpy(dtype=np.int64)
+        row = row.copy()
+        row[nv] = np.where(row[nv] >= 0, row[nv] + np.minimum(d, cap[lane[nv]]), -1)
+    return row
+
+
+def nvtx_event_depth(state: AppState, run_id: str) -> pd.Series:
+    """Nesting depth of every NVTX event of the run, indexed like timeline.events (cached)."""
+
+    def make() -> pd.Series:
+        ev = state.timeline(run_id).events
+        m = np.isin(ev["kind"].to_numpy(), [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])
+        d = nesting_depth(ev["lane"].to_numpy()[m], ev["start"].to_numpy()[m], ev["end"].to_numpy()[m])
+        return pd.Series(d, index=ev.index[m])
+
+    return state.cached(("nvtx_event_depth", run_id), make)
+
+
+def search_positions(state: AppState, run_id: str, query: str) -> np.ndarray:
+    """Positions (into timeline.events, in time order) of the events whose name contains `query`
+    (case-insensitive): kernels, copies, NVTX ranges, API calls, CPU ops. Cached per query."""
+    q = (query or "").strip().lower()
+    if not q:
+        return np.zeros(0, dtype=np.int64)
+
+    def make() -> np.ndarray:
+        strings = state.strings(run_id)
+        ids = np.array([i for i, s in enumerate(strings) if q in s.lower()], dtype=np.int64)  # per distinct name
+        if ids.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        names = state.timeline(run_id).events["name"].to_numpy()
+        return np.flatnonzero(np.isin(names, ids))
+
+    return state.cached(("search", run_id, q), make)
 
 
 def _sm_view(state: AppState, sm: list[SmLanes], rows: pd.DataFrame, t0: int, t1: int) -> LodView:
@@ -125,18 +273,16 @@ def _sm_view(state: AppState, sm: list[SmLanes], rows: pd.DataFrame, t0: int, t1
         lo = int(np.searchsorted(st, t0 - longest, side="left"))
         hi = int(np.searchsorted(st, t1, side="left"))
         part = f.iloc[lo:hi]
-        band_rows = rows[(rows["kind"] == "sm") & (rows["rank"] == s.rank) & (rows["device"] == s.device)]
-        band_rows = band_rows["row"].to_numpy()
-        k = sm_band_size(s.n_sms)
-        first = np.clip(part["sm_first"].to_numpy() // k, 0, len(band_rows) - 1)
-        last = np.clip(part["sm_last"].to_numpy() // k, 0, len(band_rows) - 1)
+        sm_row = sm_row_table(rows, s.rank, s.device, s.n_sms)
+        first = sm_row[np.clip(part["sm_first"].to_numpy(), 0, len(sm_row) - 1)]
+        last = sm_row[np.clip(part["sm_last"].to_numpy(), 0, len(sm_row) - 1)]
         narrow.append(
             pd.DataFrame(
                 {
                     "start": part["start"].to_numpy(),
                     "end": part["end"].to_numpy(),
-                    "row": band_rows[first],
-                    "row_last": band_rows[last],
+                    "row": first,
+                    "row_last": np.maximum(last, first),
                     "pos": np.arange(len(part)) + offset,
                 }
             )
@@ -172,12 +318,20 @@ def estimate_window_events(lanes: pd.DataFrame, t0: int, t1: int, shown: np.ndar
 
 
 def window_view(
-    state: AppState, run_id: str, t0: int, t1: int, lane_rows: np.ndarray, shown: np.ndarray, n_rows: int
+    state: AppState,
+    run_id: str,
+    t0: int,
+    t1: int,
+    lane_rows: np.ndarray,
+    shown: np.ndarray,
+    n_rows: int,
+    depth_cap: np.ndarray | None = None,
 ) -> LodView:
     """The level-of-detail view of [t0, t1) on the shown lanes. Narrow windows are an indexed
     `Store.window` query; wide ones (more than STORE_WINDOW_MAX_EVENTS events expected) are cut with
     numpy from the run's columns, loaded once through `Store.load` and cached: a row query of a
-    million events costs seconds, the columnar load a fraction of one. Both give the same view."""
+    million events costs seconds, the columnar load a fraction of one. Both give the same view.
+    NVTX ranges go `depth` rows below their lane's row (capped by `depth_cap[lane]`)."""
     if len(shown) == 0:
         empty = pd.DataFrame(
             {"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64), "row": np.zeros(0, np.int32)}
@@ -185,7 +339,11 @@ def window_view(
         return level_of_detail(empty, t0, t1, n_rows, width_px=state.width_px, max_items=state.max_items)
     if estimate_window_events(state.lanes(run_id), t0, t1, shown) <= STORE_WINDOW_MAX_EVENTS:
         events = state.store.window(run_id, t0, t1, lanes=shown.tolist())
-        events = events.assign(row=lane_rows[events["lane"].to_numpy()])
+        rows = _nested_rows(
+            events["lane"].to_numpy(), events["kind"].to_numpy(), events["start"].to_numpy(),
+            events["end"].to_numpy(), lane_rows, depth_cap,
+        )
+        events = events.assign(row=rows)
         return level_of_detail(events, t0, t1, n_rows, width_px=state.width_px, max_items=state.max_items)
     ev = state.timeline(run_id).events
     start, end, lane = ev["start"].to_numpy(), ev["end"].to_numpy(), ev["lane"].to_numpy()
@@ -193,9 +351,27 @@ def window_view(
     s, e, ln = start[:hi], end[:hi], lane[:hi]
     m = ((e > t0) | (s >= t0)) & (lane_rows[ln] >= 0)  # same overlap rule as Store.window
     pos = np.flatnonzero(m)
-    narrow = pd.DataFrame({"start": s[pos], "end": e[pos], "row": lane_rows[ln[pos]], "pos": pos})
+    rows = _nested_rows(ln[pos], ev["kind"].to_numpy()[pos], s[pos], e[pos], lane_rows, depth_cap)
+    narrow = pd.DataFrame({"start": s[pos], "end": e[pos], "row": rows, "pos": pos})
     view = level_of_detail(narrow, t0, t1, n_rows, width_px=state.width_px, max_items=state.max_items)
     return _full_items(view, ev)
+
+
+def _nested_rows(
+    lane: np.ndarray, kind: np.ndarray, start: np.ndarray, end: np.ndarray, lane_rows: np.ndarray,
+    depth_cap: np.ndarray | None,
+) -> np.ndarray:
+    """Each event's row; NVTX ranges one row per nesting level (depth counted among the window's
+    ranges: every range enclosing one in the window overlaps the window too)."""
+    rows = lane_rows[lane]
+    if depth_cap is None:
+        return rows
+    nv = np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]) & (rows >= 0)
+    if nv.any():
+        rows = rows.copy()
+        depth = nesting_depth(lane[nv], start[nv], end[nv])
+        rows[nv] = rows[nv] + np.minimum(depth, depth_cap[lane[nv]])
+    return rows
 
 
 def correlated_events(state: AppState, run_id: str, selected: dict[str, Any]) -> pd.DataFrame:

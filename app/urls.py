@@ -17,9 +17,10 @@ def href(page: str, **params: object) -> str:
     return f"{path}?{query}" if query else path
 
 
-def timeline_href(run_id: str, t0: int | None = None, t1: int | None = None) -> str:
+def timeline_href(run_id: str, t0: int | None = None, t1: int | None = None, q: str | None = None) -> str:
+    """The timeline of a run, on [t0, t1) when given, with search `q` (highlighted, counted)."""
     return href(
-        "timeline", run=run_id, t0=None if t0 is None else int(t0), t1=None if t1 is None else int(t1)
+        "timeline", run=run_id, t0=None if t0 is None else int(t0), t1=None if t1 is None else int(t1), q=q
     )
 
 

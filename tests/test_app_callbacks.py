@@ -292,11 +292,11 @@ def test_timeline_lanes_labels_and_escaping(env):
     assert "SM" in labels and "estimated" in labels  # per-SM lanes from the SM analysis, marked
     text = as_json(fig)
     assert "<script>" not in text and "<img" not in text
-    # hover text carries the escaped names, the duration and the launch configuration
-    hovers = [h for tr in fig.data if tr.hovertext is not None for h in tr.hovertext]
-    if any("gemm_kernel" in h for h in hovers):
-        kh = next(h for h in hovers if "gemm_kernel" in h)
-        assert "duration 15 µs" in kh and "grid (128,1,1) block (256,1,1)" in kh
+    # hover is compact: the escaped name as text, the duration (µs) in customdata via a template
+    for tr in fig.data:
+        if tr.name == "kernels" and tr.text is not None and any("gemm_kernel" in t for t in tr.text):
+            i = next(i for i, t in enumerate(tr.text) if "gemm_kernel" in t)
+            assert tr.customdata[i][5] == 15.0 and "customdata[5]" in tr.hovertemplate
     view = find(page, "tl-view").data
     assert (view["t0"], view["t1"]) == (str(state.record(a).start_ns), str(state.record(a).end_ns))
 
@@ -314,11 +314,11 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     )
     assert new_view is not None
     assert (new_view["t0"], new_view["t1"]) == (str(rec.start_ns), str(rec.start_ns + 200_000))
-    fig, link, _info, _ = outputs
+    fig, link, _info, _, _ = outputs
     q = parse_qs(urlparse(link).query)
     assert q == {"run": [a], "t0": [str(rec.start_ns)], "t1": [str(rec.start_ns + 200_000)]}
     # at this zoom every kernel of step 0 is drawn individually, with its hover text
-    hovers = [h for tr in fig.data if tr.hovertext is not None and tr.name == "kernels" for h in tr.hovertext]
+    hovers = [h for tr in fig.data if tr.text is not None and tr.name == "kernels" for h in tr.text]
     assert sum("gemm_kernel" in h for h in hovers) == 4
     assert any("&lt;script&gt;" in h for h in hovers)
     assert fig.layout.xaxis.title.text.startswith("time (µs")
@@ -353,7 +353,7 @@ def test_click_gpu_op_highlights_host_launch_and_back(env):
         state, "graph.relayoutData", view, relayout={"xaxis.range[0]": 0.0, "xaxis.range[1]": 200_000 / unit}
     )
     _, _, cd = next(_points(fig, int(EventKind.KERNEL)))
-    sel_view, (fig2, _, _, panel) = timeline.on_timeline_event(
+    sel_view, (fig2, _, _, panel, _) = timeline.on_timeline_event(
         state, "graph.clickData", view, click={"points": [{"customdata": cd}]}
     )
     assert sel_view["selected"]["correlation"] == int(cd[3])
@@ -620,18 +620,28 @@ def test_create_app_serves_pages(env, tmp_path):
     assert app.server.config["MAX_CONTENT_LENGTH"] < 10 * 1024 * 1024
 
 
-def test_timeline_shades_gaps_once_analysed(env):
+def test_idle_lane_shows_gaps_by_cause_at_whole_run_zoom(env):
+    """Each device has an idle row; its gaps are drawn there, one legend entry per cause, at the
+    whole-run zoom too (the synthetic run: 8 steps each ending in a stream sync -> 7 host_sync gaps
+    of ~1.7 ms between the steps)."""
     from app import timeline_view
 
     state, a, _ = env
     rec = state.record(a)
-    before = timeline_view.render_view(state, rec, rec.start_ns, rec.end_ns).figure
-    assert not [tr for tr in before.data if tr.name == "idle gaps (shaded)"]  # never waits for an analysis
-    gaps = state.analysis(a).gaps
-    after = timeline_view.render_view(state, rec, rec.start_ns, rec.end_ns).figure
-    marks = [tr for tr in after.data if tr.name == "idle gaps (shaded)"]
-    assert len(marks) == 1 and len(marks[0].x) == len(gaps) == 7
-    assert len([sh for sh in after.layout.shapes if sh.type == "rect"]) == 7
+    rendered = timeline_view.render_view(state, rec, rec.start_ns, rec.end_ns)
+    fig = rendered.figure
+    idle_rows = rendered.rows[rendered.rows["kind"] == "idle"]
+    assert len(idle_rows) == 1 and idle_rows["label"].iloc[0].startswith("idle")
+    lines = [tr for tr in fig.data if tr.name == "idle (host_sync)" and tr.mode == "lines"]
+    assert len(lines) == 1 and len(lines[0].x) == 3 * 7  # 7 segments (start, end, NaN)
+    y_idle = float(idle_rows["y"].iloc[0])
+    assert set(np.asarray(lines[0].y, dtype=float)[0::3]) == {y_idle}
+    # each gap's drawn length is its real length (ms axis from the run start): step i ends its work
+    # at +(i * 2 ms + ~300 µs) and the next step starts at +((i + 1) * 2 ms)
+    xs = np.asarray(lines[0].x, dtype=float)
+    lengths_ms = xs[1::3] - xs[0::3]
+    assert np.all((lengths_ms > 1.5) & (lengths_ms < 2.0))
+    marks = [tr for tr in fig.data if tr.name == "idle (host_sync)" and tr.mode == "markers"]
     assert all("host_sync" in h for h in marks[0].hovertext)
 
 

@@ -14,19 +14,14 @@ from dash import dcc, html
 
 from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
-from tracelab.render.figures import (
-    axis_unit,
-    empty_figure,
-    fmt_bytes,
-    fmt_ns,
-    stream_label,
-    timeline_rows,
-)
+from tracelab.render.figures import empty_figure, fmt_bytes, fmt_ns
+from tracelab.render.timeline import axis_unit, stream_label
 from tracelab.store import RunRecord
 
 from ..components import error_page, run_header
+from ..range_stats import range_panel, range_stats
 from ..state import AppState, current_state, describe_error
-from ..timeline_view import DEFAULT_SHOW, correlated_events, render_view, sm_lanes_for
+from ..timeline_view import DEFAULT_SHOW, correlated_events, render_view, search_positions, view_rows
 from ..urls import MIN_SPAN_NS, parse_window, timeline_href
 from .common import internal_error_page, resolve_run
 
@@ -92,8 +87,9 @@ def selection_from_click(
     return sel
 
 
-def view_outputs(state: AppState, view: dict[str, Any]) -> tuple[Any, str, str, Any]:
-    """(figure, permalink href, info line, selection panel) for a view state dict."""
+def view_outputs(state: AppState, view: dict[str, Any]) -> tuple[Any, str, str, Any, str]:
+    """(figure, permalink href, info line, selection panel, search count) for a view state dict."""
+    query = view.get("query") or ""
     try:
         record = state.record(view["run"])
         rendered = render_view(
@@ -103,18 +99,49 @@ def view_outputs(state: AppState, view: dict[str, Any]) -> tuple[Any, str, str, 
             int(view["t1"]),
             show=view.get("show", DEFAULT_SHOW),
             selected=view.get("selected"),
+            query=query,
+            flows=bool(view.get("flows", True)),
         )
     except BadInput as exc:
-        return empty_figure(describe_error(exc)), timeline_href(view.get("run", "")), describe_error(exc), []
-    link = timeline_href(record.id, rendered.t0, rendered.t1)
+        return empty_figure(describe_error(exc)), timeline_href(view.get("run", "")), describe_error(exc), [], ""
+    link = timeline_href(record.id, rendered.t0, rendered.t1, q=query or None)
     info = (
         f"window {fmt_ns(rendered.t1 - rendered.t0)} at +{fmt_ns(rendered.t0 - (record.start_ns or 0))} · "
         f"{rendered.view.events_in_window:,} events in view · {rendered.n_drawn:,} items drawn "
         f"({len(rendered.view.items):,} individual, {len(rendered.view.bins):,} aggregated"
         + (f"; {rendered.sm_view.n_drawn:,} on SM lanes)" if rendered.sm_view is not None else ")")
+        + (f" · {rendered.flows:,} launch → GPU arrows" if rendered.flows else "")
     )
     panel = selection_panel(state, record, view.get("selected"))
-    return rendered.figure, link, info, panel
+    return rendered.figure, link, info, panel, match_text(state, record.id, query, view.get("match", -1), rendered)
+
+
+def match_text(state: AppState, run_id: str, query: str, index: int, rendered: Any = None) -> str:
+    """'3 / 120 matches (40 in view)' for the search box; '' without a query."""
+    if not query:
+        return ""
+    n = len(search_positions(state, run_id, query))
+    if n == 0:
+        return f"no match for {query!r}"
+    at = f"{int(index) + 1} / {n:,}" if 0 <= int(index) < n else f"{n:,}"
+    in_view = f" ({rendered.matches_in_view:,} in view)" if rendered is not None else ""
+    return f"{at} matches{in_view}"
+
+
+def match_window(state: AppState, view: dict[str, Any], index: int) -> tuple[int, int] | None:
+    """The window that shows search match `index` in the middle of the view (at least 20 µs wide)."""
+    pos = search_positions(state, view["run"], view.get("query") or "")
+    if len(pos) == 0:
+        return None
+    ev = state.timeline(view["run"]).events
+    p = pos[int(index) % len(pos)]
+    start, end = int(ev["start"].iat[p]), int(ev["end"].iat[p])
+    pad = max(end - start, 20_000)
+    t0, t1 = max(start - pad, int(view["lo"])), min(end + pad, int(view["hi"]))
+    if t1 - t0 < MIN_SPAN_NS:
+        mid = (t0 + t1) // 2
+        t0, t1 = mid - MIN_SPAN_NS // 2, mid + MIN_SPAN_NS // 2
+    return t0, t1
 
 
 def selection_panel(state: AppState, record: RunRecord, selected: dict[str, Any] | None) -> list[Any]:
@@ -193,10 +220,12 @@ def on_timeline_event(
     relayout: dict[str, Any] | None = None,
     click: dict[str, Any] | None = None,
     show: list[str] | None = None,
-) -> tuple[dict[str, Any] | None, tuple[Any, str, str, Any] | None]:
+    query: str | None = None,
+    flows: bool | None = None,
+) -> tuple[dict[str, Any] | None, tuple[Any, str, str, Any, str] | None]:
     """One interaction: returns (new view state, outputs) or (None, None) when nothing changes.
-    trigger: 'graph.relayoutData' | 'graph.clickData' | 'show' | 'zoom-out' | 'full' | 'clear'.
-    The view state comes and goes encoded (`encode_view`)."""
+    trigger: 'graph.relayoutData' | 'graph.clickData' | 'show' | 'zoom-out' | 'full' | 'clear' |
+    'search' | 'next' | 'prev' | 'flows'. The view state comes and goes encoded (`encode_view`)."""
     try:
         view = decode_view(view)
     except (KeyError, TypeError, ValueError):
@@ -221,6 +250,23 @@ def on_timeline_event(
         view["t0"], view["t1"] = int(view["lo"]), int(view["hi"])
     elif trigger == "clear":
         view["selected"] = None
+    elif trigger == "flows":
+        view["flows"] = bool(flows)
+    elif trigger == "search":
+        view["query"] = (query or "").strip()[:200]
+        view["match"] = -1
+    elif trigger in ("next", "prev"):
+        n = len(search_positions(state, view["run"], view.get("query") or ""))
+        if n == 0:
+            return None, None
+        at = int(view.get("match", -1))
+        if at < 0:
+            view["match"] = 0 if trigger == "next" else n - 1
+        else:
+            view["match"] = (at + (1 if trigger == "next" else -1)) % n
+        w = match_window(state, view, view["match"])
+        if w is not None:
+            view["t0"], view["t1"] = w
     else:
         return None, None
     outputs = view_outputs(state, view)
@@ -228,15 +274,30 @@ def on_timeline_event(
     return encode_view(view), outputs
 
 
+def on_range_select(state: AppState, view: dict[str, Any], selected: dict[str, Any] | None, full: bool = False) -> Any:
+    """The statistics panel of the range dragged on the timeline (Plotly selectedData's x range, in
+    the current figure's unit from the run start); a hint when there is none."""
+    hint = html.Span("Drag across the timeline to select a range: its statistics appear here.", className="hint")
+    rng = (selected or {}).get("range", {}).get("x") if selected else None
+    if not rng or len(rng) != 2:
+        return [hint]
+    try:
+        view = decode_view(view)
+        unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))
+        origin = int(view["origin"])
+        a, b = sorted(origin + round(float(v) * unit) for v in rng)
+        record = state.record(view["run"])
+    except (KeyError, TypeError, ValueError, BadInput):
+        return [hint]
+    a, b = max(a, int(view["lo"])), min(b, int(view["hi"]))
+    if b - a < 1:
+        return [hint]
+    return range_panel(record, range_stats(state, record.id, a, b), full=full)
+
+
 def _row_lanes(state: AppState, view: dict[str, Any]) -> list[int]:
     record = state.record(view["run"])
-    sm = sm_lanes_for(state, record.id) if "sm" in view.get("show", DEFAULT_SHOW) else []
-    rows = timeline_rows(
-        state.lanes(record.id),
-        state.strings(record.id),
-        sm_rows={(s.rank, s.device): (s.n_sms, s.source) for s in sm},
-        show=view.get("show", DEFAULT_SHOW),
-    )
+    rows, _ = view_rows(state, record, view.get("show", DEFAULT_SHOW))
     return rows["lane"].astype(int).tolist()
 
 
@@ -251,7 +312,9 @@ def default_show(record: RunRecord) -> list[str]:
     return [g for g in DEFAULT_SHOW if g != "sm" or record.devices <= SM_LANES_MAX_DEVICES]
 
 
-def timeline_layout(state: AppState, run: str | None = None, t0: Any = None, t1: Any = None) -> html.Div:
+def timeline_layout(
+    state: AppState, run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None
+) -> html.Div:
     record = resolve_run(state, run)
     if not isinstance(record, RunRecord):
         return record
@@ -271,9 +334,17 @@ def timeline_layout(state: AppState, run: str | None = None, t0: Any = None, t1:
         "origin": record.start_ns or 0,
         "show": show,
         "selected": None,
+        "query": (q or "").strip()[:200],
+        "match": -1,
+        "flows": True,
     }
     try:
-        figure, link, info, panel = view_outputs(state, view)
+        if view["query"] and t0 in (None, "") and t1 in (None, ""):  # a kernel row: open its first instance
+            view["match"] = 0
+            w = match_window(state, view, 0)
+            if w is not None:
+                view["t0"], view["t1"] = w
+        figure, link, info, panel, matches = view_outputs(state, view)
         view["row_lanes"] = _row_lanes(state, view)
     except BadInput as exc:
         return error_page("Cannot show this run", describe_error(exc))
@@ -294,7 +365,33 @@ def timeline_layout(state: AppState, run: str | None = None, t0: Any = None, t1:
                     html.Button("Zoom out ×3", id="tl-zoom-out", n_clicks=0),
                     html.Button("Whole run", id="tl-full", n_clicks=0),
                     html.Button("Clear selection", id="tl-clear", n_clicks=0),
+                    dcc.Checklist(
+                        id="tl-flows",
+                        options=[{"label": "launch → GPU arrows", "value": "flows"}],
+                        value=["flows"],
+                        inline=True,
+                    ),
                     dcc.Link("Permalink to this view", id="tl-permalink", href=link),
+                ],
+                className="tl-controls",
+            ),
+            html.Div(
+                [
+                    dcc.Input(
+                        id="tl-search",
+                        type="search",
+                        value=view["query"],
+                        placeholder="search kernels, NVTX ranges, API calls…",
+                        debounce=True,
+                        className="tl-search",
+                    ),
+                    html.Button("◀", id="tl-prev", n_clicks=0, title="previous match"),
+                    html.Button("▶", id="tl-next", n_clicks=0, title="next match"),
+                    html.Span(matches, id="tl-match", className="tl-match"),
+                    html.Span(
+                        "keys: W/S zoom · A/D pan · drag to select a range · wheel zooms",
+                        className="hint tl-keys",
+                    ),
                 ],
                 className="tl-controls",
             ),
@@ -308,6 +405,15 @@ def timeline_layout(state: AppState, run: str | None = None, t0: Any = None, t1:
                 type="dot",
                 delay_show=400,
             ),
+            html.Div(
+                [
+                    html.Div(
+                        on_range_select(state, encode_view(view), None), id="tl-range", className="tl-range"
+                    ),
+                    html.Button("analyze this range", id="tl-analyze-range", n_clicks=0),
+                ],
+                className="tl-range-box",
+            ),
             html.Div(panel, id="tl-selection", className="tl-selection"),
             dcc.Store(id="tl-view", data=encode_view(view)),
             dcc.Store(id="tl-xrange"),
@@ -316,5 +422,7 @@ def timeline_layout(state: AppState, run: str | None = None, t0: Any = None, t1:
     )
 
 
-def layout(run: str | None = None, t0: Any = None, t1: Any = None, **_ignored: Any) -> html.Div:
-    return timeline_layout(current_state(), run, t0, t1)
+def layout(
+    run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None, **_ignored: Any
+) -> html.Div:
+    return timeline_layout(current_state(), run, t0, t1, q)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-# busy-fraction levels of aggregated segments: (0, .25], (.25, .5], (.5, .75], (.75, 1]
-LEVELS = (0.25, 0.5, 0.75, 1.0)
+# busy-fraction levels of aggregated segments, eighths: (0, .125], (.125, .25], ..., (.875, 1]; the
+# timeline draws each segment as thick as its level, so a bin 8 % busy is a thin line, never a solid box
+LEVELS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 DEFAULT_WIDTH_PX = 1600
 DEFAULT_MAX_ITEMS = 4000
 

@@ -1,0 +1,153 @@
+"""Statistics of a time range selected on the timeline, computed by the library's analyses on the run
+restricted to that range (the same figures as `tracelab analyze --window T0:T1`).
+
+`clip_to_window` is the restriction until `tracelab.analyses.scope.apply_scope` is in main: events
+that overlap [t0, t1) are kept and cut at its edges (instants inside it are kept). Swap the one call
+in `range_analysis` when it lands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from dash import html
+
+from tracelab.analyses import AnalysisOptions, analyze
+from tracelab.analyses.results import Analysis
+from tracelab.model.kinds import EventKind
+from tracelab.model.timeline import Timeline
+from tracelab.render.figures import fmt_ns
+from tracelab.store import RunRecord
+
+from .state import AppState
+from .timeline_view import run_steps
+
+
+def clip_to_window(timeline: Timeline, t0: int, t1: int) -> Timeline:
+    """The timeline restricted to [t0, t1): events overlapping it (Store.window's rule), their start
+    and end clipped to it. Vectorized; the string, lane and device tables are shared."""
+    ev = timeline.events
+    start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
+    hi = int(np.searchsorted(start, t1, side="left"))
+    m = np.zeros(len(ev), dtype=bool)
+    m[:hi] = (end[:hi] > t0) | (start[:hi] >= t0)
+    part = ev[m].copy()
+    part["start"] = np.clip(part["start"].to_numpy(), t0, t1)
+    part["end"] = np.clip(part["end"].to_numpy(), t0, t1)
+    part = part.sort_values("start", kind="stable").reset_index(drop=True)
+    return replace(timeline, events=part, sm_blocks=None)
+
+
+@dataclass(frozen=True)
+class RangeStats:
+    t0: int
+    t1: int
+    analysis: Analysis
+    top_kernels: pd.DataFrame  # name, count, total_ns (clipped to the range)
+    steps: pd.DataFrame  # rank, start, end, label of the steps overlapping the range
+
+
+def range_analysis(state: AppState, run_id: str, t0: int, t1: int) -> Analysis:
+    """`analyze` of the run restricted to [t0, t1) (cached per range)."""
+    return state.cached(
+        ("range", run_id, int(t0), int(t1)),
+        lambda: analyze(clip_to_window(state.timeline(run_id), int(t0), int(t1)), AnalysisOptions()),
+    )
+
+
+def range_stats(state: AppState, run_id: str, t0: int, t1: int, top: int = 5) -> RangeStats:
+    tl = state.timeline(run_id)
+    clipped = clip_to_window(tl, t0, t1)
+    ev = clipped.events
+    k = ev[ev["kind"].to_numpy() == int(EventKind.KERNEL)]
+    dur = (k["end"] - k["start"]).to_numpy()
+    kernels = (
+        pd.DataFrame({"name": k["name"].to_numpy(), "dur": dur})
+        .groupby("name")["dur"]
+        .agg(count="count", total_ns="sum")
+        .reset_index()
+        .nlargest(top, "total_ns")
+    )
+    kernels["name"] = tl.names(kernels["name"].to_numpy())
+    steps = run_steps(state, run_id)
+    steps = steps[(steps["end"] > t0) & (steps["start"] < t1)]
+    return RangeStats(int(t0), int(t1), range_analysis(state, run_id, t0, t1), kernels, steps)
+
+
+def _row(label: str, value: str) -> html.Tr:
+    return html.Tr([html.Th(label), html.Td(value, className="n")])
+
+
+def range_panel(record: RunRecord, stats: RangeStats, *, full: bool = False) -> list:
+    """The statistics panel of a range: per device busy / idle / overlap, gaps by cause, top kernels,
+    steps in range; `full` adds the findings of the range ("analyze this range")."""
+    origin = record.start_ns or 0
+    a = stats.analysis
+    head = html.Div(
+        [
+            html.B(f"Range +{fmt_ns(stats.t0 - origin)} … +{fmt_ns(stats.t1 - origin)}"),
+            f" ({fmt_ns(stats.t1 - stats.t0)}) · same figures as ",
+            html.Code(f"tracelab analyze {record.id} --window {stats.t0}:{stats.t1}"),
+        ],
+        className="range-head",
+    )
+    parts: list = [head]
+    for d in a.devices:
+        window = stats.t1 - stats.t0
+        rows = [
+            _row("busy", f"{fmt_ns(d.busy_ns)} ({d.busy_ns / window:.1%} of the range)"),
+            _row("idle in range", f"{fmt_ns(window - d.busy_ns)}"),
+            _row("kernels / memcpy / memset", f"{fmt_ns(d.kernel_ns)} / {fmt_ns(d.memcpy_ns)} / {fmt_ns(d.memset_ns)}"),
+            _row("compute ∩ copy", fmt_ns(d.overlap.compute_copy_ns)),
+            _row("compute ∩ compute", fmt_ns(d.overlap.compute_compute_ns)),
+        ]
+        parts.append(
+            html.Div(
+                [html.Div(f"rank {d.rank} · GPU {d.device}", className="range-dev"), html.Table(html.Tbody(rows))],
+                className="range-device",
+                **{"data-busy-ns": str(d.busy_ns), "data-rank": str(d.rank), "data-device": str(d.device)},
+            )
+        )
+    if not a.devices:
+        parts.append(html.P("no GPU activity in this range", className="hint"))
+    by_cause: dict[str, list[int]] = {}
+    for g in a.gaps:
+        by_cause.setdefault(g.cause, []).append(g.duration_ns)
+    if by_cause:
+        parts.append(
+            html.Div(
+                ["gaps by cause: "]
+                + [
+                    html.Span(f"{c} {len(v)} × = {fmt_ns(sum(v))}", className=f"gap-cause cause-{c}")
+                    for c, v in sorted(by_cause.items(), key=lambda kv: -sum(kv[1]))
+                ],
+                className="range-gaps",
+            )
+        )
+    if len(stats.top_kernels):
+        parts.append(
+            html.Div(
+                [html.Div("top kernels in range", className="range-dev")]
+                + [
+                    html.Div([html.Code(str(r.name)[:90]), f" {r.count:,} × · {fmt_ns(r.total_ns)}"])
+                    for r in stats.top_kernels.itertuples(index=False)
+                ],
+                className="range-kernels",
+            )
+        )
+    n_steps = len(stats.steps)
+    parts.append(
+        html.Div(
+            f"steps in range: {n_steps}"
+            + (f" ({', '.join(stats.steps['label'].astype(str).head(4))}{' …' if n_steps > 4 else ''})" if n_steps else ""),
+            className="range-steps",
+        )
+    )
+    if full:
+        items = [
+            html.Li([html.B(f.rule), f" ({f.severity}) · ", f.message]) for f in a.findings
+        ] or [html.Li("no findings in this range")]
+        parts.append(html.Div([html.Div("findings in range", className="range-dev"), html.Ul(items)], id="tl-range-findings"))
+    return parts

@@ -1,0 +1,680 @@
+"""The dashboard's timeline: its rows (lanes) and its Plotly figure. Pure functions.
+
+Rows, top to bottom, per rank: for each GPU an idle lane (gaps coloured by cause), one row per stream
+(the same stream never in two rows, whatever context records it), GPU annotations, per-SM bands grouped
+by green-context partition; then a steps lane, NVTX ranges nested by depth (one row per level) and host
+threads. Every string reaching Plotly goes through `plotly_text` (names are untrusted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from tracelab.analyses.results import Gap
+from tracelab.model.kinds import EventKind, Flag, LaneKind
+
+from .figures import fmt_ns, plotly_text
+from .lod import LEVELS, LodView
+
+ROW_COLUMNS = ("row", "lane", "depth", "sm", "sm_last", "rank", "device", "kind", "label", "group", "height")
+MAX_SM_ROWS = 16
+MAX_NVTX_DEPTH = 8  # NVTX rows per lane; deeper ranges are drawn on the last one
+
+
+def stream_label(stream: int) -> str:
+    """A GPU lane's name: "stream 7", or the lane of device-wide operations that name no stream
+    (context / device synchronize: CUPTI records them on stream -1)."""
+    return f"stream {stream}" if stream >= 0 else "device-wide syncs (no stream)"
+
+
+@dataclass(frozen=True)
+class SmRows:
+    """What the per-SM rows of one device need: SM count, "measured"|"estimated", and its partitions
+    as (green context, first SM, last SM), disjoint and sorted (empty: the device as one block)."""
+
+    n_sms: int
+    source: str
+    partitions: tuple[tuple[int, int, int], ...] = ()
+
+
+def sm_partitions_of(frame: pd.DataFrame) -> tuple[tuple[int, int, int], ...]:
+    """(green context, first SM, last SM) of each partition seen in an SM-lane frame, when they are
+    disjoint; () when they overlap (then the device is shown as one block)."""
+    if frame is None or len(frame) == 0 or "green_context" not in frame.columns:
+        return ()
+    g = frame.groupby("green_context").agg(lo=("sm_first", "min"), hi=("sm_last", "max")).reset_index()
+    g = g.sort_values("lo")
+    lo, hi = g["lo"].to_numpy(), g["hi"].to_numpy()
+    if len(g) < 2 or (lo[1:] <= hi[:-1]).any():
+        return ()
+    return tuple((int(a), int(b), int(c)) for a, b, c in zip(g["green_context"], lo, hi))
+
+
+def _sm_bands(n_sms: int, partitions: tuple[tuple[int, int, int], ...]) -> list[tuple[int, int, str]]:
+    """(first SM, last SM, label) of each SM row: at most ~MAX_SM_ROWS bands of adjacent SMs, each
+    partition with its own bands, every band labelled."""
+    parts = list(partitions) or [(-2, 0, n_sms - 1)]
+    out = []
+    for gc, lo, hi in parts:
+        size = hi - lo + 1
+        n_bands = max(1, min(size, round(MAX_SM_ROWS * size / max(n_sms, 1))))
+        k = -(-size // n_bands)
+        for b in range(lo, hi + 1, k):
+            e = min(hi, b + k - 1)
+            span = f"SM {b}" if b == e else f"SMs {b}–{e}"
+            if b == lo and gc != -2:
+                head = f"green ctx {gc}" if gc >= 0 else "outside green ctxs"
+                span = f"{head} · {span}"
+            out.append((b, e, span))
+    return out
+
+
+def timeline_rows(
+    lanes: pd.DataFrame,
+    strings: Sequence[str],
+    *,
+    device_names: Mapping[tuple[int, int], str] | None = None,
+    sm_rows: Mapping[tuple[int, int], SmRows | tuple] | None = None,
+    show: Sequence[str] = ("stream", "sm", "nvtx", "host"),
+    nvtx_depths: Mapping[int, int] | None = None,
+    step_ranks: Sequence[int] = (),
+) -> pd.DataFrame:
+    """The rows of the timeline (see the module docstring). `lane` is the lane drawn on the row (-1
+    on headers, idle, SM and steps rows); a stream drawn from several lanes (contexts) lists them all
+    in `lane_to_row`'s table. `nvtx_depths[lane]` = nesting levels of an NVTX lane (1 when absent).
+    `kind` is one of header/idle/stream/annotation/sm/steps/nvtx/host."""
+    device_names = device_names or {}
+    sm = {k: (v if isinstance(v, SmRows) else SmRows(int(v[0]), str(v[1]))) for k, v in (sm_rows or {}).items()}
+    nvtx_depths = nvtx_depths or {}
+    out: list[dict[str, Any]] = []
+    merged: dict[int, int] = {}  # lane -> the lane whose row it shares (same stream, other context)
+
+    def add(kind: str, label: str, group: str, **kw: Any) -> None:
+        row = {"lane": -1, "depth": 0, "sm": -1, "sm_last": -1, "rank": -1, "device": -1, "height": 1.0}
+        row.update(kw)
+        out.append({"kind": kind, "label": label, "group": group, **row})
+
+    ranks = sorted(set(lanes["rank"].tolist()) | {r for r, _ in sm})
+    for rank in ranks:
+        of_rank = lanes[lanes["rank"] == rank]
+        gpu_side = of_rank[
+            np.isin(of_rank["lane_kind"], [int(LaneKind.GPU_STREAM), int(LaneKind.GPU_ANNOTATION)])
+        ]
+        devices = sorted(set(gpu_side["device"].tolist()) | {d for r, d in sm if r == rank})
+        for device in devices:
+            name = device_names.get((rank, device), "")
+            group = f"rank {rank} · GPU {device}" + (f" · {name}" if name else "")
+            add("header", group, group, rank=rank, device=device)
+            add("idle", "idle (gaps by cause)", group, rank=rank, device=device, height=0.7)
+            dl = gpu_side[gpu_side["device"] == device]
+            if "stream" in show:
+                _stream_rows(dl, group, rank, device, add, merged)
+            if "sm" in show and (rank, device) in sm:
+                s = sm[(rank, device)]
+                for i, (lo, hi, label) in enumerate(_sm_bands(s.n_sms, s.partitions)):
+                    label = f"{label} ({s.source})" if i == 0 else label
+                    add("sm", label, group, sm=lo, sm_last=hi, rank=rank, device=device, height=0.5)
+        host = of_rank[np.isin(of_rank["lane_kind"], [int(LaneKind.NVTX), int(LaneKind.HOST_THREAD)])]
+        if len(host) and ("nvtx" in show or "host" in show):
+            group = f"rank {rank} · host"
+            add("header", group, group, rank=rank)
+            if rank in step_ranks:
+                add("steps", "steps", group, rank=rank)
+            for r in host.sort_values(["pid", "tid", "lane_kind", "category"]).itertuples(index=False):
+                if int(r.lane_kind) == int(LaneKind.NVTX):
+                    if "nvtx" not in show:
+                        continue
+                    dom = strings[r.category] if 0 <= r.category < len(strings) else ""
+                    label = f"NVTX {dom} · tid {r.tid}".replace("  ", " ")
+                    for d in range(max(1, min(int(nvtx_depths.get(int(r.lane), 1)), MAX_NVTX_DEPTH))):
+                        add("nvtx", label if d == 0 else f"  ↳ depth {d}", group, lane=int(r.lane), depth=d, rank=rank)
+                elif "host" in show:
+                    add("host", f"pid {r.pid} · tid {r.tid}", group, lane=int(r.lane), rank=rank)
+    rows = pd.DataFrame(out, columns=[c for c in ROW_COLUMNS if c != "row"])
+    rows.insert(0, "row", np.arange(len(rows), dtype=np.int32))
+    heights = rows["height"].to_numpy(dtype=float)
+    rows["y"] = np.cumsum(heights) - heights / 2 if len(rows) else np.zeros(0)
+    rows.attrs["stream_lanes"] = merged
+    return rows
+
+
+def _stream_rows(dl: pd.DataFrame, group: str, rank: int, device: int, add, merged: dict[int, int]) -> None:
+    """One row per stream of a device (lanes of the same stream in several contexts share it),
+    then one per GPU annotation stream. Context ids are named only when the device has several."""
+    streams = dl[dl["lane_kind"] == int(LaneKind.GPU_STREAM)]
+    n_ctx = streams.loc[streams["context"] >= 0, "context"].nunique()
+    for stream, part in streams.groupby("stream", sort=True):
+        gcs = sorted({int(g) for g in part["green_context"] if g >= 0})
+        label = stream_label(int(stream))
+        if n_ctx > 1 and int(stream) >= 0:
+            label += " · ctx " + ",".join(str(int(c)) for c in sorted(set(part["context"])) if c >= 0)
+        if gcs:
+            label += " · green ctx " + ",".join(map(str, gcs))
+        lanes = part["lane"].astype(int).tolist()
+        add("stream", label, group, lane=lanes[0], rank=rank, device=device)
+        for ln in lanes[1:]:
+            merged[ln] = lanes[0]
+    for r in dl[dl["lane_kind"] == int(LaneKind.GPU_ANNOTATION)].sort_values("stream").itertuples(index=False):
+        add("annotation", f"annotations · stream {r.stream}", group, lane=int(r.lane), rank=rank, device=device)
+
+
+def lane_to_row(rows: pd.DataFrame, n_lanes: int) -> np.ndarray:
+    """Array mapping lane id -> row (-1 for lanes not shown); NVTX lanes map to their depth-0 row."""
+    table = np.full(max(n_lanes, 1), -1, dtype=np.int32)
+    shown = rows[(rows["lane"] >= 0) & (rows["depth"] == 0)]
+    table[shown["lane"].to_numpy()] = shown["row"].to_numpy()
+    for merged, first in rows.attrs.get("stream_lanes", {}).items():
+        if merged < len(table):
+            table[merged] = table[first]
+    return table
+
+
+def lane_depth_cap(rows: pd.DataFrame, n_lanes: int) -> np.ndarray:
+    """Per lane, the deepest row index it has (0 for all but nested NVTX lanes)."""
+    cap = np.zeros(max(n_lanes, 1), dtype=np.int32)
+    nv = rows[rows["kind"] == "nvtx"]
+    if len(nv):
+        g = nv.groupby("lane")["depth"].max()
+        cap[g.index.to_numpy()] = g.to_numpy()
+    return cap
+
+
+def sm_row_table(rows: pd.DataFrame, rank: int, device: int, n_sms: int) -> np.ndarray:
+    """SM id -> row of its band for one device (-1 where none)."""
+    table = np.full(max(n_sms, 1), -1, dtype=np.int32)
+    band = rows[(rows["kind"] == "sm") & (rows["rank"] == rank) & (rows["device"] == device)]
+    for r in band.itertuples(index=False):  # one per band (<= ~20)
+        table[int(r.sm) : int(r.sm_last) + 1] = int(r.row)
+    return table
+
+
+def nesting_depth(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For intervals grouped by lane, how many intervals of the same lane enclose each one (0 = top
+    level). Vectorized: per interval, the intervals of its lane that began before it minus those that
+    ended by its start."""
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    lane = lane.astype(np.int64)
+    base = int(start.min())
+    s, e = start.astype(np.int64) - base, np.maximum(end, start).astype(np.int64) - base
+    order = np.lexsort((-e, s, lane))
+    sorted_lane = lane[order]
+    prior = np.empty(n, dtype=np.int64)
+    prior[order] = np.arange(n) - np.searchsorted(sorted_lane, sorted_lane, side="left")
+    lane_key = np.argsort(np.argsort(np.unique(lane)))  # dense lane ranks
+    uniq = np.unique(lane)
+    dense = lane_key[np.searchsorted(uniq, lane)].astype(np.int64)
+    shift = 1 << 42
+    end_keys = np.sort(dense * shift + e)
+    ended = np.searchsorted(end_keys, dense * shift + s, side="right") - np.searchsorted(
+        end_keys, dense * shift, side="left"
+    )
+    ended -= (e == s).astype(np.int64)  # a zero-length interval must not count itself as ended
+    return np.maximum(prior - ended, 0).astype(np.int32)
+
+
+def axis_unit(span_ns: int) -> tuple[float, str]:
+    """The time unit of the timeline's x axis for a window: ms above 5 ms, else µs."""
+    return (1e6, "ms") if span_ns > 5_000_000 else (1e3, "µs")
+
+
+# ---------------------------------------------------------------------------------------------
+# classes and colours
+
+EVENT_CLASSES: dict[str, tuple[str, str]] = {  # class -> (legend name, colour)
+    "kernel": ("kernels", "#1f77b4"),
+    "comm": ("communication", "#9467bd"),
+    "memcpy": ("memcpy", "#2ca02c"),
+    "memset": ("memset", "#17becf"),
+    "sync": ("GPU sync", "#7f7f7f"),
+    "annotation": ("GPU annotations", "#bcbd22"),
+    "api": ("API calls", "#ff7f0e"),
+    "blocking": ("blocking API calls", "#d62728"),
+    "cpu_op": ("CPU ops", "#c7c7c7"),
+    "nvtx": ("NVTX ranges", "#e377c2"),
+    "sm": ("SM activity", "#8c564b"),
+    "other": ("other host events", "#aaaaaa"),
+}
+_THIN = {"cpu_op", "sm", "other"}
+IDLE_COLORS = {
+    "host_sync": "#d62728",
+    "launch_latency": "#ff7f0e",
+    "dependency_wait": "#9467bd",
+    "no_work": "#9ca3af",
+    "unknown": "#bcbd22",
+}
+BIN_COLOR = "#4c6a92"
+BOX_PX = 12  # thickness of a full-height box
+
+
+def event_class(events: pd.DataFrame) -> np.ndarray:
+    """The drawing class of each event (vectorized)."""
+    if "sm_first" in events.columns and "kind" not in events.columns:
+        return np.full(len(events), "sm", dtype=object)
+    kind = events["kind"].to_numpy()
+    flags = events["flags"].to_numpy() if "flags" in events.columns else np.zeros(len(events), dtype=np.int16)
+    api = np.isin(kind, [EventKind.RUNTIME, EventKind.DRIVER])
+    conds = [
+        (kind == EventKind.KERNEL) & ((flags & Flag.COMM) != 0),
+        kind == EventKind.KERNEL,
+        kind == EventKind.MEMCPY,
+        kind == EventKind.MEMSET,
+        kind == EventKind.SYNC,
+        kind == EventKind.GPU_ANNOTATION,
+        api & ((flags & Flag.BLOCKING) != 0),
+        api,
+        kind == EventKind.CPU_OP,
+        np.isin(kind, [EventKind.NVTX_RANGE, EventKind.NVTX_MARK]),
+    ]
+    choices = ["comm", "kernel", "memcpy", "memset", "sync", "annotation", "blocking", "api", "cpu_op", "nvtx"]
+    return np.select(conds, choices, default="other").astype(object)
+
+
+# ---------------------------------------------------------------------------------------------
+# drawing helpers
+
+
+def _segments_xy(x0: np.ndarray, x1: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(x0)
+    xs = np.empty(3 * n, dtype=float)
+    ys = np.empty(3 * n, dtype=float)
+    xs[0::3], xs[1::3], xs[2::3] = x0, x1, np.nan
+    ys[0::3], ys[1::3], ys[2::3] = y, y, np.nan
+    return xs, ys
+
+
+def _short(s: str, limit: int) -> str:
+    """Long (templated) names cut in the middle."""
+    return s if len(s) <= limit else s[: limit * 2 // 3] + "…" + s[-(limit // 3) :]
+
+
+HOVER_NAME_CHARS = 100
+
+
+def name_table(strings: Sequence[str], limit: int = HOVER_NAME_CHARS) -> np.ndarray:
+    """Escaped, shortened names, indexed by string id (one entry per distinct name; last = "")."""
+    return np.array([plotly_text(_short(s, limit)) for s in strings] + [""], dtype=object)
+
+
+def _names_of(items: pd.DataFrame, names: np.ndarray) -> np.ndarray:
+    if "name" not in items.columns:
+        return np.full(len(items), "", dtype=object)
+    ids = items["name"].to_numpy()
+    n = len(names) - 1
+    return names[np.where((ids >= 0) & (ids < n), ids, n)]
+
+
+def _wrap(text: str, width: int = 90) -> str:
+    """Long evidence on several hover lines (never cut off)."""
+    words, lines, cur = text.split(" "), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    lines.append(cur)
+    return "<br>".join(lines)
+
+
+@dataclass(frozen=True)
+class Overlays:
+    """What the timeline draws besides events: gaps (idle lane), steps (start, end, row, label),
+    search matches (start, end, row), the correlated selection (events with `row`), and whether
+    launch -> GPU flow arrows are drawn for the events in view."""
+
+    gaps: Sequence[Gap] = ()
+    steps: pd.DataFrame | None = None
+    matches: pd.DataFrame | None = None
+    highlight: pd.DataFrame | None = None
+    flows: bool = True
+
+
+FLOW_MAX = 400  # arrows drawn only when at most this many launch -> GPU pairs are in view
+LABEL_MAX = 400  # names drawn inside at most this many boxes
+LABEL_MIN_PX = 36  # boxes narrower than this carry no name
+CHAR_PX = 6.5
+
+
+def timeline_figure(
+    view: LodView,
+    rows: pd.DataFrame,
+    strings: Sequence[str],
+    *,
+    origin_ns: int,
+    sm_view: LodView | None = None,
+    overlays: Overlays = Overlays(),
+    title: str = "",
+    uirevision: str = "timeline",
+) -> go.Figure:
+    """The timeline: one horizontal row per `timeline_rows` row, events as WebGL segments with their
+    names inside when wide enough, aggregated bins as segments whose thickness is their busy fraction,
+    per-device idle lanes coloured by cause, x in µs or ms from `origin_ns`.
+
+    Each drawn event carries customdata [row, start - origin, end - origin, correlation, kind, duration µs]
+    (plain float64 JSON numbers) and a compact hover built by a template from it."""
+    unit, unit_name = axis_unit(view.t1 - view.t0)
+    ns_per_px = view.ns_per_px
+    y_of_row = rows["y"].to_numpy(dtype=float) if len(rows) else np.zeros(1)
+    n_units = float(rows["height"].sum()) if len(rows) else 1.0
+    names = name_table(strings)
+    traces: list[Any] = []
+    labels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def x(ns: np.ndarray) -> np.ndarray:
+        return (np.asarray(ns, dtype=np.float64) - origin_ns) / unit
+
+    def boxes(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """x0, x1 with a one-pixel gap at the end of boxes wider than 3 px, so that touching boxes
+        (PDL kernels, consecutive steps) stay apart."""
+        cut = np.where(end - start > 3 * ns_per_px, ns_per_px, 0.0)
+        return x(start), x(end - cut)
+
+    def add_items(items: pd.DataFrame, classes: np.ndarray) -> None:
+        if len(items) == 0:
+            return
+        st, en = items["start"].to_numpy(), items["end"].to_numpy()
+        x0, x1 = boxes(st, en)
+        row = items["row"].to_numpy()
+        y = y_of_row[row]
+        kind = items["kind"].to_numpy() if "kind" in items.columns else np.full(len(items), -1)
+        corr = items["correlation"].to_numpy() if "correlation" in items.columns else np.full(len(items), -1)
+        custom = np.column_stack(
+            [row, st - origin_ns, en - origin_ns, corr, kind, np.round((en - st) / 1e3, 3)]
+        ).astype(np.float64)
+        text = _names_of(items, names)
+        for cls in pd.unique(classes):
+            m = classes == cls
+            legend, color = EVENT_CLASSES.get(cls, EVENT_CLASSES["other"])
+            thin = cls in _THIN
+            xs, ys = _segments_xy(x0[m], x1[m], y[m])
+            traces.append(
+                go.Scattergl(
+                    x=xs, y=ys, mode="lines", line={"color": color, "width": 3 if thin else BOX_PX},
+                    name=legend, legendgroup=cls, hoverinfo="skip",
+                )
+            )
+            traces.append(
+                go.Scattergl(
+                    x=(x0[m] + x1[m]) / 2, y=y[m], mode="markers",
+                    marker={"color": color, "size": 3 if thin else 5, "opacity": 0.35 if thin else 0.6},
+                    name=legend, legendgroup=cls, showlegend=False,
+                    text=text[m], customdata=custom[m],
+                    hovertemplate="%{text}<br>%{customdata[5]:,.3~f} µs<extra>" + legend + "</extra>",
+                )
+            )
+        wide = (en - st) / ns_per_px >= LABEL_MIN_PX
+        if wide.any() and not ("sm_first" in items.columns and "kind" not in items.columns):
+            labels.append((st[wide], en[wide], row[wide], text[wide]))
+
+    def add_bins(bins: pd.DataFrame, color: str, group: str, legend: str) -> None:
+        """Aggregated short events: a segment per run of bins, as thick as its busy fraction (an
+        8 %-busy stretch is a thin line, a fully busy one a full box)."""
+        if len(bins) == 0:
+            return
+        x0, x1 = x(bins["start"].to_numpy()), x(bins["end"].to_numpy())
+        y = y_of_row[bins["row"].to_numpy()]
+        lv = bins["level"].to_numpy()
+        full = BOX_PX if group == "bins" else 5
+        custom = np.column_stack([bins["count"].to_numpy(), np.round(bins["busy"].to_numpy() * 100, 1)])
+        for level in range(len(LEVELS)):
+            m = lv == level
+            if not m.any():
+                continue
+            xs, ys = _segments_xy(x0[m], x1[m], y[m])
+            traces.append(
+                go.Scattergl(
+                    x=xs, y=ys, mode="lines",
+                    line={"color": color, "width": max(1.0, full * LEVELS[level])},
+                    name=legend, legendgroup=group, hoverinfo="skip",
+                    showlegend=level == int(lv.max()),
+                )
+            )
+            traces.append(
+                go.Scattergl(
+                    x=(x0[m] + x1[m]) / 2, y=y[m], mode="markers",
+                    marker={"color": color, "size": 4, "opacity": 0.4},
+                    legendgroup=group, showlegend=False, customdata=custom[m],
+                    hovertemplate="%{customdata[0]:,} short events<br>busy %{customdata[1]}%<extra></extra>",
+                )
+            )
+
+    _idle_lane(traces, rows, overlays.gaps, view, x, y_of_row)
+    add_bins(view.bins, BIN_COLOR, "bins", "short events, aggregated (thickness = busy fraction)")
+    add_items(view.items, event_class(view.items))
+    if sm_view is not None:
+        add_bins(sm_view.bins, EVENT_CLASSES["sm"][1], "sm-bins", "SM activity, aggregated")
+        add_items(sm_view.items, np.full(len(sm_view.items), "sm", dtype=object))
+    if overlays.steps is not None and len(overlays.steps):
+        _steps_lane(traces, labels, overlays.steps, boxes, y_of_row)
+    n_flows = _flows(traces, view.items, y_of_row, x) if overlays.flows else 0
+    if overlays.matches is not None and len(overlays.matches):
+        mx0, mx1 = boxes(overlays.matches["start"].to_numpy(), overlays.matches["end"].to_numpy())
+        xs, ys = _segments_xy(mx0, np.maximum(mx1, mx0 + 2 * ns_per_px / unit), y_of_row[overlays.matches["row"].to_numpy()])
+        traces.append(
+            go.Scattergl(
+                x=xs, y=ys, mode="lines", line={"color": "#ff00aa", "width": BOX_PX + 6}, opacity=0.55,
+                name="search matches", hoverinfo="skip",
+            )
+        )
+    if overlays.highlight is not None and len(overlays.highlight):
+        _selection(traces, overlays.highlight, x, y_of_row)
+    if labels:
+        traces.append(_labels_trace(labels, x, y_of_row, ns_per_px))
+
+    fig = go.Figure(traces)
+    fig.layout.meta = {"flows": n_flows}
+    _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns)
+    return fig
+
+
+def _idle_lane(traces: list, rows: pd.DataFrame, gaps: Sequence[Gap], view: LodView, x, y_of_row) -> None:
+    """Per device, its gaps on its idle row, one trace per cause ("idle (host_sync)", ...). Gaps
+    narrower than a pixel are widened to one so that idle stays visible at whole-run zoom; more than
+    MAX_GAPS gaps in view are merged per cause where they lie within a pixel of each other."""
+    idle_rows = rows[rows["kind"] == "idle"]
+    if not len(gaps) or not len(idle_rows):
+        return
+    row_of = {(int(r.rank), int(r.device)): int(r.row) for r in idle_rows.itertuples(index=False)}
+    g = pd.DataFrame(
+        {
+            "rank": [gp.rank for gp in gaps], "device": [gp.device for gp in gaps],
+            "start": np.array([gp.start_ns for gp in gaps], dtype=np.int64),
+            "end": np.array([gp.end_ns for gp in gaps], dtype=np.int64),
+            "cause": [str(gp.cause) for gp in gaps], "evidence": [gp.evidence for gp in gaps],
+        }
+    )
+    g = g[(g["end"] > view.t0) & (g["start"] < view.t1)]
+    g["row"] = [row_of.get((r, d), -1) for r, d in zip(g["rank"], g["device"])]
+    g = g[g["row"] >= 0]
+    if g.empty:
+        return
+    px = view.ns_per_px
+    for cause in sorted(set(g["cause"])):
+        part = g[g["cause"] == cause].sort_values(["row", "start"])
+        st, en, row = part["start"].to_numpy(), part["end"].to_numpy(), part["row"].to_numpy()
+        evidence = part["evidence"].to_numpy(dtype=object)
+        count = np.ones(len(part), dtype=np.int64)
+        if len(part) > MAX_GAPS:  # merge neighbours within a pixel (vectorized)
+            new = np.r_[True, (st[1:] - en[:-1] > px) | (row[1:] != row[:-1])]
+            grp = np.cumsum(new) - 1
+            first = np.flatnonzero(new)
+            st, row = st[first], row[first]
+            en = np.maximum.reduceat(en, first)
+            count = np.bincount(grp)
+            evidence = np.where(count > 1, "", evidence[first])
+        total = en - st
+        en_drawn = np.maximum(en, st + px)
+        color = IDLE_COLORS.get(cause, "#333")
+        xs, ys = _segments_xy(x(st), x(en_drawn), y_of_row[row])
+        name = f"idle ({cause})"
+        traces.append(
+            go.Scattergl(
+                x=xs, y=ys, mode="lines", line={"color": color, "width": 9}, name=name,
+                legendgroup=f"idle-{cause}", hoverinfo="skip",
+            )
+        )
+        hover = [
+            f"{name} · {fmt_ns(t)}" + (f" · {c} gaps" if c > 1 else "") + (f"<br>{_wrap(plotly_text(ev))}" if ev else "")
+            for t, c, ev in zip(total.tolist(), count.tolist(), evidence.tolist())
+        ] if len(st) <= 2000 else None
+        traces.append(
+            go.Scattergl(
+                x=(x(st) + x(en_drawn)) / 2, y=y_of_row[row], mode="markers",
+                marker={"color": color, "size": 5, "opacity": 0.5}, legendgroup=f"idle-{cause}",
+                showlegend=False, name=name, hovertext=hover, hoverinfo="text" if hover else "skip",
+            )
+        )
+
+
+MAX_GAPS = 2000
+
+
+def _steps_lane(traces: list, labels: list, steps: pd.DataFrame, boxes, y_of_row) -> None:
+    st, en = steps["start"].to_numpy(), steps["end"].to_numpy()
+    x0, x1 = boxes(st, en)
+    y = y_of_row[steps["row"].to_numpy()]
+    even = np.arange(len(steps)) % 2 == 0
+    for m, color in ((even, "#0f766e"), (~even, "#5eead4")):
+        xs, ys = _segments_xy(x0[m], x1[m], y[m])
+        traces.append(
+            go.Scattergl(
+                x=xs, y=ys, mode="lines", line={"color": color, "width": BOX_PX}, name="steps",
+                legendgroup="steps", showlegend=bool(m is even), hoverinfo="skip",
+            )
+        )
+    text = np.array([plotly_text(s) for s in steps["label"].tolist()], dtype=object)
+    traces.append(
+        go.Scattergl(
+            x=(x0 + x1) / 2, y=y, mode="markers", marker={"size": 5, "color": "#0f766e", "opacity": 0.5},
+            legendgroup="steps", showlegend=False, text=text,
+            customdata=np.round((en - st) / 1e3, 3), hovertemplate="%{text}<br>%{customdata:,.3~f} µs<extra>step</extra>",
+        )
+    )
+    labels.append((st, en, steps["row"].to_numpy(), text))
+
+
+def _flows(traces: list, items: pd.DataFrame, y_of_row: np.ndarray, x) -> int:
+    """Launch -> GPU operation arrows for the pairs whose both ends are drawn in this view (none when
+    more than FLOW_MAX pairs: the whole-run view would be a hairball)."""
+    if len(items) == 0 or not {"flags", "correlation", "kind"} <= set(items.columns):
+        return 0
+    kind, flags, corr = items["kind"].to_numpy(), items["flags"].to_numpy(), items["correlation"].to_numpy()
+    rank = items["rank"].to_numpy()
+    launch = np.isin(kind, [EventKind.RUNTIME, EventKind.DRIVER]) & ((flags & Flag.LAUNCH) != 0) & (corr >= 0)
+    gpu = np.isin(kind, [EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET]) & (corr >= 0)
+    if not launch.any() or not gpu.any():
+        return 0
+    a = pd.DataFrame({"rank": rank[launch], "corr": corr[launch], "s": items["start"].to_numpy()[launch], "r": items["row"].to_numpy()[launch]})
+    b = pd.DataFrame({"rank": rank[gpu], "corr": corr[gpu], "s": items["start"].to_numpy()[gpu], "r": items["row"].to_numpy()[gpu]})
+    pairs = a.merge(b, on=["rank", "corr"], suffixes=("_l", "_g"))
+    if len(pairs) == 0 or len(pairs) > FLOW_MAX:
+        return 0
+    x0, x1 = x(pairs["s_l"].to_numpy()), x(pairs["s_g"].to_numpy())
+    y0, y1 = y_of_row[pairs["r_l"].to_numpy()], y_of_row[pairs["r_g"].to_numpy()]
+    n = len(pairs)
+    xs, ys = np.empty(3 * n), np.empty(3 * n)
+    xs[0::3], xs[1::3], xs[2::3] = x0, x1, np.nan
+    ys[0::3], ys[1::3], ys[2::3] = y0, y1, np.nan
+    traces.append(
+        go.Scattergl(
+            x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1},
+            name="launch → GPU", legendgroup="flows", hoverinfo="skip",
+        )
+    )
+    traces.append(
+        go.Scattergl(
+            x=x1, y=y1 + np.where(y0 > y1, 0.3, -0.3), mode="markers",
+            marker={"symbol": np.where(y0 > y1, "triangle-up", "triangle-down").tolist(), "size": 7, "color": "rgba(60,60,60,0.7)"},
+            legendgroup="flows", showlegend=False, hoverinfo="skip",
+        )
+    )
+    return n
+
+
+def _selection(traces: list, highlight: pd.DataFrame, x, y_of_row) -> None:
+    hx0, hx1 = x(highlight["start"].to_numpy()), x(highlight["end"].to_numpy())
+    hy = y_of_row[highlight["row"].to_numpy()]
+    xs, ys = _segments_xy(hx0, hx1, hy)
+    traces.append(
+        go.Scattergl(
+            x=xs, y=ys, mode="lines", line={"color": "#ffd700", "width": 18}, opacity=0.7,
+            name="selected (correlated)", hoverinfo="skip",
+        )
+    )
+    order = np.argsort(hx0)
+    traces.append(
+        go.Scattergl(
+            x=hx0[order], y=hy[order], mode="lines+markers", line={"color": "#d4a000", "width": 2, "dash": "dash"},
+            marker={"size": 9, "color": "#d4a000"}, showlegend=False, hoverinfo="skip",
+        )
+    )
+
+
+def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> go.Scatter:
+    """Names inside the boxes wide enough for a few characters (cut to fit), the widest first, at most
+    LABEL_MAX (SVG text over the WebGL boxes)."""
+    st = np.concatenate([a for a, *_ in labels])
+    en = np.concatenate([b for _, b, *_ in labels])
+    row = np.concatenate([r for *_, r, _ in labels])
+    text = np.concatenate([t for *_, t in labels])
+    width_px = (en - st) / ns_per_px
+    keep = np.argsort(-width_px, kind="stable")[:LABEL_MAX]
+    fit = np.maximum((width_px[keep] / CHAR_PX).astype(int) - 1, 3)
+    shown = [_fit_label(t, n) for t, n in zip(text[keep].tolist(), fit.tolist())]
+    return go.Scatter(
+        x=(x(st[keep]) + x(en[keep])) / 2, y=y_of_row[row[keep]], mode="text", text=shown,
+        textfont={"size": 10, "color": "#111"}, hoverinfo="skip", showlegend=False, name="names",
+    )
+
+
+def _fit_label(escaped: str, chars: int) -> str:
+    import html
+
+    raw = html.unescape(escaped)
+    return plotly_text(raw if len(raw) <= chars else raw[: max(chars - 1, 1)] + "…")
+
+
+def _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns) -> None:
+    labels = rows["label"].to_numpy(dtype=object) if len(rows) else np.zeros(0, dtype=object)
+    is_header = (rows["kind"] == "header").to_numpy() if len(rows) else np.zeros(0, dtype=bool)
+    tick_mask = labels != ""
+    ticktext = [
+        f"<b>{plotly_text(t)}</b>" if h else plotly_text(t) for t, h in zip(labels[tick_mask], is_header[tick_mask])
+    ]
+    shapes = [
+        {
+            "type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
+            "y0": float(y - 0.5), "y1": float(y - 0.5), "line": {"color": "#888", "width": 1},
+        }
+        for y in (y_of_row[: len(rows)][is_header] if len(rows) else [])
+    ]
+    fig.update_layout(
+        title={"text": plotly_text(title), "x": 0.01} if title else None,
+        height=int(min(max(260, n_units * 26 + 150), 4000)),
+        margin={"l": 10, "r": 10, "t": 70 if title else 60, "b": 40},
+        xaxis={
+            "title": f"time ({unit_name} from run start)",
+            "range": [(view.t0 - origin_ns) / unit, (view.t1 - origin_ns) / unit],
+            "showgrid": True, "zeroline": False,
+        },
+        yaxis={
+            "tickvals": y_of_row[: len(rows)][tick_mask].tolist() if len(rows) else [],
+            "ticktext": ticktext, "range": [n_units, 0], "fixedrange": True, "showgrid": False,
+            "automargin": True, "tickfont": {"size": 11},
+        },
+        shapes=shapes,
+        hovermode="closest",
+        dragmode="select",
+        selectdirection="h",
+        uirevision=uirevision,
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left", "font": {"size": 11}},
+        plot_bgcolor="white",
+    )
