@@ -11,7 +11,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from tracelab.store import Store
 
-from . import timeline_callbacks
+from . import page_callbacks, timeline_callbacks
 from .components import PAGES
 from .pages import compare, gaps, kernels, overlap, runs, timeline
 from .state import STATE_KEY, AppState, current_state
@@ -28,15 +28,14 @@ def _not_found(**_ignored: Any) -> html.Div:
 
 
 def _register_pages() -> None:
-    order = 0
-    for module, path, name in (
+    for order, (module, path, name) in enumerate((
         (runs, "/", "Runs"),
         (timeline, "/timeline", "Timeline"),
         (gaps, "/gaps", "Gaps & findings"),
         (overlap, "/overlap", "Overlap"),
         (kernels, "/kernels", "Kernels"),
         (compare, "/compare", "Compare"),
-    ):
+    )):
         dash.register_page(
             module.__name__,
             path=path,
@@ -45,7 +44,6 @@ def _register_pages() -> None:
             layout=module.layout,
             order=order,
         )
-        order += 1
     dash.register_page("app.pages.not_found_404", path="/404", name="Not found", layout=_not_found, order=99)
 
 
@@ -72,10 +70,23 @@ def nav_hrefs(search: str | None) -> list[str]:
     from urllib.parse import parse_qs
 
     q = parse_qs((search or "").lstrip("?"))
-    run = (q.get("run") or q.get("a") or [None])[0]
+    run = (q.get("run") or q.get("b") or q.get("a") or [None])[0]
     return [
-        ("/" if p == "runs" else href(p, run=run) if p != "compare" else href(p, a=run)) for _, p in PAGES
+        ("/" if p == "runs" else href(p, run=run) if p != "compare" else href(p, b=run)) for _, p in PAGES
     ]
+
+
+def preload_plotly(app: Dash) -> None:
+    """Load plotly.js (served by Dash from the plotly package, never a CDN) from the page's head with
+    `defer`: it downloads while the page loads and runs while the first callbacks are at the server,
+    so the timeline's figure draws as soon as it arrives (dcc.Graph uses `window.Plotly` when set,
+    instead of fetching plotly.js only once a graph is first rendered)."""
+    url = app._collect_and_register_resources(
+        [{"relative_package_path": "package_data/plotly.min.js", "namespace": "plotly"}]
+    )[0]
+    app.index_string = app.index_string.replace(
+        "{%css%}", '{%css%}\n        <script src="' + url + '" defer></script>', 1
+    )
 
 
 def create_app(
@@ -97,6 +108,7 @@ def create_app(
         title="tracelab",
         update_title=None,
     )
+    preload_plotly(app)
     app.server.config[STATE_KEY] = state
     # base64 inflates uploads by 4/3; leave room for the JSON around it
     app.server.config["MAX_CONTENT_LENGTH"] = int(max_upload_bytes * 4 / 3) + 1_000_000
@@ -126,6 +138,7 @@ def _register_callbacks(app: Dash) -> None:
         return message, listing.children
 
     timeline_callbacks.register(app)
+    page_callbacks.register(app)
 
     # keep the address bar on the current view (shareable) without re-rendering the page
     app.clientside_callback(

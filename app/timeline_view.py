@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from tracelab.analyses.findings import find_steps
+from tracelab.analyses.intervals import merge_grouped
 from tracelab.analyses.sm import sm_lanes
 from tracelab.model.kinds import EventKind
-from tracelab.render.lod import LodView, level_of_detail
+from tracelab.render.lod import LodView, busy_bins, level_of_detail, segments
 from tracelab.render.timeline import (
     Overlays,
     SmRows,
@@ -175,6 +176,7 @@ def render_view(
         sm_view=sm_view,
         overlays=Overlays(
             gaps=state.analysis(run_id).gaps,
+            idle=idle_bins(state, run_id, rows, t0, t1),
             steps=_steps_in_window(state, run_id, rows, t0, t1),
             matches=matches,
             highlight=highlight,
@@ -187,6 +189,55 @@ def render_view(
         matches_in_view=0 if matches is None else len(matches),
         flows=int((fig.layout.meta or {}).get("flows", 0)),
     )
+
+
+def device_busy_union(state: AppState, run_id: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+    """Per (rank, device), the union of its GPU activity (kernels, memcpys, memsets) as disjoint
+    sorted intervals (cached): what is not in it, inside the device's span, is idle."""
+
+    def make() -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+        tl = state.timeline(run_id)
+        ev = tl.events
+        m = tl.gpu_mask()
+        rank, dev = ev["rank"].to_numpy()[m], ev["device"].to_numpy()[m]
+        key = (rank.astype(np.int64) << 32) | (dev.astype(np.int64) & 0xFFFFFFFF)
+        s, e, g = merge_grouped(ev["start"].to_numpy()[m], ev["end"].to_numpy()[m], key)
+        out = {}
+        for k in np.unique(g).tolist():  # per device (a handful)
+            sel = g == k
+            out[(int(k >> 32), int(k & 0xFFFFFFFF))] = (s[sel], e[sel])
+        return out
+
+    return state.cached(("busy_union", run_id), make)
+
+
+def idle_bins(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame:
+    """All idle time of each device in [t0, t1), short gaps included, as segments on its idle row
+    (columns of `LodView.bins`, `busy` = the idle fraction): the gaps above the threshold are drawn
+    on top by cause; this shows the idle between tiny kernels that no single gap reaches."""
+    union = device_busy_union(state, run_id)
+    idle_rows = rows[rows["kind"] == "idle"]
+    n_bins = 1 << max(int(np.log2(max(state.width_px / 3, 1))), 0)
+    width = (t1 - t0) / n_bins
+    parts = []
+    for r in idle_rows.itertuples(index=False):
+        s, e = union.get((int(r.rank), int(r.device)), (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        if len(s) == 0:
+            continue
+        lo = max(int(s[0]), t0)
+        hi = min(int(e[-1]), t1)
+        if hi <= lo:
+            continue
+        a = int(np.searchsorted(e, t0, side="right"))
+        b = int(np.searchsorted(s, t1, side="left"))
+        covered, _ = busy_bins(np.zeros(b - a, np.int64), s[a:b], e[a:b], t0, t1, 1, n_bins)
+        edges = t0 + np.arange(n_bins + 1) * width
+        in_span = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+        idle = np.clip(in_span - covered[0], 0, None)
+        parts.append(segments(idle[None, :], (idle > 0)[None, :].astype(np.int64), t0, t1).assign(row=int(r.row)))
+    if not parts:
+        return pd.DataFrame({"row": [], "start": [], "end": [], "count": [], "busy": [], "level": []})
+    return pd.concat(parts, ignore_index=True)
 
 
 def _steps_in_window(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame | None:

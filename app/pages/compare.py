@@ -3,6 +3,7 @@ deltas (variant - baseline) per device, per gap cause, per finding rule and for 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dash import dcc, html
@@ -10,6 +11,7 @@ from dash import dcc, html
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
+from tracelab.store import RunRecord
 
 from ..components import data_table, run_options
 from ..data import compare_runs, comparison_tables
@@ -106,21 +108,85 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     return html.Div(parts, id="compare-result")
 
 
-def compare_layout(state: AppState, a: str | None = None, b: str | None = None) -> html.Div:
+def _variant_order(workload: str) -> list[str]:
+    try:
+        from tracelab.workloads import WORKLOADS
+
+        return [v.name for v in WORKLOADS[workload].variants]
+    except (ImportError, KeyError):
+        return []
+
+
+def _params(r: RunRecord) -> str:
+    """The non-default parameters a recorded run's name ends with (workload/variant/backend/params)."""
+    parts = r.name.split("/")
+    return "/".join(parts[3:]) if len(parts) > 3 else ""
+
+
+def _source_stem(r: RunRecord) -> str:
+    name = Path(r.source or "").name.lower()
+    for suffix in (".gz", ".zst", ".json", ".sqlite", ".nsys-rep", ".pt", ".trace"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def related_baseline(records: list[RunRecord], run_id: str) -> str | None:
+    """The run to compare `run_id` against: the same workload on the same backend with the same
+    parameters in another variant (the workload's first variant, the one showing the problem, else
+    the next one); else a run of a trace with the same file name; else None."""
+    run = next((r for r in records if r.id == run_id), None)
+    if run is None:
+        return None
+    others = [r for r in records if r.id != run.id]
+    if run.workload:
+        same = [
+            r for r in others
+            if r.workload == run.workload and r.backend == run.backend and _params(r) == _params(run)
+            and r.variant and r.variant != run.variant
+        ]
+        if same:
+            order = _variant_order(run.workload)
+            rank = {v: i for i, v in enumerate(order)}
+            return min(same, key=lambda r: (rank.get(r.variant, len(order)), r.variant)).id
+    stem = _source_stem(run)
+    if stem:
+        same_source = [r for r in others if _source_stem(r) == stem]
+        if same_source:
+            return same_source[0].id
+    return None
+
+
+def default_pair(state: AppState, a: str | None, b: str | None) -> tuple[str | None, str | None]:
+    """(baseline, variant) to show: what the URL names; with only one run named, that run and its
+    related baseline (`related_baseline`); with none, the newest run and its related baseline (or
+    the run before it)."""
     records = state.runs()
-    opts = run_options(records)
     ids = [r.id for r in records]
 
-    def pick(value: str | None, default_index: int) -> str | None:
-        if value:
-            try:
-                return state.record(value).id
-            except BadInput:
-                return value  # shown as an error in the content
-        return ids[default_index] if len(ids) > default_index else None
+    def resolve(value: str | None) -> str | None:
+        if not value:
+            return None
+        try:
+            return state.record(value).id
+        except BadInput:
+            return value  # shown as an error in the content
 
-    a_id = pick(a, 1 if len(ids) > 1 else 0)
-    b_id = pick(b, 0)
+    a_id, b_id = resolve(a), resolve(b)
+    if a_id and b_id:
+        return a_id, b_id
+    if b_id or a_id:
+        named = b_id or a_id
+        other = related_baseline(records, named) or next((i for i in ids if i != named), None)
+        return (other, named) if b_id else (named, other)
+    if not ids:
+        return None, None
+    newest = ids[0]
+    return related_baseline(records, newest) or (ids[1] if len(ids) > 1 else newest), newest
+
+
+def compare_layout(state: AppState, a: str | None = None, b: str | None = None) -> html.Div:
+    opts = run_options(state.runs())
+    a_id, b_id = default_pair(state, a, b)
     return html.Div(
         [
             html.H2("Compare runs"),

@@ -85,7 +85,13 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     else "",
                     className="hint",
                 ),
-                data_table("gaps-table", shown, gap_cols),
+                data_table(
+                    "gaps-table",
+                    shown,
+                    gap_cols,
+                    # the evidence is cut to the column width: the whole text is its tooltip
+                    tooltip_data=[{"evidence": {"value": str(e), "type": "text"}} for e in shown["evidence"].head(500)],
+                ),
                 html.Details([html.Summary("Findings as a table"), data_table("findings-table", ft)]),
                 dcc.Store(
                     id="gaps-run",

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import dash_table, html
+from dash import dash_table, dcc, html
 
 from tracelab.render.figures import fmt_ns, kernel_table
 
 from ..components import data_table, run_header
 from ..data import kernel_occupancy
 from ..state import AppState, current_state
+from ..urls import timeline_href
 from .common import with_run
 
 PATH = "/kernels"
@@ -25,6 +26,7 @@ def kernels_frame(state: AppState, run_id: str):
         table["mean"] = [fmt_ns(v) for v in table["mean_ns"].tolist()]
         table["max"] = [fmt_ns(v) for v in table["max_ns"].tolist()]
         table["occupancy"] = (table["occupancy"] * 100).round(1)
+        table.insert(0, "id", [f"k{i}" for i in range(len(table))])
         return table
 
     return state.cached(("kernels", run_id), make)
@@ -54,7 +56,8 @@ def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
                 html.P(
                     f"{len(table):,} distinct kernels / launch configurations, "
                     f"{int(table['count'].sum()) if len(table) else 0:,} launches. Sort by clicking a column; "
-                    "filter with the row under the header (e.g. gemm, >1000).",
+                    "filter with the row under the header (e.g. gemm, >1000). Click a row to open the "
+                    "timeline on that kernel's instances.",
                     className="hint",
                 ),
                 data_table(
@@ -66,11 +69,27 @@ def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
                         {"name": {"value": str(n), "type": "text"}} for n in table["name"].head(300)
                     ],
                 ),
+                dcc.Store(id="kernels-run", data=record.id),
             ],
             id="kernels-page",
         )
 
     return with_run(state, run, body)
+
+
+def kernel_click_href(run_id: str | None, active_cell: dict[str, Any] | None, rows: list[dict] | None) -> str | None:
+    """The timeline of the clicked kernel row's kernel: its instances found by name (search), the
+    first one in view, all highlighted and counted."""
+    if not run_id or not active_cell or not rows:
+        return None
+    row_id = active_cell.get("row_id")
+    row = next((r for r in rows if r.get("id") == row_id), None) if row_id is not None else None
+    if row is None:
+        i = active_cell.get("row")
+        row = rows[i] if isinstance(i, int) and 0 <= i < len(rows) else None
+    if row is None or not row.get("name"):
+        return None
+    return timeline_href(run_id, q=str(row["name"]))
 
 
 def layout(run: str | None = None, **_ignored: Any) -> html.Div:

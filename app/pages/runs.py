@@ -21,7 +21,6 @@ from tracelab.errors import BadInput, DuplicateRun, TracelabError
 from tracelab.render.figures import fmt_ns
 from tracelab.store import RunRecord
 
-from ..components import data_table
 from ..state import AppState, current_state, describe_error
 from ..urls import href
 
@@ -55,51 +54,38 @@ def runs_list(state: AppState) -> html.Div:
             [html.P("No runs in the store yet. Import a trace below, or run `tracelab demo`.")],
             id="runs-list",
         )
-    links = html.Ul(
-        [
-            html.Li(
-                [
-                    html.B(r.name),
-                    " ",
-                    html.Code(r.id),
-                    " — ",
-                    dcc.Link("timeline", href=href("timeline", run=r.id)),
-                    " · ",
-                    dcc.Link("gaps & findings", href=href("gaps", run=r.id)),
-                    " · ",
-                    dcc.Link("overlap", href=href("overlap", run=r.id)),
-                    " · ",
-                    dcc.Link("kernels", href=href("kernels", run=r.id)),
-                    " · ",
-                    dcc.Link("compare", href=href("compare", a=r.id)),
-                ],
-                className="run-item",
-            )
-            for r in records
-        ],
-        className="run-links",
+    head = html.Tr(
+        [html.Th(h) for h in ("run", "id", "workload · variant · backend", "GPU", "events", "span", "")]
     )
-    cols = [
-        {"name": c, "id": c}
-        for c in (
-            "id",
-            "name",
-            "workload",
-            "variant",
-            "backend",
-            "gpu",
-            "format",
-            "events",
-            "span",
-            "created",
-            "source",
+    body = [
+        html.Tr(
+            [
+                html.Td(html.B(r.name), className="run-name-cell", title=r.source),
+                html.Td(html.Code(r.id)),
+                html.Td(" · ".join(b for b in (r.workload, r.variant, r.backend) if b) or r.format),
+                html.Td(r.gpu or ""),
+                html.Td(f"{r.events:,}", className="n"),
+                html.Td(fmt_ns(r.span_ns), className="n"),
+                html.Td(
+                    [
+                        dcc.Link("timeline", href=href("timeline", run=r.id)),
+                        " · ",
+                        dcc.Link("gaps & findings", href=href("gaps", run=r.id)),
+                        " · ",
+                        dcc.Link("overlap", href=href("overlap", run=r.id)),
+                        " · ",
+                        dcc.Link("kernels", href=href("kernels", run=r.id)),
+                        " · ",
+                        dcc.Link("compare", href=href("compare", b=r.id)),
+                    ]
+                ),
+            ],
+            className="run-item",
         )
+        for r in records
     ]
     return html.Div(
-        [
-            links,
-            data_table("runs-table", __import__("pandas").DataFrame(runs_rows(records)), cols, page_size=15),
-        ],
+        html.Table([html.Thead(head), html.Tbody(body)], className="runs-table", id="runs-table"),
         id="runs-list",
     )
 

@@ -138,7 +138,7 @@ def coarsen(covered: np.ndarray, counts: np.ndarray, factor: int = 2) -> tuple[n
     )
 
 
-def _segments(covered: np.ndarray, counts: np.ndarray, t0: int, t1: int) -> pd.DataFrame:
+def segments(covered: np.ndarray, counts: np.ndarray, t0: int, t1: int) -> pd.DataFrame:
     """Merge consecutive non-empty bins of the same busy level into segments."""
     n_bins = covered.shape[1]
     width = (t1 - t0) / n_bins
@@ -241,7 +241,7 @@ def level_of_detail(
             rows_last=last[folded] if ranged else None,
         )
         while True:
-            bins = _segments(covered, counts, t0, t1)
+            bins = segments(covered, counts, t0, t1)
             if len(bins) <= budget or covered.shape[1] <= 1:
                 break
             covered, counts = coarsen(covered, counts)

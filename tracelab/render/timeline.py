@@ -251,6 +251,7 @@ IDLE_COLORS = {
     "unknown": "#bcbd22",
 }
 BIN_COLOR = "#4c6a92"
+IDLE_ALL_COLOR = "#f2b8b5"
 BOX_PX = 12  # thickness of a full-height box
 
 
@@ -331,6 +332,7 @@ class Overlays:
     launch -> GPU flow arrows are drawn for the events in view."""
 
     gaps: Sequence[Gap] = ()
+    idle: pd.DataFrame | None = None  # all idle time per idle row, as LodView.bins (busy = idle fraction)
     steps: pd.DataFrame | None = None
     matches: pd.DataFrame | None = None
     highlight: pd.DataFrame | None = None
@@ -422,7 +424,7 @@ def timeline_figure(
         x0, x1 = x(bins["start"].to_numpy()), x(bins["end"].to_numpy())
         y = y_of_row[bins["row"].to_numpy()]
         lv = bins["level"].to_numpy()
-        full = BOX_PX if group == "bins" else 5
+        full = {"bins": BOX_PX, "idle-all": 9}.get(group, 5)
         custom = np.column_stack([bins["count"].to_numpy(), np.round(bins["busy"].to_numpy() * 100, 1)])
         for level in range(len(LEVELS)):
             m = lv == level
@@ -442,10 +444,15 @@ def timeline_figure(
                     x=(x0[m] + x1[m]) / 2, y=y[m], mode="markers",
                     marker={"color": color, "size": 4, "opacity": 0.4},
                     legendgroup=group, showlegend=False, customdata=custom[m],
-                    hovertemplate="%{customdata[0]:,} short events<br>busy %{customdata[1]}%<extra></extra>",
+                    hovertemplate=(
+                        "idle %{customdata[1]}% of this stretch<extra></extra>" if group == "idle-all"
+                        else "%{customdata[0]:,} short events<br>busy %{customdata[1]}%<extra></extra>"
+                    ),
                 )
             )
 
+    if overlays.idle is not None:
+        add_bins(overlays.idle, IDLE_ALL_COLOR, "idle-all", "idle, all (thickness = idle fraction)")
     _idle_lane(traces, rows, overlays.gaps, view, x, y_of_row)
     add_bins(view.bins, BIN_COLOR, "bins", "short events, aggregated (thickness = busy fraction)")
     add_items(view.items, event_class(view.items))
@@ -618,9 +625,9 @@ def _selection(traces: list, highlight: pd.DataFrame, x, y_of_row) -> None:
     )
 
 
-def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> go.Scatter:
+def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> go.Scattergl:
     """Names inside the boxes wide enough for a few characters (cut to fit), the widest first, at most
-    LABEL_MAX (SVG text over the WebGL boxes)."""
+    LABEL_MAX (WebGL text: SVG text would lie under the WebGL boxes)."""
     st = np.concatenate([a for a, *_ in labels])
     en = np.concatenate([b for _, b, *_ in labels])
     row = np.concatenate([r for *_, r, _ in labels])
@@ -629,7 +636,7 @@ def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> go
     keep = np.argsort(-width_px, kind="stable")[:LABEL_MAX]
     fit = np.maximum((width_px[keep] / CHAR_PX).astype(int) - 1, 3)
     shown = [_fit_label(t, n) for t, n in zip(text[keep].tolist(), fit.tolist())]
-    return go.Scatter(
+    return go.Scattergl(
         x=(x(st[keep]) + x(en[keep])) / 2, y=y_of_row[row[keep]], mode="text", text=shown,
         textfont={"size": 10, "color": "#111"}, hoverinfo="skip", showlegend=False, name="names",
     )
