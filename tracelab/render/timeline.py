@@ -476,6 +476,11 @@ def timeline_figure(
     if labels:
         traces.append(_labels_trace(labels, x, y_of_row, ns_per_px))
 
+    for tr in traces:  # a drag-selection picks a time range: nothing outside it may fade
+        if tr.mode == "markers":
+            tr.unselected = {"marker": {"opacity": tr.marker.opacity if tr.marker.opacity is not None else 1}}
+        elif tr.mode == "text":
+            tr.unselected = {"textfont": {"color": "#111"}}
     fig = go.Figure(traces)
     fig.layout.meta = {"flows": n_flows}
     _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns)
@@ -638,15 +643,18 @@ def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> go
     shown = [_fit_label(t, n) for t, n in zip(text[keep].tolist(), fit.tolist())]
     return go.Scattergl(
         x=(x(st[keep]) + x(en[keep])) / 2, y=y_of_row[row[keep]], mode="text", text=shown,
-        textfont={"size": 10, "color": "#111"}, hoverinfo="skip", showlegend=False, name="names",
+        textposition="middle center", textfont={"size": 10, "color": "#111"}, hoverinfo="skip", showlegend=False, name="names",
     )
 
 
 def _fit_label(escaped: str, chars: int) -> str:
+    """A name cut to `chars` characters for WebGL text, which draws glyphs and decodes no entities:
+    angle brackets become ‹ › (never markup, and no "&lt;" on screen)."""
     import html
 
     raw = html.unescape(escaped)
-    return plotly_text(raw if len(raw) <= chars else raw[: max(chars - 1, 1)] + "…")
+    raw = raw if len(raw) <= chars else raw[: max(chars - 1, 1)] + "…"
+    return raw.replace("<", "‹").replace(">", "›")
 
 
 def _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns) -> None:
