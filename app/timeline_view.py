@@ -18,6 +18,7 @@ from tracelab.render.lod import LodView, busy_bins, level_of_detail, segments
 from tracelab.render.timeline import (
     Overlays,
     SmRows,
+    gaps_frame,
     lane_depth_cap,
     lane_to_row,
     nesting_depth,
@@ -175,7 +176,7 @@ def render_view(
         origin_ns=origin,
         sm_view=sm_view,
         overlays=Overlays(
-            gaps=state.analysis(run_id).gaps,
+            gaps=state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps)),
             idle=idle_bins(state, run_id, rows, t0, t1),
             steps=_steps_in_window(state, run_id, rows, t0, t1),
             matches=matches,
@@ -187,7 +188,7 @@ def render_view(
     return RenderedView(
         fig, view, sm_view, rows, t0, t1,
         matches_in_view=0 if matches is None else len(matches),
-        flows=int((fig.layout.meta or {}).get("flows", 0)),
+        flows=int(fig["layout"]["meta"]["flows"]),
     )
 
 

@@ -217,6 +217,13 @@ def env(tmp_path):
     return state, a, b
 
 
+def tl_fig(figure):
+    """The timeline's figure dict as a plotly Figure (attribute access for the checks)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(figure) if isinstance(figure, dict) else figure
+
+
 def as_json(component) -> str:
     return json.dumps(component, cls=plotly.utils.PlotlyJSONEncoder)
 
@@ -284,7 +291,7 @@ def test_timeline_lanes_labels_and_escaping(env):
     state, a, _ = env
     page = timeline.timeline_layout(state, a)
     assert page.id == "timeline-page"
-    fig = find(page, "tl-graph").figure
+    fig = tl_fig(find(page, "tl-graph").figure)
     labels = " | ".join(fig.layout.yaxis.ticktext)
     assert "stream 7 · ctx 1" in labels
     assert "stream 21 · ctx 3 · green ctx 5" in labels
@@ -315,6 +322,7 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     assert new_view is not None
     assert (new_view["t0"], new_view["t1"]) == (str(rec.start_ns), str(rec.start_ns + 200_000))
     fig, link, _info, _, _ = outputs
+    fig = tl_fig(fig)
     q = parse_qs(urlparse(link).query)
     assert q == {"run": [a], "t0": [str(rec.start_ns)], "t1": [str(rec.start_ns + 200_000)]}
     # at this zoom every kernel of step 0 is drawn individually, with its hover text
@@ -335,11 +343,11 @@ def test_zoom_requeries_store_window_and_updates_link(env):
 
 def _points(fig, kind: int):
     """(trace index, point index, customdata) of drawn events of one kind."""
-    for ti, tr in enumerate(fig.data):
+    for ti, tr in enumerate(tl_fig(fig).data):
         if tr.customdata is None:
             continue
         for pi, cd in enumerate(tr.customdata):
-            if int(cd[4]) == kind:
+            if len(cd) >= 5 and int(cd[4]) == kind:
                 yield ti, pi, list(cd)
 
 
@@ -359,7 +367,7 @@ def test_click_gpu_op_highlights_host_launch_and_back(env):
     assert sel_view["selected"]["correlation"] == int(cd[3])
     linked = timeline.correlated_events(state, a, sel_view["selected"])
     assert sorted(linked["kind"].tolist()) == [int(EventKind.KERNEL), int(EventKind.RUNTIME)]
-    hl = [tr for tr in fig2.data if tr.name == "selected (correlated)"]
+    hl = [tr for tr in tl_fig(fig2).data if tr.name == "selected (correlated)"]
     assert len(hl) == 1 and np.isfinite(np.asarray(hl[0].y, dtype=float)).sum() == 4  # two segments
     assert "cudaLaunchKernel" in as_json(panel)
     # and back: clicking the host launch links the same kernel
@@ -377,7 +385,7 @@ def test_lane_toggles_hide_rows(env):
     state, a, _ = env
     view = find(timeline.timeline_layout(state, a), "tl-view").data
     new_view, (fig, *_r) = timeline.on_timeline_event(state, "show", view, show=["stream"])
-    labels = " ".join(fig.layout.yaxis.ticktext)
+    labels = " ".join(tl_fig(fig).layout.yaxis.ticktext)
     assert "stream 7" in labels and "tid 1" not in labels and "SM" not in labels
     assert new_view["show"] == ["stream"]
 
@@ -629,7 +637,7 @@ def test_idle_lane_shows_gaps_by_cause_at_whole_run_zoom(env):
     state, a, _ = env
     rec = state.record(a)
     rendered = timeline_view.render_view(state, rec, rec.start_ns, rec.end_ns)
-    fig = rendered.figure
+    fig = tl_fig(rendered.figure)
     idle_rows = rendered.rows[rendered.rows["kind"] == "idle"]
     assert len(idle_rows) == 1 and idle_rows["label"].iloc[0].startswith("idle")
     lines = [tr for tr in fig.data if tr.name == "idle (host_sync)" and tr.mode == "lines"]

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from tracelab.analyses.results import Gap
 from tracelab.model.kinds import EventKind, Flag, LaneKind
@@ -331,7 +330,7 @@ class Overlays:
     search matches (start, end, row), the correlated selection (events with `row`), and whether
     launch -> GPU flow arrows are drawn for the events in view."""
 
-    gaps: Sequence[Gap] = ()
+    gaps: Sequence[Gap] | pd.DataFrame = ()  # a DataFrame as `gaps_frame` makes it
     idle: pd.DataFrame | None = None  # all idle time per idle row, as LodView.bins (busy = idle fraction)
     steps: pd.DataFrame | None = None
     matches: pd.DataFrame | None = None
@@ -355,8 +354,8 @@ def timeline_figure(
     overlays: Overlays = Overlays(),
     title: str = "",
     uirevision: str = "timeline",
-) -> go.Figure:
-    """The timeline: one horizontal row per `timeline_rows` row, events as WebGL segments with their
+) -> dict[str, Any]:
+    """The timeline (a Plotly figure dict): one horizontal row per `timeline_rows` row, events as WebGL segments with their
     names inside when wide enough, aggregated bins as segments whose thickness is their busy fraction,
     per-device idle lanes coloured by cause, x in µs or ms from `origin_ns`.
 
@@ -398,13 +397,13 @@ def timeline_figure(
             thin = cls in _THIN
             xs, ys = _segments_xy(x0[m], x1[m], y[m])
             traces.append(
-                go.Scattergl(
+                _gl(
                     x=xs, y=ys, mode="lines", line={"color": color, "width": 3 if thin else BOX_PX},
                     name=legend, legendgroup=cls, hoverinfo="skip",
                 )
             )
             traces.append(
-                go.Scattergl(
+                _gl(
                     x=(x0[m] + x1[m]) / 2, y=y[m], mode="markers",
                     marker={"color": color, "size": 3 if thin else 5, "opacity": 0.35 if thin else 0.6},
                     name=legend, legendgroup=cls, showlegend=False,
@@ -432,24 +431,24 @@ def timeline_figure(
                 continue
             xs, ys = _segments_xy(x0[m], x1[m], y[m])
             traces.append(
-                go.Scattergl(
+                _gl(
                     x=xs, y=ys, mode="lines",
                     line={"color": color, "width": max(1.0, full * LEVELS[level])},
                     name=legend, legendgroup=group, hoverinfo="skip",
                     showlegend=level == int(lv.max()),
                 )
             )
-            traces.append(
-                go.Scattergl(
-                    x=(x0[m] + x1[m]) / 2, y=y[m], mode="markers",
-                    marker={"color": color, "size": 4, "opacity": 0.4},
-                    legendgroup=group, showlegend=False, customdata=custom[m],
-                    hovertemplate=(
-                        "idle %{customdata[1]}% of this stretch<extra></extra>" if group == "idle-all"
-                        else "%{customdata[0]:,} short events<br>busy %{customdata[1]}%<extra></extra>"
-                    ),
-                )
+        traces.append(
+            _gl(
+                x=(x0 + x1) / 2, y=y, mode="markers",
+                marker={"color": color, "size": 4, "opacity": 0.4},
+                legendgroup=group, showlegend=False, customdata=custom,
+                hovertemplate=(
+                    "idle %{customdata[1]}% of this stretch<extra></extra>" if group == "idle-all"
+                    else "%{customdata[0]:,} short events<br>busy %{customdata[1]}%<extra></extra>"
+                ),
             )
+        )
 
     if overlays.idle is not None:
         add_bins(overlays.idle, IDLE_ALL_COLOR, "idle-all", "idle, all (thickness = idle fraction)")
@@ -466,7 +465,7 @@ def timeline_figure(
         mx0, mx1 = boxes(overlays.matches["start"].to_numpy(), overlays.matches["end"].to_numpy())
         xs, ys = _segments_xy(mx0, np.maximum(mx1, mx0 + 2 * ns_per_px / unit), y_of_row[overlays.matches["row"].to_numpy()])
         traces.append(
-            go.Scattergl(
+            _gl(
                 x=xs, y=ys, mode="lines", line={"color": "#ff00aa", "width": BOX_PX + 6}, opacity=0.55,
                 name="search matches", hoverinfo="skip",
             )
@@ -477,14 +476,15 @@ def timeline_figure(
         traces.append(_labels_trace(labels, x, y_of_row, ns_per_px))
 
     for tr in traces:  # a drag-selection picks a time range: nothing outside it may fade
-        if tr.mode == "markers":
-            tr.unselected = {"marker": {"opacity": tr.marker.opacity if tr.marker.opacity is not None else 1}}
-        elif tr.mode == "text":
-            tr.unselected = {"textfont": {"color": "#111"}}
-    fig = go.Figure(traces)
-    fig.layout.meta = {"flows": n_flows}
-    _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns)
-    return fig
+        if tr["mode"] == "markers":
+            tr["unselected"] = {"marker": {"opacity": tr.get("marker", {}).get("opacity", 1)}}
+        elif tr["mode"] == "text":
+            tr["unselected"] = {"textfont": {"color": "#111"}}
+    # a plain figure dict: plotly's per-property validation (and the deep copies of go.Figure) cost
+    # more than everything else in a view; the structure is fixed here and tested
+    layout = _layout(rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns)
+    layout["meta"] = {"flows": n_flows}
+    return {"data": traces, "layout": layout}
 
 
 def _idle_lane(traces: list, rows: pd.DataFrame, gaps: Sequence[Gap], view: LodView, x, y_of_row) -> None:
@@ -495,16 +495,9 @@ def _idle_lane(traces: list, rows: pd.DataFrame, gaps: Sequence[Gap], view: LodV
     if not len(gaps) or not len(idle_rows):
         return
     row_of = {(int(r.rank), int(r.device)): int(r.row) for r in idle_rows.itertuples(index=False)}
-    g = pd.DataFrame(
-        {
-            "rank": [gp.rank for gp in gaps], "device": [gp.device for gp in gaps],
-            "start": np.array([gp.start_ns for gp in gaps], dtype=np.int64),
-            "end": np.array([gp.end_ns for gp in gaps], dtype=np.int64),
-            "cause": [str(gp.cause) for gp in gaps], "evidence": [gp.evidence for gp in gaps],
-        }
-    )
-    g = g[(g["end"] > view.t0) & (g["start"] < view.t1)]
-    g["row"] = [row_of.get((r, d), -1) for r, d in zip(g["rank"], g["device"])]
+    g = gaps if isinstance(gaps, pd.DataFrame) else gaps_frame(gaps)
+    g = g[(g["end"].to_numpy() > view.t0) & (g["start"].to_numpy() < view.t1)]
+    g = g.assign(row=[row_of.get((r, d), -1) for r, d in zip(g["rank"].tolist(), g["device"].tolist())])
     g = g[g["row"] >= 0]
     if g.empty:
         return
@@ -528,7 +521,7 @@ def _idle_lane(traces: list, rows: pd.DataFrame, gaps: Sequence[Gap], view: LodV
         xs, ys = _segments_xy(x(st), x(en_drawn), y_of_row[row])
         name = f"idle ({cause})"
         traces.append(
-            go.Scattergl(
+            _gl(
                 x=xs, y=ys, mode="lines", line={"color": color, "width": 9}, name=name,
                 legendgroup=f"idle-{cause}", hoverinfo="skip",
             )
@@ -538,7 +531,7 @@ def _idle_lane(traces: list, rows: pd.DataFrame, gaps: Sequence[Gap], view: LodV
             for t, c, ev in zip(total.tolist(), count.tolist(), evidence.tolist())
         ] if len(st) <= 2000 else None
         traces.append(
-            go.Scattergl(
+            _gl(
                 x=(x(st) + x(en_drawn)) / 2, y=y_of_row[row], mode="markers",
                 marker={"color": color, "size": 5, "opacity": 0.5}, legendgroup=f"idle-{cause}",
                 showlegend=False, name=name, hovertext=hover, hoverinfo="text" if hover else "skip",
@@ -549,6 +542,20 @@ def _idle_lane(traces: list, rows: pd.DataFrame, gaps: Sequence[Gap], view: LodV
 MAX_GAPS = 2000
 
 
+def gaps_frame(gaps: Sequence[Gap]) -> pd.DataFrame:
+    """Gaps as columns (rank, device, start, end, cause, evidence), for the idle lanes."""
+    return pd.DataFrame(
+        {
+            "rank": np.array([gp.rank for gp in gaps], dtype=np.int64),
+            "device": np.array([gp.device for gp in gaps], dtype=np.int64),
+            "start": np.array([gp.start_ns for gp in gaps], dtype=np.int64),
+            "end": np.array([gp.end_ns for gp in gaps], dtype=np.int64),
+            "cause": [str(gp.cause) for gp in gaps],
+            "evidence": [gp.evidence for gp in gaps],
+        }
+    )
+
+
 def _steps_lane(traces: list, labels: list, steps: pd.DataFrame, boxes, y_of_row) -> None:
     st, en = steps["start"].to_numpy(), steps["end"].to_numpy()
     x0, x1 = boxes(st, en)
@@ -557,14 +564,14 @@ def _steps_lane(traces: list, labels: list, steps: pd.DataFrame, boxes, y_of_row
     for m, color in ((even, "#0f766e"), (~even, "#5eead4")):
         xs, ys = _segments_xy(x0[m], x1[m], y[m])
         traces.append(
-            go.Scattergl(
+            _gl(
                 x=xs, y=ys, mode="lines", line={"color": color, "width": BOX_PX}, name="steps",
                 legendgroup="steps", showlegend=bool(m is even), hoverinfo="skip",
             )
         )
     text = np.array([plotly_text(s) for s in steps["label"].tolist()], dtype=object)
     traces.append(
-        go.Scattergl(
+        _gl(
             x=(x0 + x1) / 2, y=y, mode="markers", marker={"size": 5, "color": "#0f766e", "opacity": 0.5},
             legendgroup="steps", showlegend=False, text=text,
             customdata=np.round((en - st) / 1e3, 3), hovertemplate="%{text}<br>%{customdata:,.3~f} µs<extra>step</extra>",
@@ -596,13 +603,13 @@ def _flows(traces: list, items: pd.DataFrame, y_of_row: np.ndarray, x) -> int:
     xs[0::3], xs[1::3], xs[2::3] = x0, x1, np.nan
     ys[0::3], ys[1::3], ys[2::3] = y0, y1, np.nan
     traces.append(
-        go.Scattergl(
+        _gl(
             x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1},
             name="launch → GPU", legendgroup="flows", hoverinfo="skip",
         )
     )
     traces.append(
-        go.Scattergl(
+        _gl(
             x=x1, y=y1 + np.where(y0 > y1, 0.3, -0.3), mode="markers",
             marker={"symbol": np.where(y0 > y1, "triangle-up", "triangle-down").tolist(), "size": 7, "color": "rgba(60,60,60,0.7)"},
             legendgroup="flows", showlegend=False, hoverinfo="skip",
@@ -616,21 +623,21 @@ def _selection(traces: list, highlight: pd.DataFrame, x, y_of_row) -> None:
     hy = y_of_row[highlight["row"].to_numpy()]
     xs, ys = _segments_xy(hx0, hx1, hy)
     traces.append(
-        go.Scattergl(
+        _gl(
             x=xs, y=ys, mode="lines", line={"color": "#ffd700", "width": 18}, opacity=0.7,
             name="selected (correlated)", hoverinfo="skip",
         )
     )
     order = np.argsort(hx0)
     traces.append(
-        go.Scattergl(
+        _gl(
             x=hx0[order], y=hy[order], mode="lines+markers", line={"color": "#d4a000", "width": 2, "dash": "dash"},
             marker={"size": 9, "color": "#d4a000"}, showlegend=False, hoverinfo="skip",
         )
     )
 
 
-def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> go.Scattergl:
+def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> dict:
     """Names inside the boxes wide enough for a few characters (cut to fit), the widest first, at most
     LABEL_MAX (WebGL text: SVG text would lie under the WebGL boxes)."""
     st = np.concatenate([a for a, *_ in labels])
@@ -641,7 +648,7 @@ def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> go
     keep = np.argsort(-width_px, kind="stable")[:LABEL_MAX]
     fit = np.maximum((width_px[keep] / CHAR_PX).astype(int) - 1, 3)
     shown = [_fit_label(t, n) for t, n in zip(text[keep].tolist(), fit.tolist())]
-    return go.Scattergl(
+    return _gl(
         x=(x(st[keep]) + x(en[keep])) / 2, y=y_of_row[row[keep]], mode="text", text=shown,
         textposition="middle center", textfont={"size": 10, "color": "#111"}, hoverinfo="skip", showlegend=False, name="names",
     )
@@ -657,7 +664,12 @@ def _fit_label(escaped: str, chars: int) -> str:
     return raw.replace("<", "‹").replace(">", "›")
 
 
-def _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns) -> None:
+def _gl(**kw: Any) -> dict:
+    """A scattergl trace as a plain dict."""
+    return {"type": "scattergl", **kw}
+
+
+def _layout(rows, view, unit, unit_name, y_of_row, n_units, title, uirevision, origin_ns) -> dict:
     labels = rows["label"].to_numpy(dtype=object) if len(rows) else np.zeros(0, dtype=object)
     is_header = (rows["kind"] == "header").to_numpy() if len(rows) else np.zeros(0, dtype=bool)
     tick_mask = labels != ""
@@ -671,12 +683,11 @@ def _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevisi
         }
         for y in (y_of_row[: len(rows)][is_header] if len(rows) else [])
     ]
-    fig.update_layout(
-        title={"text": plotly_text(title), "x": 0.01} if title else None,
+    out = dict(  # noqa: C408 - keyword form reads like Plotly's layout reference
         height=int(min(max(260, n_units * 26 + 150), 4000)),
         margin={"l": 10, "r": 10, "t": 70 if title else 60, "b": 40},
         xaxis={
-            "title": f"time ({unit_name} from run start)",
+            "title": {"text": f"time ({unit_name} from run start)"},
             "range": [(view.t0 - origin_ns) / unit, (view.t1 - origin_ns) / unit],
             "showgrid": True, "zeroline": False,
         },
@@ -693,3 +704,6 @@ def _layout(fig, rows, view, unit, unit_name, y_of_row, n_units, title, uirevisi
         legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left", "font": {"size": 11}},
         plot_bgcolor="white",
     )
+    if title:
+        out["title"] = {"text": plotly_text(title), "x": 0.01}
+    return out
