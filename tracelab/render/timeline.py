@@ -258,6 +258,8 @@ def event_class(events: pd.DataFrame) -> np.ndarray:
     """The drawing class of each event (vectorized)."""
     if "sm_first" in events.columns and "kind" not in events.columns:
         return np.full(len(events), "sm", dtype=object)
+    if "kind" not in events.columns:
+        return np.full(len(events), "other", dtype=object)
     kind = events["kind"].to_numpy()
     flags = events["flags"].to_numpy() if "flags" in events.columns else np.zeros(len(events), dtype=np.int16)
     api = np.isin(kind, [EventKind.RUNTIME, EventKind.DRIVER])

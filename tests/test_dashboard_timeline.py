@@ -1,0 +1,158 @@
+"""Pieces of the dashboard's timeline (issue 12), checked against values computed here by hand or by
+brute force: NVTX nesting rows, one row per stream, SM bands by partition, bin thickness = busy
+fraction, the range statistics' restriction, Compare's related baseline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.pages.compare import related_baseline
+from app.range_stats import clip_to_window
+from tracelab.model.kinds import LaneKind
+from tracelab.render.lod import LEVELS, level_of_detail
+from tracelab.render.timeline import (
+    BOX_PX,
+    SmRows,
+    lane_to_row,
+    nesting_depth,
+    sm_row_table,
+    timeline_figure,
+    timeline_rows,
+)
+from tracelab.store import RunRecord
+
+
+def test_nesting_depth_matches_brute_force():
+    rng = np.random.default_rng(3)
+    # properly nested ranges on 3 lanes: each lane a random tree built by recursive splitting
+    lanes, starts, ends = [], [], []
+
+    def tree(lane, a, b, depth):
+        lanes.append(lane), starts.append(a), ends.append(b)
+        if depth < 4 and b - a > 8:
+            cut = sorted(rng.integers(a + 1, b, size=2).tolist())
+            if cut[1] - cut[0] > 1:
+                tree(lane, cut[0], cut[1], depth + 1)
+
+    for lane in range(3):
+        for k in range(5):
+            tree(lane, k * 1000, k * 1000 + 900, 0)
+    lane, s, e = np.array(lanes), np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+    perm = rng.permutation(len(s))
+    lane, s, e = lane[perm], s[perm], e[perm]
+    got = nesting_depth(lane, s, e)
+    want = [
+        sum(1 for j in range(len(s)) if j != i and lane[j] == lane[i] and s[j] <= s[i] and e[i] <= e[j]
+            and (s[j], -e[j]) < (s[i], -e[i]))
+        for i in range(len(s))
+    ]
+    assert got.tolist() == want
+    assert max(want) >= 2  # the test does exercise nesting
+
+
+def _lanes(rows):
+    cols = ["lane", "lane_kind", "rank", "device", "context", "green_context", "stream", "pid", "tid", "category"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_one_row_per_stream_and_named_lanes():
+    # stream 7 recorded in two contexts (two lanes), stream -1 = device-wide syncs, an NVTX lane 2 deep
+    lanes = _lanes(
+        [
+            (0, int(LaneKind.GPU_STREAM), 0, 0, 1, -1, 7, -1, -1, -1),
+            (1, int(LaneKind.GPU_STREAM), 0, 0, 2, -1, 7, -1, -1, -1),
+            (2, int(LaneKind.GPU_STREAM), 0, 0, 1, -1, -1, -1, -1, -1),
+            (3, int(LaneKind.NVTX), 0, -1, -1, -1, -1, 10, 11, 0),
+        ]
+    )
+    rows = timeline_rows(lanes, ("dom",), nvtx_depths={3: 2}, step_ranks=[0])
+    labels = rows["label"].tolist()
+    assert labels.count("stream 7 · ctx 1,2") == 1
+    assert "device-wide syncs (no stream)" in labels and not any("all streams" in x for x in labels)
+    table = lane_to_row(rows, 4)
+    assert table[0] == table[1]  # the same stream never in two rows
+    assert rows.loc[table[0], "label"] == "stream 7 · ctx 1,2"
+    kinds = rows["kind"].tolist()
+    assert kinds.count("idle") == 1 and kinds.count("steps") == 1 and kinds.count("nvtx") == 2
+    assert kinds.index("idle") == kinds.index("header") + 1  # right under the GPU's header
+
+
+def test_sm_bands_grouped_and_labelled_by_partition():
+    lanes = _lanes([(0, int(LaneKind.GPU_STREAM), 0, 0, 1, -1, 7, -1, -1, -1)])
+    sm = {(0, 0): SmRows(132, "estimated", ((2, 0, 15), (3, 16, 47), (-1, 48, 131)))}
+    rows = timeline_rows(lanes, (), sm_rows=sm)
+    band = rows[rows["kind"] == "sm"]
+    assert (band["label"] != "").all()  # every band labelled
+    heads = [x for x in band["label"] if "green ctx" in x or "outside" in x]
+    assert heads[0].startswith("green ctx 2 · SMs 0–") and heads[0].endswith("(estimated)")
+    assert heads[1].startswith("green ctx 3 · SMs 16–") and heads[2].startswith("outside green ctxs · SMs 48–")
+    table = sm_row_table(rows, 0, 0, 132)
+    # no band crosses a partition boundary
+    assert table[15] != table[16] and table[47] != table[48] and (table >= 0).all()
+
+
+def test_aggregated_bins_are_as_thick_as_they_are_busy():
+    """One row, 100 events of 10 ns spread over 1 ms: every 1.5-px bin is well under 12.5 % busy,
+    so drawn at the thinnest level (1.5 px), not as a solid 12-px box; a fully busy run of events
+    is drawn at full thickness."""
+    sparse = pd.DataFrame({"start": np.arange(100) * 10_000, "end": np.arange(100) * 10_000 + 10, "row": 0})
+    dense = pd.DataFrame({"start": np.arange(10_000) * 100, "end": np.arange(10_000) * 100 + 100, "row": 1})
+    events = pd.concat([sparse, dense], ignore_index=True)
+    view = level_of_detail(events, 0, 1_000_000, 2, width_px=200, max_items=40)
+    assert set(view.bins.loc[view.bins["row"] == 0, "level"]) == {0}
+    assert set(view.bins.loc[view.bins["row"] == 1, "level"]) == {len(LEVELS) - 1}
+    rows = pd.DataFrame(
+        {"row": [0, 1], "lane": [-1, -1], "depth": 0, "kind": "stream", "label": ["a", "b"], "height": 1.0, "y": [0.5, 1.5]}
+    )
+    fig = timeline_figure(view, rows, (), origin_ns=0)
+    widths = {
+        tr["line"]["width"]: tr for tr in fig["data"] if tr.get("legendgroup") == "bins" and tr["mode"] == "lines"
+    }
+    assert sorted(widths) == [BOX_PX * LEVELS[0], BOX_PX]
+
+
+def test_clip_to_window_keeps_and_cuts_overlapping_events():
+    from test_app_callbacks import synthetic_timeline
+
+    tl = synthetic_timeline()
+    t0 = int(tl.events["start"].min()) + 15_000
+    t1 = t0 + 50_000
+    part = clip_to_window(tl, t0, t1).events
+    ev = tl.events
+    keep = (ev["start"] < t1) & ((ev["end"] > t0) | (ev["start"] >= t0))
+    assert len(part) == int(keep.sum())
+    assert part["start"].min() >= t0 and part["end"].max() <= t1
+    assert (np.diff(part["start"].to_numpy()) >= 0).all()
+
+
+def _record(rid, name, workload="", variant="", backend="", source=""):
+    return RunRecord(
+        id=rid, name=name, source=source, format="nsys", backend=backend, workload=workload, variant=variant,
+        gpu="", created="", fingerprint=rid, events=1, start_ns=0, end_ns=1,
+    )
+
+
+@pytest.mark.parametrize(
+    "run,expected",
+    [
+        ("g2", "e1"),  # graphs/graph/nsys -> graphs/eager/nsys (the workload's first variant, same backend)
+        ("e1", "g2"),  # the first variant itself -> the next variant
+        ("e3", "g4"),  # torch runs pair with torch runs
+        ("u1", "u2"),  # imported traces: the same file name
+        ("lone", None),
+    ],
+)
+def test_related_baseline(run, expected):
+    records = [
+        _record("x0", "graphs/eager/nsys/n=4", "graphs", "eager", "nsys"),  # other parameters
+        _record("g2", "graphs/graph/nsys", "graphs", "graph", "nsys"),
+        _record("e1", "graphs/eager/nsys", "graphs", "eager", "nsys"),
+        _record("e3", "graphs/eager/torch", "graphs", "eager", "torch"),
+        _record("g4", "graphs/graph/torch", "graphs", "graph", "torch"),
+        _record("u1", "trace A", source="/a/rank0.json.gz"),
+        _record("u2", "trace B", source="/b/rank0.json"),
+        _record("lone", "other", source="/c/z.json"),
+    ]
+    assert related_baseline(records, run) == expected
