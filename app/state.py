@@ -7,6 +7,7 @@ store, can live in one process: the tests do that).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from tracelab.model.timeline import Timeline
 from tracelab.store import RunRecord, Store
 
 STATE_KEY = "TRACELAB_APP_STATE"
+DEFAULT_OPTIONS = AnalysisOptions()
 
 
 class _Lru:
@@ -81,7 +83,9 @@ class AppState:
     max_items: int = 4000
     _timelines: _Lru = field(default_factory=lambda: _Lru(3))
     _analyses: _Lru = field(default_factory=lambda: _Lru(8))
-    _misc: _Lru = field(default_factory=lambda: _Lru(32))
+    _misc: _Lru = field(default_factory=lambda: _Lru(64))
+    _background: set[str] = field(default_factory=set)
+    _background_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- runs ----------------------------------------------------------------------------------
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
@@ -116,7 +120,7 @@ class AppState:
     def correlation_index(self, run_id: str) -> CorrelationIndex:
         return self._misc.get(("corr", run_id), lambda: CorrelationIndex.build(self.timeline(run_id)))
 
-    def analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
+    def analysis(self, run_id: str, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis:
         """The run's analysis (cached). MissingDependency when the analyses are not installed."""
         try:
             from tracelab.analyses import analyze  # type: ignore[attr-defined]
@@ -124,7 +128,25 @@ class AppState:
             raise MissingDependency(f"the analyses are not available: {exc}") from None
         return self._analyses.get((run_id, options), lambda: analyze(self.timeline(run_id), options))
 
-    def cached_analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis | None:
+    def analyse_in_background(self, run_id: str) -> None:
+        """Start the run's analysis in a daemon thread (once); `cached_analysis` has it when done."""
+        with self._background_lock:
+            if run_id in self._background:
+                return
+            self._background.add(run_id)
+
+        def work() -> None:
+            try:
+                self.analysis(run_id)
+            except Exception:
+                logging.getLogger("tracelab.app").exception("background analysis of run %s failed", run_id)
+            finally:
+                with self._background_lock:
+                    self._background.discard(run_id)
+
+        threading.Thread(target=work, name=f"analyse-{run_id}", daemon=True).start()
+
+    def cached_analysis(self, run_id: str, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis | None:
         """The analysis if it was computed already (the timeline never waits for one)."""
         return self._analyses.peek((run_id, options))
 

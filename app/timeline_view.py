@@ -176,7 +176,7 @@ def render_view(
         origin_ns=origin,
         sm_view=sm_view,
         overlays=Overlays(
-            gaps=state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps)),
+            gaps=run_gaps(state, record),
             idle=idle_bins(state, run_id, rows, t0, t1),
             steps=_steps_in_window(state, run_id, rows, t0, t1),
             matches=matches,
@@ -190,6 +190,20 @@ def render_view(
         matches_in_view=0 if matches is None else len(matches),
         flows=int(fig["layout"]["meta"]["flows"]),
     )
+
+
+SYNC_ANALYSIS_MAX_EVENTS = 300_000  # bigger runs are analysed in the background: the first view never waits
+
+
+def run_gaps(state: AppState, record: RunRecord) -> pd.DataFrame:
+    """The run's gaps for the idle lanes (a `gaps_frame`). Runs up to SYNC_ANALYSIS_MAX_EVENTS events
+    are analysed now; bigger ones in a background thread, and their first views show the idle time
+    without causes (they appear in the next view once the analysis is done)."""
+    run_id = record.id
+    if state.cached_analysis(run_id) is None and record.events > SYNC_ANALYSIS_MAX_EVENTS:
+        state.analyse_in_background(run_id)
+        return gaps_frame(())
+    return state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps))
 
 
 def device_busy_union(state: AppState, run_id: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:

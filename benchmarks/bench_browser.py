@@ -79,7 +79,7 @@ const onPlot = () => {
   requestAnimationFrame(() => done(performance.now() - t0));
 };
 gd.on('plotly_afterplot', onPlot);
-setTimeout(() => done(-1), 30000);
+setTimeout(() => done(-1), 60000);
 window.Plotly.relayout(gd, {'xaxis.range': [a / unit, b / unit]});
 """
 
@@ -118,7 +118,7 @@ def browser(profile: Path):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
     driver.set_page_load_timeout(120)
-    driver.set_script_timeout(60)
+    driver.set_script_timeout(90)
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FIRST_DRAW})
     return driver
 
@@ -161,11 +161,14 @@ def measure(label: str, src: Path, db: Path, rid: str, span: int, repeats: int) 
             ops.append(("zoom", mid - w / 2, mid + w / 2))
             ops.append(("pan", mid - w / 4, mid + 3 * w / 4))  # D: a quarter of the window right
         times: dict[str, list[float]] = {"zoom": [], "pan": []}
+        failed = 0
         for kind, a, b in ops:
             dt = driver.execute_async_script(ZOOM, a, b)
-            if dt < 0:
-                raise RuntimeError(f"{label}: no redraw after a {kind} to [{a:.0f}, {b:.0f}] ns")
-            times[kind].append(dt / 1e3)
+            if dt < 0:  # no redraw within 60 s: counted, not timed
+                failed += 1
+                print(f"  {label}: no redraw within 60 s after a {kind} to [{a:.0f}, {b:.0f}] ns", flush=True)
+            else:
+                times[kind].append(dt / 1e3)
             settle(driver)
         payload = driver.execute_script(
             "return performance.getEntriesByType('resource').filter(e => e.name.includes('_dash-update-component'))"
@@ -175,11 +178,12 @@ def measure(label: str, src: Path, db: Path, rid: str, span: int, repeats: int) 
         driver.quit()
         proc.terminate()
         proc.wait(timeout=10)
-    both = times["zoom"] + times["pan"]
+    both = times["zoom"] + times["pan"] or [float("nan")]
+    times = {k: v or [float("nan")] for k, v in times.items()}
     return {
         "label": label, "cold": cold, "warm": statistics.median(warm), "zoom": statistics.median(times["zoom"]),
         "pan": statistics.median(times["pan"]), "all": statistics.median(both), "max": max(both),
-        "payload": statistics.median(payload) if payload else 0,
+        "payload": statistics.median(payload) if payload else 0, "failed": failed,
     }
 
 
@@ -226,7 +230,7 @@ def main() -> None:
         print(
             f"{r['label']:<22} {r['cold']:>14.2f}s {r['warm']:>6.2f}s {r['zoom'] * 1e3:>7.0f}ms "
             f"{r['pan'] * 1e3:>6.0f}ms {r['all'] * 1e3:>6.0f}ms {r['max'] * 1e3:>5.0f}ms "
-            f"{r['payload'] / 1e3:>7.0f}kB"
+            f"{r['payload'] / 1e3:>7.0f}kB" + (f"  ({r['failed']} views never redrawn)" if r["failed"] else "")
         )
     print(f"targets: first draw <= 0.8 s, zoom / pan <= 150 ms median; load average now {os.getloadavg()[0]:.1f}")
 

@@ -162,7 +162,7 @@ def _cli_window_busy(rid: str, db: str, t0: int, t1: int) -> int | None:
     """busy_ns of `tracelab analyze RUN --window T0:T1 --json`, or None when the CLI has no --window."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACELAB_DB": db}
     help_text = subprocess.run(
-        [sys.executable, "-m", "tracelab", "analyze", "--help"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "tracelab", "analyze", "--help"], capture_output=True, text=True, env=env, check=True
     ).stdout
     if "--window" not in help_text:
         return None
