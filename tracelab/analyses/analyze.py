@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
-from .findings import find_steps as _marked_steps
 from .gaps import find_gaps, host_views
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
 from .rules import FindingContext, evaluate_all
+from .steps import find_steps
 
 
 def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
@@ -25,33 +25,6 @@ def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
         return timeline, 0
     events = timeline.events[~orphan].reset_index(drop=True)
     return replace(timeline, events=events), n
-
-
-@dataclass(frozen=True)
-class _Steps:
-    """Steps of every rank (the shape of tracelab.analyses.steps.Steps)."""
-
-    steps: tuple[StepInfo, ...]
-    notes: tuple[str, ...] = ()
-
-    def of_rank(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
-        mine = [s for s in self.steps if s.rank == rank]
-        return (
-            np.array([s.start_ns for s in mine], dtype=np.int64),
-            np.array([s.end_ns for s in mine], dtype=np.int64),
-        )
-
-
-def find_steps(timeline: Timeline) -> _Steps:
-    """Marked training steps of every rank."""
-    steps: list[StepInfo] = []
-    for rank in np.unique(timeline.events["rank"].to_numpy()).tolist():
-        s, e, _ = _marked_steps(timeline, int(rank))
-        steps.extend(
-            StepInfo(rank=int(rank), index=i, start_ns=int(a), end_ns=int(b), source="marked")
-            for i, (a, b) in enumerate(zip(s.tolist(), e.tolist()))
-        )
-    return _Steps(tuple(steps))
 
 
 DEFAULT_OPTIONS = AnalysisOptions()
