@@ -241,7 +241,7 @@ def test_exclude_orphans_and_notes():
     full = analyze(tl)
     assert full.devices[0].busy_ns == us(200) and full.devices[0].span_ns == us(600)
     assert full.notes[0] == "parser: 1 GPU event without a matching launch"
-    assert full.notes[1:] == ("rank 0: no training steps marked (ProfilerStep#N or a step-like NVTX range)",)
+    assert len(full.notes) == 2 and "no training steps" in full.notes[1]  # steps: tracelab.analyses.steps
     lens = analyze(tl, AnalysisOptions(exclude_orphans=True))
     assert lens.devices[0].busy_ns == us(100) and lens.devices[0].span_ns == us(100)
     assert lens.notes[0].startswith("parser:") and "excluded 1 GPU events" in lens.notes[1]
