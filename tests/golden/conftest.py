@@ -29,8 +29,14 @@ def run(tmp_path, fmt, monkeypatch):
     """run(program, *cli_args) -> the analyze --json document of the program written in `fmt`."""
     monkeypatch.setenv("TRACELAB_DB", str(tmp_path / "t.db"))
 
+    written = iter(range(1_000_000))
+
     def _run(p: Program, *args: str, cpu_ops: bool = True) -> dict:
-        path = p.kineto(tmp_path / "trace.json", cpu_ops=cpu_ops) if fmt == "kineto" else p.nsys(tmp_path / "trace.sqlite")
+        n = next(written)
+        if fmt == "kineto":
+            path = p.kineto(tmp_path / f"trace{n}.json", cpu_ops=cpu_ops)
+        else:
+            path = p.nsys(tmp_path / f"trace{n}.sqlite")
         return analyze_cli(path, *args)
 
     return _run

@@ -122,7 +122,7 @@ class Program:
         return path
 
     def nsys(self, path: Path) -> Path:
-        ns = lambda us: round((BASE_US + us) * 1000)  # noqa: E731
+        ns = lambda us: round((BASE_US + us) * 1000)
         strings: dict[str, int] = {}
 
         def sid(s: str) -> int:
@@ -137,7 +137,7 @@ class Program:
             ("EXPORT_SCHEMA_VERSION_MAJOR", "3"), ("EXPORT_SCHEMA_VERSION_MINOR", "17")])
         pid = 4242
         gpid = (1 << 48) | (pid << 24)
-        gtid = lambda t: gpid | (4242 + t)  # noqa: E731
+        gtid = lambda t: gpid | (4242 + t)
         ex("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, "
            "greenContextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, "
            "shortName INTEGER, registersPerThread INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER, "
