@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from dash import html
 
-from tracelab.analyses import AnalysisOptions, analyze
-from tracelab.analyses.results import Analysis
+from tracelab.analyses.results import Analysis, AnalysisOptions
+from tracelab.api import analyze
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
 from tracelab.render.figures import fmt_ns

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab.analyses.findings import find_steps
 from tracelab.analyses.intervals import merge_grouped
 from tracelab.analyses.sm import sm_lanes
+from tracelab.analyses.steps import find_steps
 from tracelab.model.kinds import EventKind
 from tracelab.render.lod import LodView, busy_bins, level_of_detail, segments
 from tracelab.render.timeline import (
@@ -104,19 +104,19 @@ def nvtx_depths(state: AppState, run_id: str) -> dict[int, int]:
 
 
 def run_steps(state: AppState, run_id: str) -> pd.DataFrame:
-    """The run's steps (ProfilerStep#N or step-like top-level ranges, per rank): rank, start, end,
-    label. Cached. Uses `tracelab.analyses.findings.find_steps` until `analyses.steps` lands."""
+    """The run's steps (`tracelab.analyses.steps.find_steps`: ProfilerStep#N or step-like top-level
+    ranges, per rank): rank, start, end, label ("step N", numbered per rank from 0). Cached."""
 
     def make() -> pd.DataFrame:
-        tl = state.timeline(run_id)
-        parts = []
-        for rank in sorted(set(tl.events["rank"].tolist())):
-            s, e, names = find_steps(tl, int(rank))
-            if len(s):
-                parts.append(pd.DataFrame({"rank": int(rank), "start": s, "end": e, "label": tl.names(names)}))
-        if not parts:
-            return pd.DataFrame({"rank": [], "start": [], "end": [], "label": []})
-        return pd.concat(parts, ignore_index=True)
+        steps = find_steps(state.timeline(run_id)).steps
+        return pd.DataFrame(
+            {
+                "rank": np.array([s.rank for s in steps], dtype=np.int64),
+                "start": np.array([s.start_ns for s in steps], dtype=np.int64),
+                "end": np.array([s.end_ns for s in steps], dtype=np.int64),
+                "label": [f"step {s.index}" for s in steps],
+            }
+        )
 
     return state.cached(("steps", run_id), make)
 
