@@ -76,10 +76,15 @@ const onPlot = () => {
   if (!changed) { return; }
   obs.disconnect();
   gd.removeListener('plotly_afterplot', onPlot);
-  requestAnimationFrame(() => done(performance.now() - t0));
+  requestAnimationFrame(() => {
+    const req = performance.getEntriesByType('resource')
+      .filter(e => e.name.includes('_dash-update-component') && e.startTime >= t0);
+    const server = req.length ? Math.max(...req.map(e => e.responseEnd)) - t0 : -1;
+    done([performance.now() - t0, server]);
+  });
 };
 gd.on('plotly_afterplot', onPlot);
-setTimeout(() => done(-1), 60000);
+setTimeout(() => done([-1, -1]), 60000);
 window.Plotly.relayout(gd, {'xaxis.range': [a / unit, b / unit]});
 """
 
@@ -162,13 +167,15 @@ def measure(label: str, src: Path, db: Path, rid: str, span: int, repeats: int) 
             ops.append(("pan", mid - w / 4, mid + 3 * w / 4))  # D: a quarter of the window right
         times: dict[str, list[float]] = {"zoom": [], "pan": []}
         failed = 0
+        waits: list[float] = []  # relayout -> the last callback response received (server + network)
         for kind, a, b in ops:
-            dt = driver.execute_async_script(ZOOM, a, b)
+            dt, server = driver.execute_async_script(ZOOM, a, b)
             if dt < 0:  # no redraw within 60 s: counted, not timed
                 failed += 1
                 print(f"  {label}: no redraw within 60 s after a {kind} to [{a:.0f}, {b:.0f}] ns", flush=True)
             else:
                 times[kind].append(dt / 1e3)
+                waits.append(server / 1e3)
             settle(driver)
         payload = driver.execute_script(
             "return performance.getEntriesByType('resource').filter(e => e.name.includes('_dash-update-component'))"
@@ -184,6 +191,7 @@ def measure(label: str, src: Path, db: Path, rid: str, span: int, repeats: int) 
         "label": label, "cold": cold, "warm": statistics.median(warm), "zoom": statistics.median(times["zoom"]),
         "pan": statistics.median(times["pan"]), "all": statistics.median(both), "max": max(both),
         "payload": statistics.median(payload) if payload else 0, "failed": failed,
+        "wait": statistics.median(waits) if waits else float("nan"),
     }
 
 
@@ -194,6 +202,7 @@ def main() -> None:
     ap.add_argument("--baseline-commit", default="3c340c5")
     ap.add_argument("--baseline-src", type=Path, help="a tracelab source tree to compare with (skips git)")
     ap.add_argument("--repeats", type=int, default=3, help="warm page loads per version")
+    ap.add_argument("--skip-baseline", action="store_true", help="measure this checkout only")
     ap.add_argument("--trace", type=Path, help="the trace repeated into the big run (bench_dashboard's default)")
     args = ap.parse_args()
 
@@ -217,20 +226,20 @@ def main() -> None:
     rec = store.get_run(rid)
     print(f"run {rid}: {rec.events:,} events, span {rec.span_ns / 1e9:.3f} s; load average {os.getloadavg()[0]:.1f}")
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-release-"))
-    baseline = args.baseline_src or release_tree(args.baseline_commit, tmp)
-    results = [
-        measure(f"release {args.baseline_commit}" if args.baseline_src is None else str(baseline), baseline,
-                args.db, rid, rec.span_ns, args.repeats),
-        measure("this checkout", ROOT, args.db, rid, rec.span_ns, args.repeats),
-    ]
+    results = []
+    if not args.skip_baseline:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-release-"))
+        baseline = args.baseline_src or release_tree(args.baseline_commit, tmp)
+        label = f"release {args.baseline_commit}" if args.baseline_src is None else str(baseline)
+        results.append(measure(label, baseline, args.db, rid, rec.span_ns, args.repeats))
+    results.append(measure("this checkout", ROOT, args.db, rid, rec.span_ns, args.repeats))
     print(f"{'version':<22} {'first draw cold':>15} {'warm':>7} {'zoom med':>9} {'pan med':>8} "
-          f"{'all med':>8} {'max':>7} {'payload':>9}")
+          f"{'all med':>8} {'max':>7} {'payload':>9} {'of which server':>15}")
     for r in results:
         print(
             f"{r['label']:<22} {r['cold']:>14.2f}s {r['warm']:>6.2f}s {r['zoom'] * 1e3:>7.0f}ms "
             f"{r['pan'] * 1e3:>6.0f}ms {r['all'] * 1e3:>6.0f}ms {r['max'] * 1e3:>5.0f}ms "
-            f"{r['payload'] / 1e3:>7.0f}kB" + (f"  ({r['failed']} views never redrawn)" if r["failed"] else "")
+            f"{r['payload'] / 1e3:>7.0f}kB {r['wait'] * 1e3:>13.0f}ms" + (f"  ({r['failed']} views never redrawn)" if r["failed"] else "")
         )
     print(f"targets: first draw <= 0.8 s, zoom / pan <= 150 ms median; load average now {os.getloadavg()[0]:.1f}")
 
