@@ -648,6 +648,7 @@ def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> di
     text = np.concatenate([t for *_, t in labels])
     width_px = (en - st) / ns_per_px
     keep = np.argsort(-width_px, kind="stable")[:LABEL_MAX]
+    keep = keep[width_px[keep] >= LABEL_MIN_PX]
     fit = np.maximum((width_px[keep] / CHAR_PX).astype(int) - 1, 3)
     shown = [_fit_label(t, n) for t, n in zip(text[keep].tolist(), fit.tolist())]
     return _gl(
