@@ -242,3 +242,26 @@ def test_runs_page_lists_each_run_once(browser, server):
     open_page(browser, server, "/", "#runs-page .run-item")
     ids = [c.text for c in css(browser, "#runs-list code")]
     assert len(ids) == len(set(ids)) == len(server["store"].runs())
+
+
+def test_real_click_on_a_kernel_links_its_launch(browser, server, shots):
+    """With drag = select, a plain click on a kernel still selects it (a real mouse click)."""
+    rec = server["store"].get_run(server["a"])
+    open_page(browser, server, f"/timeline?run={server['a']}&t0={rec.start_ns}&t1={rec.start_ns + 200_000}", GRAPH)
+    settle(browser)
+    where = browser.execute_script(
+        f"""const gd = document.querySelector('{GRAPH}');
+        const i = gd.data.findIndex(t => t.name === 'kernels' && t.mode === 'markers');
+        if (i < 0) return null;
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+        const t = gd.data[i];
+        return [box.left + xa._offset + xa.l2p(t.x[0]), box.top + ya._offset + ya.l2p(t.y[0]), t.customdata[0][3]];"""
+    )
+    assert where is not None
+    x, y, corr = where
+    browser.execute_script("window.scrollTo(0, 0)")
+    actions = ActionBuilder(browser)
+    actions.pointer_action.move_to_location(int(x), int(y)).click()
+    actions.perform()
+    wait_for(browser, lambda: css(browser, "#tl-selection-list li"), what="the linked events after a real click")
+    assert f"correlation {int(corr)}: 2 linked event(s)" in css(browser, "#tl-selection")[0].text
