@@ -67,25 +67,27 @@ const [a, b, done] = arguments;
 const gd = document.querySelector('#tl-graph .js-plotly-plot');
 const info = document.querySelector('#tl-info');
 const before = info.textContent;
+const dataBefore = gd.data;
 const unit = gd.layout.xaxis.title.text.includes('µs') ? 1e3 : 1e6;
-let changed = false;
 const t0 = performance.now();
-const obs = new MutationObserver(() => { if (info.textContent !== before) { changed = true; } });
-obs.observe(info, {childList: true, subtree: true, characterData: true});
-const onPlot = () => {
-  if (!changed) { return; }
-  obs.disconnect();
-  gd.removeListener('plotly_afterplot', onPlot);
-  requestAnimationFrame(() => {
-    const req = performance.getEntriesByType('resource')
-      .filter(e => e.name.includes('_dash-update-component') && e.startTime >= t0);
-    const server = req.length ? Math.max(...req.map(e => e.responseEnd)) - t0 : -1;
-    done([performance.now() - t0, server]);
-  });
+const give_up = t0 + 60000;
+// the server's view is drawn when the info line changed and Plotly.react replaced the figure's data;
+// one more frame lets it paint
+const poll = () => {
+  if (performance.now() > give_up) { done([-1, -1]); return; }
+  if (info.textContent !== before && gd.data !== dataBefore) {
+    requestAnimationFrame(() => {
+      const req = performance.getEntriesByType('resource')
+        .filter(e => e.name.includes('_dash-update-component') && e.startTime >= t0);
+      const server = req.length ? Math.max(...req.map(e => e.responseEnd)) - t0 : -1;
+      done([performance.now() - t0, server]);
+    });
+    return;
+  }
+  requestAnimationFrame(poll);
 };
-gd.on('plotly_afterplot', onPlot);
-setTimeout(() => done([-1, -1]), 60000);
 window.Plotly.relayout(gd, {'xaxis.range': [a / unit, b / unit]});
+requestAnimationFrame(poll);
 """
 
 
