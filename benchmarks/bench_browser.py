@@ -65,17 +65,15 @@ FIRST_DRAW = """
 ZOOM = """
 const [a, b, done] = arguments;
 const gd = document.querySelector('#tl-graph .js-plotly-plot');
-const info = document.querySelector('#tl-info');
-const before = info.textContent;
 const dataBefore = gd.data;
 const unit = gd.layout.xaxis.title.text.includes('µs') ? 1e3 : 1e6;
 const t0 = performance.now();
 const give_up = t0 + 60000;
-// the server's view is drawn when the info line changed and Plotly.react replaced the figure's data;
-// one more frame lets it paint
+// the server's view is drawn when Plotly.react replaced the figure's data (a relayout never does;
+// the info line may read the same after a short pan); one more frame lets it paint
 const poll = () => {
   if (performance.now() > give_up) { done([-1, -1]); return; }
-  if (info.textContent !== before && gd.data !== dataBefore) {
+  if (gd.data !== dataBefore) {
     requestAnimationFrame(() => {
       const req = performance.getEntriesByType('resource')
         .filter(e => e.name.includes('_dash-update-component') && e.startTime >= t0);

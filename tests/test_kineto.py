@@ -490,7 +490,7 @@ def test_context_sync_on_no_stream_is_device_wide(tmp_path):
     from tracelab.render.figures import timeline_rows
 
     labels = timeline_rows(tl.lanes, tl.strings)["label"].tolist()
-    assert "all streams · ctx 1" in labels and not any("4294967295" in x for x in labels)
+    assert "device-wide syncs (no stream)" in labels and not any("4294967295" in x for x in labels)
 
 
 def test_rank_argument_and_relabel(tmp_path):
