@@ -51,12 +51,12 @@ EVENT_CLASSES: dict[str, tuple[str, str]] = {  # class -> (legend name, colour)
     "other": ("other host events", "#aaaaaa"),
 }
 _THIN = {"cpu_op", "sm", "other"}
-IDLE_COLORS = {
-    "host_sync": "#d62728",
-    "launch_latency": "#ff7f0e",
-    "dependency_wait": "#9467bd",
+IDLE_COLORS = {  # distinct from the event colours (API calls are orange, blocking calls red)
+    "host_sync": "#7f1d1d",
+    "launch_latency": "#eab308",
+    "dependency_wait": "#7c3aed",
     "no_work": "#9ca3af",
-    "unknown": "#bcbd22",
+    "unknown": "#65a30d",
 }
 BIN_COLOR = "#4c6a92"
 IDLE_ALL_COLOR = "#f2b8b5"
@@ -284,7 +284,7 @@ def timeline_figure(
     if overlays.highlight is not None and len(overlays.highlight):
         _selection(traces, overlays.highlight, x, y_of_row)
     if labels:
-        traces.append(_labels_trace(labels, x, y_of_row, ns_per_px))
+        traces.append(_labels_trace(labels, x, y_of_row, ns_per_px, view.t0, view.t1))
 
     for tr in traces:  # a drag-selection picks a time range: nothing outside it may fade
         if tr["mode"] == "markers":
@@ -448,21 +448,24 @@ def _selection(traces: list, highlight: pd.DataFrame, x, y_of_row) -> None:
     )
 
 
-def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float) -> dict:
+def _labels_trace(labels: list, x, y_of_row: np.ndarray, ns_per_px: float, t0: int, t1: int) -> dict:
     """Names inside the boxes wide enough for a few characters (cut to fit), the widest first, at most
     LABEL_MAX (WebGL text: SVG text would lie under the WebGL boxes)."""
     st = np.concatenate([a for a, *_ in labels])
     en = np.concatenate([b for _, b, *_ in labels])
     row = np.concatenate([r for *_, r, _ in labels])
     text = np.concatenate([t for *_, t in labels])
+    st, en = np.maximum(st, t0), np.minimum(en, t1)  # the part of each box in view
     width_px = (en - st) / ns_per_px
     keep = np.argsort(-width_px, kind="stable")[:LABEL_MAX]
     keep = keep[width_px[keep] >= LABEL_MIN_PX]
     fit = np.maximum((width_px[keep] / CHAR_PX).astype(int) - 1, 3)
     shown = [_fit_label(t, n) for t, n in zip(text[keep].tolist(), fit.tolist())]
     return _gl(
-        x=(x(st[keep]) + x(en[keep])) / 2, y=y_of_row[row[keep]], mode="text", text=shown,
-        textposition="middle center", textfont={"size": 10, "color": "#111"}, hoverinfo="skip", showlegend=False, name="names",
+        # left-aligned a few pixels into the box (WebGL text measures glyphs unlike the browser, so a
+        # centred name drifts; a left edge stays put)
+        x=x(st[keep] + 4 * ns_per_px), y=y_of_row[row[keep]], mode="text", text=shown,
+        textposition="middle right", textfont={"size": 10, "color": "#111"}, hoverinfo="skip", showlegend=False, name="names",
     )
 
 
