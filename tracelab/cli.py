@@ -164,17 +164,25 @@ def _fingerprint(path: Path) -> str:
     return trace_fingerprint(path)
 
 
-def import_path(store: Store, path: Path, name: str | None = None, replace: bool = False) -> tuple[str, bool]:
-    """Import one trace (file or directory); returns (run id, newly imported). Content that is
-    already in the store is not parsed again: its existing run id comes back (unless replace)."""
+def import_path(
+    store: Store, path: Path, name: str | None = None, replace: bool = False, **parallel: Any
+) -> tuple[str, bool]:
+    """Import one trace (file, directory or glob of per-rank traces); returns (run id, newly
+    imported). Content that is already in the store is not parsed again: its existing run id comes
+    back (unless replace). `parallel`: `workers` / `scheduler` for a rank set (tracelab.distributed)."""
+    from . import distributed
     from .errors import DuplicateRun
 
-    fp = _fingerprint(path)
+    ranks = distributed.is_rank_set(path)
+    fp = distributed.rank_set_fingerprint(path) if ranks else _fingerprint(path)
     existing = store.find_fingerprint(fp)
     if existing and not replace:
         return existing, False
     with _Progress(path.name) as bar:
-        timeline = _parse(path, bar.phase("parsing"))
+        if ranks:
+            timeline = distributed.load_rank_set(path, progress=bar.phase("parsing ranks"), **parallel)
+        else:
+            timeline = _parse(path, bar.phase("parsing"))
         try:
             rid = store.import_timeline(
                 timeline,
@@ -280,15 +288,33 @@ def main() -> None:
 @click.option(
     "--replace", is_flag=True, help="Re-import traces already in the store (e.g. after an upgrade)."
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Processes that parse the rank files of a multi-rank run (default: one per core; 1 = serial).",
+)
+@click.option(
+    "--scheduler",
+    metavar="tcp://HOST:PORT",
+    help="Parse the rank files on this existing Dask scheduler (its workers must see the same paths).",
+)
 @_db_option
 @click.pass_context
-def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, replace: bool) -> None:
+def import_cmd(
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    name: str | None,
+    replace: bool,
+    workers: int | None,
+    scheduler: str | None,
+) -> None:
     """Import traces into the store and print their run ids.
 
     PATH is a Kineto JSON trace (.json, .json.gz), an nsys SQLite export (.sqlite), an .nsys-rep
-    (exported through nsys when it is installed), a recorded run directory, or a directory of
-    per-rank traces (one multi-rank run). A trace already in the store (same content) is not
-    imported again: its existing run id is printed.
+    (exported through nsys when it is installed), a recorded run directory, or a directory or a
+    quoted glob ('traces/rank*.json.gz') of per-rank traces: one multi-rank run, whose files are
+    parsed in parallel on a local Dask cluster (or on --scheduler). A trace already in the store
+    (same content) is not imported again: its existing run id is printed.
     """
     if name and len(paths) > 1:
         raise click.UsageError("--name needs a single PATH")
@@ -296,7 +322,7 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
     failed = 0
     for path in paths:
         try:
-            rid, new = import_path(store, path, name, replace)
+            rid, new = import_path(store, path, name, replace, workers=workers, scheduler=scheduler)
         except BadInput as e:
             if os.environ.get(DEBUG_ENV):
                 raise

@@ -96,14 +96,9 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
     """A directory of per-rank traces (Kineto JSON or nsys SQLite) -> one multi-rank Timeline.
 
     Rank of each file: its distributedInfo rank, else a number in its name (rank3, worker3, ...),
-    else its position in name order; when two files claim the same rank the next source is used."""
-    files = sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith(_TRACE_SUFFIXES)
-    )
-    if not files:
-        raise BadInput("directory holds no traces (*.json, *.json.gz, *.sqlite) and no meta.json", path)
+    else its position in name order; when two files claim the same rank the next source is used.
+    (`tracelab.distributed` parses the same files in parallel and merges them with `merge_rank_parts`.)"""
+    files = rank_files_in(path)
     total = sum(p.stat().st_size for p in files)
     done = 0
     parts: list[Timeline] = []
@@ -112,10 +107,33 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
         if progress is not None:
             base = done
             sub = lambda d, t, base=base: progress(base + d, total)
-        parts.append(load_trace(p, progress=sub) if sniff(p) != "sqlite" else _nsys().load_nsys_sqlite(p))
+        parts.append(load_rank_file(p, progress=sub))
         done += p.stat().st_size
         if progress is not None:
             progress(done, total)
+    return merge_rank_parts(str(path), files, parts)
+
+
+def rank_files_in(path: Path) -> list[Path]:
+    """The per-rank trace files of a directory, in name order (BadInput when there are none)."""
+    files = sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith(_TRACE_SUFFIXES)
+    )
+    if not files:
+        raise BadInput("directory holds no traces (*.json, *.json.gz, *.sqlite) and no meta.json", path)
+    return files
+
+
+def load_rank_file(path: Path, progress: Progress | None = None) -> Timeline:
+    """One rank's trace file (Kineto JSON or nsys SQLite), not yet relabelled to its rank."""
+    return load_trace(path, progress=progress) if sniff(path) != "sqlite" else _nsys().load_nsys_sqlite(path)
+
+
+def merge_rank_parts(source: str, files: list[Path], parts: list[Timeline]) -> Timeline:
+    """Per-rank timelines of `files` (same order) -> one multi-rank Timeline with ranks chosen as
+    `load_trace_dir` documents."""
     ranks = _choose_ranks(files, parts)
     from .kineto import relabel_rank
 
@@ -128,7 +146,7 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
             if isinstance(v, int):
                 stats[k] = stats.get(k, 0) + v
     meta = RunMeta(
-        source=str(path),
+        source=source,
         format=formats[0] if len(formats) == 1 else "+".join(formats),
         ranks=tuple(sorted(ranks)),
         schema_version=",".join(sorted({tl.meta.schema_version for tl in parts if tl.meta.schema_version})),

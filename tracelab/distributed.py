@@ -1,0 +1,232 @@
+"""Many ranks at once: parse the per-rank files of one run in parallel on Dask.
+
+`tracelab import DIR_OR_GLOB` hands a directory of per-rank traces, or a glob of them
+(`'traces/rank*.json.gz'`), to `load_rank_set`:
+
+- one file, or `workers=1`: parsed here, one after another (no Dask);
+- otherwise, without `scheduler`: a local Dask cluster of processes (`distributed.LocalCluster`, one
+  single-threaded worker per core, at most one per file) is started for the import and closed after it;
+- `scheduler="tcp://HOST:PORT"`: one task per rank file is submitted to that existing Dask scheduler;
+  its workers read the files by absolute path, so the path must be shared with them.
+
+Each task parses one file and returns `RankColumns`: the timeline's columns as numpy arrays plus its
+string table, lanes, devices and metadata (what pickles compactly), never Python objects per event.
+The parts are merged here exactly as the serial directory loader merges them (same ranks, same string
+ids, same event order), so the run is the same whichever way it was parsed, and the store import
+stays one transaction.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BadInput, MissingDependency
+from .model.timeline import (
+    EVENT_COLUMNS,
+    LANE_COLUMNS,
+    ContextInfo,
+    DeviceInfo,
+    RunMeta,
+    Timeline,
+)
+
+Progress = Callable[[int, int], None]
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class RankColumns:
+    """One parsed rank file in columnar form: what a Dask task sends back."""
+
+    path: str
+    events: dict[str, np.ndarray]  # EVENT_COLUMNS (lane included)
+    lanes: dict[str, np.ndarray]  # LANE_COLUMNS
+    strings: tuple[str, ...]
+    devices: tuple[DeviceInfo, ...]
+    contexts: tuple[ContextInfo, ...]
+    meta: RunMeta
+    peak_rss_bytes: int  # the worker's peak resident memory after this task
+
+    @classmethod
+    def of(cls, path: str, tl: Timeline) -> RankColumns:
+        if tl.sm_blocks is not None:  # only recorded run directories carry probe blocks
+            raise BadInput("per-rank files with SM probe data cannot be imported as a rank set", path)
+        return cls(
+            path=path,
+            events={c: tl.events[c].to_numpy() for c in EVENT_COLUMNS},
+            lanes={c: tl.lanes[c].to_numpy() for c in LANE_COLUMNS},
+            strings=tl.strings,
+            devices=tl.devices,
+            contexts=tl.contexts,
+            meta=tl.meta,
+            peak_rss_bytes=peak_rss_bytes(),
+        )
+
+    def timeline(self) -> Timeline:
+        import pandas as pd
+
+        return Timeline(
+            events=pd.DataFrame(self.events, copy=False),
+            strings=self.strings,
+            lanes=pd.DataFrame(self.lanes, copy=False),
+            devices=self.devices,
+            meta=self.meta,
+            contexts=self.contexts,
+        )
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def parse_rank_file(path: str) -> RankColumns:
+    """The Dask task: parse one rank file into columns. Runs in a worker process."""
+    from .parsers.detect import load_rank_file
+
+    return RankColumns.of(path, load_rank_file(Path(path)))
+
+
+# ---- what a PATH argument names -------------------------------------------------------------------
+
+
+def is_glob(spec: str | Path) -> bool:
+    s = str(spec)
+    return not Path(s).exists() and any(c in s for c in _GLOB_CHARS)
+
+
+def is_rank_set(spec: str | Path) -> bool:
+    """A directory of per-rank traces (not a recorded run directory) or a glob pattern."""
+    p = Path(spec)
+    return is_glob(spec) or (p.is_dir() and not (p / "meta.json").is_file())
+
+
+def rank_files(spec: str | Path) -> list[Path]:
+    """The trace files a directory or a glob names, in name order; BadInput when there are none."""
+    from .parsers.detect import rank_files_in
+
+    if not is_glob(spec):
+        return rank_files_in(Path(spec))
+    files = sorted(Path(p) for p in glob.glob(str(spec)) if Path(p).is_file())
+    if not files:
+        raise BadInput("no trace files match this pattern", str(spec))
+    return files
+
+
+def rank_set_fingerprint(spec: str | Path) -> str:
+    """The content hash of a rank set: a directory's is `trace_fingerprint`'s; a glob's is the sha256 of
+    the sorted hashes of the files it matches (the same rule, so a glob of all the files of a
+    directory is the same run as the directory)."""
+    from .parsers.detect import _file_hash, trace_fingerprint
+
+    if not is_glob(spec):
+        return trace_fingerprint(spec)
+    hashes = sorted(_file_hash(p) for p in rank_files(spec))
+    return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
+
+
+# ---- parsing ----------------------------------------------------------------------------------------
+
+
+def load_rank_set(
+    spec: str | Path,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: Progress | None = None,
+) -> Timeline:
+    """Parse every rank file of a directory or glob and merge them into one multi-rank Timeline.
+
+    `workers`: processes of the local cluster (default: one per core, at most one per file; 1 = serial
+    here). `scheduler`: address of an existing Dask scheduler to submit one task per file to instead.
+    `progress(done_files, total_files)`."""
+    from .parsers.detect import merge_rank_parts
+
+    files, parts = parse_rank_set(spec, workers=workers, scheduler=scheduler, progress=progress)
+    return merge_rank_parts(str(spec), files, [p.timeline() for p in parts])
+
+
+def parse_rank_set(
+    spec: str | Path,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[list[Path], list[RankColumns]]:
+    """The files of a rank set and their parsed columns, in file order (see `load_rank_set`)."""
+    if workers is not None and workers < 1:
+        raise BadInput(f"--workers must be at least 1 (got {workers})")
+    files = [f.absolute() for f in rank_files(spec)]
+    if scheduler is None and (len(files) == 1 or (workers or _default_workers(len(files))) == 1):
+        return files, _parse_serial(files, progress)
+    return files, _parse_on_dask(files, workers, scheduler, progress)
+
+
+def _default_workers(n_files: int) -> int:
+    return max(1, min(os.cpu_count() or 1, n_files))
+
+
+def _parse_serial(files: Sequence[Path], progress: Progress | None) -> list[RankColumns]:
+    out = []
+    for i, f in enumerate(files):
+        out.append(parse_rank_file(str(f)))
+        if progress is not None:
+            progress(i + 1, len(files))
+    return out
+
+
+def _parse_on_dask(
+    files: Sequence[Path], workers: int | None, scheduler: str | None, progress: Progress | None
+) -> list[RankColumns]:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError as exc:
+        raise MissingDependency(f"parallel import needs dask[distributed] ({exc})") from None
+    paths = [str(f) for f in files]
+    cluster = None
+    try:
+        if scheduler is None:
+            cluster = LocalCluster(
+                n_workers=workers or _default_workers(len(files)),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+            client = Client(cluster, set_as_default=False)
+        else:
+            try:
+                client = Client(scheduler, timeout="10s", set_as_default=False)
+            except (OSError, TimeoutError) as exc:
+                raise BadInput(f"cannot reach the Dask scheduler ({exc})", scheduler) from None
+        with client:
+            futures = client.map(parse_rank_file, paths, key=[f"tracelab-rank-{_key(p)}" for p in paths])
+            done: dict[str, RankColumns] = {}
+            for future in as_completed(futures, loop=client.loop):
+                part = future.result()  # a BadInput raised in a worker comes back as itself
+                done[part.path] = part
+                if progress is not None:
+                    progress(len(done), len(paths))
+    finally:
+        if cluster is not None:
+            cluster.close()
+    return [done[p] for p in paths]
+
+
+def _key(path: str) -> str:
+    return hashlib.sha1(path.encode()).hexdigest()[:16]
+
+
+def worker_peak_rss(parts: Sequence[RankColumns]) -> int:
+    """The largest peak RSS any task reported (per-worker peak memory, for benchmarks)."""
+    return max((p.peak_rss_bytes for p in parts), default=0)
