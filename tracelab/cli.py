@@ -444,12 +444,20 @@ def analyze(
     busy/idle per device, overlap, idle gaps with their causes, findings."""
     timeline, title = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    from .analyses.ranks import rank_analysis  # cross-rank part (tracelab/analyses/ranks.py)
+
+    ranks = rank_analysis(timeline, analysis) if len(analysis.trace.ranks) > 1 else None
     if as_json:
+        from .analyses.ranks import rank_document_of
         from .analyses.results import to_document
 
-        _echo_json(to_document(analysis))
+        _echo_json({**to_document(analysis), **(rank_document_of(ranks) if ranks else {})})
     else:
         _print_analysis(analysis, title, top_gaps)
+        if ranks:
+            from .render.ranks_text import format_ranks
+
+            click.echo(format_ranks(ranks), nl=False)
 
 
 @main.command()

@@ -1,0 +1,207 @@
+"""Collectives matched across ranks: who arrived last, and how long the others waited for it.
+
+A participant is one GPU of one rank. Its communication kernels (NCCL / RCCL: `Flag.COMM` or a
+collective name) are its collective calls, in start order. Every call is labelled with its operation,
+read from the kernel name (`ncclKernel_AllReduce_RING_LL_Sum_float` and
+`ncclDevKernel_AllReduce_Sum_f32_RING_LL` are both `AllReduce`; `SendRecv` is what all_to_all and
+send/recv run as); other communication kernels keep their own name. Calls are matched across
+participants by collective sequence: the k-th `AllReduce` of every participant is one collective (NCCL
+requires every member of a communicator to issue its collectives in the same order). A matched
+collective needs at least two participants.
+
+For each matched collective: arrival of a participant = the start of its kernel (when its stream
+reached the collective); `skew_ns` = last arrival − first arrival; `last_rank` = the rank that arrived
+last; `wait_ns` = Σ over participants of (last arrival − own arrival), the time the others spent in
+the collective waiting for the last one. Stragglers: per rank, how often it was last and the wait it
+caused. Ranks' clocks must be comparable (Kineto writes epoch-based µs; nsys exports of one session
+share a clock): a matched collective whose kernels do not all overlap in time is counted in
+`inconsistent` and said in a note, because on one communicator they must overlap.
+
+Process-group ids and `record_param_comms` metadata are not in the timeline model, so collectives of
+different communicators with the same operation can only be told apart by their sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import EventKind, Flag, Timeline
+from ..model.api_names import comm_mask
+
+_NCCL_OP = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call matched across ranks."""
+
+    name: str  # the operation (AllReduce, SendRecv, ...)
+    seq: int  # its position among this operation's calls on each participant (0-based)
+    count: int  # participants (GPUs of ranks) that took part
+    ranks: tuple[int, ...]
+    start_ns: int  # first arrival
+    last_start_ns: int  # last arrival
+    end_ns: int  # last participant's kernel end
+    skew_ns: int
+    last_rank: int
+    last_device: int
+    wait_ns: int
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    times_last: int  # matched collectives in which this rank arrived last
+    caused_wait_ns: int  # the others' wait in those collectives
+
+
+@dataclass(frozen=True, eq=False)
+class Collectives:
+    calls: tuple[Collective, ...]  # in order of first arrival
+    stragglers: tuple[Straggler, ...]  # ranks that were ever last, most often last first
+    participants: tuple[tuple[int, int], ...]  # (rank, device) with communication kernels
+    unmatched: int  # communication kernels no other participant has a counterpart for
+    inconsistent: int  # matched collectives whose kernels do not all overlap in time
+    # per participant waits: (rank, device, start, end) of the time spent waiting for the last arrival
+    wait_rank: np.ndarray
+    wait_device: np.ndarray
+    wait_start: np.ndarray
+    wait_end: np.ndarray
+    notes: tuple[str, ...] = ()
+
+    def wait_of(self, rank: int) -> int:
+        sel = self.wait_rank == rank
+        return int((self.wait_end[sel] - self.wait_start[sel]).sum())
+
+    def calls_of(self, rank: int) -> int:
+        return sum(1 for c in self.calls if rank in c.ranks)
+
+
+def operation(kernel_name: str) -> str:
+    """The collective operation a communication kernel runs (its own name when not NCCL/RCCL)."""
+    m = _NCCL_OP.search(kernel_name)
+    if m:
+        return m.group(1)
+    return kernel_name.split("(", 1)[0].strip() or kernel_name
+
+
+def _empty(notes: tuple[str, ...], participants=(), unmatched: int = 0) -> Collectives:
+    z = np.zeros(0, dtype=np.int64)
+    return Collectives((), (), tuple(participants), unmatched, 0, z, z, z, z, notes)
+
+
+def match_collectives(timeline: Timeline) -> Collectives:
+    """Match the communication kernels of all ranks into collectives (module docstring)."""
+    ev = timeline.events
+    kind = ev["kind"].to_numpy()
+    kern = np.flatnonzero(kind == int(EventKind.KERNEL))
+    if kern.size == 0:
+        return _empty(("no kernels: no collectives to match",))
+    names = ev["name"].to_numpy()[kern]
+    is_comm = ((ev["flags"].to_numpy()[kern] & Flag.COMM) != 0) | comm_mask(timeline.strings, names)
+    rows = kern[is_comm]
+    if rows.size == 0:
+        return _empty(("no communication kernels (NCCL / RCCL) in this trace",))
+    rank = ev["rank"].to_numpy()[rows].astype(np.int64)
+    device = ev["device"].to_numpy()[rows].astype(np.int64)
+    start = ev["start"].to_numpy()[rows]
+    end = ev["end"].to_numpy()[rows]
+    # operation label per distinct kernel name (once per name, never per event)
+    uniq_names, name_inv = np.unique(ev["name"].to_numpy()[rows], return_inverse=True)
+    op_of_name = [operation(timeline.name(int(i))) for i in uniq_names.tolist()]
+    op_labels, op_of_uniq = np.unique(np.array(op_of_name, dtype=object), return_inverse=True)
+    op = op_of_uniq[name_inv].astype(np.int64)
+    pkeys, part = np.unique(np.stack([rank, device], axis=1), axis=0, return_inverse=True)
+    part = part.reshape(-1).astype(np.int64)
+    participants = tuple((int(r), int(d)) for r, d in pkeys.tolist())
+    if len(participants) < 2:
+        return _empty(("communication kernels on one GPU only: nothing to match across ranks",), participants,
+                      int(rows.size))
+
+    # k-th call of each operation on each participant
+    order = np.lexsort((start, op, part))
+    part_s, op_s = part[order], op[order]
+    new_run = np.ones(order.size, dtype=bool)
+    new_run[1:] = (part_s[1:] != part_s[:-1]) | (op_s[1:] != op_s[:-1])
+    run_start = np.maximum.accumulate(np.where(new_run, np.arange(order.size), 0))
+    seq = np.empty(order.size, dtype=np.int64)
+    seq[order] = np.arange(order.size) - run_start
+
+    # group by (operation, seq)
+    gkeys, group = np.unique(np.stack([op, seq], axis=1), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    n_groups = len(gkeys)
+    count = np.bincount(group, minlength=n_groups)
+    first = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    min_end = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    max_end = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, group, start)
+    np.maximum.at(last, group, start)
+    np.minimum.at(min_end, group, end)
+    np.maximum.at(max_end, group, end)
+    # the last arrival: latest start, ties to the highest (rank, device) so the choice is reproducible
+    by_arrival = np.lexsort((part, start, group))
+    last_row = by_arrival[np.r_[np.flatnonzero(np.diff(group[by_arrival])), by_arrival.size - 1]]
+    waited = last[group] - start
+    wait = np.bincount(group, weights=waited, minlength=n_groups).astype(np.int64)
+
+    matched = count >= 2
+    unmatched = int(count[~matched].sum())
+    inconsistent_mask = matched & (last > min_end)
+    calls = []
+    for g in np.flatnonzero(matched)[np.argsort(first[matched], kind="stable")].tolist():
+        members = np.flatnonzero(group == g)
+        lr = int(last_row[g])
+        calls.append(
+            Collective(
+                name=str(op_labels[gkeys[g, 0]]),
+                seq=int(gkeys[g, 1]),
+                count=int(count[g]),
+                ranks=tuple(sorted({int(r) for r in rank[members].tolist()})),
+                start_ns=int(first[g]),
+                last_start_ns=int(last[g]),
+                end_ns=int(max_end[g]),
+                skew_ns=int(last[g] - first[g]),
+                last_rank=int(rank[lr]),
+                last_device=int(device[lr]),
+                wait_ns=int(wait[g]),
+            )
+        )
+
+    in_matched = matched[group] & (waited > 0)
+    stragglers: dict[int, list[int]] = {}
+    for c in calls:
+        s = stragglers.setdefault(c.last_rank, [0, 0])
+        s[0] += 1
+        s[1] += c.wait_ns
+    strag = tuple(
+        sorted(
+            (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in stragglers.items()),
+            key=lambda s: (-s.times_last, -s.caused_wait_ns, s.rank),
+        )
+    )
+    notes = []
+    n_incons = int(inconsistent_mask.sum())
+    if n_incons:
+        notes.append(
+            f"{n_incons} of {int(matched.sum())} matched collectives have kernels that do not all overlap in "
+            "time: the ranks' clocks may not be aligned, or their collective sequences differ"
+        )
+    if unmatched:
+        notes.append(f"{unmatched} communication kernels have no counterpart on another rank")
+    return Collectives(
+        calls=tuple(calls),
+        stragglers=strag,
+        participants=participants,
+        unmatched=unmatched,
+        inconsistent=n_incons,
+        wait_rank=rank[in_matched],
+        wait_device=device[in_matched],
+        wait_start=start[in_matched],
+        wait_end=last[group][in_matched],
+        notes=tuple(notes),
+    )
