@@ -118,8 +118,11 @@ def match_collectives(timeline: Timeline) -> Collectives:
     part = part.reshape(-1).astype(np.int64)
     participants = tuple((int(r), int(d)) for r, d in pkeys.tolist())
     if len(participants) < 2:
-        return _empty(("communication kernels on one GPU only: nothing to match across ranks",), participants,
-                      int(rows.size))
+        return _empty(
+            ("communication kernels on one GPU only: nothing to match across ranks",),
+            participants,
+            int(rows.size),
+        )
 
     # k-th call of each operation on each participant
     order = np.lexsort((start, op, part))

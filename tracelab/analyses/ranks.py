@@ -197,7 +197,7 @@ def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bin
         kind = "step"
     else:
         t0, t1 = int(start.min()), int(end.max())
-        edges = np.linspace(t0, t1, bins + 1).round().astype(np.int64)
+        edges = t0 + (np.arange(bins + 1, dtype=np.int64) * (t1 - t0)) // bins  # exact: epoch ns overflow float
         w0 = np.tile(edges[:-1], (len(ranks), 1))
         w1 = np.tile(edges[1:], (len(ranks), 1))
         labels = tuple(f"+{(a - t0) / 1e6:.3f} ms" for a in edges[:-1].tolist())
