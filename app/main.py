@@ -12,7 +12,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from tracelab.store import Store
 
 from .components import PAGES
-from .pages import compare, gaps, kernels, overlap, runs, timeline
+from .pages import compare, gaps, kernels, overlap, ranks, runs, timeline
 from .state import STATE_KEY, AppState, current_state
 from .urls import href
 
@@ -34,6 +34,7 @@ def _register_pages() -> None:
         (gaps, "/gaps", "Gaps & findings"),
         (overlap, "/overlap", "Overlap"),
         (kernels, "/kernels", "Kernels"),
+        (ranks, "/ranks", "Ranks"),
         (compare, "/compare", "Compare"),
     ):
         dash.register_page(
