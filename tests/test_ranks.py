@@ -256,3 +256,32 @@ def test_cli_analyze_prints_ranks_section_and_json_parts():
     doc = json.loads(j.stdout)
     assert len(doc["ranks"]) == 8 and len(doc["collectives"]) == 8
     assert set(doc["collectives"][0]) >= {"name", "count", "skew_ns", "last_rank", "wait_ns"}
+
+
+def test_gloo_collectives_come_from_host_ranges():
+    """No comm kernels (gloo): c10d's `gloo:all_reduce` host ranges are the calls; rank 1 is late."""
+    strings = ["gloo:all_reduce", "gemm"]
+    rows = []
+    for rank, late in ((0, 0), (1, 3000)):
+        for step in range(3):
+            t = 100_000 * step
+            rows.append((int(EventKind.NVTX_RANGE), rank, -1, 0, t + late, t + 5000))
+            rows.append((int(EventKind.KERNEL), rank, 0, 1, t + late + 6000, t + late + 9000))
+    cols = {
+        "kind": np.array([r[0] for r in rows]),
+        "rank": np.array([r[1] for r in rows]),
+        "device": np.array([r[2] for r in rows]),
+        "name": np.array([r[3] for r in rows]),
+        "start": np.array([r[4] for r in rows]),
+        "end": np.array([r[5] for r in rows]),
+        "stream": np.array([7 if r[2] >= 0 else -1 for r in rows]),
+        "pid": np.array([1 if r[2] < 0 else -1 for r in rows]),
+        "tid": np.array([1 if r[2] < 0 else -1 for r in rows]),
+    }
+    tl = build_timeline(cols, strings, RunMeta(source="gloo", format="kineto", ranks=(0, 1)))
+    c = match_collectives(tl)
+    assert c.source == "host ranges"
+    assert [(x.name, x.seq, x.count, x.skew_ns, x.last_rank, x.wait_ns) for x in c.calls] == [
+        ("all_reduce", k, 2, 3000, 1, 3000) for k in range(3)
+    ]
+    assert (c.wait_of(0), c.wait_of(1)) == (9000, 0)

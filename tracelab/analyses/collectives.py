@@ -9,6 +9,11 @@ participants by collective sequence: the k-th `AllReduce` of every participant i
 requires every member of a communicator to issue its collectives in the same order). A matched
 collective needs at least two participants.
 
+gloo (and MPI / UCC) run collectives on the host, with no kernel on the GPU. When fewer than two GPUs
+have communication kernels, the calls are the host ranges c10d records around each collective
+(`gloo:all_reduce`, `nccl:all_to_all`, ...; participant = the rank, device -1, operation = the part
+after the colon), matched the same way; `Collectives.source` says which.
+
 For each matched collective: arrival of a participant = the start of its kernel (when its stream
 reached the collective); `skew_ns` = last arrival − first arrival; `last_rank` = the rank that arrived
 last; `wait_ns` = Σ over participants of (last arrival − own arrival), the time the others spent in
@@ -32,6 +37,7 @@ from ..model import EventKind, Flag, Timeline
 from ..model.api_names import comm_mask
 
 _NCCL_OP = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_HOST_OP = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):([a-z_]+)$")
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class Collectives:
     wait_start: np.ndarray
     wait_end: np.ndarray
     notes: tuple[str, ...] = ()
+    source: str = "kernels"  # what the calls are: "kernels" (NCCL / RCCL) or "host ranges" (c10d, e.g. gloo)
 
     def wait_of(self, rank: int) -> int:
         sel = self.wait_rank == rank
@@ -82,7 +89,7 @@ class Collectives:
 
 def operation(kernel_name: str) -> str:
     """The collective operation a communication kernel runs (its own name when not NCCL/RCCL)."""
-    m = _NCCL_OP.search(kernel_name)
+    m = _NCCL_OP.search(kernel_name) or _HOST_OP.match(kernel_name)
     if m:
         return m.group(1)
     return kernel_name.split("(", 1)[0].strip() or kernel_name
@@ -93,18 +100,44 @@ def _empty(notes: tuple[str, ...], participants=(), unmatched: int = 0) -> Colle
     return Collectives((), (), tuple(participants), unmatched, 0, z, z, z, z, notes)
 
 
-def match_collectives(timeline: Timeline) -> Collectives:
-    """Match the communication kernels of all ranks into collectives (module docstring)."""
+def _comm_kernel_rows(timeline: Timeline) -> np.ndarray:
     ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    kern = np.flatnonzero(kind == int(EventKind.KERNEL))
+    kern = np.flatnonzero(ev["kind"].to_numpy() == int(EventKind.KERNEL))
     if kern.size == 0:
-        return _empty(("no kernels: no collectives to match",))
+        return kern
     names = ev["name"].to_numpy()[kern]
     is_comm = ((ev["flags"].to_numpy()[kern] & Flag.COMM) != 0) | comm_mask(timeline.strings, names)
-    rows = kern[is_comm]
+    return kern[is_comm]
+
+
+def _host_collective_rows(timeline: Timeline) -> np.ndarray:
+    """Host ranges c10d writes around each collective (`nccl:all_reduce`, `gloo:all_reduce`, ...)."""
+    ids = [i for i, s in enumerate(timeline.strings) if _HOST_OP.match(s)]
+    if not ids:
+        return np.zeros(0, dtype=np.int64)
+    ev = timeline.events
+    host = np.isin(ev["kind"].to_numpy(), [int(EventKind.NVTX_RANGE), int(EventKind.CPU_OP)])
+    return np.flatnonzero(host & np.isin(ev["name"].to_numpy(), ids))
+
+
+def _participant_count(timeline: Timeline, rows: np.ndarray) -> int:
+    ev = timeline.events
+    keys = ev["rank"].to_numpy()[rows].astype(np.int64) << 32 | (ev["device"].to_numpy()[rows].astype(np.int64) + 1)
+    return int(np.unique(keys).size)
+
+
+def match_collectives(timeline: Timeline) -> Collectives:
+    """Match the collective calls of all ranks (module docstring): the communication kernels, or, when
+    fewer than two GPUs have any (gloo runs its collectives on the host), c10d's host ranges."""
+    ev = timeline.events
+    rows = _comm_kernel_rows(timeline)
+    source = "kernels"
+    if _participant_count(timeline, rows) < 2:
+        host = _host_collective_rows(timeline)
+        if _participant_count(timeline, host) >= 2:
+            rows, source = host, "host ranges"
     if rows.size == 0:
-        return _empty(("no communication kernels (NCCL / RCCL) in this trace",))
+        return _empty(("no communication kernels (NCCL / RCCL) or c10d collective ranges in this trace",))
     rank = ev["rank"].to_numpy()[rows].astype(np.int64)
     device = ev["device"].to_numpy()[rows].astype(np.int64)
     start = ev["start"].to_numpy()[rows]
@@ -207,4 +240,5 @@ def match_collectives(timeline: Timeline) -> Collectives:
         wait_start=start[in_matched],
         wait_end=last[group][in_matched],
         notes=tuple(notes),
+        source=source,
     )
