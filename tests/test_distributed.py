@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from tracelab import distributed
 from tracelab.cli import main
 from tracelab.parsers import load_trace
+from tracelab.parsers.detect import merge_rank_parts
 from tracelab.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,20 +50,19 @@ def serial():
 def test_local_cluster_equals_serial(serial):
     files, parts = distributed.parse_rank_set(DLRM, workers=2)
     assert len(files) == 8 and [f.name for f in files] == sorted(f.name for f in DLRM.iterdir())
-    assert all(p.peak_rss_bytes > 0 for p in parts)
-    tl = distributed.load_rank_set(DLRM, workers=2)
+    # the tasks ran in the cluster's worker processes, not in this one
+    peaks = distributed.worker_peak_rss(parts)
+    assert os.getpid() not in peaks and 1 <= len(peaks) <= 2 and all(v > 0 for v in peaks.values())
+    tl = merge_rank_parts(str(DLRM), files, [p.timeline() for p in parts])
     assert tl.meta.ranks == tuple(range(8)) and len(tl.events) == len(serial.events)
     assert_same_run(serial, tl)
 
 
-def test_tasks_run_in_other_processes(tmp_path):
-    """The LocalCluster's workers are separate processes (not threads of this one)."""
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    with cluster, Client(cluster) as client:
-        pids = set(client.run(os.getpid).values())
-    assert len(pids) == 2 and os.getpid() not in pids
+def test_small_sets_are_parsed_here_without_a_cluster(serial):
+    # 7 MB of JSON is far below PARALLEL_MIN_BYTES: no cluster is started unless --workers asks for one
+    assert sum(f.stat().st_size for f in DLRM.iterdir()) < distributed.PARALLEL_MIN_BYTES
+    _, parts = distributed.parse_rank_set(DLRM)
+    assert set(distributed.worker_peak_rss(parts)) == {os.getpid()}
 
 
 def test_glob_is_the_same_run_as_its_directory(serial, tmp_path):
@@ -159,7 +159,7 @@ def test_scheduler_import_equals_serial_import(dask_scheduler, tmp_path, serial)
 def test_cli_local_cluster_and_glob(tmp_path):
     runner = CliRunner()
     db = tmp_path / "t.db"
-    r = runner.invoke(main, ["import", str(DLRM / "worker*.json"), "--workers", "2", "--db", str(db)])
+    r = runner.invoke(main, ["import", str(DLRM / "worker*.json"), "--db", str(db)])
     assert r.exit_code == 0, r.output
     rid = r.stdout.strip()
     # the directory is the same content: already imported

@@ -291,7 +291,8 @@ def main() -> None:
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
-    help="Processes that parse the rank files of a multi-rank run (default: one per core; 1 = serial).",
+    help="Local Dask worker processes that parse the rank files of a multi-rank run (default: one per "
+    "core when the files hold ≥ 512 MiB of JSON, else serial; 1 = serial).",
 )
 @click.option(
     "--scheduler",

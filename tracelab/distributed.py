@@ -3,9 +3,11 @@
 `tracelab import DIR_OR_GLOB` hands a directory of per-rank traces, or a glob of them
 (`'traces/rank*.json.gz'`), to `load_rank_set`:
 
-- one file, or `workers=1`: parsed here, one after another (no Dask);
+- one file, `workers=1`, or (without `workers`) a set smaller than `PARALLEL_MIN_BYTES` of JSON:
+  parsed here, one after another (no Dask: starting a cluster would cost more than it saves);
 - otherwise, without `scheduler`: a local Dask cluster of processes (`distributed.LocalCluster`, one
-  single-threaded worker per core, at most one per file) is started for the import and closed after it;
+  single-threaded worker per core unless `workers` says, at most one per file) is started for the
+  import and closed after it;
 - `scheduler="tcp://HOST:PORT"`: one task per rank file is submitted to that existing Dask scheduler;
   its workers read the files by absolute path, so the path must be shared with them.
 
@@ -54,6 +56,7 @@ class RankColumns:
     contexts: tuple[ContextInfo, ...]
     meta: RunMeta
     peak_rss_bytes: int  # the worker's peak resident memory after this task
+    worker_pid: int  # the process that parsed it
 
     @classmethod
     def of(cls, path: str, tl: Timeline) -> RankColumns:
@@ -68,6 +71,7 @@ class RankColumns:
             contexts=tl.contexts,
             meta=tl.meta,
             peak_rss_bytes=peak_rss_bytes(),
+            worker_pid=os.getpid(),
         )
 
     def timeline(self) -> Timeline:
@@ -167,13 +171,26 @@ def parse_rank_set(
     if workers is not None and workers < 1:
         raise BadInput(f"--workers must be at least 1 (got {workers})")
     files = [f.absolute() for f in rank_files(spec)]
-    if scheduler is None and (len(files) == 1 or (workers or _default_workers(len(files))) == 1):
+    if scheduler is None and (workers or _default_workers(files)) == 1:
         return files, _parse_serial(files, progress)
     return files, _parse_on_dask(files, workers, scheduler, progress)
 
 
-def _default_workers(n_files: int) -> int:
-    return max(1, min(os.cpu_count() or 1, n_files))
+# Starting a local cluster of processes costs seconds (measured 3-13 s on a 2-core machine: processes,
+# imports, teardown), so without --workers a rank set is parsed in parallel only when its JSON is big
+# enough for that to pay: about this many bytes (a gzip file counts 10x its size on disk).
+PARALLEL_MIN_BYTES = 512 * 2**20
+
+
+def _work_bytes(files: Sequence[Path]) -> int:
+    return sum(f.stat().st_size * (10 if f.name.lower().endswith(".gz") else 1) for f in files)
+
+
+def _default_workers(files: Sequence[Path]) -> int:
+    """One worker per core, at most one per file; 1 (serial) for one file or a small rank set."""
+    if len(files) < 2 or _work_bytes(files) < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, len(files)))
 
 
 def _parse_serial(files: Sequence[Path], progress: Progress | None) -> list[RankColumns]:
@@ -197,7 +214,7 @@ def _parse_on_dask(
     try:
         if scheduler is None:
             cluster = LocalCluster(
-                n_workers=workers or _default_workers(len(files)),
+                n_workers=min(workers or _default_workers(files), len(files)),
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
@@ -227,6 +244,9 @@ def _key(path: str) -> str:
     return hashlib.sha1(path.encode()).hexdigest()[:16]
 
 
-def worker_peak_rss(parts: Sequence[RankColumns]) -> int:
-    """The largest peak RSS any task reported (per-worker peak memory, for benchmarks)."""
-    return max((p.peak_rss_bytes for p in parts), default=0)
+def worker_peak_rss(parts: Sequence[RankColumns]) -> dict[int, int]:
+    """Peak RSS of each process that parsed rank files (pid -> bytes), for benchmarks."""
+    peaks: dict[int, int] = {}
+    for p in parts:
+        peaks[p.worker_pid] = max(peaks.get(p.worker_pid, 0), p.peak_rss_bytes)
+    return peaks
