@@ -110,8 +110,10 @@ class _Progress:
     """A rich progress bar on stderr when it is a terminal; silent otherwise."""
 
     def __init__(self, label: str) -> None:
-        self.console = _stderr_console()
-        self.enabled = self.console.is_terminal
+        # rich is imported only for a terminal: a pipe or a file gets no bar, and no import cost
+        self.enabled = sys.stderr.isatty() or bool(os.environ.get("FORCE_TERMINAL") or os.environ.get("TTY_COMPATIBLE"))
+        self.console = _stderr_console() if self.enabled else None
+        self.enabled = self.enabled and self.console.is_terminal
         self.label = label
         self._bar = None
         self._task = None
