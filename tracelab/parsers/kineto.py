@@ -248,9 +248,10 @@ class _Parsed:
 
     def intern(self, values: list) -> np.ndarray:
         ids = self.ids
+        new = set(values).difference(ids)
         # once per new distinct string, in first-seen order: ids must not depend on the hash seed, so
         # every process (a Dask worker, a rerun) interns a file the same way
-        for v in [v for v in dict.fromkeys(values) if v not in ids]:
+        for v in [v for v in dict.fromkeys(values) if v in new] if new else ():
             ids[v] = len(self.strings)
             self.strings.append(v)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
