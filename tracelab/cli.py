@@ -241,9 +241,13 @@ def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
 
 
 def _echo_json(doc: Any) -> None:
+    """The document as indented JSON, written as bytes straight to stdout (no decode, no copy)."""
     import orjson
 
-    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+    data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
+    out = click.get_binary_stream("stdout")
+    out.write(data)
+    out.flush()
 
 
 def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
