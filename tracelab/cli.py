@@ -151,52 +151,30 @@ class _Progress:
 
 
 def _parse(path: Path, progress: Callable[[int, int], None] | None = None) -> Timeline:
-    from .parsers import load_trace
+    from .api import load
 
-    if not path.exists():
-        raise BadInput("no such file or directory", path)
-    return load_trace(path, progress=progress)
-
-
-def _fingerprint(path: Path) -> str:
-    from .parsers import trace_fingerprint
-
-    if not path.exists():
-        raise BadInput("no such file or directory", path)
-    return trace_fingerprint(path)
+    return load(path, progress)
 
 
 def import_path(
     store: Store, path: Path, name: str | None = None, replace: bool = False, **parallel: Any
 ) -> tuple[str, bool]:
-    """Import one trace (file, directory or glob of per-rank traces); returns (run id, newly
-    imported). Content that is already in the store is not parsed again: its existing run id comes
-    back (unless replace). `parallel`: `workers` / `scheduler` for a rank set (tracelab.distributed)."""
+    """Import one trace (file or directory) through `tracelab.api.import_trace`, or a directory / glob of
+    per-rank traces through `tracelab.distributed.import_rank_set` (`parallel`: workers / scheduler);
+    returns (run id, newly imported)."""
     from . import distributed
-    from .errors import DuplicateRun
+    from .api import import_trace
 
-    ranks = distributed.is_rank_set(path)
-    fp = distributed.rank_set_fingerprint(path) if ranks else _fingerprint(path)
-    existing = store.find_fingerprint(fp)
-    if existing and not replace:
-        return existing, False
     with _Progress(path.name) as bar:
-        if ranks:
-            timeline = distributed.load_rank_set(path, progress=bar.phase("parsing ranks"), **parallel)
-        else:
-            timeline = _parse(path, bar.phase("parsing"))
-        try:
-            rid = store.import_timeline(
-                timeline,
-                source_path=str(path.absolute()),
-                fingerprint=fp,
-                name=name,
-                progress=bar.phase("storing"),
-                replace=replace,
+        if distributed.is_rank_set(path):
+            return distributed.import_rank_set(
+                path, store, name, replace=replace, parse_progress=bar.phase("parsing ranks"),
+                store_progress=bar.phase("storing"), **parallel,
             )
-        except DuplicateRun as e:  # imported concurrently by another process
-            return e.run_id, False
-    return rid, True
+        done = import_trace(
+            path, store, name, replace=replace, parse_progress=bar.phase("parsing"), store_progress=bar.phase("storing")
+        )
+    return done.run_id, done.new
 
 
 def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisOptions:
@@ -210,6 +188,8 @@ def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisO
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     """RUN_OR_PATH: an existing path is parsed directly (the store is not touched); anything else
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
+    from .api import resolve
+
     path = Path(ref)
     if path.exists():
         with _Progress(path.name) as bar:
@@ -221,21 +201,11 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
         raise BadInput(
             f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
         )
-    store = Store(db, create=False)
-    from .errors import UnknownRun
-
-    try:
-        rid = store.resolve(ref)
-    except UnknownRun:
-        raise BadInput(
-            "no such file, and no run with this id or name in the store (see `tracelab runs`)", ref
-        ) from None
-    run = store.get_run(rid)
-    return store.load(rid), f"run {rid} · {run.name}"
+    return resolve(ref, Store(db, create=False))
 
 
 def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
-    from .analyses import analyze
+    from .api import analyze
 
     return analyze(timeline, options)
 
@@ -426,7 +396,7 @@ _orphan_option = click.option(
 
 @main.command()
 @click.argument("run_or_path")
-@click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 2, docs/DESIGN.md).")
 @_gap_option
 @_orphan_option
 @click.option(
@@ -456,9 +426,9 @@ def analyze(
     ranks = rank_analysis(timeline, analysis) if len(analysis.trace.ranks) > 1 else None
     if as_json:
         from .analyses.ranks import rank_document_of
-        from .analyses.results import to_document
+        from .api import to_json
 
-        _echo_json({**to_document(analysis), **(rank_document_of(ranks) if ranks else {})})
+        _echo_json({**to_json(analysis), **(rank_document_of(ranks) if ranks else {})})
     else:
         _print_analysis(analysis, title, top_gaps)
         if ranks:

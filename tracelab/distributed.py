@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from .model.timeline import (
     RunMeta,
     Timeline,
 )
+
+if TYPE_CHECKING:
+    from .store import Store
 
 Progress = Callable[[int, int], None]
 _GLOB_CHARS = frozenset("*?[")
@@ -137,6 +141,40 @@ def rank_set_fingerprint(spec: str | Path) -> str:
         return trace_fingerprint(spec)
     hashes = sorted(_file_hash(p) for p in rank_files(spec))
     return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
+
+
+# ---- importing ----------------------------------------------------------------------------------------
+
+
+def import_rank_set(
+    spec: str | Path,
+    store: Store,
+    name: str | None = None,
+    *,
+    replace: bool = False,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    parse_progress: Progress | None = None,
+    store_progress: Progress | None = None,
+) -> tuple[str, bool]:
+    """Parse a rank set (in parallel as `load_rank_set` says) and save it as one run of `store` in one
+    transaction: (run id, newly imported). Content already in the store (same fingerprint) is not parsed
+    again: its run id comes back with False, unless `replace`."""
+    from .errors import DuplicateRun
+
+    fp = rank_set_fingerprint(spec)
+    existing = store.find_fingerprint(fp)
+    if existing and not replace:
+        return existing, False
+    timeline = load_rank_set(spec, workers=workers, scheduler=scheduler, progress=parse_progress)
+    source = str(spec) if is_glob(spec) else str(Path(spec).absolute())
+    try:
+        rid = store.import_timeline(
+            timeline, source_path=source, fingerprint=fp, name=name, progress=store_progress, replace=replace
+        )
+    except DuplicateRun as e:  # imported concurrently by another process
+        return e.run_id, False
+    return rid, True
 
 
 # ---- parsing ----------------------------------------------------------------------------------------
