@@ -285,3 +285,28 @@ def test_gloo_collectives_come_from_host_ranges():
         ("all_reduce", k, 2, 3000, 1, 3000) for k in range(3)
     ]
     assert (c.wait_of(0), c.wait_of(1)) == (9000, 0)
+
+
+def test_heatmap_uses_step_like_ranges_when_there_is_no_profiler_step():
+    strings = ["k", "train_step"]
+    rows = []
+    for rank in (0, 1):
+        for step in range(3):
+            t = 1000 * step
+            rows.append((int(EventKind.NVTX_RANGE), rank, -1, 1, t, t + 1000))
+            rows.append((int(EventKind.KERNEL), rank, 0, 0, t + 100, t + 100 + 250 * (rank + 1)))
+    cols = {
+        "kind": np.array([r[0] for r in rows]),
+        "rank": np.array([r[1] for r in rows]),
+        "device": np.array([r[2] for r in rows]),
+        "name": np.array([r[3] for r in rows]),
+        "start": np.array([r[4] for r in rows]),
+        "end": np.array([r[5] for r in rows]),
+        "stream": np.array([7 if r[2] >= 0 else -1 for r in rows]),
+        "pid": np.array([1 if r[2] < 0 else -1 for r in rows]),
+        "tid": np.array([1 if r[2] < 0 else -1 for r in rows]),
+    }
+    tl = build_timeline(cols, strings, RunMeta(source="steps", format="kineto", ranks=(0, 1)))
+    h = rank_heatmap(tl)
+    assert h.column_kind == "step" and h.labels == ("step 0", "step 1", "step 2")
+    assert h.busy_fraction.tolist() == [[0.25] * 3, [0.5] * 3]

@@ -175,9 +175,26 @@ def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int,
     return steps
 
 
+def _found_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int, tuple[int, int]]] | None:
+    """{rank: {step index: (start, end)}} from `analyses.steps.find_steps` (step-like ranges of any
+    name) when every rank has the same number (≥ 2) of steps; None otherwise."""
+    from .steps import find_steps
+
+    found = find_steps(timeline)
+    per_rank = {r: found.of_rank(r) for r in ranks}
+    counts = {len(s) for s, _ in per_rank.values()}
+    if len(counts) != 1 or counts.pop() < 2:
+        return None
+    return {
+        r: {k: (int(a), int(b)) for k, (a, b) in enumerate(zip(s.tolist(), e.tolist()))}
+        for r, (s, e) in per_rank.items()
+    }
+
+
 def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bins: int = 40) -> RankHeatmap:
-    """Busy fraction and collective wait per rank and step (ProfilerStep#N on every rank), else per
-    time bin of the run's GPU span (`bins` equal bins)."""
+    """Busy fraction and collective wait per rank and step (ProfilerStep#N on every rank, else the steps
+    `analyses.steps` finds when every rank has as many), else per time bin of the run's GPU span
+    (`bins` equal bins)."""
     collectives = collectives if collectives is not None else match_collectives(timeline)
     ev = timeline.events
     gpu = np.flatnonzero(np.isin(ev["kind"].to_numpy(), _GPU_KINDS))
@@ -188,7 +205,7 @@ def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bin
         return RankHeatmap((), "time", (), z.astype(np.int64), z.astype(np.int64), z, z.astype(np.int64))
     start = ev["start"].to_numpy()[gpu]
     end = ev["end"].to_numpy()[gpu]
-    steps = _profiler_steps(timeline, ranks)
+    steps = _profiler_steps(timeline, ranks) or _found_steps(timeline, ranks)
     if steps is not None:
         numbers = sorted(next(iter(steps.values())))
         labels = tuple(f"step {k}" for k in numbers)
@@ -197,7 +214,9 @@ def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bin
         kind = "step"
     else:
         t0, t1 = int(start.min()), int(end.max())
-        edges = t0 + (np.arange(bins + 1, dtype=np.int64) * (t1 - t0)) // bins  # exact: epoch ns overflow float
+        edges = (
+            t0 + (np.arange(bins + 1, dtype=np.int64) * (t1 - t0)) // bins
+        )  # exact: epoch ns overflow float
         w0 = np.tile(edges[:-1], (len(ranks), 1))
         w1 = np.tile(edges[1:], (len(ranks), 1))
         labels = tuple(f"+{(a - t0) / 1e6:.3f} ms" for a in edges[:-1].tolist())
