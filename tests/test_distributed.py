@@ -85,6 +85,8 @@ def _free_port() -> int:
 @pytest.fixture
 def dask_scheduler():
     """A real `dask scheduler` and one `dask worker` (two processes) on 127.0.0.1; stopped afterwards."""
+    if not DASK.exists():
+        pytest.skip(f"no dask command next to {sys.executable}")
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
