@@ -421,9 +421,11 @@ def analyze(
     busy/idle per device, overlap, idle gaps with their causes, findings."""
     timeline, title = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
-    from .analyses.ranks import rank_analysis  # cross-rank part (tracelab/analyses/ranks.py)
+    ranks = None
+    if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks.py)
+        from .analyses.ranks import rank_analysis
 
-    ranks = rank_analysis(timeline, analysis) if len(analysis.trace.ranks) > 1 else None
+        ranks = rank_analysis(timeline, analysis)
     if as_json:
         from .analyses.ranks import rank_document_of
         from .api import to_json
