@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -244,24 +244,23 @@ def _parse_on_dask(
     files: Sequence[Path], workers: int | None, scheduler: str | None, progress: Progress | None
 ) -> list[RankColumns]:
     try:
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, as_completed
     except ImportError as exc:
         raise MissingDependency(f"parallel import needs dask[distributed] ({exc})") from None
     paths = [str(f) for f in files]
     cluster = None
+    # dask logs warnings (slow event loop, lost connections) on stderr; tracelab's stderr is for its own
+    # one-line messages, so only dask's errors get through while we use it
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         if scheduler is None:
-            cluster = LocalCluster(
-                n_workers=min(workers or _default_workers(files), len(files)),
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=logging.ERROR,
-            )
+            cluster = _local_cluster(min(workers or _default_workers(files), len(files)))
             client = Client(cluster, set_as_default=False)
         else:
             try:
-                client = Client(scheduler, timeout="10s", set_as_default=False)
+                client = Client(scheduler, timeout="15s", set_as_default=False)
             except (OSError, TimeoutError) as exc:
                 raise BadInput(f"cannot reach the Dask scheduler ({exc})", scheduler) from None
         with client:
@@ -275,7 +274,30 @@ def _parse_on_dask(
     finally:
         if cluster is not None:
             cluster.close()
+        quiet.setLevel(level)
     return [done[p] for p in paths]
+
+
+def _local_cluster(n_workers: int) -> Any:
+    """A LocalCluster of single-threaded worker processes. On Linux they are forked from this process,
+    which already holds tracelab, numpy and pandas: measured 1.7-2.4 s from start to close for 2 workers
+    on the loaded 2-core machine, against 11-12 s when each worker spawns a fresh interpreter and imports
+    everything again (dask's default)."""
+    import multiprocessing
+
+    import dask
+    from distributed import LocalCluster
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    options = {"distributed.worker.multiprocessing-method": method} if method else {}
+    with dask.config.set(options):
+        return LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
 
 
 def _key(path: str) -> str:
