@@ -172,7 +172,9 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
     if threads.size > 1:
         for t in by_count:
             m = tid[rows] == t
-            seqs.append(LaunchSequence(tokens[m], start[rows][m], end[rows][m], blocking[m], f"thread {int(t)}"))
+            seqs.append(
+                LaunchSequence(tokens[m], start[rows][m], end[rows][m], blocking[m], f"thread {int(t)}")
+            )
     return seqs
 
 
@@ -220,12 +222,17 @@ def find_period(tokens: np.ndarray) -> Period:
             cand.update(x for x in (c - 1, c, c + 1) if 1 <= x <= max_lag)
     lags = np.array(sorted(cand), dtype=np.int64)
     window = n - int(lags.max())  # one common window: every lag judged on the same positions
-    match = np.array([np.count_nonzero(t[:window] == t[lag : lag + window]) / window for lag in lags.tolist()])
+    match = np.array(
+        [np.count_nonzero(t[:window] == t[lag : lag + window]) / window for lag in lags.tolist()]
+    )
     best = int(np.argmax(match))
     best_lag, best_match = int(lags[best]), float(match[best])
     if best_match < MIN_MATCH:
         return Period(
-            0, 0.0, best_lag, best_match,
+            0,
+            0.0,
+            best_lag,
+            best_match,
             f"no repeating launch sequence (the best lag, {best_lag} launches, repeats only "
             f"{best_match:.0%} of them; {MIN_MATCH:.0%} needed)",
         )
@@ -234,7 +241,10 @@ def find_period(tokens: np.ndarray) -> Period:
     lag = int(lags[ok[0]])
     if lag < MIN_PERIOD:
         return Period(
-            0, 0.0, best_lag, best_match,
+            0,
+            0.0,
+            best_lag,
+            best_match,
             "the launch sequence is one operation repeated: no step structure to cut it by",
         )
     return Period(lag, float(match[ok[0]]), best_lag, best_match)
@@ -338,6 +348,30 @@ def _in_rhythm(pos: np.ndarray, period: int) -> np.ndarray:
     return pos[keep]
 
 
+def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
+    """Where the first step of an end-anchored sequence starts: at the pair of tokens that steadily
+    follows the anchor, at its last occurrence at least one period before the first anchor (the
+    warm-up step has at least a period's launches, often more) and at most three periods before;
+    else exactly one period before the first anchor."""
+    n = tok.size
+    p0 = int(pos[0])
+    fallback = max(0, p0 - period + 1)
+    nxt = pos[:-1] + 1 if pos.size > 1 else pos[:1] + 1
+    nxt = nxt[nxt + 1 < n]
+    if nxt.size == 0:
+        return fallback
+    pairs = tok[nxt] * (int(tok.max()) + 1) + tok[nxt + 1]
+    vals, cnt = np.unique(pairs, return_counts=True)
+    follow = vals[np.argmax(cnt)]
+    lo = max(0, p0 - 3 * period)
+    hi = fallback  # inclusive
+    if hi + 1 >= n or hi < lo:
+        return fallback
+    here = tok[lo : hi + 1] * (int(tok.max()) + 1) + tok[lo + 1 : hi + 2]
+    hit = np.flatnonzero(here == follow)
+    return lo + int(hit[-1]) if hit.size else fallback
+
+
 def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> tuple[np.ndarray, np.ndarray]:
     """Step (start, end) ns from the anchor's in-rhythm occurrences."""
     tok = seq.tokens
@@ -349,19 +383,12 @@ def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> tuple[np.ndar
         return empty, empty
     if anchor.at_end:
         ends = seq.end[pos]
-        # the first step starts at the token that steadily follows the anchor (its last occurrence
-        # before the first anchor, within three periods), else one period before the anchor
-        nxt = tok[pos[:-1] + 1] if pos.size > 1 and pos[-2] + 1 < n else tok[pos[:1]]
-        vals, cnt = np.unique(nxt, return_counts=True)
-        follow = vals[np.argmax(cnt)]
-        lo = max(0, int(pos[0]) - 3 * period)
-        before = np.flatnonzero(tok[lo : pos[0]] == follow)
-        first = lo + int(before[-1]) if before.size else max(0, int(pos[0]) - period + 1)
+        first = _first_step_start(tok, pos, period)
         starts = np.r_[seq.start[first], ends[:-1]]
         tail = n - 1 - int(pos[-1])  # launches after the last anchor: a last step when ≥ half a period
         if tail >= max(1, period // 2):
             starts = np.r_[starts, ends[-1]]
-            ends = np.r_[ends, seq.end[min(n - 1, int(pos[-1]) + period)]]
+            ends = np.r_[ends, seq.end[int(pos[-1]) + 1 : int(pos[-1]) + period + 1].max()]
     else:
         starts = seq.start[pos]
         last = min(n - 1, int(pos[-1]) + period - 1)
