@@ -46,7 +46,7 @@ MIN_REPEATS = 3  # a period must repeat at least this often in the sequence
 MIN_PERIOD = 2  # tokens per step; a period of 1 means "one operation over and over": no steps
 MIN_MATCH = 0.6  # fraction of positions equal one period later
 MISMATCH_SLACK = 1.5  # the period's mismatch may be this many times the best lag's ...
-MISMATCH_MARGIN = 0.01  # ... plus this
+MISMATCH_MARGIN = 0.1  # ... plus this (an inserted launch costs a period of matches)
 MAX_TOKENS = 200_000  # the period is found on the first tokens (the steps are cut on all of them)
 EMBED_DIMS = 4  # random phases per token for the FFT estimate
 SHORTLIST = 32  # lags with the best estimates whose exact match is counted
@@ -211,8 +211,7 @@ def find_period(tokens: np.ndarray) -> Period:
     if max_lag < MIN_PERIOD:
         return Period(0, 0.0, 0, 0.0, f"only {n} launches: too few to repeat {MIN_REPEATS} times")
     est = _estimated_match(t, max_lag)
-    est[0] = -np.inf
-    top = np.argsort(-est, kind="stable")[:SHORTLIST]
+    top = 1 + np.argsort(-est[1:], kind="stable")[:SHORTLIST]  # lag 0 matches trivially
     cand = set(top.tolist())
     for lag in top[:4].tolist():
         for k in range(2, MAX_DIVISOR + 1):
@@ -372,6 +371,24 @@ def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
     return lo + int(hit[-1]) if hit.size else fallback
 
 
+def _with_warmup_start(anchor: Anchor, tok: np.ndarray, pos: np.ndarray, period: int) -> np.ndarray:
+    """A start anchor's occurrence in a longer warm-up step is not in the repeating part (the next
+    occurrence is more than a period later): take it back when it lies one to three periods before
+    the first steady one and is followed by the token that steadily follows the anchor."""
+    n = tok.size
+    p0 = int(pos[0])
+    tol = max(1, period // 20)
+    lo, hi = max(0, p0 - 3 * period), max(0, p0 - period + tol + 1)
+    if hi <= lo or p0 + 1 >= n:
+        return pos
+    after = pos[pos + 1 < n] + 1
+    vals, cnt = np.unique(tok[after], return_counts=True)
+    follow = vals[np.argmax(cnt)]
+    prev = lo + np.flatnonzero(anchor.ids[lo:hi] == anchor.value)
+    prev = prev[(prev + 1 < n) & (tok[np.minimum(prev + 1, n - 1)] == follow)]
+    return np.r_[prev[-1:], pos] if prev.size else pos
+
+
 def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> tuple[np.ndarray, np.ndarray]:
     """Step (start, end) ns from the anchor's in-rhythm occurrences."""
     tok = seq.tokens
@@ -390,6 +407,7 @@ def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> tuple[np.ndar
             starts = np.r_[starts, ends[-1]]
             ends = np.r_[ends, seq.end[int(pos[-1]) + 1 : int(pos[-1]) + period + 1].max()]
     else:
+        pos = _with_warmup_start(anchor, tok, pos, period)
         starts = seq.start[pos]
         last = min(n - 1, int(pos[-1]) + period - 1)
         ends = np.r_[starts[1:], seq.end[pos[-1] : last + 1].max()]
