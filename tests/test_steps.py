@@ -230,3 +230,30 @@ def test_marked_steps_from_both_range_kinds(kind: EventKind) -> None:
     tb.kernel(5, 2, launch_at=0)
     st = find_steps(tb.build())
     assert bounds(st) == [(us(i * 100), us(i * 100 + 90)) for i in range(3)]
+
+
+def test_graph_replay_and_sync_per_step() -> None:
+    """A CUDA graph replays the whole step with one launch: the sequence is (graph, sync) repeated."""
+    tb = TB()
+    truth = []
+    for i in range(8):
+        t = i * 1000.0
+        tb.kernel(t + 10, 300, name="graph_kernel", launch_at=t, launch_name="cudaGraphLaunch")
+        tb.api("cudaStreamSynchronize", t + 20, 300)
+        truth.append(us(t + 320))
+    st = find_steps(tb.build())
+    assert [e for _, e in bounds(st)] == truth
+    assert "period 2 launches" in st.notes[0]
+
+
+def test_gpu_ops_alone_when_the_trace_has_no_host_calls() -> None:
+    tb = TB()
+    truth = []
+    for i in range(6):
+        t = i * 1000.0
+        for j, name in enumerate(BODY):
+            tb.kernel(t + j * 20, 10, name=name)  # no launch calls in the trace
+        truth.append(us(t))
+    st = find_steps(tb.build())
+    assert [s for s, _ in bounds(st)] == truth
+    assert "GPU ops" in st.notes[0]
