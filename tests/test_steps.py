@@ -257,3 +257,23 @@ def test_gpu_ops_alone_when_the_trace_has_no_host_calls() -> None:
     st = find_steps(tb.build())
     assert [s for s, _ in bounds(st)] == truth
     assert "GPU ops" in st.notes[0]
+
+
+def test_a_step_that_repeats_one_block_is_cut_at_the_recurring_host_pause() -> None:
+    """Each step runs the same 4-kernel block 5 times (a loop inside the step); the tokens repeat
+    every 4 launches, the host pauses 300 µs (data loading) only before each step."""
+    tb = TB()
+    rng = np.random.default_rng(5)
+    h = 0.0
+    truth = []
+    for _ in range(9):
+        h += 300.0
+        first = h
+        for _ in range(5):
+            for name in ("a", "b", "c", "d"):
+                tb.kernel(h + 5, 2.0, name=name, launch_at=h, launch_dur=3.0)
+                h += 3.0 + rng.uniform(1, 8)
+        truth.append(us(first))
+    st = find_steps(tb.build())
+    assert [s for s, _ in bounds(st)] == truth
+    assert "a block of 4 launches repeats, and every 20 launches the host pauses" in st.notes[0]

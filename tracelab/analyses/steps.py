@@ -186,6 +186,7 @@ class Period:
     best_lag: int
     best_match: float
     reason: str = ""  # why there is no period
+    smallest: int = 0  # the smallest lag within the margin, even when it is too short to be a step
 
 
 def _estimated_match(tokens: np.ndarray, max_lag: int) -> np.ndarray:
@@ -244,9 +245,85 @@ def find_period(tokens: np.ndarray) -> Period:
             0.0,
             best_lag,
             best_match,
-            "the launch sequence is one operation repeated: no step structure to cut it by",
+            "the launch sequence is one operation repeated, with no recurring host pause to cut it by",
+            smallest=lag,
         )
-    return Period(lag, float(match[ok[0]]), best_lag, best_match)
+    return Period(lag, float(match[ok[0]]), best_lag, best_match, smallest=lag)
+
+
+# ---- steps made of repeated blocks: the recurring host pause -------------------------------------
+PAUSE_RATIO = 3.0  # the step-boundary pause must be this many times the typical pause
+PAUSE_QUANTILE = 25  # per phase, this percentile of the pauses over the periods (robust to set-up)
+PAUSE_NEAR_BEST = 0.7  # the smallest multiple whose ratio is this close to the best one
+MAX_MULTIPLE = 256
+SHORT_BLOCK = 8  # a token period shorter than this is a block inside the step, not a training step
+
+
+@dataclass(frozen=True)
+class PausePeriod:
+    lag: int  # a multiple of the token period
+    ratio: float  # the recurring pause over the typical pause
+    threshold: float  # ns: pauses at least this long are step boundaries
+
+
+def pause_period(seq: LaunchSequence, base: int) -> PausePeriod:
+    """When a step repeats the same short block of launches k times (a loop inside the step; used
+    for token periods under SHORT_BLOCK), the tokens repeat every block, but the host pauses once per step (Python between iterations, the data
+    loader): fold the pauses before each launch at every multiple q of the token period and keep the
+    smallest q at which one phase pauses PAUSE_RATIO times longer than usual in (nearly) every period."""
+    pause = np.maximum(np.r_[0, seq.start[1:] - seq.end[:-1]], 0).astype(np.float64)[:MAX_TOKENS]
+    n = pause.size
+    typical = max(float(np.median(pause)), 1.0)
+    results = []
+    for m in range(1, min(MAX_MULTIPLE, n // (MIN_REPEATS * base)) + 1):
+        q = m * base
+        k = n // q
+        fold = np.percentile(pause[: k * q].reshape(k, q), PAUSE_QUANTILE, axis=0)
+        results.append((q, float(fold.max()) / typical))
+    if not results:
+        return PausePeriod(base, 0.0, 0.0)
+    best = max(r for _, r in results)
+    if best < PAUSE_RATIO:
+        return PausePeriod(base, best, 0.0)
+    q, ratio = next((q, r) for q, r in results if r >= PAUSE_NEAR_BEST * best)
+    return PausePeriod(q, ratio, typical * np.sqrt(ratio))
+
+
+def _centered_max(x: np.ndarray, h: int) -> np.ndarray:
+    """max(x[i-h : i+h+1]) for every i, in O(n) (van Herk / Gil-Werman: block prefix and suffix
+    maxima)."""
+    w = 2 * h + 1
+    n = x.size
+    lo = np.iinfo(np.int64).min
+    total = -(-(n + 2 * h) // w) * w
+    padded = np.full(total, lo, dtype=np.int64)
+    padded[h : h + n] = x
+    blocks = padded.reshape(-1, w)
+    prefix = np.maximum.accumulate(blocks, axis=1).ravel()
+    suffix = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    i = np.arange(n)
+    return np.maximum(suffix[i], prefix[np.minimum(i + w - 1, total - 1)])
+
+
+def cut_by_pause(seq: LaunchSequence, pp: PausePeriod) -> tuple[np.ndarray, np.ndarray]:
+    """Steps starting at the launches that follow a step-boundary pause (in rhythm); the first step
+    also when the sequence starts with it, without a pause before."""
+    q = pp.lag
+    n = seq.tokens.size
+    pause = np.r_[0, seq.start[1:] - seq.end[:-1]]
+    # boundaries: long pauses that are the longest within half a step on either side
+    peak = pause >= _centered_max(pause, q // 2)
+    pos = _in_rhythm(np.flatnonzero((pause >= pp.threshold) & peak), q)
+    if pos.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    tol = max(1, q // 20)
+    if pos[0] >= q - tol:
+        pos = np.r_[max(0, int(pos[0]) - q), pos]
+    starts = seq.start[pos]
+    last = min(n - 1, int(pos[-1]) + q - 1)
+    ends = np.r_[starts[1:], seq.end[pos[-1] : last + 1].max()]
+    return starts.astype(np.int64), ends.astype(np.int64)
 
 
 # ---- the anchor ----------------------------------------------------------------------------------
@@ -423,6 +500,18 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     reasons = []
     for seq in seqs:
         per = find_period(seq.tokens)
+        base = per.lag or per.smallest
+        if 0 < base < SHORT_BLOCK:
+            pp = pause_period(seq, base)
+            if pp.lag > base:  # the tokens repeat inside the step: the recurring pause finds it
+                s, e = cut_by_pause(seq, pp)
+                if s.size >= MIN_REPEATS:
+                    note = (
+                        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
+                        f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
+                        f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause"
+                    )
+                    return s, e, note
         if not per.lag:
             reasons.append(f"{seq.where}: {per.reason}")
             continue
