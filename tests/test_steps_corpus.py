@@ -22,6 +22,8 @@ MARKED = [
     "kineto_tb_plugin/samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz",  # 6 steps
     "hta/ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # 5 steps, DDP
     "hta/trace_diff__control__control.json.gz",  # 6 steps, DLRM rank 3 of 8
+    "hta/df_index_resolver__df_index_resolver.json.gz",  # 5 steps, DDP rank 1 on V100, 123k events
+    "hta/negative_queue_length_values_check__rank0.json.gz",  # 5 steps, DLRM/TorchRec, orphans
 ]
 # catalog: "Linear-model training, 40 iterations", "ResNet training ..., 30 iterations"
 UNMARKED = {
