@@ -214,3 +214,27 @@ def test_no_scope_returns_the_timeline_and_a_warmup_note() -> None:
     # durations 100, 150, 150, 200 µs: median 150, warm-up step 0 lasts 100 µs (0.7× the median)
     assert "4 steps" in note and "marked" in note and "0.7× the median" in note
     assert np.isclose(100 / 150, 0.667, atol=1e-3)
+
+
+def test_scope_timeline_keeps_step_indices_and_drops_warmup_flag() -> None:
+    from tracelab.analyses.scope import scope_timeline
+    from tracelab.analyses.step_table import step_rows
+
+    tl = stepped_trace().build()
+    out, steps, note = scope_timeline(tl, "1:3", None)
+    assert [(s.index, s.start_ns, s.end_ns) for s in steps.steps] == [
+        (1, us(100), us(250)),
+        (2, us(250), us(400)),
+    ]
+    rows = step_rows(out, steps, ())
+    assert [r.index for r in rows] == [1, 2] and not any(r.warmup for r in rows)
+    # busy per step by hand: step 1 [100,250): [100,120) + [200,250); step 2 [250,400): [250,300) + [390,400)
+    assert [r.gpu_busy_ns for r in rows] == [us(20 + 50), us(50 + 10)]
+    # a window cuts steps at its edges, indices kept
+    out, steps, _ = scope_timeline(tl, None, "200:300")
+    assert [(s.index, s.start_ns, s.end_ns) for s in steps.steps] == [
+        (1, us(200), us(250)),
+        (2, us(250), us(300)),
+    ]
+    whole, all_steps, note = scope_timeline(tl, None, None)
+    assert whole is tl and len(all_steps) == 4 and "whole trace" in note

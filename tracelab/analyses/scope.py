@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..model import Timeline
-from .steps import Steps
+from .steps import Steps, find_steps
 from .units import fmt_ns
 
 _INT_RANGE = re.compile(r"^\s*(\d*)\s*(:\s*(\d*)\s*)?$")
@@ -216,3 +216,29 @@ def _whole_note(steps: Steps) -> str:
         + "; ".join(parts)
         + " (--steps 1: leaves the warm-up out)"
     )
+
+
+def steps_in_ranges(steps: Steps, ranges: dict[int, tuple[int, int]]) -> Steps:
+    """The steps that overlap their rank's range, clipped to it; they keep their indices."""
+    kept = []
+    for st in steps.steps:
+        lo, hi = ranges.get(st.rank, (0, 0))
+        a, b = max(st.start_ns, lo), min(st.end_ns, hi)
+        if b > a:
+            kept.append(replace(st, start_ns=a, end_ns=b))
+    return Steps(tuple(kept), steps.notes)
+
+
+def scope_timeline(
+    timeline: Timeline, steps_option: str | None, window_option: str | None
+) -> tuple[Timeline, Steps, str]:
+    """What `--steps` / `--window` do, in one call: the timeline restricted to the scope, its steps
+    (those inside the range, clipped, with their original indices) and the note on what the figures
+    cover. Without either option: the whole timeline, all its steps, and the warm-up note."""
+    steps = find_steps(timeline)
+    scope = parse_scope(steps_option, window_option)
+    scoped, note = apply_scope(timeline, scope, steps)
+    if scope is None:
+        return scoped, steps, note
+    ranges = {int(r): (int(v[0]), int(v[1])) for r, v in scoped.meta.extra["scope"]["ranges_ns"].items()}
+    return scoped, steps_in_ranges(steps, ranges), note

@@ -9,7 +9,7 @@ Definitions (per rank; a step is the host-time interval [start, end)):
 - blocking_syncs: host API calls flagged blocking (stream / device / event synchronize, synchronous
   memcpy) that start inside the step.
 - kernels: kernels of the rank that start inside the step.
-- warmup: the rank's first step; outlier: a step lasting more than 3× the rank's median step.
+- warmup: the rank's first step (index 0: a scope that leaves it out has none); outlier: a step lasting more than 3× the rank's median step.
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: tuple[Gap, ...] | list[Gap
     rows: list[StepRow] = []
     by_rank = {s.rank: s.source for s in steps.steps}
     for rank in steps.ranks():
+        mine = sorted((st for st in steps.steps if st.rank == rank), key=lambda st: st.start_ns)
         s, e = steps.of_rank(rank)
+        index = [st.index for st in mine]
         dur = e - s
         on = rank_c == rank
         us, ue = merge(start[gpu & on], end[gpu & on])
@@ -95,7 +97,7 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: tuple[Gap, ...] | list[Gap
             rows.append(
                 StepRow(
                     rank=rank,
-                    index=i,
+                    index=index[i],
                     source=by_rank[rank],
                     start_ns=int(s[i]),
                     end_ns=int(e[i]),
@@ -105,7 +107,7 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: tuple[Gap, ...] | list[Gap
                     idle_by_cause=tuple((c, int(idle[c][i])) for c in CAUSES if idle[c][i] > 0),
                     blocking_syncs=int(syncs[i]),
                     kernels=int(kernels[i]),
-                    warmup=i == 0,
+                    warmup=index[i] == 0,
                     outlier=bool(med > 0 and dur[i] > OUTLIER_FACTOR * med),
                 )
             )
