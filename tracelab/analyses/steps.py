@@ -19,9 +19,12 @@ every step, so
    cudaStreamSynchronize), else the token after the longest recurring host pause (the step starts
    at its call, e.g. the first kernel of the forward pass);
 3. every in-rhythm occurrence of the anchor is a step boundary. Steps are contiguous host-time
-   intervals; the first step of an end-anchored sequence starts at the token that steadily follows
-   the anchor (so the warm-up step, however different, is one step), set-up before it is no step.
-`source="inferred"`. Where no period is found, `Steps.notes` says why.
+   intervals; the first step of an end-anchored sequence starts at the token pair that steadily
+   follows the anchor (so the warm-up step, however different, is one step), set-up before it is no
+   step.
+A token period under SHORT_BLOCK launches is a block repeated inside the step: the step is then the
+multiple of it at which the host pauses much longer than usual (pause_period / cut_by_pause).
+`source="inferred"`. Where no steps are found, `Steps.notes` says why.
 """
 
 from __future__ import annotations
