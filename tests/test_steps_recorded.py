@@ -99,11 +99,6 @@ def _idle_shares_after_warmup(tl: Timeline) -> dict[str, float]:
     return {c: v / total for c, v in by.items()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 item 3 (i10-core): nsys calls the host-busy time between launches no_work, "
-    "torch.profiler launch_latency; remove this mark when the cause definitions agree",
-)
 def test_cause_shares_after_warmup_agree_between_backends(runs) -> None:
     a = _idle_shares_after_warmup(runs["nsys"][0])
     b = _idle_shares_after_warmup(runs["torch"][0])
@@ -111,11 +106,6 @@ def test_cause_shares_after_warmup_agree_between_backends(runs) -> None:
         assert abs(a.get(cause, 0.0) - b.get(cause, 0.0)) <= 0.10, (cause, a, b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="i10-core: findings' sync_per_iteration still reads only marked steps; make it use "
-    "tracelab.analyses.steps.find_steps, then remove this mark",
-)
 @pytest.mark.parametrize("backend", ["nsys", "torch"])
 def test_sync_per_iteration_fires_through_analyze(runs, backend: str) -> None:
     tl, program = runs[backend]
