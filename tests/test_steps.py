@@ -147,7 +147,7 @@ def test_no_period_gives_no_steps_and_a_note() -> None:
         h += 6.0
     st = find_steps(tb.build())
     assert len(st) == 0
-    assert st.notes[0].startswith("rank 0: no step markers and no steps inferred")
+    assert st.notes[0].startswith("rank 0: no training steps found: no step markers, and none inferred")
     assert "no repeating launch sequence" in st.notes[0]
 
 

@@ -499,7 +499,11 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     seqs = launch_sequences(timeline, rank)
     if not seqs:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, f"rank {rank}: no step markers and no launches to infer steps from"
+        return (
+            empty,
+            empty,
+            f"rank {rank}: no training steps found: no step markers and no launches to infer steps from",
+        )
     reasons = []
     for seq in seqs:
         per = find_period(seq.tokens)
@@ -534,7 +538,11 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         )
         return s, e, note
     empty = np.zeros(0, dtype=np.int64)
-    return empty, empty, f"rank {rank}: no step markers and no steps inferred: " + "; ".join(reasons)
+    return (
+        empty,
+        empty,
+        f"rank {rank}: no training steps found: no step markers, and none inferred: " + "; ".join(reasons),
+    )
 
 
 def find_steps(timeline: Timeline) -> Steps:
