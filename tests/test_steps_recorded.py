@@ -28,9 +28,9 @@ SYNC_STEP_FRACTION = 0.8  # sync_per_iteration's rule: ≥ 80% of ≥ 3 steps wa
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Timeline, dict]]:
     nsys_dir = tmp_path_factory.mktemp("train_plain_nsys")
-    shutil.copy(DATA / "train_plain_nsys" / "meta.json", nsys_dir / "meta.json")
+    shutil.copy(DATA / "train_plain_nsys.meta.json", nsys_dir / "meta.json")
     with (
-        lzma.open(DATA / "train_plain_nsys" / "trace.sqlite.xz") as src,
+        lzma.open(DATA / "train_plain_nsys.sqlite.xz") as src,
         open(nsys_dir / "trace.sqlite", "wb") as dst,
     ):
         shutil.copyfileobj(src, dst)
