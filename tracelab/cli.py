@@ -328,8 +328,7 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
     except BaseException:
         store.discard_if_unused()  # a failed first import into a new --db leaves no empty store
         raise
-    if store.discard_if_unused():
-        err(f"nothing imported; {_safe(store.path)} was not created")
+    store.discard_if_unused()
     if failed:
         if len(paths) > 1:
             err(f"{failed} of {len(paths)} paths not imported")

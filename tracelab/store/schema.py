@@ -200,7 +200,7 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, *, create: bool) -> boo
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.OperationalError as e:
         if is_environment_error(e):  # read-only media, locked, I/O: the file may well be a store
-            raise StoreError(f"cannot read the store: {e}", path) from None
+            raise StoreError(f"cannot read the store: {describe_sqlite_error(e)}", path) from None
         raise BadInput(f"not a tracelab store (not a readable SQLite database: {e})", path) from None
     except sqlite3.DatabaseError as e:
         raise BadInput(f"not a tracelab store (not a readable SQLite database: {e})", path) from None
