@@ -642,14 +642,22 @@ def _default_backend() -> str:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests addressed to this host name (repeatable; '*' for any). Loopback names "
+    "and the --host address are always allowed; other Host or Origin headers get 403 (DNS rebinding).",
+)
 @_db_option
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
+def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve the dashboard over the store (http://HOST:PORT)."""
-    _serve(open_store(ctx), host, port)
+    _serve(open_store(ctx), host, port, allow_hosts)
 
 
-def _serve(store: Store, host: str, port: int) -> None:
+def _serve(store: Store, host: str, port: int, allow_hosts: tuple[str, ...] = ()) -> None:
     try:
         import dash  # noqa: F401
         import plotly  # noqa: F401
@@ -659,7 +667,7 @@ def _serve(store: Store, host: str, port: int) -> None:
         ) from None
     from app import create_app
 
-    dash_app = create_app(store)
+    dash_app = create_app(store, bind_host=host, allow_hosts=allow_hosts)
     err(f"tracelab dashboard on http://{host}:{port}/ (store {store.path}); Ctrl-C to stop")
     dash_app.run(host=host, port=port, debug=False)
 
