@@ -94,7 +94,8 @@ def mounts():
 
     yield Mounts()
     for at in reversed(done):
-        subprocess.run(["umount", str(at)], capture_output=True, check=False)
+        if subprocess.run(["umount", str(at)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "-l", str(at)], capture_output=True, check=False)  # still open
 
 
 def imported_store(directory: Path) -> tuple[Path, str, dict]:
@@ -206,9 +207,12 @@ def test_full_disk_existing_store_is_unchanged(tmp_path, mounts):
     line = one_error_line(proc)
     assert line.startswith(f"error: {db}: ") and ("disk is full" in line or "full or failing disk" in line)
     (disk / "filler").unlink()
-    with sqlite3.connect(db) as conn:
+    conn = sqlite3.connect(db)
+    try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert [r[0] for r in conn.execute("SELECT id FROM runs")] == [rid]
+    finally:
+        conn.close()
     assert [r["id"] for r in json.loads(cli("runs", "--json", db=db).stdout)] == [rid]
 
 
@@ -291,11 +295,13 @@ def test_sigint_right_after_commit_reports_the_stored_run(tmp_path):
     db = tmp_path / "t.db"
     proc = _interrupt_at("after-commit", db, tmp_path / "marker")
     assert proc.returncode == 130
-    stored = [r[0] for r in sqlite3.connect(db).execute("SELECT id FROM runs")]
+    conn = sqlite3.connect(db)
+    stored = conn.execute("SELECT id, events FROM runs").fetchall()
+    conn.close()
     assert len(stored) == 1
-    assert proc.stdout.strip() == stored[0]  # the id is printed, as for a normal import
-    assert f"run {stored[0]} had already been stored" in proc.stderr
-    events = sqlite3.connect(db).execute("SELECT events FROM runs").fetchone()[0]
+    rid, events = stored[0]
+    assert proc.stdout.strip() == rid  # the id is printed, as for a normal import
+    assert f"run {rid} had already been stored" in proc.stderr
     assert events == TRACE_EVENTS  # complete, not partial
 
 
@@ -344,6 +350,9 @@ def test_store_error_is_bad_input_naming_the_file(tmp_path, mounts):
     _db, _, _ = imported_store(tmp_path / "src")
     ro = mounts.read_only(tmp_path / "src", tmp_path / "ro")
     store = Store(ro / "t.db")
-    with pytest.raises(StoreError) as info:
-        store.delete_run(store.runs()[0].id)
+    try:
+        with pytest.raises(StoreError) as info:
+            store.delete_run(store.runs()[0].id)
+    finally:
+        store.close()
     assert str(info.value).startswith(f"{ro / 't.db'}: ") and info.value.exit_code == 2
