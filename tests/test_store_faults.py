@@ -356,3 +356,27 @@ def test_store_error_is_bad_input_naming_the_file(tmp_path, mounts):
     finally:
         store.close()
     assert str(info.value).startswith(f"{ro / 't.db'}: ") and info.value.exit_code == 2
+
+
+def test_read_only_media_with_a_crashed_writers_wal(tmp_path, mounts):
+    """A store copied (or mounted read-only) while a writer had it open: the last import lives only
+    in the -wal file. Reading it read-only must see that run (through the WAL, not as immutable)."""
+    import shutil
+
+    from test_app_callbacks import synthetic_timeline
+
+    live = tmp_path / "live"
+    live.mkdir()
+    writer = Store(live / "t.db")
+    rid = writer.import_timeline(synthetic_timeline(source="wal"), source_path="w", fingerprint="w" * 64)
+    assert Path(f"{live / 't.db'}-wal").stat().st_size > 0  # the run is in the WAL, not yet in t.db
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    for suffix in ("", "-wal", "-shm"):
+        shutil.copy2(f"{live / 't.db'}{suffix}", f"{snap / 't.db'}{suffix}")
+    writer.close()
+    ro = mounts.read_only(snap, tmp_path / "ro")
+    runs = cli("runs", "--json", db=ro / "t.db")
+    assert runs.returncode == 0, runs.stderr
+    assert [r["id"] for r in json.loads(runs.stdout)] == [rid]
+    assert sorted(p.name for p in ro.iterdir()) == ["t.db", "t.db-shm", "t.db-wal"]
