@@ -188,7 +188,8 @@ def import_upload(
         return False, f"{shown}: already imported as run {exc.run_id}", exc.run_id
     except TracelabError as exc:
         _discard(work, tmp_dir)
-        return False, _without_server_paths(_upload_error(exc, shown), shown, path, work), None
+        text = _upload_error(exc, shown).replace(str(state.store.path), "the store")
+        return False, _without_server_paths(text, shown, path, work), None
     except Exception as exc:  # noqa: BLE001 - a bug must not take the page down; say what happened
         _discard(work, tmp_dir)
         text = f"{shown}: could not be read ({type(exc).__name__}: {str(exc)[:200]})"
