@@ -30,14 +30,15 @@ def _not_found(**_ignored: Any) -> html.Div:
 
 
 def _register_pages() -> None:
-    order = 0
-    for module, path, name in (
-        (runs, "/", "Runs"),
-        (timeline, "/timeline", "Timeline"),
-        (gaps, "/gaps", "Gaps & findings"),
-        (overlap, "/overlap", "Overlap"),
-        (kernels, "/kernels", "Kernels"),
-        (compare, "/compare", "Compare"),
+    for order, (module, path, name) in enumerate(
+        (
+            (runs, "/", "Runs"),
+            (timeline, "/timeline", "Timeline"),
+            (gaps, "/gaps", "Gaps & findings"),
+            (overlap, "/overlap", "Overlap"),
+            (kernels, "/kernels", "Kernels"),
+            (compare, "/compare", "Compare"),
+        )
     ):
         dash.register_page(
             module.__name__,
@@ -47,7 +48,6 @@ def _register_pages() -> None:
             layout=module.layout,
             order=order,
         )
-        order += 1
     dash.register_page("app.pages.not_found_404", path="/404", name="Not found", layout=_not_found, order=99)
 
 

@@ -94,7 +94,8 @@ class AppState:
     def device_names(self, run_id: str) -> dict[tuple[int, int], str]:
         """GPU names by (rank, device), from the run's device table (cached with the run)."""
         return self._misc.get(
-            ("device_names", run_id), lambda: {(d.rank, d.device): d.name for d in self.timeline(run_id).devices}
+            ("device_names", run_id),
+            lambda: {(d.rank, d.device): d.name for d in self.timeline(run_id).devices},
         )
 
     def runs(self) -> list[RunRecord]:

@@ -112,7 +112,13 @@ def _timeline_request(view: dict, trigger: str = "tl-full.n_clicks") -> dict:
         {"id": "tl-full", "property": "n_clicks", "value": 1},
         {"id": "tl-clear", "property": "n_clicks", "value": None},
     ]
-    names = ("tl-graph.figure", "tl-view.data", "tl-permalink.href", "tl-info.children", "tl-selection.children")
+    names = (
+        "tl-graph.figure",
+        "tl-view.data",
+        "tl-permalink.href",
+        "tl-info.children",
+        "tl-selection.children",
+    )
     return {
         "output": ".." + "...".join(names) + "..",
         "outputs": [{"id": n.split(".")[0], "property": n.split(".")[1]} for n in names],
@@ -227,7 +233,9 @@ def test_upload_over_its_time_budget_is_stopped(env):
     from app.state import AppState
 
     store, _, _ = env
-    state = AppState(store=store, max_upload_bytes=2**20, upload_budget=Budget(seconds=0.3, memory_bytes=2**32))
+    state = AppState(
+        store=store, max_upload_bytes=2**20, upload_budget=Budget(seconds=0.3, memory_bytes=2**32)
+    )
     ok, msg, rid = runs.import_upload(state, data_url(TRACE_GZ.read_bytes()), "slow.json.gz")
     assert not ok and rid is None
     assert msg == "slow.json.gz: refused: took longer than its budget of 0.3 s and was stopped"
