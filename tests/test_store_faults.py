@@ -380,3 +380,23 @@ def test_read_only_media_with_a_crashed_writers_wal(tmp_path, mounts):
     assert runs.returncode == 0, runs.stderr
     assert [r["id"] for r in json.loads(runs.stdout)] == [rid]
     assert sorted(p.name for p in ro.iterdir()) == ["t.db", "t.db-shm", "t.db-wal"]
+
+
+def test_cli_last_resort_maps_store_side_sqlite_errors_only(tmp_path):
+    """An environment SQLite error that escaped the Store still ends as exit 2 naming the store; a
+    SQLite error that means a bug (no such table) stays exit 1."""
+    import click
+
+    from tracelab.cli import _store_error, main
+
+    db = tmp_path / "t.db"
+    ctx = click.Context(main, obj={"db": str(db)})
+    full = _store_error(ctx, sqlite3.OperationalError("database or disk is full"))
+    assert full is not None and full.exit_code == 2
+    assert str(full) == f"{db}: the disk is full (SQLite: database or disk is full)"
+    locked = _store_error(ctx, sqlite3.OperationalError("database is locked"))
+    assert locked is not None and "locked by another process" in str(locked)
+    assert _store_error(ctx, sqlite3.OperationalError("no such table: runz")) is None
+    assert _store_error(ctx, ValueError("x")) is None
+    enospc = _store_error(ctx, OSError(28, "No space left on device", str(tmp_path / "r.html")))
+    assert str(enospc) == f"{tmp_path / 'r.html'}: No space left on device"
