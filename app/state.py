@@ -80,6 +80,8 @@ class AppState:
     max_upload_bytes: int = 200 * 2**20
     max_expanded_bytes: int = 1 * 2**30  # an upload after decompression (docs/DECISIONS.md)
     upload_budget: Budget = field(default_factory=Budget)  # the child process that parses an upload
+    # one upload child at a time: N hostile uploads cannot take N memory budgets
+    upload_slot: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(1))
     width_px: int = 1600
     max_items: int = 4000
     _timelines: _Lru = field(default_factory=lambda: _Lru(3))

@@ -281,3 +281,20 @@ def test_upload_through_the_server_is_refused_when_foreign(env):
     assert accepted.status_code == 200
     assert "imported t.json.gz as run" in json.dumps(accepted.get_json())
     assert len(store.runs()) == 3
+
+
+def test_one_upload_child_at_a_time(env):
+    from app.pages import runs
+    from app.state import AppState
+
+    store, _, _ = env
+    state = AppState(store=store, max_upload_bytes=2**20)
+    assert state.upload_slot.acquire(blocking=False)  # an upload is being imported
+    try:
+        ok, msg, rid = runs.import_upload(state, data_url(TRACE_GZ.read_bytes()), "second.json.gz")
+    finally:
+        state.upload_slot.release()
+    assert (ok, rid) == (False, None)
+    assert msg == "second.json.gz: another upload is being imported; try again when it is done"
+    ok, msg, rid = runs.import_upload(state, data_url(TRACE_GZ.read_bytes()), "second.json.gz")
+    assert ok and rid is not None, msg

@@ -152,6 +152,15 @@ def import_upload(
         data = decode_upload(contents, shown, state.max_upload_bytes)
     except BadInput as exc:
         return False, describe_error(exc), None
+    if not state.upload_slot.acquire(blocking=False):
+        return False, f"{shown}: another upload is being imported; try again when it is done", None
+    try:
+        return _import_data(state, data, shown)
+    finally:
+        state.upload_slot.release()
+
+
+def _import_data(state: AppState, data: bytes, shown: str) -> tuple[bool, str, str | None]:
     tmp_dir: Path | None = None
     work: Path | None = None
     path = Path(shown)
@@ -166,7 +175,6 @@ def import_upload(
         if path.parent != work.resolve():  # belt and braces: the name cannot leave the directory
             return False, f"{shown}: refused file name", None
         path.write_bytes(data)
-        del data
         # kept uploads are named by their file; a temporary directory's path means nothing later
         source = str(path) if tmp_dir is None else f"upload:{shown}"
         result = import_upload_limited(
