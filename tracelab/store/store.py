@@ -107,8 +107,8 @@ class Store:
             return False
         try:
             empty = not self.conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
-        except sqlite3.Error:
-            empty = True
+        except sqlite3.Error:  # cannot tell: keep it (another process may have imported into it)
+            empty = False
         self.close()
         if empty:
             remove_store_files(self.path)
