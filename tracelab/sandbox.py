@@ -11,7 +11,7 @@ back is the function's JSON result, or a typed error: BadInput as the child rais
 2), SandboxTimeout, SandboxMemory, or SandboxFailed (the child died or a bug in the function).
 
 `import_upload` is the dashboard's job: bound the expanded size of a compressed file, then parse and
-import it into the store through one library call (`import_trace_file`).
+import it into the store through the library facade (`tracelab.api.import_trace`).
 """
 
 from __future__ import annotations
@@ -213,22 +213,15 @@ def check_expanded_size(path: str | Path, limit_bytes: int, shown: str | None = 
 def import_trace_file(
     db: str, path: str, name: str | None = None, source: str | None = None
 ) -> dict[str, Any]:
-    """Parse one trace and import it into the store at `db` (the single library call the upload
-    makes; it moves to tracelab.api when that facade exists). {"run_id", "new", "events"}."""
-    from .parsers import load_trace, trace_fingerprint
+    """Parse one trace and import it into the store at `db` through the library facade
+    (`tracelab.api.import_trace`, the one import workflow). {"run_id", "new", "events"}."""
+    from .api import import_trace
     from .store import Store
 
     store = Store(db)
     try:
-        fingerprint = trace_fingerprint(path)
-        existing = store.find_fingerprint(fingerprint)
-        if existing:
-            return {"run_id": existing, "new": False, "events": store.get_run(existing).events}
-        timeline = load_trace(path)
-        run_id = store.import_timeline(
-            timeline, source_path=source or path, fingerprint=fingerprint, name=name
-        )
-        return {"run_id": run_id, "new": True, "events": len(timeline.events)}
+        done = import_trace(path, store, name, source_path=source)
+        return {"run_id": done.run_id, "new": done.new, "events": store.get_run(done.run_id).events}
     finally:
         store.close()
 
