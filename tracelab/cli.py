@@ -327,7 +327,7 @@ def import_cmd(
     store = open_store(ctx)
     ctx.meta[_IMPORTING] = True
     try:
-        failed = _import_each(store, paths, name, replace)
+        failed = _import_each(store, paths, name, replace, workers=workers, scheduler=scheduler)
     except BaseException:
         store.discard_if_unused()  # a failed first import into a new --db leaves no empty store
         raise
@@ -338,13 +338,13 @@ def import_cmd(
         ctx.exit(2)
 
 
-def _import_each(store: Store, paths: tuple[Path, ...], name: str | None, replace: bool) -> int:
+def _import_each(store: Store, paths: tuple[Path, ...], name: str | None, replace: bool, **parallel: Any) -> int:
     """Import each path, printing its run id as it is stored; a bad path is one line on stderr and
-    the others still import. Returns how many failed."""
+    the others still import. Returns how many failed. `parallel`: workers / scheduler for rank sets."""
     failed = 0
     for path in paths:
         try:
-            rid, new = import_path(store, path, name, replace, workers=workers, scheduler=scheduler)
+            rid, new = import_path(store, path, name, replace, **parallel)
         except BadInput as e:
             if os.environ.get(DEBUG_ENV):
                 raise
