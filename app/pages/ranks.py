@@ -80,7 +80,10 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
             )
             return html.Div(parts, id="ranks-page")
         heat = state.cached(
-            ("rank-heatmap", record.id), lambda: rank_heatmap(state.timeline(record.id), ra.collectives)
+            ("rank-heatmap", record.id),
+            lambda: rank_heatmap(
+                state.timeline(record.id), ra.collectives, steps=state.analysis(record.id).steps
+            ),
         )
         c = ra.collectives
         strag = ", ".join(

@@ -29,7 +29,7 @@ different communicators with the same operation can only be told apart by their 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -79,12 +79,14 @@ class Collectives:
     notes: tuple[str, ...] = ()
     source: str = "kernels"  # what the calls are: "kernels" (NCCL / RCCL) or "host ranges" (c10d, e.g. gloo)
 
+    rank_waits: dict[int, int] = field(default_factory=dict)  # rank -> time waited in matched collectives
+    rank_calls: dict[int, int] = field(default_factory=dict)  # rank -> matched collectives it took part in
+
     def wait_of(self, rank: int) -> int:
-        sel = self.wait_rank == rank
-        return int((self.wait_end[sel] - self.wait_start[sel]).sum())
+        return self.rank_waits.get(rank, 0)
 
     def calls_of(self, rank: int) -> int:
-        return sum(1 for c in self.calls if rank in c.ranks)
+        return self.rank_calls.get(rank, 0)
 
 
 def operation(kernel_name: str) -> str:
@@ -122,7 +124,9 @@ def _host_collective_rows(timeline: Timeline) -> np.ndarray:
 
 def _participant_count(timeline: Timeline, rows: np.ndarray) -> int:
     ev = timeline.events
-    keys = ev["rank"].to_numpy()[rows].astype(np.int64) << 32 | (ev["device"].to_numpy()[rows].astype(np.int64) + 1)
+    keys = ev["rank"].to_numpy()[rows].astype(np.int64) << 32 | (
+        ev["device"].to_numpy()[rows].astype(np.int64) + 1
+    )
     return int(np.unique(keys).size)
 
 
@@ -189,8 +193,10 @@ def match_collectives(timeline: Timeline) -> Collectives:
     unmatched = int(count[~matched].sum())
     inconsistent_mask = matched & (last > min_end)
     calls = []
+    by_group = np.argsort(group, kind="stable")  # members of group g: by_group[bounds[g]:bounds[g + 1]]
+    bounds = np.concatenate([[0], np.cumsum(count)])
     for g in np.flatnonzero(matched)[np.argsort(first[matched], kind="stable")].tolist():
-        members = np.flatnonzero(group == g)
+        members = by_group[bounds[g] : bounds[g + 1]]
         lr = int(last_row[g])
         calls.append(
             Collective(
@@ -241,4 +247,21 @@ def match_collectives(timeline: Timeline) -> Collectives:
         wait_end=last[group][in_matched],
         notes=tuple(notes),
         source=source,
+        rank_waits=_sum_by(rank[in_matched], (last[group] - start)[in_matched]),
+        rank_calls=_count_pairs(rank[matched[group]], group[matched[group]]),
     )
+
+
+def _sum_by(keys: np.ndarray, values: np.ndarray) -> dict[int, int]:
+    uniq, inv = np.unique(keys, return_inverse=True)
+    sums = np.bincount(inv.reshape(-1), weights=values, minlength=len(uniq)) if len(uniq) else np.zeros(0)
+    return {int(k): int(v) for k, v in zip(uniq.tolist(), sums.tolist())}
+
+
+def _count_pairs(keys: np.ndarray, groups: np.ndarray) -> dict[int, int]:
+    """Per key, the number of distinct groups it appears in."""
+    if not len(keys):
+        return {}
+    pairs = np.unique(np.stack([keys.astype(np.int64), groups.astype(np.int64)], axis=1), axis=0)
+    uniq, counts = np.unique(pairs[:, 0], return_counts=True)
+    return {int(k): int(c) for k, c in zip(uniq.tolist(), counts.tolist())}

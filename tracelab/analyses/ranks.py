@@ -13,6 +13,7 @@ how often it was the last one (`tracelab.analyses.collectives`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,9 @@ class RankSummary:
     span_ns: int
     busy_ns: int
     idle_ns: int
-    idle_by_cause: tuple[tuple[str, int], ...]  # (cause, ns) for CAUSES, then ("short", ns)
+    idle_by_cause: tuple[
+        tuple[str, int], ...
+    ]  # (cause, ns) for CAUSES (and any other cause), then ("short", ns)
     comm_ns: int
     compute_comm_overlap_ns: int
     collectives: int  # matched collectives this rank took part in
@@ -69,15 +72,22 @@ class RankAnalysis:
 def rank_summaries(analysis: Analysis, collectives: Collectives) -> tuple[RankSummary, ...]:
     """One RankSummary per rank with GPU activity, in rank order."""
     out = []
-    for r in sorted({d.rank for d in analysis.devices}):
-        devs = [d for d in analysis.devices if d.rank == r]
-        gaps = [g for g in analysis.gaps if g.rank == r]
-        by_cause = {c: 0 for c in CAUSES}
-        for g in gaps:
-            by_cause[g.cause] = by_cause.get(g.cause, 0) + g.duration_ns
+    devices_of: dict[int, list] = {}
+    for d in analysis.devices:
+        devices_of.setdefault(d.rank, []).append(d)
+    idle_of: dict[tuple[int, str], int] = {}  # one pass over the gaps, not one per rank
+    for g in analysis.gaps:
+        idle_of[(g.rank, g.cause)] = idle_of.get((g.rank, g.cause), 0) + g.duration_ns
+    last_of = {s.rank: s.times_last for s in collectives.stragglers}
+    for r in sorted(devices_of):
+        devs = devices_of[r]
+        by_cause = {c: idle_of.get((r, c), 0) for c in CAUSES}
+        by_cause.update({c: ns for (rr, c), ns in idle_of.items() if rr == r and c not in by_cause})
         idle = sum(d.idle_ns for d in devs)
-        causes = (*((c, by_cause[c]) for c in CAUSES), ("short", idle - sum(by_cause.values())))
-        last = next((s for s in collectives.stragglers if s.rank == r), None)
+        causes = (
+            *by_cause.items(),
+            ("short", idle - sum(by_cause.values())),
+        )  # CAUSES first, any new one after
         out.append(
             RankSummary(
                 rank=r,
@@ -90,7 +100,7 @@ def rank_summaries(analysis: Analysis, collectives: Collectives) -> tuple[RankSu
                 compute_comm_overlap_ns=sum(d.overlap.compute_comm_ns for d in devs),
                 collectives=collectives.calls_of(r),
                 collective_wait_ns=collectives.wait_of(r),
-                times_last=last.times_last if last else 0,
+                times_last=last_of.get(r, 0),
             )
         )
     return tuple(out)
@@ -175,26 +185,43 @@ def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int,
     return steps
 
 
-def _found_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int, tuple[int, int]]] | None:
-    """{rank: {step index: (start, end)}} from `analyses.steps.find_steps` (step-like ranges of any
-    name) when every rank has the same number (≥ 2) of steps; None otherwise."""
-    from .steps import find_steps
+def _found_steps(
+    timeline: Timeline, ranks: list[int], steps: Sequence[Any] | None
+) -> dict[int, dict[int, tuple[int, int]]] | None:
+    """{rank: {step index: (start, end)}} from the analysis's steps (`Analysis.steps`), or else from
+    `analyses.steps.find_steps`, when every rank has the same number (≥ 2) of steps; None otherwise."""
+    if steps is None:
+        from .steps import find_steps
 
-    found = find_steps(timeline)
-    per_rank = {r: found.of_rank(r) for r in ranks}
-    counts = {len(s) for s, _ in per_rank.values()}
+        steps = find_steps(timeline).steps
+    per_rank: dict[int, list[tuple[int, int]]] = {r: [] for r in ranks}
+    for s in steps:  # one entry per step: a handful per rank
+        if s.rank in per_rank:
+            per_rank[s.rank].append((int(s.start_ns), int(s.end_ns)))
+    counts = {len(v) for v in per_rank.values()}
     if len(counts) != 1 or counts.pop() < 2:
         return None
-    return {
-        r: {k: (int(a), int(b)) for k, (a, b) in enumerate(zip(s.tolist(), e.tolist()))}
-        for r, (s, e) in per_rank.items()
-    }
+    return {r: dict(enumerate(sorted(v))) for r, v in per_rank.items()}
 
 
-def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bins: int = 40) -> RankHeatmap:
+def _rows_by_rank(rank_col: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
+    """For each rank of `ranks` (sorted), the positions of its rows in `rank_col`: one sort, no mask per rank."""
+    order = np.argsort(rank_col, kind="stable")
+    keys = np.asarray(ranks, dtype=np.int64)
+    lo = np.searchsorted(rank_col[order], keys, side="left")
+    hi = np.searchsorted(rank_col[order], keys, side="right")
+    return [order[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+
+
+def rank_heatmap(
+    timeline: Timeline,
+    collectives: Collectives | None = None,
+    bins: int = 40,
+    steps: Sequence[Any] | None = None,
+) -> RankHeatmap:
     """Busy fraction and collective wait per rank and step (ProfilerStep#N on every rank, else the steps
-    `analyses.steps` finds when every rank has as many), else per time bin of the run's GPU span
-    (`bins` equal bins)."""
+    `analyses.steps` finds when every rank has as many; pass the analysis's `steps` to reuse them), else
+    per time bin of the run's GPU span (`bins` equal bins)."""
     collectives = collectives if collectives is not None else match_collectives(timeline)
     ev = timeline.events
     gpu = np.flatnonzero(np.isin(ev["kind"].to_numpy(), _GPU_KINDS))
@@ -205,12 +232,12 @@ def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bin
         return RankHeatmap((), "time", (), z.astype(np.int64), z.astype(np.int64), z, z.astype(np.int64))
     start = ev["start"].to_numpy()[gpu]
     end = ev["end"].to_numpy()[gpu]
-    steps = _profiler_steps(timeline, ranks) or _found_steps(timeline, ranks)
-    if steps is not None:
-        numbers = sorted(next(iter(steps.values())))
+    found = _profiler_steps(timeline, ranks) or _found_steps(timeline, ranks, steps)
+    if found is not None:
+        numbers = sorted(next(iter(found.values())))
         labels = tuple(f"step {k}" for k in numbers)
-        w0 = np.array([[steps[r][k][0] for k in numbers] for r in ranks], dtype=np.int64)
-        w1 = np.array([[steps[r][k][1] for k in numbers] for r in ranks], dtype=np.int64)
+        w0 = np.array([[found[r][k][0] for k in numbers] for r in ranks], dtype=np.int64)
+        w1 = np.array([[found[r][k][1] for k in numbers] for r in ranks], dtype=np.int64)
         kind = "step"
     else:
         t0, t1 = int(start.min()), int(end.max())
@@ -223,12 +250,12 @@ def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bin
         kind = "time"
     busy = np.zeros(w0.shape, dtype=np.int64)
     wait = np.zeros(w0.shape, dtype=np.int64)
-    for i, r in enumerate(ranks):  # per rank (a few to a few hundred), vectorized inside
-        mine = rank_col == r
-        us, ue = merge(start[mine], end[mine])
+    gpu_of = _rows_by_rank(rank_col, ranks)
+    wait_of = _rows_by_rank(collectives.wait_rank, ranks)
+    for i in range(len(ranks)):  # per rank (a few to a few hundred), vectorized inside
+        us, ue = merge(start[gpu_of[i]], end[gpu_of[i]])
         busy[i] = covered_length(us, ue, w0[i], w1[i])
-        sel = collectives.wait_rank == r
-        ws, we = merge(collectives.wait_start[sel], collectives.wait_end[sel])
+        ws, we = merge(collectives.wait_start[wait_of[i]], collectives.wait_end[wait_of[i]])
         wait[i] = covered_length(ws, we, w0[i], w1[i])
     width = np.maximum(w1 - w0, 1)
     return RankHeatmap(
