@@ -102,7 +102,7 @@ def cuda_extension() -> Any:
         cpp_sources=CPP_SRC,
         cuda_sources=CUDA_SRC,
         functions=["gelu"],
-        extra_cuda_cflags=["-O3", "-arch=sm_90"],
+        extra_cuda_cflags=["-O3", "--use_fast_math", "-arch=sm_90"],
         verbose=bool(os.environ.get("TRACELAB_VERBOSE")),
     )
 
