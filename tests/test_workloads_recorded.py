@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
@@ -167,7 +166,8 @@ def test_multi_stream_capture_keeps_the_branches_overlapping(run, backend: str) 
         graph_k = k[k.graph_node >= 0]
         assert len(graph_k) == 80 and graph_k.graph_node.nunique() == 8
         assert graph_k.groupby("stream").graph_node.nunique().tolist() == [4, 4]
-    eager_tl, _ = run(f"graphs-multi_stream_eager-{backend}")
+    eager_tl, eager = run(f"graphs-multi_stream_eager-{backend}")
     assert graph_overlap(eager_tl).kernels == 0
-    wall = [float(np.mean(t.meta.extra["run"]["step_wall_ms"])) for t in (tl, eager_tl)]
-    assert wall[0] < wall[1]  # one launch per step instead of 8
+    # the graph keeps the overlap the eager two-stream loop has (the kernels on ≥ 2 streams)
+    d = eager.devices[0]
+    assert g.concurrent_ns / g.union_ns >= d.overlap.compute_compute_ns / d.kernel_ns - 0.1
