@@ -14,8 +14,10 @@ dependency looks the same):
 - and x held work back: the first operation z of another stream that starts at or after x's end does
   so within `max_handoff_ns`, was launched after x but before x ended, and its own stream was idle
   (its previous operation ended more than `max_handoff_ns` before x did).
-count = handoffs; wasted_ns = Σ z.start − max(z's launch, end of z's stream predecessor) (how long
-the blocking stream's work was held). Fires with ≥ `min_handoffs` handoffs on a device.
+count = handoffs; wasted_ns = length of the union of the intervals [max(z's launch, end of z's stream
+predecessor), z.start] (time during which ready work of a blocking stream was held back: an upper
+bound of the wall time lost, which is less where other streams kept the GPU busy meanwhile). Fires
+with ≥ `min_handoffs` handoffs on a device.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...model import EventKind
+from ..intervals import union_length
 from ..results import Finding
 from ..units import fmt_ns
 
@@ -107,6 +110,7 @@ def handoffs(ctx: Any, options: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "x_end": int(e[xi]),
                     "y_end": int(e[yi]),
                     "z_start": int(s[zi]),
+                    "held_from": int(max(launch[zi], pred[zi])),
                     "held_ns": int(s[zi] - max(launch[zi], pred[zi])),
                     "name_x": int(ctx.col("name")[rows[xi]]),
                     "name_z": int(ctx.col("name")[rows[zi]]),
@@ -120,7 +124,10 @@ def evaluate(ctx: Any, options: Mapping[str, Any]) -> Finding | None:
     found = handoffs(ctx, opts)
     if len(found) < opts["min_handoffs"]:
         return None
-    wasted = int(sum(h["held_ns"] for h in found))
+    wasted = union_length(
+        np.array([h["held_from"] for h in found], dtype=np.int64),
+        np.array([h["z_start"] for h in found], dtype=np.int64),
+    )
     span = ctx.span_ns()
     first = found[0]
     tl = ctx.timeline
