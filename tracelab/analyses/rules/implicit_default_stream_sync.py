@@ -30,10 +30,8 @@ import numpy as np
 from ...model import EventKind
 from ..intervals import union_length
 from ..results import Finding
-from ..units import fmt_ns
+from .base import FindingContext, Rule, join_places, window
 
-RULE_ID = "implicit_default_stream_sync"
-TITLE = "work on the legacy default stream that serializes blocking streams"
 OPTIONS: dict[str, Any] = {
     "legacy_streams": (7,),
     "max_handoff_ns": 20_000,
@@ -53,7 +51,7 @@ def _pred_end(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     return prev
 
 
-def handoffs(ctx: Any, options: Mapping[str, Any]) -> list[dict[str, Any]]:
+def handoffs(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every serializing handoff per device (see the module doc)."""
     tol = int(options["max_handoff_ns"])
     kind, stream, corr = ctx.col("kind"), ctx.col("stream"), ctx.col("correlation")
@@ -119,7 +117,7 @@ def handoffs(ctx: Any, options: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def evaluate(ctx: Any, options: Mapping[str, Any]) -> Finding | None:
+def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
     opts = {**OPTIONS, **dict(options or {})}
     found = handoffs(ctx, opts)
     if len(found) < opts["min_handoffs"]:
@@ -130,34 +128,31 @@ def evaluate(ctx: Any, options: Mapping[str, Any]) -> Finding | None:
     )
     span = ctx.span_ns()
     first = found[0]
-    tl = ctx.timeline
-    from ..gaps import short_name
-
-    streams = sorted({h["held_stream"] for h in found} | {h["waited_for_stream"] for h in found})
-    message = (
-        f"{len(found)} operations on the legacy default stream {first['legacy_stream']} waited for other "
-        f"streams' work and then held work on stream(s) {', '.join(map(str, streams))} back: "
-        f"e.g. {short_name(tl.name(first['name_x']), 50)} started {fmt_ns(first['x_start'] - first['y_end'])} "
-        f"after stream {first['waited_for_stream']}'s operation ended, and "
-        f"{short_name(tl.name(first['name_z']), 50)} on stream {first['held_stream']} started only "
-        f"{fmt_ns(first['z_start'] - first['x_end'])} after it ended, with no cudaStreamWaitEvent issued: the "
-        f"implicit synchronization of blocking streams with the legacy default stream. Work on those streams "
-        f"was held {fmt_ns(wasted)} in all. Create the streams with cudaStreamNonBlocking (torch.cuda.Stream "
-        f"does), or keep the op off the legacy default stream (its own stream, or per-thread default stream)."
-    )
-    severity = "warning" if span > 0 and wasted >= opts["warning_fraction"] * span else "info"
-    places = sorted({f"r{h['rank']} GPU {h['device']} stream {h['legacy_stream']}" for h in found})
+    name = ctx.timeline.name
     return Finding(
-        rule=RULE_ID,
-        severity=severity,
+        rule=RULE.id,
+        severity="warning" if span > 0 and wasted >= opts["warning_fraction"] * span else "info",
         count=len(found),
-        wasted_ns=wasted,
-        message=message,
-        where="; ".join(places),
+        wasted_ns=int(wasted),
+        where=join_places(sorted({f"r{h['rank']} GPU {h['device']} stream {h['legacy_stream']}" for h in found})),
         data={
-            "handoffs": [{k: v for k, v in h.items() if not k.startswith("name_")} for h in found[:20]],
-            "start_ns": first["y_end"],
-            "end_ns": first["z_start"],
-            "streams": streams,
+            "handoffs": [
+                {k: v for k, v in h.items() if not k.startswith("name_")}
+                | {"legacy_op": name(h["name_x"]), "held_op": name(h["name_z"])}
+                for h in found[:20]
+            ],
+            "legacy_streams": sorted({h["legacy_stream"] for h in found}),
+            "held_streams": sorted({h["held_stream"] for h in found}),
+            "waited_for_streams": sorted({h["waited_for_stream"] for h in found}),
+            **window(first["y_end"], first["z_start"]),
         },
     )
+
+
+RULE = Rule(
+    id="implicit_default_stream_sync",
+    title="work on the legacy default stream that serializes blocking streams",
+    evaluate=evaluate,
+    options=OPTIONS,
+    source='CUDA C++ Programming Guide, "Default Stream" and "Implicit Synchronization" (streams section)',
+)

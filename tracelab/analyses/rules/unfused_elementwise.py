@@ -27,10 +27,8 @@ import numpy as np
 from ...model import EventKind
 from ..gaps import short_name
 from ..results import Finding
-from ..units import fmt_ns
+from .base import FindingContext, Rule, join_places, window
 
-RULE_ID = "unfused_elementwise"
-TITLE = "chains of elementwise kernels that one fused kernel would replace"
 OPTIONS: dict[str, Any] = {
     "min_chain": 3,
     "max_period": 16,
@@ -39,13 +37,13 @@ OPTIONS: dict[str, Any] = {
     "warning_fraction": 0.05,
 }
 ELEMENTWISE = re.compile(r"(?:vectorized_|unrolled_)?elementwise_kernel|^triton_poi_")
-_KERNEL_CUDA = re.compile(r"(\w+?)_kernel_cuda")
+_KERNEL_CUDA = re.compile(r"(\w+?)_kernel_(?:cuda|impl)\b")
 _FUNCTOR = re.compile(r"[A-Za-z_]*Functor[A-Za-z_]*")
 _WRAPPERS = {"AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor"}
 
 
 def op_label(name: str) -> str:
-    """A short label for an elementwise kernel: `tanh` for `tanh_kernel_cuda`, `Mul` for an ATen
+    """A short label for an elementwise kernel: `tanh` for `tanh_kernel_cuda`, `pow_tensor_scalar` for `pow_tensor_scalar_kernel_impl`, `Mul` for an ATen
     `MulFunctor`, `add` for `CUDAFunctorOnSelf_add`; else the shortened kernel name."""
     if not name.startswith("triton_"):
         m = _KERNEL_CUDA.search(name)
@@ -67,7 +65,7 @@ def period(codes: np.ndarray, max_period: int) -> int:
     return 0
 
 
-def find_chains(ctx: Any, options: Mapping[str, Any]) -> list[dict[str, Any]]:
+def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every qualifying chain: rank, device, stream, rows (event positions), period, saving."""
     strings = ctx.timeline.strings
     ew_ids = np.array([i for i, s in enumerate(strings) if ELEMENTWISE.search(s)], dtype=np.int64)
@@ -125,7 +123,7 @@ def find_chains(ctx: Any, options: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def evaluate(ctx: Any, options: Mapping[str, Any]) -> Finding | None:
+def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
     opts = {**OPTIONS, **dict(options or {})}
     chains = find_chains(ctx, opts)
     if not chains:
@@ -135,34 +133,32 @@ def evaluate(ctx: Any, options: Mapping[str, Any]) -> Finding | None:
     if span <= 0 or saved < opts["min_fraction"] * span:
         return None
     kernels = sum(c["rows"].size for c in chains)
-    total = sum(c["kernels_ns"] for c in chains)
-    best = max(chains, key=lambda c: c["saved_ns"])
-    t0 = int(ctx.col("start")[best["rows"][0]])
-    t1 = int(ctx.col("end")[best["rows"][best["period"] - 1]])
-    places = sorted({f"r{c['rank']} GPU {c['device']} stream {c['stream']}" for c in chains})
-    message = (
-        f"{kernels} elementwise kernels in {len(chains)} chain(s) run {fmt_ns(total)}; the largest repeats "
-        f"{best['period']} ops ({' → '.join(best['ops'])}) {best['repetitions']}× on stream {best['stream']} "
-        f"with grid {tuple(best['grid'])} × block {tuple(best['block'])}. Each repetition could be one fused "
-        f"kernel that reads the input once and writes the output once: at the chain's own bandwidth it "
-        f"moves the bytes of its lightest kernel and takes ≈ {fmt_ns(best['fused_kernel_ns'])}, saving "
-        f"≈ {fmt_ns(saved)} in all (torch.compile, F.gelu-style fused ops, or a Triton / CUDA kernel)."
-    )
-    severity = "warning" if saved >= opts["warning_fraction"] * span else "info"
+    chains.sort(key=lambda c: -c["saved_ns"])
+    best = chains[0]
+    start = ctx.col("start")
+    places = [f"r{c['rank']} GPU {c['device']} stream {c['stream']}" for c in chains]
     return Finding(
-        rule=RULE_ID,
-        severity=severity,
+        rule=RULE.id,
+        severity="warning" if saved >= opts["warning_fraction"] * span else "info",
         count=kernels,
         wasted_ns=int(saved),
-        message=message,
-        where="; ".join(places),
+        where=join_places(sorted(set(places))),
         data={
             "chains": [
-                {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} for c in chains[:20]
+                {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} | {"start_ns": int(start[c["rows"][0]])}
+                for c in chains[:20]
             ],
             "n_chains": len(chains),
-            "kernels_ns": int(total),
-            "start_ns": t0,
-            "end_ns": t1,
+            "kernels_ns": int(sum(c["kernels_ns"] for c in chains)),
+            **window(int(start[best["rows"][0]]), int(ctx.col("end")[best["rows"][best["period"] - 1]])),
         },
     )
+
+
+RULE = Rule(
+    id="unfused_elementwise",
+    title="chains of elementwise kernels that one fused kernel would replace",
+    evaluate=evaluate,
+    options=OPTIONS,
+    source='CUDA C++ Best Practices Guide, "Memory Optimizations"; Stanford CS336 lecture 6 (kernel fusion)',
+)
