@@ -51,13 +51,19 @@ def _pred_end(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     return prev
 
 
-def handoffs(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every serializing handoff per device (see the module doc)."""
+_FIELDS = (
+    "rank", "device", "legacy_row", "legacy_stream", "waited_for_stream", "held_stream",
+    "x_start", "x_end", "y_end", "z_start", "held_from", "held_ns", "name_x", "name_z",
+)  # fmt: skip
+
+
+def handoffs(ctx: FindingContext, options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Every serializing handoff (see the module doc) as columns of equal length, in device order."""
     tol = int(options["max_handoff_ns"])
     kind, stream, corr = ctx.col("kind"), ctx.col("stream"), ctx.col("correlation")
-    start, end = ctx.col("start"), ctx.col("end")
+    start, end, names = ctx.col("start"), ctx.col("end"), ctx.col("name")
     legacy_ids = np.asarray(tuple(options["legacy_streams"]), dtype=np.int64)
-    out: list[dict[str, Any]] = []
+    parts: list[dict[str, np.ndarray]] = []
     for dr in ctx.rows:  # one per device
         host = ctx.hosts.get(dr.rank)
         if host is None:
@@ -92,59 +98,60 @@ def handoffs(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[str, 
         # no explicit cross-stream wait issued between y's launch and z's launch
         lo = np.searchsorted(host.swait_start, launch[y], side="left")
         hi = np.searchsorted(host.swait_start, launch[z], side="right")
-        implicit = hi <= lo
-        hit = waited & held & implicit
-        for k in np.flatnonzero(hit).tolist():  # one per handoff found (a finding's evidence)
-            xi, yi, zi = x[k], y[k], z[k]
-            out.append(
-                {
-                    "rank": dr.rank,
-                    "device": dr.device,
-                    "legacy_row": int(rows[xi]),
-                    "legacy_stream": int(st[xi]),
-                    "waited_for_stream": int(st[yi]),
-                    "held_stream": int(st[zi]),
-                    "x_start": int(s[xi]),
-                    "x_end": int(e[xi]),
-                    "y_end": int(e[yi]),
-                    "z_start": int(s[zi]),
-                    "held_from": int(max(launch[zi], pred[zi])),
-                    "held_ns": int(s[zi] - max(launch[zi], pred[zi])),
-                    "name_x": int(ctx.col("name")[rows[xi]]),
-                    "name_z": int(ctx.col("name")[rows[zi]]),
-                }
-            )
-    return out
+        hit = waited & held & (hi <= lo)
+        xi, yi, zi = x[hit], y[hit], z[hit]
+        held_from = np.maximum(launch[zi], pred[zi])
+        parts.append(
+            {
+                "rank": np.full(xi.size, dr.rank, dtype=np.int64),
+                "device": np.full(xi.size, dr.device, dtype=np.int64),
+                "legacy_row": rows[xi],
+                "legacy_stream": st[xi],
+                "waited_for_stream": st[yi],
+                "held_stream": st[zi],
+                "x_start": s[xi],
+                "x_end": e[xi],
+                "y_end": e[yi],
+                "z_start": s[zi],
+                "held_from": held_from,
+                "held_ns": s[zi] - held_from,
+                "name_x": names[rows[xi]],
+                "name_z": names[rows[zi]],
+            }
+        )
+    if not parts:
+        return {f: np.zeros(0, dtype=np.int64) for f in _FIELDS}
+    return {f: np.concatenate([p[f] for p in parts]).astype(np.int64) for f in _FIELDS}
 
 
 def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
     opts = {**OPTIONS, **dict(options or {})}
-    found = handoffs(ctx, opts)
-    if len(found) < opts["min_handoffs"]:
+    h = handoffs(ctx, opts)
+    n = int(h["x_start"].size)
+    if n < opts["min_handoffs"]:
         return None
-    wasted = union_length(
-        np.array([h["held_from"] for h in found], dtype=np.int64),
-        np.array([h["z_start"] for h in found], dtype=np.int64),
-    )
+    wasted = union_length(h["held_from"], h["z_start"])
     span = ctx.span_ns()
-    first = found[0]
     name = ctx.timeline.name
+    evidence = [
+        {f: int(h[f][i]) for f in _FIELDS if not f.startswith("name_")}
+        | {"legacy_op": name(int(h["name_x"][i])), "held_op": name(int(h["name_z"][i]))}
+        for i in range(min(n, 20))  # the first 20 as evidence
+    ]
+    keys = np.unique(np.stack([h["rank"], h["device"], h["legacy_stream"]], axis=1), axis=0)
+    places = [f"r{r} GPU {d} stream {s}" for r, d, s in keys.tolist()]  # one per (rank, device, stream)
     return Finding(
         rule=RULE.id,
         severity="warning" if span > 0 and wasted >= opts["warning_fraction"] * span else "info",
-        count=len(found),
+        count=n,
         wasted_ns=int(wasted),
-        where=join_places(sorted({f"r{h['rank']} GPU {h['device']} stream {h['legacy_stream']}" for h in found})),
+        where=join_places(places),
         data={
-            "handoffs": [
-                {k: v for k, v in h.items() if not k.startswith("name_")}
-                | {"legacy_op": name(h["name_x"]), "held_op": name(h["name_z"])}
-                for h in found[:20]
-            ],
-            "legacy_streams": sorted({h["legacy_stream"] for h in found}),
-            "held_streams": sorted({h["held_stream"] for h in found}),
-            "waited_for_streams": sorted({h["waited_for_stream"] for h in found}),
-            **window(first["y_end"], first["z_start"]),
+            "handoffs": evidence,
+            "legacy_streams": np.unique(h["legacy_stream"]).tolist(),
+            "held_streams": np.unique(h["held_stream"]).tolist(),
+            "waited_for_streams": np.unique(h["waited_for_stream"]).tolist(),
+            **window(int(h["y_end"][0]), int(h["z_start"][0])),
         },
     )
 
