@@ -30,6 +30,7 @@ DEFAULT_OPTIONS = AnalysisOptions()
 def analyze(timeline: Timeline, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis:
     """Per-device busy/idle/overlap, idle gaps with causes, and findings (DESIGN.md definitions)."""
     notes = list(timeline.meta.notes)
+    run_start = int(timeline.events["start"].min()) if len(timeline.events) else None
     if options.exclude_orphans:
         timeline, dropped = drop_orphans(timeline)
         notes.append(
@@ -47,7 +48,7 @@ def analyze(timeline: Timeline, options: AnalysisOptions = DEFAULT_OPTIONS) -> A
     meta = timeline.meta
     ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.events["rank"].to_numpy()))
     return Analysis(
-        trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks)),
+        trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks), start_ns=run_start),
         devices=devices,
         gaps=gaps,
         findings=findings,

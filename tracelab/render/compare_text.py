@@ -11,8 +11,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from tracelab.analyses import units
 from tracelab.analyses.compare import Comparison, Delta, DeviceComparison
+from tracelab.render.format import fmt_fraction, fmt_ns, fmt_pct, fmt_points, fmt_ratio, fmt_signed_ns
+
+# re-exported for the report writers and older callers (the formatting itself is in render/format.py)
+__all__ = ["fmt_fraction", "fmt_ns", "fmt_pct", "fmt_signed_ns", "shorten", "term_safe"]
 
 # ---- shared formatting ------------------------------------------------------------------------------
 
@@ -34,25 +37,6 @@ def term_safe(text: object, limit: int | None = None) -> str:
     """Untrusted text (kernel names, file names) made safe for a terminal: control characters
     (ANSI escapes, newlines, bidi overrides) become '?', long text is cut in the middle."""
     return shorten(_CONTROL.sub("?", str(text)), limit)
-
-
-def fmt_ns(ns: float | None) -> str:
-    """Human duration: 950 ns, 12.3 µs, 4.56 ms, 1.234 s; '-' when unknown."""
-    return "-" if ns is None else units.fmt_ns(ns, units.FIXED_MS3)
-
-
-def fmt_signed_ns(ns: int) -> str:
-    return ("+" if ns > 0 else "") + fmt_ns(ns) if ns else "0"
-
-
-def fmt_pct(pct: float | None) -> str:
-    if pct is None:
-        return "n/a"
-    return f"{pct:+.1f}%"
-
-
-def fmt_fraction(x: float) -> str:
-    return f"{100.0 * x:.1f}%"
 
 
 def fmt_delta_ns(d: Delta) -> str:
@@ -109,10 +93,10 @@ def device_rows(d: DeviceComparison) -> list[list[str]]:
         for label, f in _ROWS
     ]
     rows.append(["busy fraction", fmt_fraction(d.busy_fraction_a), fmt_fraction(d.busy_fraction_b),
-                 f"{100 * (d.busy_fraction_b - d.busy_fraction_a):+.1f} pt", ""])
+                 fmt_points(d.busy_fraction_b - d.busy_fraction_a), ""])
     if d.sm_source_a != "none" or d.sm_source_b != "none":
         rows.append([f"SM busy ({d.sm_source_a} / {d.sm_source_b})", fmt_fraction(d.sm_busy_a),
-                     fmt_fraction(d.sm_busy_b), f"{100 * (d.sm_busy_b - d.sm_busy_a):+.1f} pt", ""])
+                     fmt_fraction(d.sm_busy_b), fmt_points(d.sm_busy_b - d.sm_busy_a), ""])
     for label, f in (("gaps", "gaps"), ("kernel launches", "kernels"), ("memcpys", "memcpys")):
         v: Delta = getattr(d, f)
         rows.append([label, str(v.a), str(v.b), f"{v.delta:+d}", fmt_pct(v.pct)])
@@ -169,7 +153,7 @@ def kernel_rows(c: Comparison, name: Callable[[str], str]) -> list[list[str]]:
 
 
 def _ratio(a: float, b: float) -> str:
-    return f"{b / a:.2f}x" if a else "n/a"
+    return fmt_ratio(a, b)
 
 
 def green_context_title(c: Comparison) -> str:

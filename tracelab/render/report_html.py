@@ -39,6 +39,7 @@ from tracelab.render.compare_text import (
     kernel_rows,
     shorten,
 )
+from tracelab.render.format import fmt_offset, run_origin
 from tracelab.render.reports import metadata_rows, report_title
 
 NAME_LIMIT = 160
@@ -209,14 +210,14 @@ def _findings(analysis: Analysis, limits: Limits) -> str:
 
 
 def _gaps(analysis: Analysis, limits: Limits) -> str:
-    origin = dash_figures.analysis_origin(analysis)
+    origin = run_origin(analysis)
     top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:limits.top_gaps]
     rows = [
-        [f"r{g.rank}/d{g.device}", f"{(g.start_ns - origin) / 1e3:,.1f}", fmt_ns(g.duration_ns),
+        [f"r{g.rank}/d{g.device}", fmt_offset(g.start_ns, origin), fmt_ns(g.duration_ns),
          _code(g.cause), _e(g.evidence, limits.text_limit)]
         for g in top
     ]
-    return _table(["device", "start (µs from the run's first GPU activity)", "duration", "cause", "evidence"], rows,
+    return _table(["device", "at (from the run start)", "duration", "cause", "evidence"], rows,
                   numeric={1, 2})
 
 

@@ -27,6 +27,7 @@ from tracelab.render.compare_text import (
     kernel_rows,
     shorten,
 )
+from tracelab.render.format import fmt_offset, run_origin
 from tracelab.render.reports import metadata_rows, report_title
 
 TOP_GAPS = 10
@@ -162,13 +163,13 @@ def _findings_table(analysis: Analysis) -> str:
 
 def _gaps_table(analysis: Analysis) -> str:
     top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:TOP_GAPS]
-    origin = {(d.rank, d.device): d.start_ns for d in analysis.devices}
+    origin = run_origin(analysis)
     rows = [
-        [f"r{g.rank}/d{g.device}", "+" + fmt_ns(g.start_ns - origin.get((g.rank, g.device), g.start_ns)),
+        [f"r{g.rank}/d{g.device}", fmt_offset(g.start_ns, origin),
          fmt_ns(g.duration_ns), md_code(g.cause), md_escape(g.evidence, 200)]
         for g in top
     ]
-    return md_table(["device", "start (from the device's first activity)", "duration", "cause", "evidence"], rows,
+    return md_table(["device", "at (from the run start)", "duration", "cause", "evidence"], rows,
                     "lrrll")
 
 
