@@ -200,10 +200,16 @@ def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisO
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     """RUN_OR_PATH: an existing path is parsed directly (the store is not touched); anything else
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
+    timeline, title, _ = load_named_subject(ctx, ref)
+    return timeline, title
+
+
+def load_named_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str, str]:
+    """`load_subject` plus a short label for tables and verdicts: the run's name, or the file name."""
     path = Path(ref)
     if path.exists():
         with _Progress(path.name) as bar:
-            return _parse(path, bar.phase("parsing")), str(path)
+            return _parse(path, bar.phase("parsing")), str(path), path.name or str(path)
     from .store import Store
 
     db = _db_path(ctx)
@@ -221,7 +227,7 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
             "no such file, and no run with this id or name in the store (see `tracelab runs`)", ref
         ) from None
     run = store.get_run(rid)
-    return store.load(rid), f"run {rid} · {run.name}"
+    return store.load(rid), f"run {rid} · {run.name}", run.name or rid
 
 
 def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
@@ -245,13 +251,20 @@ def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
     if console.is_terminal:
         console.print(Group(*analysis_renderables(analysis, title=title, top_gaps=top_gaps)))
     else:  # a pipe or a file: plain text, no colour, no trailing blanks
-        click.echo(format_analysis(analysis, title=title, top_gaps=top_gaps), nl=False)
+        click.echo(format_analysis(analysis, title=title, top_gaps=top_gaps, width=terminal_width()), nl=False)
 
 
 def _human_ns(ns: int) -> str:
-    from .render.compare_text import fmt_ns
+    from .render.format import fmt_ns
 
     return fmt_ns(ns)
+
+
+def terminal_width() -> int:
+    """Columns for human output: $COLUMNS, else the terminal's width, else 100 (a pipe)."""
+    import shutil
+
+    return max(shutil.get_terminal_size((100, 24)).columns, 40)
 
 
 def _safe(text: object, limit: int | None = None) -> str:
@@ -320,7 +333,8 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
 @_db_option
 @click.pass_context
 def runs(ctx: click.Context, as_json: bool) -> None:
-    """List the runs in the store: id, name, workload, variant, backend, GPU, source."""
+    """List the runs in the store: id, name, backend, GPU, events, trace length, source (one line
+    per run, fitted to the terminal width; --json has every field)."""
     db = _db_path(ctx)
     records = open_store(ctx, create=False).runs() if db.exists() else []
     if as_json:
@@ -329,39 +343,9 @@ def runs(ctx: click.Context, as_json: bool) -> None:
     if not records:
         err(f"no runs in {db} (import a trace with `tracelab import PATH` or run `tracelab demo`)")
         return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from .render.runs_text import format_runs_table
 
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for col, just in (
-        ("id", "left"),
-        ("name", "left"),
-        ("workload", "left"),
-        ("variant", "left"),
-        ("backend", "left"),
-        ("gpu", "left"),
-        ("events", "right"),
-        ("span", "right"),
-        ("source", "left"),
-    ):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    for r in records:
-        t.add_row(
-            r.id,
-            Text(_safe(r.name, 60)),
-            Text(_safe(r.workload)),
-            Text(_safe(r.variant)),
-            Text(_safe(r.backend)),
-            Text(_safe(r.gpu, 30)),
-            f"{r.events:,}",
-            _human_ns(r.span_ns),
-            Text(_safe(r.source, 80)),
-        )
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=200, color_system=None)
-    console.print(t)
+    click.echo(format_runs_table(records, terminal_width()))
 
 
 @main.command()
@@ -442,8 +426,8 @@ def compare(
     from .analyses.compare import compare as compare_analyses
 
     options = _options(gap_threshold_us, exclude_orphans)
-    tl_a, _ = load_subject(ctx, a)
-    tl_b, _ = load_subject(ctx, b)
+    tl_a, _, label_a = load_named_subject(ctx, a)
+    tl_b, _, label_b = load_named_subject(ctx, b)
     an_a, an_b = _analyze(tl_a, options), _analyze(tl_b, options)
     comparison = compare_analyses(an_a, an_b, tl_a, tl_b)
     if as_json:
@@ -461,7 +445,7 @@ def compare(
     else:
         from .render.compare_text import format_comparison
 
-        click.echo(format_comparison(comparison))
+        click.echo(format_comparison(comparison, labels=(label_a, label_b), width=terminal_width()))
 
 
 @main.command()
@@ -512,10 +496,14 @@ def workloads(as_json: bool) -> None:
     if as_json:
         _echo_json([w.to_dict() for w in WORKLOADS.values()])
         return
+    import textwrap
+
+    width = terminal_width()
     for w in WORKLOADS.values():
-        click.echo(f"{w.name}: {w.description}")
+        click.echo("\n".join(textwrap.wrap(f"{w.name}: {w.description}", width, subsequent_indent="  ")))
         for v in w.variants:
-            click.echo(f"  {v.name:20} {v.description}")
+            text = f"  {v.name:20} {v.description}"
+            click.echo("\n".join(textwrap.wrap(text, width, subsequent_indent=" " * 23)))
         click.echo("")
 
 
