@@ -474,7 +474,9 @@ def report(
     """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
     if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
         raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
-    from .render.reports import write_report
+    from .render.reports import check_output_path, write_report
+
+    check_output_path(output)  # before any parsing or analysis
 
     options = _options(gap_threshold_us, exclude_orphans)
     timeline, _ = load_subject(ctx, run_or_path)
@@ -484,6 +486,47 @@ def report(
         tl_b, _ = load_subject(ctx, against)
         base = (_analyze(tl_b, options), tl_b)
     write_report(output, analysis, timeline, against=base)
+    click.echo(str(output))
+
+
+@main.command()
+@click.argument("run_or_path")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).",
+)
+@click.option("--no-sm-lanes", is_flag=True, help="Leave out the per-SM lanes.")
+@_gap_option
+@_orphan_option
+@_db_option
+@click.pass_context
+def export(
+    ctx: click.Context,
+    run_or_path: str,
+    output: Path,
+    no_sm_lanes: bool,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+) -> None:
+    """Export a run or trace for Perfetto / chrome://tracing (Chrome trace-event JSON), with
+    tracelab's idle gaps and their causes, findings, steps and per-SM lanes as extra tracks."""
+    if output.suffix.lower() != ".json":
+        raise BadInput("the export is JSON: use a .json file name (e.g. run.perfetto.json)", output)
+    from .render.perfetto import write_perfetto
+    from .render.reports import check_output_path
+
+    check_output_path(output)  # before any parsing or analysis
+    timeline, _ = load_subject(ctx, run_or_path)
+    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    summary = write_perfetto(output, timeline, analysis, sm_lanes=not no_sm_lanes)
+    for note in summary.notes:
+        err(f"note: {_safe(note)}")
+    err(f"{_safe(output)}: {summary.events:,} events on {len(summary.tracks)} tracks "
+        "(open it at ui.perfetto.dev or chrome://tracing)")
     click.echo(str(output))
 
 
@@ -592,7 +635,32 @@ def _default_backend() -> str:
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int) -> None:
     """Serve the dashboard over the store (http://HOST:PORT)."""
+    check_port(host, port)  # before the store is opened: a busy port costs nothing
     _serve(open_store(ctx), host, port)
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail in one line (BadInput, exit 2) when HOST:PORT cannot be listened on (in use, not an address
+    of this machine, a privileged port): checked before the app is built, so no server output appears."""
+    import errno
+    import socket
+
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"cannot listen on {_safe(where)}: unknown host ({_one_line(e)})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does: TIME_WAIT is fine
+        try:
+            sock.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise BadInput(
+                    f"port {port} on {_safe(host)} is already in use (another server? pick one with --port)"
+                ) from None
+            raise BadInput(f"cannot listen on {_safe(where)}: {e.strerror or e}") from None
 
 
 def _serve(store: Store, host: str, port: int) -> None:
@@ -603,11 +671,20 @@ def _serve(store: Store, host: str, port: int) -> None:
         raise MissingDependency(
             f"the dashboard needs dash and plotly ({e}); pip install 'tracelab[app]'"
         ) from None
+    check_port(host, port)
     from app import create_app
 
     dash_app = create_app(store)
     err(f"tracelab dashboard on http://{host}:{port}/ (store {store.path}); Ctrl-C to stop")
-    dash_app.run(host=host, port=port, debug=False)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no per-request lines
+    try:
+        dash_app.run(host=host, port=port, debug=False)
+    except SystemExit as e:  # werkzeug exits 1 when the port was taken between the check and the bind
+        if e.code not in (0, None):
+            raise BadInput(f"port {port} on {_safe(host)} could not be listened on (in use?)") from None
+        raise
 
 
 @main.command()

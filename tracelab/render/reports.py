@@ -125,15 +125,25 @@ def render_report(
     raise BadInput(f"unknown report format {fmt!r}; use html, md or json")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same directory and a rename."""
+def check_output_path(path: str | Path) -> Path:
+    """Fail at once (BadInput, one line naming the file) when `path` cannot be written: its directory
+    is missing or not writable, or it is a directory. Commands call this before any work."""
+    path = Path(path)
     directory = path.parent
     if not directory.is_dir():
         raise BadInput(f"directory {directory} does not exist", path)
     if path.is_dir():
         raise BadInput("is a directory, not a file", path)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BadInput(f"directory {directory} is not writable", path)
+    return path
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory and a rename."""
+    check_output_path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise BadInput(f"cannot write here: {exc.strerror}", path) from exc
     try:
