@@ -255,7 +255,7 @@ def _wrap(text: str, width: int, indent: str = "") -> list[str]:
 
 def _fit_name_width(rows: list[list[str]], header: list[str], width: int) -> int:
     """Room left for the first column (kernel names) when every other column keeps its width."""
-    others = sum(max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(1, len(header)))
+    others = sum(max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(1, len(header)))
     return max(width - others - 2 * (len(header) - 1), 12)
 
 
