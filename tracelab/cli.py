@@ -525,8 +525,8 @@ def export(
     summary = write_perfetto(output, timeline, analysis, sm_lanes=not no_sm_lanes)
     for note in summary.notes:
         err(f"note: {_safe(note)}")
-    err(f"{_safe(output)}: {summary.events:,} events on {len(summary.tracks)} tracks "
-        "(open it at ui.perfetto.dev or chrome://tracing)")
+    err(f"{_safe(output.name, 40)}: {summary.events:,} events on {len(summary.tracks)} tracks "
+        "(open it in ui.perfetto.dev or chrome://tracing)")
     click.echo(str(output))
 
 

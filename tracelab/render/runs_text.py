@@ -88,7 +88,7 @@ def format_runs_table(records: Sequence[RunLike], width: int = 100) -> str:
 
     # too wide: shrink the source, then drop it, then GPU and backend, then cut names
     source = next(c for c in cols if c.title == "source")
-    widths["source"] = max(source.min_width, widths["source"] - max(total() - width, 0))
+    widths["source"] = min(widths["source"], max(source.min_width, widths["source"] - max(total() - width, 0)))
     for title in ("source", "gpu", "backend"):
         if total() > width:
             cols = [c for c in cols if c.title != title]
