@@ -455,7 +455,7 @@ def compare(
     "--output",
     "output",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by check_output_path: one line
     help="Report file: .html (self-contained), .md or .json.",
 )
 @click.option("--against", help="Baseline run or trace to compare with.")
@@ -496,7 +496,7 @@ def report(
     "--output",
     "output",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by check_output_path: one line
     help="Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).",
 )
 @click.option("--no-sm-lanes", is_flag=True, help="Leave out the per-SM lanes.")
