@@ -64,6 +64,14 @@ class _Track:
     process: str
     name: str
     sort: int = 0
+    gpu: bool = False  # slices that must not overlap on one row (GPU work, SM lanes)
+
+    def row(self, row: int) -> _Track:
+        """Extra row `row` of this track (for slices that overlap without nesting)."""
+        if row == 0:
+            return self
+        return _Track(self.pid, self.tid + ROW_TID * row, self.process, f"{self.name} · overlap {row}",
+                      self.sort, self.gpu)
 
 
 def _us(ns: np.ndarray | int, origin: int) -> np.ndarray:
@@ -123,7 +131,7 @@ class _Layout:
                     label = f"annotations · {label}"
                 out[lane] = _Track(
                     self.gpu_pid[(rank, device)], LANE_TID + lane, self.gpu_process(rank, device), label,
-                    sort=(stream if stream >= 0 else 1_000_000) * 4 + kind,
+                    sort=(stream if stream >= 0 else 1_000_000) * 4 + kind, gpu=True,
                 )
             else:
                 pid, tid = int(row.pid), int(row.tid)
@@ -156,6 +164,42 @@ def _metadata_events(tracks: list[_Track], process_sort: dict[int, int]) -> list
     return out
 
 
+# ---- overlapping slices -------------------------------------------------------------------------------
+
+ROW_TID = 1_000_000  # tid offset of the extra rows of a track whose slices overlap
+
+
+def overlap_rows(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """A row per event (0 = the track itself) such that events of one track (`keys`) on one row never
+    overlap: Perfetto drops slices that overlap without nesting (PDL kernels on a stream, stacked SM
+    estimates), so those go to extra rows. Tracks without overlaps (found vectorized: in start order,
+    any overlap shows between neighbours) keep row 0; only tracks with overlaps are split, greedily."""
+    rows = np.zeros(len(keys), dtype=np.int64)
+    if len(keys) < 2:
+        return rows
+    order = np.lexsort((-end, start, keys))
+    k, s, e = keys[order], start[order], end[order]
+    clash = (k[1:] == k[:-1]) & (s[1:] < e[:-1])
+    if not clash.any():
+        return rows
+    import heapq
+
+    for key in np.unique(k[1:][clash]).tolist():
+        lo, hi = np.searchsorted(k, key, "left"), np.searchsorted(k, key, "right")
+        free: list[tuple[int, int]] = []  # (end of the row's last slice, row)
+        n_rows = 0
+        out = np.empty(hi - lo, dtype=np.int64)
+        for i, (a, b) in enumerate(zip(s[lo:hi].tolist(), e[lo:hi].tolist())):  # tracks with overlaps only
+            if free and free[0][0] <= a:
+                _, row = heapq.heappop(free)
+            else:
+                row, n_rows = n_rows, n_rows + 1
+            out[i] = row
+            heapq.heappush(free, (max(b, a), row))
+        rows[order[lo:hi]] = out
+    return rows
+
+
 # ---- event chunks -----------------------------------------------------------------------------------
 
 
@@ -181,6 +225,13 @@ def _timeline_chunks(timeline: Timeline, tracks: dict[int, _Track], origin: int)
         pid_of[lane], tid_of[lane] = t.pid, t.tid
     names = np.array([*timeline.strings, ""], dtype=object)
     kind_names = np.array([_KIND_NAMES.get(k, "other") for k in range(max(_KIND_NAMES) + 1)], dtype=object)
+    all_lanes = ev["lane"].to_numpy().astype(np.int64)
+    gpu_lane = np.zeros(pid_of.size, dtype=bool)
+    for lane, t in tracks.items():
+        gpu_lane[lane] = t.gpu
+    on_gpu = gpu_lane[all_lanes]
+    rows = np.zeros(n, dtype=np.int64)
+    rows[on_gpu] = overlap_rows(all_lanes[on_gpu], ev["start"].to_numpy()[on_gpu], ev["end"].to_numpy()[on_gpu])
     for lo in range(0, n, CHUNK_ROWS):
         part = ev.iloc[lo: lo + CHUNK_ROWS]
         lane = part["lane"].to_numpy().astype(np.int64)
@@ -196,9 +247,9 @@ def _timeline_chunks(timeline: Timeline, tracks: dict[int, _Track], origin: int)
             "ts": _us(start, origin),
             "dur": np.maximum(end - start, 0) / 1e3,
             "pid": pid_of[lane],
-            "tid": tid_of[lane],
+            "tid": tid_of[lane] + ROW_TID * rows[lo: lo + CHUNK_ROWS],
         })
-        yield df, lane
+        yield df, lane * 1024 + rows[lo: lo + CHUNK_ROWS]
 
 
 def _gap_events(analysis: Analysis, layout: _Layout, origin: int) -> tuple[pd.DataFrame, list[_Track]]:
@@ -285,16 +336,20 @@ def _sm_events(
         sm = rows["sm"].to_numpy().astype(np.int64)
         measured = rows["measured"].to_numpy().astype(bool)
         tid = sm * 2 + np.where(measured, 0, 1) + 1
+        start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
+        row = overlap_rows(tid, start, end)
         pid = layout.sm_pid[(d.rank, d.device)]
         process = f"rank {d.rank} · GPU {d.device} · per-SM lanes"
-        tracks = [
-            _Track(pid, int(t), process, f"SM {(int(t) - 1) // 2} ({'measured' if (int(t) - 1) % 2 == 0 else 'estimated'})",
-                   sort=int(t))
+        base = {
+            int(t): _Track(pid, int(t), process,
+                           f"SM {(int(t) - 1) // 2} ({'measured' if (int(t) - 1) % 2 == 0 else 'estimated'})",
+                           sort=int(t), gpu=True)
             for t in np.unique(tid)
-        ]
+        }
+        tracks = [base[int(t)].row(int(r)) for t, r in sorted(set(zip(tid.tolist(), row.tolist())))]
+        tid = tid + ROW_TID * row
         name_id = rows["name"].to_numpy().astype(np.int64)
         name_id = np.where((name_id >= 0) & (name_id < len(timeline.strings)), name_id, len(timeline.strings))
-        start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
         df = pd.DataFrame({
             "name": names[name_id],
             "cat": np.where(measured, "sm.measured", "sm.estimated"),
@@ -376,10 +431,10 @@ def write_perfetto(
             for df, lane in _timeline_chunks(timeline, lane_tracks, origin):
                 summary.events += _write_events(fh, df, first)
                 used_lanes.update(dict(zip(*np.unique(lane, return_counts=True))))
-            for lane_id, n in used_lanes.items():
-                t = lane_tracks[int(lane_id)]
-                summary.tracks[_track_key(t)] += int(n)
-            tracks += [lane_tracks[int(k)] for k in sorted(used_lanes)]
+            for code, n in sorted(used_lanes.items()):
+                t = lane_tracks[int(code) // 1024]
+                summary.tracks[_track_key(t)] += int(n)  # counted on the lane's own track, all rows
+                tracks.append(t.row(int(code) % 1024))
             extra_parts = [
                 _gap_events(analysis, layout, origin),
                 _finding_events(analysis, origin),
@@ -390,13 +445,15 @@ def write_perfetto(
             for df, part_tracks in extra_parts:
                 summary.events += _write_events(fh, df, first)
                 tracks += part_tracks
-                by_id = {(t.pid, t.tid): t for t in part_tracks}
+                by_id = {(t.pid, t.tid): t for t in part_tracks if t.tid < ROW_TID}
                 if len(df):
-                    keys, counts = np.unique(df["pid"].to_numpy() * 1_000_000 + df["tid"].to_numpy(),
-                                             return_counts=True)
-                    for k, c in zip(keys.tolist(), counts.tolist()):
-                        t = by_id.get((k // 1_000_000, k % 1_000_000))
-                        if t is not None:
+                    pairs, counts = np.unique(
+                        np.stack([df["pid"].to_numpy(), df["tid"].to_numpy() % ROW_TID], axis=1),
+                        axis=0, return_counts=True,
+                    )
+                    for (p, t_id), c in zip(pairs.tolist(), counts.tolist()):
+                        t = by_id.get((p, t_id))
+                        if t is not None:  # extra rows count on their track
                             summary.tracks[_track_key(t)] += int(c)
             process_sort = {TRACELAB_PID: 0}
             for i, (k, pid) in enumerate(sorted(layout.gpu_pid.items())):
