@@ -156,3 +156,18 @@ def test_reports_label_offsets_from_the_run_start(item_every_step, tmp_path):
     write_report(tmp_path / "r.md", an, tl)
     assert "at (from the run start)" in (tmp_path / "r.md").read_text()
     assert Path(tmp_path / "r.md").stat().st_size > 0
+
+
+def test_report_figures_share_the_run_start_axis(item_every_step):
+    from tracelab.render import report_figures as rf
+
+    _, tl, an = item_every_step
+    rows, edges = rf.binned_utilization(tl, bins=10)
+    run_start = int(tl.events["start"].min())
+    fig = rf.utilization_heatmap_figure(rows, edges, run_start)
+    first_center_ms = ((edges[0] + edges[1]) / 2 - run_start) / 1e6
+    assert float(fig.data[0].x[0]) == pytest.approx(first_center_ms, rel=1e-6)
+    assert fig.layout.xaxis.title.text == "time since the run start (ms)"
+    gaps = rf.gaps_over_time_figure(an, bins=10)
+    assert gaps.layout.xaxis.title.text == "time since the run start (ms)"
+    assert float(gaps.data[0].x[0]) > 0 and edges[0] > run_start  # the GPU starts after the run does

@@ -387,12 +387,12 @@ def render_html(
                      (f'<p class="muted">busy fraction of {len(edges) - 1} time bins of '
                      f"{fmt_ns((edges[-1] - edges[0]) / max(len(edges) - 1, 1))} each"
                      + (f"; {omitted} less busy streams not shown" if omitted else "") + "</p>"),
-                     figs.place(rf.utilization_heatmap_figure(shown, edges))]
+                     figs.place(rf.utilization_heatmap_figure(shown, edges, run_origin(analysis)))]
             for d in analysis.devices[:limits.max_activity_devices]:
                 series = rf.kind_binned(timeline, d.rank, d.device, edges)
                 if series:
                     title = f"r{d.rank}/d{d.device}: compute, copy and comm activity"
-                    body.append(figs.place(rf.activity_figure(series, edges, title)))
+                    body.append(figs.place(rf.activity_figure(series, edges, title, run_origin(analysis))))
             if len(analysis.devices) > limits.max_activity_devices:
                 body.append(f'<p class="muted">Activity lines shown for the first {limits.max_activity_devices} of '
                             f"{len(analysis.devices)} devices; the heatmap above shows all.</p>")
