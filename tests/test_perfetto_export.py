@@ -196,3 +196,23 @@ def test_perfetto_trace_processor_loads_it(exported, tmp_path):
     n = next(iter(tp.query("select count(*) as n from slice"))).n
     assert n == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
     tp.close()
+
+
+def test_launch_arrows_link_each_launch_to_its_gpu_work(exported):
+    from tracelab.model import Flag
+
+    tl, _, doc, summary = exported["sync_pitfalls-item_every_step-torch"]
+    ev = tl.events
+    launches = {(int(r), int(c)) for r, c, f in zip(ev["rank"], ev["correlation"], ev["flags"])
+                if f & Flag.LAUNCH and c >= 0}
+    gpu = ev[ev["kind"].isin([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)])]
+    linked = {(int(r), int(c)) for r, c in zip(gpu["rank"], gpu["correlation"]) if c >= 0} & launches
+    starts = [e for e in doc["traceEvents"] if e["ph"] == "s"]
+    ends = [e for e in doc["traceEvents"] if e["ph"] == "f"]
+    assert len(starts) == len(ends) == len(linked) == summary.flows > 0
+    assert sorted(e["id"] for e in starts) == sorted(e["id"] for e in ends)
+    processes = _processes(doc)
+    assert all(processes[e["pid"]].startswith("rank 0 · process") for e in starts)  # from host threads
+    assert all(processes[e["pid"]].startswith("rank 0 · GPU 0") for e in ends)  # to the GPU's streams
+    by_id = {e["id"]: e for e in starts}
+    assert all(e["ts"] >= by_id[e["id"]]["ts"] for e in ends)  # the work starts after its launch

@@ -33,7 +33,8 @@ import pandas as pd
 
 from tracelab.analyses.results import Analysis
 from tracelab.errors import BadInput
-from tracelab.model import EventKind, LaneKind, Timeline
+from tracelab.model import Flag, LaneKind, Timeline
+from tracelab.model.kinds import GPU_ACTIVITY_KINDS, EventKind
 from tracelab.render.format import fmt_ns, run_origin
 
 TRACELAB_PID = 1
@@ -53,6 +54,7 @@ class ExportSummary:
 
     path: Path
     events: int = 0
+    flows: int = 0  # launch -> GPU work arrows
     tracks: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
@@ -212,44 +214,80 @@ def _frame_lines(df: pd.DataFrame) -> str:
     return text.rstrip("\n").replace("\n", ",\n")
 
 
-def _timeline_chunks(timeline: Timeline, tracks: dict[int, _Track], origin: int) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
-    """Every timeline event as trace events, CHUNK_ROWS at a time (and the lane of each row)."""
+def _event_places(timeline: Timeline, tracks: dict[int, _Track]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """pid, tid and row (0 = the lane's own track) of every timeline event, vectorized over events."""
     ev = timeline.events
     n = len(ev)
-    if n == 0:
-        return
-    lanes = np.array(sorted(tracks), dtype=np.int64)
-    pid_of = np.zeros(int(lanes.max()) + 1 if lanes.size else 1, dtype=np.int64)
-    tid_of = np.zeros_like(pid_of)
-    for lane, t in tracks.items():
-        pid_of[lane], tid_of[lane] = t.pid, t.tid
+    size = max(tracks) + 1 if tracks else 1
+    pid_of = np.zeros(size, dtype=np.int64)
+    tid_of = np.zeros(size, dtype=np.int64)
+    gpu_lane = np.zeros(size, dtype=bool)
+    for lane, t in tracks.items():  # one per lane
+        pid_of[lane], tid_of[lane], gpu_lane[lane] = t.pid, t.tid, t.gpu
+    lane = ev["lane"].to_numpy().astype(np.int64)
+    on_gpu = gpu_lane[lane]
+    rows = np.zeros(n, dtype=np.int64)
+    rows[on_gpu] = overlap_rows(lane[on_gpu], ev["start"].to_numpy()[on_gpu], ev["end"].to_numpy()[on_gpu])
+    return pid_of[lane], tid_of[lane] + ROW_TID * rows, rows
+
+
+def _timeline_chunks(
+    timeline: Timeline, origin: int, pid: np.ndarray, tid: np.ndarray, rows: np.ndarray
+) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+    """Every timeline event as trace events, CHUNK_ROWS at a time (and lane * 1024 + row of each)."""
+    ev = timeline.events
     names = np.array([*timeline.strings, ""], dtype=object)
     kind_names = np.array([_KIND_NAMES.get(k, "other") for k in range(max(_KIND_NAMES) + 1)], dtype=object)
-    all_lanes = ev["lane"].to_numpy().astype(np.int64)
-    gpu_lane = np.zeros(pid_of.size, dtype=bool)
-    for lane, t in tracks.items():
-        gpu_lane[lane] = t.gpu
-    on_gpu = gpu_lane[all_lanes]
-    rows = np.zeros(n, dtype=np.int64)
-    rows[on_gpu] = overlap_rows(all_lanes[on_gpu], ev["start"].to_numpy()[on_gpu], ev["end"].to_numpy()[on_gpu])
-    for lo in range(0, n, CHUNK_ROWS):
-        part = ev.iloc[lo: lo + CHUNK_ROWS]
-        lane = part["lane"].to_numpy().astype(np.int64)
+    for lo in range(0, len(ev), CHUNK_ROWS):
+        hi = lo + CHUNK_ROWS
+        part = ev.iloc[lo:hi]
         kind = part["kind"].to_numpy().astype(np.int64)
         name_id = part["name"].to_numpy().astype(np.int64)
         name_id = np.where((name_id >= 0) & (name_id < len(timeline.strings)), name_id, len(timeline.strings))
         start, end = part["start"].to_numpy(), part["end"].to_numpy()
-        instant = kind == int(EventKind.NVTX_MARK)
         df = pd.DataFrame({
             "name": names[name_id],
             "cat": kind_names[np.clip(kind, 0, len(kind_names) - 1)],
-            "ph": np.where(instant, "i", "X"),
+            "ph": np.where(kind == int(EventKind.NVTX_MARK), "i", "X"),
             "ts": _us(start, origin),
             "dur": np.maximum(end - start, 0) / 1e3,
-            "pid": pid_of[lane],
-            "tid": tid_of[lane] + ROW_TID * rows[lo: lo + CHUNK_ROWS],
+            "pid": pid[lo:hi],
+            "tid": tid[lo:hi],
         })
-        yield df, lane * 1024 + rows[lo: lo + CHUNK_ROWS]
+        yield df, part["lane"].to_numpy().astype(np.int64) * 1024 + rows[lo:hi]
+
+
+def _flow_events(timeline: Timeline, origin: int, pid: np.ndarray, tid: np.ndarray) -> pd.DataFrame:
+    """Launch -> GPU work arrows: a flow from each host launch call (Flag.LAUNCH) to the first GPU
+    operation with its (rank, correlation id); Perfetto draws them as arrows."""
+    ev = timeline.events
+    if ev.empty:
+        return pd.DataFrame()
+    corr = ev["correlation"].to_numpy()
+    kind = ev["kind"].to_numpy()
+    launch = ((ev["flags"].to_numpy() & Flag.LAUNCH) != 0) & (corr >= 0)
+    work = np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS]) & (corr >= 0)
+    if not launch.any() or not work.any():
+        return pd.DataFrame()
+    rank = ev["rank"].to_numpy().astype(np.int64)
+    src = pd.DataFrame({"rank": rank[launch], "corr": corr[launch], "i": np.flatnonzero(launch)})
+    dst = pd.DataFrame({"rank": rank[work], "corr": corr[work], "j": np.flatnonzero(work)})
+    pairs = src.drop_duplicates(["rank", "corr"]).merge(dst.drop_duplicates(["rank", "corr"]), on=["rank", "corr"])
+    if pairs.empty:
+        return pd.DataFrame()
+    i, j = pairs["i"].to_numpy(), pairs["j"].to_numpy()
+    start = ev["start"].to_numpy()
+    ids = np.arange(1, len(pairs) + 1)
+    common = {"name": "launch", "cat": "tracelab.launch"}
+    out = pd.DataFrame({
+        **common, "ph": np.repeat(np.array(["s", "f"]), len(pairs)),
+        "ts": np.concatenate([_us(start[i], origin), _us(start[j], origin)]),
+        "pid": np.concatenate([pid[i], pid[j]]),
+        "tid": np.concatenate([tid[i], tid[j]]),
+        "id": np.concatenate([ids, ids]),
+        "bp": "e",
+    })
+    return out
 
 
 def _gap_events(analysis: Analysis, layout: _Layout, origin: int) -> tuple[pd.DataFrame, list[_Track]]:
@@ -406,6 +444,7 @@ def write_perfetto(
     analysis: Analysis,
     *,
     sm_lanes: bool = True,
+    flows: bool = True,
     max_sm_rows: int = MAX_SM_ROWS,
 ) -> ExportSummary:
     """Write `timeline` and `analysis` (gaps, findings, steps, per-SM lanes) as Chrome trace-event
@@ -428,9 +467,15 @@ def write_perfetto(
             first = [True]
             tracks: list[_Track] = []
             used_lanes: Counter[int] = Counter()
-            for df, lane in _timeline_chunks(timeline, lane_tracks, origin):
+            pid, tid, rows = _event_places(timeline, lane_tracks)
+            for df, lane in _timeline_chunks(timeline, origin, pid, tid, rows):
                 summary.events += _write_events(fh, df, first)
                 used_lanes.update(dict(zip(*np.unique(lane, return_counts=True))))
+            if flows:
+                flow = _flow_events(timeline, origin, pid, tid)
+                summary.events += _write_events(fh, flow, first)
+                summary.flows = len(flow) // 2
+            del pid, tid, rows
             for code, n in sorted(used_lanes.items()):
                 t = lane_tracks[int(code) // 1024]
                 summary.tracks[_track_key(t)] += int(n)  # counted on the lane's own track, all rows
