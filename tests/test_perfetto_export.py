@@ -51,7 +51,7 @@ def _processes(doc) -> dict[int, str]:
 
 @pytest.mark.parametrize("name", ["sync_pitfalls-item_every_step-torch", "green_contexts-green_ctx-nsys", "pdl-pdl-nsys"])
 def test_every_event_is_well_formed(exported, name):
-    tl, an, doc, summary = exported[name]
+    tl, _an, doc, summary = exported[name]
     events = doc["traceEvents"]
     assert doc["otherData"]["origin_ns"] == int(tl.events["start"].min())
     threads = _threads(doc)
@@ -134,7 +134,7 @@ def test_gaps_findings_and_steps_tracks(exported):
 def test_sm_lanes_say_measured_or_estimated(exported):
     from tracelab.analyses.sm import sm_lanes
 
-    tl, _, doc, summary = exported["green_contexts-green_ctx-nsys"]
+    tl, _, doc, _summary = exported["green_contexts-green_ctx-nsys"]
     threads = _threads(doc)
     sm_events = [e for e in doc["traceEvents"] if e.get("cat", "").startswith("sm.")]
     tracks = {threads[(e["pid"], e["tid"])] for e in sm_events}
@@ -152,7 +152,7 @@ def test_sm_lanes_say_measured_or_estimated(exported):
 
 def test_overlapping_kernels_get_their_own_row(exported):
     """PDL kernels start before their predecessor ends: they move to an extra row, none is lost."""
-    tl, _, doc, summary = exported["pdl-pdl-nsys"]
+    tl, _, doc, _summary = exported["pdl-pdl-nsys"]
     threads = _threads(doc)
     rows = [t for t in threads.values() if t.startswith("stream ") and "overlap" in t]
     assert rows
@@ -191,7 +191,7 @@ def test_perfetto_trace_processor_loads_it(exported, tmp_path):
     path.write_bytes(orjson.dumps(doc))
     try:
         tp = tp_mod.TraceProcessor(trace=str(path))
-    except Exception as exc:  # the binary is downloaded on first use: offline, it cannot start
+    except Exception as exc:  # noqa: BLE001 (the binary is downloaded on first use: offline, it cannot start)
         pytest.skip(f"trace processor unavailable: {exc}")
     n = next(iter(tp.query("select count(*) as n from slice"))).n
     assert n == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
@@ -216,3 +216,37 @@ def test_launch_arrows_link_each_launch_to_its_gpu_work(exported):
     assert all(processes[e["pid"]].startswith("rank 0 · GPU 0") for e in ends)  # to the GPU's streams
     by_id = {e["id"]: e for e in starts}
     assert all(e["ts"] >= by_id[e["id"]]["ts"] for e in ends)  # the work starts after its launch
+
+
+def test_merge_busy_by_hand():
+    from tracelab.render.perfetto import merge_busy
+
+    key = np.array([3, 1, 1, 1, 3])
+    start = np.array([0, 0, 5, 20, 2])
+    end = np.array([4, 10, 8, 30, 3])
+    k, s, e, n = merge_busy(key, start, end)
+    # key 1: [0,10] with [5,8] inside -> [0,10] (2 kernels), then [20,30]; key 3: [0,4] with [2,3] inside
+    assert k.tolist() == [1, 1, 3] and s.tolist() == [0, 20, 0] and e.tolist() == [10, 30, 4]
+    assert n.tolist() == [2, 1, 2]
+
+
+def test_large_sm_lanes_are_merged_into_busy_stretches(exported, tmp_path):
+    from tracelab.analyses.sm import expand_lanes, sm_lanes
+
+    tl, an, _, _ = exported["pdl-pdl-nsys"]
+    summary = write_perfetto(tmp_path / "m.json", tl, an, max_sm_rows=10_000)
+    doc = orjson.loads((tmp_path / "m.json").read_bytes())
+    assert any("merged into" in n for n in summary.notes) and doc["tracelabNotes"] == summary.notes
+    per_sm = expand_lanes(sm_lanes(tl, 0, 0)[0])
+    expected = 0
+    for _, g in per_sm.groupby(["sm", "measured"]):  # the union of each SM's intervals, by hand
+        end = None
+        for s, e in sorted(zip(g["start"].tolist(), g["end"].tolist())):
+            if end is None or s > end:
+                expected += 1
+                end = e
+            else:
+                end = max(end, e)
+    got = [e for e in doc["traceEvents"] if e.get("cat", "").startswith("sm.")]
+    assert len(got) == expected < len(per_sm)
+    assert all(e["name"] == "busy" or e["name"].startswith("busy (") for e in got)

@@ -67,7 +67,7 @@ def test_compare_fits(store):
     firsts: dict[tuple[str, str], str] = {}
     pairs = []
     for name in store:
-        workload, variant, backend = name.split("/")[:3]
+        workload, _variant, backend = name.split("/")[:3]
         key = (workload, backend)
         if key not in firsts:
             firsts[key] = name

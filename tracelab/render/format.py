@@ -41,6 +41,7 @@ __all__ = [
 
 _UNITS = ("ns", "µs", "ms", "s")
 _DIVISORS = np.array([1.0, 1e3, 1e6, 1e9])
+_SCALAR_DIVISORS = (1.0, 1e3, 1e6, 1e9)
 _DECIMALS = (0, 1, 2, 3)  # 850 ns, 12.3 µs, 4.56 ms, 1.234 s
 
 
@@ -60,8 +61,10 @@ def fmt_ns(ns: float | None) -> str:
     v = float(ns)
     if not np.isfinite(v):
         return "-"
-    u = int(_unit_of(np.array([abs(v)]))[0])
-    return f"{v / _DIVISORS[u]:.{_DECIMALS[u]}f} {_UNITS[u]}"
+    a, u = abs(v), 0
+    while u < 3 and round(a / _SCALAR_DIVISORS[u], _DECIMALS[u]) >= 1000.0:  # the unit it prints in
+        u += 1
+    return f"{v / _SCALAR_DIVISORS[u]:.{_DECIMALS[u]}f} {_UNITS[u]}"
 
 
 def fmt_ns_many(ns: Iterable[float] | np.ndarray, *, signed: bool = False) -> list[str]:

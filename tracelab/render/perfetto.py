@@ -43,7 +43,8 @@ STEPS_TID = 100  # + rank
 GAPS_TID = 1  # inside a GPU process
 LANE_TID = 10  # + lane id
 CHUNK_ROWS = 200_000
-MAX_SM_ROWS = 2_000_000  # per-SM rows beyond this are left out (with a note in otherData)
+MAX_SM_ROWS = 300_000  # more per-SM rows than this are merged into busy intervals per SM (noted)
+MAX_SM_EXPAND = 20_000_000  # kernel x SM rows beyond this are not even expanded
 
 _KIND_NAMES = {int(k): k.name.lower() for k in EventKind}
 
@@ -206,12 +207,11 @@ def overlap_rows(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
 
 
 def _frame_lines(df: pd.DataFrame) -> str:
-    """A DataFrame of events as JSON objects separated by ',\\n' (pandas' C encoder; strings are
-    escaped there, so a raw newline only ever separates two records)."""
+    """A DataFrame of events as comma-separated JSON objects (pandas' C encoder, without the brackets)."""
     if df.empty:
         return ""
-    text = df.to_json(orient="records", lines=True, double_precision=6, force_ascii=False)
-    return text.rstrip("\n").replace("\n", ",\n")
+    text = df.to_json(orient="records", double_precision=6, force_ascii=False)
+    return text[1:-1]
 
 
 def _event_places(timeline: Timeline, tracks: dict[int, _Track]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -365,16 +365,27 @@ def _sm_events(
         if source == "none" or lanes.empty:
             continue
         per_sm = int((lanes["sm_last"] - lanes["sm_first"] + 1).sum())
-        if per_sm > budget:
-            notes.append(f"per-SM lanes of rank {d.rank} GPU {d.device} left out: {per_sm:,} rows "
-                         f"(more than the {max_rows:,} an export takes)")
+        if per_sm > MAX_SM_EXPAND:
+            notes.append(f"per-SM lanes of rank {d.rank} GPU {d.device} left out: {per_sm:,} kernel x SM rows")
             continue
-        budget -= per_sm
         rows = expand_lanes(lanes)
         sm = rows["sm"].to_numpy().astype(np.int64)
         measured = rows["measured"].to_numpy().astype(bool)
         tid = sm * 2 + np.where(measured, 0, 1) + 1
         start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
+        name_id = rows["name"].to_numpy().astype(np.int64)
+        name_id = np.where((name_id >= 0) & (name_id < len(timeline.strings)), name_id, len(timeline.strings))
+        kernels = np.ones(len(rows), dtype=np.int64)
+        if len(rows) > budget:  # one slice per busy stretch of each SM instead of one per kernel
+            tid, start, end, kernels = merge_busy(tid, start, end)
+            measured = (tid - 1) % 2 == 0
+            name_id = np.full(len(tid), len(timeline.strings), dtype=np.int64)
+            notes.append(f"per-SM lanes of rank {d.rank} GPU {d.device}: {per_sm:,} kernel rows merged into "
+                         f"{len(tid):,} busy intervals (more than {max_rows:,} rows)")
+            if len(tid) > budget:
+                notes.append(f"per-SM lanes of rank {d.rank} GPU {d.device} left out: {len(tid):,} busy intervals")
+                continue
+        budget -= len(tid)
         row = overlap_rows(tid, start, end)
         pid = layout.sm_pid[(d.rank, d.device)]
         process = f"rank {d.rank} · GPU {d.device} · per-SM lanes"
@@ -386,10 +397,14 @@ def _sm_events(
         }
         tracks = [base[int(t)].row(int(r)) for t, r in sorted(set(zip(tid.tolist(), row.tolist())))]
         tid = tid + ROW_TID * row
-        name_id = rows["name"].to_numpy().astype(np.int64)
-        name_id = np.where((name_id >= 0) & (name_id < len(timeline.strings)), name_id, len(timeline.strings))
+        shown = names[name_id]
+        merged = kernels > 1
+        if merged.any():
+            shown = shown.copy()
+            shown[merged] = np.char.add(np.char.add("busy (", kernels[merged].astype(str)), " kernels)").astype(object)
+        shown[(kernels == 1) & (shown == "")] = "busy"
         df = pd.DataFrame({
-            "name": names[name_id],
+            "name": shown,
             "cat": np.where(measured, "sm.measured", "sm.estimated"),
             "ph": "X",
             "ts": _us(start, origin),
@@ -398,6 +413,26 @@ def _sm_events(
             "tid": tid,
         })
         yield df, tracks
+
+
+def merge_busy(
+    key: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Union of the intervals of each key (SM track): (key, start, end, intervals merged) per busy
+    stretch, vectorized (sorted by key then start; a stretch ends where the next start passes the
+    running maximum end of its key)."""
+    order = np.lexsort((start, key))
+    k, s, e = key[order].astype(np.int64), start[order].astype(np.int64), end[order].astype(np.int64)
+    if k.size == 0:
+        return k, s, e, np.zeros(0, dtype=np.int64)
+    base = e.min()
+    span = int(e.max() - base) + 1
+    run_max = np.maximum.accumulate((k - k.min()) * span + (e - base)) - (k - k.min()) * span + base
+    new = np.ones(k.size, dtype=bool)
+    new[1:] = (k[1:] != k[:-1]) | (s[1:] > run_max[:-1])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], k.size) - 1
+    return k[first], s[first], run_max[last], np.diff(np.append(first, k.size))
 
 
 def steps_by_rank(timeline: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -433,7 +468,9 @@ def _write_events(fh: IO[str], df: pd.DataFrame, first: list[bool]) -> int:
     text = _frame_lines(df)
     if not text:
         return 0
-    fh.write(("" if first[0] else ",\n") + text)
+    if not first[0]:
+        fh.write(",\n")
+    fh.write(text)
     first[0] = False
     return len(df)
 
@@ -492,12 +529,12 @@ def write_perfetto(
                 tracks += part_tracks
                 by_id = {(t.pid, t.tid): t for t in part_tracks if t.tid < ROW_TID}
                 if len(df):
-                    pairs, counts = np.unique(
-                        np.stack([df["pid"].to_numpy(), df["tid"].to_numpy() % ROW_TID], axis=1),
-                        axis=0, return_counts=True,
+                    keys, counts = np.unique(
+                        df["pid"].to_numpy().astype(np.int64) * ROW_TID + df["tid"].to_numpy() % ROW_TID,
+                        return_counts=True,
                     )
-                    for (p, t_id), c in zip(pairs.tolist(), counts.tolist()):
-                        t = by_id.get((p, t_id))
+                    for key, c in zip(keys.tolist(), counts.tolist()):
+                        t = by_id.get(divmod(key, ROW_TID))
                         if t is not None:  # extra rows count on their track
                             summary.tracks[_track_key(t)] += int(c)
             process_sort = {TRACELAB_PID: 0}
@@ -505,9 +542,7 @@ def write_perfetto(
                 process_sort[pid] = 10 + 2 * i
                 process_sort[layout.sm_pid[k]] = 11 + 2 * i
             meta = pd.DataFrame(_metadata_events(tracks, process_sort))
-            if len(meta):
-                fh.write(("" if first[0] else ",\n") + meta.to_json(orient="records", lines=True,
-                                                                  force_ascii=False).rstrip("\n").replace("\n", ",\n"))
+            _write_events(fh, meta, first)
             if summary.notes:
                 fh.write('\n],"tracelabNotes":' + orjson.dumps(summary.notes).decode() + "}\n")
             else:
