@@ -377,23 +377,9 @@ def _green_contexts(
 VERDICT_CAUSES = 3
 
 
-def step_durations(tl: Timeline) -> np.ndarray:
-    """Durations (ns) of the marked training steps of every rank (empty when the trace marks none).
-    Uses tracelab.analyses.steps when it exists, else the step finder of the findings."""
-    try:
-        from .steps import find_steps as find_all_steps  # type: ignore[import-not-found]
-    except ImportError:
-        find_all_steps = None
-    if find_all_steps is not None:
-        steps = find_all_steps(tl)
-        return np.array([s.end_ns - s.start_ns for s in steps.steps], dtype=np.int64)
-    from .findings import find_steps
-
-    parts = []
-    for rank in np.unique(tl.events["rank"].to_numpy()).tolist():
-        start, end, _ = find_steps(tl, int(rank))
-        parts.append(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+def step_durations(an: Analysis) -> np.ndarray:
+    """Durations (ns) of the analysis' steps, every rank (empty when the trace marks none)."""
+    return np.array([s.end_ns - s.start_ns for s in an.steps], dtype=np.int64)
 
 
 def _gpu_span(an: Analysis) -> int:
@@ -473,8 +459,8 @@ def compare(
         devices,
         gap_deltas,
         finding_deltas,
-        step_durations(a_timeline) if a_timeline is not None else None,
-        step_durations(b_timeline) if b_timeline is not None else None,
+        step_durations(a),
+        step_durations(b),
     )
     return Comparison(
         a=a.trace,

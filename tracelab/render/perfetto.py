@@ -435,25 +435,12 @@ def merge_busy(
     return k[first], s[first], run_max[last], np.diff(np.append(first, k.size))
 
 
-def steps_by_rank(timeline: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """(start, end) of the marked steps of every rank: tracelab.analyses.steps when it exists, else
-    the step finder of the findings."""
-    try:
-        from tracelab.analyses.steps import find_steps as find_all_steps  # type: ignore[import-not-found]
-    except ImportError:
-        find_all_steps = None
+def steps_by_rank(analysis: Analysis) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """(start, end) of the analysis' steps, per rank, in time order."""
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    if find_all_steps is not None:
-        steps = find_all_steps(timeline)
-        for rank in sorted({s.rank for s in steps.steps}):
-            out[rank] = steps.of_rank(rank)
-        return out
-    from tracelab.analyses.findings import find_steps
-
-    for rank in np.unique(timeline.events["rank"].to_numpy()).tolist():
-        start, end, _ = find_steps(timeline, int(rank))
-        if len(start):
-            out[int(rank)] = (np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64))
+    for rank in sorted({s.rank for s in analysis.steps}):
+        mine = sorted((s.start_ns, s.end_ns) for s in analysis.steps if s.rank == rank)
+        out[rank] = (np.array([m[0] for m in mine], dtype=np.int64), np.array([m[1] for m in mine], dtype=np.int64))
     return out
 
 
@@ -520,7 +507,7 @@ def write_perfetto(
             extra_parts = [
                 _gap_events(analysis, layout, origin),
                 _finding_events(analysis, origin),
-                _step_events(steps_by_rank(timeline), origin),
+                _step_events(steps_by_rank(analysis), origin),
             ]
             if sm_lanes:
                 extra_parts += list(_sm_events(timeline, analysis, layout, origin, summary.notes, max_sm_rows))
