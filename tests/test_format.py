@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab.analyses import analyze, units
+from tracelab.analyses import units
+from tracelab.api import analyze
 from tracelab.analyses.results import Analysis, AnalysisOptions, DeviceSummary, Overlap, TraceInfo
 from tracelab.render import format as F
 
