@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tracelab.api import analyze
 from tracelab.analyses.compare import compare, verdict
+from tracelab.api import analyze
 from tracelab.cli import main
 from tracelab.model import EventKind
 from tracelab.render.compare_text import format_comparison, verdict_line
@@ -137,3 +137,16 @@ def test_cli_compare_names_runs_and_fits_100_columns(runs, tmp_path, monkeypatch
     assert any(x.startswith("B (variant):  sync_pitfalls/deferred_sync/torch") for x in lines)
     assert "demo" not in r.stdout  # no cache paths
     assert max(len(x) for x in lines) <= 100
+
+
+def test_reports_with_a_baseline_open_with_the_verdict(runs, tmp_path):
+    from tracelab.render.reports import write_report
+
+    _, tl_a, an_a = runs["sync_pitfalls-item_every_step-torch"]
+    _, tl_b, an_b = runs["sync_pitfalls-deferred_sync-torch"]
+    sentence = verdict_line(compare(an_a, an_b, tl_a, tl_b).verdict, None)
+    for suffix in ("md", "html"):
+        out = write_report(tmp_path / f"r.{suffix}", an_b, tl_b, against=(an_a, tl_a))
+        text = out.read_text()
+        shown = sentence.replace("_", "\\_") if suffix == "md" else sentence  # Markdown escapes _
+        assert shown in text, suffix

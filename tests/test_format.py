@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import units
-from tracelab.api import analyze
 from tracelab.analyses.results import Analysis, AnalysisOptions, DeviceSummary, Overlap, TraceInfo
+from tracelab.api import analyze
 from tracelab.render import format as F
 
 

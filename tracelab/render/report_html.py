@@ -38,6 +38,8 @@ from tracelab.render.compare_text import (
     green_context_title,
     kernel_rows,
     shorten,
+    verdict_detail,
+    verdict_line,
 )
 from tracelab.render.format import fmt_offset, run_origin
 from tracelab.render.reports import metadata_rows, report_title
@@ -311,6 +313,9 @@ def _comparison(c: Comparison, figs: _Figures, limits: Limits) -> str:
         (f"<p>Baseline <b>A</b>: {_e(c.a.source, 300)}<br>Variant <b>B</b>: {_e(c.b.source, 300)}<br>"
         '<span class="muted">Deltas are B − A; percentages are relative to A.</span></p>'),
     ]
+    if c.verdict is not None:
+        parts.append(f'<p class="verdict"><b>{_e(verdict_line(c.verdict, None))}</b><br>'
+                     f'<span class="muted">{_e(verdict_detail(c.verdict))}</span></p>')
     parts += [f'<p class="muted">note: {_e(n, 400)}</p>' for n in c.notes]
     parts.append(
         f'<p>Findings: <b class="new">{c.new_findings} new</b>, <b class="gone">{c.gone_findings} gone</b>, '

@@ -26,6 +26,8 @@ from tracelab.render.compare_text import (
     green_context_title,
     kernel_rows,
     shorten,
+    verdict_detail,
+    verdict_line,
 )
 from tracelab.render.format import fmt_offset, run_origin
 from tracelab.render.reports import metadata_rows, report_title
@@ -201,6 +203,8 @@ def comparison_markdown(c: Comparison) -> str:
         "Deltas are B − A; percentages are relative to A."),
         "",
     ]
+    if c.verdict is not None:
+        out += [f"**{md_escape(verdict_line(c.verdict, None))}** ({md_escape(verdict_detail(c.verdict))})", ""]
     out += [f"> note: {md_escape(n, 300)}" for n in c.notes]
     w = c.wasted_ns
     out += [
