@@ -150,3 +150,10 @@ def test_reports_with_a_baseline_open_with_the_verdict(runs, tmp_path):
         text = out.read_text()
         shown = sentence.replace("_", "\\_") if suffix == "md" else sentence  # Markdown escapes _
         assert shown in text, suffix
+        # A and B by their run titles (workload · variant (backend, GPU)), not by cache paths
+        a_title = "sync_pitfalls · item_every_step (torch, NVIDIA H200)"
+        b_title = "sync_pitfalls · deferred_sync (torch, NVIDIA H200)"
+        if suffix == "md":
+            assert f"Baseline **A**: {a_title.replace('_', chr(92) + '_')} (" in text
+        else:
+            assert f">{a_title}</span>" in text and f">{b_title}</span>" in text

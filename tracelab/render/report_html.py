@@ -38,6 +38,7 @@ from tracelab.render.compare_text import (
     green_context_title,
     kernel_rows,
     shorten,
+    side_label,
     verdict_detail,
     verdict_line,
 )
@@ -306,11 +307,13 @@ def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures, l
     return "".join(parts)
 
 
-def _comparison(c: Comparison, figs: _Figures, limits: Limits) -> str:
+def _comparison(c: Comparison, figs: _Figures, limits: Limits, labels: tuple[str, str] | None = None) -> str:
+    la, lb = labels or (side_label(c.a), side_label(c.b))
     w = c.wasted_ns
     parts = [
         '<h2 id="comparison">Comparison</h2>',
-        (f"<p>Baseline <b>A</b>: {_e(c.a.source, 300)}<br>Variant <b>B</b>: {_e(c.b.source, 300)}<br>"
+        (f'<p>Baseline <b>A</b>: <span title="{_e(c.a.source, 300)}">{_e(la, 300)}</span><br>'
+         f'Variant <b>B</b>: <span title="{_e(c.b.source, 300)}">{_e(lb, 300)}</span><br>'
         '<span class="muted">Deltas are B − A; percentages are relative to A.</span></p>'),
     ]
     if c.verdict is not None:
@@ -357,8 +360,10 @@ def render_html(
     kernels: pd.DataFrame | None = None,
     comparison: Comparison | None = None,
     limits: Limits = FULL,
+    labels: tuple[str, str] | None = None,
 ) -> str:
-    """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`."""
+    """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`; `labels` name the
+    compared runs (A, B)."""
     figs = _Figures()
     title = f"tracelab report: {_e(report_title(analysis, timeline), 160)}"
     body = [
@@ -416,7 +421,7 @@ def render_html(
         else:
             body.append("<p>No kernels.</p>")
     if comparison is not None:
-        body.append(_comparison(comparison, figs, limits))
+        body.append(_comparison(comparison, figs, limits, labels))
     nav = " · ".join(f'<a href="#{sid}">{label}</a>' for sid, label in _SECTIONS if f'id="{sid}"' in "".join(body))
     body.insert(2, f'<nav class="muted">{nav}</nav>')
     return (
