@@ -172,3 +172,19 @@ def test_report_figures_share_the_run_start_axis(item_every_step):
     gaps = rf.gaps_over_time_figure(an, bins=10)
     assert gaps.layout.xaxis.title.text == "time since the run start (ms)"
     assert float(gaps.data[0].x[0]) > 0 and edges[0] > run_start  # the GPU starts after the run does
+
+
+def test_sm_figures_share_the_run_start_axis(item_every_step):
+    from tracelab.analyses.sm import sm_grid, sm_utilization
+    from tracelab.render.sm_figures import partition_utilization_figure, sm_lanes_figure
+
+    _, tl, _ = item_every_step
+    run_start = int(tl.events["start"].min())
+    grid = sm_grid(tl, 0, 0, bins=10)
+    fig = sm_lanes_figure(grid, compact=True, origin_ns=run_start)
+    heat = next(t for t in fig.data if t.type == "heatmap")
+    assert float(heat.x[0]) == pytest.approx(((grid.edges[0] + grid.edges[1]) / 2 - run_start) / 1e6, rel=1e-6)
+    assert fig.layout.xaxis.title.text == "time since the run start (ms)"
+    util = sm_utilization(tl, 0, 0, bins=10)
+    assert partition_utilization_figure(util, origin_ns=run_start).layout.xaxis.title.text == (
+        "time since the run start (ms)")

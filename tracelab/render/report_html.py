@@ -296,11 +296,11 @@ def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures, l
     for d in with_sm[:limits.max_sm_devices]:
         grid = sm_grid(timeline, d.rank, d.device, bins=limits.sm_bins)
         if grid.busy.size:
-            parts.append(figs.place(sm_lanes_figure(grid, compact=True)))
+            parts.append(figs.place(sm_lanes_figure(grid, compact=True, origin_ns=run_origin(analysis))))
         if d.sm.partitions:
             util = sm_utilization(timeline, d.rank, d.device, bins=limits.bins)
             if len(util):
-                parts.append(figs.place(partition_utilization_figure(util)))
+                parts.append(figs.place(partition_utilization_figure(util, origin_ns=run_origin(analysis))))
     if len(with_sm) > limits.max_sm_devices:
         parts.append(f'<p class="muted">SM lanes shown for the first {limits.max_sm_devices} of {len(with_sm)} '
                      "devices.</p>")
