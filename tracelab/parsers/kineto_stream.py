@@ -49,8 +49,19 @@ class PieceRejected(Exception):
     """Raised by a decoder when a candidate piece is not valid JSON (the cut was wrong or the data is bad)."""
 
 
+ZSTD_MAGIC = b"(\xb5/\xfd"
+
+
 def is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
+
+
+def _zstd_reader(raw):  # noqa: ANN001, ANN202 - a binary file -> a readable stream of its content
+    try:
+        import zstandard
+    except ImportError:
+        raise ChunkError("zstd-compressed trace: install the `zstandard` package to read it") from None
+    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
 
 
 def _unescaped_quotes(a: np.ndarray) -> np.ndarray:
@@ -198,9 +209,11 @@ class _Reader:
     def _run(self, path: Path, block: int) -> None:
         try:
             with open(path, "rb") as raw:
-                magic = raw.read(2)
+                magic = raw.read(4)
                 raw.seek(0)
                 f = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(magic) else raw
+                if magic == ZSTD_MAGIC:
+                    f = _zstd_reader(raw)
                 while not self._stop:
                     data = f.read(block)
                     self._q.put((data, raw.tell()))
@@ -219,6 +232,10 @@ class _Reader:
                 raise ChunkError(f"corrupt gzip data ({msg})")
             if isinstance(item, OSError):
                 raise ChunkError(f"cannot read ({msg})")
+            if type(item).__name__ == "ZstdError":
+                raise ChunkError(f"corrupt zstd data ({msg})")
+            if isinstance(item, ChunkError):
+                raise item
             raise item
         data, self.position = item
         return data

@@ -13,7 +13,7 @@ import pandas as pd
 from ..model import EVENT_COLUMNS
 from ..model.timeline import DEFAULTS
 from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
-from .nsys_db import NsysDb, open_export
+from .nsys_db import NsysDb
 from .nsys_host import read_driver, read_nvtx, read_runtime
 from .nsys_strings import NsysStrings
 
@@ -90,7 +90,7 @@ def read_tables(
     if workers > 1 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
 
         def run(fn: Callable):
-            own = open_export(db.path)
+            own = db.reopen()
             try:
                 return fn(own)
             finally:
