@@ -162,6 +162,17 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
     )
     if not files:
         raise BadInput("directory holds no traces (*.json, *.json.gz, *.sqlite) and no meta.json", path)
+    kinds = {p: sniff(p) for p in files}
+    nsys_files = [p.name for p in files if kinds[p] in ("sqlite", "sqlite-gz")]
+    kineto_files = [p.name for p in files if kinds[p] not in ("sqlite", "sqlite-gz")]
+    if nsys_files and kineto_files:
+        # an nsys export holds every process it profiled; a Kineto trace beside it is not "the next
+        # rank" and merging would relabel it: the user says which is which by importing them apart
+        raise BadInput(
+            f"directory mixes nsys exports ({nsys_files[0]}) and Kineto traces ({kineto_files[0]}): "
+            "import them separately",
+            path,
+        )
     total = sum(p.stat().st_size for p in files)
     done = 0
     parts: list[Timeline] = []
@@ -170,7 +181,7 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
         if progress is not None:
             base = done
             sub = lambda d, t, base=base: progress(base + d, total)
-        parts.append(_load_file(p, sniff(p), progress=sub))
+        parts.append(_load_file(p, kinds[p], progress=sub))
         done += p.stat().st_size
         if progress is not None:
             progress(done, total)
