@@ -119,8 +119,19 @@ class _KeyScanner:
         self.depth = 0  # bracket depth at self.pos
         self.in_string = False  # whether self.pos is inside a string
 
+    STEP = 1 << 16  # bytes scanned at least per step
+
     def find(self, buf: bytearray, final: bool) -> int | None:
-        region = memoryview(buf)[self.pos :]
+        """The index just after the array's '[', or None when more data is needed."""
+        while True:
+            nxt = buf.find(_KEY, self.pos)
+            end = len(buf) if nxt < 0 else min(len(buf), max(nxt + len(_KEY) + 1, self.pos + self.STEP))
+            start = self._scan(buf, end, final and end == len(buf))
+            if start is not None or end == len(buf):
+                return start
+
+    def _scan(self, buf: bytearray, end: int, final: bool) -> int | None:
+        region = memoryview(buf)[self.pos : end]
         a = np.frombuffer(region, dtype=np.uint8)
         q = _unescaped_quotes(a)
         parity = 1 if self.in_string else 0
@@ -134,8 +145,9 @@ class _KeyScanner:
         opening = q[parity::2]  # quotes that open strings
         if len(opening):
             hits = np.array([m.start() for m in re.finditer(re.escape(_KEY), region)], dtype=np.int64)
-            if len(hits):
-                hits = hits[np.isin(hits, opening)]
+            if len(hits):  # keys are strings: their '"' opens one (opening is sorted)
+                at = np.minimum(np.searchsorted(opening, hits), len(opening) - 1)
+                hits = hits[opening[at] == hits]
             if len(hits):
                 # depth after the last bracket before each key (the carried depth if there is none)
                 d = np.concatenate(([self.depth], depth))[np.searchsorted(s, hits)]
