@@ -222,7 +222,11 @@ def _load_metadata(raw: bytes | None) -> dict:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "UTF-8" in str(exc):
+            raise ChunkError("invalid UTF-8 outside traceEvents") from None
         raise ChunkError(f"corrupt JSON outside traceEvents ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise ChunkError("JSON outside traceEvents is nested too deeply") from None
     if not isinstance(obj, dict):
         raise ChunkError("top-level JSON value is not an object")
     return obj
@@ -447,7 +451,7 @@ class _Parsed:
             )
         rank_source = "argument" if rank is not None else "default"
         dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else None
-        if rank is None and dist is not None and isinstance(dist.get("rank"), int):
+        if rank is None and dist is not None and dist.get("rank") is not None:
             rank, rank_source = check_rank(dist["rank"], path), "distributedInfo"
         if rank is None:
             rank = 0

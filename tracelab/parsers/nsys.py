@@ -258,7 +258,7 @@ def load_nsys_sqlite(path: str | Path, *, kernel_names: str = "demangled") -> Ti
     db = open_export(path)
     try:
         return _parse(db, kernel_names)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
         raise sqlite_error(exc, db.path) from None
     finally:
         db.close()

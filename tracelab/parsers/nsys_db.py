@@ -234,7 +234,7 @@ def open_export(path: str | Path) -> NsysDb:
             )
         names = [n for t, n in rows if t == "table" and isinstance(n, str)]
         tables = {n: tuple(str(r[1]) for r in conn.execute(f"PRAGMA table_info({quote_ident(n)})")) for n in names}
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
         db.close()
         raise sqlite_error(exc, p) from None
     except BaseException:
@@ -243,8 +243,10 @@ def open_export(path: str | Path) -> NsysDb:
     return NsysDb(p, conn, tables, source, uri, deadline, private)
 
 
-def sqlite_error(exc: sqlite3.Error, path: Path) -> TraceFormatError:
+def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFormatError:
     """The one-line error for an SQLite failure while reading an export."""
+    if isinstance(exc, UnicodeDecodeError):  # SQLite's own message quoted invalid UTF-8 from the file
+        return TraceFormatError("corrupt SQLite file (malformed schema holding invalid UTF-8)", path)
     if isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc):
         return TraceFormatError(
             f"reading the export took longer than its time budget (${BUDGET_ENV}); refused as hostile or broken",

@@ -203,8 +203,10 @@ def check_rank(value: object, path: object, what: str = "distributedInfo.rank") 
     """An integer rank in [0, 2^31) (None when absent); anything else rejects the file."""
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TraceFormatError(f"{what} is not an integer ({type(value).__name__})", path)
+        raise TraceFormatError(f"{what} is not an integer ({str(value)[:40]!r})", path)
     if not 0 <= value < INT32_LIMIT:
         raise TraceFormatError(f"{what} {value} is outside 0 … 2^31-1", path)
     return value
