@@ -208,7 +208,7 @@ def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
 
 def stream_from_tid(tids: list) -> np.ndarray:
     out = []
-    for t in tids:  # only GPU events that lack args.stream (rare)
-        m = re.search(r"(\d+)\s*$", str(t))
+    for t in tids:  # only GPU events that lack args.stream (rare); the 2021 schema's tid "stream 7"
+        m = re.search(r"(\d+)\s*$", t) if isinstance(t, str) else None
         out.append(int(m.group(1)) if m else -1)
     return np.array(out, dtype=np.int64)
