@@ -13,18 +13,44 @@ from click.testing import CliRunner
 from tracelab.cli import main
 
 DATA = Path(__file__).resolve().parent / "data"
-PROPS = [{"id": 0, "name": "NVIDIA H200", "numSms": 132, "computeMajor": 9, "computeMinor": 0,
-          "totalGlobalMem": 150109880320}]
+PROPS = [
+    {
+        "id": 0,
+        "name": "NVIDIA H200",
+        "numSms": 132,
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "totalGlobalMem": 150109880320,
+    }
+]
 
 
-def kernel(ts: object, dur: object, corr: int, *, name: str = "k", device: object = 0, stream: object = 7) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": device, "stream": stream, "correlation": corr}}
+def kernel(
+    ts: object, dur: object, corr: int, *, name: str = "k", device: object = 0, stream: object = 7
+) -> dict:
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": device, "stream": stream, "correlation": corr},
+    }
 
 
 def launch(ts: float, corr: int) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 100, "ts": ts,
-            "dur": 2, "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 100,
+        "tid": 100,
+        "ts": ts,
+        "dur": 2,
+        "args": {"correlation": corr},
+    }
 
 
 def two_kernels() -> list[dict]:
@@ -59,8 +85,10 @@ def sql(path: Path, script: str) -> Path:
 
 def loosen(table: str) -> str:
     """SQL that rebuilds `table` without its NOT NULL constraints (rows and their order kept)."""
-    return (f'ALTER TABLE "{table}" RENAME TO loose_tmp; CREATE TABLE "{table}" AS SELECT * FROM loose_tmp; '
-            "DROP TABLE loose_tmp; ")
+    return (
+        f'ALTER TABLE "{table}" RENAME TO loose_tmp; CREATE TABLE "{table}" AS SELECT * FROM loose_tmp; '
+        "DROP TABLE loose_tmp; "
+    )
 
 
 def cli(db: Path, *args: str):
@@ -84,5 +112,3 @@ def analyze_json(db: Path, ref: str) -> dict:
 
 def listing(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
-
-

@@ -64,8 +64,10 @@ def test_rank_beyond_int32_is_one_line(tmp_path, rank):
 
 def test_integer_beyond_64_bits_in_device_properties_imports(tmp_path):
     props = [{"id": 0, "name": "NVIDIA H200", "numSms": 2**64, "totalGlobalMem": 2**64 + 1}]
-    p = write_json(tmp_path / "t.json", {"deviceProperties": props, "traceEvents": two_kernels(),
-                                        "baseTimeNanoseconds": 2**70})
+    p = write_json(
+        tmp_path / "t.json",
+        {"deviceProperties": props, "traceEvents": two_kernels(), "baseTimeNanoseconds": 2**70},
+    )
     res = cli(tmp_path / "s.db", "import", str(p))
     assert res.exit_code == 0, res.stderr
     doc = analyze_json(tmp_path / "s.db", res.stdout.split()[0])
@@ -76,7 +78,9 @@ def test_integer_beyond_64_bits_in_device_properties_imports(tmp_path):
 @pytest.mark.parametrize("depth", [1000, 3000])
 def test_json_nested_about_1000_deep_is_one_line(tmp_path, depth):
     events = two_kernels()
-    raw = json.dumps(kineto_doc(events)).replace('"args": {', '"args": {"x": ' + "[" * depth + "]" * depth + ", ", 1)
+    raw = json.dumps(kineto_doc(events)).replace(
+        '"args": {', '"args": {"x": ' + "[" * depth + "]" * depth + ", ", 1
+    )
     p = write_json(tmp_path / "t.json", raw.encode())
     line = one_error_line(cli(tmp_path / "s.db", "import", str(p)), p)
     assert "nested too deeply" in line
@@ -104,7 +108,11 @@ def test_sqlite_schema_that_quotes_invalid_utf8_in_its_error_is_one_line(tmp_pat
 def test_kernel_start_minus_2_63_is_dropped_and_analyze_runs(tmp_path):
     p = nsys_copy(tmp_path / "t.sqlite")
     k = "CUPTI_ACTIVITY_KIND_KERNEL"
-    sql(p, loosen(k) + f'UPDATE {k} SET start = -9223372036854775808 WHERE rowid = (SELECT min(rowid) FROM {k});')
+    sql(
+        p,
+        loosen(k)
+        + f"UPDATE {k} SET start = -9223372036854775808 WHERE rowid = (SELECT min(rowid) FROM {k});",
+    )
     res = cli(tmp_path / "s.db", "import", str(p))
     assert res.exit_code == 0, res.stderr
     doc = analyze_json(tmp_path / "s.db", res.stdout.split()[0])

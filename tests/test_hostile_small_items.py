@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from hostile_util import analyze_json, cli, kernel, kineto_doc, launch, nsys_copy, one_error_line, two_kernels, write_json
+from hostile_util import (
+    analyze_json,
+    cli,
+    kineto_doc,
+    launch,
+    nsys_copy,
+    one_error_line,
+    two_kernels,
+    write_json,
+)
 
 from tracelab.errors import TraceFormatError
 from tracelab.parsers import load_trace, nsys_db
@@ -85,8 +94,16 @@ def test_bidi_override_never_reaches_reports(tmp_path):
 @pytest.mark.parametrize("missing", ["device", "stream", "both"])
 def test_kernel_without_device_or_stream_gets_the_lane_of_its_pid_tid(tmp_path, missing):
     events = two_kernels()
-    k = {"ph": "X", "cat": "kernel", "name": "lonely", "pid": 3, "tid": 11, "ts": 1030, "dur": 4,
-         "args": {"device": 3, "stream": 11, "correlation": 9}}
+    k = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "lonely",
+        "pid": 3,
+        "tid": 11,
+        "ts": 1030,
+        "dur": 4,
+        "args": {"device": 3, "stream": 11, "correlation": 9},
+    }
     for field in ("device", "stream") if missing == "both" else (missing,):
         del k["args"][field]
     events += [launch(1028, 9), k]
@@ -97,8 +114,19 @@ def test_kernel_without_device_or_stream_gets_the_lane_of_its_pid_tid(tmp_path, 
 
 
 def test_kernel_without_device_and_without_numeric_pid_is_dropped_with_a_note(tmp_path):
-    events = [*two_kernels(), {"ph": "X", "cat": "kernel", "name": "nowhere", "pid": "GPU", "tid": "x",
-                               "ts": 1030, "dur": 4, "args": {"correlation": 9}}]
+    events = [
+        *two_kernels(),
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "nowhere",
+            "pid": "GPU",
+            "tid": "x",
+            "ts": 1030,
+            "dur": 4,
+            "args": {"correlation": 9},
+        },
+    ]
     tl = load_trace(write_json(tmp_path / "t.json", kineto_doc(events)))
     assert "nowhere" not in set(tl.names(tl.events["name"]))
     assert any("were dropped" in n and "nowhere" in n for n in tl.meta.notes)

@@ -45,7 +45,9 @@ def test_wal_export_with_its_wal_file_reads_the_wal_content_without_touching_eit
     writer = sqlite3.connect(p)
     writer.execute("PRAGMA wal_autocheckpoint=0")
     n_before = writer.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    writer.execute(
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+    )
     writer.commit()
     try:
         assert (d / "t.sqlite-wal").stat().st_size > 0

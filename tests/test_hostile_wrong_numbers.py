@@ -7,14 +7,27 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from hostile_util import analyze_json, cli, kernel, kineto_doc, launch, loosen, nsys_copy, sql, two_kernels, write_json
+from hostile_util import (
+    analyze_json,
+    cli,
+    kernel,
+    kineto_doc,
+    launch,
+    loosen,
+    nsys_copy,
+    sql,
+    two_kernels,
+    write_json,
+)
 
 from tracelab.parsers import load_trace
 
 
 @pytest.mark.parametrize("ts", [1e19, 1e300, 2**64, -1e19])
 def test_huge_timestamps_are_dropped_not_wrapped(tmp_path, ts):
-    p = write_json(tmp_path / "t.json", kineto_doc([*two_kernels(), launch(1026, 3), kernel(ts, 1, 3, name="wrap")]))
+    p = write_json(
+        tmp_path / "t.json", kineto_doc([*two_kernels(), launch(1026, 3), kernel(ts, 1, 3, name="wrap")])
+    )
     tl = load_trace(p)
     gpu = tl.gpu_events()
     assert sorted(tl.names(gpu["name"])) == ["k1", "k2"]
@@ -26,7 +39,9 @@ def test_huge_timestamps_are_dropped_not_wrapped(tmp_path, ts):
 def test_timestamp_of_the_wrong_type_is_not_a_number(tmp_path, value):
     """`ts: true` used to become 1 µs. A bool, list or object is no timestamp (the event is skipped and
     counted); a numeric string is read as the number it spells."""
-    p = write_json(tmp_path / "t.json", kineto_doc([*two_kernels(), launch(1026, 3), kernel(value, 1, 3, name="odd")]))
+    p = write_json(
+        tmp_path / "t.json", kineto_doc([*two_kernels(), launch(1026, 3), kernel(value, 1, 3, name="odd")])
+    )
     tl = load_trace(p)
     gpu = tl.gpu_events()
     names = sorted(tl.names(gpu["name"]))
@@ -82,7 +97,9 @@ def test_null_kernel_start_in_nsys_is_dropped_not_minus_one(tmp_path):
     (dev,) = doc["devices"]
     assert dev["span_ns"] == last - first
     tl = load_trace(p)
-    assert any("time outside the valid range" in n and "start -1 ns" in n for n in tl.meta.notes), tl.meta.notes
+    assert any("time outside the valid range" in n and "start -1 ns" in n for n in tl.meta.notes), (
+        tl.meta.notes
+    )
 
 
 def test_nsys_device_id_beyond_int32_is_dropped_not_wrapped(tmp_path):

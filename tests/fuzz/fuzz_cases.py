@@ -46,7 +46,9 @@ def kineto_doc() -> dict:
     events = doc["traceEvents"]
     gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")][:40]
     corr = {e.get("args", {}).get("correlation") for e in gpu}
-    launches = [e for e in events if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in corr]
+    launches = [
+        e for e in events if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in corr
+    ]
     rest = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation", "ac2g", "cuda_sync")][:80]
     doc["traceEvents"] = gpu + launches + rest
     return doc
@@ -89,8 +91,18 @@ HOSTILE_VALUES: list[object] = [
     [[[[[1]]]]],
 ]
 EVENT_FIELDS = ["ts", "dur", "pid", "tid", "ph", "cat", "name", "args"]
-ARG_FIELDS = ["device", "stream", "correlation", "context", "bytes", "grid", "block", "registers per thread",
-              "shared memory", "cuda_sync_kind"]
+ARG_FIELDS = [
+    "device",
+    "stream",
+    "correlation",
+    "context",
+    "bytes",
+    "grid",
+    "block",
+    "registers per thread",
+    "shared memory",
+    "cuda_sync_kind",
+]
 META_FIELDS = [
     ("deviceProperties", 0, "totalGlobalMem"),
     ("deviceProperties", 0, "numSms"),
@@ -177,10 +189,16 @@ def kineto_cases() -> list[Case]:
     for field in META_FIELDS:  # overflow values in the metadata
         for value in (2**31, 2**63, 2**64, -(2**63), 1e300, True, "x", -1):
             tag = f"{field[0]}.{field[2]}={value!r}"[:60]
-            cases.append(Case(f"kineto-meta-{tag}", "trace.json", _lazy(lambda f=field, v=value: _meta_overflow(f, v))))
+            cases.append(
+                Case(f"kineto-meta-{tag}", "trace.json", _lazy(lambda f=field, v=value: _meta_overflow(f, v)))
+            )
     for depth in (100, 900, 1000, 1100, 5000):
         for where in ("args", "name", "meta", "element"):
-            cases.append(Case(f"kineto-deep-{where}-{depth}", "trace.json", _lazy(lambda d=depth, w=where: _deep(d, w))))
+            cases.append(
+                Case(
+                    f"kineto-deep-{where}-{depth}", "trace.json", _lazy(lambda d=depth, w=where: _deep(d, w))
+                )
+            )
     for field in ("name", "cat", "ph"):
         cases.append(Case(f"kineto-utf8-{field}", "trace.json", _lazy(lambda f=field: _bad_utf8(f))))
     enc: dict[str, tuple[str, Callable[[], bytes]]] = {
@@ -200,7 +218,10 @@ def kineto_cases() -> list[Case]:
         "zstd": ("trace.json.zst", lambda: _zstd(base)),
         "zstd-truncated": ("trace.json.zst", lambda: _zstd(base)[:-50]),
         "nested-keys-20k": ("trace.json", lambda: _nested_keys(20_000)),
-        "key-in-string": ("trace.json", lambda: b'{"x": "' + b'\\"traceEvents\\": [' * 20_000 + b'", ' + base[1:]),
+        "key-in-string": (
+            "trace.json",
+            lambda: b'{"x": "' + b'\\"traceEvents\\": [' * 20_000 + b'", ' + base[1:],
+        ),
         "duplicate-key": ("trace.json", lambda: base[:-1] + b', "traceEvents": [1, 2]}'),
         "events-object": ("trace.json", lambda: b'{"traceEvents": {"a": 1}}'),
         "events-string": ("trace.json", lambda: b'{"traceEvents": "[]"}'),
@@ -211,7 +232,10 @@ def kineto_cases() -> list[Case]:
         "only-whitespace": ("trace.json", lambda: b" " * 5000),
         "empty": ("trace.json", lambda: b""),
         "big-name": ("trace.json", lambda: base.replace(b'"name": "', b'"name": "' + b"n" * (3 << 20), 1)),
-        "bidi-names": ("trace.json", lambda: base.replace(b'"name": "', '"name": "\u202e\u2066'.encode(), 50)),
+        "bidi-names": (
+            "trace.json",
+            lambda: base.replace(b'"name": "', '"name": "\u202e\u2066'.encode(), 50),
+        ),
     }
     for tag, (fname, make) in enc.items():
         cases.append(Case(f"kineto-enc-{tag}", fname, _lazy(make)))
@@ -238,8 +262,18 @@ READ_TABLES = [
     "TARGET_INFO_CUDA_CONTEXT_INFO",
     "ENUM_CUDA_MEMCPY_OPER",
 ]
-SQL_VALUES = ["NULL", "'text'", "x'ff00fe'", "1.5", "9223372036854775807", "-9223372036854775808", "4294967297",
-              "2147483648", "1e300", "-1"]
+SQL_VALUES = [
+    "NULL",
+    "'text'",
+    "x'ff00fe'",
+    "1.5",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "4294967297",
+    "2147483648",
+    "1e300",
+    "-1",
+]
 RECURSIVE = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r"
 
 
@@ -311,28 +345,37 @@ def nsys_cases() -> list[Case]:
         "drop-all-activity": "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL; DROP TABLE CUPTI_ACTIVITY_KIND_MEMCPY; "
         "DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET; DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME; "
         "DROP TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION; DROP TABLE NVTX_EVENTS;",
-        "quoted-pdl-column": 'ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN "pdl"", (' + RECURSIVE
+        "quoted-pdl-column": 'ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN "pdl"", ('
+        + RECURSIVE
         + ' LIMIT 1 OFFSET 100000000)) --" INTEGER;',
         "wal-mode": "PRAGMA journal_mode=WAL;",
         "stringids-bad-utf8": "UPDATE StringIds SET value = CAST(x'ff41fe' AS TEXT) WHERE id IN (SELECT id FROM StringIds LIMIT 50);",
-        "bad-utf8-table-name": "CREATE TABLE \"T\xff\" (a);",
+        "bad-utf8-table-name": 'CREATE TABLE "T\xff" (a);',
         "enum-huge-id": "INSERT INTO ENUM_CUDA_MEMCPY_OPER (id, name) VALUES (1000000000000, 'X');",
-        "gpu-huge-sms": _loosen("TARGET_INFO_GPU") + "UPDATE TARGET_INFO_GPU SET smCount = 9223372036854775807;",
+        "gpu-huge-sms": _loosen("TARGET_INFO_GPU")
+        + "UPDATE TARGET_INFO_GPU SET smCount = 9223372036854775807;",
         "gpu-duplicated": "INSERT INTO TARGET_INFO_GPU SELECT * FROM TARGET_INFO_GPU;",
         "sparse-rowids": "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = 9223372036854775807 WHERE rowid = "
         "(SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME); UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = "
         "-9223372036854775808 WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME);",
-        "kernel-start-null-all": _loosen("CUPTI_ACTIVITY_KIND_KERNEL") + "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL;",
-        "kernel-end-before-start": "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = start - 1000;",
-        "kernel-huge-duration": "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = 4611686018427387903 WHERE rowid = "
+        "kernel-start-null-all": _loosen("CUPTI_ACTIVITY_KIND_KERNEL")
+        + "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL;",
+        "kernel-end-before-start": 'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 1000;',
+        "kernel-huge-duration": 'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = 4611686018427387903 WHERE rowid = '
         "(SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL);",
-        "all-huge-durations": "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 0, \"end\" = 4611686018427387000;",
+        "all-huge-durations": 'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 0, "end" = 4611686018427387000;',
     }
     for tag, sql in schema.items():
         cases.append(Case(f"nsys-schema-{tag}", "trace.sqlite", _sql_case(sql)))
-    cases.append(Case("nsys-gzip", "trace.sqlite.gz", lambda p: p.write_bytes(gzip.compress(nsys_bytes(), 1))))
     cases.append(
-        Case("nsys-gzip-truncated", "trace.sqlite.gz", lambda p: p.write_bytes(gzip.compress(nsys_bytes(), 1)[:-999]))
+        Case("nsys-gzip", "trace.sqlite.gz", lambda p: p.write_bytes(gzip.compress(nsys_bytes(), 1)))
+    )
+    cases.append(
+        Case(
+            "nsys-gzip-truncated",
+            "trace.sqlite.gz",
+            lambda p: p.write_bytes(gzip.compress(nsys_bytes(), 1)[:-999]),
+        )
     )
     return cases
 

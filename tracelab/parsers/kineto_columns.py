@@ -9,7 +9,6 @@ from itertools import chain
 from operator import attrgetter
 
 import numpy as np
-import pandas as pd
 
 
 def _checked_int(v: object) -> int:

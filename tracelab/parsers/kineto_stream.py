@@ -56,7 +56,7 @@ def is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
 
-def _zstd_reader(raw):  # noqa: ANN001, ANN202 - a binary file -> a readable stream of its content
+def _zstd_reader(raw):
     try:
         import zstandard
     except ImportError:

@@ -16,6 +16,7 @@ replacement characters.
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import shutil
 import sqlite3
@@ -372,4 +373,4 @@ def _rowid_ranges(db: NsysDb, t: str, lo: int | None, hi: int | None) -> list[tu
         if row is None:
             break
         bounds.append(int(row[0]))
-    return [(a, b - 1) for a, b in zip(bounds[:-1], bounds[1:])] + [(bounds[-1], hi)]
+    return [(a, b - 1) for a, b in itertools.pairwise(bounds)] + [(bounds[-1], hi)]
