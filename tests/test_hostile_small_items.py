@@ -113,7 +113,9 @@ def test_kernel_without_device_or_stream_gets_the_lane_of_its_pid_tid(tmp_path, 
     assert any("placed on the lane of their pid" in n and "lonely" in n for n in tl.meta.notes)
 
 
-def test_kernel_without_device_and_without_numeric_pid_is_dropped_with_a_note(tmp_path):
+def test_kernel_without_device_and_without_numeric_pid_is_refused_in_one_line(tmp_path):
+    """Nothing names a lane for it (no args.device/stream, pid/tid not numbers): the file is refused, as
+    before, rather than analysed without that kernel."""
     events = [
         *two_kernels(),
         {
@@ -127,9 +129,9 @@ def test_kernel_without_device_and_without_numeric_pid_is_dropped_with_a_note(tm
             "args": {"correlation": 9},
         },
     ]
-    tl = load_trace(write_json(tmp_path / "t.json", kineto_doc(events)))
-    assert "nowhere" not in set(tl.names(tl.events["name"]))
-    assert any("were dropped" in n and "nowhere" in n for n in tl.meta.notes)
+    p = write_json(tmp_path / "t.json", kineto_doc(events))
+    line = one_error_line(cli(tmp_path / "s.db", "import", str(p)), p)
+    assert "cannot be placed on a GPU lane" in line and "nowhere" in line
 
 
 def test_gzipped_nsys_export_and_zstd_kineto_trace_import(tmp_path):

@@ -415,14 +415,13 @@ class _Parsed:
             )
         kind = cols["kind"]
         placeless = np.isin(kind, _GPU) & ((cols["device"] < 0) | (cols["stream"] < 0))
-        if placeless.any():
-            rows = np.flatnonzero(placeless)
-            notes.append(
-                f"{len(rows)} GPU events (kernel/memcpy/memset) have no device or stream (in args or as a "
-                f"numeric pid/tid) and were dropped, e.g. {strings[cols['name'][rows[0]]][:60]!r}"
+        if placeless.any():  # nothing names a lane for them: no place on any GPU, refuse as before
+            example = strings[cols["name"][np.flatnonzero(placeless)[0]]][:60]
+            raise TraceFormatError(
+                f"{int(placeless.sum())} GPU event(s) (kernel/memcpy/memset) have no stream or device in args "
+                f"nor a numeric pid/tid, so they cannot be placed on a GPU lane (e.g. {example!r})",
+                path,
             )
-            keep = np.flatnonzero(~placeless)
-            cols = {c: v[keep] for c, v in cols.items()}
         cols, checks = validate_columns(cols, strings, path)
         notes += checks
         kind = cols["kind"]
