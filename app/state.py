@@ -117,11 +117,9 @@ class AppState:
         return self._misc.get(("corr", run_id), lambda: CorrelationIndex.build(self.timeline(run_id)))
 
     def analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
-        """The run's analysis (cached). MissingDependency when the analyses are not installed."""
-        try:
-            from tracelab.analyses import analyze  # type: ignore[attr-defined]
-        except ImportError as exc:  # pragma: no cover - only while the analyses package is incomplete
-            raise MissingDependency(f"the analyses are not available: {exc}") from None
+        """The run's analysis (cached), through the library facade (findings with their prose)."""
+        from tracelab.api import analyze
+
         return self._analyses.get((run_id, options), lambda: analyze(self.timeline(run_id), options))
 
     def cached_analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis | None:

@@ -149,44 +149,21 @@ class _Progress:
 
 
 def _parse(path: Path, progress: Callable[[int, int], None] | None = None) -> Timeline:
-    from .parsers import load_trace
+    from .api import load
 
-    if not path.exists():
-        raise BadInput("no such file or directory", path)
-    return load_trace(path, progress=progress)
-
-
-def _fingerprint(path: Path) -> str:
-    from .parsers import trace_fingerprint
-
-    if not path.exists():
-        raise BadInput("no such file or directory", path)
-    return trace_fingerprint(path)
+    return load(path, progress)
 
 
 def import_path(store: Store, path: Path, name: str | None = None, replace: bool = False) -> tuple[str, bool]:
-    """Import one trace (file or directory); returns (run id, newly imported). Content that is
-    already in the store is not parsed again: its existing run id comes back (unless replace)."""
-    from .errors import DuplicateRun
+    """Import one trace (file or directory) through `tracelab.api.import_trace`; returns (run id, newly
+    imported)."""
+    from .api import import_trace
 
-    fp = _fingerprint(path)
-    existing = store.find_fingerprint(fp)
-    if existing and not replace:
-        return existing, False
     with _Progress(path.name) as bar:
-        timeline = _parse(path, bar.phase("parsing"))
-        try:
-            rid = store.import_timeline(
-                timeline,
-                source_path=str(path.absolute()),
-                fingerprint=fp,
-                name=name,
-                progress=bar.phase("storing"),
-                replace=replace,
-            )
-        except DuplicateRun as e:  # imported concurrently by another process
-            return e.run_id, False
-    return rid, True
+        done = import_trace(
+            path, store, name, replace=replace, parse_progress=bar.phase("parsing"), store_progress=bar.phase("storing")
+        )
+    return done.run_id, done.new
 
 
 def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisOptions:
@@ -200,6 +177,8 @@ def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisO
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     """RUN_OR_PATH: an existing path is parsed directly (the store is not touched); anything else
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
+    from .api import resolve
+
     path = Path(ref)
     if path.exists():
         with _Progress(path.name) as bar:
@@ -211,21 +190,11 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
         raise BadInput(
             f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
         )
-    store = Store(db, create=False)
-    from .errors import UnknownRun
-
-    try:
-        rid = store.resolve(ref)
-    except UnknownRun:
-        raise BadInput(
-            "no such file, and no run with this id or name in the store (see `tracelab runs`)", ref
-        ) from None
-    run = store.get_run(rid)
-    return store.load(rid), f"run {rid} · {run.name}"
+    return resolve(ref, Store(db, create=False))
 
 
 def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
-    from .analyses import analyze
+    from .api import analyze
 
     return analyze(timeline, options)
 
@@ -393,7 +362,7 @@ _orphan_option = click.option(
 
 @main.command()
 @click.argument("run_or_path")
-@click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 2, docs/DESIGN.md).")
 @_gap_option
 @_orphan_option
 @click.option(
@@ -419,9 +388,9 @@ def analyze(
     timeline, title = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
     if as_json:
-        from .analyses.results import to_document
+        from .api import to_json
 
-        _echo_json(to_document(analysis))
+        _echo_json(to_json(analysis))
     else:
         _print_analysis(analysis, title, top_gaps)
 
