@@ -380,5 +380,59 @@ def nsys_cases() -> list[Case]:
     return cases
 
 
+# ---- run directories (meta.json + trace) ---------------------------------------------------------
+
+
+META_PATHS = [
+    ("trace_file",),
+    ("backend",),
+    ("gpu",),
+    ("gpu", "sm_count"),
+    ("gpu", "cc"),
+    ("gpu", "name"),
+    ("gpu", "total_memory"),
+    ("gpu", "regs_per_multiprocessor"),
+    ("partitions",),
+    ("partitions", 0),
+    ("partitions", 0, "sm_count"),
+    ("partitions", 0, "context_id"),
+    ("partitions", 0, "marker"),
+    ("pdl_kernels",),
+    ("probe",),
+]
+
+
+def _run_dir(meta_bytes: bytes) -> Callable[[Path], None]:
+    def build(d: Path) -> None:
+        d.mkdir()
+        (d / "meta.json").write_bytes(meta_bytes)
+        (d / "trace.json.gz").write_bytes((DATA / "torch_mixed_small" / "trace.json.gz").read_bytes())
+
+    return build
+
+
+def _meta_swap(path: tuple, value: object) -> bytes:
+    meta = json.loads((DATA / "torch_mixed_small" / "meta.json").read_text())
+    node = meta
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return json.dumps(meta).encode()
+
+
+def rundir_cases() -> list[Case]:
+    rng = random.Random(SEED + 2)
+    meta = (DATA / "torch_mixed_small" / "meta.json").read_bytes()
+    cases = [Case("rundir-base", "run", _run_dir(meta))]
+    for i in range(30):
+        path = rng.choice(META_PATHS)
+        value = copy.deepcopy(rng.choice(HOSTILE_VALUES))
+        cases.append(Case(f"rundir-meta-{i}-{'.'.join(map(str, path))}", "run", _run_dir(_meta_swap(path, value))))
+    cases.append(Case("rundir-meta-deep", "run", _run_dir(b'{"gpu": ' + b"[" * 5000 + b"]" * 5000 + b"}")))
+    cases.append(Case("rundir-meta-bad-utf8", "run", _run_dir(meta.replace(b"NVIDIA", b"NV\xffIDIA"))))
+    cases.append(Case("rundir-meta-traversal", "run", _run_dir(_meta_swap(("trace_file",), "../../../etc/passwd"))))
+    return cases
+
+
 def all_cases() -> list[Case]:
-    return kineto_cases() + nsys_cases()
+    return kineto_cases() + nsys_cases() + rundir_cases()

@@ -35,9 +35,10 @@ def test_the_suite_has_at_least_500_cases():
 
 
 def _snapshot(directory: Path) -> dict[str, str]:
+    """Every file and folder under `directory` (recursively) with its content hash."""
     return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-        for p in sorted(directory.iterdir())
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(directory.rglob("*"))
     }
 
 
@@ -128,6 +129,8 @@ MUST_IMPORT = {
     "nsys-schema-kernel-end-before-start",
     "nsys-schema-kernel-huge-duration",
     "nsys-schema-drop-runtime",
+    "rundir-base",
+    "rundir-meta-traversal",
 }
 
 
