@@ -91,6 +91,13 @@ def test_bidi_override_never_reaches_reports(tmp_path):
         assert "\u202egnp" not in text and "\\u202egnp" not in text.lower()
 
 
+def test_bidi_override_in_a_device_name_is_neutralized(tmp_path):
+    props = [{"id": 0, "name": "NVIDIA \u202eH200", "numSms": 132}]
+    tl = load_trace(write_json(tmp_path / "t.json", {"deviceProperties": props, "traceEvents": two_kernels()}))
+    assert [d.name for d in tl.devices] == ["NVIDIA \ufffdH200"]
+    assert "\u202e" not in tl.meta.gpu
+
+
 @pytest.mark.parametrize("missing", ["device", "stream", "both"])
 def test_kernel_without_device_or_stream_gets_the_lane_of_its_pid_tid(tmp_path, missing):
     events = two_kernels()

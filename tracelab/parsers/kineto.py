@@ -528,7 +528,7 @@ class _Parsed:
         notes += device_notes
         gpu_names = sorted({d.name for d in devices if d.name})
         if not used:  # no GPU work recorded: still say which accelerator the trace lists
-            gpu_names = listed_names(top)
+            gpu_names = [str(json_safe(n))[:256] for n in listed_names(top)]
         extra: dict[str, Any] = {
             "kineto_schema": "2021" if self.legacy else "current",
             "rank_source": rank_source,

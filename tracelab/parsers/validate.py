@@ -175,11 +175,13 @@ _DEVICE_INT_LIMIT = {"total_memory": 1 << 63}
 
 def check_devices(devices: Sequence[DeviceInfo]) -> tuple[list[DeviceInfo], list[str]]:
     """DeviceInfo fields outside their range (SM counts and limits in [0, 2^31), memory in [0, 2^63))
-    become 0 (unknown), with a note."""
+    become 0 (unknown), with a note; device names lose bidi controls and are cut at 256 characters."""
     out: list[DeviceInfo] = []
     notes: list[str] = []
     for d in devices:
-        changes: dict[str, int] = {}
+        changes: dict[str, object] = {}
+        if _BIDI_RE.search(d.name) or len(d.name) > 256:
+            changes["name"] = _BIDI_RE.sub("\ufffd", d.name)[:256]
         for f in fields(d):
             if f.name in ("rank", "device", "name"):
                 continue
@@ -189,11 +191,12 @@ def check_devices(devices: Sequence[DeviceInfo]) -> tuple[list[DeviceInfo], list
                 continue
             if not 0 <= v < _DEVICE_INT_LIMIT.get(f.name, INT32_LIMIT):
                 changes[f.name] = 0 if f.name != "warp_size" else 32
-        if changes:
+        if set(changes) - {"name"}:
             notes.append(
                 f"device {d.device} of rank {d.rank}: out-of-range properties treated as unknown "
-                f"({', '.join(sorted(changes))})"
+                f"({', '.join(sorted(set(changes) - {'name'}))})"
             )
+        if changes:
             d = replace(d, **changes)
         out.append(d)
     return out, notes
