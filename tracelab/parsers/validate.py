@@ -96,10 +96,8 @@ def validate_columns(
     names = np.asarray(names) if names is not None and np.ndim(names) else None
     kind = np.asarray(cols["kind"]) if "kind" in cols and np.ndim(cols["kind"]) else None
 
-    lo = -TIME_LIMIT_NS if min_time_ns is None else max(-TIME_LIMIT_NS, min_time_ns)
-    bad_time = (start <= lo - 1) | (start >= TIME_LIMIT_NS) | (end <= -TIME_LIMIT_NS) | (end >= TIME_LIMIT_NS)
-    if min_time_ns is not None:
-        bad_time |= start < min_time_ns
+    lo = -TIME_LIMIT_NS + 1 if min_time_ns is None else max(-TIME_LIMIT_NS + 1, min_time_ns)
+    bad_time = (start < lo) | (start >= TIME_LIMIT_NS) | (end <= -TIME_LIMIT_NS) | (end >= TIME_LIMIT_NS)
     # end - start can only overflow when the times are out of range, which bad_time already catches
     with np.errstate(over="ignore"):
         length = np.where(bad_time, 0, end - start)
@@ -150,7 +148,8 @@ def validate_columns(
         n = len(keep)
 
     total = float(np.sum(length, dtype=np.float64))
-    if total >= TOTAL_DURATION_LIMIT_NS:
+    # a float sum, with a margin far larger than its rounding error: the exact sum is below the limit
+    if total >= TOTAL_DURATION_LIMIT_NS * (1 - 2**-20):
         raise TraceFormatError(
             f"event durations add up to {total:.3g} ns, more than tracelab can sum exactly (2^62 ns)", path
         )
