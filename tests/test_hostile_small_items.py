@@ -56,6 +56,7 @@ def test_fifo_and_devices_get_one_line_without_blocking(tmp_path, command, speci
     assert ("FIFO" in line) if special == "fifo" else ("device" in line)
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux /proc")
 def test_unreadable_file_is_one_line(tmp_path):
     """The tests run as root here, so chmod cannot make a file unreadable; /proc/self/mem is a regular
     file whose read fails (EIO), which takes the same path as EACCES."""
