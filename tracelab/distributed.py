@@ -121,13 +121,14 @@ def is_rank_set(spec: str | Path) -> bool:
 
 def rank_files(spec: str | Path) -> list[Path]:
     """The trace files a directory or a glob names, in name order; BadInput when there are none."""
-    from .parsers.detect import rank_files_in
+    from .parsers.detect import check_rank_kinds, rank_files_in
 
     if not is_glob(spec):
         return rank_files_in(Path(spec))
     files = sorted(Path(p) for p in glob.glob(str(spec)) if Path(p).is_file())
     if not files:
         raise BadInput("no trace files match this pattern", str(spec))
+    check_rank_kinds(files, str(spec))
     return files
 
 

@@ -33,7 +33,7 @@ from tracelab.model import Timeline
 
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 
-_COUNTERS = ("n_total", "n_dropped_instant", "n_flows", "n_bad_ts", "n_no_device")
+_NOT_STATE = ("ids", "strings", "parts")  # the rest of `kineto._Parsed`'s attributes is per-file state
 
 # where the time of the last parallel load went (seconds), for benchmarks/bench_decode.py's model:
 # read_cut = main process reading, decompressing and cutting (minus waiting for workers); wait = main
@@ -50,15 +50,30 @@ def usable_cores() -> int:
 
 
 def _decode_piece(piece: bytes) -> tuple[Any, ...]:
-    """Worker: one piece (`[` + events + `]`) -> its column parts, local strings, counters, legacy flag
-    and the seconds it took."""
+    """Worker: one piece (`[` + events + `]`) -> its column parts, local strings, the parser's other
+    state (counters, first examples, flags) and the seconds it took."""
     from .kineto import _Parsed
 
     t0 = time.perf_counter()
     parsed = _Parsed()
     parsed.add_chunk(memoryview(piece))
-    counters = tuple(getattr(parsed, c) for c in _COUNTERS)
-    return parsed.parts, parsed.strings, counters, parsed.legacy, time.perf_counter() - t0
+    state = {k: v for k, v in vars(parsed).items() if k not in _NOT_STATE}
+    return parsed.parts, parsed.strings, state, time.perf_counter() - t0
+
+
+def _merge_state(parsed: Any, state: dict[str, Any]) -> None:
+    """Fold one piece's parser state into `parsed` the way the serial parser accumulates it: counts
+    add up, flags OR, and a first example (a string) is kept from the first piece that has one."""
+    for k, v in state.items():
+        old = getattr(parsed, k)
+        if isinstance(v, bool):
+            setattr(parsed, k, old or v)
+        elif isinstance(v, int):
+            setattr(parsed, k, old + v)
+        elif isinstance(v, str):
+            setattr(parsed, k, old or v)
+        else:  # a kind of state this merge does not know: let the serial parser do it
+            raise TypeError(f"cannot merge parser state {k!r} of type {type(v).__name__}")
 
 
 def load_kineto_parallel(
@@ -85,16 +100,19 @@ def load_kineto_parallel(
         return kineto.load_kineto(path, rank, progress=progress)
     t_merge = time.perf_counter()
     parsed = kineto._Parsed()
-    for parts, strings, counters, legacy, _seconds in results:
-        remap = np.append(parsed.intern(strings), np.int32(-1))
-        for part in parts:
-            for c in ("name", "category"):
-                ids = part[c]
-                part[c] = remap[np.where(ids < 0, len(strings), ids)]
-            parsed.parts.append(part)
-        for c, v in zip(_COUNTERS, counters):
-            setattr(parsed, c, getattr(parsed, c) + v)
-        parsed.legacy = parsed.legacy or legacy
+    try:
+        for parts, strings, state, _seconds in results:
+            remap = np.append(parsed.intern(strings), np.int32(-1))
+            for part in parts:
+                for c in ("name", "category"):
+                    ids = part[c]
+                    part[c] = remap[np.where(ids < 0, len(strings), ids)]
+                parsed.parts.append(part)
+            _merge_state(parsed, state)
+    except TypeError as exc:
+        last_stats.clear()
+        last_stats["fallback"] = str(exc)
+        return kineto.load_kineto(path, rank, progress=progress)
     timeline = parsed.finish(path, meta_obj, rank)
     last_stats["merge"] = time.perf_counter() - t_merge
     return timeline
