@@ -9,12 +9,13 @@ from typing import Any
 import numpy as np
 
 from ..results import Finding
-from .base import FindingContext, Rule, severity
+from .base import FindingContext, Rule, severity, window
 from .waits import idle_during
 
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     count = wasted = steps_total = 0
+    longest = (-1, 0, 0)  # (duration, start, end) of the longest sync call
     ranks: list[dict[str, int]] = []
     for rank, host in ctx.hosts.items():
         s_start, _ = ctx.step_bounds(rank)
@@ -26,6 +27,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
             continue
         s, e = host.api_start[pos], host.api_end[pos]
         w = idle_during(ctx, rank, s, e)
+        j = int(np.argmax(e - s))
+        if int(e[j] - s[j]) > longest[0]:
+            longest = (int(e[j] - s[j]), int(s[j]), int(e[j]))
         ranks.append({"rank": rank, "steps": n_steps, "syncs": int(pos.size), "idle_ns": w})
         count += int(pos.size)
         wasted += w
@@ -37,7 +41,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         severity=severity(wasted, ctx.span_ns(), "info"),
         count=count,
         wasted_ns=wasted,
-        data={"ranks": ranks, "syncs": count, "steps": steps_total},
+        data={"ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])},
     )
 
 
