@@ -7,8 +7,9 @@ launched the next GPU operation (the one that ends the gap; found by correlation
 
 1. dependency_wait — the next operation had already been launched when the gap began (its launch
    call had returned) AND the trace shows a queued dependency: a cudaStreamWaitEvent (or a profiler
-   "wait event" record) issued shortly before that launch, or the op is a CUDA graph node. Evidence
-   names the launch and the stream-wait record.
+   "wait event" record) issued shortly before that launch. Evidence names the launch and the
+   stream-wait record. (A CUDA graph node waiting inside its graph is `unknown`: the graph's edges are
+   not in the trace.)
    Already launched without such evidence: `unknown`, and the evidence says what is known.
 2. host_sync — the host was blocked waiting for the GPU, in a wait made by the launching thread or
    on this device: a blocking call (stream / device / event synchronize, a synchronous memcpy that
@@ -132,6 +133,7 @@ class HostView:
         end = ev["end"].to_numpy()
         names = ev["name"].to_numpy()
         flags = ev["flags"].to_numpy()
+        self._flags = flags
         sync = ev["sync_kind"].to_numpy()
         tid = ev["tid"].to_numpy()
         corr = ev["correlation"].to_numpy()
@@ -247,6 +249,10 @@ class HostView:
                 r, g = running_max_index(self.op_end[lo:hi])
                 self.op_reach[lo:hi] = r
                 self.op_arg[lo:hi] = g + lo
+
+    def flags_of(self, rows: np.ndarray) -> np.ndarray:
+        """The flags column at event rows."""
+        return self._flags[rows]
 
     def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
@@ -415,8 +421,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
     covered = cov >= HOST_SYNC_COVERAGE
     sync = covered | inprog
 
-    # evidence of a queued dependency: a stream-wait (event) record issued shortly before the launch, or
-    # a CUDA graph node (its dependencies are in the graph)
+    # evidence of a queued dependency: a stream-wait (event) record issued shortly before the launch
     if host.swait_start.size:
         si = np.searchsorted(host.swait_start, l_start, side="right") - 1
         sic = np.maximum(si, 0)
@@ -426,8 +431,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
     else:
         s_ok = np.zeros(n, dtype=bool)
         s_time = s_name = np.zeros(n, dtype=_I64)
-    graph = (ev["flags"].to_numpy()[nxt] & Flag.GRAPH) != 0
-    dep = queued & (s_ok | graph)
+    dep = queued & s_ok
     dep_unexplained = queued & ~dep
 
     cause = np.select(
@@ -541,6 +545,7 @@ def _evidence(
     a, b, cause, found, l_start, l_tid = c.a, c.b, c.cause, c.found, c.l_start, c.l_tid
     covered, cov, w_cover, w_inprog, act = c.covered, c.cov, c.w_cover, c.w_inprog, c.act
     s_ok, s_time, s_name = c.s_ok, c.s_time, c.s_name
+    graph = (host.flags_of(c.nxt) & Flag.GRAPH) != 0
     n = a.size
     nm = lambda sid: names[sid] if 0 <= sid < len(names) else "?"
     obj = lambda x: np.asarray(x, dtype=object)
@@ -661,6 +666,9 @@ def _evidence(
             + rel_b[m]
             + "; no stream-wait or event record shows what it waited for"
         )
+        g = m & graph
+        if g.any():
+            out[g] = out[g] + " (a CUDA graph node: its dependencies inside the graph are not in the trace)"
     return out
 
 
