@@ -284,9 +284,12 @@ def test_synchronize_every_step_counts_as_sync_per_iteration():
 
 
 def test_note_when_syncs_but_no_steps():
+    # no markers, and no repeating launch sequence to infer steps from (a periodic loop would get
+    # inferred steps: tests/test_steps*.py)
     sim = Sim()
-    for _ in range(5):
-        sim.kernel(200)
+    for i in range(5):
+        for j in range(i + 1):
+            sim.kernel(200, name=f"k{i}_{j}")
         sim.item()
     a = analyze(sim.build())
     assert "sync_per_iteration" not in by_rule(a)

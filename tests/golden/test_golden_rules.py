@@ -40,11 +40,14 @@ def test_sync_per_iteration_counts_steps_and_waste(run):
 
 
 def test_sync_per_iteration_not_evaluated_is_a_note(run):
-    p = Program()  # 5 blocking syncs, no steps
+    # 5 blocking syncs, no markers, and no repeating launch sequence to infer steps from (a different
+    # number of differently named kernels before each sync; a periodic loop gets inferred steps)
+    p = Program()
     for i in range(5):
         t = i * 1000.0
-        p.kernel(t + 10, 300, launch=(t, 4))
-        p.api("cudaDeviceSynchronize", t + 20, 295)
+        for j in range(i + 1):
+            p.kernel(t + 10 + 60 * j, 50, launch=(t + 5 * j, 4), name=f"k{i}_{j}")
+        p.api("cudaDeviceSynchronize", t + 400, 295)
     doc = run(p)
     assert "sync_per_iteration" not in rules(doc)
     assert any(n.startswith("sync_per_iteration not evaluated: rank 0: 5 blocking host syncs") for n in doc["notes"])
