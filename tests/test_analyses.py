@@ -144,15 +144,15 @@ def _gap_case(cause: str):
             "launch_latency",
             (
                 "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1, which was not "
-                "waiting for the GPU; host busy 99% of the time up to the next launch (recorded: CPU ops and CUDA API "
-                "calls) (in aten::slow_python_op)"
+                "waiting for the GPU; host busy 99% of the time up to the next launch (host data: CPU ops + "
+                "CUDA API) (in aten::slow_python_op)"
             ),
         ),
         (
             "between_calls",
             "launch_latency",
             # launch at 292: [100, 292) has no recorded activity of thread 1 -> 0% (CUDA API calls only)
-            "host busy 0% of the time up to the next launch (recorded: CUDA API calls only",
+            "host busy 0% of the time up to the next launch (host data: CUDA API calls only",
         ),
         (
             "no_work",

@@ -125,7 +125,9 @@ def _non_blocking_copies(ev: pd.DataFrame, on_rank: np.ndarray) -> np.ndarray:
 class HostView:
     """Sorted host-side arrays of one rank that gap causes and findings look things up in."""
 
-    def __init__(self, timeline: Timeline, rank: int) -> None:
+    def __init__(self, timeline: Timeline, rank: int, first_seen: FirstSeen | None = None) -> None:
+        self.rank = rank
+        self._first_seen = first_seen or {}
         ev = timeline.events
         kind = ev["kind"].to_numpy()
         on_rank = ev["rank"].to_numpy() == rank
@@ -254,6 +256,10 @@ class HostView:
         """The flags column at event rows."""
         return self._flags[rows]
 
+    def first_seen(self, tid: int) -> int:
+        """When the thread was first recorded in the whole trace (before any scope), if known."""
+        return self._first_seen.get((self.rank, tid), np.iinfo(np.int64).max)
+
     def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
         if tid not in self._act_by_tid:
@@ -315,9 +321,27 @@ class WaitSet:
     ue: np.ndarray
 
 
-def host_views(timeline: Timeline) -> dict[int, HostView]:
+def host_views(timeline: Timeline, first_seen: FirstSeen | None = None) -> dict[int, HostView]:
     ranks = np.unique(timeline.events["rank"].to_numpy()).tolist()
-    return {int(r): HostView(timeline, int(r)) for r in ranks}
+    return {int(r): HostView(timeline, int(r), first_seen) for r in ranks}
+
+
+FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's first recorded host activity
+
+
+def thread_first_seen(timeline: Timeline) -> FirstSeen:
+    """When each host thread was first recorded (CUDA API calls and CPU ops), per (rank, tid). Computed on
+    the whole trace before a --steps / --window scope clips it, so "the launching thread was absent" keeps
+    meaning absent from the trace, not from the window."""
+    ev = timeline.events
+    kind = ev["kind"].to_numpy()
+    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP)])
+    if not host.any():
+        return {}
+    df = pd.DataFrame({"rank": ev["rank"].to_numpy()[host], "tid": ev["tid"].to_numpy()[host],
+                       "start": ev["start"].to_numpy()[host]})
+    first = df.groupby(["rank", "tid"], sort=False)["start"].min()
+    return {(int(r), int(t)): int(v) for (r, t), v in first.items()}
 
 
 # ---- causes ----------------------------------------------------------------------------------
@@ -415,7 +439,9 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
             tu, te = host.thread_activity(int(t))
             act[q] = covered_length(tu, te, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
             # the launching thread has no recorded activity before its launch: it was absent
-            absent[q] = True if tu.size == 0 else tu[0] >= l_start[q] - CLOCK_TOLERANCE_NS
+            first = min(int(tu[0]) if tu.size else np.iinfo(np.int64).max,
+                        host.first_seen(int(t)))
+            absent[q] = first >= l_start[q] - CLOCK_TOLERANCE_NS
         else:
             act[q] = covered_length(host.act_us, host.act_ue, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
     covered = cov >= HOST_SYNC_COVERAGE
@@ -673,9 +699,9 @@ def _evidence(
 
 
 _HOST_DATA_WORDS = {
-    "cpu_ops": "(recorded: CPU ops and CUDA API calls)",
-    "cuda_api": "(recorded: CUDA API calls only; host time between them is not recorded)",
-    "none": "(no host activity recorded)",
+    "cpu_ops": "(host data: CPU ops + CUDA API)",
+    "cuda_api": "(host data: CUDA API calls only)",
+    "none": "(host data: none)",
 }
 
 
