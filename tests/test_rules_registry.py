@@ -70,8 +70,11 @@ def test_generic_renderer_for_a_rule_without_one():
         data={"syncs": 6, "steps": 3, "ranks": [{"rank": 0, "steps": 3, "syncs": 6, "idle_ns": 20_000}]},
     )
     msg, where = describe(f)
-    assert msg == "more blocking host syncs than training steps: 6 occurrences, 20.0 µs of GPU time (syncs 6, steps 3)."
-    assert where == "rank 0: steps 3, syncs 6, idle_ns 20000"
+    assert msg == (
+        "more blocking host syncs inside the training steps than steps: 6 occurrences, 20.0 µs of GPU time "
+        "(syncs 6, steps 3)."
+    )
+    assert where == "rank 0: steps 3, syncs 6, idle 20.0 µs"
 
 
 def test_not_evaluated_is_reported_not_raised():

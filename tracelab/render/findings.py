@@ -166,18 +166,23 @@ def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float, str)) and not isinstance(v, bool)
 
 
+def _value(key: str, v: Any) -> str:
+    return fmt_ns(v) if key.endswith("_ns") and isinstance(v, (int, float)) else str(v)
+
+
 def generic(f: Finding) -> Prose:
     """A rule without its own renderer: its title, count, GPU time and the data's scalar values; where =
     the ranks / devices its data lists."""
     title = _TITLES.get(f.rule, f.rule)
-    facts = ", ".join(f"{k} {v}" for k, v in f.data.items() if _scalar(v) and k not in ("start_ns", "end_ns"))
+    facts = ", ".join(f"{k} {_value(k, v)}" for k, v in f.data.items() if _scalar(v) and k not in ("start_ns", "end_ns"))
     msg = f"{title}: {f.count} occurrences, {fmt_ns(f.wasted_ns)} of GPU time" + (f" ({facts})" if facts else "")
     places = []
     for v in f.data.values():
         if isinstance(v, list):
             for item in v:
                 if isinstance(item, dict) and "rank" in item:
-                    extra = ", ".join(f"{k} {x}" for k, x in item.items() if k != "rank" and _scalar(x))
+                    extra = ", ".join(f"{k.removesuffix('_ns')} {_value(k, x)}" for k, x in item.items()
+                                      if k != "rank" and _scalar(x))
                     places.append(f"rank {item['rank']}" + (f": {extra}" if extra else ""))
     return msg + ".", _places(places)
 
