@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..analyses.results import Analysis, DeviceSummary, Finding
 from .compare_text import fmt_ns, term_safe
+from .findings import describe
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta"}
@@ -164,9 +165,10 @@ def findings_table(findings: Iterable[Finding]) -> Table | None:
     t.add_column("lost", justify="right")
     t.add_column("evidence", overflow="fold", ratio=1)
     for f in items:
-        evidence = Text(term_safe(f.message, 400))
-        if f.where:
-            evidence.append("\nwhere: " + term_safe(f.where, 300), style="dim")
+        message, where = (f.message, f.where) if f.message else describe(f)  # analyses.analyze leaves prose out
+        evidence = Text(term_safe(message, 400))
+        if where:
+            evidence.append("\nwhere: " + term_safe(where, 300), style="dim")
         t.add_row(
             Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")),
             Text(f.rule, style="bold"),
