@@ -10,6 +10,7 @@ import numpy as np
 
 from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
+from .findings import finding_notes
 from .gaps import FirstSeen, find_gaps, host_views, thread_first_seen
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
 from .rules import FindingContext, evaluate_all
@@ -83,7 +84,7 @@ def analyze(
     notes.extend(steps.notes)
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps)
     findings, skipped = evaluate_all(ctx, rule_options)
-    notes.extend(f"{s.rule} not evaluated: {s.reason}" for s in skipped)
+    notes.extend(finding_notes(skipped))
     meta = timeline.meta
     ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.events["rank"].to_numpy()))
     return Analysis(
