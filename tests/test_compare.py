@@ -161,9 +161,8 @@ def test_text_and_json_output():
     c = compare(replace(analysis_of(base), findings=()), hostile_analysis(var), base, var)
     text = format_comparison(c)
     assert "\x1b" not in text and "\u202e" not in text and "line?break" in text
-    # the baseline's loop now has (inferred) steps, so sync_per_iteration fires in both: changed, not new
-    assert "== device r0/d0" in text and "== gaps by cause" in text and "1 new" in text
-    assert "new launch_bound: tiny kernels" in text  # what appeared in B, in words
+    assert "== device r0/d0" in text and "== gaps by cause" in text and "2 new" in text
+    assert "new sync_per_iteration: sync after |pipe|" in text  # what appeared in B, in words
     for label in ("span", "busy", "idle", "overlap compute/copy"):
         assert any(line.startswith(label) for line in text.splitlines())
     idle = c.devices[0].idle_ns
@@ -172,7 +171,7 @@ def test_text_and_json_output():
     round_trip = json.loads(orjson.dumps(doc))
     dev = round_trip["devices"][0]
     assert dev["idle_ns"] == {"a": idle.a, "b": idle.b, "delta": idle.delta, "pct": round(idle.pct, 3)}
-    assert round_trip["findings"]["new"] == 1 and round_trip["kernels_compared"] is True
+    assert round_trip["findings"]["new"] == 2 and round_trip["kernels_compared"] is True
     assert {k["name"] for k in round_trip["kernels"]} >= set(names)  # JSON keeps names verbatim (as data)
     assert term_safe("a\nb\x9bc", 10) == "a?b?c"
 
