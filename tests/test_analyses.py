@@ -144,8 +144,8 @@ def _gap_case(cause: str):
             "launch_latency",
             (
                 "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1, which was not "
-                "waiting for the GPU; host busy 99% of the time up to the next launch (host data: CPU ops + "
-                "CUDA API) (in aten::slow_python_op)"
+                "waiting for the GPU; host busy 99% of the time up to the next launch (host data: CPU ops / NVTX "
+                "ranges + CUDA API) (in aten::slow_python_op)"
             ),
         ),
         (

@@ -29,8 +29,9 @@ launched the next GPU operation (the one that ends the gap; found by correlation
    that the recorded host activity of the launching thread covers, names which host data the trace
    had, and the outermost CPU op the launching thread was in halfway through (when it has CPU ops).
 
-Every gap carries `host_data`: which host data its rank's trace had ("cpu_ops": CPU ops and CUDA
-API calls, "cuda_api": CUDA API calls only, "none").
+Every gap carries `host_data`: which host data its rank's trace had ("cpu_ops": CPU ops or NVTX
+ranges (e.g. nsys --pytorch=autograd-nvtx) and CUDA API calls, "cuda_api": CUDA API calls only,
+"none"). Step ranges (ProfilerStep#N, "step 3") are not host activity.
 
 `idle_intervals` classifies every idle interval (> 0 ns) the same way without evidence text: the
 findings' wasted_ns is computed from it, so the display threshold changes no finding.
@@ -62,6 +63,7 @@ from .units import fmt_rel_many
 CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a microsecond
 HOST_SYNC_COVERAGE = 0.5
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+STEP_LIKE = re.compile(r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE)
 
 _I64 = np.int64
 
@@ -220,13 +222,14 @@ class HostView:
         self.swait_start = start[sw][order]
         self.swait_name = names[sw][order]
 
-        # any recorded host activity: API calls and CPU ops (step annotations excluded), per thread
-        cpu = on_rank & (kind == int(EventKind.CPU_OP))
-        self.has_cpu_ops = bool(cpu.any())
-        if self.has_cpu_ops:
-            step_ids = [i for i, s in enumerate(timeline.strings) if STEP_NAME.match(s)]
+        # any recorded host activity, per thread: API calls, CPU ops and NVTX ranges (nsys
+        # --pytorch=autograd-nvtx, record_function): host work between CUDA calls; step annotations excluded
+        cpu = on_rank & np.isin(kind, [int(EventKind.CPU_OP), int(EventKind.NVTX_RANGE)])
+        if cpu.any():
+            step_ids = [i for i, s in enumerate(timeline.strings) if STEP_NAME.match(s) or STEP_LIKE.match(s)]
             if step_ids:
                 cpu &= ~np.isin(names, step_ids)
+        self.has_cpu_ops = bool(cpu.any())
         act_mask = cpu.copy()
         act_mask[api] = True
         act = np.flatnonzero(act_mask)
@@ -699,7 +702,7 @@ def _evidence(
 
 
 _HOST_DATA_WORDS = {
-    "cpu_ops": "(host data: CPU ops + CUDA API)",
+    "cpu_ops": "(host data: CPU ops / NVTX ranges + CUDA API)",
     "cuda_api": "(host data: CUDA API calls only)",
     "none": "(host data: none)",
 }
