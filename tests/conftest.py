@@ -30,5 +30,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     marks = {m.name for m in item.iter_markers()}
     if marks & set(MUST_RUN_IN_CI) and not marks & set(MAY_SKIP):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = str(reason).removeprefix("Skipped: ")
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true (a {'/'.join(sorted(marks & set(MUST_RUN_IN_CI)))} test must run): {reason}"

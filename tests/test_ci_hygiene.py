@@ -48,7 +48,7 @@ def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
         env["CI"] = ci
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
 
 
