@@ -492,7 +492,7 @@ def compare(
 ) -> None:
     """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
     gaps by cause, findings and top kernels."""
-    from .analyses.compare import compare as compare_analyses
+    from .api import compare as compare_analyses
 
     _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
@@ -547,7 +547,7 @@ def report(
     """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
     if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
         raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
-    from .render.reports import write_report
+    from .api import report as write_report
 
     _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
