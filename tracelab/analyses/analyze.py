@@ -49,8 +49,11 @@ def analyze_scoped(
         scoped, scoped_steps, note = scope_timeline(timeline, None, None)
         return analyze(scoped, options, rule_options, steps=scoped_steps, scope_note=note)
     first_seen = thread_first_seen(timeline)
+    start = int(timeline.events["start"].min()) if len(timeline.events) else None  # offsets stay run-relative
     scoped, scoped_steps, note = scope_timeline(timeline, steps, window_us)
-    return analyze(scoped, options, rule_options, steps=scoped_steps, scope_note=note, first_seen=first_seen)
+    return analyze(
+        scoped, options, rule_options, steps=scoped_steps, scope_note=note, first_seen=first_seen, run_start=start
+    )
 
 
 def analyze(
@@ -61,14 +64,17 @@ def analyze(
     steps: Steps | None = None,
     scope_note: str | None = None,
     first_seen: FirstSeen | None = None,
+    run_start: int | None = None,
 ) -> Analysis:
     """Per-device busy/idle/overlap, idle gaps with causes, steps, the per-step table and findings
     (DESIGN.md definitions). `rule_options` overrides rule thresholds by rule id; `steps` (default:
-    find_steps), `scope_note` and `first_seen` (host threads' first activity in the unscoped trace) come
-    from `analyze_scoped`."""
+    find_steps), `scope_note`, `first_seen` (host threads' first activity in the unscoped trace) and
+    `run_start` (the unscoped trace's first event) come from `analyze_scoped`."""
     notes = list(timeline.meta.notes)
     if scope_note:
         notes.append(scope_note)
+    if run_start is None:
+        run_start = int(timeline.events["start"].min()) if len(timeline.events) else None
     if options.exclude_orphans:
         timeline, dropped = drop_orphans(timeline)
         notes.append(
@@ -88,7 +94,7 @@ def analyze(
     meta = timeline.meta
     ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.events["rank"].to_numpy()))
     return Analysis(
-        trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks)),
+        trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks), start_ns=run_start),
         devices=devices,
         gaps=gaps,
         findings=findings,
