@@ -16,6 +16,7 @@ from tracelab.render.findings import RENDERERS, describe
 EXPECTED = {
     "excessive_sync", "idle_partition", "launch_bound", "pageable_memcpy", "pdl", "serialized_copy_compute",
     "sync_memcpy", "sync_per_iteration",
+    "implicit_default_stream_sync", "unfused_elementwise",  # issue 14's rules: one file each, no registry edit
 }
 
 
