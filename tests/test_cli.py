@@ -493,7 +493,7 @@ def test_corpus_kineto_file_imports(env):
     assert r.exit_code in (0, 2)
     if r.exit_code == 0:
         doc = orjson.loads(run("analyze", r.stdout.strip(), "--json").stdout)
-        assert doc["schema"] == 1
+        assert doc["schema"] == 2
     else:
         assert len(r.stderr.strip().splitlines()) == 1
     assert sha(small) == before
