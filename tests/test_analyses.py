@@ -371,3 +371,14 @@ def test_device_invariants_against_brute_force(items):
     assert {s.stream: s.busy_ns for s in d.streams} == {
         s: us(cells("kcsn", s).sum()) for s in {it[3] for it in items}
     }
+
+
+def test_queued_graph_node_without_a_stream_wait_is_unknown():
+    """A CUDA graph node that starts late inside its graph: already queued, but its dependencies are edges
+    of the graph that no trace records -> unknown, and the evidence says so (not dependency_wait)."""
+    tb = TB()
+    tb.kernel(0, 100, launch_at=-30, launch_name="cudaGraphLaunch", flags=Flag.GRAPH)
+    tb.kernel(300, 100, launch_at=-30, launch_name="cudaGraphLaunch", flags=Flag.GRAPH)
+    (g,) = analyze(tb.build()).gaps
+    assert g.cause == "unknown" and g.duration_ns == us(200)
+    assert "no stream-wait or event record" in g.evidence and "a CUDA graph node" in g.evidence
