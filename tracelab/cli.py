@@ -241,10 +241,26 @@ def load_named_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str, str
     return timeline, title, Path(title).name or title
 
 
-def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
+def _analyze(
+    timeline: Timeline, options: AnalysisOptions, steps: str | None = None, window: str | None = None
+) -> Analysis:
     from .api import analyze
 
-    return analyze(timeline, options)
+    return analyze(timeline, options, steps=steps, window_us=window)
+
+
+def _scoped(timeline: Timeline, steps: str | None, window: str | None) -> Timeline:
+    from .api import scoped_timeline
+
+    return scoped_timeline(timeline, steps, window)
+
+
+def _check_scope(steps: str | None, window: str | None) -> None:
+    """Bad --steps / --window syntax is a usage error before any file is read."""
+    if steps is not None or window is not None:
+        from .analyses.scope import parse_scope
+
+        parse_scope(steps, window)
 
 
 def _echo_json(doc: Any) -> None:
@@ -422,11 +438,26 @@ _orphan_option = click.option(
 )
 
 
+def _scope_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--steps A:B / --window START_US:END_US: restrict every figure to those steps or that window."""
+    f = click.option(
+        "--window",
+        metavar="START_US:END_US",
+        help="Restrict every figure to this window, in µs from the run start (either side may be left out).",
+    )(f)
+    return click.option(
+        "--steps",
+        metavar="A:B",
+        help="Restrict every figure to steps A..B-1 of each rank (e.g. 1: drops the warm-up step; 4 = step 4).",
+    )(f)
+
+
 @main.command()
 @click.argument("run_or_path")
 @click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 2, docs/DESIGN.md).")
 @_gap_option
 @_orphan_option
+@_scope_options
 @click.option(
     "--top",
     "top_gaps",
@@ -444,16 +475,19 @@ def analyze(
     gap_threshold_us: float | None,
     exclude_orphans: bool,
     top_gaps: int,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
-    busy/idle per device, overlap, idle gaps with their causes, findings."""
+    busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
+    _check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
-    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans), steps, window)
     ranks = None
-    if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks.py)
+    if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks.py), same range
         from .analyses.ranks import rank_analysis
 
-        ranks = rank_analysis(timeline, analysis)
+        ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
     if as_json:
         from .analyses.ranks import rank_document_of
         from .api import to_json
@@ -473,20 +507,29 @@ def analyze(
 @click.option("--json", "as_json", is_flag=True, help="Print both analyses and the comparison as JSON.")
 @_gap_option
 @_orphan_option
+@_scope_options
 @_db_option
 @click.pass_context
 def compare(
-    ctx: click.Context, a: str, b: str, as_json: bool, gap_threshold_us: float | None, exclude_orphans: bool
+    ctx: click.Context,
+    a: str,
+    b: str,
+    as_json: bool,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
     gaps by cause, findings and top kernels."""
-    from .analyses.compare import compare as compare_analyses
+    from .api import compare as compare_analyses
 
+    _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
     tl_a, _, label_a = load_named_subject(ctx, a)
     tl_b, _, label_b = load_named_subject(ctx, b)
-    an_a, an_b = _analyze(tl_a, options), _analyze(tl_b, options)
-    comparison = compare_analyses(an_a, an_b, tl_a, tl_b)
+    an_a, an_b = _analyze(tl_a, options, steps, window), _analyze(tl_b, options, steps, window)
+    comparison = compare_analyses(an_a, an_b, _scoped(tl_a, steps, window), _scoped(tl_b, steps, window))
     if as_json:
         from .analyses.results import SCHEMA_VERSION, to_document
         from .render.compare_text import comparison_document
@@ -518,6 +561,7 @@ def compare(
 @click.option("--against", help="Baseline run or trace to compare with.")
 @_gap_option
 @_orphan_option
+@_scope_options
 @_db_option
 @click.pass_context
 def report(
@@ -527,22 +571,26 @@ def report(
     against: str | None,
     gap_threshold_us: float | None,
     exclude_orphans: bool,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
     if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
         raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
-    from .render.reports import check_output_path, write_report
+    from .api import report as write_report
+    from .render.reports import check_output_path
 
     check_output_path(output)  # before any parsing or analysis
 
+    _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
     timeline, _ = load_subject(ctx, run_or_path)
-    analysis = _analyze(timeline, options)
+    analysis = _analyze(timeline, options, steps, window)
     base = None
     if against:
         tl_b, _ = load_subject(ctx, against)
-        base = (_analyze(tl_b, options), tl_b)
-    write_report(output, analysis, timeline, against=base)
+        base = (_analyze(tl_b, options, steps, window), _scoped(tl_b, steps, window))
+    write_report(output, analysis, _scoped(timeline, steps, window), against=base)
     click.echo(str(output))
 
 
