@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dash import Dash, Input, Output, State, no_update
 
+from .guards import guarded
 from .pages import kernels
 
 
@@ -15,5 +16,6 @@ def register(app: Dash) -> None:
         State("kernels-run", "data"),
         prevent_initial_call=True,
     )
+    @guarded(lambda _message: no_update)
     def _kernel_click(active_cell, rows, run_id):
         return kernels.kernel_click_href(run_id, active_cell, rows) or no_update

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dash import Dash, Input, Output, State, ctx, no_update
+from dash import Dash, Input, Output, State, ctx, html, no_update
 
+from .guards import guarded
 from .pages import timeline
 from .state import current_state
 
@@ -42,6 +43,7 @@ def register(app: Dash) -> None:
         State("tl-view", "data"),
         prevent_initial_call=True,
     )
+    @guarded(lambda message: (no_update, no_update, no_update, message, no_update, no_update))
     def _timeline(relayout, click, show, _zo, _full, _clear, query, _next, _prev, flows, view):
         new_view, outputs = timeline.on_timeline_event(
             current_state(),
@@ -65,6 +67,7 @@ def register(app: Dash) -> None:
         State("tl-view", "data"),
         prevent_initial_call=True,
     )
+    @guarded(lambda message: [html.Span(message, className="error-message")])
     def _range(selected, _analyze, view):
         return timeline.on_range_select(
             current_state(), view or {}, selected, full=ctx.triggered_id == "tl-analyze-range"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import __version__
-from .errors import BadInput, MissingDependency, TracelabError
+from .errors import BadInput, MissingDependency, StoreInterrupted, TracelabError
 
 if TYPE_CHECKING:
     from .analyses.results import Analysis, AnalysisOptions
@@ -52,8 +52,16 @@ class TracelabGroup(click.Group):
                 raise
             err(f"error: {_one_line(e)}")
             ctx.exit(e.exit_code)
+        except StoreInterrupted as e:  # Ctrl-C landed once the run was committed: it IS stored
+            click.echo(e.run_id)
+            err(f"interrupted, but run {e.run_id} had already been stored (it is complete)")
+            ctx.exit(130)
         except KeyboardInterrupt:
-            err("interrupted")
+            err(
+                "interrupted; the import in progress was rolled back"
+                if ctx.meta.get(_IMPORTING)
+                else "interrupted"
+            )
             ctx.exit(130)
         except BrokenPipeError:  # `tracelab runs | head`: the reader left, nothing to report
             try:
@@ -64,10 +72,31 @@ class TracelabGroup(click.Group):
         except Exception as e:
             if os.environ.get(DEBUG_ENV):
                 raise
+            store_error = _store_error(ctx, e)
+            if store_error is not None:
+                err(f"error: {_one_line(store_error)}")
+                ctx.exit(2)
             err(
                 f"internal error: {type(e).__name__}: {_one_line(e)} (rerun with {DEBUG_ENV}=1 for the traceback)"
             )
             ctx.exit(1)
+
+
+_IMPORTING = "tracelab.importing"  # ctx.meta flag: a store write is under way (for the Ctrl-C line)
+
+
+def _store_error(ctx: click.Context, exc: Exception) -> BadInput | None:
+    """A SQLite error from where the store lives (read-only, disk full, I/O, locked) that escaped the
+    Store's own translation, as the one line naming the store file; None for anything else (a bug)."""
+    import sqlite3
+
+    from .store.schema import describe_sqlite_error, is_environment_error
+
+    if isinstance(exc, sqlite3.OperationalError) and is_environment_error(exc):
+        return BadInput(describe_sqlite_error(exc), _db_path(ctx))
+    if isinstance(exc, OSError) and exc.errno in (28, 30, 122):  # ENOSPC, EROFS, EDQUOT
+        return BadInput(str(exc.strerror or exc), exc.filename)
+    return None
 
 
 # ---- shared plumbing ----------------------------------------------------------------------------
@@ -94,10 +123,10 @@ def _db_path(ctx: click.Context) -> Path:
     return Path(db) if db else default_db_path()
 
 
-def open_store(ctx: click.Context, *, create: bool = True) -> Store:
+def open_store(ctx: click.Context, *, create: bool = True, read_only: bool = False) -> Store:
     from .store import Store
 
-    return Store(_db_path(ctx), create=create)
+    return Store(_db_path(ctx), create=create, read_only=read_only)
 
 
 def _stderr_console():
@@ -110,8 +139,10 @@ class _Progress:
     """A rich progress bar on stderr when it is a terminal; silent otherwise."""
 
     def __init__(self, label: str) -> None:
-        self.console = _stderr_console()
-        self.enabled = self.console.is_terminal
+        # rich is imported only for a terminal: a pipe or a file gets no bar, and no import cost
+        self.enabled = sys.stderr.isatty() or bool(os.environ.get("FORCE_TERMINAL") or os.environ.get("TTY_COMPATIBLE"))
+        self.console = _stderr_console() if self.enabled else None
+        self.enabled = self.enabled and self.console.is_terminal
         self.label = label
         self._bar = None
         self._task = None
@@ -154,12 +185,21 @@ def _parse(path: Path, progress: Callable[[int, int], None] | None = None) -> Ti
     return load(path, progress)
 
 
-def import_path(store: Store, path: Path, name: str | None = None, replace: bool = False) -> tuple[str, bool]:
-    """Import one trace (file or directory) through `tracelab.api.import_trace`; returns (run id, newly
-    imported)."""
+def import_path(
+    store: Store, path: Path, name: str | None = None, replace: bool = False, **parallel: Any
+) -> tuple[str, bool]:
+    """Import one trace (file or directory) through `tracelab.api.import_trace`, or a directory / glob of
+    per-rank traces through `tracelab.distributed.import_rank_set` (`parallel`: workers / scheduler);
+    returns (run id, newly imported)."""
+    from . import distributed
     from .api import import_trace
 
     with _Progress(path.name) as bar:
+        if distributed.is_rank_set(path):
+            return distributed.import_rank_set(
+                path, store, name, replace=replace, parse_progress=bar.phase("parsing ranks"),
+                store_progress=bar.phase("storing"), **parallel,
+            )
         done = import_trace(
             path, store, name, replace=replace, parse_progress=bar.phase("parsing"), store_progress=bar.phase("storing")
         )
@@ -190,19 +230,47 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
         raise BadInput(
             f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
         )
-    return resolve(ref, Store(db, create=False))
+    return resolve(ref, Store(db, create=False, read_only=True))
 
 
-def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
+def load_named_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str, str]:
+    """`load_subject` plus a short label for tables and verdicts: the run's name, or the file name."""
+    timeline, title = load_subject(ctx, ref)
+    if not Path(ref).exists() and title.startswith("run ") and " · " in title:
+        return timeline, title, title.split(" · ", 1)[1]
+    return timeline, title, Path(title).name or title
+
+
+def _analyze(
+    timeline: Timeline, options: AnalysisOptions, steps: str | None = None, window: str | None = None
+) -> Analysis:
     from .api import analyze
 
-    return analyze(timeline, options)
+    return analyze(timeline, options, steps=steps, window_us=window)
+
+
+def _scoped(timeline: Timeline, steps: str | None, window: str | None) -> Timeline:
+    from .api import scoped_timeline
+
+    return scoped_timeline(timeline, steps, window)
+
+
+def _check_scope(steps: str | None, window: str | None) -> None:
+    """Bad --steps / --window syntax is a usage error before any file is read."""
+    if steps is not None or window is not None:
+        from .analyses.scope import parse_scope
+
+        parse_scope(steps, window)
 
 
 def _echo_json(doc: Any) -> None:
+    """The document as indented JSON, written as bytes straight to stdout (no decode, no copy)."""
     import orjson
 
-    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+    data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
+    out = click.get_binary_stream("stdout")
+    out.write(data)
+    out.flush()
 
 
 def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
@@ -214,13 +282,20 @@ def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
     if console.is_terminal:
         console.print(Group(*analysis_renderables(analysis, title=title, top_gaps=top_gaps)))
     else:  # a pipe or a file: plain text, no colour, no trailing blanks
-        click.echo(format_analysis(analysis, title=title, top_gaps=top_gaps), nl=False)
+        click.echo(format_analysis(analysis, title=title, top_gaps=top_gaps, width=terminal_width()), nl=False)
 
 
 def _human_ns(ns: int) -> str:
-    from .render.compare_text import fmt_ns
+    from .render.format import fmt_ns
 
     return fmt_ns(ns)
+
+
+def terminal_width() -> int:
+    """Columns for human output: $COLUMNS, else the terminal's width, else 100 (a pipe)."""
+    import shutil
+
+    return max(shutil.get_terminal_size((100, 24)).columns, 40)
 
 
 def _safe(text: object, limit: int | None = None) -> str:
@@ -249,23 +324,58 @@ def main() -> None:
 @click.option(
     "--replace", is_flag=True, help="Re-import traces already in the store (e.g. after an upgrade)."
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Local Dask worker processes that parse the rank files of a multi-rank run (default: one per "
+    "core when the files hold ≥ 512 MiB of JSON, else serial; 1 = serial).",
+)
+@click.option(
+    "--scheduler",
+    metavar="tcp://HOST:PORT",
+    help="Parse the rank files on this existing Dask scheduler (its workers must see the same paths).",
+)
 @_db_option
 @click.pass_context
-def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, replace: bool) -> None:
+def import_cmd(
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    name: str | None,
+    replace: bool,
+    workers: int | None,
+    scheduler: str | None,
+) -> None:
     """Import traces into the store and print their run ids.
 
     PATH is a Kineto JSON trace (.json, .json.gz), an nsys SQLite export (.sqlite), an .nsys-rep
-    (exported through nsys when it is installed), a recorded run directory, or a directory of
-    per-rank traces (one multi-rank run). A trace already in the store (same content) is not
-    imported again: its existing run id is printed.
+    (exported through nsys when it is installed), a recorded run directory, or a directory or a
+    quoted glob ('traces/rank*.json.gz') of per-rank traces: one multi-rank run, whose files are
+    parsed in parallel on a local Dask cluster (or on --scheduler). A trace already in the store
+    (same content) is not imported again: its existing run id is printed.
     """
     if name and len(paths) > 1:
         raise click.UsageError("--name needs a single PATH")
     store = open_store(ctx)
+    ctx.meta[_IMPORTING] = True
+    try:
+        failed = _import_each(store, paths, name, replace, workers=workers, scheduler=scheduler)
+    except BaseException:
+        store.discard_if_unused()  # a failed first import into a new --db leaves no empty store
+        raise
+    store.discard_if_unused()
+    if failed:
+        if len(paths) > 1:
+            err(f"{failed} of {len(paths)} paths not imported")
+        ctx.exit(2)
+
+
+def _import_each(store: Store, paths: tuple[Path, ...], name: str | None, replace: bool, **parallel: Any) -> int:
+    """Import each path, printing its run id as it is stored; a bad path is one line on stderr and
+    the others still import. Returns how many failed. `parallel`: workers / scheduler for rank sets."""
     failed = 0
     for path in paths:
         try:
-            rid, new = import_path(store, path, name, replace)
+            rid, new = import_path(store, path, name, replace, **parallel)
         except BadInput as e:
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -278,10 +388,7 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
             err(f"{_safe(path)}: imported as run {rid} ({run.events:,} events)")
         else:
             err(f"{_safe(path)}: already imported as run {rid}")
-    if failed:
-        if len(paths) > 1:
-            err(f"{failed} of {len(paths)} paths not imported")
-        ctx.exit(2)
+    return failed
 
 
 @main.command()
@@ -289,48 +396,19 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
 @_db_option
 @click.pass_context
 def runs(ctx: click.Context, as_json: bool) -> None:
-    """List the runs in the store: id, name, workload, variant, backend, GPU, source."""
+    """List the runs in the store: id, name, backend, GPU, events, trace length, source (one line
+    per run, fitted to the terminal width; --json has every field)."""
     db = _db_path(ctx)
-    records = open_store(ctx, create=False).runs() if db.exists() else []
+    records = open_store(ctx, create=False, read_only=True).runs() if db.exists() else []
     if as_json:
         _echo_json([r.to_dict() for r in records])
         return
     if not records:
         err(f"no runs in {db} (import a trace with `tracelab import PATH` or run `tracelab demo`)")
         return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from .render.runs_text import format_runs_table
 
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for col, just in (
-        ("id", "left"),
-        ("name", "left"),
-        ("workload", "left"),
-        ("variant", "left"),
-        ("backend", "left"),
-        ("gpu", "left"),
-        ("events", "right"),
-        ("span", "right"),
-        ("source", "left"),
-    ):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    for r in records:
-        t.add_row(
-            r.id,
-            Text(_safe(r.name, 60)),
-            Text(_safe(r.workload)),
-            Text(_safe(r.variant)),
-            Text(_safe(r.backend)),
-            Text(_safe(r.gpu, 30)),
-            f"{r.events:,}",
-            _human_ns(r.span_ns),
-            Text(_safe(r.source, 80)),
-        )
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=200, color_system=None)
-    console.print(t)
+    click.echo(format_runs_table(records, terminal_width()))
 
 
 @main.command()
@@ -360,11 +438,26 @@ _orphan_option = click.option(
 )
 
 
+def _scope_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--steps A:B / --window START_US:END_US: restrict every figure to those steps or that window."""
+    f = click.option(
+        "--window",
+        metavar="START_US:END_US",
+        help="Restrict every figure to this window, in µs from the run start (either side may be left out).",
+    )(f)
+    return click.option(
+        "--steps",
+        metavar="A:B",
+        help="Restrict every figure to steps A..B-1 of each rank (e.g. 1: drops the warm-up step; 4 = step 4).",
+    )(f)
+
+
 @main.command()
 @click.argument("run_or_path")
 @click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 2, docs/DESIGN.md).")
 @_gap_option
 @_orphan_option
+@_scope_options
 @click.option(
     "--top",
     "top_gaps",
@@ -382,17 +475,30 @@ def analyze(
     gap_threshold_us: float | None,
     exclude_orphans: bool,
     top_gaps: int,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
-    busy/idle per device, overlap, idle gaps with their causes, findings."""
+    busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
+    _check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
-    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans), steps, window)
+    ranks = None
+    if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks.py), same range
+        from .analyses.ranks import rank_analysis
+
+        ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
     if as_json:
+        from .analyses.ranks import rank_document_of
         from .api import to_json
 
-        _echo_json(to_json(analysis))
+        _echo_json({**to_json(analysis), **(rank_document_of(ranks) if ranks else {})})
     else:
         _print_analysis(analysis, title, top_gaps)
+        if ranks:
+            from .render.ranks_text import format_ranks
+
+            click.echo(format_ranks(ranks), nl=False)
 
 
 @main.command()
@@ -401,20 +507,29 @@ def analyze(
 @click.option("--json", "as_json", is_flag=True, help="Print both analyses and the comparison as JSON.")
 @_gap_option
 @_orphan_option
+@_scope_options
 @_db_option
 @click.pass_context
 def compare(
-    ctx: click.Context, a: str, b: str, as_json: bool, gap_threshold_us: float | None, exclude_orphans: bool
+    ctx: click.Context,
+    a: str,
+    b: str,
+    as_json: bool,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
     gaps by cause, findings and top kernels."""
-    from .analyses.compare import compare as compare_analyses
+    from .api import compare as compare_analyses
 
+    _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
-    tl_a, _ = load_subject(ctx, a)
-    tl_b, _ = load_subject(ctx, b)
-    an_a, an_b = _analyze(tl_a, options), _analyze(tl_b, options)
-    comparison = compare_analyses(an_a, an_b, tl_a, tl_b)
+    tl_a, _, label_a = load_named_subject(ctx, a)
+    tl_b, _, label_b = load_named_subject(ctx, b)
+    an_a, an_b = _analyze(tl_a, options, steps, window), _analyze(tl_b, options, steps, window)
+    comparison = compare_analyses(an_a, an_b, _scoped(tl_a, steps, window), _scoped(tl_b, steps, window))
     if as_json:
         from .analyses.results import SCHEMA_VERSION, to_document
         from .render.compare_text import comparison_document
@@ -430,7 +545,7 @@ def compare(
     else:
         from .render.compare_text import format_comparison
 
-        click.echo(format_comparison(comparison))
+        click.echo(format_comparison(comparison, labels=(label_a, label_b), width=terminal_width()))
 
 
 @main.command()
@@ -440,12 +555,13 @@ def compare(
     "--output",
     "output",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by check_output_path: one line
     help="Report file: .html (self-contained), .md or .json.",
 )
 @click.option("--against", help="Baseline run or trace to compare with.")
 @_gap_option
 @_orphan_option
+@_scope_options
 @_db_option
 @click.pass_context
 def report(
@@ -455,20 +571,67 @@ def report(
     against: str | None,
     gap_threshold_us: float | None,
     exclude_orphans: bool,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
     if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
         raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
-    from .render.reports import write_report
+    from .api import report as write_report
+    from .render.reports import check_output_path
 
+    check_output_path(output)  # before any parsing or analysis
+
+    _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
     timeline, _ = load_subject(ctx, run_or_path)
-    analysis = _analyze(timeline, options)
+    analysis = _analyze(timeline, options, steps, window)
     base = None
     if against:
         tl_b, _ = load_subject(ctx, against)
-        base = (_analyze(tl_b, options), tl_b)
-    write_report(output, analysis, timeline, against=base)
+        base = (_analyze(tl_b, options, steps, window), _scoped(tl_b, steps, window))
+    write_report(output, analysis, _scoped(timeline, steps, window), against=base)
+    click.echo(str(output))
+
+
+@main.command()
+@click.argument("run_or_path")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(path_type=Path),  # checked by check_output_path: one line
+    help="Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).",
+)
+@click.option("--no-sm-lanes", is_flag=True, help="Leave out the per-SM lanes.")
+@_gap_option
+@_orphan_option
+@_db_option
+@click.pass_context
+def export(
+    ctx: click.Context,
+    run_or_path: str,
+    output: Path,
+    no_sm_lanes: bool,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+) -> None:
+    """Export a run or trace for Perfetto / chrome://tracing (Chrome trace-event JSON), with
+    tracelab's idle gaps and their causes, findings, steps and per-SM lanes as extra tracks."""
+    if output.suffix.lower() != ".json":
+        raise BadInput("the export is JSON: use a .json file name (e.g. run.perfetto.json)", output)
+    from .render.perfetto import write_perfetto
+    from .render.reports import check_output_path
+
+    check_output_path(output)  # before any parsing or analysis
+    timeline, _ = load_subject(ctx, run_or_path)
+    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    summary = write_perfetto(output, timeline, analysis, sm_lanes=not no_sm_lanes)
+    for note in summary.notes:
+        err(f"note: {_safe(note)}")
+    err(f"{_safe(output.name, 40)}: {summary.events:,} events on {len(summary.tracks)} tracks "
+        "(open it in ui.perfetto.dev or chrome://tracing)")
     click.echo(str(output))
 
 
@@ -481,10 +644,14 @@ def workloads(as_json: bool) -> None:
     if as_json:
         _echo_json([w.to_dict() for w in WORKLOADS.values()])
         return
+    import textwrap
+
+    width = terminal_width()
     for w in WORKLOADS.values():
-        click.echo(f"{w.name}: {w.description}")
+        click.echo("\n".join(textwrap.wrap(f"{w.name}: {w.description}", width, subsequent_indent="  ")))
         for v in w.variants:
-            click.echo(f"  {v.name:20} {v.description}")
+            text = f"  {v.name:20} {v.description}"
+            click.echo("\n".join(textwrap.wrap(text, width, subsequent_indent=" " * 23)))
         click.echo("")
 
 
@@ -569,14 +736,47 @@ def _default_backend() -> str:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests addressed to this host name (repeatable; '*' for any). Loopback names "
+    "and the --host address are always allowed; other Host or Origin headers get 403 (DNS rebinding).",
+)
 @_db_option
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
+def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve the dashboard over the store (http://HOST:PORT)."""
-    _serve(open_store(ctx), host, port)
+    check_port(host, port)  # before the store is opened: a busy port costs nothing
+    _serve(open_store(ctx), host, port, allow_hosts)
 
 
-def _serve(store: Store, host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
+    """Fail in one line (BadInput, exit 2) when HOST:PORT cannot be listened on (in use, not an address
+    of this machine, a privileged port): checked before the app is built, so no server output appears."""
+    import errno
+    import socket
+
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"cannot listen on {_safe(where)}: unknown host ({_one_line(e)})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does: TIME_WAIT is fine
+        try:
+            sock.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise BadInput(
+                    f"port {port} on {_safe(host)} is already in use (another server? pick one with --port)"
+                ) from None
+            raise BadInput(f"cannot listen on {_safe(where)}: {e.strerror or e}") from None
+
+
+def _serve(store: Store, host: str, port: int, allow_hosts: tuple[str, ...] = ()) -> None:
     try:
         import dash  # noqa: F401
         import plotly  # noqa: F401
@@ -584,11 +784,20 @@ def _serve(store: Store, host: str, port: int) -> None:
         raise MissingDependency(
             f"the dashboard needs dash and plotly ({e}); pip install 'tracelab[app]'"
         ) from None
+    check_port(host, port)
     from app import create_app
 
-    dash_app = create_app(store)
+    dash_app = create_app(store, bind_host=host, allow_hosts=allow_hosts)
     err(f"tracelab dashboard on http://{host}:{port}/ (store {store.path}); Ctrl-C to stop")
-    dash_app.run(host=host, port=port, debug=False)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no per-request lines
+    try:
+        dash_app.run(host=host, port=port, debug=False)
+    except SystemExit as e:  # werkzeug exits 1 when the port was taken between the check and the bind
+        if e.code not in (0, None):
+            raise BadInput(f"port {port} on {_safe(host)} could not be listened on (in use?)") from None
+        raise
 
 
 @main.command()

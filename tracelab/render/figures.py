@@ -15,11 +15,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from tracelab.analyses import units
+from tracelab.analyses.kernels import KERNEL_TABLE_COLUMNS, kernel_table  # noqa: F401  (moved to the analyses)
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
-from tracelab.analyses.units import fmt_bytes  # noqa: F401 - re-exported for the app
-from tracelab.model.kinds import EventKind
-from tracelab.model.timeline import Timeline
+
+from .format import fmt_bytes, fmt_ns  # noqa: F401 - the one formatter; re-exported for the app
 
 # ---------------------------------------------------------------------------------------------
 # text helpers
@@ -30,9 +29,6 @@ def plotly_text(s: object) -> str:
     return html.escape(str(s), quote=False)
 
 
-def fmt_ns(ns: float) -> str:
-    """A duration in the most readable unit, 4 significant digits: 850 ns, 12.3 µs, 4.56 ms, 1.234 s."""
-    return units.fmt_ns(ns, units.SIG4)
 
 
 _TIMELINE_NAMES = {
@@ -241,40 +237,6 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int) -> go.Figure:
 # tables
 
 
-KERNEL_TABLE_COLUMNS = ("name", "count", "total_ns", "mean_ns", "max_ns", "grid", "block", "occupancy")
-
-
-def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.DataFrame:
-    """One row per (kernel name, grid, block): count, total / mean / max duration (ns), and the
-    theoretical occupancy (0..1) when `occupancy` (indexed like timeline.events, NaN = unknown) is
-    given. Sorted by total time. Vectorized groupby."""
-    ev = timeline.events
-    k = ev[ev["kind"] == int(EventKind.KERNEL)]
-    if k.empty:
-        return pd.DataFrame({c: [] for c in KERNEL_TABLE_COLUMNS})
-    df = pd.DataFrame(
-        {
-            "name_id": k["name"].to_numpy(),
-            "grid": k["grid_x"].astype(str) + "×" + k["grid_y"].astype(str) + "×" + k["grid_z"].astype(str),
-            "block": k["block_x"].astype(str)
-            + "×"
-            + k["block_y"].astype(str)
-            + "×"
-            + k["block_z"].astype(str),
-            "dur": (k["end"] - k["start"]).to_numpy(),
-            "occ": occupancy.reindex(k.index).to_numpy(dtype=float) if occupancy is not None else np.nan,
-        }
-    )
-    unknown = k["grid_x"].to_numpy() < 0
-    df.loc[unknown, "grid"] = ""
-    df.loc[k["block_x"].to_numpy() < 0, "block"] = ""
-    g = df.groupby(["name_id", "grid", "block"], sort=False)
-    out = g["dur"].agg(count="count", total_ns="sum", mean_ns="mean", max_ns="max").reset_index()
-    out["occupancy"] = g["occ"].mean().to_numpy()
-    out["mean_ns"] = out["mean_ns"].round().astype(np.int64)
-    out.insert(0, "name", timeline.names(out["name_id"].to_numpy()))
-    out = out.drop(columns="name_id").sort_values("total_ns", ascending=False, kind="stable")
-    return out[list(KERNEL_TABLE_COLUMNS)].reset_index(drop=True)
 
 
 GAPS_TABLE_COLUMNS = (
@@ -295,8 +257,10 @@ def gaps_table(gaps: Sequence[Gap], origin_ns: int) -> pd.DataFrame:
 
 
 def analysis_origin(analysis: Analysis) -> int:
-    starts = [d.start_ns for d in analysis.devices]
-    return int(min(starts)) if starts else 0
+    """The run start (tracelab.render.format.run_origin): the one time origin of every view."""
+    from tracelab.render.format import run_origin
+
+    return run_origin(analysis)
 
 
 _COMPARE_BARS = (
