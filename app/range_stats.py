@@ -1,23 +1,19 @@
 """Statistics of a time range selected on the timeline, computed by the library's analyses on the run
-restricted to that range (the same figures as `tracelab analyze --window T0:T1`).
-
-`clip_to_window` is the restriction until `tracelab.analyses.scope.apply_scope` is in main: events
-that overlap [t0, t1) are kept and cut at its edges (instants inside it are kept). Swap the one call
-in `range_analysis` when it lands.
-"""
+restricted to that range: `tracelab.api.analyze(..., window_us=...)`, the same call and the same
+figures as `tracelab analyze RUN --window START_US:END_US` (`tracelab.analyses.scope`: events that
+overlap the range, clipped at its edges)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 from dash import html
 
-from tracelab.analyses.results import Analysis, AnalysisOptions
-from tracelab.api import analyze
+from tracelab.analyses.results import Analysis
+from tracelab.analyses.scope import run_start
+from tracelab.api import analyze, scoped_timeline
 from tracelab.model.kinds import EventKind
-from tracelab.model.timeline import Timeline
 from tracelab.render.figures import fmt_ns
 from tracelab.store import RunRecord
 
@@ -25,42 +21,35 @@ from .state import AppState
 from .timeline_view import run_steps
 
 
-def clip_to_window(timeline: Timeline, t0: int, t1: int) -> Timeline:
-    """The timeline restricted to [t0, t1): events overlapping it (Store.window's rule), their start
-    and end clipped to it. Vectorized; the string, lane and device tables are shared."""
-    ev = timeline.events
-    start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
-    hi = int(np.searchsorted(start, t1, side="left"))
-    m = np.zeros(len(ev), dtype=bool)
-    m[:hi] = (end[:hi] > t0) | (start[:hi] >= t0)
-    part = ev[m].copy()
-    part["start"] = np.clip(part["start"].to_numpy(), t0, t1)
-    part["end"] = np.clip(part["end"].to_numpy(), t0, t1)
-    part = part.sort_values("start", kind="stable").reset_index(drop=True)
-    return replace(timeline, events=part, sm_blocks=None)
+def window_us(origin: int, t0: int, t1: int) -> str:
+    """[t0, t1) (trace clock ns) as `--window START_US:END_US` from the run start, exactly (3 decimals)."""
+
+    def us(ns: int) -> str:
+        d = int(ns) - int(origin)
+        return f"{d // 1000}.{d % 1000:03d}"
+
+    return f"{us(t0)}:{us(t1)}"
 
 
 @dataclass(frozen=True)
 class RangeStats:
     t0: int
     t1: int
+    window: str  # the range as `--window START_US:END_US`
     analysis: Analysis
     top_kernels: pd.DataFrame  # name, count, total_ns (clipped to the range)
     steps: pd.DataFrame  # rank, start, end, label of the steps overlapping the range
 
 
-def range_analysis(state: AppState, run_id: str, t0: int, t1: int) -> Analysis:
-    """`analyze` of the run restricted to [t0, t1) (cached per range)."""
-    return state.cached(
-        ("range", run_id, int(t0), int(t1)),
-        lambda: analyze(clip_to_window(state.timeline(run_id), int(t0), int(t1)), AnalysisOptions()),
-    )
+def range_analysis(state: AppState, run_id: str, window: str) -> Analysis:
+    """`analyze` of the run restricted to `window` (START_US:END_US from the run start; cached)."""
+    return state.cached(("range", run_id, window), lambda: analyze(state.timeline(run_id), window_us=window))
 
 
 def range_stats(state: AppState, run_id: str, t0: int, t1: int, top: int = 5) -> RangeStats:
     tl = state.timeline(run_id)
-    clipped = clip_to_window(tl, t0, t1)
-    ev = clipped.events
+    window = window_us(run_start(tl), t0, t1)
+    ev = scoped_timeline(tl, window_us=window).events
     k = ev[ev["kind"].to_numpy() == int(EventKind.KERNEL)]
     dur = (k["end"] - k["start"]).to_numpy()
     kernels = (
@@ -73,7 +62,7 @@ def range_stats(state: AppState, run_id: str, t0: int, t1: int, top: int = 5) ->
     kernels["name"] = tl.names(kernels["name"].to_numpy())
     steps = run_steps(state, run_id)
     steps = steps[(steps["end"] > t0) & (steps["start"] < t1)]
-    return RangeStats(int(t0), int(t1), range_analysis(state, run_id, t0, t1), kernels, steps)
+    return RangeStats(int(t0), int(t1), window, range_analysis(state, run_id, window), kernels, steps)
 
 
 def _row(label: str, value: str) -> html.Tr:
@@ -89,7 +78,7 @@ def range_panel(record: RunRecord, stats: RangeStats, *, full: bool = False) -> 
         [
             html.B(f"Range +{fmt_ns(stats.t0 - origin)} … +{fmt_ns(stats.t1 - origin)}"),
             f" ({fmt_ns(stats.t1 - stats.t0)}) · same figures as ",
-            html.Code(f"tracelab analyze {record.id} --window {stats.t0}:{stats.t1}"),
+            html.Code(f"tracelab analyze {record.id} --window {stats.window}"),
         ],
         className="range-head",
     )

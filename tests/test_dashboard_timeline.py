@@ -4,12 +4,15 @@ fraction, the range statistics' restriction, Compare's related baseline."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from app.pages.compare import related_baseline
-from app.range_stats import clip_to_window
+from app.range_stats import window_us
 from tracelab.model.kinds import LaneKind
 from tracelab.render.lod import LEVELS, level_of_detail
 from tracelab.render.timeline import (
@@ -113,18 +116,38 @@ def test_aggregated_bins_are_as_thick_as_they_are_busy():
     assert sorted(widths) == [BOX_PX * LEVELS[0], BOX_PX]
 
 
-def test_clip_to_window_keeps_and_cuts_overlapping_events():
-    from test_app_callbacks import synthetic_timeline
+def test_window_us_is_exact_and_range_stats_are_the_cli_window():
+    """The panel's range is `--window START_US:END_US` from the run start with ns precision, and its
+    figures are `tracelab.api.analyze(..., window_us=...)`'s; busy is checked against a union
+    computed here."""
+    from test_app_callbacks import make_store
 
-    tl = synthetic_timeline()
-    t0 = int(tl.events["start"].min()) + 15_000
-    t1 = t0 + 50_000
-    part = clip_to_window(tl, t0, t1).events
-    ev = tl.events
-    keep = (ev["start"] < t1) & ((ev["end"] > t0) | (ev["start"] >= t0))
-    assert len(part) == int(keep.sum())
-    assert part["start"].min() >= t0 and part["end"].max() <= t1
-    assert (np.diff(part["start"].to_numpy()) >= 0).all()
+    from app.range_stats import range_stats
+    from app.state import AppState
+
+    assert window_us(1_000, 1_000 + 1_234_567, 1_000 + 2_000_001) == "1234.567:2000.001"
+    store, a, _ = make_store(Path(tempfile.mkdtemp()) / "s.db")
+    state = AppState(store=store)
+    ev = state.timeline(a).events
+    origin = int(ev["start"].min())
+    # step 0's kernels from the 2nd on, and the start of the NVTX range "step 1" (2.0 .. 3.5 ms): the
+    # first step-like range (the run's first range has a hostile name), so tracelab's step 0, as
+    # `--steps 0` counts it
+    t0, t1 = origin + 15_000, origin + 2_100_000
+    stats = range_stats(state, a, t0, t1)
+    gpu = ev[ev["kind"].isin([0, 1, 2]) & (ev["end"] > t0) & (ev["start"] < t1)]
+    spans = sorted(zip(np.clip(gpu["start"], t0, t1).tolist(), np.clip(gpu["end"], t0, t1).tolist()))
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in spans:
+        if cur_e is None or s > cur_e:
+            busy += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    assert stats.analysis.devices[0].busy_ns == busy
+    assert stats.window == "15.000:2100.000"
+    assert list(stats.steps["label"]) == ["step 0"]
 
 
 def _record(rid, name, workload="", variant="", backend="", source=""):

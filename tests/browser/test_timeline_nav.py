@@ -158,8 +158,8 @@ def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     return total + (cur_e - cur_s if cur_e is not None else 0)
 
 
-def _cli_window_busy(rid: str, db: str, t0: int, t1: int) -> int | None:
-    """busy_ns of `tracelab analyze RUN --window T0:T1 --json`, or None when the CLI has no --window."""
+def _cli_window_busy(rid: str, db: str, window: str) -> int | None:
+    """busy_ns of `tracelab analyze RUN --window START_US:END_US --json`, or None without --window."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACELAB_DB": db}
     help_text = subprocess.run(
         [sys.executable, "-m", "tracelab", "analyze", "--help"], capture_output=True, text=True, env=env, check=True
@@ -167,7 +167,7 @@ def _cli_window_busy(rid: str, db: str, t0: int, t1: int) -> int | None:
     if "--window" not in help_text:
         return None
     out = subprocess.run(
-        [sys.executable, "-m", "tracelab", "analyze", rid, "--window", f"{t0}:{t1}", "--json"],
+        [sys.executable, "-m", "tracelab", "analyze", rid, "--window", window, "--json", "--db", db],
         capture_output=True, text=True, env=env, check=True,
     ).stdout
     return int(json.loads(out)["devices"][0]["busy_ns"])
@@ -192,18 +192,19 @@ def test_drag_select_shows_range_statistics(browser, server, shots):
     wait_for(browser, lambda: css(browser, "#tl-range .range-device"), what="the range statistics panel")
     panel = css(browser, "#tl-range")[0].text
     assert "busy" in panel and "steps in range" in panel and "top kernels in range" in panel
-    cmd = panel.split("--window ")[1].split()[0]
-    t0, t1 = (int(v) for v in cmd.split(":"))
+    window = panel.split("--window ")[1].split()[0]  # START_US:END_US from the run start
+    ev = server["store"].load(rid).events
+    origin = int(ev["start"].min())
+    t0, t1 = (origin + round(float(v) * 1000) for v in window.split(":"))
     rec = server["store"].get_run(rid)
     span = rec.span_ns
     assert 0.25 * span < t0 - rec.start_ns < 0.35 * span and 0.2 * span < t1 - t0 < 0.3 * span
     busy_shown = int(css(browser, "#tl-range .range-device")[0].get_attribute("data-busy-ns"))
     # independent: the union of the device's kernels / memcpys / memsets clipped to the range
-    ev = server["store"].load(rid).events
     gpu = ev[ev["kind"].isin([0, 1, 2]) & (ev["end"] > t0) & (ev["start"] < t1)]
     expected = _union_ns(np.clip(gpu["start"].to_numpy(), t0, t1), np.clip(gpu["end"].to_numpy(), t0, t1))
     assert busy_shown == expected > 0
-    cli = _cli_window_busy(rid, str(server["store"].path), t0, t1)
+    cli = _cli_window_busy(rid, str(server["store"].path), window)
     if cli is not None:
         assert busy_shown == cli
     css(browser, "#tl-analyze-range")[0].click()
