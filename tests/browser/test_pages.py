@@ -173,7 +173,7 @@ def test_timeline_zoom_requeries_and_updates_url(browser, server, screenshots):
     wait_for(
         browser,
         lambda: (
-            css(browser, "#tl-info")[0].text != before and "window 200 µs" in css(browser, "#tl-info")[0].text
+            css(browser, "#tl-info")[0].text != before and "window 200.0 µs" in css(browser, "#tl-info")[0].text
         ),
         what="the zoomed view",
     )
