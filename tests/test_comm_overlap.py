@@ -46,7 +46,11 @@ def test_workload_listed_with_three_variants_and_two_ranks():
     assert wl.world_size == 2
     assert wl.parameters(True)["comm_sms"] == 24
     out = subprocess.run(
-        [sys.executable, "-m", "tracelab", "workloads", "--json"], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "tracelab", "workloads", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
     )
     doc = json.loads(out.stdout)
     entry = next(w for w in doc if w["name"] == "comm_overlap")
@@ -226,3 +230,79 @@ def test_explanation_of_sequential_against_itself_is_the_same(runs):
     e = comm_overlap_explanation(tl, tl)
     assert e.verdict == "same" and e.ratio == 1.0 and not e.partitioned
     assert "takes as long as" in explain_comm_overlap(e)
+
+
+# ---- a real two-process recording (H100, torchrun, gloo: two ranks on one GPU) -----------------
+@pytest.fixture(scope="module")
+def gloo_runs(tmp_path_factory) -> Path:
+    import tarfile
+
+    d = tmp_path_factory.mktemp("gloo")
+    with tarfile.open(ROOT / "tests" / "data" / "comm_overlap_gloo_h100.tar.xz") as tf:
+        tf.extractall(d, filter="data")
+    return d
+
+
+def _kernels(tl, name_prefix: str):
+    from tracelab.model import EventKind
+
+    ev = tl.events
+    ids = [i for i, s in enumerate(tl.strings) if s.startswith(name_prefix)]
+    return ev[(ev["kind"] == int(EventKind.KERNEL)) & ev["name"].isin(ids)]
+
+
+@pytest.mark.parametrize("variant", ["sequential", "streams", "green_ctx"])
+def test_torchrun_per_rank_traces_load_as_two_ranks(gloo_runs, variant):
+    run = gloo_runs / f"comm_overlap-{variant}-torch-gloo"
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["world_size"] == 2 and meta["trace_file"] == "ranks"
+    assert sorted(p.name for p in (run / "ranks").iterdir()) == ["rank0.json.gz", "rank1.json.gz"]
+    assert (run / "meta_rank1.json").is_file()
+    tl = load_run_dir(run)
+    assert sorted(set(tl.events["rank"].tolist())) == [0, 1]
+    gemm = _kernels(tl, "nvjet_")
+    per_rank = gemm.groupby("rank").size().to_dict()
+    steps, matmuls = meta["params"]["steps"], meta["params"]["matmuls"]
+    assert per_rank == {0: steps * matmuls, 1: steps * matmuls}
+    # gloo reduces on the host: no NCCL kernel, so the comm/partition explanation does not apply
+    assert not has_comm(tl)
+    assert all(r.comm_ns == 0 and r.comm_kernels == 0 for r in rank_comm(tl))
+
+
+def test_green_ctx_partitions_on_both_ranks_torch_and_nsys(gloo_runs):
+    tl = load_run_dir(gloo_runs / "comm_overlap-green_ctx-torch-gloo")
+    sms = {(c.rank, c.green_context): c.sm_count for c in tl.contexts if c.is_green}
+    gemm = _kernels(tl, "nvjet_")
+    small = _kernels(tl, "tl_probe_small_partition")
+    for rank in (0, 1):
+        g = set(gemm[gemm["rank"] == rank]["green_context"].tolist())
+        s = set(small[small["rank"] == rank]["green_context"].tolist())
+        assert len(g) == 1 and len(s) == 1 and g != s
+        assert sms[(rank, g.pop())] == 132 - 24 and sms[(rank, s.pop())] == 24
+    for r in rank_comm(tl):
+        assert r.compute_partition_sms == 108
+    nsys = load_run_dir(gloo_runs / "comm_overlap-green_ctx-nsys-gloo")
+    # one export of both processes: their contexts stay apart, both GEMM streams in the 108-SM context
+    assert any("several processes" in n for n in nsys.meta.notes)
+    g = _kernels(nsys, "nvjet_")
+    assert len(g) == 2 * 3 * 4
+    gc = set(g["green_context"].tolist())
+    assert len(gc) == 1
+    assert {c.sm_count for c in nsys.contexts if c.green_context in gc} == {108}
+    assert sorted(c.sm_count for c in nsys.contexts if c.is_green) == [24, 108]
+
+
+def test_collectives_of_one_rank_on_two_gpus_are_matched_by_device(runs, tmp_path):
+    """An nsys export of a torchrun job on one host is one rank driving two GPUs: the devices are
+    the participants."""
+    from dataclasses import replace as dc_replace
+
+    tl = load_run_dir(runs["streams"])
+    ev = tl.events.copy()
+    ev.loc[ev["device"] >= 0, "device"] = ev.loc[ev["device"] >= 0, "rank"]  # GPU work: rank r → GPU r
+    ev["rank"] = 0
+    sk_rank = collective_skew(tl)
+    sk_dev = collective_skew(dc_replace(tl, events=ev))
+    assert sk_dev.by == "device" and sk_dev.ranks == (0, 1)
+    assert [c.skew_ns for c in sk_dev.collectives] == [c.skew_ns for c in sk_rank.collectives]
+    assert sk_dev.last_counts == (0, 48)

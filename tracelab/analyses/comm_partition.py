@@ -81,6 +81,7 @@ class CollectiveSkew:
     max_skew_ns: int
     last_counts: tuple[int, ...]  # per rank: how often it was last
     wait_ns: int  # total wait, all collectives
+    by: Literal["rank", "device"] = "rank"  # participants: ranks, or the GPUs of a single rank
 
 
 def _gpu_kernels(tl: Timeline) -> np.ndarray:
@@ -165,21 +166,31 @@ def rank_comm(tl: Timeline) -> tuple[RankComm, ...]:
 
 
 def collective_skew(tl: Timeline) -> CollectiveSkew:
-    """Comm kernels matched across ranks by order (first device of each rank), with skew and the
-    last rank per collective."""
+    """Comm kernels matched across ranks by order (first device of each rank; the devices when the
+    trace has one rank driving several GPUs), with skew and the last rank per collective."""
     ev = tl.events
     rows = _gpu_kernels(tl)
     comm = rows[(ev["flags"].to_numpy()[rows] & Flag.COMM) != 0]
     rank_c, dev_c, start = ev["rank"].to_numpy(), ev["device"].to_numpy(), ev["start"].to_numpy()
     ranks = sorted({int(r) for r in rank_c[comm]})
+    by: Literal["rank", "device"] = "rank"
+    if len(ranks) == 1 and np.unique(dev_c[comm]).size > 1:
+        # one rank driving several GPUs (an nsys export of a torchrun job on one host): the GPUs
+        # are the participants
+        by, key = "device", dev_c
+        ranks = sorted({int(d) for d in dev_c[comm]})
+    else:
+        key = rank_c
     per_rank: list[np.ndarray] = []
     for r in ranks:
-        on = comm[rank_c[comm] == r]
-        first_dev = dev_c[on].min()
-        on = on[dev_c[on] == first_dev]
+        on = comm[key[comm] == r]
+        if by == "rank":
+            on = on[dev_c[on] == dev_c[on].min()]
         per_rank.append(on[np.argsort(start[on], kind="stable")])
     if len(ranks) < 2:
-        return CollectiveSkew(tuple(ranks), (), 0, sum(p.size for p in per_rank), 0, 0, (0,) * len(ranks), 0)
+        return CollectiveSkew(
+            tuple(ranks), (), 0, sum(p.size for p in per_rank), 0, 0, (0,) * len(ranks), 0, by
+        )
     n = min(p.size for p in per_rank)
     starts = np.stack([start[p[:n]] for p in per_rank])  # (ranks, n)
     latest = starts.max(axis=0)
@@ -188,7 +199,14 @@ def collective_skew(tl: Timeline) -> CollectiveSkew:
     wait = (latest[None, :] - starts).sum(axis=0)
     names = ev["name"].to_numpy()[per_rank[0][:n]]
     colls = tuple(
-        Collective(i, int(names[i]), tuple(int(x) for x in starts[:, i]), int(skew[i]), ranks[int(last[i])], int(wait[i]))
+        Collective(
+            i,
+            int(names[i]),
+            tuple(int(x) for x in starts[:, i]),
+            int(skew[i]),
+            ranks[int(last[i])],
+            int(wait[i]),
+        )
         for i in range(n)
     )
     counts = np.bincount(last, minlength=len(ranks)) if n else np.zeros(len(ranks), dtype=np.int64)
@@ -197,10 +215,11 @@ def collective_skew(tl: Timeline) -> CollectiveSkew:
         collectives=colls,
         matched=int(n),
         unmatched=int(sum(p.size for p in per_rank) - n * len(ranks)),
-        mean_skew_ns=int(round(float(skew.mean()))) if n else 0,
+        mean_skew_ns=round(float(skew.mean())) if n else 0,
         max_skew_ns=int(skew.max()) if n else 0,
         last_counts=tuple(int(c) for c in counts),
         wait_ns=int(wait.sum()),
+        by=by,
     )
 
 

@@ -24,8 +24,10 @@ def explain_comm_overlap(e: CommOverlapExplanation) -> str:
     parts = [
         f"{head} ({fmt_ns(e.variant_span_ns)} vs {fmt_ns(e.baseline_span_ns)} on the slowest rank).",
         f"Communication overlapped with compute: {_pct(e.variant_overlap)} vs {_pct(e.baseline_overlap)}.",
-        f"Compute kernels take {_times(e.compute_ratio)} and communication kernels {_times(e.comm_ratio)}"
-        f" their time in {e.baseline}.",
+        (
+            f"Compute kernels take {_times(e.compute_ratio)} and communication kernels"
+            f" {_times(e.comm_ratio)} their time in {e.baseline}."
+        ),
     ]
     if e.partitioned:
         pays = "pays for itself" if e.verdict == "speedup" else "does not pay for itself"
@@ -49,7 +51,9 @@ def explain_comm_overlap(e: CommOverlapExplanation) -> str:
 
 def rank_comm_lines(rows: tuple[RankComm, ...]) -> list[str]:
     """A small per-rank table (≤ 100 columns)."""
-    out = [f"{'rank':>4} {'dev':>3} {'compute':>10} {'comm':>10} {'overlap':>10} {'of comm':>7} {'NCCL SMs':>8}"]
+    out = [
+        f"{'rank':>4} {'dev':>3} {'compute':>10} {'comm':>10} {'overlap':>10} {'of comm':>7} {'NCCL SMs':>8}"
+    ]
     for r in rows:
         out.append(
             f"{r.rank:>4} {r.device:>3} {fmt_ns(r.compute_ns):>10} {fmt_ns(r.comm_ns):>10}"

@@ -289,11 +289,11 @@ def _finish_rank(
     seed: int,
 ) -> Path:
     """A multi-rank variant: rank R writes `ranks/rank<R>.json.gz` (torch backend) and
-    `ranks/meta_rank<R>.json`; rank 0 also writes meta.json naming the ranks directory (torch) or
+    `meta_rank<R>.json`; rank 0 also writes meta.json naming the ranks directory (torch) or
     the one nsys export of all processes."""
     ranks = out / RANKS_DIR
-    ranks.mkdir(parents=True, exist_ok=True)
     if prof is not None:
+        ranks.mkdir(parents=True, exist_ok=True)
         prof.stop()
         tmp = ranks / f"rank{rank}.json"
         prof.export_chrome_trace(str(tmp))
@@ -307,7 +307,8 @@ def _finish_rank(
         "facts": facts,
         "gpu": gpu_facts(),
     }
-    (ranks / f"meta_rank{rank}.json").write_text(json.dumps(per_rank, indent=1, default=str))
+    # beside, not inside, the ranks directory: that one holds only traces (it is loaded as per-rank traces)
+    (out / f"meta_rank{rank}.json").write_text(json.dumps(per_rank, indent=1, default=str))
     if hasattr(module, "finish"):
         module.finish()
     if rank == 0:
