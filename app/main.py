@@ -3,15 +3,18 @@ callbacks are the pages' plain functions, wrapped thinly so the tests can call t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import dash
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
+from tracelab.sandbox import Budget
 from tracelab.store import Store
 
 from .components import PAGES
+from .guards import allowed_hosts, guarded, install_request_guards
 from .pages import compare, gaps, kernels, overlap, runs, timeline
 from .state import STATE_KEY, AppState, current_state
 from .urls import href
@@ -27,14 +30,15 @@ def _not_found(**_ignored: Any) -> html.Div:
 
 
 def _register_pages() -> None:
-    order = 0
-    for module, path, name in (
-        (runs, "/", "Runs"),
-        (timeline, "/timeline", "Timeline"),
-        (gaps, "/gaps", "Gaps & findings"),
-        (overlap, "/overlap", "Overlap"),
-        (kernels, "/kernels", "Kernels"),
-        (compare, "/compare", "Compare"),
+    for order, (module, path, name) in enumerate(
+        (
+            (runs, "/", "Runs"),
+            (timeline, "/timeline", "Timeline"),
+            (gaps, "/gaps", "Gaps & findings"),
+            (overlap, "/overlap", "Overlap"),
+            (kernels, "/kernels", "Kernels"),
+            (compare, "/compare", "Compare"),
+        )
     ):
         dash.register_page(
             module.__name__,
@@ -44,7 +48,6 @@ def _register_pages() -> None:
             layout=module.layout,
             order=order,
         )
-        order += 1
     dash.register_page("app.pages.not_found_404", path="/404", name="Not found", layout=_not_found, order=99)
 
 
@@ -78,14 +81,26 @@ def nav_hrefs(search: str | None) -> list[str]:
 
 
 def create_app(
-    store: Store, *, import_dir: str | Path | None = None, max_upload_bytes: int = 200 * 2**20
+    store: Store,
+    *,
+    import_dir: str | Path | None = None,
+    max_upload_bytes: int = 200 * 2**20,
+    max_expanded_bytes: int = 1 * 2**30,
+    upload_budget: Budget | None = None,
+    bind_host: str = "127.0.0.1",
+    allow_hosts: Iterable[str] = (),
 ) -> Dash:
     """The dashboard over `store`. Uploads are written only under `import_dir` (or a temporary
-    directory removed after the import) and limited to `max_upload_bytes`."""
+    directory removed after the import), limited to `max_upload_bytes` as sent and to
+    `max_expanded_bytes` once decompressed, and parsed in a child process under `upload_budget`.
+    Requests whose Host (or Origin) is not the bound address, a loopback name or one of
+    `allow_hosts` are refused with 403 (DNS rebinding); `allow_hosts=["*"]` turns that off."""
     state = AppState(
         store=store,
         import_dir=Path(import_dir) if import_dir is not None else None,
         max_upload_bytes=int(max_upload_bytes),
+        max_expanded_bytes=int(max_expanded_bytes),
+        upload_budget=upload_budget or Budget(),
     )
     app = Dash(
         "app",
@@ -99,6 +114,7 @@ def create_app(
     app.server.config[STATE_KEY] = state
     # base64 inflates uploads by 4/3; leave room for the JSON around it
     app.server.config["MAX_CONTENT_LENGTH"] = int(max_upload_bytes * 4 / 3) + 1_000_000
+    install_request_guards(app.server, allowed_hosts(bind_host, allow_hosts))
     _register_pages()
     app.layout = _shell
     _register_callbacks(app)
@@ -120,6 +136,7 @@ def _register_callbacks(app: Dash) -> None:
         State("upload", "filename"),
         prevent_initial_call=True,
     )
+    @guarded(lambda message: (html.Div(message, className="upload-error", id="upload-result"), no_update))
     def _upload(contents, filename):
         message, listing = runs.on_upload(current_state(), contents, filename)
         return message, listing.children
@@ -139,6 +156,7 @@ def _register_callbacks(app: Dash) -> None:
         State("tl-view", "data"),
         prevent_initial_call=True,
     )
+    @guarded(lambda message: (no_update, no_update, no_update, message, no_update))
     def _timeline(relayout, click, show, _zo, _full, _clear, view):
         trig = ctx.triggered_id
         trigger = {
@@ -197,6 +215,7 @@ def _register_callbacks(app: Dash) -> None:
         State("gaps-run", "data"),
         prevent_initial_call=True,
     )
+    @guarded(lambda _message: no_update)
     def _gap_click(active_cell, click, rows, run_info):
         if ctx.triggered_id == "gaps-table":
             target = gaps.gap_click_href(run_info or {}, active_cell=active_cell, rows=rows)
@@ -211,5 +230,6 @@ def _register_callbacks(app: Dash) -> None:
         Input("compare-b", "value"),
         prevent_initial_call=True,
     )
+    @guarded(lambda message: (html.Div(message, className="upload-error"), no_update))
     def _compare(a, b):
         return compare.on_compare(current_state(), a, b)

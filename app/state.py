@@ -20,6 +20,7 @@ import pandas as pd
 from tracelab.analyses.results import Analysis, AnalysisOptions
 from tracelab.errors import BadInput, MissingDependency, UnknownRun
 from tracelab.model.timeline import Timeline
+from tracelab.sandbox import Budget
 from tracelab.store import RunRecord, Store
 
 STATE_KEY = "TRACELAB_APP_STATE"
@@ -77,6 +78,10 @@ class AppState:
     store: Store
     import_dir: Path | None = None
     max_upload_bytes: int = 200 * 2**20
+    max_expanded_bytes: int = 1 * 2**30  # an upload after decompression (docs/DECISIONS.md)
+    upload_budget: Budget = field(default_factory=Budget)  # the child process that parses an upload
+    # one upload child at a time: N hostile uploads cannot take N memory budgets
+    upload_slot: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(1))
     width_px: int = 1600
     max_items: int = 4000
     _timelines: _Lru = field(default_factory=lambda: _Lru(3))
@@ -91,7 +96,8 @@ class AppState:
     def device_names(self, run_id: str) -> dict[tuple[int, int], str]:
         """GPU names by (rank, device), from the run's device table (cached with the run)."""
         return self._misc.get(
-            ("device_names", run_id), lambda: {(d.rank, d.device): d.name for d in self.timeline(run_id).devices}
+            ("device_names", run_id),
+            lambda: {(d.rank, d.device): d.name for d in self.timeline(run_id).devices},
         )
 
     def runs(self) -> list[RunRecord]:
@@ -117,11 +123,9 @@ class AppState:
         return self._misc.get(("corr", run_id), lambda: CorrelationIndex.build(self.timeline(run_id)))
 
     def analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis:
-        """The run's analysis (cached). MissingDependency when the analyses are not installed."""
-        try:
-            from tracelab.analyses import analyze  # type: ignore[attr-defined]
-        except ImportError as exc:  # pragma: no cover - only while the analyses package is incomplete
-            raise MissingDependency(f"the analyses are not available: {exc}") from None
+        """The run's analysis (cached), through the library facade (findings with their prose)."""
+        from tracelab.api import analyze
+
         return self._analyses.get((run_id, options), lambda: analyze(self.timeline(run_id), options))
 
     def cached_analysis(self, run_id: str, options: AnalysisOptions = AnalysisOptions()) -> Analysis | None:

@@ -98,6 +98,11 @@ def _gap_case(cause: str):
         tb.cpu_op("aten::slow_python_op", 95, 195)
         tb.kernel(300, 100, stream=7, name="kernel_B", launch_at=291)
     elif cause == "no_work":
+        # launched by a thread with no recorded activity before its launch: the host was absent
+        tb.kernel(300, 100, stream=7, name="kernel_B", launch_at=292, tid=3)
+    elif cause == "between_calls":
+        # nothing recorded between the calls of the launching thread: busy on the host, not "no work"
+        tb.api("cudaLaunchKernel", 50, 5)
         tb.kernel(300, 100, stream=7, name="kernel_B", launch_at=292)
     elif cause == "dependency_wait":
         tb.api("cudaStreamWaitEvent", 40, 3)
@@ -138,11 +143,22 @@ def _gap_case(cause: str):
             "launch_latency",
             "launch_latency",
             (
-                "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1; host busy 99% "
-                "of the gap (in aten::slow_python_op)"
+                "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1, which was not "
+                "waiting for the GPU; host busy 99% of the time up to the next launch (recorded: CPU ops and CUDA API "
+                "calls) (in aten::slow_python_op)"
             ),
         ),
-        ("no_work", "no_work", "no CUDA API call or CPU op recorded for 100% of the gap"),
+        (
+            "between_calls",
+            "launch_latency",
+            # launch at 292: [100, 292) has no recorded activity of thread 1 -> 0% (CUDA API calls only)
+            "host busy 0% of the time up to the next launch (recorded: CUDA API calls only",
+        ),
+        (
+            "no_work",
+            "no_work",
+            "cudaLaunchKernel on thread 3 has no recorded activity before its launch at +192.0 µs",
+        ),
         ("dependency_wait", "dependency_wait", "last cudaStreamWaitEvent at -60.0 µs"),
         ("unknown", "unknown", "its launch is not in the trace"),
     ],
@@ -178,7 +194,8 @@ def test_gap_threshold_and_order():
     assert [(g.start_ns, g.duration_ns) for g in gaps] == [(us(25), us(75)), (us(110), us(20))]  # time order
     gaps = analyze(tl, AnalysisOptions(gap_threshold_ns=1_000)).gaps
     assert [g.duration_ns for g in gaps] == [us(5), us(75), us(20)]
-    assert all(g.cause == "dependency_wait" for g in gaps)  # all launched up front
+    # all launched up front, but nothing shows a queued dependency: unknown, and the evidence says so
+    assert all(g.cause == "unknown" and "no stream-wait or event record" in g.evidence for g in gaps)
 
 
 def test_gaps_are_per_device_and_within_span():
@@ -223,7 +240,8 @@ def test_exclude_orphans_and_notes():
     tl = tb.build(notes=("parser: 1 GPU event without a matching launch",))
     full = analyze(tl)
     assert full.devices[0].busy_ns == us(200) and full.devices[0].span_ns == us(600)
-    assert full.notes == ("parser: 1 GPU event without a matching launch",)
+    assert full.notes[0] == "parser: 1 GPU event without a matching launch"
+    assert len(full.notes) == 2 and "no training steps" in full.notes[1]  # steps: tracelab.analyses.steps
     lens = analyze(tl, AnalysisOptions(exclude_orphans=True))
     assert lens.devices[0].busy_ns == us(100) and lens.devices[0].span_ns == us(100)
     assert lens.notes[0].startswith("parser:") and "excluded 1 GPU events" in lens.notes[1]
@@ -238,11 +256,14 @@ def test_no_gpu_activity():
     assert any("no GPU activity" in n for n in a.notes)
 
 
-def test_document_is_schema_1_json():
-    doc = to_document(analyze(_gap_case("item")))
+def test_document_is_schema_2_json():
+    a = analyze(_gap_case("item"))
+    doc = to_document(a)
     text = json.dumps(doc)
     back = json.loads(text)
-    assert back["schema"] == 1
+    assert back["schema"] == 2
+    assert back["gaps"][0]["host_data"] == "cpu_ops" and back["notes"] == list(a.notes)
+    assert set(back) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes"}
     assert back["devices"][0]["busy_ns"] == us(202)
     assert back["gaps"][0]["cause"] == "host_sync"
     assert set(back["devices"][0]["overlap"]) == {
@@ -262,7 +283,8 @@ def test_multi_rank_host_lookup_is_per_rank():
     tb.cpu_op("aten::busy", 5, 95, rank=1)
     tb.kernel(100, 10, rank=1, launch_at=95)
     a = analyze(tb.build())
-    assert [(g.rank, g.cause) for g in a.gaps] == [(0, "dependency_wait"), (1, "launch_latency")]
+    # rank 0's kernel was queued but nothing shows what it waited for: unknown
+    assert [(g.rank, g.cause) for g in a.gaps] == [(0, "unknown"), (1, "launch_latency")]
 
 
 def test_profiler_sync_record_defers_to_its_api_call():

@@ -198,7 +198,7 @@ def test_import_runs_analyze(env):
     assert human.exit_code == 0 and rid in human.stdout and "train.json" in human.stdout
 
     doc = orjson.loads(run("analyze", rid, "--json").stdout)
-    assert set(doc) == {"schema", "trace", "devices", "gaps", "findings"} and doc["schema"] == 1
+    assert set(doc) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes"} and doc["schema"] == 2
     dev = doc["devices"][0]
     assert {
         "rank",
@@ -269,7 +269,7 @@ def test_compare_two_runs(env):
     r = run("compare", a, b, "--json")
     assert r.exit_code == 0, r.stderr
     doc = orjson.loads(r.stdout)
-    assert set(doc) >= {"a", "b", "comparison"} and doc["a"]["schema"] == 1
+    assert set(doc) >= {"a", "b", "comparison"} and doc["a"]["schema"] == 2
     text = run("compare", a, b)
     assert text.exit_code == 0 and text.stdout.strip()
 
@@ -463,7 +463,7 @@ def test_subprocess_roundtrip(env):
     assert imp.returncode == 0, imp.stderr
     rid = imp.stdout.strip()
     doc = json.loads(_cli("analyze", rid, "--json", env=e).stdout)
-    assert doc["schema"] == 1 and doc["trace"]["format"] == "kineto"
+    assert doc["schema"] == 2 and doc["trace"]["format"] == "kineto"
     again = _cli("import", str(trace), env=e)
     assert again.returncode == 0 and again.stdout.strip() == rid and "already imported" in again.stderr
 

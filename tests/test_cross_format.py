@@ -46,3 +46,56 @@ def test_same_program_same_numbers_in_both_formats(nsys_run, torch_run, tmp_path
     assert sum(nsys_streams.values()) > 0
     assert torch_dev.busy_ns == pytest.approx(nsys_dev.busy_ns, rel=0.05)
     assert torch_dev.kernel_ns == pytest.approx(nsys_dev.kernel_ns, rel=0.05)
+
+
+# ---- the same gap causes from both formats (issue 10) ------------------------------------------
+CAUSES = ("dependency_wait", "host_sync", "launch_latency", "no_work", "unknown")
+MIN_IDLE_FRACTION = 0.01  # below 1% of the span idle in gaps (after the first step) there is nothing to compare
+# Pairs whose two recordings are different executions in a way that moves idle time between causes: the
+# torch.profiler run's host is slower (CPU-op recording), so the GPU drains before the host reaches its
+# sync (host_sync -> launch_latency). Measured on the bundled H200 runs (percentage points, host_sync):
+# item_every_step nsys 39% vs torch 16% (torch idle 28.5 ms vs nsys 10.0 ms after step 0);
+# synchronize_in_loop nsys 13% vs torch 0% (every torch sync starts after the GPU went idle).
+PROFILER_OVERHEAD_PAIRS = {"sync_pitfalls-item_every_step", "sync_pitfalls-synchronize_in_loop"}
+
+
+def _cause_shares(name: str, cache) -> tuple[dict[str, float], float]:
+    """Per-cause share (%) of the idle time in gaps after the first step, and that idle time as a
+    fraction of the span after the first step."""
+    from tracelab.api import analyze as api_analyze
+
+    a = api_analyze(load_trace(demo_run(name, cache)))
+    first_end = min((s.end_ns for s in a.steps if s.index == 0), default=None)
+    assert first_end is not None, f"{name}: no steps"
+    total = dict.fromkeys(CAUSES, 0)
+    for g in a.gaps:
+        if g.start_ns >= first_end:
+            total[g.cause] += g.duration_ns
+    idle = sum(total.values())
+    span = sum(max(d.end_ns - max(d.start_ns, first_end), 1) for d in a.devices)
+    return {c: 100.0 * v / max(idle, 1) for c, v in total.items()}, idle / span
+
+
+@pytest.mark.parametrize(
+    ("nsys_run", "torch_run"),
+    [
+        pytest.param(
+            n,
+            t,
+            id=n.replace("-nsys", ""),
+            marks=[pytest.mark.xfail(strict=True, reason="the torch.profiler run is a slower execution (see above)")]
+            if n.replace("-nsys", "") in PROFILER_OVERHEAD_PAIRS
+            else [],
+        )
+        for n, t in PAIRS
+    ],
+)
+def test_same_gap_causes_in_both_formats(nsys_run, torch_run, tmp_path):
+    """Per-cause share of the idle time after the first step agrees within 10 percentage points (issue 10:
+    a launching thread between CUDA calls is busy on the host whichever profiler recorded it)."""
+    (sa, fa), (sb, fb) = _cause_shares(nsys_run, tmp_path), _cause_shares(torch_run, tmp_path)
+    if fa < MIN_IDLE_FRACTION or fb < MIN_IDLE_FRACTION:
+        assert max(fa, fb) < 5 * MIN_IDLE_FRACTION, (fa, fb)  # little idle in one: both small
+        return
+    worst = max(abs(sa[c] - sb[c]) for c in CAUSES)
+    assert worst <= 10.0, {c: (round(sa[c]), round(sb[c])) for c in CAUSES}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import __version__
-from .errors import BadInput, MissingDependency, TracelabError
+from .errors import BadInput, MissingDependency, StoreInterrupted, TracelabError
 
 if TYPE_CHECKING:
     from .analyses.results import Analysis, AnalysisOptions
@@ -52,8 +52,16 @@ class TracelabGroup(click.Group):
                 raise
             err(f"error: {_one_line(e)}")
             ctx.exit(e.exit_code)
+        except StoreInterrupted as e:  # Ctrl-C landed once the run was committed: it IS stored
+            click.echo(e.run_id)
+            err(f"interrupted, but run {e.run_id} had already been stored (it is complete)")
+            ctx.exit(130)
         except KeyboardInterrupt:
-            err("interrupted")
+            err(
+                "interrupted; the import in progress was rolled back"
+                if ctx.meta.get(_IMPORTING)
+                else "interrupted"
+            )
             ctx.exit(130)
         except BrokenPipeError:  # `tracelab runs | head`: the reader left, nothing to report
             try:
@@ -64,10 +72,31 @@ class TracelabGroup(click.Group):
         except Exception as e:
             if os.environ.get(DEBUG_ENV):
                 raise
+            store_error = _store_error(ctx, e)
+            if store_error is not None:
+                err(f"error: {_one_line(store_error)}")
+                ctx.exit(2)
             err(
                 f"internal error: {type(e).__name__}: {_one_line(e)} (rerun with {DEBUG_ENV}=1 for the traceback)"
             )
             ctx.exit(1)
+
+
+_IMPORTING = "tracelab.importing"  # ctx.meta flag: a store write is under way (for the Ctrl-C line)
+
+
+def _store_error(ctx: click.Context, exc: Exception) -> BadInput | None:
+    """A SQLite error from where the store lives (read-only, disk full, I/O, locked) that escaped the
+    Store's own translation, as the one line naming the store file; None for anything else (a bug)."""
+    import sqlite3
+
+    from .store.schema import describe_sqlite_error, is_environment_error
+
+    if isinstance(exc, sqlite3.OperationalError) and is_environment_error(exc):
+        return BadInput(describe_sqlite_error(exc), _db_path(ctx))
+    if isinstance(exc, OSError) and exc.errno in (28, 30, 122):  # ENOSPC, EROFS, EDQUOT
+        return BadInput(str(exc.strerror or exc), exc.filename)
+    return None
 
 
 # ---- shared plumbing ----------------------------------------------------------------------------
@@ -94,10 +123,10 @@ def _db_path(ctx: click.Context) -> Path:
     return Path(db) if db else default_db_path()
 
 
-def open_store(ctx: click.Context, *, create: bool = True) -> Store:
+def open_store(ctx: click.Context, *, create: bool = True, read_only: bool = False) -> Store:
     from .store import Store
 
-    return Store(_db_path(ctx), create=create)
+    return Store(_db_path(ctx), create=create, read_only=read_only)
 
 
 def _stderr_console():
@@ -149,44 +178,21 @@ class _Progress:
 
 
 def _parse(path: Path, progress: Callable[[int, int], None] | None = None) -> Timeline:
-    from .parsers import load_trace
+    from .api import load
 
-    if not path.exists():
-        raise BadInput("no such file or directory", path)
-    return load_trace(path, progress=progress)
-
-
-def _fingerprint(path: Path) -> str:
-    from .parsers import trace_fingerprint
-
-    if not path.exists():
-        raise BadInput("no such file or directory", path)
-    return trace_fingerprint(path)
+    return load(path, progress)
 
 
 def import_path(store: Store, path: Path, name: str | None = None, replace: bool = False) -> tuple[str, bool]:
-    """Import one trace (file or directory); returns (run id, newly imported). Content that is
-    already in the store is not parsed again: its existing run id comes back (unless replace)."""
-    from .errors import DuplicateRun
+    """Import one trace (file or directory) through `tracelab.api.import_trace`; returns (run id, newly
+    imported)."""
+    from .api import import_trace
 
-    fp = _fingerprint(path)
-    existing = store.find_fingerprint(fp)
-    if existing and not replace:
-        return existing, False
     with _Progress(path.name) as bar:
-        timeline = _parse(path, bar.phase("parsing"))
-        try:
-            rid = store.import_timeline(
-                timeline,
-                source_path=str(path.absolute()),
-                fingerprint=fp,
-                name=name,
-                progress=bar.phase("storing"),
-                replace=replace,
-            )
-        except DuplicateRun as e:  # imported concurrently by another process
-            return e.run_id, False
-    return rid, True
+        done = import_trace(
+            path, store, name, replace=replace, parse_progress=bar.phase("parsing"), store_progress=bar.phase("storing")
+        )
+    return done.run_id, done.new
 
 
 def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisOptions:
@@ -200,6 +206,8 @@ def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisO
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     """RUN_OR_PATH: an existing path is parsed directly (the store is not touched); anything else
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
+    from .api import resolve
+
     path = Path(ref)
     if path.exists():
         with _Progress(path.name) as bar:
@@ -211,21 +219,11 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
         raise BadInput(
             f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
         )
-    store = Store(db, create=False)
-    from .errors import UnknownRun
-
-    try:
-        rid = store.resolve(ref)
-    except UnknownRun:
-        raise BadInput(
-            "no such file, and no run with this id or name in the store (see `tracelab runs`)", ref
-        ) from None
-    run = store.get_run(rid)
-    return store.load(rid), f"run {rid} · {run.name}"
+    return resolve(ref, Store(db, create=False, read_only=True))
 
 
 def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
-    from .analyses import analyze
+    from .api import analyze
 
     return analyze(timeline, options)
 
@@ -293,6 +291,22 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
     if name and len(paths) > 1:
         raise click.UsageError("--name needs a single PATH")
     store = open_store(ctx)
+    ctx.meta[_IMPORTING] = True
+    try:
+        failed = _import_each(store, paths, name, replace)
+    except BaseException:
+        store.discard_if_unused()  # a failed first import into a new --db leaves no empty store
+        raise
+    store.discard_if_unused()
+    if failed:
+        if len(paths) > 1:
+            err(f"{failed} of {len(paths)} paths not imported")
+        ctx.exit(2)
+
+
+def _import_each(store: Store, paths: tuple[Path, ...], name: str | None, replace: bool) -> int:
+    """Import each path, printing its run id as it is stored; a bad path is one line on stderr and
+    the others still import. Returns how many failed."""
     failed = 0
     for path in paths:
         try:
@@ -309,10 +323,7 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
             err(f"{_safe(path)}: imported as run {rid} ({run.events:,} events)")
         else:
             err(f"{_safe(path)}: already imported as run {rid}")
-    if failed:
-        if len(paths) > 1:
-            err(f"{failed} of {len(paths)} paths not imported")
-        ctx.exit(2)
+    return failed
 
 
 @main.command()
@@ -322,7 +333,7 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
 def runs(ctx: click.Context, as_json: bool) -> None:
     """List the runs in the store: id, name, workload, variant, backend, GPU, source."""
     db = _db_path(ctx)
-    records = open_store(ctx, create=False).runs() if db.exists() else []
+    records = open_store(ctx, create=False, read_only=True).runs() if db.exists() else []
     if as_json:
         _echo_json([r.to_dict() for r in records])
         return
@@ -393,7 +404,7 @@ _orphan_option = click.option(
 
 @main.command()
 @click.argument("run_or_path")
-@click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 2, docs/DESIGN.md).")
 @_gap_option
 @_orphan_option
 @click.option(
@@ -419,9 +430,9 @@ def analyze(
     timeline, title = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
     if as_json:
-        from .analyses.results import to_document
+        from .api import to_json
 
-        _echo_json(to_document(analysis))
+        _echo_json(to_json(analysis))
     else:
         _print_analysis(analysis, title, top_gaps)
 
@@ -600,14 +611,22 @@ def _default_backend() -> str:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests addressed to this host name (repeatable; '*' for any). Loopback names "
+    "and the --host address are always allowed; other Host or Origin headers get 403 (DNS rebinding).",
+)
 @_db_option
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
+def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve the dashboard over the store (http://HOST:PORT)."""
-    _serve(open_store(ctx), host, port)
+    _serve(open_store(ctx), host, port, allow_hosts)
 
 
-def _serve(store: Store, host: str, port: int) -> None:
+def _serve(store: Store, host: str, port: int, allow_hosts: tuple[str, ...] = ()) -> None:
     try:
         import dash  # noqa: F401
         import plotly  # noqa: F401
@@ -617,7 +636,7 @@ def _serve(store: Store, host: str, port: int) -> None:
         ) from None
     from app import create_app
 
-    dash_app = create_app(store)
+    dash_app = create_app(store, bind_host=host, allow_hosts=allow_hosts)
     err(f"tracelab dashboard on http://{host}:{port}/ (store {store.path}); Ctrl-C to stop")
     dash_app.run(host=host, port=port, debug=False)
 

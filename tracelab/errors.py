@@ -47,6 +47,20 @@ class DuplicateRun(BadInput):
         super().__init__(f"already imported as run {run_id}", path)
 
 
+class StoreError(BadInput):
+    """The store file cannot be used as asked: read-only media or file, a full disk, an I/O error,
+    locked by another writer. Exit code 2, one line naming the store file."""
+
+
+class StoreInterrupted(KeyboardInterrupt):
+    """Ctrl-C arrived while a run was being committed, and the commit had completed: the run IS in
+    the store (run_id). The CLI prints the id and says so, then exits 130."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"interrupted after run {run_id} was stored")
+
+
 class MissingDependency(TracelabError):
     """An optional component (torch, nsys, dash, a GPU) is not available. Exit code 2."""
 

@@ -72,14 +72,57 @@ def find_nsys() -> Path | None:
 
 # workloads open their measured window with cudaProfilerStart/Stop (warm-up and set-up stay out)
 NSYS_WINDOW = ("--capture-range=cudaProfilerApi", "--capture-range-end=stop")
+# For PyTorch programs: an NVTX range around every autograd operator (forward and backward), so that
+# the host side between CUDA calls is visible in the nsys trace as it is in a torch.profiler trace
+# (CPU ops). Without it the host shows only inside CUDA calls and Python time looks like "nothing".
+NSYS_PYTORCH_HOST = "--pytorch=autograd-nvtx"
 
 
 def nsys_command(
-    nsys: str | Path, out_prefix: str | Path, cmd: Sequence[str], window: bool = False
+    nsys: str | Path,
+    out_prefix: str | Path,
+    cmd: Sequence[str],
+    window: bool = False,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """`nsys profile` with tracelab's flags (small traces: no CPU sampling, no context switches);
-    `window`: record only between cudaProfilerStart and cudaProfilerStop."""
-    return [str(nsys), "profile", *NSYS_FLAGS, *(NSYS_WINDOW if window else ()), "-o", str(out_prefix), *cmd]
+    `window`: record only between cudaProfilerStart and cudaProfilerStop; `extra`: more flags."""
+    return [
+        str(nsys),
+        "profile",
+        *NSYS_FLAGS,
+        *(NSYS_WINDOW if window else ()),
+        *extra,
+        "-o",
+        str(out_prefix),
+        *cmd,
+    ]
+
+
+def is_python_command(cmd: Sequence[str]) -> bool:
+    """`python[3[.x]] ...` or `script.py ...`."""
+    return bool(cmd) and (Path(cmd[0]).name.startswith("python") or str(cmd[0]).endswith(".py"))
+
+
+def nsys_supports(nsys: str | Path, option: str) -> bool:
+    """Whether `nsys profile --help` lists `option` (e.g. "--pytorch"); False when it cannot run."""
+    try:
+        out = subprocess.run(
+            [str(nsys), "profile", "--help"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return option in (out.stdout + out.stderr)
+
+
+def pytorch_host_flags(nsys: str | Path, cmd: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """The nsys flags that make a PyTorch program's host side visible, and a note saying what was
+    done: `--pytorch=autograd-nvtx` for Python commands when this nsys has the option."""
+    if not is_python_command(cmd):
+        return (), "not a Python command: no PyTorch host ranges requested"
+    if not nsys_supports(nsys, "--pytorch"):
+        return (), "this nsys has no --pytorch option: host time between CUDA calls is not recorded"
+    return (NSYS_PYTORCH_HOST,), f"{NSYS_PYTORCH_HOST}: an NVTX range per autograd operator"
 
 
 def workload_command(
@@ -313,10 +356,19 @@ def record_workload(
 
 
 def record_command(
-    cmd: Sequence[str], backend: str = "nsys", out_dir: str | Path | None = None, timeout: float | None = None
+    cmd: Sequence[str],
+    backend: str = "nsys",
+    out_dir: str | Path | None = None,
+    timeout: float | None = None,
+    *,
+    pytorch_host: bool = True,
 ) -> Path:
     """Profile any program: nsys wraps any command; torch.profiler wraps a Python script
-    (`python script.py ...` or `script.py ...`). Returns the run directory."""
+    (`python script.py ...` or `script.py ...`). Returns the run directory.
+
+    Under nsys a Python command also gets `--pytorch=autograd-nvtx` (when `pytorch_host` and this
+    nsys has the option): meta.json's "nsys_host" says what was done. A program may leave
+    program_meta.json in $TRACELAB_RUN_DIR; it is copied into meta.json under "program"."""
     check_backend(backend)
     cmd = list(cmd)
     if not cmd:
@@ -330,7 +382,11 @@ def record_command(
         nsys = require_nsys()
         run_dir = _fresh_dir(Path(out_dir) / f"cmd-{_safe(base)}-nsys")
         run_dir.mkdir(parents=True)
-        _run(nsys_command(nsys, run_dir / "trace", cmd), run_dir, timeout)
+        if pytorch_host:
+            host_flags, host_note = pytorch_host_flags(nsys, cmd)
+        else:
+            host_flags, host_note = (), "PyTorch host ranges not requested"
+        _run(nsys_command(nsys, run_dir / "trace", cmd, extra=host_flags), run_dir, timeout)
         _finish_nsys(run_dir, nsys)
         trace = "trace.sqlite"
     else:
@@ -349,11 +405,14 @@ def record_command(
     extra = run_dir / "program_meta.json"
     if extra.exists():
         try:
-            meta.update(
-                {k: v for k, v in json.loads(extra.read_text()).items() if k in ("partitions", "pdl_kernels")}
-            )
+            program = json.loads(extra.read_text())
         except ValueError:
-            pass
+            program = None
+        if isinstance(program, dict):
+            meta.update({k: v for k, v in program.items() if k in ("partitions", "pdl_kernels")})
+            meta["program"] = program
+    if backend == "nsys":
+        meta["nsys_host"] = {"flags": list(host_flags), "note": host_note}
     meta.update(
         {
             "tracelab_run": 1,

@@ -1,8 +1,9 @@
 """Runs page (/): the store's runs, and import of a trace file.
 
-An upload is size-checked, written under the app's import directory (or a private temporary
-directory, removed afterwards) with a sanitized name, parsed with `tracelab.parsers.load_trace` and
-imported into the store. Any BadInput becomes one clear line on the page.
+An upload is size-checked (its bytes, then what they expand to), written under the app's import
+directory (or a private temporary directory, removed afterwards) with a sanitized name, then parsed and
+imported into the store in a child process under a time and memory budget (`tracelab.sandbox`). Any
+BadInput or budget overrun becomes one clear line on the page, without server paths.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dash import dcc, html
 
 from tracelab.errors import BadInput, DuplicateRun, TracelabError
 from tracelab.render.figures import fmt_ns
+from tracelab.sandbox import SandboxError
+from tracelab.sandbox import import_upload as import_upload_limited
 from tracelab.store import RunRecord
 
 from ..components import data_table
@@ -140,13 +143,24 @@ def decode_upload(contents: str | None, filename: str | None, max_bytes: int) ->
 def import_upload(
     state: AppState, contents: str | None, filename: str | None
 ) -> tuple[bool, str, str | None]:
-    """Write the upload inside the import directory (or a temporary one), parse it, import it.
-    Returns (ok, message, run id). Never raises for bad input; never writes outside that directory."""
+    """Write the upload inside the import directory (or a temporary one), then size-check, parse and
+    import it in a child process under the app's time and memory budget (tracelab.sandbox), so a
+    hostile file cannot pin or exhaust the server. Returns (ok, message, run id). Never raises for
+    bad input; never writes outside that directory; messages never show server paths."""
     shown = safe_filename(filename)
     try:
         data = decode_upload(contents, shown, state.max_upload_bytes)
     except BadInput as exc:
         return False, describe_error(exc), None
+    if not state.upload_slot.acquire(blocking=False):
+        return False, f"{shown}: another upload is being imported; try again when it is done", None
+    try:
+        return _import_data(state, data, shown)
+    finally:
+        state.upload_slot.release()
+
+
+def _import_data(state: AppState, data: bytes, shown: str) -> tuple[bool, str, str | None]:
     tmp_dir: Path | None = None
     work: Path | None = None
     path = Path(shown)
@@ -161,28 +175,56 @@ def import_upload(
         if path.parent != work.resolve():  # belt and braces: the name cannot leave the directory
             return False, f"{shown}: refused file name", None
         path.write_bytes(data)
-        try:
-            from tracelab.parsers import load_trace, trace_fingerprint  # type: ignore[attr-defined]
-        except ImportError as exc:
-            return False, f"cannot import traces: the parsers are not available ({exc})", None
-        timeline = load_trace(path)
-        fingerprint = trace_fingerprint(path)
-        run_id = state.store.import_timeline(timeline, source_path=path, fingerprint=fingerprint, name=shown)
+        # kept uploads are named by their file; a temporary directory's path means nothing later
+        source = str(path) if tmp_dir is None else f"upload:{shown}"
+        result = import_upload_limited(
+            state.store.path,
+            path,
+            name=shown,
+            source=source,
+            max_expanded_bytes=state.max_expanded_bytes,
+            budget=state.upload_budget,
+        )
+        run_id = str(result["run_id"])
         state.forget()
-        return True, f"imported {shown} as run {run_id} ({len(timeline.events):,} events)", run_id
+        if not result.get("new", True):
+            _discard(work, tmp_dir)
+            return False, f"{shown}: already imported as run {run_id}", run_id
+        return True, f"imported {shown} as run {run_id} ({int(result['events']):,} events)", run_id
     except DuplicateRun as exc:
         _discard(work, tmp_dir)
         return False, f"{shown}: already imported as run {exc.run_id}", exc.run_id
     except TracelabError as exc:
         _discard(work, tmp_dir)
-        msg = describe_error(exc).replace(str(path), shown)
-        return False, msg, None
-    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the page down; say what happened
+        text = _upload_error(exc, shown).replace(str(state.store.path), "the store")
+        return False, _without_server_paths(text, shown, path, work), None
+    except Exception as exc:  # noqa: BLE001 - a bug must not take the page down; say what happened
         _discard(work, tmp_dir)
-        return False, f"{shown}: could not be read ({type(exc).__name__}: {str(exc)[:200]})", None
+        text = f"{shown}: could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+        return False, _without_server_paths(text, shown, path, work), None
     finally:
         if tmp_dir is not None:
             shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _upload_error(exc: TracelabError, shown: str) -> str:
+    """One line for a failed upload; the sandbox's own errors name the file they were about."""
+    if isinstance(exc, SandboxError):
+        return f"{shown}: refused: {exc}"
+    return describe_error(exc)
+
+
+def _without_server_paths(text: str, shown: str, path: Path, work: Path | None) -> str:
+    """The message with the upload's server-side location replaced by its name (the .nsys-rep advice
+    and parser messages name the file by its full path)."""
+    for p in (str(path), str(path.resolve())):
+        text = text.replace(p, shown)
+    if work is not None:
+        for w in {str(work), str(work.resolve())}:
+            text = text.replace(w + "/", "").replace(w, "")
+    for base in {tempfile.gettempdir(), str(Path(tempfile.gettempdir()).resolve())}:
+        text = re.sub(re.escape(base) + r"/[^\s'\"]*", "…", text)
+    return text
 
 
 def _discard(work: Path | None, tmp_dir: Path | None) -> None:

@@ -1,16 +1,19 @@
-"""`analyze`: a Timeline in, one frozen `Analysis` out (devices, gaps, findings, notes)."""
+"""`analyze`: a Timeline in, one frozen `Analysis` out (devices, gaps, steps, findings, notes)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
-from .findings import FindingContext, find_all, finding_notes
 from .gaps import find_gaps, host_views
-from .results import Analysis, AnalysisOptions, TraceInfo
+from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
+from .rules import FindingContext, evaluate_all
+from .steps import find_steps
 
 
 def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
@@ -27,8 +30,13 @@ def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
 DEFAULT_OPTIONS = AnalysisOptions()
 
 
-def analyze(timeline: Timeline, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis:
-    """Per-device busy/idle/overlap, idle gaps with causes, and findings (DESIGN.md definitions)."""
+def analyze(
+    timeline: Timeline,
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+    rule_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Analysis:
+    """Per-device busy/idle/overlap, idle gaps with causes, steps and findings (DESIGN.md
+    definitions). `rule_options` overrides rule thresholds by rule id."""
     notes = list(timeline.meta.notes)
     if options.exclude_orphans:
         timeline, dropped = drop_orphans(timeline)
@@ -41,9 +49,11 @@ def analyze(timeline: Timeline, options: AnalysisOptions = DEFAULT_OPTIONS) -> A
     hosts = host_views(timeline)
     devices = device_summaries(timeline, rows)
     gaps = find_gaps(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
-    ctx = FindingContext(timeline, rows, hosts, devices, gaps)
-    findings = find_all(ctx)
-    notes.extend(finding_notes(ctx))
+    steps = find_steps(timeline)
+    notes.extend(steps.notes)
+    ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps)
+    findings, skipped = evaluate_all(ctx, rule_options)
+    notes.extend(f"{s.rule} not evaluated: {s.reason}" for s in skipped)
     meta = timeline.meta
     ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.events["rank"].to_numpy()))
     return Analysis(
@@ -53,4 +63,8 @@ def analyze(timeline: Timeline, options: AnalysisOptions = DEFAULT_OPTIONS) -> A
         findings=findings,
         notes=tuple(notes),
         options=options,
+        steps=tuple(
+            StepInfo(rank=s.rank, index=s.index, start_ns=s.start_ns, end_ns=s.end_ns, source=s.source)
+            for s in steps.steps
+        ),
     )

@@ -1,26 +1,18 @@
 """Typed, frozen analysis results. `to_document` turns an `Analysis` into the `analyze --json`
-document (schema 1, DESIGN.md); everything renders from these types, never from raw events."""
+document (schema 2, DESIGN.md); everything renders from these types, never from raw events."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 GapCause = Literal["host_sync", "launch_latency", "dependency_wait", "no_work", "unknown"]
 Severity = Literal["info", "warning", "critical"]
 SmSource = Literal["measured", "estimated", "none"]
 
-RULES = (
-    "sync_per_iteration",
-    "pageable_memcpy",
-    "sync_memcpy",
-    "launch_bound",
-    "serialized_copy_compute",
-    "idle_partition",
-    "pdl",
-)
+StepSource = Literal["marked", "inferred"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +87,10 @@ class Gap:
     duration_ns: int
     cause: GapCause
     evidence: str
+    host_data: str = ""  # which host data the rank's trace had: "cpu_ops", "cuda_api", "none"
+    launch_start_ns: int = -1  # start of the next op's launch call (-1: not in the trace)
+    launch_tid: int = -1  # thread of that call
+    host_active: float = 0.0  # share of [gap start, next launch) the launching thread's recorded activity covers
 
 
 @dataclass(frozen=True)
@@ -103,10 +99,21 @@ class Finding:
     severity: Severity
     count: int
     wasted_ns: int
-    message: str
-    where: str
-    # machine-readable details (e.g. the measured PDL overlap); not part of schema 1's required keys
+    message: str = ""  # prose, filled by tracelab.render.findings (api.analyze does it)
+    where: str = ""  # prose, filled with the message
+    # structured details, documented per rule (DESIGN.md "Findings"): numbers, places, windows
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One training step of a rank (tracelab.analyses.steps.Step, as the analysis reports it)."""
+
+    rank: int
+    index: int
+    start_ns: int
+    end_ns: int
+    source: StepSource
 
 
 @dataclass(frozen=True)
@@ -124,10 +131,12 @@ class Analysis:
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
     options: AnalysisOptions = AnalysisOptions()
+    steps: tuple[StepInfo, ...] = ()
 
 
 def to_document(analysis: Analysis) -> dict[str, Any]:
-    """The `analyze --json` document, schema 1 (DESIGN.md)."""
+    """The `analyze --json` document, schema 2 (DESIGN.md): schema 1 plus `steps`, `notes`,
+    `findings[].data` and each gap's `host_data` and `details`."""
 
     def device_doc(d: DeviceSummary) -> dict[str, Any]:
         return {
@@ -169,6 +178,10 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
             "ranks": list(analysis.trace.ranks),
         },
         "devices": [device_doc(d) for d in analysis.devices],
+        "steps": [
+            {"rank": s.rank, "index": s.index, "start_ns": s.start_ns, "end_ns": s.end_ns, "source": s.source}
+            for s in analysis.steps
+        ],
         "gaps": [
             {
                 "rank": g.rank,
@@ -178,6 +191,12 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
                 "duration_ns": g.duration_ns,
                 "cause": g.cause,
                 "evidence": g.evidence,
+                "host_data": g.host_data,
+                "details": {
+                    "launch_start_ns": g.launch_start_ns if g.launch_start_ns >= 0 else None,
+                    "launch_tid": g.launch_tid if g.launch_start_ns >= 0 else None,
+                    "host_active_fraction": g.host_active,
+                },
             }
             for g in analysis.gaps
         ],
@@ -189,7 +208,9 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
                 "wasted_ns": f.wasted_ns,
                 "message": f.message,
                 "where": f.where,
+                "data": f.data,
             }
             for f in analysis.findings
         ],
+        "notes": list(analysis.notes),
     }

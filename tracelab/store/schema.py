@@ -22,10 +22,12 @@ size but added 0.8 s of CPU. Stores of another schema version are refused with a
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, StoreError
 from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS
 
 STORE_SCHEMA_VERSION = 2
@@ -91,42 +93,121 @@ DDL: tuple[str, ...] = (
 )
 
 
-def connect(path: Path, *, create: bool) -> sqlite3.Connection:
+@dataclass(frozen=True)
+class Opened:
+    """One open connection to the store and how it was opened."""
+
+    conn: sqlite3.Connection
+    created: bool  # this call made the file (a new, empty store)
+    read_only: bool  # no writes possible: read-only media, a read-only file, or asked for
+
+
+def busy_timeout_s() -> float:
+    """How long a writer waits for another writer's lock before "the store is locked" (default 30 s;
+    TRACELAB_STORE_TIMEOUT_S overrides, the tests use 1 s)."""
+    try:
+        return max(0.0, float(os.environ.get("TRACELAB_STORE_TIMEOUT_S", "30")))
+    except ValueError:
+        return 30.0
+
+
+def writable(path: Path) -> bool:
+    """Whether this process may write the store file and create its WAL side files beside it (False
+    on read-only media: access() reports EROFS even to root)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    return os.access(parent, os.W_OK | os.X_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def connect(path: Path, *, create: bool, read_only: bool = False) -> Opened:
     """Open (and, with create, initialise) the store at path. A file that is not a tracelab store
-    (another SQLite database, a corrupt file, a directory) is BadInput and is left untouched."""
+    (another SQLite database, a corrupt file, a directory) is BadInput and is left untouched.
+
+    Reading never needs to write: when the store or its directory is not writable (read-only media,
+    a file of another user) the file is opened read-only, through its existing WAL side files when a
+    writer left some, else as immutable (so no -wal / -shm is created). With read_only on writable
+    media the connection is an ordinary one with `PRAGMA query_only` (it removes the side files on
+    close, and sees a concurrent import's commits). A new store whose initialisation fails (a full
+    disk) is removed again."""
     if path.is_dir():
         raise BadInput("is a directory, not a tracelab store file", path)
     exists = path.exists()
-    if not exists and not create:
+    if not exists and (not create or read_only):
         raise BadInput("no tracelab store here (import a trace first, or pass --db)", path)
     if not exists:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise BadInput(f"cannot create the store's directory: {e.strerror or e}", path) from None
+            raise StoreError(f"cannot create the store's directory: {e.strerror or e}", path) from None
+    if exists and not writable(path):
+        return Opened(_connect_read_only(path), created=False, read_only=True)
     try:
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s()
+        )
     except sqlite3.Error as e:
-        raise BadInput(f"cannot open the store: {e}", path) from None
+        raise StoreError(f"cannot open the store: {e}", path) from None
     try:
-        _check_or_init(conn, path, create=create)
+        created = _check_or_init(conn, path, create=create and not read_only)
+        if read_only:
+            conn.execute("PRAGMA query_only=1")
     except BaseException:
         conn.close()
+        if not exists:
+            remove_store_files(path)
         raise
-    return conn
+    return Opened(conn, created=created, read_only=read_only)
 
 
-def _check_or_init(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection that creates nothing beside the file."""
+    uri = path.absolute().as_uri()
+    side = Path(f"{path}-wal").exists() and Path(f"{path}-shm").exists()
+    attempts = (f"{uri}?mode=ro", f"{uri}?immutable=1") if side else (f"{uri}?immutable=1",)
+    last: Exception | None = None
+    for target in attempts:
+        try:
+            conn = sqlite3.connect(target, uri=True, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            last = e
+            continue
+        try:
+            _check_or_init(conn, path, create=False)
+            return conn
+        except StoreError as e:  # e.g. mode=ro could not map a -shm it may not write: try immutable
+            conn.close()
+            last = e
+        except BaseException:
+            conn.close()
+            raise
+    raise StoreError(f"cannot open the store read-only: {getattr(last, 'reason', last)}", path)
+
+
+def remove_store_files(path: Path) -> None:
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+
+
+def _check_or_init(conn: sqlite3.Connection, path: Path, *, create: bool) -> bool:
+    """Check that conn is a tracelab store of our schema; initialise an empty file when create.
+    Returns whether it was initialised here."""
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.OperationalError as e:
+        if is_environment_error(e):  # read-only media, locked, I/O: the file may well be a store
+            raise StoreError(f"cannot read the store: {describe_sqlite_error(e)}", path) from None
+        raise BadInput(f"not a tracelab store (not a readable SQLite database: {e})", path) from None
     except sqlite3.DatabaseError as e:
         raise BadInput(f"not a tracelab store (not a readable SQLite database: {e})", path) from None
     if not tables and app_id == 0:
         if not create:
             raise BadInput("no tracelab store here (the file is an empty database)", path)
-        _init(conn, path)
-        return
+        return _init(conn, path)
     if app_id != APPLICATION_ID or "store_meta" not in tables:
         raise BadInput("not a tracelab store (a SQLite database with other tables; pass another --db)", path)
     row = conn.execute("SELECT value FROM store_meta WHERE key='schema_version'").fetchone()
@@ -146,6 +227,7 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, *, create: bool) -> Non
             f"store schema version {version}; this tracelab expects {STORE_SCHEMA_VERSION}: {todo}", path
         )
     _pragmas(conn)
+    return False
 
 
 def _pragmas(conn: sqlite3.Connection) -> None:
@@ -159,14 +241,13 @@ def _pragmas(conn: sqlite3.Connection) -> None:
         pass
 
 
-def _init(conn: sqlite3.Connection, path: Path) -> None:
+def _init(conn: sqlite3.Connection, path: Path) -> bool:
     try:
         _pragmas(conn)
         conn.execute("BEGIN IMMEDIATE")
         if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:  # another process won the race
             conn.execute("ROLLBACK")
-            _check_or_init(conn, path, create=False)
-            return
+            return _check_or_init(conn, path, create=False)
         for stmt in DDL:
             conn.execute(stmt)
         for col, dtype in SM_BLOCK_COLUMNS.items():
@@ -180,7 +261,36 @@ def _init(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.Error as e:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        raise BadInput(f"cannot initialise the store: {e}", path) from None
+        raise StoreError(f"cannot initialise the store: {describe_sqlite_error(e)}", path) from None
+    return True
+
+
+# SQLite failures that come from where the store lives, not from a bug: each is exit 2, one line
+_ENVIRONMENT_ERRORS: tuple[tuple[str, str], ...] = (
+    ("readonly", "the store is read-only (read-only file, directory or file system)"),
+    ("read-only", "the store is read-only (read-only file, directory or file system)"),
+    ("disk is full", "the disk is full"),
+    ("disk i/o error", "disk I/O error (full or failing disk?)"),
+    ("database is locked", "the store is locked by another process (an import in progress?)"),
+    ("database table is locked", "the store is locked by another process (an import in progress?)"),
+    ("unable to open database file", "cannot open the store file or its WAL side files"),
+    ("out of memory", "SQLite ran out of memory"),
+)
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    """A SQLite error caused by the store's media or another process (not a bug in tracelab)."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and any(k in text for k, _ in _ENVIRONMENT_ERRORS)
+
+
+def describe_sqlite_error(exc: BaseException) -> str:
+    """A plain-words reason for a store-side SQLite error, with SQLite's own words after it."""
+    text = str(exc)
+    for key, words in _ENVIRONMENT_ERRORS:
+        if key in text.lower():
+            return f"{words} (SQLite: {text})"
+    return f"SQLite: {text}"
 
 
 def sql_type(dtype: str) -> str:

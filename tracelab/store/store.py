@@ -13,8 +13,11 @@ Re-importing the same content (same fingerprint) raises DuplicateRun carrying th
 
 from __future__ import annotations
 
+import functools
+import os
 import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
@@ -24,25 +27,58 @@ import numpy as np
 import pandas as pd
 import sqlite_utils
 
-from ..errors import BadInput, DuplicateRun, UnknownRun
+from ..errors import BadInput, DuplicateRun, StoreError, StoreInterrupted, UnknownRun
 from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS, Timeline
 from . import codec
 from .bulk import fetch_matrix, insert_columns
 from .chunks import Chunks, complete, decode, encode
 from .records import RunRecord
-from .schema import EVENT_FIELDS, connect, quote, sql_type
+from .schema import (
+    EVENT_FIELDS,
+    connect,
+    describe_sqlite_error,
+    is_environment_error,
+    quote,
+    remove_store_files,
+    sql_type,
+)
 from .window import window_events
 
-_RUN_COLS = (
-    "id, name, source, format, backend, workload, variant, gpu, created, fingerprint, events, "
-    "start_ns, end_ns, metadata, devices"
-)
+_RUN_COLS = ", ".join(
+    quote(c)
+    for c in (
+        "id", "name", "source", "format", "backend", "workload", "variant", "gpu", "created",
+        "fingerprint", "events", "start_ns", "end_ns", "metadata", "devices",
+    )
+)  # fmt: skip
 CHUNK_COLUMNS = ("seq", *EVENT_FIELDS)  # what each event chunk holds, in order (the lane is the row's)
 _CHUNK_ROWS = 64  # chunks per executemany batch (and per progress step)
 
 
+def _store_errors(method: Callable) -> Callable:
+    """SQLite errors of the store's media or of another process (read-only, disk full, I/O, locked)
+    become StoreError: one line naming the store file, exit 2."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as e:
+            if not is_environment_error(e):
+                raise
+            raise StoreError(describe_sqlite_error(e), self.path) from None
+
+    return wrapper
+
+
 class Store:
-    def __init__(self, path: str | Path | None = None, *, create: bool = True) -> None:
+    """create: make the file when missing (writers). read_only: never write (readers: `runs`,
+    `analyze RUN`); a store on read-only media or in a read-only file is opened read-only anyway,
+    creating nothing beside it, and writes then fail with one clear StoreError."""
+
+    def __init__(
+        self, path: str | Path | None = None, *, create: bool = True, read_only: bool = False
+    ) -> None:
         if path is None:
             from ..settings import default_db_path
 
@@ -50,15 +86,33 @@ class Store:
         self.path = Path(path)
         self._local = threading.local()
         self._create = create
-        _ = self.conn  # open now, so a bad path fails here with BadInput
+        self._read_only = read_only
+        opened = connect(self.path, create=create, read_only=read_only)  # a bad path fails here
+        self._local.conn = opened.conn
+        self.created = opened.created  # this Store made the file (see discard_if_unused)
+        self.read_only = opened.read_only
 
     # ---- connection (one per thread: the dashboard serves from several) ----------------------
     @property
     def conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = connect(self.path, create=self._create)
+            conn = self._local.conn = connect(self.path, create=False, read_only=self._read_only).conn
         return conn
+
+    def discard_if_unused(self) -> bool:
+        """Remove the store file (and its side files) if THIS Store created it and it holds no run:
+        a failed first import into a new --db leaves nothing behind. Returns whether it was removed."""
+        if not self.created:
+            return False
+        try:
+            empty = not self.conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
+        except sqlite3.Error:  # cannot tell: keep it (another process may have imported into it)
+            empty = False
+        self.close()
+        if empty:
+            remove_store_files(self.path)
+        return empty
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -78,17 +132,21 @@ class Store:
         self.close()
 
     # ---- runs ---------------------------------------------------------------------------------
+    @_store_errors
     def runs(self) -> list[RunRecord]:
         rows = self.conn.execute(f"SELECT {_RUN_COLS} FROM runs ORDER BY created, id").fetchall()
         return [_record(r) for r in rows]
 
+    @_store_errors
     def get_run(self, run_id: str) -> RunRecord:
         return _record(self._run_row(self.resolve(run_id)))
 
+    @_store_errors
     def find_fingerprint(self, fingerprint: str) -> str | None:
         row = self.conn.execute("SELECT id FROM runs WHERE fingerprint = ?", (fingerprint,)).fetchone()
         return row[0] if row else None
 
+    @_store_errors
     def resolve(self, run: str) -> str:
         """A run id from an id, a unique id prefix (4+ chars) or a unique name; UnknownRun otherwise."""
         run = str(run)
@@ -104,6 +162,7 @@ class Store:
             raise BadInput(f"{run!r} matches {len(ids)} runs ({', '.join(ids)}); use a run id")
         raise UnknownRun(run)
 
+    @_store_errors
     def delete_run(self, run_id: str) -> None:
         rid = self.resolve(run_id)
         with self._transaction():
@@ -112,9 +171,10 @@ class Store:
     def _delete_rows(self, rid: str) -> None:
         for table in ("events", "lanes", "strings", "sm_blocks", "runs"):
             key = "id" if table == "runs" else "run_id"
-            self.conn.execute(f"DELETE FROM {table} WHERE {key} = ?", (rid,))
+            self.conn.execute(f"DELETE FROM {quote(table)} WHERE {quote(key)} = ?", (rid,))
 
     # ---- import -------------------------------------------------------------------------------
+    @_store_errors
     def import_timeline(
         self,
         timeline: Timeline,
@@ -128,10 +188,51 @@ class Store:
         """Store a Timeline as a new run in ONE transaction; returns the run id. DuplicateRun if a run
         with this fingerprint exists. `progress(done, total)` is called as events are written (an
         exception raised there, or anywhere, rolls the whole import back). With replace, a run of the
-        same content is replaced (same transaction; it keeps its id unless a name is given anew)."""
+        same content is replaced (same transaction; it keeps its id unless a name is given anew).
+        Ctrl-C that lands once COMMIT has completed raises StoreInterrupted(run_id): the run is stored."""
         existing = self.find_fingerprint(fingerprint)
         if existing and not replace:
             raise DuplicateRun(source_path, existing)
+        n = len(timeline.events)
+        done = 0
+
+        def step(k: int) -> None:
+            nonlocal done
+            done += k
+            if progress is not None:
+                progress(done, n)
+
+        tx = self._transaction()
+        run_id = ""
+        try:
+            with tx:
+                run_id = self._write_run(timeline, source_path, fingerprint, name, replace, step)
+        except KeyboardInterrupt:
+            # Python delivers Ctrl-C when the C call returns, so it can land just after COMMIT: the
+            # run is then stored. Ask the database rather than guess, so the CLI tells the truth.
+            if self.conn.in_transaction:  # interrupted before COMMIT ran: nothing is stored
+                self.conn.execute("ROLLBACK")
+            elif run_id and tx.committed is not False and self._has_run(run_id):
+                raise StoreInterrupted(run_id) from None
+            raise
+        return run_id
+
+    def _has_run(self, run_id: str) -> bool:
+        try:
+            return self.conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+        except sqlite3.Error:
+            return False
+
+    def _write_run(
+        self,
+        timeline: Timeline,
+        source_path: str | Path,
+        fingerprint: str,
+        name: str | None,
+        replace: bool,
+        step: Callable[[int], None],
+    ) -> str:
+        """Every row of one run (inside the caller's transaction); returns its id."""
         ev = timeline.events
         n = len(ev)
         meta = timeline.meta
@@ -148,54 +249,45 @@ class Store:
         )
         start_ns = int(ev["start"].min()) if n else None
         end_ns = int(ev["end"].max()) if n else None
-        done = 0
-
-        def step(k: int) -> None:
-            nonlocal done
-            done += k
-            if progress is not None:
-                progress(done, n)
-
-        with self._transaction():
-            existing = self.find_fingerprint(fingerprint)
-            if existing and replace:
-                self._delete_rows(existing)
-            run_id = self._new_run_id(fingerprint)
-            try:
-                self.conn.execute(
-                    "INSERT INTO runs (id, name, source, format, backend, workload, variant, gpu, created,"
-                    " fingerprint, events, start_ns, end_ns, metadata, devices, contexts)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        name or codec.default_name(meta, str(source_path)),
-                        str(source_path or meta.source),
-                        meta.format,
-                        meta.backend,
-                        meta.workload,
-                        meta.variant,
-                        meta.gpu,
-                        datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                        fingerprint,
-                        n,
-                        start_ns,
-                        end_ns,
-                        metadata,
-                        codec.infos_to_json(timeline.devices),
-                        codec.infos_to_json(timeline.contexts),
-                    ),
-                )
-            except sqlite3.IntegrityError:  # a concurrent import of the same content won the race
-                raise DuplicateRun(source_path, self.find_fingerprint(fingerprint) or "?") from None
-            self.conn.executemany(
-                "INSERT INTO strings (run_id, id, value) VALUES (?, ?, ?)",
-                ((run_id, i, s) for i, s in enumerate(timeline.strings)),
+        existing = self.find_fingerprint(fingerprint)
+        if existing and replace:
+            self._delete_rows(existing)
+        run_id = self._new_run_id(fingerprint)
+        try:
+            self.conn.execute(
+                "INSERT INTO runs (id, name, source, format, backend, workload, variant, gpu, created,"
+                " fingerprint, events, start_ns, end_ns, metadata, devices, contexts)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    name or codec.default_name(meta, str(source_path)),
+                    str(source_path or meta.source),
+                    meta.format,
+                    meta.backend,
+                    meta.workload,
+                    meta.variant,
+                    meta.gpu,
+                    datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                    fingerprint,
+                    n,
+                    start_ns,
+                    end_ns,
+                    metadata,
+                    codec.infos_to_json(timeline.devices),
+                    codec.infos_to_json(timeline.contexts),
+                ),
             )
-            chunks = encode(ev, CHUNK_COLUMNS)
-            self._insert_lanes(run_id, timeline, chunks)
-            self._insert_events(run_id, chunks, step)
-            if blocks is not None:
-                self._insert_blocks(run_id, blocks)
+        except sqlite3.IntegrityError:  # a concurrent import of the same content won the race
+            raise DuplicateRun(source_path, self.find_fingerprint(fingerprint) or "?") from None
+        self.conn.executemany(
+            "INSERT INTO strings (run_id, id, value) VALUES (?, ?, ?)",
+            ((run_id, i, s) for i, s in enumerate(timeline.strings)),
+        )
+        chunks = encode(ev, CHUNK_COLUMNS)
+        self._insert_lanes(run_id, timeline, chunks)
+        self._insert_events(run_id, chunks, step)
+        if blocks is not None:
+            self._insert_blocks(run_id, blocks)
         return run_id
 
     def _new_run_id(self, fingerprint: str) -> str:
@@ -253,6 +345,7 @@ class Store:
         insert_columns(self.conn, "sm_blocks", run_id, names, arrays)
 
     # ---- load ---------------------------------------------------------------------------------
+    @_store_errors
     def load(self, run_id_or_name: str) -> Timeline:
         """The stored run as the identical Timeline it was imported from."""
         rid = self.resolve(run_id_or_name)
@@ -295,12 +388,14 @@ class Store:
             )
         return pd.DataFrame(data, copy=False)
 
+    @_store_errors
     def strings(self, run_id: str) -> tuple[str, ...]:
         rid = self.resolve(run_id)
         return tuple(
             r[0] for r in self.conn.execute("SELECT value FROM strings WHERE run_id = ? ORDER BY id", (rid,))
         )
 
+    @_store_errors
     def lanes(self, run_id: str) -> pd.DataFrame:
         """The run's lane table (LANE_COLUMNS) plus events, first_start, last_end, max_dur per lane."""
         rid = self.resolve(run_id)
@@ -325,6 +420,7 @@ class Store:
         return frame.astype(dtypes)
 
     # ---- window -------------------------------------------------------------------------------
+    @_store_errors
     def window(
         self,
         run_id: str,
@@ -357,23 +453,51 @@ class Store:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (KeyboardInterrupt included)."""
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (KeyboardInterrupt included).
+    `committed`: False until COMMIT is issued, None while it runs (unknown), True once it returned."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
+        self.committed: bool | None = False
 
     def __enter__(self) -> None:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:  # read-only file, or another writer held it for 30 s
-            raise BadInput(f"cannot write to the store: {e}", self.path) from None
+            raise StoreError(f"cannot write to the store: {describe_sqlite_error(e)}", self.path) from None
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self.conn.execute("COMMIT")
+            _test_pause("before-commit")
+            self.committed = None
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:  # COMMIT failed, or Ctrl-C landed as it returned (then it is done)
+                if self.conn.in_transaction:
+                    self.committed = False
+                    self.conn.execute("ROLLBACK")
+                raise
+            self.committed = True
+            _test_pause("after-commit")
         elif self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
+
+
+# Test hook (the SIGINT-at-commit tests): with _TRACELAB_TEST_PAUSE_AT=before-commit|after-commit the
+# import writes that word to _TRACELAB_TEST_PAUSE_FILE and sleeps there, so a test can send a real
+# signal at that moment. Unset (always, outside those tests), it costs one dict lookup per import.
+_PAUSE_AT = "_TRACELAB_TEST_PAUSE_AT"
+_PAUSE_FILE = "_TRACELAB_TEST_PAUSE_FILE"
+
+
+def _test_pause(stage: str) -> None:
+    if os.environ.get(_PAUSE_AT) != stage:
+        return
+    marker = os.environ.get(_PAUSE_FILE)
+    if marker:
+        Path(marker).write_text(stage)
+    time.sleep(30)
 
 
 def _record(row) -> RunRecord:

@@ -1,0 +1,54 @@
+"""The finding rules, one module per rule (`<id>.py` exporting `RULE`), found automatically: adding a
+rule is one new file here plus its test, no registry edit. See `base.py` for the contract."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Mapping
+from typing import Any
+
+from ..results import Finding
+from .base import FindingContext, NotEvaluated, Rule
+
+__all__ = ["RULES", "FindingContext", "NotEvaluated", "Rule", "evaluate_all", "rule_ids"]
+
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _discover() -> tuple[Rule, ...]:
+    found: list[Rule] = []
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if mod.name == "base" or mod.name.startswith("_"):
+            continue
+        rule = getattr(importlib.import_module(f"{__name__}.{mod.name}"), "RULE", None)
+        if isinstance(rule, Rule):
+            if rule.id != mod.name:
+                raise RuntimeError(f"rule module {mod.name}.py exports RULE with id {rule.id!r}")
+            found.append(rule)
+    return tuple(found)
+
+
+RULES: tuple[Rule, ...] = _discover()
+
+
+def rule_ids() -> tuple[str, ...]:
+    return tuple(r.id for r in RULES)
+
+
+def evaluate_all(
+    ctx: FindingContext, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[tuple[Finding, ...], tuple[NotEvaluated, ...]]:
+    """Every rule on ctx: the findings (most severe first, then by GPU time wasted) and the rules that
+    could not be evaluated with why. `overrides` maps a rule id to option values replacing defaults."""
+    findings: list[Finding] = []
+    skipped: list[NotEvaluated] = []
+    for rule in RULES:
+        options = {**rule.options, **((overrides or {}).get(rule.id, {}))}
+        out = rule.evaluate(ctx, options)
+        if isinstance(out, Finding):
+            findings.append(out)
+        elif isinstance(out, NotEvaluated):
+            skipped.append(out)
+    findings.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -f.wasted_ns, f.rule))
+    return tuple(findings), tuple(skipped)

@@ -1,0 +1,124 @@
+"""The rule contract: a `Rule` is an id, a one-line title, its thresholds (`options`, with defaults),
+the reference its definition follows (`source`) and an `evaluate(ctx, options)` that returns a
+`Finding` (it fired), a `NotEvaluated` (the trace lacks what the rule needs: the reason is reported
+in the analysis notes) or None (evaluated, nothing found).
+
+Rules return structure: `Finding.data` holds the numbers, event references and time windows; the
+prose shown to people is built in `tracelab.render.findings` (one renderer per rule, a generic
+fallback for rules without one). `FindingContext` is what every rule reads: the timeline, the device
+rows, the host views per rank, the device summaries, the displayed gaps, the steps and the device
+idle intervals with their causes (independent of the display threshold).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...model import Timeline
+from ..devices import DeviceRows
+from ..gaps import HostView, IdleIntervals, idle_intervals
+from ..results import DeviceSummary, Finding, Gap
+
+WARNING_FRACTION = 0.01  # wasted ≥ 1% of the span: warning (else the rule's base severity)
+CRITICAL_FRACTION = 0.2  # wasted ≥ 20% of the span: critical
+
+
+class StepsLike(Protocol):
+    """What rules need from `tracelab.analyses.steps.Steps`."""
+
+    def of_rank(self, rank: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class FindingContext:
+    timeline: Timeline
+    rows: list[DeviceRows]
+    hosts: dict[int, HostView]
+    devices: tuple[DeviceSummary, ...]
+    gaps: tuple[Gap, ...]
+    steps: StepsLike | None = None
+
+    def span_ns(self, rank: int | None = None) -> int:
+        return sum(d.span_ns for d in self.devices if rank is None or d.rank == rank)
+
+    def col(self, name: str) -> np.ndarray:
+        return self.timeline.events[name].to_numpy()
+
+    def step_bounds(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of a rank's steps, sorted; empty when the trace has none."""
+        if self.steps is None:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        return self.steps.of_rank(rank)
+
+    @cached_property
+    def idle(self) -> dict[tuple[int, int], IdleIntervals]:
+        """Every idle interval (> 0 ns) of every device with its cause: what wasted_ns is computed from,
+        whatever the display threshold (`--gap-threshold-us`) is."""
+        return {(dr.rank, dr.device): idle_intervals(self.timeline, dr, self.hosts[dr.rank]) for dr in self.rows}
+
+
+@dataclass(frozen=True)
+class NotEvaluated:
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str  # one line, for docs and renderers
+    evaluate: Callable[[FindingContext, Mapping[str, Any]], Finding | NotEvaluated | None]
+    options: Mapping[str, Any] = field(default_factory=dict)  # thresholds, with their defaults
+    source: str = ""  # CUDA docs section / reference for the definition
+
+
+# ---- helpers shared by rules ------------------------------------------------------------------
+def severity(wasted: int, span: int, base: str = "info") -> str:
+    """critical when wasted ≥ 20% of the span, warning when ≥ 1%, else `base`."""
+    if span > 0 and wasted >= CRITICAL_FRACTION * span:
+        return "critical"
+    if span > 0 and wasted >= WARNING_FRACTION * span:
+        return "warning"
+    return base
+
+
+def join_places(places: list[str], limit: int = 4) -> str:
+    more = len(places) - limit
+    return "; ".join(places[:limit]) + (f"; and {more} more" if more > 0 else "")
+
+
+def window(start: int, end: int) -> dict[str, int]:
+    """The time window a finding points at (its first or worst occurrence), for `Finding.data`: the
+    dashboard's "show in timeline" link opens it."""
+    return {"start_ns": int(start), "end_ns": int(end)}
+
+
+def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray:
+    return np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
+
+
+def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the step containing each time t, or -1."""
+    i = np.searchsorted(s_start, t, side="right") - 1
+    ok = (i >= 0) & (t < s_end[np.maximum(i, 0)]) if s_end.size else np.zeros(np.shape(t), dtype=bool)
+    return np.where(ok, i, -1)
+
+
+def count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> list[dict[str, int]]:
+    """Per (rank, device, stream): how many of the rows pos, most first (structured `where`)."""
+    r = ctx.col("rank")[pos].astype(np.int64)
+    d = ctx.col("device")[pos].astype(np.int64)
+    s = ctx.col("stream")[pos].astype(np.int64)
+    keys, counts = np.unique(np.stack([r, d, s]), axis=1, return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    return [
+        {"rank": int(keys[0, i]), "device": int(keys[1, i]), "stream": int(keys[2, i]), what: int(counts[i])}
+        for i in order
+    ]

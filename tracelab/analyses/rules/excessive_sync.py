@@ -1,0 +1,50 @@
+"""excessive_sync: more blocking host syncs than training steps (the host waits for the GPU several
+times per step: every wait drains the queue)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..results import Finding
+from .base import FindingContext, Rule, severity
+from .waits import idle_during
+
+
+def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
+    count = wasted = steps_total = 0
+    ranks: list[dict[str, int]] = []
+    for rank, host in ctx.hosts.items():
+        s_start, _ = ctx.step_bounds(rank)
+        n_steps = int(s_start.size)
+        if n_steps < int(opt["min_steps"]):
+            continue  # sync_per_iteration's note already says steps are missing
+        pos = np.flatnonzero(host.api_blocking)
+        if pos.size <= float(opt["syncs_per_step"]) * n_steps:
+            continue
+        s, e = host.api_start[pos], host.api_end[pos]
+        w = idle_during(ctx, rank, s, e)
+        ranks.append({"rank": rank, "steps": n_steps, "syncs": int(pos.size), "idle_ns": w})
+        count += int(pos.size)
+        wasted += w
+        steps_total += n_steps
+    if not count:
+        return None
+    return Finding(
+        rule=RULE.id,
+        severity=severity(wasted, ctx.span_ns(), "info"),
+        count=count,
+        wasted_ns=wasted,
+        data={"ranks": ranks, "syncs": count, "steps": steps_total},
+    )
+
+
+RULE = Rule(
+    id="excessive_sync",
+    title="more blocking host syncs than training steps",
+    evaluate=evaluate,
+    options={"min_steps": 3, "syncs_per_step": 1.0},
+    source='CUDA Runtime API, "API synchronization behavior" (which calls block the host)',
+)

@@ -1,0 +1,76 @@
+"""pageable_memcpy: large copies with a pageable host side (not pinned)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...model import CopyKind, EventKind, MemKind
+from ..results import Finding
+from .base import FindingContext, Rule, count_places, severity, window
+
+
+def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes: np.ndarray, min_bytes: int) -> int:
+    """Time the pageable copies lose: per direction, their duration minus what the same bytes take at
+    the bandwidth of this trace's pinned copies of that direction (when it has any, else the whole
+    duration: an upper bound)."""
+    kind = ctx.col("kind")
+    pinned = (
+        (kind == int(EventKind.MEMCPY))
+        & ((ctx.col("src_mem") == int(MemKind.PINNED)) | (ctx.col("dst_mem") == int(MemKind.PINNED)))
+        & (ctx.col("bytes") >= min_bytes)
+    )
+    p_ck = ctx.col("copy_kind")[pinned]
+    p_dur = (ctx.col("end") - ctx.col("start"))[pinned]
+    p_bytes = ctx.col("bytes")[pinned]
+    cost = 0
+    for k in np.unique(ck).tolist():  # one per copy direction
+        m = ck == k
+        pm = p_ck == k
+        t = int(dur[m].sum())
+        if pm.any() and p_dur[pm].sum() > 0:
+            bw = p_bytes[pm].sum() / p_dur[pm].sum()  # bytes per ns
+            t = max(0, t - round(nbytes[m].sum() / bw))
+        cost += t
+    return cost
+
+
+def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
+    min_bytes = int(opt["min_bytes"])
+    kind = ctx.col("kind")
+    pageable = (ctx.col("src_mem") == int(MemKind.PAGEABLE)) | (ctx.col("dst_mem") == int(MemKind.PAGEABLE))
+    pos = np.flatnonzero((kind == int(EventKind.MEMCPY)) & pageable & (ctx.col("bytes") >= min_bytes))
+    if pos.size == 0:
+        return None
+    dur = ctx.col("end")[pos] - ctx.col("start")[pos]
+    ck = ctx.col("copy_kind")[pos]
+    nb = ctx.col("bytes")[pos]
+    wasted = _pageable_cost(ctx, dur, ck, nb, min_bytes)
+    longest = int(np.argmax(dur))
+    return Finding(
+        rule=RULE.id,
+        severity=severity(wasted, ctx.span_ns()),
+        count=int(pos.size),
+        wasted_ns=wasted,
+        data={
+            "bytes": int(nb.sum()),
+            "by_kind": {k.name: int((ck == int(k)).sum()) for k in CopyKind if (ck == int(k)).any()},
+            "copy_ns": int(dur.sum()),
+            "places": count_places(ctx, pos, "copies"),
+            **window(ctx.col("start")[pos[longest]], ctx.col("end")[pos[longest]]),  # the longest
+        },
+    )
+
+
+RULE = Rule(
+    id="pageable_memcpy",
+    title="large memcpys use pageable host memory",
+    evaluate=evaluate,
+    options={"min_bytes": 64 * 1024},
+    source=(
+        'CUDA C++ Best Practices Guide, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior" '
+        "(pageable copies are staged and cannot overlap)"
+    ),
+)

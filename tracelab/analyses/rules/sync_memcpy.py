@@ -1,0 +1,65 @@
+"""sync_memcpy: synchronous memcpy calls that really block the host."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...model import SyncKind
+from ..results import Finding
+from .base import FindingContext, Rule, severity, window
+from .waits import idle_during
+
+
+def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
+    count = blocked = wasted = excluded = 0
+    calls: dict[str, int] = {}
+    ranks: list[int] = []
+    worst = (-1, 0, 0)
+    for rank, host in ctx.hosts.items():
+        sync_copy = host.api_sync == int(SyncKind.MEMCPY)
+        excluded += int((sync_copy & host.api_nonblocking_sync).sum())
+        pos = np.flatnonzero(sync_copy & host.api_blocking)
+        if pos.size == 0:
+            continue
+        s, e = host.api_start[pos], host.api_end[pos]
+        count += int(pos.size)
+        blocked += int((e - s).sum())
+        wasted += idle_during(ctx, rank, s, e)
+        ranks.append(rank)
+        names, counts = np.unique(host.api_name[pos], return_counts=True)
+        for n, c in zip(names.tolist(), counts.tolist()):
+            key = ctx.timeline.name(int(n))
+            calls[key] = calls.get(key, 0) + int(c)
+        j = int(np.argmax(e - s))
+        if int(e[j] - s[j]) > worst[0]:
+            worst = (int(e[j] - s[j]), int(s[j]), int(e[j]))
+    if not count:
+        return None
+    return Finding(
+        rule=RULE.id,
+        severity=severity(wasted, ctx.span_ns()),
+        count=count,
+        wasted_ns=wasted,
+        data={
+            "calls": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
+            "host_blocked_ns": blocked,
+            "ranks": ranks,
+            "non_blocking_excluded": excluded,
+            **window(worst[1], worst[2]),  # the longest call
+        },
+    )
+
+
+RULE = Rule(
+    id="sync_memcpy",
+    title="synchronous memcpy calls block the host",
+    evaluate=evaluate,
+    options={},
+    source=(
+        'CUDA Runtime API, "API synchronization behavior": synchronous memcpys to or from host memory block; '
+        "device-to-device copies and memsets to device memory do not (excluded)"
+    ),
+)

@@ -1,0 +1,244 @@
+"""Restricting a Timeline to chosen steps or a time window (`--steps A:B`, `--window START_US:END_US`).
+
+`--steps A:B` is a Python slice of each rank's steps (tracelab.analyses.steps): steps A, A+1, ...,
+B-1; either side may be left out (`1:` drops the first step, `:5` keeps steps 0-4) and a single `A`
+means step A alone. The range of a rank runs from the start of its first chosen step to the end of
+its last one (each rank its own range: ranks do not step in lockstep).
+`--window START_US:END_US` is one range for every rank, in microseconds from the run start (the
+earliest event of the trace); either side may be left out.
+
+`apply_scope` keeps the events that overlap the range and clips them at its edges, so busy, idle,
+overlap and gaps computed on the result are the figures of that range under the usual definitions
+(a device's span runs from its first to its last GPU activity inside the range).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..errors import BadInput
+from ..model import Timeline
+from .steps import Steps, find_steps
+from .units import fmt_ns
+
+_INT_RANGE = re.compile(r"^\s*(\d*)\s*(:\s*(\d*)\s*)?$")
+_NUM = r"(\d+(?:\.\d*)?|\.\d+)?"
+_US_RANGE = re.compile(rf"^\s*{_NUM}\s*:\s*{_NUM}\s*$")
+OPEN_END = np.iinfo(np.int64).max // 4
+
+
+@dataclass(frozen=True)
+class Scope:
+    steps: tuple[int, int] | None  # [first, stop): step indices, a Python slice
+    window_ns: tuple[int, int] | None  # [start, end) in ns from the run start
+
+
+def parse_scope(steps: str | None, window_us: str | None) -> Scope | None:
+    """The scope given by `--steps` / `--window` (None when neither is given); BadInput on bad
+    syntax, an empty range, or both options at once."""
+    if steps is None and window_us is None:
+        return None
+    if steps is not None and window_us is not None:
+        raise BadInput("give --steps or --window, not both")
+    if steps is not None:
+        m = _INT_RANGE.match(steps)
+        if not m or (not m.group(1) and not m.group(2)):
+            raise BadInput(f"--steps {steps!r}: expected A:B (step indices, e.g. 1:10, 3:, :5 or 4)")
+        first = int(m.group(1)) if m.group(1) else 0
+        if m.group(2) is None:
+            stop = first + 1
+        else:
+            stop = int(m.group(3)) if m.group(3) else OPEN_END
+        if stop <= first:
+            raise BadInput(f"--steps {steps!r}: the range is empty (B must be greater than A)")
+        return Scope(steps=(first, stop), window_ns=None)
+    assert window_us is not None
+    m = _US_RANGE.match(window_us)
+    if not m:
+        raise BadInput(
+            f"--window {window_us!r}: expected START_US:END_US (microseconds from the run start, e.g. 1000:2500)"
+        )
+    start = round(float(m.group(1)) * 1000) if m.group(1) else 0
+    end = round(float(m.group(2)) * 1000) if m.group(2) else OPEN_END
+    if end <= start:
+        raise BadInput(f"--window {window_us!r}: the window is empty (END_US must be greater than START_US)")
+    return Scope(steps=None, window_ns=(start, end))
+
+
+def run_start(timeline: Timeline) -> int:
+    """The run start: the earliest event of the trace (0 for an empty one)."""
+    start = timeline.events["start"].to_numpy()
+    return int(start.min()) if start.size else 0
+
+
+def step_ranges(scope: Scope, steps: Steps) -> dict[int, tuple[int, int, int, int]]:
+    """Per rank: (range start ns, range end ns, first step, stop step) of `scope.steps`."""
+    assert scope.steps is not None
+    first, stop = scope.steps
+    ranks = steps.ranks()
+    if not ranks:
+        why = "; ".join(steps.notes) or "the trace has no steps"
+        raise BadInput(f"--steps {first}:{_stop_text(stop)}: no steps found ({why})")
+    out: dict[int, tuple[int, int, int, int]] = {}
+    for rank in ranks:
+        s, e = steps.of_rank(rank)
+        if first >= s.size:
+            raise BadInput(
+                f"--steps {first}:{_stop_text(stop)}: rank {rank} has {s.size} steps (0..{s.size - 1})"
+            )
+        last = min(stop, s.size) - 1
+        out[rank] = (int(s[first]), int(e[first : last + 1].max()), first, last + 1)
+    return out
+
+
+def _stop_text(stop: int) -> str:
+    return "" if stop >= OPEN_END else str(stop)
+
+
+def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[Timeline, str]:
+    """The timeline restricted to the scope (events overlapping the range, clipped at its edges)
+    and a note saying what the figures cover. Scope None: the whole timeline, and a note saying how
+    many steps and how much warm-up the figures include."""
+    if scope is None:
+        return timeline, _whole_note(steps)
+    ev = timeline.events
+    rank = ev["rank"].to_numpy()
+    origin = run_start(timeline)
+    if scope.window_ns is not None:
+        lo_rel, hi_rel = scope.window_ns
+        lo = np.full(rank.size, origin + lo_rel, dtype=np.int64)
+        hi = np.full(rank.size, origin + min(hi_rel, OPEN_END), dtype=np.int64)
+        ranges = {int(r): (origin + lo_rel, origin + hi_rel) for r in np.unique(rank).tolist()}
+        clipped = _clip(timeline, lo, hi)
+        inside = _steps_inside(steps, ranges)
+        end_text = "the end" if hi_rel >= OPEN_END else f"+{fmt_ns(hi_rel)}"
+        note = f"figures cover the window +{fmt_ns(lo_rel)} … {end_text} from the run start ({inside})"
+        return _with_scope(clipped, scope, ranges), note
+    per_rank = step_ranges(scope, steps)
+    table = np.array(sorted(per_rank), dtype=np.int64)
+    lo_r = np.array([per_rank[r][0] for r in table.tolist()], dtype=np.int64)
+    hi_r = np.array([per_rank[r][1] for r in table.tolist()], dtype=np.int64)
+    idx = np.searchsorted(table, rank)
+    known = (idx < table.size) & (table[np.minimum(idx, table.size - 1)] == rank)
+    # ranks without steps keep nothing
+    lo = np.where(known, lo_r[np.minimum(idx, table.size - 1)], 0)
+    hi = np.where(known, hi_r[np.minimum(idx, table.size - 1)], 0)
+    clipped = _clip(timeline, lo, hi)
+    parts = []
+    for r in table.tolist():
+        s_lo, s_hi, a, b = per_rank[r]
+        n_all = steps.of_rank(r)[0].size
+        parts.append(
+            f"rank {r}: steps {a}–{b - 1} of 0–{n_all - 1} ({fmt_ns(s_hi - s_lo)}, "
+            f"+{fmt_ns(s_lo - origin)} … +{fmt_ns(s_hi - origin)})"
+        )
+    source = _source_text(steps)
+    note = "figures cover " + "; ".join(parts) + (f" ({source} steps)" if source else "")
+    ranges = {r: (v[0], v[1]) for r, v in per_rank.items()}
+    return _with_scope(clipped, scope, ranges), note
+
+
+def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray) -> Timeline:
+    """Events overlapping [lo, hi) (per event), clipped to it; instantaneous events inside it."""
+    ev = timeline.events
+    start = ev["start"].to_numpy()
+    end = ev["end"].to_numpy()
+    keep = ((end > lo) & (start < hi)) | ((end == start) & (start >= lo) & (start < hi))
+    out = ev[keep].copy()
+    out["start"] = np.maximum(start[keep], lo[keep]).astype(np.int64)
+    out["end"] = np.minimum(end[keep], hi[keep]).astype(np.int64)
+    out = out.reset_index(drop=True)
+    blocks = timeline.sm_blocks
+    if blocks is not None and len(blocks):
+        b_rank = blocks["rank"].to_numpy()
+        ranks = ev["rank"].to_numpy()
+        # per rank, the range of its events (all events of a rank share one range)
+        table, first = np.unique(ranks, return_index=True)
+        j = np.searchsorted(table, b_rank)
+        ok = (j < table.size) & (table[np.minimum(j, table.size - 1)] == b_rank)
+        jj = np.minimum(j, table.size - 1)
+        b_lo = np.where(ok, lo[first][jj], 0)
+        b_hi = np.where(ok, hi[first][jj], 0)
+        bs, be = blocks["start"].to_numpy(), blocks["end"].to_numpy()
+        bkeep = ok & (be > b_lo) & (bs < b_hi)
+        blocks = blocks[bkeep].copy()
+        blocks["start"] = np.maximum(bs[bkeep], b_lo[bkeep])
+        blocks["end"] = np.minimum(be[bkeep], b_hi[bkeep])
+        blocks = blocks.reset_index(drop=True)
+    return replace(timeline, events=out, sm_blocks=blocks)
+
+
+def _with_scope(timeline: Timeline, scope: Scope, ranges: dict[int, tuple[int, int]]) -> Timeline:
+    extra = dict(timeline.meta.extra)
+    extra["scope"] = {
+        "steps": list(scope.steps) if scope.steps else None,
+        "window_ns": list(scope.window_ns) if scope.window_ns else None,
+        "ranges_ns": {str(r): [int(a), int(b)] for r, (a, b) in ranges.items()},
+    }
+    return timeline.with_meta(extra=extra)
+
+
+def _steps_inside(steps: Steps, ranges: dict[int, tuple[int, int]]) -> str:
+    total = inside = 0
+    for r in steps.ranks():
+        s, e = steps.of_rank(r)
+        lo, hi = ranges.get(r, (0, 0))
+        total += s.size
+        inside += int(np.count_nonzero((s >= lo) & (e <= hi)))
+    if not total:
+        return "no steps found"
+    return f"{inside} of {total} steps fully inside"
+
+
+def _source_text(steps: Steps) -> str:
+    sources = sorted({s.source for s in steps.steps})
+    return "/".join(sources)
+
+
+def _whole_note(steps: Steps) -> str:
+    if not steps.steps:
+        return "figures cover the whole trace (no steps found)"
+    parts = []
+    for r in steps.ranks():
+        s, e = steps.of_rank(r)
+        d = e - s
+        med = float(np.median(d))
+        first = int(d[0])
+        ratio = f", {first / med:.1f}× the median step" if med > 0 else ""
+        parts.append(
+            f"rank {r}: {s.size} steps, median {fmt_ns(int(med))}; warm-up step 0 {fmt_ns(first)}{ratio}"
+        )
+    return (
+        f"figures cover the whole trace, {_source_text(steps)} steps included: "
+        + "; ".join(parts)
+        + " (--steps 1: leaves the warm-up out)"
+    )
+
+
+def steps_in_ranges(steps: Steps, ranges: dict[int, tuple[int, int]]) -> Steps:
+    """The steps that overlap their rank's range, clipped to it; they keep their indices."""
+    kept = []
+    for st in steps.steps:
+        lo, hi = ranges.get(st.rank, (0, 0))
+        a, b = max(st.start_ns, lo), min(st.end_ns, hi)
+        if b > a:
+            kept.append(replace(st, start_ns=a, end_ns=b))
+    return Steps(tuple(kept), steps.notes)
+
+
+def scope_timeline(
+    timeline: Timeline, steps_option: str | None, window_option: str | None
+) -> tuple[Timeline, Steps, str]:
+    """What `--steps` / `--window` do, in one call: the timeline restricted to the scope, its steps
+    (those inside the range, clipped, with their original indices) and the note on what the figures
+    cover. Without either option: the whole timeline, all its steps, and the warm-up note."""
+    steps = find_steps(timeline)
+    scope = parse_scope(steps_option, window_option)
+    scoped, note = apply_scope(timeline, scope, steps)
+    if scope is None:
+        return scoped, steps, note
+    ranges = {int(r): (int(v[0]), int(v[1])) for r, v in scoped.meta.extra["scope"]["ranges_ns"].items()}
+    return scoped, steps_in_ranges(steps, ranges), note

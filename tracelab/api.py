@@ -1,0 +1,138 @@
+"""The library facade: what the CLI and the dashboard use, and what a Python user imports.
+
+    from tracelab import api
+    timeline = api.load("trace.json")               # parse a file (or a run directory)
+    analysis = api.analyze(timeline)                 # devices, gaps, steps, findings (with prose)
+    doc = api.to_json(analysis)                      # the `analyze --json` document (schema 2)
+    run = api.import_trace("trace.json", store)      # parse and save into a store (run.run_id)
+    timeline = api.resolve("my-run", store)          # a path or a run id / name in the store
+    cmp = api.compare(analysis_a, analysis_b)
+    api.report("out.html", analysis, timeline)
+
+One-way flow: parsers -> model -> analyses -> render -> (this facade) -> cli/app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .analyses.results import Analysis, AnalysisOptions
+from .model import Timeline
+
+if TYPE_CHECKING:
+    from .analyses.compare import Comparison
+    from .parsers.detect import Progress
+    from .store import Store
+
+__all__ = ["Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "to_json"]
+
+def load(path: str | Path, progress: Progress | None = None) -> Timeline:
+    """Parse a trace file or run directory into a Timeline (format detected from the content).
+    Raises tracelab.errors.BadInput (one line naming the file) for input it cannot read."""
+    from .parsers.detect import load_trace
+
+    return load_trace(path, progress)
+
+
+@dataclass(frozen=True)
+class Imported:
+    run_id: str
+    new: bool  # False: the same content was already in the store (its run id is returned)
+
+
+def import_trace(
+    path: str | Path,
+    store: Store,
+    name: str | None = None,
+    *,
+    replace: bool = False,
+    source_path: str | None = None,
+    parse_progress: Progress | None = None,
+    store_progress: Progress | None = None,
+) -> Imported:
+    """Parse a trace (file or directory) and save it as a run of `store`: the one import workflow (the
+    CLI's `import` and the dashboard's upload page both call this). Content already in the store (same
+    fingerprint) is not parsed again: its run id comes back with new=False, unless `replace`.
+    `source_path` is what the store records as the source (default: the absolute path)."""
+    from .errors import BadInput, DuplicateRun
+    from .parsers import trace_fingerprint
+
+    p = Path(path)
+    if not p.exists():
+        raise BadInput("no such file or directory", p)
+    fp = trace_fingerprint(p)
+    existing = store.find_fingerprint(fp)
+    if existing and not replace:
+        return Imported(existing, False)
+    timeline = load(p, parse_progress)
+    try:
+        rid = store.import_timeline(
+            timeline,
+            source_path=source_path or str(p.absolute()),
+            fingerprint=fp,
+            name=name,
+            progress=store_progress,
+            replace=replace,
+        )
+    except DuplicateRun as e:  # imported concurrently by another process
+        return Imported(e.run_id, False)
+    return Imported(rid, True)
+
+
+def resolve(ref: str | Path, store: Store | None = None) -> tuple[Timeline, str]:
+    """A path (parsed directly) or a run id / id prefix / name in `store`: (timeline, title)."""
+    from .errors import BadInput, UnknownRun
+
+    p = Path(ref)
+    if p.exists():
+        return load(p), str(p)
+    if store is None:
+        raise BadInput("no such file (and no store to look the name up in)", str(ref))
+    try:
+        rid = store.resolve(str(ref))
+    except UnknownRun:
+        raise BadInput("no such file, and no run with this id or name in the store (see `tracelab runs`)", str(ref)) from None
+    return store.load(rid), f"run {rid} · {store.get_run(rid).name}"
+
+
+def analyze(
+    timeline: Timeline,
+    options: AnalysisOptions | None = None,
+    rule_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Analysis:
+    """Analyze a timeline (tracelab.analyses.analyze) and fill in the findings' prose."""
+    from .analyses import analyze as _analyze
+    from .render.findings import with_prose
+
+    return with_prose(_analyze(timeline, options or AnalysisOptions(), rule_options))
+
+
+def to_json(analysis: Analysis) -> dict[str, Any]:
+    """The `analyze --json` document (schema 2, DESIGN.md)."""
+    from .analyses.results import to_document
+
+    return to_document(analysis)
+
+
+def compare(a: Analysis, b: Analysis, timeline_a: Timeline | None = None, timeline_b: Timeline | None = None) -> Comparison:
+    """Deltas between two analyses, b - a (per device, gaps by cause, findings, top kernels when the
+    timelines are given)."""
+    from .analyses.compare import compare as _compare
+
+    return _compare(a, b, timeline_a, timeline_b)
+
+
+def report(
+    out: str | Path,
+    analysis: Analysis,
+    timeline: Timeline | None = None,
+    against: tuple[Analysis, Timeline | None] | None = None,
+) -> Path:
+    """Write a report of `analysis` to `out` (format from the suffix: .html, .md, .json); `against` adds a
+    comparison with a baseline. Returns the path written."""
+    from .render.reports import write_report
+
+    return write_report(out, analysis, timeline, against=against)
