@@ -25,6 +25,7 @@ CONTRACT = {
     "pdl": ("no_pdl", "pdl"),
     "graphs": ("eager", "graph", "conditional"),
     "green_contexts": ("sequential", "streams", "green_ctx"),
+    "comm_overlap": ("sequential", "streams", "green_ctx"),
 }
 
 
