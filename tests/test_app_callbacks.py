@@ -296,7 +296,7 @@ def test_timeline_lanes_labels_and_escaping(env):
     hovers = [h for tr in fig.data if tr.hovertext is not None for h in tr.hovertext]
     if any("gemm_kernel" in h for h in hovers):
         kh = next(h for h in hovers if "gemm_kernel" in h)
-        assert "duration 15 µs" in kh and "grid (128,1,1) block (256,1,1)" in kh
+        assert "duration 15.0 µs" in kh and "grid (128,1,1) block (256,1,1)" in kh
     view = find(page, "tl-view").data
     assert (view["t0"], view["t1"]) == (str(state.record(a).start_ns), str(state.record(a).end_ns))
 

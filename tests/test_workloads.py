@@ -23,8 +23,11 @@ CONTRACT = {
     "overlap": ("serial", "streams_pinned", "streams_pageable", "concurrent_kernels"),
     "sync_pitfalls": ("item_every_step", "deferred_sync", "synchronize_in_loop", "nonzero_sync"),
     "pdl": ("no_pdl", "pdl"),
-    "graphs": ("eager", "graph", "conditional"),
+    "graphs": ("eager", "graph", "conditional", "multi_stream_eager", "multi_stream_capture"),
     "green_contexts": ("sequential", "streams", "green_ctx"),
+    "fusion": ("eager_ops", "torch_fused", "compiled", "triton", "cuda"),
+    "default_stream": ("legacy_blocking", "nonblocking", "per_thread_default"),
+    "priorities": ("same_priority", "high_priority"),
     "comm_overlap": ("sequential", "streams", "green_ctx"),
 }
 

@@ -222,6 +222,14 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     return resolve(ref, Store(db, create=False, read_only=True))
 
 
+def load_named_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str, str]:
+    """`load_subject` plus a short label for tables and verdicts: the run's name, or the file name."""
+    timeline, title = load_subject(ctx, ref)
+    if not Path(ref).exists() and title.startswith("run ") and " · " in title:
+        return timeline, title, title.split(" · ", 1)[1]
+    return timeline, title, Path(title).name or title
+
+
 def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
     from .api import analyze
 
@@ -243,13 +251,20 @@ def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
     if console.is_terminal:
         console.print(Group(*analysis_renderables(analysis, title=title, top_gaps=top_gaps)))
     else:  # a pipe or a file: plain text, no colour, no trailing blanks
-        click.echo(format_analysis(analysis, title=title, top_gaps=top_gaps), nl=False)
+        click.echo(format_analysis(analysis, title=title, top_gaps=top_gaps, width=terminal_width()), nl=False)
 
 
 def _human_ns(ns: int) -> str:
-    from .render.compare_text import fmt_ns
+    from .render.format import fmt_ns
 
     return fmt_ns(ns)
+
+
+def terminal_width() -> int:
+    """Columns for human output: $COLUMNS, else the terminal's width, else 100 (a pipe)."""
+    import shutil
+
+    return max(shutil.get_terminal_size((100, 24)).columns, 40)
 
 
 def _safe(text: object, limit: int | None = None) -> str:
@@ -331,7 +346,8 @@ def _import_each(store: Store, paths: tuple[Path, ...], name: str | None, replac
 @_db_option
 @click.pass_context
 def runs(ctx: click.Context, as_json: bool) -> None:
-    """List the runs in the store: id, name, workload, variant, backend, GPU, source."""
+    """List the runs in the store: id, name, backend, GPU, events, trace length, source (one line
+    per run, fitted to the terminal width; --json has every field)."""
     db = _db_path(ctx)
     records = open_store(ctx, create=False, read_only=True).runs() if db.exists() else []
     if as_json:
@@ -340,39 +356,9 @@ def runs(ctx: click.Context, as_json: bool) -> None:
     if not records:
         err(f"no runs in {db} (import a trace with `tracelab import PATH` or run `tracelab demo`)")
         return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from .render.runs_text import format_runs_table
 
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for col, just in (
-        ("id", "left"),
-        ("name", "left"),
-        ("workload", "left"),
-        ("variant", "left"),
-        ("backend", "left"),
-        ("gpu", "left"),
-        ("events", "right"),
-        ("span", "right"),
-        ("source", "left"),
-    ):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    for r in records:
-        t.add_row(
-            r.id,
-            Text(_safe(r.name, 60)),
-            Text(_safe(r.workload)),
-            Text(_safe(r.variant)),
-            Text(_safe(r.backend)),
-            Text(_safe(r.gpu, 30)),
-            f"{r.events:,}",
-            _human_ns(r.span_ns),
-            Text(_safe(r.source, 80)),
-        )
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=200, color_system=None)
-    console.print(t)
+    click.echo(format_runs_table(records, terminal_width()))
 
 
 @main.command()
@@ -453,8 +439,8 @@ def compare(
     from .analyses.compare import compare as compare_analyses
 
     options = _options(gap_threshold_us, exclude_orphans)
-    tl_a, _ = load_subject(ctx, a)
-    tl_b, _ = load_subject(ctx, b)
+    tl_a, _, label_a = load_named_subject(ctx, a)
+    tl_b, _, label_b = load_named_subject(ctx, b)
     an_a, an_b = _analyze(tl_a, options), _analyze(tl_b, options)
     comparison = compare_analyses(an_a, an_b, tl_a, tl_b)
     if as_json:
@@ -472,7 +458,7 @@ def compare(
     else:
         from .render.compare_text import format_comparison
 
-        click.echo(format_comparison(comparison))
+        click.echo(format_comparison(comparison, labels=(label_a, label_b), width=terminal_width()))
 
 
 @main.command()
@@ -482,7 +468,7 @@ def compare(
     "--output",
     "output",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by check_output_path: one line
     help="Report file: .html (self-contained), .md or .json.",
 )
 @click.option("--against", help="Baseline run or trace to compare with.")
@@ -501,7 +487,9 @@ def report(
     """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
     if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
         raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
-    from .render.reports import write_report
+    from .render.reports import check_output_path, write_report
+
+    check_output_path(output)  # before any parsing or analysis
 
     options = _options(gap_threshold_us, exclude_orphans)
     timeline, _ = load_subject(ctx, run_or_path)
@@ -515,6 +503,47 @@ def report(
 
 
 @main.command()
+@click.argument("run_or_path")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(path_type=Path),  # checked by check_output_path: one line
+    help="Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).",
+)
+@click.option("--no-sm-lanes", is_flag=True, help="Leave out the per-SM lanes.")
+@_gap_option
+@_orphan_option
+@_db_option
+@click.pass_context
+def export(
+    ctx: click.Context,
+    run_or_path: str,
+    output: Path,
+    no_sm_lanes: bool,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+) -> None:
+    """Export a run or trace for Perfetto / chrome://tracing (Chrome trace-event JSON), with
+    tracelab's idle gaps and their causes, findings, steps and per-SM lanes as extra tracks."""
+    if output.suffix.lower() != ".json":
+        raise BadInput("the export is JSON: use a .json file name (e.g. run.perfetto.json)", output)
+    from .render.perfetto import write_perfetto
+    from .render.reports import check_output_path
+
+    check_output_path(output)  # before any parsing or analysis
+    timeline, _ = load_subject(ctx, run_or_path)
+    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    summary = write_perfetto(output, timeline, analysis, sm_lanes=not no_sm_lanes)
+    for note in summary.notes:
+        err(f"note: {_safe(note)}")
+    err(f"{_safe(output.name, 40)}: {summary.events:,} events on {len(summary.tracks)} tracks "
+        "(open it in ui.perfetto.dev or chrome://tracing)")
+    click.echo(str(output))
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def workloads(as_json: bool) -> None:
     """List the built-in GPU workloads, their variants and what each demonstrates."""
@@ -523,10 +552,14 @@ def workloads(as_json: bool) -> None:
     if as_json:
         _echo_json([w.to_dict() for w in WORKLOADS.values()])
         return
+    import textwrap
+
+    width = terminal_width()
     for w in WORKLOADS.values():
-        click.echo(f"{w.name}: {w.description}")
+        click.echo("\n".join(textwrap.wrap(f"{w.name}: {w.description}", width, subsequent_indent="  ")))
         for v in w.variants:
-            click.echo(f"  {v.name:20} {v.description}")
+            text = f"  {v.name:20} {v.description}"
+            click.echo("\n".join(textwrap.wrap(text, width, subsequent_indent=" " * 23)))
         click.echo("")
 
 
@@ -623,7 +656,32 @@ def _default_backend() -> str:
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve the dashboard over the store (http://HOST:PORT)."""
+    check_port(host, port)  # before the store is opened: a busy port costs nothing
     _serve(open_store(ctx), host, port, allow_hosts)
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail in one line (BadInput, exit 2) when HOST:PORT cannot be listened on (in use, not an address
+    of this machine, a privileged port): checked before the app is built, so no server output appears."""
+    import errno
+    import socket
+
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"cannot listen on {_safe(where)}: unknown host ({_one_line(e)})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does: TIME_WAIT is fine
+        try:
+            sock.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise BadInput(
+                    f"port {port} on {_safe(host)} is already in use (another server? pick one with --port)"
+                ) from None
+            raise BadInput(f"cannot listen on {_safe(where)}: {e.strerror or e}") from None
 
 
 def _serve(store: Store, host: str, port: int, allow_hosts: tuple[str, ...] = ()) -> None:
@@ -634,11 +692,20 @@ def _serve(store: Store, host: str, port: int, allow_hosts: tuple[str, ...] = ()
         raise MissingDependency(
             f"the dashboard needs dash and plotly ({e}); pip install 'tracelab[app]'"
         ) from None
+    check_port(host, port)
     from app import create_app
 
     dash_app = create_app(store, bind_host=host, allow_hosts=allow_hosts)
     err(f"tracelab dashboard on http://{host}:{port}/ (store {store.path}); Ctrl-C to stop")
-    dash_app.run(host=host, port=port, debug=False)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no per-request lines
+    try:
+        dash_app.run(host=host, port=port, debug=False)
+    except SystemExit as e:  # werkzeug exits 1 when the port was taken between the check and the bind
+        if e.code not in (0, None):
+            raise BadInput(f"port {port} on {_safe(host)} could not be listened on (in use?)") from None
+        raise
 
 
 @main.command()

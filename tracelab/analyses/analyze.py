@@ -38,6 +38,7 @@ def analyze(
     """Per-device busy/idle/overlap, idle gaps with causes, steps and findings (DESIGN.md
     definitions). `rule_options` overrides rule thresholds by rule id."""
     notes = list(timeline.meta.notes)
+    run_start = int(timeline.events["start"].min()) if len(timeline.events) else None
     if options.exclude_orphans:
         timeline, dropped = drop_orphans(timeline)
         notes.append(
@@ -57,7 +58,7 @@ def analyze(
     meta = timeline.meta
     ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.events["rank"].to_numpy()))
     return Analysis(
-        trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks)),
+        trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks), start_ns=run_start),
         devices=devices,
         gaps=gaps,
         findings=findings,

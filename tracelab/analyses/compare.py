@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+import numpy as np
+
 from tracelab.model import EventKind, Timeline
 
 from .green_explain import GreenContextExplanation, green_context_explanation
@@ -110,6 +112,32 @@ class KernelDelta:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The one-line answer of a comparison, as numbers (the wording is in render/compare_text.py).
+
+    `basis` "step": `a_ns`/`b_ns` are the mean step time of each run (both runs have steps); "span":
+    the GPU span (first to last GPU activity over all devices). `idle_ns` sums GPU idle over the
+    matched devices; `causes` are the gap causes whose total time changed, largest change first."""
+
+    basis: Literal["step", "span"]
+    a_ns: int
+    b_ns: int
+    steps_a: int
+    steps_b: int
+    idle_ns: Delta
+    idle_fraction_a: float
+    idle_fraction_b: float
+    causes: tuple[GapCauseDelta, ...]
+    new_findings: tuple[str, ...]
+    gone_findings: tuple[str, ...]
+
+    @property
+    def pct(self) -> float | None:
+        """B's time relative to A's, in percent (+: B is slower)."""
+        return None if self.a_ns == 0 else 100.0 * (self.b_ns - self.a_ns) / self.a_ns
+
+
+@dataclass(frozen=True)
 class Comparison:
     a: TraceInfo
     b: TraceInfo
@@ -123,6 +151,7 @@ class Comparison:
     # the green-context run explained against the other run (None unless exactly one uses green contexts)
     green_contexts: GreenContextExplanation | None = None
     green_contexts_run: Literal["a", "b"] | None = None  # which side is the green-context run
+    verdict: Verdict | None = None  # the one-line answer (None when neither run has GPU activity)
 
     @property
     def new_findings(self) -> int:
@@ -343,6 +372,60 @@ def _green_contexts(
     return green_context_explanation(a_tl, b_tl), "a"
 
 
+# ---- verdict ---------------------------------------------------------------------------------------
+
+VERDICT_CAUSES = 3
+
+
+def step_durations(an: Analysis) -> np.ndarray:
+    """Durations (ns) of the analysis' steps, every rank (empty when the trace marks none)."""
+    return np.array([s.end_ns - s.start_ns for s in an.steps], dtype=np.int64)
+
+
+def _gpu_span(an: Analysis) -> int:
+    if not an.devices:
+        return 0
+    return int(max(d.end_ns for d in an.devices) - min(d.start_ns for d in an.devices))
+
+
+def verdict(
+    a: Analysis,
+    b: Analysis,
+    devices: list[DeviceComparison],
+    gaps: tuple[GapCauseDelta, ...],
+    findings: tuple[FindingDelta, ...],
+    a_steps: np.ndarray | None = None,
+    b_steps: np.ndarray | None = None,
+) -> Verdict | None:
+    """Per-step time when both runs mark steps, else GPU span; idle change; the causes that moved."""
+    if not a.devices and not b.devices:
+        return None
+    na = 0 if a_steps is None else int(a_steps.size)
+    nb = 0 if b_steps is None else int(b_steps.size)
+    if na and nb:
+        basis: Literal["step", "span"] = "step"
+        a_ns, b_ns = round(float(a_steps.mean())), round(float(b_steps.mean()))  # type: ignore[union-attr]
+    else:
+        basis, a_ns, b_ns = "span", _gpu_span(a), _gpu_span(b)
+    both = [d for d in devices if d.present == "both"] or devices
+    idle = Delta(sum(d.idle_ns.a for d in both), sum(d.idle_ns.b for d in both))
+    span = Delta(sum(d.span_ns.a for d in both), sum(d.span_ns.b for d in both))
+    moved = sorted((g for g in gaps if g.total_ns.delta), key=lambda g: -abs(g.total_ns.delta))
+    return Verdict(
+        basis=basis,
+        a_ns=int(a_ns),
+        b_ns=int(b_ns),
+        steps_a=na,
+        steps_b=nb,
+        idle_ns=idle,
+        idle_fraction_a=idle.a / span.a if span.a else 0.0,
+        idle_fraction_b=idle.b / span.b if span.b else 0.0,
+        causes=tuple(moved[:VERDICT_CAUSES]),
+        new_findings=tuple(f.rule for f in findings if f.status == "new"),
+        gone_findings=tuple(f.rule for f in findings if f.status == "gone"),
+    )
+
+
 def compare(
     a: Analysis,
     b: Analysis,
@@ -368,16 +451,28 @@ def compare(
         green, green_run = _green_contexts(a_timeline, b_timeline)
     else:
         notes.append("kernels not compared (timelines not given)")
+    gap_deltas = _gap_causes(a, b)
+    finding_deltas = _findings(a, b)
+    answer = verdict(
+        a,
+        b,
+        devices,
+        gap_deltas,
+        finding_deltas,
+        step_durations(a),
+        step_durations(b),
+    )
     return Comparison(
         a=a.trace,
         b=b.trace,
         devices=tuple(devices),
-        gaps=_gap_causes(a, b),
-        findings=_findings(a, b),
+        gaps=gap_deltas,
+        findings=finding_deltas,
         kernels=kernels,
         totals=_totals(devices),
         notes=tuple(notes),
         kernels_compared=have_timelines,
         green_contexts=green,
         green_contexts_run=green_run,
+        verdict=answer,
     )

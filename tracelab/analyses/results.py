@@ -121,6 +121,8 @@ class TraceInfo:
     source: str
     format: str
     ranks: tuple[int, ...]
+    # the run start: first event of any kind (the one time origin of every rendered offset); None unknown
+    start_ns: int | None = None
 
 
 @dataclass(frozen=True)

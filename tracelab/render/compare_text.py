@@ -11,8 +11,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from tracelab.analyses import units
-from tracelab.analyses.compare import Comparison, Delta, DeviceComparison
+from tracelab.analyses.compare import Comparison, Delta, DeviceComparison, GapCauseDelta, Verdict
+from tracelab.analyses.results import TraceInfo
+from tracelab.render.format import fmt_fraction, fmt_ns, fmt_pct, fmt_points, fmt_ratio, fmt_signed_ns
+
+# re-exported for the report writers and older callers (the formatting itself is in render/format.py)
+__all__ = ["fmt_fraction", "fmt_ns", "fmt_pct", "fmt_signed_ns", "shorten", "term_safe"]
 
 # ---- shared formatting ------------------------------------------------------------------------------
 
@@ -34,25 +38,6 @@ def term_safe(text: object, limit: int | None = None) -> str:
     """Untrusted text (kernel names, file names) made safe for a terminal: control characters
     (ANSI escapes, newlines, bidi overrides) become '?', long text is cut in the middle."""
     return shorten(_CONTROL.sub("?", str(text)), limit)
-
-
-def fmt_ns(ns: float | None) -> str:
-    """Human duration: 950 ns, 12.3 µs, 4.56 ms, 1.234 s; '-' when unknown."""
-    return "-" if ns is None else units.fmt_ns(ns, units.FIXED_MS3)
-
-
-def fmt_signed_ns(ns: int) -> str:
-    return ("+" if ns > 0 else "") + fmt_ns(ns) if ns else "0"
-
-
-def fmt_pct(pct: float | None) -> str:
-    if pct is None:
-        return "n/a"
-    return f"{pct:+.1f}%"
-
-
-def fmt_fraction(x: float) -> str:
-    return f"{100.0 * x:.1f}%"
 
 
 def fmt_delta_ns(d: Delta) -> str:
@@ -109,10 +94,10 @@ def device_rows(d: DeviceComparison) -> list[list[str]]:
         for label, f in _ROWS
     ]
     rows.append(["busy fraction", fmt_fraction(d.busy_fraction_a), fmt_fraction(d.busy_fraction_b),
-                 f"{100 * (d.busy_fraction_b - d.busy_fraction_a):+.1f} pt", ""])
+                 fmt_points(d.busy_fraction_b - d.busy_fraction_a), ""])
     if d.sm_source_a != "none" or d.sm_source_b != "none":
         rows.append([f"SM busy ({d.sm_source_a} / {d.sm_source_b})", fmt_fraction(d.sm_busy_a),
-                     fmt_fraction(d.sm_busy_b), f"{100 * (d.sm_busy_b - d.sm_busy_a):+.1f} pt", ""])
+                     fmt_fraction(d.sm_busy_b), fmt_points(d.sm_busy_b - d.sm_busy_a), ""])
     for label, f in (("gaps", "gaps"), ("kernel launches", "kernels"), ("memcpys", "memcpys")):
         v: Delta = getattr(d, f)
         rows.append([label, str(v.a), str(v.b), f"{v.delta:+d}", fmt_pct(v.pct)])
@@ -169,7 +154,7 @@ def kernel_rows(c: Comparison, name: Callable[[str], str]) -> list[list[str]]:
 
 
 def _ratio(a: float, b: float) -> str:
-    return f"{b / a:.2f}x" if a else "n/a"
+    return fmt_ratio(a, b)
 
 
 def green_context_title(c: Comparison) -> str:
@@ -217,27 +202,97 @@ def green_context_rows(c: Comparison) -> list[list[str]]:
     return rows
 
 
-def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
-    """The comparison for the terminal: per device, gaps by cause, findings, top kernels."""
+TERMINAL_WIDTH = 100
+
+
+def side_label(info: TraceInfo) -> str:
+    """A run's default label: the trace's file or directory name (callers with a store pass run names)."""
+    source = info.source.rstrip("/\\")
+    return source.replace("\\", "/").rsplit("/", 1)[-1] or source or "trace"
+
+
+def _speed_words(v: Verdict) -> str:
+    per = "per step" if v.basis == "step" else "in GPU span"
+    pct = v.pct
+    if pct is None:
+        return f"B takes {fmt_ns(v.b_ns)} {per}"
+    if abs(pct) < 0.05:
+        return f"B takes the same time {per}"
+    return f"B is {abs(pct):.1f}% {'slower' if pct > 0 else 'faster'} {per}"
+
+
+def _causes_clause(causes: list[GapCauseDelta]) -> str:
+    return "causes: " + ", ".join(f"{g.cause} {fmt_signed_ns(g.total_ns.delta)}" for g in causes)
+
+
+def verdict_line(v: Verdict, width: int | None = TERMINAL_WIDTH) -> str:
+    """'B is 15.8% slower per step; GPU idle +11.22 ms; causes: launch_latency +18.79 ms, ...'.
+    With a width, the causes that do not fit are left out (the first one stays)."""
+    head = [_speed_words(v), f"GPU idle {fmt_signed_ns(v.idle_ns.delta)}"]
+    causes = list(v.causes)
+    while width is not None and len(causes) > 1 and len("; ".join([*head, _causes_clause(causes)])) > width:
+        causes.pop()
+    return "; ".join(head + ([_causes_clause(causes)] if causes else []))
+
+
+def verdict_detail(v: Verdict) -> str:
+    """The figures behind the verdict: both times, GPU idle share, findings that came or went."""
+    if v.basis == "step":
+        parts = [f"per step {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (mean of {v.steps_a} and {v.steps_b} steps)"]
+    else:
+        parts = [f"GPU span {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (no steps marked in both runs)"]
+    parts.append(f"GPU idle {fmt_fraction(v.idle_fraction_a)} -> {fmt_fraction(v.idle_fraction_b)} of span")
+    if v.new_findings:
+        parts.append("new findings: " + ", ".join(v.new_findings))
+    if v.gone_findings:
+        parts.append("gone: " + ", ".join(v.gone_findings))
+    return "; ".join(parts)
+
+
+def _wrap(text: str, width: int, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=True) or [""]
+
+
+def _fit_name_width(rows: list[list[str]], header: list[str], width: int) -> int:
+    """Room left for the first column (kernel names) when every other column keeps its width."""
+    others = sum(max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(1, len(header)))
+    return max(width - others - 2 * (len(header) - 1), 12)
+
+
+def format_comparison(
+    comparison: Comparison,
+    *,
+    labels: tuple[str, str] | None = None,
+    width: int = TERMINAL_WIDTH,
+    name_width: int | None = None,
+) -> str:
+    """The comparison for the terminal, every line at most `width` characters: the verdict, then per
+    device, gaps by cause, findings, top kernels. `labels` name A and B (run names; default: the
+    trace file names)."""
     c = comparison
-    out: list[str] = [
-        f"A (baseline): {term_safe(c.a.source)}  [{term_safe(c.a.format)}, ranks {list(c.a.ranks)}]",
-        f"B (variant):  {term_safe(c.b.source)}  [{term_safe(c.b.format)}, ranks {list(c.b.ranks)}]",
+    la, lb = labels or (side_label(c.a), side_label(c.b))
+    out: list[str] = []
+    if c.verdict is not None:
+        out.append(term_safe(verdict_line(c.verdict, width), width))
+        out += _wrap(term_safe(verdict_detail(c.verdict)), width, "  ")
+    out += [
+        term_safe(f"A (baseline): {term_safe(la)}  [{c.a.format}, ranks {','.join(map(str, c.a.ranks))}]", width),
+        term_safe(f"B (variant):  {term_safe(lb)}  [{c.b.format}, ranks {','.join(map(str, c.b.ranks))}]", width),
         "deltas are B - A; percentages relative to A",
     ]
     for n in c.notes:
-        out.append(f"note: {term_safe(n)}")
+        out += _wrap(f"note: {term_safe(n)}", width, "      ")
     for d in compared_devices(c):
         names = term_safe(d.name_a or d.name_b or "unknown GPU", 40)
         if d.present == "both" and d.name_a != d.name_b and d.rank >= 0:
             names = f"{term_safe(d.name_a, 30)} vs {term_safe(d.name_b, 30)}"
         present = {"both": "", "a": "  (only in A)", "b": "  (only in B)"}[d.present]
         header = f"== device {device_label(d)}  {names}{present}" if d.rank >= 0 else "== all matched devices (sums)"
-        out += ["", header]
+        out += ["", term_safe(header, width)]
         out += _table(["", "A", "B", "delta", "%"], device_rows(d))
     if c.green_contexts is not None:
-        out += ["", f"== green contexts: {term_safe(green_context_title(c))}"]
-        out += textwrap.wrap(term_safe(c.green_contexts.message), 100)
+        out += ["", term_safe(f"== green contexts: {green_context_title(c)}", width)]
+        out += _wrap(term_safe(c.green_contexts.message), width)
         out += _table(["", "A", "B", "B / A"], green_context_rows(c))
     out += ["", "== gaps by cause"]
     out += _table(
@@ -246,24 +301,29 @@ def format_comparison(comparison: Comparison, *, name_width: int = 70) -> str:
         or [["(no gaps)", "0", "0", "-", "-", "0", ""]],
     )
     w = c.wasted_ns
-    out += ["", (f"== findings: {c.new_findings} new, {c.gone_findings} gone, {c.changed_findings} changed; "
-            f"wasted time {fmt_ns(w.a)} -> {fmt_ns(w.b)} ({fmt_pct(w.pct)})")]
+    out += [""] + _wrap(
+        f"== findings: {c.new_findings} new, {c.gone_findings} gone, {c.changed_findings} changed; "
+        f"wasted time {fmt_ns(w.a)} -> {fmt_ns(w.b)} ({fmt_pct(w.pct)})",
+        width,
+        "   ",
+    )
     if c.findings:
         out += _table(
-            ["rule", "status", "severity A", "severity B", "count A", "count B", "wasted A", "wasted B"],
-            finding_rows(c),
+            ["rule", "status", "sev A", "sev B", "count A", "count B", "wasted A", "wasted B"],
+            finding_rows(c, rule=lambda r: term_safe(r, 30)),
             right={4, 5, 6, 7},
         )
         for f in c.findings:
             if f.status == "new":
-                out.append(f"new {f.rule}: {term_safe(f.message_b, 160)}")
+                out += _wrap(f"new {term_safe(f.rule, 30)}: {term_safe(f.message_b, 300)}", width, "    ")
     if c.kernels_compared:
+        header = ["kernel", "calls A", "calls B", "total A", "total B", "delta", "%"]
+        rows = kernel_rows(c, lambda n: n or "(unnamed)")
+        limit = name_width or _fit_name_width(rows, header, width)
+        for r in rows:
+            r[0] = term_safe(r[0], limit)
         out += ["", "== top kernels by total time"]
-        out += _table(
-            ["kernel", "calls A", "calls B", "total A", "total B", "delta", "%"],
-            kernel_rows(c, lambda n: term_safe(n or "(unnamed)", name_width))
-            or [["(no kernels)", "0", "0", "-", "-", "0", ""]],
-        )
+        out += _table(header, rows or [["(no kernels)", "0", "0", "-", "-", "0", ""]])
     return "\n".join(out)
 
 
@@ -307,6 +367,29 @@ def green_context_document(comparison: Comparison) -> dict[str, Any] | None:
     return doc
 
 
+def verdict_document(v: Verdict | None) -> dict[str, Any] | None:
+    """The verdict as JSON: basis ("step" | "span"), a_ns / b_ns (mean step time or GPU span),
+    pct (B relative to A), step counts, GPU idle, the gap causes that moved, findings new / gone,
+    and `text`: the sentence `compare` prints."""
+    if v is None:
+        return None
+    return {
+        "basis": v.basis,
+        "a_ns": v.a_ns,
+        "b_ns": v.b_ns,
+        "pct": None if v.pct is None else round(v.pct, 3),
+        "steps_a": v.steps_a,
+        "steps_b": v.steps_b,
+        "idle_ns": _delta_doc(v.idle_ns),
+        "idle_fraction": {"a": v.idle_fraction_a, "b": v.idle_fraction_b},
+        "causes": [{"cause": g.cause, "total_ns": _delta_doc(g.total_ns)} for g in v.causes],
+        "new_findings": list(v.new_findings),
+        "gone_findings": list(v.gone_findings),
+        "text": verdict_line(v, None),
+        "detail": verdict_detail(v),
+    }
+
+
 def comparison_document(comparison: Comparison) -> dict[str, Any]:
     """The "comparison" part of `compare --json` / a `.json` report written with --against.
     Every figure is {"a", "b", "delta" (= b - a), "pct" (relative to a, null when a is 0)}."""
@@ -314,6 +397,7 @@ def comparison_document(comparison: Comparison) -> dict[str, Any]:
     return {
         "a": {"source": c.a.source, "format": c.a.format, "ranks": list(c.a.ranks)},
         "b": {"source": c.b.source, "format": c.b.format, "ranks": list(c.b.ranks)},
+        "verdict": verdict_document(c.verdict),
         "notes": list(c.notes),
         "devices": [_device_doc(d) for d in c.devices],
         "totals": None if c.totals is None else _device_doc(c.totals),

@@ -33,7 +33,7 @@ def plotly_text(s: object) -> str:
 
 
 def fmt_ns(ns: float) -> str:
-    """A duration in the most readable unit, 4 significant digits: 850 ns, 12.3 µs, 4.56 ms, 1.234 s."""
+    """A duration (tracelab.render.format.fmt_ns): 850 ns, 12.3 µs, 4.56 ms, 1.234 s."""
     return units.fmt_ns(ns, units.SIG4)
 
 
@@ -792,8 +792,10 @@ def gaps_table(gaps: Sequence[Gap], origin_ns: int) -> pd.DataFrame:
 
 
 def analysis_origin(analysis: Analysis) -> int:
-    starts = [d.start_ns for d in analysis.devices]
-    return int(min(starts)) if starts else 0
+    """The run start (tracelab.render.format.run_origin): the one time origin of every view."""
+    from tracelab.render.format import run_origin
+
+    return run_origin(analysis)
 
 
 _COMPARE_BARS = (

@@ -12,6 +12,7 @@ from ..analyses.gaps import short_name
 from ..analyses.results import Analysis, Finding
 from ..analyses.rules import RULES
 from ..analyses.units import fmt_bytes, fmt_ns
+from .findings_workloads import RENDERERS as WORKLOAD_RENDERERS
 
 Prose = tuple[str, str]  # (message, where)
 
@@ -173,6 +174,7 @@ RENDERERS: dict[str, Callable[[Finding], Prose]] = {
     "idle_partition": _idle_partition,
     "excessive_sync": _excessive_sync,
 }
+RENDERERS.update(WORKLOAD_RENDERERS)  # issue 14's rules (tracelab/render/findings_workloads.py)
 _TITLES = {r.id: r.title for r in RULES}
 
 

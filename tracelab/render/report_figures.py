@@ -19,6 +19,7 @@ from tracelab.analyses.intervals import covered_length, merge
 from tracelab.analyses.results import Analysis
 from tracelab.model import GPU_ACTIVITY_KINDS, EventKind, Timeline
 from tracelab.render.compare_text import shorten
+from tracelab.render.format import run_origin
 
 COLORS = {
     "a": "#7f8c9a",
@@ -58,9 +59,18 @@ def time_edges(t0: int, t1: int, bins: int) -> np.ndarray:
     return np.unique(np.linspace(t0, max(t1, t0 + 1), bins + 1).round().astype(np.int64))
 
 
-def bin_centers_ms(edges: np.ndarray) -> np.ndarray:
-    """Bin centers in ms since the first edge (float32: the x axis of binned figures)."""
-    return (((edges[:-1] + edges[1:]) / 2 - edges[0]) / 1e6).astype(np.float32)
+RUN_START_AXIS = "time since the run start (ms)"
+
+
+def bin_centers_ms(edges: np.ndarray, origin_ns: int | None = None) -> np.ndarray:
+    """Bin centers in ms since `origin_ns` (the run start, `format.run_origin`; default: the first edge),
+    float32: the x axis of binned figures."""
+    origin = edges[0] if origin_ns is None else origin_ns
+    return (((edges[:-1] + edges[1:]) / 2 - origin) / 1e6).astype(np.float32)
+
+
+def _time_axis(origin_ns: int | None) -> str:
+    return RUN_START_AXIS if origin_ns is not None else "time since first GPU activity (ms)"
 
 
 def covered_per_bin(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -124,11 +134,11 @@ def kind_binned(timeline: Timeline, rank: int, device: int, edges: np.ndarray) -
 # ---- single-run figures -----------------------------------------------------------------------------
 
 
-def utilization_heatmap_figure(rows: pd.DataFrame, edges: np.ndarray) -> go.Figure:
+def utilization_heatmap_figure(rows: pd.DataFrame, edges: np.ndarray, origin_ns: int | None = None) -> go.Figure:
     """Lanes (devices and their streams) x time bins, colored by busy fraction."""
     fig = go.Figure()
     if len(rows):
-        centers_ms = bin_centers_ms(edges)
+        centers_ms = bin_centers_ms(edges, origin_ns)
         z = np.round(np.vstack(rows["busy"].to_list()) * 100).astype(np.uint8)
         fig.add_trace(
             go.Heatmap(
@@ -143,14 +153,16 @@ def utilization_heatmap_figure(rows: pd.DataFrame, edges: np.ndarray) -> go.Figu
             )
         )
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(title_text="time since first GPU activity (ms)")
+    fig.update_xaxes(title_text=_time_axis(origin_ns))
     return _layout(fig, "GPU utilization over time (per device and stream, binned)", height=max(260, 90 + 22 * len(rows)))
 
 
-def activity_figure(series: dict[str, np.ndarray], edges: np.ndarray, title: str) -> go.Figure:
+def activity_figure(
+    series: dict[str, np.ndarray], edges: np.ndarray, title: str, origin_ns: int | None = None
+) -> go.Figure:
     """Stacked lines of compute / copy / comm busy fraction per bin for one device."""
     fig = go.Figure()
-    x = bin_centers_ms(edges) if len(edges) else []
+    x = bin_centers_ms(edges, origin_ns) if len(edges) else []
     for name, values in series.items():
         fig.add_trace(
             go.Scatter(
@@ -160,7 +172,7 @@ def activity_figure(series: dict[str, np.ndarray], edges: np.ndarray, title: str
             )
         )
     fig.update_yaxes(title_text="busy % of bin", range=[0, 105])
-    fig.update_xaxes(title_text="time since first GPU activity (ms)")
+    fig.update_xaxes(title_text=_time_axis(origin_ns))
     return _layout(fig, title, hovermode="x unified")
 
 
@@ -234,7 +246,7 @@ def gaps_over_time_figure(analysis: Analysis, bins: int = 120) -> go.Figure:
     t0 = min(d.start_ns for d in analysis.devices) if analysis.devices else int(start.min())
     t1 = max(d.end_ns for d in analysis.devices) if analysis.devices else int(end.max())
     edges = time_edges(t0, t1, bins)
-    x = bin_centers_ms(edges)
+    x = bin_centers_ms(edges, run_origin(analysis))
     totals = {c: int((end - start)[cause == c].sum()) for c in set(cause.tolist())}
     for c in sorted(totals, key=lambda c: -totals[c]):
         m = cause == c
@@ -246,7 +258,7 @@ def gaps_over_time_figure(analysis: Analysis, bins: int = 120) -> go.Figure:
             per_bin += covered_per_bin(start[m][sel], end[m][sel], edges)
         fig.add_trace(go.Bar(x=x, y=(per_bin / 1e6).astype(np.float32), name=c, marker_color=COLORS.get(c, "#888"),
                              hovertemplate=c + ": %{y:.3f} ms idle<br>t=%{x:.3f} ms<extra></extra>"))
-    fig.update_xaxes(title_text="time since first GPU activity (ms)")
+    fig.update_xaxes(title_text=RUN_START_AXIS)
     fig.update_yaxes(title_text="idle time in gaps (ms per bin)")
     return _layout(fig, "Idle gaps over time, by cause", barmode="stack", bargap=0)
 

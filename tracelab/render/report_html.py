@@ -38,7 +38,11 @@ from tracelab.render.compare_text import (
     green_context_title,
     kernel_rows,
     shorten,
+    side_label,
+    verdict_detail,
+    verdict_line,
 )
+from tracelab.render.format import fmt_offset, run_origin
 from tracelab.render.reports import metadata_rows, report_title
 
 NAME_LIMIT = 160
@@ -209,14 +213,14 @@ def _findings(analysis: Analysis, limits: Limits) -> str:
 
 
 def _gaps(analysis: Analysis, limits: Limits) -> str:
-    origin = dash_figures.analysis_origin(analysis)
+    origin = run_origin(analysis)
     top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:limits.top_gaps]
     rows = [
-        [f"r{g.rank}/d{g.device}", f"{(g.start_ns - origin) / 1e3:,.1f}", fmt_ns(g.duration_ns),
+        [f"r{g.rank}/d{g.device}", fmt_offset(g.start_ns, origin), fmt_ns(g.duration_ns),
          _code(g.cause), _e(g.evidence, limits.text_limit)]
         for g in top
     ]
-    return _table(["device", "start (µs from the run's first GPU activity)", "duration", "cause", "evidence"], rows,
+    return _table(["device", "at (from the run start)", "duration", "cause", "evidence"], rows,
                   numeric={1, 2})
 
 
@@ -292,24 +296,29 @@ def _sm_section(analysis: Analysis, timeline: Timeline | None, figs: _Figures, l
     for d in with_sm[:limits.max_sm_devices]:
         grid = sm_grid(timeline, d.rank, d.device, bins=limits.sm_bins)
         if grid.busy.size:
-            parts.append(figs.place(sm_lanes_figure(grid, compact=True)))
+            parts.append(figs.place(sm_lanes_figure(grid, compact=True, origin_ns=run_origin(analysis))))
         if d.sm.partitions:
             util = sm_utilization(timeline, d.rank, d.device, bins=limits.bins)
             if len(util):
-                parts.append(figs.place(partition_utilization_figure(util)))
+                parts.append(figs.place(partition_utilization_figure(util, origin_ns=run_origin(analysis))))
     if len(with_sm) > limits.max_sm_devices:
         parts.append(f'<p class="muted">SM lanes shown for the first {limits.max_sm_devices} of {len(with_sm)} '
                      "devices.</p>")
     return "".join(parts)
 
 
-def _comparison(c: Comparison, figs: _Figures, limits: Limits) -> str:
+def _comparison(c: Comparison, figs: _Figures, limits: Limits, labels: tuple[str, str] | None = None) -> str:
+    la, lb = labels or (side_label(c.a), side_label(c.b))
     w = c.wasted_ns
     parts = [
         '<h2 id="comparison">Comparison</h2>',
-        (f"<p>Baseline <b>A</b>: {_e(c.a.source, 300)}<br>Variant <b>B</b>: {_e(c.b.source, 300)}<br>"
+        (f'<p>Baseline <b>A</b>: <span title="{_e(c.a.source, 300)}">{_e(la, 300)}</span><br>'
+         f'Variant <b>B</b>: <span title="{_e(c.b.source, 300)}">{_e(lb, 300)}</span><br>'
         '<span class="muted">Deltas are B − A; percentages are relative to A.</span></p>'),
     ]
+    if c.verdict is not None:
+        parts.append(f'<p class="verdict"><b>{_e(verdict_line(c.verdict, None))}</b><br>'
+                     f'<span class="muted">{_e(verdict_detail(c.verdict))}</span></p>')
     parts += [f'<p class="muted">note: {_e(n, 400)}</p>' for n in c.notes]
     parts.append(
         f'<p>Findings: <b class="new">{c.new_findings} new</b>, <b class="gone">{c.gone_findings} gone</b>, '
@@ -351,8 +360,10 @@ def render_html(
     kernels: pd.DataFrame | None = None,
     comparison: Comparison | None = None,
     limits: Limits = FULL,
+    labels: tuple[str, str] | None = None,
 ) -> str:
-    """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`."""
+    """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`; `labels` name the
+    compared runs (A, B)."""
     figs = _Figures()
     title = f"tracelab report: {_e(report_title(analysis, timeline), 160)}"
     body = [
@@ -386,12 +397,12 @@ def render_html(
                      (f'<p class="muted">busy fraction of {len(edges) - 1} time bins of '
                      f"{fmt_ns((edges[-1] - edges[0]) / max(len(edges) - 1, 1))} each"
                      + (f"; {omitted} less busy streams not shown" if omitted else "") + "</p>"),
-                     figs.place(rf.utilization_heatmap_figure(shown, edges))]
+                     figs.place(rf.utilization_heatmap_figure(shown, edges, run_origin(analysis)))]
             for d in analysis.devices[:limits.max_activity_devices]:
                 series = rf.kind_binned(timeline, d.rank, d.device, edges)
                 if series:
                     title = f"r{d.rank}/d{d.device}: compute, copy and comm activity"
-                    body.append(figs.place(rf.activity_figure(series, edges, title)))
+                    body.append(figs.place(rf.activity_figure(series, edges, title, run_origin(analysis))))
             if len(analysis.devices) > limits.max_activity_devices:
                 body.append(f'<p class="muted">Activity lines shown for the first {limits.max_activity_devices} of '
                             f"{len(analysis.devices)} devices; the heatmap above shows all.</p>")
@@ -410,7 +421,7 @@ def render_html(
         else:
             body.append("<p>No kernels.</p>")
     if comparison is not None:
-        body.append(_comparison(comparison, figs, limits))
+        body.append(_comparison(comparison, figs, limits, labels))
     nav = " · ".join(f'<a href="#{sid}">{label}</a>' for sid, label in _SECTIONS if f'id="{sid}"' in "".join(body))
     body.insert(2, f'<nav class="muted">{nav}</nav>')
     return (

@@ -99,16 +99,18 @@ def render_report(
 ) -> bytes:
     """The report's bytes in format `fmt` ('html' | 'md' | 'json')."""
     comparison = None
+    labels: tuple[str, str] | None = None
     if against is not None:
         base_analysis, base_timeline = against
         comparison = compare(base_analysis, analysis, base_timeline, timeline)
+        labels = (report_title(base_analysis, base_timeline), report_title(analysis, timeline))
     if fmt == "json":
         return orjson.dumps(report_document(analysis, comparison), option=orjson.OPT_INDENT_2) + b"\n"
     kernels = kernel_summary(timeline) if timeline is not None else None
     if fmt == "md":
         from tracelab.render.report_md import render_markdown
 
-        return render_markdown(analysis, timeline, kernels, comparison).encode("utf-8")
+        return render_markdown(analysis, timeline, kernels, comparison, labels=labels).encode("utf-8")
     if fmt == "html":
         try:
             from tracelab.render.report_html import render_html
@@ -118,22 +120,32 @@ def render_report(
             ) from exc
         from tracelab.render.report_html import COMPACT
 
-        data = render_html(analysis, timeline, kernels, comparison).encode("utf-8")
+        data = render_html(analysis, timeline, kernels, comparison, labels=labels).encode("utf-8")
         if len(data) > HTML_BUDGET_BYTES:  # keep the promise: less detail rather than a huge file
-            data = render_html(analysis, timeline, kernels, comparison, limits=COMPACT).encode("utf-8")
+            data = render_html(analysis, timeline, kernels, comparison, limits=COMPACT, labels=labels).encode("utf-8")
         return data
     raise BadInput(f"unknown report format {fmt!r}; use html, md or json")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same directory and a rename."""
+def check_output_path(path: str | Path) -> Path:
+    """Fail at once (BadInput, one line naming the file) when `path` cannot be written: its directory
+    is missing or not writable, or it is a directory. Commands call this before any work."""
+    path = Path(path)
     directory = path.parent
     if not directory.is_dir():
         raise BadInput(f"directory {directory} does not exist", path)
     if path.is_dir():
         raise BadInput("is a directory, not a file", path)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BadInput(f"directory {directory} is not writable", path)
+    return path
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory and a rename."""
+    check_output_path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise BadInput(f"cannot write here: {exc.strerror}", path) from exc
     try:

@@ -26,8 +26,17 @@ def _partition_label(gc: int, n: int) -> str:
     return f"outside green contexts ({n} SMs)" if gc < 0 else f"green context {gc} ({n} SMs)"
 
 
+def _axis(origin_ns: int | None) -> str:
+    return "time since first GPU activity (ms)" if origin_ns is None else "time since the run start (ms)"
+
+
 def sm_lanes_figure(
-    grid: SmGrid, *, title: str | None = None, height: int | None = None, compact: bool = False
+    grid: SmGrid,
+    *,
+    title: str | None = None,
+    height: int | None = None,
+    compact: bool = False,
+    origin_ns: int | None = None,
 ) -> go.Figure:
     """All SM lanes of one device as a heatmap: one row per SM, grouped by partition.
 
@@ -35,7 +44,8 @@ def sm_lanes_figure(
     text (the "SM n" label of every cell is most of the figure's size)."""
     fig = go.Figure()
     n_rows = len(grid.sm_ids)
-    x_ms = (grid.edges[:-1] + np.diff(grid.edges) / 2 - grid.edges[0]) / 1e6 if len(grid.edges) > 1 else []
+    origin = (grid.edges[0] if len(grid.edges) else 0) if origin_ns is None else origin_ns  # run start when given
+    x_ms = (grid.edges[:-1] + np.diff(grid.edges) / 2 - origin) / 1e6 if len(grid.edges) > 1 else []
     sizes = dict(grid.partitions)
     groups = list(dict.fromkeys(grid.sm_partition.tolist()))
     tickvals: list[float] = []
@@ -76,7 +86,7 @@ def sm_lanes_figure(
         source += f"; {grid.estimated_kernels} uninstrumented kernel launches estimated"
     fig.update_layout(
         title=title or f"SM lanes · {html.escape(grid.device_label)} · {n_rows} SMs · {source}",
-        xaxis_title="time since first GPU activity (ms)",
+        xaxis_title=_axis(origin_ns),
         yaxis={
             "title": "one row per SM, grouped by partition",
             "autorange": "reversed",
@@ -90,11 +100,13 @@ def sm_lanes_figure(
     return fig
 
 
-def partition_utilization_figure(util: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+def partition_utilization_figure(
+    util: pd.DataFrame, *, title: str | None = None, origin_ns: int | None = None
+) -> go.Figure:
     """SM utilization (%) over time of the device and each green-context partition."""
     fig = go.Figure()
     if len(util):
-        t0 = int(util["start"].min())
+        t0 = int(util["start"].min()) if origin_ns is None else int(origin_ns)
         src = str(util["source"].iloc[0])
         keys = util[["scope", "green_context", "sm_count"]].drop_duplicates().itertuples(index=False)
         for i, (scope, gc, n) in enumerate(keys):
@@ -118,7 +130,7 @@ def partition_utilization_figure(util: pd.DataFrame, *, title: str | None = None
         src = "none"
     fig.update_layout(
         title=title or f"SM utilization over time ({src})",
-        xaxis_title="time since first GPU activity (ms)",
+        xaxis_title=_axis(origin_ns),
         yaxis={"title": "SMs busy (%)", "range": [0, 105]},
         template="plotly_white",
         meta={"source": src},

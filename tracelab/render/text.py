@@ -15,14 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analyses.results import Analysis, DeviceSummary, Finding
-from .compare_text import fmt_ns, term_safe
+from .compare_text import term_safe
+from .format import fmt_ns, fmt_offset, fmt_share, run_origin
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta"}
 
 
 def _pct(part: int, whole: int) -> str:
-    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+    return fmt_share(part, whole)
 
 
 def _count(n: int, word: str) -> str:
@@ -115,7 +116,7 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
     gaps = sorted(analysis.gaps, key=lambda g: -g.duration_ns)
     if not gaps:
         return None
-    origin = {(d.rank, d.device): d.start_ns for d in analysis.devices}
+    origin = run_origin(analysis)
     total: dict[str, int] = defaultdict(int)
     count: Counter[str] = Counter()
     for g in gaps:
@@ -135,7 +136,7 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
     for g in gaps[:top]:
         t.add_row(
             f"r{g.rank} GPU {g.device}",
-            "+" + fmt_ns(g.start_ns - origin.get((g.rank, g.device), g.start_ns)),
+            fmt_offset(g.start_ns, origin),
             fmt_ns(g.duration_ns),
             Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")),
             Text(term_safe(g.evidence, 200)),

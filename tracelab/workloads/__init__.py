@@ -7,7 +7,17 @@ Importing this package needs no GPU and no torch; running a variant (`runner.py`
 from __future__ import annotations
 
 from ..errors import BadInput
-from . import comm_overlap, graphs, green_contexts, overlap, pdl, sync_pitfalls
+from . import (
+    comm_overlap,
+    default_stream,
+    fusion,
+    graphs,
+    green_contexts,
+    overlap,
+    pdl,
+    priorities,
+    sync_pitfalls,
+)
 from .base import RunContext, Variant, Workload
 
 WORKLOADS: dict[str, Workload] = {
@@ -18,6 +28,9 @@ WORKLOADS: dict[str, Workload] = {
         pdl.WORKLOAD,
         graphs.WORKLOAD,
         green_contexts.WORKLOAD,
+        fusion.WORKLOAD,
+        default_stream.WORKLOAD,
+        priorities.WORKLOAD,
         comm_overlap.WORKLOAD,
     )
 }

@@ -7,6 +7,12 @@ one launch per step: the kernels run back to back. `conditional` builds a graph 
 `torch.utils.cpp_extension.load_inline`) with a conditional WHILE node whose body runs a kernel and
 then a kernel that calls `cudaGraphSetConditional` — the loop runs `ops` times on the device without
 returning to the host — followed by an IF node whose body runs only when the data says so.
+`multi_stream_capture` captures one graph across two streams: the capturing stream records an event,
+a second stream waits on it (fork), both run `branch_kernels` kernels that each leave most SMs free,
+and the capturing stream waits on the second stream's event (join) — CUDA Programming Guide
+"Cross-stream Dependencies and Events" under stream capture. The graph keeps the two branches as
+parallel paths, so replaying it overlaps them like `multi_stream_eager`, the same two-stream loop
+launched eagerly; under nsys (`--cuda-graph-trace=node`) each kernel carries its graph node id.
 """
 
 from __future__ import annotations
@@ -26,9 +32,23 @@ WORKLOAD = Workload(
         Variant(
             "conditional", "a graph with a conditional WHILE node looping on the device, then an IF node"
         ),
+        Variant("multi_stream_eager", "two streams forked and joined with events, launched eagerly"),
+        Variant(
+            "multi_stream_capture",
+            "the same two-stream fork/join captured as one CUDA graph and replayed: the branches still overlap",
+        ),
     ),
     module="tracelab.workloads.graphs",
-    params={"elements": 4096, "ops": 200, "steps": 20},
+    params={
+        "elements": 4096,
+        "ops": 200,
+        "steps": 20,
+        "branch_kernels": 4,
+        "branch_programs": 16,
+        # ~0.35 ms a kernel on an H100: longer than a Triton launch under a profiler, so the eager
+        # version overlaps too (20k iterations, ~70 µs, left it launch-bound: 12-32% overlap)
+        "branch_iters": 100000,
+    },
     quick={"ops": 100, "steps": 10},
 )
 
@@ -142,6 +162,8 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
     torch.manual_seed(ctx.seed)
     x = torch.randn(p["elements"], device="cuda")
     ops = p["ops"]
+    if variant.startswith("multi_stream"):
+        return _multi_stream(ctx, variant)
 
     def body() -> None:
         for _ in range(ops // 2):
@@ -189,3 +211,53 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
         "launches_per_step": 1,
         "nodes": "reset -> WHILE{body, condition} -> if_condition -> IF{if_body}",
     }
+
+
+def _multi_stream(ctx: RunContext, variant: str) -> dict[str, Any]:
+    import torch
+
+    from . import kernels as K
+    from .ranges import phase
+
+    p = ctx.params
+    block = 256
+    programs = int(p["branch_programs"])
+    n = programs * block
+    side = torch.cuda.Stream()
+    bufs = [[torch.randn(n, device="cuda"), torch.empty(n, device="cuda")] for _ in range(2)]
+
+    def branch(k: int) -> None:
+        x, y = bufs[k]
+        for _ in range(p["branch_kernels"]):
+            K.launch(ctx.recorder, K.busy_kernel, programs, x, y, n, p["branch_iters"], 1.0001, 0.0001, BLOCK=block, num_warps=4)
+
+    def fork_join() -> None:
+        main = torch.cuda.current_stream()
+        forked, joined = torch.cuda.Event(), torch.cuda.Event()
+        forked.record(main)
+        side.wait_event(forked)  # fork: the side stream joins the capture here
+        with phase("branch main"):
+            branch(0)
+        with torch.cuda.stream(side), phase("branch side"):
+            branch(1)
+            joined.record(side)
+        main.wait_event(joined)  # join: the capture ends on the main stream only
+
+    facts = {"branches": 2, "kernels_per_branch": p["branch_kernels"], "programs_per_kernel": programs}
+    if variant == "multi_stream_eager":
+        for _s, _m in ctx.loop():
+            fork_join()
+        return {**facts, "launches_per_step": 2 * p["branch_kernels"]}
+    g = torch.cuda.CUDAGraph()
+
+    def capture() -> None:
+        with phase("capture"), torch.cuda.graph(g):
+            fork_join()
+
+    for _s, measured in ctx.loop(setup=capture):
+        if measured:
+            with phase("graph replay"):
+                g.replay()
+        else:
+            fork_join()
+    return {**facts, "launches_per_step": 1, "nodes": "fork -> {main: busy x k, side: busy x k} -> join"}

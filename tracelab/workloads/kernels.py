@@ -31,6 +31,20 @@ def busy_kernel(x, y, n, iters, a, b, probe, BLOCK: tl.constexpr, PROBE: tl.cons
 
 
 @triton.jit
+def latency_kernel(x, y, n, iters, a, b, probe, BLOCK: tl.constexpr, PROBE: tl.constexpr):
+    """busy_kernel under its own name: the latency-critical kernel of the priorities workload."""
+    sm, t0 = probe_begin()
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x + offs, mask=mask)
+    for _ in range(iters):
+        v = v * a + b
+    tl.store(y + offs, v, mask=mask)
+    if PROBE:
+        probe_end(probe, sm, t0)
+
+
+@triton.jit
 def sigmoid_kernel(x, y, n, probe, BLOCK: tl.constexpr, PROBE: tl.constexpr):
     """y = sigmoid(x): memory-bound elementwise."""
     sm, t0 = probe_begin()

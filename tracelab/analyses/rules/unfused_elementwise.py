@@ -1,0 +1,164 @@
+"""unfused_elementwise: chains of elementwise kernels that one fused kernel would replace.
+
+A chain is a run of ≥ `min_chain` consecutive kernels on one stream that are all elementwise (PyTorch's
+`elementwise_kernel` / `vectorized_elementwise_kernel` / `unrolled_elementwise_kernel`, Inductor's
+`triton_poi_*`), all launched with the same grid and block (the same number of elements: the trace
+carries no tensor addresses, equal launch shapes stand for "the same tensors") and each starting at
+most `max_gap_ns` after the previous one ends. Its pattern is the shortest period p (2 ≤ p ≤
+`max_period`) of the chain's kernel names: the chain is L/p repetitions of p different ops (one step
+of an eager GeLU is 8); chains whose kernels are all the same op (p = 1: the same update applied to
+many tensors) or without a period are left out. Each repetition could be one fused kernel that reads
+the input once and writes the output once: at the bandwidth the chain's own kernels reach, that moves
+the bytes of the chain's lightest kernel (a unary op: read one tensor, write one), so it takes about
+as long as the chain's shortest kernel. Time saved = Σ durations − repetitions × shortest duration.
+Fires when the saving is ≥ `min_fraction` of the device's span. Source: CUDA C++ Best Practices
+Guide, "Memory Optimizations" (minimize data transfer between global memory and the SMs; a kernel
+bound by memory bandwidth runs as long as its bytes take) and CS336 lecture 6 (kernel fusion).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...model import EventKind
+from ..gaps import short_name
+from ..results import Finding
+from .base import FindingContext, Rule, join_places, window
+
+OPTIONS: dict[str, Any] = {
+    "min_chain": 3,
+    "max_period": 16,
+    "max_gap_ns": 100_000,
+    "min_fraction": 0.01,
+    "warning_fraction": 0.05,
+}
+ELEMENTWISE = re.compile(r"(?:vectorized_|unrolled_)?elementwise_kernel|^triton_poi_")
+_KERNEL_CUDA = re.compile(r"(\w+?)_kernel_(?:cuda|impl)\b")
+_FUNCTOR = re.compile(r"[A-Za-z_]*Functor[A-Za-z_]*")
+_WRAPPERS = {"AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor"}
+
+
+def op_label(name: str) -> str:
+    """A short label for an elementwise kernel: `tanh` for `tanh_kernel_cuda`, `pow_tensor_scalar` for `pow_tensor_scalar_kernel_impl`, `Mul` for an ATen
+    `MulFunctor`, `add` for `CUDAFunctorOnSelf_add`; else the shortened kernel name."""
+    if not name.startswith("triton_"):
+        m = _KERNEL_CUDA.search(name)
+        if m:
+            return m.group(1).rsplit("::", 1)[-1]
+        functors = [f for f in _FUNCTOR.findall(name) if f not in _WRAPPERS]
+        if functors:
+            label = re.sub(r"^CUDAFunctor(?:OnSelf|OnOther)?_", "", functors[-1]).replace("Functor", "")
+            return label or functors[-1]
+    return short_name(name, 40)
+
+
+def period(codes: np.ndarray, max_period: int) -> int:
+    """The shortest p in 1..max_period with codes[p:] == codes[:-p] (and len ≥ 2p); 0 if none."""
+    n = codes.size
+    for p in range(1, min(max_period, n // 2) + 1):
+        if np.array_equal(codes[p:], codes[:-p]):
+            return p
+    return 0
+
+
+def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every qualifying chain: rank, device, stream, rows (event positions), period, saving."""
+    strings = ctx.timeline.strings
+    ew_ids = np.array([i for i, s in enumerate(strings) if ELEMENTWISE.search(s)], dtype=np.int64)
+    if ew_ids.size == 0:
+        return []
+    kind, name, stream = ctx.col("kind"), ctx.col("name"), ctx.col("stream")
+    start, end = ctx.col("start"), ctx.col("end")
+    shape = np.stack([ctx.col(c) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")], axis=1)
+    out: list[dict[str, Any]] = []
+    for dr in ctx.rows:  # one per device
+        rows = dr.rows[kind[dr.rows] == int(EventKind.KERNEL)]
+        rows = rows[np.lexsort((start[rows], stream[rows]))]
+        if rows.size < options["min_chain"]:
+            continue
+        ew = np.isin(name[rows], ew_ids)
+        same = (
+            (stream[rows][1:] == stream[rows][:-1])
+            & (shape[rows][1:] == shape[rows][:-1]).all(axis=1)
+            & (start[rows][1:] - end[rows][:-1] <= options["max_gap_ns"])
+            & ew[1:]
+            & ew[:-1]
+        )
+        chain_id = np.concatenate([[0], np.cumsum(~same)])
+        bounds = np.flatnonzero(np.r_[True, chain_id[1:] != chain_id[:-1], True])
+        lengths = np.diff(bounds)
+        firsts = bounds[:-1]
+        keep = (lengths >= options["min_chain"]) & ew[firsts]
+        for lo, n in zip(firsts[keep].tolist(), lengths[keep].tolist()):  # one per chain
+            crow = rows[lo : lo + n]
+            p = period(name[crow], int(options["max_period"]))
+            if p < 2:
+                continue
+            dur = end[crow] - start[crow]
+            reps = -(-crow.size // p)
+            fused = int(dur.min())
+            saved = int(dur.sum()) - reps * fused
+            if saved <= 0:
+                continue
+            out.append(
+                {
+                    "rank": dr.rank,
+                    "device": dr.device,
+                    "stream": int(stream[crow[0]]),
+                    "rows": crow,
+                    "period": p,
+                    "repetitions": reps,
+                    "kernels_ns": int(dur.sum()),
+                    "fused_kernel_ns": fused,
+                    "saved_ns": saved,
+                    "ops": [op_label(strings[int(i)]) for i in name[crow[:p]]],
+                    "grid": shape[crow[0], :3].tolist(),
+                    "block": shape[crow[0], 3:].tolist(),
+                }
+            )
+    return out
+
+
+def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
+    opts = {**OPTIONS, **dict(options or {})}
+    chains = find_chains(ctx, opts)
+    if not chains:
+        return None
+    span = ctx.span_ns()
+    saved = sum(c["saved_ns"] for c in chains)
+    if span <= 0 or saved < opts["min_fraction"] * span:
+        return None
+    kernels = sum(c["rows"].size for c in chains)
+    chains.sort(key=lambda c: -c["saved_ns"])
+    best = chains[0]
+    start = ctx.col("start")
+    places = [f"r{c['rank']} GPU {c['device']} stream {c['stream']}" for c in chains]
+    return Finding(
+        rule=RULE.id,
+        severity="warning" if saved >= opts["warning_fraction"] * span else "info",
+        count=kernels,
+        wasted_ns=int(saved),
+        where=join_places(sorted(set(places))),
+        data={
+            "chains": [
+                {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} | {"start_ns": int(start[c["rows"][0]])}
+                for c in chains[:20]
+            ],
+            "n_chains": len(chains),
+            "kernels_ns": int(sum(c["kernels_ns"] for c in chains)),
+            **window(int(start[best["rows"][0]]), int(ctx.col("end")[best["rows"][best["period"] - 1]])),
+        },
+    )
+
+
+RULE = Rule(
+    id="unfused_elementwise",
+    title="chains of elementwise kernels that one fused kernel would replace",
+    evaluate=evaluate,
+    options=OPTIONS,
+    source='CUDA C++ Best Practices Guide, "Memory Optimizations"; Stanford CS336 lecture 6 (kernel fusion)',
+)
