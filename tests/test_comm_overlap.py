@@ -306,3 +306,33 @@ def test_collectives_of_one_rank_on_two_gpus_are_matched_by_device(runs, tmp_pat
     assert sk_dev.by == "device" and sk_dev.ranks == (0, 1)
     assert [c.skew_ns for c in sk_dev.collectives] == [c.skew_ns for c in sk_rank.collectives]
     assert sk_dev.last_counts == (0, 48)
+
+
+def test_compare_explains_compute_and_communication(runs, tmp_path):
+    """`tracelab compare` of two communicating runs: the explanation in the text and in --json."""
+    from click.testing import CliRunner
+
+    from tracelab.cli import main
+
+    db = str(tmp_path / "t.db")
+    res = CliRunner().invoke(
+        main, ["--db", db, "compare", str(runs["streams"]), str(runs["green_ctx"]), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)["comparison"]["comm_overlap"]
+    e = comm_overlap_explanation(load_run_dir(runs["green_ctx"]), load_run_dir(runs["streams"]))
+    assert doc["ratio"] == pytest.approx(e.ratio) and doc["pace"] == "comm" and doc["partitioned"]
+    assert doc["message"] == explain_comm_overlap(e)
+    res = CliRunner().invoke(main, ["--db", db, "compare", str(runs["streams"]), str(runs["green_ctx"])])
+    assert res.exit_code == 0, res.output
+    assert "== compute / communication (B against A)" in res.stdout
+    assert "does not pay for itself" in " ".join(res.stdout.split())
+    assert all(len(line) <= 100 for line in res.stdout.splitlines())
+    # without communication kernels (the gloo runs, or plain green_contexts) there is none
+    from tracelab.analyses.analyze import analyze
+    from tracelab.analyses.compare import compare
+
+    a = load_run_dir(demo_run("green_contexts-sequential-torch", cache=tmp_path / "c"))
+    b = load_run_dir(demo_run("green_contexts-green_ctx-torch", cache=tmp_path / "c"))
+    c = compare(analyze(a), analyze(b), a, b)
+    assert c.comm_overlap is None and c.green_contexts is not None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..analyses.comm_partition import CommOverlapExplanation, RankComm
-from ..analyses.units import fmt_ns
+from .format import fmt_ns
 
 
 def _pct(x: float) -> str:
