@@ -1,41 +1,17 @@
-"""Data the pages need that is not an analysis result: the stream x stream overlap matrix, the
-compare tables, finding windows. Pure functions over Timeline / Analysis / Comparison."""
+"""Data the pages need that is not an analysis result: the compare tables, finding windows. Pure
+functions over Timeline / Analysis / Comparison. The stream x stream overlap matrix and the per-launch
+occupancy are analyses (tracelab.analyses.overlap / .occupancy), re-exported here for the pages."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from tracelab.analyses.intervals import intersection_length, union_length
+from tracelab.analyses.occupancy import launch_occupancy as kernel_occupancy
+from tracelab.analyses.overlap import stream_overlap_matrix
 from tracelab.analyses.results import Analysis, Finding
-from tracelab.model.kinds import GPU_ACTIVITY_KINDS
 from tracelab.model.timeline import Timeline
-
-
-def stream_overlap_matrix(timeline: Timeline, rank: int, device: int) -> pd.DataFrame:
-    """For one device, the time (ns) during which each pair of streams is busy at once; the diagonal
-    is each stream's busy time (union of its kernels, memcpys and memsets)."""
-    ev = timeline.events
-    m = (
-        ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy()
-        & (ev["rank"].to_numpy() == rank)
-        & (ev["device"].to_numpy() == device)
-    )
-    gpu = ev[m]
-    streams = sorted(set(gpu["stream"].tolist()))
-    parts = {}
-    for s in streams:  # per stream (a handful), vectorized inside
-        sel = gpu["stream"].to_numpy() == s
-        parts[s] = (gpu["start"].to_numpy()[sel], gpu["end"].to_numpy()[sel])
-    labels = [f"stream {s}" for s in streams]
-    mat = np.zeros((len(streams), len(streams)), dtype=np.int64)
-    for i, a in enumerate(streams):
-        mat[i, i] = union_length(*parts[a])
-        for j in range(i + 1, len(streams)):
-            mat[i, j] = mat[j, i] = intersection_length(*parts[a], *parts[streams[j]])
-    return pd.DataFrame(mat, index=labels, columns=labels)
 
 
 def finding_window(finding: Finding) -> tuple[int, int] | None:
@@ -178,34 +154,4 @@ def comparison_tables(cmp) -> dict[str, pd.DataFrame]:
     }
 
 
-def kernel_occupancy(timeline: Timeline) -> pd.Series:
-    """Theoretical occupancy (0..1) of each kernel launch, indexed like timeline.events (kernels
-    only), from engineer H's occupancy calculator; NaN where the block size or registers are unknown."""
-    try:
-        from tracelab.analyses.occupancy import limits_for, occupancy
-    except ImportError:
-        return pd.Series(dtype=float)
-    from tracelab.model.kinds import EventKind
-
-    ev = timeline.events
-    k = ev[ev["kind"].to_numpy() == int(EventKind.KERNEL)]
-    out = pd.Series(np.nan, index=k.index, dtype=float)
-    if k.empty:
-        return out
-    threads = (
-        k["block_x"].clip(lower=0) * k["block_y"].clip(lower=1) * k["block_z"].clip(lower=1)
-    ).to_numpy()
-    known = (k["block_x"].to_numpy() > 0) & (k["registers"].to_numpy() >= 0)
-    keys = k[["rank", "device"]].drop_duplicates().itertuples(index=False)
-    for rank, device in keys:  # per device: one vectorized call
-        m = known & (k["rank"].to_numpy() == rank) & (k["device"].to_numpy() == device)
-        if not m.any():
-            continue
-        occ = occupancy(
-            threads[m],
-            k["registers"].to_numpy()[m],
-            k["shared_mem"].to_numpy()[m],
-            limits_for(timeline.device_info(int(rank), int(device))),
-        )
-        out.iloc[np.flatnonzero(m)] = occ.occupancy
-    return out
+__all__ = ["kernel_occupancy", "stream_overlap_matrix"]

@@ -15,7 +15,7 @@ from tracelab.store import Store
 
 from .components import PAGES
 from .guards import allowed_hosts, guarded, install_request_guards
-from .pages import compare, gaps, kernels, overlap, runs, timeline
+from .pages import compare, gaps, kernels, overlap, ranks, runs, timeline
 from .state import STATE_KEY, AppState, current_state
 from .urls import href
 
@@ -37,6 +37,7 @@ def _register_pages() -> None:
             (gaps, "/gaps", "Gaps & findings"),
             (overlap, "/overlap", "Overlap"),
             (kernels, "/kernels", "Kernels"),
+            (ranks, "/ranks", "Ranks"),
             (compare, "/compare", "Compare"),
         )
     ):

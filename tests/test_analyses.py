@@ -144,15 +144,15 @@ def _gap_case(cause: str):
             "launch_latency",
             (
                 "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1, which was not "
-                "waiting for the GPU; host busy 99% of the time up to the next launch (recorded: CPU ops and CUDA API "
-                "calls) (in aten::slow_python_op)"
+                "waiting for the GPU; host busy 99% of the time up to the next launch (host data: CPU ops / NVTX "
+                "ranges + CUDA API) (in aten::slow_python_op)"
             ),
         ),
         (
             "between_calls",
             "launch_latency",
             # launch at 292: [100, 292) has no recorded activity of thread 1 -> 0% (CUDA API calls only)
-            "host busy 0% of the time up to the next launch (recorded: CUDA API calls only",
+            "host busy 0% of the time up to the next launch (host data: CUDA API calls only",
         ),
         (
             "no_work",
@@ -371,3 +371,14 @@ def test_device_invariants_against_brute_force(items):
     assert {s.stream: s.busy_ns for s in d.streams} == {
         s: us(cells("kcsn", s).sum()) for s in {it[3] for it in items}
     }
+
+
+def test_queued_graph_node_without_a_stream_wait_is_unknown():
+    """A CUDA graph node that starts late inside its graph: already queued, but its dependencies are edges
+    of the graph that no trace records -> unknown, and the evidence says so (not dependency_wait)."""
+    tb = TB()
+    tb.kernel(0, 100, launch_at=-30, launch_name="cudaGraphLaunch", flags=Flag.GRAPH)
+    tb.kernel(300, 100, launch_at=-30, launch_name="cudaGraphLaunch", flags=Flag.GRAPH)
+    (g,) = analyze(tb.build()).gaps
+    assert g.cause == "unknown" and g.duration_ns == us(200)
+    assert "no stream-wait or event record" in g.evidence and "a CUDA graph node" in g.evidence

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.analyses import AnalysisOptions, analyze, to_document
+from tracelab.analyses import AnalysisOptions, to_document
 from tracelab.analyses.rules import rule_ids
+from tracelab.api import analyze  # findings with their prose
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")]

@@ -580,9 +580,9 @@ def test_upload_rejects_bad_files_and_writes_only_in_import_dir(env, tmp_path):
     assert "upload-error" in as_json(message)
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="corpus not available")
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not present at {CORPUS}")
 def test_upload_real_trace_then_pages(env):
-    pytest.importorskip("tracelab.parsers.detect")
     from app.pages import gaps, runs, timeline
 
     state, _, _ = env

@@ -481,7 +481,8 @@ def test_subprocess_bad_input(env):
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="corpus absent")
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not present at {CORPUS}")
 def test_corpus_kineto_file_imports(env):
     files = sorted(CORPUS.rglob("*.json.gz"), key=lambda p: p.stat().st_size)
     if not files:
@@ -492,7 +493,7 @@ def test_corpus_kineto_file_imports(env):
     assert r.exit_code in (0, 2)
     if r.exit_code == 0:
         doc = orjson.loads(run("analyze", r.stdout.strip(), "--json").stdout)
-        assert doc["schema"] == 1
+        assert doc["schema"] == 2
     else:
         assert len(r.stderr.strip().splitlines()) == 1
     assert sha(small) == before
@@ -535,6 +536,7 @@ def test_corrupt_store_row_is_bad_input(env):
     _assert_one_line_error(r, "corrupt store")
 
 
+@pytest.mark.needs_gpu_tools
 def test_record_without_a_gpu_says_so(env):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
@@ -545,9 +547,9 @@ def test_record_without_a_gpu_says_so(env):
 
 
 def test_demo_imports_once(env):
-    demo = pytest.importorskip("tracelab.demo")
-    if not demo.demo_run_paths():
-        pytest.skip("no demo runs bundled yet")
+    from tracelab import demo
+
+    assert demo.demo_run_paths()  # the demo runs are bundled in tracelab/demo_runs
     first = run("demo", "--no-serve")
     assert first.exit_code == 0, first.stderr
     ids = first.stdout.split()

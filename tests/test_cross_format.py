@@ -100,3 +100,18 @@ def test_same_gap_causes_in_both_formats(nsys_run, torch_run, tmp_path):
         return
     worst = max(abs(sa[c] - sb[c]) for c in CAUSES)
     assert worst <= 10.0, {c: (round(sa[c]), round(sb[c])) for c in CAUSES}
+
+
+@pytest.mark.parametrize("run", ["sync_pitfalls-item_every_step-nsys", "overlap-streams_pageable-torch"])
+def test_gap_threshold_changes_no_finding_on_recorded_runs(run, tmp_path):
+    """--gap-threshold-us is a display knob (issue 10: with 1000 µs a critical 3.19 ms finding used to
+    become info / 0): every finding keeps its wasted_ns and severity."""
+    from tracelab.analyses.results import AnalysisOptions
+    from tracelab.api import analyze as api_analyze
+
+    tl = load_trace(demo_run(run, tmp_path))
+    seen = []
+    for us in (1, 10, 1000):
+        a = api_analyze(tl, AnalysisOptions(gap_threshold_ns=us * 1000))
+        seen.append({f.rule: (f.count, f.wasted_ns, f.severity) for f in a.findings})
+    assert seen[0] == seen[1] == seen[2] and "sync_per_iteration" in seen[0]

@@ -133,7 +133,8 @@ def test_sqlite_dispatches_to_nsys_parser(tmp_path):
     assert "\n" not in str(info.value) and str(p) in str(info.value)
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not present at {CORPUS}")
 def test_real_nsys_sqlite_and_rep():
     tl = load_trace(CORPUS / "nvfuser" / "report2.sqlite")
     assert tl.meta.format == "nsys" and (tl.events["kind"] == EventKind.KERNEL).sum() == 19

@@ -3,7 +3,7 @@
 import pytest
 from test_analyses_builder import TB, Sim, us
 
-from tracelab.analyses.findings import find_steps
+from tracelab.analyses.steps import marked_steps
 from tracelab.api import analyze
 from tracelab.model import CopyKind, DeviceInfo, EventKind, Flag, MemKind
 
@@ -91,7 +91,7 @@ def test_sync_every_step_without_pageable_copies():
 )
 def test_step_markers(kind, name):
     tl = training(step_kind=kind, step_name=name)
-    s, e, _ = find_steps(tl, 0)
+    s, e = marked_steps(tl, 0)
     assert s.size == STEPS and (e > s).all()
     assert by_rule(analyze(tl))["sync_per_iteration"].count == STEPS
 
@@ -103,7 +103,7 @@ def test_nested_step_like_ranges_count_once_and_optimizer_step_is_not_a_step():
         tb.range("step", i * 100 + 10, i * 100 + 20)  # nested: dropped
         tb.range("Optimizer.step#SGD.step", i * 100 + 30, i * 100 + 40)
     tb.kernel(0, 10, launch_at=-5)
-    s, _, _ = find_steps(tb.build(), 0)
+    s, _ = marked_steps(tb.build(), 0)
     assert s.tolist() == [us(i * 100) for i in range(5)]
 
 

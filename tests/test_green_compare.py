@@ -15,16 +15,16 @@ import pytest
 from click.testing import CliRunner
 from test_reports import HOSTILE, analysis_of, assert_html_safe
 
+from tracelab import demo
 from tracelab.analyses.compare import compare, uses_green_contexts
 from tracelab.model import GPU_ACTIVITY_KINDS, EventKind
 from tracelab.render.compare_text import comparison_document, format_comparison
 from tracelab.render.report_md import md_escape
 from tracelab.render.reports import write_report
 
-demo = pytest.importorskip("tracelab.demo")
 GREEN, SEQ, STREAMS = (f"green_contexts-{v}-nsys" for v in ("green_ctx", "sequential", "streams"))
 HAVE_DEMO = {a.name.removesuffix(".tar.xz") for a in demo.demo_archives()} >= {GREEN, SEQ, STREAMS}
-pytestmark = pytest.mark.skipif(not HAVE_DEMO, reason="green_contexts demo runs not bundled")
+assert HAVE_DEMO, "green_contexts demo runs missing from tracelab/demo_runs"
 
 
 @pytest.fixture(scope="module")

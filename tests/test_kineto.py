@@ -703,25 +703,6 @@ BAD = {
     "not_object.json": lambda: b'"just a string"',
     "events_not_array.json": lambda: b'{"traceEvents": {"a": 1}}',
     "element_not_object.json": lambda: b'{"traceEvents": [1, 2, 3]}',
-    "kernel_no_stream.json": lambda: json.dumps(
-        {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 0, "ts": 1, "dur": 1}]}
-    ).encode(),
-    "kernel_no_device.json": lambda: json.dumps(
-        {
-            "traceEvents": [
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": "k",
-                    "pid": 0,
-                    "tid": 7,
-                    "ts": 1,
-                    "dur": 1,
-                    "args": {"stream": 7, "correlation": 1},
-                }
-            ]
-        }
-    ).encode(),
     "trailing_garbage.json": lambda: json.dumps(current_trace()).encode() + b"xx",
     "no_events_inside.json": lambda: b'{"schemaVersion": 1, "traceEvents": []}',
     "only_flows.json": lambda: json.dumps(

@@ -72,13 +72,7 @@ def _torch_trace() -> Path | None:
 
 NSYS_TRACE = _nsys_trace()
 TORCH_TRACE = _torch_trace()
-needs_nsys = pytest.mark.skipif(
-    NSYS_TRACE is None, reason="nsys recording of mixed_small not in tests/data yet"
-)
-needs_both = pytest.mark.skipif(
-    NSYS_TRACE is None or TORCH_TRACE is None,
-    reason="nsys + torch recordings of mixed_small not in tests/data yet",
-)
+assert NSYS_TRACE is not None and TORCH_TRACE is not None, "the mixed_small recordings are missing from tests/data"
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +111,6 @@ def of_kind(tl, kind: EventKind):
     return tl.events[tl.events["kind"] == int(kind)]
 
 
-@needs_nsys
 def test_counts_match_sql(sqlite_path: Path, timeline) -> None:
     tl = timeline
     tl.validate()
@@ -148,7 +141,6 @@ def test_counts_match_sql(sqlite_path: Path, timeline) -> None:
     assert sorted(htod["src_mem"].tolist()) == [int(MemKind.PAGEABLE)] * STEPS + [int(MemKind.PINNED)] * STEPS
 
 
-@needs_nsys
 def test_green_context_stream(sqlite_path: Path, timeline) -> None:
     tl = timeline
     k = of_kind(tl, EventKind.KERNEL)
@@ -176,7 +168,6 @@ def test_green_context_stream(sqlite_path: Path, timeline) -> None:
     assert any(c.is_green for c in tl.contexts) or has_green_col
 
 
-@needs_nsys
 def test_graph_kernels(sqlite_path: Path, timeline) -> None:
     k = of_kind(timeline, EventKind.KERNEL)
     graph = k[(k["flags"] & Flag.GRAPH) != 0]
@@ -191,7 +182,6 @@ def test_graph_kernels(sqlite_path: Path, timeline) -> None:
     assert not ((graph["flags"] & Flag.ORPHAN) != 0).any()
 
 
-@needs_nsys
 def test_findings_fire(sqlite_path: Path, timeline) -> None:
     from tracelab.analyses import analyze
     from tracelab.analyses.findings import PAGEABLE_MIN_BYTES
@@ -209,7 +199,6 @@ def test_findings_fire(sqlite_path: Path, timeline) -> None:
     assert by_rule["sync_per_iteration"].count == STEPS
 
 
-@needs_both
 def test_same_numbers_from_both_formats(timeline) -> None:
     """The same program recorded under nsys and under torch.profiler (separate processes): kernel
     counts per stream agree, copies and memsets agree per stream, direction, memory kinds and size,
@@ -251,12 +240,13 @@ def test_same_numbers_from_both_formats(timeline) -> None:
 REP = next(iter(sorted(DATA.glob("*mixed*.nsys-rep"))), None)
 
 
-@pytest.mark.skipif(REP is None or NSYS_TRACE is None, reason="nsys-rep fixture not in tests/data yet")
+@pytest.mark.needs_gpu_tools
 def test_nsys_rep_exports_to_the_same_timeline(tmp_path: Path, timeline) -> None:
     """Where nsys is installed: exporting the committed .nsys-rep gives the same events as the
     committed SQLite export (same counts per kind and stream)."""
     from tracelab.parsers.nsys import export_nsys_rep, find_nsys
 
+    assert REP is not None, "the mixed_small .nsys-rep is missing from tests/data"
     if find_nsys() is None:
         pytest.skip("nsys is not installed here")
     out = export_nsys_rep(REP, tmp_path)

@@ -1,5 +1,5 @@
 """The HTML report opened in a real headless Chromium: every figure renders with data, offline, with no
-console errors and no resource loads; the screenshot is saved to docs/report-screenshot.png."""
+console errors and no resource loads; the screenshot goes to a temporary directory (conftest.screenshots_path)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from test_reports import CORPUS, HOSTILE, analysis_of, hostile_analysis, synthetic_timeline
+from tl_hygiene import missing_browser, screenshots_path
 
 from tracelab.errors import BadInput
 from tracelab.render.reports import write_report
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()), reason="chromium absent"),
+    pytest.mark.skipif(missing_browser() is not None, reason=str(missing_browser())),
 ]
 
 
@@ -89,8 +90,7 @@ def _check_report(driver, report: Path, min_figures: int) -> None:
 def _screenshot(driver, name: str) -> Path:
     driver.execute_script("window.scrollTo(0, 0)")
     time.sleep(0.3)
-    shot = ROOT / "docs" / name
-    shot.parent.mkdir(exist_ok=True)
+    shot = screenshots_path() / name
     assert driver.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000
     return shot
@@ -121,7 +121,8 @@ CORPUS_TRACE = CORPUS / "tracelens" / "h100__google_owlv2-large-patch14-ensemble
 @pytest.mark.skipif(not CORPUS_TRACE.exists(), reason="corpus absent")
 def test_corpus_html_report_renders_in_chromium(browser, tmp_path: Path):
     """A real H100 trace: estimated per-SM lanes, utilization heatmap and kernel figures all draw."""
-    parsers = pytest.importorskip("tracelab.parsers")
+    from tracelab import parsers
+
     tl = parsers.load_trace(CORPUS_TRACE)
     report = write_report(tmp_path / "owlv2.html", analysis_of(tl), tl)
     assert report.stat().st_size < 5_000_000

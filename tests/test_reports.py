@@ -319,7 +319,7 @@ def test_corpus_reports(tmp_path: Path, rel: str):
     html_path = write_report(tmp_path / "r.html", a, tl)
     md_path = write_report(tmp_path / "r.md", a, tl)
     json_path = write_report(tmp_path / "r.json", a, tl)
-    assert json.loads(json_path.read_text())["schema"] == 1
+    assert json.loads(json_path.read_text())["schema"] == 2
     text = html_path.read_text()
     assert_html_safe(text)
     assert html_path.stat().st_size < 5_000_000

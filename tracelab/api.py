@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from .parsers.detect import Progress
     from .store import Store
 
-__all__ = ["Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "to_json"]
+__all__ = [
+    "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "to_json",
+]
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
     """Parse a trace file or run directory into a Timeline (format detected from the content).
@@ -102,12 +104,27 @@ def analyze(
     timeline: Timeline,
     options: AnalysisOptions | None = None,
     rule_options: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    steps: str | None = None,
+    window_us: str | None = None,
 ) -> Analysis:
-    """Analyze a timeline (tracelab.analyses.analyze) and fill in the findings' prose."""
-    from .analyses import analyze as _analyze
+    """Analyze a timeline and fill in the findings' prose. `steps="A:B"` (step indices, a Python slice)
+    or `window_us="START:END"` (µs from the run start) restrict every figure to that range (BadInput
+    when the range is bad or empty); without them the figures cover the whole trace."""
+    from .analyses.analyze import analyze_scoped
     from .render.findings import with_prose
 
-    return with_prose(_analyze(timeline, options or AnalysisOptions(), rule_options))
+    return with_prose(analyze_scoped(timeline, options or AnalysisOptions(), rule_options, steps=steps, window_us=window_us))
+
+
+def scoped_timeline(timeline: Timeline, steps: str | None = None, window_us: str | None = None) -> Timeline:
+    """The timeline restricted to `--steps` / `--window` (the whole timeline without them): what reports and
+    comparisons draw their timeline figures from, so they cover the same range as the analysis."""
+    if steps is None and window_us is None:
+        return timeline
+    from .analyses.scope import scope_timeline
+
+    return scope_timeline(timeline, steps, window_us)[0]
 
 
 def to_json(analysis: Analysis) -> dict[str, Any]:

@@ -139,8 +139,10 @@ class _Progress:
     """A rich progress bar on stderr when it is a terminal; silent otherwise."""
 
     def __init__(self, label: str) -> None:
-        self.console = _stderr_console()
-        self.enabled = self.console.is_terminal
+        # rich is imported only for a terminal: a pipe or a file gets no bar, and no import cost
+        self.enabled = sys.stderr.isatty() or bool(os.environ.get("FORCE_TERMINAL") or os.environ.get("TTY_COMPATIBLE"))
+        self.console = _stderr_console() if self.enabled else None
+        self.enabled = self.enabled and self.console.is_terminal
         self.label = label
         self._bar = None
         self._task = None
@@ -183,12 +185,21 @@ def _parse(path: Path, progress: Callable[[int, int], None] | None = None) -> Ti
     return load(path, progress)
 
 
-def import_path(store: Store, path: Path, name: str | None = None, replace: bool = False) -> tuple[str, bool]:
-    """Import one trace (file or directory) through `tracelab.api.import_trace`; returns (run id, newly
-    imported)."""
+def import_path(
+    store: Store, path: Path, name: str | None = None, replace: bool = False, **parallel: Any
+) -> tuple[str, bool]:
+    """Import one trace (file or directory) through `tracelab.api.import_trace`, or a directory / glob of
+    per-rank traces through `tracelab.distributed.import_rank_set` (`parallel`: workers / scheduler);
+    returns (run id, newly imported)."""
+    from . import distributed
     from .api import import_trace
 
     with _Progress(path.name) as bar:
+        if distributed.is_rank_set(path):
+            return distributed.import_rank_set(
+                path, store, name, replace=replace, parse_progress=bar.phase("parsing ranks"),
+                store_progress=bar.phase("storing"), **parallel,
+            )
         done = import_trace(
             path, store, name, replace=replace, parse_progress=bar.phase("parsing"), store_progress=bar.phase("storing")
         )
@@ -230,16 +241,36 @@ def load_named_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str, str
     return timeline, title, Path(title).name or title
 
 
-def _analyze(timeline: Timeline, options: AnalysisOptions) -> Analysis:
+def _analyze(
+    timeline: Timeline, options: AnalysisOptions, steps: str | None = None, window: str | None = None
+) -> Analysis:
     from .api import analyze
 
-    return analyze(timeline, options)
+    return analyze(timeline, options, steps=steps, window_us=window)
+
+
+def _scoped(timeline: Timeline, steps: str | None, window: str | None) -> Timeline:
+    from .api import scoped_timeline
+
+    return scoped_timeline(timeline, steps, window)
+
+
+def _check_scope(steps: str | None, window: str | None) -> None:
+    """Bad --steps / --window syntax is a usage error before any file is read."""
+    if steps is not None or window is not None:
+        from .analyses.scope import parse_scope
+
+        parse_scope(steps, window)
 
 
 def _echo_json(doc: Any) -> None:
+    """The document as indented JSON, written as bytes straight to stdout (no decode, no copy)."""
     import orjson
 
-    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+    data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
+    out = click.get_binary_stream("stdout")
+    out.write(data)
+    out.flush()
 
 
 def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
@@ -293,22 +324,41 @@ def main() -> None:
 @click.option(
     "--replace", is_flag=True, help="Re-import traces already in the store (e.g. after an upgrade)."
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Local Dask worker processes that parse the rank files of a multi-rank run (default: one per "
+    "core when the files hold ≥ 512 MiB of JSON, else serial; 1 = serial).",
+)
+@click.option(
+    "--scheduler",
+    metavar="tcp://HOST:PORT",
+    help="Parse the rank files on this existing Dask scheduler (its workers must see the same paths).",
+)
 @_db_option
 @click.pass_context
-def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, replace: bool) -> None:
+def import_cmd(
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    name: str | None,
+    replace: bool,
+    workers: int | None,
+    scheduler: str | None,
+) -> None:
     """Import traces into the store and print their run ids.
 
     PATH is a Kineto JSON trace (.json, .json.gz), an nsys SQLite export (.sqlite), an .nsys-rep
-    (exported through nsys when it is installed), a recorded run directory, or a directory of
-    per-rank traces (one multi-rank run). A trace already in the store (same content) is not
-    imported again: its existing run id is printed.
+    (exported through nsys when it is installed), a recorded run directory, or a directory or a
+    quoted glob ('traces/rank*.json.gz') of per-rank traces: one multi-rank run, whose files are
+    parsed in parallel on a local Dask cluster (or on --scheduler). A trace already in the store
+    (same content) is not imported again: its existing run id is printed.
     """
     if name and len(paths) > 1:
         raise click.UsageError("--name needs a single PATH")
     store = open_store(ctx)
     ctx.meta[_IMPORTING] = True
     try:
-        failed = _import_each(store, paths, name, replace)
+        failed = _import_each(store, paths, name, replace, workers=workers, scheduler=scheduler)
     except BaseException:
         store.discard_if_unused()  # a failed first import into a new --db leaves no empty store
         raise
@@ -319,13 +369,13 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], name: str | None, re
         ctx.exit(2)
 
 
-def _import_each(store: Store, paths: tuple[Path, ...], name: str | None, replace: bool) -> int:
+def _import_each(store: Store, paths: tuple[Path, ...], name: str | None, replace: bool, **parallel: Any) -> int:
     """Import each path, printing its run id as it is stored; a bad path is one line on stderr and
-    the others still import. Returns how many failed."""
+    the others still import. Returns how many failed. `parallel`: workers / scheduler for rank sets."""
     failed = 0
     for path in paths:
         try:
-            rid, new = import_path(store, path, name, replace)
+            rid, new = import_path(store, path, name, replace, **parallel)
         except BadInput as e:
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -388,11 +438,26 @@ _orphan_option = click.option(
 )
 
 
+def _scope_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--steps A:B / --window START_US:END_US: restrict every figure to those steps or that window."""
+    f = click.option(
+        "--window",
+        metavar="START_US:END_US",
+        help="Restrict every figure to this window, in µs from the run start (either side may be left out).",
+    )(f)
+    return click.option(
+        "--steps",
+        metavar="A:B",
+        help="Restrict every figure to steps A..B-1 of each rank (e.g. 1: drops the warm-up step; 4 = step 4).",
+    )(f)
+
+
 @main.command()
 @click.argument("run_or_path")
 @click.option("--json", "as_json", is_flag=True, help="Print the analysis document (schema 2, docs/DESIGN.md).")
 @_gap_option
 @_orphan_option
+@_scope_options
 @click.option(
     "--top",
     "top_gaps",
@@ -410,17 +475,30 @@ def analyze(
     gap_threshold_us: float | None,
     exclude_orphans: bool,
     top_gaps: int,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
-    busy/idle per device, overlap, idle gaps with their causes, findings."""
+    busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
+    _check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
-    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
+    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans), steps, window)
+    ranks = None
+    if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks.py), same range
+        from .analyses.ranks import rank_analysis
+
+        ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
     if as_json:
+        from .analyses.ranks import rank_document_of
         from .api import to_json
 
-        _echo_json(to_json(analysis))
+        _echo_json({**to_json(analysis), **(rank_document_of(ranks) if ranks else {})})
     else:
         _print_analysis(analysis, title, top_gaps)
+        if ranks:
+            from .render.ranks_text import format_ranks
+
+            click.echo(format_ranks(ranks), nl=False)
 
 
 @main.command()
@@ -429,20 +507,29 @@ def analyze(
 @click.option("--json", "as_json", is_flag=True, help="Print both analyses and the comparison as JSON.")
 @_gap_option
 @_orphan_option
+@_scope_options
 @_db_option
 @click.pass_context
 def compare(
-    ctx: click.Context, a: str, b: str, as_json: bool, gap_threshold_us: float | None, exclude_orphans: bool
+    ctx: click.Context,
+    a: str,
+    b: str,
+    as_json: bool,
+    gap_threshold_us: float | None,
+    exclude_orphans: bool,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
     gaps by cause, findings and top kernels."""
-    from .analyses.compare import compare as compare_analyses
+    from .api import compare as compare_analyses
 
+    _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
     tl_a, _, label_a = load_named_subject(ctx, a)
     tl_b, _, label_b = load_named_subject(ctx, b)
-    an_a, an_b = _analyze(tl_a, options), _analyze(tl_b, options)
-    comparison = compare_analyses(an_a, an_b, tl_a, tl_b)
+    an_a, an_b = _analyze(tl_a, options, steps, window), _analyze(tl_b, options, steps, window)
+    comparison = compare_analyses(an_a, an_b, _scoped(tl_a, steps, window), _scoped(tl_b, steps, window))
     if as_json:
         from .analyses.results import SCHEMA_VERSION, to_document
         from .render.compare_text import comparison_document
@@ -474,6 +561,7 @@ def compare(
 @click.option("--against", help="Baseline run or trace to compare with.")
 @_gap_option
 @_orphan_option
+@_scope_options
 @_db_option
 @click.pass_context
 def report(
@@ -483,22 +571,26 @@ def report(
     against: str | None,
     gap_threshold_us: float | None,
     exclude_orphans: bool,
+    steps: str | None,
+    window: str | None,
 ) -> None:
     """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
     if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
         raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
-    from .render.reports import check_output_path, write_report
+    from .api import report as write_report
+    from .render.reports import check_output_path
 
     check_output_path(output)  # before any parsing or analysis
 
+    _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
     timeline, _ = load_subject(ctx, run_or_path)
-    analysis = _analyze(timeline, options)
+    analysis = _analyze(timeline, options, steps, window)
     base = None
     if against:
         tl_b, _ = load_subject(ctx, against)
-        base = (_analyze(tl_b, options), tl_b)
-    write_report(output, analysis, timeline, against=base)
+        base = (_analyze(tl_b, options, steps, window), _scoped(tl_b, steps, window))
+    write_report(output, analysis, _scoped(timeline, steps, window), against=base)
     click.echo(str(output))
 
 

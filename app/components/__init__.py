@@ -19,6 +19,7 @@ PAGES = (
     ("Gaps & findings", "gaps"),
     ("Overlap", "overlap"),
     ("Kernels", "kernels"),
+    ("Ranks", "ranks"),
     ("Compare", "compare"),
 )
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (shared s
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 HAVE_BROWSER = Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+from tl_hygiene import missing_browser, screenshots_path
 
 
 def recorded_run_paths() -> list[Path]:
@@ -69,7 +69,7 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def browser(tmp_path_factory):
     if not HAVE_BROWSER:
-        pytest.skip("chromium / chromedriver not installed")
+        pytest.skip(str(missing_browser()))
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -97,5 +97,4 @@ def browser(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def screenshots():
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS
+    return screenshots_path()

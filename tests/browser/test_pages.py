@@ -10,13 +10,14 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from tl_hygiene import missing_browser
 
 HAVE_BROWSER = (
     Path(shutil.which("chromium") or "/usr/bin/chromium").exists()
     and Path(shutil.which("chromedriver") or "/usr/bin/chromedriver").exists()
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not HAVE_BROWSER, reason="chromium not installed")]
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not HAVE_BROWSER, reason=str(missing_browser()))]
 
 TIMEOUT = 30
 

@@ -133,3 +133,32 @@ def test_idle_partition_green_context(run):
     (part,) = f["data"]["partitions"]
     assert part["busy_fraction"] == pytest.approx(320 / 132_000, abs=1e-6)
     assert (f["count"], f["wasted_ns"], f["severity"]) == (1, round(131_680 * US / 132), "critical")
+
+
+def test_steps_scope_restricts_every_figure(run):
+    """--steps 1:3 of item_loop(4): steps 1 and 2, [1000, 2900) µs. Inside: kernels [1010,1310) and
+    [2010,2310), copies [1310,1312) and [2310,2312): span 1302 µs, busy 604 µs, one 698 µs host_sync gap."""
+    doc = run(item_loop(4), "--steps", "1:3")
+    (d,) = doc["devices"]
+    assert (d["span_ns"], d["busy_ns"], d["idle_ns"]) == (1302 * US, 604 * US, 698 * US)
+    assert [(g["duration_ns"], g["cause"]) for g in doc["gaps"]] == [(698 * US, "host_sync")]
+    assert [s["index"] for s in doc["steps"]] == [1, 2]
+    assert any(n.startswith("figures cover rank 0: steps 1–2") for n in doc["notes"])
+
+
+def test_window_scope(run):
+    """--window 1000:2000 µs from the run start (the first event, at 0): kernel [1010,1310) and its copy
+    [1310,1312) only."""
+    doc = run(item_loop(4), "--window", "1000:2000")
+    (d,) = doc["devices"]
+    assert (d["span_ns"], d["busy_ns"], doc["gaps"]) == (302 * US, 302 * US, [])
+
+
+def test_bad_scope_is_one_line_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from tracelab.cli import main
+
+    path = item_loop(4).kineto(tmp_path / "t.json")
+    r = CliRunner().invoke(main, ["analyze", str(path), "--steps", "3:1"])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "--steps" in r.stderr

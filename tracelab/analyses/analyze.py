@@ -10,10 +10,12 @@ import numpy as np
 
 from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
-from .gaps import find_gaps, host_views
+from .findings import finding_notes
+from .gaps import FirstSeen, find_gaps, host_views, thread_first_seen
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
 from .rules import FindingContext, evaluate_all
-from .steps import find_steps
+from .step_table import step_rows
+from .steps import Steps, find_steps
 
 
 def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
@@ -30,15 +32,49 @@ def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
 DEFAULT_OPTIONS = AnalysisOptions()
 
 
+def analyze_scoped(
+    timeline: Timeline,
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+    rule_options: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    steps: str | None = None,
+    window_us: str | None = None,
+) -> Analysis:
+    """`analyze` restricted to `--steps A:B` or `--window START_US:END_US` (tracelab.analyses.scope):
+    every figure covers that range; a note says what the figures cover (without a scope: how many steps
+    and how much warm-up they include). BadInput for a bad or empty range."""
+    from .scope import scope_timeline
+
+    if steps is None and window_us is None:
+        scoped, scoped_steps, note = scope_timeline(timeline, None, None)
+        return analyze(scoped, options, rule_options, steps=scoped_steps, scope_note=note)
+    first_seen = thread_first_seen(timeline)
+    start = int(timeline.events["start"].min()) if len(timeline.events) else None  # offsets stay run-relative
+    scoped, scoped_steps, note = scope_timeline(timeline, steps, window_us)
+    return analyze(
+        scoped, options, rule_options, steps=scoped_steps, scope_note=note, first_seen=first_seen, run_start=start
+    )
+
+
 def analyze(
     timeline: Timeline,
     options: AnalysisOptions = DEFAULT_OPTIONS,
     rule_options: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    steps: Steps | None = None,
+    scope_note: str | None = None,
+    first_seen: FirstSeen | None = None,
+    run_start: int | None = None,
 ) -> Analysis:
-    """Per-device busy/idle/overlap, idle gaps with causes, steps and findings (DESIGN.md
-    definitions). `rule_options` overrides rule thresholds by rule id."""
+    """Per-device busy/idle/overlap, idle gaps with causes, steps, the per-step table and findings
+    (DESIGN.md definitions). `rule_options` overrides rule thresholds by rule id; `steps` (default:
+    find_steps), `scope_note`, `first_seen` (host threads' first activity in the unscoped trace) and
+    `run_start` (the unscoped trace's first event) come from `analyze_scoped`."""
     notes = list(timeline.meta.notes)
-    run_start = int(timeline.events["start"].min()) if len(timeline.events) else None
+    if scope_note:
+        notes.append(scope_note)
+    if run_start is None:
+        run_start = int(timeline.events["start"].min()) if len(timeline.events) else None
     if options.exclude_orphans:
         timeline, dropped = drop_orphans(timeline)
         notes.append(
@@ -47,14 +83,14 @@ def analyze(
     rows = device_rows(timeline)
     if not rows:
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace")
-    hosts = host_views(timeline)
+    hosts = host_views(timeline, first_seen)
     devices = device_summaries(timeline, rows)
     gaps = find_gaps(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
-    steps = find_steps(timeline)
+    steps = find_steps(timeline) if steps is None else steps
     notes.extend(steps.notes)
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps)
     findings, skipped = evaluate_all(ctx, rule_options)
-    notes.extend(f"{s.rule} not evaluated: {s.reason}" for s in skipped)
+    notes.extend(finding_notes(skipped))
     meta = timeline.meta
     ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.events["rank"].to_numpy()))
     return Analysis(
@@ -68,4 +104,5 @@ def analyze(
             StepInfo(rank=s.rank, index=s.index, start_ns=s.start_ns, end_ns=s.end_ns, source=s.source)
             for s in steps.steps
         ),
+        step_rows=step_rows(timeline, steps, gaps),
     )

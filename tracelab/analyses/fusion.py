@@ -1,7 +1,7 @@
 """Kernel-fusion figures of a run: kernels per step, kernel time per step, bytes moved per step and
 the bandwidth that implies; and the speedup of one run over another.
 
-- steps: the top-level step ranges of rank 0 (`find_steps`: ProfilerStep#N or NVTX/record_function
+- steps: the top-level step ranges of rank 0 (`steps.marked_steps`: ProfilerStep#N or NVTX/record_function
   `step N`), else the `steps` argument, else 1.
 - kernels: all kernels of the run (the workloads' profiler window holds only the measured loop).
 - kernel_ns_per_step: sum of the kernels' durations / steps (not their union: the fusion workload
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..model import EventKind, Timeline
-from .findings import find_steps
 from .gaps import short_name
+from .steps import marked_steps
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def fusion_figures(
     facts = run_facts(timeline)
     if bytes_per_step is None and isinstance(facts.get("bytes_per_step"), int):
         bytes_per_step = int(facts["bytes_per_step"])
-    s_start, _s_end, _ = find_steps(timeline, 0)
+    s_start, _s_end = marked_steps(timeline, 0)
     n_steps = int(s_start.size) or int(steps or 0) or 1
     ev = timeline.events
     k = np.flatnonzero(ev["kind"].to_numpy() == int(EventKind.KERNEL))

@@ -7,8 +7,9 @@ launched the next GPU operation (the one that ends the gap; found by correlation
 
 1. dependency_wait — the next operation had already been launched when the gap began (its launch
    call had returned) AND the trace shows a queued dependency: a cudaStreamWaitEvent (or a profiler
-   "wait event" record) issued shortly before that launch, or the op is a CUDA graph node. Evidence
-   names the launch and the stream-wait record.
+   "wait event" record) issued shortly before that launch. Evidence names the launch and the
+   stream-wait record. (A CUDA graph node waiting inside its graph is `unknown`: the graph's edges are
+   not in the trace.)
    Already launched without such evidence: `unknown`, and the evidence says what is known.
 2. host_sync — the host was blocked waiting for the GPU, in a wait made by the launching thread or
    on this device: a blocking call (stream / device / event synchronize, a synchronous memcpy that
@@ -28,8 +29,9 @@ launched the next GPU operation (the one that ends the gap; found by correlation
    that the recorded host activity of the launching thread covers, names which host data the trace
    had, and the outermost CPU op the launching thread was in halfway through (when it has CPU ops).
 
-Every gap carries `host_data`: which host data its rank's trace had ("cpu_ops": CPU ops and CUDA
-API calls, "cuda_api": CUDA API calls only, "none").
+Every gap carries `host_data`: which host data its rank's trace had ("cpu_ops": CPU ops or NVTX
+ranges (e.g. nsys --pytorch=autograd-nvtx) and CUDA API calls, "cuda_api": CUDA API calls only,
+"none"). Step ranges (ProfilerStep#N, "step 3") are not host activity.
 
 `idle_intervals` classifies every idle interval (> 0 ns) the same way without evidence text: the
 findings' wasted_ns is computed from it, so the display threshold changes no finding.
@@ -61,6 +63,7 @@ from .units import fmt_rel_many
 CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a microsecond
 HOST_SYNC_COVERAGE = 0.5
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+STEP_LIKE = re.compile(r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE)
 
 _I64 = np.int64
 
@@ -124,7 +127,9 @@ def _non_blocking_copies(ev: pd.DataFrame, on_rank: np.ndarray) -> np.ndarray:
 class HostView:
     """Sorted host-side arrays of one rank that gap causes and findings look things up in."""
 
-    def __init__(self, timeline: Timeline, rank: int) -> None:
+    def __init__(self, timeline: Timeline, rank: int, first_seen: FirstSeen | None = None) -> None:
+        self.rank = rank
+        self._first_seen = first_seen or {}
         ev = timeline.events
         kind = ev["kind"].to_numpy()
         on_rank = ev["rank"].to_numpy() == rank
@@ -132,6 +137,7 @@ class HostView:
         end = ev["end"].to_numpy()
         names = ev["name"].to_numpy()
         flags = ev["flags"].to_numpy()
+        self._flags = flags
         sync = ev["sync_kind"].to_numpy()
         tid = ev["tid"].to_numpy()
         corr = ev["correlation"].to_numpy()
@@ -216,13 +222,14 @@ class HostView:
         self.swait_start = start[sw][order]
         self.swait_name = names[sw][order]
 
-        # any recorded host activity: API calls and CPU ops (step annotations excluded), per thread
-        cpu = on_rank & (kind == int(EventKind.CPU_OP))
-        self.has_cpu_ops = bool(cpu.any())
-        if self.has_cpu_ops:
-            step_ids = [i for i, s in enumerate(timeline.strings) if STEP_NAME.match(s)]
+        # any recorded host activity, per thread: API calls, CPU ops and NVTX ranges (nsys
+        # --pytorch=autograd-nvtx, record_function): host work between CUDA calls; step annotations excluded
+        cpu = on_rank & np.isin(kind, [int(EventKind.CPU_OP), int(EventKind.NVTX_RANGE)])
+        if cpu.any():
+            step_ids = [i for i, s in enumerate(timeline.strings) if STEP_NAME.match(s) or STEP_LIKE.match(s)]
             if step_ids:
                 cpu &= ~np.isin(names, step_ids)
+        self.has_cpu_ops = bool(cpu.any())
         act_mask = cpu.copy()
         act_mask[api] = True
         act = np.flatnonzero(act_mask)
@@ -247,6 +254,14 @@ class HostView:
                 r, g = running_max_index(self.op_end[lo:hi])
                 self.op_reach[lo:hi] = r
                 self.op_arg[lo:hi] = g + lo
+
+    def flags_of(self, rows: np.ndarray) -> np.ndarray:
+        """The flags column at event rows."""
+        return self._flags[rows]
+
+    def first_seen(self, tid: int) -> int:
+        """When the thread was first recorded in the whole trace (before any scope), if known."""
+        return self._first_seen.get((self.rank, tid), np.iinfo(np.int64).max)
 
     def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
@@ -309,9 +324,27 @@ class WaitSet:
     ue: np.ndarray
 
 
-def host_views(timeline: Timeline) -> dict[int, HostView]:
+def host_views(timeline: Timeline, first_seen: FirstSeen | None = None) -> dict[int, HostView]:
     ranks = np.unique(timeline.events["rank"].to_numpy()).tolist()
-    return {int(r): HostView(timeline, int(r)) for r in ranks}
+    return {int(r): HostView(timeline, int(r), first_seen) for r in ranks}
+
+
+FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's first recorded host activity
+
+
+def thread_first_seen(timeline: Timeline) -> FirstSeen:
+    """When each host thread was first recorded (CUDA API calls and CPU ops), per (rank, tid). Computed on
+    the whole trace before a --steps / --window scope clips it, so "the launching thread was absent" keeps
+    meaning absent from the trace, not from the window."""
+    ev = timeline.events
+    kind = ev["kind"].to_numpy()
+    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP)])
+    if not host.any():
+        return {}
+    df = pd.DataFrame({"rank": ev["rank"].to_numpy()[host], "tid": ev["tid"].to_numpy()[host],
+                       "start": ev["start"].to_numpy()[host]})
+    first = df.groupby(["rank", "tid"], sort=False)["start"].min()
+    return {(int(r), int(t)): int(v) for (r, t), v in first.items()}
 
 
 # ---- causes ----------------------------------------------------------------------------------
@@ -409,14 +442,15 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
             tu, te = host.thread_activity(int(t))
             act[q] = covered_length(tu, te, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
             # the launching thread has no recorded activity before its launch: it was absent
-            absent[q] = True if tu.size == 0 else tu[0] >= l_start[q] - CLOCK_TOLERANCE_NS
+            first = min(int(tu[0]) if tu.size else np.iinfo(np.int64).max,
+                        host.first_seen(int(t)))
+            absent[q] = first >= l_start[q] - CLOCK_TOLERANCE_NS
         else:
             act[q] = covered_length(host.act_us, host.act_ue, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
     covered = cov >= HOST_SYNC_COVERAGE
     sync = covered | inprog
 
-    # evidence of a queued dependency: a stream-wait (event) record issued shortly before the launch, or
-    # a CUDA graph node (its dependencies are in the graph)
+    # evidence of a queued dependency: a stream-wait (event) record issued shortly before the launch
     if host.swait_start.size:
         si = np.searchsorted(host.swait_start, l_start, side="right") - 1
         sic = np.maximum(si, 0)
@@ -426,8 +460,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
     else:
         s_ok = np.zeros(n, dtype=bool)
         s_time = s_name = np.zeros(n, dtype=_I64)
-    graph = (ev["flags"].to_numpy()[nxt] & Flag.GRAPH) != 0
-    dep = queued & (s_ok | graph)
+    dep = queued & s_ok
     dep_unexplained = queued & ~dep
 
     cause = np.select(
@@ -541,6 +574,7 @@ def _evidence(
     a, b, cause, found, l_start, l_tid = c.a, c.b, c.cause, c.found, c.l_start, c.l_tid
     covered, cov, w_cover, w_inprog, act = c.covered, c.cov, c.w_cover, c.w_inprog, c.act
     s_ok, s_time, s_name = c.s_ok, c.s_time, c.s_name
+    graph = (host.flags_of(c.nxt) & Flag.GRAPH) != 0
     n = a.size
     nm = lambda sid: names[sid] if 0 <= sid < len(names) else "?"
     obj = lambda x: np.asarray(x, dtype=object)
@@ -661,13 +695,16 @@ def _evidence(
             + rel_b[m]
             + "; no stream-wait or event record shows what it waited for"
         )
+        g = m & graph
+        if g.any():
+            out[g] = out[g] + " (a CUDA graph node: its dependencies inside the graph are not in the trace)"
     return out
 
 
 _HOST_DATA_WORDS = {
-    "cpu_ops": "(recorded: CPU ops and CUDA API calls)",
-    "cuda_api": "(recorded: CUDA API calls only; host time between them is not recorded)",
-    "none": "(no host activity recorded)",
+    "cpu_ops": "(host data: CPU ops / NVTX ranges + CUDA API)",
+    "cuda_api": "(host data: CUDA API calls only)",
+    "none": "(host data: none)",
 }
 
 

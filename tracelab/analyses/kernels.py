@@ -51,3 +51,39 @@ def kernel_summary(timeline: Timeline, rank: int | None = None, device: int | No
     out.insert(0, "name", timeline.names(out["name_id"].to_numpy()))
     out = out.sort_values(["total_ns", "calls"], ascending=[False, False], kind="stable").reset_index(drop=True)
     return out[list(KERNEL_SUMMARY_COLUMNS)].astype(KERNEL_SUMMARY_COLUMNS)
+
+
+KERNEL_TABLE_COLUMNS = ("name", "count", "total_ns", "mean_ns", "max_ns", "grid", "block", "occupancy")
+
+
+def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.DataFrame:
+    """One row per (kernel name, grid, block): count, total / mean / max duration (ns), and the
+    theoretical occupancy (0..1) when `occupancy` (indexed like timeline.events, NaN = unknown) is
+    given. Sorted by total time. Vectorized groupby."""
+    ev = timeline.events
+    k = ev[ev["kind"] == int(EventKind.KERNEL)]
+    if k.empty:
+        return pd.DataFrame({c: [] for c in KERNEL_TABLE_COLUMNS})
+    df = pd.DataFrame(
+        {
+            "name_id": k["name"].to_numpy(),
+            "grid": k["grid_x"].astype(str) + "×" + k["grid_y"].astype(str) + "×" + k["grid_z"].astype(str),
+            "block": k["block_x"].astype(str)
+            + "×"
+            + k["block_y"].astype(str)
+            + "×"
+            + k["block_z"].astype(str),
+            "dur": (k["end"] - k["start"]).to_numpy(),
+            "occ": occupancy.reindex(k.index).to_numpy(dtype=float) if occupancy is not None else np.nan,
+        }
+    )
+    unknown = k["grid_x"].to_numpy() < 0
+    df.loc[unknown, "grid"] = ""
+    df.loc[k["block_x"].to_numpy() < 0, "block"] = ""
+    g = df.groupby(["name_id", "grid", "block"], sort=False)
+    out = g["dur"].agg(count="count", total_ns="sum", mean_ns="mean", max_ns="max").reset_index()
+    out["occupancy"] = g["occ"].mean().to_numpy()
+    out["mean_ns"] = out["mean_ns"].round().astype(np.int64)
+    out.insert(0, "name", timeline.names(out["name_id"].to_numpy()))
+    out = out.drop(columns="name_id").sort_values("total_ns", ascending=False, kind="stable")
+    return out[list(KERNEL_TABLE_COLUMNS)].reset_index(drop=True)

@@ -25,8 +25,9 @@ import re
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 
-from tracelab.model import DeviceInfo
+from tracelab.model import DeviceInfo, EventKind, Timeline
 
 KB = 1024
 
@@ -261,3 +262,30 @@ def max_active_blocks_per_sm(
     return int(
         occupancy(threads_per_block, registers_per_thread, shared_mem_per_block, limits).blocks_per_sm[0]
     )
+
+
+def launch_occupancy(timeline: Timeline) -> pd.Series:
+    """Theoretical occupancy (0..1) of each kernel launch, indexed like timeline.events (kernels
+    only); NaN where the block size or registers are unknown. One vectorized call per device."""
+    ev = timeline.events
+    k = ev[ev["kind"].to_numpy() == int(EventKind.KERNEL)]
+    out = pd.Series(np.nan, index=k.index, dtype=float)
+    if k.empty:
+        return out
+    threads = (
+        k["block_x"].clip(lower=0) * k["block_y"].clip(lower=1) * k["block_z"].clip(lower=1)
+    ).to_numpy()
+    known = (k["block_x"].to_numpy() > 0) & (k["registers"].to_numpy() >= 0)
+    keys = k[["rank", "device"]].drop_duplicates().itertuples(index=False)
+    for rank, device in keys:  # per device: one vectorized call
+        m = known & (k["rank"].to_numpy() == rank) & (k["device"].to_numpy() == device)
+        if not m.any():
+            continue
+        occ = occupancy(
+            threads[m],
+            k["registers"].to_numpy()[m],
+            k["shared_mem"].to_numpy()[m],
+            limits_for(timeline.device_info(int(rank), int(device))),
+        )
+        out.iloc[np.flatnonzero(m)] = occ.occupancy
+    return out

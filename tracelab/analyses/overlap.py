@@ -12,9 +12,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from ..model import EventKind
-from .intervals import coverage_at_least, intersection_length
+from ..model import EventKind, Timeline
+from ..model.kinds import GPU_ACTIVITY_KINDS
+from .intervals import coverage_at_least, intersection_length, union_length
 from .results import Overlap
 
 
@@ -34,3 +36,27 @@ def device_overlap(
         compute_comm_ns=intersection_length(cs, ce, start[comm_k], end[comm_k]),
         copy_copy_ns=coverage_at_least(start[copy], end[copy], stream_key[copy], 2),
     )
+
+
+def stream_overlap_matrix(timeline: Timeline, rank: int, device: int) -> pd.DataFrame:
+    """For one device, the time (ns) during which each pair of streams is busy at once; the diagonal
+    is each stream's busy time (union of its kernels, memcpys and memsets)."""
+    ev = timeline.events
+    m = (
+        ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy()
+        & (ev["rank"].to_numpy() == rank)
+        & (ev["device"].to_numpy() == device)
+    )
+    gpu = ev[m]
+    streams = sorted(set(gpu["stream"].tolist()))
+    parts = {}
+    for s in streams:  # per stream (a handful), vectorized inside
+        sel = gpu["stream"].to_numpy() == s
+        parts[s] = (gpu["start"].to_numpy()[sel], gpu["end"].to_numpy()[sel])
+    labels = [f"stream {s}" for s in streams]
+    mat = np.zeros((len(streams), len(streams)), dtype=np.int64)
+    for i, a in enumerate(streams):
+        mat[i, i] = union_length(*parts[a])
+        for j in range(i + 1, len(streams)):
+            mat[i, j] = mat[j, i] = intersection_length(*parts[a], *parts[streams[j]])
+    return pd.DataFrame(mat, index=labels, columns=labels)

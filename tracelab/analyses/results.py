@@ -4,7 +4,10 @@ document (schema 2, DESIGN.md); everything renders from these types, never from 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .step_table import StepRow
 
 SCHEMA_VERSION = 2
 
@@ -134,6 +137,7 @@ class Analysis:
     notes: tuple[str, ...] = ()
     options: AnalysisOptions = AnalysisOptions()
     steps: tuple[StepInfo, ...] = ()
+    step_rows: tuple[StepRow, ...] = ()  # the per-step table (tracelab.analyses.step_table)
 
 
 def to_document(analysis: Analysis) -> dict[str, Any]:
@@ -172,6 +176,26 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
             },
         }
 
+    rows = {(r.rank, r.index): r for r in analysis.step_rows}
+
+    def step_doc(s: StepInfo) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "rank": s.rank, "index": s.index, "start_ns": s.start_ns, "end_ns": s.end_ns, "source": s.source
+        }
+        r = rows.get((s.rank, s.index))
+        if r is not None:
+            doc.update(
+                duration_ns=r.duration_ns,
+                gpu_busy_ns=r.gpu_busy_ns,
+                gpu_idle_ns=r.gpu_idle_ns,
+                idle_by_cause=dict(r.idle_by_cause),
+                blocking_syncs=r.blocking_syncs,
+                kernels=r.kernels,
+                warmup=r.warmup,
+                outlier=r.outlier,
+            )
+        return doc
+
     return {
         "schema": SCHEMA_VERSION,
         "trace": {
@@ -180,10 +204,7 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
             "ranks": list(analysis.trace.ranks),
         },
         "devices": [device_doc(d) for d in analysis.devices],
-        "steps": [
-            {"rank": s.rank, "index": s.index, "start_ns": s.start_ns, "end_ns": s.end_ns, "source": s.source}
-            for s in analysis.steps
-        ],
+        "steps": [step_doc(s) for s in analysis.steps],
         "gaps": [
             {
                 "rank": g.rank,

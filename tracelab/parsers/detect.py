@@ -12,7 +12,9 @@ The parser modules are imported only when needed, so a missing optional part nev
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,9 +36,10 @@ _KNOWN_BINARY = {
     b"\x7fELF": "an executable (ELF)",
     b"BZh": "a bzip2 archive",
     b"\xfd7zXZ": "an xz archive",
-    b"(\xb5/\xfd": "a zstd archive",
 }
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
+ZSTD_MAGIC = b"(\xb5/\xfd"
+_TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".sqlite", ".sqlite.gz")
+_SNIFF_LIMIT = 256 << 20  # leading whitespace beyond this is not a trace
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|proc|gpu)[-_.]?(\d+)", re.IGNORECASE)
 
 
@@ -46,64 +49,129 @@ def load_trace(path: str | Path, progress: Progress | None = None) -> Timeline:
     Raises BadInput / TraceFormatError with one line naming the file for anything unusable, and
     MissingDependency when the format needs a component that is not installed (e.g. nsys for .nsys-rep)."""
     path = Path(path)
-    if not path.exists():
-        raise BadInput("no such file or directory", path)
-    if path.is_dir():
+    if check_input_path(path) == "dir":
         if (path / "meta.json").is_file():
             return _rundir().load_run_dir(path)
         return load_trace_dir(path, progress)
-    if not path.is_file():
-        raise BadInput("not a regular file", path)
-    kind = sniff(path)
-    if kind == "sqlite":
+    return _load_file(path, sniff(path), progress)
+
+
+def _load_file(path: Path, kind: str, progress: Progress | None = None) -> Timeline:
+    if kind in ("sqlite", "sqlite-gz"):
         return _nsys().load_nsys_sqlite(path)
     if kind == "nsys-rep":
         return _load_nsys_rep(path)
     from . import kineto
 
+    workers = decode_workers()
+    if workers > 1:  # opt-in: decode the chunks in parallel processes (same Timeline)
+        from .kineto_parallel import load_kineto_parallel
+
+        return load_kineto_parallel(path, workers=workers, progress=progress)
     return kineto.load_kineto(path, progress=progress)
 
 
+def decode_workers() -> int:
+    """Processes that decode one Kineto file (TRACELAB_DECODE_WORKERS; default 1 = this process)."""
+    value = os.environ.get("TRACELAB_DECODE_WORKERS", "").strip()
+    if not value:
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise BadInput(f"TRACELAB_DECODE_WORKERS must be a positive integer (got {value!r})")
+    return int(value)
+
+
+def check_input_path(path: Path) -> str:
+    """'file' or 'dir'; raises BadInput (one line) for a missing path and for anything that is not a
+    regular file or directory (a FIFO, a device such as /dev/zero, a socket), without opening it, so
+    nothing blocks or reads forever."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise BadInput("no such file or directory", path) from None
+    except OSError as exc:
+        raise BadInput(f"cannot read ({exc.strerror or exc})", path) from None
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISREG(mode):
+        return "file"
+    what = (
+        "a FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    raise BadInput(f"is {what}, not a trace file (tracelab reads regular files and directories)", path)
+
+
 def sniff(path: Path) -> str:
-    """'sqlite', 'nsys-rep' or 'json' (gzip or plain); raises TraceFormatError for anything else."""
+    """'sqlite', 'sqlite-gz' (a gzip'd nsys export), 'nsys-rep' or 'json' (plain, gzip or zstd);
+    raises TraceFormatError for anything else. Leading whitespace (and a UTF-8 BOM) of any length is
+    skipped in blocks, at C speed."""
+    check_input_path(path)
     try:
         with open(path, "rb") as f:
             head = f.read(64)
+            if not head:
+                raise TraceFormatError("empty file", path)
+            if head.startswith(SQLITE_MAGIC):
+                return "sqlite"
+            if path.name.lower().endswith(_NSYS_REP):
+                return "nsys-rep"
+            if head.startswith(GZIP_MAGIC):
+                return "sqlite-gz" if _gzip_head(path).startswith(SQLITE_MAGIC) else "json"
+            if head.startswith(ZSTD_MAGIC):
+                return "json"
+            stripped = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
+            stripped = stripped.lstrip(b" \t\r\n")
+            seen = len(head)
+            while not stripped and seen < _SNIFF_LIMIT:
+                block = f.read(1 << 20)
+                if not block:
+                    break
+                seen += len(block)
+                stripped = block.lstrip(b" \t\r\n")
     except OSError as exc:
         raise BadInput(f"cannot read ({exc.strerror or exc})", path) from None
-    if not head:
-        raise TraceFormatError("empty file", path)
-    if head.startswith(SQLITE_MAGIC):
-        return "sqlite"
-    if path.name.lower().endswith(_NSYS_REP):
-        return "nsys-rep"
-    if head.startswith(GZIP_MAGIC):
-        return "json"
-    stripped = head.lstrip(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
     if stripped[:1] in (b"{", b"["):
         return "json"
-    if not stripped and len(head) < 64:
-        raise TraceFormatError("empty file (only whitespace)", path)
+    if not stripped:
+        raise TraceFormatError(
+            "empty file (only whitespace)" if seen < _SNIFF_LIMIT else "not a trace (only whitespace)", path
+        )
     for magic, what in _KNOWN_BINARY.items():
         if head.startswith(magic):
             raise TraceFormatError(f"not a trace: the file is {what}", path)
     raise TraceFormatError(
-        "not a trace: expected Kineto JSON (.json/.json.gz), nsys SQLite (.sqlite) or .nsys-rep", path
+        "not a trace: expected Kineto JSON (.json/.json.gz/.json.zst), nsys SQLite (.sqlite/.sqlite.gz) "
+        "or .nsys-rep",
+        path,
     )
+
+
+def _gzip_head(path: Path, n: int = 16) -> bytes:
+    """The first n bytes inside a gzip file (b'' when it cannot be inflated)."""
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as g:
+            return g.read(n)
+    except (OSError, EOFError, zlib.error):
+        return b""
 
 
 def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
     """A directory of per-rank traces (Kineto JSON or nsys SQLite) -> one multi-rank Timeline.
 
     Rank of each file: its distributedInfo rank, else a number in its name (rank3, worker3, ...),
-    else its position in name order; when two files claim the same rank the next source is used."""
-    files = sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith(_TRACE_SUFFIXES)
-    )
-    if not files:
-        raise BadInput("directory holds no traces (*.json, *.json.gz, *.sqlite) and no meta.json", path)
+    else its position in name order; when two files claim the same rank the next source is used.
+    (`tracelab.distributed` parses the same files in parallel and merges them with `merge_rank_parts`.)"""
+    files = rank_files_in(path)
     total = sum(p.stat().st_size for p in files)
     done = 0
     parts: list[Timeline] = []
@@ -112,10 +180,50 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
         if progress is not None:
             base = done
             sub = lambda d, t, base=base: progress(base + d, total)
-        parts.append(load_trace(p, progress=sub) if sniff(p) != "sqlite" else _nsys().load_nsys_sqlite(p))
+        parts.append(load_rank_file(p, progress=sub))
         done += p.stat().st_size
         if progress is not None:
             progress(done, total)
+    return merge_rank_parts(str(path), files, parts)
+
+
+def rank_files_in(path: Path) -> list[Path]:
+    """The per-rank trace files of a directory, in name order (BadInput when there are none, or when
+    nsys exports and Kineto traces are mixed)."""
+    files = sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith(_TRACE_SUFFIXES)
+    )
+    if not files:
+        raise BadInput("directory holds no traces (*.json, *.json.gz, *.sqlite) and no meta.json", path)
+    check_rank_kinds(files, path)
+    return files
+
+
+def check_rank_kinds(files: list[Path], where: str | Path) -> None:
+    """BadInput when the rank files mix nsys exports and Kineto traces."""
+    kinds = {p: sniff(p) for p in files}
+    nsys_files = [p.name for p in files if kinds[p] in ("sqlite", "sqlite-gz")]
+    kineto_files = [p.name for p in files if kinds[p] not in ("sqlite", "sqlite-gz")]
+    if nsys_files and kineto_files:
+        # an nsys export holds every process it profiled; a Kineto trace beside it is not "the next
+        # rank" and merging would relabel it: the user says which is which by importing them apart
+        raise BadInput(
+            f"directory mixes nsys exports ({nsys_files[0]}) and Kineto traces ({kineto_files[0]}): "
+            "import them separately",
+            where,
+        )
+
+
+def load_rank_file(path: Path, progress: Progress | None = None) -> Timeline:
+    """One rank's trace file (Kineto JSON or nsys SQLite), not yet relabelled to its rank."""
+    return _load_file(path, sniff(path), progress=progress)
+
+
+def merge_rank_parts(source: str, files: list[Path], parts: list[Timeline]) -> Timeline:
+    """Per-rank timelines of `files` (same order) -> one multi-rank Timeline with ranks chosen as
+    `load_trace_dir` documents."""
     ranks = _choose_ranks(files, parts)
     from .kineto import relabel_rank
 
@@ -128,7 +236,7 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
             if isinstance(v, int):
                 stats[k] = stats.get(k, 0) + v
     meta = RunMeta(
-        source=str(path),
+        source=source,
         format=formats[0] if len(formats) == 1 else "+".join(formats),
         ranks=tuple(sorted(ranks)),
         schema_version=",".join(sorted({tl.meta.schema_version for tl in parts if tl.meta.schema_version})),
@@ -162,23 +270,24 @@ def trace_fingerprint(path: str | Path) -> str:
     """sha256 of the file's bytes; for a directory, sha256 of the sorted hashes of its files
     (recursively, hidden files excluded), so renaming or reordering does not change it."""
     path = Path(path)
-    if path.is_dir():
+    if check_input_path(path) == "dir":
         hashes = sorted(
             _file_hash(p)
             for p in path.rglob("*")
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
         )
         return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
-    if not path.is_file():
-        raise BadInput("no such file or directory", path)
     return _file_hash(path)
 
 
 def _file_hash(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+    except OSError as exc:
+        raise BadInput(f"cannot read ({exc.strerror or exc})", path) from None
     return h.hexdigest()
 
 

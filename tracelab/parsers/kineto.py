@@ -54,23 +54,34 @@ from .kineto_columns import (
     strs,
     take,
     triples,
-    us_to_ns,
 )
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
+from .validate import (
+    INT32_LIMIT,
+    check_devices,
+    check_rank,
+    json_safe,
+    neutralize_names,
+    us_to_ns_checked,
+    validate_columns,
+)
 
-_Num = int | float | str | None
+# Integer fields take integers only: a float, bool or string sends the piece to the loose decoder,
+# whose values are checked one by one (never truncated or cast silently).
+_Int = int | None
+_Id = int | str | None  # pid / tid: a number, or a label such as "Spans" / "stream 7"
 _Triple = tuple[int, int, int] | None
 
 
 class _Args(msgspec.Struct, gc=False):
-    device: _Num = -1
-    stream: _Num = -1
-    correlation: _Num = -1
-    context: _Num = -1
-    bytes: _Num = -1
-    registers: _Num = msgspec.field(default=-1, name="registers per thread")
-    shared: _Num = msgspec.field(default=-1, name="shared memory")
+    device: _Int = -1
+    stream: _Int = -1
+    correlation: _Int = -1
+    context: _Int = -1
+    bytes: _Int = -1
+    registers: _Int = msgspec.field(default=-1, name="registers per thread")
+    shared: _Int = msgspec.field(default=-1, name="shared memory")
     grid: _Triple = None
     block: _Triple = None
     sync: str | None = msgspec.field(default=None, name="cuda_sync_kind")
@@ -80,8 +91,8 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: _Num = -1
-    tid: _Num = -1
+    pid: _Id = -1
+    tid: _Id = -1
     ts: float = math.nan
     dur: float = 0.0
     args: _Args | None = None
@@ -211,7 +222,11 @@ def _load_metadata(raw: bytes | None) -> dict:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "UTF-8" in str(exc):
+            raise ChunkError("invalid UTF-8 outside traceEvents") from None
         raise ChunkError(f"corrupt JSON outside traceEvents ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise ChunkError("JSON outside traceEvents is nested too deeply") from None
     if not isinstance(obj, dict):
         raise ChunkError("top-level JSON value is not an object")
     return obj
@@ -219,17 +234,22 @@ def _load_metadata(raw: bytes | None) -> dict:
 
 def _decode(piece: bytes) -> list:
     try:
-        return _STRICT.decode(piece)
-    except msgspec.ValidationError:
-        pass
-    except msgspec.DecodeError as exc:
-        raise PieceRejected(str(exc)) from None
-    try:
-        return _LOOSE.decode(piece)
-    except msgspec.ValidationError as exc:  # e.g. an element that is not an object
-        raise ChunkError(f"traceEvents holds something that is not an event ({exc})") from None
-    except msgspec.DecodeError as exc:
-        raise PieceRejected(str(exc)) from None
+        try:
+            return _STRICT.decode(piece)
+        except msgspec.ValidationError:
+            pass
+        except msgspec.DecodeError as exc:
+            raise PieceRejected(str(exc)) from None
+        try:
+            return _LOOSE.decode(piece)
+        except msgspec.ValidationError as exc:  # e.g. an element that is not an object
+            raise ChunkError(f"traceEvents holds something that is not an event ({exc})") from None
+        except msgspec.DecodeError as exc:
+            raise PieceRejected(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ChunkError(f"invalid UTF-8 in traceEvents ({exc.reason})") from None
+    except RecursionError:
+        raise ChunkError("JSON in traceEvents is nested too deeply (limit about 1000 levels)") from None
 
 
 class _Parsed:
@@ -243,12 +263,19 @@ class _Parsed:
         self.n_dropped_instant = 0
         self.n_flows = 0
         self.n_bad_ts = 0
-        self.n_no_device = 0
+        self.n_bad_time = 0  # a timestamp or duration outside the valid range (dropped)
+        self.bad_time_example = ""
+        self.n_negative_dur = 0
+        self.n_lane_from_pid = 0
+        self.lane_example = ""
         self.legacy = False
 
     def intern(self, values: list) -> np.ndarray:
         ids = self.ids
-        for v in set(values).difference(ids):  # once per new distinct string
+        new = set(values).difference(ids)
+        # once per new distinct string, in first-seen order: ids must not depend on the hash seed, so
+        # every process (a Dask worker, a rerun) interns a file the same way
+        for v in [v for v in dict.fromkeys(values) if v in new] if new else ():
             ids[v] = len(self.strings)
             self.strings.append(v)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
@@ -284,23 +311,32 @@ class _Parsed:
         cats = take(cats, idx)
         del evs, phs
         kind = kind[idx]
-        ts = col(sel, "ts", "float64")
-        dur = col(sel, "dur", "float64")
-        pid = col(sel, "pid")
+        ts = col(sel, "ts", "float64", checked=loose)
+        dur = col(sel, "dur", "float64", checked=loose)
+        pid = col(sel, "pid", checked=loose)
         on_dev = np.isin(kind, _ON_DEVICE)
-        # drop events without a time, and host events on a non-numeric pid (e.g. "Spans")
-        good = np.isfinite(ts) & (on_dev | (pid >= 0))
-        self.n_bad_ts += int(np.count_nonzero(~np.isfinite(ts)))
+        no_ts = np.isnan(ts)
+        self.n_bad_ts += int(np.count_nonzero(no_ts))
+        negative = dur < 0
+        if negative.any():
+            self.n_negative_dur += int(np.count_nonzero(negative))
+            dur = np.where(negative, 0.0, dur)
+        start, end, ok = us_to_ns_checked(ts, dur)
+        out_of_range = ~ok & ~no_ts
+        if out_of_range.any():
+            first = int(np.flatnonzero(out_of_range)[0])
+            if not self.n_bad_time:
+                self.bad_time_example = f"{strs([sel[first].name])[0][:60]!r} at ts {ts[first]!r} µs"
+            self.n_bad_time += int(np.count_nonzero(out_of_range))
+        # drop events without a valid time, and host events on a non-numeric pid (e.g. "Spans")
+        good = ok & (on_dev | (pid >= 0))
         if not good.all():
             keep = np.flatnonzero(good)
             sel, cats = take(sel, keep), take(cats, keep)
-            kind, ts, dur, pid, on_dev = kind[keep], ts[keep], dur[keep], pid[keep], on_dev[keep]
+            kind, start, end, pid, on_dev = kind[keep], start[keep], end[keep], pid[keep], on_dev[keep]
             if not len(sel):
                 return
-        dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
-        start = us_to_ns(ts)
-        end = start + np.rint(dur * 1000).astype(np.int64)
-        tid = col(sel, "tid")
+        tid = col(sel, "tid", checked=loose)
         names = list(map(attrgetter("name"), sel))
         if loose:
             names = strs(names)
@@ -321,8 +357,8 @@ class _Parsed:
             if None in args:
                 args = [a if a is not None else _EMPTY_ARGS for a in args]
             k = kind[aidx]
-            dev = col(args, "device")
-            stream = col(args, "stream")
+            dev = col(args, "device", checked=loose)
+            stream = col(args, "stream", checked=loose)
             stream[stream == NO_STREAM] = -1  # CUPTI's "not on a stream" as uint32 (context syncs): none
             ann = k == int(EventKind.GPU_ANNOTATION)
             if ann.any():  # gpu_user_annotation: the GPU sits in pid, the stream in tid
@@ -332,24 +368,33 @@ class _Parsed:
             legacy_stream = gpu & (stream < 0)
             if legacy_stream.any():  # 2021 schema: tid "stream 7"
                 stream = np.where(legacy_stream, stream_from_tid(list(map(attrgetter("tid"), sub))), stream)
-            self.n_no_device += int(np.count_nonzero(gpu & ((dev < 0) | (stream < 0))))
+            missing = gpu & ((dev < 0) | (stream < 0))
+            if missing.any():  # no args.device / args.stream: the lane Kineto's pid / tid name
+                lane_pid, lane_tid = pid[aidx], tid[aidx]
+                usable = missing & (lane_pid >= 0) & (lane_pid < INT32_LIMIT) & (lane_tid >= 0)
+                if usable.any():
+                    if not self.n_lane_from_pid:
+                        self.lane_example = names[int(aidx[np.flatnonzero(usable)[0]])][:60]
+                    self.n_lane_from_pid += int(np.count_nonzero(usable))
+                    dev = np.where(usable & (dev < 0), lane_pid, dev)
+                    stream = np.where(usable & (stream < 0), lane_tid, stream)
             dev_side = np.isin(k, _ON_DEVICE)
-            cols["a_device"] = np.where(dev_side, dev, -1).astype(np.int32)
+            cols["a_device"] = np.where(dev_side, dev, -1)
             cols["a_stream"] = np.where(dev_side, stream, -1)
-            cols["a_context"] = np.where(dev_side, col(args, "context"), -1)
-            cols["a_correlation"] = col(args, "correlation")
+            cols["a_context"] = np.where(dev_side, col(args, "context", checked=loose), -1)
+            cols["a_correlation"] = col(args, "correlation", checked=loose)
             b = np.full(len(aidx), -1, dtype=np.int64)
             copy = np.flatnonzero(np.isin(k, [int(EventKind.MEMCPY), int(EventKind.MEMSET)]))
             if len(copy):
-                b[copy] = col(take(args, copy), "bytes")
+                b[copy] = col(take(args, copy), "bytes", checked=loose)
             cols["a_bytes"] = b
             kern = np.flatnonzero(k == int(EventKind.KERNEL))
             cols["k_rows"] = aidx[kern].astype(np.int32)
             kargs = take(args, kern)
-            cols["k_registers"] = col(kargs, "registers", "int32")
-            cols["k_shared"] = col(kargs, "shared")
-            cols["k_grid"] = triples(list(map(attrgetter("grid"), kargs)))
-            cols["k_block"] = triples(list(map(attrgetter("block"), kargs)))
+            cols["k_registers"] = col(kargs, "registers", "int32", checked=loose)
+            cols["k_shared"] = col(kargs, "shared", checked=loose)
+            cols["k_grid"] = triples(list(map(attrgetter("grid"), kargs)), checked=loose)
+            cols["k_block"] = triples(list(map(attrgetter("block"), kargs)), checked=loose)
             syn = np.flatnonzero(k == int(EventKind.SYNC))
             if len(syn):
                 sync = np.zeros(len(aidx), dtype=np.int8)
@@ -362,14 +407,26 @@ class _Parsed:
     def finish(self, path: Path, top: dict, rank: int | None) -> Timeline:
         if "traceEvents" not in top and top:
             raise TraceFormatError("no traceEvents array (not a Kineto / Chrome trace)", path)
-        if self.n_no_device:
-            raise TraceFormatError(
-                f"{self.n_no_device} GPU event(s) (kernel/memcpy/memset) have no stream or device in args, "
-                "so they cannot be placed on a GPU lane",
-                path,
-            )
         cols = assemble(self.parts)
         self.parts = []
+        notes: list[str] = []
+        strings, renamed = neutralize_names(self.strings)
+        if renamed:
+            notes.append(
+                f"{renamed} names held Unicode direction controls or were over 1 MiB: shown with them "
+                "replaced / cut"
+            )
+        kind = cols["kind"]
+        placeless = np.isin(kind, _GPU) & ((cols["device"] < 0) | (cols["stream"] < 0))
+        if placeless.any():  # nothing names a lane for them: no place on any GPU, refuse as before
+            example = strings[cols["name"][np.flatnonzero(placeless)[0]]][:60]
+            raise TraceFormatError(
+                f"{int(placeless.sum())} GPU event(s) (kernel/memcpy/memset) have no stream or device in args "
+                f"nor a numeric pid/tid, so they cannot be placed on a GPU lane (e.g. {example!r})",
+                path,
+            )
+        cols, checks = validate_columns(cols, strings, path)
+        notes += checks
         kind = cols["kind"]
         n = len(kind)
         if n == 0:
@@ -379,17 +436,27 @@ class _Parsed:
                 else f"{self.n_total} events, none with a duration"
             )
             raise TraceFormatError(f"empty trace: {what} (nothing to show)", path)
-        notes: list[str] = []
         stats: dict[str, int] = {"trace_events": self.n_total}
         if self.n_bad_ts:
             notes.append(f"{self.n_bad_ts} events without a timestamp were skipped")
+        if self.n_bad_time:
+            notes.append(
+                f"{self.n_bad_time} events with a timestamp or duration outside the valid range "
+                f"(|ts| < 2^62 ns, 0 <= dur <= 2^53 ns) were dropped, e.g. {self.bad_time_example}"
+            )
+        if self.n_negative_dur:
+            notes.append(f"{self.n_negative_dur} events with a negative duration are shown with zero length")
+        if self.n_lane_from_pid:
+            notes.append(
+                f"{self.n_lane_from_pid} GPU events have no args.device / args.stream: placed on the lane of "
+                f"their pid (device) and tid (stream), e.g. {self.lane_example!r}"
+            )
         rank_source = "argument" if rank is not None else "default"
         dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else None
-        if rank is None and dist is not None and isinstance(dist.get("rank"), int):
-            rank, rank_source = int(dist["rank"]), "distributedInfo"
+        if rank is None and dist is not None and dist.get("rank") is not None:
+            rank, rank_source = check_rank(dist["rank"], path), "distributedInfo"
         if rank is None:
             rank = 0
-        strings = tuple(self.strings)
 
         gpu = np.isin(kind, _GPU)
         is_api = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)])
@@ -460,10 +527,11 @@ class _Parsed:
                 if d >= 0
             }
         )
-        devices = devices_from_properties(top, rank, used)
+        devices, device_notes = check_devices(devices_from_properties(top, rank, used))
+        notes += device_notes
         gpu_names = sorted({d.name for d in devices if d.name})
         if not used:  # no GPU work recorded: still say which accelerator the trace lists
-            gpu_names = listed_names(top)
+            gpu_names = [str(json_safe(n))[:256] for n in listed_names(top)]
         extra: dict[str, Any] = {
             "kineto_schema": "2021" if self.legacy else "current",
             "rank_source": rank_source,
@@ -480,7 +548,7 @@ class _Parsed:
             "roctracer_version",
         ):
             if key in top:
-                extra[key] = top[key]
+                extra[key] = json_safe(top[key])
         meta = RunMeta(
             source=str(path),
             format="kineto",

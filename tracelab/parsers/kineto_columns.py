@@ -3,70 +3,114 @@ for odd values), and the assembly of per-chunk parts into full, start-sorted col
 
 from __future__ import annotations
 
+import math
 import re
 from itertools import chain
 from operator import attrgetter
 
 import numpy as np
-import pandas as pd
 
 
-def ints(values: list | tuple, dtype: str = "int64") -> np.ndarray:
-    """Python numbers -> int array; None / non-numeric / out-of-range values become -1."""
+def _checked_int(v: object) -> int:
+    """An exact integer in int64 range, else -1: bools, fractions, NaN, huge values and non-numeric
+    strings are not silently cast."""
+    t = type(v)
+    if t is int:
+        return v if -(1 << 63) <= v < (1 << 63) else -1  # type: ignore[return-value]
+    if t is float:
+        return int(v) if v.is_integer() and abs(v) < 9.2e18 else -1  # type: ignore[union-attr]
+    if t is str:
+        try:
+            return _checked_int(int(v, 10))  # type: ignore[arg-type]
+        except ValueError:
+            return -1
+    return -1
+
+
+def _checked_float(v: object) -> float:
+    """A finite-or-not float for int / float values; NaN for bools, strings and anything else."""
+    t = type(v)
+    if t is float:
+        return v  # type: ignore[return-value]
+    if t is int:
+        return float(v) if abs(v) < (1 << 1000) else math.nan  # type: ignore[arg-type]
+    if t is str:
+        try:
+            return float(v)  # type: ignore[arg-type]
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def ints(values: list | tuple, dtype: str = "int64", checked: bool = False) -> np.ndarray:
+    """Python numbers -> int array; None, bools, fractions, non-numeric and out-of-range values
+    become -1. `checked`: skip the fast path (values may hold bools or floats)."""
     n = len(values)
-    try:
-        return np.fromiter(values, dtype=dtype, count=n)
-    except (TypeError, ValueError, OverflowError):
-        num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(
-            dtype=np.float64, copy=True
-        )
-        bad = ~np.isfinite(num) | (np.abs(num) > 9.2e18)
-        num[bad] = -1
-        return num.astype(dtype)
+    if not checked:
+        try:
+            return np.fromiter(values, dtype=dtype, count=n)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    out = np.fromiter(map(_checked_int, values), dtype=np.int64, count=n)
+    if dtype != "int64":
+        info = np.iinfo(dtype)
+        out = np.where((out < info.min) | (out > info.max), -1, out)
+    return out.astype(dtype)
 
 
-def floats(values: list | tuple) -> np.ndarray:
-    try:
-        return np.fromiter(values, dtype=np.float64, count=len(values))
-    except (TypeError, ValueError, OverflowError):
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+def floats(values: list | tuple, checked: bool = False) -> np.ndarray:
+    if not checked:
+        try:
+            return np.fromiter(values, dtype=np.float64, count=len(values))
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return np.fromiter(map(_checked_float, values), dtype=np.float64, count=len(values))
 
 
-def us_to_ns(us: np.ndarray) -> np.ndarray:
-    """round(us * 1000) without losing the ns digits of large epoch-µs values."""
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+def _text(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    if type(v) in (int, float):
+        return str(v)
+    return ""  # None, bools, lists, objects: not a name
 
 
 def strs(values: list | tuple) -> list:
-    return [v if isinstance(v, str) else ("" if v is None else str(v)) for v in values]
+    """Loosely decoded names -> str: numbers as text, anything else (null, lists, objects) as ''."""
+    return [v if type(v) is str else _text(v) for v in values]
 
 
-def triples(values: list | tuple) -> np.ndarray:
-    """[x, y, z] lists -> (n, 3) int32; missing or malformed -> -1."""
+def triples(values: list | tuple, checked: bool = False) -> np.ndarray:
+    """[x, y, z] lists -> (n, 3) int32; missing or malformed -> -1. `checked`: values were decoded
+    loosely (may hold bools, fractions or lists of other lengths), so each one is checked."""
     n = len(values)
     filled = [v if v is not None else (-1, -1, -1) for v in values]
     try:
+        if checked:
+            raise TypeError
         return np.fromiter(chain.from_iterable(filled), dtype=np.int32, count=3 * n).reshape(n, 3)
     except (TypeError, ValueError, OverflowError):
         out = np.full((n, 3), -1, dtype=np.int32)
         for i, v in enumerate(filled):  # only for malformed grids (rare; never on well-formed traces)
             if isinstance(v, (list, tuple)):
                 for j, x in enumerate(v[:3]):
-                    if isinstance(x, (int, float)) and abs(x) < 2**31:
+                    if type(x) in (int, float) and abs(x) < 2**31 and float(x).is_integer():
                         out[i, j] = int(x)
         return out
 
 
-def col(seq: list, field: str, dtype: str = "int64") -> np.ndarray:
+def col(seq: list, field: str, dtype: str = "int64", checked: bool = False) -> np.ndarray:
     """One struct field over a list of structs as a numpy column (C-level loop; slow path only for
-    odd values such as strings or nulls)."""
+    odd values such as strings or nulls). `checked`: the structs were decoded loosely (fields may
+    hold bools or fractions), so every value is checked."""
     get = attrgetter(field)
-    try:
-        return np.fromiter(map(get, seq), dtype=dtype, count=len(seq))
-    except (TypeError, ValueError, OverflowError):
-        values = list(map(get, seq))
-        return floats(values) if dtype == "float64" else ints(values, dtype)
+    if not checked:
+        try:
+            return np.fromiter(map(get, seq), dtype=dtype, count=len(seq))
+        except (TypeError, ValueError, OverflowError):
+            pass
+    values = list(map(get, seq))
+    return floats(values, True) if dtype == "float64" else ints(values, dtype, True)
 
 
 def take(seq: list, idx: np.ndarray) -> list:
@@ -84,7 +128,7 @@ _MAIN = {
     "tid": np.int64,
 }
 _SPARSE = {
-    "device": ("a_device", np.int32),
+    "device": ("a_device", np.int64),  # int64 until validate_columns has checked the range
     "stream": ("a_stream", np.int64),
     "context": ("a_context", np.int64),
     "correlation": ("a_correlation", np.int64),
@@ -163,7 +207,7 @@ def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
 
 def stream_from_tid(tids: list) -> np.ndarray:
     out = []
-    for t in tids:  # only GPU events that lack args.stream (rare)
-        m = re.search(r"(\d+)\s*$", str(t))
+    for t in tids:  # only GPU events that lack args.stream (rare); the 2021 schema's tid "stream 7"
+        m = re.search(r"(\d+)\s*$", t) if isinstance(t, str) else None
         out.append(int(m.group(1)) if m else -1)
     return np.array(out, dtype=np.int64)

@@ -40,16 +40,27 @@ def copy_info(name: str, kind: EventKind) -> tuple[int, int, int]:
     return int(ck), int(src), int(dst)
 
 
+def _text(v: object) -> str:
+    """A name from the metadata: a string, else '' (lists, objects and numbers are not names)."""
+    return v if isinstance(v, str) else ""
+
+
 def is_mtia(top: dict) -> bool:
     props = top.get("deviceProperties")
-    text = orjson.dumps(props).decode() if props is not None else ""
-    return "ARTEMIS" in text or "mtia" in str(top.get("distributedInfo", "")).lower()
+    try:
+        text = orjson.dumps(props).decode() if props is not None else ""
+        dist = orjson.dumps(top.get("distributedInfo", "")).decode()
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes: not an MTIA trace
+        return False
+    return "ARTEMIS" in text or "mtia" in dist.lower()
 
 
 def _int(d: dict, *keys: str) -> int:
     for k in keys:
         v = d.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
             return int(v)
     return 0
 
@@ -60,7 +71,7 @@ def listed_names(top: dict) -> list[str]:
         props = top.get("computeProperties")
     if not isinstance(props, list):
         return []
-    return sorted({str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")})
+    return sorted({_text(p.get("name")) for p in props if isinstance(p, dict) and _text(p.get("name"))})
 
 
 def devices_from_properties(top: dict, rank: int, used: list[int]) -> list[DeviceInfo]:
@@ -73,7 +84,7 @@ def devices_from_properties(top: dict, rank: int, used: list[int]) -> list[Devic
         for i, p in enumerate(props):
             if isinstance(p, dict):
                 by_id[_int(p, "id") if "id" in p else i] = p
-    names = {str(p.get("name") or "") for p in by_id.values()}
+    names = {_text(p.get("name")) for p in by_id.values()}
     fallback = None
     if by_id and not set(used) & set(by_id) and len(names) == 1:
         # ROCm numbers GPUs by agent (e.g. device 2) while deviceProperties counts from 0: when every
@@ -89,7 +100,7 @@ def devices_from_properties(top: dict, rank: int, used: list[int]) -> list[Devic
             DeviceInfo(
                 rank=rank,
                 device=dev,
-                name=str(p.get("name") or ""),
+                name=_text(p.get("name")),
                 sm_count=_int(p, "numSms", "multiProcessorCount"),
                 cc_major=_int(p, "computeMajor", "major"),
                 cc_minor=_int(p, "computeMinor", "minor"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import queue
+import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -27,8 +28,11 @@ import numpy as np
 
 BLOCK_SIZE = 4 << 20
 MAX_HEADER = 256 << 20  # a traceEvents key further into the file than this is not a Kineto trace
+MAX_EVENT_BYTES = 64 << 20  # one element of traceEvents larger than this is refused
 _KEY = b'"traceEvents"'
 _WS = b" \t\r\n"
+_WS_RUN = re.compile(rb"[ \t\r\n]*")
+_BOM = b"\xef\xbb\xbf"
 
 T = TypeVar("T")
 
@@ -45,8 +49,19 @@ class PieceRejected(Exception):
     """Raised by a decoder when a candidate piece is not valid JSON (the cut was wrong or the data is bad)."""
 
 
+ZSTD_MAGIC = b"(\xb5/\xfd"
+
+
 def is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
+
+
+def _zstd_reader(raw):
+    try:
+        import zstandard
+    except ImportError:
+        raise ChunkError("zstd-compressed trace: install the `zstandard` package to read it") from None
+    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
 
 
 def _unescaped_quotes(a: np.ndarray) -> np.ndarray:
@@ -85,48 +100,92 @@ def _structure(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, np.ndar
     return s, c, np.cumsum(c, dtype=np.int64)
 
 
-def _skip_ws(buf: bytes, i: int) -> int:
-    n = len(buf)
-    while i < n and buf[i] in _WS:
-        i += 1
-    return i
+def _skip_ws(buf: bytes | bytearray, i: int) -> int:
+    """Index of the first non-whitespace byte at or after i (C speed: no Python loop per byte)."""
+    m = _WS_RUN.match(buf, i)
+    return m.end() if m else i
 
 
-def _find_array_start(head: bytes, final: bool) -> int | None:
-    """Index just after the '[' that opens the top-level traceEvents array (or a bare top-level
-    array); None if more data is needed."""
-    i = _skip_ws(head, 3 if head[:3] == b"\xef\xbb\xbf" else 0)
-    if i >= len(head):
+class _KeyScanner:
+    """Finds the '[' of the top-level `"traceEvents": [` in a growing buffer that starts with '{'.
+
+    Each byte is scanned about once: the scan resumes where the previous one stopped, carrying the
+    bracket depth and whether it stopped inside a string (it then resumes at the start of a trailing
+    backslash run, or at the opening quote of a string short enough to be a key still being read).
+    Keys nested in other values or inside strings, however many, cost one vectorized pass per block."""
+
+    def __init__(self) -> None:
+        self.pos = 0  # next byte to scan
+        self.depth = 0  # bracket depth at self.pos
+        self.in_string = False  # whether self.pos is inside a string
+
+    STEP = 1 << 16  # bytes scanned at least per step
+
+    def find(self, buf: bytearray, final: bool) -> int | None:
+        """The index just after the array's '[', or None when more data is needed."""
+        while True:
+            nxt = buf.find(_KEY, self.pos)
+            end = len(buf) if nxt < 0 else min(len(buf), max(nxt + len(_KEY) + 1, self.pos + self.STEP))
+            start = self._scan(buf, end, final and end == len(buf))
+            if start is not None or end == len(buf):
+                return start
+
+    def _scan(self, buf: bytearray, end: int, final: bool) -> int | None:
+        region = memoryview(buf)[self.pos : end]
+        a = np.frombuffer(region, dtype=np.uint8)
+        q = _unescaped_quotes(a)
+        parity = 1 if self.in_string else 0
+        codes = _LUT[a]
+        s = np.flatnonzero(codes)
+        if len(q):
+            s = s[((np.searchsorted(q, s) + parity) & 1) == 0]
+        elif parity:
+            s = s[:0]
+        depth = np.cumsum(codes[s], dtype=np.int64) + self.depth
+        opening = q[parity::2]  # quotes that open strings
+        if len(opening):
+            hits = np.array([m.start() for m in re.finditer(re.escape(_KEY), region)], dtype=np.int64)
+            if len(hits):  # keys are strings: their '"' opens one (opening is sorted)
+                at = np.minimum(np.searchsorted(opening, hits), len(opening) - 1)
+                hits = hits[opening[at] == hits]
+            if len(hits):
+                # depth after the last bracket before each key (the carried depth if there is none)
+                d = np.concatenate(([self.depth], depth))[np.searchsorted(s, hits)]
+                for h in hits[d == 1].tolist():
+                    j = _skip_ws(buf, self.pos + h + len(_KEY))
+                    if j < len(buf) and buf[j] != ord(":"):
+                        continue  # a string value that happens to read "traceEvents"
+                    if j < len(buf):
+                        j = _skip_ws(buf, j + 1)
+                    if j >= len(buf):  # the rest of this key is not read yet: rescan from it
+                        if final:
+                            _raise_truncated()
+                        self.pos, self.depth, self.in_string = self.pos + h, 1, False
+                        return None
+                    if buf[j] == ord("["):
+                        return j + 1
+                    raise ChunkError("traceEvents is not an array")
         if final:
-            raise ChunkError("empty file (no JSON)")
+            raise ChunkError("no traceEvents array (not a Kineto / Chrome trace)")
+        ends_in_string = bool((len(q) + parity) & 1)
+        if not ends_in_string:
+            self.depth = int(depth[-1]) if len(depth) else self.depth
+            self.pos += len(a)
+            self.in_string = False
+            return None
+        last_open = int(opening[-1]) if len(opening) else -1
+        if last_open >= 0 and len(a) - last_open <= len(_KEY) + 1:
+            k = int(np.searchsorted(s, last_open)) - 1  # may be a key still being read: rescan it
+            self.depth = int(depth[k]) if k >= 0 else self.depth
+            self.pos += last_open
+            self.in_string = False
+            return None
+        self.depth = int(depth[-1]) if len(depth) else self.depth
+        not_bs = np.flatnonzero(a != 92)
+        back = len(a) - 1 - int(not_bs[-1]) if len(not_bs) else len(a)
+        self.pos += len(a) - (back & 1)  # an odd trailing backslash run escapes the next byte: re-read one
+        self.in_string = True
         return None
-    first = head[i]
-    if first == ord("["):
-        return i + 1
-    if first != ord("{"):
-        raise ChunkError("not a Kineto trace (expected a JSON object with a traceEvents array)")
-    pos = head.find(_KEY, i)
-    while pos >= 0:
-        _s, _c, depth = _structure(memoryview(head)[i:pos])
-        d = int(depth[-1]) if len(depth) else 0
-        # a key of the top-level object: depth 1 and outside strings (quote parity before it even)
-        a = np.frombuffer(memoryview(head)[i:pos], dtype=np.uint8)
-        in_string = _inside_string(a)
-        if d == 1 and not in_string:
-            j = _skip_ws(head, pos + len(_KEY))
-            if j >= len(head):
-                return None if not final else _raise_truncated()
-            if head[j] == ord(":"):
-                j = _skip_ws(head, j + 1)
-                if j >= len(head):
-                    return None if not final else _raise_truncated()
-                if head[j] == ord("["):
-                    return j + 1
-                raise ChunkError("traceEvents is not an array")
-        pos = head.find(_KEY, pos + 1)
-    if final:
-        raise ChunkError("no traceEvents array (not a Kineto / Chrome trace)")
-    return None
 
 
 def _candidate_cut(buf: bytearray, lo: int, tries: int = 64) -> int:
@@ -148,10 +207,6 @@ def _raise_truncated() -> None:
     raise ChunkError("truncated JSON (file ends inside the trace)")
 
 
-def _inside_string(a: np.ndarray) -> bool:
-    return bool(len(_unescaped_quotes(a)) & 1)
-
-
 class _Reader:
     """Reads a file in blocks on a background thread (gzip inflation and file reads release the GIL,
     so they overlap with decoding on another core)."""
@@ -166,9 +221,11 @@ class _Reader:
     def _run(self, path: Path, block: int) -> None:
         try:
             with open(path, "rb") as raw:
-                magic = raw.read(2)
+                magic = raw.read(4)
                 raw.seek(0)
                 f = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(magic) else raw
+                if magic == ZSTD_MAGIC:
+                    f = _zstd_reader(raw)
                 while not self._stop:
                     data = f.read(block)
                     self._q.put((data, raw.tell()))
@@ -187,6 +244,10 @@ class _Reader:
                 raise ChunkError(f"corrupt gzip data ({msg})")
             if isinstance(item, OSError):
                 raise ChunkError(f"cannot read ({msg})")
+            if type(item).__name__ == "ZstdError":
+                raise ChunkError(f"corrupt zstd data ({msg})")
+            if isinstance(item, ChunkError):
+                raise item
             raise item
         data, self.position = item
         return data
@@ -236,29 +297,51 @@ class EventChunks:
     def _chunks(self, reader: _Reader) -> Iterator[T]:
         buf = bytearray()
         eof = False
-        searched = 0
+        at_file_start = True
+        scanner: _KeyScanner | None = None
+        header = 0  # bytes read before the traceEvents array (after leading whitespace)
         while True:
             data = self._more(reader)
             eof = not data
-            buf += data
-            first = buf[:64].lstrip(b"\xef\xbb\xbf" + _WS)[:1]
-            if not eof and first == b"{" and buf.find(_KEY, max(0, searched - len(_KEY))) < 0:
-                searched = len(buf)  # no key yet: read on without rescanning what was searched
-                if searched > MAX_HEADER:
-                    raise ChunkError(
-                        f"no traceEvents array in the first {MAX_HEADER >> 20} MB (not a Kineto trace)"
-                    )
-                continue
-            start = _find_array_start(buf, final=eof)
+            if scanner is None:
+                buf += data
+                if at_file_start and len(buf) >= len(_BOM) or eof:
+                    if buf.startswith(_BOM):
+                        del buf[: len(_BOM)]
+                    at_file_start = False
+                if at_file_start:
+                    continue
+                lead = _skip_ws(buf, 0)
+                if lead:  # leading whitespace, however long, is dropped as it arrives
+                    del buf[:lead]
+                if not buf:
+                    if eof:
+                        raise ChunkError("empty file (no JSON)")
+                    continue
+                if buf[0] == ord("["):
+                    start = 1
+                    break
+                if buf[0] != ord("{"):
+                    raise ChunkError("not a Kineto trace (expected a JSON object with a traceEvents array)")
+                scanner = _KeyScanner()
+            else:
+                buf += data
+            header = len(buf)
+            start = scanner.find(buf, final=eof)
             if start is not None:
                 break
+            if header > MAX_HEADER:
+                raise ChunkError(f"no traceEvents array in the first {MAX_HEADER >> 20} MB (not a Kineto trace)")
         prefix = bytes(buf[:start])
-        bare = prefix.lstrip(b"\xef\xbb\xbf" + _WS) == b"["
+        bare = prefix == b"["
         # buf[sep] is a byte before the next element that may be overwritten with '[' (the array's own
         # '[' or the ',' after the previous element); elements are decoded in place, without copies
         sep = start - 1
         fast = True
         while True:
+            lead = _skip_ws(buf, sep + 1)
+            if lead > sep + 1:  # whitespace between elements, however long, is dropped as it arrives
+                del buf[sep + 1 : lead]
             if not eof and len(buf) - sep < self.block_size:
                 if sep > 0:
                     del buf[:sep]
@@ -267,6 +350,10 @@ class EventChunks:
                 eof = not data
                 buf += data
                 continue
+            if not eof and len(buf) - sep > MAX_EVENT_BYTES + self.block_size:
+                raise ChunkError(
+                    f"an element of traceEvents is larger than {MAX_EVENT_BYTES >> 20} MB (refused)"
+                )
             if fast and (not eof or len(buf) - sep > (1 << 20)):
                 cut = _candidate_cut(buf, sep + 1)
                 if cut > sep:
@@ -297,6 +384,7 @@ class EventChunks:
             cut = sep + 1 + rel
             j = _skip_ws(buf, cut + 1)
             while j >= len(buf) and not eof:  # the ',' after this element is still unread
+                del buf[cut + 1 : j]  # whitespace already seen
                 data = self._more(reader)
                 eof = not data
                 buf += data

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..errors import TraceFormatError
 from ..model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
-from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export
+from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_host import host_of, pid_of
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
@@ -38,6 +38,7 @@ from .nsys_target import (
     thread_names,
 )
 from .nsys_util import distinct
+from .validate import check_devices, json_safe, neutralize_names, validate_columns
 
 __all__ = ["export_nsys_rep", "find_nsys", "load_nsys_sqlite"]
 
@@ -168,6 +169,9 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         notes.append(
             f"{int(backwards.sum())} events end before they start (unknown end time): shown with zero length"
         )
+    # nsys times are ns since the session start: a NULL (-1) or negative start is not a time
+    cols, checks = validate_columns(cols, strings.strings, db.path, min_time_ns=0)
+    notes += checks
     kind = cols["kind"]
     gpu = np.isin(kind, _GPU_KINDS)
     no_device = gpu & (cols["device"] < 0)
@@ -199,6 +203,8 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     on_device = (cols["device"] >= 0) & (gpu | (kind == int(EventKind.SYNC)))
     used_devices = distinct_pairs(cols["rank"][on_device], cols["device"][on_device])
     devices, described = read_devices(db, used_devices)
+    devices, device_notes = check_devices(devices)
+    notes += device_notes
     if used_devices and not described:
         notes.append("no TARGET_INFO_GPU table: GPU names and limits are unknown")
     rank_of_pid = {}
@@ -222,6 +228,11 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     }
     del cols["_gpid"]
     table, cols = compact(strings.strings, cols)
+    table, renamed = neutralize_names(table)
+    if renamed:
+        notes.append(
+            f"{renamed} names held Unicode direction controls or were over 1 MiB: shown with them replaced / cut"
+        )
     names = sorted({d.name for d in devices if d.name})
     ranks = tuple(int(r) for r in distinct(cols["rank"])) or (0,)
     meta = RunMeta(
@@ -232,7 +243,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         gpu=", ".join(names),
         notes=tuple(notes),
         stats=counts,
-        extra=extra,
+        extra=json_safe(extra),
     )
     return build_timeline(cols, table, meta, devices=devices, contexts=contexts)
 
@@ -247,7 +258,7 @@ def load_nsys_sqlite(path: str | Path, *, kernel_names: str = "demangled") -> Ti
     db = open_export(path)
     try:
         return _parse(db, kernel_names)
-    except sqlite3.DatabaseError as exc:
-        raise TraceFormatError(f"corrupt or truncated SQLite file ({exc})", db.path) from None
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        raise sqlite_error(exc, db.path) from None
     finally:
         db.close()

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..model.api_names import comm_mask
 from ..model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
-from .nsys_db import NsysDb, col_or, fetch_int_columns
+from .nsys_db import NsysDb, col_or, fetch_int_columns, quote_ident
 from .nsys_enums import (
     COPY_LABEL,
     MEM_LABEL,
@@ -72,7 +72,7 @@ def _name_expr(db: NsysDb, table: str, candidates: tuple[str, ...]) -> str:
     for c in candidates:
         if c in db.columns(table):
             # nsys stores names as StringIds ids; a post-processed text value is treated as unknown
-            return f'CASE WHEN typeof("{c}") = \'integer\' THEN "{c}" ELSE -1 END'
+            return f"CASE WHEN typeof({quote_ident(c)}) = 'integer' THEN {quote_ident(c)} ELSE -1 END"
     return "-1"
 
 
@@ -104,7 +104,7 @@ def read_kernels(
     }
     pdl_cols = [c for c in db.columns(KERNEL) if any(h in c.lower() for h in _PDL_HINTS)]
     if pdl_cols:
-        extra["_pdl"] = " + ".join(f'(coalesce("{c}", 0) != 0)' for c in pdl_cols)
+        extra["_pdl"] = " + ".join(f"(coalesce({quote_ident(c)}, 0) != 0)" for c in pdl_cols)
     cols = _select(db, KERNEL, names + list(extra), exprs + list(extra.values()))
     cols = _finish_common(cols)
     cols["kind"] = np.full(len(cols["start"]), int(EventKind.KERNEL), dtype=np.int8)

@@ -1,16 +1,31 @@
 """Read-only access to an Nsight Systems SQLite export: open, check, discover tables and columns,
 fetch whole columns into numpy arrays.
 
-Only this module talks to sqlite3. The file is opened with `mode=ro` through a `file:` URI, so no
-journal, index or table is ever created next to or inside the user's file.
+Only this module talks to sqlite3. Nothing is ever created next to or inside the user's file:
+- a rollback-journal file (what nsys writes) is opened `mode=ro&immutable=1`, so SQLite takes no lock
+  and makes no `-shm` / `-wal` / journal file;
+- a WAL-mode file (header bytes 18/19 = 2), which SQLite cannot read without a `-shm` beside it, and a
+  gzip'd export (`.sqlite.gz`) are first copied (inflated) into a private temporary directory, under
+  MAX_PRIVATE_COPY bytes, and read there.
+Only real tables are read: a view named like an nsys table is refused (it could run any query).
+Every query runs under a time budget (a SQLite progress handler), so no file can make a read hang.
+Identifiers are always quoted with `quote_ident`; text that is not valid UTF-8 is decoded with
+replacement characters.
 """
 
 from __future__ import annotations
 
+import gzip
+import itertools
+import os
+import shutil
 import sqlite3
+import tempfile
+import time
 import warnings
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +33,31 @@ import numpy as np
 from ..errors import TraceFormatError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+MAX_PRIVATE_COPY = 64 << 30  # a private (inflated) copy larger than this is refused
+BUDGET_ENV = "TRACELAB_SQLITE_BUDGET_S"
+_PROGRESS_OPS = 20_000  # SQLite VM steps between budget checks
+
+
+def quote_ident(name: str) -> str:
+    """An SQL identifier (table or column name from the file) quoted so it can never be read as SQL."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def read_budget_s(size: int) -> float:
+    """Seconds all queries on one export may take: 60 s plus 1 s per MB (TRACELAB_SQLITE_BUDGET_S
+    overrides). Real exports read at tens of MB per second, so only a hostile file reaches it."""
+    env = os.environ.get(BUDGET_ENV)
+    if env:
+        try:
+            return max(0.01, float(env))
+        except ValueError:
+            pass
+    return 60.0 + size / 1e6
 
 # Tables the parser reads (any subset may be present).
 ACTIVITY_TABLES = (
@@ -34,11 +74,22 @@ ACTIVITY_TABLES = (
 
 @dataclass(frozen=True)
 class NsysDb:
-    """An open export: the connection and, per table, its column names."""
+    """An open export: the connection and, per table, its column names. `path` is the user's file
+    (named in messages); `source` is the file SQLite reads (the same file, or a private copy)."""
 
     path: Path
     conn: sqlite3.Connection
     tables: Mapping[str, tuple[str, ...]]
+    source: Path | None = None
+    uri: str = ""
+    deadline: float = 0.0
+    private_dir: str | None = field(default=None, compare=False)
+
+    def reopen(self) -> NsysDb:
+        """Another connection to the same file, with the same deadline (for parallel readers; it
+        does not own the private copy)."""
+        conn = _connect(self.uri, self.path, self.deadline)
+        return NsysDb(self.path, conn, self.tables, self.source, self.uri, self.deadline, None)
 
     def has(self, table: str, *columns: str) -> bool:
         cols = self.tables.get(table)
@@ -50,55 +101,165 @@ class NsysDb:
     def count(self, table: str) -> int:
         if table not in self.tables:
             return 0
-        return int(self.conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        return int(self.conn.execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchone()[0])
 
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         return self.conn.execute(sql, params).fetchall()
 
     def close(self) -> None:
         self.conn.close()
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
 
 
-def _check_header(path: Path) -> None:
-    if not path.exists():
-        raise TraceFormatError("no such file", path)
-    if path.is_dir():
-        raise TraceFormatError("is a directory, not an Nsight Systems SQLite export", path)
-    size = path.stat().st_size
+def _read_head(path: Path, n: int = 100) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(n)
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read ({exc.strerror or exc})", path) from None
+
+
+_READ_OTHER = (
+    "StringIds",
+    "ThreadNames",
+    "PROCESSES",
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    "CUDA_GRAPH_NODE_EVENTS",
+    "CUDA_GRAPH_EVENTS",
+)
+
+
+def _is_read(name: object) -> bool:
+    """Whether the parser reads a table of this name (a view by that name is refused)."""
+    if not isinstance(name, str):
+        return False
+    return name in ACTIVITY_TABLES or name in _READ_OTHER or name.startswith(("ENUM_", "TARGET_INFO_"))
+
+
+def _check_header(path: Path, head: bytes, size: int) -> None:
     if size == 0:
         raise TraceFormatError("empty file, not an Nsight Systems SQLite export", path)
-    with path.open("rb") as fh:
-        head = fh.read(len(SQLITE_MAGIC))
-    if head != SQLITE_MAGIC:
+    if not head.startswith(SQLITE_MAGIC):
         raise TraceFormatError("not an SQLite database (expected an Nsight Systems SQLite export)", path)
     if size < 512 or size % 512:
         raise TraceFormatError(f"truncated SQLite file ({size} bytes is not a whole number of pages)", path)
 
 
-def open_export(path: str | Path) -> NsysDb:
-    """Open read-only and list tables/columns. Raises TraceFormatError for anything that is not a
-    readable SQLite database."""
-    p = Path(path)
-    _check_header(p)
-    uri = p.resolve().as_uri() + "?mode=ro"
+def _inflate(path: Path, out: Path) -> None:
+    """gunzip path -> out, refusing more than MAX_PRIVATE_COPY bytes."""
+    written = 0
     try:
-        conn = sqlite3.connect(uri, uri=True)
+        with gzip.open(path, "rb") as src, out.open("wb") as dst:
+            while block := src.read(1 << 20):
+                written += len(block)
+                if written > MAX_PRIVATE_COPY:
+                    raise TraceFormatError(
+                        f"gzip'd export inflates to more than {MAX_PRIVATE_COPY >> 30} GiB (refused)", path
+                    )
+                dst.write(block)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(f"corrupt gzip data ({str(exc).splitlines()[0] if str(exc) else exc})", path) from None
+
+
+def _private_copy(path: Path, head: bytes) -> tuple[Path, str]:
+    """A copy of the export in a new private directory (inflated if gzip'd, with its -wal file if it is
+    in WAL mode) and that directory."""
+    tmp = tempfile.mkdtemp(prefix="tracelab-sqlite-")
+    try:
+        out = Path(tmp) / "export.sqlite"
+        if head.startswith(GZIP_MAGIC):
+            _inflate(path, out)
+        else:
+            if path.stat().st_size > MAX_PRIVATE_COPY:
+                raise TraceFormatError(f"WAL-mode export larger than {MAX_PRIVATE_COPY >> 30} GiB (refused)", path)
+            shutil.copyfile(path, out)
+            wal = path.with_name(path.name + "-wal")
+            if wal.is_file():
+                shutil.copyfile(wal, out.with_name(out.name + "-wal"))
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TraceFormatError(f"cannot make a private copy to read ({exc.strerror or exc})", path) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out, tmp
+
+
+def _connect(uri: str, path: Path, deadline: float) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     except sqlite3.Error as exc:
-        raise TraceFormatError(f"cannot open as SQLite: {exc}", p) from None
+        raise TraceFormatError(f"cannot open as SQLite: {exc}", path) from None
+    conn.text_factory = _decode_text
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_OPS)
+    return conn
+
+
+def open_export(path: str | Path) -> NsysDb:
+    """Open read-only (see the module docstring) and list tables/columns. Raises TraceFormatError for
+    anything that is not a readable SQLite database."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceFormatError("no such file", p)
+    if p.is_dir():
+        raise TraceFormatError("is a directory, not an Nsight Systems SQLite export", p)
+    head = _read_head(p)
+    source, private = p, None
+    if head.startswith(GZIP_MAGIC):
+        source, private = _private_copy(p, head)
+        head = _read_head(source)
+    _check_header(p, head, source.stat().st_size)
+    wal_mode = len(head) > 19 and (head[18] == 2 or head[19] == 2)
+    if wal_mode and private is None:
+        source, private = _private_copy(p, head)
+    uri = source.resolve().as_uri() + ("?mode=ro" if private else "?mode=ro&immutable=1")
+    deadline = time.monotonic() + read_budget_s(source.stat().st_size)
+    try:
+        conn = _connect(uri, p, deadline)
+    except BaseException:
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
+        raise
+    db = NsysDb(path=p, conn=conn, tables={}, source=source, uri=uri, deadline=deadline, private_dir=private)
     try:
         conn.execute("PRAGMA query_only = ON")
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
-        tables = {n: tuple(r[1] for r in conn.execute(f'PRAGMA table_info("{n}")')) for n in names}
-    except sqlite3.Error as exc:
-        conn.close()
-        raise TraceFormatError(f"corrupt or truncated SQLite file ({exc})", p) from None
-    return NsysDb(path=p, conn=conn, tables=tables)
+        rows = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+        views = sorted(n for t, n in rows if t == "view" and _is_read(n))
+        if views:
+            raise TraceFormatError(
+                f"{views[0]} is a view, not a table: nsys exports hold tables only, so the file is refused "
+                "(a view can run any query)",
+                p,
+            )
+        names = [n for t, n in rows if t == "table" and isinstance(n, str)]
+        tables = {n: tuple(str(r[1]) for r in conn.execute(f"PRAGMA table_info({quote_ident(n)})")) for n in names}
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        db.close()
+        raise sqlite_error(exc, p) from None
+    except BaseException:
+        db.close()
+        raise
+    return NsysDb(p, conn, tables, source, uri, deadline, private)
+
+
+def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFormatError:
+    """The one-line error for an SQLite failure while reading an export."""
+    if isinstance(exc, UnicodeDecodeError):  # SQLite's own message quoted invalid UTF-8 from the file
+        return TraceFormatError("corrupt SQLite file (malformed schema holding invalid UTF-8)", path)
+    if isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc):
+        return TraceFormatError(
+            f"reading the export took longer than its time budget (${BUDGET_ENV}); refused as hostile or broken",
+            path,
+        )
+    return TraceFormatError(f"corrupt or truncated SQLite file ({exc})", path)
 
 
 def col_or(db: NsysDb, table: str, column: str, default: str = "-1") -> str:
     """SQL expression for an integer column that may be absent or NULL."""
     if column in db.columns(table):
-        return f'coalesce("{column}", {default})'
+        return f"coalesce({quote_ident(column)}, {default})"
     return default
 
 
@@ -131,13 +292,16 @@ def fetch_int_columns(
     tables are read in rowid ranges of CHUNK_ROWS so no string grows past SQLite's limits."""
     aggs = ", ".join(f"group_concat(coalesce({e}, -1))" for e in exprs)
     cond = f"({where})" if where else "1"
+    t = quote_ident(table)
     try:
-        lo, hi = db.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
-        ranges = [(a, a + CHUNK_ROWS) for a in range(lo, hi + 1, CHUNK_ROWS)] if lo is not None else []
-        sql = f'SELECT count(*), {aggs} FROM "{table}" NOT INDEXED WHERE rowid >= ? AND rowid < ? AND {cond}'
-    except sqlite3.OperationalError:  # a table without rowid: one pass
+        lo, hi = db.conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        ranges = _rowid_ranges(db, t, lo, hi)
+        sql = f"SELECT count(*), {aggs} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
+    except sqlite3.OperationalError as exc:  # a table without rowid: one pass
+        if "interrupted" in str(exc):
+            raise
         ranges = [(0, 0)]
-        sql = f'SELECT count(*), {aggs} FROM "{table}" NOT INDEXED WHERE {cond} AND ? = ?'
+        sql = f"SELECT count(*), {aggs} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
     parts: list[list[np.ndarray]] = [[] for _ in names]
     for a, b in ranges:
         row = db.conn.execute(sql, (a, b)).fetchone()
@@ -157,20 +321,23 @@ def fetch_texts(db: NsysDb, table: str, column: str, where: str = "") -> list[st
     """The non-NULL values of a text column, in rowid order (the order fetch_int_columns uses).
     Joined inside SQLite with a separator and split once in Python; if a value itself contains the
     separator, falls back to a plain fetch."""
-    cond = f'({where}) AND "{column}" IS NOT NULL' if where else f'"{column}" IS NOT NULL'
+    t, c = quote_ident(table), quote_ident(column)
+    cond = f"({where}) AND {c} IS NOT NULL" if where else f"{c} IS NOT NULL"
     out: list[str] = []
     try:
-        lo, hi = db.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
-    except sqlite3.OperationalError:
+        lo, hi = db.conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise
         lo = None
     if lo is None:
-        return [str(r[0]) for r in db.rows(f'SELECT "{column}" FROM "{table}" NOT INDEXED WHERE {cond}')]
+        return [str(r[0]) for r in db.rows(f"SELECT {c} FROM {t} NOT INDEXED WHERE {cond}")]
     sql = (
-        f'SELECT count(*), group_concat(CAST("{column}" AS TEXT), char(30)) FROM "{table}" NOT INDEXED '
-        f"WHERE rowid >= ? AND rowid < ? AND {cond}"
+        f"SELECT count(*), group_concat(CAST({c} AS TEXT), char(30)) FROM {t} NOT INDEXED "
+        f"WHERE rowid >= ? AND rowid <= ? AND {cond}"
     )
-    for a in range(lo, hi + 1, CHUNK_ROWS):
-        n, joined = db.conn.execute(sql, (a, a + CHUNK_ROWS)).fetchone()
+    for a, b in _rowid_ranges(db, t, lo, hi):
+        n, joined = db.conn.execute(sql, (a, b)).fetchone()
         if not n:
             continue
         values = joined.split(_SEP)
@@ -178,9 +345,32 @@ def fetch_texts(db: NsysDb, table: str, column: str, where: str = "") -> list[st
             values = [
                 str(r[0])
                 for r in db.rows(
-                    f'SELECT "{column}" FROM "{table}" NOT INDEXED WHERE rowid >= ? AND rowid < ? AND {cond} ORDER BY rowid',
-                    (a, a + CHUNK_ROWS),
+                    f"SELECT {c} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond} ORDER BY rowid",
+                    (a, b),
                 )
             ]
         out.extend(values)
     return out
+
+
+_MAX_RANGES = 1024
+
+
+def _rowid_ranges(db: NsysDb, t: str, lo: int | None, hi: int | None) -> list[tuple[int, int]]:
+    """Closed rowid ranges [a, b] of about CHUNK_ROWS rows each covering [lo, hi]. Dense rowids (what
+    nsys writes) give fixed-width ranges; sparse ones (rowids far apart, e.g. -2^63 and 2^63-1) are cut
+    at every CHUNK_ROWS-th rowid found through the rowid b-tree, so the number of queries follows the
+    number of rows, never the width of the rowid range. Bounds stay inside int64."""
+    if lo is None or hi is None:
+        return []
+    if (hi - lo) // CHUNK_ROWS < _MAX_RANGES:
+        return [(a, min(a + CHUNK_ROWS - 1, hi)) for a in range(lo, hi + 1, CHUNK_ROWS)]
+    bounds = [lo]
+    while True:
+        row = db.conn.execute(
+            f"SELECT rowid FROM {t} WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET {CHUNK_ROWS}", (bounds[-1],)
+        ).fetchone()
+        if row is None:
+            break
+        bounds.append(int(row[0]))
+    return [(a, b - 1) for a, b in itertools.pairwise(bounds)] + [(bounds[-1], hi)]

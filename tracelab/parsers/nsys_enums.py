@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import CopyKind, MemKind, SyncKind
-from .nsys_db import NsysDb
+from .nsys_db import NsysDb, quote_ident
 
 # CUpti_ActivityMemcpyKind (documented values; also the ENUM_CUDA_MEMCPY_OPER ids in every export seen)
 _COPY_BY_NAME = {
@@ -110,10 +110,15 @@ SYNC_LABEL = {
 }
 
 
+MAX_ENUM_CODE = 4096
+
+
 def _enum_rows(db: NsysDb, table: str) -> list[tuple[int, str]] | None:
     if not db.has(table, "id", "name"):
         return None
-    return [(int(i), str(n)) for i, n in db.rows(f'SELECT id, name FROM "{table}"') if i is not None and n]
+    rows = db.rows(f"SELECT id, name FROM {quote_ident(table)}")
+    # enum codes are small: anything else (text, huge or negative ids) is ignored, never allocated for
+    return [(i, str(n)) for i, n in rows if type(i) is int and 0 <= i < MAX_ENUM_CODE and n]
 
 
 def _lookup(

@@ -43,18 +43,22 @@ def find_nsys() -> Path | None:
     return None
 
 
-def export_command(nsys: str | Path, rep_path: Path, out_path: Path) -> list[str]:
-    return [
-        str(nsys),
-        "export",
-        "--type",
-        "sqlite",
-        "--force-overwrite",
-        "true",
-        "--output",
-        str(out_path),
-        str(rep_path),
-    ]
+def export_command(nsys: str | Path, rep_path: Path, out_path: Path, overwrite: bool = True) -> list[str]:
+    """The `nsys export` command line. `overwrite` only for tracelab's own private output folder:
+    a command suggested to the user never overwrites a file."""
+    force = ["--force-overwrite", "true"] if overwrite else []
+    return [str(nsys), "export", "--type", "sqlite", *force, "--output", str(out_path), str(rep_path)]
+
+
+def free_export_path(rep: Path) -> Path:
+    """Where a suggested export of `rep` can go without replacing anything: X.sqlite beside it, else
+    X-1.sqlite, X-2.sqlite, ..."""
+    target = rep.with_suffix(".sqlite")
+    n = 1
+    while target.exists() or target.is_symlink():
+        target = rep.with_name(f"{rep.stem}-{n}.sqlite")
+        n += 1
+    return target
 
 
 def export_nsys_rep(rep_path: str | Path, out_dir: str | Path, timeout: float = 900.0) -> Path:
@@ -67,8 +71,8 @@ def export_nsys_rep(rep_path: str | Path, out_dir: str | Path, timeout: float = 
     out = Path(out_dir) / (rep.stem + ".sqlite")
     nsys = find_nsys()
     if nsys is None:
-        target = rep.resolve().with_suffix(".sqlite")
-        cmd = shlex.join(export_command("nsys", rep.resolve(), target))
+        target = free_export_path(rep.resolve())
+        cmd = shlex.join(export_command("nsys", rep.resolve(), target, overwrite=False))
         raise MissingDependency(
             f"{rep}: reading .nsys-rep needs Nsight Systems (`nsys`), not found on PATH, in ${NSYS_ENV} or under "
             f"/opt/nvidia; run `{cmd}` where nsys is installed, then `tracelab import {shlex.quote(str(target))}`"

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model import EventKind
 from ..model.api_names import classify_api_ids
-from .nsys_db import NsysDb, col_or, fetch_int_columns, fetch_texts
+from .nsys_db import NsysDb, col_or, fetch_int_columns, fetch_texts, quote_ident
 from .nsys_strings import NsysStrings
 from .nsys_util import factorize
 
@@ -81,11 +81,11 @@ def _domain_names(db: NsysDb, strings: NsysStrings) -> dict[int, int]:
     """domainId -> interned domain name (from the NvtxDomainCreate rows)."""
     if not db.has(NVTX, "domainId", "eventType"):
         return {}
-    text = '"text"' if "text" in db.columns(NVTX) else "NULL"
-    text_id = '"textId"' if "textId" in db.columns(NVTX) else "NULL"
+    text = quote_ident("text") if "text" in db.columns(NVTX) else "NULL"
+    text_id = quote_ident("textId") if "textId" in db.columns(NVTX) else "NULL"
     out: dict[int, int] = {}
     for dom, txt, tid in db.rows(
-        f'SELECT "domainId", {text}, {text_id} FROM "{NVTX}" WHERE "eventType" = ?', (NVTX_DOMAIN_CREATE,)
+        f'SELECT "domainId", {text}, {text_id} FROM {quote_ident(NVTX)} WHERE "eventType" = ?', (NVTX_DOMAIN_CREATE,)
     ):
         name = txt if isinstance(txt, str) else (strings.value(tid) if isinstance(tid, int) else "")
         if isinstance(dom, int) and name:

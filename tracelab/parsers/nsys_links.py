@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import EventKind, Flag
+from .nsys_db import quote_ident
 from .nsys_strings import NsysStrings
 from .nsys_util import distinct
 
@@ -147,9 +148,9 @@ def fill_graph_ids(db, cols: dict[str, np.ndarray]) -> None:
     for table in GRAPH_TABLES:
         if not db.has(table, "graphNodeId", "graphId"):
             continue
-        extra = ', "originalGraphNodeId"' if "originalGraphNodeId" in db.columns(table) else ""
+        extra = ', "originalGraphNodeId"' if "originalGraphNodeId" in db.columns(table) else ""  # a constant
         for row in db.rows(
-            f'SELECT DISTINCT "graphNodeId", "graphId"{extra} FROM "{table}" WHERE "graphId" IS NOT NULL'
+            f'SELECT DISTINCT "graphNodeId", "graphId"{extra} FROM {quote_ident(table)} WHERE "graphId" IS NOT NULL'
         ):
             for nid in row[:1] + row[2:]:
                 if isinstance(nid, int) and isinstance(row[1], int):

@@ -13,7 +13,7 @@ import pandas as pd
 from ..model import EVENT_COLUMNS
 from ..model.timeline import DEFAULTS
 from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
-from .nsys_db import NsysDb, open_export
+from .nsys_db import NsysDb
 from .nsys_host import read_driver, read_nvtx, read_runtime
 from .nsys_strings import NsysStrings
 
@@ -39,6 +39,9 @@ _ALWAYS = {
 }
 
 
+_WIDE = {"device", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers"}
+
+
 def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Stack per-table column dicts in start order (one scatter per column and table: no
     concatenate-then-reorder pass); a column a table lacks takes the model default. Consumes
@@ -53,7 +56,8 @@ def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     slots = [where[a:b] for a, b in itertools.pairwise(bounds.tolist())]
     out: dict[str, np.ndarray] = {}
     for key in [c for c in EVENT_COLUMNS if c != "lane"] + ["_gpid"]:
-        dtype = EVENT_COLUMNS.get(key, "int64")
+        # int32 model columns stay int64 here: validate_columns checks their range before the cast
+        dtype = "int64" if key in _WIDE else EVENT_COLUMNS.get(key, "int64")
         default = DEFAULTS.get(key, -1)
         having = [(part.pop(key), slot) for part, slot in zip(parts, slots) if key in part]
         if not having and key not in _ALWAYS:
@@ -90,7 +94,7 @@ def read_tables(
     if workers > 1 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
 
         def run(fn: Callable):
-            own = open_export(db.path)
+            own = db.reopen()
             try:
                 return fn(own)
             finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..model import ContextInfo, DeviceInfo
-from .nsys_db import NsysDb
+from .nsys_db import NsysDb, quote_ident
 from .nsys_strings import NsysStrings
 
 KNOWN_SCHEMA_MAJOR = 3
@@ -16,7 +16,7 @@ def export_meta(db: NsysDb) -> dict[str, str]:
     """name -> value of the export metadata table (whichever name this schema uses)."""
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if db.has(table, "name", "value"):
-            return {str(n): str(v) for n, v in db.rows(f'SELECT name, value FROM "{table}"') if n is not None}
+            return {str(n): str(v) for n, v in db.rows(f"SELECT name, value FROM {quote_ident(table)}") if n is not None}
     return {}
 
 
@@ -42,7 +42,7 @@ def _select_dicts(db: NsysDb, table: str, wanted: Iterable[str]) -> list[dict[st
     cols = [c for c in wanted if c in db.columns(table)]
     if not cols:
         return []
-    sql = f'SELECT {", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)} FROM "{table}"'
+    sql = f"SELECT {', '.join(quote_ident(c) for c in cols)} FROM {quote_ident(table)}"
     return [dict(zip(cols, row)) for row in db.rows(sql)]
 
 

@@ -23,6 +23,7 @@ run knows:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,77 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         meta = json.loads(p.read_text())
     except FileNotFoundError:
         raise BadInput("not a tracelab run directory (no meta.json)", Path(path)) from None
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
         raise TraceFormatError(f"meta.json is not valid JSON ({e.__class__.__name__})", p) from None
     if not isinstance(meta, dict):
         raise TraceFormatError("meta.json must hold a JSON object", p)
+    check_meta(meta, p)
     return meta
+
+
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "trace_file": (str,),
+    "backend": (str,),
+    "workload": (str,),
+    "variant": (str,),
+    "gpu": (dict,),
+    "partitions": (list,),
+    "pdl_kernels": (list,),
+    "probe": (dict,),
+    "params": (dict,),
+}
+_GPU_INTS = (
+    "sm_count",
+    "total_memory",
+    "max_threads_per_multi_processor",
+    "regs_per_multiprocessor",
+    "shared_memory_per_multiprocessor",
+    "shared_memory_per_block_optin",
+    "warp_size",
+)
+_CC = re.compile(r"\d{1,3}(\.\d{1,3})?")
+
+
+def _is_count(v: object, limit: int = 1 << 31, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < limit
+
+
+def check_meta(meta: dict[str, Any], p: Path) -> None:
+    """The fields of meta.json tracelab uses have the types it expects (a run directory can come from
+    anywhere); anything else refuses the directory in one line naming the field."""
+
+    def bad(field: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"meta.json: {field} is not {what}", p)
+
+    for key, types in _META_TYPES.items():
+        if meta.get(key) is not None and not isinstance(meta[key], types):
+            raise bad(key, f"a JSON {'object' if types == (dict,) else 'array' if types == (list,) else 'string'}")
+    gpu = meta.get("gpu") or {}
+    for key in _GPU_INTS:
+        if gpu.get(key) is not None and not _is_count(gpu[key], 1 << 63 if key == "total_memory" else 1 << 31):
+            raise bad(f"gpu.{key}", "a non-negative integer in range")
+    if gpu.get("name") is not None and not isinstance(gpu["name"], str):
+        raise bad("gpu.name", "a string")
+    if gpu.get("cc") is not None and not (isinstance(gpu["cc"], str) and _CC.fullmatch(gpu["cc"])):
+        raise bad("gpu.cc", 'a compute capability such as "9.0"')
+    for i, part in enumerate(meta.get("partitions") or []):
+        if not isinstance(part, dict):
+            raise bad(f"partitions[{i}]", "a JSON object")
+        if part.get("sm_count") is not None and not _is_count(part["sm_count"]):
+            raise bad(f"partitions[{i}].sm_count", "a non-negative integer in range")
+        if part.get("context_id") is not None and not _is_count(part["context_id"], 1 << 63, -1):
+            raise bad(f"partitions[{i}].context_id", "an integer in range")
+        for key in ("marker", "name"):
+            if part.get(key) is not None and not isinstance(part[key], str):
+                raise bad(f"partitions[{i}].{key}", "a string")
+    if any(not isinstance(k, str) for k in meta.get("pdl_kernels") or []):
+        raise bad("pdl_kernels", "a list of kernel names")
+    probe = meta.get("probe") or {}
+    if probe.get("file") is not None and not isinstance(probe["file"], str):
+        raise bad("probe.file", "a string")
+    names = probe.get("trace_names")
+    if names is not None and not (isinstance(names, dict) and all(isinstance(v, str) for v in names.values())):
+        raise bad("probe.trace_names", "an object of names")
 
 
 def trace_path(path: str | Path, meta: dict[str, Any]) -> Path:

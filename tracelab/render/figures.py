@@ -16,10 +16,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tracelab.analyses import units
+from tracelab.analyses.kernels import KERNEL_TABLE_COLUMNS, kernel_table  # noqa: F401  (moved to the analyses)
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
 from tracelab.analyses.units import fmt_bytes
 from tracelab.model.kinds import EventKind, Flag, LaneKind
-from tracelab.model.timeline import Timeline
 
 from .lod import LEVELS, LodView
 
@@ -738,40 +738,6 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int) -> go.Figure:
 # tables
 
 
-KERNEL_TABLE_COLUMNS = ("name", "count", "total_ns", "mean_ns", "max_ns", "grid", "block", "occupancy")
-
-
-def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.DataFrame:
-    """One row per (kernel name, grid, block): count, total / mean / max duration (ns), and the
-    theoretical occupancy (0..1) when `occupancy` (indexed like timeline.events, NaN = unknown) is
-    given. Sorted by total time. Vectorized groupby."""
-    ev = timeline.events
-    k = ev[ev["kind"] == int(EventKind.KERNEL)]
-    if k.empty:
-        return pd.DataFrame({c: [] for c in KERNEL_TABLE_COLUMNS})
-    df = pd.DataFrame(
-        {
-            "name_id": k["name"].to_numpy(),
-            "grid": k["grid_x"].astype(str) + "×" + k["grid_y"].astype(str) + "×" + k["grid_z"].astype(str),
-            "block": k["block_x"].astype(str)
-            + "×"
-            + k["block_y"].astype(str)
-            + "×"
-            + k["block_z"].astype(str),
-            "dur": (k["end"] - k["start"]).to_numpy(),
-            "occ": occupancy.reindex(k.index).to_numpy(dtype=float) if occupancy is not None else np.nan,
-        }
-    )
-    unknown = k["grid_x"].to_numpy() < 0
-    df.loc[unknown, "grid"] = ""
-    df.loc[k["block_x"].to_numpy() < 0, "block"] = ""
-    g = df.groupby(["name_id", "grid", "block"], sort=False)
-    out = g["dur"].agg(count="count", total_ns="sum", mean_ns="mean", max_ns="max").reset_index()
-    out["occupancy"] = g["occ"].mean().to_numpy()
-    out["mean_ns"] = out["mean_ns"].round().astype(np.int64)
-    out.insert(0, "name", timeline.names(out["name_id"].to_numpy()))
-    out = out.drop(columns="name_id").sort_values("total_ns", ascending=False, kind="stable")
-    return out[list(KERNEL_TABLE_COLUMNS)].reset_index(drop=True)
 
 
 GAPS_TABLE_COLUMNS = (

@@ -151,19 +151,6 @@ def _idle_partition(f: Finding) -> Prose:
     return msg, where
 
 
-def _excessive_sync(f: Finding) -> Prose:
-    d = f.data
-    msg = (
-        f"{d.get('syncs', f.count)} blocking host syncs in {d.get('steps', 0)} steps (more than one per step): every "
-        f"wait drains the GPU queue ({fmt_ns(f.wasted_ns)} of GPU idle while the host waited). Sync once per step "
-        "at most: keep intermediate values on the GPU."
-    )
-    where = _places(
-        [f"rank {v['rank']}: {v['syncs']} syncs in {v['steps']} steps" for v in d.get("ranks", [])]
-    )
-    return msg, where
-
-
 RENDERERS: dict[str, Callable[[Finding], Prose]] = {
     "sync_per_iteration": _sync_per_iteration,
     "pageable_memcpy": _pageable_memcpy,
@@ -172,8 +159,7 @@ RENDERERS: dict[str, Callable[[Finding], Prose]] = {
     "serialized_copy_compute": _serialized_copy_compute,
     "pdl": _pdl,
     "idle_partition": _idle_partition,
-    "excessive_sync": _excessive_sync,
-}
+}  # a rule without an entry (e.g. excessive_sync) gets `generic`
 RENDERERS.update(WORKLOAD_RENDERERS)  # issue 14's rules (tracelab/render/findings_workloads.py)
 _TITLES = {r.id: r.title for r in RULES}
 
@@ -182,12 +168,25 @@ def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float, str)) and not isinstance(v, bool)
 
 
+def _value(key: str, v: Any) -> str:
+    return fmt_ns(v) if key.endswith("_ns") and isinstance(v, (int, float)) else str(v)
+
+
 def generic(f: Finding) -> Prose:
-    """A rule without its own renderer: its title, count, GPU time and the data's scalar values."""
+    """A rule without its own renderer: its title, count, GPU time and the data's scalar values; where =
+    the ranks / devices its data lists."""
     title = _TITLES.get(f.rule, f.rule)
-    facts = ", ".join(f"{k} {v}" for k, v in f.data.items() if _scalar(v) and k not in ("start_ns", "end_ns"))
+    facts = ", ".join(f"{k} {_value(k, v)}" for k, v in f.data.items() if _scalar(v) and k not in ("start_ns", "end_ns"))
     msg = f"{title}: {f.count} occurrences, {fmt_ns(f.wasted_ns)} of GPU time" + (f" ({facts})" if facts else "")
-    return msg + ".", ""
+    places = []
+    for v in f.data.values():
+        if isinstance(v, list):
+            for item in v:
+                if isinstance(item, dict) and "rank" in item:
+                    extra = ", ".join(f"{k.removesuffix('_ns')} {_value(k, x)}" for k, x in item.items()
+                                      if k != "rank" and _scalar(x))
+                    places.append(f"rank {item['rank']}" + (f": {extra}" if extra else ""))
+    return msg + ".", _places(places)
 
 
 def describe(f: Finding) -> Prose:

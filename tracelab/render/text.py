@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..analyses.results import Analysis, DeviceSummary, Finding
 from .compare_text import term_safe
+from .findings import describe
 from .format import fmt_ns, fmt_offset, fmt_share, run_origin
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -139,7 +140,7 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
             fmt_offset(g.start_ns, origin),
             fmt_ns(g.duration_ns),
             Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")),
-            Text(term_safe(g.evidence, 200)),
+            Text(term_safe(g.evidence, 300)),
         )
     if len(gaps) > top:
         t.caption = f"{len(gaps) - top} shorter gaps not shown (--json lists all)"
@@ -165,9 +166,10 @@ def findings_table(findings: Iterable[Finding]) -> Table | None:
     t.add_column("lost", justify="right")
     t.add_column("evidence", overflow="fold", ratio=1)
     for f in items:
-        evidence = Text(term_safe(f.message, 400))
-        if f.where:
-            evidence.append("\nwhere: " + term_safe(f.where, 300), style="dim")
+        message, where = (f.message, f.where) if f.message else describe(f)  # analyses.analyze leaves prose out
+        evidence = Text(term_safe(message, 400))
+        if where:
+            evidence.append("\nwhere: " + term_safe(where, 300), style="dim")
         t.add_row(
             Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")),
             Text(f.rule, style="bold"),
@@ -175,6 +177,36 @@ def findings_table(findings: Iterable[Finding]) -> Table | None:
             fmt_ns(f.wasted_ns) if f.wasted_ns else "-",
             evidence,
         )
+    return t
+
+
+SHORT_CAUSE = {"launch_latency": "launch", "host_sync": "sync", "dependency_wait": "dep", "no_work": "no work"}
+
+
+def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:
+    """The per-step table: duration, GPU busy / idle, idle by cause, syncs, kernels, warm-up / outlier."""
+    rows = analysis.step_rows
+    if not rows:
+        return None
+    sources = sorted({r.source for r in rows})
+    title = Text(f"Steps: {len(rows)} ({', '.join(sources)})", style="bold")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col, just in (("step", "left"), ("length", "right"), ("GPU busy", "right"), ("idle", "right"),
+                      ("idle by cause", "left"), ("syncs", "right"), ("kernels", "right"), ("", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    shown = rows if len(rows) <= top else rows[: top // 2] + rows[-(top - top // 2):]
+    for r in shown:
+        causes = ", ".join(
+            f"{SHORT_CAUSE.get(c, c)} {fmt_ns(ns)}" for c, ns in sorted(r.idle_by_cause, key=lambda x: -x[1]) if ns
+        )
+        flag = "warm-up" if r.warmup else ("outlier" if r.outlier else "")
+        t.add_row(
+            f"r{r.rank} #{r.index}", fmt_ns(r.duration_ns), _pct(r.gpu_busy_ns, r.duration_ns), fmt_ns(r.gpu_idle_ns),
+            causes or "-", str(r.blocking_syncs), str(r.kernels), Text(flag, style="yellow" if flag else ""),
+        )
+    if len(rows) > top:
+        t.caption = f"{len(rows) - top} steps in the middle not shown (--json lists all)"
+        t.caption_justify = "left"
     return t
 
 
@@ -196,6 +228,9 @@ def analysis_renderables(
         if sm is not None:
             parts.append(sm)
     parts.append(Text(""))
+    steps = steps_table(analysis)
+    if steps is not None:
+        parts += [steps, Text("")]
     gaps = gaps_table(analysis, top_gaps)
     if gaps is not None:
         parts += [gaps, Text("")]

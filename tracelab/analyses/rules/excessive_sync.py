@@ -1,5 +1,5 @@
-"""excessive_sync: more blocking host syncs than training steps (the host waits for the GPU several
-times per step: every wait drains the queue)."""
+"""excessive_sync: more blocking host syncs inside the training steps than steps (the host waits for the
+GPU several times per step: every wait drains the queue)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,29 @@ from typing import Any
 import numpy as np
 
 from ..results import Finding
-from .base import FindingContext, Rule, severity
+from .base import FindingContext, Rule, severity, step_of, window
 from .waits import idle_during
 
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     count = wasted = steps_total = 0
+    longest = (-1, 0, 0)  # (duration, start, end) of the longest sync call
     ranks: list[dict[str, int]] = []
     for rank, host in ctx.hosts.items():
-        s_start, _ = ctx.step_bounds(rank)
+        s_start, s_end = ctx.step_bounds(rank)
         n_steps = int(s_start.size)
         if n_steps < int(opt["min_steps"]):
             continue  # sync_per_iteration's note already says steps are missing
+        # blocking calls that start inside a step (set-up and tear-down syncs outside the loop do not count)
         pos = np.flatnonzero(host.api_blocking)
+        pos = pos[step_of(s_start, s_end, host.api_start[pos]) >= 0]
         if pos.size <= float(opt["syncs_per_step"]) * n_steps:
             continue
         s, e = host.api_start[pos], host.api_end[pos]
         w = idle_during(ctx, rank, s, e)
+        j = int(np.argmax(e - s))
+        if int(e[j] - s[j]) > longest[0]:
+            longest = (int(e[j] - s[j]), int(s[j]), int(e[j]))
         ranks.append({"rank": rank, "steps": n_steps, "syncs": int(pos.size), "idle_ns": w})
         count += int(pos.size)
         wasted += w
@@ -37,13 +43,13 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         severity=severity(wasted, ctx.span_ns(), "info"),
         count=count,
         wasted_ns=wasted,
-        data={"ranks": ranks, "syncs": count, "steps": steps_total},
+        data={"ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])},
     )
 
 
 RULE = Rule(
     id="excessive_sync",
-    title="more blocking host syncs than training steps",
+    title="more blocking host syncs inside the training steps than steps",
     evaluate=evaluate,
     options={"min_steps": 3, "syncs_per_step": 1.0},
     source='CUDA Runtime API, "API synchronization behavior" (which calls block the host)',

@@ -1,0 +1,120 @@
+"""Ranks page: /ranks?run=ID. For a multi-rank run: one row per rank (span, busy, idle by cause, comm,
+compute/comm overlap, waited in collectives, times last), rank × step heatmaps of GPU busy and of
+collective wait (time bins when the ranks have no common ProfilerStep markers), the matched
+collectives and the stragglers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from dash import dcc, html
+
+from tracelab.analyses.ranks import RankAnalysis, rank_analysis, rank_heatmap
+from tracelab.render.figures import fmt_ns
+from tracelab.render.rank_figures import rank_heatmap_figure
+
+from ..components import data_table, run_header
+from ..state import AppState, current_state
+from .common import with_run
+
+PATH = "/ranks"
+
+
+def ranks_of(state: AppState, run_id: str) -> RankAnalysis:
+    return state.cached(
+        ("ranks", run_id), lambda: rank_analysis(state.timeline(run_id), state.analysis(run_id))
+    )
+
+
+def rank_frame(ra: RankAnalysis) -> pd.DataFrame:
+    rows = []
+    for r in ra.ranks:
+        causes = dict(r.idle_by_cause)
+        rows.append(
+            {
+                "rank": r.rank,
+                "span": fmt_ns(r.span_ns),
+                "busy %": round(100.0 * r.busy_ns / r.span_ns, 1) if r.span_ns else 0.0,
+                "idle": fmt_ns(r.idle_ns),
+                **{f"idle {c}": fmt_ns(ns) for c, ns in causes.items() if ns},
+                "comm": fmt_ns(r.comm_ns),
+                "comm∥compute": fmt_ns(r.compute_comm_overlap_ns),
+                "waited in collectives": fmt_ns(r.collective_wait_ns),
+                "waited (ns)": r.collective_wait_ns,
+                "times last": r.times_last,
+            }
+        )
+    return pd.DataFrame(rows).fillna("0 ns") if rows else pd.DataFrame()
+
+
+def collectives_frame(ra: RankAnalysis) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "collective": f"{c.name} #{c.seq}",
+                "ranks": c.count,
+                "first arrival": fmt_ns(c.start_ns - ra.collectives.calls[0].start_ns),
+                "skew": fmt_ns(c.skew_ns),
+                "skew (ns)": c.skew_ns,
+                "last rank": c.last_rank,
+                "others waited": fmt_ns(c.wait_ns),
+                "waited (ns)": c.wait_ns,
+            }
+            for c in ra.collectives.calls
+        ]
+    )
+
+
+def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
+    def body(record) -> html.Div:
+        ra = ranks_of(state, record.id)
+        parts: list[Any] = [run_header(record, "Ranks")]
+        if not ra.multi_rank:
+            parts.append(
+                html.P(
+                    "This run has one rank. Import a directory (or a glob) of per-rank traces to compare ranks.",
+                    id="ranks-single",
+                    className="hint",
+                )
+            )
+            return html.Div(parts, id="ranks-page")
+        heat = state.cached(
+            ("rank-heatmap", record.id),
+            lambda: rank_heatmap(
+                state.timeline(record.id), ra.collectives, steps=state.analysis(record.id).steps
+            ),
+        )
+        c = ra.collectives
+        strag = ", ".join(
+            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)})"
+            for s in c.stragglers[:5]
+        )
+        parts += [
+            html.P(
+                f"{len(ra.ranks)} ranks; {len(c.calls)} collectives matched across ranks"
+                + (f"; stragglers: {strag}" if strag else ""),
+                id="ranks-summary",
+            ),
+            data_table("ranks-table", rank_frame(ra), page_size=32),
+            dcc.Graph(
+                id="ranks-busy", figure=rank_heatmap_figure(heat, "busy"), config={"displaylogo": False}
+            ),
+            dcc.Graph(
+                id="ranks-wait", figure=rank_heatmap_figure(heat, "wait"), config={"displaylogo": False}
+            ),
+        ]
+        if c.calls:
+            parts += [
+                html.H3("Collectives"),
+                data_table("collectives-table", collectives_frame(ra), page_size=20),
+            ]
+        for n in c.notes:
+            parts.append(html.P(n, className="hint"))
+        return html.Div(parts, id="ranks-page")
+
+    return with_run(state, run, body)
+
+
+def layout(run: str | None = None, **_ignored: Any) -> html.Div:
+    return ranks_layout(current_state(), run)

@@ -1,0 +1,267 @@
+"""Collectives matched across ranks: who arrived last, and how long the others waited for it.
+
+A participant is one GPU of one rank. Its communication kernels (NCCL / RCCL: `Flag.COMM` or a
+collective name) are its collective calls, in start order. Every call is labelled with its operation,
+read from the kernel name (`ncclKernel_AllReduce_RING_LL_Sum_float` and
+`ncclDevKernel_AllReduce_Sum_f32_RING_LL` are both `AllReduce`; `SendRecv` is what all_to_all and
+send/recv run as); other communication kernels keep their own name. Calls are matched across
+participants by collective sequence: the k-th `AllReduce` of every participant is one collective (NCCL
+requires every member of a communicator to issue its collectives in the same order). A matched
+collective needs at least two participants.
+
+gloo (and MPI / UCC) run collectives on the host, with no kernel on the GPU. When fewer than two GPUs
+have communication kernels, the calls are the host ranges c10d records around each collective
+(`gloo:all_reduce`, `nccl:all_to_all`, ...; participant = the rank, device -1, operation = the part
+after the colon), matched the same way; `Collectives.source` says which.
+
+For each matched collective: arrival of a participant = the start of its kernel (when its stream
+reached the collective); `skew_ns` = last arrival − first arrival; `last_rank` = the rank that arrived
+last; `wait_ns` = Σ over participants of (last arrival − own arrival), the time the others spent in
+the collective waiting for the last one. Stragglers: per rank, how often it was last and the wait it
+caused. Ranks' clocks must be comparable (Kineto writes epoch-based µs; nsys exports of one session
+share a clock): a matched collective whose kernels do not all overlap in time is counted in
+`inconsistent` and said in a note, because on one communicator they must overlap.
+
+Process-group ids and `record_param_comms` metadata are not in the timeline model, so collectives of
+different communicators with the same operation can only be told apart by their sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import EventKind, Flag, Timeline
+from ..model.api_names import comm_mask
+
+_NCCL_OP = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_HOST_OP = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):([a-z_]+)$")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call matched across ranks."""
+
+    name: str  # the operation (AllReduce, SendRecv, ...)
+    seq: int  # its position among this operation's calls on each participant (0-based)
+    count: int  # participants (GPUs of ranks) that took part
+    ranks: tuple[int, ...]
+    start_ns: int  # first arrival
+    last_start_ns: int  # last arrival
+    end_ns: int  # last participant's kernel end
+    skew_ns: int
+    last_rank: int
+    last_device: int
+    wait_ns: int
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    times_last: int  # matched collectives in which this rank arrived last
+    caused_wait_ns: int  # the others' wait in those collectives
+
+
+@dataclass(frozen=True, eq=False)
+class Collectives:
+    calls: tuple[Collective, ...]  # in order of first arrival
+    stragglers: tuple[Straggler, ...]  # ranks that were ever last, most often last first
+    participants: tuple[tuple[int, int], ...]  # (rank, device) with communication kernels
+    unmatched: int  # communication kernels no other participant has a counterpart for
+    inconsistent: int  # matched collectives whose kernels do not all overlap in time
+    # per participant waits: (rank, device, start, end) of the time spent waiting for the last arrival
+    wait_rank: np.ndarray
+    wait_device: np.ndarray
+    wait_start: np.ndarray
+    wait_end: np.ndarray
+    notes: tuple[str, ...] = ()
+    source: str = "kernels"  # what the calls are: "kernels" (NCCL / RCCL) or "host ranges" (c10d, e.g. gloo)
+
+    rank_waits: dict[int, int] = field(default_factory=dict)  # rank -> time waited in matched collectives
+    rank_calls: dict[int, int] = field(default_factory=dict)  # rank -> matched collectives it took part in
+
+    def wait_of(self, rank: int) -> int:
+        return self.rank_waits.get(rank, 0)
+
+    def calls_of(self, rank: int) -> int:
+        return self.rank_calls.get(rank, 0)
+
+
+def operation(kernel_name: str) -> str:
+    """The collective operation a communication kernel runs (its own name when not NCCL/RCCL)."""
+    m = _NCCL_OP.search(kernel_name) or _HOST_OP.match(kernel_name)
+    if m:
+        return m.group(1)
+    return kernel_name.split("(", 1)[0].strip() or kernel_name
+
+
+def _empty(notes: tuple[str, ...], participants=(), unmatched: int = 0) -> Collectives:
+    z = np.zeros(0, dtype=np.int64)
+    return Collectives((), (), tuple(participants), unmatched, 0, z, z, z, z, notes)
+
+
+def _comm_kernel_rows(timeline: Timeline) -> np.ndarray:
+    ev = timeline.events
+    kern = np.flatnonzero(ev["kind"].to_numpy() == int(EventKind.KERNEL))
+    if kern.size == 0:
+        return kern
+    names = ev["name"].to_numpy()[kern]
+    is_comm = ((ev["flags"].to_numpy()[kern] & Flag.COMM) != 0) | comm_mask(timeline.strings, names)
+    return kern[is_comm]
+
+
+def _host_collective_rows(timeline: Timeline) -> np.ndarray:
+    """Host ranges c10d writes around each collective (`nccl:all_reduce`, `gloo:all_reduce`, ...)."""
+    ids = [i for i, s in enumerate(timeline.strings) if _HOST_OP.match(s)]
+    if not ids:
+        return np.zeros(0, dtype=np.int64)
+    ev = timeline.events
+    host = np.isin(ev["kind"].to_numpy(), [int(EventKind.NVTX_RANGE), int(EventKind.CPU_OP)])
+    return np.flatnonzero(host & np.isin(ev["name"].to_numpy(), ids))
+
+
+def _participant_count(timeline: Timeline, rows: np.ndarray) -> int:
+    ev = timeline.events
+    keys = ev["rank"].to_numpy()[rows].astype(np.int64) << 32 | (
+        ev["device"].to_numpy()[rows].astype(np.int64) + 1
+    )
+    return int(np.unique(keys).size)
+
+
+def match_collectives(timeline: Timeline) -> Collectives:
+    """Match the collective calls of all ranks (module docstring): the communication kernels, or, when
+    fewer than two GPUs have any (gloo runs its collectives on the host), c10d's host ranges."""
+    ev = timeline.events
+    rows = _comm_kernel_rows(timeline)
+    source = "kernels"
+    if _participant_count(timeline, rows) < 2:
+        host = _host_collective_rows(timeline)
+        if _participant_count(timeline, host) >= 2:
+            rows, source = host, "host ranges"
+    if rows.size == 0:
+        return _empty(("no communication kernels (NCCL / RCCL) or c10d collective ranges in this trace",))
+    rank = ev["rank"].to_numpy()[rows].astype(np.int64)
+    device = ev["device"].to_numpy()[rows].astype(np.int64)
+    start = ev["start"].to_numpy()[rows]
+    end = ev["end"].to_numpy()[rows]
+    # operation label per distinct kernel name (once per name, never per event)
+    uniq_names, name_inv = np.unique(ev["name"].to_numpy()[rows], return_inverse=True)
+    op_of_name = [operation(timeline.name(int(i))) for i in uniq_names.tolist()]
+    op_labels, op_of_uniq = np.unique(np.array(op_of_name, dtype=object), return_inverse=True)
+    op = op_of_uniq[name_inv].astype(np.int64)
+    pkeys, part = np.unique(np.stack([rank, device], axis=1), axis=0, return_inverse=True)
+    part = part.reshape(-1).astype(np.int64)
+    participants = tuple((int(r), int(d)) for r, d in pkeys.tolist())
+    if len(participants) < 2:
+        return _empty(
+            ("communication kernels on one GPU only: nothing to match across ranks",),
+            participants,
+            int(rows.size),
+        )
+
+    # k-th call of each operation on each participant
+    order = np.lexsort((start, op, part))
+    part_s, op_s = part[order], op[order]
+    new_run = np.ones(order.size, dtype=bool)
+    new_run[1:] = (part_s[1:] != part_s[:-1]) | (op_s[1:] != op_s[:-1])
+    run_start = np.maximum.accumulate(np.where(new_run, np.arange(order.size), 0))
+    seq = np.empty(order.size, dtype=np.int64)
+    seq[order] = np.arange(order.size) - run_start
+
+    # group by (operation, seq)
+    gkeys, group = np.unique(np.stack([op, seq], axis=1), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    n_groups = len(gkeys)
+    count = np.bincount(group, minlength=n_groups)
+    first = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    min_end = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    max_end = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, group, start)
+    np.maximum.at(last, group, start)
+    np.minimum.at(min_end, group, end)
+    np.maximum.at(max_end, group, end)
+    # the last arrival: latest start, ties to the highest (rank, device) so the choice is reproducible
+    by_arrival = np.lexsort((part, start, group))
+    last_row = by_arrival[np.r_[np.flatnonzero(np.diff(group[by_arrival])), by_arrival.size - 1]]
+    waited = last[group] - start
+    wait = np.bincount(group, weights=waited, minlength=n_groups).astype(np.int64)
+
+    matched = count >= 2
+    unmatched = int(count[~matched].sum())
+    inconsistent_mask = matched & (last > min_end)
+    calls = []
+    by_group = np.argsort(group, kind="stable")  # members of group g: by_group[bounds[g]:bounds[g + 1]]
+    bounds = np.concatenate([[0], np.cumsum(count)])
+    for g in np.flatnonzero(matched)[np.argsort(first[matched], kind="stable")].tolist():
+        members = by_group[bounds[g] : bounds[g + 1]]
+        lr = int(last_row[g])
+        calls.append(
+            Collective(
+                name=str(op_labels[gkeys[g, 0]]),
+                seq=int(gkeys[g, 1]),
+                count=int(count[g]),
+                ranks=tuple(sorted({int(r) for r in rank[members].tolist()})),
+                start_ns=int(first[g]),
+                last_start_ns=int(last[g]),
+                end_ns=int(max_end[g]),
+                skew_ns=int(last[g] - first[g]),
+                last_rank=int(rank[lr]),
+                last_device=int(device[lr]),
+                wait_ns=int(wait[g]),
+            )
+        )
+
+    in_matched = matched[group] & (waited > 0)
+    stragglers: dict[int, list[int]] = {}
+    for c in calls:
+        s = stragglers.setdefault(c.last_rank, [0, 0])
+        s[0] += 1
+        s[1] += c.wait_ns
+    strag = tuple(
+        sorted(
+            (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in stragglers.items()),
+            key=lambda s: (-s.times_last, -s.caused_wait_ns, s.rank),
+        )
+    )
+    notes = []
+    n_incons = int(inconsistent_mask.sum())
+    if n_incons:
+        notes.append(
+            f"{n_incons} of {int(matched.sum())} matched collectives have kernels that do not all overlap in "
+            "time: the ranks' clocks may not be aligned, or their collective sequences differ"
+        )
+    if unmatched:
+        notes.append(f"{unmatched} communication kernels have no counterpart on another rank")
+    return Collectives(
+        calls=tuple(calls),
+        stragglers=strag,
+        participants=participants,
+        unmatched=unmatched,
+        inconsistent=n_incons,
+        wait_rank=rank[in_matched],
+        wait_device=device[in_matched],
+        wait_start=start[in_matched],
+        wait_end=last[group][in_matched],
+        notes=tuple(notes),
+        source=source,
+        rank_waits=_sum_by(rank[in_matched], (last[group] - start)[in_matched]),
+        rank_calls=_count_pairs(rank[matched[group]], group[matched[group]]),
+    )
+
+
+def _sum_by(keys: np.ndarray, values: np.ndarray) -> dict[int, int]:
+    uniq, inv = np.unique(keys, return_inverse=True)
+    sums = np.bincount(inv.reshape(-1), weights=values, minlength=len(uniq)) if len(uniq) else np.zeros(0)
+    return {int(k): int(v) for k, v in zip(uniq.tolist(), sums.tolist())}
+
+
+def _count_pairs(keys: np.ndarray, groups: np.ndarray) -> dict[int, int]:
+    """Per key, the number of distinct groups it appears in."""
+    if not len(keys):
+        return {}
+    pairs = np.unique(np.stack([keys.astype(np.int64), groups.astype(np.int64)], axis=1), axis=0)
+    uniq, counts = np.unique(pairs[:, 0], return_counts=True)
+    return {int(k): int(c) for k, c in zip(uniq.tolist(), counts.tolist())}

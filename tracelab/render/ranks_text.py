@@ -1,0 +1,55 @@
+"""The short "Ranks" section of `tracelab analyze` for multi-rank runs: one line per rank, the matched
+collectives in a few words, and the stragglers. Plain text (every name here is a number or an NCCL
+operation label, but labels still go through `term_safe`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..analyses.ranks import RankAnalysis
+from .compare_text import fmt_ns, term_safe
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
+def format_ranks(ra: RankAnalysis, max_ranks: int = 32) -> str:
+    """The Ranks section as text ending in a newline; '' for a single-rank run."""
+    if not ra.multi_rank:
+        return ""
+    lines = ["Ranks"]
+    head = f"{'rank':>5}  {'span':>10}  {'busy':>7}  {'idle: main cause':<28}  {'comm':>10}  {'comm∥compute':>12}  "
+    head += f"{'waited in coll.':>15}  {'last':>4}"
+    lines.append(head)
+    shown = sorted(ra.ranks, key=lambda r: (-r.collective_wait_ns, r.rank))[:max_ranks]
+    for r in sorted(shown, key=lambda r: r.rank):
+        causes = [(c, ns) for c, ns in r.idle_by_cause if ns > 0]
+        main = max(causes, key=lambda x: x[1]) if causes else ("-", 0)
+        idle = f"{fmt_ns(r.idle_ns)} ({main[0]} {_pct(main[1], r.idle_ns)})" if r.idle_ns else "0"
+        lines.append(
+            f"{r.rank:>5}  {fmt_ns(r.span_ns):>10}  {_pct(r.busy_ns, r.span_ns):>7}  {idle:<28}  "
+            f"{fmt_ns(r.comm_ns):>10}  {fmt_ns(r.compute_comm_overlap_ns):>12}  "
+            f"{fmt_ns(r.collective_wait_ns):>15}  {r.times_last:>4}"
+        )
+    if len(ra.ranks) > len(shown):
+        lines.append(f"  ({len(ra.ranks) - len(shown)} more ranks with less collective wait not shown)")
+    c = ra.collectives
+    if c.calls:
+        ops = Counter(x.name for x in c.calls)
+        what = ", ".join(f"{term_safe(op, 40)} ×{n}" for op, n in ops.most_common())
+        total_wait = sum(x.wait_ns for x in c.calls)
+        worst = max(c.calls, key=lambda x: x.skew_ns)
+        lines.append(
+            f"Collectives matched across ranks: {len(c.calls)} ({what}); ranks waited {fmt_ns(total_wait)} "
+            f"in them for the last arrival; worst skew {fmt_ns(worst.skew_ns)} "
+            f"({term_safe(worst.name, 40)} #{worst.seq}, last rank {worst.last_rank})"
+        )
+        strag = ", ".join(
+            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)})"
+            for s in c.stragglers[:3]
+        )
+        lines.append(f"Stragglers: {strag}")
+    for n in c.notes:
+        lines.append(f"  - {term_safe(n, 300)}")
+    return "\n".join(lines) + "\n"
