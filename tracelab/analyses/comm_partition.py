@@ -9,10 +9,8 @@ Definitions (per rank and device; probe kernels `tl_probe_*` left out):
   persistent), so a comm kernel occupies min(grid blocks, SMs of its partition) SMs — the same
   estimate as `tracelab.analyses.sm_estimate`; `comm_sms` is the largest such value on the rank and
   `comm_sm_share` the comm kernels' SM-time over the device's SM-time over the span.
-- Collectives are matched across ranks by their order: the k-th comm kernel of each rank (by start) is
-  one collective (NCCL issues collectives of one communicator in the same order on every rank).
-  skew = latest start − earliest start; the last rank is the one that started latest; wait = the sum
-  over the other ranks of how long their kernel ran before the last rank's started.
+- Collectives are matched across ranks by `tracelab.analyses.collectives` (the k-th call of each
+  operation on every GPU); the explanation reports their mean arrival skew.
 - Pace: in a run whose compute and comm run in different green contexts, the partition whose work
   covers more of the span sets the pace (its busy fraction is the higher one).
 """
@@ -26,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 from ..model import EventKind, Flag, Timeline
+from .collectives import match_collectives
 from .intervals import intersection_length, merge
 
 _PROBE = re.compile(r"^tl_probe_")
@@ -57,31 +56,6 @@ class RankComm:
     @property
     def comm_overlapped(self) -> float:
         return self.overlap_ns / self.comm_ns if self.comm_ns else 0.0
-
-
-@dataclass(frozen=True)
-class Collective:
-    """The k-th collective, matched across ranks by order."""
-
-    index: int
-    name: int  # string id of rank 0's kernel name
-    starts_ns: tuple[int, ...]  # per rank, in rank order
-    skew_ns: int
-    last_rank: int
-    wait_ns: int
-
-
-@dataclass(frozen=True)
-class CollectiveSkew:
-    ranks: tuple[int, ...]
-    collectives: tuple[Collective, ...]
-    matched: int  # collectives found on every rank
-    unmatched: int  # comm kernels beyond the shortest rank's count
-    mean_skew_ns: int
-    max_skew_ns: int
-    last_counts: tuple[int, ...]  # per rank: how often it was last
-    wait_ns: int  # total wait, all collectives
-    by: Literal["rank", "device"] = "rank"  # participants: ranks, or the GPUs of a single rank
 
 
 def _gpu_kernels(tl: Timeline) -> np.ndarray:
@@ -165,64 +139,6 @@ def rank_comm(tl: Timeline) -> tuple[RankComm, ...]:
     return tuple(out)
 
 
-def collective_skew(tl: Timeline) -> CollectiveSkew:
-    """Comm kernels matched across ranks by order (first device of each rank; the devices when the
-    trace has one rank driving several GPUs), with skew and the last rank per collective."""
-    ev = tl.events
-    rows = _gpu_kernels(tl)
-    comm = rows[(ev["flags"].to_numpy()[rows] & Flag.COMM) != 0]
-    rank_c, dev_c, start = ev["rank"].to_numpy(), ev["device"].to_numpy(), ev["start"].to_numpy()
-    ranks = sorted({int(r) for r in rank_c[comm]})
-    by: Literal["rank", "device"] = "rank"
-    if len(ranks) == 1 and np.unique(dev_c[comm]).size > 1:
-        # one rank driving several GPUs (an nsys export of a torchrun job on one host): the GPUs
-        # are the participants
-        by, key = "device", dev_c
-        ranks = sorted({int(d) for d in dev_c[comm]})
-    else:
-        key = rank_c
-    per_rank: list[np.ndarray] = []
-    for r in ranks:
-        on = comm[key[comm] == r]
-        if by == "rank":
-            on = on[dev_c[on] == dev_c[on].min()]
-        per_rank.append(on[np.argsort(start[on], kind="stable")])
-    if len(ranks) < 2:
-        return CollectiveSkew(
-            tuple(ranks), (), 0, sum(p.size for p in per_rank), 0, 0, (0,) * len(ranks), 0, by
-        )
-    n = min(p.size for p in per_rank)
-    starts = np.stack([start[p[:n]] for p in per_rank])  # (ranks, n)
-    latest = starts.max(axis=0)
-    last = starts.argmax(axis=0)
-    skew = latest - starts.min(axis=0)
-    wait = (latest[None, :] - starts).sum(axis=0)
-    names = ev["name"].to_numpy()[per_rank[0][:n]]
-    colls = tuple(
-        Collective(
-            i,
-            int(names[i]),
-            tuple(int(x) for x in starts[:, i]),
-            int(skew[i]),
-            ranks[int(last[i])],
-            int(wait[i]),
-        )
-        for i in range(n)
-    )
-    counts = np.bincount(last, minlength=len(ranks)) if n else np.zeros(len(ranks), dtype=np.int64)
-    return CollectiveSkew(
-        ranks=tuple(ranks),
-        collectives=colls,
-        matched=int(n),
-        unmatched=int(sum(p.size for p in per_rank) - n * len(ranks)),
-        mean_skew_ns=round(float(skew.mean())) if n else 0,
-        max_skew_ns=int(skew.max()) if n else 0,
-        last_counts=tuple(int(c) for c in counts),
-        wait_ns=int(wait.sum()),
-        by=by,
-    )
-
-
 @dataclass(frozen=True)
 class CommOverlapExplanation:
     """Why a variant's step is faster or slower than a baseline's, from both runs' numbers (rank
@@ -295,9 +211,16 @@ def comm_overlap_explanation(
         pace=pace,
         pace_busy_fraction=max(comp_busy, comm_busy) if pace != "shared" else comp_busy,
         other_busy_fraction=min(comp_busy, comm_busy) if pace != "shared" else comm_busy,
-        variant_skew_ns=collective_skew(variant_tl).mean_skew_ns,
-        baseline_skew_ns=collective_skew(baseline_tl).mean_skew_ns,
+        variant_skew_ns=mean_skew_ns(variant_tl),
+        baseline_skew_ns=mean_skew_ns(baseline_tl),
     )
+
+
+def mean_skew_ns(tl: Timeline) -> int:
+    """Mean arrival skew of the collectives matched across ranks (`tracelab.analyses.collectives`);
+    0 when nothing matches."""
+    calls = match_collectives(tl).calls
+    return round(float(np.mean([c.skew_ns for c in calls]))) if calls else 0
 
 
 def has_comm(tl: Timeline) -> bool:
