@@ -28,6 +28,7 @@ CONTRACT = {
     "fusion": ("eager_ops", "torch_fused", "compiled", "triton", "cuda"),
     "default_stream": ("legacy_blocking", "nonblocking", "per_thread_default"),
     "priorities": ("same_priority", "high_priority"),
+    "comm_overlap": ("sequential", "streams", "green_ctx"),
 }
 
 

@@ -136,10 +136,19 @@ def workload_command(
     probe: bool = True,
     python: str | None = None,
 ) -> list[str]:
-    """The runner command line for one variant (without the nsys prefix)."""
+    """The runner command line for one variant (without the nsys prefix); a workload of several
+    processes is started through torchrun, one process per GPU."""
+    from .workloads import get_workload
+
+    world = get_workload(name).world_size
+    launch = (
+        ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m"]
+        if world > 1
+        else ["-m"]
+    )
     cmd = [
         python or sys.executable,
-        "-m",
+        *launch,
         "tracelab.workloads.runner",
         name,
         variant,
@@ -199,6 +208,30 @@ def check_gpu() -> None:
         )
 
 
+def gpu_count() -> int:
+    """GPUs visible to this process (nvidia-smi -L; 0 when it is missing)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def check_world(name: str, world_size: int, params: Mapping[str, Any], gpus: int | None = None) -> None:
+    """A workload of several processes needs one GPU per process for NCCL (gloo shares one GPU)."""
+    if world_size <= 1 or str(params.get("dist_backend", "nccl")) != "nccl":
+        return
+    have = gpu_count() if gpus is None else gpus
+    if have < world_size:
+        raise BadInput(
+            f"workload {name!r} runs {world_size} processes, one per GPU, but {have} GPU(s) are visible; "
+            "`--param dist_backend=gloo` runs it on one GPU without NCCL kernels"
+        )
+
+
 def require_nsys() -> Path:
     nsys = find_nsys()
     if nsys is None:
@@ -216,6 +249,10 @@ def _env(run_dir: Path | None = None) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # NVLink multicast stays off in every recorded program and its children (shared GPUs)
+    env.update(
+        {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    )
     return env
 
 
@@ -298,6 +335,7 @@ def record_workload(
     wl.parameters(quick, params)  # validates overrides before anything runs
     nsys = require_nsys() if backend == "nsys" else None
     check_gpu()
+    check_world(wl.name, wl.world_size, wl.parameters(quick, params))
     if out_dir is None:
         from .settings import runs_dir
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from tracelab.model import EventKind, Timeline
 
+from .comm_partition import CommOverlapExplanation, comm_overlap_explanation, has_comm
 from .green_explain import GreenContextExplanation, green_context_explanation
 from .kernels import kernel_summary
 from .results import Analysis, DeviceSummary, Finding, GapCause, TraceInfo
@@ -152,6 +153,8 @@ class Comparison:
     green_contexts: GreenContextExplanation | None = None
     green_contexts_run: Literal["a", "b"] | None = None  # which side is the green-context run
     verdict: Verdict | None = None  # the one-line answer (None when neither run has GPU activity)
+    # B's compute/communication against A's, when both runs have communication kernels
+    comm_overlap: CommOverlapExplanation | None = None
 
     @property
     def new_findings(self) -> int:
@@ -446,9 +449,14 @@ def compare(
     have_timelines = a_timeline is not None and b_timeline is not None
     green: GreenContextExplanation | None = None
     green_run: Literal["a", "b"] | None = None
+    comm: CommOverlapExplanation | None = None
     if a_timeline is not None and b_timeline is not None:
         kernels = _kernels(a_timeline, b_timeline, top_kernels)
-        green, green_run = _green_contexts(a_timeline, b_timeline)
+        if has_comm(a_timeline) and has_comm(b_timeline):
+            # NCCL on its own partition: the compute/comm explanation replaces the matmul/elementwise one
+            comm = comm_overlap_explanation(b_timeline, a_timeline)
+        else:
+            green, green_run = _green_contexts(a_timeline, b_timeline)
     else:
         notes.append("kernels not compared (timelines not given)")
     gap_deltas = _gap_causes(a, b)
@@ -475,4 +483,5 @@ def compare(
         green_contexts=green,
         green_contexts_run=green_run,
         verdict=answer,
+        comm_overlap=comm,
     )

@@ -54,7 +54,7 @@ def read_budget_s(size: int) -> float:
     env = os.environ.get(BUDGET_ENV)
     if env:
         try:
-            return max(0.01, float(env))
+            return max(0.0, float(env))
         except ValueError:
             pass
     return 60.0 + size / 1e6

@@ -139,6 +139,8 @@ def trace_path(path: str | Path, meta: dict[str, Any]) -> Path:
         cand = d / Path(name).name  # never leave the run directory
         if cand.is_file():
             return cand
+        if name in names and cand.is_dir() and not cand.is_symlink():  # per-rank traces of a multi-GPU run
+            return cand
     raise BadInput(
         f"run directory holds no trace file (looked for {', '.join(names or TRACE_CANDIDATES)})", d
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from tracelab.analyses.compare import Comparison, Delta, DeviceComparison, GapCauseDelta, Verdict
 from tracelab.analyses.results import TraceInfo
+from tracelab.render.comm_text import explain_comm_overlap
 from tracelab.render.format import fmt_fraction, fmt_ns, fmt_pct, fmt_points, fmt_ratio, fmt_signed_ns
 
 # re-exported for the report writers and older callers (the formatting itself is in render/format.py)
@@ -294,6 +295,9 @@ def format_comparison(
         out += ["", term_safe(f"== green contexts: {green_context_title(c)}", width)]
         out += _wrap(term_safe(c.green_contexts.message), width)
         out += _table(["", "A", "B", "B / A"], green_context_rows(c))
+    if c.comm_overlap is not None:
+        out += ["", "== compute / communication (B against A)"]
+        out += _wrap(term_safe(explain_comm_overlap(c.comm_overlap)), width)
     out += ["", "== gaps by cause"]
     out += _table(
         ["cause", "count A", "count B", "time A", "time B", "delta", "%"],
@@ -390,6 +394,18 @@ def verdict_document(v: Verdict | None) -> dict[str, Any] | None:
     }
 
 
+def comm_overlap_document(comparison: Comparison) -> dict[str, Any] | None:
+    """B's compute/communication explanation against A as JSON (ratios are B / A; non-finite ones
+    are null), with the paragraph the terminal shows under "message". None unless both runs
+    communicate."""
+    e = comparison.comm_overlap
+    if e is None:
+        return None
+    doc = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in asdict(e).items()}
+    doc["message"] = explain_comm_overlap(e)
+    return doc
+
+
 def comparison_document(comparison: Comparison) -> dict[str, Any]:
     """The "comparison" part of `compare --json` / a `.json` report written with --against.
     Every figure is {"a", "b", "delta" (= b - a), "pct" (relative to a, null when a is 0)}."""
@@ -424,6 +440,7 @@ def comparison_document(comparison: Comparison) -> dict[str, Any]:
             ],
         },
         "green_contexts": green_context_document(c),
+        "comm_overlap": comm_overlap_document(c),
         "kernels_compared": c.kernels_compared,
         "kernels": [
             {

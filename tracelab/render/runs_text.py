@@ -64,6 +64,14 @@ class _Column:
         return max([len(self.title), *(len(c) for c in self.cells)])
 
 
+def _short_gpu(name: str | None) -> str:
+    """A GPU name without the vendor ("NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3")."""
+    text = (name or "").strip()
+    for vendor in ("NVIDIA ", "AMD "):
+        text = text.removeprefix(vendor)
+    return text
+
+
 def _source_tail(source: str) -> str:
     """The last two parts of a path: enough to recognise a file, short enough for a table."""
     parts = [p for p in source.replace("\\", "/").split("/") if p]
@@ -76,7 +84,7 @@ def format_runs_table(records: Sequence[RunLike], width: int = 100) -> str:
         _Column("id", [term_safe(r.id) for r in records]),
         _Column("name", [term_safe(r.name or "-") for r in records], min_width=12),
         _Column("backend", [term_safe(r.backend or "-") for r in records]),
-        _Column("gpu", [term_safe(r.gpu or "-") for r in records]),
+        _Column("gpu", [term_safe(_short_gpu(r.gpu) or "-") for r in records]),
         _Column("events", [fmt_count(r.events) for r in records], right=True),
         _Column("trace", [fmt_ns(r.span_ns) for r in records], right=True),
         _Column("source", [term_safe(_source_tail(r.source or "-")) for r in records], min_width=16),
@@ -90,6 +98,10 @@ def format_runs_table(records: Sequence[RunLike], width: int = 100) -> str:
     source = next(c for c in cols if c.title == "source")
     widths["source"] = min(widths["source"], max(source.min_width, widths["source"] - max(total() - width, 0)))
     for title in ("source", "gpu", "backend"):
+        if title == "gpu" and total() > width:  # first the model alone ("H100 80GB HBM3" -> "H100")
+            gpu = next(c for c in cols if c.title == "gpu")
+            gpu.cells = [c.split()[0] if c.split() else c for c in gpu.cells]
+            widths["gpu"] = gpu.natural
         if total() > width:
             cols = [c for c in cols if c.title != title]
     if total() > width:

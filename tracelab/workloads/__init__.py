@@ -7,7 +7,17 @@ Importing this package needs no GPU and no torch; running a variant (`runner.py`
 from __future__ import annotations
 
 from ..errors import BadInput
-from . import default_stream, fusion, graphs, green_contexts, overlap, pdl, priorities, sync_pitfalls
+from . import (
+    comm_overlap,
+    default_stream,
+    fusion,
+    graphs,
+    green_contexts,
+    overlap,
+    pdl,
+    priorities,
+    sync_pitfalls,
+)
 from .base import RunContext, Variant, Workload
 
 WORKLOADS: dict[str, Workload] = {
@@ -21,6 +31,7 @@ WORKLOADS: dict[str, Workload] = {
         fusion.WORKLOAD,
         default_stream.WORKLOAD,
         priorities.WORKLOAD,
+        comm_overlap.WORKLOAD,
     )
 }
 

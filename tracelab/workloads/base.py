@@ -28,6 +28,7 @@ class Workload:
     module: str  # import path of the module with `run(ctx, variant) -> dict`
     params: Mapping[str, Any]  # full size (fills an H100/H200)
     quick: Mapping[str, Any]  # --quick overrides
+    world_size: int = 1  # processes (one GPU each) a variant runs in; > 1 is launched with torchrun
 
     def variant_names(self) -> tuple[str, ...]:
         return tuple(v.name for v in self.variants)
@@ -65,6 +66,7 @@ class Workload:
             "variants": [{"name": v.name, "description": v.description} for v in self.variants],
             "params": dict(self.params),
             "quick": dict(self.quick),
+            "world_size": self.world_size,
         }
 
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import BadInput
 from . import get_workload
 from .base import RunContext
 from .probes import PROBE_FILE, ProbeRecorder
@@ -35,7 +36,7 @@ NSYS_TRACE = "trace.sqlite"
 def gpu_facts() -> dict[str, Any]:
     import torch
 
-    props = torch.cuda.get_device_properties(0)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
     facts: dict[str, Any] = {
         "name": props.name,
         "sm_count": props.multi_processor_count,
@@ -162,6 +163,13 @@ def run_variant(
 
         raise MissingDependency("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
     out.mkdir(parents=True, exist_ok=True)
+    rank, world = _dist_rank()
+    if world > 1:  # one process per GPU under torchrun: per-rank traces, meta.json from rank 0
+        probe = False  # the probe file holds one process's blocks
+        if wl.world_size <= 1:
+            raise BadInput(
+                f"workload {workload!r} runs in one process; it was started with WORLD_SIZE={world}"
+            )
     torch.manual_seed(seed)
     steps = int(params["steps"])
     recorder = ProbeRecorder(enabled=probe, max_rows=int(os.environ.get("TRACELAB_PROBE_ROWS", "2000000")))
@@ -191,6 +199,10 @@ def run_variant(
     torch.cuda.synchronize()
     if backend == "nsys":
         torch.cuda.profiler.stop()
+    if world > 1:
+        return _finish_rank(
+            out, rank, world, prof, backend, trace_file, module, wl, ctx, facts, params, quick, seed
+        )
     meta: dict[str, Any] = {
         "tracelab_run": 1,
         "workload": workload,
@@ -247,6 +259,83 @@ def run_variant(
         if backend == "torch" and any(v == "triton-instrumented" for v in recorder.kinds.values()):
             meta["probe"]["overhead"] = measure_overhead()
     (out / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
+    return out
+
+
+def _dist_rank() -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) as torchrun sets them; (0, 1) in a plain process."""
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+RANKS_DIR = "ranks"
+
+
+def _finish_rank(
+    out: Path,
+    rank: int,
+    world: int,
+    prof,
+    backend: str,
+    trace_file,
+    module,
+    wl,
+    ctx,
+    facts,
+    params,
+    quick: bool,
+    seed: int,
+) -> Path:
+    """A multi-rank variant: rank R writes `ranks/rank<R>.json.gz` (torch backend) and
+    `meta_rank<R>.json`; rank 0 also writes meta.json naming the ranks directory (torch) or
+    the one nsys export of all processes."""
+    ranks = out / RANKS_DIR
+    if prof is not None:
+        ranks.mkdir(parents=True, exist_ok=True)
+        prof.stop()
+        tmp = ranks / f"rank{rank}.json"
+        prof.export_chrome_trace(str(tmp))
+        with open(tmp, "rb") as src, gzip.open(ranks / f"rank{rank}.json.gz", "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.unlink()
+    per_rank = {
+        "rank": rank,
+        "world_size": world,
+        "step_wall_ms": [round(x, 4) for x in ctx.step_wall_ms],
+        "facts": facts,
+        "gpu": gpu_facts(),
+    }
+    # beside, not inside, the ranks directory: that one holds only traces (it is loaded as per-rank traces)
+    (out / f"meta_rank{rank}.json").write_text(json.dumps(per_rank, indent=1, default=str))
+    if hasattr(module, "finish"):
+        module.finish()
+    if rank == 0:
+        meta: dict[str, Any] = {
+            "tracelab_run": 1,
+            "workload": wl.name,
+            "variant": ctx.variant,
+            "backend": backend,
+            "quick": quick,
+            "seed": seed,
+            "params": params,
+            "steps": ctx.steps,
+            "warmup": ctx.warmup,
+            "world_size": world,
+            "description": wl.description,
+            "variant_description": {v.name: v.description for v in wl.variants}[ctx.variant],
+            "gpu": per_rank["gpu"],
+            "step_wall_ms": per_rank["step_wall_ms"],
+            "loop_wall_ms": round(sum(ctx.step_wall_ms), 4),
+            "mean_step_ms": round(sum(ctx.step_wall_ms) / max(1, len(ctx.step_wall_ms)), 4),
+            "facts": facts,
+            "partitions": facts.get("partitions", []),
+            "pdl_kernels": [],
+            "command": [sys.executable, "-m", "tracelab.workloads.runner", *sys.argv[1:]],
+            "trace_file": RANKS_DIR if backend == "torch" else (trace_file or NSYS_TRACE),
+        }
+        (out / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
     return out
 
 
