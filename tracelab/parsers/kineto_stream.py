@@ -203,6 +203,26 @@ def _candidate_cut(buf: bytearray, lo: int, tries: int = 64) -> int:
     return -1
 
 
+def _cut(buf: bytearray, a: int, b: int) -> bytearray:
+    """del buf[a:b]; if a view of buf is still alive somewhere (a BufferError), a trimmed copy instead."""
+    try:
+        del buf[a:b]
+        return buf
+    except BufferError:
+        out = bytearray(buf)
+        del out[a:b]
+        return out
+
+
+def _grow(buf: bytearray, data: bytes) -> bytearray:
+    """buf += data, or a grown copy when a live view pins buf (see _cut)."""
+    try:
+        buf += data
+        return buf
+    except BufferError:
+        return bytearray(buf) + data
+
+
 def _raise_truncated() -> None:
     raise ChunkError("truncated JSON (file ends inside the trace)")
 
@@ -304,16 +324,16 @@ class EventChunks:
             data = self._more(reader)
             eof = not data
             if scanner is None:
-                buf += data
+                buf = _grow(buf, data)
                 if at_file_start and len(buf) >= len(_BOM) or eof:
                     if buf.startswith(_BOM):
-                        del buf[: len(_BOM)]
+                        buf = _cut(buf, 0, len(_BOM))
                     at_file_start = False
                 if at_file_start:
                     continue
                 lead = _skip_ws(buf, 0)
                 if lead:  # leading whitespace, however long, is dropped as it arrives
-                    del buf[:lead]
+                    buf = _cut(buf, 0, lead)
                 if not buf:
                     if eof:
                         raise ChunkError("empty file (no JSON)")
@@ -325,7 +345,7 @@ class EventChunks:
                     raise ChunkError("not a Kineto trace (expected a JSON object with a traceEvents array)")
                 scanner = _KeyScanner()
             else:
-                buf += data
+                buf = _grow(buf, data)
             header = len(buf)
             start = scanner.find(buf, final=eof)
             if start is not None:
@@ -341,14 +361,14 @@ class EventChunks:
         while True:
             lead = _skip_ws(buf, sep + 1)
             if lead > sep + 1:  # whitespace between elements, however long, is dropped as it arrives
-                del buf[sep + 1 : lead]
+                buf = _cut(buf, sep + 1, lead)
             if not eof and len(buf) - sep < self.block_size:
                 if sep > 0:
-                    del buf[:sep]
+                    buf = _cut(buf, 0, sep)
                     sep = 0
                 data = self._more(reader)
                 eof = not data
-                buf += data
+                buf = _grow(buf, data)
                 continue
             if not eof and len(buf) - sep > MAX_EVENT_BYTES + self.block_size:
                 raise ChunkError(
@@ -377,24 +397,24 @@ class EventChunks:
                 while not eof:  # read on: to the end of the file when the array closes here
                     data = self._more(reader)
                     eof = not data
-                    buf += data
+                    buf = _grow(buf, data)
                     if not closes:
                         break
                 continue
             cut = sep + 1 + rel
             j = _skip_ws(buf, cut + 1)
             while j >= len(buf) and not eof:  # the ',' after this element is still unread
-                del buf[cut + 1 : j]  # whitespace already seen
+                buf = _cut(buf, cut + 1, j)  # whitespace already seen
                 data = self._more(reader)
                 eof = not data
-                buf += data
+                buf = _grow(buf, data)
                 j = _skip_ws(buf, cut + 1)
             if j < len(buf) and buf[j] == ord("]"):  # that was the last event: finish at the end of file
                 fast = False
                 while not eof:
                     data = self._more(reader)
                     eof = not data
-                    buf += data
+                    buf = _grow(buf, data)
                 continue
             if j >= len(buf) or buf[j] != ord(","):
                 raise ChunkError("corrupt JSON in traceEvents (expected ',' between events)")
