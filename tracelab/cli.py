@@ -495,6 +495,14 @@ def analyze(
         _echo_json({**to_json(analysis), **(rank_document_of(ranks) if ranks else {})})
     else:
         _print_analysis(analysis, title, top_gaps)
+        from .render.workload_text import workload_lines
+
+        lines = workload_lines(_scoped(timeline, steps, window))
+        if lines:
+            click.echo("\nWorkload figures")
+            from .render.compare_text import term_safe
+
+            click.echo("\n".join(term_safe(x) for x in lines))
         if ranks:
             from .render.ranks_text import format_ranks
 
