@@ -19,8 +19,6 @@ encoder (no Python loop per trace event); the file is written to a temporary nam
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ from tracelab.errors import BadInput
 from tracelab.model import Flag, LaneKind, Timeline
 from tracelab.model.kinds import GPU_ACTIVITY_KINDS, EventKind
 from tracelab.render.format import fmt_ns, run_origin
+from tracelab.render.reports import atomic_file
 
 TRACELAB_PID = 1
 FINDINGS_TID = 1
@@ -480,66 +479,56 @@ def write_perfetto(
     origin = run_origin(analysis)
     layout = _Layout(timeline)
     lane_tracks = layout.lane_tracks()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            head = {"displayTimeUnit": "ns", "otherData": {
-                "generator": "tracelab", "source": analysis.trace.source, "format": analysis.trace.format,
-                "origin_ns": origin, "time_unit": "µs from the run start (origin_ns on the trace clock)",
-            }}
-            fh.write(orjson.dumps(head).decode()[:-1] + ',"traceEvents":[\n')
-            first = [True]
-            tracks: list[_Track] = []
-            used_lanes: Counter[int] = Counter()
-            pid, tid, rows = _event_places(timeline, lane_tracks)
-            for df, lane in _timeline_chunks(timeline, origin, pid, tid, rows):
-                summary.events += _write_events(fh, df, first)
-                used_lanes.update(dict(zip(*np.unique(lane, return_counts=True))))
-            if flows:
-                flow = _flow_events(timeline, origin, pid, tid)
-                summary.events += _write_events(fh, flow, first)
-                summary.flows = len(flow) // 2
-            del pid, tid, rows
-            for code, n in sorted(used_lanes.items()):
-                t = lane_tracks[int(code) // 1024]
-                summary.tracks[_track_key(t)] += int(n)  # counted on the lane's own track, all rows
-                tracks.append(t.row(int(code) % 1024))
-            extra_parts = [
-                _gap_events(analysis, layout, origin),
-                _finding_events(analysis, origin),
-                _step_events(steps_by_rank(analysis), origin),
-            ]
-            if sm_lanes:
-                extra_parts += list(_sm_events(timeline, analysis, layout, origin, summary.notes, max_sm_rows))
-            for df, part_tracks in extra_parts:
-                summary.events += _write_events(fh, df, first)
-                tracks += part_tracks
-                by_id = {(t.pid, t.tid): t for t in part_tracks if t.tid < ROW_TID}
-                if len(df):
-                    keys, counts = np.unique(
-                        df["pid"].to_numpy().astype(np.int64) * ROW_TID + df["tid"].to_numpy() % ROW_TID,
-                        return_counts=True,
-                    )
-                    for key, c in zip(keys.tolist(), counts.tolist()):
-                        t = by_id.get(divmod(key, ROW_TID))
-                        if t is not None:  # extra rows count on their track
-                            summary.tracks[_track_key(t)] += int(c)
-            process_sort = {TRACELAB_PID: 0}
-            for i, (k, pid) in enumerate(sorted(layout.gpu_pid.items())):
-                process_sort[pid] = 10 + 2 * i
-                process_sort[layout.sm_pid[k]] = 11 + 2 * i
-            meta = pd.DataFrame(_metadata_events(tracks, process_sort))
-            _write_events(fh, meta, first)
-            if summary.notes:
-                fh.write('\n],"tracelabNotes":' + orjson.dumps(summary.notes).decode() + "}\n")
-            else:
-                fh.write("\n]}\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_file(path, "w", encoding="utf-8") as fh:
+        head = {"displayTimeUnit": "ns", "otherData": {
+            "generator": "tracelab", "source": analysis.trace.source, "format": analysis.trace.format,
+            "origin_ns": origin, "time_unit": "µs from the run start (origin_ns on the trace clock)",
+        }}
+        fh.write(orjson.dumps(head).decode()[:-1] + ',"traceEvents":[\n')
+        first = [True]
+        tracks: list[_Track] = []
+        used_lanes: Counter[int] = Counter()
+        pid, tid, rows = _event_places(timeline, lane_tracks)
+        for df, lane in _timeline_chunks(timeline, origin, pid, tid, rows):
+            summary.events += _write_events(fh, df, first)
+            used_lanes.update(dict(zip(*np.unique(lane, return_counts=True))))
+        if flows:
+            flow = _flow_events(timeline, origin, pid, tid)
+            summary.events += _write_events(fh, flow, first)
+            summary.flows = len(flow) // 2
+        del pid, tid, rows
+        for code, n in sorted(used_lanes.items()):
+            t = lane_tracks[int(code) // 1024]
+            summary.tracks[_track_key(t)] += int(n)  # counted on the lane's own track, all rows
+            tracks.append(t.row(int(code) % 1024))
+        extra_parts = [
+            _gap_events(analysis, layout, origin),
+            _finding_events(analysis, origin),
+            _step_events(steps_by_rank(analysis), origin),
+        ]
+        if sm_lanes:
+            extra_parts += list(_sm_events(timeline, analysis, layout, origin, summary.notes, max_sm_rows))
+        for df, part_tracks in extra_parts:
+            summary.events += _write_events(fh, df, first)
+            tracks += part_tracks
+            by_id = {(t.pid, t.tid): t for t in part_tracks if t.tid < ROW_TID}
+            if len(df):
+                keys, counts = np.unique(
+                    df["pid"].to_numpy().astype(np.int64) * ROW_TID + df["tid"].to_numpy() % ROW_TID,
+                    return_counts=True,
+                )
+                for key, c in zip(keys.tolist(), counts.tolist()):
+                    t = by_id.get(divmod(key, ROW_TID))
+                    if t is not None:  # extra rows count on their track
+                        summary.tracks[_track_key(t)] += int(c)
+        process_sort = {TRACELAB_PID: 0}
+        for i, (k, pid) in enumerate(sorted(layout.gpu_pid.items())):
+            process_sort[pid] = 10 + 2 * i
+            process_sort[layout.sm_pid[k]] = 11 + 2 * i
+        meta = pd.DataFrame(_metadata_events(tracks, process_sort))
+        _write_events(fh, meta, first)
+        if summary.notes:
+            fh.write('\n],"tracelabNotes":' + orjson.dumps(summary.notes).decode() + "}\n")
+        else:
+            fh.write("\n]}\n")
     return summary

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 import orjson
 
@@ -141,16 +144,17 @@ def check_output_path(path: str | Path) -> Path:
     return path
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same directory and a rename."""
-    check_output_path(path)
+@contextmanager
+def atomic_file(path: Path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
+    """A file handle on a temporary file beside `path`, renamed over `path` (mode 0644) when the block
+    ends normally and deleted when it raises: a reader never sees a half-written file."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise BadInput(f"cannot write here: {exc.strerror}", path) from exc
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        with os.fdopen(fd, mode, encoding=encoding) as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -161,6 +165,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory and a rename."""
+    check_output_path(path)
+    with atomic_file(path) as fh:
+        fh.write(data)
 
 
 def write_report(
