@@ -589,17 +589,13 @@ def _evidence(
     rel_l = obj(fmt_rel_many(l_start - a))
     out = np.empty(n, dtype=object)
 
+    def queued(m: np.ndarray) -> np.ndarray:
+        """'<op> was already launched (<call> at +t) but started only at +t' for the rows m."""
+        return what[m] + " was already launched (" + caller[m] + " at " + rel_l[m] + ") but started only at " + rel_b[m]
+
     m = cause == "dependency_wait"
     if m.any():
-        txt = (
-            what[m]
-            + " was already launched ("
-            + caller[m]
-            + " at "
-            + rel_l[m]
-            + ") but started only at "
-            + rel_b[m]
-        )
+        txt = queued(m)
         k = s_ok[m]
         if k.any():
             last = "; last " + _labels(names, lambda x: nm(x), s_name[m][k]) + " at "
@@ -685,16 +681,7 @@ def _evidence(
         out[m] = "next " + what[m] + " at " + rel_b[m] + "; its launch is not in the trace"
     m = (cause == "unknown") & found
     if m.any():
-        out[m] = (
-            what[m]
-            + " was already launched ("
-            + caller[m]
-            + " at "
-            + rel_l[m]
-            + ") but started only at "
-            + rel_b[m]
-            + "; no stream-wait or event record shows what it waited for"
-        )
+        out[m] = queued(m) + "; no stream-wait or event record shows what it waited for"
         g = m & graph
         if g.any():
             out[g] = out[g] + " (a CUDA graph node: its dependencies inside the graph are not in the trace)"
