@@ -14,6 +14,7 @@ from tracelab.analyses.intervals import merge_grouped
 from tracelab.analyses.sm import sm_lanes
 from tracelab.analyses.steps import find_steps
 from tracelab.model.kinds import EventKind
+from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.lod import LodView, busy_bins, level_of_detail, segments
 from tracelab.render.timeline import (
     Overlays,
@@ -203,7 +204,11 @@ def run_gaps(state: AppState, record: RunRecord) -> pd.DataFrame:
     if state.cached_analysis(run_id) is None and record.events > SYNC_ANALYSIS_MAX_EVENTS:
         state.analyse_in_background(run_id)
         return gaps_frame(())
-    return state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps))
+    def make() -> pd.DataFrame:
+        analysis = state.analysis(run_id)
+        return gaps_frame(analysis.gaps, gap_evidence(analysis))  # hover text of the idle lanes
+
+    return state.cached(("gaps_frame", run_id), make)
 
 
 def device_busy_union(state: AppState, run_id: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:

@@ -8,8 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_analyses_builder import TB, Sim, us
 
-from tracelab.analyses import AnalysisOptions, analyze, to_document
+from tracelab.analyses import AnalysisOptions, analyze
 from tracelab.model import ContextInfo, CopyKind, DeviceInfo, Flag, MemKind, SyncKind
+from tracelab.render.document import to_document
+from tracelab.render.gap_evidence import gap_evidence
+
+
+def ev(analysis, gap) -> str:
+    """The evidence text of one gap (tracelab.render.gap_evidence)."""
+    return gap_evidence(analysis, [gap])[0]
 
 
 def _two_stream_device():
@@ -171,15 +178,16 @@ def test_gap_causes(case, cause, evidence):
         us(300),
         us(200 if case != "item" else 198),
     )
-    assert g.cause == cause, g.evidence
-    assert evidence in g.evidence, g.evidence
+    assert g.cause == cause, ev(a, g)
+    assert evidence in ev(a, g), ev(a, g)
 
 
 def test_dependency_wait_evidence_names_the_launch():
-    (g,) = analyze(_gap_case("dependency_wait")).gaps
+    a = analyze(_gap_case("dependency_wait"))
+    (g,) = a.gaps
     assert (
         "was already launched (cudaLaunchKernel on thread 1 at -55.0 µs) but started only at +200.0 µs"
-        in g.evidence
+        in ev(a, g)
     )
 
 
@@ -192,10 +200,11 @@ def test_gap_threshold_and_order():
     tl = tb.build()
     gaps = analyze(tl).gaps
     assert [(g.start_ns, g.duration_ns) for g in gaps] == [(us(25), us(75)), (us(110), us(20))]  # time order
-    gaps = analyze(tl, AnalysisOptions(gap_threshold_ns=1_000)).gaps
+    a = analyze(tl, AnalysisOptions(gap_threshold_ns=1_000))
+    gaps = a.gaps
     assert [g.duration_ns for g in gaps] == [us(5), us(75), us(20)]
     # all launched up front, but nothing shows a queued dependency: unknown, and the evidence says so
-    assert all(g.cause == "unknown" and "no stream-wait or event record" in g.evidence for g in gaps)
+    assert all(g.cause == "unknown" and "no stream-wait or event record" in e for g, e in zip(gaps, gap_evidence(a)))
 
 
 def test_gaps_are_per_device_and_within_span():
@@ -230,7 +239,7 @@ def test_item_per_step_produces_host_sync_gaps_from_the_simulator():
     a = analyze(sim.build())
     causes = [g.cause for g in a.gaps]
     assert len(causes) == 4 and set(causes) == {"host_sync"}
-    assert all("cudaMemcpyAsync" in g.evidence for g in a.gaps)
+    assert all("cudaMemcpyAsync" in e for e in gap_evidence(a))
 
 
 def test_exclude_orphans_and_notes():
@@ -297,8 +306,9 @@ def test_profiler_sync_record_defers_to_its_api_call():
             tb.api("cudaEventQuery", 95, 110, corr=500)
         tb.sync_event(SyncKind.EVENT, 95, 110, corr=500)
         tb.kernel(300, 100, name="kernel_B", launch_at=295)
-        (g,) = analyze(tb.build()).gaps
-        assert g.cause == cause, g.evidence
+        a = analyze(tb.build())
+        (g,) = a.gaps
+        assert g.cause == cause, ev(a, g)
 
 
 def test_host_view_finds_outermost_op_per_thread():
@@ -379,6 +389,7 @@ def test_queued_graph_node_without_a_stream_wait_is_unknown():
     tb = TB()
     tb.kernel(0, 100, launch_at=-30, launch_name="cudaGraphLaunch", flags=Flag.GRAPH)
     tb.kernel(300, 100, launch_at=-30, launch_name="cudaGraphLaunch", flags=Flag.GRAPH)
-    (g,) = analyze(tb.build()).gaps
+    a = analyze(tb.build())
+    (g,) = a.gaps
     assert g.cause == "unknown" and g.duration_ns == us(200)
-    assert "no stream-wait or event record" in g.evidence and "a CUDA graph node" in g.evidence
+    assert "no stream-wait or event record" in ev(a, g) and "a CUDA graph node" in ev(a, g)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.analyses import AnalysisOptions, to_document
+from tracelab.analyses import AnalysisOptions
 from tracelab.analyses.rules import rule_ids
 from tracelab.api import analyze  # findings with their prose
+from tracelab.render.document import to_document
+from tracelab.render.gap_evidence import gap_evidence
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")]
@@ -64,8 +66,8 @@ def test_invariants_on_real_traces(rel):
             assert all(d.start_ns <= g.start_ns < g.end_ns <= d.end_ns for g in dev_gaps)
             starts = [g.start_ns for g in dev_gaps]
             assert starts == sorted(starts)
-        for g in a.gaps:
-            assert g.duration_ns >= options.gap_threshold_ns and g.cause in CAUSES and g.evidence
+        for g, evidence in zip(a.gaps, gap_evidence(a), strict=True):
+            assert g.duration_ns >= options.gap_threshold_ns and g.cause in CAUSES and evidence
         for f in a.findings:
             assert f.rule in rule_ids() and f.count > 0 and f.wasted_ns >= 0 and f.message
         json.dumps(to_document(a))
@@ -81,4 +83,4 @@ def test_known_findings_on_real_traces():
     # HTA's .item() micro-benchmark: the gap after the pageable DtoH copy is a host sync
     a = analyze(_load("hta/critical_path__cuda_event_sync__event_sync_trace.json.gz"))
     item_gap = max(a.gaps, key=lambda g: g.duration_ns)
-    assert item_gap.cause == "host_sync" and "cudaMemcpyAsync" in item_gap.evidence
+    assert item_gap.cause == "host_sync" and "cudaMemcpyAsync" in gap_evidence(a, [item_gap])[0]

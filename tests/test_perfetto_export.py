@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from tracelab.api import analyze
 from tracelab.cli import main
 from tracelab.model import EventKind, LaneKind
+from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.perfetto import ROW_TID, overlap_rows, write_perfetto
 
 STEP = re.compile(r"^step \d+$")
@@ -113,7 +114,7 @@ def test_gaps_findings_and_steps_tracks(exported):
     assert sum(e["dur"] for e in gaps) == pytest.approx(sum(g.duration_ns for g in an.gaps) / 1e3)
     longest = max(gaps, key=lambda e: e["dur"])
     g = max(an.gaps, key=lambda g: g.duration_ns)
-    assert longest["args"]["evidence"] == g.evidence
+    assert longest["args"]["evidence"] == gap_evidence(an, [g])[0]
     assert longest["ts"] == pytest.approx((g.start_ns - int(tl.events["start"].min())) / 1e3, abs=1e-3)
 
     findings = [e for e in doc["traceEvents"] if e.get("cat") == "tracelab.finding"]

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 
 from tracelab.analyses import analyze
 from tracelab.analyses.kernels import kernel_summary
-from tracelab.analyses.results import Analysis, AnalysisOptions, Finding, to_document
+from tracelab.analyses.results import Analysis, AnalysisOptions, Finding
 from tracelab.errors import BadInput
 from tracelab.model import CopyKind, DeviceInfo, EventKind, Flag, RunMeta, StringInterner, build_timeline
 from tracelab.render.compare_text import shorten
+from tracelab.render.document import to_document
 from tracelab.render.report_md import md_escape
 from tracelab.render.reports import write_report
 
@@ -107,8 +108,10 @@ def hostile_analysis(timeline) -> Analysis:
         Finding("launch_bound", "warning", 3, 120_000, f"tiny kernels {HOSTILE[0]} between launches", f"stream 7 {HOSTILE[1]}"),
         Finding("sync_per_iteration", "critical", 20, 600_000, f"sync after {HOSTILE[2]}", HOSTILE[3]),
     )
-    gaps = tuple(replace(g, evidence=f"{g.evidence} after {HOSTILE[1]}") for g in a.gaps)
-    return replace(a, findings=findings, gaps=gaps)
+    # every gap's evidence quotes names (kernels, calls) from the details' string table: make them hostile
+    d = a.gap_details
+    details = replace(d, strings=tuple(f"{s} after {HOSTILE[1]}" for s in d.strings)) if d is not None else None
+    return replace(a, findings=findings, gap_details=details)
 
 
 # ---- checks ---------------------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def scoped_timeline(timeline: Timeline, steps: str | None = None, window_us: str
 
 def to_json(analysis: Analysis) -> dict[str, Any]:
     """The `analyze --json` document (schema 2, DESIGN.md)."""
-    from .analyses.results import to_document
+    from .render.document import to_document
 
     return to_document(analysis)
 

@@ -539,8 +539,9 @@ def compare(
     an_a, an_b = _analyze(tl_a, options, steps, window), _analyze(tl_b, options, steps, window)
     comparison = compare_analyses(an_a, an_b, _scoped(tl_a, steps, window), _scoped(tl_b, steps, window))
     if as_json:
-        from .analyses.results import SCHEMA_VERSION, to_document
+        from .analyses.results import SCHEMA_VERSION
         from .render.compare_text import comparison_document
+        from .render.document import to_document
 
         _echo_json(
             {

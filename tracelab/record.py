@@ -26,9 +26,10 @@ from .errors import BadInput, MissingDependency, TracelabError
 from .workloads import get_workload
 
 BACKENDS = ("nsys", "torch")
+NSYS_TRACE = "cuda,nvtx,osrt"  # CUDA API + activity, NVTX ranges, OS runtime calls (OSRT_API)
 NSYS_FLAGS = (
     "-t",
-    "cuda,nvtx,osrt",
+    NSYS_TRACE,
     "--sample=none",
     "--cpuctxsw=none",
     "--cuda-graph-trace=node",
@@ -84,13 +85,16 @@ def nsys_command(
     cmd: Sequence[str],
     window: bool = False,
     extra: Sequence[str] = (),
+    os_calls: bool = True,
 ) -> list[str]:
     """`nsys profile` with tracelab's flags (small traces: no CPU sampling, no context switches);
-    `window`: record only between cudaProfilerStart and cudaProfilerStop; `extra`: more flags."""
+    `window`: record only between cudaProfilerStart and cudaProfilerStop; `extra`: more flags;
+    `os_calls`: trace OS runtime calls (osrt: what tells "blocked in the OS" from "busy" in gap causes)."""
+    flags = NSYS_FLAGS if os_calls else tuple("cuda,nvtx" if f == NSYS_TRACE else f for f in NSYS_FLAGS)
     return [
         str(nsys),
         "profile",
-        *NSYS_FLAGS,
+        *flags,
         *(NSYS_WINDOW if window else ()),
         *extra,
         "-o",
@@ -180,12 +184,14 @@ def build_command(
     seed: int = 0,
     nsys: str | Path = "nsys",
     probe: bool = True,
+    nsys_extra: Sequence[str] = (),
+    os_calls: bool = True,
 ) -> list[str]:
-    """The full command that records one variant with `backend`."""
+    """The full command that records one variant with `backend` (`nsys_extra`: more nsys flags)."""
     check_backend(backend)
     inner = workload_command(name, variant, backend, quick, run_dir, params, seed, probe)
     if backend == "nsys":
-        return nsys_command(nsys, Path(run_dir) / "trace", inner, window=True)
+        return nsys_command(nsys, Path(run_dir) / "trace", inner, window=True, extra=nsys_extra, os_calls=os_calls)
     return inner
 
 
@@ -327,8 +333,15 @@ def record_workload(
     seed: int = 0,
     probe: bool = True,
     timeout: float | None = 900,
+    pytorch_host: bool = True,
+    os_calls: bool = True,
 ) -> list[Path]:
-    """Record each selected variant in its own subprocess; returns the run directories."""
+    """Record each selected variant in its own subprocess; returns the run directories.
+
+    Under nsys the workload (a Python program) also gets `--pytorch=autograd-nvtx` (when `pytorch_host`
+    and this nsys has the option), as `record_command` gives any Python program, so an nsys run sees the
+    host side of PyTorch as a torch.profiler run does; meta.json's "nsys_host" says what was done.
+    `os_calls=False` leaves OS runtime tracing out (to measure what it costs)."""
     wl = get_workload(name)
     variants = wl.resolve_variants(variant)
     check_backend(backend)
@@ -342,17 +355,36 @@ def record_workload(
         out_dir = runs_dir()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    host_flags: tuple[str, ...] = ()
+    host_note = "PyTorch host ranges not requested"
+    if nsys is not None and pytorch_host:
+        host_flags, host_note = pytorch_host_flags(nsys, [sys.executable, "-m", "tracelab.workloads.runner"])
     runs = []
     for v in variants:
         suffix = "".join(f"-{_safe(str(k))}={_safe(str(val))}" for k, val in sorted((params or {}).items()))
         run_dir = _fresh_dir(out / f"{name}-{v}-{backend}{suffix}")
         run_dir.mkdir(parents=True)
-        cmd = build_command(name, v, backend, quick, run_dir, params, seed, nsys or "nsys", probe)
+        cmd = build_command(
+            name, v, backend, quick, run_dir, params, seed, nsys or "nsys", probe, host_flags, os_calls
+        )
         _run(cmd, run_dir, timeout)
         if backend == "nsys":
             _finish_nsys(run_dir, nsys)
+            _note_nsys_host(run_dir, host_flags, host_note, os_calls)
         runs.append(run_dir)
     return runs
+
+
+def _note_nsys_host(run_dir: Path, flags: Sequence[str], note: str, os_calls: bool) -> None:
+    """Record in meta.json which host-side data nsys was asked for (PyTorch ranges, OS calls)."""
+    meta_path = run_dir / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    except ValueError:
+        return
+    if isinstance(meta, dict):
+        meta["nsys_host"] = {"flags": list(flags), "note": note, "os_calls": os_calls}
+        meta_path.write_text(json.dumps(meta, indent=1, default=str))
 
 
 def record_command(
@@ -362,6 +394,7 @@ def record_command(
     timeout: float | None = None,
     *,
     pytorch_host: bool = True,
+    os_calls: bool = True,
 ) -> Path:
     """Profile any program: nsys wraps any command; torch.profiler wraps a Python script
     (`python script.py ...` or `script.py ...`). Returns the run directory.
@@ -386,7 +419,7 @@ def record_command(
             host_flags, host_note = pytorch_host_flags(nsys, cmd)
         else:
             host_flags, host_note = (), "PyTorch host ranges not requested"
-        _run(nsys_command(nsys, run_dir / "trace", cmd, extra=host_flags), run_dir, timeout)
+        _run(nsys_command(nsys, run_dir / "trace", cmd, extra=host_flags, os_calls=os_calls), run_dir, timeout)
         _finish_nsys(run_dir, nsys)
         trace = "trace.sqlite"
     else:
@@ -412,7 +445,7 @@ def record_command(
             meta.update({k: v for k, v in program.items() if k in ("partitions", "pdl_kernels")})
             meta["program"] = program
     if backend == "nsys":
-        meta["nsys_host"] = {"flags": list(host_flags), "note": host_note}
+        meta["nsys_host"] = {"flags": list(host_flags), "note": host_note, "os_calls": os_calls}
     meta.update(
         {
             "tracelab_run": 1,

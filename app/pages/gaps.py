@@ -8,6 +8,7 @@ from typing import Any
 from dash import dcc, html
 
 from tracelab.render.figures import fmt_ns, gaps_figure, gaps_table
+from tracelab.render.gap_evidence import gap_evidence
 
 from ..components import data_table, run_header
 from ..data import finding_window, findings_table
@@ -23,9 +24,12 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
     def body(record) -> html.Div:
         analysis = state.analysis(record.id)
         origin = record.start_ns or 0
-        gt = gaps_table(analysis.gaps, origin)
+        longest = sorted(analysis.gaps, key=lambda g: -g.duration_ns)
+        top = longest[:MAX_GAP_ROWS]  # evidence is written for the listed gaps only
+        gt = gaps_table(top, origin, gap_evidence(analysis, top))
         # ns times as strings: epoch nanoseconds do not survive JavaScript numbers
-        shown = gt.head(MAX_GAP_ROWS).astype({"start_ns": str, "end_ns": str})
+        shown = gt.astype({"start_ns": str, "end_ns": str})
+        drawn = longest[:5000]
         ft = findings_table(analysis)
         total = sum(g.duration_ns for g in analysis.gaps)
         finding_items = []
@@ -76,12 +80,12 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                 html.P("Click a gap (row or point) to open the timeline there.", className="hint"),
                 dcc.Graph(
                     id="gaps-graph",
-                    figure=gaps_figure(sorted(analysis.gaps, key=lambda g: -g.duration_ns)[:5000], origin),
+                    figure=gaps_figure(drawn, origin, gap_evidence(analysis, drawn)),
                     config={"displaylogo": False},
                 ),
                 html.P(
-                    f"The {MAX_GAP_ROWS:,} longest of {len(gt):,} gaps are listed."
-                    if len(gt) > MAX_GAP_ROWS
+                    f"The {MAX_GAP_ROWS:,} longest of {len(longest):,} gaps are listed."
+                    if len(longest) > MAX_GAP_ROWS
                     else "",
                     className="hint",
                 ),

@@ -11,7 +11,7 @@ import numpy as np
 from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
 from .findings import finding_notes
-from .gaps import FirstSeen, find_gaps, host_views, thread_first_seen
+from .gaps import FirstSeen, find_gaps_with_details, host_views, thread_first_seen
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
 from .rules import FindingContext, evaluate_all
 from .step_table import step_rows
@@ -85,7 +85,7 @@ def analyze(
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace")
     hosts = host_views(timeline, first_seen)
     devices = device_summaries(timeline, rows)
-    gaps = find_gaps(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
+    gaps, gap_details = find_gaps_with_details(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
     steps = find_steps(timeline) if steps is None else steps
     notes.extend(steps.notes)
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps)
@@ -105,4 +105,5 @@ def analyze(
             for s in steps.steps
         ),
         step_rows=step_rows(timeline, steps, gaps),
+        gap_details=gap_details,
     )

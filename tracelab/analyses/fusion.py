@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..model import EventKind, Timeline
-from .gaps import short_name
+from .names import short_name
 from .steps import marked_steps
 
 

@@ -174,3 +174,39 @@ def running_max_index(ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pos = np.arange(e.size, dtype=np.int64)
     arg = np.maximum.accumulate(np.where(e == runmax, pos, 0))
     return runmax, arg
+
+
+_FAR = np.int64(1) << 61  # stands for -inf / +inf in complements (any trace time is < 2^62, DECISIONS "Limits")
+
+
+def intersect(a_starts, a_ends, b_starts, b_ends) -> tuple[np.ndarray, np.ndarray]:
+    """(union A) ∩ (union B) as disjoint sorted intervals, for two unions as `merge` returns them
+    (disjoint, sorted; zero-length intervals add nothing). One sorted sweep."""
+    a_s, a_e, b_s, b_e = _as_i64(a_starts), _as_i64(a_ends), _as_i64(b_starts), _as_i64(b_ends)
+    ka, kb = a_e > a_s, b_e > b_s
+    times = np.concatenate([a_s[ka], b_s[kb], a_e[ka], b_e[kb]])
+    if times.size == 0:
+        return _EMPTY, _EMPTY
+    n_open = int(ka.sum() + kb.sum())
+    delta = np.concatenate([np.ones(n_open, np.int64), -np.ones(n_open, np.int64)])
+    order = np.lexsort((delta, times))  # at equal times ends first: touching intervals do not overlap
+    times, depth = times[order], np.cumsum(delta[order])
+    both = np.flatnonzero(depth[:-1] == 2)  # each input is disjoint: depth 2 = inside one of each
+    s, e = times[both], times[both + 1]
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def complement_all(us, ue) -> tuple[np.ndarray, np.ndarray]:
+    """Everything outside a union (as `merge` returns it), from -inf to +inf (±2^61 stand for them)."""
+    us, ue = _as_i64(us), _as_i64(ue)
+    s = np.concatenate([[-_FAR], ue])
+    e = np.concatenate([us, [_FAR]])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def subtract(a_starts, a_ends, b_starts, b_ends) -> tuple[np.ndarray, np.ndarray]:
+    """(union A) minus (union B), both unions as `merge` returns them."""
+    cs, ce = complement_all(b_starts, b_ends)
+    return intersect(a_starts, a_ends, cs, ce)

@@ -1,10 +1,13 @@
-"""Typed, frozen analysis results. `to_document` turns an `Analysis` into the `analyze --json`
+"""Typed, frozen analysis results. `document` turns an `Analysis` into the `analyze --json`
 document (schema 2, DESIGN.md); everything renders from these types, never from raw events."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
 
 if TYPE_CHECKING:
     from .step_table import StepRow
@@ -89,11 +92,91 @@ class Gap:
     end_ns: int
     duration_ns: int
     cause: GapCause
-    evidence: str
-    host_data: str = ""  # which host data the rank's trace had: "cpu_ops", "cuda_api", "none"
+    host_data: str = ""  # which host data the rank's trace had: "cpu_ops", "cuda_api", "none" (+ "+os_calls")
     launch_start_ns: int = -1  # start of the next op's launch call (-1: not in the trace)
     launch_tid: int = -1  # thread of that call
     host_active: float = 0.0  # share of [gap start, next launch) the launching thread's recorded activity covers
+    detail: int = -1  # row of the analysis' GapDetails that holds this gap's evidence (-1: none)
+
+
+CAUSES: tuple[GapCause, ...] = ("dependency_wait", "host_sync", "launch_latency", "no_work", "unknown")
+HOST_DATA: tuple[str, ...] = ("cpu_ops", "cuda_api", "none")
+
+
+@dataclass(frozen=True, eq=False)
+class GapDetails:
+    """The structured evidence of the gaps of an analysis, as columns: row `Gap.detail` describes that
+    gap. Names are ids into `strings` (the timeline's string table); -1 means none / not in the trace.
+    Times are ns on the trace clock. No prose: tracelab.render.gap_evidence writes the sentences.
+
+    What each cause's evidence uses (docs/DESIGN.md, "Gap causes"):
+    - the op that ends the gap: next_kind (EventKind), next_name, next_stream, next_graph (a CUDA graph
+      node); its launch call: launch_found, launch_name, launch_tid, launch_start;
+    - host_sync: the wait (wait_name, wait_tid, wait_start, wait_end), wait_covers (it covers
+      wait_fraction >= 50% of the gap; else it was in progress when the gap began);
+    - launch_latency: host_active (share of [gap start, next launch) the launching thread's recorded
+      host activity covers); host_op: the outermost CPU op the launching thread was in halfway to the
+      launch (host_sync: halfway from the wait's return to the launch);
+    - dependency_wait: dep_name / dep_start, the stream-wait record issued before the launch;
+    - no_work, blocked in the OS (os_blocked): os_self, the share of [gap start, next launch) the launching
+      thread spent in OS runtime calls outside its CUDA calls; os_all, the share during which no launching
+      thread of its process ran (os_threads of them); os_calls, its OS calls in that window, and the one
+      that names it (os_name, os_start, os_end: running halfway through, else the last one);
+    - host_data: which host data the rank's trace had (index into HOST_DATA); os_data: whether it had OS
+      runtime calls (nsys --trace=osrt)."""
+
+    strings: tuple[str, ...]
+    start: np.ndarray
+    end: np.ndarray
+    cause: np.ndarray  # index into CAUSES
+    host_data: np.ndarray  # index into HOST_DATA
+    next_kind: np.ndarray
+    next_name: np.ndarray
+    next_stream: np.ndarray
+    next_graph: np.ndarray
+    launch_found: np.ndarray
+    launch_name: np.ndarray
+    launch_tid: np.ndarray
+    launch_start: np.ndarray
+    wait_covers: np.ndarray
+    wait_name: np.ndarray
+    wait_tid: np.ndarray
+    wait_start: np.ndarray
+    wait_end: np.ndarray
+    wait_fraction: np.ndarray
+    host_active: np.ndarray
+    host_op: np.ndarray
+    dep_name: np.ndarray
+    dep_start: np.ndarray
+    os_data: np.ndarray
+    os_blocked: np.ndarray
+    os_self: np.ndarray
+    os_all: np.ndarray
+    os_threads: np.ndarray
+    os_calls: np.ndarray
+    os_name: np.ndarray
+    os_start: np.ndarray
+    os_end: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    @staticmethod
+    def column_names() -> tuple[str, ...]:
+        return tuple(f.name for f in fields(GapDetails) if f.name != "strings")
+
+    @classmethod
+    def concat(cls, strings: tuple[str, ...], parts: Sequence[dict[str, np.ndarray]]) -> GapDetails:
+        """One table from per-device column dicts (in row order)."""
+        cols = {}
+        for name in cls.column_names():
+            arrays = [p[name] for p in parts]
+            cols[name] = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+        return cls(strings=strings, **cols)
+
+    def take(self, rows: np.ndarray) -> GapDetails:
+        """The rows `rows`, in that order."""
+        return GapDetails(self.strings, **{n: getattr(self, n)[rows] for n in self.column_names()})
 
 
 @dataclass(frozen=True)
@@ -138,11 +221,14 @@ class Analysis:
     options: AnalysisOptions = AnalysisOptions()
     steps: tuple[StepInfo, ...] = ()
     step_rows: tuple[StepRow, ...] = ()  # the per-step table (tracelab.analyses.step_table)
+    # the gaps' structured evidence (row Gap.detail); its prose is built by tracelab.render.gap_evidence
+    gap_details: GapDetails | None = field(default=None, compare=False, repr=False)
 
 
-def to_document(analysis: Analysis) -> dict[str, Any]:
+def document(analysis: Analysis, gap_evidence: Sequence[str]) -> dict[str, Any]:
     """The `analyze --json` document, schema 2 (DESIGN.md): schema 1 plus `steps`, `notes`,
-    `findings[].data` and each gap's `host_data` and `details`."""
+    `findings[].data` and each gap's `host_data` and `details`. `gap_evidence` holds each gap's evidence
+    text, in the order of `analysis.gaps` (tracelab.render.document.to_document builds it)."""
 
     def device_doc(d: DeviceSummary) -> dict[str, Any]:
         return {
@@ -213,7 +299,7 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
                 "end_ns": g.end_ns,
                 "duration_ns": g.duration_ns,
                 "cause": g.cause,
-                "evidence": g.evidence,
+                "evidence": text,
                 "host_data": g.host_data,
                 "details": {
                     "launch_start_ns": g.launch_start_ns if g.launch_start_ns >= 0 else None,
@@ -221,7 +307,7 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
                     "host_active_fraction": g.host_active,
                 },
             }
-            for g in analysis.gaps
+            for g, text in zip(analysis.gaps, gap_evidence, strict=True)
         ],
         "findings": [
             {

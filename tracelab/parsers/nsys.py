@@ -5,7 +5,7 @@
     export_nsys_rep(rep, out_dir)   run `nsys export --type sqlite` (MissingDependency without nsys)
 
 Tables read: CUPTI_ACTIVITY_KIND_{KERNEL,MEMCPY,MEMSET,SYNCHRONIZATION,CUDA_EVENT,RUNTIME,DRIVER},
-NVTX_EVENTS, StringIds, ThreadNames, PROCESSES, TARGET_INFO_{GPU,CUDA_DEVICE,CUDA_CONTEXT_INFO},
+NVTX_EVENTS, OSRT_API (OS runtime calls), StringIds, ThreadNames, PROCESSES, TARGET_INFO_{GPU,CUDA_DEVICE,CUDA_CONTEXT_INFO},
 META_DATA_EXPORT / EXPORT_META_DATA and the ENUM_* tables. Whatever is missing is stated in
 meta.notes. Host launches and GPU work are linked by correlationId (made unique across processes).
 """
@@ -24,6 +24,7 @@ from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_host import host_of, pid_of
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
+from .nsys_osrt import OS_CALL_CATEGORY, OSRT
 from .nsys_read import distinct_pairs, merge_sorted, read_tables
 from .nsys_strings import NsysStrings, compact
 from .nsys_target import (
@@ -199,6 +200,9 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
 
     counts = {**_counts(kind, open_ranges), **stats}
+    if OSRT in db.tables:  # OS runtime calls were traced (even if none lasted past the threshold)
+        os_call = (kind == int(EventKind.OTHER)) & (cols["category"] == strings.intern(OS_CALL_CATEGORY))
+        counts["os_calls"] = int(os_call.sum())
 
     on_device = (cols["device"] >= 0) & (gpu | (kind == int(EventKind.SYNC)))
     used_devices = distinct_pairs(cols["rank"][on_device], cols["device"][on_device])

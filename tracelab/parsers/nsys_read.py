@@ -15,6 +15,7 @@ from ..model.timeline import DEFAULTS
 from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
 from .nsys_db import NsysDb
 from .nsys_host import read_driver, read_nvtx, read_runtime
+from .nsys_osrt import OSRT, read_osrt
 from .nsys_strings import NsysStrings
 
 # columns the parser itself works on after the merge (the others may stay absent)
@@ -87,6 +88,7 @@ def read_tables(
         ("CUPTI_ACTIVITY_KIND_RUNTIME", lambda d: read_runtime(d, strings)),
         ("CUPTI_ACTIVITY_KIND_DRIVER", lambda d: read_driver(d, strings)),
         ("NVTX_EVENTS", lambda d: read_nvtx(d, strings)),
+        (OSRT, lambda d: read_osrt(d, strings)),
     ]
     tasks = [(t, fn) for t, fn in tasks if t in db.tables]
     sizes = {t: db.count(t) for t, _ in tasks}

@@ -191,12 +191,13 @@ def stream_utilization_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
     return fig
 
 
-def gaps_figure(gaps: Sequence[Gap], origin_ns: int) -> go.Figure:
+def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None) -> go.Figure:
     """Idle gaps on a time axis, coloured by cause (each point carries customdata [start, end] in ns
-    from `origin_ns`)."""
+    from `origin_ns`); `evidence`: each gap's evidence text in the order of `gaps`, for the hover."""
     if not gaps:
         return empty_figure("no idle gaps above the threshold")
     df = pd.DataFrame([g.__dict__ for g in gaps])
+    df["evidence"] = list(evidence) if evidence is not None else ""
     fig = go.Figure()
     colors = {
         "host_sync": "#d62728",
@@ -244,11 +245,13 @@ GAPS_TABLE_COLUMNS = (
 )
 
 
-def gaps_table(gaps: Sequence[Gap], origin_ns: int) -> pd.DataFrame:
-    """Gaps sorted by duration (longest first), with times relative to the run origin."""
+def gaps_table(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None) -> pd.DataFrame:
+    """Gaps sorted by duration (longest first), with times relative to the run origin; `evidence`: each
+    gap's evidence text, in the order of `gaps` (tracelab.render.gap_evidence; '' without it)."""
     if not gaps:
         return pd.DataFrame(columns=list(GAPS_TABLE_COLUMNS))
     df = pd.DataFrame([g.__dict__ for g in gaps])
+    df["evidence"] = list(evidence) if evidence is not None else ""
     df = df.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
     df["id"] = [f"gap-{i}" for i in range(len(df))]
     df["start_us"] = ((df["start_ns"] - origin_ns) / 1e3).round(3)

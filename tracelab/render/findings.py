@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..analyses.gaps import short_name
+from ..analyses.names import short_name
 from ..analyses.results import Analysis, Finding
 from ..analyses.rules import RULES
 from ..analyses.units import fmt_bytes, fmt_ns

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..analyses.gaps import short_name
+from ..analyses.names import short_name
 from ..analyses.results import Finding
 from ..analyses.units import fmt_ns
 

@@ -34,6 +34,7 @@ from tracelab.errors import BadInput
 from tracelab.model import Flag, LaneKind, Timeline
 from tracelab.model.kinds import GPU_ACTIVITY_KINDS, EventKind
 from tracelab.render.format import fmt_ns, run_origin
+from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.reports import atomic_file
 
 TRACELAB_PID = 1
@@ -308,7 +309,10 @@ def _gap_events(analysis: Analysis, layout: _Layout, origin: int) -> tuple[pd.Da
         "dur": (end - start) / 1e3,
         "pid": [layout.gpu_pid.get((g.rank, g.device), TRACELAB_PID) for g in gaps],
         "tid": GAPS_TID,
-        "args": [{"cause": g.cause, "duration": fmt_ns(g.duration_ns), "evidence": g.evidence} for g in gaps],
+        "args": [
+            {"cause": g.cause, "duration": fmt_ns(g.duration_ns), "evidence": ev}
+            for g, ev in zip(gaps, gap_evidence(analysis))
+        ],
     })
     return df, tracks
 

@@ -43,6 +43,7 @@ from tracelab.render.compare_text import (
     verdict_line,
 )
 from tracelab.render.format import fmt_offset, run_origin
+from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.reports import metadata_rows, report_title
 
 NAME_LIMIT = 160
@@ -217,8 +218,8 @@ def _gaps(analysis: Analysis, limits: Limits) -> str:
     top = sorted(analysis.gaps, key=lambda g: -int(g.duration_ns))[:limits.top_gaps]
     rows = [
         [f"r{g.rank}/d{g.device}", fmt_offset(g.start_ns, origin), fmt_ns(g.duration_ns),
-         _code(g.cause), _e(g.evidence, limits.text_limit)]
-        for g in top
+         _code(g.cause), _e(evidence, limits.text_limit)]
+        for g, evidence in zip(top, gap_evidence(analysis, top))
     ]
     return _table(["device", "at (from the run start)", "duration", "cause", "evidence"], rows,
                   numeric={1, 2})

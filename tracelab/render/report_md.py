@@ -31,6 +31,7 @@ from tracelab.render.compare_text import (
     verdict_line,
 )
 from tracelab.render.format import fmt_offset, run_origin
+from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.reports import metadata_rows, report_title
 
 TOP_GAPS = 10
@@ -169,8 +170,8 @@ def _gaps_table(analysis: Analysis) -> str:
     origin = run_origin(analysis)
     rows = [
         [f"r{g.rank}/d{g.device}", fmt_offset(g.start_ns, origin),
-         fmt_ns(g.duration_ns), md_code(g.cause), md_escape(g.evidence, 200)]
-        for g in top
+         fmt_ns(g.duration_ns), md_code(g.cause), md_escape(evidence, 200)]
+        for g, evidence in zip(top, gap_evidence(analysis, top))
     ]
     return md_table(["device", "at (from the run start)", "duration", "cause", "evidence"], rows,
                     "lrrll")

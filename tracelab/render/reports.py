@@ -20,9 +20,10 @@ import orjson
 
 from tracelab.analyses.compare import Comparison, compare
 from tracelab.analyses.kernels import kernel_summary
-from tracelab.analyses.results import Analysis, to_document
+from tracelab.analyses.results import Analysis
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.model import Timeline
+from tracelab.render.document import to_document
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 

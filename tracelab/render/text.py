@@ -18,6 +18,7 @@ from ..analyses.results import Analysis, DeviceSummary, Finding
 from .compare_text import term_safe
 from .findings import describe
 from .format import fmt_ns, fmt_offset, fmt_share, run_origin
+from .gap_evidence import gap_evidence
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta"}
@@ -134,13 +135,14 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
     t.add_column("length", justify="right")
     t.add_column("cause")
     t.add_column("evidence", overflow="fold")
-    for g in gaps[:top]:
+    shown = gaps[:top]
+    for g, evidence in zip(shown, gap_evidence(analysis, shown)):
         t.add_row(
             f"r{g.rank} GPU {g.device}",
             fmt_offset(g.start_ns, origin),
             fmt_ns(g.duration_ns),
             Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")),
-            Text(term_safe(g.evidence, 300)),
+            Text(term_safe(evidence, 300)),
         )
     if len(gaps) > top:
         t.caption = f"{len(gaps) - top} shorter gaps not shown (--json lists all)"

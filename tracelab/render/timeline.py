@@ -353,8 +353,9 @@ def _idle_lane(traces: list, rows: pd.DataFrame, gaps: Sequence[Gap], view: LodV
 MAX_GAPS = 2000
 
 
-def gaps_frame(gaps: Sequence[Gap]) -> pd.DataFrame:
-    """Gaps as columns (rank, device, start, end, cause, evidence), for the idle lanes."""
+def gaps_frame(gaps: Sequence[Gap], evidence: Sequence[str] | None = None) -> pd.DataFrame:
+    """Gaps as columns (rank, device, start, end, cause, evidence), for the idle lanes; `evidence`: each
+    gap's evidence text in the order of `gaps` (tracelab.render.gap_evidence; '' without it)."""
     return pd.DataFrame(
         {
             "rank": np.array([gp.rank for gp in gaps], dtype=np.int64),
@@ -362,7 +363,7 @@ def gaps_frame(gaps: Sequence[Gap]) -> pd.DataFrame:
             "start": np.array([gp.start_ns for gp in gaps], dtype=np.int64),
             "end": np.array([gp.end_ns for gp in gaps], dtype=np.int64),
             "cause": [str(gp.cause) for gp in gaps],
-            "evidence": [gp.evidence for gp in gaps],
+            "evidence": list(evidence) if evidence is not None else [""] * len(gaps),
         }
     )
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...model import EventKind
-from ..gaps import short_name
+from ..names import short_name
 from ..results import Finding
 from .base import FindingContext, Rule, join_places, window
 

@@ -1,0 +1,401 @@
+"""The host side of one rank, as sorted arrays that gap causes and findings look things up in:
+CUDA API calls and what they launched, the waits for the GPU (calls that really block), stream-wait
+records, recorded host activity per thread (API calls, CPU ops, NVTX ranges), the CPU ops, and the
+OS runtime calls (nsys --trace=osrt) with what they say about threads blocked in the OS.
+
+All lookups are vectorized (searchsorted over sorted arrays); loops run only over host threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from ..model import CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
+from ..parsers.nsys_osrt import OS_CALL_CATEGORY
+from .intervals import complement_all, intersect, merge, running_max_index, subtract
+
+# OS calls that wait for another thread of the same program, and the calls that wake such a waiter. A
+# wait counts as blocked only until the last wake-up call made in the process while it waited (the
+# thread is runnable from then on: the time to its return is the host's own latency, e.g. PyTorch's
+# autograd thread woken by the main thread's loss.backward()).
+THREAD_WAITS = frozenset({
+    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "sem_wait", "sem_timedwait",
+    "sem_clockwait", "pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_rwlock_rdlock",
+    "pthread_rwlock_wrlock", "pthread_rwlock_timedrdlock", "pthread_rwlock_timedwrlock", "pthread_join",
+    "pthread_barrier_wait", "pthread_spin_lock",
+})
+WAKE_CALLS = frozenset({"pthread_cond_signal", "pthread_cond_broadcast", "sem_post", "pthread_mutex_unlock",
+                        "pthread_rwlock_unlock", "pthread_barrier_wait"})
+STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+STEP_LIKE = re.compile(r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE)
+
+_I64 = np.int64
+
+HostData = Literal["cpu_ops", "cuda_api", "none"]
+
+
+def _non_blocking_copies(ev: pd.DataFrame, on_rank: np.ndarray) -> np.ndarray:
+    """Correlation ids of GPU copies / memsets whose synchronous API call does not block the host
+    (CUDA runtime docs, "API synchronization behavior"): device-to-device memcpys ("no host-side
+    synchronization is performed") and memsets to device memory ("asynchronous with respect to the
+    host except when the target memory is pinned host memory")."""
+    kind = ev["kind"].to_numpy()
+    ck = ev["copy_kind"].to_numpy()
+    dst = ev["dst_mem"].to_numpy()
+    dtod = (kind == int(EventKind.MEMCPY)) & np.isin(ck, [int(CopyKind.DTOD), int(CopyKind.PTOP)])
+    dev_memset = (kind == int(EventKind.MEMSET)) & ~np.isin(dst, [int(MemKind.PINNED), int(MemKind.PAGEABLE)])
+    corr = ev["correlation"].to_numpy()
+    return np.unique(corr[on_rank & (dtod | dev_memset) & (corr >= 0)])
+
+
+class HostView:
+    """Sorted host-side arrays of one rank that gap causes and findings look things up in."""
+
+    def __init__(self, timeline: Timeline, rank: int, first_seen: FirstSeen | None = None) -> None:
+        self.rank = rank
+        self._first_seen = first_seen or {}
+        ev = timeline.events
+        kind = ev["kind"].to_numpy()
+        on_rank = ev["rank"].to_numpy() == rank
+        start = ev["start"].to_numpy()
+        end = ev["end"].to_numpy()
+        names = ev["name"].to_numpy()
+        flags = ev["flags"].to_numpy()
+        self._flags = flags
+        sync = ev["sync_kind"].to_numpy()
+        tid = ev["tid"].to_numpy()
+        corr = ev["correlation"].to_numpy()
+        device = ev["device"].to_numpy()
+
+        # host API calls (RUNTIME / DRIVER), in start order
+        api = np.flatnonzero(on_rank & ((kind == int(EventKind.RUNTIME)) | (kind == int(EventKind.DRIVER))))
+        self.api_rows = api
+        self.api_start = start[api]
+        self.api_end = end[api]
+        self.api_tid = tid[api]
+        self.api_name = names[api]
+        self.api_flags = flags[api]
+        self.api_sync = sync[api]
+        api_corr = corr[api]
+        has = api_corr >= 0
+        order = np.argsort(api_corr[has], kind="stable")
+        self._corr_sorted = api_corr[has][order]
+        self._corr_pos = np.flatnonzero(has)[order]  # index into the api_* arrays
+
+        # GPU op correlated with each API call (for its device and what it really did)
+        gpu = np.flatnonzero(on_rank & np.isin(kind, [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]))
+        self.api_device = np.where(device[api] >= 0, device[api], -1).astype(_I64)
+        gi = self.launch_index(corr[gpu])
+        ok = gi >= 0
+        self.api_device[gi[ok]] = device[gpu[ok]]
+        self.n_devices = int(np.unique(device[gpu]).size)
+        # A call blocks when its name says so (BLOCKING flag) unless its correlated copy shows it did not:
+        # a device-to-device memcpy or a memset to device memory returns without waiting.
+        non_blocking = np.isin(api_corr, _non_blocking_copies(ev, on_rank)) & has
+        self.api_blocking = ((self.api_flags & Flag.BLOCKING) != 0) & ~non_blocking
+        self.api_nonblocking_sync = ((self.api_flags & Flag.BLOCKING) != 0) & non_blocking
+
+        # intervals during which the host waited for the GPU
+        blocking = api[self.api_blocking]
+        sync_ev = np.flatnonzero(
+            on_rank
+            & (kind == int(EventKind.SYNC))
+            & ~np.isin(sync, [int(SyncKind.STREAM_WAIT_EVENT), int(SyncKind.EVENT_QUERY)])
+        )
+        # a profiler sync record (Kineto cuda_sync) stands for its API call when that is in the trace:
+        # the call's own classification wins (e.g. an "Event Sync" record made by cudaEventQuery)
+        sync_ev = sync_ev[self.launch_index(corr[sync_ev]) < 0]
+        plain = np.concatenate([blocking, sync_ev])
+        plain_dev = np.concatenate([self.api_device[self.api_blocking], device[sync_ev]])
+        order = np.argsort(start[plain], kind="stable")
+        plain, plain_dev = plain[order], plain_dev[order]
+        w_start, w_end, w_name, w_tid, w_dev = [start[plain]], [end[plain]], [names[plain]], [tid[plain]], [plain_dev]
+        # A device-to-host copy into pageable memory blocks the calling thread (.item(), .cpu()) from
+        # the moment the copy runs until the call returns; before that the call is only launching it.
+        mc = np.flatnonzero(
+            on_rank
+            & (kind == int(EventKind.MEMCPY))
+            & (ev["copy_kind"].to_numpy() == int(CopyKind.DTOH))
+            & (ev["dst_mem"].to_numpy() == int(MemKind.PAGEABLE))
+        )
+        if mc.size:
+            li = self.launch_index(corr[mc])
+            ok = li >= 0
+            mc, li = mc[ok], li[ok]
+            w_start.append(np.minimum(np.maximum(self.api_start[li], start[mc]), self.api_end[li]))
+            w_end.append(self.api_end[li])
+            w_name.append(self.api_name[li])
+            w_tid.append(self.api_tid[li])
+            w_dev.append(device[mc])
+        w_s = np.concatenate(w_start)
+        order = np.argsort(w_s, kind="stable")
+        self.wait_start = w_s[order]
+        self.wait_end = np.concatenate(w_end)[order]
+        self.wait_name = np.concatenate(w_name)[order]
+        self.wait_tid = np.concatenate(w_tid)[order].astype(_I64)
+        self.wait_dev = np.concatenate(w_dev)[order].astype(_I64)
+
+        # GPU-side dependencies issued from the host: cudaStreamWaitEvent calls and sync records
+        sw = np.flatnonzero(
+            on_rank
+            & np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.SYNC)])
+            & (sync == int(SyncKind.STREAM_WAIT_EVENT))
+        )
+        is_api = kind[sw] != int(EventKind.SYNC)
+        order = np.lexsort((is_api, start[sw]))  # on ties the API call (a readable name) comes last
+        self.swait_start = start[sw][order]
+        self.swait_name = names[sw][order]
+
+        # any recorded host activity, per thread: API calls, CPU ops and NVTX ranges (nsys
+        # --pytorch=autograd-nvtx, record_function): host work between CUDA calls; step annotations excluded
+        cpu = on_rank & np.isin(kind, [int(EventKind.CPU_OP), int(EventKind.NVTX_RANGE)])
+        if cpu.any():
+            step_ids = [i for i, s in enumerate(timeline.strings) if STEP_NAME.match(s) or STEP_LIKE.match(s)]
+            if step_ids:
+                cpu &= ~np.isin(names, step_ids)
+        self.has_cpu_ops = bool(cpu.any())
+        act_mask = cpu.copy()
+        act_mask[api] = True
+        act = np.flatnonzero(act_mask)
+        self.act_us, self.act_ue = merge(start[act], end[act], assume_sorted=True)
+        self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
+        self._act_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.host_data: HostData = "cpu_ops" if self.has_cpu_ops else ("cuda_api" if api.size else "none")
+
+        # OS runtime calls (nsys --trace=osrt; `os_calls` in the run's stats means they were traced)
+        self.os_data = "os_calls" in timeline.meta.stats
+        os_cat = _string_id(timeline.strings, OS_CALL_CATEGORY)
+        osm = on_rank & (kind == int(EventKind.OTHER)) & (ev["category"].to_numpy() == os_cat) if os_cat >= 0 else None
+        os_rows = np.flatnonzero(osm) if osm is not None else np.zeros(0, dtype=_I64)
+        os_rows = os_rows[np.lexsort((start[os_rows], tid[os_rows]))]
+        self._os_tid, self._os_start = tid[os_rows].astype(_I64), start[os_rows]
+        self._os_end, self._os_name = end[os_rows], names[os_rows]
+        self._os_pid = ev["pid"].to_numpy()[os_rows].astype(_I64)
+        os_names = np.unique(self._os_name)
+        kinds = [timeline.name(int(i)) for i in os_names.tolist()]  # a few dozen distinct calls
+        self._thread_wait_ids = os_names[[k in THREAD_WAITS for k in kinds]] if kinds else os_names
+        wake = np.isin(self._os_name, os_names[[k in WAKE_CALLS for k in kinds]] if kinds else os_names)
+        order = np.lexsort((self._os_start[wake], self._os_pid[wake]))
+        self._wake_pid, self._wake_start = self._os_pid[wake][order], self._os_start[wake][order]
+        self._os_by_tid: dict[int, OsCalls] = {}
+        self._blocked_by_pid: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        # the threads that launch GPU work, per process, and each host thread's recorded life span
+        pid = ev["pid"].to_numpy()
+        self.api_pid = pid[api].astype(_I64)
+        lt = (self.api_flags & Flag.LAUNCH) != 0
+        pairs = pd.unique((self.api_pid[lt] << 32) | (self.api_tid[lt].astype(_I64) & 0xFFFFFFFF))
+        self._launchers: dict[int, list[int]] = {}
+        for k in np.sort(pairs).tolist():
+            self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
+        host_rows = on_rank & np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP),
+                                             int(EventKind.NVTX_RANGE)])
+        if osm is not None:
+            host_rows |= osm
+        life = pd.DataFrame({"tid": tid[host_rows], "start": start[host_rows], "end": end[host_rows]})
+        life = life.groupby("tid", sort=False).agg(first=("start", "min"), last=("end", "max"))
+        self._life = {int(t): (int(f), int(e)) for t, f, e in life.itertuples()}
+
+        # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
+        ops = np.flatnonzero(cpu)
+        ops = ops[np.lexsort((start[ops], tid[ops]))]
+        self.op_tid = tid[ops]
+        self.op_start = start[ops]
+        self.op_end = end[ops]
+        self.op_name = names[ops]
+        # segmented running maximum of the ends (per thread): the outermost op that started by t
+        self.op_reach = np.empty(ops.size, dtype=_I64)
+        self.op_arg = np.empty(ops.size, dtype=_I64)
+        if ops.size:
+            bounds = np.flatnonzero(np.r_[True, self.op_tid[1:] != self.op_tid[:-1], True])
+            for lo, hi in itertools.pairwise(bounds.tolist()):  # one per host thread
+                r, g = running_max_index(self.op_end[lo:hi])
+                self.op_reach[lo:hi] = r
+                self.op_arg[lo:hi] = g + lo
+
+    def flags_of(self, rows: np.ndarray) -> np.ndarray:
+        """The flags column at event rows."""
+        return self._flags[rows]
+
+    def first_seen(self, tid: int) -> int:
+        """When the thread was first recorded in the whole trace (before any scope), if known."""
+        return self._first_seen.get((self.rank, tid), np.iinfo(np.int64).max)
+
+    def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
+        if tid not in self._act_by_tid:
+            m = self._act_tid == tid
+            self._act_by_tid[tid] = merge(self._act_start[m], self._act_end[m], assume_sorted=True)
+        return self._act_by_tid[tid]
+
+    def os_calls(self, tid: int) -> OsCalls:
+        """One thread's OS runtime calls, and the time it was blocked in them outside its CUDA API calls
+        (a CUDA call that enters the OS, e.g. an ioctl inside cudaMalloc, is time in the CUDA call)."""
+        got = self._os_by_tid.get(tid)
+        if got is None:
+            lo = int(np.searchsorted(self._os_tid, tid, side="left"))
+            hi = int(np.searchsorted(self._os_tid, tid, side="right"))
+            s, e, n = self._os_start[lo:hi], self._os_end[lo:hi], self._os_name[lo:hi]
+            runmax, arg = running_max_index(e)
+            in_os = merge(s, self._woken_at(s, e, n, self._os_pid[lo:hi]), assume_sorted=True)
+            in_api = self._api_union(tid)
+            bs, be = subtract(*in_os, *in_api)
+            got = self._os_by_tid[tid] = OsCalls(s, runmax, arg, np.sort(e), n, e, bs, be)
+        return got
+
+    def _woken_at(self, s: np.ndarray, e: np.ndarray, names: np.ndarray, pid: np.ndarray) -> np.ndarray:
+        """The end of each OS call as blocked time: a wait for another thread ends at the last wake-up
+        call (signal, broadcast, sem_post, unlock) made in its process while it waited, if any."""
+        waits = np.flatnonzero(np.isin(names, self._thread_wait_ids))
+        if waits.size == 0 or self._wake_start.size == 0:
+            return e
+        # one sorted key space for (process, time): wakes of other processes never fall inside a wait
+        pids, code = np.unique(self._wake_pid, return_inverse=True)  # a handful of processes
+        base = int(min(self._wake_start.min(), s.min()))
+        width = int(max(self._wake_start.max(), e.max())) - base + 1  # < 2^53: DECISIONS "Limits"
+        key = code.astype(_I64) * width + (self._wake_start - base)
+        pi = np.minimum(np.searchsorted(pids, pid[waits]), pids.size - 1)
+        known = pids[pi] == pid[waits]
+        j = np.searchsorted(key, pi * width + (e[waits] - base), side="left") - 1
+        jc = np.maximum(j, 0)
+        woke = known & (j >= 0) & (key[jc] > pi * width + (s[waits] - base))
+        out = e.copy()
+        out[waits[woke]] = self._wake_start[jc[woke]]
+        return out
+
+    def _api_union(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        m = self.api_tid == tid
+        return merge(self.api_start[m], self.api_end[m], assume_sorted=True)
+
+    def launching_threads(self, pid: int, tid: int) -> list[int]:
+        """The threads of process `pid` that launch GPU work in this trace (with `tid` among them)."""
+        threads = list(self._launchers.get(pid, []))
+        return threads if tid in threads else [*threads, tid]
+
+    def host_blocked(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """When no launching thread of process `pid` was running: each was blocked in an OS call (outside
+        its CUDA calls), waiting for the GPU (a blocking CUDA call) or outside its recorded life span. The
+        union of those times (intersected over the threads) and how many launching threads there are."""
+        key = (pid << 32) | tid
+        got = self._blocked_by_pid.get(key)
+        if got is None:
+            threads = self.launching_threads(pid, tid)
+            us: np.ndarray | None = None
+            ue = us
+            for t in threads:  # a handful
+                oc = self.os_calls(t)
+                w = self.wait_tid == t
+                ws, we = merge(np.concatenate([oc.blocked_start, self.wait_start[w]]),
+                               np.concatenate([oc.blocked_end, self.wait_end[w]]))
+                first, last = self._life.get(t, (0, 0))
+                first = min(first, self.first_seen(t))
+                outside = complement_all(np.array([first], dtype=_I64), np.array([last], dtype=_I64))
+                ts, te = merge(np.concatenate([ws, outside[0]]), np.concatenate([we, outside[1]]))
+                us, ue = (ts, te) if us is None else intersect(us, ue, ts, te)
+            got = self._blocked_by_pid[key] = (us, ue, len(threads))
+        return got
+
+    def waits_for(self, tid: int, device: int) -> WaitSet:
+        """The host waits that can explain an idle gap on `device` whose next op thread `tid`
+        launches: waits by that thread, or waits on that device (whichever thread made them; a wait
+        whose device the trace does not give counts as on it when the rank has one GPU)."""
+        on_device = (self.wait_dev == device) | ((self.wait_dev < 0) & (self.n_devices == 1))
+        m = on_device if tid < 0 else (self.wait_tid == tid) | on_device
+        idx = np.flatnonzero(m)
+        s, e = self.wait_start[idx], self.wait_end[idx]
+        runmax, arg = running_max_index(e)
+        us, ue = merge(s, e, assume_sorted=True)
+        return WaitSet(idx, s, runmax, idx[arg] if arg.size else arg, us, ue)
+
+    def op_at(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Index (into the op_* arrays) of the outermost CPU op running on thread tid at time t, or -1."""
+        tid = np.asarray(tid, dtype=_I64)
+        t = np.asarray(t, dtype=_I64)
+        out = np.full(t.shape, -1, dtype=_I64)
+        if self.op_start.size == 0:
+            return out
+        lo = np.searchsorted(self.op_tid, tid, side="left")
+        hi = np.searchsorted(self.op_tid, tid, side="right")
+        for th in np.unique(tid[hi > lo]).tolist():  # one searchsorted per host thread
+            q = np.flatnonzero(tid == th)
+            a, b = int(lo[q[0]]), int(hi[q[0]])
+            i = np.searchsorted(self.op_start[a:b], t[q], side="right") - 1
+            ic = np.maximum(i, 0) + a
+            hit = (i >= 0) & (self.op_reach[ic] > t[q])
+            out[q[hit]] = self.op_arg[ic][hit]
+        return out
+
+    def launch_index(self, correlation: np.ndarray) -> np.ndarray:
+        """Index into the api_* arrays of the call with each correlation id, or -1."""
+        c = np.asarray(correlation, dtype=_I64)
+        if self._corr_sorted.size == 0:
+            return np.full(c.shape, -1, dtype=_I64)
+        i = np.searchsorted(self._corr_sorted, c)
+        i_c = np.minimum(i, self._corr_sorted.size - 1)
+        ok = (c >= 0) & (self._corr_sorted[i_c] == c)
+        return np.where(ok, self._corr_pos[i_c], -1)
+
+
+@dataclass(frozen=True)
+class OsCalls:
+    """One thread's OS runtime calls sorted by start (with the running maximum of their ends and which
+    call holds it; their ends sorted, for counting), and the union of the time it was blocked in them
+    outside its CUDA API calls."""
+
+    start: np.ndarray
+    runmax: np.ndarray
+    arg: np.ndarray
+    ends_sorted: np.ndarray
+    name: np.ndarray
+    end: np.ndarray
+    blocked_start: np.ndarray
+    blocked_end: np.ndarray
+
+
+def _string_id(strings: tuple[str, ...], s: str) -> int:
+    try:
+        return strings.index(s)
+    except ValueError:
+        return -1
+
+
+@dataclass(frozen=True)
+class WaitSet:
+    """A subset of a HostView's waits (positions `idx` into its wait_* arrays), sorted by start, with
+    the running maximum of their ends (and which wait holds it) and their union."""
+
+    idx: np.ndarray
+    start: np.ndarray
+    runmax: np.ndarray
+    arg: np.ndarray  # index into the HostView's wait_* arrays
+    us: np.ndarray
+    ue: np.ndarray
+
+
+def host_views(timeline: Timeline, first_seen: FirstSeen | None = None) -> dict[int, HostView]:
+    ranks = np.unique(timeline.events["rank"].to_numpy()).tolist()
+    return {int(r): HostView(timeline, int(r), first_seen) for r in ranks}
+
+
+FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's first recorded host activity
+
+
+def thread_first_seen(timeline: Timeline) -> FirstSeen:
+    """When each host thread was first recorded (CUDA API calls and CPU ops), per (rank, tid). Computed on
+    the whole trace before a --steps / --window scope clips it, so "the launching thread was absent" keeps
+    meaning absent from the trace, not from the window."""
+    ev = timeline.events
+    kind = ev["kind"].to_numpy()
+    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP)])
+    if not host.any():
+        return {}
+    df = pd.DataFrame({"rank": ev["rank"].to_numpy()[host], "tid": ev["tid"].to_numpy()[host],
+                       "start": ev["start"].to_numpy()[host]})
+    first = df.groupby(["rank", "tid"], sort=False)["start"].min()
+    return {(int(r), int(t)): int(v) for (r, t), v in first.items()}
+

@@ -1,0 +1,41 @@
+"""OS runtime calls (nsys `--trace=osrt`): OSRT_API rows -> host events of their thread.
+
+OSRT_API holds the libc / pthread calls nsys traced on each thread (read, write, poll, sleep,
+clock_nanosleep, pthread_cond_wait, sem_wait, ioctl, ...) that lasted at least `--osrt-threshold`
+(1 µs by default): start, end, globalTid, nameId (StringIds), nestingLevel, returnValue, callchainId
+(the table's own comments in an export; checked on nsys 2025.3.1 / schema 3.20 and the corpus's
+schema-3.13 export). Each call becomes an EventKind.OTHER event on its thread whose `category` is
+OS_CALL_CATEGORY, so the gap analysis can tell "the thread was blocked in the OS" from "busy on the
+host" (tracelab.analyses.host). Zero-length rows ("OS runtime libraries profiling started" markers)
+hold no time and are skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import EventKind
+from .nsys_db import NsysDb, col_or, fetch_int_columns
+from .nsys_host import pid_of, tid_of
+from .nsys_strings import NsysStrings
+
+OSRT = "OSRT_API"
+OS_CALL_CATEGORY = "os_runtime"  # the category of OS runtime calls in the timeline (kind OTHER)
+
+
+def read_osrt(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
+    """The OS runtime calls of an export as event columns (None without an OSRT_API table)."""
+    if OSRT not in db.tables or not db.has(OSRT, "start", "end"):
+        return None
+    names = ["start", "end", "_gtid", "_name"]
+    exprs = ['"start"', '"end"', col_or(db, OSRT, "globalTid"), col_or(db, OSRT, "nameId")]
+    cols = fetch_int_columns(db, OSRT, names, exprs, '"end" > "start"')
+    n = len(cols["start"])
+    gtid = cols.pop("_gtid")
+    cols["_gpid"] = np.where(gtid >= 0, gtid & ~0xFFFFFF, -1)
+    cols["pid"] = pid_of(gtid)
+    cols["tid"] = tid_of(gtid)
+    cols["kind"] = np.full(n, int(EventKind.OTHER), dtype=np.int8)
+    cols["name"] = strings.map_ids(cols.pop("_name"))
+    cols["category"] = np.full(n, strings.intern(OS_CALL_CATEGORY), dtype=np.int32)
+    return cols
