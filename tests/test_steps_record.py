@@ -93,3 +93,30 @@ def test_no_flag_for_other_programs_or_an_older_nsys(tmp_path: Path) -> None:
 )
 def test_is_python_command(cmd: list[str], expected: bool) -> None:
     assert is_python_command(cmd) is expected
+
+
+def test_os_runtime_calls_are_traced_by_default(tmp_path: Path, nsys_with_pytorch: Path) -> None:
+    """`-t cuda,nvtx,osrt`: OS runtime calls tell a thread blocked in the OS from one busy on the host (gap
+    causes); `os_calls=False` leaves them out (to measure what they cost) and meta.json says which."""
+    run = record_command([sys.executable, "-c", PROGRAM], "nsys", tmp_path / "runs")
+    flags = (run / "trace.flags.txt").read_text().splitlines()
+    assert flags[flags.index("-t") + 1] == "cuda,nvtx,osrt"
+    assert json.loads((run / "meta.json").read_text())["nsys_host"]["os_calls"] is True
+    run = record_command([sys.executable, "-c", PROGRAM], "nsys", tmp_path / "runs", os_calls=False)
+    flags = (run / "trace.flags.txt").read_text().splitlines()
+    assert flags[flags.index("-t") + 1] == "cuda,nvtx"
+    assert json.loads((run / "meta.json").read_text())["nsys_host"]["os_calls"] is False
+
+
+def test_workloads_get_the_pytorch_host_flag_under_nsys(tmp_path: Path) -> None:
+    """A built-in workload runs as a Python program (tracelab.workloads.runner): under nsys it gets the same
+    host ranges as any Python program, so its nsys and torch.profiler runs see the same host data."""
+    from tracelab.record import build_command, workload_host_flags
+
+    exe = fake_nsys(tmp_path, HELP_WITH)
+    flags, note = workload_host_flags(exe)
+    assert flags == (NSYS_PYTORCH_HOST,) and "autograd" in note
+    assert workload_host_flags(exe, pytorch_host=False)[0] == ()
+    cmd = build_command("sync_pitfalls", "item_every_step", "nsys", True, tmp_path / "run", nsys=exe, nsys_extra=flags)
+    assert NSYS_PYTORCH_HOST in cmd and cmd.index(NSYS_PYTORCH_HOST) < cmd.index("-o")
+    assert cmd[cmd.index("-t") + 1] == "cuda,nvtx,osrt"

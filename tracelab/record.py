@@ -129,6 +129,14 @@ def pytorch_host_flags(nsys: str | Path, cmd: Sequence[str]) -> tuple[tuple[str,
     return (NSYS_PYTORCH_HOST,), f"{NSYS_PYTORCH_HOST}: an NVTX range per autograd operator"
 
 
+def workload_host_flags(nsys: str | Path, pytorch_host: bool = True) -> tuple[tuple[str, ...], str]:
+    """The nsys host flags for a built-in workload (the runner is a Python program: the same
+    `--pytorch=autograd-nvtx` any Python program gets, when this nsys has it) and a note."""
+    if not pytorch_host:
+        return (), "PyTorch host ranges not requested"
+    return pytorch_host_flags(nsys, [sys.executable, "-m", "tracelab.workloads.runner"])
+
+
 def workload_command(
     name: str,
     variant: str,
@@ -355,10 +363,7 @@ def record_workload(
         out_dir = runs_dir()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    host_flags: tuple[str, ...] = ()
-    host_note = "PyTorch host ranges not requested"
-    if nsys is not None and pytorch_host:
-        host_flags, host_note = pytorch_host_flags(nsys, [sys.executable, "-m", "tracelab.workloads.runner"])
+    host_flags, host_note = workload_host_flags(nsys, pytorch_host) if nsys is not None else ((), "")
     runs = []
     for v in variants:
         suffix = "".join(f"-{_safe(str(k))}={_safe(str(val))}" for k, val in sorted((params or {}).items()))

@@ -10,14 +10,7 @@
 #           the programs' own clocks.
 # Run from the repo root on the GPU machine, with OUT set; wheels in ${WHL:-.whl}, nsys libs in
 # ${NSYS_LIBS:-.nsys-libs}. Everything lands in $OUT (logs even on failure). STAGES selects stages.
-set -u
-OUT=${OUT:?}
-WHL=${WHL:-.whl}; NSYS_LIBS=${NSYS_LIBS:-.nsys-libs}
-export LD_LIBRARY_PATH=$(realpath $NSYS_LIBS):${LD_LIBRARY_PATH:-}
-export PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $WHL/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || export PYTHONPATH=$PWD
+source "$(dirname "$0")/device_env.sh"
 export TRACELAB_DB=/tmp/tl_gaps.db
 W=/tmp/gaps; rm -rf $W; mkdir -p $W/logs $W/runs $W/ctl $W/fix $W/ovh
 deadline=$(( $(date +%s) + ${BUDGET_S:-540} ))
@@ -84,8 +77,8 @@ from pathlib import Path
 w = Path(sys.argv[1])
 for m in sorted(w.glob("ovh/*/program_meta.json")) + sorted(w.glob("ovh/*/*/meta.json")):
     d = json.loads(m.read_text())
-    p = d.get("program", d)
-    if isinstance(p, dict) and "per_step" in p:
+    p = d["program"] if isinstance(d.get("program"), dict) else d  # run meta.json, or program_meta.json
+    if "per_step" in p:
         ms = [s["step_ms"] for s in p["per_step"][2:]]
         p = {"median_step_ms_after_warmup": round(statistics.median(ms), 4)}
     print(m.relative_to(w), "median_step_ms_after_warmup", p.get("median_step_ms_after_warmup"),

@@ -3,14 +3,7 @@
 # both backends with `tracelab record`, and measure what nsys --pytorch=autograd-nvtx costs.
 # Run from the repo root on the GPU machine, with OUT set; wheels in ${WHL:-.whl}, nsys libs in
 # ${NSYS_LIBS:-.nsys-libs}. Everything lands in $OUT (logs even on failure).
-set -u
-OUT=${OUT:?}
-WHL=${WHL:-.whl}; NSYS_LIBS=${NSYS_LIBS:-.nsys-libs}
-export LD_LIBRARY_PATH=$(realpath $NSYS_LIBS):${LD_LIBRARY_PATH:-}
-export PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $WHL/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || export PYTHONPATH=$PWD
+source "$(dirname "$0")/device_env.sh"
 export TRACELAB_DB=/tmp/tl_steps.db
 W=/tmp/steps; rm -rf $W; mkdir -p $W/logs $W/fix $W/ovh
 deadline=$(( $(date +%s) + ${BUDGET_S:-400} ))

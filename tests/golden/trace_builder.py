@@ -47,6 +47,9 @@ class Program:
     cpu_ops: list[tuple[str, float, float, int]] = field(default_factory=list)
     steps: list[tuple[float, float]] = field(default_factory=list)
     next_corr: int = 100
+    # OS runtime calls (nsys --trace=osrt, table OSRT_API; Kineto has none). None: not traced at all (no
+    # table); a list, even empty: traced
+    os_calls: list[tuple[str, float, float, int]] | None = None
 
     def _corr(self) -> int:
         self.next_corr += 1
@@ -84,6 +87,14 @@ class Program:
 
     def step(self, start: float, end: float) -> None:
         self.steps.append((start, end))
+
+    def os_call(self, name: str, start: float, dur: float, tid: int = 1) -> None:
+        """An OS runtime call (read, clock_nanosleep, pthread_cond_wait, ...) on thread tid."""
+        self.os_calls = (self.os_calls or []) + [(name, start, dur, tid)]
+
+    def trace_os_calls(self) -> None:
+        """OS runtime calls were traced (an OSRT_API table, maybe with no rows)."""
+        self.os_calls = self.os_calls or []
 
     # ---- writers ------------------------------------------------------------------------------
     def kineto(self, path: Path, cpu_ops: bool = True) -> Path:
@@ -171,6 +182,14 @@ class Program:
         for i, (s, e) in enumerate(self.steps):
             ex("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?,?,59,?,?,0)",
                (ns(s), ns(e), f"step {i}", gtid(1)))
+        if self.os_calls is not None:  # the columns of nsys 2025.3's OSRT_API (schema 3.20)
+            ex("CREATE TABLE OSRT_API (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, "
+               "globalTid INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, nestingLevel INTEGER, "
+               "callchainId INTEGER NOT NULL)")
+            ex("INSERT INTO OSRT_API VALUES (?,?,27,?,?,0,0,0)",
+               (ns(0), ns(0), gtid(1), sid("OS runtime libraries profiling started")))  # a zero-length marker
+            for name, s, d, tid in self.os_calls:
+                ex("INSERT INTO OSRT_API VALUES (?,?,27,?,?,0,0,0)", (ns(s), ns(s + d), gtid(tid), sid(name)))
         con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(v, k) for k, v in strings.items()])
         ex("CREATE TABLE TARGET_INFO_GPU (vmId INTEGER, id INTEGER, name TEXT, smCount INTEGER, computeMajor INTEGER, "
            "computeMinor INTEGER, cuDevice INTEGER, totalMemory INTEGER)")

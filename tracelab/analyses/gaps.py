@@ -180,10 +180,9 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
         if t >= 0:
             tu, te = host.thread_activity(int(t))
             act[q] = covered_length(tu, te, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
-            # the launching thread has no recorded activity before its launch: it was absent
-            first = min(int(tu[0]) if tu.size else np.iinfo(np.int64).max,
-                        host.first_seen(int(t)))
-            absent[q] = first >= l_start[q] - CLOCK_TOLERANCE_NS
+            # the launching thread was not recorded at all before its launch (no CUDA call, CPU op, NVTX range
+            # or OS call): it was absent
+            absent[q] = host.thread_first(int(t)) >= l_start[q] - CLOCK_TOLERANCE_NS
             if host.os_data:
                 _os_evidence(host, int(t), int(host.api_pid[lic[q[0]]]), q, aq, win_end[q], os_ev)
         else:

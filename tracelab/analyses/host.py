@@ -226,6 +226,11 @@ class HostView:
         """When the thread was first recorded in the whole trace (before any scope), if known."""
         return self._first_seen.get((self.rank, tid), np.iinfo(np.int64).max)
 
+    def thread_first(self, tid: int) -> int:
+        """When the thread was first recorded (any host event: CUDA call, CPU op, NVTX range, OS call), in
+        this timeline or, before a scope clipped it, in the whole trace."""
+        return min(self._life.get(tid, (np.iinfo(np.int64).max, 0))[0], self.first_seen(tid))
+
     def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
         if tid not in self._act_by_tid:
@@ -386,12 +391,16 @@ FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's f
 
 
 def thread_first_seen(timeline: Timeline) -> FirstSeen:
-    """When each host thread was first recorded (CUDA API calls and CPU ops), per (rank, tid). Computed on
-    the whole trace before a --steps / --window scope clips it, so "the launching thread was absent" keeps
-    meaning absent from the trace, not from the window."""
+    """When each host thread was first recorded (CUDA API calls, CPU ops, NVTX ranges, OS calls), per (rank,
+    tid). Computed on the whole trace before a --steps / --window scope clips it, so "the launching thread
+    was absent" keeps meaning absent from the trace, not from the window."""
     ev = timeline.events
     kind = ev["kind"].to_numpy()
-    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP)])
+    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP),
+                          int(EventKind.NVTX_RANGE)])
+    os_cat = _string_id(timeline.strings, OS_CALL_CATEGORY)
+    if os_cat >= 0:
+        host |= (kind == int(EventKind.OTHER)) & (ev["category"].to_numpy() == os_cat)
     if not host.any():
         return {}
     df = pd.DataFrame({"rank": ev["rank"].to_numpy()[host], "tid": ev["tid"].to_numpy()[host],
