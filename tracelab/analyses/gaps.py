@@ -13,21 +13,29 @@ launched the next GPU operation (the one that ends the gap; found by correlation
 2. host_sync — the host was blocked waiting for the GPU, in a wait made by the launching thread or
    on this device: a blocking call (stream / device / event synchronize, a synchronous memcpy that
    really blocks, a profiler sync record, or a device-to-host memcpy into pageable memory, which
-   blocks like `.item()`) either covers at least half of the gap, or was in progress when the gap
-   began. A synchronous cudaMemset to device memory and a device-to-device cudaMemcpy do not block
-   the host (CUDA runtime docs, "API synchronization behavior") and are not waits. A wait on another
-   thread for another device does not explain this device's gap.
-3. unknown — the next operation has no launch in the trace.
-4. no_work — the host was absent: the launching thread has no recorded activity before its launch
-   (it started, or began being recorded, only then).
-5. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU,
-   so it was busy on the host and launched late. This is the same whichever profiler recorded the
-   program: an nsys trace without CPU ops shows only the CUDA calls, a torch.profiler trace also the
-   CPU ops; neither changes the cause.
+   blocks like `.item()`) covers at least half of the gap. A synchronous cudaMemset to device memory
+   and a device-to-device cudaMemcpy do not block the host (CUDA runtime docs, "API synchronization
+   behavior") and are not waits. A wait on another thread for another device does not explain this
+   device's gap.
+3. no_work — the host was blocked in the OS (nsys OS runtime calls): up to the next launch, the
+   launching thread spent at least half of the time in OS calls outside its CUDA calls, and for at
+   least half of it no launching thread of its process ran (each in an OS call, waiting for the GPU or
+   outside its recorded life). A wait for another thread counts only until the last wake-up call made
+   in the process while it waited (tracelab.analyses.host.HostView.os_calls).
+4. host_sync — such a wait was in progress when the gap began (the sync drained the queue).
+5. unknown — the next operation has no launch in the trace.
+6. no_work — the host was absent: the launching thread has no recorded host event (CUDA call, CPU op,
+   NVTX range, OS call) before its launch (it started, or began being recorded, only then).
+7. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU
+   and not blocked in the OS, so it was busy on the host and launched late. This is the same whichever
+   profiler recorded the program: an nsys trace without CPU ops shows only the CUDA calls, a
+   torch.profiler trace also the CPU ops; neither changes the cause (torch.profiler records no OS
+   calls: a gap that is 3 under nsys is launch_latency there, and `host_data` says so).
 
 Every gap carries `host_data`: which host data its rank's trace had ("cpu_ops": CPU ops or NVTX
 ranges (e.g. nsys --pytorch=autograd-nvtx) and CUDA API calls, "cuda_api": CUDA API calls only,
-"none"). Step ranges (ProfilerStep#N, "step 3") are not host activity.
+"none"; "+os_calls" when OS runtime calls were traced). Step ranges (ProfilerStep#N, "step 3") are not
+host activity.
 
 The evidence is structured (`GapDetails`: the ops, calls and fractions each cause rests on, as
 columns); tracelab.render.gap_evidence writes the sentences, only for the gaps that are shown.
