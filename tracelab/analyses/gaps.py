@@ -196,7 +196,6 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
         else:
             act[q] = covered_length(host.act_us, host.act_ue, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
     covered = cov >= HOST_SYNC_COVERAGE
-    sync = covered | inprog
 
     # evidence of a queued dependency: a stream-wait (event) record issued shortly before the launch
     if host.swait_start.size:

@@ -24,7 +24,7 @@ from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_host import host_of, pid_of
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
-from .nsys_osrt import OS_CALL_CATEGORY, OSRT
+from .nsys_osrt import OS_CALL_CATEGORY, OSRT, keep_os_calls_of_host_threads
 from .nsys_read import distinct_pairs, merge_sorted, read_tables
 from .nsys_strings import NsysStrings, compact
 from .nsys_target import (
@@ -164,6 +164,8 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     strings = NsysStrings(db)
     parts, open_ranges = read_tables(db, strings, kernel_names)
     cols = merge_sorted(parts)
+    cols, os_notes = keep_os_calls_of_host_threads(cols, strings.intern(OS_CALL_CATEGORY))
+    notes += os_notes
     backwards = cols["end"] < cols["start"]
     if backwards.any():  # CUPTI writes 0 for unknown end times
         cols["end"] = np.where(backwards, cols["start"], cols["end"])

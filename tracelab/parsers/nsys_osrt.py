@@ -39,3 +39,27 @@ def read_osrt(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
     cols["name"] = strings.map_ids(cols.pop("_name"))
     cols["category"] = np.full(n, strings.intern(OS_CALL_CATEGORY), dtype=np.int32)
     return cols
+
+
+def keep_os_calls_of_host_threads(cols: dict[str, np.ndarray], category: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Only the OS calls of threads that also made CUDA API calls or NVTX ranges: the gap analysis reads the
+    launching threads' calls, and the others (nsys's and the CUDA driver's helper threads polling for the
+    whole session) would stretch the run far past its last GPU or CUDA event (a `poll` of 100 ms after the
+    capture range on the bundled graphs/eager run). How many were left out goes into the notes."""
+    kind = cols["kind"]
+    os_call = (kind == int(EventKind.OTHER)) & (cols["category"] == category)
+    if not os_call.any():
+        return cols, []
+    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.NVTX_RANGE),
+                          int(EventKind.NVTX_MARK)])
+    key = lambda m: (cols["pid"][m].astype(np.int64) << 32) | (cols["tid"][m].astype(np.int64) & 0xFFFFFFFF)
+    drop = os_call.copy()
+    drop[os_call] = ~np.isin(key(os_call), np.unique(key(host)))
+    n = int(drop.sum())
+    if n == 0:
+        return cols, []
+    keep = ~drop
+    threads = int(np.unique(key(drop)).size)
+    return {k: v[keep] for k, v in cols.items()}, [
+        f"{n} OS runtime calls on {threads} threads without CUDA calls or NVTX ranges left out (helper threads)"
+    ]
