@@ -61,5 +61,6 @@ def keep_os_calls_of_host_threads(cols: dict[str, np.ndarray], category: int) ->
     keep = ~drop
     threads = int(np.unique(key(drop)).size)
     return {k: v[keep] for k, v in cols.items()}, [
-        f"{n} OS runtime calls on {threads} threads without CUDA calls or NVTX ranges left out (helper threads)"
+        f"{n} OS runtime call{'s' * (n != 1)} on {threads} thread{'s' * (threads != 1)} without CUDA calls or "
+        "NVTX ranges left out (helper threads)"
     ]
