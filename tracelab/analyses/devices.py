@@ -9,59 +9,16 @@ Only devices with GPU activity are summarised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..model import EventKind, Flag, Timeline
-from ..model.api_names import comm_mask
+from ..model import EventKind, Timeline
 from .intervals import grouped_union_lengths, merge, union_length
 from .overlap import device_overlap
 from .results import DeviceSummary, StreamSummary
+from .rows import DeviceRows, comm_kernels, device_rows
 from .sm import sm_summary
 
-_GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
-
-
-@dataclass(frozen=True)
-class DeviceRows:
-    """The GPU activity rows (positions into timeline.events, in start order) of one device."""
-
-    rank: int
-    device: int
-    rows: np.ndarray
-
-
-def device_rows(timeline: Timeline) -> list[DeviceRows]:
-    """GPU activity rows grouped by (rank, device), devices in (rank, device) order."""
-    ev = timeline.events
-    pos = np.flatnonzero(np.isin(ev["kind"].to_numpy(), _GPU_KINDS))
-    if pos.size == 0:
-        return []
-    rank = ev["rank"].to_numpy()[pos].astype(np.int64)
-    dev = ev["device"].to_numpy()[pos].astype(np.int64)
-    key = (rank << 32) | (dev & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")  # stable: keeps start order inside a device
-    key_sorted = key[order]
-    uniq, first = np.unique(key_sorted, return_index=True)
-    bounds = list(first) + [key_sorted.size]
-    out = []
-    for i, k in enumerate(uniq.tolist()):
-        rows = pos[order[bounds[i] : bounds[i + 1]]]
-        out.append(DeviceRows(rank=int(k >> 32), device=int(k & 0xFFFFFFFF), rows=rows))
-    return out
-
-
-def comm_kernels(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
-    """Communication kernels among rows: flagged COMM by the parser or named like a collective."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()[rows]
-    flagged = (ev["flags"].to_numpy()[rows] & Flag.COMM) != 0
-    is_kernel = kind == int(EventKind.KERNEL)
-    named = np.zeros(rows.size, dtype=bool)
-    if is_kernel.any():
-        named[is_kernel] = comm_mask(timeline.strings, ev["name"].to_numpy()[rows][is_kernel])
-    return is_kernel & (flagged | named)
+__all__ = ["DeviceRows", "comm_kernels", "device_rows", "device_summaries", "summarize_device"]
 
 
 def _opt(v: int) -> int | None:

@@ -6,6 +6,7 @@ import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,7 @@ import pandas as pd
 from ..model import EVENT_COLUMNS
 from ..model.timeline import DEFAULTS
 from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
-from .nsys_db import NsysDb
+from .nsys_db import NsysDb, QueryPool
 from .nsys_host import read_driver, read_nvtx, read_runtime
 from .nsys_strings import NsysStrings
 
@@ -76,8 +77,10 @@ PARALLEL_MIN_ROWS = 200_000  # below this, reading the tables one after the othe
 def read_tables(
     db: NsysDb, strings: NsysStrings, kernel_names: str
 ) -> tuple[list[dict[str, np.ndarray]], int]:
-    """Every activity table as column arrays, in a fixed order. Big exports are read in parallel
-    threads, one read-only connection each (sqlite3 releases the GIL while SQLite works)."""
+    """Every activity table as column arrays, in a fixed order. Big exports are read in parallel:
+    one thread per table (its own read-only connection) drives the table's reader, and the readers'
+    row-range queries all run on one pool of `cpu_count` threads (QueryPool), so every core stays
+    busy until the last range is parsed, whichever table is biggest."""
     tasks: list[tuple[str, Callable]] = [
         ("CUPTI_ACTIVITY_KIND_KERNEL", lambda d: read_kernels(d, strings, kernel_names)),
         ("CUPTI_ACTIVITY_KIND_MEMCPY", lambda d: read_memcpys(d, strings)),
@@ -89,22 +92,27 @@ def read_tables(
         ("NVTX_EVENTS", lambda d: read_nvtx(d, strings)),
     ]
     tasks = [(t, fn) for t, fn in tasks if t in db.tables]
-    sizes = {t: db.count(t) for t, _ in tasks}
-    workers = min(len(tasks), os.cpu_count() or 1, 4)
-    if workers > 1 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
+    sizes = {t: db.rows_estimate(t) for t, _ in tasks}
+    cores = os.cpu_count() or 1
+    if cores > 1 and len(tasks) > 0 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
+        pool = QueryPool(db, cores)
+        shared = replace(db, pool=pool)
 
         def run(fn: Callable):
-            own = db.reopen()
+            own = shared.reopen()
             try:
                 return fn(own)
             finally:
                 own.close()
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            # biggest tables first so the slowest one starts at once
-            order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
-            futures = {i: pool.submit(run, tasks[i][1]) for i in order}
-            results = [futures[i].result() for i in range(len(tasks))]
+        try:
+            with ThreadPoolExecutor(max_workers=len(tasks), thread_name_prefix="nsys-table") as readers:
+                # biggest tables first, so their row ranges are queued first
+                order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
+                futures = {i: readers.submit(run, tasks[i][1]) for i in order}
+                results = [futures[i].result() for i in range(len(tasks))]
+        finally:
+            pool.close()
     else:
         results = [fn(db) for _, fn in tasks]
     parts: list[dict[str, np.ndarray]] = []
