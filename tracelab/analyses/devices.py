@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model import EventKind, Timeline
 from .intervals import grouped_union_lengths, merge, union_length
+from .memo import column, lane_column
 from .overlap import device_overlap
 from .results import DeviceSummary, StreamSummary
 from .rows import DeviceRows, comm_kernels, device_rows
@@ -26,12 +27,11 @@ def _opt(v: int) -> int | None:
 
 
 def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
-    ev = timeline.events
     rows = dr.rows
-    kind = ev["kind"].to_numpy()[rows]
-    start = ev["start"].to_numpy()[rows]
-    end = ev["end"].to_numpy()[rows]
-    lane = ev["lane"].to_numpy()[rows].astype(np.int64)
+    kind = column(timeline, "kind")[rows]
+    start = column(timeline, "start")[rows]
+    end = column(timeline, "end")[rows]
+    lane = column(timeline, "lane")[rows].astype(np.int64)
     comm = comm_kernels(timeline, rows)
 
     us, ue = merge(start, end, assume_sorted=True)
@@ -53,10 +53,9 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
     nc = np.bincount(lane[is_c], minlength=n_lanes)
     ns = np.bincount(lane[is_s], minlength=n_lanes)
     used = np.unique(lane)
-    lanes = timeline.lanes
-    l_stream = lanes["stream"].to_numpy()
-    l_ctx = lanes["context"].to_numpy()
-    l_green = lanes["green_context"].to_numpy()
+    l_stream = lane_column(timeline, "stream")
+    l_ctx = lane_column(timeline, "context")
+    l_green = lane_column(timeline, "green_context")
     streams = sorted(
         (
             StreamSummary(

@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+import numpy as np
+
 from ..model import Timeline
 
 KEEP = 8
@@ -45,3 +47,15 @@ def memo(timeline: Timeline, key: Hashable, compute: Callable[[], T]) -> T:
     value = compute()  # outside the lock: two threads may both compute, the results are equal
     with _LOCK:
         return memos.setdefault(key, value)
+
+
+def column(timeline: Timeline, name: str) -> np.ndarray:
+    """An event column as a numpy array, fetched from the DataFrame once per timeline (each
+    `events[name].to_numpy()` costs tens of µs of pandas bookkeeping: per-device loops over hundreds
+    of devices pay it thousands of times)."""
+    return memo(timeline, ("column", name), lambda: timeline.events[name].to_numpy())
+
+
+def lane_column(timeline: Timeline, name: str) -> np.ndarray:
+    """A column of the lane table as a numpy array, once per timeline."""
+    return memo(timeline, ("lane_column", name), lambda: timeline.lanes[name].to_numpy())

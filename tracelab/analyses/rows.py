@@ -11,7 +11,7 @@ import numpy as np
 
 from ..model import EventKind, Flag, Timeline
 from ..model.api_names import is_comm_name
-from .memo import memo
+from .memo import column, memo
 
 _GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
 
@@ -33,12 +33,11 @@ def device_rows(timeline: Timeline) -> list[DeviceRows]:
 
 
 def _device_rows(timeline: Timeline) -> tuple[DeviceRows, ...]:
-    ev = timeline.events
-    pos = np.flatnonzero(np.isin(ev["kind"].to_numpy(), _GPU_KINDS))
+    pos = np.flatnonzero(np.isin(column(timeline, "kind"), _GPU_KINDS))
     if pos.size == 0:
         return ()
-    rank = ev["rank"].to_numpy()[pos].astype(np.int64)
-    dev = ev["device"].to_numpy()[pos].astype(np.int64)
+    rank = column(timeline, "rank")[pos].astype(np.int64)
+    dev = column(timeline, "device")[pos].astype(np.int64)
     key = (rank << 32) | (dev & 0xFFFFFFFF)
     order = np.argsort(key, kind="stable")  # stable: keeps start order inside a device
     key_sorted = key[order]
@@ -75,10 +74,9 @@ def comm_names(timeline: Timeline) -> np.ndarray:
 
 def comm_kernels(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     """Communication kernels among rows: flagged COMM by the parser or named like a collective."""
-    ev = timeline.events
-    is_kernel = ev["kind"].to_numpy()[rows] == int(EventKind.KERNEL)
-    flagged = (ev["flags"].to_numpy()[rows] & Flag.COMM) != 0
-    names = ev["name"].to_numpy()[rows]
+    is_kernel = column(timeline, "kind")[rows] == int(EventKind.KERNEL)
+    flagged = (column(timeline, "flags")[rows] & Flag.COMM) != 0
+    names = column(timeline, "name")[rows]
     table = comm_names(timeline)
     named = table[np.where((names >= 0) & (names < len(table) - 1), names, len(table) - 1)]
     return is_kernel & (flagged | named)

@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from tracelab.analyses.memo import column
 from tracelab.analyses.occupancy import device_sm_count
 from tracelab.analyses.rows import rows_of_device
 from tracelab.model import EventKind, Timeline
@@ -61,10 +62,9 @@ _KERNEL_COLUMNS = [
 
 def _device(tl: Timeline, rank: int, device: int) -> _Device:
     """The device's kernels, probe blocks and span, from its GPU rows (grouped once per timeline)."""
-    ev = tl.events
     gpu = rows_of_device(tl, rank, device)
-    krows = gpu[ev["kind"].to_numpy()[gpu] == int(EventKind.KERNEL)]
-    kernels = ev[_KERNEL_COLUMNS].iloc[krows]
+    krows = gpu[column(tl, "kind")[gpu] == int(EventKind.KERNEL)]
+    kernels = pd.DataFrame({c: column(tl, c)[krows] for c in _KERNEL_COLUMNS}, index=krows, copy=False)
     blocks = None
     if tl.sm_blocks is not None and len(tl.sm_blocks):
         b = tl.sm_blocks
@@ -72,7 +72,7 @@ def _device(tl: Timeline, rank: int, device: int) -> _Device:
         if sel.any():
             blocks = b[sel]
     if gpu.size:
-        span = (int(ev["start"].to_numpy()[gpu].min()), int(ev["end"].to_numpy()[gpu].max()))
+        span = (int(column(tl, "start")[gpu].min()), int(column(tl, "end")[gpu].max()))
     elif blocks is not None:
         span = (int(blocks["start"].min()), int(blocks["end"].max()))
     else:

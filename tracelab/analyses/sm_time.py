@@ -48,10 +48,10 @@ def _lanes(
     est = _estimate(tl, dev, parts, kernels)
     frames.append(_estimated_rows(est, parts))
     frames = [f for f in frames if len(f)]
-    if len(frames) == 1:
-        lanes = frames[0].astype(SM_LANE_COLUMNS)
-    else:
-        lanes = pd.concat(frames, ignore_index=True).astype(SM_LANE_COLUMNS) if frames else _empty_lanes()
+    if not ordered and len(frames) == 1:  # the SM-time integrals need neither the dtypes nor the order
+        return frames[0], ("measured" if use_measured else "estimated"), dev, parts, est
+    lanes = pd.concat(frames, ignore_index=True) if frames else _empty_lanes()
+    lanes = lanes.astype(SM_LANE_COLUMNS)
     if ordered:
         lanes = lanes.sort_values(["start", "sm_first"], kind="stable").reset_index(drop=True)
     return lanes, ("measured" if use_measured else "estimated"), dev, parts, est

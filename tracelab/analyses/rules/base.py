@@ -23,6 +23,7 @@ import numpy as np
 from ...model import Timeline
 from ..devices import DeviceRows
 from ..gaps import HostView, IdleIntervals, idle_intervals
+from ..memo import column
 from ..results import DeviceSummary, Finding, Gap
 
 WARNING_FRACTION = 0.01  # wasted ≥ 1% of the span: warning (else the rule's base severity)
@@ -48,7 +49,7 @@ class FindingContext:
         return sum(d.span_ns for d in self.devices if rank is None or d.rank == rank)
 
     def col(self, name: str) -> np.ndarray:
-        return self.timeline.events[name].to_numpy()
+        return column(self.timeline, name)
 
     def step_bounds(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of a rank's steps, sorted; empty when the trace has none."""
@@ -101,7 +102,21 @@ def window(start: int, end: int) -> dict[str, int]:
 
 
 def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray:
-    return np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
+    """Ids of the strings the pattern matches (rules ask per device: the answer is kept per string
+    table and pattern)."""
+    key = (id(strings), pattern.pattern, pattern.flags)
+    hit = _STRING_IDS.get(key)
+    if hit is not None and hit[0] is strings:
+        return hit[1]
+    ids = np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
+    ids.flags.writeable = False
+    if len(_STRING_IDS) >= 64:
+        _STRING_IDS.clear()
+    _STRING_IDS[key] = (strings, ids)
+    return ids
+
+
+_STRING_IDS: dict[tuple[int, str, int], tuple[tuple[str, ...], np.ndarray]] = {}
 
 
 def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray:
