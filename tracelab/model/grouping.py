@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-_DIRECT_RANGE = 1 << 20  # columns spanning fewer values than this are coded by offset, no hashing
+_DIRECT_RANGE = 1 << 32  # columns spanning fewer values than this are coded by offset, no hashing
 _KEY_LIMIT = 1 << 62
 
 

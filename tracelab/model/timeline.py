@@ -213,20 +213,22 @@ def _column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+_LANE_KIND_OF = np.full(256, int(LaneKind.HOST_THREAD), dtype=np.int8)  # lane kind of each event kind
+_LANE_KIND_OF[[int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]] = int(LaneKind.GPU_STREAM)  # with a device
+_LANE_KIND_OF[int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
+_LANE_KIND_OF[[int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]] = int(LaneKind.NVTX)
+
+
 def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """Lane id for every event, and the lane table. Vectorized: one hash pass over the lane keys
     (`grouping.group_rows`), lanes numbered in sorted key order."""
     n = len(events)
     kind = events["kind"].to_numpy()
-    lane_kind = np.full(n, int(LaneKind.HOST_THREAD), dtype=np.int8)
-    on_gpu = np.isin(kind, [int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]) & (
-        events["device"].to_numpy() >= 0
-    )
-    lane_kind[on_gpu] = int(LaneKind.GPU_STREAM)
-    lane_kind[kind == int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
-    lane_kind[np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])] = int(LaneKind.NVTX)
-
-    gpu_side = np.isin(lane_kind, [int(LaneKind.GPU_STREAM), int(LaneKind.GPU_ANNOTATION)])
+    if kind.dtype != np.int8:  # the model's dtype; anything else is looked up by its valid range
+        kind = np.where((kind >= 0) & (kind <= 127), kind, 127).astype(np.int8)
+    lane_kind = _LANE_KIND_OF[kind.view(np.uint8)]  # one lookup per event
+    lane_kind[(lane_kind == int(LaneKind.GPU_STREAM)) & (events["device"].to_numpy() < 0)] = int(LaneKind.HOST_THREAD)
+    gpu_side = (lane_kind == int(LaneKind.GPU_STREAM)) | (lane_kind == int(LaneKind.GPU_ANNOTATION))
     if n == 0:
         lanes = pd.DataFrame({c: pd.Series([], dtype=t) for c, t in LANE_COLUMNS.items()})
         return np.zeros(0, dtype=np.int32), lanes

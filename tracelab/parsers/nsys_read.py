@@ -45,30 +45,46 @@ _WIDE = {"device", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
 
 def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Stack per-table column dicts in start order (one scatter per column and table: no
-    concatenate-then-reorder pass); a column a table lacks takes the model default. Consumes
-    `parts`: each input column is dropped once placed, so memory is reused as the output grows."""
+    concatenate-then-reorder pass); a column a table lacks takes the model default. A table's column
+    that holds one value (a GPU table's pid, a host table's device, a kind) is written as that value,
+    or not at all when it is the default. Columns are filled on `cpu_count` threads (numpy releases
+    the GIL while it scatters). Consumes `parts`: each input column is dropped once placed."""
     lengths = [len(p["start"]) for p in parts]
     n = sum(lengths)
     starts = np.concatenate([p["start"] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     order = np.argsort(starts, kind="stable")
     where = np.empty(n, dtype=np.int64)
     where[order] = np.arange(n, dtype=np.int64)
+    del order, starts
     bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     slots = [where[a:b] for a, b in itertools.pairwise(bounds.tolist())]
-    out: dict[str, np.ndarray] = {}
-    for key in [c for c in EVENT_COLUMNS if c != "lane"] + ["_gpid"]:
+    keys = [c for c in EVENT_COLUMNS if c != "lane"] + ["_gpid"]
+    having = {k: [(part.pop(k), slot) for part, slot in zip(parts, slots) if k in part] for k in keys}
+
+    def fill(key: str) -> np.ndarray | None:
         # int32 model columns stay int64 here: validate_columns checks their range before the cast
         dtype = "int64" if key in _WIDE else EVENT_COLUMNS.get(key, "int64")
         default = DEFAULTS.get(key, -1)
-        having = [(part.pop(key), slot) for part, slot in zip(parts, slots) if key in part]
-        if not having and key not in _ALWAYS:
-            continue  # build_timeline fills the default
-        col = np.empty(n, dtype=dtype) if len(having) == len(parts) else np.full(n, default, dtype=dtype)
-        for values, slot in having:
-            col[slot] = values
-        del having
-        out[key] = col
-    return out
+        mine = having.pop(key)
+        if not mine and key not in _ALWAYS:
+            return None  # build_timeline fills the default
+        filled = len(mine) < len(parts)
+        col = np.full(n, default, dtype=dtype) if filled else np.empty(n, dtype=dtype)
+        for values, slot in mine:
+            if len(values) and values.min() == values.max():
+                if not (filled and values[0] == default):
+                    col[slot] = values[0]
+            else:
+                col[slot] = values
+        return col
+
+    workers = min(os.cpu_count() or 1, 4)
+    if workers > 1 and n >= PARALLEL_MIN_ROWS:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-merge") as pool:
+            cols = list(pool.map(fill, keys))
+    else:
+        cols = [fill(k) for k in keys]
+    return {k: c for k, c in zip(keys, cols) if c is not None}
 
 
 PARALLEL_MIN_ROWS = 200_000  # below this, reading the tables one after the other is as fast
