@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...model import Timeline
+from ...model import EventKind, Timeline
 from ..devices import DeviceRows
 from ..gaps import HostView, IdleIntervals, idle_intervals
 from ..memo import column
@@ -57,6 +57,15 @@ class FindingContext:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         return self.steps.of_rank(rank)
+
+    @cached_property
+    def memcpys(self) -> np.ndarray:
+        """Rows of every memcpy, in event order (from the GPU rows grouped by device: no pass over
+        every event)."""
+        if not self.rows:
+            return np.zeros(0, dtype=np.int64)
+        rows = np.sort(np.concatenate([dr.rows for dr in self.rows]))
+        return rows[self.col("kind")[rows] == int(EventKind.MEMCPY)]
 
     @cached_property
     def idle(self) -> dict[tuple[int, int], IdleIntervals]:
@@ -124,6 +133,11 @@ def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray
     i = np.searchsorted(s_start, t, side="right") - 1
     ok = (i >= 0) & (t < s_end[np.maximum(i, 0)]) if s_end.size else np.zeros(np.shape(t), dtype=bool)
     return np.where(ok, i, -1)
+
+
+def memcpy_rows(ctx: FindingContext) -> np.ndarray:
+    """Rows of every memcpy of the timeline, in event order (computed once per context)."""
+    return ctx.memcpys
 
 
 def count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> list[dict[str, int]]:
