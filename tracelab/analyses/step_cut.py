@@ -377,9 +377,13 @@ def cut_by_pause(seq: LaunchSequence, pp: PausePeriod) -> Cut:
     tol = max(1, q // 20)
     if pos[0] >= q - tol:
         pos = np.r_[max(0, int(pos[0]) - q), pos]
+    # the teardown after the loop (a final synchronize after a pause) is no step
+    stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
+    if pos.size > 1 and stop - int(pos[-1]) < q // 2:
+        pos = pos[:-1]
+        stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
     starts = seq.start[pos]
-    last = min(n - 1, int(pos[-1]) + q - 1)
-    ends = np.r_[starts[1:], seq.end[pos[-1] : last + 1].max()]
+    ends = np.r_[starts[1:], seq.end[int(pos[-1]) : max(stop, int(pos[-1]) + 1)].max()]
     return starts.astype(np.int64), ends.astype(np.int64)
 
 
@@ -454,3 +458,34 @@ def cut_launch_run(seq: LaunchSequence, run: LaunchRun, calls: LaunchSequence) -
     last_end = min(cap, int(c_start[nxt])) if nxt < c_start.size else cap
     ends = np.r_[starts[1:], max(last_end, int(launch_end[-1]))]
     return starts.astype(np.int64), ends.astype(np.int64)
+
+
+# ---- host activity before a step's first call ----------------------------------------------------
+def refine_starts(
+    starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
+) -> Cut:
+    """Move each step's start back to the first host range (CPU op, NVTX / record_function range)
+    that begins after the previous call ended and before the step's first call: the Python work
+    that leads to a step's first CUDA call (the data loader, the forward's first ops) is the step's.
+    The first step moves back at most as far as the others, or to the outermost such range that
+    contains its first call. `ranges`: (start, end) of the candidate ranges, sorted by start. Steps stay
+    contiguous."""
+    r_start, r_end = ranges
+    if starts.size == 0 or r_start.size == 0:
+        return starts, ends
+    c_start = calls.start
+    last_end = np.maximum.accumulate(calls.end)
+    before = np.searchsorted(c_start, starts, side="left") - 1  # the call before each first call
+    prev_end = np.where(before >= 0, last_end[np.maximum(before, 0)], np.iinfo(np.int64).min)
+    j = np.searchsorted(r_start, prev_end, side="right")
+    jc = np.minimum(j, r_start.size - 1)
+    hit = (j < r_start.size) & (r_start[jc] < starts)
+    new = np.where(hit, r_start[jc], starts)
+    if new.size > 1:
+        new[0] = max(new[0], starts[0] - int(np.max(starts[1:] - new[1:])))
+    around = (r_start > prev_end[0]) & (r_start < starts[0]) & (r_end >= starts[0])
+    if around.any():
+        new[0] = min(new[0], r_start[around].min())
+    out_ends = ends.copy()
+    out_ends[:-1] = new[1:]
+    return new.astype(np.int64), out_ends.astype(np.int64)

@@ -46,6 +46,7 @@ class LaunchSequence:
     launch: np.ndarray  # bool: the call launches GPU work
     graph: np.ndarray  # bool: the call launches a CUDA graph (replays a captured workload)
     where: str  # "threads 513, 565, every API call" / "thread 513" / "GPU ops"
+    threads: tuple[int, ...] = ()  # the host threads the calls are on
 
 
 def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
@@ -101,7 +102,8 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
 
     def seq(m: np.ndarray, where: str) -> LaunchSequence:
         r = calls[m]
-        return LaunchSequence(tokens[m], start[r], end[r], blocking[m], launch[m], graph[m], where)
+        on = tuple(int(t) for t in np.unique(tid[r]))
+        return LaunchSequence(tokens[m], start[r], end[r], blocking[m], launch[m], graph[m], where, on)
 
     is_lb = launch | blocking
     everything = np.ones(calls.size, dtype=bool)

@@ -30,6 +30,7 @@ import numpy as np
 from ..model import EventKind, Timeline
 from .step_cut import (
     HOST_PACED,
+    refine_starts,
     SHORT_BLOCK,
     cut_by_pause,
     cut_launch_run,
@@ -175,17 +176,36 @@ def _launch_run_steps(
     return None
 
 
+
+def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
+    of a rank, sorted by start, step-like ranges left out."""
+    ev = timeline.events
+    kind = ev["kind"].to_numpy()
+    m = (
+        np.isin(kind, [int(EventKind.CPU_OP), int(EventKind.NVTX_RANGE)])
+        & (ev["rank"].to_numpy() == rank)
+        & np.isin(ev["tid"].to_numpy(), threads)
+    )
+    step_like = np.r_[string_ids(timeline.strings, PROFILER_STEP), string_ids(timeline.strings, STEP_LIKE)]
+    m &= ~np.isin(ev["name"].to_numpy(), step_like)
+    start, end = ev["start"].to_numpy()[m], ev["end"].to_numpy()[m]
+    order = np.argsort(start, kind="stable")
+    return start[order].astype(np.int64), end[order].astype(np.int64)
+
+
 def _repetition_steps(
     seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, origin: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, str] | str:
-    """Steps from the repetition of one sequence, or the reason there are none."""
+) -> tuple[np.ndarray, np.ndarray, bool, str] | str:
+    """(starts, ends, whether each step starts at a call, note) from the repetition of one
+    sequence, or the reason there are none."""
     base = per.lag or per.smallest
     if 0 < base < SHORT_BLOCK:
         pp = pause_period(seq, base)
         if pp.lag > base:  # the calls repeat inside the step: the recurring pause finds it
             s, e = cut_by_pause(seq, pp)
             if s.size >= MIN_REPEATS:
-                return s, e, (
+                return s, e, True, (
                     f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
                     f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
                     f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause"
@@ -199,12 +219,13 @@ def _repetition_steps(
     if s.size < MIN_REPEATS:
         return f"{seq.where}: period {per.lag} launches but only {s.size} steps cut"
     where = "ends when it returns" if anchor.at_end else "starts at its launch"
+    starts_at_call = not anchor.at_end
     why = {
         "blocking": "a blocking call once per period",
         "trace_start": "the trace starts with the repetition",
         "pause": "the longest recurring host pause is before it",
     }[anchor.how]
-    return s, e, (
+    return s, e, starts_at_call, (
         f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
         f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
         f"step {where}: {anchor.name} ({why})"
@@ -217,10 +238,20 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     if not seqs:
         s, e = _empty()
         return s, e, f"rank {rank}: no training steps found: no step markers and no launches to infer steps from"
+    calls = seqs[0]
+    ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
+
+    def refined(s: np.ndarray, e: np.ndarray, note: str) -> tuple[np.ndarray, np.ndarray, str]:
+        s2, e2 = refine_starts(s, e, calls, ranges)
+        moved = int(np.count_nonzero(s2 != s))
+        if moved:
+            note += f"; {moved} of them start earlier, at the host range that leads to their first call"
+        return s2, e2, note
+
     if seqs[0].where != "GPU ops":
         found = _launch_run_steps(seqs, rank, timeline, graph=True)
         if found is not None:
-            return found
+            return refined(*found)
     periods = [find_period(q.tokens) for q in seqs]
     clean = [i for i, p in enumerate(periods) if p.best_match >= CLEAN]
     rest = sorted(set(range(len(seqs))) - set(clean), key=lambda i: -periods[i].best_match)
@@ -231,11 +262,12 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         if isinstance(got, str):
             reasons.append(got)
             continue
-        return got
+        s, e, _, note = got
+        return refined(s, e, note)
     if seqs[0].where != "GPU ops":
         found = _launch_run_steps(seqs, rank, timeline, graph=False)
         if found is not None:
-            return found
+            return refined(*found)
     s, e = _empty()
     return s, e, f"rank {rank}: no training steps found: no step markers, and none inferred: " + "; ".join(
         dict.fromkeys(reasons)
