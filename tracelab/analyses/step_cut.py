@@ -9,13 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Timeline
-from .step_sequence import MAX_TOKENS, MIN_REPEATS, LaunchSequence, kgram_levels
+from .step_sequence import MAX_TOKENS, MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
 
 Cut = tuple[np.ndarray, np.ndarray]  # (start ns, end ns) of the steps, int64
 
 ANCHOR_RHYTHM = 0.8  # an anchor's successive occurrences are P apart this often
 REPEAT_FROM_START = 0.9  # the repetition starts where this share of the next period already repeats
-KGRAM_MAX = 1 << 14  # longest run of tokens an anchor is identified by
+KGRAM_MAX = 1 << 14  # longest run of calls the trace-start anchor is identified by
+PAUSE_KGRAM_MAX = 256  # ... and a pause anchor (64 was the most any bundled or corpus trace needed)
 
 
 def _empty() -> Cut:
@@ -67,8 +68,8 @@ def _repeating_run_end(tok: np.ndarray, at: int, period: int) -> int:
 
 
 def once_per_period(ids: np.ndarray, period: int, steady: np.ndarray) -> np.ndarray:
-    """Ids (≥ 0) that occur once per period in rhythm in the repeating part: successive occurrences
-    `period` apart (within 5%) for ANCHOR_RHYTHM of them."""
+    """Ids (not NO_KGRAM) that occur once per period in rhythm in the repeating part: successive
+    occurrences `period` apart (within 5%) for ANCHOR_RHYTHM of them."""
     n = int(steady.sum())
     keep = np.flatnonzero(steady)
     if keep.size == 0:
@@ -86,7 +87,7 @@ def once_per_period(ids: np.ndarray, period: int, steady: np.ndarray) -> np.ndar
     good = same & (np.abs(d - period) <= tol)
     n_good = np.bincount(gid[1:][good], minlength=uniq.size)
     ok = (occ >= MIN_REPEATS) & (n_good >= ANCHOR_RHYTHM * (occ - 1)) & (occ <= n / period + 2)
-    return uniq[ok & (uniq >= 0)]
+    return uniq[ok & (uniq != NO_KGRAM)]
 
 
 def group_quantile(gid: np.ndarray, values: np.ndarray, groups: int, q: float = 0.5) -> np.ndarray:
@@ -157,10 +158,16 @@ def _trace_start_anchor(
     prologue = max(2, period // 4)
     if not 0 <= i0 <= prologue or np.searchsorted(origin, seq.start[i0]) > prologue:
         return None
+    n_steady = int(steady.sum())
     for k, ids in kgram_levels(tok, min(period, KGRAM_MAX)):
-        if ids[i0] < 0 or not np.isin(ids[i0], once_per_period(ids, period, steady)):
-            continue
-        pos = in_rhythm(np.flatnonzero((ids == ids[i0]) & steady), period)
+        if ids[i0] == NO_KGRAM:
+            break
+        at = np.flatnonzero((ids == ids[i0]) & steady)
+        d = np.diff(at)
+        in_time = np.abs(d - period) <= max(1, period // 20)
+        if not (MIN_REPEATS <= at.size <= n_steady / period + 2 and in_time.sum() >= ANCHOR_RHYTHM * d.size):
+            continue  # not once per period, in rhythm (as once_per_period judges every id)
+        pos = in_rhythm(at, period)
         pos = pos[pos >= i0]
         if pos.size < MIN_REPEATS:
             return None
@@ -209,7 +216,7 @@ def _pause_anchor(
     tok = seq.tokens
     pause = host_pauses(seq).astype(np.float64)
     best: tuple[float, int, np.ndarray, int] | None = None
-    for k, ids in kgram_levels(tok, min(period, KGRAM_MAX)):
+    for k, ids in kgram_levels(tok, min(period, PAUSE_KGRAM_MAX)):
         cand = once_per_period(ids, period, steady)
         if cand.size == 0:
             continue

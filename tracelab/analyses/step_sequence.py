@@ -119,18 +119,21 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
     return seqs
 
 
+NO_KGRAM = -1  # the id of a position with fewer than k calls left
+
+
 def kgram_levels(tok: np.ndarray, max_k: int) -> Iterator[tuple[int, np.ndarray]]:
-    """(k, ids) for k = 1, 2, 4, ... ≤ max_k: dense ids of the k tokens starting at each position
-    (-1 where fewer than k remain), by doubling a 64-bit polynomial hash; O(n log n) a level."""
+    """(k, ids) for k = 1, 2, 4, ... ≤ max_k: a 64-bit polynomial hash (as int64) of the k tokens
+    starting at each position, NO_KGRAM where fewer than k remain; each level from the one before
+    by doubling, O(n) a level. Equal runs get equal ids; unequal ones collide with probability 2^-64."""
     n = tok.size
     _, h = np.unique(tok, return_inverse=True)
     h = h.astype(np.uint64).reshape(-1) + np.uint64(1)
     mult = np.uint64(0x9E3779B97F4A7C15)  # the base to the power k, wrapping
     k = 1
     while k <= max_k:
-        _, ids = np.unique(h, return_inverse=True)
-        ids = ids.astype(np.int64).reshape(-1)
-        ids[max(0, n - k + 1) :] = -1
+        ids = h.view(np.int64).copy()
+        ids[max(0, n - k + 1) :] = NO_KGRAM
         yield k, ids
         shifted = np.zeros(n, dtype=np.uint64)
         shifted[: max(0, n - k)] = h[k:]

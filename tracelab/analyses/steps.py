@@ -252,18 +252,24 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         found = _launch_run_steps(seqs, rank, timeline, graph=True)
         if found is not None:
             return refined(*found)
-    periods = [find_period(q.tokens) for q in seqs]
-    clean = [i for i, p in enumerate(periods) if p.best_match >= CLEAN]
-    rest = sorted(set(range(len(seqs))) - set(clean), key=lambda i: -periods[i].best_match)
     reasons = []
     origin = seqs[0].start  # every call of the rank: where the trace starts
-    for i in clean + rest:
-        got = _repetition_steps(seqs[i], periods[i], rank, timeline, origin)
-        if isinstance(got, str):
-            reasons.append(got)
+    noisy: list[tuple[float, int, Period]] = []
+    # clean sequences richest first, as found; the noisier ones after, cleanest first
+    for i, q in enumerate(seqs):
+        per = find_period(q.tokens)
+        if per.best_match < CLEAN:
+            noisy.append((-per.best_match, i, per))
             continue
-        s, e, _, note = got
-        return refined(s, e, note)
+        got = _repetition_steps(q, per, rank, timeline, origin)
+        if not isinstance(got, str):
+            return refined(got[0], got[1], got[3])
+        reasons.append(got)
+    for _, i, per in sorted(noisy, key=lambda t: (t[0], t[1])):
+        got = _repetition_steps(seqs[i], per, rank, timeline, origin)
+        if not isinstance(got, str):
+            return refined(got[0], got[1], got[3])
+        reasons.append(got)
     if seqs[0].where != "GPU ops":
         found = _launch_run_steps(seqs, rank, timeline, graph=False)
         if found is not None:
