@@ -382,7 +382,11 @@ def cut_by_pause(seq: LaunchSequence, pp: PausePeriod) -> Cut:
     if pos.size == 0:
         return _empty()
     tol = max(1, q // 20)
-    if pos[0] >= q - tol:
+    if pos.size > 2 and pos[1] - pos[0] < q and np.median(np.diff(pos[1:])) == q:
+        # steps of exactly q calls, but a shorter first one (the first call has no pause before it
+        # to tell; a slow first launch makes the second look like a boundary): q calls too
+        pos = np.r_[max(0, int(pos[1]) - q), pos[1:]]
+    elif pos[0] >= q - tol:
         pos = np.r_[max(0, int(pos[0]) - q), pos]
     # the teardown after the loop (a final synchronize after a pause) is no step
     stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
@@ -471,28 +475,52 @@ def cut_launch_run(seq: LaunchSequence, run: LaunchRun, calls: LaunchSequence) -
 def refine_starts(
     starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
 ) -> Cut:
-    """Move each step's start back to the first host range (CPU op, NVTX / record_function range)
-    that begins after the previous call ended and before the step's first call: the Python work
-    that leads to a step's first CUDA call (the data loader, the forward's first ops) is the step's.
-    The first step moves back at most as far as the others, or to the outermost such range that
-    contains its first call. `ranges`: (start, end) of the candidate ranges, sorted by start. Steps stay
-    contiguous."""
+    """Move each step's start back over the host ranges (CPU ops, NVTX / record_function ranges)
+    recorded between the previous call and the step's first call: the step starts after the longest
+    stretch in that window in which the host recorded nothing (the loop's own Python: the iteration,
+    a print); the ranges after it (the data loader, the first ops of the forward) are the step's,
+    those before it the previous step's tail. The first step's window reaches back as far as the
+    longest other one, or to the outermost range that contains its first call. `ranges`: (start,
+    end) of the candidate ranges, sorted by start. Steps stay contiguous."""
     r_start, r_end = ranges
     if starts.size == 0 or r_start.size == 0:
         return starts, ends
-    c_start = calls.start
     last_end = np.maximum.accumulate(calls.end)
-    before = np.searchsorted(c_start, starts, side="left") - 1  # the call before each first call
-    prev_end = np.where(before >= 0, last_end[np.maximum(before, 0)], np.iinfo(np.int64).min)
-    j = np.searchsorted(r_start, prev_end, side="right")
-    jc = np.minimum(j, r_start.size - 1)
-    hit = (j < r_start.size) & (r_start[jc] < starts)
-    new = np.where(hit, r_start[jc], starts)
-    if new.size > 1:
-        new[0] = max(new[0], starts[0] - int(np.max(starts[1:] - new[1:])))
-    around = (r_start > prev_end[0]) & (r_start < starts[0]) & (r_end >= starts[0])
+    before = np.searchsorted(calls.start, starts, side="left") - 1  # the call before each first call
+    lo = np.where(before >= 0, last_end[np.maximum(before, 0)], np.iinfo(np.int64).min)
+    lo = np.minimum(lo, starts)
+    after_call = int(lo[0])  # the first step: after the call before it (if any) ...
+    if starts.size > 1:
+        lo[0] = max(int(lo[0]), int(starts[0] - np.max(starts[1:] - lo[1:])))
+    elif before[0] < 0:
+        lo[0] = starts[0]
+    width = (starts - lo).astype(np.int64)
+    # the ranges in each window (lo, start]: window ids, ends relative to lo clipped to the window
+    a = np.searchsorted(r_start, lo, side="right")
+    b = np.searchsorted(r_start, starts, side="right")
+    seg, idx = _segments(a, b)
+    new = starts.copy()
+    if idx.size:
+        offset = np.r_[0, np.cumsum(width + 1)[:-1]]
+        rel_s = r_start[idx] - lo[seg]
+        rel_e = np.minimum(r_end[idx] - lo[seg], width[seg])
+        covered = np.maximum.accumulate(rel_e + offset[seg]) - offset[seg]  # per window: cummax
+        first = np.r_[True, seg[1:] != seg[:-1]]
+        before_i = np.where(first, 0, np.r_[0, covered[:-1]])
+        gap = rel_s - np.maximum(before_i, 0)  # idle host time before each range
+        last = np.r_[~first[1:], False] == False  # noqa: E712  (the last range of its window)
+        tail = np.zeros(starts.size, dtype=np.int64)  # idle time between the ranges and the call
+        tail[seg[last]] = width[seg[last]] - np.maximum(covered[last], 0)
+        # per window: the range after the longest gap, unless the gap before the call is longer
+        order = np.lexsort((-gap, seg))
+        heads = np.r_[0, np.flatnonzero(np.diff(seg[order])) + 1]
+        best = order[heads]
+        w = seg[best]
+        take = gap[best] > tail[w]
+        new[w[take]] = r_start[idx[best[take]]]
+    around = (r_start > after_call) & (r_start < starts[0]) & (r_end >= starts[0])  # ... in a range
     if around.any():
-        new[0] = min(new[0], r_start[around].min())
+        new[0] = min(int(new[0]), int(r_start[around].min()))
     out_ends = ends.copy()
     out_ends[:-1] = new[1:]
     return new.astype(np.int64), out_ends.astype(np.int64)
