@@ -129,6 +129,7 @@ def marked_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]
 
 
 # ---- inferred -----------------------------------------------------------------------------------
+UNRECORDED_NOTE = 0.05  # a note when the host time before steps that nothing recorded is this long
 CLEAN = 0.75  # sequences whose best lag repeats this share of calls are tried first, richest first
 RUN_COVERAGE = 0.5  # host-paced single launches must span this share of the launch sequence
 
@@ -194,6 +195,20 @@ def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.
     return start[order].astype(np.int64), end[order].astype(np.int64)
 
 
+def unrecorded_before(starts: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]) -> float:
+    """Median, over the steps after the first, of the host time right before a step's start in
+    which neither a call nor a host range was recorded, ns."""
+    if starts.size < 2:
+        return 0.0
+    s_all = np.r_[calls.start, ranges[0]]
+    e_all = np.r_[calls.end, ranges[1]]
+    order = np.argsort(s_all, kind="stable")
+    run_max = np.maximum.accumulate(e_all[order])  # the latest end of anything started so far
+    k = np.searchsorted(s_all[order], starts[1:], side="left") - 1
+    prev = np.where(k >= 0, run_max[np.maximum(k, 0)], starts[1:])
+    return float(np.median(np.maximum(starts[1:] - prev, 0)))
+
+
 def _repetition_steps(
     seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, origin: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, bool, str] | str:
@@ -246,6 +261,14 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         moved = int(np.count_nonzero(s2 != s))
         if moved:
             note += f"; {moved} of them start earlier, at the host range that leads to their first call"
+        blind = unrecorded_before(s2, calls, ranges)
+        length = float(np.median(e2 - s2)) if s2.size else 0.0
+        if s2.size > 1 and length > 0 and blind / length >= UNRECORDED_NOTE:
+            note += (
+                f"; before each step's first recorded host activity the host recorded nothing for a "
+                f"median {blind / 1e3:.0f} µs ({blind / length:.0%} of a step): the loop's own boundary "
+                f"lies somewhere in that stretch, which the trace cannot place"
+            )
         return s2, e2, note
 
     if seqs[0].where != "GPU ops":
