@@ -33,11 +33,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tracelab.analyses.steps import infer_steps  # noqa: E402
-from tracelab.demo import demo_run_paths  # noqa: E402
-from tracelab.model import Timeline  # noqa: E402
-from tracelab.parsers import load_trace  # noqa: E402
-from tracelab.parsers.rundir import load_run_dir  # noqa: E402
+from tracelab.analyses.steps import infer_steps
+from tracelab.demo import demo_run_paths
+from tracelab.model import Timeline
+from tracelab.parsers import load_trace
+from tracelab.parsers.rundir import load_run_dir
 
 Infer = Callable[[Timeline, int], tuple[np.ndarray, np.ndarray, str]]
 

@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_steps import Infer, peer_infer  # noqa: E402
+from bench_steps import Infer, peer_infer
 
-from tracelab.analyses.steps import infer_steps, marked_steps  # noqa: E402
-from tracelab.demo import demo_run_paths  # noqa: E402
-from tracelab.model import EventKind, Timeline  # noqa: E402
-from tracelab.parsers import load_trace  # noqa: E402
-from tracelab.parsers.rundir import load_run_dir  # noqa: E402
+from tracelab.analyses.steps import infer_steps, marked_steps
+from tracelab.demo import demo_run_paths
+from tracelab.model import EventKind, Timeline
+from tracelab.parsers import load_trace
+from tracelab.parsers.rundir import load_run_dir
 
 CORPUS_MARKED = [
     "hta/df_index_resolver__df_index_resolver.json.gz",
@@ -70,7 +70,7 @@ def line(name: str, tl: Timeline, peer: Infer | None) -> str:
     s, _, _ = infer_steps(tl, rank)
     near = offsets(s, ms, me)
     d = np.abs(near - ms) / med
-    markers = {i for i, t in enumerate(tl.strings) if t.startswith("ProfilerStep#") or t.startswith("step ")}
+    markers = {i for i, t in enumerate(tl.strings) if t.startswith(("ProfilerStep#", "step "))}
     act = host_activity(tl, rank, markers)
     lo, hi = np.minimum(near, ms), np.maximum(near, ms)
     blind = (np.searchsorted(act, hi, "left") - np.searchsorted(act, lo, "left")) == 0

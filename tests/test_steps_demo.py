@@ -70,7 +70,9 @@ def host_activity(tl: Timeline, rank: int) -> np.ndarray:
     record_function ranges) but the step markers."""
     ev = tl.events
     kind = ev["kind"].to_numpy()
-    host = np.isin(kind, [int(k) for k in (EventKind.RUNTIME, EventKind.DRIVER, EventKind.CPU_OP, EventKind.NVTX_RANGE)])
+    host = np.isin(
+        kind, [int(k) for k in (EventKind.RUNTIME, EventKind.DRIVER, EventKind.CPU_OP, EventKind.NVTX_RANGE)]
+    )
     marker_ids = [i for i, s in enumerate(tl.strings) if STEP.match(s)]
     keep = host & (ev["rank"].to_numpy() == rank) & ~np.isin(ev["name"].to_numpy(), marker_ids)
     return np.sort(ev["start"].to_numpy()[keep])

@@ -63,8 +63,15 @@ def test_one_cuda_graph_replay_per_step() -> None:
     for _ in range(10):
         truth.append(us(h))
         tb.api("cudaStreamIsCapturing", h, 0.5)
-        tb.kernel(h + 5, 100.0, name="replayed_kernel", launch_at=h + 1.5, launch_name="cudaGraphLaunch",
-                  launch_dur=90.0, flags=Flag.GRAPH)
+        tb.kernel(
+            h + 5,
+            100.0,
+            name="replayed_kernel",
+            launch_at=h + 1.5,
+            launch_name="cudaGraphLaunch",
+            launch_dur=90.0,
+            flags=Flag.GRAPH,
+        )
         h += 170.0
     tb.api("cudaDeviceSynchronize", h + 30, 400.0)
     s, e, note = starts_ends(tb)
@@ -108,7 +115,7 @@ def test_polling_calls_do_not_break_the_repetition() -> None:
         h += 40.0
         ends.append(us(h))
         h += 30.0
-    s, e, note = starts_ends(tb)
+    s, e, _ = starts_ends(tb)
     assert e == ends
     assert len(s) == 12
 

@@ -275,7 +275,9 @@ def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
     return lo + int(hit[-1]) if hit.size else fallback
 
 
-def _with_warmup_start(ids: np.ndarray, value: int, tok: np.ndarray, pos: np.ndarray, period: int) -> np.ndarray:
+def _with_warmup_start(
+    ids: np.ndarray, value: int, tok: np.ndarray, pos: np.ndarray, period: int
+) -> np.ndarray:
     """A start anchor's occurrence in a longer warm-up step is not in the repeating part (the next
     occurrence is more than a period later): take it back when it lies one to three periods before
     the first steady one and is followed by the token that steadily follows the anchor."""
@@ -297,7 +299,6 @@ def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> Cut:
     """Step (start, end) ns from the anchor's positions. Steps are contiguous; the last one ends
     with the last call that still repeats the step before it (not the teardown after the loop)."""
     tok = seq.tokens
-    n = tok.size
     pos = anchor.pos
     if anchor.at_end:
         ends = seq.end[pos]
@@ -374,7 +375,6 @@ def cut_by_pause(seq: LaunchSequence, pp: PausePeriod) -> Cut:
     """Steps starting at the calls that follow a step-boundary pause (in rhythm); the first step
     also when the sequence starts with it, without a pause before."""
     q = pp.lag
-    n = seq.tokens.size
     pause = host_pauses(seq)
     # boundaries: long pauses that are the longest within half a step on either side
     peak = pause >= _centered_max(pause, q // 2)
@@ -508,7 +508,7 @@ def refine_starts(
         first = np.r_[True, seg[1:] != seg[:-1]]
         before_i = np.where(first, 0, np.r_[0, covered[:-1]])
         gap = rel_s - np.maximum(before_i, 0)  # idle host time before each range
-        last = np.r_[~first[1:], False] == False  # noqa: E712  (the last range of its window)
+        last = np.r_[first[1:], True]  # the last range of its window
         tail = np.zeros(starts.size, dtype=np.int64)  # idle time between the ranges and the call
         tail[seg[last]] = width[seg[last]] - np.maximum(covered[last], 0)
         # per window: the range after the longest gap, unless the gap before the call is longer

@@ -30,7 +30,6 @@ import numpy as np
 from ..model import EventKind, Timeline
 from .step_cut import (
     HOST_PACED,
-    refine_starts,
     SHORT_BLOCK,
     cut_by_pause,
     cut_launch_run,
@@ -38,6 +37,7 @@ from .step_cut import (
     find_anchor,
     launch_runs,
     pause_period,
+    refine_starts,
 )
 from .step_sequence import (
     MIN_REPEATS,
@@ -177,7 +177,6 @@ def _launch_run_steps(
     return None
 
 
-
 def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
     of a rank, sorted by start, step-like ranges left out."""
@@ -195,7 +194,9 @@ def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.
     return start[order].astype(np.int64), end[order].astype(np.int64)
 
 
-def unrecorded_before(starts: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]) -> float:
+def unrecorded_before(
+    starts: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
+) -> float:
     """Median, over the steps after the first, of the host time right before a step's start in
     which neither a call nor a host range was recorded, ns."""
     if starts.size < 2:
@@ -220,10 +221,15 @@ def _repetition_steps(
         if pp.lag > base:  # the calls repeat inside the step: the recurring pause finds it
             s, e = cut_by_pause(seq, pp)
             if s.size >= MIN_REPEATS:
-                return s, e, True, (
-                    f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
-                    f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
-                    f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause"
+                return (
+                    s,
+                    e,
+                    True,
+                    (
+                        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
+                        f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
+                        f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause"
+                    ),
                 )
     if not per.lag:
         return f"{seq.where}: {per.reason}"
@@ -240,10 +246,15 @@ def _repetition_steps(
         "trace_start": "the trace starts with the repetition",
         "pause": "the longest recurring host pause is before it",
     }[anchor.how]
-    return s, e, starts_at_call, (
-        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
-        f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
-        f"step {where}: {anchor.name} ({why})"
+    return (
+        s,
+        e,
+        starts_at_call,
+        (
+            f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+            f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
+            f"step {where}: {anchor.name} ({why})"
+        ),
     )
 
 
@@ -252,7 +263,11 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     seqs = launch_sequences(timeline, rank)
     if not seqs:
         s, e = _empty()
-        return s, e, f"rank {rank}: no training steps found: no step markers and no launches to infer steps from"
+        return (
+            s,
+            e,
+            f"rank {rank}: no training steps found: no step markers and no launches to infer steps from",
+        )
     calls = seqs[0]
     ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
 
@@ -298,8 +313,11 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         if found is not None:
             return refined(*found)
     s, e = _empty()
-    return s, e, f"rank {rank}: no training steps found: no step markers, and none inferred: " + "; ".join(
-        dict.fromkeys(reasons)
+    return (
+        s,
+        e,
+        f"rank {rank}: no training steps found: no step markers, and none inferred: "
+        + "; ".join(dict.fromkeys(reasons)),
     )
 
 
