@@ -212,9 +212,8 @@ def unrecorded_before(
 
 def _repetition_steps(
     seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, origin: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, bool, str] | str:
-    """(starts, ends, whether each step starts at a call, note) from the repetition of one
-    sequence, or the reason there are none."""
+) -> tuple[np.ndarray, np.ndarray, str] | str:
+    """(starts, ends, note) from the repetition of one sequence, or the reason there are none."""
     base = per.lag or per.smallest
     if 0 < base < SHORT_BLOCK:
         pp = pause_period(seq, base)
@@ -224,7 +223,6 @@ def _repetition_steps(
                 return (
                     s,
                     e,
-                    True,
                     (
                         f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
                         f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
@@ -240,7 +238,6 @@ def _repetition_steps(
     if s.size < MIN_REPEATS:
         return f"{seq.where}: period {per.lag} launches but only {s.size} steps cut"
     where = "ends when it returns" if anchor.at_end else "starts at its launch"
-    starts_at_call = not anchor.at_end
     why = {
         "blocking": "a blocking call once per period",
         "trace_start": "the trace starts with the repetition",
@@ -249,7 +246,6 @@ def _repetition_steps(
     return (
         s,
         e,
-        starts_at_call,
         (
             f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
             f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
@@ -301,12 +297,12 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
             continue
         got = _repetition_steps(q, per, rank, timeline, origin)
         if not isinstance(got, str):
-            return refined(got[0], got[1], got[3])
+            return refined(*got)
         reasons.append(got)
     for _, i, per in sorted(noisy, key=lambda t: (t[0], t[1])):
         got = _repetition_steps(seqs[i], per, rank, timeline, origin)
         if not isinstance(got, str):
-            return refined(got[0], got[1], got[3])
+            return refined(*got)
         reasons.append(got)
     if seqs[0].where != "GPU ops":
         found = _launch_run_steps(seqs, rank, timeline, graph=False)
