@@ -158,4 +158,6 @@ def test_a_step_starts_at_the_host_work_that_leads_to_it() -> None:
         h += 20.0 + 150.0
     s, _e, note = starts_ends(tb)
     assert s == truth
-    assert "start earlier, at the host range that leads to their first call" in note
+    # all 6 start at their data op; before each of the last 5, 150 µs that the trace does not record
+    assert "6 of the starts moved earlier, to the host range that leads to the step's first call" in note
+    assert "the host recorded nothing for a median 150 µs" in note

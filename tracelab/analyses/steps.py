@@ -271,7 +271,7 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         s2, e2 = refine_starts(s, e, calls, ranges)
         moved = int(np.count_nonzero(s2 != s))
         if moved:
-            note += f"; {moved} of them start earlier, at the host range that leads to their first call"
+            note += f"; {moved} of the starts moved earlier, to the host range that leads to the step's first call"
         blind = unrecorded_before(s2, calls, ranges)
         length = float(np.median(e2 - s2)) if s2.size else 0.0
         if s2.size > 1 and length > 0 and blind / length >= UNRECORDED_NOTE:
