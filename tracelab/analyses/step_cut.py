@@ -407,41 +407,43 @@ HOST_PACED = 6.0  # launches at least this many call durations apart: the host w
 class LaunchRun:
     first: int  # position in the sequence of the run's first launch
     count: int
-    graph: bool  # CUDA graph replays (else host-paced launches of one kernel)
+    graph: bool  # CUDA graph replays (else launches of one kernel)
     interval_ns: float  # median time from launch to launch
     paced: float  # median interval over the median launch call duration
 
 
-def launch_runs(seq: LaunchSequence) -> list[LaunchRun]:
-    """Runs of ≥ MIN_REPEATS consecutive launches of the same token (nothing else launched or
-    waited for between them) at a steady cadence, longest first."""
+def launch_run(
+    seq: LaunchSequence, graph: bool, min_paced: float = 0.0, min_span: float = 0.0
+) -> LaunchRun | None:
+    """The longest run of ≥ MIN_REPEATS consecutive launches of the same token (nothing else
+    launched or waited for between them) at a steady cadence, of graph launches (graph=True) or of
+    anything else, at least `min_paced` call durations apart and spanning at least `min_span` ns
+    (count × interval); None when there is none. Vectorized over all runs at once."""
     tok = seq.tokens
     n = tok.size
     if n < MIN_REPEATS:
-        return []
-    new = np.r_[True, tok[1:] != tok[:-1]]
-    run_start = np.flatnonzero(new)
+        return None
+    run_start = np.flatnonzero(np.r_[True, tok[1:] != tok[:-1]])
     run_len = np.diff(np.r_[run_start, n])
     keep = run_len >= MIN_REPEATS
     lo, m = run_start[keep], run_len[keep]
     if lo.size == 0:
-        return []
+        return None
     seg, p = _segments(lo, lo + m)
     all_launch = np.bincount(seg, weights=~seq.launch[p], minlength=lo.size) == 0
+    is_graph = np.bincount(seg, weights=~seq.graph[p], minlength=lo.size) == 0
     inner = p > lo[seg]  # intervals: from the launch before, inside the run
     iv = (seq.start[p] - seq.start[np.maximum(p - 1, 0)]).astype(np.float64)
     med = group_quantile(seg[inner], iv[inner], lo.size, 0.5)
     q25 = group_quantile(seg[inner], iv[inner], lo.size, 0.25)
     q75 = group_quantile(seg[inner], iv[inner], lo.size, 0.75)
     dur = np.maximum(group_quantile(seg, (seq.end[p] - seq.start[p]).astype(np.float64), lo.size), 1.0)
-    graph = np.bincount(seg, weights=~seq.graph[p], minlength=lo.size) == 0
-    ok = all_launch & (med > 0) & (q75 - q25 <= STEADY_CADENCE * med)
-    runs = [
-        LaunchRun(int(a), int(b), bool(g), float(i), float(i / d))
-        for a, b, g, i, d in zip(lo[ok], m[ok], graph[ok], med[ok], dur[ok], strict=True)
-    ]
-    runs.sort(key=lambda r: -r.count)
-    return runs
+    ok = all_launch & (is_graph == graph) & (med > 0) & (q75 - q25 <= STEADY_CADENCE * med)
+    ok &= (med / dur >= min_paced) & (m * med >= min_span)
+    if not ok.any():
+        return None
+    c = int(np.flatnonzero(ok)[np.argmax(m[ok])])  # the longest (the first of equals)
+    return LaunchRun(int(lo[c]), int(m[c]), bool(is_graph[c]), float(med[c]), float(med[c] / dur[c]))
 
 
 def cut_launch_run(seq: LaunchSequence, run: LaunchRun, calls: LaunchSequence) -> Cut:

@@ -35,7 +35,7 @@ from .step_cut import (
     cut_launch_run,
     cut_steps,
     find_anchor,
-    launch_runs,
+    launch_run,
     pause_period,
     refine_starts,
 )
@@ -154,27 +154,25 @@ def _launch_run_steps(
     launches, calls = _merged(seqs)
     only = launches.start[launches.launch]
     span = max(int(only[-1] - only[0]), 1) if only.size else 1
-    for run in launch_runs(launches):
-        if run.graph != graph:
-            continue
-        if not graph:
-            covered = run.count * run.interval_ns
-            if run.paced < HOST_PACED or covered < RUN_COVERAGE * span:
-                continue
-        s, e = cut_launch_run(launches, run, calls)
-        name = timeline.name(int(launches.tokens[run.first])) or "?"
-        what = (
-            f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
-            if graph
-            else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
-            f"durations apart: the host works between them"
-        )
-        note = (
-            f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
-            f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)"
-        )
-        return s, e, note
-    return None
+    if graph:
+        run = launch_run(launches, graph=True)
+    else:
+        run = launch_run(launches, graph=False, min_paced=HOST_PACED, min_span=RUN_COVERAGE * span)
+    if run is None:
+        return None
+    s, e = cut_launch_run(launches, run, calls)
+    name = timeline.name(int(launches.tokens[run.first])) or "?"
+    what = (
+        f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
+        if graph
+        else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
+        f"durations apart: the host works between them"
+    )
+    note = (
+        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+        f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)"
+    )
+    return s, e, note
 
 
 def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
