@@ -16,7 +16,9 @@ Inferred (no markers on the rank; `source="inferred"`), in this order:
    SHORT_BLOCK calls is a block inside the step, cut by the recurring host pause;
 3. one host-paced launch of the same kernel over and over, covering most of the trace: one step
    per launch.
-Where no steps are found, `Steps.notes` says why.
+Each step then starts at the host range that leads to its first call (`step_cut.refine_starts`); the
+note says how much host time right before the steps nothing recorded (where the iteration's own
+boundary cannot be placed). Where no steps are found, `Steps.notes` says why.
 """
 
 from __future__ import annotations
