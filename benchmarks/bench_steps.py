@@ -55,13 +55,14 @@ def peer_infer(ref: str) -> Infer | None:
     except (OSError, subprocess.CalledProcessError) as e:
         print(f"no peer: git show {ref} failed ({e})")
         return None
-    path = Path(tempfile.mkdtemp(prefix="bench_steps_")) / "steps_peer.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("tracelab.analyses._steps_peer", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    with tempfile.TemporaryDirectory(prefix="bench_steps_") as tmp:
+        path = Path(tmp) / "steps_peer.py"
+        path.write_text(src)
+        spec = importlib.util.spec_from_file_location("tracelab.analyses._steps_peer", path)
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)  # the module lives on in memory; its file goes with the directory
     return mod.infer_steps
 
 
