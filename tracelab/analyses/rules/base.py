@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ...model import EventKind, Timeline
+from ...model.grouping import group_rows
 from ..devices import DeviceRows
 from ..gaps import HostView, IdleIntervals, idle_intervals
 from ..memo import column
@@ -142,12 +143,15 @@ def memcpy_rows(ctx: FindingContext) -> np.ndarray:
 
 def count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> list[dict[str, int]]:
     """Per (rank, device, stream): how many of the rows pos, most first (structured `where`)."""
+    if pos.size == 0:
+        return []
     r = ctx.col("rank")[pos].astype(np.int64)
     d = ctx.col("device")[pos].astype(np.int64)
     s = ctx.col("stream")[pos].astype(np.int64)
-    keys, counts = np.unique(np.stack([r, d, s]), axis=1, return_counts=True)
+    group, first = group_rows([r, d, s])  # places in (rank, device, stream) order, hashed not sorted
+    counts = np.bincount(group, minlength=first.size)
     order = np.argsort(-counts, kind="stable")
     return [
-        {"rank": int(keys[0, i]), "device": int(keys[1, i]), "stream": int(keys[2, i]), what: int(counts[i])}
+        {"rank": int(r[first[i]]), "device": int(d[first[i]]), "stream": int(s[first[i]]), what: int(counts[i])}
         for i in order
     ]
