@@ -13,7 +13,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from tracelab.sandbox import Budget
 from tracelab.store import Store
 
-from . import page_callbacks, timeline_callbacks
+from . import page_callbacks, timeline_api, timeline_callbacks
 from .components import PAGES
 from .guards import allowed_hosts, guarded, install_request_guards
 from .pages import compare, gaps, kernels, overlap, ranks, runs, timeline
@@ -82,19 +82,6 @@ def nav_hrefs(search: str | None) -> list[str]:
     ]
 
 
-def preload_plotly(app: Dash) -> None:
-    """Load plotly.js (served by Dash from the plotly package, never a CDN) from the page's head with
-    `defer`: it downloads while the page loads and runs while the first callbacks are at the server,
-    so the timeline's figure draws as soon as it arrives (dcc.Graph uses `window.Plotly` when set,
-    instead of fetching plotly.js only once a graph is first rendered)."""
-    url = app._collect_and_register_resources(
-        [{"relative_package_path": "package_data/plotly.min.js", "namespace": "plotly"}]
-    )[0]
-    app.index_string = app.index_string.replace(
-        "{%css%}", '{%css%}\n        <script src="' + url + '" defer></script>', 1
-    )
-
-
 def create_app(
     store: Store,
     *,
@@ -126,11 +113,11 @@ def create_app(
         title="tracelab",
         update_title=None,
     )
-    preload_plotly(app)
     app.server.config[STATE_KEY] = state
     # base64 inflates uploads by 4/3; leave room for the JSON around it
     app.server.config["MAX_CONTENT_LENGTH"] = int(max_upload_bytes * 4 / 3) + 1_000_000
     install_request_guards(app.server, allowed_hosts(bind_host, allow_hosts))
+    timeline_api.register(app.server)  # after the guards: every route of the server passes them
     _register_pages()
     app.layout = _shell
     _register_callbacks(app)

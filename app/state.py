@@ -89,6 +89,7 @@ class AppState:
     _timelines: _Lru = field(default_factory=lambda: _Lru(3))
     _analyses: _Lru = field(default_factory=lambda: _Lru(8))
     _misc: _Lru = field(default_factory=lambda: _Lru(64))
+    _tiles: _Lru = field(default_factory=lambda: _Lru(160))  # encoded timeline tiles (~10-200 KB each)
     _background: set[str] = field(default_factory=set)
     _background_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -96,6 +97,10 @@ class AppState:
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
         """A small derived value (lanes, tables, SM lanes) cached under `key`."""
         return self._misc.get(key, make)
+
+    def tile(self, key: Any, make: Callable[[], bytes]) -> bytes:
+        """An encoded timeline tile cached under `key` (its own cache: tiles are many and larger)."""
+        return self._tiles.get(key, make)
 
     def device_names(self, run_id: str) -> dict[tuple[int, int], str]:
         """GPU names by (rank, device), from the run's device table (cached with the run)."""
@@ -155,7 +160,7 @@ class AppState:
         return self._analyses.peek((run_id, options))
 
     def forget(self, run_id: str | None = None) -> None:
-        for cache in (self._timelines, self._analyses, self._misc):
+        for cache in (self._timelines, self._analyses, self._misc, self._tiles):
             cache.clear()
 
 

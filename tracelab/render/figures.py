@@ -31,13 +31,11 @@ def plotly_text(s: object) -> str:
 
 
 
-_TIMELINE_NAMES = {
-    "timeline_rows", "timeline_figure", "lane_to_row", "axis_unit", "stream_label", "EVENT_CLASSES", "event_class",
-}
+_TIMELINE_NAMES = {"timeline_rows", "lane_to_row", "axis_unit", "stream_label", "EVENT_CLASSES", "event_class"}
 
 
 def __getattr__(name: str) -> Any:
-    """The timeline's rows and figure moved to `tracelab.render.timeline`; old imports still work."""
+    """The timeline's rows and classes live in `tracelab.render.timeline`; old imports still work."""
     if name in _TIMELINE_NAMES:
         from . import timeline
 
