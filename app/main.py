@@ -82,6 +82,27 @@ def nav_hrefs(search: str | None) -> list[str]:
     ]
 
 
+# in the page's head, before Dash's scripts load: on /timeline, ask for the run's meta (and, for a
+# whole-run view, its first tile) at once; app/assets/timeline_canvas.js takes the answers over
+EARLY_TIMELINE_FETCH = """<script>(function () {
+  try {
+    var m = location.pathname.match(/^(.*)\\/timeline\\/?$/), q = new URLSearchParams(location.search);
+    if (!m || !q.get("run")) { return; }
+    var api = m[1] + "/api/timeline/", run = encodeURIComponent(q.get("run")), p = ["run=" + run];
+    ["t0", "t1", "q"].forEach(function (k) { if (q.get(k)) { p.push(k + "=" + encodeURIComponent(q.get(k))); } });
+    var get = function (u) { return fetch(u, {credentials: "same-origin"}); };
+    window.__tlEarly = {key: location.search, meta: get(api + "meta?" + p.join("&")),
+      tile: q.get("t0") || q.get("t1") || q.get("q") ? null : get(api + "tile?run=" + run + "&level=0&index=0")};
+  } catch (e) { window.__tlEarly = null; }
+})();</script>"""
+
+
+def early_timeline_fetch(app: Dash) -> None:
+    """Start the timeline's first requests from the page's head (EARLY_TIMELINE_FETCH): they run
+    while the browser loads and starts Dash, instead of after."""
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}\n        " + EARLY_TIMELINE_FETCH, 1)
+
+
 def create_app(
     store: Store,
     *,
@@ -113,6 +134,7 @@ def create_app(
         title="tracelab",
         update_title=None,
     )
+    early_timeline_fetch(app)
     app.server.config[STATE_KEY] = state
     # base64 inflates uploads by 4/3; leave room for the JSON around it
     app.server.config["MAX_CONTENT_LENGTH"] = int(max_upload_bytes * 4 / 3) + 1_000_000

@@ -29,22 +29,37 @@ DEFAULT_OPTIONS = AnalysisOptions()
 
 
 class _Lru:
+    """A small LRU cache that computes each key once: a request that needs a value another thread is
+    computing waits for it instead of computing it again (a page and the timeline's data routes ask
+    for the same run at the same time)."""
+
     def __init__(self, size: int) -> None:
         self.size = size
         self._d: OrderedDict[Any, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._building: dict[Any, threading.Lock] = {}
 
     def get(self, key: Any, make: Callable[[], Any]) -> Any:
         with self._lock:
             if key in self._d:
                 self._d.move_to_end(key)
                 return self._d[key]
-        value = make()  # outside the lock: loading a big run must not block other runs
-        with self._lock:
-            self._d[key] = value
-            self._d.move_to_end(key)
-            while len(self._d) > self.size:
-                self._d.popitem(last=False)
+            building = self._building.setdefault(key, threading.Lock())
+        with building:  # outside the cache's lock: loading a big run must not block other runs
+            with self._lock:
+                if key in self._d:
+                    self._d.move_to_end(key)
+                    return self._d[key]
+            try:
+                value = make()
+                with self._lock:
+                    self._d[key] = value
+                    self._d.move_to_end(key)
+                    while len(self._d) > self.size:
+                        self._d.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
         return value
 
     def peek(self, key: Any) -> Any:

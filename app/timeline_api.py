@@ -115,7 +115,7 @@ def meta() -> Any:
     origin = int(record.start_ns or 0)
     rows, _ = view_rows(state, record, show)
     steps = steps_on_rows(state, record.id, rows)
-    gaps, ready = run_gaps(state, record)
+    gaps, ready = run_gaps(state, record, start=False)  # a big run's analysis starts after its first tile
     return _json(
         {
             "run": record.id,
@@ -174,8 +174,8 @@ def matches() -> Any:
     found = search_matches_in_window(state, record, query, t0, t1, show, limit=MAX_MATCHES)
     return _json(
         {
-            "count": int(len(search_positions(state, record.id, query))),
-            "in_view": int(len(found)),
+            "count": len(search_positions(state, record.id, query)),
+            "in_view": len(found),
             "start": [int(v) - origin for v in found["start"].tolist()],
             "end": [int(v) - origin for v in found["end"].tolist()],
             "row": found["row"].astype(int).tolist(),

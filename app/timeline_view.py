@@ -135,13 +135,15 @@ def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, .
 SYNC_ANALYSIS_MAX_EVENTS = 300_000  # bigger runs are analysed in the background: the first view never waits
 
 
-def run_gaps(state: AppState, record: RunRecord) -> tuple[pd.DataFrame, bool]:
+def run_gaps(state: AppState, record: RunRecord, *, start: bool = True) -> tuple[pd.DataFrame, bool]:
     """The run's gaps (a `gaps_frame`) and whether they are there yet. Runs up to
-    SYNC_ANALYSIS_MAX_EVENTS events are analysed now; bigger ones in a background thread, and until it
-    is done the idle rows show the idle time without causes (the browser asks again)."""
+    SYNC_ANALYSIS_MAX_EVENTS events are analysed now; bigger ones in a background thread (started here
+    unless `start` is False), and until it is done the idle rows show the idle time without causes
+    (the browser asks again)."""
     run_id = record.id
     if state.cached_analysis(run_id) is None and record.events > SYNC_ANALYSIS_MAX_EVENTS:
-        state.analyse_in_background(run_id)
+        if start:
+            state.analyse_in_background(run_id)
         return gaps_frame(()), False
     return state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps)), True
 
@@ -188,7 +190,8 @@ def idle_bins(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int
         covered, _ = busy_bins(np.zeros(b - a, np.int64), s[a:b], e[a:b], t0, t1, 1, n_bins)
         edges = t0 + np.arange(n_bins + 1) * width
         in_span = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
-        idle = np.clip(in_span - covered[0], 0, None)
+        idle = in_span - covered[0]
+        idle = np.where(idle > 0.5, idle, 0.0)  # float rounding of fully busy bins is no idle time
         parts.append(segments(idle[None, :], (idle > 0)[None, :].astype(np.int64), t0, t1).assign(row=int(r.row)))
     if not parts:
         return pd.DataFrame({"row": [], "start": [], "end": [], "count": [], "busy": [], "level": []})
@@ -380,7 +383,7 @@ def tile_parts(state: AppState, record: RunRecord, show: list[str] | tuple[str, 
     shown = np.flatnonzero(table >= 0)
     view = window_view(state, run_id, t0, t1, table, shown, len(rows), depth_cap=lane_depth_cap(rows, len(lanes)))
     sm_view = _sm_view(state, sm, rows, t0, t1) if sm else None
-    gaps, ready = run_gaps(state, record)
+    gaps, ready = run_gaps(state, record, start=False)
     return TileParts(
         level=level, index=index, t0=t0, t1=t1, origin=int(record.start_ns or 0), view=view, sm_view=sm_view,
         idle=idle_bins(state, run_id, rows, t0, t1), gaps=gaps_in_window(gaps, rows, t0, t1, view.ns_per_px),
@@ -393,9 +396,12 @@ def tile_bytes(state: AppState, record: RunRecord, show: list[str] | tuple[str, 
     gaps were not ready yet)."""
     ready = state.cached_analysis(record.id) is not None or record.events <= SYNC_ANALYSIS_MAX_EVENTS
     key = ("tile", record.id, tuple(show), level, index, ready)
-    return state.tile(
+    data = state.tile(
         key, lambda: encode_tile(tile_parts(state, record, show, level, index), state.strings(record.id))
     )
+    if not ready:  # a big run's analysis starts once its first tile is out: it does not slow that one
+        run_gaps(state, record)
+    return data
 
 
 def _nested_rows(

@@ -72,12 +72,13 @@
     while (tiles.size > MAX_TILES) { tiles.delete(tiles.keys().next().value); }
   }
 
-  function loadTile(run, show, level, index) {
+  // `response`: a fetch of this tile already under way (the page head's early request)
+  function loadTile(run, show, level, index, response) {
     var key = tileKey(run, show, level, index);
     var e = tiles.get(key);
     if (e) { touch(key, e); return e.promise; }
     e = { tile: null, failed: false, promise: null };
-    e.promise = fetch(api("tile", { run: run, show: show, level: level, index: index }), { credentials: "same-origin" })
+    e.promise = (response || fetch(api("tile", { run: run, show: show, level: level, index: index }), { credentials: "same-origin" }))
       .then(function (r) {
         if (!r.ok) { return r.text().then(function (t) { throw new Error(t.trim() || r.statusText); }); }
         return r.arrayBuffer();
@@ -126,11 +127,15 @@
     if (!/\/timeline\/?$/.test(location.pathname)) { return; }
     var q = new URLSearchParams(location.search);
     if (!q.get("run")) { return; }
-    early = fetchMeta({ run: q.get("run"), t0: q.get("t0"), t1: q.get("t1"), q: q.get("q") });
+    var head = window.__tlEarly && window.__tlEarly.key === location.search ? window.__tlEarly : null;
+    early = head ? head.meta.then(function (r) {
+      if (!r.ok) { return r.text().then(function (t) { throw new Error(t.trim() || r.statusText); }); }
+      return r.json();
+    }) : fetchMeta({ run: q.get("run"), t0: q.get("t0"), t1: q.get("t1"), q: q.get("q") });
     early.then(function (meta) {
       var show = meta.show.join(",");
       var w = meta.window, level = levelFor(meta, w[1] - w[0]);
-      loadTile(meta.run, show, 0, 0).catch(function () {});
+      loadTile(meta.run, show, 0, 0, head && head.tile).catch(function () {});
       slotsFor(meta, level, w[0], w[1]).forEach(function (i) { loadTile(meta.run, show, level, i).catch(function () {}); });
     }).catch(function () {});
   })();
@@ -193,6 +198,7 @@
     this.hoverCache = new Map();
     this.queue = [];
     this.inflight = 0;
+    this.inflightVisible = 0;
     this.stats = { draws: 0, complete: false, firstComplete: null, lastDraw: 0, level: 0, drawnItems: 0,
                    individual: 0, aggregated: 0, smDrawn: 0, flows: 0, legend: [] };
     this.dead = false;
@@ -378,8 +384,8 @@
     if (level < meta.max_level) {
       slotsFor(meta, level + 1, w[0], w[1]).forEach(function (i) { want.push([level + 1, i]); });
     }
-    var self = this, seen = {};
-    this.queue = want.filter(function (t) {
+    var self = this, seen = {}, visible = 1 + slotsFor(meta, level, w[0], w[1]).length;
+    this.queue = want.map(function (t, i) { return [t[0], t[1], i < visible]; }).filter(function (t) {
       var k = t[0] + "/" + t[1];
       if (seen[k] || self.cached(t[0], t[1])) { return false; }
       seen[k] = true;
@@ -388,17 +394,24 @@
     this.pump();
   };
 
+  // at most CONCURRENT requests; tiles of the view first, and nothing else while one of them is loading
   Timeline.prototype.pump = function () {
     var self = this;
     while (this.inflight < CONCURRENT && this.queue.length) {
-      var t = this.queue.shift();
-      if (this.cached(t[0], t[1])) { continue; }
+      var t = this.queue[0];
+      if (this.cached(t[0], t[1])) { this.queue.shift(); continue; }
+      if (!t[2] && this.inflightVisible > 0) { return; }
+      this.queue.shift();
       this.inflight++;
+      var vis = t[2] ? 1 : 0;
+      this.inflightVisible += vis;
       loadTile(this.run, this.showKey(), t[0], t[1]).then(function () {
         self.inflight--;
+        self.inflightVisible -= vis;
         if (!self.dead) { self.requestDraw(); self.pump(); }
       }, function (err) {
         self.inflight--;
+        self.inflightVisible -= vis;
         if (!self.dead) {
           self.drawnInfo.textContent = "cannot load part of the timeline: " + err.message;
           self.pump();

@@ -36,7 +36,6 @@ from ..timeline_view import (
     match_window,
     search_matches_in_window,
     search_positions,
-    view_rows,
 )
 from ..urls import timeline_href
 from .common import internal_error_page, resolve_run
@@ -175,14 +174,14 @@ def on_search(
         at = int(view.get("match", -1))
         view["match"] = (0 if trigger == "next" else n - 1) if at < 0 else (at + (1 if trigger == "next" else -1)) % n
         w = match_window(state, record, view.get("query") or "", view["match"])
-        if w is not None:
-            view["t0"], view["t1"] = w
+        if w is not None:  # the canvas moves there and reports the window (on_window)
             origin = int(record.start_ns or 0)
             goto = {"t0": w[0] - origin, "t1": w[1] - origin}
     else:
         return None
     q = view.get("query") or ""
-    text = match_text(state, record, q, int(view.get("match", -1)), (view["t0"], view["t1"]), parse_show(show or []))
+    window = (view["t0"], view["t1"]) if goto is None else (goto["t0"] + view["origin"], goto["t1"] + view["origin"])
+    text = match_text(state, record, q, int(view.get("match", -1)), window, parse_show(show or []))
     return encode_view(view), text, goto, q
 
 
@@ -290,7 +289,6 @@ def timeline_layout(
         "selected": None, "query": query, "match": match,
     }
     try:
-        view_rows(state, record, show)  # the rows (lanes, SM lanes, steps), cached for the tiles
         info = window_info(state, record, a, b)
         matches = match_text(state, record, query, match, (a, b), show)
     except BadInput as exc:
