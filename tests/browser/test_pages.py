@@ -153,9 +153,16 @@ def test_gap_click_changes_timeline_range(browser, server, screenshots):
     rec = server["store"].get_run(server["a"])
     open_page(browser, server, f"/gaps?run={server['a']}", "#gaps-table td")
     first_row = "#gaps-table tbody tr:nth-child(3)"  # header, filter row, then the longest gap
-    start_us = float(css(browser, f"{first_row} td[data-dash-column='start_us']")[0].text)
+    from tracelab.analyses import analyze
+    from tracelab.render.format import fmt_ns, fmt_offset
+
+    gap = max(analyze(server["store"].load(server["a"])).gaps, key=lambda g: (g.duration_ns, -g.start_ns))
+    # the position and length read as the CLI and the reports write them (the one formatter)
+    assert css(browser, f"{first_row} td[data-dash-column='at']")[0].text == fmt_offset(gap.start_ns, rec.start_ns)
+    assert css(browser, f"{first_row} td[data-dash-column='duration']")[0].text == fmt_ns(gap.duration_ns)
     length = int(css(browser, f"{first_row} td[data-dash-column='duration_ns']")[0].text)
-    gap_start = rec.start_ns + round(start_us * 1000)
+    assert length == gap.duration_ns
+    gap_start = gap.start_ns
     css(browser, f"{first_row} td[data-dash-column='cause']")[0].click()
     wait_for(
         browser, lambda: urlparse(browser.current_url).path == "/timeline", what="navigation to the timeline"
