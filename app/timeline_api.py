@@ -26,6 +26,7 @@ from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
 from tracelab.render.figures import fmt_bytes, fmt_ns
 from tracelab.render.timeline import stream_label, style
+from tracelab.store import RunRecord
 
 from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state
@@ -88,28 +89,33 @@ def _int_arg(name: str, lo: int, hi: int) -> int:
     return v
 
 
-def _record(state: AppState):
-    return state.record(_arg("run"))
-
-
-def _show(record) -> list[str]:
+def _request() -> tuple[AppState, RunRecord, list[str]]:
+    """The app's state, the run asked for (`run`: an id, prefix or name in the store) and the lane
+    groups (`show`, the run's default when absent)."""
+    state = current_state()
+    record = state.record(_arg("run"))
     raw = flask.request.args.get("show")
-    return default_show(record) if raw is None else parse_show(raw[:100])
+    return state, record, default_show(record) if raw is None else parse_show(raw[:100])
+
+
+def _query(required: bool) -> str:
+    return _arg("q", required=required, limit=1000).strip()[:MAX_QUERY]
+
+
+def _no_store(resp: flask.Response) -> flask.Response:
+    resp.headers["Cache-Control"] = "no-store"  # a run can be deleted or re-imported under its name
+    return resp
 
 
 def _json(data: Any) -> flask.Response:
-    resp = flask.jsonify(data)
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+    return _no_store(flask.jsonify(data))
 
 
 @bp.get("/meta")
 @_answers_400
 def meta() -> Any:
-    state = current_state()
-    record = _record(state)
-    show = _show(record)
-    query = _arg("q", required=False, limit=1000).strip()[:MAX_QUERY]
+    state, record, show = _request()
+    query = _query(required=False)
     t0, t1, match = initial_window(state, record, _arg("t0", required=False, limit=40) or None,
                                    _arg("t1", required=False, limit=40) or None, query)
     origin = int(record.start_ns or 0)
@@ -149,23 +155,17 @@ def meta() -> Any:
 @bp.get("/tile")
 @_answers_400
 def tile() -> Any:
-    state = current_state()
-    record = _record(state)
-    show = _show(record)
+    state, record, show = _request()
     level = _int_arg("level", 0, max_level(record))
     index = _int_arg("index", 0, (1 << level) - 1)
-    resp = flask.Response(tile_bytes(state, record, show, level, index), mimetype="application/octet-stream")
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+    return _no_store(flask.Response(tile_bytes(state, record, show, level, index), mimetype="application/octet-stream"))
 
 
 @bp.get("/matches")
 @_answers_400
 def matches() -> Any:
-    state = current_state()
-    record = _record(state)
-    show = _show(record)
-    query = _arg("q", limit=1000).strip()[:MAX_QUERY]
+    state, record, show = _request()
+    query = _query(required=True)
     origin = int(record.start_ns or 0)
     t0 = origin + offset_ns(_arg("t0", limit=40), "t0")
     t1 = origin + offset_ns(_arg("t1", limit=40), "t1")
@@ -186,8 +186,7 @@ def matches() -> Any:
 @bp.get("/hover")
 @_answers_400
 def hover() -> Any:
-    state = current_state()
-    record = _record(state)
+    state, record, _ = _request()
     if flask.request.args.get("gap") is not None:
         gaps, _ = run_gaps(state, record)
         i = _int_arg("gap", 0, max(len(gaps) - 1, 0))

@@ -1,6 +1,7 @@
 """Timeline latency in a real browser: headless Chromium over a ~1M-event run (built by
 bench_dashboard.py), this checkout side by side with another version of tracelab (by default the
-release at git commit 3c340c5, unpacked with `git archive`) in the same run, on the same store.
+last Plotly timeline, main at git commit 3233203, unpacked with `git archive`) in the same run, on the
+same store.
 
 For each version: a dashboard server in its own process, a fresh Chromium profile; then
 - first draw: navigation start -> the timeline drawn with all the detail of its first view (measured
@@ -12,7 +13,7 @@ For each version: a dashboard server in its own process, a fresh Chromium profil
   "pan"), and -> the frame with all the window's tiles ("detail"); Plotly timeline: Plotly.relayout ->
   the server's figure for that window drawn (both columns: the browser draws nothing sooner).
 
-    .venv/bin/python benchmarks/bench_browser.py [--events 1000000] [--baseline-commit 3c340c5]
+    .venv/bin/python benchmarks/bench_browser.py [--events 1000000] [--baseline-commit 3233203]
                                                  [--baseline-src DIR] [--repeats 3]
 
 Targets (issue 12) on the 2-core machine: first draw <= 0.8 s, zoom / pan <= 150 ms median.
@@ -249,7 +250,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--db", type=Path, default=ROOT / ".scratch" / "bench" / "bench_dashboard.db")
-    ap.add_argument("--baseline-commit", default="3c340c5")
+    ap.add_argument("--baseline-commit", default="3233203")
     ap.add_argument("--baseline-src", type=Path, help="a tracelab source tree to compare with (skips git)")
     ap.add_argument("--repeats", type=int, default=3, help="warm page loads per version")
     ap.add_argument("--skip-baseline", action="store_true", help="measure this checkout only")
@@ -280,7 +281,7 @@ def main() -> None:
     if not args.skip_baseline:
         tmp = Path(tempfile.mkdtemp(prefix="bench-release-"))
         baseline = args.baseline_src or release_tree(args.baseline_commit, tmp)
-        label = f"release {args.baseline_commit}" if args.baseline_src is None else str(baseline)
+        label = f"commit {args.baseline_commit}" if args.baseline_src is None else str(baseline)
         results.append(measure(label, baseline, args.db, rid, rec.span_ns, args.repeats))
     results.append(measure("this checkout", ROOT, args.db, rid, rec.span_ns, args.repeats))
     print(f"{'version':<22} {'first draw cold':>15} {'warm':>7} {'zoom med':>9} {'pan med':>8} "

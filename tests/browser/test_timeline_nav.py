@@ -319,4 +319,4 @@ def test_hover_shows_the_whole_gap_evidence(browser, server, shots):
                    css(browser, ".tl-tooltip")[0], what="the gap's evidence in the tooltip")
     assert tip.text.startswith(f"idle ({gap.cause})")
     assert browser.execute_script("const t = arguments[0]; return t.scrollWidth <= t.clientWidth + 1", tip)
-    shoot(browser, shots, "timeline_gap_tooltip")
+    shoot(browser, shots, "timeline_gap_tooltip", keep=True)
