@@ -154,21 +154,29 @@ class AppState:
 
     def analyse_in_background(self, run_id: str) -> None:
         """Start the run's analysis in a daemon thread (once); `cached_analysis` has it when done."""
-        with self._background_lock:
-            if run_id in self._background:
-                return
-            self._background.add(run_id)
+        self.in_background(f"analyse-{run_id}", lambda: self.analysis(run_id))
 
-        def work() -> None:
+    def in_background(self, name: str, work: Callable[[], Any]) -> None:
+        """Run `work` (which caches its result) in a daemon thread, unless one named `name` runs."""
+        with self._background_lock:
+            if name in self._background:
+                return
+            self._background.add(name)
+
+        def run() -> None:
             try:
-                self.analysis(run_id)
+                work()
             except Exception:
-                logging.getLogger("tracelab.app").exception("background analysis of run %s failed", run_id)
+                logging.getLogger("tracelab.app").exception("background work %s failed", name)
             finally:
                 with self._background_lock:
-                    self._background.discard(run_id)
+                    self._background.discard(name)
 
-        threading.Thread(target=work, name=f"analyse-{run_id}", daemon=True).start()
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def peek(self, key: Any) -> Any:
+        """A value `cached` holds under `key`, or None (never computes it)."""
+        return self._misc.peek(key)
 
     def cached_analysis(self, run_id: str, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis | None:
         """The analysis if it was computed already (the timeline never waits for one)."""

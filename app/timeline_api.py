@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import flask
+import numpy as np
 
 from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
@@ -36,6 +37,7 @@ from .timeline_view import (
     run_gaps,
     search_matches_in_window,
     search_positions,
+    steps_if_ready,
     steps_on_rows,
     tile_bytes,
     view_rows,
@@ -120,8 +122,15 @@ def meta() -> Any:
                                    _arg("t1", required=False, limit=40) or None, query)
     origin = int(record.start_ns or 0)
     rows, _ = view_rows(state, record, show)
-    steps = steps_on_rows(state, record.id, rows)
-    gaps, ready = run_gaps(state, record, start=False)  # a big run's analysis starts after its first tile
+    # a big run's analysis and steps start after its first tile (`tile_bytes`): the canvas asks again
+    gaps, ready = run_gaps(state, record, start=False)
+    found = steps_if_ready(state, record, start=False)
+    steps = steps_on_rows(found, rows)
+    labels = rows["label"].astype(str).tolist()
+    if found is not None:  # a steps lane whose rank has none says so
+        with_steps = set(found["rank"].astype(int).tolist())
+        for i in np.flatnonzero((rows["kind"] == "steps").to_numpy() & ~rows["rank"].isin(with_steps).to_numpy()):
+            labels[i] = "steps (none found)"
     return _json(
         {
             "run": record.id,
@@ -134,7 +143,7 @@ def meta() -> Any:
             "query": query,
             "match": match,
             "rows": {
-                "label": rows["label"].astype(str).tolist(),
+                "label": labels,
                 "kind": rows["kind"].astype(str).tolist(),
                 "height": rows["height"].astype(float).tolist(),
                 "rank": rows["rank"].astype(int).tolist(),
@@ -146,6 +155,7 @@ def meta() -> Any:
                 "label": steps["label"].astype(str).tolist(),
             },
             "gaps_ready": ready,
+            "steps_ready": found is not None,
             "causes_present": sorted(set(gaps["cause"].tolist())),
             "style": style(),
         }

@@ -110,6 +110,18 @@ def run_steps(state: AppState, run_id: str) -> pd.DataFrame:
     return state.cached(("steps", run_id), make)
 
 
+def steps_if_ready(state: AppState, record: RunRecord, *, start: bool = True) -> pd.DataFrame | None:
+    """The run's steps (`run_steps`) if they are there: runs up to SYNC_ANALYSIS_MAX_EVENTS events get
+    them now; bigger ones in a background thread (started here unless `start` is False), None until
+    it is done: finding the steps of a million events takes about a second the first view must not wait."""
+    if record.events <= SYNC_ANALYSIS_MAX_EVENTS:
+        return run_steps(state, record.id)
+    steps = state.peek(("steps", record.id))
+    if steps is None and start:
+        state.in_background(f"steps-{record.id}", lambda: run_steps(state, record.id))
+    return steps
+
+
 def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...]) -> tuple[pd.DataFrame, list[SmLanes]]:
     """The timeline's rows for the lane groups in `show` (cached per run and groups)."""
     run_id = record.id
@@ -117,7 +129,10 @@ def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, .
     def make() -> tuple[pd.DataFrame, list[SmLanes]]:
         sm = sm_lanes_for(state, run_id) if "sm" in show else []
         sm_rows = {(s.rank, s.device): SmRows(s.n_sms, s.source, sm_partitions_of(s.frame)) for s in sm}
-        steps = run_steps(state, run_id)
+        # a big run's steps come later: every rank with host lanes gets a steps lane now, so that no
+        # row moves when they arrive; a small run's ranks without steps get none
+        steps = run_steps(state, run_id) if record.events <= SYNC_ANALYSIS_MAX_EVENTS else None
+        ranks = state.lanes(run_id)["rank"] if steps is None else steps["rank"]
         rows = timeline_rows(
             state.lanes(run_id),
             state.strings(run_id),
@@ -125,7 +140,7 @@ def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, .
             sm_rows=sm_rows,
             show=show,
             nvtx_depths=nvtx_depths(state, run_id),
-            step_ranks=sorted(set(steps["rank"].astype(int).tolist())) if "nvtx" in show or "host" in show else [],
+            step_ranks=sorted(set(ranks.astype(int).tolist())) if "nvtx" in show or "host" in show else [],
         )
         return rows, sm
 
@@ -198,10 +213,11 @@ def idle_bins(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int
     return pd.concat(parts, ignore_index=True)
 
 
-def steps_on_rows(state: AppState, run_id: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """The run's steps (start, end, label) with the row of their rank's steps lane (none when the
-    lane is not shown)."""
-    steps = run_steps(state, run_id)
+def steps_on_rows(steps: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
+    """The steps (`run_steps`: rank, start, end, label; None: not there yet) with the row of their
+    rank's steps lane (none when the lane is not shown)."""
+    if steps is None:
+        steps = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(label="")
     step_rows = rows[rows["kind"] == "steps"]
     row_of = dict(zip(step_rows["rank"].astype(int), step_rows["row"].astype(int)))
     out = steps.assign(row=[row_of.get(int(r), -1) for r in steps["rank"]])
@@ -399,8 +415,9 @@ def tile_bytes(state: AppState, record: RunRecord, show: list[str] | tuple[str, 
     data = state.tile(
         key, lambda: encode_tile(tile_parts(state, record, show, level, index), state.strings(record.id))
     )
-    if not ready:  # a big run's analysis starts once its first tile is out: it does not slow that one
+    if not ready:  # a big run's analysis and steps start once its first tile is out: they do not slow it
         run_gaps(state, record)
+        steps_if_ready(state, record)
     return data
 
 

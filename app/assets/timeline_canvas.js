@@ -270,21 +270,29 @@
       self.schedule();
       self.requestDraw();
       if (self.query) { self.fetchMatches(); }
-      if (!meta.gaps_ready) { self.waitForGaps(); }
+      if (!meta.gaps_ready || !meta.steps_ready) { self.waitForGaps(); }
     }).catch(function (err) {
       self.drawnInfo.textContent = "cannot draw this timeline: " + err.message;
       self.drawnInfo.className = "tl-drawn error-message";
     });
   };
 
-  // big runs are analysed in the background: ask again until their gaps are there, then refetch
+  // big runs are analysed (gaps by cause, steps) in the background: ask again until both are there,
+  // then refetch the tiles drawn without gaps
   Timeline.prototype.waitForGaps = function () {
     var self = this;
     this.gapsTimer = setTimeout(function () {
       if (self.dead) { return; }
       getJSON(api("meta", { run: self.run, show: self.showKey(), _: Date.now() })).then(function (meta) {
         if (self.dead) { return; }
-        if (!meta.gaps_ready) { self.waitForGaps(); return; }
+        if (meta.steps_ready && !self.meta.steps_ready) {  // steps are drawn from the meta: no tile changes
+          self.meta.steps = meta.steps;
+          self.meta.rows.label = meta.rows.label;
+          self.meta.steps_ready = true;
+          self.layout();
+        }
+        if (!meta.gaps_ready || !meta.steps_ready) { self.waitForGaps(); }
+        if (!meta.gaps_ready || self.meta.gaps_ready) { self.renderLegend(); self.requestDraw(); return; }
         var prefix = self.run + "|";
         Array.from(tiles.keys()).forEach(function (k) {
           var e = tiles.get(k);
