@@ -739,3 +739,31 @@ def test_every_finding_link_opens_its_window(env):
     for i, f in enumerate(findings):
         q = parse_qs(urlparse(find(page, f"finding-link-{i}").href).query)
         assert int(q["t0"][0]) <= f.data["start_ns"] < f.data["end_ns"] <= int(q["t1"][0]), f.rule
+
+
+def test_big_runs_get_gaps_and_steps_after_their_first_tile(env, monkeypatch):
+    """A run above SYNC_ANALYSIS_MAX_EVENTS: its first meta and tile wait for neither the analysis nor
+    the steps (the steps lane is there, empty); both start after the first tile, in the background,
+    and the next meta / tiles carry them (the same gaps and steps as the small-run path)."""
+    import time as _time
+
+    from app import create_app, timeline_view
+
+    state, a, _ = env
+    expected_steps = timeline_view.run_steps(state, a)  # computed here on another state
+    expected_gaps = len(state.analysis(a).gaps)
+    monkeypatch.setattr(timeline_view, "SYNC_ANALYSIS_MAX_EVENTS", 10)
+    client = create_app(state.store).server.test_client()
+    meta = client.get(f"/api/timeline/meta?run={a}").get_json()
+    assert not meta["gaps_ready"] and not meta["steps_ready"] and meta["steps"]["start"] == []
+    assert meta["rows"]["kind"].count("steps") == 1 and "steps" in meta["rows"]["label"]
+    header, arrays = unpack(client.get(f"/api/timeline/tile?run={a}&level=0&index=0").data)
+    assert not header["gaps_ready"] and len(arrays["g.start"]) == 0
+    deadline = _time.time() + 60
+    while not (meta["gaps_ready"] and meta["steps_ready"]) and _time.time() < deadline:
+        _time.sleep(0.1)
+        meta = client.get(f"/api/timeline/meta?run={a}").get_json()
+    assert meta["gaps_ready"] and meta["steps_ready"]
+    assert meta["steps"]["label"] == expected_steps["label"].tolist()
+    header, arrays = unpack(client.get(f"/api/timeline/tile?run={a}&level=0&index=0").data)
+    assert header["gaps_ready"] and len(arrays["g.start"]) == expected_gaps == 7

@@ -309,9 +309,9 @@ def test_hover_shows_the_whole_gap_evidence(browser, server, shots):
     gap = analyze(server["store"].load(rid)).gaps[0]
     rec = server["store"].get_run(rid)
     mid = ((gap.start_ns + gap.end_ns) / 2) - rec.start_ns
+    browser.execute_script("window.scrollTo(0, 0)")
     x, y = browser.execute_script("return window.tracelabTimeline.pointAt(arguments[0], arguments[1])",
                                   mid, st["rowKinds"].index("idle"))
-    browser.execute_script("window.scrollTo(0, 0)")
     actions = ActionBuilder(browser)
     actions.pointer_action.move_to_location(int(x), int(y))
     actions.perform()
