@@ -203,8 +203,8 @@ def idle_bins(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int
         a = int(np.searchsorted(e, t0, side="right"))
         b = int(np.searchsorted(s, t1, side="left"))
         covered, _ = busy_bins(np.zeros(b - a, np.int64), s[a:b], e[a:b], t0, t1, 1, n_bins)
-        edges = t0 + np.arange(n_bins + 1) * width
-        in_span = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+        edges = np.arange(n_bins + 1) * width  # from t0: epoch-ns clocks lose 256 ns as float64
+        in_span = np.clip(np.minimum(edges[1:], hi - t0) - np.maximum(edges[:-1], lo - t0), 0, None)
         idle = in_span - covered[0]
         idle = np.where(idle > 0.5, idle, 0.0)  # float rounding of fully busy bins is no idle time
         parts.append(segments(idle[None, :], (idle > 0)[None, :].astype(np.int64), t0, t1).assign(row=int(r.row)))

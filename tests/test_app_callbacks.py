@@ -531,6 +531,31 @@ def test_busy_bins_match_brute_force():
     inside = (end >= t0) & (start < t1)
     assert counts.sum() == n  # every event counted once (clipped to the window edges)
     assert inside.sum() <= n
+    # on an epoch-ns clock (float64 steps of 256 ns there) with bins of ~100 ns: still exact
+    covered_e, _ = busy_bins(rows, start + EPOCH_NS, end + EPOCH_NS, t0 + EPOCH_NS, t0 + EPOCH_NS + 1_700, n_rows, n_bins)
+    covered_0, _ = busy_bins(rows, start, end, t0, t0 + 1_700, n_rows, n_bins)
+    np.testing.assert_allclose(covered_e, covered_0, atol=1e-6)
+
+
+def test_idle_bins_leave_busy_time_alone_at_deep_zoom(env):
+    """The idle row between step 0's kernels (stream 7: [10, 25), [30, 45), [50, 65) µs from the run
+    start, nothing else busy before 100 µs) on a 62 µs tile of an epoch-ns clock: idle exactly in
+    [25, 30) and [45, 50) (to a bin), none inside a kernel."""
+    from app import timeline_view
+    from app.pages.timeline import default_show
+
+    state, a, _ = env
+    rec = state.record(a)
+    t0, t1 = timeline_view.tile_window(rec, 8, 0)
+    rows, _ = timeline_view.view_rows(state, rec, default_show(rec))
+    idle = timeline_view.idle_bins(state, a, rows, t0, t1)
+    bin_ns = (t1 - t0) / 512
+    s, e = idle["start"].to_numpy() - rec.start_ns, idle["end"].to_numpy() - rec.start_ns
+    for k0, k1 in ((10_000, 25_000), (30_000, 45_000), (50_000, t1 - rec.start_ns)):
+        inside = (s >= k0 + bin_ns) & (e <= k1 - bin_ns)
+        assert not inside.any(), (k0, k1, s[inside])
+    idle_ns = ((e - s) * idle["busy"].to_numpy()).sum()
+    assert idle_ns == pytest.approx(10_000, abs=2 * bin_ns)
 
 
 def test_lod_caps_drawn_items():
