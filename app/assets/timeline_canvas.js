@@ -35,7 +35,8 @@
 
   function api(path, params) {
     var q = Object.keys(params)
-      .filter(function (k) { return params[k] !== undefined && params[k] !== null && params[k] !== ""; })
+      // an empty `show` (every lane group unticked) is a value, not an absent parameter
+      .filter(function (k) { return params[k] !== undefined && params[k] !== null && (params[k] !== "" || k === "show"); })
       .map(function (k) { return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]); })
       .join("&");
     return base() + "/api/timeline/" + path + (q ? "?" + q : "");

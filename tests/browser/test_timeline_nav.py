@@ -146,6 +146,20 @@ def test_w_zooms_and_d_pans(browser, server, shots):
     assert u1 - u0 <= t1 - t0 + 1_000  # same width (clamped at the run's end at most)
     wait_timeline(browser)
     shoot(browser, shots, "timeline_keys")
+    # the wheel zooms in around the mouse: a real wheel event over the canvas, at 25 % of its width
+    before = wait_timeline(browser)
+    browser.execute_script("window.scrollTo(0, 0)")
+    box = browser.execute_script(
+        "const r = document.querySelector('#tl-canvas-root canvas.tl-over').getBoundingClientRect();"
+        " return [r.left, r.top, r.width];"
+    )
+    ActionChains(browser).scroll(int(box[0] + 0.25 * box[2]), int(box[1] + 30), 0, -200).perform()
+    wheeled = wait_for(browser, lambda: tl_state(browser)["window"] != before["window"] and tl_state(browser),
+                       what="the wheel's zoom")
+    (a0, b0), (a1, b1) = before["window"], wheeled["window"]
+    assert b1 - a1 < b0 - a0  # zoomed in
+    pivot0, pivot1 = a0 + 0.25 * (b0 - a0), a1 + 0.25 * (b1 - a1)
+    assert pivot1 == pytest.approx(pivot0, abs=0.01 * (b0 - a0))  # around the mouse
 
 
 def test_search_highlights_counts_and_steps(browser, server, shots):
@@ -258,6 +272,14 @@ def test_kernel_row_opens_its_instances(browser, server, shots):
     assert q["q"] == [name]
     # the kernels table's count for that kernel (summed over its launch configurations) = matches
     assert css(browser, "#tl-match")[0].text.startswith("1 / ")
+    # the canvas opens on the kernel's first instance, outlined as a match
+    ev = server["store"].load(server["a"]).events
+    strings = server["store"].strings(server["a"])
+    first = ev[ev["name"] == strings.index(name)].iloc[0]
+    origin = int(ev["start"].min())
+    st = wait_for(browser, lambda: (tl_state(browser) or {}).get("matchesDrawn") and tl_state(browser), what="outline")
+    assert st["window"][0] <= first["start"] - origin and first["end"] - origin <= st["window"][1]
+    assert st["window"][1] - st["window"][0] < (ev["end"].max() - origin) / 10
     shoot(browser, shots, "kernel_to_timeline")
 
 
