@@ -342,3 +342,37 @@ def test_hover_shows_the_whole_gap_evidence(browser, server, shots):
     assert tip.text.startswith(f"idle ({gap.cause})")
     assert browser.execute_script("const t = arguments[0]; return t.scrollWidth <= t.clientWidth + 1", tip)
     shoot(browser, shots, "timeline_gap_tooltip", keep=True)
+
+
+def test_page_controls_drive_the_canvas(browser, server):
+    """The lane checkboxes, the arrows checkbox, 'Zoom out ×3', 'Whole run' and 'Clear selection'
+    act on the canvas (through the page's clientside bridges)."""
+    rec = server["store"].get_run(server["a"])
+    open_page(browser, server, f"/timeline?run={server['a']}&t0={rec.start_ns}&t1={rec.start_ns + 200_000}", TIMELINE)
+    st = wait_timeline(browser)
+    assert st["flows"] > 0 and any("tid 1" in r for r in st["rows"])
+    browser.execute_script("window.scrollTo(0, 0)")
+    flows_box = css(browser, "#tl-flows input")[0]
+    flows_box.click()
+    wait_for(browser, lambda: tl_state(browser)["flows"] == 0, what="no arrows")
+    flows_box.click()
+    wait_for(browser, lambda: tl_state(browser)["flows"] == st["flows"], what="the arrows again")
+    host = next(e for e in css(browser, "#tl-show label") if e.text.strip() == "host threads")
+    host.find_element("tag name", "input").click()
+    wait_for(browser, lambda: not any(r.startswith("pid ") for r in (tl_state(browser) or {"rows": ["pid"]})["rows"]),
+             what="the host rows hidden")
+    assert any(r.startswith("NVTX") for r in wait_timeline(browser)["rows"])  # the other groups stay
+    css(browser, "#tl-zoom-out")[0].click()
+    wait_for(browser, lambda: tl_state(browser)["window"] == [0, 600_000], what="zoomed out x3 (clamped at 0)")
+    css(browser, "#tl-full")[0].click()
+    wait_for(browser, lambda: tl_state(browser)["window"] == [0, rec.span_ns], what="the whole run")
+    kernel = None
+    browser.execute_script("window.tracelabTimeline.setWindow(0, 200000)")
+    wait_timeline(browser)
+    browser.execute_script("window.scrollTo(0, 0)")
+    kernel = click_drawn(browser, "it[3] === 'kernels' && it[5] >= 0")
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("highlighted") == 1, what="the kernel outlined (host hidden)")
+    assert kernel is not None
+    css(browser, "#tl-clear")[0].click()
+    wait_for(browser, lambda: tl_state(browser)["highlighted"] == 0 and not css(browser, "#tl-selection-list li"),
+             what="the selection cleared")
