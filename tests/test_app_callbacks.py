@@ -324,7 +324,7 @@ def test_timeline_lanes_labels_and_escaping(env):
     assert "NVTX default" in labels and "pid 100 · tid 1" in labels
     assert "SM" in labels and "estimated" in labels  # per-SM lanes from the SM analysis, marked
     # names reach the canvas as plain text (drawn with fillText, never parsed as markup) ...
-    header, arrays = tile_of(state, a, 0, 200_000)
+    header, _arrays = tile_of(state, a, 0, 200_000)
     names = set(header["names"].values())
     assert HOSTILE_KERNEL in names and HOSTILE_NVTX in names
     # ... and nothing in the canvas script turns text into markup
@@ -349,7 +349,7 @@ def test_hover_text_is_formatted_on_the_server(env):
     assert lines[3] == "grid (128,1,1) block (256,1,1)"
     gap = state.analysis(a).gaps[0]
     lines = client.get(f"/api/timeline/hover?run={a}&gap=0").get_json()["lines"]
-    assert lines == [f"idle (host_sync) · 1.71 ms at +300.0 µs", gap.evidence]
+    assert lines == ["idle (host_sync) · 1.71 ms at +300.0 µs", gap.evidence]
 
 
 def test_zoom_requeries_store_window_and_updates_link(env):
