@@ -21,6 +21,7 @@
   var MAX_TILES = 400;
   var CONCURRENT = 2;
   var REPORT_MS = 150;
+  var MAX_HEIGHT = 30000;
 
   // ---- the server ---------------------------------------------------------------------------------
 
@@ -331,7 +332,7 @@
       lab.title = rows.label[r];
       this.labels.appendChild(lab);
     }
-    this.height = Math.max(y, 40);
+    this.height = Math.min(Math.max(y, 40), MAX_HEIGHT); // browsers draw no canvas taller than ~32k px
     this.width = Math.max(this.plot.clientWidth, 200);
     var dpr = window.devicePixelRatio || 1;
     [[this.axis, AXIS_PX], [this.canvas, this.height], [this.over, this.height]].forEach(function (c) {
