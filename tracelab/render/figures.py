@@ -31,7 +31,7 @@ def plotly_text(s: object) -> str:
 
 
 
-_TIMELINE_NAMES = {"timeline_rows", "lane_to_row", "axis_unit", "stream_label", "EVENT_CLASSES", "event_class"}
+_TIMELINE_NAMES = {"timeline_rows", "lane_to_row", "stream_label", "EVENT_CLASSES", "event_class"}
 
 
 def __getattr__(name: str) -> Any:

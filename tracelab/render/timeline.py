@@ -84,11 +84,6 @@ MAX_GAPS = 2000  # more gaps of one cause in a tile are merged where they lie wi
 BIN_KINDS = ("events", "idle", "sm")  # b.kind codes: busy bins, all-idle bins, SM-lane bins
 
 
-def axis_unit(span_ns: int) -> tuple[float, str]:
-    """The time unit of the timeline's axis for a window: ms above 5 ms, else µs."""
-    return (1e6, "ms") if span_ns > 5_000_000 else (1e3, "µs")
-
-
 def level_px(full: float) -> list[float]:
     """Thickness (px) of an aggregated stretch at each busy level (eighths) for a full thickness:
     an 8 %-busy stretch is a thin line, a fully busy one a full box (never thinner than 1 px)."""
