@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .grouping import group_rows
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
 
 EVENT_COLUMNS: dict[str, str] = {
@@ -212,41 +213,40 @@ def _column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+_LANE_KIND_OF = np.full(256, int(LaneKind.HOST_THREAD), dtype=np.int8)  # lane kind of each event kind
+_LANE_KIND_OF[[int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]] = int(LaneKind.GPU_STREAM)  # with a device
+_LANE_KIND_OF[int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
+_LANE_KIND_OF[[int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]] = int(LaneKind.NVTX)
+
+
 def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
-    """Lane id for every event, and the lane table. Vectorized: one groupby over the lane keys."""
+    """Lane id for every event, and the lane table. Vectorized: one hash pass over the lane keys
+    (`grouping.group_rows`), lanes numbered in sorted key order."""
     n = len(events)
     kind = events["kind"].to_numpy()
-    lane_kind = np.full(n, int(LaneKind.HOST_THREAD), dtype=np.int8)
-    on_gpu = np.isin(kind, [int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]) & (
-        events["device"].to_numpy() >= 0
-    )
-    lane_kind[on_gpu] = int(LaneKind.GPU_STREAM)
-    lane_kind[kind == int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
-    lane_kind[np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])] = int(LaneKind.NVTX)
-
-    gpu_side = np.isin(lane_kind, [int(LaneKind.GPU_STREAM), int(LaneKind.GPU_ANNOTATION)])
-    keys = pd.DataFrame(
-        {
-            "lane_kind": lane_kind,
-            "rank": events["rank"].to_numpy(),
-            "device": np.where(gpu_side, events["device"].to_numpy(), -1).astype(np.int32),
-            "context": np.where(gpu_side, events["context"].to_numpy(), -1),
-            "green_context": np.where(gpu_side, events["green_context"].to_numpy(), -1),
-            "stream": np.where(gpu_side, events["stream"].to_numpy(), -1),
-            "pid": np.where(gpu_side, -1, events["pid"].to_numpy()),
-            "tid": np.where(gpu_side, -1, events["tid"].to_numpy()),
-            "category": np.where(lane_kind == int(LaneKind.NVTX), events["category"].to_numpy(), -1).astype(
-                np.int32
-            ),
-        }
-    )
-    cols = list(keys.columns)
+    if kind.dtype != np.int8:  # the model's dtype; anything else is looked up by its valid range
+        kind = np.where((kind >= 0) & (kind <= 127), kind, 127).astype(np.int8)
+    lane_kind = _LANE_KIND_OF[kind.view(np.uint8)]  # one lookup per event
+    lane_kind[(lane_kind == int(LaneKind.GPU_STREAM)) & (events["device"].to_numpy() < 0)] = int(LaneKind.HOST_THREAD)
+    gpu_side = (lane_kind == int(LaneKind.GPU_STREAM)) | (lane_kind == int(LaneKind.GPU_ANNOTATION))
     if n == 0:
         lanes = pd.DataFrame({c: pd.Series([], dtype=t) for c, t in LANE_COLUMNS.items()})
         return np.zeros(0, dtype=np.int32), lanes
-    lane_ids = keys.groupby(cols, sort=True).ngroup().to_numpy().astype(np.int32)
-    first = np.unique(lane_ids, return_index=True)[1]
-    lanes = keys.iloc[first].reset_index(drop=True)
+    keys = {
+        "lane_kind": lane_kind,
+        "rank": events["rank"].to_numpy(),
+        "device": np.where(gpu_side, events["device"].to_numpy(), -1).astype(np.int32),
+        "context": np.where(gpu_side, events["context"].to_numpy(), -1),
+        "green_context": np.where(gpu_side, events["green_context"].to_numpy(), -1),
+        "stream": np.where(gpu_side, events["stream"].to_numpy(), -1),
+        "pid": np.where(gpu_side, -1, events["pid"].to_numpy()),
+        "tid": np.where(gpu_side, -1, events["tid"].to_numpy()),
+        "category": np.where(lane_kind == int(LaneKind.NVTX), events["category"].to_numpy(), -1).astype(np.int32),
+    }
+    # lanes numbered in sorted key order (as groupby(sort=True).ngroup()), hashed in one pass
+    ids, first = group_rows(list(keys.values()))
+    lane_ids = ids.astype(np.int32)
+    lanes = pd.DataFrame({c: v[first] for c, v in keys.items()})
     lanes.insert(0, "lane", np.arange(len(lanes), dtype=np.int32))
     lanes = lanes.astype(LANE_COLUMNS)
     return lane_ids, lanes
@@ -266,19 +266,21 @@ def build_timeline(
     present = [v for v in columns.values() if v is not None and np.ndim(v) > 0]
     n = len(present[0]) if present else 0
     data = {c: _column(columns, c, n) for c in EVENT_COLUMNS}
-    order = np.argsort(data["start"], kind="stable")
-    if n and not (np.diff(data["start"]) >= 0).all():
+    if n and not (np.diff(data["start"]) >= 0).all():  # sort only when a parser did not
+        order = np.argsort(data["start"], kind="stable")
         data = {c: a[order] for c, a in data.items()}
     events = pd.DataFrame(data, copy=False)
     lane_ids, lanes = assign_lanes(events)
     events["lane"] = lane_ids
     # devices seen in events but not described get a bare DeviceInfo
     known = {(d.rank, d.device) for d in devices}
-    gpu = events[events["device"] >= 0][["rank", "device"]].drop_duplicates()
+    dev = events["device"].to_numpy()
+    on_dev = dev >= 0
+    pairs = pd.unique((events["rank"].to_numpy()[on_dev].astype(np.int64) << 32) | dev[on_dev].astype(np.int64))
     extra = [
-        DeviceInfo(rank=int(r), device=int(d))
-        for r, d in gpu.itertuples(index=False)
-        if (int(r), int(d)) not in known
+        DeviceInfo(rank=int(k) >> 32, device=int(k) & 0xFFFFFFFF)
+        for k in pairs.tolist()
+        if (int(k) >> 32, int(k) & 0xFFFFFFFF) not in known
     ]
     all_devices = tuple(sorted((*devices, *extra), key=lambda d: (d.rank, d.device)))
     tl = Timeline(

@@ -60,7 +60,6 @@ def keep_os_calls_of_host_threads(cols: dict[str, np.ndarray], category: int) ->
         return cols, []
     keep = ~drop
     threads = int(np.unique(key(drop)).size)
-    return {k: v[keep] for k, v in cols.items()}, [
-        f"{n} OS runtime call{'s' * (n != 1)} on {threads} thread{'s' * (threads != 1)} without CUDA calls or "
-        "NVTX ranges left out (helper threads)"
-    ]
+    note = (f"{n} OS runtime call{'s' * (n != 1)} on {threads} thread{'s' * (threads != 1)} without CUDA calls or "
+            "NVTX ranges left out (helper threads)")
+    return {k: v[keep] for k, v in cols.items()}, [note]
