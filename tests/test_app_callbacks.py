@@ -347,9 +347,12 @@ def test_hover_text_is_formatted_on_the_server(env):
     lines = client.get(f"/api/timeline/hover?run={a}&event={gemm['pos']}").get_json()["lines"]
     assert lines[:3] == ["gemm_kernel_1", "kernel · GPU 0 · stream 7", "15.0 µs at +30.0 µs"]
     assert lines[3] == "grid (128,1,1) block (256,1,1)"
-    gap = state.analysis(a).gaps[0]
+    from tracelab.render.gap_evidence import gap_evidence
+
+    analysis = state.analysis(a)
     lines = client.get(f"/api/timeline/hover?run={a}&gap=0").get_json()["lines"]
-    assert lines == ["idle (host_sync) · 1.71 ms at +300.0 µs", gap.evidence]
+    assert lines == ["idle (host_sync) · 1.71 ms at +300.0 µs", gap_evidence(analysis, [analysis.gaps[0]])[0]]
+    assert "cudaStreamSynchronize" in lines[1]  # the wait that explains it, named
 
 
 def test_zoom_requeries_store_window_and_updates_link(env):
