@@ -6,11 +6,12 @@ Both schemas are read: the current one (cats `kernel`, `gpu_memcpy`, `gpu_memset
 `Operator`, tid "stream 7", `computeProperties`, lowercase 'external id'); AMD/HIP traces use the same
 cats with hip* API names.
 
-How: the traceEvents array is streamed in chunks (`kineto_stream`); msgspec decodes each chunk into
-small typed structs that carry only the fields we use (everything else is skipped without making
-Python objects); columns are pulled out with C-level `map(attrgetter)` into numpy arrays; names are
-interned per distinct value (`kineto_columns`); device limits and copy kinds come from
-`kineto_devices`. Times become integer ns on the trace's own clock: round(ts_µs * 1000).
+How: the traceEvents array is streamed in chunks (`kineto_stream`). Each chunk goes through the C
+scanner (`_kineto_scan.c`, built by setup.py when a compiler is there), which writes the fields we use
+straight into column buffers, with the chunk's distinct strings in a small table; a chunk it declines
+(anything outside strictly valid JSON of the expected types) is decoded by msgspec into small typed
+structs instead, the reference path (`kineto_rows` gives both one interface). Names are interned per
+distinct value; device limits and copy kinds come from `kineto_devices`. Times become integer ns on the trace's own clock: round(ts_µs * 1000).
 
 What is kept: complete ("X") events. Flows (ac2g), instants ([memory]), counters and metadata rows are
 counted in meta.stats but not kept. python_function and unknown cats become OTHER host events;
@@ -21,11 +22,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from itertools import repeat
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +43,9 @@ from tracelab.model import (
 from tracelab.model.api_names import classify_api_ids, comm_mask
 from tracelab.model.kinds import NO_STREAM
 
-from .kineto_columns import (
-    assemble,
-    col,
-    member,
-    sorted_unique,
-    stream_from_tid,
-    strs,
-    take,
-    triples,
-)
+from .kineto_columns import assemble, member, sorted_unique
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
+from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 from .validate import (
     INT32_LIMIT,
@@ -141,9 +131,6 @@ _KIND_OF: dict[str, int] = {
     **{k: _DROP for k in _SKIP_CATS},
     "": _DROP,
 }
-_X_PH = frozenset({"X"})
-_INSTANT_PH = frozenset({"i", "I"})
-_FLOW_PH = frozenset({"s", "f", "t"})
 _GPU = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 _ON_DEVICE = (*_GPU, int(EventKind.SYNC), int(EventKind.GPU_ANNOTATION))
 _WITH_CORRELATION = (*_GPU, int(EventKind.SYNC), int(EventKind.RUNTIME), int(EventKind.DRIVER))
@@ -280,40 +267,46 @@ class _Parsed:
             self.strings.append(v)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
 
-    # called by EventChunks for each piece: keeps column arrays, frees the structs
-    def add_chunk(self, piece: memoryview) -> int:
-        evs = _decode(piece)
-        self._process(evs)
-        return len(evs)
+    def intern_table(self, ids: np.ndarray, table: list[str]) -> np.ndarray:
+        """`intern([table[i] for i in ids])` without the per-event list: the new strings are interned in
+        the order of their first occurrence in `ids`, so the string ids are those `intern` gives."""
+        if not len(ids):
+            return np.zeros(0, dtype=np.int32)
+        used, first = np.unique(ids, return_index=True)
+        by_first = used[np.argsort(first, kind="stable")]
+        remap = np.full(len(table), -1, dtype=np.int32)
+        remap[by_first] = self.intern([table[i] for i in by_first.tolist()])
+        return remap[ids]
 
-    def _process(self, evs: list) -> None:
-        n = len(evs)
+    # called by EventChunks for each piece: keeps column arrays, frees the decoded piece
+    def add_chunk(self, piece: memoryview) -> int:
+        rows: Rows | None = scan(piece)
+        if rows is None:  # declined by the C scanner (or not built): msgspec decides
+            rows = StructRows(_decode(piece), _Event, _EMPTY_ARGS)
+        self._process(rows)
+        return rows.n
+
+    def _process(self, rows: Rows) -> None:
+        n = rows.n
         self.n_total += n
         if not n:
             return
-        loose = type(evs[0]) is not _Event  # loose decode: fields may hold anything
-        cats = list(map(attrgetter("cat"), evs))
-        phs = list(map(attrgetter("ph"), evs))
-        if loose:
-            cats, phs = strs(cats), strs(phs)
-        if not self.legacy and not _LEGACY_CATS.isdisjoint(cats):
+        kind, cats_used = rows.kinds(_KIND_OF, int(EventKind.OTHER))
+        if not self.legacy and not _LEGACY_CATS.isdisjoint(cats_used):
             self.legacy = True
-        ph_count = Counter(phs)
-        self.n_dropped_instant += ph_count["i"] + ph_count["I"]
-        self.n_flows += ph_count["s"] + ph_count["f"] + ph_count["t"]
-        kind = np.fromiter(map(_KIND_OF.get, cats, repeat(int(EventKind.OTHER))), dtype=np.int8, count=n)
-        if ph_count["X"] != n:
-            kind[~np.fromiter(map(_X_PH.__contains__, phs), dtype=bool, count=n)] = _DROP
+        ph = rows.phases()
+        self.n_dropped_instant += int(np.count_nonzero(ph == PH_INSTANT))
+        self.n_flows += int(np.count_nonzero(ph == PH_FLOW))
+        kind[ph != PH_X] = _DROP
         idx = np.flatnonzero(kind != _DROP)
         if not len(idx):
             return
-        sel = take(evs, idx)
-        cats = take(cats, idx)
-        del evs, phs
+        sel = rows.select(idx)
+        del rows
         kind = kind[idx]
-        ts = col(sel, "ts", "float64", checked=loose)
-        dur = col(sel, "dur", "float64", checked=loose)
-        pid = col(sel, "pid", checked=loose)
+        ts = sel.floats("ts")
+        dur = sel.floats("dur")
+        pid = sel.ints("pid")
         on_dev = np.isin(kind, _ON_DEVICE)
         no_ts = np.isnan(ts)
         self.n_bad_ts += int(np.count_nonzero(no_ts))
@@ -326,39 +319,33 @@ class _Parsed:
         if out_of_range.any():
             first = int(np.flatnonzero(out_of_range)[0])
             if not self.n_bad_time:
-                self.bad_time_example = f"{strs([sel[first].name])[0][:60]!r} at ts {ts[first]!r} µs"
+                self.bad_time_example = f"{sel.name(first)[:60]!r} at ts {ts[first]!r} µs"
             self.n_bad_time += int(np.count_nonzero(out_of_range))
         # drop events without a valid time, and host events on a non-numeric pid (e.g. "Spans")
         good = ok & (on_dev | (pid >= 0))
         if not good.all():
             keep = np.flatnonzero(good)
-            sel, cats = take(sel, keep), take(cats, keep)
+            sel = sel.select(keep)
             kind, start, end, pid, on_dev = kind[keep], start[keep], end[keep], pid[keep], on_dev[keep]
-            if not len(sel):
+            if not len(keep):
                 return
-        tid = col(sel, "tid", checked=loose)
-        names = list(map(attrgetter("name"), sel))
-        if loose:
-            names = strs(names)
+        tid = sel.ints("tid")
         cols: dict[str, np.ndarray] = {
             "kind": kind,
             "start": start,
             "end": end,
-            "name": self.intern(names),
-            "category": self.intern(cats),
+            "name": sel.name_ids(self),
+            "category": sel.cat_ids(self),
             "pid": np.where(on_dev, -1, pid),
             "tid": np.where(on_dev, -1, tid),
         }
         aidx = np.flatnonzero(np.isin(kind, _WITH_CORRELATION) | on_dev)
         if len(aidx):
             cols["rows"] = aidx.astype(np.int32)  # the rows that carry GPU / correlation fields
-            sub = take(sel, aidx)
-            args = list(map(attrgetter("args"), sub))
-            if None in args:
-                args = [a if a is not None else _EMPTY_ARGS for a in args]
+            args = sel.args(aidx)
             k = kind[aidx]
-            dev = col(args, "device", checked=loose)
-            stream = col(args, "stream", checked=loose)
+            dev = args.ints("device")
+            stream = args.ints("stream")
             stream[stream == NO_STREAM] = -1  # CUPTI's "not on a stream" as uint32 (context syncs): none
             ann = k == int(EventKind.GPU_ANNOTATION)
             if ann.any():  # gpu_user_annotation: the GPU sits in pid, the stream in tid
@@ -367,39 +354,37 @@ class _Parsed:
             gpu = np.isin(k, _GPU)
             legacy_stream = gpu & (stream < 0)
             if legacy_stream.any():  # 2021 schema: tid "stream 7"
-                stream = np.where(legacy_stream, stream_from_tid(list(map(attrgetter("tid"), sub))), stream)
+                stream = np.where(legacy_stream, args.legacy_streams(), stream)
             missing = gpu & ((dev < 0) | (stream < 0))
             if missing.any():  # no args.device / args.stream: the lane Kineto's pid / tid name
                 lane_pid, lane_tid = pid[aidx], tid[aidx]
                 usable = missing & (lane_pid >= 0) & (lane_pid < INT32_LIMIT) & (lane_tid >= 0)
                 if usable.any():
                     if not self.n_lane_from_pid:
-                        self.lane_example = names[int(aidx[np.flatnonzero(usable)[0]])][:60]
+                        self.lane_example = sel.name(int(aidx[np.flatnonzero(usable)[0]]))[:60]
                     self.n_lane_from_pid += int(np.count_nonzero(usable))
                     dev = np.where(usable & (dev < 0), lane_pid, dev)
                     stream = np.where(usable & (stream < 0), lane_tid, stream)
             dev_side = np.isin(k, _ON_DEVICE)
             cols["a_device"] = np.where(dev_side, dev, -1)
             cols["a_stream"] = np.where(dev_side, stream, -1)
-            cols["a_context"] = np.where(dev_side, col(args, "context", checked=loose), -1)
-            cols["a_correlation"] = col(args, "correlation", checked=loose)
+            cols["a_context"] = np.where(dev_side, args.ints("context"), -1)
+            cols["a_correlation"] = args.ints("correlation")
             b = np.full(len(aidx), -1, dtype=np.int64)
             copy = np.flatnonzero(np.isin(k, [int(EventKind.MEMCPY), int(EventKind.MEMSET)]))
             if len(copy):
-                b[copy] = col(take(args, copy), "bytes", checked=loose)
+                b[copy] = args.ints("bytes", idx=copy)
             cols["a_bytes"] = b
             kern = np.flatnonzero(k == int(EventKind.KERNEL))
             cols["k_rows"] = aidx[kern].astype(np.int32)
-            kargs = take(args, kern)
-            cols["k_registers"] = col(kargs, "registers", "int32", checked=loose)
-            cols["k_shared"] = col(kargs, "shared", checked=loose)
-            cols["k_grid"] = triples(list(map(attrgetter("grid"), kargs)), checked=loose)
-            cols["k_block"] = triples(list(map(attrgetter("block"), kargs)), checked=loose)
+            cols["k_registers"] = args.ints("registers", "int32", idx=kern)
+            cols["k_shared"] = args.ints("shared", idx=kern)
+            cols["k_grid"] = args.triples("grid", kern)
+            cols["k_block"] = args.triples("block", kern)
             syn = np.flatnonzero(k == int(EventKind.SYNC))
             if len(syn):
                 sync = np.zeros(len(aidx), dtype=np.int8)
-                sync_names = [getattr(args[i], "sync", None) or names[aidx[i]] for i in syn.tolist()]
-                sync[syn] = [int(_SYNC_NAMES.get(str(x).lower(), SyncKind.NONE)) for x in sync_names]
+                sync[syn] = [int(_SYNC_NAMES.get(str(x).lower(), SyncKind.NONE)) for x in args.sync_names(syn)]
                 cols["a_sync"] = sync
         self.parts.append(cols)
 

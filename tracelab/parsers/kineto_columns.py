@@ -11,7 +11,7 @@ from operator import attrgetter
 import numpy as np
 
 
-def _checked_int(v: object) -> int:
+def checked_int(v: object) -> int:
     """An exact integer in int64 range, else -1: bools, fractions, NaN, huge values and non-numeric
     strings are not silently cast."""
     t = type(v)
@@ -21,7 +21,7 @@ def _checked_int(v: object) -> int:
         return int(v) if v.is_integer() and abs(v) < 9.2e18 else -1  # type: ignore[union-attr]
     if t is str:
         try:
-            return _checked_int(int(v, 10))  # type: ignore[arg-type]
+            return checked_int(int(v, 10))  # type: ignore[arg-type]
         except ValueError:
             return -1
     return -1
@@ -51,7 +51,7 @@ def ints(values: list | tuple, dtype: str = "int64", checked: bool = False) -> n
             return np.fromiter(values, dtype=dtype, count=n)
         except (TypeError, ValueError, OverflowError):
             pass
-    out = np.fromiter(map(_checked_int, values), dtype=np.int64, count=n)
+    out = np.fromiter(map(checked_int, values), dtype=np.int64, count=n)
     if dtype != "int64":
         info = np.iinfo(dtype)
         out = np.where((out < info.min) | (out > info.max), -1, out)
