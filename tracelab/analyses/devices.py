@@ -34,12 +34,12 @@ class DeviceRows:
 
 def device_rows(timeline: Timeline) -> list[DeviceRows]:
     """GPU activity rows grouped by (rank, device), devices in (rank, device) order."""
-    ev = timeline.events
-    pos = np.flatnonzero(np.isin(ev["kind"].to_numpy(), _GPU_KINDS))
+    ev = timeline.cols
+    pos = np.flatnonzero(np.isin(ev["kind"], _GPU_KINDS))
     if pos.size == 0:
         return []
-    rank = ev["rank"].to_numpy()[pos].astype(np.int64)
-    dev = ev["device"].to_numpy()[pos].astype(np.int64)
+    rank = ev["rank"][pos].astype(np.int64)
+    dev = ev["device"][pos].astype(np.int64)
     key = (rank << 32) | (dev & 0xFFFFFFFF)
     order = np.argsort(key, kind="stable")  # stable: keeps start order inside a device
     key_sorted = key[order]
@@ -54,13 +54,13 @@ def device_rows(timeline: Timeline) -> list[DeviceRows]:
 
 def comm_kernels(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     """Communication kernels among rows: flagged COMM by the parser or named like a collective."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()[rows]
-    flagged = (ev["flags"].to_numpy()[rows] & Flag.COMM) != 0
+    ev = timeline.cols
+    kind = ev["kind"][rows]
+    flagged = (ev["flags"][rows] & Flag.COMM) != 0
     is_kernel = kind == int(EventKind.KERNEL)
     named = np.zeros(rows.size, dtype=bool)
     if is_kernel.any():
-        named[is_kernel] = comm_mask(timeline.strings, ev["name"].to_numpy()[rows][is_kernel])
+        named[is_kernel] = comm_mask(timeline.strings, ev["name"][rows][is_kernel])
     return is_kernel & (flagged | named)
 
 
@@ -69,12 +69,12 @@ def _opt(v: int) -> int | None:
 
 
 def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
-    ev = timeline.events
+    ev = timeline.cols
     rows = dr.rows
-    kind = ev["kind"].to_numpy()[rows]
-    start = ev["start"].to_numpy()[rows]
-    end = ev["end"].to_numpy()[rows]
-    lane = ev["lane"].to_numpy()[rows].astype(np.int64)
+    kind = ev["kind"][rows]
+    start = ev["start"][rows]
+    end = ev["end"][rows]
+    lane = ev["lane"][rows].astype(np.int64)
     comm = comm_kernels(timeline, rows)
 
     us, ue = merge(start, end, assume_sorted=True)
@@ -90,16 +90,15 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
         return union_length(start[mask], end[mask], assume_sorted=True)
 
     # per stream (a GPU_STREAM lane = rank, device, context, green context, stream)
-    n_lanes = len(timeline.lanes)
+    n_lanes = timeline.n_lanes
     lane_busy = grouped_union_lengths(start, end, lane, n_lanes)
     nk = np.bincount(lane[is_k], minlength=n_lanes)
     nc = np.bincount(lane[is_c], minlength=n_lanes)
     ns = np.bincount(lane[is_s], minlength=n_lanes)
     used = np.unique(lane)
-    lanes = timeline.lanes
-    l_stream = lanes["stream"].to_numpy()
-    l_ctx = lanes["context"].to_numpy()
-    l_green = lanes["green_context"].to_numpy()
+    l_stream = timeline.lane_col("stream")
+    l_ctx = timeline.lane_col("context")
+    l_green = timeline.lane_col("green_context")
     streams = sorted(
         (
             StreamSummary(

@@ -56,12 +56,12 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
 
 def step_rows(timeline: Timeline, steps: Steps, gaps: tuple[Gap, ...] | list[Gap]) -> tuple[StepRow, ...]:
     """One row per step, ranks in order, steps in time order."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    rank_c = ev["rank"].to_numpy()
-    start = ev["start"].to_numpy()
-    end = ev["end"].to_numpy()
-    flags = ev["flags"].to_numpy()
+    ev = timeline.cols
+    kind = ev["kind"]
+    rank_c = ev["rank"]
+    start = ev["start"]
+    end = ev["end"]
+    flags = ev["flags"]
     gpu = np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS])
     api = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)])
     blocking = api & ((flags & Flag.BLOCKING) != 0)

@@ -1,7 +1,9 @@
 """The Timeline: every trace, whatever its format, becomes one of these.
 
-Events are columnar (a pandas DataFrame with the fixed schema `EVENT_COLUMNS`, integer nanoseconds on
-the trace's own clock), names are interned in `strings`, and every event sits on a lane:
+Events are columnar (numpy arrays with the fixed schema `EVENT_COLUMNS`, integer nanoseconds on the
+trace's own clock: `Timeline.cols`, or `Timeline.col(name)`; `Timeline.events` is the same table as a
+pandas DataFrame, built on first use without copying, so code that needs no pandas never imports it),
+names are interned in `strings`, and every event sits on a lane:
 
     rank -> device -> context / green context -> stream      (GPU_STREAM, GPU_ANNOTATION lanes)
     rank -> process -> thread                                (HOST_THREAD lanes: API calls, CPU ops)
@@ -15,12 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Columns = dict[str, np.ndarray]  # column name -> numpy array, all of one length
 
 EVENT_COLUMNS: dict[str, str] = {
     "kind": "int8",  # EventKind
@@ -124,11 +130,26 @@ class RunMeta:
     extra: Mapping[str, Any] = field(default_factory=dict)  # free-form metadata (meta.json, distributedInfo)
 
 
-@dataclass(frozen=True)
+def _frame_columns(frame: Any) -> Columns:
+    return {str(c): frame[c].to_numpy() for c in frame.columns}
+
+
+def _frame(cols: Columns) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(cols, copy=False)
+
+
+@dataclass(frozen=True, init=False, eq=False)
 class Timeline:
-    events: pd.DataFrame  # EVENT_COLUMNS, sorted by start
+    """`cols` (EVENT_COLUMNS, sorted by start) and `lane_cols` (LANE_COLUMNS, lane i at row i) are numpy
+    columns; `events` / `lanes` show them as DataFrames (built on first use, zero-copy). Construct with
+    either `events=` / `lanes=` DataFrames or `cols=` / `lane_cols=` (a given DataFrame wins, so
+    `dataclasses.replace(tl, events=df)` works)."""
+
+    cols: Columns
     strings: tuple[str, ...]
-    lanes: pd.DataFrame  # LANE_COLUMNS, indexed 0..n-1 by lane
+    lane_cols: Columns
     devices: tuple[DeviceInfo, ...]
     meta: RunMeta
     contexts: tuple[ContextInfo, ...] = ()
@@ -136,9 +157,67 @@ class Timeline:
     # (ns on the trace clock) and name (kernel string id); None when the run has no probe data.
     sm_blocks: pd.DataFrame | None = None
 
+    def __init__(
+        self,
+        events: pd.DataFrame | None = None,
+        strings: Sequence[str] = (),
+        lanes: pd.DataFrame | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        meta: RunMeta | None = None,
+        contexts: Sequence[ContextInfo] = (),
+        sm_blocks: pd.DataFrame | None = None,
+        *,
+        cols: Columns | None = None,
+        lane_cols: Columns | None = None,
+    ) -> None:
+        if events is not None:
+            cols = _frame_columns(events)
+        if lanes is not None:
+            lane_cols = _frame_columns(lanes)
+        if cols is None or lane_cols is None or meta is None:
+            raise TypeError("Timeline needs events (or cols), lanes (or lane_cols) and meta")
+        setattr_ = object.__setattr__
+        setattr_(self, "cols", cols)
+        setattr_(self, "strings", tuple(strings))
+        setattr_(self, "lane_cols", lane_cols)
+        setattr_(self, "devices", tuple(devices))
+        setattr_(self, "meta", meta)
+        setattr_(self, "contexts", tuple(contexts))
+        setattr_(self, "sm_blocks", sm_blocks)
+        setattr_(self, "_events", events)
+        setattr_(self, "_lanes", lanes)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The events as a pandas DataFrame over the same arrays (imports pandas on first use)."""
+        if self._events is None:  # type: ignore[attr-defined]
+            object.__setattr__(self, "_events", _frame(self.cols))
+        return self._events  # type: ignore[attr-defined]
+
+    @property
+    def lanes(self) -> pd.DataFrame:
+        if self._lanes is None:  # type: ignore[attr-defined]
+            object.__setattr__(self, "_lanes", _frame(self.lane_cols))
+        return self._lanes  # type: ignore[attr-defined]
+
+    def col(self, name: str) -> np.ndarray:
+        """One event column as a numpy array (no pandas)."""
+        return self.cols[name]
+
+    def lane_col(self, name: str) -> np.ndarray:
+        return self.lane_cols[name]
+
+    @property
+    def n_events(self) -> int:
+        return len(self.cols["start"])
+
+    @property
+    def n_lanes(self) -> int:
+        return len(self.lane_cols["lane"])
+
     # ---- convenience views -------------------------------------------------------------------
     def gpu_mask(self) -> np.ndarray:
-        return self.events["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy()
+        return np.isin(self.cols["kind"], [int(k) for k in GPU_ACTIVITY_KINDS])
 
     def gpu_events(self) -> pd.DataFrame:
         return self.events[self.gpu_mask()]
@@ -146,7 +225,7 @@ class Timeline:
     def name(self, sid: int) -> str:
         return self.strings[sid] if 0 <= sid < len(self.strings) else ""
 
-    def names(self, ids: np.ndarray | pd.Series) -> np.ndarray:
+    def names(self, ids: Any) -> np.ndarray:
         table = np.array(self.strings + ("",), dtype=object)
         ids = np.asarray(ids)
         return table[np.where((ids >= 0) & (ids < len(self.strings)), ids, len(self.strings))]
@@ -163,34 +242,37 @@ class Timeline:
     # ---- invariants --------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ModelError if any invariant is broken."""
-        ev = self.events
+        ev = self.cols
         problems: list[str] = []
-        missing = [c for c in EVENT_COLUMNS if c not in ev.columns]
+        missing = [c for c in EVENT_COLUMNS if c not in ev]
         if missing:
             raise ModelError(f"event columns missing: {missing}")
+        n = self.n_events
         for col, dtype in EVENT_COLUMNS.items():
             if str(ev[col].dtype) != dtype:
                 problems.append(f"column {col} is {ev[col].dtype}, expected {dtype}")
-        start = ev["start"].to_numpy()
-        end = ev["end"].to_numpy()
+            if len(ev[col]) != n:
+                problems.append(f"column {col} has {len(ev[col])} rows, expected {n}")
+        start = ev["start"]
+        end = ev["end"]
         if (end < start).any():
             problems.append(f"{int((end < start).sum())} events end before they start")
-        if len(start) > 1 and (np.diff(start) < 0).any():
+        if len(start) > 1 and (start[1:] < start[:-1]).any():
             problems.append("events are not sorted by start")
-        kinds = ev["kind"].to_numpy()
+        kinds = ev["kind"]
         if len(kinds) and (kinds.min() < 0 or kinds.max() > max(EventKind)):
             problems.append("unknown event kind codes")
         for col in ("name", "category"):
-            ids = ev[col].to_numpy()
+            ids = ev[col]
             if len(ids) and (ids.min() < -1 or ids.max() >= len(self.strings)):
                 problems.append(f"{col} ids outside the string table")
         gpu = self.gpu_mask()
-        if (ev["device"].to_numpy()[gpu] < 0).any():
+        if (ev["device"][gpu] < 0).any():
             problems.append("GPU events without a device")
-        lane = ev["lane"].to_numpy()
-        if len(lane) and (lane.min() < 0 or lane.max() >= len(self.lanes)):
+        lane = ev["lane"]
+        if len(lane) and (lane.min() < 0 or lane.max() >= self.n_lanes):
             problems.append("lane ids outside the lane table")
-        if len(self.lanes) and not np.array_equal(self.lanes["lane"].to_numpy(), np.arange(len(self.lanes))):
+        if self.n_lanes and not np.array_equal(self.lane_cols["lane"], np.arange(self.n_lanes)):
             problems.append("lane table is not indexed 0..n-1")
         keys = [(d.rank, d.device) for d in self.devices]
         if len(keys) != len(set(keys)):
@@ -212,44 +294,101 @@ def _column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
-def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
-    """Lane id for every event, and the lane table. Vectorized: one groupby over the lane keys."""
-    n = len(events)
-    kind = events["kind"].to_numpy()
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Order-preserving dense codes 0..k-1 of integer values, and k: equal values get equal codes and
+    a smaller value a smaller code. A lookup table when the values span a small range, else a sort."""
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    lo, hi = int(values.min()), int(values.max())
+    if lo == hi:
+        return np.zeros(n, dtype=np.int64), 1
+    if hi - lo < max(1 << 16, 2 * n):
+        offset = values.astype(np.int64) - lo
+        present = np.zeros(hi - lo + 1, dtype=bool)
+        present[offset] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        return rank[offset], int(rank[-1]) + 1
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return inverse.astype(np.int64).reshape(-1), len(uniq)
+
+
+def group_codes(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
+    """Dense ids of the rows' key tuples, numbered in lexicographic key order (what a sorted groupby
+    numbers), and how many there are."""
+    code = np.zeros(len(keys[0]) if keys else 0, dtype=np.int64)
+    bound = 1
+    for k in keys:
+        c, m = dense_codes(k)
+        if m > 1:
+            code = code * m + c
+            bound *= m
+        if bound > (1 << 40):
+            code, bound = dense_codes(code)
+    return dense_codes(code) if bound > 1 else (code, min(bound, len(code)))
+
+
+def first_rows(ids: np.ndarray, k: int) -> np.ndarray:
+    """For ids in 0..k-1: the first row holding each id."""
+    first = np.full(k, len(ids), dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
+    return first
+
+
+def lane_keys(cols: Mapping[str, np.ndarray]) -> Columns:
+    """The lane key columns of every event (LANE_COLUMNS but `lane`)."""
+    kind = cols["kind"]
+    n = len(kind)
     lane_kind = np.full(n, int(LaneKind.HOST_THREAD), dtype=np.int8)
-    on_gpu = np.isin(kind, [int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]) & (
-        events["device"].to_numpy() >= 0
-    )
+    on_gpu = np.isin(kind, [int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]) & (cols["device"] >= 0)
     lane_kind[on_gpu] = int(LaneKind.GPU_STREAM)
     lane_kind[kind == int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
-    lane_kind[np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])] = int(LaneKind.NVTX)
+    nvtx = np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])
+    lane_kind[nvtx] = int(LaneKind.NVTX)
+    gpu_side = on_gpu | (kind == int(EventKind.GPU_ANNOTATION))
+    host_side = ~gpu_side
+    return {
+        "lane_kind": lane_kind,
+        "rank": cols["rank"],
+        "device": np.where(gpu_side, cols["device"], -1).astype(np.int32),
+        "context": np.where(gpu_side, cols["context"], -1),
+        "green_context": np.where(gpu_side, cols["green_context"], -1),
+        "stream": np.where(gpu_side, cols["stream"], -1),
+        "pid": np.where(host_side, cols["pid"], -1),
+        "tid": np.where(host_side, cols["tid"], -1),
+        "category": np.where(nvtx, cols["category"], -1).astype(np.int32),
+    }
 
-    gpu_side = np.isin(lane_kind, [int(LaneKind.GPU_STREAM), int(LaneKind.GPU_ANNOTATION)])
-    keys = pd.DataFrame(
-        {
-            "lane_kind": lane_kind,
-            "rank": events["rank"].to_numpy(),
-            "device": np.where(gpu_side, events["device"].to_numpy(), -1).astype(np.int32),
-            "context": np.where(gpu_side, events["context"].to_numpy(), -1),
-            "green_context": np.where(gpu_side, events["green_context"].to_numpy(), -1),
-            "stream": np.where(gpu_side, events["stream"].to_numpy(), -1),
-            "pid": np.where(gpu_side, -1, events["pid"].to_numpy()),
-            "tid": np.where(gpu_side, -1, events["tid"].to_numpy()),
-            "category": np.where(lane_kind == int(LaneKind.NVTX), events["category"].to_numpy(), -1).astype(
-                np.int32
-            ),
-        }
-    )
-    cols = list(keys.columns)
+
+def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns]:
+    """Lane id for every event, and the lane table, numbered in (lane_kind, rank, device, context,
+    green context, stream, pid, tid, category) order. numpy only: a few O(n) passes."""
+    keys = lane_keys(cols)
+    n = len(keys["lane_kind"])
     if n == 0:
-        lanes = pd.DataFrame({c: pd.Series([], dtype=t) for c, t in LANE_COLUMNS.items()})
-        return np.zeros(0, dtype=np.int32), lanes
-    lane_ids = keys.groupby(cols, sort=True).ngroup().to_numpy().astype(np.int32)
-    first = np.unique(lane_ids, return_index=True)[1]
-    lanes = keys.iloc[first].reset_index(drop=True)
-    lanes.insert(0, "lane", np.arange(len(lanes), dtype=np.int32))
-    lanes = lanes.astype(LANE_COLUMNS)
-    return lane_ids, lanes
+        return np.zeros(0, dtype=np.int32), {c: np.zeros(0, dtype=t) for c, t in LANE_COLUMNS.items()}
+    ids, k = group_codes(list(keys.values()))
+    first = first_rows(ids, k)
+    lanes: Columns = {"lane": np.arange(k, dtype=np.int32)}
+    for c, t in LANE_COLUMNS.items():
+        if c != "lane":
+            lanes[c] = keys[c][first].astype(t)
+    return ids.astype(np.int32), lanes
+
+
+def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Lane id for every event of a DataFrame, and the lane table as a DataFrame."""
+    ids, lanes = assign_lane_ids(_frame_columns(events))
+    return ids, _frame(lanes)
+
+
+def _gpu_devices(cols: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
+    dev = cols["device"]
+    used = dev >= 0
+    if not used.any():
+        return []
+    key = np.unique((cols["rank"][used].astype(np.int64) << 32) | dev[used].astype(np.int64))
+    return [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in key.tolist()]
 
 
 def build_timeline(
@@ -262,29 +401,31 @@ def build_timeline(
     validate: bool = True,
 ) -> Timeline:
     """Make a Timeline from column arrays (any missing column takes its default), sorted by start,
-    with lanes assigned. Parsers call this once at the end; they never build rows in Python."""
+    with lanes assigned. Parsers call this once at the end; they never build rows in Python.
+    Columns are converted and reordered one at a time, so the peak is the columns plus one."""
     present = [v for v in columns.values() if v is not None and np.ndim(v) > 0]
     n = len(present[0]) if present else 0
-    data = {c: _column(columns, c, n) for c in EVENT_COLUMNS}
-    order = np.argsort(data["start"], kind="stable")
-    if n and not (np.diff(data["start"]) >= 0).all():
-        data = {c: a[order] for c, a in data.items()}
-    events = pd.DataFrame(data, copy=False)
-    lane_ids, lanes = assign_lanes(events)
-    events["lane"] = lane_ids
+    start = _column(columns, "start", n)
+    order = None
+    if n and (start[1:] < start[:-1]).any():
+        order = np.argsort(start, kind="stable")
+    data: Columns = {}
+    for c in EVENT_COLUMNS:
+        if c == "lane":
+            continue
+        a = start if c == "start" else _column(columns, c, n)
+        data[c] = a[order] if order is not None else a
+    del order, start
+    lane_ids, lanes = assign_lane_ids(data)
+    data["lane"] = lane_ids
     # devices seen in events but not described get a bare DeviceInfo
     known = {(d.rank, d.device) for d in devices}
-    gpu = events[events["device"] >= 0][["rank", "device"]].drop_duplicates()
-    extra = [
-        DeviceInfo(rank=int(r), device=int(d))
-        for r, d in gpu.itertuples(index=False)
-        if (int(r), int(d)) not in known
-    ]
+    extra = [DeviceInfo(rank=r, device=d) for r, d in _gpu_devices(data) if (r, d) not in known]
     all_devices = tuple(sorted((*devices, *extra), key=lambda d: (d.rank, d.device)))
     tl = Timeline(
-        events=events,
+        cols=data,
         strings=tuple(strings),
-        lanes=lanes,
+        lane_cols=lanes,
         devices=all_devices,
         meta=meta,
         contexts=tuple(contexts),
@@ -301,7 +442,6 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
         return replace(parts[0], meta=meta)
     table: dict[str, int] = {}
     strings: list[str] = []
-    frames = []
     remaps = []
     for tl in parts:
         remap = np.empty(len(tl.strings) + 1, dtype=np.int32)
@@ -313,16 +453,19 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
             remap[i] = sid
         remap[-1] = -1
         remaps.append(remap)
-        ev = tl.events.copy()
-        for col in ("name", "category"):
-            ids = ev[col].to_numpy()
-            ev[col] = remap[np.where(ids < 0, len(tl.strings), ids)]
-        frames.append(ev)
-    events = pd.concat(frames, ignore_index=True)
+    merged: Columns = {}
+    for c in EVENT_COLUMNS:
+        if c == "lane":
+            continue
+        arrays = [tl.cols[c] for tl in parts]
+        if c in ("name", "category"):
+            arrays = [r[np.where(a < 0, len(tl.strings), a)] for a, r, tl in zip(arrays, remaps, parts)]
+        merged[c] = np.concatenate(arrays)
+    total = len(merged["start"])
     # sm_blocks["kernel"] holds a row of its part's events: move it to the row that event gets in the merged,
     # start-sorted table (build_timeline sorts with the same stable argsort)
-    new_row = np.empty(len(events), dtype=np.int64)
-    new_row[np.argsort(events["start"].to_numpy(), kind="stable")] = np.arange(len(events))
+    new_row = np.empty(total, dtype=np.int64)
+    new_row[np.argsort(merged["start"], kind="stable")] = np.arange(total)
     blocks = []
     offset = 0
     for tl, remap in zip(parts, remaps):
@@ -333,14 +476,19 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
                 b = b.assign(name=remap[np.where(ids < 0, len(tl.strings), ids)])
             if "kernel" in b.columns:
                 k = b["kernel"].to_numpy()
-                b = b.assign(kernel=np.where(k >= 0, new_row[np.clip(k + offset, 0, max(len(events) - 1, 0))], -1))
+                b = b.assign(kernel=np.where(k >= 0, new_row[np.clip(k + offset, 0, max(total - 1, 0))], -1))
             blocks.append(b)
-        offset += len(tl.events)
+        offset += tl.n_events
+    sm_blocks = None
+    if blocks:
+        import pandas as pd
+
+        sm_blocks = pd.concat(blocks, ignore_index=True)
     return build_timeline(
-        {c: events[c].to_numpy() for c in EVENT_COLUMNS if c != "lane"},
+        merged,
         strings,
         meta,
         devices=[d for tl in parts for d in tl.devices],
         contexts=[c for tl in parts for c in tl.contexts],
-        sm_blocks=pd.concat(blocks, ignore_index=True) if blocks else None,
+        sm_blocks=sm_blocks,
     )

@@ -167,14 +167,12 @@ def load_kineto(
 
 def relabel_rank(tl: Timeline, rank: int) -> Timeline:
     """The same timeline with every event, lane and device moved to `rank`."""
-    ev = tl.events.copy()
-    ev["rank"] = np.int32(rank)
-    lanes = tl.lanes.copy()
-    lanes["rank"] = np.int32(rank)
+    cols = dict(tl.cols, rank=np.full(tl.n_events, rank, dtype=np.int32))
+    lanes = dict(tl.lane_cols, rank=np.full(tl.n_lanes, rank, dtype=np.int32))
     devices = tuple(replace(d, rank=rank) for d in tl.devices)
     contexts = tuple(replace(c, rank=rank) for c in tl.contexts)
     return replace(
-        tl, events=ev, lanes=lanes, devices=devices, contexts=contexts, meta=replace(tl.meta, ranks=(rank,))
+        tl, cols=cols, lane_cols=lanes, devices=devices, contexts=contexts, meta=replace(tl.meta, ranks=(rank,))
     )
 
 

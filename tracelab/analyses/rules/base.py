@@ -48,7 +48,7 @@ class FindingContext:
         return sum(d.span_ns for d in self.devices if rank is None or d.rank == rank)
 
     def col(self, name: str) -> np.ndarray:
-        return self.timeline.events[name].to_numpy()
+        return self.timeline.col(name)
 
     def step_bounds(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of a rank's steps, sorted; empty when the trace has none."""
