@@ -4,6 +4,7 @@ document (schema 2, DESIGN.md); everything renders from these types, never from 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -140,9 +141,30 @@ class Analysis:
     step_rows: tuple[StepRow, ...] = ()  # the per-step table (tracelab.analyses.step_table)
 
 
-def to_document(analysis: Analysis) -> dict[str, Any]:
+def gap_doc(g: Gap) -> dict[str, Any]:
+    """One gap as the document lists it."""
+    launched = g.launch_start_ns >= 0
+    return {
+        "rank": g.rank,
+        "device": g.device,
+        "start_ns": g.start_ns,
+        "end_ns": g.end_ns,
+        "duration_ns": g.duration_ns,
+        "cause": g.cause,
+        "evidence": g.evidence,
+        "host_data": g.host_data,
+        "details": {
+            "launch_start_ns": g.launch_start_ns if launched else None,
+            "launch_tid": g.launch_tid if launched else None,
+            "host_active_fraction": g.host_active,
+        },
+    }
+
+
+def to_document(analysis: Analysis, gaps: bool = True) -> dict[str, Any]:
     """The `analyze --json` document, schema 2 (DESIGN.md): schema 1 plus `steps`, `notes`,
-    `findings[].data` and each gap's `host_data` and `details`."""
+    `findings[].data` and each gap's `host_data` and `details`. `gaps=False`: the gaps list left empty
+    (write_document streams it)."""
 
     def device_doc(d: DeviceSummary) -> dict[str, Any]:
         return {
@@ -205,24 +227,7 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
         },
         "devices": [device_doc(d) for d in analysis.devices],
         "steps": [step_doc(s) for s in analysis.steps],
-        "gaps": [
-            {
-                "rank": g.rank,
-                "device": g.device,
-                "start_ns": g.start_ns,
-                "end_ns": g.end_ns,
-                "duration_ns": g.duration_ns,
-                "cause": g.cause,
-                "evidence": g.evidence,
-                "host_data": g.host_data,
-                "details": {
-                    "launch_start_ns": g.launch_start_ns if g.launch_start_ns >= 0 else None,
-                    "launch_tid": g.launch_tid if g.launch_start_ns >= 0 else None,
-                    "host_active_fraction": g.host_active,
-                },
-            }
-            for g in analysis.gaps
-        ],
+        "gaps": [gap_doc(g) for g in analysis.gaps] if gaps else [],
         "findings": [
             {
                 "rule": f.rule,
@@ -237,3 +242,30 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
         ],
         "notes": list(analysis.notes),
     }
+
+
+_GAPS_EMPTY = b'\n  "gaps": [],\n'
+
+
+def write_document(
+    analysis: Analysis, write: Callable[[bytes], Any], extra: dict[str, Any] | None = None, chunk: int = 4096
+) -> None:
+    """Write `{**to_document(analysis), **extra}` as indented JSON (orjson, 2 spaces, a final newline)
+    through `write`, byte for byte what one `orjson.dumps` of the whole document gives, but with the
+    gaps encoded `chunk` at a time: no dict per gap for the whole list at once, no copy of the whole
+    text in memory."""
+    import orjson
+
+    options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+    head = orjson.dumps({**to_document(analysis, gaps=False), **(extra or {})}, option=options)
+    gaps = analysis.gaps
+    if not gaps:
+        write(head + b"\n")
+        return
+    cut = head.index(_GAPS_EMPTY)  # the key is top-level: its line is unique (strings hold no newline)
+    write(head[:cut] + b'\n  "gaps": [')
+    for i in range(0, len(gaps), chunk):
+        body = orjson.dumps([gap_doc(g) for g in gaps[i : i + chunk]], option=options)
+        # '[\n  {...},\n  {...}\n]' -> the items one level deeper: '\n    {...},\n    {...}'
+        write((b"," if i else b"") + body[1:-2].replace(b"\n", b"\n  "))
+    write(b"\n  ],\n" + head[cut + len(_GAPS_EMPTY) :] + b"\n")

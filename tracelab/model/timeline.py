@@ -282,16 +282,23 @@ class Timeline:
 
 
 def _column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray:
+    """A column of n rows in its schema dtype. A missing column or a scalar is one value for every row:
+    a read-only broadcast view (no memory per row), as every column of a Timeline is read-only."""
     dtype = EVENT_COLUMNS[name]
     value = columns.get(name)
     if value is None:
-        return np.full(n, DEFAULTS[name], dtype=dtype)
+        return np.broadcast_to(np.asarray(DEFAULTS[name], dtype=dtype), (n,))
     arr = np.asarray(value)
     if arr.ndim == 0:
-        return np.full(n, arr.item(), dtype=dtype)
+        return np.broadcast_to(arr.astype(dtype), (n,))
     if arr.dtype.kind == "f":
         arr = np.where(np.isnan(arr), DEFAULTS[name], arr)
     return arr.astype(dtype, copy=False)
+
+
+def is_constant(a: np.ndarray) -> bool:
+    """A broadcast column: one value for every row."""
+    return a.ndim == 1 and len(a) > 1 and a.strides[0] == 0
 
 
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
@@ -414,7 +421,7 @@ def build_timeline(
         if c == "lane":
             continue
         a = start if c == "start" else _column(columns, c, n)
-        data[c] = a[order] if order is not None else a
+        data[c] = a[order] if order is not None and not is_constant(a) else a
     del order, start
     lane_ids, lanes = assign_lane_ids(data)
     data["lane"] = lane_ids
