@@ -3,8 +3,8 @@ document (schema 2, DESIGN.md); everything renders from these types, never from 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:

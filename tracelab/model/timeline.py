@@ -15,7 +15,7 @@ columns use -1 for "unknown / not applicable".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -320,18 +320,22 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
     return inverse.astype(np.int64).reshape(-1), len(uniq)
 
 
-def group_codes(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
+def group_codes(keys: Iterable[np.ndarray]) -> tuple[np.ndarray, int]:
     """Dense ids of the rows' key tuples, numbered in lexicographic key order (what a sorted groupby
-    numbers), and how many there are."""
-    code = np.zeros(len(keys[0]) if keys else 0, dtype=np.int64)
+    numbers), and how many there are. `keys` may be a generator (one key column alive at a time)."""
+    code: np.ndarray | None = None
     bound = 1
     for k in keys:
+        if code is None:
+            code = np.zeros(len(k), dtype=np.int64)
         c, m = dense_codes(k)
         if m > 1:
             code = code * m + c
             bound *= m
         if bound > (1 << 40):
             code, bound = dense_codes(code)
+    if code is None:
+        return np.zeros(0, dtype=np.int64), 0
     return dense_codes(code) if bound > 1 else (code, min(bound, len(code)))
 
 
@@ -342,44 +346,53 @@ def first_rows(ids: np.ndarray, k: int) -> np.ndarray:
     return first
 
 
-def lane_keys(cols: Mapping[str, np.ndarray]) -> Columns:
-    """The lane key columns of every event (LANE_COLUMNS but `lane`)."""
+_LANE_KEYS = ("lane_kind", "rank", "device", "context", "green_context", "stream", "pid", "tid", "category")
+
+
+def _lane_kind(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     kind = cols["kind"]
-    n = len(kind)
-    lane_kind = np.full(n, int(LaneKind.HOST_THREAD), dtype=np.int8)
+    lane_kind = np.full(len(kind), int(LaneKind.HOST_THREAD), dtype=np.int8)
     on_gpu = np.isin(kind, [int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]) & (cols["device"] >= 0)
     lane_kind[on_gpu] = int(LaneKind.GPU_STREAM)
     lane_kind[kind == int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
-    nvtx = np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])
-    lane_kind[nvtx] = int(LaneKind.NVTX)
-    gpu_side = on_gpu | (kind == int(EventKind.GPU_ANNOTATION))
-    host_side = ~gpu_side
-    return {
-        "lane_kind": lane_kind,
-        "rank": cols["rank"],
-        "device": np.where(gpu_side, cols["device"], -1).astype(np.int32),
-        "context": np.where(gpu_side, cols["context"], -1),
-        "green_context": np.where(gpu_side, cols["green_context"], -1),
-        "stream": np.where(gpu_side, cols["stream"], -1),
-        "pid": np.where(host_side, cols["pid"], -1),
-        "tid": np.where(host_side, cols["tid"], -1),
-        "category": np.where(nvtx, cols["category"], -1).astype(np.int32),
-    }
+    lane_kind[np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])] = int(LaneKind.NVTX)
+    return lane_kind
+
+
+def _lane_key(cols: Mapping[str, np.ndarray], lane_kind: np.ndarray, name: str) -> np.ndarray:
+    """One lane key column of every event (LANE_COLUMNS but `lane`)."""
+    if name == "lane_kind":
+        return lane_kind
+    if name == "rank":
+        return cols["rank"]
+    gpu_side = (lane_kind == int(LaneKind.GPU_STREAM)) | (lane_kind == int(LaneKind.GPU_ANNOTATION))
+    if name in ("pid", "tid"):
+        return np.where(gpu_side, -1, cols[name])
+    if name == "category":
+        return np.where(lane_kind == int(LaneKind.NVTX), cols["category"], -1).astype(np.int32)
+    out = np.where(gpu_side, cols[name], -1)
+    return out.astype(np.int32) if name == "device" else out
+
+
+def lane_keys(cols: Mapping[str, np.ndarray]) -> Columns:
+    """The lane key columns of every event (LANE_COLUMNS but `lane`)."""
+    lane_kind = _lane_kind(cols)
+    return {k: _lane_key(cols, lane_kind, k) for k in _LANE_KEYS}
 
 
 def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns]:
     """Lane id for every event, and the lane table, numbered in (lane_kind, rank, device, context,
-    green context, stream, pid, tid, category) order. numpy only: a few O(n) passes."""
-    keys = lane_keys(cols)
-    n = len(keys["lane_kind"])
+    green context, stream, pid, tid, category) order. numpy only: a few O(n) passes, one key column
+    alive at a time."""
+    n = len(cols["kind"])
     if n == 0:
         return np.zeros(0, dtype=np.int32), {c: np.zeros(0, dtype=t) for c, t in LANE_COLUMNS.items()}
-    ids, k = group_codes(list(keys.values()))
+    lane_kind = _lane_kind(cols)
+    ids, k = group_codes(_lane_key(cols, lane_kind, name) for name in _LANE_KEYS)
     first = first_rows(ids, k)
     lanes: Columns = {"lane": np.arange(k, dtype=np.int32)}
-    for c, t in LANE_COLUMNS.items():
-        if c != "lane":
-            lanes[c] = keys[c][first].astype(t)
+    for c in _LANE_KEYS:
+        lanes[c] = _lane_key(cols, lane_kind, c)[first].astype(LANE_COLUMNS[c])
     return ids.astype(np.int32), lanes
 
 
@@ -406,10 +419,12 @@ def build_timeline(
     contexts: Sequence[ContextInfo] = (),
     sm_blocks: pd.DataFrame | None = None,
     validate: bool = True,
+    consume: bool = False,
 ) -> Timeline:
     """Make a Timeline from column arrays (any missing column takes its default), sorted by start,
     with lanes assigned. Parsers call this once at the end; they never build rows in Python.
-    Columns are converted and reordered one at a time, so the peak is the columns plus one."""
+    Columns are converted and reordered one at a time, so the peak is the columns plus one;
+    `consume=True` (a dict the caller gives away) also drops each input column once converted."""
     present = [v for v in columns.values() if v is not None and np.ndim(v) > 0]
     n = len(present[0]) if present else 0
     start = _column(columns, "start", n)
@@ -422,6 +437,9 @@ def build_timeline(
             continue
         a = start if c == "start" else _column(columns, c, n)
         data[c] = a[order] if order is not None and not is_constant(a) else a
+        if consume and isinstance(columns, MutableMapping):
+            columns.pop(c, None)
+        del a
     del order, start
     lane_ids, lanes = assign_lane_ids(data)
     data["lane"] = lane_ids

@@ -510,6 +510,7 @@ class _Parsed:
                 if d >= 0
             }
         )
+        del gpu, is_api, kern, orphan, corr, gpu_rows  # per-event temporaries: free before the model is built
         devices, device_notes = check_devices(devices_from_properties(top, rank, used))
         notes += device_notes
         gpu_names = sorted({d.name for d in devices if d.name})
@@ -550,4 +551,4 @@ class _Parsed:
             sync_kind=sync_kind,
             flags=flags,
         )
-        return build_timeline(cols, strings, meta, devices=devices)
+        return build_timeline(cols, strings, meta, devices=devices, consume=True)
