@@ -12,7 +12,8 @@ alternates (this checkout, baseline, HTA, then the reverse), and the best wall t
   to this checkout, or to `git archive BASELINE` unpacked in a temporary directory (`--baseline main`;
   `--baseline ''` leaves it out). `--decode-workers N` adds a row with TRACELAB_DECODE_WORKERS=N.
 - start-up: seconds from the interpreter's start (`python -c pass`, best of 5) plus the imports until the
-  parser is first called (a probe wraps `tracelab.parsers.kineto.load_kineto`), on the smallest trace.
+  parser is first called (a probe wraps `tracelab.parsers.kineto.load_kineto`; best of 7), on the
+  smallest trace.
 - HTA (PyPI `traceinsight` 0.6.1, in its own venv: `python -m venv V && V/bin/pip install
   traceinsight==0.6.1`): TraceAnalysis (parse) + temporal breakdown + idle time breakdown +
   communication/computation overlap, as a whole process. Skipped for traces over `--hta-max-mb` of JSON
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"start-up (interpreter {t_py:.3f} s + imports until the parse begins; {smallest.name}):")
         for label, _cmd, env in [v for v in variants if "decode procs" not in v[0]]:
             probes = []
-            for _ in range(max(3, args.repeat)):
+            for _ in range(max(7, args.repeat)):
                 r = measure([py, "-c", PROBE, "analyze", "--json", str(smallest)], env, args.timeout)
                 line = [x for x in r.stderr.splitlines() if x.startswith("@@startup ")]
                 probes.append(float(line[-1].split()[1]))

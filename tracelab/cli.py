@@ -245,6 +245,8 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
 
     path = Path(ref)
     if path.exists():
+        from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
+
         prefetch(*_ANALYSIS_MODULES)
         with _Progress(path.name) as bar:
             return _parse(path, bar.phase("parsing")), str(path)

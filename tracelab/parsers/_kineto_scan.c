@@ -71,12 +71,20 @@ typedef struct {
 } Table;
 
 static uint64_t hash_bytes(const unsigned char *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 1099511628211ULL;
+    /* eight bytes at a time, multiply-mix (only equality matters: strings are compared on a hit) */
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, s, 8);
+        h = (h ^ (v * 0x87C37B91114253D5ULL)) * 0x4CF5AD432745937FULL;
+        h ^= h >> 31;
+        s += 8;
+        n -= 8;
     }
-    return h ^ (n * 0x9E3779B97F4A7C15ULL);
+    uint64_t v = 0;
+    memcpy(&v, s, n);
+    h = (h ^ (v * 0x87C37B91114253D5ULL)) * 0x4CF5AD432745937FULL;
+    return h ^ (h >> 29);
 }
 
 static int table_grow(Table *t) {
@@ -145,14 +153,29 @@ static inline int hexval(unsigned char ch) {
     return -1;
 }
 
+/* The first byte at or after p that ends the plain run of a string: a quote, a backslash or a control
+ * character (< 0x20). Eight bytes at a time (bytes >= 0x80 are plain). */
+static inline const unsigned char *find_special(const unsigned char *p, const unsigned char *end) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    while (end - p >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        uint64_t q = v ^ (0x22 * ones), b = v ^ (0x5C * ones);
+        uint64_t hit = (((q - ones) & ~q) | ((b - ones) & ~b) | ((v - 0x20 * ones) & ~v)) & high;
+        if (hit) return p + (__builtin_ctzll(hit) >> 3); /* the lowest hit is a true one */
+        p += 8;
+    }
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20) p++;
+    return p;
+}
+
 /* A string starting at the opening quote. On success *s / *n hold its content (unescaped into
  * `scratch` when it has escapes, when scratch is given); returns 0, or -1 to decline. Without
  * scratch, escapes are only checked (a skipped value). */
 static int scan_string(Cur *c, Buf *scratch, const unsigned char **s, size_t *n) {
     if (c->p >= c->end || *c->p != '"') return -1;
     const unsigned char *start = ++c->p;
-    const unsigned char *p = start;
-    while (p < c->end && *p != '"' && *p != '\\' && *p >= 0x20) p++;
+    const unsigned char *p = find_special(start, c->end);
     if (p >= c->end || *p < 0x20) return -1;
     if (*p == '"') { /* the common case: no escapes */
         *s = start;
@@ -169,8 +192,7 @@ static int scan_string(Cur *c, Buf *scratch, const unsigned char **s, size_t *n)
         if (ch == '"') break;
         if (ch < 0x20) return -1;
         if (ch != '\\') {
-            const unsigned char *q = p;
-            while (q < c->end && *q != '"' && *q != '\\' && *q >= 0x20) q++;
+            const unsigned char *q = find_special(p, c->end);
             if (scratch && buf_put(scratch, p, (size_t)(q - p)) < 0) return -1;
             p = q;
             continue;
@@ -390,10 +412,7 @@ static int read_triple(Cur *c, int64_t v[3]) {
     return 0;
 }
 
-static inline int key_is(const unsigned char *k, size_t n, const char *word) {
-    size_t m = strlen(word);
-    return n == m && memcmp(k, word, m) == 0;
-}
+#define key_is(k, n, word) ((n) == sizeof(word) - 1 && memcmp((k), (word), sizeof(word) - 1) == 0)
 
 /* A key: a string without escapes (an escaped key could spell a field name: declined). */
 static int read_key(Cur *c, const unsigned char **k, size_t *n) {
