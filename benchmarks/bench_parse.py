@@ -81,10 +81,12 @@ class Run:
 
 
 def measure(cmd: list[str], env: dict[str, str], timeout: float) -> Run:
-    """One child process, stdout to /dev/null; wall clock and its own rusage (wait4)."""
-    with open(os.devnull, "wb") as devnull, tempfile.TemporaryFile() as err:
+    """One child process, stdout to /dev/null; wall clock and its own rusage (wait4). It runs in an empty
+    directory: `python -c` puts the working directory first on sys.path, which must not shadow the
+    tracelab that PYTHONPATH names."""
+    with open(os.devnull, "wb") as devnull, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as cwd:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=devnull, stderr=err, env=env)
+        proc = subprocess.Popen(cmd, stdout=devnull, stderr=err, env=env, cwd=cwd)
         deadline = t0 + timeout
         while True:
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
@@ -177,10 +179,12 @@ def main(argv: list[str] | None = None) -> int:
             variants.append((f"tracelab ({args.baseline})", [py, "-c", LAUNCH], env_base))
 
         # start-up: interpreter + imports until the parser is called, on the smallest trace
-        smallest = min(args.traces, key=lambda p: p.stat().st_size)
+        smallest = min(args.traces, key=lambda p: p.stat().st_size).resolve()
         t_py = interpreter_start(py)
         print(f"start-up (interpreter {t_py:.3f} s + imports until the parse begins; {smallest.name}):")
         for label, _cmd, env in [v for v in variants if "decode procs" not in v[0]]:
+            where = measure([py, "-c", "import tracelab, sys; sys.stderr.write(tracelab.__file__)"], env, 60)
+            assert where.stderr.startswith(env["PYTHONPATH"]), (label, where.stderr)  # the version we mean
             probes = []
             for _ in range(max(7, args.repeat)):
                 r = measure([py, "-c", PROBE, "analyze", "--json", str(smallest)], env, args.timeout)
