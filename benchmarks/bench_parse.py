@@ -11,9 +11,9 @@ alternates (this checkout, baseline, HTA, then the reverse), and the best wall t
 - tracelab: `python -c 'from tracelab.cli import main; main()' analyze --json TRACE` with PYTHONPATH set
   to this checkout, or to `git archive BASELINE` unpacked in a temporary directory (`--baseline main`;
   `--baseline ''` leaves it out). `--decode-workers N` adds a row with TRACELAB_DECODE_WORKERS=N.
-- start-up: seconds from the interpreter's start (`python -c pass`, best of 5) plus the imports until the
+- start-up: wall seconds from the interpreter's start (`python -c pass`, best of 5) plus the imports until the
   parser is first called (a probe wraps `tracelab.parsers.kineto.load_kineto`; best of 7), on the
-  smallest trace.
+  smallest trace; also the process's CPU seconds by then (steadier on a loaded machine).
 - HTA (PyPI `traceinsight` 0.6.1, in its own venv: `python -m venv V && V/bin/pip install
   traceinsight==0.6.1`): TraceAnalysis (parse) + temporal breakdown + idle time breakdown +
   communication/computation overlap, as a whole process. Skipped for traces over `--hta-max-mb` of JSON
@@ -45,7 +45,7 @@ t0 = time.perf_counter()
 import tracelab.parsers.kineto as _k
 _orig = _k.load_kineto
 def _probe(*a, **kw):
-    sys.stderr.write(f"@@startup {time.perf_counter() - t0:.6f}\n")
+    sys.stderr.write(f"@@startup {time.perf_counter() - t0:.6f} {time.process_time():.6f}\n")
     sys.stderr.flush()
     return _orig(*a, **kw)
 _k.load_kineto = _probe
@@ -185,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         for label, _cmd, env in [v for v in variants if "decode procs" not in v[0]]:
             where = measure([py, "-c", "import tracelab, sys; sys.stderr.write(tracelab.__file__)"], env, 60)
             assert where.stderr.startswith(env["PYTHONPATH"]), (label, where.stderr)  # the version we mean
-            probes = []
+            probes, cpus = [], []
             for _ in range(max(7, args.repeat)):
                 r = measure([py, "-c", PROBE, "analyze", "--json", str(smallest)], env, args.timeout)
-                line = [x for x in r.stderr.splitlines() if x.startswith("@@startup ")]
-                probes.append(float(line[-1].split()[1]))
-            print(f"  {label:26s} {t_py + min(probes):.3f} s")
+                line = [x for x in r.stderr.splitlines() if x.startswith("@@startup ")][-1].split()
+                probes.append(float(line[1]))
+                cpus.append(float(line[2]))
+            print(f"  {label:26s} {t_py + min(probes):.3f} s wall ({min(cpus):.3f} s CPU of the process by then)")
 
         for trace in args.traces:
             trace = trace.resolve()

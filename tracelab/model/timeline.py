@@ -140,7 +140,7 @@ def _frame(cols: Columns) -> pd.DataFrame:
     return pd.DataFrame(cols, copy=False)
 
 
-@dataclass(frozen=True, init=False, eq=False)
+@dataclass(frozen=True, init=False, eq=False, repr=False)
 class Timeline:
     """`cols` (EVENT_COLUMNS, sorted by start) and `lane_cols` (LANE_COLUMNS, lane i at row i) are numpy
     columns; `events` / `lanes` show them as DataFrames (built on first use, zero-copy). Construct with
@@ -186,6 +186,12 @@ class Timeline:
         setattr_(self, "sm_blocks", sm_blocks)
         setattr_(self, "_events", events)
         setattr_(self, "_lanes", lanes)
+
+    def __repr__(self) -> str:
+        return (
+            f"Timeline({self.n_events} events, {self.n_lanes} lanes, {len(self.strings)} strings, "
+            f"{len(self.devices)} devices, source={self.meta.source!r})"
+        )
 
     @property
     def events(self) -> pd.DataFrame:
