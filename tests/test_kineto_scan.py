@@ -110,6 +110,8 @@ VARIANTS = [
     '{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "pid": 0, "tid": 7, "ts": 100, "dur": 2}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, "x": "\xff"}',
     '{"ph": "X", "cat": 5, "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2}',
+    '{"ph": "\xff", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2}',
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, "\xe9": 1}',
     '{"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
     '"args": {"device": 0, "stream": 7, "correlation": 5, "cuda_sync_kind": ""}}',
     '{"ph": "X", "cat": "cuda_sync", "name": "x", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '

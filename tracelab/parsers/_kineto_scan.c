@@ -415,10 +415,16 @@ static int read_triple(Cur *c, int64_t v[3]) {
 #define key_is(k, n, word) ((n) == sizeof(word) - 1 && memcmp((k), (word), sizeof(word) - 1) == 0)
 
 /* A key: a string without escapes (an escaped key could spell a field name: declined). */
+static int ascii(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] >= 0x80) return 0;
+    return 1;
+}
+
 static int read_key(Cur *c, const unsigned char **k, size_t *n) {
     const unsigned char *q = c->p;
     if (scan_string(c, NULL, k, n) < 0) return -1;
-    if ((size_t)(c->p - q) != *n + 2) return -1;
+    if ((size_t)(c->p - q) != *n + 2 || !ascii(*k, *n)) return -1; /* escaped or non-ASCII key */
     skip_ws(c);
     if (c->p >= c->end || *c->p != ':') return -1;
     c->p++;
@@ -535,6 +541,7 @@ static int read_event(Out *o, Cur *c) {
                     const unsigned char *q = c->p;
                     rc = scan_string(c, NULL, &s, &m);
                     if (rc == 0 && c->p - q != (ptrdiff_t)(m + 2)) rc = -1; /* escaped ph */
+                    if (rc == 0 && !ascii(s, m)) rc = -1; /* msgspec checks its UTF-8 */
                     if (rc == 0) ph = ph_code(s, m);
                     break;
                 }
