@@ -51,12 +51,21 @@ class _Device:
     span: tuple[int, int]  # GPU activity span (0, 0 when none)
 
 
+# the event columns the SM estimate, the measured lanes and the green-context explanation read of a
+# device's kernels (the others are left out of its kernel table: it is built per device, per analysis)
+KERNEL_COLUMNS = (
+    "kind", "start", "end", "rank", "device", "context", "green_context", "stream", "name", "grid_x", "grid_y",
+    "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem", "flags", "correlation", "lane",
+)
+
+
 def _device(tl: Timeline, rank: int, device: int) -> _Device:
-    ev = tl.events
-    on_dev = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == device)
-    kind = ev["kind"].to_numpy()
+    ev = tl.cols
+    on_dev = (ev["rank"] == rank) & (ev["device"] == device)
+    kind = ev["kind"]
     gpu = on_dev & np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS])
-    kernels = ev[on_dev & (kind == int(EventKind.KERNEL))]
+    rows = np.flatnonzero(on_dev & (kind == int(EventKind.KERNEL)))
+    kernels = pd.DataFrame({c: ev[c][rows] for c in KERNEL_COLUMNS}, index=rows)  # index: row in tl.events
     blocks = None
     if tl.sm_blocks is not None and len(tl.sm_blocks):
         b = tl.sm_blocks
@@ -64,7 +73,7 @@ def _device(tl: Timeline, rank: int, device: int) -> _Device:
         if sel.any():
             blocks = b[sel]
     if gpu.any():
-        span = (int(ev["start"].to_numpy()[gpu].min()), int(ev["end"].to_numpy()[gpu].max()))
+        span = (int(ev["start"][gpu].min()), int(ev["end"][gpu].max()))
     elif blocks is not None:
         span = (int(blocks["start"].min()), int(blocks["end"].max()))
     else:
