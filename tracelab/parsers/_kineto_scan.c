@@ -139,7 +139,34 @@ typedef struct {
     Buf scratch; /* unescaped string */
     int32_t empty_id; /* id of "" (the default ph / cat / name) */
     locale_t c_locale;
+    size_t rows, cap; /* events written, room for (every column) */
 } Out;
+
+/* Room for more events in every column (doubling). */
+static int out_grow(Out *o) {
+    size_t cap = o->cap ? o->cap * 2 : 1024;
+    Buf *b1[] = {&o->ph};
+    Buf *b4[] = {&o->cat, &o->name, &o->sync, &o->pid_s, &o->tid_s};
+    Buf *b8[] = {&o->ts, &o->dur};
+    Buf *b24[] = {&o->grid, &o->block};
+    struct { Buf **bufs; size_t n, width; } groups[] = {{b1, 1, 1}, {b4, 5, 4}, {b8, 2, 8}, {b24, 2, 24}};
+    for (size_t g = 0; g < 4; g++)
+        for (size_t i = 0; i < groups[g].n; i++) {
+            Buf *b = groups[g].bufs[i];
+            unsigned char *d = realloc(b->data, cap * groups[g].width);
+            if (!d) return -1;
+            b->data = d;
+            b->cap = cap * groups[g].width;
+        }
+    for (int k = 0; k < N_INT; k++) {
+        unsigned char *d = realloc(o->ints[k].data, cap * 8);
+        if (!d) return -1;
+        o->ints[k].data = d;
+        o->ints[k].cap = cap * 8;
+    }
+    o->cap = cap;
+    return 0;
+}
 
 /* ---- JSON scanning ---------------------------------------------------------------------------- */
 static inline void skip_ws(Cur *c) {
@@ -567,13 +594,19 @@ static int read_event(Out *o, Cur *c) {
             skip_ws(c);
         }
     }
-    if (buf_put(&o->ph, &ph, 1) < 0 || buf_put(&o->cat, &cat, 4) < 0 || buf_put(&o->name, &name, 4) < 0 ||
-        buf_put(&o->sync, &sync, 4) < 0 || buf_put(&o->pid_s, &pid_s, 4) < 0 ||
-        buf_put(&o->tid_s, &tid_s, 4) < 0 || buf_put(&o->ts, &ts, 8) < 0 || buf_put(&o->dur, &dur, 8) < 0 ||
-        buf_put(&o->grid, grid, 24) < 0 || buf_put(&o->block, block, 24) < 0)
-        return -1;
-    for (int k = 0; k < N_INT; k++)
-        if (buf_put(&o->ints[k], &ints[k], 8) < 0) return -1;
+    if (o->rows == o->cap && out_grow(o) < 0) return -1;
+    size_t r = o->rows++;
+    ((int8_t *)o->ph.data)[r] = ph;
+    ((int32_t *)o->cat.data)[r] = cat;
+    ((int32_t *)o->name.data)[r] = name;
+    ((int32_t *)o->sync.data)[r] = sync;
+    ((int32_t *)o->pid_s.data)[r] = pid_s;
+    ((int32_t *)o->tid_s.data)[r] = tid_s;
+    ((double *)o->ts.data)[r] = ts;
+    ((double *)o->dur.data)[r] = dur;
+    memcpy((int64_t *)o->grid.data + 3 * r, grid, 24);
+    memcpy((int64_t *)o->block.data + 3 * r, block, 24);
+    for (int k = 0; k < N_INT; k++) ((int64_t *)o->ints[k].data)[r] = ints[k];
     return 0;
 }
 
@@ -632,6 +665,11 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     Py_ssize_t n = 0;
     int rc;
     o.empty_id = table_id(&o.strings, (const unsigned char *)"", 0);
+    o.cap = 0;
+    while (o.cap * 160 < (size_t)view.len && o.cap < ((size_t)1 << 26)) o.cap = o.cap ? o.cap * 2 : 1024;
+    size_t want = o.cap;
+    o.cap = 0;
+    while (o.cap < want) if (out_grow(&o) < 0) { o.empty_id = -1; break; }
     if (o.empty_id < 0) {
         rc = -1;
     } else {
@@ -643,6 +681,14 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (rc < 0) {
         out_free(&o);
         Py_RETURN_NONE;
+    }
+    {
+        Buf *w1[] = {&o.ph}, *w4[] = {&o.cat, &o.name, &o.sync, &o.pid_s, &o.tid_s}, *w8[] = {&o.ts, &o.dur};
+        w1[0]->size = o.rows;
+        for (int k = 0; k < 5; k++) w4[k]->size = o.rows * 4;
+        for (int k = 0; k < 2; k++) w8[k]->size = o.rows * 8;
+        o.grid.size = o.block.size = o.rows * 24;
+        for (int k = 0; k < N_INT; k++) o.ints[k].size = o.rows * 8;
     }
     PyObject *strings = PyList_New((Py_ssize_t)o.strings.count);
     PyObject *cols = PyDict_New();
