@@ -301,6 +301,21 @@ static int scan_number(Cur *c, int *is_int, int *digits) {
     return len;
 }
 
+/* After a value inside an array or object: 1 when `close` ends it, 0 after a ',' (and whitespace),
+ * -1 for anything else. */
+static int next_item(Cur *c, unsigned char close) {
+    skip_ws(c);
+    if (c->p >= c->end) return -1;
+    if (*c->p == close) {
+        c->p++;
+        return 1;
+    }
+    if (*c->p != ',') return -1;
+    c->p++;
+    skip_ws(c);
+    return 0;
+}
+
 static int skip_value(Cur *c, int depth);
 
 static int skip_literal(Cur *c, const char *word, size_t n) {
@@ -325,12 +340,8 @@ static int skip_value(Cur *c, int depth) {
             if (c->p < c->end && *c->p == ']') { c->p++; return 0; }
             for (;;) {
                 if (skip_value(c, depth + 1) < 0) return -1;
-                skip_ws(c);
-                if (c->p >= c->end) return -1;
-                if (*c->p == ']') { c->p++; return 0; }
-                if (*c->p != ',') return -1;
-                c->p++;
-                skip_ws(c);
+                int r = next_item(c, ']');
+                if (r) return r < 0 ? -1 : 0;
             }
         case '{':
             c->p++;
@@ -343,16 +354,20 @@ static int skip_value(Cur *c, int depth) {
                 c->p++;
                 skip_ws(c);
                 if (skip_value(c, depth + 1) < 0) return -1;
-                skip_ws(c);
-                if (c->p >= c->end) return -1;
-                if (*c->p == '}') { c->p++; return 0; }
-                if (*c->p != ',') return -1;
-                c->p++;
-                skip_ws(c);
+                int r = next_item(c, '}');
+                if (r) return r < 0 ? -1 : 0;
             }
         default:
             return scan_number(c, &is_int, &digits) < 0 ? -1 : 0;
     }
+}
+
+/* The value of an integer literal of at most 18 digits (checked by the caller), [p, end). */
+static int64_t int_value(const unsigned char *p, const unsigned char *end) {
+    int neg = *p == '-';
+    int64_t x = 0;
+    for (p += neg; p < end; p++) x = x * 10 + (*p - '0');
+    return neg ? -x : x;
 }
 
 /* An integer field (`int | None` in the strict decoder): an integer literal of at most 18 digits, or
@@ -366,12 +381,7 @@ static int read_int(Cur *c, int64_t *v) {
     const unsigned char *start = c->p;
     int is_int, digits;
     if (scan_number(c, &is_int, &digits) < 0 || !is_int || digits > 18) return -1;
-    int64_t x = 0;
-    const unsigned char *p = start;
-    int neg = *p == '-';
-    if (neg) p++;
-    for (; p < c->p; p++) x = x * 10 + (*p - '0');
-    *v = neg ? -x : x;
+    *v = int_value(start, c->p);
     return 0;
 }
 
@@ -383,12 +393,7 @@ static int read_float(Out *o, Cur *c, double *v) {
     if (len < 0) return -1;
     if (is_int) {
         if (digits > 18) return -1;
-        int64_t x = 0;
-        const unsigned char *p = start;
-        int neg = *p == '-';
-        if (neg) p++;
-        for (; p < c->p; p++) x = x * 10 + (*p - '0');
-        *v = (double)(neg ? -x : x);
+        *v = (double)int_value(start, c->p);
         return 0;
     }
     if (len >= MAX_NUM) return -1;
@@ -439,7 +444,6 @@ static int read_triple(Cur *c, int64_t v[3]) {
     return 0;
 }
 
-#define key_is(k, n, word) ((n) == sizeof(word) - 1 && memcmp((k), (word), sizeof(word) - 1) == 0)
 
 /* A key: a string without escapes (an escaped key could spell a field name: declined). */
 static int ascii(const unsigned char *s, size_t n) {
@@ -459,64 +463,69 @@ static int read_key(Cur *c, const unsigned char **k, size_t *n) {
     return 0;
 }
 
-enum {
-    A_DEVICE, A_STREAM, A_CORR, A_CONTEXT, A_BYTES, A_REGS, A_SHARED, A_GRID, A_BLOCK, A_SYNC, N_ARGS
-};
+/* The fields of one event, as the strict decoder's structs declare them (tracelab/parsers/kineto.py). */
+typedef struct {
+    int8_t ph;
+    int32_t cat, name, sync, pid_s, tid_s;
+    int64_t ints[N_INT];
+    int64_t grid[3], block[3];
+    double ts, dur;
+} Event;
 
-static int read_args(Out *o, Cur *c, int64_t *ints, int64_t grid[3], int64_t block[3], int32_t *sync) {
-    if (c->p < c->end && *c->p == 'n') return skip_literal(c, "null", 4);
+typedef int (*FieldReader)(Out *o, Cur *c, Event *e, int field);
+
+/* An object whose members named in `names` are read by `read` (each at most once: a duplicate
+ * declines) and whose other members are skipped; null when `nullable`. */
+static int read_object(Out *o, Cur *c, Event *e, const char *const *names, int count, FieldReader read,
+                       int nullable, int depth) {
+    if (nullable && c->p < c->end && *c->p == 'n') return skip_literal(c, "null", 4);
     if (c->p >= c->end || *c->p != '{') return -1;
     c->p++;
     skip_ws(c);
-    if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 0;
+    }
     unsigned seen = 0;
     for (;;) {
         const unsigned char *k;
         size_t n;
         if (read_key(c, &k, &n) < 0) return -1;
         int f = -1;
-        if (key_is(k, n, "device")) f = A_DEVICE;
-        else if (key_is(k, n, "stream")) f = A_STREAM;
-        else if (key_is(k, n, "correlation")) f = A_CORR;
-        else if (key_is(k, n, "context")) f = A_CONTEXT;
-        else if (key_is(k, n, "bytes")) f = A_BYTES;
-        else if (key_is(k, n, "registers per thread")) f = A_REGS;
-        else if (key_is(k, n, "shared memory")) f = A_SHARED;
-        else if (key_is(k, n, "grid")) f = A_GRID;
-        else if (key_is(k, n, "block")) f = A_BLOCK;
-        else if (key_is(k, n, "cuda_sync_kind")) f = A_SYNC;
+        for (int i = 0; i < count; i++)
+            if (n == strlen(names[i]) && memcmp(k, names[i], n) == 0) {
+                f = i;
+                break;
+            }
+        int rc;
         if (f >= 0) {
             if (seen & (1u << f)) return -1; /* duplicate field */
             seen |= 1u << f;
-        }
-        int rc;
-        switch (f) {
-            case A_DEVICE: rc = read_int(c, &ints[C_DEVICE]); break;
-            case A_STREAM: rc = read_int(c, &ints[C_STREAM]); break;
-            case A_CORR: rc = read_int(c, &ints[C_CORR]); break;
-            case A_CONTEXT: rc = read_int(c, &ints[C_CONTEXT]); break;
-            case A_BYTES: rc = read_int(c, &ints[C_BYTES]); break;
-            case A_REGS: rc = read_int(c, &ints[C_REGS]); break;
-            case A_SHARED: rc = read_int(c, &ints[C_SHARED]); break;
-            case A_GRID: rc = read_triple(c, grid); break;
-            case A_BLOCK: rc = read_triple(c, block); break;
-            case A_SYNC:
-                if (c->p < c->end && *c->p == 'n') rc = skip_literal(c, "null", 4);
-                else rc = read_str_id(o, c, sync);
-                break;
-            default: rc = skip_value(c, 2);
+            rc = read(o, c, e, f);
+        } else {
+            rc = skip_value(c, depth);
         }
         if (rc < 0) return -1;
-        skip_ws(c);
-        if (c->p >= c->end) return -1;
-        if (*c->p == '}') { c->p++; return 0; }
-        if (*c->p != ',') return -1;
-        c->p++;
-        skip_ws(c);
+        int r = next_item(c, '}');
+        if (r) return r < 0 ? -1 : 0;
     }
 }
 
-enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ARGS };
+static const char *const ARG_NAMES[] = {"device", "stream", "correlation", "context", "bytes",
+                                        "registers per thread", "shared memory", "grid", "block",
+                                        "cuda_sync_kind"};
+static const int ARG_INT[] = {C_DEVICE, C_STREAM, C_CORR, C_CONTEXT, C_BYTES, C_REGS, C_SHARED};
+
+static int read_arg(Out *o, Cur *c, Event *e, int field) {
+    switch (field) {
+        case 7: return read_triple(c, e->grid);
+        case 8: return read_triple(c, e->block);
+        case 9:
+            if (c->p < c->end && *c->p == 'n') return skip_literal(c, "null", 4);
+            return read_str_id(o, c, &e->sync);
+        default: return read_int(c, &e->ints[ARG_INT[field]]);
+    }
+}
 
 static int8_t ph_code(const unsigned char *s, size_t n) {
     if (n != 1) return 0;
@@ -528,85 +537,46 @@ static int8_t ph_code(const unsigned char *s, size_t n) {
     }
 }
 
-static int read_event(Out *o, Cur *c) {
-    if (c->p >= c->end || *c->p != '{') return -1;
-    c->p++;
-    skip_ws(c);
-    int8_t ph = 0;
-    int32_t cat = o->empty_id, name = o->empty_id, sync = -1, pid_s = -1, tid_s = -1;
-    int64_t ints[N_INT];
-    int64_t grid[3] = {-1, -1, -1}, block[3] = {-1, -1, -1};
-    double ts = NAN, dur = 0.0;
-    for (int k = 0; k < N_INT; k++) ints[k] = -1;
-    unsigned seen = 0;
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-    } else {
-        for (;;) {
-            const unsigned char *k;
-            size_t n;
-            if (read_key(c, &k, &n) < 0) return -1;
-            int f = -1;
-            if (key_is(k, n, "ph")) f = E_PH;
-            else if (key_is(k, n, "cat")) f = E_CAT;
-            else if (key_is(k, n, "name")) f = E_NAME;
-            else if (key_is(k, n, "pid")) f = E_PID;
-            else if (key_is(k, n, "tid")) f = E_TID;
-            else if (key_is(k, n, "ts")) f = E_TS;
-            else if (key_is(k, n, "dur")) f = E_DUR;
-            else if (key_is(k, n, "args")) f = E_ARGS;
-            if (f >= 0) {
-                if (seen & (1u << f)) return -1;
-                seen |= 1u << f;
-            }
-            int rc;
-            switch (f) {
-                case E_PH: {
-                    const unsigned char *s;
-                    size_t m;
-                    if (c->p >= c->end || *c->p != '"') return -1;
-                    const unsigned char *q = c->p;
-                    rc = scan_string(c, NULL, &s, &m);
-                    if (rc == 0 && c->p - q != (ptrdiff_t)(m + 2)) rc = -1; /* escaped ph */
-                    if (rc == 0 && !ascii(s, m)) rc = -1; /* msgspec checks its UTF-8 */
-                    if (rc == 0) ph = ph_code(s, m);
-                    break;
-                }
-                case E_CAT:
-                    rc = (c->p < c->end && *c->p == '"') ? read_str_id(o, c, &cat) : -1;
-                    break;
-                case E_NAME:
-                    rc = (c->p < c->end && *c->p == '"') ? read_str_id(o, c, &name) : -1;
-                    break;
-                case E_PID: rc = read_id(o, c, &ints[C_PID], &pid_s); break;
-                case E_TID: rc = read_id(o, c, &ints[C_TID], &tid_s); break;
-                case E_TS: rc = read_float(o, c, &ts); break;
-                case E_DUR: rc = read_float(o, c, &dur); break;
-                case E_ARGS: rc = read_args(o, c, ints, grid, block, &sync); break;
-                default: rc = skip_value(c, 1);
-            }
-            if (rc < 0) return -1;
-            skip_ws(c);
-            if (c->p >= c->end) return -1;
-            if (*c->p == '}') { c->p++; break; }
-            if (*c->p != ',') return -1;
-            c->p++;
-            skip_ws(c);
+static const char *const EVENT_NAMES[] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args"};
+
+static int read_field(Out *o, Cur *c, Event *e, int field) {
+    switch (field) {
+        case 0: { /* ph: only its code is kept; msgspec checks its UTF-8, so ASCII only */
+            const unsigned char *s, *q = c->p;
+            size_t m;
+            if (c->p >= c->end || *c->p != '"' || scan_string(c, NULL, &s, &m) < 0) return -1;
+            if (c->p - q != (ptrdiff_t)(m + 2) || !ascii(s, m)) return -1; /* escaped or non-ASCII */
+            e->ph = ph_code(s, m);
+            return 0;
         }
+        case 1: return (c->p < c->end && *c->p == '"') ? read_str_id(o, c, &e->cat) : -1;
+        case 2: return (c->p < c->end && *c->p == '"') ? read_str_id(o, c, &e->name) : -1;
+        case 3: return read_id(o, c, &e->ints[C_PID], &e->pid_s);
+        case 4: return read_id(o, c, &e->ints[C_TID], &e->tid_s);
+        case 5: return read_float(o, c, &e->ts);
+        case 6: return read_float(o, c, &e->dur);
+        default: return read_object(o, c, e, ARG_NAMES, 10, read_arg, 1, 2);
     }
+}
+
+static int read_event(Out *o, Cur *c) {
+    Event e = {.ph = 0, .cat = o->empty_id, .name = o->empty_id, .sync = -1, .pid_s = -1, .tid_s = -1,
+               .grid = {-1, -1, -1}, .block = {-1, -1, -1}, .ts = NAN, .dur = 0.0};
+    for (int k = 0; k < N_INT; k++) e.ints[k] = -1;
+    if (read_object(o, c, &e, EVENT_NAMES, 8, read_field, 0, 1) < 0) return -1;
     if (o->rows == o->cap && out_grow(o) < 0) return -1;
     size_t r = o->rows++;
-    ((int8_t *)o->ph.data)[r] = ph;
-    ((int32_t *)o->cat.data)[r] = cat;
-    ((int32_t *)o->name.data)[r] = name;
-    ((int32_t *)o->sync.data)[r] = sync;
-    ((int32_t *)o->pid_s.data)[r] = pid_s;
-    ((int32_t *)o->tid_s.data)[r] = tid_s;
-    ((double *)o->ts.data)[r] = ts;
-    ((double *)o->dur.data)[r] = dur;
-    memcpy((int64_t *)o->grid.data + 3 * r, grid, 24);
-    memcpy((int64_t *)o->block.data + 3 * r, block, 24);
-    for (int k = 0; k < N_INT; k++) ((int64_t *)o->ints[k].data)[r] = ints[k];
+    ((int8_t *)o->ph.data)[r] = e.ph;
+    ((int32_t *)o->cat.data)[r] = e.cat;
+    ((int32_t *)o->name.data)[r] = e.name;
+    ((int32_t *)o->sync.data)[r] = e.sync;
+    ((int32_t *)o->pid_s.data)[r] = e.pid_s;
+    ((int32_t *)o->tid_s.data)[r] = e.tid_s;
+    ((double *)o->ts.data)[r] = e.ts;
+    ((double *)o->dur.data)[r] = e.dur;
+    memcpy((int64_t *)o->grid.data + 3 * r, e.grid, 24);
+    memcpy((int64_t *)o->block.data + 3 * r, e.block, 24);
+    for (int k = 0; k < N_INT; k++) ((int64_t *)o->ints[k].data)[r] = e.ints[k];
     return 0;
 }
 
@@ -623,12 +593,9 @@ static int scan_piece(Out *o, Cur *c, Py_ssize_t *count) {
         for (;;) {
             if (read_event(o, c) < 0) return -1;
             n++;
-            skip_ws(c);
-            if (c->p >= c->end) return -1;
-            if (*c->p == ']') { c->p++; break; }
-            if (*c->p != ',') return -1;
-            c->p++;
-            skip_ws(c);
+            int r = next_item(c, ']');
+            if (r < 0) return -1;
+            if (r) break;
         }
     }
     skip_ws(c);
