@@ -45,7 +45,7 @@ from tracelab.model.kinds import NO_STREAM
 
 from .kineto_columns import assemble, member, sorted_unique
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
-from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan
+from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scanner_available
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 from .validate import (
     INT32_LIMIT,
@@ -154,15 +154,17 @@ def load_kineto(
     path = Path(path)
     if not path.is_file():
         raise TraceFormatError("no such file", path)
-    parsed = _Parsed()
+    parsed = _Parsed(pipeline=True)
     chunks = EventChunks(path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress)
     try:
         for _ in chunks:
             pass
         meta_obj = _load_metadata(chunks.metadata_json)
+        return parsed.finish(path, meta_obj, rank)
     except ChunkError as exc:
         raise TraceFormatError(_explain(path, str(exc)), path) from None
-    return parsed.finish(path, meta_obj, rank)
+    finally:
+        parsed.close()
 
 
 def relabel_rank(tl: Timeline, rank: int) -> Timeline:
@@ -238,9 +240,17 @@ def _decode(piece: bytes) -> list:
 
 
 class _Parsed:
-    """Accumulates column arrays chunk by chunk."""
+    """Accumulates column arrays chunk by chunk. `pipeline=True`: each chunk is scanned on a second
+    thread (the C scanner runs without the GIL) while this thread turns the previous chunk into columns;
+    chunks are still processed one by one in file order, so the result is the same."""
 
-    def __init__(self) -> None:
+    def __init__(self, pipeline: bool = False) -> None:
+        self._pool: Any = None
+        self._pending: Rows | None = None  # the last chunk read, not yet turned into columns
+        if pipeline and scanner_available():
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
@@ -278,11 +288,34 @@ class _Parsed:
 
     # called by EventChunks for each piece: keeps column arrays, frees the decoded piece
     def add_chunk(self, piece: memoryview) -> int:
-        rows: Rows | None = scan(piece)
-        if rows is None:  # declined by the C scanner (or not built): msgspec decides
-            rows = StructRows(_decode(piece), _Event, _EMPTY_ARGS)
-        self._process(rows)
+        if self._pool is None:
+            rows = self._read(piece, scan(piece))
+            self._process(rows)
+            return rows.n
+        scanned = self._pool.submit(scan, piece)
+        try:
+            self._flush()  # the previous chunk's columns, while this one is scanned
+        finally:
+            got = scanned.result()  # always waited for: the caller reuses the piece's buffer
+        rows = self._read(piece, got)
+        self._pending = rows
         return rows.n
+
+    @staticmethod
+    def _read(piece: memoryview, scanned: Rows | None) -> Rows:
+        if scanned is not None:
+            return scanned
+        return StructRows(_decode(piece), _Event, _EMPTY_ARGS)  # declined by the scanner: msgspec decides
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            rows, self._pending = self._pending, None
+            self._process(rows)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def _process(self, rows: Rows) -> None:
         n = rows.n
@@ -388,6 +421,8 @@ class _Parsed:
 
     # -------------------------------------------------------------------------------------------
     def finish(self, path: Path, top: dict, rank: int | None) -> Timeline:
+        self._flush()
+        self.close()
         if "traceEvents" not in top and top:
             raise TraceFormatError("no traceEvents array (not a Kineto / Chrome trace)", path)
         cols = assemble(self.parts)
