@@ -13,7 +13,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from tracelab.sandbox import Budget
 from tracelab.store import Store
 
-from . import page_callbacks, timeline_callbacks
+from . import page_callbacks, timeline_api, timeline_callbacks
 from .components import PAGES
 from .guards import allowed_hosts, guarded, install_request_guards
 from .pages import compare, gaps, kernels, overlap, ranks, runs, timeline
@@ -82,17 +82,25 @@ def nav_hrefs(search: str | None) -> list[str]:
     ]
 
 
-def preload_plotly(app: Dash) -> None:
-    """Load plotly.js (served by Dash from the plotly package, never a CDN) from the page's head with
-    `defer`: it downloads while the page loads and runs while the first callbacks are at the server,
-    so the timeline's figure draws as soon as it arrives (dcc.Graph uses `window.Plotly` when set,
-    instead of fetching plotly.js only once a graph is first rendered)."""
-    url = app._collect_and_register_resources(
-        [{"relative_package_path": "package_data/plotly.min.js", "namespace": "plotly"}]
-    )[0]
-    app.index_string = app.index_string.replace(
-        "{%css%}", '{%css%}\n        <script src="' + url + '" defer></script>', 1
-    )
+# in the page's head, before Dash's scripts load: on /timeline, ask for the run's meta (and, for a
+# whole-run view, its first tile) at once; app/assets/timeline_canvas.js takes the answers over
+EARLY_TIMELINE_FETCH = """<script>(function () {
+  try {
+    var m = location.pathname.match(/^(.*)\\/timeline\\/?$/), q = new URLSearchParams(location.search);
+    if (!m || !q.get("run")) { return; }
+    var api = m[1] + "/api/timeline/", run = encodeURIComponent(q.get("run")), p = ["run=" + run];
+    ["t0", "t1", "q"].forEach(function (k) { if (q.get(k)) { p.push(k + "=" + encodeURIComponent(q.get(k))); } });
+    var get = function (u) { return fetch(u, {credentials: "same-origin"}); };
+    window.__tlEarly = {key: location.search, meta: get(api + "meta?" + p.join("&")),
+      tile: q.get("t0") || q.get("t1") || q.get("q") ? null : get(api + "tile?run=" + run + "&level=0&index=0")};
+  } catch (e) { window.__tlEarly = null; }
+})();</script>"""
+
+
+def early_timeline_fetch(app: Dash) -> None:
+    """Start the timeline's first requests from the page's head (EARLY_TIMELINE_FETCH): they run
+    while the browser loads and starts Dash, instead of after."""
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}\n        " + EARLY_TIMELINE_FETCH, 1)
 
 
 def create_app(
@@ -126,11 +134,12 @@ def create_app(
         title="tracelab",
         update_title=None,
     )
-    preload_plotly(app)
+    early_timeline_fetch(app)
     app.server.config[STATE_KEY] = state
     # base64 inflates uploads by 4/3; leave room for the JSON around it
     app.server.config["MAX_CONTENT_LENGTH"] = int(max_upload_bytes * 4 / 3) + 1_000_000
     install_request_guards(app.server, allowed_hosts(bind_host, allow_hosts))
+    timeline_api.register(app.server)  # after the guards: every route of the server passes them
     _register_pages()
     app.layout = _shell
     _register_callbacks(app)

@@ -29,22 +29,37 @@ DEFAULT_OPTIONS = AnalysisOptions()
 
 
 class _Lru:
+    """A small LRU cache that computes each key once: a request that needs a value another thread is
+    computing waits for it instead of computing it again (a page and the timeline's data routes ask
+    for the same run at the same time)."""
+
     def __init__(self, size: int) -> None:
         self.size = size
         self._d: OrderedDict[Any, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._building: dict[Any, threading.Lock] = {}
 
     def get(self, key: Any, make: Callable[[], Any]) -> Any:
         with self._lock:
             if key in self._d:
                 self._d.move_to_end(key)
                 return self._d[key]
-        value = make()  # outside the lock: loading a big run must not block other runs
-        with self._lock:
-            self._d[key] = value
-            self._d.move_to_end(key)
-            while len(self._d) > self.size:
-                self._d.popitem(last=False)
+            building = self._building.setdefault(key, threading.Lock())
+        with building:  # outside the cache's lock: loading a big run must not block other runs
+            with self._lock:
+                if key in self._d:
+                    self._d.move_to_end(key)
+                    return self._d[key]
+            try:
+                value = make()
+                with self._lock:
+                    self._d[key] = value
+                    self._d.move_to_end(key)
+                    while len(self._d) > self.size:
+                        self._d.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
         return value
 
     def peek(self, key: Any) -> Any:
@@ -89,6 +104,7 @@ class AppState:
     _timelines: _Lru = field(default_factory=lambda: _Lru(3))
     _analyses: _Lru = field(default_factory=lambda: _Lru(8))
     _misc: _Lru = field(default_factory=lambda: _Lru(64))
+    _tiles: _Lru = field(default_factory=lambda: _Lru(160))  # encoded timeline tiles (~10-200 KB each)
     _background: set[str] = field(default_factory=set)
     _background_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -96,6 +112,10 @@ class AppState:
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
         """A small derived value (lanes, tables, SM lanes) cached under `key`."""
         return self._misc.get(key, make)
+
+    def tile(self, key: Any, make: Callable[[], bytes]) -> bytes:
+        """An encoded timeline tile cached under `key` (its own cache: tiles are many and larger)."""
+        return self._tiles.get(key, make)
 
     def device_names(self, run_id: str) -> dict[tuple[int, int], str]:
         """GPU names by (rank, device), from the run's device table (cached with the run)."""
@@ -134,28 +154,36 @@ class AppState:
 
     def analyse_in_background(self, run_id: str) -> None:
         """Start the run's analysis in a daemon thread (once); `cached_analysis` has it when done."""
-        with self._background_lock:
-            if run_id in self._background:
-                return
-            self._background.add(run_id)
+        self.in_background(f"analyse-{run_id}", lambda: self.analysis(run_id))
 
-        def work() -> None:
+    def in_background(self, name: str, work: Callable[[], Any]) -> None:
+        """Run `work` (which caches its result) in a daemon thread, unless one named `name` runs."""
+        with self._background_lock:
+            if name in self._background:
+                return
+            self._background.add(name)
+
+        def run() -> None:
             try:
-                self.analysis(run_id)
+                work()
             except Exception:
-                logging.getLogger("tracelab.app").exception("background analysis of run %s failed", run_id)
+                logging.getLogger("tracelab.app").exception("background work %s failed", name)
             finally:
                 with self._background_lock:
-                    self._background.discard(run_id)
+                    self._background.discard(name)
 
-        threading.Thread(target=work, name=f"analyse-{run_id}", daemon=True).start()
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def peek(self, key: Any) -> Any:
+        """A value `cached` holds under `key`, or None (never computes it)."""
+        return self._misc.peek(key)
 
     def cached_analysis(self, run_id: str, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis | None:
         """The analysis if it was computed already (the timeline never waits for one)."""
         return self._analyses.peek((run_id, options))
 
     def forget(self, run_id: str | None = None) -> None:
-        for cache in (self._timelines, self._analyses, self._misc):
+        for cache in (self._timelines, self._analyses, self._misc, self._tiles):
             cache.clear()
 
 

@@ -1,4 +1,7 @@
-"""The timeline page's Dash callbacks: thin wrappers over `app.pages.timeline`'s plain functions."""
+"""The timeline page's Dash callbacks: thin wrappers over `app.pages.timeline`'s plain functions, and the
+clientside bridges that hand the page's buttons and the callbacks' answers to the canvas
+(`window.tracelabTimeline`, app/assets/timeline_canvas.js). The canvas reports back through
+`dash_clientside.set_props` on the stores tl-window, tl-click and tl-range-sel."""
 
 from __future__ import annotations
 
@@ -8,61 +11,79 @@ from .guards import guarded
 from .pages import timeline
 from .state import current_state
 
-_TRIGGERS = {
-    "tl-xrange": "graph.relayoutData",
-    "tl-graph": "graph.clickData",
-    "tl-show": "show",
-    "tl-zoom-out": "zoom-out",
-    "tl-full": "full",
-    "tl-clear": "clear",
-    "tl-search": "search",
-    "tl-next": "next",
-    "tl-prev": "prev",
-    "tl-flows": "flows",
-}
+
+def _bridge(app: Dash, method: str, *inputs: Input) -> None:
+    """A clientside callback calling `tracelabTimeline[method](...values)` when one of `inputs` changes."""
+    app.clientside_callback(
+        "function() { const t = window.tracelabTimeline;"
+        f" if (t) {{ t.{method}.apply(t, arguments); }}"
+        " return window.dash_clientside.no_update; }",
+        Output("tl-js-sink", "data", allow_duplicate=True),
+        *inputs,
+        prevent_initial_call=True,
+    )
 
 
 def register(app: Dash) -> None:
     @app.callback(
-        Output("tl-graph", "figure"),
         Output("tl-view", "data"),
         Output("tl-permalink", "href"),
         Output("tl-info", "children"),
-        Output("tl-selection", "children"),
         Output("tl-match", "children"),
-        Input("tl-xrange", "data"),
-        Input("tl-graph", "clickData"),
-        Input("tl-show", "value"),
-        Input("tl-zoom-out", "n_clicks"),
-        Input("tl-full", "n_clicks"),
-        Input("tl-clear", "n_clicks"),
+        Input("tl-window", "data"),
+        State("tl-view", "data"),
+        State("tl-show", "value"),
+        prevent_initial_call=True,
+    )
+    @guarded(lambda message: (no_update, no_update, message, no_update))
+    def _window(window, view, show):
+        out = timeline.on_window(current_state(), view or {}, window, show)
+        return out if out is not None else (no_update,) * 4
+
+    @app.callback(
+        Output("tl-view", "data", allow_duplicate=True),
+        Output("tl-match", "children", allow_duplicate=True),
+        Output("tl-goto", "data"),
+        Output("tl-query", "data"),
         Input("tl-search", "value"),
         Input("tl-next", "n_clicks"),
         Input("tl-prev", "n_clicks"),
-        Input("tl-flows", "value"),
+        State("tl-view", "data"),
+        State("tl-show", "value"),
+        prevent_initial_call=True,
+    )
+    @guarded(lambda message: (no_update, message, no_update, no_update))
+    def _search(query, _next, _prev, view, show):
+        trigger = {"tl-search": "search", "tl-next": "next", "tl-prev": "prev"}.get(ctx.triggered_id, "")
+        out = timeline.on_search(current_state(), view or {}, trigger, query, show)
+        if out is None:
+            return (no_update,) * 4
+        new_view, text, goto, q = out
+        return new_view, text, goto if goto is not None else no_update, q
+
+    @app.callback(
+        Output("tl-view", "data", allow_duplicate=True),
+        Output("tl-selection", "children"),
+        Output("tl-highlight", "data"),
+        Input("tl-click", "data"),
+        Input("tl-clear", "n_clicks"),
+        Input("tl-show", "value"),
         State("tl-view", "data"),
         prevent_initial_call=True,
     )
-    @guarded(lambda message: (no_update, no_update, no_update, message, no_update, no_update))
-    def _timeline(relayout, click, show, _zo, _full, _clear, query, _next, _prev, flows, view):
-        new_view, outputs = timeline.on_timeline_event(
-            current_state(),
-            _TRIGGERS.get(ctx.triggered_id),
-            view or {},
-            relayout=relayout,
-            click=click,
-            show=show,
-            query=query,
-            flows=bool(flows),
-        )
-        if new_view is None:
-            return (no_update,) * 6
-        fig, link, info, panel, matches = outputs
-        return fig, new_view, link, info, panel, matches
+    @guarded(lambda message: (no_update, [html.Span(message, className="error-message")], no_update))
+    def _select(click, _clear, show, view):
+        view = dict(view or {})
+        if ctx.triggered_id == "tl-clear":
+            view["selected"] = None
+            click = None
+        elif ctx.triggered_id != "tl-click":
+            click = None
+        return timeline.on_select(current_state(), view, click, show)
 
     @app.callback(
         Output("tl-range", "children"),
-        Input("tl-graph", "selectedData"),
+        Input("tl-range-sel", "data"),
         Input("tl-analyze-range", "n_clicks"),
         State("tl-view", "data"),
         prevent_initial_call=True,
@@ -73,19 +94,10 @@ def register(app: Dash) -> None:
             current_state(), view or {}, selected, full=ctx.triggered_id == "tl-analyze-range"
         )
 
-    # Plotly can follow a zoom with an {"autosize": true} relayout before Dash reads relayoutData, so
-    # the x range is read from the graph itself whenever anything was relaid out.
-    app.clientside_callback(
-        """function(rl) {
-            if (!rl) { return window.dash_clientside.no_update; }
-            if (rl['xaxis.autorange']) { return {'xaxis.autorange': true}; }
-            if (!('xaxis.range' in rl || 'xaxis.range[0]' in rl)) { return window.dash_clientside.no_update; }
-            const gd = document.querySelector('#tl-graph .js-plotly-plot');
-            const r = gd && gd._fullLayout && gd._fullLayout.xaxis && gd._fullLayout.xaxis.range;
-            if (!r) { return window.dash_clientside.no_update; }
-            return {'xaxis.range': [Number(r[0]), Number(r[1])]};
-        }""",
-        Output("tl-xrange", "data"),
-        Input("tl-graph", "relayoutData"),
-        prevent_initial_call=True,
-    )
+    _bridge(app, "setShow", Input("tl-show", "value"))
+    _bridge(app, "setFlows", Input("tl-flows", "value"))
+    _bridge(app, "zoomOut", Input("tl-zoom-out", "n_clicks"))
+    _bridge(app, "wholeRun", Input("tl-full", "n_clicks"))
+    _bridge(app, "goto", Input("tl-goto", "data"))
+    _bridge(app, "setHighlight", Input("tl-highlight", "data"))
+    _bridge(app, "setQuery", Input("tl-query", "data"))

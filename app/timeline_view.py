@@ -1,6 +1,8 @@
-"""What the timeline draws for one view: the store's events of a window on the shown lanes, reduced by
-`tracelab.render.lod`, the per-SM lanes (engineer H's `sm_lanes`), the correlated events of a selection,
-and the figure. Plain functions over an `AppState`; the page module wires them to Dash."""
+"""What the timeline draws: the run's rows for the shown lane groups, and tiles (level L, index I: the
+I-th of 2^L equal windows of the run) with each window's level of detail (`tracelab.render.lod`) of the
+shown lanes, per-SM lanes, the idle bins and gaps by cause, encoded for the browser's canvas
+(`tracelab.render.timeline.encode_tile`); plus search matches, correlated events of a selection and
+the run's steps. Plain functions over an `AppState`; `app.timeline_api` serves them."""
 
 from __future__ import annotations
 
@@ -13,18 +15,21 @@ import pandas as pd
 from tracelab.analyses.intervals import merge_grouped
 from tracelab.analyses.sm import sm_lanes
 from tracelab.analyses.steps import find_steps
+from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
 from tracelab.render.lod import LodView, busy_bins, level_of_detail, segments
 from tracelab.render.timeline import (
-    Overlays,
+    MIN_TILE_NS,
     SmRows,
+    TileParts,
+    encode_tile,
     gaps_frame,
+    gaps_in_window,
     lane_depth_cap,
     lane_to_row,
     nesting_depth,
     sm_partitions_of,
     sm_row_table,
-    timeline_figure,
     timeline_rows,
 )
 from tracelab.store import RunRecord
@@ -71,22 +76,6 @@ def sm_lanes_for(state: AppState, run_id: str) -> list[SmLanes]:
     return state.cached(("sm_lanes", run_id), make)
 
 
-@dataclass(frozen=True)
-class RenderedView:
-    figure: Any
-    view: LodView
-    sm_view: LodView | None
-    rows: pd.DataFrame
-    t0: int
-    t1: int
-    matches_in_view: int = 0
-    flows: int = 0
-
-    @property
-    def n_drawn(self) -> int:
-        return self.view.n_drawn + (self.sm_view.n_drawn if self.sm_view is not None else 0)
-
-
 def nvtx_depths(state: AppState, run_id: str) -> dict[int, int]:
     """Nesting levels of each NVTX lane over the whole run (cached): how many rows it needs."""
 
@@ -121,6 +110,18 @@ def run_steps(state: AppState, run_id: str) -> pd.DataFrame:
     return state.cached(("steps", run_id), make)
 
 
+def steps_if_ready(state: AppState, record: RunRecord, *, start: bool = True) -> pd.DataFrame | None:
+    """The run's steps (`run_steps`) if they are there: runs up to SYNC_ANALYSIS_MAX_EVENTS events get
+    them now; bigger ones in a background thread (started here unless `start` is False), None until
+    it is done: finding the steps of a million events takes about a second the first view must not wait."""
+    if record.events <= SYNC_ANALYSIS_MAX_EVENTS:
+        return run_steps(state, record.id)
+    steps = state.peek(("steps", record.id))
+    if steps is None and start:
+        state.in_background(f"steps-{record.id}", lambda: run_steps(state, record.id))
+    return steps
+
+
 def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...]) -> tuple[pd.DataFrame, list[SmLanes]]:
     """The timeline's rows for the lane groups in `show` (cached per run and groups)."""
     run_id = record.id
@@ -128,7 +129,10 @@ def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, .
     def make() -> tuple[pd.DataFrame, list[SmLanes]]:
         sm = sm_lanes_for(state, run_id) if "sm" in show else []
         sm_rows = {(s.rank, s.device): SmRows(s.n_sms, s.source, sm_partitions_of(s.frame)) for s in sm}
-        steps = run_steps(state, run_id)
+        # a big run's steps come later: every rank with host lanes gets a steps lane now, so that no
+        # row moves when they arrive; a small run's ranks without steps get none
+        steps = run_steps(state, run_id) if record.events <= SYNC_ANALYSIS_MAX_EVENTS else None
+        ranks = state.lanes(run_id)["rank"] if steps is None else steps["rank"]
         rows = timeline_rows(
             state.lanes(run_id),
             state.strings(run_id),
@@ -136,74 +140,27 @@ def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, .
             sm_rows=sm_rows,
             show=show,
             nvtx_depths=nvtx_depths(state, run_id),
-            step_ranks=sorted(set(steps["rank"].astype(int).tolist())) if "nvtx" in show or "host" in show else [],
+            step_ranks=sorted(set(ranks.astype(int).tolist())) if "nvtx" in show or "host" in show else [],
         )
         return rows, sm
 
     return state.cached(("rows", run_id, tuple(show)), make)
 
 
-def render_view(
-    state: AppState,
-    record: RunRecord,
-    t0: int,
-    t1: int,
-    *,
-    show: list[str] | tuple[str, ...] = tuple(DEFAULT_SHOW),
-    selected: dict[str, Any] | None = None,
-    query: str = "",
-    flows: bool = True,
-) -> RenderedView:
-    """Query the store for [t0, t1) on the shown lanes, reduce to drawable items, build the figure
-    with the idle lanes (the run's gaps), steps, search matches and launch -> GPU arrows."""
-    run_id = record.id
-    lanes = state.lanes(run_id)
-    strings = state.strings(run_id)
-    rows, sm = view_rows(state, record, show)
-    table = lane_to_row(rows, len(lanes))
-    cap = lane_depth_cap(rows, len(lanes))
-    shown = np.flatnonzero(table >= 0)
-    view = window_view(state, run_id, t0, t1, table, shown, len(rows), depth_cap=cap)
-
-    sm_view = _sm_view(state, sm, rows, t0, t1) if sm else None
-    highlight = _highlight(state, run_id, selected, table) if selected else None
-    matches = search_matches_in_window(state, run_id, query, t0, t1, table, cap) if query else None
-    origin = record.start_ns or 0
-    fig = timeline_figure(
-        view,
-        rows,
-        strings,
-        origin_ns=origin,
-        sm_view=sm_view,
-        overlays=Overlays(
-            gaps=run_gaps(state, record),
-            idle=idle_bins(state, run_id, rows, t0, t1),
-            steps=_steps_in_window(state, run_id, rows, t0, t1),
-            matches=matches,
-            highlight=highlight,
-            flows=flows,
-        ),
-        uirevision=f"{run_id}",
-    )
-    return RenderedView(
-        fig, view, sm_view, rows, t0, t1,
-        matches_in_view=0 if matches is None else len(matches),
-        flows=int(fig["layout"]["meta"]["flows"]),
-    )
-
-
 SYNC_ANALYSIS_MAX_EVENTS = 300_000  # bigger runs are analysed in the background: the first view never waits
 
 
-def run_gaps(state: AppState, record: RunRecord) -> pd.DataFrame:
-    """The run's gaps for the idle lanes (a `gaps_frame`). Runs up to SYNC_ANALYSIS_MAX_EVENTS events
-    are analysed now; bigger ones in a background thread, and their first views show the idle time
-    without causes (they appear in the next view once the analysis is done)."""
+def run_gaps(state: AppState, record: RunRecord, *, start: bool = True) -> tuple[pd.DataFrame, bool]:
+    """The run's gaps (a `gaps_frame`) and whether they are there yet. Runs up to
+    SYNC_ANALYSIS_MAX_EVENTS events are analysed now; bigger ones in a background thread (started here
+    unless `start` is False), and until it is done the idle rows show the idle time without causes
+    (the browser asks again)."""
     run_id = record.id
     if state.cached_analysis(run_id) is None and record.events > SYNC_ANALYSIS_MAX_EVENTS:
-        state.analyse_in_background(run_id)
-        return gaps_frame(())
-    return state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps))
+        if start:
+            state.analyse_in_background(run_id)
+        return gaps_frame(()), False
+    return state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps)), True
 
 
 def device_busy_union(state: AppState, run_id: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
@@ -246,38 +203,44 @@ def idle_bins(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int
         a = int(np.searchsorted(e, t0, side="right"))
         b = int(np.searchsorted(s, t1, side="left"))
         covered, _ = busy_bins(np.zeros(b - a, np.int64), s[a:b], e[a:b], t0, t1, 1, n_bins)
-        edges = t0 + np.arange(n_bins + 1) * width
-        in_span = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
-        idle = np.clip(in_span - covered[0], 0, None)
+        edges = np.arange(n_bins + 1) * width  # from t0: epoch-ns clocks lose 256 ns as float64
+        in_span = np.clip(np.minimum(edges[1:], hi - t0) - np.maximum(edges[:-1], lo - t0), 0, None)
+        idle = in_span - covered[0]
+        idle = np.where(idle > 0.5, idle, 0.0)  # float rounding of fully busy bins is no idle time
         parts.append(segments(idle[None, :], (idle > 0)[None, :].astype(np.int64), t0, t1).assign(row=int(r.row)))
     if not parts:
         return pd.DataFrame({"row": [], "start": [], "end": [], "count": [], "busy": [], "level": []})
     return pd.concat(parts, ignore_index=True)
 
 
-def _steps_in_window(state: AppState, run_id: str, rows: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame | None:
-    steps = run_steps(state, run_id)
+def steps_on_rows(steps: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
+    """The steps (`run_steps`: rank, start, end, label; None: not there yet) with the row of their
+    rank's steps lane (none when the lane is not shown)."""
+    if steps is None:
+        steps = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(label="")
     step_rows = rows[rows["kind"] == "steps"]
-    if not len(steps) or not len(step_rows):
-        return None
     row_of = dict(zip(step_rows["rank"].astype(int), step_rows["row"].astype(int)))
-    part = steps[(steps["end"] > t0) & (steps["start"] < t1)]
-    return part.assign(row=[row_of.get(int(r), -1) for r in part["rank"]]).query("row >= 0")
+    out = steps.assign(row=[row_of.get(int(r), -1) for r in steps["rank"]])
+    return out[out["row"] >= 0]
 
 
 def search_matches_in_window(
-    state: AppState, run_id: str, query: str, t0: int, t1: int, table: np.ndarray, cap: np.ndarray, limit: int = 3000
+    state: AppState, record: RunRecord, query: str, t0: int, t1: int, show: list[str] | tuple[str, ...],
+    limit: int = 3000,
 ) -> pd.DataFrame:
-    """The search matches of [t0, t1) on shown rows (start, end, row), at most `limit` (the longest)."""
-    pos = search_positions(state, run_id, query)
-    ev = state.timeline(run_id).events
+    """The search matches of [t0, t1) on the rows shown for `show` (start, end, row), at most `limit`
+    (the longest)."""
+    pos = search_positions(state, record.id, query)
+    ev = state.timeline(record.id).events
     if len(pos) == 0:
-        return pd.DataFrame({"start": [], "end": [], "row": []})
+        return pd.DataFrame({"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64), "row": np.zeros(0, np.int64)})
     st, en = ev["start"].to_numpy()[pos], ev["end"].to_numpy()[pos]
     m = (st < t1) & ((en > t0) | (st >= t0))
     pos = pos[m]
-    rows = event_rows(state, run_id, ev.iloc[pos], table, cap)
-    out = pd.DataFrame({"start": st[m], "end": en[m], "row": rows})
+    rows, _ = view_rows(state, record, show)
+    n_lanes = len(state.lanes(record.id))
+    row = event_rows(state, record.id, ev.iloc[pos], lane_to_row(rows, n_lanes), lane_depth_cap(rows, n_lanes))
+    out = pd.DataFrame({"start": st[m], "end": en[m], "row": row})
     out = out[out["row"] >= 0]
     if len(out) > limit:
         out = out.assign(d=out["end"] - out["start"]).nlargest(limit, "d").drop(columns="d")
@@ -364,23 +327,9 @@ def _sm_view(state: AppState, sm: list[SmLanes], rows: pd.DataFrame, t0: int, t1
 def _full_items(view: LodView, events: pd.DataFrame) -> LodView:
     """`view` computed on narrow columns (start, end, row, pos) with its items swapped for the full
     rows of `events` at those positions (keeping the row each was drawn in)."""
-    items = events.iloc[view.items["pos"].to_numpy()].assign(row=view.items["row"].to_numpy())
+    pos = view.items["pos"].to_numpy()
+    items = events.iloc[pos].assign(row=view.items["row"].to_numpy(), pos=pos)
     return replace(view, items=items)
-
-
-STORE_WINDOW_MAX_EVENTS = 20_000  # above this (estimated), a view is cut from the run's columns in memory
-
-
-def estimate_window_events(lanes: pd.DataFrame, t0: int, t1: int, shown: np.ndarray) -> int:
-    """Events of the shown lanes expected in [t0, t1), assuming each lane's events spread evenly
-    between its first start and last end (the store's lane table has both)."""
-    if not {"events", "first_start", "last_end"} <= set(lanes.columns):
-        return 0
-    ln = lanes[lanes["lane"].isin(shown)]
-    first, last = ln["first_start"].to_numpy(), ln["last_end"].to_numpy()
-    span = np.maximum(last - first, 1)
-    frac = np.clip((np.minimum(last, t1) - np.maximum(first, t0)) / span, 0.0, 1.0)
-    return int((ln["events"].to_numpy() * frac).sum())
 
 
 def window_view(
@@ -393,34 +342,83 @@ def window_view(
     n_rows: int,
     depth_cap: np.ndarray | None = None,
 ) -> LodView:
-    """The level-of-detail view of [t0, t1) on the shown lanes. Narrow windows are an indexed
-    `Store.window` query; wide ones (more than STORE_WINDOW_MAX_EVENTS events expected) are cut with
-    numpy from the run's columns, loaded once through `Store.load` and cached: a row query of a
-    million events costs seconds, the columnar load a fraction of one. Both give the same view.
-    NVTX ranges go `depth` rows below their lane's row (capped by `depth_cap[lane]`)."""
-    if len(shown) == 0:
-        empty = pd.DataFrame(
-            {"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64), "row": np.zeros(0, np.int32)}
-        )
-        return level_of_detail(empty, t0, t1, n_rows, width_px=state.width_px, max_items=state.max_items)
-    if estimate_window_events(state.lanes(run_id), t0, t1, shown) <= STORE_WINDOW_MAX_EVENTS:
-        events = state.store.window(run_id, t0, t1, lanes=shown.tolist())
-        rows = _nested_rows(
-            events["lane"].to_numpy(), events["kind"].to_numpy(), events["start"].to_numpy(),
-            events["end"].to_numpy(), lane_rows, depth_cap,
-        )
-        events = events.assign(row=rows)
-        return level_of_detail(events, t0, t1, n_rows, width_px=state.width_px, max_items=state.max_items)
+    """The level-of-detail view of [t0, t1) on the shown lanes, cut with numpy from the run's columns
+    (loaded once through `Store.load` and cached; the same overlap rule as `Store.window`). Items keep
+    `pos`, their position in Timeline.events (hover and click name events by it). NVTX ranges go
+    `depth` rows below their lane's row (capped by `depth_cap[lane]`)."""
     ev = state.timeline(run_id).events
     start, end, lane = ev["start"].to_numpy(), ev["end"].to_numpy(), ev["lane"].to_numpy()
     hi = int(np.searchsorted(start, t1, side="left"))
     s, e, ln = start[:hi], end[:hi], lane[:hi]
-    m = ((e > t0) | (s >= t0)) & (lane_rows[ln] >= 0)  # same overlap rule as Store.window
+    m = ((e > t0) | (s >= t0)) & (lane_rows[ln] >= 0) if len(shown) else np.zeros(hi, dtype=bool)
     pos = np.flatnonzero(m)
     rows = _nested_rows(ln[pos], ev["kind"].to_numpy()[pos], s[pos], e[pos], lane_rows, depth_cap)
     narrow = pd.DataFrame({"start": s[pos], "end": e[pos], "row": rows, "pos": pos})
     view = level_of_detail(narrow, t0, t1, n_rows, width_px=state.width_px, max_items=state.max_items)
     return _full_items(view, ev)
+
+
+def events_in_window(state: AppState, run_id: str, t0: int, t1: int) -> int:
+    """How many events of the run overlap [t0, t1) (the window rule of `Store.window`)."""
+    ev = state.timeline(run_id).events
+    start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
+    hi = int(np.searchsorted(start, t1, side="left"))
+    lo = int(np.searchsorted(start, t0, side="left"))
+    return (hi - lo) + int(np.count_nonzero(end[:lo] > t0))
+
+
+# ---- tiles ---------------------------------------------------------------------------------------
+
+
+def max_level(record: RunRecord) -> int:
+    """The deepest tile level of a run: its tiles are still at least MIN_TILE_NS long."""
+    span = max(int(record.span_ns or 0), 1)
+    level = 0
+    while (span >> (level + 1)) >= MIN_TILE_NS and level < 48:
+        level += 1
+    return level
+
+
+def tile_window(record: RunRecord, level: int, index: int) -> tuple[int, int]:
+    """[t0, t1) of tile (level, index) in trace-clock ns; BadInput for a tile the run does not have."""
+    if not (0 <= level <= max_level(record)) or not (0 <= index < (1 << level)):
+        raise BadInput(f"run {record.id} has no timeline tile {level}/{index} (levels 0..{max_level(record)})")
+    lo = int(record.start_ns or 0)
+    span = max(int(record.span_ns or 0), 1)
+    return lo + ((span * index) >> level), lo + ((span * (index + 1)) >> level)
+
+
+def tile_parts(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...], level: int, index: int) -> TileParts:
+    """What tile (level, index) holds for the lane groups in `show`."""
+    t0, t1 = tile_window(record, level, index)
+    t1 = max(t1, t0 + 1)
+    run_id = record.id
+    lanes = state.lanes(run_id)
+    rows, sm = view_rows(state, record, show)
+    table = lane_to_row(rows, len(lanes))
+    shown = np.flatnonzero(table >= 0)
+    view = window_view(state, run_id, t0, t1, table, shown, len(rows), depth_cap=lane_depth_cap(rows, len(lanes)))
+    sm_view = _sm_view(state, sm, rows, t0, t1) if sm else None
+    gaps, ready = run_gaps(state, record, start=False)
+    return TileParts(
+        level=level, index=index, t0=t0, t1=t1, origin=int(record.start_ns or 0), view=view, sm_view=sm_view,
+        idle=idle_bins(state, run_id, rows, t0, t1), gaps=gaps_in_window(gaps, rows, t0, t1, view.ns_per_px),
+        gaps_ready=ready,
+    )
+
+
+def tile_bytes(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...], level: int, index: int) -> bytes:
+    """Tile (level, index) encoded for the browser, cached (until the run's gaps arrive, when the
+    gaps were not ready yet)."""
+    ready = state.cached_analysis(record.id) is not None or record.events <= SYNC_ANALYSIS_MAX_EVENTS
+    key = ("tile", record.id, tuple(show), level, index, ready)
+    data = state.tile(
+        key, lambda: encode_tile(tile_parts(state, record, show, level, index), state.strings(record.id))
+    )
+    if not ready:  # a big run's analysis and steps start once its first tile is out: they do not slow it
+        run_gaps(state, record)
+        steps_if_ready(state, record)
+    return data
 
 
 def _nested_rows(
@@ -457,8 +455,55 @@ def correlated_events(state: AppState, run_id: str, selected: dict[str, Any]) ->
     return ev[m]
 
 
-def _highlight(state: AppState, run_id: str, selected: dict[str, Any], table: np.ndarray) -> pd.DataFrame:
-    linked = correlated_events(state, run_id, selected)
-    rows = table[linked["lane"].to_numpy()] if len(linked) else np.zeros(0, dtype=np.int32)
-    out = linked.assign(row=rows)
+def linked_on_rows(
+    state: AppState, record: RunRecord, selected: dict[str, Any], show: list[str] | tuple[str, ...]
+) -> pd.DataFrame:
+    """The events linked to the selection (`correlated_events`) with the row each is drawn on for
+    the lane groups in `show` (NVTX ranges at their depth); those on hidden rows are left out."""
+    linked = correlated_events(state, record.id, selected)
+    rows, _ = view_rows(state, record, show)
+    n_lanes = len(state.lanes(record.id))
+    row = event_rows(state, record.id, linked, lane_to_row(rows, n_lanes), lane_depth_cap(rows, n_lanes))
+    out = linked.assign(row=row)
     return out[out["row"] >= 0]
+
+
+# ---- windows ---------------------------------------------------------------------------------------
+
+
+def clamp_window(record: RunRecord, t0: int, t1: int) -> tuple[int, int]:
+    """[t0, t1) clamped into the run's extent, at least MIN_SPAN_NS wide."""
+    from .urls import MIN_SPAN_NS
+
+    lo = int(record.start_ns or 0)
+    hi = int(record.end_ns if record.end_ns is not None else lo + MIN_SPAN_NS)
+    t0, t1 = max(min(t0, t1), lo), min(max(t0, t1), hi)
+    if t1 - t0 < MIN_SPAN_NS:
+        mid = (t0 + t1) // 2
+        t0, t1 = mid - MIN_SPAN_NS // 2, mid + MIN_SPAN_NS // 2
+    return t0, t1
+
+
+def match_window(state: AppState, record: RunRecord, query: str, index: int) -> tuple[int, int] | None:
+    """The window that shows search match `index` in the middle of the view (at least 20 µs wide)."""
+    pos = search_positions(state, record.id, query)
+    if len(pos) == 0:
+        return None
+    ev = state.timeline(record.id).events
+    p = pos[int(index) % len(pos)]
+    start, end = int(ev["start"].iat[p]), int(ev["end"].iat[p])
+    pad = max(end - start, 20_000)
+    return clamp_window(record, start - pad, end + pad)
+
+
+def initial_window(state: AppState, record: RunRecord, t0: Any, t1: Any, query: str) -> tuple[int, int, int]:
+    """The window a timeline URL opens (t0, t1, match index): its t0 / t1 (the whole run when absent,
+    BadInput when malformed); a search without a window (a kernel row) opens on its first match."""
+    from .urls import parse_window
+
+    a, b = parse_window(record, t0, t1)
+    if query and t0 in (None, "") and t1 in (None, ""):
+        w = match_window(state, record, query, 0)
+        if w is not None:
+            return w[0], w[1], 0
+    return a, b, -1

@@ -1,19 +1,25 @@
 """Dashboard benchmark: a synthetic ~1M-event run built from a real trace (the trace's events repeated
-with shifted times and correlation ids), imported into a store; then, server-side and cold:
+with shifted times and correlation ids), imported into a store; then, server-side, through the app's
+HTTP routes (Flask test client, no network) on a fresh app (empty caches):
 
-- first timeline render: the /timeline page for the whole run (store queries, level of detail, the
-  figure, and its JSON encoding), on a fresh app state (empty caches);
-- zoom: the relayout callback for windows from 1/2 down to 1/10000 of the run.
+- first timeline view: the page, the run's meta and its whole-run tile (loading the run's columns,
+  its rows, SM lanes and steps, the level of detail of a million events, the encoding);
+- zoom: the tiles of windows from 1/2 down to 1/10000 of the run (each at the level the canvas
+  draws it with, none cached before).
+
+Wall and CPU (user + system of this process) times, and bytes sent.
 
     .venv/bin/python benchmarks/bench_dashboard.py [--trace PATH] [--events 1000000] [--db PATH]
 
-Targets (DESIGN / issue 6): first render < 2 s, zoom callback < 300 ms.
+Targets (DESIGN / issue 6): first render < 2 s, zoom < 300 ms.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
+import resource
 import statistics
 import sys
 import time
@@ -23,8 +29,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-import plotly
 
 from tracelab.model.timeline import EVENT_COLUMNS, build_timeline
 from tracelab.store import Store
@@ -67,57 +71,17 @@ def replicate(tl, target_events: int):
     return build_timeline(cols, tl.strings, meta, devices=tl.devices, contexts=tl.contexts, validate=False)
 
 
-def encoded_size(component) -> int:
-    return len(json.dumps(component, cls=plotly.utils.PlotlyJSONEncoder))
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
-def zoom_over_http(db: Path, rid: str) -> list[float]:
-    """The same zooms as the browser sends them: POSTs to the app's callback endpoint (Flask test
-    client, no network), after the page was rendered once (the run's columns are cached)."""
-    from app import create_app
-    from app.pages import timeline
-    from app.state import current_state
-
-    app = create_app(Store(db))
-    client = app.server.test_client()
-    client.get("/")
-    dep = next(d for d in client.get("/_dash-dependencies").get_json() if "tl-graph.figure" in d["output"])
-    with app.server.test_request_context():
-        page = timeline.timeline_layout(current_state(), rid)
-    view = next(c for c in page.children if getattr(c, "id", None) == "tl-view").data
-    lo, hi, origin = int(view["lo"]), int(view["hi"]), int(view["origin"])
-    from tracelab.render.figures import axis_unit
-
-    unit, _ = axis_unit(hi - lo)
-    times = []
-    for frac in (0.5, 0.1, 0.01, 0.001):
-        mid, w = lo + (hi - lo) * 0.47, (hi - lo) * frac
-        values = {
-            "tl-xrange.data": {"xaxis.range": [(mid - w / 2 - origin) / unit, (mid + w / 2 - origin) / unit]},
-            "tl-graph.clickData": None,
-            "tl-show.value": view["show"],
-        }
-        body = {
-            "output": dep["output"],
-            "outputs": [
-                dict(zip(("id", "property"), o.split("."))) for o in dep["output"].strip(".").split("...")
-            ],
-            "inputs": [
-                {
-                    "id": i["id"],
-                    "property": i["property"],
-                    "value": values.get(f"{i['id']}.{i['property']}", 0),
-                }
-                for i in dep["inputs"]
-            ],
-            "changedPropIds": ["tl-xrange.data"],
-            "state": [{"id": "tl-view", "property": "data", "value": view}],
-        }
-        t = time.perf_counter()
-        r = client.post("/_dash-update-component", json=body)
-        times.append(time.perf_counter() - t)
-        assert r.status_code == 200, r.data[:300]
-    return times
+def timed(client, path: str) -> tuple[float, float, int]:
+    """(wall s, CPU s, bytes) of one GET; the answer must be 200."""
+    t, c = time.perf_counter(), cpu()
+    r = client.get(path)
+    assert r.status_code == 200, (path, r.get_data(as_text=True)[:300])
+    return time.perf_counter() - t, cpu() - c, len(r.data)
 
 
 def main() -> None:
@@ -127,8 +91,6 @@ def main() -> None:
     ap.add_argument("--db", type=Path, default=ROOT / ".scratch" / "bench" / "bench_dashboard.db")
     args = ap.parse_args()
 
-    from app.pages import timeline
-    from app.state import AppState
 
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = Store(args.db)
@@ -146,44 +108,45 @@ def main() -> None:
     rec = store.get_run(rid)
     print(f"run {rid}: {rec.events:,} events, span {rec.span_ns / 1e9:.3f} s, from {args.trace.name}")
 
-    # first render, cold: a fresh state (no cached lanes, strings, timeline or SM lanes)
-    state = AppState(store=Store(args.db))
+    from app import create_app
+
+    client = create_app(Store(args.db)).server.test_client()
+    steps = [
+        ("page", f"/timeline?run={rid}"),
+        ("meta", f"/api/timeline/meta?run={rid}"),
+        ("whole-run tile", f"/api/timeline/tile?run={rid}&level=0&index=0"),
+    ]
+    first = [0.0, 0.0]
+    for what, path in steps:
+        wall, used, size = timed(client, path)
+        first[0] += wall
+        first[1] += used
+        print(f"first view, {what:<15} {wall * 1e3:6.0f} ms wall, {used * 1e3:6.0f} ms CPU, {size / 1e3:7.1f} kB")
     t = time.perf_counter()
-    page = timeline.timeline_layout(state, rid)
-    size = encoded_size(page)
-    first = time.perf_counter() - t
-    view = next(c for c in page.children if getattr(c, "id", None) == "tl-view").data
-    info = next(c for c in page.children if getattr(c, "id", None) == "tl-info").children
-    print(f"first render (whole run, cold): {first * 1e3:.0f} ms, {size / 1e6:.2f} MB JSON; {info}")
-
-    # zooms: the relayout callback for windows of decreasing width around the middle of the run
-    from tracelab.render.figures import axis_unit
-
-    times = []
+    while not (meta := client.get(f"/api/timeline/meta?run={rid}").get_json())["gaps_ready"]:
+        time.sleep(0.2)  # the run's analysis, started after its first tile, in a background thread
+    print(f"gaps by cause ready {time.perf_counter() - t:.2f} s after the first view")
+    show = ",".join(meta["show"])
+    span, top = meta["span"], meta["max_level"]
+    times, cpus = [], []
     for frac in (0.5, 0.1, 0.01, 0.001, 0.0001, 0.3, 0.05):
-        lo, hi, origin = int(view["lo"]), int(view["hi"]), int(view["origin"])
-        mid = lo + (hi - lo) * 0.47
-        w = (hi - lo) * frac
-        unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))
-        relayout = {
-            "xaxis.range[0]": (mid - w / 2 - origin) / unit,
-            "xaxis.range[1]": (mid + w / 2 - origin) / unit,
-        }
-        t = time.perf_counter()
-        new_view, outputs = timeline.on_timeline_event(state, "graph.relayoutData", view, relayout=relayout)
-        size = encoded_size(outputs[0])
-        dt = time.perf_counter() - t
-        times.append(dt)
-        print(f"zoom to {frac:>7.2%} of the run: {dt * 1e3:6.0f} ms, {size / 1e6:.2f} MB JSON; {outputs[2]}")
-        view = new_view
-    http_times = zoom_over_http(args.db, rid)
+        a, w = span * 0.47 - span * frac / 2, span * frac
+        level = max(0, min(top, math.floor(math.log2(span / w))))
+        n = 2**level
+        idx = range(max(0, int(a * n // span)), min(n - 1, int((a + w) * n // span)) + 1)
+        wall = used = size = 0.0
+        for i in idx:  # the tiles the canvas needs for that window
+            dt, dc, sz = timed(client, f"/api/timeline/tile?run={rid}&show={show}&level={level}&index={i}")
+            wall, used, size = wall + dt, used + dc, size + sz
+        times.append(wall)
+        cpus.append(used)
+        print(f"zoom to {frac:>7.2%} of the run: level {level:>2}, {len(idx)} tile(s), {wall * 1e3:5.0f} ms wall, "
+              f"{used * 1e3:5.0f} ms CPU, {size / 1e3:6.1f} kB")
     print(
-        f"zoom through HTTP (POST /_dash-update-component, Dash's own serialization): median "
-        f"{statistics.median(http_times) * 1e3:.0f} ms, max {max(http_times) * 1e3:.0f} ms"
-    )
-    print(
-        f"zoom callback: median {statistics.median(times) * 1e3:.0f} ms, max {max(times) * 1e3:.0f} ms "
-        f"(target < 300 ms); first render {first:.2f} s (target < 2 s)"
+        f"zoom: median {statistics.median(times) * 1e3:.0f} ms wall ({statistics.median(cpus) * 1e3:.0f} ms CPU), "
+        f"max {max(times) * 1e3:.0f} ms (target < 300 ms); first view {first[0]:.2f} s wall, {first[1]:.2f} s CPU "
+        f"(target < 2 s); peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB; "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
 
 

@@ -16,8 +16,8 @@ from tracelab.errors import BadInput
 from tracelab.model import ContextInfo, DeviceInfo, EventKind, RunMeta, StringInterner, build_timeline
 from tracelab.model.api_names import classify_api_ids
 from tracelab.model.kinds import CopyKind
-from tracelab.render.figures import axis_unit
 from tracelab.render.lod import busy_bins, level_of_detail
+from tracelab.render.timeline import CLASS_CODES, unpack
 from tracelab.store import Store
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
@@ -217,11 +217,33 @@ def env(tmp_path):
     return state, a, b
 
 
-def tl_fig(figure):
-    """The timeline's figure dict as a plotly Figure (attribute access for the checks)."""
-    import plotly.graph_objects as go
+def tile_of(state, run_id: str, t0: int, t1: int, show=None):
+    """The decoded tile the canvas draws [t0, t1) (ns from the run start) from: the level whose tiles
+    are 1-2 windows wide, the tile holding t0. (header, arrays)."""
+    from app.pages.timeline import default_show
+    from app.timeline_view import max_level, tile_bytes
 
-    return go.Figure(figure) if isinstance(figure, dict) else figure
+    rec = state.record(run_id)
+    level = min(max(int(np.floor(np.log2(rec.span_ns / (t1 - t0)))), 0), max_level(rec))
+    index = int(t0 * 2**level // rec.span_ns)
+    header, arrays = unpack(tile_bytes(state, rec, show or default_show(rec), level, index))
+    assert header["t0"] <= t0 and t1 <= header["t1"] or level == 0
+    return header, arrays
+
+
+def items_of(header, arrays, kind: str | None = None) -> list[dict]:
+    """The events drawn one by one in a tile, as dicts (name from the tile's names)."""
+    out = []
+    for i in range(len(arrays["i.start"])):
+        cls = int(arrays["i.cls"][i])
+        if kind is not None and cls != CLASS_CODES[kind]:
+            continue
+        out.append({
+            "start": float(arrays["i.start"][i]), "end": float(arrays["i.end"][i]), "row": int(arrays["i.row"][i]),
+            "cls": cls, "pos": int(arrays["i.pos"][i]), "corr": float(arrays["i.corr"][i]),
+            "name": header["names"].get(str(int(arrays["i.name"][i])), ""),
+        })
+    return out
 
 
 def as_json(component) -> str:
@@ -287,25 +309,47 @@ def test_bad_run_id_and_window_give_clear_pages(env):
 
 def test_timeline_lanes_labels_and_escaping(env):
     from app.pages import timeline
+    from app.timeline_view import view_rows
 
     state, a, _ = env
     page = timeline.timeline_layout(state, a)
     assert page.id == "timeline-page"
-    fig = tl_fig(find(page, "tl-graph").figure)
-    labels = " | ".join(fig.layout.yaxis.ticktext)
+    root = find(page, "tl-canvas-root").to_plotly_json()["props"]
+    rec = state.record(a)
+    assert (root["data-run"], root["data-t0"], root["data-t1"]) == (a, "0", str(rec.end_ns - rec.start_ns))
+    rows, _ = view_rows(state, rec, root["data-show"].split(","))
+    labels = " | ".join(rows["label"])
     assert "stream 7 · ctx 1" in labels
     assert "stream 21 · ctx 3 · green ctx 5" in labels
     assert "NVTX default" in labels and "pid 100 · tid 1" in labels
     assert "SM" in labels and "estimated" in labels  # per-SM lanes from the SM analysis, marked
-    text = as_json(fig)
-    assert "<script>" not in text and "<img" not in text
-    # hover is compact: the escaped name as text, the duration (µs) in customdata via a template
-    for tr in fig.data:
-        if tr.name == "kernels" and tr.text is not None and any("gemm_kernel" in t for t in tr.text):
-            i = next(i for i, t in enumerate(tr.text) if "gemm_kernel" in t)
-            assert tr.customdata[i][5] == 15.0 and "customdata[5]" in tr.hovertemplate
+    # names reach the canvas as plain text (drawn with fillText, never parsed as markup) ...
+    header, _arrays = tile_of(state, a, 0, 200_000)
+    names = set(header["names"].values())
+    assert HOSTILE_KERNEL in names and HOSTILE_NVTX in names
+    # ... and nothing in the canvas script turns text into markup
+    js = (Path(__file__).resolve().parents[1] / "app" / "assets" / "timeline_canvas.js").read_text()
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "outerHTML" not in js
+    assert "<script>" not in as_json(page) and "<img" not in as_json(page)
     view = find(page, "tl-view").data
-    assert (view["t0"], view["t1"]) == (str(state.record(a).start_ns), str(state.record(a).end_ns))
+    assert (view["t0"], view["t1"]) == (str(rec.start_ns), str(rec.end_ns))
+
+
+def test_hover_text_is_formatted_on_the_server(env):
+    """An event's tooltip: its whole name, kind and place, length and start from the run start
+    (tracelab.render.format), launch configuration; a gap's: cause, length, start, whole evidence."""
+    from app import create_app
+
+    state, a, _ = env
+    client = create_app(state.store).server.test_client()
+    header, arrays = tile_of(state, a, 0, 200_000)
+    gemm = next(it for it in items_of(header, arrays, "kernel") if it["name"] == "gemm_kernel_1")
+    lines = client.get(f"/api/timeline/hover?run={a}&event={gemm['pos']}").get_json()["lines"]
+    assert lines[:3] == ["gemm_kernel_1", "kernel · GPU 0 · stream 7", "15.0 µs at +30.0 µs"]
+    assert lines[3] == "grid (128,1,1) block (256,1,1)"
+    gap = state.analysis(a).gaps[0]
+    lines = client.get(f"/api/timeline/hover?run={a}&gap=0").get_json()["lines"]
+    assert lines == ["idle (host_sync) · 1.71 ms at +300.0 µs", gap.evidence]
 
 
 def test_zoom_requeries_store_window_and_updates_link(env):
@@ -314,41 +358,23 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     state, a, _ = env
     rec = state.record(a)
     view = find(timeline.timeline_layout(state, a), "tl-view").data
-    # zoom to the first 200 µs (step 0's kernels), in the unit of the whole-run figure's x axis
-    unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))
-    new_view, outputs = timeline.on_timeline_event(
-        state, "graph.relayoutData", view, relayout={"xaxis.range[0]": 0.0, "xaxis.range[1]": 200_000 / unit}
-    )
-    assert new_view is not None
+    # the canvas reports the first 200 µs (step 0's kernels), in ns from the run start
+    new_view, link, info, _matches = timeline.on_window(state, view, {"t0": 0, "t1": 200_000})
     assert (new_view["t0"], new_view["t1"]) == (str(rec.start_ns), str(rec.start_ns + 200_000))
-    fig, link, _info, _, _ = outputs
-    fig = tl_fig(fig)
     q = parse_qs(urlparse(link).query)
     assert q == {"run": [a], "t0": [str(rec.start_ns)], "t1": [str(rec.start_ns + 200_000)]}
-    # at this zoom every kernel of step 0 is drawn individually, with its hover text
-    hovers = [h for tr in fig.data if tr.text is not None and tr.name == "kernels" for h in tr.text]
-    assert sum("gemm_kernel" in h for h in hovers) == 4
-    assert any("&lt;script&gt;" in h for h in hovers)
-    assert fig.layout.xaxis.title.text.startswith("time (µs")
-    # a relayout without an x range (autosize) changes nothing; autorange returns to the whole run
-    assert timeline.on_timeline_event(state, "graph.relayoutData", new_view, relayout={"autosize": True}) == (
-        None,
-        None,
-    )
-    full, _ = timeline.on_timeline_event(
-        state, "graph.relayoutData", new_view, relayout={"xaxis.autorange": True}
-    )
+    assert info.startswith("window 200.0 µs at +0 ns")
+    # at this zoom every kernel of step 0 is drawn individually, with its name
+    header, arrays = tile_of(state, a, 0, 200_000)
+    kernels = [it for it in items_of(header, arrays, "kernel") if it["start"] < 200_000]
+    assert sum(it["name"].startswith("gemm_kernel") for it in kernels) == 4
+    assert any(it["name"] == HOSTILE_KERNEL for it in kernels)
+    # the same window again changes nothing; forged windows are clamped to the run
+    assert timeline.on_window(state, new_view, {"t0": 0, "t1": 200_000}) is None
+    full, *_ = timeline.on_window(state, new_view, {"t0": -(10**15), "t1": 10**15})
     assert (int(full["t0"]), int(full["t1"])) == (rec.start_ns, rec.end_ns)
-
-
-def _points(fig, kind: int):
-    """(trace index, point index, customdata) of drawn events of one kind."""
-    for ti, tr in enumerate(tl_fig(fig).data):
-        if tr.customdata is None:
-            continue
-        for pi, cd in enumerate(tr.customdata):
-            if len(cd) >= 5 and int(cd[4]) == kind:
-                yield ti, pi, list(cd)
+    with pytest.raises(BadInput):
+        timeline.on_window(state, new_view, {"t0": "abc", "t1": 5})
 
 
 def test_click_gpu_op_highlights_host_launch_and_back(env):
@@ -356,38 +382,39 @@ def test_click_gpu_op_highlights_host_launch_and_back(env):
 
     state, a, _ = env
     view = find(timeline.timeline_layout(state, a), "tl-view").data
-    unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))
-    view, (fig, *_rest) = timeline.on_timeline_event(
-        state, "graph.relayoutData", view, relayout={"xaxis.range[0]": 0.0, "xaxis.range[1]": 200_000 / unit}
-    )
-    _, _, cd = next(_points(fig, int(EventKind.KERNEL)))
-    sel_view, (fig2, _, _, panel, _) = timeline.on_timeline_event(
-        state, "graph.clickData", view, click={"points": [{"customdata": cd}]}
-    )
-    assert sel_view["selected"]["correlation"] == int(cd[3])
+    header, arrays = tile_of(state, a, 0, 200_000)
+    kernel = items_of(header, arrays, "kernel")[0]
+    sel_view, panel, highlight = timeline.on_select(state, view, {"pos": kernel["pos"]}, ["stream", "host"])
+    assert sel_view["selected"]["correlation"] == int(kernel["corr"])
     linked = timeline.correlated_events(state, a, sel_view["selected"])
     assert sorted(linked["kind"].tolist()) == [int(EventKind.KERNEL), int(EventKind.RUNTIME)]
-    hl = [tr for tr in tl_fig(fig2).data if tr.name == "selected (correlated)"]
-    assert len(hl) == 1 and np.isfinite(np.asarray(hl[0].y, dtype=float)).sum() == 4  # two segments
+    assert len(highlight["start"]) == 2 and kernel["start"] in highlight["start"]  # both ends outlined
     assert "cudaLaunchKernel" in as_json(panel)
     # and back: clicking the host launch links the same kernel
-    _, _, host_cd = next(p for p in _points(fig, int(EventKind.RUNTIME)) if int(p[2][3]) == int(cd[3]))
-    back, _ = timeline.on_timeline_event(
-        state, "graph.clickData", view, click={"points": [{"customdata": host_cd}]}
-    )
+    launch = next(it for it in items_of(header, arrays, "api") if it["corr"] == kernel["corr"])
+    back, _, _ = timeline.on_select(state, view, {"pos": launch["pos"]}, ["stream", "host"])
     linked_back = timeline.correlated_events(state, a, back["selected"])
     assert set(linked_back["start"]) == set(linked["start"])
+    # hidden rows are not outlined; a clear removes the selection; a forged position is refused
+    _, _, only_gpu = timeline.on_select(state, sel_view, None, ["stream"])
+    assert only_gpu["start"] == [kernel["start"]]
+    cleared, panel, none = timeline.on_select(state, dict(sel_view, selected=None), None, ["stream"])
+    assert cleared["selected"] is None and none is None and "Click a kernel" in as_json(panel)
+    with pytest.raises(BadInput):
+        timeline.on_select(state, view, {"pos": 10**9}, ["stream"])
 
 
 def test_lane_toggles_hide_rows(env):
-    from app.pages import timeline
+    from app import create_app
 
     state, a, _ = env
-    view = find(timeline.timeline_layout(state, a), "tl-view").data
-    new_view, (fig, *_r) = timeline.on_timeline_event(state, "show", view, show=["stream"])
-    labels = " ".join(tl_fig(fig).layout.yaxis.ticktext)
+    client = create_app(state.store).server.test_client()
+    meta = client.get(f"/api/timeline/meta?run={a}&show=stream").get_json()
+    labels = " ".join(meta["rows"]["label"])
     assert "stream 7" in labels and "tid 1" not in labels and "SM" not in labels
-    assert new_view["show"] == ["stream"]
+    assert meta["show"] == ["stream"]
+    full = client.get(f"/api/timeline/meta?run={a}").get_json()
+    assert full["show"] == ["stream", "sm", "nvtx", "host"] and "tid 1" in " ".join(full["rows"]["label"])
 
 
 # ---- gaps --------------------------------------------------------------------------------------------------
@@ -504,6 +531,31 @@ def test_busy_bins_match_brute_force():
     inside = (end >= t0) & (start < t1)
     assert counts.sum() == n  # every event counted once (clipped to the window edges)
     assert inside.sum() <= n
+    # on an epoch-ns clock (float64 steps of 256 ns there) with bins of ~100 ns: still exact
+    covered_e, _ = busy_bins(rows, start + EPOCH_NS, end + EPOCH_NS, t0 + EPOCH_NS, t0 + EPOCH_NS + 1_700, n_rows, n_bins)
+    covered_0, _ = busy_bins(rows, start, end, t0, t0 + 1_700, n_rows, n_bins)
+    np.testing.assert_allclose(covered_e, covered_0, atol=1e-6)
+
+
+def test_idle_bins_leave_busy_time_alone_at_deep_zoom(env):
+    """The idle row between step 0's kernels (stream 7: [10, 25), [30, 45), [50, 65) µs from the run
+    start, nothing else busy before 100 µs) on a 62 µs tile of an epoch-ns clock: idle exactly in
+    [25, 30) and [45, 50) (to a bin), none inside a kernel."""
+    from app import timeline_view
+    from app.pages.timeline import default_show
+
+    state, a, _ = env
+    rec = state.record(a)
+    t0, t1 = timeline_view.tile_window(rec, 8, 0)
+    rows, _ = timeline_view.view_rows(state, rec, default_show(rec))
+    idle = timeline_view.idle_bins(state, a, rows, t0, t1)
+    bin_ns = (t1 - t0) / 512
+    s, e = idle["start"].to_numpy() - rec.start_ns, idle["end"].to_numpy() - rec.start_ns
+    for k0, k1 in ((10_000, 25_000), (30_000, 45_000), (50_000, t1 - rec.start_ns)):
+        inside = (s >= k0 + bin_ns) & (e <= k1 - bin_ns)
+        assert not inside.any(), (k0, k1, s[inside])
+    idle_ns = ((e - s) * idle["busy"].to_numpy()).sum()
+    assert idle_ns == pytest.approx(10_000, abs=2 * bin_ns)
 
 
 def test_lod_caps_drawn_items():
@@ -542,8 +594,8 @@ def test_lod_caps_drawn_items():
     assert len(zoom.items) == wide.sum()  # zoomed in, every event a pixel wide is drawn on its own
 
 
-def test_render_view_on_store_caps_items(tmp_path):
-    """A run of 120k events: every view of the timeline stays under the item budget."""
+def test_every_tile_stays_under_the_item_budget(tmp_path):
+    """A run of 120k events: every tile of the canvas stays under the item budget."""
     from app import timeline_view
     from app.state import AppState
 
@@ -554,10 +606,12 @@ def test_render_view_on_store_caps_items(tmp_path):
     state = AppState(store=store, max_items=2000)
     rec = state.record(rid)
     assert rec.events > 100_000
-    for t0, t1 in ((rec.start_ns, rec.end_ns), (rec.start_ns, rec.start_ns + 50_000_000)):
-        r = timeline_view.render_view(state, rec, t0, t1)
-        assert r.n_drawn <= 2000 + 1000  # stream/host budget + SM budget (max_items // 2)
-        assert r.view.events_in_window > 0
+    for level, index in ((0, 0), (6, 17), (timeline_view.max_level(rec), 5)):
+        parts = timeline_view.tile_parts(state, rec, ["stream", "sm", "nvtx", "host"], level, index)
+        assert parts.view.n_drawn <= 2000 and parts.sm_view.n_drawn <= 1000  # streams/host + SM lanes
+        header, arrays = unpack(timeline_view.tile_bytes(state, rec, ["stream", "sm", "nvtx", "host"], level, index))
+        assert len(arrays["i.start"]) == len(parts.view.items) + len(parts.sm_view.items)
+        assert header["events_in_window"] == parts.view.events_in_window > 0 or level > 6
 
 
 # ---- upload -----------------------------------------------------------------------------------------------------
@@ -621,7 +675,8 @@ def test_create_app_serves_pages(env, tmp_path):
     deps = client.get("/_dash-dependencies").get_json()
     outputs = " ".join(d["output"] for d in deps)
     assert (
-        "tl-graph.figure" in outputs
+        "tl-info.children" in outputs
+        and "tl-range.children" in outputs
         and "nav-location.href" in outputs
         and "upload-message.children" in outputs
     )
@@ -629,33 +684,36 @@ def test_create_app_serves_pages(env, tmp_path):
 
 
 def test_idle_lane_shows_gaps_by_cause_at_whole_run_zoom(env):
-    """Each device has an idle row; its gaps are drawn there, one legend entry per cause, at the
-    whole-run zoom too (the synthetic run: 8 steps each ending in a stream sync -> 7 host_sync gaps
-    of ~1.7 ms between the steps)."""
-    from app import timeline_view
+    """Each device has an idle row; its gaps are drawn there, by cause, at the whole-run zoom too (the
+    synthetic run: 8 steps each ending in a stream sync -> 7 host_sync gaps of ~1.7 ms between the
+    steps)."""
+    from app import create_app
+    from app.pages.timeline import default_show
+    from app.timeline_view import view_rows
+    from tracelab.render.timeline import CAUSES
 
     state, a, _ = env
     rec = state.record(a)
-    rendered = timeline_view.render_view(state, rec, rec.start_ns, rec.end_ns)
-    fig = tl_fig(rendered.figure)
-    idle_rows = rendered.rows[rendered.rows["kind"] == "idle"]
+    rows, _ = view_rows(state, rec, default_show(rec))
+    idle_rows = rows[rows["kind"] == "idle"]
     assert len(idle_rows) == 1 and idle_rows["label"].iloc[0].startswith("idle")
-    lines = [tr for tr in fig.data if tr.name == "idle (host_sync)" and tr.mode == "lines"]
-    assert len(lines) == 1 and len(lines[0].x) == 3 * 7  # 7 segments (start, end, NaN)
-    y_idle = float(idle_rows["y"].iloc[0])
-    assert set(np.asarray(lines[0].y, dtype=float)[0::3]) == {y_idle}
-    # each gap's drawn length is its real length (ms axis from the run start): step i ends its work
-    # at +(i * 2 ms + ~300 µs) and the next step starts at +((i + 1) * 2 ms)
-    xs = np.asarray(lines[0].x, dtype=float)
-    lengths_ms = xs[1::3] - xs[0::3]
+    header, arrays = tile_of(state, a, 0, rec.span_ns)
+    assert header["level"] == 0 and header["gaps_ready"]
+    assert len(arrays["g.start"]) == 7
+    assert {CAUSES[c] for c in arrays["g.cause"].tolist()} == {"host_sync"}
+    assert set(arrays["g.row"].tolist()) == {int(idle_rows["row"].iloc[0])}
+    # each gap's drawn length is its real length: step i ends its work at +(i * 2 ms + ~300 µs)
+    # and the next step starts at +((i + 1) * 2 ms)
+    lengths_ms = (arrays["g.end"] - arrays["g.start"]) / 1e6
     assert np.all((lengths_ms > 1.5) & (lengths_ms < 2.0))
-    marks = [tr for tr in fig.data if tr.name == "idle (host_sync)" and tr.mode == "markers"]
-    assert all("host_sync" in h for h in marks[0].hovertext)
+    meta = create_app(state.store).server.test_client().get(f"/api/timeline/meta?run={a}").get_json()
+    assert meta["causes_present"] == ["host_sync"]
+    assert "idle (host_sync)" in [c["legend"] for c in meta["style"]["causes"]]
 
 
-def test_store_window_and_in_memory_cut_give_the_same_view(env, monkeypatch):
-    """Wide views are cut from the run's columns in memory, narrow ones queried with Store.window:
-    both paths draw exactly the same items and bins."""
+def test_in_memory_cut_draws_what_the_store_window_holds(env):
+    """Tiles are cut from the run's columns in memory: they draw exactly what `Store.window` returns
+    for the same window (the same items and bins as a level of detail of the store's events)."""
     from app import timeline_view
     from tracelab.render.figures import lane_to_row, timeline_rows
 
@@ -665,21 +723,21 @@ def test_store_window_and_in_memory_cut_give_the_same_view(env, monkeypatch):
     table = lane_to_row(rows, len(state.lanes(a)))
     shown = rows.loc[rows["lane"] >= 0, "lane"].to_numpy()
     for t0, t1 in ((rec.start_ns, rec.end_ns), (rec.start_ns + 150_000, rec.start_ns + 2_400_000)):
-        views = []
-        for limit in (10**9, -1):  # everything through Store.window, then everything in memory
-            monkeypatch.setattr(timeline_view, "STORE_WINDOW_MAX_EVENTS", limit)
-            views.append(timeline_view.window_view(state, a, t0, t1, table, shown, len(rows)))
-        store_view, memory_view = views
-        assert store_view.events_in_window == memory_view.events_in_window > 0
+        memory = timeline_view.window_view(state, a, t0, t1, table, shown, len(rows))
+        events = state.store.window(a, t0, t1, lanes=shown.tolist())
+        events = events.assign(row=table[events["lane"].to_numpy()])
+        stored = level_of_detail(events, t0, t1, len(rows), width_px=state.width_px, max_items=state.max_items)
+        assert memory.events_in_window == stored.events_in_window > 0
         cols = ["start", "end", "row", "kind", "name", "correlation"]
         pd.testing.assert_frame_equal(
-            store_view.items[cols].reset_index(drop=True), memory_view.items[cols].reset_index(drop=True)
+            memory.items[cols].reset_index(drop=True), stored.items[cols].reset_index(drop=True)
         )
-        pd.testing.assert_frame_equal(store_view.bins, memory_view.bins)
+        pd.testing.assert_frame_equal(memory.bins, stored.bins)
+        ev = state.timeline(a).events  # `pos` names each drawn event
+        assert (ev["start"].to_numpy()[memory.items["pos"].to_numpy()] == memory.items["start"].to_numpy()).all()
 
 
 def test_internal_errors_give_a_clear_page(env, monkeypatch):
-    from app import timeline_view
     from app.pages import overlap, timeline
 
     state, a, _ = env
@@ -690,7 +748,7 @@ def test_internal_errors_give_a_clear_page(env, monkeypatch):
     monkeypatch.setattr(state, "analysis", broken)
     page = overlap.overlap_layout(state, a)
     assert page.id == "error" and "RuntimeError: boom" in as_json(page)
-    monkeypatch.setattr(timeline_view, "level_of_detail", broken)
+    monkeypatch.setattr(timeline, "events_in_window", broken)
     page = timeline.timeline_layout(state, a)
     assert page.id == "error" and "Internal error" in as_json(page)
 
@@ -706,3 +764,31 @@ def test_every_finding_link_opens_its_window(env):
     for i, f in enumerate(findings):
         q = parse_qs(urlparse(find(page, f"finding-link-{i}").href).query)
         assert int(q["t0"][0]) <= f.data["start_ns"] < f.data["end_ns"] <= int(q["t1"][0]), f.rule
+
+
+def test_big_runs_get_gaps_and_steps_after_their_first_tile(env, monkeypatch):
+    """A run above SYNC_ANALYSIS_MAX_EVENTS: its first meta and tile wait for neither the analysis nor
+    the steps (the steps lane is there, empty); both start after the first tile, in the background,
+    and the next meta / tiles carry them (the same gaps and steps as the small-run path)."""
+    import time as _time
+
+    from app import create_app, timeline_view
+
+    state, a, _ = env
+    expected_steps = timeline_view.run_steps(state, a)  # computed here on another state
+    expected_gaps = len(state.analysis(a).gaps)
+    monkeypatch.setattr(timeline_view, "SYNC_ANALYSIS_MAX_EVENTS", 10)
+    client = create_app(state.store).server.test_client()
+    meta = client.get(f"/api/timeline/meta?run={a}").get_json()
+    assert not meta["gaps_ready"] and not meta["steps_ready"] and meta["steps"]["start"] == []
+    assert meta["rows"]["kind"].count("steps") == 1 and "steps" in meta["rows"]["label"]
+    header, arrays = unpack(client.get(f"/api/timeline/tile?run={a}&level=0&index=0").data)
+    assert not header["gaps_ready"] and len(arrays["g.start"]) == 0
+    deadline = _time.time() + 60
+    while not (meta["gaps_ready"] and meta["steps_ready"]) and _time.time() < deadline:
+        _time.sleep(0.1)
+        meta = client.get(f"/api/timeline/meta?run={a}").get_json()
+    assert meta["gaps_ready"] and meta["steps_ready"]
+    assert meta["steps"]["label"] == expected_steps["label"].tolist()
+    header, arrays = unpack(client.get(f"/api/timeline/tile?run={a}&level=0&index=0").data)
+    assert header["gaps_ready"] and len(arrays["g.start"]) == expected_gaps == 7

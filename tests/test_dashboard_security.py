@@ -103,33 +103,18 @@ def test_allow_host_list(env):
 # ---- stale / tampered callbacks -------------------------------------------------------------------
 
 
-def _timeline_request(view: dict, trigger: str = "tl-full.n_clicks") -> dict:
-    inputs = [
-        {"id": "tl-xrange", "property": "data", "value": None},
-        {"id": "tl-graph", "property": "clickData", "value": None},
-        {"id": "tl-show", "property": "value", "value": ["gpu", "host"]},
-        {"id": "tl-zoom-out", "property": "n_clicks", "value": None},
-        {"id": "tl-full", "property": "n_clicks", "value": 1},
-        {"id": "tl-clear", "property": "n_clicks", "value": None},
-        {"id": "tl-search", "property": "value", "value": None},
-        {"id": "tl-next", "property": "n_clicks", "value": None},
-        {"id": "tl-prev", "property": "n_clicks", "value": None},
-        {"id": "tl-flows", "property": "value", "value": []},
-    ]
-    names = (
-        "tl-graph.figure",
-        "tl-view.data",
-        "tl-permalink.href",
-        "tl-info.children",
-        "tl-selection.children",
-        "tl-match.children",
-    )
+def _timeline_request(view: dict, window: object = None) -> dict:
+    """The callback the canvas triggers when it moves (tl-window), as the browser posts it."""
+    names = ("tl-view.data", "tl-permalink.href", "tl-info.children", "tl-match.children")
     return {
         "output": ".." + "...".join(names) + "..",
         "outputs": [{"id": n.split(".")[0], "property": n.split(".")[1]} for n in names],
-        "inputs": inputs,
-        "changedPropIds": [trigger],
-        "state": [{"id": "tl-view", "property": "data", "value": view}],
+        "inputs": [{"id": "tl-window", "property": "data", "value": window if window is not None else {"t0": 0, "t1": 5000}}],
+        "changedPropIds": ["tl-window.data"],
+        "state": [
+            {"id": "tl-view", "property": "data", "value": view},
+            {"id": "tl-show", "property": "value", "value": ["stream", "host"]},
+        ],
     }
 
 
@@ -137,9 +122,10 @@ def test_stale_and_tampered_timeline_callbacks_never_500(env):
     store, a, _ = env
     run = store.get_run(a)
     client = create_app(store).server.test_client()
-    good = {"run": a, "t0": run.start_ns, "t1": run.end_ns, "lo": run.start_ns, "hi": run.end_ns}
+    good = {"run": a, "t0": run.start_ns, "t1": run.end_ns, "lo": run.start_ns, "hi": run.end_ns, "origin": run.start_ns}
     r = client.post("/_dash-update-component", json=_timeline_request(good))
     assert r.status_code == 200, r.get_data(as_text=True)[:300]
+    assert r.get_json()["response"]["tl-info"]["children"].startswith("window 5.0 µs at +0 ns")
 
     store.delete_run(a)  # the page still shows run a: its next callback is stale
     stale = client.post("/_dash-update-component", json=_timeline_request(good))
@@ -150,14 +136,60 @@ def test_stale_and_tampered_timeline_callbacks_never_500(env):
     forged = dict(good, run="ffffffff", t0=10**30, t1=-(10**30))
     r = client.post("/_dash-update-component", json=_timeline_request(forged))
     assert r.status_code in (200, 204)
-    nonsense = dict(good, t0="abc")
-    assert client.post("/_dash-update-component", json=_timeline_request(nonsense)).status_code in (200, 204)
+    for window in ({"t0": "abc", "t1": 5}, {"t0": 10**30, "t1": 2**80}, ["x"], "nonsense"):
+        r = client.post("/_dash-update-component", json=_timeline_request(dict(good, run="b"), window))
+        assert r.status_code in (200, 204), window
     overflow = {"run": "b", "t0": 0, "t1": 2**80, "lo": 0, "hi": 2**80}
     r = client.post("/_dash-update-component", json=_timeline_request(overflow))
     assert r.status_code in (200, 204)
 
-    broken = client.post("/_dash-update-component", json={"output": "tl-graph.figure", "inputs": "x"})
+    broken = client.post("/_dash-update-component", json={"output": "tl-info.children", "inputs": "x"})
     assert broken.status_code == 400 and "stale or malformed" in broken.get_data(as_text=True)
+
+
+def test_timeline_data_routes_refuse_bad_requests_with_400(env):
+    """The canvas's data routes: guarded like every page (403 for a foreign Host or Origin), runs
+    named from the store only, and every bad parameter a 400 with one line, never a 500."""
+    store, a, _ = env
+    client = create_app(store).server.test_client()
+    ok = {"Host": "127.0.0.1:8050"}
+    assert client.get(f"/api/timeline/meta?run={a}", headers=ok).status_code == 200
+    assert client.get(f"/api/timeline/tile?run={a}&level=0&index=0", headers=ok).status_code == 200
+    for path in (f"/api/timeline/meta?run={a}", f"/api/timeline/tile?run={a}&level=0&index=0"):
+        assert client.get(path, headers={"Host": "evil.example:8050"}).status_code == 403
+        assert client.get(path, headers={**ok, "Origin": "http://attacker.test"}).status_code == 403
+    bad = [
+        "/api/timeline/meta",  # no run
+        "/api/timeline/meta?run=/etc/passwd",  # a path is no run
+        f"/api/timeline/meta?run={TRACE_GZ}",
+        f"/api/timeline/meta?run={a}&show=stream,evil",
+        f"/api/timeline/meta?run={a}&t0=abc",
+        f"/api/timeline/meta?run={a}&t0=5&t1=1",
+        f"/api/timeline/tile?run={a}&level=99&index=0",
+        f"/api/timeline/tile?run={a}&level=0&index=1",
+        f"/api/timeline/tile?run={a}&level=-1&index=0",
+        f"/api/timeline/tile?run={a}&level=1e300&index=0",
+        f"/api/timeline/tile?run={a}&level=0",
+        f"/api/timeline/matches?run={a}&q=gemm&t0=10&t1=5",
+        f"/api/timeline/matches?run={a}&q=gemm&t0=0&t1={10**40}",
+        f"/api/timeline/matches?run={a}&t0=0&t1=5",
+        f"/api/timeline/hover?run={a}&event=999999999",
+        f"/api/timeline/hover?run={a}&event=-1",
+        f"/api/timeline/hover?run={a}&gap=x",
+        f"/api/timeline/hover?run={a}&gap=1000",
+        f"/api/timeline/hover?run={a}",
+        f"/api/timeline/tile?run={'x' * 5000}&level=0&index=0",
+    ]
+    for path in bad:
+        r = client.get(path, headers=ok)
+        body = r.get_data(as_text=True)
+        assert r.status_code == 400, (path, r.status_code, body[:200])
+        assert body.count("\n") == 1, (path, body)
+        if "run=/" in path:  # a trace file on the server is never opened: only runs of the store
+            assert body.startswith("no run with id or name"), body
+    store.delete_run(a)  # a page open on a deleted run
+    r = client.get(f"/api/timeline/tile?run={a}&level=0&index=0", headers=ok)
+    assert r.status_code == 400 and repr(a) in r.get_data(as_text=True)
 
 
 # ---- uploads: size after decompression, child process, budgets --------------------------------------

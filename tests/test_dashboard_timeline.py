@@ -18,11 +18,14 @@ from tracelab.render.lod import LEVELS, level_of_detail
 from tracelab.render.timeline import (
     BOX_PX,
     SmRows,
+    TileParts,
+    encode_tile,
     lane_to_row,
     nesting_depth,
     sm_row_table,
-    timeline_figure,
+    style,
     timeline_rows,
+    unpack,
 )
 from tracelab.store import RunRecord
 
@@ -106,14 +109,16 @@ def test_aggregated_bins_are_as_thick_as_they_are_busy():
     view = level_of_detail(events, 0, 1_000_000, 2, width_px=200, max_items=40)
     assert set(view.bins.loc[view.bins["row"] == 0, "level"]) == {0}
     assert set(view.bins.loc[view.bins["row"] == 1, "level"]) == {len(LEVELS) - 1}
-    rows = pd.DataFrame(
-        {"row": [0, 1], "lane": [-1, -1], "depth": 0, "kind": "stream", "label": ["a", "b"], "height": 1.0, "y": [0.5, 1.5]}
-    )
-    fig = timeline_figure(view, rows, (), origin_ns=0)
-    widths = {
-        tr["line"]["width"]: tr for tr in fig["data"] if tr.get("legendgroup") == "bins" and tr["mode"] == "lines"
-    }
-    assert sorted(widths) == [BOX_PX * LEVELS[0], BOX_PX]
+    # the tile carries each stretch's level; the canvas draws level L as thick as style's bin_px[L]
+    empty = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("row", "start", "end", "cause", "index", "count")})
+    parts = TileParts(0, 0, 0, 1_000_000, 0, view, None, view.bins.iloc[:0], empty, True)
+    _, arrays = unpack(encode_tile(parts, ()))
+    assert set(arrays["b.level"][arrays["b.row"] == 0].tolist()) == {0}
+    assert set(arrays["b.level"][arrays["b.row"] == 1].tolist()) == {len(LEVELS) - 1}
+    thickness = style()["bin_px"]
+    assert (thickness[0], thickness[-1]) == (BOX_PX * LEVELS[0], BOX_PX) == (1.5, 12)
+    js = (Path(__file__).resolve().parents[1] / "app" / "assets" / "timeline_canvas.js").read_text()
+    assert 'lvlPx[kind][A["b.level"][j]]' in js  # the canvas takes the thickness from that table
 
 
 def test_window_us_is_exact_and_range_stats_are_the_cli_window():

@@ -5,6 +5,7 @@ timeline's own columns, tallied here."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter, defaultdict
 
@@ -187,14 +188,20 @@ def test_cli_export_by_run_name(tmp_path, monkeypatch, exported):
 
 
 def test_perfetto_trace_processor_loads_it(exported, tmp_path):
+    """Perfetto's own trace processor reads the export: one slice per complete event. The `perfetto`
+    package holds no trace processor; it downloads `trace_processor_shell` from Google's storage on
+    first use, which this machine and CI cannot reach (docs/DECISIONS.md, "Perfetto export"), so this
+    runs only where the binary is there: PERFETTO_TP_BIN, or the package's cache of an earlier download."""
     tp_mod = pytest.importorskip("perfetto.trace_processor")
     _, _, doc, _ = exported["sync_pitfalls-item_every_step-torch"]
     path = tmp_path / "t.json"
     path.write_bytes(orjson.dumps(doc))
+    binary = os.environ.get("PERFETTO_TP_BIN")
     try:
-        tp = tp_mod.TraceProcessor(trace=str(path))
+        config = tp_mod.TraceProcessorConfig(bin_path=binary) if binary else None
+        tp = tp_mod.TraceProcessor(trace=str(path), config=config) if config else tp_mod.TraceProcessor(trace=str(path))
     except Exception as exc:  # noqa: BLE001 (the binary is downloaded on first use: offline, it cannot start)
-        pytest.skip(f"trace processor unavailable: {exc}")
+        pytest.skip(f"perfetto's trace_processor_shell is not installed and cannot be downloaded here: {exc}")
     n = next(iter(tp.query("select count(*) as n from slice"))).n
     assert n == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
     tp.close()

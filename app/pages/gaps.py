@@ -57,7 +57,7 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
             for n, c in (
                 ("rank", "rank"),
                 ("GPU", "device"),
-                ("start (µs)", "start_us"),
+                ("at (from the run start)", "at"),
                 ("duration", "duration"),
                 ("ns", "duration_ns"),
                 ("cause", "cause"),

@@ -1,9 +1,14 @@
-"""Timeline page: /timeline?run=ID&t0=NS&t1=NS.
+"""Timeline page: /timeline?run=ID&t0=NS&t1=NS&q=TEXT.
 
-Lanes per device (streams with context / green context, SM lanes measured or estimated, NVTX ranges,
-host threads with API calls) on one time axis. Each view is re-queried from the store for the visible
-window and reduced by `tracelab.render.lod` to a few thousand drawable items. Clicking an event
-highlights everything with the same correlation id (host launch <-> GPU op).
+The timeline itself is drawn in the browser on a canvas (`app/assets/timeline_canvas.js`) from tiles the
+page fetches from `app.timeline_api` and keeps: zoom, pan, hover and drag never wait for a callback.
+The page's callbacks do what needs the run on the server: the permalink and info line of the window
+in view (the browser reports it in `tl-window`), the selection's linked events (`tl-click`: host
+launch <-> GPU work), search counts and stepping (`tl-goto` moves the view), and the statistics of a
+dragged range (`tl-range-sel`, through `tracelab.api.analyze`).
+
+Times between the browser and these callbacks are integer nanoseconds from the run start (they fit
+JavaScript numbers; epoch nanoseconds do not), and strings in the page state.
 """
 
 from __future__ import annotations
@@ -14,15 +19,25 @@ from dash import dcc, html
 
 from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
-from tracelab.render.figures import empty_figure, fmt_bytes, fmt_ns
-from tracelab.render.timeline import axis_unit, stream_label
+from tracelab.render.figures import fmt_bytes, fmt_ns
+from tracelab.render.timeline import stream_label
 from tracelab.store import RunRecord
 
 from ..components import error_page, run_header
 from ..range_stats import range_panel, range_stats
 from ..state import AppState, current_state, describe_error
-from ..timeline_view import DEFAULT_SHOW, correlated_events, render_view, search_positions, view_rows
-from ..urls import MIN_SPAN_NS, parse_window, timeline_href
+from ..timeline_view import (
+    DEFAULT_SHOW,
+    clamp_window,
+    correlated_events,
+    events_in_window,
+    initial_window,
+    linked_on_rows,
+    match_window,
+    search_matches_in_window,
+    search_positions,
+)
+from ..urls import timeline_href
 from .common import internal_error_page, resolve_run
 
 PATH = "/timeline"
@@ -32,158 +47,40 @@ LANE_GROUPS = (
     ("NVTX ranges", "nvtx"),
     ("host threads", "host"),
 )
+SM_LANES_MAX_DEVICES = 2
+MAX_QUERY = 200
 
 
-# ---- callbacks (plain functions) ------------------------------------------------------------------
+def default_show(record: RunRecord) -> list[str]:
+    """Lane groups shown at first: SM lanes only for runs of one or two GPUs (a tall block per GPU)."""
+    return [g for g in DEFAULT_SHOW if g != "sm" or record.devices <= SM_LANES_MAX_DEVICES]
 
 
-def window_from_relayout(relayout: dict[str, Any] | None, view: dict[str, Any]) -> tuple[int, int] | None:
-    """The new window (ns) from Plotly's relayoutData (x in the unit `axis_unit` chose for the
-    current window, from the run origin); the full run on
-    autorange (double click); None when the x range did not change."""
-    if not relayout:
-        return None
-    origin = int(view["origin"])
-    if relayout.get("xaxis.autorange"):
-        return int(view["lo"]), int(view["hi"])
-    if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
-        a, b = relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]
-    elif isinstance(relayout.get("xaxis.range"), (list, tuple)) and len(relayout["xaxis.range"]) == 2:
-        a, b = relayout["xaxis.range"]
-    else:
-        return None
-    unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))  # the unit of the figure being zoomed
+def parse_show(value: Any) -> list[str]:
+    """The lane groups asked for (a list, or a comma-separated string), in the usual order; BadInput
+    for anything that is not one of them."""
+    items = value.split(",") if isinstance(value, str) else list(value or [])
+    items = [str(v).strip() for v in items if str(v).strip()]
+    unknown = [v for v in items if v not in DEFAULT_SHOW]
+    if unknown:
+        raise BadInput(f"unknown lane group {unknown[0][:40]!r} (one of {', '.join(DEFAULT_SHOW)})")
+    return [g for g in DEFAULT_SHOW if g in items]
+
+
+def offset_ns(value: Any, what: str) -> int:
+    """An integer number of nanoseconds from the run start, as the browser sends it."""
     try:
-        t0 = origin + round(float(a) * unit)
-        t1 = origin + round(float(b) * unit)
-    except (TypeError, ValueError):
-        return None
-    lo, hi = int(view["lo"]), int(view["hi"])
-    t0, t1 = max(min(t0, t1), lo), min(max(t0, t1), hi)
-    if t1 - t0 < MIN_SPAN_NS:
-        mid = (t0 + t1) // 2
-        t0, t1 = mid - MIN_SPAN_NS // 2, mid + MIN_SPAN_NS // 2
-    return t0, t1
+        if isinstance(value, bool):
+            raise TypeError
+        v = int(value) if isinstance(value, int) else int(float(str(value).strip()))
+    except (TypeError, ValueError, OverflowError):
+        raise BadInput(f"{what} must be an integer number of nanoseconds, got {str(value)[:40]!r}") from None
+    if abs(v) > 2**62:
+        raise BadInput(f"{what} is out of range")
+    return v
 
 
-def selection_from_click(
-    click: dict[str, Any] | None, rows_lanes: list[int] | None = None, origin: int = 0
-) -> dict[str, Any] | None:
-    """The clicked event's identity from Plotly clickData (customdata [row, start - origin,
-    end - origin, correlation, kind])."""
-    if not click or not click.get("points"):
-        return None
-    cd = click["points"][0].get("customdata")
-    if not isinstance(cd, (list, tuple)) or len(cd) < 5:
-        return None
-    try:
-        row, start, end, corr, kind = (round(float(v)) for v in cd[:5])
-    except (TypeError, ValueError):
-        return None
-    start, end = start + int(origin), end + int(origin)
-    sel: dict[str, Any] = {"row": row, "start": start, "end": end, "correlation": corr, "kind": kind}
-    if rows_lanes is not None and 0 <= row < len(rows_lanes):
-        sel["lane"] = int(rows_lanes[row])
-    return sel
-
-
-def view_outputs(state: AppState, view: dict[str, Any]) -> tuple[Any, str, str, Any, str]:
-    """(figure, permalink href, info line, selection panel, search count) for a view state dict."""
-    query = view.get("query") or ""
-    try:
-        record = state.record(view["run"])
-        rendered = render_view(
-            state,
-            record,
-            int(view["t0"]),
-            int(view["t1"]),
-            show=view.get("show", DEFAULT_SHOW),
-            selected=view.get("selected"),
-            query=query,
-            flows=bool(view.get("flows", True)),
-        )
-    except BadInput as exc:
-        return empty_figure(describe_error(exc)), timeline_href(view.get("run", "")), describe_error(exc), [], ""
-    link = timeline_href(record.id, rendered.t0, rendered.t1, q=query or None)
-    info = (
-        f"window {fmt_ns(rendered.t1 - rendered.t0)} at +{fmt_ns(rendered.t0 - (record.start_ns or 0))} · "
-        f"{rendered.view.events_in_window:,} events in view · {rendered.n_drawn:,} items drawn "
-        f"({len(rendered.view.items):,} individual, {len(rendered.view.bins):,} aggregated"
-        + (f"; {rendered.sm_view.n_drawn:,} on SM lanes)" if rendered.sm_view is not None else ")")
-        + (f" · {rendered.flows:,} launch → GPU arrows" if rendered.flows else "")
-    )
-    panel = selection_panel(state, record, view.get("selected"))
-    return rendered.figure, link, info, panel, match_text(state, record.id, query, view.get("match", -1), rendered)
-
-
-def match_text(state: AppState, run_id: str, query: str, index: int, rendered: Any = None) -> str:
-    """'3 / 120 matches (40 in view)' for the search box; '' without a query."""
-    if not query:
-        return ""
-    n = len(search_positions(state, run_id, query))
-    if n == 0:
-        return f"no match for {query!r}"
-    at = f"{int(index) + 1} / {n:,}" if 0 <= int(index) < n else f"{n:,}"
-    in_view = f" ({rendered.matches_in_view:,} in view)" if rendered is not None else ""
-    return f"{at} matches{in_view}"
-
-
-def match_window(state: AppState, view: dict[str, Any], index: int) -> tuple[int, int] | None:
-    """The window that shows search match `index` in the middle of the view (at least 20 µs wide)."""
-    pos = search_positions(state, view["run"], view.get("query") or "")
-    if len(pos) == 0:
-        return None
-    ev = state.timeline(view["run"]).events
-    p = pos[int(index) % len(pos)]
-    start, end = int(ev["start"].iat[p]), int(ev["end"].iat[p])
-    pad = max(end - start, 20_000)
-    t0, t1 = max(start - pad, int(view["lo"])), min(end + pad, int(view["hi"]))
-    if t1 - t0 < MIN_SPAN_NS:
-        mid = (t0 + t1) // 2
-        t0, t1 = mid - MIN_SPAN_NS // 2, mid + MIN_SPAN_NS // 2
-    return t0, t1
-
-
-def selection_panel(state: AppState, record: RunRecord, selected: dict[str, Any] | None) -> list[Any]:
-    if not selected:
-        return [
-            html.Span(
-                "Click a kernel, copy or API call to link its host launch and GPU work.", className="hint"
-            )
-        ]
-    linked = correlated_events(state, record.id, selected)
-    strings = state.strings(record.id)
-    origin = record.start_ns or 0
-    items = []
-    for r in linked.head(20).itertuples(index=False):  # a handful of linked events, not a hot path
-        kind = EventKind(int(r.kind)).name.lower()
-        name = strings[r.name] if 0 <= r.name < len(strings) else ""
-        where = stream_label(int(r.stream)) if r.device >= 0 else f"thread {r.tid}"
-        extra = []
-        if r.grid_x > 0:
-            extra.append(
-                f"grid ({r.grid_x},{r.grid_y},{r.grid_z}) block ({r.block_x},{r.block_y},{r.block_z})"
-            )
-        if r.bytes >= 0:
-            extra.append(fmt_bytes(r.bytes))
-        items.append(
-            html.Li(
-                [
-                    html.B(kind),
-                    f" {where} · +{fmt_ns(r.start - origin)} · {fmt_ns(r.end - r.start)} · ",
-                    html.Code(name),
-                    (" · " + " · ".join(extra)) if extra else "",
-                ]
-            )
-        )
-    corr = selected.get("correlation", -1)
-    head = (
-        f"correlation {corr}: {len(linked)} linked event(s)"
-        if corr >= 0
-        else "selected event (no correlation id)"
-    )
-    return [html.Div(head, className="selection-head"), html.Ul(items, id="tl-selection-list")]
-
+# ---- the view state the page keeps (times as strings) ---------------------------------------------
 
 _NS_KEYS = ("t0", "t1", "lo", "hi", "origin")
 
@@ -196,9 +93,7 @@ def encode_view(view: dict[str, Any]) -> dict[str, Any]:
         if k in out:
             out[k] = str(int(out[k]))
     if out.get("selected"):
-        out["selected"] = {
-            k: (str(int(v)) if k in ("start", "end") else v) for k, v in out["selected"].items()
-        }
+        out["selected"] = {k: (str(int(v)) if k in ("start", "end") else v) for k, v in out["selected"].items()}
     return out
 
 
@@ -212,104 +107,168 @@ def decode_view(view: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def on_timeline_event(
-    state: AppState,
-    trigger: str | None,
-    view: dict[str, Any],
-    *,
-    relayout: dict[str, Any] | None = None,
-    click: dict[str, Any] | None = None,
+# ---- callbacks (plain functions) ------------------------------------------------------------------
+
+
+def window_info(state: AppState, record: RunRecord, t0: int, t1: int) -> str:
+    """'window 4.56 ms at +12.3 ms · 1,234 events in view'."""
+    n = events_in_window(state, record.id, t0, t1)
+    return f"window {fmt_ns(t1 - t0)} at +{fmt_ns(t0 - (record.start_ns or 0))} · {n:,} events in view"
+
+
+def match_text(
+    state: AppState, record: RunRecord, query: str, index: int, window: tuple[int, int] | None = None,
     show: list[str] | None = None,
-    query: str | None = None,
-    flows: bool | None = None,
-) -> tuple[dict[str, Any] | None, tuple[Any, str, str, Any, str] | None]:
-    """One interaction: returns (new view state, outputs) or (None, None) when nothing changes.
-    trigger: 'graph.relayoutData' | 'graph.clickData' | 'show' | 'zoom-out' | 'full' | 'clear' |
-    'search' | 'next' | 'prev' | 'flows'. The view state comes and goes encoded (`encode_view`)."""
-    try:
-        view = decode_view(view)
-    except (KeyError, TypeError, ValueError):
-        return None, None
-    if trigger == "graph.relayoutData":
-        w = window_from_relayout(relayout, view)
-        if w is None or (w[0] == view["t0"] and w[1] == view["t1"]):
-            return None, None
-        view["t0"], view["t1"] = w
-    elif trigger == "graph.clickData":
-        sel = selection_from_click(click, view.get("row_lanes"), int(view.get("origin", 0)))
-        if sel is None:
-            return None, None
-        view["selected"] = sel
-    elif trigger == "show":
-        view["show"] = list(show or [])
-    elif trigger == "zoom-out":
-        span = view["t1"] - view["t0"]
-        view["t0"] = max(int(view["lo"]), view["t0"] - span)
-        view["t1"] = min(int(view["hi"]), view["t1"] + span)
-    elif trigger == "full":
-        view["t0"], view["t1"] = int(view["lo"]), int(view["hi"])
-    elif trigger == "clear":
-        view["selected"] = None
-    elif trigger == "flows":
-        view["flows"] = bool(flows)
-    elif trigger == "search":
-        view["query"] = (query or "").strip()[:200]
+) -> str:
+    """'3 / 120 matches (40 in view)' for the search box; '' without a query."""
+    if not query:
+        return ""
+    n = len(search_positions(state, record.id, query))
+    if n == 0:
+        return f"no match for {query!r}"
+    at = f"{int(index) + 1} / {n:,}" if 0 <= int(index) < n else f"{n:,}"
+    in_view = ""
+    if window is not None:
+        k = len(search_matches_in_window(state, record, query, window[0], window[1], show or DEFAULT_SHOW))
+        in_view = f" ({k:,} in view)"
+    return f"{at} matches{in_view}"
+
+
+def on_window(
+    state: AppState, view: dict[str, Any], window: dict[str, Any] | None, show: list[str] | None = None
+) -> tuple[dict[str, Any], str, str, str] | None:
+    """The browser moved to `window` ({t0, t1}: ns from the run start): (view, permalink, info line,
+    search count); None when nothing changed."""
+    if not window:
+        return None
+    view = decode_view(view)
+    record = state.record(view["run"])
+    origin = int(record.start_ns or 0)
+    t0, t1 = clamp_window(
+        record, origin + offset_ns(window.get("t0"), "t0"), origin + offset_ns(window.get("t1"), "t1")
+    )
+    if (t0, t1) == (view.get("t0"), view.get("t1")):
+        return None
+    view["t0"], view["t1"] = t0, t1
+    query = view.get("query") or ""
+    link = timeline_href(record.id, t0, t1, q=query or None)
+    matches = match_text(state, record, query, int(view.get("match", -1)), (t0, t1), parse_show(show or []))
+    return encode_view(view), link, window_info(state, record, t0, t1), matches
+
+
+def on_search(
+    state: AppState, view: dict[str, Any], trigger: str, query: str | None, show: list[str] | None = None
+) -> tuple[dict[str, Any], str, dict[str, int] | None, str] | None:
+    """A new search (trigger 'search') or a step to the next / previous match: (view, match count,
+    the window to move to (ns from the run start) or None, the query the canvas highlights)."""
+    view = decode_view(view)
+    record = state.record(view["run"])
+    goto = None
+    if trigger == "search":
+        view["query"] = (query or "").strip()[:MAX_QUERY]
         view["match"] = -1
     elif trigger in ("next", "prev"):
-        n = len(search_positions(state, view["run"], view.get("query") or ""))
+        n = len(search_positions(state, record.id, view.get("query") or ""))
         if n == 0:
-            return None, None
+            return None
         at = int(view.get("match", -1))
-        if at < 0:
-            view["match"] = 0 if trigger == "next" else n - 1
-        else:
-            view["match"] = (at + (1 if trigger == "next" else -1)) % n
-        w = match_window(state, view, view["match"])
-        if w is not None:
-            view["t0"], view["t1"] = w
+        view["match"] = (0 if trigger == "next" else n - 1) if at < 0 else (at + (1 if trigger == "next" else -1)) % n
+        w = match_window(state, record, view.get("query") or "", view["match"])
+        if w is not None:  # the canvas moves there and reports the window (on_window)
+            origin = int(record.start_ns or 0)
+            goto = {"t0": w[0] - origin, "t1": w[1] - origin}
     else:
-        return None, None
-    outputs = view_outputs(state, view)
-    view["row_lanes"] = _row_lanes(state, view)
-    return encode_view(view), outputs
+        return None
+    q = view.get("query") or ""
+    window = (view["t0"], view["t1"]) if goto is None else (goto["t0"] + view["origin"], goto["t1"] + view["origin"])
+    text = match_text(state, record, q, int(view.get("match", -1)), window, parse_show(show or []))
+    return encode_view(view), text, goto, q
+
+
+def on_select(
+    state: AppState, view: dict[str, Any], click: dict[str, Any] | None, show: list[str] | None
+) -> tuple[dict[str, Any], list[Any], dict[str, list[int]] | None]:
+    """A click on an event (`click` = {pos}: its position in the run's events; None clears): (view,
+    selection panel, the linked events to outline: start / end in ns from the run start, row)."""
+    view = decode_view(view)
+    record = state.record(view["run"])
+    show = parse_show(show or [])
+    if click is not None:
+        view["selected"] = selection_of(state, record, click.get("pos"))
+    selected = view.get("selected")
+    highlight = None
+    if selected:
+        linked = linked_on_rows(state, record, selected, show)
+        origin = int(record.start_ns or 0)
+        highlight = {
+            "start": [int(v) - origin for v in linked["start"].tolist()],
+            "end": [int(v) - origin for v in linked["end"].tolist()],
+            "row": [int(v) for v in linked["row"].tolist()],
+        }
+    return encode_view(view), selection_panel(state, record, selected), highlight
+
+
+def selection_of(state: AppState, record: RunRecord, pos: Any) -> dict[str, Any]:
+    """The selection of the event at position `pos` of the run's events (BadInput when there is none)."""
+    ev = state.timeline(record.id).events
+    p = offset_ns(pos, "the event position")
+    if not 0 <= p < len(ev):
+        raise BadInput(f"run {record.id} has no event at position {p}")
+    r = ev.iloc[p]
+    return {
+        "start": int(r["start"]), "end": int(r["end"]), "correlation": int(r["correlation"]),
+        "kind": int(r["kind"]), "lane": int(r["lane"]),
+    }
 
 
 def on_range_select(state: AppState, view: dict[str, Any], selected: dict[str, Any] | None, full: bool = False) -> Any:
-    """The statistics panel of the range dragged on the timeline (Plotly selectedData's x range, in
-    the current figure's unit from the run start); a hint when there is none."""
+    """The statistics panel of the range dragged on the timeline ({t0, t1}: ns from the run start);
+    a hint when there is none."""
     hint = html.Span("Drag across the timeline to select a range: its statistics appear here.", className="hint")
-    rng = (selected or {}).get("range", {}).get("x") if selected else None
-    if not rng or len(rng) != 2:
+    if not selected:
         return [hint]
-    try:
-        view = decode_view(view)
-        unit, _ = axis_unit(int(view["t1"]) - int(view["t0"]))
-        origin = int(view["origin"])
-        a, b = sorted(origin + round(float(v) * unit) for v in rng)
-        record = state.record(view["run"])
-    except (KeyError, TypeError, ValueError, BadInput):
-        return [hint]
+    view = decode_view(view)
+    record = state.record(view["run"])
+    origin = int(record.start_ns or 0)
+    a, b = sorted((origin + offset_ns(selected.get("t0"), "t0"), origin + offset_ns(selected.get("t1"), "t1")))
     a, b = max(a, int(view["lo"])), min(b, int(view["hi"]))
     if b - a < 1:
         return [hint]
     return range_panel(record, range_stats(state, record.id, a, b), full=full)
 
 
-def _row_lanes(state: AppState, view: dict[str, Any]) -> list[int]:
-    record = state.record(view["run"])
-    rows, _ = view_rows(state, record, view.get("show", DEFAULT_SHOW))
-    return rows["lane"].astype(int).tolist()
+def selection_panel(state: AppState, record: RunRecord, selected: dict[str, Any] | None) -> list[Any]:
+    if not selected:
+        return [html.Span("Click a kernel, copy or API call to link its host launch and GPU work.", className="hint")]
+    linked = correlated_events(state, record.id, selected)
+    strings = state.strings(record.id)
+    origin = record.start_ns or 0
+    items = []
+    for r in linked.head(20).itertuples(index=False):  # a handful of linked events, not a hot path
+        kind = EventKind(int(r.kind)).name.lower()
+        name = strings[r.name] if 0 <= r.name < len(strings) else ""
+        where = stream_label(int(r.stream)) if r.device >= 0 else f"thread {r.tid}"
+        extra = []
+        if r.grid_x > 0:
+            extra.append(f"grid ({r.grid_x},{r.grid_y},{r.grid_z}) block ({r.block_x},{r.block_y},{r.block_z})")
+        if r.bytes >= 0:
+            extra.append(fmt_bytes(r.bytes))
+        items.append(
+            html.Li(
+                [
+                    html.B(kind),
+                    f" {where} · +{fmt_ns(r.start - origin)} · {fmt_ns(r.end - r.start)} · ",
+                    html.Code(name),
+                    (" · " + " · ".join(extra)) if extra else "",
+                ]
+            )
+        )
+    corr = selected.get("correlation", -1)
+    head = f"correlation {corr}: {len(linked)} linked event(s)" if corr >= 0 else "selected event (no correlation id)"
+    return [html.Div(head, className="selection-head"), html.Ul(items, id="tl-selection-list")]
 
 
 # ---- layout ----------------------------------------------------------------------------------------
-
-
-SM_LANES_MAX_DEVICES = 2
-
-
-def default_show(record: RunRecord) -> list[str]:
-    """Lane groups shown at first: SM lanes only for runs of one or two GPUs (a tall block per GPU)."""
-    return [g for g in DEFAULT_SHOW if g != "sm" or record.devices <= SM_LANES_MAX_DEVICES]
 
 
 def timeline_layout(
@@ -318,34 +277,20 @@ def timeline_layout(
     record = resolve_run(state, run)
     if not isinstance(record, RunRecord):
         return record
+    query = (q or "").strip()[:MAX_QUERY]
     try:
-        a, b = parse_window(record, t0, t1)
+        a, b, match = initial_window(state, record, t0, t1, query)
     except BadInput as exc:
-        return error_page(
-            "Bad time window", f"{describe_error(exc)} — open the whole run: {timeline_href(record.id)}"
-        )
+        return error_page("Bad time window", f"{describe_error(exc)} — open the whole run: {timeline_href(record.id)}")
     show = default_show(record)
+    origin = int(record.start_ns or 0)
     view: dict[str, Any] = {
-        "run": record.id,
-        "t0": a,
-        "t1": b,
-        "lo": record.start_ns or 0,
-        "hi": record.end_ns or (a + MIN_SPAN_NS),
-        "origin": record.start_ns or 0,
-        "show": show,
-        "selected": None,
-        "query": (q or "").strip()[:200],
-        "match": -1,
-        "flows": True,
+        "run": record.id, "t0": a, "t1": b, "lo": origin, "hi": record.end_ns or (a + 1_000), "origin": origin,
+        "selected": None, "query": query, "match": match,
     }
     try:
-        if view["query"] and t0 in (None, "") and t1 in (None, ""):  # a kernel row: open its first instance
-            view["match"] = 0
-            w = match_window(state, view, 0)
-            if w is not None:
-                view["t0"], view["t1"] = w
-        figure, link, info, panel, matches = view_outputs(state, view)
-        view["row_lanes"] = _row_lanes(state, view)
+        info = window_info(state, record, a, b)
+        matches = match_text(state, record, query, match, (a, b), show)
     except BadInput as exc:
         return error_page("Cannot show this run", describe_error(exc))
     except Exception as exc:  # noqa: BLE001 - see internal_error_page
@@ -371,7 +316,7 @@ def timeline_layout(
                         value=["flows"],
                         inline=True,
                     ),
-                    dcc.Link("Permalink to this view", id="tl-permalink", href=link),
+                    dcc.Link("Permalink to this view", id="tl-permalink", href=timeline_href(record.id, a, b, q=query or None)),
                 ],
                 className="tl-controls",
             ),
@@ -380,7 +325,7 @@ def timeline_layout(
                     dcc.Input(
                         id="tl-search",
                         type="search",
-                        value=view["query"],
+                        value=query,
                         placeholder="search kernels, NVTX ranges, API calls…",
                         debounce=True,
                         className="tl-search",
@@ -389,40 +334,44 @@ def timeline_layout(
                     html.Button("▶", id="tl-next", n_clicks=0, title="next match"),
                     html.Span(matches, id="tl-match", className="tl-match"),
                     html.Span(
-                        "keys: W/S zoom · A/D pan · drag to select a range · wheel zooms",
+                        "keys: W/S zoom · A/D pan · wheel zooms · drag to select a range · click an event",
                         className="hint tl-keys",
                     ),
                 ],
                 className="tl-controls",
             ),
             html.Div(info, id="tl-info", className="tl-info"),
-            dcc.Loading(
-                dcc.Graph(
-                    id="tl-graph",
-                    figure=figure,
-                    config={"scrollZoom": True, "displaylogo": False, "doubleClick": "autosize"},
-                ),
-                type="dot",
-                delay_show=400,
+            html.Div(
+                id="tl-canvas-root",
+                className="tl-canvas-root",
+                **{
+                    "data-run": record.id,
+                    "data-t0": str(a - origin),
+                    "data-t1": str(b - origin),
+                    "data-show": ",".join(show),
+                    "data-q": query,
+                },
             ),
             html.Div(
                 [
-                    html.Div(
-                        on_range_select(state, encode_view(view), None), id="tl-range", className="tl-range"
-                    ),
+                    html.Div(on_range_select(state, encode_view(view), None), id="tl-range", className="tl-range"),
                     html.Button("analyze this range", id="tl-analyze-range", n_clicks=0),
                 ],
                 className="tl-range-box",
             ),
-            html.Div(panel, id="tl-selection", className="tl-selection"),
+            html.Div(selection_panel(state, record, None), id="tl-selection", className="tl-selection"),
             dcc.Store(id="tl-view", data=encode_view(view)),
-            dcc.Store(id="tl-xrange"),
+            dcc.Store(id="tl-window"),  # the canvas writes the window in view here
+            dcc.Store(id="tl-click"),  # ... the clicked event
+            dcc.Store(id="tl-range-sel"),  # ... the dragged range
+            dcc.Store(id="tl-goto"),  # the callbacks move the canvas to a window
+            dcc.Store(id="tl-highlight"),  # ... outline the selection's linked events
+            dcc.Store(id="tl-query", data=query),  # ... and highlight a search
+            dcc.Store(id="tl-js-sink"),
         ],
         id="timeline-page",
     )
 
 
-def layout(
-    run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None, **_ignored: Any
-) -> html.Div:
+def layout(run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None, **_ignored: Any) -> html.Div:
     return timeline_layout(current_state(), run, t0, t1, q)

@@ -71,19 +71,41 @@ def severe_console_errors(driver):
     ]
 
 
-def plot_range(driver):
-    return driver.execute_script(
-        "const g = document.querySelector('#tl-graph .js-plotly-plot'); return g && g.layout.xaxis.range;"
+TIMELINE = "#tl-canvas-root canvas.tl-main"
+
+
+def tl_state(driver):
+    """What the canvas timeline draws now (window.tracelabTimeline.state(): window in ns from the run
+    start, level, rows, legend, counts), or None before it has its data."""
+    return driver.execute_script("return window.tracelabTimeline ? window.tracelabTimeline.state() : null")
+
+
+def wait_timeline(driver, what: str = "the timeline drawn with all its detail"):
+    """The canvas drew its current window from tiles of the right level (no coarser stand-ins)."""
+    return wait_for(driver, lambda: (tl_state(driver) or {}).get("complete") and tl_state(driver), what=what)
+
+
+def click_drawn(driver, predicate_js: str):
+    """A real mouse click in the middle of the first event drawn one by one that `predicate_js` (a JS
+    expression over `it` = [start, end, row, class, pos, correlation, name]) accepts; that event."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    it = driver.execute_script(
+        f"return window.tracelabTimeline.drawnItems().find(it => {predicate_js}) || null"
     )
+    assert it is not None, "no such event drawn"
+    x, y = driver.execute_script(
+        "return window.tracelabTimeline.pointAt(arguments[0], arguments[1])", (it[0] + it[1]) / 2, it[2]
+    )
+    actions = ActionBuilder(driver)
+    actions.pointer_action.move_to_location(int(x), int(y)).click()
+    actions.perform()
+    return it
 
 
 PAGES = [
     ("runs", "/", "#runs-page .run-item"),
-    (
-        "timeline",
-        "/timeline?run={a}",
-        "#tl-graph .js-plotly-plot .scatterlayer, #tl-graph .js-plotly-plot canvas",
-    ),
+    ("timeline", "/timeline?run={a}", TIMELINE),
     ("gaps", "/gaps?run={a}", "#gaps-table td"),
     ("overlap", "/overlap?run={a}", "#overlap-matrix-0-0 .js-plotly-plot"),
     ("kernels", "/kernels?run={a}", "#kernels-table td"),
@@ -100,10 +122,10 @@ def test_page_loads(browser, server, screenshots, name, path, ready):
     if name == "runs":
         assert "baseline" in body and "variant" in body and "Import a trace" in body
     if name == "timeline":
-        labels = browser.execute_script(
-            "return document.querySelector('#tl-graph .js-plotly-plot').layout.yaxis.ticktext.join('|')"
-        )
+        labels = "|".join(wait_timeline(browser)["rows"])
         assert "stream 7" in labels and "green ctx 5" in labels and "tid 1" in labels
+        shown = [e.text for e in css(browser, "#tl-canvas-root .tl-row-label")]  # the row labels, as text
+        assert "|".join(shown) == labels
     if name == "kernels":
         assert "attention_kernel" in body and "128×1×1" in body
     # hostile kernel / NVTX names are shown as text, never run as markup
@@ -122,15 +144,25 @@ def test_bad_run_gives_clear_page(browser, server, screenshots):
     shoot(browser, screenshots, "bad_run")
     open_page(browser, server, f"/timeline?run={server['a']}&t0=abc", "#error-message")
     assert "integer number of nanoseconds" in css(browser, "#error-message")[0].text
+    # the page head asked the timeline's data routes for those URLs at once: they answered 400
+    errors = [e["message"] for e in severe_console_errors(browser)]
+    assert errors and all("/api/timeline/" in m and "status of 400" in m for m in errors), errors
 
 
 def test_gap_click_changes_timeline_range(browser, server, screenshots):
     rec = server["store"].get_run(server["a"])
     open_page(browser, server, f"/gaps?run={server['a']}", "#gaps-table td")
     first_row = "#gaps-table tbody tr:nth-child(3)"  # header, filter row, then the longest gap
-    start_us = float(css(browser, f"{first_row} td[data-dash-column='start_us']")[0].text)
+    from tracelab.analyses import analyze
+    from tracelab.render.format import fmt_ns, fmt_offset
+
+    gap = max(analyze(server["store"].load(server["a"])).gaps, key=lambda g: (g.duration_ns, -g.start_ns))
+    # the position and length read as the CLI and the reports write them (the one formatter)
+    assert css(browser, f"{first_row} td[data-dash-column='at']")[0].text == fmt_offset(gap.start_ns, rec.start_ns)
+    assert css(browser, f"{first_row} td[data-dash-column='duration']")[0].text == fmt_ns(gap.duration_ns)
     length = int(css(browser, f"{first_row} td[data-dash-column='duration_ns']")[0].text)
-    gap_start = rec.start_ns + round(start_us * 1000)
+    assert length == gap.duration_ns
+    gap_start = gap.start_ns
     css(browser, f"{first_row} td[data-dash-column='cause']")[0].click()
     wait_for(
         browser, lambda: urlparse(browser.current_url).path == "/timeline", what="navigation to the timeline"
@@ -140,36 +172,19 @@ def test_gap_click_changes_timeline_range(browser, server, screenshots):
     t0, t1 = int(q["t0"][0]), int(q["t1"][0])
     assert t0 < gap_start and gap_start + length < t1  # the gap, with context on both sides
     assert t1 - t0 < (rec.end_ns - rec.start_ns) / 2  # a zoomed-in view, not the whole run
-    # the figure shows exactly that window (x axis in µs or ms from the run start)
-    rng = wait_for(browser, lambda: plot_range(browser), what="timeline figure")
-    title = browser.execute_script(
-        "return document.querySelector('#tl-graph .js-plotly-plot').layout.xaxis.title.text"
-    )
-    unit = 1e3 if "µs" in title else 1e6
-    assert (
-        abs(rng[0] * unit - (t0 - rec.start_ns)) < 1_000 and abs(rng[1] * unit - (t1 - rec.start_ns)) < 1_000
-    )
+    # the canvas shows exactly that window (ns from the run start)
+    a, b = wait_timeline(browser)["window"]
+    assert abs(a - (t0 - rec.start_ns)) < 1 and abs(b - (t1 - rec.start_ns)) < 1
     assert css(browser, "#tl-info")[0].text.startswith("window ")
     shoot(browser, screenshots, "timeline_gap")
 
 
 def test_timeline_zoom_requeries_and_updates_url(browser, server, screenshots):
-    open_page(browser, server, f"/timeline?run={server['a']}", "#tl-graph .js-plotly-plot")
+    open_page(browser, server, f"/timeline?run={server['a']}", TIMELINE)
+    wait_timeline(browser)
     before = css(browser, "#tl-info")[0].text
-    # zoom the x axis to the first 200 µs of the run, as a drag-zoom would
-    unit = (
-        1e3
-        if "µs"
-        in browser.execute_script(
-            "return document.querySelector('#tl-graph .js-plotly-plot').layout.xaxis.title.text"
-        )
-        else 1e6
-    )
-    browser.execute_script(
-        "Plotly.relayout(document.querySelector('#tl-graph .js-plotly-plot'),"
-        " {'xaxis.range[0]': 0, 'xaxis.range[1]': arguments[0]});",
-        200_000 / unit,
-    )
+    # zoom to the first 200 µs of the run, as the keys and the wheel do
+    browser.execute_script("window.tracelabTimeline.setWindow(0, 200000)")
     wait_for(
         browser,
         lambda: (
@@ -177,15 +192,19 @@ def test_timeline_zoom_requeries_and_updates_url(browser, server, screenshots):
         ),
         what="the zoomed view",
     )
-    q = wait_for(browser, lambda: parse_qs(urlparse(browser.current_url).query).get("t1"), what="URL window")
     rec = server["store"].get_run(server["a"])
-    assert int(q[0]) == rec.start_ns + 200_000
+    q = wait_for(
+        browser,
+        lambda: parse_qs(urlparse(browser.current_url).query).get("t1") == [str(rec.start_ns + 200_000)]
+        and parse_qs(urlparse(browser.current_url).query),
+        what="URL window",
+    )
+    assert q["t0"] == [str(rec.start_ns)]
     href = css(browser, "#tl-permalink")[0].get_attribute("href")
     assert f"t1={rec.start_ns + 200_000}" in href
-    title = browser.execute_script(
-        "return document.querySelector('#tl-graph .js-plotly-plot').layout.xaxis.title.text"
-    )
-    assert "µs" in title
+    st = wait_timeline(browser)
+    assert st["window"] == [0, 200_000] and st["level"] > 0  # the detail tiles of that window
+    assert browser.execute_script("return document.getElementById('tl-canvas-root').dataset.axisUnit") == "µs"
     shoot(browser, screenshots, "timeline_zoom")
 
 
@@ -206,46 +225,18 @@ def test_compare_page_shows_deltas(browser, server):
 
 def test_click_kernel_highlights_its_launch(browser, server, screenshots):
     rec = server["store"].get_run(server["a"])
-    open_page(
-        browser,
-        server,
-        f"/timeline?run={server['a']}&t0={rec.start_ns}&t1={rec.start_ns + 200_000}",
-        "#tl-graph .js-plotly-plot",
-    )
-    # a click on a kernel, as Plotly reports it (WebGL points cannot be clicked by coordinates reliably);
-    # repeated until the graph's listeners are attached (the figure may still be re-rendering)
-    emit = """
-        const gd = document.querySelector('#tl-graph .js-plotly-plot');
-        for (let c = 0; c < gd.data.length; c++) {
-            const cd = gd.data[c].customdata;
-            if (!cd) continue;
-            for (let p = 0; p < cd.length; p++) {
-                if (Number(cd[p][4]) === 0) {  // EventKind.KERNEL
-                    gd.emit('plotly_click', {points: [{curveNumber: c, pointNumber: p, data: gd.data[c],
-                                                       x: gd.data[c].x[p], y: gd.data[c].y[p]}]});
-                    return Number(cd[p][3]);
-                }
-            }
-        }
-        return null;"""
-    clicked = None
-
-    def click_and_check():
-        nonlocal clicked
-        if not css(browser, "#tl-selection-list li"):
-            clicked = browser.execute_script(emit)
-            time.sleep(1.0)
-        return css(browser, "#tl-selection-list li")
-
-    wait_for(browser, click_and_check, what="the linked events")
-    assert clicked is not None and clicked >= 0
+    open_page(browser, server, f"/timeline?run={server['a']}&t0={rec.start_ns}&t1={rec.start_ns + 200_000}", TIMELINE)
+    wait_timeline(browser)
+    browser.execute_script("window.scrollTo(0, 0)")
+    kernel = click_drawn(browser, "it[3] === 'kernels' && it[5] >= 0")  # a real mouse click on a kernel
+    wait_for(browser, lambda: css(browser, "#tl-selection-list li"), what="the linked events")
+    clicked = int(kernel[5])
     text = css(browser, "#tl-selection")[0].text
     assert f"correlation {clicked}: 2 linked event(s)" in text
     assert "runtime" in text and "kernel" in text and "cudaLaunchKernel" in text
-    names = browser.execute_script(
-        "return document.querySelector('#tl-graph .js-plotly-plot').data.map(t => t.name)"
-    )
-    assert "selected (correlated)" in names
+    st = wait_for(browser, lambda: (tl_state(browser) or {}).get("highlighted") == 2 and tl_state(browser),
+                  what="both linked events outlined")
+    assert "selected (correlated)" in st["legend"]
     shoot(browser, screenshots, "timeline_selection")
 
 
@@ -282,10 +273,12 @@ def test_recorded_runs_render(browser, server, screenshots):
     if not server["recorded"]:
         pytest.skip("no recorded runs in this checkout yet")
     for i, rid in enumerate(server["recorded"]):
-        for page, ready in (("timeline", "#tl-graph .js-plotly-plot"), ("gaps", "#gaps-page"),
+        for page, ready in (("timeline", TIMELINE), ("gaps", "#gaps-page"),
                             ("overlap", "#overlap-page"), ("kernels", "#kernels-table")):
             open_page(browser, server, f"/{page}?run={rid}", ready)
             assert not css(browser, "#error"), css(browser, "body")[0].text[:300]
+            if page == "timeline":
+                assert wait_timeline(browser)["items"] > 0
             if i == 0:
                 shoot(browser, screenshots, f"recorded_{page}")
         assert severe_console_errors(browser) == []

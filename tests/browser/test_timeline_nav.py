@@ -19,13 +19,22 @@ import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.actions.action_builder import ActionBuilder
 from selenium.webdriver.common.keys import Keys
-from test_pages import HAVE_BROWSER, css, open_page, severe_console_errors, wait_for
+from test_pages import (
+    HAVE_BROWSER,
+    TIMELINE,
+    click_drawn,
+    css,
+    open_page,
+    severe_console_errors,
+    tl_state,
+    wait_for,
+    wait_timeline,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not HAVE_BROWSER, reason="chromium not installed")]
 
 ROOT = Path(__file__).resolve().parents[2]
 README_SHOTS = ROOT / "docs" / "screenshots"
-GRAPH = "#tl-graph .js-plotly-plot"
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +59,6 @@ def run_named(server, name: str) -> str:
     return next(r.id for r in server["store"].runs() if r.name == name)
 
 
-def x_range(driver) -> list[float]:
-    return driver.execute_script(f"return document.querySelector('{GRAPH}')._fullLayout.xaxis.range.map(Number)")
-
-
-def axis_unit_ns(driver) -> float:
-    title = driver.execute_script(f"return document.querySelector('{GRAPH}').layout.xaxis.title.text")
-    return 1e3 if "µs" in title else 1e6
-
-
 def settle(driver):
     wait_for(
         driver,
@@ -69,79 +69,127 @@ def settle(driver):
     )
 
 
+def idle_pixels(driver, row: int) -> float:
+    """The fraction of the canvas's columns where something is painted on the middle line of `row`
+    (pixels read back from the canvas)."""
+    return driver.execute_script(
+        """const root = document.getElementById('tl-canvas-root');
+        const c = root.querySelector('canvas.tl-main'), ctx = c.getContext('2d');
+        const box = c.getBoundingClientRect(), p = window.tracelabTimeline.pointAt(0, arguments[0]);
+        const y = Math.round((p[1] - box.top) * c.height / box.height);
+        const px = ctx.getImageData(0, y, c.width, 1).data;
+        let painted = 0;
+        for (let i = 0; i < c.width; i++) {
+          const r = px[4 * i], g = px[4 * i + 1], b = px[4 * i + 2];
+          if (Math.abs(r - 252) + Math.abs(g - 247) + Math.abs(b - 246) > 30) { painted++; }  // not the row's background
+        }
+        return painted / c.width;""",
+        row,
+    )
+
+
 def test_idle_lane_at_whole_run_zoom_on_graphs_eager(browser, server, shots):
     """graphs/eager is ~92 % idle: at whole-run zoom its idle row must show it, gaps by cause."""
     rid = run_named(server, "graphs/eager/nsys")
     rec = server["store"].get_run(rid)
-    open_page(browser, server, f"/timeline?run={rid}", GRAPH)
-    names = browser.execute_script(f"return document.querySelector('{GRAPH}').data.map(t => t.name)")
-    causes = sorted({n for n in names if n and n.startswith("idle (")})
-    assert causes, names
-    assert "idle, all (thickness = idle fraction)" in names
-    labels = browser.execute_script(f"return document.querySelector('{GRAPH}').layout.yaxis.ticktext")
-    assert any(t.startswith("idle") for t in labels)
+    open_page(browser, server, f"/timeline?run={rid}", TIMELINE)
+    st = wait_timeline(browser)
+    causes = sorted({n for n in st["legend"] if n.startswith("idle (")})
+    assert causes, st["legend"]
+    assert "idle, all (thickness = idle fraction)" in st["legend"]
+    idle_row = st["rowKinds"].index("idle")
+    assert st["rows"][idle_row].startswith("idle")
     # the whole run is in view
-    unit = axis_unit_ns(browser)
-    a, b = x_range(browser)
-    assert abs(a) < 1e-6 and abs(b * unit - rec.span_ns) < 1_000
-    # the idle drawn (all-idle segments, weighted by their thickness level) is most of the span,
-    # as the analysis says: busy / span of the device
+    a, b = st["window"]
+    assert a == 0 and abs(b - rec.span_ns) < 1_000
+    # the analysis says the device is busy under 20 % of its span; the idle row is painted across
+    # most of the canvas (the idle between tiny kernels, and the gaps by cause on top)
     from tracelab.analyses import analyze
 
     dev = analyze(server["store"].load(rid)).devices[0]
     assert dev.busy_ns / dev.span_ns < 0.2
+    assert idle_pixels(browser, idle_row) > 0.6
     shoot(browser, shots, "timeline_idle_graphs_eager", keep=True)
     assert severe_console_errors(browser) == []
 
 
 def test_w_zooms_and_d_pans(browser, server, shots):
     rid = run_named(server, "graphs/eager/nsys")
-    open_page(browser, server, f"/timeline?run={rid}", GRAPH)
-    before = x_range(browser)
-    info0 = css(browser, "#tl-info")[0].text
+    rec = server["store"].get_run(rid)
+    open_page(browser, server, f"/timeline?run={rid}", TIMELINE)
+    before = wait_timeline(browser)
     body = browser.find_element("tag name", "body")
     body.click()
     ActionChains(browser).send_keys("w").perform()
-    wait_for(browser, lambda: css(browser, "#tl-info")[0].text != info0, what="the zoomed view from the server")
-    settle(browser)
-    zoomed = x_range(browser)
-    # the server redrew in the new window's unit: compare in ns via the URL
-    q = parse_qs(urlparse(browser.current_url).query)
-    rec = server["store"].get_run(rid)
-    t0, t1 = int(q["t0"][0]), int(q["t1"][0])
-    assert t1 - t0 == pytest.approx(0.6 * rec.span_ns, rel=0.01)  # W keeps 60 % of the window
-    assert zoomed[1] - zoomed[0] < before[1] - before[0] + 1e-9 or axis_unit_ns(browser) == 1e3
-    info1 = css(browser, "#tl-info")[0].text
+    # the canvas redraws the new window at once, from the tiles it holds
+    zoomed = wait_for(browser, lambda: tl_state(browser)["draws"] > before["draws"] and tl_state(browser), what="redraw")
+    w0 = before["window"][1] - before["window"][0]
+    assert zoomed["window"][1] - zoomed["window"][0] == pytest.approx(0.6 * w0, rel=1e-6)  # W keeps 60 %
+    # ... and the page follows: the URL carries the window
+    def url_window():
+        q = parse_qs(urlparse(browser.current_url).query)
+        return (int(q["t0"][0]), int(q["t1"][0])) if "t0" in q else None
+
+    t0, t1 = wait_for(browser, lambda: (url_window() or (0, rec.span_ns))[1] - url_window()[0] < 0.9 * rec.span_ns
+                      and url_window(), what="the URL of the zoomed view")
+    assert t1 - t0 == pytest.approx(0.6 * rec.span_ns, rel=0.01)
+    wait_timeline(browser)
     ActionChains(browser).send_keys("d").perform()
-    wait_for(browser, lambda: css(browser, "#tl-info")[0].text != info1, what="the panned view")
-    settle(browser)
+    wait_for(
+        browser,
+        lambda: int(parse_qs(urlparse(browser.current_url).query)["t0"][0]) != t0,
+        what="the panned view in the URL",
+    )
     q2 = parse_qs(urlparse(browser.current_url).query)
     u0, u1 = int(q2["t0"][0]), int(q2["t1"][0])
     assert u0 > t0 and u1 > t1  # moved right
     assert u1 - u0 <= t1 - t0 + 1_000  # same width (clamped at the run's end at most)
+    wait_timeline(browser)
     shoot(browser, shots, "timeline_keys")
+    # the wheel zooms in around the mouse: a real wheel event over the canvas, at 25 % of its width
+    before = wait_timeline(browser)
+    browser.execute_script("window.scrollTo(0, 0)")
+    box = browser.execute_script(
+        "const r = document.querySelector('#tl-canvas-root canvas.tl-over').getBoundingClientRect();"
+        " return [r.left, r.top, r.width];"
+    )
+    ActionChains(browser).scroll(int(box[0] + 0.25 * box[2]), int(box[1] + 30), 0, -200).perform()
+    wheeled = wait_for(browser, lambda: tl_state(browser)["window"] != before["window"] and tl_state(browser),
+                       what="the wheel's zoom")
+    (a0, b0), (a1, b1) = before["window"], wheeled["window"]
+    assert b1 - a1 < b0 - a0  # zoomed in
+    pivot0, pivot1 = a0 + 0.25 * (b0 - a0), a1 + 0.25 * (b1 - a1)
+    assert pivot1 == pytest.approx(pivot0, abs=0.01 * (b0 - a0))  # around the mouse
 
 
 def test_search_highlights_counts_and_steps(browser, server, shots):
     """The synthetic baseline run has 8 steps x 5 kernels; kernel j of step i is gemm_kernel_{j % 2}
     except one hostile name: 39 gemm kernels."""
-    open_page(browser, server, f"/timeline?run={server['a']}", GRAPH)
+    open_page(browser, server, f"/timeline?run={server['a']}", TIMELINE)
+    wait_timeline(browser)
     box = css(browser, "#tl-search")[0]
     assert box.get_attribute("type") == "search"
     box.send_keys("GEMM_kernel", Keys.ENTER)
     wait_for(browser, lambda: "matches" in css(browser, "#tl-match")[0].text, what="the match count")
     assert css(browser, "#tl-match")[0].text.startswith("39 matches")
-    names = browser.execute_script(f"return document.querySelector('{GRAPH}').data.map(t => t.name)")
-    assert "search matches" in names
+    st = wait_for(browser, lambda: (tl_state(browser) or {}).get("matchesDrawn") and tl_state(browser), what="outlines")
+    assert "search matches" in st["legend"] and st["matchesDrawn"] == 39  # all in view, each outlined
     css(browser, "#tl-next")[0].click()
     wait_for(browser, lambda: css(browser, "#tl-match")[0].text.startswith("1 / 39"), what="first match")
     css(browser, "#tl-next")[0].click()
     wait_for(browser, lambda: css(browser, "#tl-match")[0].text.startswith("2 / 39"), what="second match")
     # the view is on the second gemm kernel: step 0, kernel 1 (+20 µs .. +45 µs from the run start)
     rec = server["store"].get_run(server["a"])
-    q = parse_qs(urlparse(browser.current_url).query)
+    q = wait_for(
+        browser,
+        lambda: int(parse_qs(urlparse(browser.current_url).query)["t1"][0]) < rec.end_ns
+        and parse_qs(urlparse(browser.current_url).query),
+        what="the URL of the match",
+    )
     assert int(q["t0"][0]) <= rec.start_ns + 30_000 and int(q["t1"][0]) >= rec.start_ns + 45_000
     assert q["q"] == ["GEMM_kernel"]
+    st = wait_timeline(browser)
+    assert st["window"][0] <= 30_000 and st["window"][1] >= 45_000
     shoot(browser, shots, "timeline_search", keep=True)
 
 
@@ -175,15 +223,16 @@ def _cli_window_busy(rid: str, db: str, window: str) -> int | None:
 
 def test_drag_select_shows_range_statistics(browser, server, shots):
     rid = run_named(server, "graphs/eager/nsys")
-    open_page(browser, server, f"/timeline?run={rid}", GRAPH)
-    plot = css(browser, f"{GRAPH} .nsewdrag")[0]
+    open_page(browser, server, f"/timeline?run={rid}", TIMELINE)
+    wait_timeline(browser)
+    plot = css(browser, "#tl-canvas-root canvas.tl-over")[0]
     browser.execute_script("arguments[0].scrollIntoView(true); window.scrollBy(0, -80);", plot)
     box = browser.execute_script(
         "const r = arguments[0].getBoundingClientRect(); return [r.left, r.top, r.width, r.height];", plot
     )
     left, top, w, _h = box
     y = int(top + 40)
-    # a real mouse drag across 30 % .. 55 % of the plot (dragmode 'select', horizontal)
+    # a real mouse drag across 30 % .. 55 % of the plot
     actions = ActionBuilder(browser)
     actions.pointer_action.move_to_location(int(left + 0.30 * w), y).pointer_down()
     actions.pointer_action.move_to_location(int(left + 0.42 * w), y + 4)
@@ -223,6 +272,14 @@ def test_kernel_row_opens_its_instances(browser, server, shots):
     assert q["q"] == [name]
     # the kernels table's count for that kernel (summed over its launch configurations) = matches
     assert css(browser, "#tl-match")[0].text.startswith("1 / ")
+    # the canvas opens on the kernel's first instance, outlined as a match
+    ev = server["store"].load(server["a"]).events
+    strings = server["store"].strings(server["a"])
+    first = ev[ev["name"] == strings.index(name)].iloc[0]
+    origin = int(ev["start"].min())
+    st = wait_for(browser, lambda: (tl_state(browser) or {}).get("matchesDrawn") and tl_state(browser), what="outline")
+    assert st["window"][0] <= first["start"] - origin and first["end"] - origin <= st["window"][1]
+    assert st["window"][1] - st["window"][0] < (ev["end"].max() - origin) / 10
     shoot(browser, shots, "kernel_to_timeline")
 
 
@@ -246,23 +303,76 @@ def test_runs_page_lists_each_run_once(browser, server):
 
 
 def test_real_click_on_a_kernel_links_its_launch(browser, server, shots):
-    """With drag = select, a plain click on a kernel still selects it (a real mouse click)."""
+    """A plain click on a kernel (a real mouse click on the canvas) selects it; a drag does not."""
     rec = server["store"].get_run(server["a"])
-    open_page(browser, server, f"/timeline?run={server['a']}&t0={rec.start_ns}&t1={rec.start_ns + 200_000}", GRAPH)
-    settle(browser)
-    where = browser.execute_script(
-        f"""const gd = document.querySelector('{GRAPH}');
-        const i = gd.data.findIndex(t => t.name === 'kernels' && t.mode === 'markers');
-        if (i < 0) return null;
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
-        const t = gd.data[i];
-        return [box.left + xa._offset + xa.l2p(t.x[0]), box.top + ya._offset + ya.l2p(t.y[0]), t.customdata[0][3]];"""
-    )
-    assert where is not None
-    x, y, corr = where
+    open_page(browser, server, f"/timeline?run={server['a']}&t0={rec.start_ns}&t1={rec.start_ns + 200_000}", TIMELINE)
+    wait_timeline(browser)
     browser.execute_script("window.scrollTo(0, 0)")
-    actions = ActionBuilder(browser)
-    actions.pointer_action.move_to_location(int(x), int(y)).click()
-    actions.perform()
+    kernel = click_drawn(browser, "it[3] === 'kernels' && it[6] === 'gemm_kernel_1'")
     wait_for(browser, lambda: css(browser, "#tl-selection-list li"), what="the linked events after a real click")
-    assert f"correlation {int(corr)}: 2 linked event(s)" in css(browser, "#tl-selection")[0].text
+    assert f"correlation {int(kernel[5])}: 2 linked event(s)" in css(browser, "#tl-selection")[0].text
+    assert "gemm_kernel_1" in css(browser, "#tl-selection")[0].text
+    # the launch -> kernel arrows of the view: one per launch whose kernel is in view too
+    st = tl_state(browser)
+    drawn = browser.execute_script("return window.tracelabTimeline.drawnItems()")
+    launches = {int(it[5]) for it in drawn if it[3] == "API calls" and it[5] >= 0}
+    gpu = {int(it[5]) for it in drawn if it[3] in ("kernels", "memcpy", "memset") and it[5] >= 0}
+    assert st["flows"] == len(launches & gpu) > 0
+
+
+def test_hover_shows_the_whole_gap_evidence(browser, server, shots):
+    """Hovering a gap on the idle row shows its cause, length and the whole evidence (wrapped, not
+    cut), as the analysis wrote it."""
+    rid = server["a"]
+    open_page(browser, server, f"/timeline?run={rid}", TIMELINE)
+    st = wait_timeline(browser)
+    from tracelab.analyses import analyze
+
+    gap = analyze(server["store"].load(rid)).gaps[0]
+    rec = server["store"].get_run(rid)
+    mid = ((gap.start_ns + gap.end_ns) / 2) - rec.start_ns
+    browser.execute_script("window.scrollTo(0, 0)")
+    x, y = browser.execute_script("return window.tracelabTimeline.pointAt(arguments[0], arguments[1])",
+                                  mid, st["rowKinds"].index("idle"))
+    actions = ActionBuilder(browser)
+    actions.pointer_action.move_to_location(int(x), int(y))
+    actions.perform()
+    tip = wait_for(browser, lambda: gap.evidence in (css(browser, ".tl-tooltip")[0].text.replace("\n", " ")) and
+                   css(browser, ".tl-tooltip")[0], what="the gap's evidence in the tooltip")
+    assert tip.text.startswith(f"idle ({gap.cause})")
+    assert browser.execute_script("const t = arguments[0]; return t.scrollWidth <= t.clientWidth + 1", tip)
+    shoot(browser, shots, "timeline_gap_tooltip", keep=True)
+
+
+def test_page_controls_drive_the_canvas(browser, server):
+    """The lane checkboxes, the arrows checkbox, 'Zoom out ×3', 'Whole run' and 'Clear selection'
+    act on the canvas (through the page's clientside bridges)."""
+    rec = server["store"].get_run(server["a"])
+    open_page(browser, server, f"/timeline?run={server['a']}&t0={rec.start_ns}&t1={rec.start_ns + 200_000}", TIMELINE)
+    st = wait_timeline(browser)
+    assert st["flows"] > 0 and any("tid 1" in r for r in st["rows"])
+    browser.execute_script("window.scrollTo(0, 0)")
+    flows_box = css(browser, "#tl-flows input")[0]
+    flows_box.click()
+    wait_for(browser, lambda: tl_state(browser)["flows"] == 0, what="no arrows")
+    flows_box.click()
+    wait_for(browser, lambda: tl_state(browser)["flows"] == st["flows"], what="the arrows again")
+    host = next(e for e in css(browser, "#tl-show label") if e.text.strip() == "host threads")
+    host.find_element("tag name", "input").click()
+    wait_for(browser, lambda: not any(r.startswith("pid ") for r in (tl_state(browser) or {"rows": ["pid"]})["rows"]),
+             what="the host rows hidden")
+    assert any(r.startswith("NVTX") for r in wait_timeline(browser)["rows"])  # the other groups stay
+    css(browser, "#tl-zoom-out")[0].click()
+    wait_for(browser, lambda: tl_state(browser)["window"] == [0, 600_000], what="zoomed out x3 (clamped at 0)")
+    css(browser, "#tl-full")[0].click()
+    wait_for(browser, lambda: tl_state(browser)["window"] == [0, rec.span_ns], what="the whole run")
+    kernel = None
+    browser.execute_script("window.tracelabTimeline.setWindow(0, 200000)")
+    wait_timeline(browser)
+    browser.execute_script("window.scrollTo(0, 0)")
+    kernel = click_drawn(browser, "it[3] === 'kernels' && it[5] >= 0")
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("highlighted") == 1, what="the kernel outlined (host hidden)")
+    assert kernel is not None
+    css(browser, "#tl-clear")[0].click()
+    wait_for(browser, lambda: tl_state(browser)["highlighted"] == 0 and not css(browser, "#tl-selection-list li"),
+             what="the selection cleared")

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from tracelab.analyses.kernels import KERNEL_TABLE_COLUMNS, kernel_table  # noqa: F401  (moved to the analyses)
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
 
-from .format import fmt_bytes, fmt_ns  # noqa: F401 - the one formatter; re-exported for the app
+from .format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
 
 # ---------------------------------------------------------------------------------------------
 # text helpers
@@ -31,13 +31,11 @@ def plotly_text(s: object) -> str:
 
 
 
-_TIMELINE_NAMES = {
-    "timeline_rows", "timeline_figure", "lane_to_row", "axis_unit", "stream_label", "EVENT_CLASSES", "event_class",
-}
+_TIMELINE_NAMES = {"timeline_rows", "lane_to_row", "stream_label", "EVENT_CLASSES", "event_class"}
 
 
 def __getattr__(name: str) -> Any:
-    """The timeline's rows and figure moved to `tracelab.render.timeline`; old imports still work."""
+    """The timeline's rows and classes live in `tracelab.render.timeline`; old imports still work."""
     if name in _TIMELINE_NAMES:
         from . import timeline
 
@@ -240,19 +238,21 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int) -> go.Figure:
 
 
 GAPS_TABLE_COLUMNS = (
-    "id", "rank", "device", "start_us", "duration", "duration_ns", "cause", "evidence", "start_ns", "end_ns",
+    "id", "rank", "device", "at", "duration", "duration_ns", "cause", "evidence", "start_ns", "end_ns",
 )
 
 
 def gaps_table(gaps: Sequence[Gap], origin_ns: int) -> pd.DataFrame:
-    """Gaps sorted by duration (longest first), with times relative to the run origin."""
+    """Gaps sorted by duration (longest first); `at` is the gap's start from the run origin and
+    `duration` its length, written by the one formatter (`+8.27 ms`, `384.3 µs`) as the CLI and the
+    reports write them."""
     if not gaps:
         return pd.DataFrame(columns=list(GAPS_TABLE_COLUMNS))
     df = pd.DataFrame([g.__dict__ for g in gaps])
     df = df.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
     df["id"] = [f"gap-{i}" for i in range(len(df))]
-    df["start_us"] = ((df["start_ns"] - origin_ns) / 1e3).round(3)
-    df["duration"] = [fmt_ns(v) for v in df["duration_ns"].tolist()]
+    df["at"] = fmt_rel_many(df["start_ns"].to_numpy(dtype=np.int64) - int(origin_ns))
+    df["duration"] = fmt_ns_many(df["duration_ns"].to_numpy())
     return df[list(GAPS_TABLE_COLUMNS)]
 
 

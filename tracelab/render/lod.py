@@ -90,8 +90,9 @@ def busy_bins(
     hi = (lo if rows_last is None else rows_last.astype(np.int64)) + 1  # exclusive
     span = t1 - t0
     width = span / n_bins
-    s = np.clip(start, t0, t1).astype(np.float64) - t0
-    e = np.clip(end, t0, t1).astype(np.float64) - t0
+    # offsets from t0 in integers first: epoch-ns clocks (~1.7e18) are 256 ns apart as float64
+    s = (np.clip(start, t0, t1) - t0).astype(np.float64)
+    e = (np.clip(end, t0, t1) - t0).astype(np.float64)
     bs = np.minimum((s / width).astype(np.int64), n_bins - 1)
     be = np.minimum((e / width).astype(np.int64), n_bins - 1)
     same = bs == be
