@@ -88,22 +88,22 @@ VARIANTS = [
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": "3", "tid": "stream 9", "ts": 100, "dur": 2}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": null, "tid": null, "ts": 100, "dur": 2}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, "ts": 50}',
-    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": 0.0, "stream": 7}}',
-    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": true, "stream": 7}}',
-    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": 0, "stream": 7, "grid": [1, 2], "block": null}}',
-    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": 0, "stream": 7, "grid": [1, 2, 3000000000], "block": [-2147483648, 1, 1]}}',
-    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": 0, "stream": 7, "registers per thread": 4294967296}}',
-    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": 123456789012345678901, "stream": 7}}',
+    ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": 0.0, "stream": 7}}'),
+    ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": true, "stream": 7}}'),
+    ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": 0, "stream": 7, "grid": [1, 2], "block": null}}'),
+    ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": 0, "stream": 7, "grid": [1, 2, 3000000000], "block": [-2147483648, 1, 1]}}'),
+    ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": 0, "stream": 7, "registers per thread": 4294967296}}'),
+    ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": 123456789012345678901, "stream": 7}}'),
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1e400, "dur": 2}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": -0, "dur": -0.0}',
-    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": -5, '
-    '"args": {"x": [1, {"y": "\\ud800"}]}}',
+    ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": -5, '
+    '"args": {"x": [1, {"y": "\\ud800"}]}}'),
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, "extra": "\\q"}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, "extra": [1,]}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, "t\\u0073": 7}',
@@ -112,10 +112,10 @@ VARIANTS = [
     '{"ph": "X", "cat": 5, "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2}',
     '{"ph": "\xff", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 2, "\xe9": 1}',
-    '{"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": 0, "stream": 7, "correlation": 5, "cuda_sync_kind": ""}}',
-    '{"ph": "X", "cat": "cuda_sync", "name": "x", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
-    '"args": {"device": 0, "stream": 4294967295, "correlation": 5, "cuda_sync_kind": "event sync"}}',
+    ('{"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": 0, "stream": 7, "correlation": 5, "cuda_sync_kind": ""}}'),
+    ('{"ph": "X", "cat": "cuda_sync", "name": "x", "pid": 0, "tid": 7, "ts": 100, "dur": 2, '
+    '"args": {"device": 0, "stream": 4294967295, "correlation": 5, "cuda_sync_kind": "event sync"}}'),
     '{"ph": "i", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "s": "g"}',
     '{"ph": "X", "cat": "gpu_user_annotation", "name": "a", "pid": 0, "tid": 7, "ts": 100, "dur": 2}',
     '{"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 100, "dur": 2}',
