@@ -1,96 +1,131 @@
-"""Parse, store import and analyze of a big nsys export, with rows/s.
+"""Parse, store import and analyze of a big nsys export, with rows/s, CPU seconds and peak memory.
 
     python benchmarks/make_big_nsys.py          # once: .scratch/B/big_nsys.sqlite (1M kernels)
-    python benchmarks/bench_nsys.py [PATH]
+    python benchmarks/bench_nsys.py [PATH] [--baseline DIR] [--repeats N]
 
-Prints one line per stage (wall seconds, events/s, and the process's CPU seconds, which are the
-steadier number on a shared machine) and the total of parse + store import + analyze,
-which is what `tracelab import` followed by `tracelab analyze` costs.
+Each run is a child process (so its peak RSS is its own) that prints one line per stage: wall seconds,
+events/s, and the CPU seconds of the process (user + sys, all threads), which are the steadier number
+on a shared machine; then the total of parse + fingerprint + store import + analyze, which is what
+`tracelab import` followed by `tracelab analyze` costs, its CPU seconds and the peak RSS.
+`--baseline DIR` (another checkout, e.g. `git archive main | tar -x -C DIR`) runs the same stages with
+that code too, alternating with this checkout `--repeats` times, and prints the ratios of the best runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tracelab.model import EventKind
-from tracelab.parsers.nsys import load_nsys_sqlite
-
 DEFAULT = ROOT / ".scratch" / "B" / "big_nsys.sqlite"
 
 
-def stage(label: str, rows: int, fn):
-    t, c = time.perf_counter(), time.process_time()
-    out = fn()
-    dt, cpu = time.perf_counter() - t, time.process_time() - c
-    print(f"{label:14s} {dt:7.2f} s   {rows / dt / 1e6:6.2f} M events/s   (cpu {cpu:.2f} s)", flush=True)
-    return out, dt
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def child(path: Path) -> dict:
+    """The stages, in this process, with the code on sys.path[0]."""
+    from tracelab.analyses import analyze
+    from tracelab.model import EventKind
+    from tracelab.parsers import trace_fingerprint
+    from tracelab.parsers.nsys import load_nsys_sqlite
+    from tracelab.store import Store
+
+    with path.open("rb") as fh:  # warm the page cache so the first stage does not pay for the disk
+        while fh.read(1 << 24):
+            pass
+    stages: dict[str, tuple[float, float]] = {}
+
+    def stage(label: str, fn):
+        t, c = time.perf_counter(), _cpu()
+        out = fn()
+        stages[label] = (time.perf_counter() - t, _cpu() - c)
+        return out
+
+    tl = stage("parse", lambda: load_nsys_sqlite(path))
+    fp = stage("fingerprint", lambda: trace_fingerprint(path))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "bench.db")
+        stage("store import", lambda: store.import_timeline(tl, source_path=path, fingerprint=f"{fp}-bench"))
+        store.close()
+    result = stage("analyze", lambda: analyze(tl))
+    return {
+        "events": len(tl.events),
+        "kernels": int((tl.events["kind"] == int(EventKind.KERNEL)).sum()),
+        "gaps": len(result.gaps),
+        "findings": [f.rule for f in result.findings],
+        "stages": stages,
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def run(root: Path, path: Path) -> dict:
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(root)!r}); sys.path.insert(1, {str(ROOT / 'benchmarks')!r});"
+        f" import bench_nsys; print(json.dumps(bench_nsys.child(__import__('pathlib').Path({str(path)!r}))))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"{root}: child failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-3:]}")
+    return json.loads(lines[-1])
+
+
+def report(label: str, r: dict) -> None:
+    n = r["events"]
+    print(f"{label}: {n:,d} events ({r['kernels']:,d} kernels), {r['gaps']:,d} gaps, findings: "
+          f"{', '.join(r['findings']) or 'none'}")
+    for name, (dt, cpu) in r["stages"].items():
+        print(f"  {name:14s} {dt:7.2f} s   {n / dt / 1e6:6.2f} M events/s   (cpu {cpu:.2f} s)")
+    wall = sum(dt for dt, _ in r["stages"].values())
+    cpu = sum(c for _, c in r["stages"].values())
+    print(f"  {'total':14s} {wall:7.2f} s   (cpu {cpu:.2f} s; peak RSS {r['peak_rss'] / 2**30:.2f} GiB)", flush=True)
+
+
+def _totals(r: dict) -> tuple[float, float]:
+    return sum(dt for dt, _ in r["stages"].values()), sum(c for _, c in r["stages"].values())
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path", nargs="?", type=Path, default=DEFAULT)
-    ap.add_argument("--no-store", action="store_true")
+    ap.add_argument("--baseline", type=Path, help="another checkout to run the same stages with")
+    ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args(argv)
     if not args.path.exists():
         print(f"{args.path}: not found (run benchmarks/make_big_nsys.py first)", file=sys.stderr)
         return 2
-    size = args.path.stat().st_size
-    # warm the page cache so the first stage does not pay for the disk
-    with args.path.open("rb") as fh:
-        while fh.read(1 << 24):
-            pass
-    t, c = time.perf_counter(), time.process_time()
-    tl = load_nsys_sqlite(args.path)
-    t_parse, cpu = time.perf_counter() - t, time.process_time() - c
-    n = len(tl.events)
-    kernels = int((tl.events["kind"] == int(EventKind.KERNEL)).sum())
-    print(f"{args.path.name}: {size / 1e6:.0f} MB, {n:,d} events ({kernels:,d} kernels)")
-    print(
-        f"{'parse':14s} {t_parse:7.2f} s   {n / t_parse / 1e6:6.2f} M events/s   (cpu {cpu:.2f} s)",
-        flush=True,
-    )
-    total = t_parse
-    try:
-        from tracelab.parsers import trace_fingerprint
-    except ImportError:
-        fingerprint = f"bench-{time.time_ns()}"
-    else:
-        fingerprint, dt = stage("fingerprint", n, lambda: trace_fingerprint(args.path))
-        fingerprint = f"{fingerprint}-{time.time_ns()}"  # a fresh store each run anyway
-        total += dt
-    if not args.no_store:
-        try:
-            from tracelab.store import Store
-        except ImportError as exc:  # engineer D's store not there yet
-            print(f"store          skipped ({exc})")
-        else:
-            with tempfile.TemporaryDirectory() as tmp:
-                store = Store(Path(tmp) / "bench.db")
-                _, dt = stage(
-                    "store import",
-                    n,
-                    lambda: store.import_timeline(tl, source_path=args.path, fingerprint=fingerprint),
-                )
-                total += dt
-                store.close()
-    try:
-        from tracelab.analyses import analyze
-    except ImportError as exc:
-        print(f"analyze        skipped ({exc})")
-    else:
-        result, dt = stage("analyze", n, lambda: analyze(tl))
-        total += dt
-        print(
-            f"  {len(result.gaps):,d} gaps, findings: {', '.join(f.rule for f in result.findings) or 'none'}"
-        )
-    print(f"total          {total:7.2f} s   (parse + fingerprint + store import + analyze)")
+    if args.baseline is not None and not (args.baseline / "tracelab" / "parsers" / "nsys.py").is_file():
+        print(f"{args.baseline}: not a tracelab checkout", file=sys.stderr)
+        return 2
+    print(f"{args.path.name}: {args.path.stat().st_size / 1e6:.0f} MB; {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.2f} at start")
+    roots = [("this checkout", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
+    best: dict[str, tuple[float, float, float]] = {}
+    for i in range(max(1, args.repeats)):
+        for label, root in roots if i % 2 == 0 else roots[::-1]:  # alternate the order
+            r = run(root, args.path)
+            report(f"{label} (run {i + 1})", r)
+            wall, cpu = _totals(r)
+            prev = best.get(label)
+            best[label] = (min(wall, prev[0]) if prev else wall, min(cpu, prev[1]) if prev else cpu,
+                           r["peak_rss"] if not prev else min(r["peak_rss"], prev[2]))
+    if args.baseline is not None:
+        (aw, ac, am), (bw, bc, bm) = best["this checkout"], best["baseline"]
+        print(f"best of {args.repeats}: this checkout {aw:.2f} s wall / {ac:.2f} s cpu / {am / 2**30:.2f} GiB"
+              f" vs baseline {bw:.2f} s / {bc:.2f} s / {bm / 2**30:.2f} GiB"
+              f" ({bw / aw:.2f}x wall, {bc / ac:.2f}x cpu)")
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
     return 0
 
 

@@ -180,3 +180,31 @@ def test_bad_scheduler_and_empty_glob(tmp_path):
     assert r.exit_code == 2 and f"tcp://127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
     r = runner.invoke(main, ["import", str(tmp_path / "none*.json"), "--db", str(tmp_path / "a.db")])
     assert r.exit_code == 2 and "no trace files match" in r.stderr
+
+
+def _held_rank_keys(address: str) -> list[str]:
+    """The tracelab rank results the scheduler's workers hold in memory right now."""
+    from distributed import Client
+
+    with Client(address, timeout="10s", set_as_default=False) as c:
+        held = c.run(lambda dask_worker: [str(k) for k in dask_worker.data if str(k).startswith("tracelab-rank-")])
+    return sorted(k for keys in held.values() for k in keys)
+
+
+def test_workers_forget_each_rank_once_it_is_fetched(dask_scheduler, serial):
+    """Bounded memory per worker: a worker keeps a parsed rank only until the importer has it, so it
+    holds one file's columns at a time, not every file it parsed. When the last rank has arrived
+    (inside the import, before the importer's client closes) the workers hold none of them."""
+    seen: list[list[str]] = []
+
+    def progress(done: int, total: int) -> None:
+        if done == total:
+            deadline = time.monotonic() + 15
+            while (held := _held_rank_keys(dask_scheduler)) and time.monotonic() < deadline:
+                time.sleep(0.2)  # the release reaches the workers asynchronously
+            seen.append(held)
+
+    files, parts = distributed.parse_rank_set(DLRM, scheduler=dask_scheduler, progress=progress)
+    assert seen == [[]]
+    tl = merge_rank_parts(str(DLRM), files, [p.timeline() for p in parts])
+    assert_same_run(serial, tl)

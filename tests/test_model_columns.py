@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from tracelab.model import EVENT_COLUMNS, LANE_COLUMNS, EventKind, RunMeta, build_timeline
-from tracelab.model.timeline import dense_codes, group_codes, lane_keys
+from tracelab.model.grouping import dense_codes, group_codes
+from tracelab.model.timeline import lane_keys
 
 DATA = Path(__file__).parent / "data"
 

@@ -265,10 +265,16 @@ def _parse_on_dask(
             except (OSError, TimeoutError) as exc:
                 raise BadInput(f"cannot reach the Dask scheduler ({exc})", scheduler) from None
         with client:
-            futures = client.map(parse_rank_file, paths, key=[f"tracelab-rank-{_key(p)}" for p in paths])
+            pending = as_completed(
+                client.map(parse_rank_file, paths, key=[f"tracelab-rank-{_key(p)}" for p in paths]),
+                loop=client.loop,
+            )
             done: dict[str, RankColumns] = {}
-            for future in as_completed(futures, loop=client.loop):
+            for future in pending:
                 part = future.result()  # a BadInput raised in a worker comes back as itself
+                # the worker forgets a rank's columns once they are here, so it holds one file's
+                # columns at a time, however many rank files it parses
+                future.release()
                 done[part.path] = part
                 if progress is not None:
                     progress(len(done), len(paths))

@@ -9,59 +9,17 @@ Only devices with GPU activity are summarised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..model import EventKind, Flag, Timeline
-from ..model.api_names import comm_mask
+from ..model import EventKind, Timeline
 from .intervals import grouped_union_lengths, merge, union_length
+from .memo import column, lane_column
 from .overlap import device_overlap
 from .results import DeviceSummary, StreamSummary
+from .rows import DeviceRows, comm_kernels, device_rows
 from .sm import sm_summary
 
-_GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
-
-
-@dataclass(frozen=True)
-class DeviceRows:
-    """The GPU activity rows (positions into timeline.events, in start order) of one device."""
-
-    rank: int
-    device: int
-    rows: np.ndarray
-
-
-def device_rows(timeline: Timeline) -> list[DeviceRows]:
-    """GPU activity rows grouped by (rank, device), devices in (rank, device) order."""
-    ev = timeline.cols
-    pos = np.flatnonzero(np.isin(ev["kind"], _GPU_KINDS))
-    if pos.size == 0:
-        return []
-    rank = ev["rank"][pos].astype(np.int64)
-    dev = ev["device"][pos].astype(np.int64)
-    key = (rank << 32) | (dev & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")  # stable: keeps start order inside a device
-    key_sorted = key[order]
-    uniq, first = np.unique(key_sorted, return_index=True)
-    bounds = list(first) + [key_sorted.size]
-    out = []
-    for i, k in enumerate(uniq.tolist()):
-        rows = pos[order[bounds[i] : bounds[i + 1]]]
-        out.append(DeviceRows(rank=int(k >> 32), device=int(k & 0xFFFFFFFF), rows=rows))
-    return out
-
-
-def comm_kernels(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
-    """Communication kernels among rows: flagged COMM by the parser or named like a collective."""
-    ev = timeline.cols
-    kind = ev["kind"][rows]
-    flagged = (ev["flags"][rows] & Flag.COMM) != 0
-    is_kernel = kind == int(EventKind.KERNEL)
-    named = np.zeros(rows.size, dtype=bool)
-    if is_kernel.any():
-        named[is_kernel] = comm_mask(timeline.strings, ev["name"][rows][is_kernel])
-    return is_kernel & (flagged | named)
+__all__ = ["DeviceRows", "comm_kernels", "device_rows", "device_summaries", "summarize_device"]
 
 
 def _opt(v: int) -> int | None:
@@ -69,12 +27,11 @@ def _opt(v: int) -> int | None:
 
 
 def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
-    ev = timeline.cols
     rows = dr.rows
-    kind = ev["kind"][rows]
-    start = ev["start"][rows]
-    end = ev["end"][rows]
-    lane = ev["lane"][rows].astype(np.int64)
+    kind = column(timeline, "kind")[rows]
+    start = column(timeline, "start")[rows]
+    end = column(timeline, "end")[rows]
+    lane = column(timeline, "lane")[rows].astype(np.int64)
     comm = comm_kernels(timeline, rows)
 
     us, ue = merge(start, end, assume_sorted=True)
@@ -90,15 +47,15 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
         return union_length(start[mask], end[mask], assume_sorted=True)
 
     # per stream (a GPU_STREAM lane = rank, device, context, green context, stream)
-    n_lanes = timeline.n_lanes
+    n_lanes = len(timeline.lanes)
     lane_busy = grouped_union_lengths(start, end, lane, n_lanes)
     nk = np.bincount(lane[is_k], minlength=n_lanes)
     nc = np.bincount(lane[is_c], minlength=n_lanes)
     ns = np.bincount(lane[is_s], minlength=n_lanes)
     used = np.unique(lane)
-    l_stream = timeline.lane_col("stream")
-    l_ctx = timeline.lane_col("context")
-    l_green = timeline.lane_col("green_context")
+    l_stream = lane_column(timeline, "stream")
+    l_ctx = lane_column(timeline, "context")
+    l_green = lane_column(timeline, "green_context")
     streams = sorted(
         (
             StreamSummary(

@@ -91,12 +91,17 @@ def _stack_offsets(est: _Estimate, n_parts: int, caps: np.ndarray) -> np.ndarray
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     width = est.sms
-    times = np.concatenate([est.start, est.end])
-    is_start = np.concatenate([np.ones(n, dtype=np.int8), np.zeros(n, dtype=np.int8)])
+    # ends first, then starts, each in kernel order: a stable sort by time then puts ends before starts
+    # at equal times and keeps kernel order among equals, and a stable sort by partition keeps that
+    # (the order lexsort((idx, is_start, times, part)) gives, with one timsort and one radix sort)
+    times = np.concatenate([est.end, est.start])
+    is_start = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
     part = np.concatenate([est.part, est.part])
-    delta = np.concatenate([width, -width])
+    delta = np.concatenate([-width, width])
     idx = np.concatenate([np.arange(n), np.arange(n)])
-    order = np.lexsort((idx, is_start, times, part))  # per partition, by time, ends before starts
+    order = np.argsort(times, kind="stable")
+    if n_parts > 1:
+        order = order[np.argsort(part[order].astype(np.int16 if n_parts < 2**15 else np.int64), kind="stable")]
     level = np.cumsum(delta[order])  # each partition's deltas sum to 0, so groups do not leak
     before = level - delta[order]
     offs = np.empty(n, dtype=np.int64)

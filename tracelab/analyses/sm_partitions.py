@@ -8,8 +8,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from tracelab.analyses.memo import column
 from tracelab.analyses.occupancy import device_sm_count
-from tracelab.model import GPU_ACTIVITY_KINDS, EventKind, Timeline
+from tracelab.analyses.rows import rows_of_device
+from tracelab.model import EventKind, Timeline
 
 NONE_PARTITION = -1  # green_context value of work outside every green context
 
@@ -51,29 +53,26 @@ class _Device:
     span: tuple[int, int]  # GPU activity span (0, 0 when none)
 
 
-# the event columns the SM estimate, the measured lanes and the green-context explanation read of a
-# device's kernels (the others are left out of its kernel table: it is built per device, per analysis)
-KERNEL_COLUMNS = (
-    "kind", "start", "end", "rank", "device", "context", "green_context", "stream", "name", "grid_x", "grid_y",
-    "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem", "flags", "correlation", "lane",
-)
+# the kernel columns the SM analyses read (the lanes, the estimate, the partitions, the probe match)
+_KERNEL_COLUMNS = [
+    "start", "end", "name", "context", "green_context", "grid_x", "grid_y", "grid_z",
+    "block_x", "block_y", "block_z", "registers", "shared_mem",
+]  # fmt: skip
 
 
 def _device(tl: Timeline, rank: int, device: int) -> _Device:
-    ev = tl.cols
-    on_dev = (ev["rank"] == rank) & (ev["device"] == device)
-    kind = ev["kind"]
-    gpu = on_dev & np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS])
-    rows = np.flatnonzero(on_dev & (kind == int(EventKind.KERNEL)))
-    kernels = pd.DataFrame({c: ev[c][rows] for c in KERNEL_COLUMNS}, index=rows)  # index: row in tl.events
+    """The device's kernels, probe blocks and span, from its GPU rows (grouped once per timeline)."""
+    gpu = rows_of_device(tl, rank, device)
+    krows = gpu[column(tl, "kind")[gpu] == int(EventKind.KERNEL)]
+    kernels = pd.DataFrame({c: column(tl, c)[krows] for c in _KERNEL_COLUMNS}, index=krows, copy=False)
     blocks = None
     if tl.sm_blocks is not None and len(tl.sm_blocks):
         b = tl.sm_blocks
         sel = (b["rank"].to_numpy() == rank) & (b["device"].to_numpy() == device)
         if sel.any():
             blocks = b[sel]
-    if gpu.any():
-        span = (int(ev["start"][gpu].min()), int(ev["end"][gpu].max()))
+    if gpu.size:
+        span = (int(column(tl, "start")[gpu].min()), int(column(tl, "end")[gpu].max()))
     elif blocks is not None:
         span = (int(blocks["start"].min()), int(blocks["end"].max()))
     else:

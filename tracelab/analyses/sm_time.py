@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,6 +11,7 @@ import pandas as pd
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.model import Timeline
 
+from .memo import memo
 from .sm_estimate import _Estimate, _estimate, _estimated_rows
 from .sm_measured import _empty_lanes, _instrumented, _measured_rows, _merge_intervals
 from .sm_partitions import (
@@ -30,8 +29,10 @@ IDLE_PARTITION_CRITICAL = 0.1
 
 
 def _lanes(
-    tl: Timeline, rank: int, device: int, source: str = "auto"
+    tl: Timeline, rank: int, device: int, source: str = "auto", ordered: bool = True
 ) -> tuple[pd.DataFrame, LaneSource, _Device, list[Partition], _Estimate | None]:
+    """The device's SM lanes; `ordered=False` skips the final sort by start (the SM-time integrals
+    sort the times themselves)."""
     dev = _device(tl, rank, device)
     if dev.sm_count <= 0 or (len(dev.kernels) == 0 and dev.blocks is None):
         return _empty_lanes(), "none", dev, [], None
@@ -47,10 +48,12 @@ def _lanes(
     est = _estimate(tl, dev, parts, kernels)
     frames.append(_estimated_rows(est, parts))
     frames = [f for f in frames if len(f)]
+    if not ordered and len(frames) == 1:  # the SM-time integrals need neither the dtypes nor the order
+        return frames[0], ("measured" if use_measured else "estimated"), dev, parts, est
     lanes = pd.concat(frames, ignore_index=True) if frames else _empty_lanes()
-    lanes = (
-        lanes.astype(SM_LANE_COLUMNS).sort_values(["start", "sm_first"], kind="stable").reset_index(drop=True)
-    )
+    lanes = lanes.astype(SM_LANE_COLUMNS)
+    if ordered:
+        lanes = lanes.sort_values(["start", "sm_first"], kind="stable").reset_index(drop=True)
     return lanes, ("measured" if use_measured else "estimated"), dev, parts, est
 
 
@@ -228,29 +231,14 @@ class _SmTime:
     partitions: tuple[tuple[Partition, float], ...]  # (partition, busy SM-ns)
 
 
-_CACHE: dict[tuple[int, int, int, str], tuple[weakref.ref, _SmTime]] = {}
-_CACHE_SIZE = 16
-_CACHE_LOCK = threading.Lock()
-
-
 def _sm_time(timeline: Timeline, rank: int, device: int, source: str = "auto") -> _SmTime:
     """SM-time of a device and its partitions, memoized per Timeline object (analyze asks for the
-    summary and the findings of the same device)."""
-    key = (id(timeline), rank, device, source)
-    with _CACHE_LOCK:  # the dashboard calls from several threads
-        hit = _CACHE.get(key)
-    if hit is not None and hit[0]() is timeline:
-        return hit[1]
-    result = _compute_sm_time(timeline, rank, device, source)
-    with _CACHE_LOCK:
-        while len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = (weakref.ref(timeline), result)
-    return result
+    summary and the findings of every device)."""
+    return memo(timeline, ("sm_time", rank, device, source), lambda: _compute_sm_time(timeline, rank, device, source))
 
 
 def _compute_sm_time(timeline: Timeline, rank: int, device: int, source: str) -> _SmTime:
-    lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source)
+    lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source, ordered=False)
     if src == "none" or dev.span[1] <= dev.span[0]:
         return _SmTime("none", dev.span, dev.sm_count, 0.0, ())
     t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)

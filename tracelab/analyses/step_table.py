@@ -14,13 +14,16 @@ Definitions (per rank; a step is the host-time interval [start, end)):
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from ..model import GPU_ACTIVITY_KINDS, EventKind, Flag, Timeline
+from ..model import EventKind, Flag, Timeline
 from .intervals import covered_length, merge
 from .results import Gap
+from .rows import positions_by, rank_rows
 from .steps import Steps
 
 OUTLIER_FACTOR = 3.0
@@ -56,39 +59,54 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
 
 def step_rows(timeline: Timeline, steps: Steps, gaps: tuple[Gap, ...] | list[Gap]) -> tuple[StepRow, ...]:
     """One row per step, ranks in order, steps in time order."""
-    ev = timeline.cols
-    kind = ev["kind"]
-    rank_c = ev["rank"]
-    start = ev["start"]
-    end = ev["end"]
-    flags = ev["flags"]
-    gpu = np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS])
-    api = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)])
-    blocking = api & ((flags & Flag.BLOCKING) != 0)
-    kernel = kind == int(EventKind.KERNEL)
-    g_rank = np.array([g.rank for g in gaps], dtype=np.int64)
-    g_dev = np.array([g.device for g in gaps], dtype=np.int64)
-    g_start = np.array([g.start_ns for g in gaps], dtype=np.int64)
-    g_end = np.array([g.end_ns for g in gaps], dtype=np.int64)
-    g_cause = np.array([g.cause for g in gaps], dtype=object)
+    ev = timeline.events
+    kind = ev["kind"].to_numpy()
+    rank_c = ev["rank"].to_numpy()
+    start = ev["start"].to_numpy()
+    end = ev["end"].to_numpy()
+    flags = ev["flags"].to_numpy()
+    # each rank's rows grouped once (no full-length mask per rank)
+    gpu_of = rank_rows(timeline)
+    blocking = np.flatnonzero(
+        np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)]) & ((flags & Flag.BLOCKING) != 0)
+    )
+    blocking_of = {r: blocking[p] for r, p in positions_by(rank_c[blocking]).items()}
+    kernel = np.flatnonzero(kind == int(EventKind.KERNEL))
+    kernel_of = {r: kernel[p] for r, p in positions_by(rank_c[kernel]).items()}
+    # the gaps' fields in one pass (attrgetter runs in C), causes coded by their index in CAUSES
+    def field(name: str) -> np.ndarray:
+        return np.fromiter(map(operator.attrgetter(name), gaps), dtype=np.int64, count=len(gaps))
+
+    g_rank, g_dev, g_start, g_end = (field(f) for f in ("rank", "device", "start_ns", "end_ns"))
+    codes, seen = pd.factorize(np.array(list(map(operator.attrgetter("cause"), gaps)), dtype=object))
+    g_cause = np.array([CAUSES.index(c) if c in CAUSES else len(CAUSES) for c in seen] + [0], dtype=np.int64)[codes]
+    # the gaps grouped by (rank, cause), then by device; each group keeps the gaps' order
+    gaps_of: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+    for key, pos in positions_by(g_rank * (len(CAUSES) + 1) + g_cause).items():
+        by_dev = {d: pos[p] for d, p in positions_by(g_dev[pos]).items()}
+        gaps_of[divmod(key, len(CAUSES) + 1)] = by_dev
+    steps_of: dict[int, list] = {}
+    for st in steps.steps:
+        steps_of.setdefault(st.rank, []).append(st)
+    empty = np.zeros(0, dtype=np.int64)
     rows: list[StepRow] = []
     by_rank = {s.rank: s.source for s in steps.steps}
     for rank in steps.ranks():
-        mine = sorted((st for st in steps.steps if st.rank == rank), key=lambda st: st.start_ns)
-        s, e = steps.of_rank(rank)
+        mine = sorted(steps_of[rank], key=lambda st: st.start_ns)
+        s = np.array([st.start_ns for st in mine], dtype=np.int64)
+        e = np.array([st.end_ns for st in mine], dtype=np.int64)
         index = [st.index for st in mine]
         dur = e - s
-        on = rank_c == rank
-        us, ue = merge(start[gpu & on], end[gpu & on])
+        g = gpu_of.get(rank, empty)
+        us, ue = merge(start[g], end[g])
         busy = covered_length(us, ue, s, e)
-        syncs = _count_in(s, e, start[blocking & on])
-        kernels = _count_in(s, e, start[kernel & on])
+        syncs = _count_in(s, e, start[blocking_of.get(rank, empty)])
+        kernels = _count_in(s, e, start[kernel_of.get(rank, empty)])
         idle = {}
-        for cause in CAUSES:
+        for ci, cause in enumerate(CAUSES):
             total = np.zeros(s.size, dtype=np.int64)
-            mine = (g_rank == rank) & (g_cause == cause)
-            for dev in np.unique(g_dev[mine]).tolist():
-                sel = mine & (g_dev == dev)
+            for dev in sorted(gaps_of.get((rank, ci), {})):
+                sel = gaps_of[(rank, ci)][dev]
                 gs, ge = merge(g_start[sel], g_end[sel])
                 total += covered_length(gs, ge, s, e)
             idle[cause] = total

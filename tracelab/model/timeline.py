@@ -15,12 +15,13 @@ columns use -1 for "unknown / not applicable".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .grouping import first_rows, group_codes
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
 
 if TYPE_CHECKING:
@@ -307,61 +308,19 @@ def is_constant(a: np.ndarray) -> bool:
     return a.ndim == 1 and len(a) > 1 and a.strides[0] == 0
 
 
-def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Order-preserving dense codes 0..k-1 of integer values, and k: equal values get equal codes and
-    a smaller value a smaller code. A lookup table when the values span a small range, else a sort."""
-    n = len(values)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), 0
-    lo, hi = int(values.min()), int(values.max())
-    if lo == hi:
-        return np.zeros(n, dtype=np.int64), 1
-    if hi - lo < max(1 << 16, 2 * n):
-        offset = values.astype(np.int64) - lo
-        present = np.zeros(hi - lo + 1, dtype=bool)
-        present[offset] = True
-        rank = np.cumsum(present, dtype=np.int64) - 1
-        return rank[offset], int(rank[-1]) + 1
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return inverse.astype(np.int64).reshape(-1), len(uniq)
-
-
-def group_codes(keys: Iterable[np.ndarray]) -> tuple[np.ndarray, int]:
-    """Dense ids of the rows' key tuples, numbered in lexicographic key order (what a sorted groupby
-    numbers), and how many there are. `keys` may be a generator (one key column alive at a time)."""
-    code: np.ndarray | None = None
-    bound = 1
-    for k in keys:
-        if code is None:
-            code = np.zeros(len(k), dtype=np.int64)
-        c, m = dense_codes(k)
-        if m > 1:
-            code = code * m + c
-            bound *= m
-        if bound > (1 << 40):
-            code, bound = dense_codes(code)
-    if code is None:
-        return np.zeros(0, dtype=np.int64), 0
-    return dense_codes(code) if bound > 1 else (code, min(bound, len(code)))
-
-
-def first_rows(ids: np.ndarray, k: int) -> np.ndarray:
-    """For ids in 0..k-1: the first row holding each id."""
-    first = np.full(k, len(ids), dtype=np.int64)
-    np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
-    return first
-
-
 _LANE_KEYS = ("lane_kind", "rank", "device", "context", "green_context", "stream", "pid", "tid", "category")
+_LANE_KIND_OF = np.full(256, int(LaneKind.HOST_THREAD), dtype=np.int8)  # lane kind of each event kind
+_LANE_KIND_OF[[int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]] = int(LaneKind.GPU_STREAM)  # with a device
+_LANE_KIND_OF[int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
+_LANE_KIND_OF[[int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]] = int(LaneKind.NVTX)
 
 
 def _lane_kind(cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    kind = cols["kind"]
-    lane_kind = np.full(len(kind), int(LaneKind.HOST_THREAD), dtype=np.int8)
-    on_gpu = np.isin(kind, [int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]) & (cols["device"] >= 0)
-    lane_kind[on_gpu] = int(LaneKind.GPU_STREAM)
-    lane_kind[kind == int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
-    lane_kind[np.isin(kind, [int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)])] = int(LaneKind.NVTX)
+    kind = np.asarray(cols["kind"])
+    if kind.dtype != np.int8:  # the model's dtype; anything else is looked up by its valid range
+        kind = np.where((kind >= 0) & (kind <= 127), kind, 127).astype(np.int8)
+    lane_kind = _LANE_KIND_OF[kind.view(np.uint8)]  # one lookup per event
+    lane_kind[(lane_kind == int(LaneKind.GPU_STREAM)) & (cols["device"] < 0)] = int(LaneKind.HOST_THREAD)
     return lane_kind
 
 

@@ -15,23 +15,29 @@ replacement characters.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
+import threading
 import time
 import warnings
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from ..errors import TraceFormatError
 
+T = TypeVar("T")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_PRIVATE_COPY = 64 << 30  # a private (inflated) copy larger than this is refused
@@ -84,12 +90,30 @@ class NsysDb:
     uri: str = ""
     deadline: float = 0.0
     private_dir: str | None = field(default=None, compare=False)
+    pool: QueryPool | None = field(default=None, compare=False)  # runs chunk queries in parallel
 
     def reopen(self) -> NsysDb:
-        """Another connection to the same file, with the same deadline (for parallel readers; it
-        does not own the private copy)."""
+        """Another connection to the same file, with the same deadline and query pool (for parallel
+        readers; it does not own the private copy)."""
         conn = _connect(self.uri, self.path, self.deadline)
-        return NsysDb(self.path, conn, self.tables, self.source, self.uri, self.deadline, None)
+        return NsysDb(self.path, conn, self.tables, self.source, self.uri, self.deadline, None, self.pool)
+
+    def rows_estimate(self, table: str) -> int:
+        """About how many rows a table holds, without counting them: the width of its rowid range
+        (nsys writes dense rowids), capped by a count when the rowids are sparse or absent."""
+        if table not in self.tables:
+            return 0
+        t = quote_ident(table)
+        try:
+            lo, hi = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        except sqlite3.OperationalError as exc:  # a table without rowid
+            if "interrupted" in str(exc):
+                raise
+            return self.count(table)
+        if lo is None:
+            return 0
+        width = hi - lo + 1
+        return width if width <= 4 * CHUNK_ROWS * _MAX_RANGES else self.count(table)
 
     def has(self, table: str, *columns: str) -> bool:
         cols = self.tables.get(table)
@@ -194,7 +218,45 @@ def _connect(uri: str, path: Path, deadline: float) -> sqlite3.Connection:
         raise TraceFormatError(f"cannot open as SQLite: {exc}", path) from None
     conn.text_factory = _decode_text
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, _PROGRESS_OPS)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise TraceFormatError(f"cannot open as SQLite: {exc}", path) from None
     return conn
+
+
+class QueryPool:
+    """Runs the chunk queries of one export on `workers` threads, each with its own read-only
+    connection (same file, same deadline). sqlite3 releases the GIL while SQLite works and numpy
+    while it parses, so a big table is read on every core; queries of several tables interleave,
+    so no core waits for the biggest table."""
+
+    def __init__(self, db: NsysDb, workers: int) -> None:
+        self._db = db
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-sql")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self._db.uri, self._db.path, self._db.deadline)
+            with self._lock:
+                self._conns.append(conn)
+            self._local.conn = conn
+        return conn
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+        return self._pool.submit(lambda: fn(self._conn()))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
 
 
 def open_export(path: str | Path) -> NsysDb:
@@ -263,7 +325,9 @@ def col_or(db: NsysDb, table: str, column: str, default: str = "-1") -> str:
     return default
 
 
-CHUNK_ROWS = 2_000_000  # rows per query: bounds the size of the strings SQLite builds
+CHUNK_ROWS = 1 << 18  # rows per query: bounds the strings SQLite builds, and balances the threads
+_LITERAL = re.compile(r"^-?[0-9]+$")
+_NULLABLE = re.compile(r'^coalesce\(("(?:[^"]|"")+"), (-?[0-9]+)\)$')  # what col_or writes
 
 
 def _parse_ints(text: str | None, n: int, db: NsysDb, table: str) -> np.ndarray:
@@ -280,6 +344,21 @@ def _parse_ints(text: str | None, n: int, db: NsysDb, table: str) -> np.ndarray:
     return arr
 
 
+def _constant(db: NsysDb, table: str, expr: str, where: str) -> int | None:
+    """The value an expression takes on every row, when that is known without reading the rows: an
+    integer literal, or col_or's coalesce over a column holding no value at all (nsys leaves whole
+    columns NULL, e.g. greenContextId and graphNodeId without green contexts or graphs; one probe
+    finds out, and stops at the first value)."""
+    if _LITERAL.match(expr):
+        return int(expr)
+    m = _NULLABLE.match(expr)
+    if m is None:
+        return None
+    cond = f" AND ({where})" if where else ""
+    found = db.conn.execute(f"SELECT 1 FROM {quote_ident(table)} WHERE {m.group(1)} IS NOT NULL{cond} LIMIT 1")
+    return int(m.group(2)) if found.fetchone() is None else None
+
+
 def fetch_int_columns(
     db: NsysDb, table: str, names: list[str], exprs: list[str], where: str = ""
 ) -> dict[str, np.ndarray]:
@@ -289,29 +368,48 @@ def fetch_int_columns(
     it: no Python object per value, which is several times faster than fetchall on big exports.
     All aggregates of one query visit the rows in the same order, so the columns stay aligned;
     NOT INDEXED keeps that order the rowid order whatever indexes a post-processed file carries;
-    tables are read in rowid ranges of CHUNK_ROWS so no string grows past SQLite's limits."""
-    aggs = ", ".join(f"group_concat(coalesce({e}, -1))" for e in exprs)
+    tables are read in rowid ranges of CHUNK_ROWS, so no string grows past SQLite's limits, and the
+    ranges run on `db.pool`'s threads when it has one. Expressions that are constant (a literal, or
+    a column that is NULL on every row) are not read row by row."""
+    consts = {name: _constant(db, table, e, where) for name, e in zip(names, exprs)}
+    live = [(name, e) for name, e in zip(names, exprs) if consts[name] is None]
+    aggs = "".join(f", group_concat(coalesce({e}, -1))" for _, e in live)
     cond = f"({where})" if where else "1"
     t = quote_ident(table)
     try:
         lo, hi = db.conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
         ranges = _rowid_ranges(db, t, lo, hi)
-        sql = f"SELECT count(*), {aggs} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
+        sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
     except sqlite3.OperationalError as exc:  # a table without rowid: one pass
         if "interrupted" in str(exc):
             raise
         ranges = [(0, 0)]
-        sql = f"SELECT count(*), {aggs} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
-    parts: list[list[np.ndarray]] = [[] for _ in names]
-    for a, b in ranges:
-        row = db.conn.execute(sql, (a, b)).fetchone()
+        sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
+
+    def chunk(conn: sqlite3.Connection, a: int, b: int) -> tuple[int, list[np.ndarray]]:
+        row = conn.execute(sql, (a, b)).fetchone()
         n = int(row[0])
-        for i in range(len(names)):
-            parts[i].append(_parse_ints(row[i + 1], n, db, table))
-    return {
-        name: (np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64))
-        for name, chunks in zip(names, parts)
-    }
+        return n, [_parse_ints(row[i + 1], n, db, table) for i in range(len(live))]
+
+    if db.pool is not None and len(ranges) > 1:
+        futures = [db.pool.submit(functools.partial(chunk, a=a, b=b)) for a, b in ranges]
+        results = [f.result() for f in futures]
+    else:
+        results = [chunk(db.conn, a, b) for a, b in ranges]
+    n = sum(r[0] for r in results)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if consts[name] is not None:
+            out[name] = np.full(n, consts[name], dtype=np.int64)
+    for i, (name, _) in enumerate(live):
+        parts = [r[1][i] for r in results]
+        if len(parts) == 1:
+            out[name] = parts[0]
+        else:
+            out[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        for r in results:  # drop each chunk once joined
+            r[1][i] = None
+    return {name: out[name] for name in names}
 
 
 _SEP = "\x1e"  # record separator: joins text values inside SQLite

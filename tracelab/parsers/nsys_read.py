@@ -6,6 +6,7 @@ import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,7 @@ import pandas as pd
 from ..model import EVENT_COLUMNS
 from ..model.timeline import DEFAULTS
 from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
-from .nsys_db import NsysDb
+from .nsys_db import NsysDb, QueryPool
 from .nsys_host import read_driver, read_nvtx, read_runtime
 from .nsys_strings import NsysStrings
 
@@ -44,30 +45,46 @@ _WIDE = {"device", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
 
 def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Stack per-table column dicts in start order (one scatter per column and table: no
-    concatenate-then-reorder pass); a column a table lacks takes the model default. Consumes
-    `parts`: each input column is dropped once placed, so memory is reused as the output grows."""
+    concatenate-then-reorder pass); a column a table lacks takes the model default. A table's column
+    that holds one value (a GPU table's pid, a host table's device, a kind) is written as that value,
+    or not at all when it is the default. Columns are filled on `cpu_count` threads (numpy releases
+    the GIL while it scatters). Consumes `parts`: each input column is dropped once placed."""
     lengths = [len(p["start"]) for p in parts]
     n = sum(lengths)
     starts = np.concatenate([p["start"] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     order = np.argsort(starts, kind="stable")
     where = np.empty(n, dtype=np.int64)
     where[order] = np.arange(n, dtype=np.int64)
+    del order, starts
     bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     slots = [where[a:b] for a, b in itertools.pairwise(bounds.tolist())]
-    out: dict[str, np.ndarray] = {}
-    for key in [c for c in EVENT_COLUMNS if c != "lane"] + ["_gpid"]:
+    keys = [c for c in EVENT_COLUMNS if c != "lane"] + ["_gpid"]
+    having = {k: [(part.pop(k), slot) for part, slot in zip(parts, slots) if k in part] for k in keys}
+
+    def fill(key: str) -> np.ndarray | None:
         # int32 model columns stay int64 here: validate_columns checks their range before the cast
         dtype = "int64" if key in _WIDE else EVENT_COLUMNS.get(key, "int64")
         default = DEFAULTS.get(key, -1)
-        having = [(part.pop(key), slot) for part, slot in zip(parts, slots) if key in part]
-        if not having and key not in _ALWAYS:
-            continue  # build_timeline fills the default
-        col = np.empty(n, dtype=dtype) if len(having) == len(parts) else np.full(n, default, dtype=dtype)
-        for values, slot in having:
-            col[slot] = values
-        del having
-        out[key] = col
-    return out
+        mine = having.pop(key)
+        if not mine and key not in _ALWAYS:
+            return None  # build_timeline fills the default
+        filled = len(mine) < len(parts)
+        col = np.full(n, default, dtype=dtype) if filled else np.empty(n, dtype=dtype)
+        for values, slot in mine:
+            if len(values) and values.min() == values.max():
+                if not (filled and values[0] == default):
+                    col[slot] = values[0]
+            else:
+                col[slot] = values
+        return col
+
+    workers = min(os.cpu_count() or 1, 4)
+    if workers > 1 and n >= PARALLEL_MIN_ROWS:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-merge") as pool:
+            cols = list(pool.map(fill, keys))
+    else:
+        cols = [fill(k) for k in keys]
+    return {k: c for k, c in zip(keys, cols) if c is not None}
 
 
 PARALLEL_MIN_ROWS = 200_000  # below this, reading the tables one after the other is as fast
@@ -76,8 +93,10 @@ PARALLEL_MIN_ROWS = 200_000  # below this, reading the tables one after the othe
 def read_tables(
     db: NsysDb, strings: NsysStrings, kernel_names: str
 ) -> tuple[list[dict[str, np.ndarray]], int]:
-    """Every activity table as column arrays, in a fixed order. Big exports are read in parallel
-    threads, one read-only connection each (sqlite3 releases the GIL while SQLite works)."""
+    """Every activity table as column arrays, in a fixed order. Big exports are read in parallel:
+    one thread per table (its own read-only connection) drives the table's reader, and the readers'
+    row-range queries all run on one pool of `cpu_count` threads (QueryPool), so every core stays
+    busy until the last range is parsed, whichever table is biggest."""
     tasks: list[tuple[str, Callable]] = [
         ("CUPTI_ACTIVITY_KIND_KERNEL", lambda d: read_kernels(d, strings, kernel_names)),
         ("CUPTI_ACTIVITY_KIND_MEMCPY", lambda d: read_memcpys(d, strings)),
@@ -89,22 +108,27 @@ def read_tables(
         ("NVTX_EVENTS", lambda d: read_nvtx(d, strings)),
     ]
     tasks = [(t, fn) for t, fn in tasks if t in db.tables]
-    sizes = {t: db.count(t) for t, _ in tasks}
-    workers = min(len(tasks), os.cpu_count() or 1, 4)
-    if workers > 1 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
+    sizes = {t: db.rows_estimate(t) for t, _ in tasks}
+    cores = os.cpu_count() or 1
+    if cores > 1 and len(tasks) > 0 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
+        pool = QueryPool(db, cores)
+        shared = replace(db, pool=pool)
 
         def run(fn: Callable):
-            own = db.reopen()
+            own = shared.reopen()
             try:
                 return fn(own)
             finally:
                 own.close()
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            # biggest tables first so the slowest one starts at once
-            order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
-            futures = {i: pool.submit(run, tasks[i][1]) for i in order}
-            results = [futures[i].result() for i in range(len(tasks))]
+        try:
+            with ThreadPoolExecutor(max_workers=len(tasks), thread_name_prefix="nsys-table") as readers:
+                # biggest tables first, so their row ranges are queued first
+                order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
+                futures = {i: readers.submit(run, tasks[i][1]) for i in order}
+                results = [futures[i].result() for i in range(len(tasks))]
+        finally:
+            pool.close()
     else:
         results = [fn(db) for _, fn in tasks]
     parts: list[dict[str, np.ndarray]] = []

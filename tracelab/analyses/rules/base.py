@@ -20,9 +20,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...model import Timeline
+from ...model import EventKind, Timeline
+from ...model.grouping import group_rows
 from ..devices import DeviceRows
 from ..gaps import HostView, IdleIntervals, idle_intervals
+from ..memo import column
 from ..results import DeviceSummary, Finding, Gap
 
 WARNING_FRACTION = 0.01  # wasted ≥ 1% of the span: warning (else the rule's base severity)
@@ -48,7 +50,7 @@ class FindingContext:
         return sum(d.span_ns for d in self.devices if rank is None or d.rank == rank)
 
     def col(self, name: str) -> np.ndarray:
-        return self.timeline.col(name)
+        return column(self.timeline, name)
 
     def step_bounds(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of a rank's steps, sorted; empty when the trace has none."""
@@ -56,6 +58,15 @@ class FindingContext:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         return self.steps.of_rank(rank)
+
+    @cached_property
+    def memcpys(self) -> np.ndarray:
+        """Rows of every memcpy, in event order (from the GPU rows grouped by device: no pass over
+        every event)."""
+        if not self.rows:
+            return np.zeros(0, dtype=np.int64)
+        rows = np.sort(np.concatenate([dr.rows for dr in self.rows]))
+        return rows[self.col("kind")[rows] == int(EventKind.MEMCPY)]
 
     @cached_property
     def idle(self) -> dict[tuple[int, int], IdleIntervals]:
@@ -101,7 +112,21 @@ def window(start: int, end: int) -> dict[str, int]:
 
 
 def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray:
-    return np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
+    """Ids of the strings the pattern matches (rules ask per device: the answer is kept per string
+    table and pattern)."""
+    key = (id(strings), pattern.pattern, pattern.flags)
+    hit = _STRING_IDS.get(key)
+    if hit is not None and hit[0] is strings:
+        return hit[1]
+    ids = np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
+    ids.flags.writeable = False
+    if len(_STRING_IDS) >= 64:
+        _STRING_IDS.clear()
+    _STRING_IDS[key] = (strings, ids)
+    return ids
+
+
+_STRING_IDS: dict[tuple[int, str, int], tuple[tuple[str, ...], np.ndarray]] = {}
 
 
 def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -111,14 +136,22 @@ def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray
     return np.where(ok, i, -1)
 
 
+def memcpy_rows(ctx: FindingContext) -> np.ndarray:
+    """Rows of every memcpy of the timeline, in event order (computed once per context)."""
+    return ctx.memcpys
+
+
 def count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> list[dict[str, int]]:
     """Per (rank, device, stream): how many of the rows pos, most first (structured `where`)."""
+    if pos.size == 0:
+        return []
     r = ctx.col("rank")[pos].astype(np.int64)
     d = ctx.col("device")[pos].astype(np.int64)
     s = ctx.col("stream")[pos].astype(np.int64)
-    keys, counts = np.unique(np.stack([r, d, s]), axis=1, return_counts=True)
+    group, first = group_rows([r, d, s])  # places in (rank, device, stream) order, hashed not sorted
+    counts = np.bincount(group, minlength=first.size)
     order = np.argsort(-counts, kind="stable")
     return [
-        {"rank": int(keys[0, i]), "device": int(keys[1, i]), "stream": int(keys[2, i]), what: int(counts[i])}
+        {"rank": int(r[first[i]]), "device": int(d[first[i]]), "stream": int(s[first[i]]), what: int(counts[i])}
         for i in order
     ]

@@ -7,23 +7,22 @@ from typing import Any
 
 import numpy as np
 
-from ...model import CopyKind, EventKind, MemKind
+from ...model import CopyKind, MemKind
 from ..results import Finding
-from .base import FindingContext, Rule, count_places, severity, window
+from .base import FindingContext, Rule, count_places, memcpy_rows, severity, window
 
 
 def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes: np.ndarray, min_bytes: int) -> int:
     """Time the pageable copies lose: per direction, their duration minus what the same bytes take at
     the bandwidth of this trace's pinned copies of that direction (when it has any, else the whole
     duration: an upper bound)."""
-    kind = ctx.col("kind")
-    pinned = (
-        (kind == int(EventKind.MEMCPY))
-        & ((ctx.col("src_mem") == int(MemKind.PINNED)) | (ctx.col("dst_mem") == int(MemKind.PINNED)))
-        & (ctx.col("bytes") >= min_bytes)
-    )
+    mc = memcpy_rows(ctx)
+    pinned = mc[
+        ((ctx.col("src_mem")[mc] == int(MemKind.PINNED)) | (ctx.col("dst_mem")[mc] == int(MemKind.PINNED)))
+        & (ctx.col("bytes")[mc] >= min_bytes)
+    ]
     p_ck = ctx.col("copy_kind")[pinned]
-    p_dur = (ctx.col("end") - ctx.col("start"))[pinned]
+    p_dur = ctx.col("end")[pinned] - ctx.col("start")[pinned]
     p_bytes = ctx.col("bytes")[pinned]
     cost = 0
     for k in np.unique(ck).tolist():  # one per copy direction
@@ -39,9 +38,9 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     min_bytes = int(opt["min_bytes"])
-    kind = ctx.col("kind")
-    pageable = (ctx.col("src_mem") == int(MemKind.PAGEABLE)) | (ctx.col("dst_mem") == int(MemKind.PAGEABLE))
-    pos = np.flatnonzero((kind == int(EventKind.MEMCPY)) & pageable & (ctx.col("bytes") >= min_bytes))
+    mc = memcpy_rows(ctx)
+    pageable = (ctx.col("src_mem")[mc] == int(MemKind.PAGEABLE)) | (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
+    pos = mc[pageable & (ctx.col("bytes")[mc] >= min_bytes)]
     if pos.size == 0:
         return None
     dur = ctx.col("end")[pos] - ctx.col("start")[pos]

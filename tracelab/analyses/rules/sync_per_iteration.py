@@ -8,15 +8,23 @@ from typing import Any
 
 import numpy as np
 
-from ...model import CopyKind, EventKind, MemKind
+from ...model import CopyKind, MemKind
 from ..results import Finding
-from .base import FindingContext, NotEvaluated, Rule, severity, step_of, window
+from ..rows import positions_by
+from .base import FindingContext, NotEvaluated, Rule, memcpy_rows, severity, step_of, window
 from .waits import host_sync_idle
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvaluated | None:
     min_steps = int(opt["min_steps"])
-    kind, rank_c = ctx.col("kind"), ctx.col("rank")
+    # device-to-host copies into pageable memory, grouped by rank once (no full mask per rank)
+    mc = memcpy_rows(ctx)
+    dtoh = mc[
+        (ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
+    ]
+    dtoh_of = {r: dtoh[p] for r, p in positions_by(ctx.col("rank")[dtoh]).items()}
     total_steps = total_sync = wasted = 0
     per_rank: list[dict[str, Any]] = []
     example: dict[str, Any] = {}
@@ -35,12 +43,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
                 )
             continue
         # (a) device-to-host copies into pageable memory: the call blocks (.item(), .cpu())
-        dtoh = np.flatnonzero(
-            (kind == int(EventKind.MEMCPY))
-            & (rank_c == rank)
-            & (ctx.col("copy_kind") == int(CopyKind.DTOH))
-            & (ctx.col("dst_mem") == int(MemKind.PAGEABLE))
-        )
+        dtoh = dtoh_of.get(rank, _NONE)
         li = host.launch_index(ctx.col("correlation")[dtoh])
         found = li >= 0
         lic = np.maximum(li, 0)

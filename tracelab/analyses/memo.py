@@ -1,0 +1,59 @@
+"""Per-timeline memos: what several analyses derive from one Timeline (its GPU rows grouped by
+device, which names are communication kernels, a device's SM-time) is computed once and shared.
+
+A Timeline is immutable, so a memo never goes stale; entries are keyed by the timeline's identity and
+checked through a weak reference (a freed timeline's id reused by a new one starts empty). The memos of
+the last `KEEP` timelines are kept (the dashboard and `compare` hold a few at a time)."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..model import Timeline
+
+KEEP = 8
+T = TypeVar("T")
+
+_LOCK = threading.Lock()  # the dashboard calls from several threads
+_MEMOS: OrderedDict[int, tuple[weakref.ref, dict[Hashable, Any]]] = OrderedDict()
+
+
+def _memos_of(timeline: Timeline) -> dict[Hashable, Any]:
+    key = id(timeline)
+    with _LOCK:
+        hit = _MEMOS.get(key)
+        if hit is not None and hit[0]() is timeline:
+            _MEMOS.move_to_end(key)
+            return hit[1]
+        memos: dict[Hashable, Any] = {}
+        _MEMOS[key] = (weakref.ref(timeline), memos)
+        while len(_MEMOS) > KEEP:
+            _MEMOS.popitem(last=False)
+        return memos
+
+
+def memo(timeline: Timeline, key: Hashable, compute: Callable[[], T]) -> T:
+    """compute(), once per (timeline, key)."""
+    memos = _memos_of(timeline)
+    with _LOCK:
+        if key in memos:
+            return memos[key]
+    value = compute()  # outside the lock: two threads may both compute, the results are equal
+    with _LOCK:
+        return memos.setdefault(key, value)
+
+
+def column(timeline: Timeline, name: str) -> np.ndarray:
+    """An event column as a numpy array (the Timeline holds numpy columns: no pandas, no copy)."""
+    return timeline.col(name)
+
+
+def lane_column(timeline: Timeline, name: str) -> np.ndarray:
+    """A column of the lane table as a numpy array."""
+    return timeline.lane_col(name)

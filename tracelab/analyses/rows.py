@@ -1,0 +1,107 @@
+"""GPU activity rows grouped by device, once per timeline (memo), and which of them are
+communication kernels. Every per-device analysis takes its rows from here instead of masking all
+events once per device, so analysing many devices costs one pass over the events, not one each."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import EventKind, Flag, Timeline
+from ..model.api_names import is_comm_name
+from .memo import column, memo
+
+_GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
+
+
+@dataclass(frozen=True)
+class DeviceRows:
+    """The GPU activity rows (positions into timeline.events, in start order) of one device."""
+
+    rank: int
+    device: int
+    rows: np.ndarray
+
+
+def device_rows(timeline: Timeline) -> list[DeviceRows]:
+    """GPU activity rows grouped by (rank, device), devices in (rank, device) order. One pass over the
+    events, once per timeline (memo): every per-device analysis takes its rows from here instead of
+    masking all events once per device."""
+    return list(memo(timeline, "device_rows", lambda: _device_rows(timeline)))
+
+
+def _device_rows(timeline: Timeline) -> tuple[DeviceRows, ...]:
+    pos = np.flatnonzero(np.isin(column(timeline, "kind"), _GPU_KINDS))
+    if pos.size == 0:
+        return ()
+    rank = column(timeline, "rank")[pos].astype(np.int64)
+    dev = column(timeline, "device")[pos].astype(np.int64)
+    key = (rank << 32) | (dev & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")  # stable: keeps start order inside a device
+    key_sorted = key[order]
+    uniq, first = np.unique(key_sorted, return_index=True)
+    bounds = list(first) + [key_sorted.size]
+    out = []
+    for i, k in enumerate(uniq.tolist()):
+        rows = pos[order[bounds[i] : bounds[i + 1]]]
+        rows.flags.writeable = False  # shared by every analysis of this timeline
+        out.append(DeviceRows(rank=int(k >> 32), device=int(k & 0xFFFFFFFF), rows=rows))
+    return tuple(out)
+
+
+_EMPTY_ROWS = np.zeros(0, dtype=np.int64)
+_EMPTY_ROWS.flags.writeable = False
+
+
+def rows_of_device(timeline: Timeline, rank: int, device: int) -> np.ndarray:
+    """The GPU activity rows of one device, in start order (empty when it has none)."""
+    by_key = memo(timeline, "device_rows_by_key", lambda: {(d.rank, d.device): d.rows for d in device_rows(timeline)})
+    return by_key.get((rank, device), _EMPTY_ROWS)
+
+
+def comm_names(timeline: Timeline) -> np.ndarray:
+    """For every string id, whether it names a communication kernel (one regex test per distinct
+    string, once per timeline); the extra last slot answers for id -1."""
+    def compute() -> np.ndarray:
+        table = np.zeros(len(timeline.strings) + 1, dtype=bool)
+        table[:-1] = [is_comm_name(s) for s in timeline.strings]
+        return table
+
+    return memo(timeline, "comm_names", compute)
+
+
+def comm_kernels(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
+    """Communication kernels among rows: flagged COMM by the parser or named like a collective."""
+    is_kernel = column(timeline, "kind")[rows] == int(EventKind.KERNEL)
+    flagged = (column(timeline, "flags")[rows] & Flag.COMM) != 0
+    names = column(timeline, "name")[rows]
+    table = comm_names(timeline)
+    named = table[np.where((names >= 0) & (names < len(table) - 1), names, len(table) - 1)]
+    return is_kernel & (flagged | named)
+
+
+def positions_by(keys: np.ndarray) -> dict[int, np.ndarray]:
+    """Positions of `keys` grouped by value ({value: positions in ascending order}): one stable sort
+    instead of one full mask per value."""
+    keys = np.asarray(keys)
+    if keys.size == 0:
+        return {}
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+    bounds = [0, *cut.tolist(), sk.size]
+    return {int(sk[a]): order[a:b] for a, b in itertools.pairwise(bounds)}
+
+
+def rank_rows(timeline: Timeline) -> dict[int, np.ndarray]:
+    """The GPU activity rows of each rank (all its devices), in start order."""
+
+    def compute() -> dict[int, np.ndarray]:
+        by_rank: dict[int, list[np.ndarray]] = {}
+        for d in device_rows(timeline):
+            by_rank.setdefault(d.rank, []).append(d.rows)
+        return {r: np.sort(np.concatenate(parts)) for r, parts in by_rank.items()}
+
+    return memo(timeline, "rank_rows", compute)
