@@ -225,10 +225,31 @@ class Analysis:
     gap_details: GapDetails | None = field(default=None, compare=False, repr=False)
 
 
-def document(analysis: Analysis, gap_evidence: Sequence[str]) -> dict[str, Any]:
+def gap_doc(g: Gap, evidence: str) -> dict[str, Any]:
+    """One gap as the document lists it, with its evidence text (tracelab.render.gap_evidence)."""
+    launched = g.launch_start_ns >= 0
+    return {
+        "rank": g.rank,
+        "device": g.device,
+        "start_ns": g.start_ns,
+        "end_ns": g.end_ns,
+        "duration_ns": g.duration_ns,
+        "cause": g.cause,
+        "evidence": evidence,
+        "host_data": g.host_data,
+        "details": {
+            "launch_start_ns": g.launch_start_ns if launched else None,
+            "launch_tid": g.launch_tid if launched else None,
+            "host_active_fraction": g.host_active,
+        },
+    }
+
+
+def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str, Any]:
     """The `analyze --json` document, schema 2 (DESIGN.md): schema 1 plus `steps`, `notes`,
     `findings[].data` and each gap's `host_data` and `details`. `gap_evidence` holds each gap's evidence
-    text, in the order of `analysis.gaps` (tracelab.render.document.to_document builds it)."""
+    text, in the order of `analysis.gaps` (tracelab.render.document builds it); None: the gaps list left
+    empty (tracelab.render.document.write_document streams it)."""
 
     def device_doc(d: DeviceSummary) -> dict[str, Any]:
         return {
@@ -291,24 +312,11 @@ def document(analysis: Analysis, gap_evidence: Sequence[str]) -> dict[str, Any]:
         },
         "devices": [device_doc(d) for d in analysis.devices],
         "steps": [step_doc(s) for s in analysis.steps],
-        "gaps": [
-            {
-                "rank": g.rank,
-                "device": g.device,
-                "start_ns": g.start_ns,
-                "end_ns": g.end_ns,
-                "duration_ns": g.duration_ns,
-                "cause": g.cause,
-                "evidence": text,
-                "host_data": g.host_data,
-                "details": {
-                    "launch_start_ns": g.launch_start_ns if g.launch_start_ns >= 0 else None,
-                    "launch_tid": g.launch_tid if g.launch_start_ns >= 0 else None,
-                    "host_active_fraction": g.host_active,
-                },
-            }
-            for g, text in zip(analysis.gaps, gap_evidence, strict=True)
-        ],
+        "gaps": (
+            [gap_doc(g, text) for g, text in zip(analysis.gaps, gap_evidence, strict=True)]
+            if gap_evidence is not None
+            else []
+        ),
         "findings": [
             {
                 "rule": f.rule,
