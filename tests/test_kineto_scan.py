@@ -6,8 +6,16 @@ compares the whole Timeline (or the error message)."""
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +155,179 @@ def test_truncated_and_corrupt_pieces_give_the_reference_error(
             path = tmp_path / "c.json.gz"
             path.write_bytes(gzip.compress(text.encode()))
             _same(_load(path, monkeypatch, True), _load(path, monkeypatch, False))
+
+
+# ---- the scanner alone, piece by piece, against the msgspec oracle (tests/kineto_scan_oracle.py) -----
+SCANNER_C = Path(__file__).resolve().parents[1] / "tracelab" / "parsers" / "_kineto_scan.c"
+
+# pieces that reach every branch kind of the scanner: empty table / empty strings, escapes, number
+# edges (the strict decoder's own rounding, -0, subnormals, underflow, 18 / 19 digits), growth of the
+# columns (past 1024 events) and of the string table (past 512 distinct strings)
+EDGE_PIECES = [
+    b"[]",
+    b" [\n] ",
+    b'[{"name": ""}]',
+    b'[{"name": "", "cat": "", "pid": "", "args": {"cuda_sync_kind": ""}}]',
+    b'[{"name": "\\n", "cat": "\\u0000", "pid": "\\u00e9\\u20ac", "tid": "\\"stream 7\\""}]',
+    b'[{"ts": -0, "dur": -0.0}, {"ts": 0e999999999, "dur": -1e-400}, {"ts": 4.9e-324, "dur": 1e308}]',
+    b'[{"ts": 2.2250738585072011e-308, "dur": 1.00000000000000011102230246251565404236316680908203125}]',
+    b'[{"ts": 999999999999999999, "dur": -999999999999999999, "pid": 999999999999999999, "tid": -0}]',
+    b'[{"ts": 9007199254740993, "pid": 1234567890123456789}]',
+    b'[{"args": {"grid": [2147483648, -2147483649, 0], "block": null, "registers per thread": 4294967296}}]',
+    b"[" + b",".join([b"{}"] * 1100) + b"]",
+    b"[" + b",".join(b'{"name": "n%d", "pid": "%d", "c": %d}' % (i, i, i % 7) for i in range(700)) + b"]",
+    *(b"[" + v.encode() + b"]" for v in VARIANTS if "\xff" not in v and "\xe9" not in v),
+]
+
+
+def test_edge_pieces_equal_the_msgspec_columns() -> None:
+    from kineto_scan_oracle import check
+
+    accepted = sum(check(p, kineto_rows._scan(p)) for p in EDGE_PIECES)
+    assert accepted >= 20  # most of them are read by the scanner, not declined
+
+
+def _sanitized_scanner(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """_kineto_scan.c built with AddressSanitizer + UBSan (halting on the first report), and the
+    environment that loads it into a plain Python."""
+    cc = shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no gcc to build the sanitized scanner")
+    runtime = [[cc, f"-print-file-name={n}"] for n in ("libasan.so", "libubsan.so")]
+    libs = [subprocess.run(c, capture_output=True, text=True, check=True).stdout.strip() for c in runtime]
+    if not all(os.path.isabs(p) and os.path.exists(p) for p in libs):
+        pytest.skip("gcc has no ASan / UBSan runtime")
+    out = tmp_path / "_kineto_scan.so"
+    flags = ["-shared", "-fPIC", "-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
+    flags += ["-fno-sanitize-recover=all", "-I", sysconfig.get_config_var("INCLUDEPY")]
+    subprocess.run([cc, *flags, str(SCANNER_C), "-o", str(out)], check=True)
+    env = dict(
+        os.environ,
+        LD_PRELOAD=" ".join(libs),
+        ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+        PYTHONMALLOC="malloc",
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), str(Path(__file__).parent)]),
+    )
+    return out, env
+
+
+_SANITIZED_CHILD = """
+import ctypes, importlib.util, pickle, sys
+spec = importlib.util.spec_from_file_location("_kineto_scan", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+from kineto_scan_oracle import check
+pieces = pickle.load(open(sys.argv[2], "rb"))
+accepted = 0
+for p in pieces:
+    # a buffer of exactly len(p) bytes (no trailing NUL): ASan sees a read one byte past the piece
+    buf = (ctypes.c_char * len(p)).from_buffer_copy(p)
+    accepted += check(p, mod.scan(memoryview(buf)))
+print("scanned", len(pieces), "accepted", accepted)
+"""
+
+
+def test_sanitized_scanner_on_edge_and_cut_pieces(tmp_path: Path) -> None:
+    """Regression (c-fuzz): the scanner did `memcpy(NULL, src, 0)` / `NULL + 0` (undefined behaviour:
+    UBSan stops on the first piece) when the string table or a buffer was still empty. Every edge piece
+    and every prefix of a few of them (each cut point, reading to the exact end of the buffer) goes
+    through the ASan + UBSan build and the msgspec oracle."""
+    so, env = _sanitized_scanner(tmp_path)
+    cuts = [p[:k] for p in EDGE_PIECES[:10] + [EDGE_PIECES[-1]] for k in range(len(p))]
+    pieces = tmp_path / "pieces.pickle"
+    pieces.write_bytes(pickle.dumps(EDGE_PIECES + cuts))
+    child = [sys.executable, "-c", _SANITIZED_CHILD, str(so), str(pieces)]
+    res = subprocess.run(child, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
+    assert "ERROR: AddressSanitizer" not in res.stderr, res.stderr[-3000:]
+    assert f"scanned {len(EDGE_PIECES) + len(cuts)} accepted" in res.stdout, res.stdout
+
+
+def _huge_number_piece(field: bytes, digits: int, repeat: int = 2 << 20) -> tuple[memoryview, object]:
+    """`[{"<field>": 111...1}]` with `digits` digits, as a read-only view of 4+ GiB of address space
+    that costs a few MiB of memory: one memfd block of '1's mapped again and again (Linux)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, ctypes.c_long]
+    head, tail = b'[{"' + field + b'": ', b"}]"
+    n_blocks = -(-(len(head) + digits + len(tail)) // repeat)
+    total = n_blocks * repeat
+    base = libc.mmap(None, total, 0, 0x22, -1, 0)  # PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS: reserve
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    fds = []
+
+    def block(content: bytes) -> int:
+        fd = os.memfd_create("kineto-scan-test")
+        os.write(fd, content)
+        fds.append(fd)
+        return fd
+
+    ones = block(b"1" * repeat)
+    first = block(head + b"1" * (repeat - len(head)))
+    end = len(head) + digits + len(tail) - (n_blocks - 1) * repeat  # bytes used in the last block
+    last = block(b"1" * (end - len(tail)) + tail + b" " * (repeat - end))
+    for i in range(n_blocks):
+        fd = first if i == 0 else last if i == n_blocks - 1 else ones
+        got = libc.mmap(base + i * repeat, repeat, 1, 0x11, fd, 0)  # PROT_READ, MAP_SHARED | MAP_FIXED
+        assert got == base + i * repeat, ctypes.get_errno()
+    view = memoryview((ctypes.c_char * total).from_address(base)).cast("B")
+
+    def close() -> None:
+        view.release()
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.munmap(base, total)
+        for fd in fds:
+            os.close(fd)
+
+    return view, close
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memfd / mmap layout is Linux-only")
+def test_number_of_4gib_digits_is_not_read_as_a_short_one() -> None:
+    """Regression (c-fuzz): number lengths were kept in `int`, so an integer of 2^32 + 3 digits read as
+    one of 3 digits and was accepted with a wrapped value (pid 8198552921648689607; a ts the same way).
+    msgspec decides such a number (the scanner declines). Only a few MiB of memory: the 4 GiB piece maps
+    one block again and again."""
+    view, close = _huge_number_piece(b"pid", (1 << 32) + 3)
+    try:
+        assert kineto_rows._scan(view) is None
+    finally:
+        close()
+
+
+# ---- found by the differential fuzzer, on both paths (kineto_columns.stream_from_tid) -----------------
+def _legacy_kernel_file(tmp_path: Path, tid: str) -> Path:
+    launch = {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 99.0,
+              "dur": 1.0, "args": {"correlation": 5}}  # fmt: skip
+    kernel = {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": tid, "ts": 100, "dur": 2,
+              "args": {"device": 0, "correlation": 5}}  # fmt: skip
+    path = tmp_path / "legacy.json"
+    path.write_text(json.dumps({"traceEvents": [launch, kernel]}))
+    return path
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "msgspec"])
+def test_legacy_stream_number_past_int64_is_unknown_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
+) -> None:
+    """Regression (c-fuzz): a 2021-schema kernel without args.stream takes its stream from tid
+    "stream N"; an N past int64 raised OverflowError (exit 1, "internal error"). It is an unknown stream
+    now, so the kernel has no lane: the one clear error for that."""
+    got = _load(_legacy_kernel_file(tmp_path, "stream 99999999999999999999"), monkeypatch, scanner)
+    assert isinstance(got, str) and got.startswith("TraceFormatError") and "no stream or device" in got, got
+    tl = _load(_legacy_kernel_file(tmp_path, "stream 7"), monkeypatch, scanner)
+    assert tl.gpu_events()["stream"].tolist() == [7]
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "msgspec"])
+def test_long_digit_run_in_a_legacy_tid_is_linear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
+) -> None:
+    """Regression (c-fuzz): `re.search(r"(\\d+)\\s*$", tid)` is quadratic on a long digit run that does not
+    end the tid: 100,000 digits and an "x" took minutes (40,000 digits: 39 s). Now linear."""
+    t0 = time.monotonic()
+    got = _load(_legacy_kernel_file(tmp_path, "1" * 100_000 + "x"), monkeypatch, scanner)
+    elapsed = time.monotonic() - t0
+    assert isinstance(got, str) and "no stream or device" in got, got
+    assert elapsed < 15.0, elapsed

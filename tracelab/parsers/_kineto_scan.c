@@ -43,6 +43,7 @@ typedef struct {
 } Buf;
 
 static int buf_put(Buf *b, const void *src, size_t len) {
+    if (!len) return 0; /* b->data may still be NULL: no memcpy(NULL, ...), no NULL + 0 (both UB) */
     if (b->size + len > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->size + len) cap *= 2;
@@ -105,13 +106,14 @@ static int table_grow(Table *t) {
 
 /* id of the string s[0:n] (added when new), or -1 when out of memory */
 static int32_t table_id(Table *t, const unsigned char *s, size_t n) {
-    if (n > 0x7FFFFFFF || t->pool.size + n > 0xFFFFFFFFu) return -1;
+    if (n > 0x7FFFFFFF || t->pool.size + n > 0xFFFFFFFFu || t->count >= 0x7FFFFFFE) return -1;
     if ((t->count + 1) * 2 > t->cap && table_grow(t) < 0) return -1;
     uint64_t h = hash_bytes(s, n);
     size_t j = h & (t->cap - 1);
     while (t->slots[j].id) {
         Slot *sl = &t->slots[j];
-        if (sl->hash == h && sl->len == n && memcmp(t->pool.data + sl->off, s, n) == 0) return sl->id - 1;
+        if (sl->hash == h && sl->len == n && (!n || memcmp(t->pool.data + sl->off, s, n) == 0))
+            return sl->id - 1; /* (n == 0: the pool may be NULL) */
         j = (j + 1) & (t->cap - 1);
     }
     uint32_t off = (uint32_t)t->pool.size;
@@ -272,8 +274,10 @@ static int scan_string(Cur *c, Buf *scratch, const unsigned char **s, size_t *n)
     return 0;
 }
 
-/* The JSON number grammar; *is_int: no fraction and no exponent. Returns the length or -1. */
-static int scan_number(Cur *c, int *is_int, int *digits) {
+/* The JSON number grammar; *is_int: no fraction and no exponent; *digits: the digits before any
+ * fraction. Returns the length or -1. Lengths are ptrdiff_t / size_t: a number of 2^32 + k digits
+ * (a 4 GiB buffer) must not read as one of k digits. */
+static ptrdiff_t scan_number(Cur *c, int *is_int, size_t *digits) {
     const unsigned char *p = c->p, *e = c->end;
     *is_int = 1;
     if (p < e && *p == '-') p++;
@@ -282,7 +286,7 @@ static int scan_number(Cur *c, int *is_int, int *digits) {
     if (*p == '0') p++;
     else if (*p >= '1' && *p <= '9') while (p < e && *p >= '0' && *p <= '9') p++;
     else return -1;
-    *digits = (int)(p - d0);
+    *digits = (size_t)(p - d0);
     if (p < e && *p == '.') {
         *is_int = 0;
         p++;
@@ -296,7 +300,7 @@ static int scan_number(Cur *c, int *is_int, int *digits) {
         if (p >= e || *p < '0' || *p > '9') return -1;
         while (p < e && *p >= '0' && *p <= '9') p++;
     }
-    int len = (int)(p - c->p);
+    ptrdiff_t len = p - c->p;
     c->p = p;
     return len;
 }
@@ -327,8 +331,8 @@ static int skip_literal(Cur *c, const char *word, size_t n) {
 static int skip_value(Cur *c, int depth) {
     if (depth > MAX_DEPTH || c->p >= c->end) return -1;
     const unsigned char *s;
-    size_t n;
-    int is_int, digits;
+    size_t n, digits;
+    int is_int;
     switch (*c->p) {
         case '"': return scan_string(c, NULL, &s, &n);
         case 't': return skip_literal(c, "true", 4);
@@ -379,7 +383,8 @@ static int read_int(Cur *c, int64_t *v) {
         return 0;
     }
     const unsigned char *start = c->p;
-    int is_int, digits;
+    int is_int;
+    size_t digits;
     if (scan_number(c, &is_int, &digits) < 0 || !is_int || digits > 18) return -1;
     *v = int_value(start, c->p);
     return 0;
@@ -388,8 +393,9 @@ static int read_int(Cur *c, int64_t *v) {
 /* A float field (ts, dur): a number; integers convert as msgspec does (exactly, then to double). */
 static int read_float(Out *o, Cur *c, double *v) {
     const unsigned char *start = c->p;
-    int is_int, digits;
-    int len = scan_number(c, &is_int, &digits);
+    int is_int;
+    size_t digits;
+    ptrdiff_t len = scan_number(c, &is_int, &digits);
     if (len < 0) return -1;
     if (is_int) {
         if (digits > 18) return -1;
@@ -622,28 +628,30 @@ static int put_bytes(PyObject *d, const char *key, Buf *b) {
 
 static locale_t C_LOCALE = (locale_t)0;
 
+/* The scan of buf[0:len] into *o (zeroed here; the caller frees it with out_free, whatever the result):
+ * 0 with *n events, or -1 to decline. Pure C: no Python object, no GIL needed. */
+static int scan_buffer(Out *o, const unsigned char *buf, size_t len, Py_ssize_t *n) {
+    memset(o, 0, sizeof *o);
+    o->c_locale = C_LOCALE;
+    Cur c = {buf, buf + len};
+    o->empty_id = table_id(&o->strings, (const unsigned char *)"", 0);
+    if (o->empty_id < 0) return -1;
+    size_t want = 0; /* room for about one event per 160 bytes, grown by doubling if short */
+    while (want * 160 < len && want < ((size_t)1 << 26)) want = want ? want * 2 : 1024;
+    while (o->cap < want)
+        if (out_grow(o) < 0) return -1;
+    return scan_piece(o, &c, n);
+}
+
 static PyObject *scan(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Out o;
-    memset(&o, 0, sizeof o);
-    o.c_locale = C_LOCALE;
-    Cur c = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len};
     Py_ssize_t n = 0;
     int rc;
-    o.empty_id = table_id(&o.strings, (const unsigned char *)"", 0);
-    o.cap = 0;
-    while (o.cap * 160 < (size_t)view.len && o.cap < ((size_t)1 << 26)) o.cap = o.cap ? o.cap * 2 : 1024;
-    size_t want = o.cap;
-    o.cap = 0;
-    while (o.cap < want) if (out_grow(&o) < 0) { o.empty_id = -1; break; }
-    if (o.empty_id < 0) {
-        rc = -1;
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = scan_piece(&o, &c, &n);
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = scan_buffer(&o, (const unsigned char *)view.buf, (size_t)view.len, &n);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (rc < 0) {
         out_free(&o);
@@ -662,7 +670,9 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (!strings || !cols) goto fail;
     const uint32_t *index = (const uint32_t *)o.strings.index.data;
     for (size_t i = 0; i < o.strings.count; i++) {
-        PyObject *s = PyUnicode_DecodeUTF8((const char *)o.strings.pool.data + index[2 * i], index[2 * i + 1], NULL);
+        uint32_t len = index[2 * i + 1]; /* the pool is NULL while it holds only "" */
+        const char *text = len ? (const char *)o.strings.pool.data + index[2 * i] : "";
+        PyObject *s = PyUnicode_DecodeUTF8(text, len, NULL);
         if (!s) { /* invalid UTF-8 in a kept string: the msgspec path says so */
             PyErr_Clear();
             Py_DECREF(strings);

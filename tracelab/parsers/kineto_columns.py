@@ -227,9 +227,14 @@ def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
     return sorted_unique[pos] == values
 
 
+# the number that ends a tid, matched on the reversed text: `re.search(r"(\d+)\s*$", tid)` retries at every
+# digit of a long run not at the end (quadratic: a 100 KB tid took minutes)
+_TRAILING_NUMBER = re.compile(r"\s*(\d+)")
+
+
 def stream_from_tid(tids: list) -> np.ndarray:
     out = []
     for t in tids:  # only GPU events that lack args.stream (rare); the 2021 schema's tid "stream 7"
-        m = re.search(r"(\d+)\s*$", t) if isinstance(t, str) else None
-        out.append(int(m.group(1)) if m else -1)
+        m = _TRAILING_NUMBER.match(t[::-1]) if isinstance(t, str) else None
+        out.append(checked_int(m.group(1)[::-1]) if m else -1)  # past int64: unknown, as checked_int says
     return np.array(out, dtype=np.int64)
