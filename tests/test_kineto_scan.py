@@ -25,7 +25,8 @@ from tracelab.errors import TracelabError
 from tracelab.parsers import kineto_rows
 from tracelab.parsers.detect import load_trace
 
-pytestmark = pytest.mark.skipif(not kineto_rows.scanner_available(), reason="C scanner not built")
+needs_scanner = pytest.mark.skipif(not kineto_rows.scanner_available(), reason="C scanner not built")
+BOTH_PATHS = [pytest.param(True, id="scanner", marks=needs_scanner), pytest.param(False, id="msgspec")]
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 DATA = Path(__file__).parent / "data"
@@ -60,11 +61,13 @@ def _kineto_files() -> list[Path]:
     return [f for f in files if f.name != "meta.json" and f.stat().st_size > 200][:40]
 
 
+@needs_scanner
 @pytest.mark.parametrize("path", _kineto_files(), ids=lambda p: str(p.relative_to(DATA)))
 def test_fixtures_same_with_and_without_scanner(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _same(_load(path, monkeypatch, True), _load(path, monkeypatch, False))
 
 
+@needs_scanner
 @pytest.mark.corpus
 def test_corpus_same_and_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
     files = sorted((CORPUS / "hta").glob("*.json.gz"))
@@ -134,6 +137,7 @@ VARIANTS = [
 ]
 
 
+@needs_scanner
 @pytest.mark.parametrize("variant", range(len(VARIANTS)))
 def test_odd_events_same_with_and_without_scanner(
     variant: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -145,6 +149,7 @@ def test_odd_events_same_with_and_without_scanner(
     _same(_load(path, monkeypatch, True), _load(path, monkeypatch, False))
 
 
+@needs_scanner
 def test_truncated_and_corrupt_pieces_give_the_reference_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -180,6 +185,7 @@ EDGE_PIECES = [
 ]
 
 
+@needs_scanner
 def test_edge_pieces_equal_the_msgspec_columns() -> None:
     from kineto_scan_oracle import check
 
@@ -228,6 +234,7 @@ print("scanned", len(pieces), "accepted", accepted)
 """
 
 
+@needs_scanner
 def test_sanitized_scanner_on_edge_and_cut_pieces(tmp_path: Path) -> None:
     """Regression (c-fuzz): the scanner did `memcpy(NULL, src, 0)` / `NULL + 0` (undefined behaviour:
     UBSan stops on the first piece) when the string table or a buffer was still empty. Every edge piece
@@ -283,6 +290,7 @@ def _huge_number_piece(field: bytes, digits: int, repeat: int = 2 << 20) -> tupl
     return view, close
 
 
+@needs_scanner
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memfd / mmap layout is Linux-only")
 def test_number_of_4gib_digits_is_not_read_as_a_short_one() -> None:
     """Regression (c-fuzz): number lengths were kept in `int`, so an integer of 2^32 + 3 digits read as
@@ -307,7 +315,7 @@ def _legacy_kernel_file(tmp_path: Path, tid: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "msgspec"])
+@pytest.mark.parametrize("scanner", BOTH_PATHS)
 def test_legacy_stream_number_past_int64_is_unknown_not_a_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
 ) -> None:
@@ -320,7 +328,7 @@ def test_legacy_stream_number_past_int64_is_unknown_not_a_crash(
     assert tl.gpu_events()["stream"].tolist() == [7]
 
 
-@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "msgspec"])
+@pytest.mark.parametrize("scanner", BOTH_PATHS)
 def test_long_digit_run_in_a_legacy_tid_is_linear(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
 ) -> None:
