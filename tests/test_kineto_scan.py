@@ -339,3 +339,57 @@ def test_long_digit_run_in_a_legacy_tid_is_linear(
     elapsed = time.monotonic() - t0
     assert isinstance(got, str) and "no stream or device" in got, got
     assert elapsed < 15.0, elapsed
+
+
+# ---- crafted hash collisions in the scanner's string table --------------------------------------------
+_M64 = (1 << 64) - 1
+_K1, _K2 = 0x87C37B91114253D5, 0x4CF5AD432745937F  # hash_bytes' multipliers (_kineto_scan.c)
+
+
+def _colliding_names(n: int, low_bits: int = 24) -> list[bytes]:
+    """n distinct 16-byte strings whose `hash_bytes` (mirrored from _kineto_scan.c: update both together)
+    ends in `low_bits` zero bits, so they all start probing at slot 0 of the string table. The hash is a
+    chain of bijections: pick the first 8 bytes, invert the rest for the last 8 (kept when those are
+    plain string bytes; they need not be UTF-8 for the scanner to do the table work first)."""
+    u = np.uint64
+    rng = np.random.default_rng(11)
+
+    def unshift(y: np.ndarray, s: int) -> np.ndarray:  # inverse of x ^ (x >> s)
+        x = y.copy()
+        for _ in range(64 // s + 1):
+            x = y ^ (x >> u(s))
+        return x
+
+    h0 = u(0x9E3779B97F4A7C15 ^ ((16 * 0xC2B2AE3D27D4EB4F) & _M64))
+    out: list[np.ndarray] = []
+    with np.errstate(over="ignore"):
+        while sum(map(len, out)) < n:
+            first = rng.integers(0x61, 0x7B, size=(4 * n, 8), dtype=np.uint8)
+            h1 = (h0 ^ (first.view("<u8").ravel() * u(_K1))) * u(_K2)
+            h1 ^= h1 >> u(31)
+            target = rng.integers(0, 1 << 40, size=4 * n, dtype=np.uint64) << u(low_bits)
+            k2_inverse = u(pow(_K2, -1, 1 << 64))
+            before_last = unshift(unshift(target, 29) * k2_inverse, 31) * k2_inverse
+            last = ((before_last ^ h1) * u(pow(_K1, -1, 1 << 64))).view(np.uint8).reshape(-1, 8)
+            plain = ((last >= 0x20) & (last != 0x22) & (last != 0x5C)).all(axis=1)
+            out.append(np.concatenate([first[plain], last[plain]], axis=1))
+    return [bytes(row) for row in np.concatenate(out)[:n]]
+
+
+@needs_scanner
+def test_crafted_string_hash_collisions_stay_linear() -> None:
+    """Regression (c-fuzz): the string table's hash is fixed and invertible, so a file can carry names
+    that all land in one slot; each lookup then walked the whole cluster (60,000 such names: ~4 s of CPU
+    against 0.05 s for ordinary ones; a 4 MB piece of them ~25 s). A lookup now gives up after 256 slots
+    and the piece goes to msgspec."""
+    n = 60_000
+    crafted = b"[" + b",".join(b'{"name":"' + s + b'"}' for s in _colliding_names(n)) + b"]"
+    plain = b"[" + b",".join(b'{"name":"%016d"}' % i for i in range(n)) + b"]"
+    assert len(crafted) == len(plain)
+    cpu = {}
+    for label, piece in (("plain", plain), ("crafted", crafted)):
+        t0 = time.process_time()
+        got = kineto_rows._scan(piece)
+        cpu[label] = time.process_time() - t0
+        assert label == "crafted" or (got is not None and got[0] == n)
+    assert cpu["crafted"] < max(10 * cpu["plain"], 0.5), cpu
