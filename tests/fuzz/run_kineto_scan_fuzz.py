@@ -4,6 +4,7 @@
     python tests/fuzz/run_kineto_scan_fuzz.py --seconds 300 --c-only  # leak-checked, no Python oracle
     python tests/fuzz/run_kineto_scan_fuzz.py --replay FILE_OR_DIR    # re-check inputs (e.g. a crash)
     python tests/fuzz/run_kineto_scan_fuzz.py --coverage              # line / branch coverage of the corpus
+    python tests/fuzz/run_kineto_scan_fuzz.py --numbers 2000000       # number literals, no clang needed
 
 What it does: builds tests/fuzz/kineto_scan_fuzz.c with clang (`-fsanitize=fuzzer,address,undefined`;
 the scanner's source is compiled into the target, so libFuzzer's coverage is the scanner's branches),
@@ -21,11 +22,15 @@ git-ignored) keeps the corpus between runs. At the end it prints executions, tim
 from __future__ import annotations
 
 import argparse
+import decimal
 import gzip
 import json
+import math
 import os
+import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -288,6 +293,86 @@ def coverage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number_literals(rng: random.Random, n: int) -> list[bytes]:
+    """Number literals where float parsers differ if any does: random digit strings and exponents, the
+    exact decimal midpoints between neighbouring doubles (ties to even) and the literals one unit in the
+    last digit either side of them, subnormals, limits, integers around 2^53 and 18 / 19 digits."""
+    out = []
+    for _ in range(n):
+        kind = rng.randrange(6)
+        if kind == 0:  # random mantissa and exponent
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 30)))
+            frac = "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 25)))
+            lit = digits.lstrip("0") or "0"
+            lit += f".{frac}" if frac else ""
+            if rng.random() < 0.7:
+                lit += rng.choice("eE") + rng.choice(["", "+", "-"]) + str(rng.randint(0, 340))
+        elif kind == 1:  # the exact midpoint of two neighbouring doubles (a tie), and +-1 in its last digit
+            x = rng.uniform(1, 2) * 2.0 ** rng.randint(-3, 40)  # its midpoints have at most ~60 digits
+            with decimal.localcontext(decimal.Context(prec=1000)):
+                lit = format((decimal.Decimal(x) + decimal.Decimal(math.nextafter(x, math.inf))) / 2, "f")
+            step = rng.choice([0, 0, 1, -1])
+            head = lit.rstrip("0123456789")
+            if step and len(lit) > len(head):
+                tail = lit[len(head) :]
+                lit = head + str(int(tail) + step).rjust(len(tail), "0")[-len(tail) :]
+        elif kind == 2:  # subnormals and the edges of the range
+            x = rng.choice([5e-324, 2.2250738585072014e-308, 1.7976931348623157e308]) * rng.uniform(0.5, 2)
+            lit = repr(x) if math.isfinite(x) else "1e308"
+        elif kind == 3:  # integers: around 2^53, 18 and 19 digits, signs, -0
+            lit = str(
+                rng.choice([2**53 + rng.randint(-3, 3), rng.randint(0, 10**18 - 1), rng.randint(0, 10**19)])
+            )
+        elif kind == 4:
+            lit = rng.choice(["0", "-0", "0.0", "-0.0", "0e0", "-0e-0", "1e-400", "-1e-400", "0e999"])
+        else:  # shortest repr of a random double
+            lit = repr(struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0])
+            if not re.fullmatch(r"-?\d+(\.\d+)?(e[-+]?\d+)?", lit):
+                lit = "1.5"
+        if rng.random() < 0.5 and not lit.startswith("-"):
+            lit = "-" + lit
+        out.append(lit.encode())
+    return out
+
+
+def numbers(args: argparse.Namespace) -> int:
+    """The installed extension on pieces of number literals in ts / dur (floats) and pid / tid / args
+    (ints), each piece checked by the oracle (msgspec's own float parser: Eisel-Lemire with a big-decimal
+    fallback; the scanner's: strtod)."""
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    from kineto_scan_oracle import check
+    from tracelab.parsers._kineto_scan import scan
+
+    rng = random.Random(args.seed)
+    t0, done, accepted, literals_read = time.process_time(), 0, 0, 0
+    integer = re.compile(rb"-?\d+")
+    while done < args.numbers:
+        lits = _number_literals(rng, 1000)
+        evs = []
+        for a, b in zip(lits[::2], lits[1::2]):
+            ints = b", ".join(
+                b'"%s": %s' % (k, v) for k, v in ((b"pid", a), (b"tid", b)) if integer.fullmatch(v)
+            )
+            evs.append(b'{"ts": %s, "dur": %s%s%s}' % (a, b, b", " if ints else b"", ints))
+        for i in range(0, len(evs), 8):  # groups of 8 events; a declined group is checked event by event
+            group = b"[" + b",".join(evs[i : i + 8]) + b"]"
+            ok = check(group, scan(group))
+            if not ok:
+                for e in evs[i : i + 8]:
+                    ok_one = check(b"[" + e + b"]", scan(b"[" + e + b"]"))
+                    accepted += ok_one
+                    literals_read += 2 * ok_one
+            else:
+                accepted += 1
+                literals_read += 2 * len(evs[i : i + 8])
+        done += len(lits)
+    print(
+        f"{done:,} number literals in {time.process_time() - t0:.0f} s CPU: {literals_read:,} read by the "
+        f"scanner ({accepted:,} pieces accepted), all equal to msgspec bit for bit; the rest declined"
+    )
+    return 0
+
+
 def replay(args: argparse.Namespace) -> int:
     """Re-check inputs with the installed extension and the oracle (no sanitizers, no clang)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -315,9 +400,13 @@ def main() -> int:
     ap.add_argument("--clang", default=shutil.which("clang") or shutil.which("clang-14") or "clang")
     ap.add_argument("--replay", help="a file or directory of inputs to re-check (no fuzzing)")
     ap.add_argument("--coverage", action="store_true", help="coverage of the saved corpus (no fuzzing)")
+    ap.add_argument("--numbers", type=int, default=0, help="check this many number literals (no clang)")
+    ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args()
     if args.coverage:
         return coverage(args)
+    if args.numbers:
+        return numbers(args)
     return replay(args) if args.replay else fuzz(args)
 
 
