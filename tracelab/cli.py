@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -295,9 +295,15 @@ def _echo_json(doc: Any) -> None:
     import orjson
 
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
-    out = click.get_binary_stream("stdout")
+    out = _stdout_bytes()
     out.write(data)
     out.flush()
+
+
+def _stdout_bytes() -> BinaryIO:
+    """stdout as bytes (after whatever text was written to it), for JSON written by orjson."""
+    sys.stdout.flush()
+    return sys.stdout.buffer
 
 
 def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
@@ -519,7 +525,7 @@ def analyze(
         from .analyses.ranks import rank_document_of
         from .render.document import write_document
 
-        out = click.get_binary_stream("stdout")
+        out = _stdout_bytes()
         write_document(analysis, out.write, rank_document_of(ranks) if ranks else None)
         out.flush()
     else:

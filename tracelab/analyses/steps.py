@@ -30,6 +30,7 @@ from typing import Literal
 import numpy as np
 
 from ..model import EventKind, Timeline
+from .names import short_name
 from .step_cut import (
     HOST_PACED,
     SHORT_BLOCK,
@@ -163,7 +164,7 @@ def _launch_run_steps(
     if run is None:
         return None
     s, e = cut_launch_run(launches, run, calls)
-    name = timeline.name(int(launches.tokens[run.first])) or "?"
+    name = short_name(timeline.name(int(launches.tokens[run.first])) or "?")
     what = (
         f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
         if graph
