@@ -14,9 +14,10 @@
  * decodes the piece with msgspec (tracelab/parsers/kineto.py), which gives the reference result or the
  * reference error. So an accepted piece must give exactly what the msgspec path gives, and every doubt
  * is a decline: a field of another type than the strict decoder takes (a float where an int goes, a
- * string pid), a duplicate field, an escape in a key, a \u escape of a surrogate, an integer of more
- * than 18 digits, a number that overflows, invalid UTF-8 in a kept string, nesting deeper than 64,
- * anything that is not JSON. The scan holds no Python object and runs without the GIL; it reads only
+ * string in an int field), a duplicate field, an escape in a key, a \u escape of a surrogate, an integer of more
+ * than 18 digits, a number that overflows, invalid UTF-8 in a kept string, nesting deeper than 64, a
+ * string-table lookup that visits more than 256 slots (crafted hash collisions), anything that is not
+ * JSON. The scan holds no Python object and runs without the GIL; it reads only
  * inside the buffer it was given.
  */
 #define PY_SSIZE_T_CLEAN
@@ -105,7 +106,7 @@ static int table_grow(Table *t) {
     return 0;
 }
 
-/* id of the string s[0:n] (added when new), or -1 when out of memory */
+/* id of the string s[0:n] (added when new), or -1 (decline): out of memory, or a lookup past MAX_PROBES */
 static int32_t table_id(Table *t, const unsigned char *s, size_t n) {
     if (n > 0x7FFFFFFF || t->pool.size + n > 0xFFFFFFFFu || t->count >= 0x7FFFFFFE) return -1;
     if ((t->count + 1) * 2 > t->cap && table_grow(t) < 0) return -1;
