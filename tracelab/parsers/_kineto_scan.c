@@ -12,13 +12,13 @@
  *
  * It returns None ("declined") for anything outside the common, strictly valid case: the caller then
  * decodes the piece with msgspec (tracelab/parsers/kineto.py), which gives the reference result or the
- * reference error. So an accepted piece must give exactly what the msgspec path gives, and every doubt
- * is a decline: a field of another type than the strict decoder takes (a float where an int goes, a
- * string in an int field), a duplicate field, an escape in a key, a \u escape of a surrogate, an integer of more
+ * reference error. So an accepted piece must give exactly what the msgspec path gives, and every doubt is
+ * a decline: a field of another type than the strict decoder takes (a float where an int goes, a string
+ * in an int field), a duplicate field, an escape in a key, a \u escape of a surrogate, an integer of more
  * than 18 digits, a number that overflows, invalid UTF-8 in a kept string, nesting deeper than 64, a
  * string-table lookup that visits more than 256 slots (crafted hash collisions), anything that is not
- * JSON. The scan holds no Python object and runs without the GIL; it reads only
- * inside the buffer it was given.
+ * JSON. The scan holds no Python object and runs without the GIL; it reads only inside the buffer it was
+ * given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
