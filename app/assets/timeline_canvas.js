@@ -280,12 +280,15 @@
   };
 
   // big runs are analysed (gaps by cause, steps) in the background: ask again until both are there,
-  // then refetch the tiles drawn without gaps
-  Timeline.prototype.waitForGaps = function () {
+  // then refetch the tiles drawn without gaps. The first question after the first full draw says
+  // drawn=1: the server starts that work then, so that it does not slow the first draw down.
+  Timeline.prototype.waitForGaps = function (delay) {
     var self = this;
+    clearTimeout(this.gapsTimer);
     this.gapsTimer = setTimeout(function () {
       if (self.dead) { return; }
-      getJSON(api("meta", { run: self.run, show: self.showKey(), _: Date.now() })).then(function (meta) {
+      var drawn = self.stats.firstComplete !== null ? 1 : undefined;
+      getJSON(api("meta", { run: self.run, show: self.showKey(), drawn: drawn, _: Date.now() })).then(function (meta) {
         if (self.dead) { return; }
         if (meta.steps_ready && !self.meta.steps_ready) {  // steps are drawn from the meta: no tile changes
           self.meta.steps = meta.steps;
@@ -306,7 +309,7 @@
         self.schedule();
         self.requestDraw();
       }).catch(function () { self.waitForGaps(); });
-    }, 2000);
+    }, delay === undefined ? 2000 : delay);
   };
 
   Timeline.prototype.layout = function () {
@@ -559,6 +562,7 @@
     if (sel.complete && s.firstComplete === null) {
       s.firstComplete = s.lastDraw;
       window.__tlFirstComplete = s.lastDraw;
+      if (!meta.gaps_ready || !meta.steps_ready) { this.waitForGaps(0); }
     }
     this.drawnInfo.className = "tl-drawn hint";
     this.drawnInfo.textContent = (counts.individual + counts.aggregated + counts.sm).toLocaleString() + " items drawn (" +

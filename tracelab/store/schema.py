@@ -55,6 +55,17 @@ def _int_cols(cols) -> str:
     return ", ".join(f"{quote(c)} INTEGER NOT NULL" for c in cols)
 
 
+# Precomputed views of a run (added within schema version 2: a store without the table has no views,
+# and the table is created by the first write that needs it): opaque blobs by (run, key) that a reader
+# may use instead of loading the run's events, e.g. the dashboard's first timeline view. `run_created`
+# is the run's `runs.created`: a view left behind by a tracelab that did not know this table (it deletes
+# a run without its views) never passes for the views of a new run under the same id.
+VIEWS_DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS run_views (run_id TEXT NOT NULL, key TEXT NOT NULL,
+        run_created TEXT NOT NULL, data BLOB NOT NULL)""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS run_views_key ON run_views (run_id, key)""",
+)
+
 DDL: tuple[str, ...] = (
     """CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
     """CREATE TABLE runs (
@@ -90,6 +101,7 @@ DDL: tuple[str, ...] = (
     """CREATE UNIQUE INDEX events_window ON events (run_id, lane, start_min, chunk, end_max, kinds)""",
     """CREATE TABLE sm_blocks (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
         PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+    *VIEWS_DDL,
 )
 
 

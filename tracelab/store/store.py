@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from .chunks import Chunks, complete, decode, encode
 from .records import RunRecord
 from .schema import (
     EVENT_FIELDS,
+    VIEWS_DDL,
     connect,
     describe_sqlite_error,
     is_environment_error,
@@ -169,7 +170,8 @@ class Store:
             self._delete_rows(rid)
 
     def _delete_rows(self, rid: str) -> None:
-        for table in ("events", "lanes", "strings", "sm_blocks", "runs"):
+        tables = ("events", "lanes", "strings", "sm_blocks", "runs")
+        for table in (*tables, "run_views") if self._has_views_table() else tables:
             key = "id" if table == "runs" else "run_id"
             self.conn.execute(f"DELETE FROM {quote(table)} WHERE {quote(key)} = ?", (rid,))
 
@@ -184,11 +186,13 @@ class Store:
         name: str | None = None,
         progress: Callable[[int, int], None] | None = None,
         replace: bool = False,
+        views: Mapping[str, bytes] | None = None,
     ) -> str:
         """Store a Timeline as a new run in ONE transaction; returns the run id. DuplicateRun if a run
         with this fingerprint exists. `progress(done, total)` is called as events are written (an
         exception raised there, or anywhere, rolls the whole import back). With replace, a run of the
         same content is replaced (same transaction; it keeps its id unless a name is given anew).
+        `views` (key -> bytes) are stored with the run in the same transaction (see `views`).
         Ctrl-C that lands once COMMIT has completed raises StoreInterrupted(run_id): the run is stored."""
         existing = self.find_fingerprint(fingerprint)
         if existing and not replace:
@@ -207,6 +211,8 @@ class Store:
         try:
             with tx:
                 run_id = self._write_run(timeline, source_path, fingerprint, name, replace, step)
+                if views:
+                    self._write_views(run_id, views)
         except KeyboardInterrupt:
             # Python delivers Ctrl-C when the C call returns, so it can land just after COMMIT: the
             # run is then stored. Ask the database rather than guess, so the CLI tells the truth.
@@ -343,6 +349,44 @@ class Store:
         names = ["seq", *blocks.columns]
         arrays = [np.arange(len(blocks))] + [blocks[c].to_numpy() for c in blocks.columns]
         insert_columns(self.conn, "sm_blocks", run_id, names, arrays)
+
+    # ---- precomputed views ------------------------------------------------------------------------
+    @_store_errors
+    def views(self, run_id: str, keys: Iterable[str]) -> dict[str, bytes]:
+        """The run's stored views among `keys` (key -> bytes; absent keys are left out): opaque blobs a
+        caller stored with the run (`import_timeline(views=...)`, `put_views`) to read instead of
+        recomputing them from the events. A store written before views existed has none."""
+        rid = self.resolve(run_id)
+        keys = list(keys)
+        if not keys or not self._has_views_table():
+            return {}
+        marks = ", ".join("?" * len(keys))
+        rows = self.conn.execute(
+            "SELECT v.key, v.data FROM run_views v JOIN runs r ON r.id = v.run_id AND r.created = v.run_created"
+            f" WHERE v.run_id = ? AND v.key IN ({marks})",
+            (rid, *keys),
+        ).fetchall()
+        return {k: bytes(d) for k, d in rows}
+
+    @_store_errors
+    def put_views(self, run_id: str, views: Mapping[str, bytes]) -> None:
+        """Store (or replace) views of an existing run, in one transaction (the table is created in a
+        store that has none yet)."""
+        rid = self.resolve(run_id)
+        with self._transaction():
+            self._write_views(rid, views)
+
+    def _write_views(self, rid: str, views: Mapping[str, bytes]) -> None:
+        for stmt in VIEWS_DDL:  # a store written before views existed (schema changes are transactional)
+            self.conn.execute(stmt)
+        created = self.conn.execute("SELECT created FROM runs WHERE id = ?", (rid,)).fetchone()[0]
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO run_views (run_id, key, run_created, data) VALUES (?, ?, ?, ?)",
+            ((rid, str(k), created, sqlite3.Binary(bytes(v))) for k, v in views.items()),
+        )
+
+    def _has_views_table(self) -> bool:
+        return bool(self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_views'").fetchone())
 
     # ---- load ---------------------------------------------------------------------------------
     @_store_errors
