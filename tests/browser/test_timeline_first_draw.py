@@ -23,8 +23,9 @@ ROOT_TOP = "return document.getElementById('tl-canvas-root').getBoundingClientRe
 
 
 @pytest.fixture
-def gated(tmp_path):
-    """A dashboard whose Dash start-up waits for `gate` (its layout request is held)."""
+def gated(tmp_path, browser):
+    """A dashboard whose Dash start-up waits for `gate` (its layout request is held). The browser
+    leaves it before it stops (no request of its pages left to fail in the next test's console log)."""
     import flask
     from test_app_callbacks import make_store
     from werkzeug.serving import make_server
@@ -45,6 +46,8 @@ def gated(tmp_path):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield {"url": f"http://127.0.0.1:{srv.server_port}", "a": a, "gate": gate}
     gate.set()
+    browser.get("about:blank")
+    browser.get_log("browser")
     srv.shutdown()
 
 
