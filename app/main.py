@@ -117,7 +117,8 @@ def early_timeline_fetch(app: Dash) -> None:
     mtime = int((ASSETS / CANVAS_SCRIPT).stat().st_mtime)
     url = html_escape(f"{app.get_asset_url(CANVAS_SCRIPT)}?m={mtime}")
     head = f"{EARLY_TIMELINE_FETCH}\n        <script src=\"{url}\" async></script>"
-    index = app.index_string.replace("{%css%}", "{%css%}\n        " + head, 1)
+    # before the stylesheet: a parser-inserted script after a loading stylesheet waits for it
+    index = app.index_string.replace("{%css%}", head + "\n        {%css%}", 1)
     app.index_string = index.replace("{%app_entry%}", "{%app_entry%}\n        " + EARLY_TIMELINE_ROOT, 1)
 
 
