@@ -12,6 +12,7 @@ from test_store import _fp, _timeline
 from test_store_faults import mounts  # noqa: F401 - the fixture
 
 from tracelab.errors import StoreError
+from tracelab.model.timeline import Timeline
 from tracelab.store import Store
 
 VIEWS = {"a.rows": b'{"x": [1, 2]}', "a.tile": bytes(range(256)) * 40}
@@ -67,16 +68,23 @@ def test_views_go_with_their_run_on_delete_and_replace(tmp_path):
         assert c.execute("SELECT count(*) FROM run_views").fetchone()[0] == 0
 
 
+def _without_blocks(tl):
+    return Timeline(events=tl.events, strings=tl.strings, lanes=tl.lanes, devices=tl.devices, meta=tl.meta,
+                    contexts=tl.contexts, sm_blocks=None)
+
+
 def test_views_left_by_an_older_tracelab_never_pass_for_a_new_run(tmp_path):
-    """A tracelab that did not know `run_views` deletes a run without its views; the same content
-    imported again gets the same id, and must not see the old views."""
+    """A tracelab that did not know `run_views` deletes a run without its views (it opens only stores
+    of schema version 2: no run with SM blocks as columns); the same content imported again gets the
+    same id, and must not see the old views."""
     db = tmp_path / "s.db"
     st = Store(db)
-    rid = st.import_timeline(_timeline(n=300), source_path="a", fingerprint=_fp("a"), views=VIEWS)
+    tl = _without_blocks(_timeline(n=300))
+    rid = st.import_timeline(tl, source_path="a", fingerprint=_fp("a"), views=VIEWS)
     with sqlite3.connect(db) as c:  # the older tracelab's delete: every table it knew
         for table, key in (("events", "run_id"), ("lanes", "run_id"), ("strings", "run_id"), ("sm_blocks", "run_id"), ("runs", "id")):
             c.execute(f"DELETE FROM {table} WHERE {key} = ?", (rid,))
-    assert st.import_timeline(_timeline(n=300), source_path="a", fingerprint=_fp("a")) == rid
+    assert st.import_timeline(tl, source_path="a", fingerprint=_fp("a")) == rid
     assert st.views(rid, VIEWS) == {}
     st.put_views(rid, {"a.rows": b"fresh"})
     assert st.views(rid, VIEWS) == {"a.rows": b"fresh"}

@@ -20,24 +20,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # the drawing code loads only for a run that gets an overview (imports stay light)
+    import pandas as pd
 
-from tracelab.model.timeline import Timeline
+    from tracelab.model.timeline import Timeline
 
-from .timeline import encode_tile, gaps_frame
-from .timeline_tiles import (
-    RunData,
-    RunGaps,
-    TimelineData,
-    default_show,
-    events_in_window,
-    rows_for,
-    shown_sm_lanes,
-    tile_parts,
-)
+    from .timeline_tiles import RunData
 
 SYNC_ANALYSIS_MAX_EVENTS = 300_000  # bigger runs: analysed in the dashboard's background, overview stored
 OVERVIEW_VERSION = 1  # bump when what a tile or a row holds changes: stored overviews are then ignored
@@ -72,6 +62,9 @@ def wants_overview(events: int) -> bool:
 def compute_overview(data: RunData, run_id: str, n_devices: int, start_ns: int, end_ns: int) -> Overview:
     """The first view of a run: its default rows (steps lanes for every rank with host lanes: the
     steps come later) and its whole-run tile without gap causes."""
+    from .timeline import encode_tile, gaps_frame
+    from .timeline_tiles import RunGaps, default_show, events_in_window, rows_for, shown_sm_lanes, tile_parts
+
     show = default_show(n_devices)
     rows = rows_for(data, run_id, show, None)
     gaps = RunGaps(gaps_frame(()), False)
@@ -93,6 +86,8 @@ def overview_views(timeline: Timeline) -> dict[str, bytes]:
     ev = timeline.events
     if not wants_overview(len(ev)):
         return {}
+    from .timeline_tiles import TimelineData
+
     start, end = int(ev["start"].min()), int(ev["end"].max())
     return encode_overview(compute_overview(TimelineData(timeline), "", len(timeline.devices), start, end))
 
@@ -119,6 +114,9 @@ def encode_overview(ov: Overview) -> dict[str, bytes]:
 def decode_overview(views: Mapping[str, bytes]) -> Overview | None:
     """The stored overview, or None when the views are missing or not of this version (the caller
     then computes the view)."""
+    import numpy as np
+    import pandas as pd
+
     raw, tile = views.get(OVERVIEW_ROWS), views.get(OVERVIEW_TILE)
     if raw is None or tile is None:
         return None

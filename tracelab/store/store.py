@@ -31,10 +31,12 @@ from ..errors import BadInput, DuplicateRun, StoreError, StoreInterrupted, Unkno
 from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS, Timeline
 from . import codec
 from .bulk import fetch_matrix, insert_columns
-from .chunks import Chunks, complete, decode, encode
+from .chunks import Chunks, complete, decode, decode_columns, encode, encode_columns
 from .records import RunRecord
 from .schema import (
     EVENT_FIELDS,
+    SM_BLOCK_COLUMNS_DDL,
+    STORE_SCHEMA_VERSION,
     VIEWS_DDL,
     connect,
     describe_sqlite_error,
@@ -170,8 +172,9 @@ class Store:
             self._delete_rows(rid)
 
     def _delete_rows(self, rid: str) -> None:
-        tables = ("events", "lanes", "strings", "sm_blocks", "runs")
-        for table in (*tables, "run_views") if self._has_views_table() else tables:
+        tables = ["events", "lanes", "strings", "sm_blocks", "runs"]
+        tables += [t for t in ("run_views", "sm_block_columns") if self._has_table(t)]
+        for table in tables:
             key = "id" if table == "runs" else "run_id"
             self.conn.execute(f"DELETE FROM {quote(table)} WHERE {quote(key)} = ?", (rid,))
 
@@ -244,10 +247,15 @@ class Store:
         meta = timeline.meta
         blocks = timeline.sm_blocks
         block_dtypes = {c: str(blocks[c].dtype) for c in blocks.columns} if blocks is not None else None
+        # as one columnar blob when every column is an integer one (schema version 3), else as rows
+        columnar = block_dtypes is not None and len(blocks) > 0 and all(
+            np.dtype(t).kind in "iub" for t in block_dtypes.values()
+        )
         metadata = codec.meta_to_json(
             meta,
             {
-                "sm_blocks": block_dtypes,
+                "sm_blocks": None if columnar else block_dtypes,
+                "sm_block_columns": block_dtypes if columnar else None,
                 "event_columns": list(EVENT_COLUMNS),
                 "chunk_columns": list(CHUNK_COLUMNS),
                 "store_source_path": str(source_path),
@@ -292,7 +300,9 @@ class Store:
         chunks = encode(ev, CHUNK_COLUMNS)
         self._insert_lanes(run_id, timeline, chunks)
         self._insert_events(run_id, chunks, step)
-        if blocks is not None:
+        if columnar:
+            self._insert_block_columns(run_id, blocks)
+        elif blocks is not None:
             self._insert_blocks(run_id, blocks)
         return run_id
 
@@ -386,7 +396,24 @@ class Store:
         )
 
     def _has_views_table(self) -> bool:
-        return bool(self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_views'").fetchone())
+        return self._has_table("run_views")
+
+    def _has_table(self, name: str) -> bool:
+        return bool(self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone())
+
+    def _insert_block_columns(self, run_id: str, blocks: pd.DataFrame) -> None:
+        """The blocks as one columnar blob (schema version 3: the store is marked so, in this
+        transaction, for older tracelab to refuse it rather than show the run without them)."""
+        for stmt in SM_BLOCK_COLUMNS_DDL:
+            self.conn.execute(stmt)
+        self.conn.execute(
+            "UPDATE store_meta SET value = ? WHERE key = 'schema_version' AND CAST(value AS INTEGER) < ?",
+            (str(STORE_SCHEMA_VERSION), STORE_SCHEMA_VERSION),
+        )
+        data = encode_columns([blocks[c].to_numpy() for c in blocks.columns])
+        self.conn.execute(
+            "INSERT INTO sm_block_columns (run_id, n, data) VALUES (?, ?, ?)", (run_id, len(blocks), data)
+        )
 
     # ---- load ---------------------------------------------------------------------------------
     @_store_errors
@@ -406,7 +433,11 @@ class Store:
             devices=codec.devices_from_json(devices),
             meta=meta,
             contexts=codec.contexts_from_json(contexts),
-            sm_blocks=self._load_blocks(rid, extra.get("sm_blocks")),
+            sm_blocks=(
+                self._load_block_columns(rid, extra["sm_block_columns"])
+                if extra.get("sm_block_columns")
+                else self._load_blocks(rid, extra.get("sm_blocks"))
+            ),
         )
 
     def _load_events(self, rid: str, n: int, columns: list[str]) -> pd.DataFrame:
@@ -450,6 +481,16 @@ class Store:
             self.conn, f"SELECT {cols} FROM lanes WHERE run_id = ? ORDER BY lane", (rid,), len(dtypes)
         )
         return pd.DataFrame({c: mat[:, i].astype(t) for i, (c, t) in enumerate(dtypes.items())})
+
+    def _load_block_columns(self, rid: str, dtypes: dict[str, str]) -> pd.DataFrame:
+        row = self.conn.execute("SELECT n, data FROM sm_block_columns WHERE run_id = ?", (rid,)).fetchone()
+        try:
+            if row is None:
+                raise ValueError("missing")
+            cols = decode_columns(row[1], int(row[0]), list(dtypes.values()))
+        except (zlib.error, ValueError) as e:
+            raise BadInput(f"corrupt store: the SM blocks of run {rid} are unreadable ({e})", self.path) from None
+        return pd.DataFrame(dict(zip(dtypes, cols)), copy=False)
 
     def _load_blocks(self, rid: str, dtypes: dict[str, str] | None) -> pd.DataFrame | None:
         if dtypes is None:
