@@ -3,7 +3,9 @@ callbacks are the pages' plain functions, wrapped thinly so the tests can call t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +99,27 @@ EARLY_TIMELINE_FETCH = """<script>(function () {
 })();</script>"""
 
 
+# where the canvas draws the timeline's first view before Dash has rendered the page (hidden until then;
+# app/assets/timeline_canvas.js places it where the page puts its canvas, and the page adopts it)
+EARLY_TIMELINE_ROOT = (
+    '<div id="tl-early" class="content" hidden><div id="tl-early-root" class="tl-canvas-root"></div></div>'
+)
+
+
+CANVAS_SCRIPT = "timeline_canvas.js"  # loaded by the page head (async), not among Dash's scripts
+
+
 def early_timeline_fetch(app: Dash) -> None:
     """Start the timeline's first requests from the page's head (EARLY_TIMELINE_FETCH): they run
-    while the browser loads and starts Dash, instead of after."""
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}\n        " + EARLY_TIMELINE_FETCH, 1)
+    while the browser loads and starts Dash, instead of after; load the canvas script from the head
+    too (async: it runs as soon as it is there, not after Dash's ~1 MB of scripts), and give it a
+    place to draw the answers before Dash has rendered the page (EARLY_TIMELINE_ROOT)."""
+    mtime = int((ASSETS / CANVAS_SCRIPT).stat().st_mtime)
+    url = html_escape(f"{app.get_asset_url(CANVAS_SCRIPT)}?m={mtime}")
+    head = f"{EARLY_TIMELINE_FETCH}\n        <script src=\"{url}\" async></script>"
+    # before the stylesheet: a parser-inserted script after a loading stylesheet waits for it
+    index = app.index_string.replace("{%css%}", head + "\n        {%css%}", 1)
+    app.index_string = index.replace("{%app_entry%}", "{%app_entry%}\n        " + EARLY_TIMELINE_ROOT, 1)
 
 
 def create_app(
@@ -130,6 +149,7 @@ def create_app(
         use_pages=True,
         pages_folder="",
         assets_folder=str(ASSETS),
+        assets_ignore=rf"^{re.escape(CANVAS_SCRIPT)}$",  # the page head loads it (early_timeline_fetch)
         suppress_callback_exceptions=True,
         title="tracelab",
         update_title=None,

@@ -1,8 +1,9 @@
 """The data routes of the timeline's canvas (`app/assets/timeline_canvas.js`), on the dashboard's Flask
 server (so the Host / Origin guard of `app.guards` runs before each of them):
 
-- GET /api/timeline/meta?run=ID[&show=G,..][&t0=NS&t1=NS][&q=TEXT]: the run's rows, steps, colours
-  and the window the URL opens (JSON); t0 / t1 as in the page URL (trace-clock ns);
+- GET /api/timeline/meta?run=ID[&show=G,..][&t0=NS&t1=NS][&q=TEXT][&drawn=1]: the run's rows, steps,
+  colours and the window the URL opens (JSON); t0 / t1 as in the page URL (trace-clock ns); drawn=1:
+  the page has drawn its first view (a big run's background work starts then, `start_background`);
 - GET /api/timeline/tile?run=ID&show=G,..&level=L&index=I: tile I of 2^L (binary,
   `tracelab.render.timeline.pack`);
 - GET /api/timeline/matches?run=ID&show=G,..&q=TEXT&t0=NS&t1=NS: the search matches in a window (ns
@@ -39,9 +40,10 @@ from .timeline_view import (
     search_matches_in_window,
     search_positions,
     steps_if_ready,
+    shown_rows,
+    start_background,
     steps_on_rows,
     tile_bytes,
-    view_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -122,8 +124,11 @@ def meta() -> Any:
     t0, t1, match = initial_window(state, record, _arg("t0", required=False, limit=40) or None,
                                    _arg("t1", required=False, limit=40) or None, query)
     origin = int(record.start_ns or 0)
-    rows, _ = view_rows(state, record, show)
-    # a big run's analysis and steps start after its first tile (`tile_bytes`): the canvas asks again
+    rows = shown_rows(state, record, show)
+    # a big run's columns, analysis and steps load once the page has drawn its first view (the canvas
+    # then asks with drawn=1, and again until they are there), or after a tile computed from them
+    if flask.request.args.get("drawn") == "1":
+        start_background(state, record)
     gaps, ready = run_gaps(state, record, start=False)
     found = steps_if_ready(state, record, start=False)
     steps = steps_on_rows(found, rows)

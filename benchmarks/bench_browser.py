@@ -257,7 +257,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, help="the trace repeated into the big run (bench_dashboard's default)")
     args = ap.parse_args()
 
-    from bench_dashboard import DEFAULT_TRACE, load, replicate
+    from bench_dashboard import DEFAULT_TRACE, ensure_overview, load, replicate
 
     trace = args.trace or next(
         (p / "shared" / DEFAULT_TRACE.relative_to(DEFAULT_TRACE.parents[2])
@@ -265,6 +265,7 @@ def main() -> None:
         DEFAULT_TRACE,
     )
 
+    from tracelab.api import store_timeline
     from tracelab.store import Store
 
     args.db.parent.mkdir(parents=True, exist_ok=True)
@@ -273,7 +274,8 @@ def main() -> None:
     rid = store.find_fingerprint(fp)
     if rid is None:
         big = replicate(load(trace), args.events)
-        rid = store.import_timeline(big, source_path=trace, fingerprint=fp, name=f"bench-{args.events}")
+        rid = store_timeline(big, store, source_path=trace, fingerprint=fp, name=f"bench-{args.events}")
+    ensure_overview(store, rid)
     rec = store.get_run(rid)
     print(f"run {rid}: {rec.events:,} events, span {rec.span_ns / 1e9:.3f} s; load average {os.getloadavg()[0]:.1f}")
 

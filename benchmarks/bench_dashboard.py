@@ -2,8 +2,9 @@
 with shifted times and correlation ids), imported into a store; then, server-side, through the app's
 HTTP routes (Flask test client, no network) on a fresh app (empty caches):
 
-- first timeline view: the page, the run's meta and its whole-run tile (loading the run's columns,
-  its rows, SM lanes and steps, the level of detail of a million events, the encoding);
+- first timeline view: the page, the run's meta and its whole-run tile (a big run's are stored with it
+  at import: `tracelab.render.timeline_overview`; the run's columns, analysis and steps load in the
+  background after that, when the page says it has drawn: `meta?drawn=1`);
 - zoom: the tiles of windows from 1/2 down to 1/10000 of the run (each at the level the canvas
   draws it with, none cached before).
 
@@ -30,7 +31,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tracelab.api import store_timeline, store_views
 from tracelab.model.timeline import EVENT_COLUMNS, build_timeline
+from tracelab.render.timeline_overview import OVERVIEW_KEYS
 from tracelab.store import Store
 
 DEFAULT_TRACE = (
@@ -71,6 +74,16 @@ def replicate(tl, target_events: int):
     return build_timeline(cols, tl.strings, meta, devices=tl.devices, contexts=tl.contexts, validate=False)
 
 
+def ensure_overview(store: Store, rid: str) -> None:
+    """A run imported before overviews were stored gets its overview now: what `tracelab import`
+    stores with the run today (and what the dashboard stores after such a run's first view)."""
+    if store.views(rid, OVERVIEW_KEYS):
+        return
+    t = time.perf_counter()
+    store_views(store, rid)
+    print(f"stored the run's overview (imported before overviews were stored): {time.perf_counter() - t:.1f} s")
+
+
 def cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -101,12 +114,13 @@ def main() -> None:
         big = replicate(load(args.trace), args.events)
         t_build = time.perf_counter() - t
         t = time.perf_counter()
-        rid = store.import_timeline(big, source_path=args.trace, fingerprint=fp, name=f"bench-{args.events}")
+        rid = store_timeline(big, store, source_path=args.trace, fingerprint=fp, name=f"bench-{args.events}")
         print(
             f"built {len(big.events):,} events in {t_build:.1f} s, imported in {time.perf_counter() - t:.1f} s"
         )
     rec = store.get_run(rid)
     print(f"run {rid}: {rec.events:,} events, span {rec.span_ns / 1e9:.3f} s, from {args.trace.name}")
+    ensure_overview(store, rid)
 
     from app import create_app
 
@@ -123,8 +137,10 @@ def main() -> None:
         first[1] += used
         print(f"first view, {what:<15} {wall * 1e3:6.0f} ms wall, {used * 1e3:6.0f} ms CPU, {size / 1e3:7.1f} kB")
     t = time.perf_counter()
-    while not (meta := client.get(f"/api/timeline/meta?run={rid}").get_json())["gaps_ready"]:
-        time.sleep(0.2)  # the run's analysis, started after its first tile, in a background thread
+    # the canvas says it has drawn its first view (drawn=1): the run's columns, analysis and steps
+    # load in background threads
+    while not (meta := client.get(f"/api/timeline/meta?run={rid}&drawn=1").get_json())["gaps_ready"]:
+        time.sleep(0.2)
     print(f"gaps by cause ready {time.perf_counter() - t:.2f} s after the first view")
     show = ",".join(meta["show"])
     span, top = meta["span"], meta["max_level"]

@@ -336,14 +336,17 @@ def test_hostile_column_names_are_quoted(tmp_path):
             hostile: np.array([7, 8, 9], np.int64),
         }
     )
-    tl = dataclasses.replace(tl, sm_blocks=blocks)
-    store = Store(tmp_path / "t.db")
-    rid = store.import_timeline(tl, source_path="q", fingerprint="q" * 64)
-    back = store.load(rid).sm_blocks
-    assert list(back[hostile]) == [7, 8, 9]
-    assert [r.id for r in store.runs()] == [rid]
-    cols = [r[1] for r in store.conn.execute("PRAGMA table_info(sm_blocks)")]
-    assert hostile in cols
+    # integer columns go into one columnar blob (their names in the run's metadata); a float column
+    # keeps the blocks as rows of the sm_blocks table, where the hostile name becomes a column
+    for i, frame in enumerate((blocks, blocks.assign(occupancy=np.array([0.5, 0.25, 1.0])))):
+        tl_i = dataclasses.replace(tl, sm_blocks=frame)
+        store = Store(tmp_path / f"t{i}.db")
+        rid = store.import_timeline(tl_i, source_path="q", fingerprint="q" * 64)
+        back = store.load(rid).sm_blocks
+        assert list(back[hostile]) == [7, 8, 9]
+        assert [r.id for r in store.runs()] == [rid]
+        cols = [r[1] for r in store.conn.execute("PRAGMA table_info(sm_blocks)")]
+        assert (hostile in cols) == (i == 1)
 
 
 def test_store_error_is_bad_input_naming_the_file(tmp_path, mounts):

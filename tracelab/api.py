@@ -5,6 +5,7 @@
     analysis = api.analyze(timeline)                 # devices, gaps, steps, findings (with prose)
     doc = api.to_json(analysis)                      # the `analyze --json` document (schema 2)
     run = api.import_trace("trace.json", store)      # parse and save into a store (run.run_id)
+    rid = api.store_timeline(timeline, store, source_path="x", fingerprint="...")  # a parsed Timeline
     timeline = api.resolve("my-run", store)          # a path or a run id / name in the store
     cmp = api.compare(analysis_a, analysis_b)
     api.report("out.html", analysis, timeline)
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from .store import Store
 
 __all__ = [
-    "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "to_json",
+    "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "store_timeline",
+    "store_views", "to_json",
 ]
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
@@ -70,8 +72,9 @@ def import_trace(
         return Imported(existing, False)
     timeline = load(p, parse_progress)
     try:
-        rid = store.import_timeline(
+        rid = store_timeline(
             timeline,
+            store,
             source_path=source_path or str(p.absolute()),
             fingerprint=fp,
             name=name,
@@ -81,6 +84,43 @@ def import_trace(
     except DuplicateRun as e:  # imported concurrently by another process
         return Imported(e.run_id, False)
     return Imported(rid, True)
+
+
+def store_timeline(
+    timeline: Timeline,
+    store: Store,
+    *,
+    source_path: str | Path,
+    fingerprint: str,
+    name: str | None = None,
+    progress: Progress | None = None,
+    replace: bool = False,
+) -> str:
+    """Save a parsed Timeline as a run of `store` in one transaction, with what the dashboard's first
+    view of it reads (`tracelab.render.timeline_overview`: the whole-run timeline of a big run);
+    returns the run id. DuplicateRun when the store holds this fingerprint already (unless `replace`)."""
+    from .render.timeline_overview import overview_views
+
+    return store.import_timeline(
+        timeline,
+        source_path=source_path,
+        fingerprint=fingerprint,
+        name=name,
+        progress=progress,
+        replace=replace,
+        views=overview_views(timeline),
+    )
+
+
+def store_views(store: Store, run_id: str, timeline: Timeline | None = None) -> bool:
+    """Compute and store the views `store_timeline` stores with a run, for a run imported before they
+    existed (`timeline`: the run's, when loaded already). Returns whether the run has any."""
+    from .render.timeline_overview import overview_views
+
+    views = overview_views(timeline if timeline is not None else store.load(run_id))
+    if views:
+        store.put_views(run_id, views)
+    return bool(views)
 
 
 def resolve(ref: str | Path, store: Store | None = None) -> tuple[Timeline, str]:

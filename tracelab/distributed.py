@@ -161,6 +161,7 @@ def import_rank_set(
     """Parse a rank set (in parallel as `load_rank_set` says) and save it as one run of `store` in one
     transaction: (run id, newly imported). Content already in the store (same fingerprint) is not parsed
     again: its run id comes back with False, unless `replace`."""
+    from .api import store_timeline
     from .errors import DuplicateRun
 
     fp = rank_set_fingerprint(spec)
@@ -170,8 +171,8 @@ def import_rank_set(
     timeline = load_rank_set(spec, workers=workers, scheduler=scheduler, progress=parse_progress)
     source = str(spec) if is_glob(spec) else str(Path(spec).absolute())
     try:
-        rid = store.import_timeline(
-            timeline, source_path=source, fingerprint=fp, name=name, progress=store_progress, replace=replace
+        rid = store_timeline(
+            timeline, store, source_path=source, fingerprint=fp, name=name, progress=store_progress, replace=replace
         )
     except DuplicateRun as e:  # imported concurrently by another process
         return e.run_id, False

@@ -139,8 +139,42 @@
       var w = meta.window, level = levelFor(meta, w[1] - w[0]);
       loadTile(meta.run, show, 0, 0, head && head.tile).catch(function () {});
       slotsFor(meta, level, w[0], w[1]).forEach(function (i) { loadTile(meta.run, show, level, i).catch(function () {}); });
+      drawEarly(meta);
     }).catch(function () {});
   })();
+
+  // ---- the first view before Dash: drawn in the page's #tl-early-root (app/main.py puts it in the HTML)
+  // where the timeline page will have its canvas; the page's own root adopts it once Dash has rendered
+  // the page (`scan`), so the timeline does not wait for Dash's start-up (most of a cold page load).
+
+  var EARLY_TOP_KEY = "tracelab.timelineTop";
+  var DEFAULT_TOP = 226; // px from the page top to the timeline page's canvas root, 1500 px wide
+
+  function earlyHost() { return document.getElementById("tl-early-root"); }
+
+  function drawEarly(meta) {
+    var host = earlyHost();
+    if (!host || current || document.getElementById("tl-canvas-root")) { return; }
+    var box = host.parentNode;
+    var top = DEFAULT_TOP;
+    try { top = Number(window.localStorage.getItem(EARLY_TOP_KEY)) || DEFAULT_TOP; } catch (e) { /* no storage */ }
+    box.hidden = false;
+    box.style.top = "0px";
+    box.style.top = (top - (host.getBoundingClientRect().top - box.getBoundingClientRect().top)) + "px";
+    host.dataset.run = meta.run;
+    host.dataset.show = meta.show.join(",");
+    host.dataset.t0 = String(meta.window[0]);
+    host.dataset.t1 = String(meta.window[1]);
+    host.dataset.q = meta.query || "";
+    current = new Timeline(host);
+    current.sig = signature(host);
+    current.early = true;
+  }
+
+  function removeEarly() {
+    var host = earlyHost();
+    if (host && host.parentNode && host.parentNode.parentNode) { host.parentNode.parentNode.removeChild(host.parentNode); }
+  }
 
   // ---- drawing helpers ----------------------------------------------------------------------------
 
@@ -242,6 +276,22 @@
     window.addEventListener("resize", this.onResize);
   };
 
+  // the page's own root takes the timeline drawn early over (its nodes move; nothing is fetched again)
+  Timeline.prototype.adopt = function (root) {
+    var old = this.root;
+    while (old.firstChild) { root.appendChild(old.firstChild); }
+    ["drawn", "complete", "axisUnit"].forEach(function (k) { if (old.dataset[k] !== undefined) { root.dataset[k] = old.dataset[k]; } });
+    this.root = root;
+    this.early = false;
+    this.adoptedAt = performance.now();
+    try { window.localStorage.setItem(EARLY_TOP_KEY, String(Math.round(root.getBoundingClientRect().top + window.scrollY))); } catch (e) { /* no storage */ }
+    if (this.meta && Math.max(this.plot.clientWidth, 200) !== this.width) { this.layout(); this.requestDraw(); }
+    var w0 = Number(root.dataset.t0), w1 = Number(root.dataset.t1);
+    if (Math.round(this.win[0]) !== w0 || Math.round(this.win[1]) !== w1) { // moved before Dash was there
+      setProps("tl-window", { t0: Math.round(this.win[0]), t1: Math.round(this.win[1]) });
+    }
+  };
+
   Timeline.prototype.destroy = function () {
     this.dead = true;
     window.removeEventListener("mouseup", this.onUp);
@@ -280,12 +330,15 @@
   };
 
   // big runs are analysed (gaps by cause, steps) in the background: ask again until both are there,
-  // then refetch the tiles drawn without gaps
-  Timeline.prototype.waitForGaps = function () {
+  // then refetch the tiles drawn without gaps. The first question after the first full draw says
+  // drawn=1: the server starts that work then, so that it does not slow the first draw down.
+  Timeline.prototype.waitForGaps = function (delay) {
     var self = this;
+    clearTimeout(this.gapsTimer);
     this.gapsTimer = setTimeout(function () {
       if (self.dead) { return; }
-      getJSON(api("meta", { run: self.run, show: self.showKey(), _: Date.now() })).then(function (meta) {
+      var drawn = self.stats.firstComplete !== null ? 1 : undefined;
+      getJSON(api("meta", { run: self.run, show: self.showKey(), drawn: drawn, _: Date.now() })).then(function (meta) {
         if (self.dead) { return; }
         if (meta.steps_ready && !self.meta.steps_ready) {  // steps are drawn from the meta: no tile changes
           self.meta.steps = meta.steps;
@@ -306,7 +359,7 @@
         self.schedule();
         self.requestDraw();
       }).catch(function () { self.waitForGaps(); });
-    }, 2000);
+    }, delay === undefined ? 2000 : delay);
   };
 
   Timeline.prototype.layout = function () {
@@ -559,6 +612,7 @@
     if (sel.complete && s.firstComplete === null) {
       s.firstComplete = s.lastDraw;
       window.__tlFirstComplete = s.lastDraw;
+      if (!meta.gaps_ready || !meta.steps_ready) { this.waitForGaps(0); }
     }
     this.drawnInfo.className = "tl-drawn hint";
     this.drawnInfo.textContent = (counts.individual + counts.aggregated + counts.sm).toLocaleString() + " items drawn (" +
@@ -1029,6 +1083,17 @@
 
   function scan() {
     var root = document.getElementById("tl-canvas-root");
+    if (current && current.early) {
+      var page = document.getElementById("_pages_content");
+      if (!root && !(page && page.firstChild)) { return; } // Dash has not rendered the page yet
+      if (root && current.sig === signature(root)) {
+        current.adopt(root);
+      } else { // the page shows something else (another window, an error): start again there
+        current.destroy();
+        current = null;
+      }
+      removeEarly();
+    }
     if (current && (!root || current.root !== root || current.sig !== signature(root))) {
       current.destroy();
       current = null;
@@ -1043,7 +1108,8 @@
     childList: true, subtree: true, attributes: true,
     attributeFilter: ["data-run", "data-t0", "data-t1", "data-show", "data-q"],
   });
-  document.addEventListener("DOMContentLoaded", scan);
+  // loaded async from the page head: the page may be parsed, even rendered, already
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", scan); } else { scan(); }
 
   function call(method) {
     return function () { if (current) { return current[method].apply(current, arguments); } };
@@ -1071,6 +1137,7 @@
         flows: t.stats.flows, labels: t.stats.labels, legend: t.stats.legend.slice(), rows: t.meta.rows.label.slice(),
         rowKinds: t.meta.rows.kind.slice(), matchesDrawn: t.stats.matchesDrawn, highlighted: t.stats.highlighted,
         query: t.query, show: t.show.slice(), width: t.width, origin: t.meta.origin,
+        early: !!t.early, adoptedAt: t.adoptedAt || null,
       };
     },
     // screen position (client coordinates) of the centre of time `t` (ns from the run start) on row `r`

@@ -21,6 +21,7 @@ from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
 from tracelab.render.figures import fmt_bytes, fmt_ns
 from tracelab.render.timeline import stream_label
+from tracelab.render.timeline_tiles import default_show as show_for_devices
 from tracelab.store import RunRecord
 
 from ..components import error_page, run_header
@@ -47,13 +48,12 @@ LANE_GROUPS = (
     ("NVTX ranges", "nvtx"),
     ("host threads", "host"),
 )
-SM_LANES_MAX_DEVICES = 2
 MAX_QUERY = 200
 
 
 def default_show(record: RunRecord) -> list[str]:
     """Lane groups shown at first: SM lanes only for runs of one or two GPUs (a tall block per GPU)."""
-    return [g for g in DEFAULT_SHOW if g != "sm" or record.devices <= SM_LANES_MAX_DEVICES]
+    return show_for_devices(record.devices)
 
 
 def parse_show(value: Any) -> list[str]:
@@ -112,7 +112,7 @@ def decode_view(view: dict[str, Any]) -> dict[str, Any]:
 
 def window_info(state: AppState, record: RunRecord, t0: int, t1: int) -> str:
     """'window 4.56 ms at +12.3 ms · 1,234 events in view'."""
-    n = events_in_window(state, record.id, t0, t1)
+    n = events_in_window(state, record, t0, t1)
     return f"window {fmt_ns(t1 - t0)} at +{fmt_ns(t0 - (record.start_ns or 0))} · {n:,} events in view"
 
 

@@ -132,10 +132,42 @@ def kind_bit(kind):
 
 def decode(blob: bytes, n: int, columns: Sequence[str]) -> dict[str, np.ndarray]:
     """One chunk's columns (EVENT_COLUMNS dtypes; "seq" int64). ValueError / zlib.error if corrupt."""
+    dtypes = ["int64" if c in ("seq", "end") else EVENT_COLUMNS.get(c, "int64") for c in columns]
+    out = dict(zip(columns, decode_columns(blob, n, dtypes)))
+    if "end" in out and "start" in out:
+        out["end"] = out["start"] + out["end"]
+    return out
+
+
+def encode_columns(arrays: Sequence[np.ndarray], compress: bool = False) -> bytes:
+    """Equal-length integer (or bool) columns as ONE blob of the chunk layout above (each column
+    frame-of-reference over all its values): what `Store` keeps a run's per-block SM records in."""
+    n = len(arrays[0]) if len(arrays) else 0
+    bases, widths, pieces = [], [], []
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype == bool:
+            a = a.astype(np.uint8)
+        if a.dtype.kind not in "iu" or len(a) != n:
+            raise ValueError("encode_columns takes equal-length integer columns")
+        a = a.astype(np.int64, copy=False)
+        lo = int(a.min()) if n else 0
+        rng = (a.view(np.uint64) - np.uint64(lo & 0xFFFFFFFFFFFFFFFF)).max() if n else 0
+        width = 0 if rng == 0 else 1 if rng <= 0xFF else 2 if rng <= 0xFFFF else 4 if rng <= 0xFFFFFFFF else 8
+        bases.append(lo)
+        widths.append(width)
+        if width:
+            pieces.append((a.view(np.uint64) - np.uint64(lo & 0xFFFFFFFFFFFFFFFF)).astype(_UINT[width]).tobytes())
+    body = b"".join([np.array(bases, np.int64).tobytes(), np.array(widths, np.uint8).tobytes(), *pieces])
+    return bytes([CODEC_ZLIB if compress else CODEC_RAW]) + (zlib.compress(body, 1) if compress else body)
+
+
+def decode_columns(blob: bytes, n: int, dtypes: Sequence[str]) -> list[np.ndarray]:
+    """The columns of a chunk-layout blob of `n` rows, as `dtypes`. ValueError / zlib.error if corrupt."""
     if not blob or blob[0] not in (CODEC_RAW, CODEC_ZLIB):
         raise ValueError("unknown chunk codec")
     body = zlib.decompress(memoryview(blob)[1:]) if blob[0] == CODEC_ZLIB else memoryview(blob)[1:]
-    ncol = len(columns)
+    ncol = len(dtypes)
     head = 9 * ncol
     if len(body) < head:
         raise ValueError("chunk header truncated")
@@ -143,19 +175,16 @@ def decode(blob: bytes, n: int, columns: Sequence[str]) -> dict[str, np.ndarray]
     widths = np.frombuffer(body, np.uint8, ncol, 8 * ncol).tolist()
     if len(body) != head + n * sum(widths) or any(w not in (0, 1, 2, 4, 8) for w in widths):
         raise ValueError(f"chunk holds {len(body)} bytes, not the {head + n * sum(widths)} its header says")
-    out: dict[str, np.ndarray] = {}
+    out: list[np.ndarray] = []
     off = head
-    for c, base, w in zip(columns, bases, widths):
-        dtype = "int64" if c in ("seq", "end") else EVENT_COLUMNS.get(c, "int64")
+    for dtype, base, w in zip(dtypes, bases, widths):
         if w == 0:
-            out[c] = np.full(n, base, dtype=dtype)
+            out.append(np.full(n, base, dtype=dtype))
             continue
         v = np.frombuffer(body, _UINT[w], n, off).astype(np.int64)
         off += n * w
         v += base
-        out[c] = v.astype(dtype, copy=False)
-    if "end" in out and "start" in out:
-        out["end"] = out["start"] + out["end"]
+        out.append(v.astype(dtype, copy=False))
     return out
 
 

@@ -18,6 +18,13 @@ Why not a row per event (schema version 1): row-wise SQLite insertion measured ~
 narrow integer rows; the 4.5M-event nsys benchmark run took 13.8 s to import (960 MB). As chunks it
 is ~1,100 blobs of ~20 bytes per event (91 MB), imported in 0.7-1.6 s. No zlib: level 1 halved the
 size but added 0.8 s of CPU. Stores of another schema version are refused with a clear BadInput.
+
+Schema version 3 = version 2 plus the measured per-block SM records of a run as ONE columnar blob
+(`sm_block_columns`, the chunk layout of chunks.py) instead of a row per block in `sm_blocks`: a run
+of 150k blocks took 76 MB of rows and 0.4-0.6 s to read back (a Python tuple per row), as a blob
+~2 MB and milliseconds. A store is marked version 3 by the first import that writes blocks that way
+(older tracelab then say "upgrade tracelab" instead of silently showing no blocks); until then it stays
+version 2, readable by older tracelab. Both are read: a run's metadata says where its blocks are.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from pathlib import Path
 from ..errors import BadInput, StoreError
 from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3  # the newest this tracelab writes (see above)
+READABLE_VERSIONS = (2, 3)
+CREATED_VERSION = 2  # a new store: version 3 once it holds SM blocks as columns
 APPLICATION_ID = 0x54524C42  # "TRLB": marks the file as a tracelab store (PRAGMA application_id)
 
 # the measured per-block SM records a Timeline may carry (Timeline.sm_blocks); other columns are kept too
@@ -54,6 +63,23 @@ def quote(name: str) -> str:
 def _int_cols(cols) -> str:
     return ", ".join(f"{quote(c)} INTEGER NOT NULL" for c in cols)
 
+
+# Precomputed views of a run (added within schema version 2: a store without the table has no views,
+# and the table is created by the first write that needs it): opaque blobs by (run, key) that a reader
+# may use instead of loading the run's events, e.g. the dashboard's first timeline view. `run_created`
+# is the run's `runs.created`: a view left behind by a tracelab that did not know this table (it deletes
+# a run without its views) never passes for the views of a new run under the same id.
+VIEWS_DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS run_views (run_id TEXT NOT NULL, key TEXT NOT NULL,
+        run_created TEXT NOT NULL, data BLOB NOT NULL)""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS run_views_key ON run_views (run_id, key)""",
+)
+
+# schema version 3: a run's SM blocks as one columnar blob (created with the first such run)
+SM_BLOCK_COLUMNS_DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS sm_block_columns (run_id TEXT PRIMARY KEY, n INTEGER NOT NULL,
+        data BLOB NOT NULL)""",
+)
 
 DDL: tuple[str, ...] = (
     """CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
@@ -90,6 +116,7 @@ DDL: tuple[str, ...] = (
     """CREATE UNIQUE INDEX events_window ON events (run_id, lane, start_min, chunk, end_max, kinds)""",
     """CREATE TABLE sm_blocks (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
         PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+    *VIEWS_DDL,
 )
 
 
@@ -217,14 +244,15 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, *, create: bool) -> boo
         version = -1
     if version < 1:
         raise BadInput("corrupt tracelab store (no schema version)", path)
-    if version != STORE_SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         todo = (
             "upgrade tracelab"
             if version > STORE_SCHEMA_VERSION
             else "re-import your traces into a new store (move this file away or pass another --db)"
         )
         raise BadInput(
-            f"store schema version {version}; this tracelab expects {STORE_SCHEMA_VERSION}: {todo}", path
+            f"store schema version {version}; this tracelab reads versions {READABLE_VERSIONS[0]}-{READABLE_VERSIONS[-1]}: {todo}",
+            path,
         )
     _pragmas(conn)
     return False
@@ -254,7 +282,7 @@ def _init(conn: sqlite3.Connection, path: Path) -> bool:
             conn.execute(f"ALTER TABLE sm_blocks ADD COLUMN {quote(col)} {sql_type(dtype)}")
         conn.execute(
             "INSERT INTO store_meta VALUES ('schema_version', ?), ('created_by', 'tracelab')",
-            (str(STORE_SCHEMA_VERSION),),
+            (str(CREATED_VERSION),),
         )
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute("COMMIT")

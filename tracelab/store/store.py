@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,10 +31,13 @@ from ..errors import BadInput, DuplicateRun, StoreError, StoreInterrupted, Unkno
 from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS, Timeline
 from . import codec
 from .bulk import fetch_matrix, insert_columns
-from .chunks import Chunks, complete, decode, encode
+from .chunks import Chunks, complete, decode, decode_columns, encode, encode_columns
 from .records import RunRecord
 from .schema import (
     EVENT_FIELDS,
+    SM_BLOCK_COLUMNS_DDL,
+    STORE_SCHEMA_VERSION,
+    VIEWS_DDL,
     connect,
     describe_sqlite_error,
     is_environment_error,
@@ -169,7 +172,9 @@ class Store:
             self._delete_rows(rid)
 
     def _delete_rows(self, rid: str) -> None:
-        for table in ("events", "lanes", "strings", "sm_blocks", "runs"):
+        tables = ["events", "lanes", "strings", "sm_blocks", "runs"]
+        tables += [t for t in ("run_views", "sm_block_columns") if self._has_table(t)]
+        for table in tables:
             key = "id" if table == "runs" else "run_id"
             self.conn.execute(f"DELETE FROM {quote(table)} WHERE {quote(key)} = ?", (rid,))
 
@@ -184,11 +189,13 @@ class Store:
         name: str | None = None,
         progress: Callable[[int, int], None] | None = None,
         replace: bool = False,
+        views: Mapping[str, bytes] | None = None,
     ) -> str:
         """Store a Timeline as a new run in ONE transaction; returns the run id. DuplicateRun if a run
         with this fingerprint exists. `progress(done, total)` is called as events are written (an
         exception raised there, or anywhere, rolls the whole import back). With replace, a run of the
         same content is replaced (same transaction; it keeps its id unless a name is given anew).
+        `views` (key -> bytes) are stored with the run in the same transaction (see `views`).
         Ctrl-C that lands once COMMIT has completed raises StoreInterrupted(run_id): the run is stored."""
         existing = self.find_fingerprint(fingerprint)
         if existing and not replace:
@@ -207,6 +214,8 @@ class Store:
         try:
             with tx:
                 run_id = self._write_run(timeline, source_path, fingerprint, name, replace, step)
+                if views:
+                    self._write_views(run_id, views)
         except KeyboardInterrupt:
             # Python delivers Ctrl-C when the C call returns, so it can land just after COMMIT: the
             # run is then stored. Ask the database rather than guess, so the CLI tells the truth.
@@ -238,10 +247,15 @@ class Store:
         meta = timeline.meta
         blocks = timeline.sm_blocks
         block_dtypes = {c: str(blocks[c].dtype) for c in blocks.columns} if blocks is not None else None
+        # as one columnar blob when every column is an integer one (schema version 3), else as rows
+        columnar = block_dtypes is not None and len(blocks) > 0 and all(
+            np.dtype(t).kind in "iub" for t in block_dtypes.values()
+        )
         metadata = codec.meta_to_json(
             meta,
             {
-                "sm_blocks": block_dtypes,
+                "sm_blocks": None if columnar else block_dtypes,
+                "sm_block_columns": block_dtypes if columnar else None,
                 "event_columns": list(EVENT_COLUMNS),
                 "chunk_columns": list(CHUNK_COLUMNS),
                 "store_source_path": str(source_path),
@@ -286,7 +300,9 @@ class Store:
         chunks = encode(ev, CHUNK_COLUMNS)
         self._insert_lanes(run_id, timeline, chunks)
         self._insert_events(run_id, chunks, step)
-        if blocks is not None:
+        if columnar:
+            self._insert_block_columns(run_id, blocks)
+        elif blocks is not None:
             self._insert_blocks(run_id, blocks)
         return run_id
 
@@ -344,6 +360,61 @@ class Store:
         arrays = [np.arange(len(blocks))] + [blocks[c].to_numpy() for c in blocks.columns]
         insert_columns(self.conn, "sm_blocks", run_id, names, arrays)
 
+    # ---- precomputed views ------------------------------------------------------------------------
+    @_store_errors
+    def views(self, run_id: str, keys: Iterable[str]) -> dict[str, bytes]:
+        """The run's stored views among `keys` (key -> bytes; absent keys are left out): opaque blobs a
+        caller stored with the run (`import_timeline(views=...)`, `put_views`) to read instead of
+        recomputing them from the events. A store written before views existed has none."""
+        rid = self.resolve(run_id)
+        keys = list(keys)
+        if not keys or not self._has_views_table():
+            return {}
+        marks = ", ".join("?" * len(keys))
+        rows = self.conn.execute(
+            "SELECT v.key, v.data FROM run_views v JOIN runs r ON r.id = v.run_id AND r.created = v.run_created"
+            f" WHERE v.run_id = ? AND v.key IN ({marks})",
+            (rid, *keys),
+        ).fetchall()
+        return {k: bytes(d) for k, d in rows}
+
+    @_store_errors
+    def put_views(self, run_id: str, views: Mapping[str, bytes]) -> None:
+        """Store (or replace) views of an existing run, in one transaction (the table is created in a
+        store that has none yet)."""
+        rid = self.resolve(run_id)
+        with self._transaction():
+            self._write_views(rid, views)
+
+    def _write_views(self, rid: str, views: Mapping[str, bytes]) -> None:
+        for stmt in VIEWS_DDL:  # a store written before views existed (schema changes are transactional)
+            self.conn.execute(stmt)
+        created = self.conn.execute("SELECT created FROM runs WHERE id = ?", (rid,)).fetchone()[0]
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO run_views (run_id, key, run_created, data) VALUES (?, ?, ?, ?)",
+            ((rid, str(k), created, sqlite3.Binary(bytes(v))) for k, v in views.items()),
+        )
+
+    def _has_views_table(self) -> bool:
+        return self._has_table("run_views")
+
+    def _has_table(self, name: str) -> bool:
+        return bool(self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone())
+
+    def _insert_block_columns(self, run_id: str, blocks: pd.DataFrame) -> None:
+        """The blocks as one columnar blob (schema version 3: the store is marked so, in this
+        transaction, for older tracelab to refuse it rather than show the run without them)."""
+        for stmt in SM_BLOCK_COLUMNS_DDL:
+            self.conn.execute(stmt)
+        self.conn.execute(
+            "UPDATE store_meta SET value = ? WHERE key = 'schema_version' AND CAST(value AS INTEGER) < ?",
+            (str(STORE_SCHEMA_VERSION), STORE_SCHEMA_VERSION),
+        )
+        data = encode_columns([blocks[c].to_numpy() for c in blocks.columns])
+        self.conn.execute(
+            "INSERT INTO sm_block_columns (run_id, n, data) VALUES (?, ?, ?)", (run_id, len(blocks), data)
+        )
+
     # ---- load ---------------------------------------------------------------------------------
     @_store_errors
     def load(self, run_id_or_name: str) -> Timeline:
@@ -362,7 +433,11 @@ class Store:
             devices=codec.devices_from_json(devices),
             meta=meta,
             contexts=codec.contexts_from_json(contexts),
-            sm_blocks=self._load_blocks(rid, extra.get("sm_blocks")),
+            sm_blocks=(
+                self._load_block_columns(rid, extra["sm_block_columns"])
+                if extra.get("sm_block_columns")
+                else self._load_blocks(rid, extra.get("sm_blocks"))
+            ),
         )
 
     def _load_events(self, rid: str, n: int, columns: list[str]) -> pd.DataFrame:
@@ -406,6 +481,16 @@ class Store:
             self.conn, f"SELECT {cols} FROM lanes WHERE run_id = ? ORDER BY lane", (rid,), len(dtypes)
         )
         return pd.DataFrame({c: mat[:, i].astype(t) for i, (c, t) in enumerate(dtypes.items())})
+
+    def _load_block_columns(self, rid: str, dtypes: dict[str, str]) -> pd.DataFrame:
+        row = self.conn.execute("SELECT n, data FROM sm_block_columns WHERE run_id = ?", (rid,)).fetchone()
+        try:
+            if row is None:
+                raise ValueError("missing")
+            cols = decode_columns(row[1], int(row[0]), list(dtypes.values()))
+        except (zlib.error, ValueError) as e:
+            raise BadInput(f"corrupt store: the SM blocks of run {rid} are unreadable ({e})", self.path) from None
+        return pd.DataFrame(dict(zip(dtypes, cols)), copy=False)
 
     def _load_blocks(self, rid: str, dtypes: dict[str, str] | None) -> pd.DataFrame | None:
         if dtypes is None:
