@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import GPU_ACTIVITY_KINDS, EventKind, Flag, Timeline
+from ..model import GPU_ACTIVITY_KINDS, Flag, Timeline
+from ..model.kinds import HOST_API_KINDS
+from .memo import column
+from .rows import names_matching, rows_of
 
 GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
 # polling calls: how often the host asks depends on timing (the caching allocator's event queries),
@@ -58,38 +61,36 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
        pass from its autograd thread while the main thread waits);
     3. and 4. the same per launching thread (at most MAX_THREADS, most launches first);
     or the rank's GPU ops in start order when the trace has no host API calls."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    on_rank = ev["rank"].to_numpy() == rank
-    flags = ev["flags"].to_numpy()
-    names = ev["name"].to_numpy().astype(np.int64)
-    start = ev["start"].to_numpy()
-    end = ev["end"].to_numpy()
-    tid = ev["tid"].to_numpy()
-    corr = ev["correlation"].to_numpy()
-    api = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)]) & on_rank
-    lb = (flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0
-    gpu_kind = np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS]) & on_rank
-    if not (api & lb).any():
-        gpu = np.flatnonzero(gpu_kind)
+    flags = column(timeline, "flags")
+    names = column(timeline, "name")
+    start = column(timeline, "start")
+    end = column(timeline, "end")
+    tid = column(timeline, "tid")
+    corr = column(timeline, "correlation")
+    # the rank's rows grouped by kind once per timeline (rows.kind_rows): no mask over every event
+    api = rows_of(timeline, rank, HOST_API_KINDS)
+    gpu_rows = rows_of(timeline, rank, GPU_ACTIVITY_KINDS)
+    lb = api[(flags[api] & (Flag.LAUNCH | Flag.BLOCKING)) != 0]
+    if lb.size == 0:
+        gpu = gpu_rows
         if gpu.size == 0:
             return []
         gpu = gpu[np.argsort(start[gpu], kind="stable")]
         none = np.zeros(gpu.size, dtype=bool)
-        return [LaunchSequence(names[gpu], start[gpu], end[gpu], none, none, none, "GPU ops")]
-    threads, counts = np.unique(tid[api & lb], return_counts=True)
-    polling = np.isin(names, string_ids(timeline.strings, POLLING))
-    calls = np.flatnonzero(api & np.isin(tid, threads) & ~polling)
+        return [LaunchSequence(names[gpu].astype(np.int64), start[gpu], end[gpu], none, none, none, "GPU ops")]
+    threads, counts = np.unique(tid[lb], return_counts=True)
+    polling = names_matching(timeline, POLLING)
+    calls = api[np.isin(tid[api], threads) & ~polling[names[api]]]
     calls = calls[np.argsort(start[calls], kind="stable")]
     # token of a launch: the name of the GPU op it issued (by correlation id), else its own name
-    gpu = np.flatnonzero(gpu_kind & (corr >= 0))
+    gpu = gpu_rows[corr[gpu_rows] >= 0]
     order = np.argsort(corr[gpu], kind="stable")
-    g_corr, g_name = corr[gpu][order], names[gpu][order]
+    g_corr, g_name = corr[gpu][order], names[gpu][order].astype(np.int64)
     g_graph = (flags[gpu][order] & Flag.GRAPH) != 0
-    tokens = names[calls].copy()
+    tokens = names[calls].astype(np.int64)
     blocking = (flags[calls] & Flag.BLOCKING) != 0
     launch = (flags[calls] & Flag.LAUNCH) != 0
-    graph = launch & np.isin(names[calls], string_ids(timeline.strings, GRAPH_LAUNCH))
+    graph = launch & names_matching(timeline, GRAPH_LAUNCH)[names[calls]]
     if g_corr.size:
         c = corr[calls]
         j = np.searchsorted(g_corr, c)
