@@ -19,6 +19,7 @@ import pandas as pd
 from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from ..model.kinds import HOST_API_KINDS
 from ..parsers.nsys_osrt import OS_CALL_CATEGORY
+from .distinct import SortedKeys, distinct
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
 from .memo import column, memo
 from .rows import names_matching, ranks_of, rows_of
@@ -57,7 +58,7 @@ def _non_blocking_copies(timeline: Timeline, rank: int) -> np.ndarray:
         ms[(dst != int(MemKind.PINNED)) & (dst != int(MemKind.PAGEABLE))],
     ])
     corr = column(timeline, "correlation")[rows]
-    return np.unique(corr[corr >= 0])
+    return distinct(corr[corr >= 0])
 
 
 def os_call_rows(timeline: Timeline, rank: int) -> np.ndarray:
@@ -75,7 +76,7 @@ def _count_distinct(values: np.ndarray) -> int:
     lo, hi = int(values.min()), int(values.max())
     if hi - lo < 1 << 16:
         return int(np.count_nonzero(np.bincount(values.astype(_I64) - lo)))
-    return int(np.unique(values).size)
+    return int(distinct(values).size)
 
 
 def _life_spans(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, tuple[int, int]]:
@@ -123,6 +124,7 @@ class HostView:
         order = np.argsort(api_corr[has], kind="stable")
         self._corr_sorted = api_corr[has][order]
         self._corr_pos = np.flatnonzero(has)[order]  # index into the api_* arrays
+        self._corr_keys = SortedKeys(self._corr_sorted)
 
         # GPU op correlated with each API call (for its device and what it really did)
         gpu = rows_of(timeline, rank, GPU_ACTIVITY_KINDS)
@@ -207,11 +209,12 @@ class HostView:
         order = np.lexsort((self._os_start[wake], self._os_pid[wake]))
         self._wake_pid, self._wake_start = self._os_pid[wake][order], self._os_start[wake][order]
         self._os_by_tid: dict[int, OsCalls] = {}
+        self._waits_for: dict[tuple[int, int], WaitSet] = {}
         self._blocked_by_pid: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         # the threads that launch GPU work, per process, and each host thread's recorded life span
         self.api_pid = pid[api].astype(_I64)
         lt = (self.api_flags & Flag.LAUNCH) != 0
-        pairs = np.unique((self.api_pid[lt] << 32) | (self.api_tid[lt].astype(_I64) & 0xFFFFFFFF))
+        pairs = distinct((self.api_pid[lt] << 32) | (self.api_tid[lt].astype(_I64) & 0xFFFFFFFF))
         self._launchers: dict[int, list[int]] = {}
         for k in pairs.tolist():
             self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
@@ -326,6 +329,14 @@ class HostView:
         """The host waits that can explain an idle gap on `device` whose next op thread `tid`
         launches: waits by that thread, or waits on that device (whichever thread made them; a wait
         whose device the trace does not give counts as on it when the rank has one GPU)."""
+        key = (tid, device)
+        got = self._waits_for.get(key)
+        if got is not None:
+            return got
+        got = self._waits_for[key] = self._waits(tid, device)
+        return got
+
+    def _waits(self, tid: int, device: int) -> WaitSet:
         on_device = (self.wait_dev == device) | ((self.wait_dev < 0) & (self.n_devices == 1))
         m = on_device if tid < 0 else (self.wait_tid == tid) | on_device
         idx = np.flatnonzero(m)
@@ -343,7 +354,7 @@ class HostView:
             return out
         lo = np.searchsorted(self.op_tid, tid, side="left")
         hi = np.searchsorted(self.op_tid, tid, side="right")
-        for th in np.unique(tid[hi > lo]).tolist():  # one searchsorted per host thread
+        for th in distinct(tid[hi > lo]).tolist():  # one searchsorted per host thread
             q = np.flatnonzero(tid == th)
             a, b = int(lo[q[0]]), int(hi[q[0]])
             i = np.searchsorted(self.op_start[a:b], t[q], side="right") - 1
@@ -355,12 +366,8 @@ class HostView:
     def launch_index(self, correlation: np.ndarray) -> np.ndarray:
         """Index into the api_* arrays of the call with each correlation id, or -1."""
         c = np.asarray(correlation, dtype=_I64)
-        if self._corr_sorted.size == 0:
-            return np.full(c.shape, -1, dtype=_I64)
-        i = np.searchsorted(self._corr_sorted, c)
-        i_c = np.minimum(i, self._corr_sorted.size - 1)
-        ok = (c >= 0) & (self._corr_sorted[i_c] == c)
-        return np.where(ok, self._corr_pos[i_c], -1)
+        i = self._corr_keys.find(c)
+        return np.where(i >= 0, self._corr_pos[np.maximum(i, 0)] if self._corr_pos.size else -1, -1)
 
 
 @dataclass(frozen=True)
