@@ -49,6 +49,7 @@ and launching threads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,15 +76,32 @@ _CODE = {c: i for i, c in enumerate(CAUSES)}
 _DEP, _HOST_SYNC, _LAUNCH, _NO_WORK, _UNKNOWN = (_CODE[c] for c in CAUSES)
 
 
-@dataclass(frozen=True)
 class IdleIntervals:
-    """Every idle interval of one device (inside its span, > 0 ns) and its cause (index into CAUSES)."""
+    """Every idle interval of one device (inside its span, > 0 ns) and its cause (index into CAUSES).
+    The causes are classified when asked for: all of them (`cause`), or only those of some intervals
+    (`causes_of`: a rule that needs the causes inside some steps classifies those alone)."""
 
-    rank: int
-    device: int
-    start: np.ndarray
-    end: np.ndarray
-    cause: np.ndarray
+    def __init__(self, rank: int, device: int, start: np.ndarray, end: np.ndarray,
+                 cause: np.ndarray | None = None, classify: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        """Either `cause` (index into CAUSES per interval) or `classify` (a boolean mask over the intervals
+        -> the causes of those)."""
+        if cause is None and classify is None:
+            raise ValueError("IdleIntervals needs the causes or a way to classify them")
+        self.rank, self.device, self.start, self.end = rank, device, start, end
+        self._cause, self._classify = cause, classify
+
+    @property
+    def cause(self) -> np.ndarray:
+        if self._cause is None:
+            assert self._classify is not None
+            self._cause = self._classify(np.ones(self.start.size, dtype=bool))
+        return self._cause
+
+    def causes_of(self, m: np.ndarray) -> np.ndarray:
+        """The causes of the intervals m (a boolean mask)."""
+        if self._cause is not None or self._classify is None:
+            return self.cause[m]
+        return self._classify(m)
 
     def of_cause(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
         m = self.cause == _CODE[cause]
@@ -332,7 +350,8 @@ class Classification:
         return GapTable.concat(tables), GapDetails.concat(self.timeline.strings, parts)
 
     def idle(self) -> dict[tuple[int, int], IdleIntervals]:
-        """Every idle interval (> 0 ns) of every device with its cause."""
+        """Every idle interval (> 0 ns) of every device; the causes of those shorter than the threshold
+        are classified when asked for (IdleIntervals.cause / causes_of)."""
         if self._idle is None:
             out = {}
             for dr, idle, sel, c in self._parts:
@@ -340,15 +359,28 @@ class Classification:
                     e = np.zeros(0, dtype=_I64)
                     out[(dr.rank, dr.device)] = IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
                     continue
-                cause = np.zeros(idle.a.size, dtype=np.int8)
-                if c is not None:
-                    cause[sel] = c.cause
-                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(~sel))
-                if rest is not None:
-                    cause[~sel] = rest.cause
-                out[(dr.rank, dr.device)] = IdleIntervals(dr.rank, dr.device, idle.a, idle.b, cause)
+                out[(dr.rank, dr.device)] = IdleIntervals(
+                    dr.rank, dr.device, idle.a, idle.b, classify=self._classifier(dr, idle, sel, c)
+                )
             self._idle = out
         return self._idle
+
+    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray,
+                    c: _Classified | None) -> Callable[[np.ndarray], np.ndarray]:
+        known = np.full(idle.a.size, -1, dtype=np.int8)  # the gaps' causes, classified already
+        if c is not None:
+            known[sel] = c.cause
+
+        def classify(m: np.ndarray) -> np.ndarray:
+            out = known[m]
+            todo = out < 0
+            if todo.any():
+                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(np.flatnonzero(m)[todo]))
+                assert rest is not None
+                out[todo] = rest.cause
+            return out
+
+        return classify
 
 
 def _device_gaps(dr: DeviceRows, host: HostView, c: _Classified) -> GapTable:
