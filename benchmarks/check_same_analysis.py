@@ -164,10 +164,13 @@ def cached(side: Path, label: str, path: Path, variant: str) -> dict:
     key = hashlib.sha256(f"{code.hexdigest()}|{path}|{variant}".encode()).hexdigest()[:24]
     f = SCRATCH / "cache" / label / f"{key}.json"
     if f.is_file():
-        return json.loads(f.read_text())
+        out = json.loads(f.read_text())
+        if out["rc"] >= 0:  # not killed by a signal
+            return out
     out = run_one(side, path, VARIANTS[variant])
-    f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(json.dumps(out))
+    if out["rc"] >= 0:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(out))
     return out
 
 
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", action="store_true", help="also the 1M-kernel nsys export and 64 DLRM ranks")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", help="inputs whose path contains this")
+    ap.add_argument("--mine", type=Path, default=ROOT, help="the checkout to check (default: this one)")
     ap.add_argument("--baseline-only", action="store_true", help="only run (and cache) the baseline's outputs")
     args = ap.parse_args(argv)
     inputs = collect(args.big)
@@ -189,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         base = cached(args.baseline.resolve(), "baseline", p, v)
         if args.baseline_only:
             return p, v, "", base["rc"]
-        mine = run_one(ROOT, p, VARIANTS[v])
+        mine = run_one(args.mine.resolve(), p, VARIANTS[v])
         return p, v, compare(base, mine), base["rc"]
 
     differ = failed = 0

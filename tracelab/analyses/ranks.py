@@ -21,6 +21,7 @@ import numpy as np
 
 from ..model import EventKind, Timeline
 from .collectives import Collectives, match_collectives
+from .distinct import distinct_codes
 from .intervals import covered_length, merge
 from .results import CAUSES as GAP_CAUSES
 from .results import Analysis, GapTable
@@ -74,11 +75,11 @@ def _idle_by_rank_cause(gaps: GapTable) -> dict[tuple[int, str], int]:
     """Total gap time per (rank, cause)."""
     if not len(gaps):
         return {}
-    keys, inv = np.unique(np.stack([gaps.column("rank"), gaps.column("cause").astype(np.int64)]), axis=1,
-                          return_inverse=True)
-    sums = np.zeros(keys.shape[1], dtype=np.int64)
-    np.add.at(sums, inv.reshape(-1), gaps.duration)
-    return {(int(r), GAP_CAUSES[int(c)]): int(t) for r, c, t in zip(keys[0], keys[1], sums, strict=True)}
+    n = len(GAP_CAUSES)  # (rank, cause) as one key, in the same order
+    keys, inv = distinct_codes(gaps.column("rank") * n + gaps.column("cause"))
+    sums = np.zeros(keys.size, dtype=np.int64)
+    np.add.at(sums, inv, gaps.duration)
+    return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
 
 
 def rank_summaries(analysis: Analysis, collectives: Collectives) -> tuple[RankSummary, ...]:
