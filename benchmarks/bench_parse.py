@@ -1,149 +1,223 @@
-"""Parse + analyze throughput: tracelab beside Holistic Trace Analysis (HTA) on the same Kineto file.
+"""Whole-process `tracelab analyze --json TRACE > /dev/null`, side by side with another tracelab version
+(default: the `main` branch) and Holistic Trace Analysis (HTA) 0.6.1, on the same Kineto files.
 
-Each side runs in its own child process of this one (so each peak RSS is its own):
-- tracelab: `load_trace` + `tracelab.analyses.analyze`;
-- HTA (PyPI `traceinsight`, a benchmark-only dependency kept in its own venv): TraceAnalysis (parse)
-  + temporal breakdown + idle time breakdown + communication/computation overlap.
+Every run is a child process of this one, measured from outside (wall clock; user + sys CPU seconds and
+peak RSS from wait4), so imports and start-up count and each peak RSS is its own. Per repeat the order
+alternates (this checkout, baseline, HTA, then the reverse), and the best wall time of each is kept.
 
-    python benchmarks/bench_parse.py ../shared/corpus/hta/df_index_resolver__df_index_resolver.json.gz \
-        --hta-python .scratch/A/hta-venv/bin/python
+    python benchmarks/bench_parse.py ../shared/corpus/hta/df_index_resolver__df_index_resolver.json.gz \\
+        /work/team/big/x16.json --hta-python /work/team/hta-venv/bin/python --repeat 3
 
-Prints, for each: seconds (parse, analyze, total), MB/s of uncompressed JSON, trace events/s and peak
-RSS. Set up the HTA venv with:  python -m venv hta-venv && hta-venv/bin/pip install traceinsight==0.6.1
+- tracelab: `python -c 'from tracelab.cli import main; main()' analyze --json TRACE` with PYTHONPATH set
+  to this checkout, or to `git archive BASELINE` unpacked in a temporary directory (`--baseline main`;
+  `--baseline ''` leaves it out). `--decode-workers N` adds a row with TRACELAB_DECODE_WORKERS=N.
+- start-up: wall seconds from the interpreter's start (`python -c pass`, best of 5) plus the imports until the
+  parser is first called (a probe wraps `tracelab.parsers.kineto.load_kineto`; best of 7), on the
+  smallest trace; also the process's CPU seconds by then (steadier on a loaded machine).
+- HTA (PyPI `traceinsight` 0.6.1, in its own venv: `python -m venv V && V/bin/pip install
+  traceinsight==0.6.1`): TraceAnalysis (parse) + temporal breakdown + idle time breakdown +
+  communication/computation overlap, as a whole process. Skipped for traces over `--hta-max-mb` of JSON
+  (HTA 0.6.1 runs out of memory on the ×64 trace).
+
+Prints one line per tool and trace (wall, CPU, MB/s, events/s, peak RSS), the ratios, and the load
+average before and after each trace.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
 import subprocess
 import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TRACELAB_WORKER = r"""
-import json, resource, sys, time
-sys.path.insert(0, sys.argv[2])
+LAUNCH = "import sys; sys.argv[0] = 'tracelab'; from tracelab.cli import main; main()"
+PROBE = r"""
+import sys, time
 t0 = time.perf_counter()
-from tracelab.parsers import load_trace
-try:
-    from tracelab.analyses import analyze
-except ImportError:
-    analyze = None
-t1 = time.perf_counter()
-base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-tl = load_trace(sys.argv[1])
-t2 = time.perf_counter()
-devices = None
-if analyze is not None:
-    result = analyze(tl)
-    devices = [(d.rank, d.device, d.busy_ns, d.span_ns) for d in result.devices]
-t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "parse_s": t2 - t1, "analyze_s": t3 - t2 if analyze else None,
-                  "events": int(tl.meta.stats.get("trace_events", len(tl.events))), "kept": len(tl.events),
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "base_rss": base_rss,
-                  "devices": devices}))
+import tracelab.parsers.kineto as _k
+_orig = _k.load_kineto
+def _probe(*a, **kw):
+    sys.stderr.write(f"@@startup {time.perf_counter() - t0:.6f} {time.process_time():.6f}\n")
+    sys.stderr.flush()
+    return _orig(*a, **kw)
+_k.load_kineto = _probe
+sys.argv[0] = 'tracelab'
+from tracelab.cli import main
+main()
 """
 
 HTA_WORKER = r"""
-import json, os, resource, sys, tempfile, time, logging, warnings
+import os, sys, tempfile, logging, warnings
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
-t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
-t1 = time.perf_counter()
-base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 d = tempfile.mkdtemp(prefix="hta-bench-")
 src = sys.argv[1]
 os.symlink(os.path.abspath(src), os.path.join(d, os.path.basename(src)))
 a = TraceAnalysis(trace_dir=d)
-t2 = time.perf_counter()
 ranks = sorted(a.t.traces.keys())
 a.get_temporal_breakdown(visualize=False)
 a.get_idle_time_breakdown(ranks=ranks, visualize=False)
 a.get_comm_comp_overlap(visualize=False)
-t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "parse_s": t2 - t1, "analyze_s": t3 - t2,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "base_rss": base_rss}))
 """
+
+
+@dataclass
+class Run:
+    wall: float
+    cpu: float
+    user: float
+    sys: float
+    rss: int  # bytes
+    stderr: str
+
+
+def measure(cmd: list[str], env: dict[str, str], timeout: float) -> Run:
+    """One child process, stdout to /dev/null; wall clock and its own rusage (wait4). It runs in an empty
+    directory: `python -c` puts the working directory first on sys.path, which must not shadow the
+    tracelab that PYTHONPATH names."""
+    with open(os.devnull, "wb") as devnull, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as cwd:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=devnull, stderr=err, env=env, cwd=cwd)
+        deadline = t0 + timeout
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                raise RuntimeError(f"timed out after {timeout:.0f} s: {' '.join(cmd[:2])}")
+            time.sleep(0.002)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    if proc.returncode != 0:
+        tail = " | ".join(text.strip().splitlines()[-3:])
+        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {tail}")
+    return Run(wall, ru.ru_utime + ru.ru_stime, ru.ru_utime, ru.ru_stime, ru.ru_maxrss * 1024, text)
 
 
 def uncompressed_size(path: Path) -> int:
     with open(path, "rb") as f:
-        magic = f.read(2)
-        if magic != b"\x1f\x8b":
+        if f.read(2) != b"\x1f\x8b":
             return path.stat().st_size
     size = 0
-    with gzip.open(path, "rb") as g:  # exact, also for multi-member files
+    with gzip.open(path, "rb") as g:
         while block := g.read(1 << 24):
             size += len(block)
     return size
 
 
-def run_worker(python: str, code: str, args: list[str], timeout: float) -> dict:
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [python, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise RuntimeError(f"{python} failed (exit {proc.returncode}): {' | '.join(tail)}")
-    return json.loads(lines[-1])
+def count_events(path: Path) -> int:
+    """Elements of traceEvents, counted with tracelab's own parser stats (this checkout)."""
+    sys.path.insert(0, str(ROOT))
+    from tracelab.parsers.detect import load_trace
+
+    return int(load_trace(path).meta.stats.get("trace_events", 0))
 
 
-def report(label: str, r: dict, mb: float, events: int) -> None:
-    analyze_s = r.get("analyze_s")
-    total = r["parse_s"] + (analyze_s or 0.0)
-    print(
-        f"{label:9s} parse {r['parse_s']:7.2f} s  analyze {analyze_s if analyze_s is not None else float('nan'):6.2f} s"
-        f"  total {total:7.2f} s  {mb / total:7.1f} MB/s  {events / total / 1e6:6.3f} M events/s"
-        f"  peak RSS {r['peak_rss'] / 2**30:5.2f} GiB (after imports {r['base_rss'] / 2**30:4.2f} GiB)"
-        f"  with imports {r['import_s'] + total:7.2f} s"
+def unpack(ref: str, into: Path) -> Path:
+    """`git archive REF` of this repository, unpacked into `into`; returns the directory."""
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
+    with tempfile.TemporaryFile() as f:
+        f.write(data)
+        f.seek(0)
+        with tarfile.open(fileobj=f) as tar:
+            tar.extractall(into, filter="data")
+    return into
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def interpreter_start(python: str) -> float:
+    return min(measure([python, "-c", "pass"], dict(os.environ), 30).wall for _ in range(5))
+
+
+def fmt(label: str, r: Run, mb: float, events: int) -> str:
+    return (
+        f"  {label:26s} wall {r.wall:7.2f} s  cpu {r.cpu:7.2f} s (user {r.user:6.2f} sys {r.sys:5.2f})"
+        f"  {mb / r.wall:7.1f} MB/s  {events / r.wall / 1e6:6.3f} M ev/s  peak RSS {r.rss / 2**30:5.2f} GiB"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="tracelab vs HTA: parse + analyze one Kineto trace")
-    ap.add_argument("trace", type=Path)
-    ap.add_argument(
-        "--hta-python",
-        default=os.environ.get("HTA_PYTHON", ""),
-        help="python of a venv with traceinsight installed (skip HTA when empty)",
-    )
-    ap.add_argument("--repeat", type=int, default=1, help="runs per tool; the best is reported")
-    ap.add_argument("--timeout", type=float, default=1800)
+    ap = argparse.ArgumentParser(description="tracelab analyze --json vs a baseline version vs HTA (whole processes)")
+    ap.add_argument("traces", type=Path, nargs="+")
+    ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", ""), help="python of a venv with traceinsight")
+    ap.add_argument("--baseline", default="main", help="git ref of the tracelab to compare with ('' = none)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per tool; the best wall time is kept")
+    ap.add_argument("--hta-max-mb", type=float, default=1000.0, help="skip HTA above this many MB of JSON")
+    ap.add_argument("--decode-workers", type=int, default=0, help="also run with TRACELAB_DECODE_WORKERS=N")
+    ap.add_argument("--timeout", type=float, default=3600)
     args = ap.parse_args(argv)
-    trace = args.trace.resolve()
-    size = uncompressed_size(trace)
-    mb = size / 1e6
-    print(f"file: {trace}  ({trace.stat().st_size / 1e6:.1f} MB on disk, {mb:.1f} MB JSON)")
-    runs = [
-        run_worker(sys.executable, TRACELAB_WORKER, [str(trace), str(ROOT)], args.timeout)
-        for _ in range(args.repeat)
-    ]
-    best = min(runs, key=lambda r: r["parse_s"] + (r["analyze_s"] or 0))
-    events = best["events"]
-    print(f"trace events: {events}  (tracelab keeps {best['kept']} as timeline events)")
-    if best["analyze_s"] is None:
-        print("note: tracelab.analyses.analyze not available; tracelab time is parse only")
-    report("tracelab", best, mb, events)
-    if args.hta_python:
-        hruns = [
-            run_worker(args.hta_python, HTA_WORKER, [str(trace)], args.timeout) for _ in range(args.repeat)
-        ]
-        hbest = min(hruns, key=lambda r: r["parse_s"] + r["analyze_s"])
-        report("HTA", hbest, mb, events)
-        t_ours = best["parse_s"] + (best["analyze_s"] or 0)
-        t_hta = hbest["parse_s"] + hbest["analyze_s"]
-        w_ours, w_hta = t_ours + best["import_s"], t_hta + hbest["import_s"]
-        print(
-            f"speed-up {t_hta / t_ours:.1f}x ({w_hta / w_ours:.1f}x with imports)"
-            f"   peak RSS ratio {best['peak_rss'] / hbest['peak_rss']:.2f}"
-        )
+
+    py = sys.executable
+    print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; load average {load_average()}")
+    with tempfile.TemporaryDirectory(prefix="tracelab-baseline-") as tmp:
+        variants: list[tuple[str, list[str], dict[str, str]]] = []
+        env_here = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
+        env_here.pop("TRACELAB_DECODE_WORKERS", None)
+        variants.append(("tracelab (this checkout)", [py, "-c", LAUNCH], env_here))
+        if args.decode_workers > 1:
+            env_par = dict(env_here, TRACELAB_DECODE_WORKERS=str(args.decode_workers))
+            variants.append((f"tracelab, {args.decode_workers} decode procs", [py, "-c", LAUNCH], env_par))
+        if args.baseline:
+            base = unpack(args.baseline, Path(tmp))
+            env_base = dict(env_here, PYTHONPATH=str(base))
+            variants.append((f"tracelab ({args.baseline})", [py, "-c", LAUNCH], env_base))
+
+        # start-up: interpreter + imports until the parser is called, on the smallest trace
+        smallest = min(args.traces, key=lambda p: p.stat().st_size).resolve()
+        t_py = interpreter_start(py)
+        print(f"start-up (interpreter {t_py:.3f} s + imports until the parse begins; {smallest.name}):")
+        for label, _cmd, env in [v for v in variants if "decode procs" not in v[0]]:
+            where = measure([py, "-c", "import tracelab, sys; sys.stderr.write(tracelab.__file__)"], env, 60)
+            assert where.stderr.startswith(env["PYTHONPATH"]), (label, where.stderr)  # the version we mean
+            probes, cpus = [], []
+            for _ in range(max(7, args.repeat)):
+                r = measure([py, "-c", PROBE, "analyze", "--json", str(smallest)], env, args.timeout)
+                line = [x for x in r.stderr.splitlines() if x.startswith("@@startup ")][-1].split()
+                probes.append(float(line[1]))
+                cpus.append(float(line[2]))
+            print(f"  {label:26s} {t_py + min(probes):.3f} s wall ({min(cpus):.3f} s CPU of the process by then)")
+
+        for trace in args.traces:
+            trace = trace.resolve()
+            mb = uncompressed_size(trace) / 1e6
+            events = count_events(trace)
+            print(f"\n{trace.name}: {trace.stat().st_size / 1e6:.1f} MB on disk, {mb:.1f} MB JSON, {events:,} events;"
+                  f" load average {load_average()}")
+            tools = [(label, [*cmd, "analyze", "--json", str(trace)], env) for label, cmd, env in variants]
+            if args.hta_python and mb <= args.hta_max_mb:
+                tools.append(("HTA 0.6.1", [args.hta_python, "-c", HTA_WORKER, str(trace)], dict(os.environ)))
+            elif args.hta_python:
+                print(f"  HTA skipped (over --hta-max-mb {args.hta_max_mb:.0f} MB)")
+            best: dict[str, Run] = {}
+            for i in range(args.repeat):
+                for label, cmd, env in tools if i % 2 == 0 else tools[::-1]:
+                    r = measure(cmd, env, args.timeout)
+                    if label not in best or r.wall < best[label].wall:
+                        best[label] = r
+            for label, _cmd, _env in tools:
+                print(fmt(label, best[label], mb, events))
+            ours = best[tools[0][0]]
+            for label, r in best.items():
+                if label != tools[0][0]:
+                    print(f"  vs {label:23s} {r.wall / ours.wall:5.2f}x wall, {r.cpu / ours.cpu:5.2f}x cpu,"
+                          f" peak RSS ratio (this / it) {ours.rss / r.rss:4.2f}")
+            print(f"  load average after: {load_average()}")
     return 0
 
 

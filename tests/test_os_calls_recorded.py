@@ -77,7 +77,7 @@ def test_nsys_gaps_before_each_step_are_no_work_naming_the_call(nsys_dir: Path, 
     assert [g["end_ns"] for g in no_work] == copies  # the gap before each step's copy, and only those
     for g, (name, s, e) in zip(no_work, calls):
         assert g["start_ns"] < e and s < g["end_ns"]  # the blocking call lies in the gap it explains
-        assert "whose thread was blocked in OS calls" in g["evidence"] and f"({name} from " in g["evidence"]
+        assert "which was blocked in OS calls" in g["evidence"] and f"({name} from " in g["evidence"]
         assert g["host_data"] == "cpu_ops+os_calls"  # recorded with --pytorch=autograd-nvtx and osrt
         assert g["duration_ns"] > 0.9 * (e - s)
 

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analyses.results import Analysis, AnalysisOptions
-from .model import Timeline
-
 if TYPE_CHECKING:
     from .analyses.compare import Comparison
+    from .analyses.results import Analysis, AnalysisOptions
+    from .model import Timeline
     from .parsers.detect import Progress
     from .store import Store
 
@@ -112,6 +111,7 @@ def analyze(
     or `window_us="START:END"` (µs from the run start) restrict every figure to that range (BadInput
     when the range is bad or empty); without them the figures cover the whole trace."""
     from .analyses.analyze import analyze_scoped
+    from .analyses.results import AnalysisOptions
     from .render.findings import with_prose
 
     return with_prose(analyze_scoped(timeline, options or AnalysisOptions(), rule_options, steps=steps, window_us=window_us))

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -214,6 +214,30 @@ def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisO
     return AnalysisOptions(gap_threshold_ns=round(gap_threshold_us * 1000), exclude_orphans=exclude_orphans)
 
 
+_ANALYSIS_MODULES = ("tracelab.analyses.analyze", "tracelab.render.findings", "tracelab.analyses.ranks")
+
+
+def prefetch(*modules: str) -> None:
+    """Import `modules` on a background thread while the main thread reads the trace: the C scanner
+    and the file reads release the GIL, so on a second core the analyses (and pandas, which they use)
+    are loaded by the time the parse ends. Errors are left to the main thread's own import. The thread
+    is joined at exit, so the interpreter never shuts down in the middle of an import."""
+    import atexit
+    import importlib
+    import threading
+
+    def run() -> None:
+        for m in modules:
+            try:
+                importlib.import_module(m)
+            except Exception:  # noqa: BLE001, S110 - the main thread imports it again and reports
+                pass
+
+    thread = threading.Thread(target=run, name="tracelab-prefetch", daemon=True)
+    thread.start()
+    atexit.register(thread.join)
+
+
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     """RUN_OR_PATH: an existing path is parsed directly (the store is not touched); anything else
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
@@ -221,6 +245,9 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
 
     path = Path(ref)
     if path.exists():
+        from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
+
+        prefetch(*_ANALYSIS_MODULES)
         with _Progress(path.name) as bar:
             return _parse(path, bar.phase("parsing")), str(path)
     from .store import Store
@@ -268,9 +295,15 @@ def _echo_json(doc: Any) -> None:
     import orjson
 
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
-    out = click.get_binary_stream("stdout")
+    out = _stdout_bytes()
     out.write(data)
     out.flush()
+
+
+def _stdout_bytes() -> BinaryIO:
+    """stdout as bytes (after whatever text was written to it), for JSON written by orjson."""
+    sys.stdout.flush()
+    return sys.stdout.buffer
 
 
 def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
@@ -490,9 +523,11 @@ def analyze(
         ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
     if as_json:
         from .analyses.ranks import rank_document_of
-        from .api import to_json
+        from .render.document import write_document
 
-        _echo_json({**to_json(analysis), **(rank_document_of(ranks) if ranks else {})})
+        out = _stdout_bytes()
+        write_document(analysis, out.write, rank_document_of(ranks) if ranks else None)
+        out.flush()
     else:
         _print_analysis(analysis, title, top_gaps)
         from .render.workload_text import workload_lines

@@ -6,13 +6,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
 from .findings import finding_notes
 from .gaps import Classification, FirstSeen, host_views, thread_first_seen
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
+from .rows import ranks_of
 from .rules import FindingContext, evaluate_all
 from .step_table import step_rows
 from .steps import Steps, find_steps
@@ -21,12 +20,12 @@ from .steps import Steps, find_steps
 def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
     """The timeline without events flagged ORPHAN (GPU work whose correlation matches no host
     launch), and how many were dropped. TraceLens-compatible totals exclude them."""
-    orphan = (timeline.events["flags"].to_numpy() & Flag.ORPHAN) != 0
+    orphan = (timeline.col("flags") & Flag.ORPHAN) != 0
     n = int(orphan.sum())
     if n == 0:
         return timeline, 0
-    events = timeline.events[~orphan].reset_index(drop=True)
-    return replace(timeline, events=events), n
+    keep = ~orphan
+    return replace(timeline, cols={c: a[keep] for c, a in timeline.cols.items()}), n
 
 
 DEFAULT_OPTIONS = AnalysisOptions()
@@ -49,7 +48,7 @@ def analyze_scoped(
         scoped, scoped_steps, note = scope_timeline(timeline, None, None)
         return analyze(scoped, options, rule_options, steps=scoped_steps, scope_note=note)
     first_seen = thread_first_seen(timeline)
-    start = int(timeline.events["start"].min()) if len(timeline.events) else None  # offsets stay run-relative
+    start = int(timeline.col("start").min()) if timeline.n_events else None  # offsets stay run-relative
     scoped, scoped_steps, note = scope_timeline(timeline, steps, window_us)
     return analyze(
         scoped, options, rule_options, steps=scoped_steps, scope_note=note, first_seen=first_seen, run_start=start
@@ -74,7 +73,7 @@ def analyze(
     if scope_note:
         notes.append(scope_note)
     if run_start is None:
-        run_start = int(timeline.events["start"].min()) if len(timeline.events) else None
+        run_start = int(timeline.col("start").min()) if timeline.n_events else None
     if options.exclude_orphans:
         timeline, dropped = drop_orphans(timeline)
         notes.append(
@@ -93,7 +92,7 @@ def analyze(
     findings, skipped = evaluate_all(ctx, rule_options)
     notes.extend(finding_notes(skipped))
     meta = timeline.meta
-    ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.events["rank"].to_numpy()))
+    ranks = meta.ranks or ranks_of(timeline)
     return Analysis(
         trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks), start_ns=run_start),
         devices=devices,

@@ -342,11 +342,13 @@ class Classification:
         """The gaps (in time order per device, devices in the order of `rows`) and their evidence."""
         tables: list[GapTable] = []
         parts: list[dict[str, np.ndarray]] = []
+        row = 0
         for dr, _, _, c in self._parts:
             if c is not None:
                 host = self.hosts[dr.rank]
-                tables.append(_device_gaps(dr, host, c))
+                tables.append(_device_gaps(dr, host, c, row))
                 parts.append(_details(self.timeline, host, c))
+                row += c.a.size
         return GapTable.concat(tables), GapDetails.concat(self.timeline.strings, parts)
 
     def idle(self) -> dict[tuple[int, int], IdleIntervals]:
@@ -383,13 +385,14 @@ class Classification:
         return classify
 
 
-def _device_gaps(dr: DeviceRows, host: HostView, c: _Classified) -> GapTable:
+def _device_gaps(dr: DeviceRows, host: HostView, c: _Classified, first_row: int) -> GapTable:
     n = c.a.size
     return GapTable(
         rank=np.full(n, dr.rank, dtype=_I64), device=np.full(n, dr.device, dtype=_I64), start=c.a, end=c.b,
         cause=c.cause, host_data=np.zeros(n, dtype=_I64),
         host_data_labels=(host.host_data + ("+os_calls" if host.os_data else ""),),
         launch_start=np.where(c.found, c.l_start, -1), launch_tid=c.l_tid, host_active=np.round(c.act, 4),
+        detail=np.arange(first_row, first_row + n, dtype=_I64),
     )
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 
 from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from ..model.kinds import HOST_API_KINDS
@@ -417,17 +416,13 @@ def thread_first_seen(timeline: Timeline) -> FirstSeen:
     """When each host thread was first recorded (CUDA API calls, CPU ops, NVTX ranges, OS calls), per (rank,
     tid). Computed on the whole trace before a --steps / --window scope clips it, so "the launching thread
     was absent" keeps meaning absent from the trace, not from the window."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP),
-                          int(EventKind.NVTX_RANGE)])
-    os_cat = _string_id(timeline.strings, OS_CALL_CATEGORY)
-    if os_cat >= 0:
-        host |= (kind == int(EventKind.OTHER)) & (ev["category"].to_numpy() == os_cat)
-    if not host.any():
-        return {}
-    df = pd.DataFrame({"rank": ev["rank"].to_numpy()[host], "tid": ev["tid"].to_numpy()[host],
-                       "start": ev["start"].to_numpy()[host]})
-    first = df.groupby(["rank", "tid"], sort=False)["start"].min()
-    return {(int(r), int(t)): int(v) for (r, t), v in first.items()}
+    out: FirstSeen = {}
+    start, tid = column(timeline, "start"), column(timeline, "tid")
+    for rank in ranks_of(timeline):  # the rank's host rows, grouped once per timeline
+        rows = np.concatenate([rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.CPU_OP, EventKind.NVTX_RANGE)),
+                               os_call_rows(timeline, rank)])
+        if rows.size:
+            spans = _life_spans(tid[rows], start[rows], start[rows])
+            out.update({(rank, t): first for t, (first, _) in spans.items()})
+    return out
 

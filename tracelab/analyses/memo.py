@@ -50,12 +50,10 @@ def memo(timeline: Timeline, key: Hashable, compute: Callable[[], T]) -> T:
 
 
 def column(timeline: Timeline, name: str) -> np.ndarray:
-    """An event column as a numpy array, fetched from the DataFrame once per timeline (each
-    `events[name].to_numpy()` costs tens of µs of pandas bookkeeping: per-device loops over hundreds
-    of devices pay it thousands of times)."""
-    return memo(timeline, ("column", name), lambda: timeline.events[name].to_numpy())
+    """An event column as a numpy array (the Timeline holds numpy columns: no pandas, no copy)."""
+    return timeline.col(name)
 
 
 def lane_column(timeline: Timeline, name: str) -> np.ndarray:
-    """A column of the lane table as a numpy array, once per timeline."""
-    return memo(timeline, ("lane_column", name), lambda: timeline.lanes[name].to_numpy())
+    """A column of the lane table as a numpy array."""
+    return timeline.lane_col(name)

@@ -123,19 +123,23 @@ class GapTable(Sequence[Gap]):
     """The gaps of an analysis as columns; a `Gap` is made only when one is asked for (a big trace has
     hundreds of thousands of gaps and most callers look at a few, or at columns). Behaves like the
     tuple of Gaps it stands for: len, indexing, slicing (a tuple), iteration in order, equality with
-    another GapTable or with a tuple / list of Gaps. Gap i has `detail` i (its row of the analysis'
-    GapDetails). Iterating over every gap makes the Gap objects once and keeps them."""
+    another GapTable or with a tuple / list of Gaps. Each gap's `detail` (its row of the analysis'
+    GapDetails) is a column too: `analyze`'s table has 0, 1, 2, ...; `rows(lo, hi)` is a part of it
+    that keeps them. Iterating over every gap makes the Gap objects once and keeps them."""
 
     __slots__ = ("_cols", "_items", "host_data_labels")
 
     COLUMNS = ("rank", "device", "start", "end", "cause", "host_data", "launch_start", "launch_tid",
-               "host_active")
+               "host_active", "detail")
 
     def __init__(self, rank: np.ndarray, device: np.ndarray, start: np.ndarray, end: np.ndarray,
                  cause: np.ndarray, host_data: np.ndarray, host_data_labels: tuple[str, ...],
-                 launch_start: np.ndarray, launch_tid: np.ndarray, host_active: np.ndarray) -> None:
+                 launch_start: np.ndarray, launch_tid: np.ndarray, host_active: np.ndarray,
+                 detail: np.ndarray | None = None) -> None:
         """cause: index into CAUSES; host_data: index into host_data_labels; launch_start: -1 when the
-        launch is not in the trace; host_active: as Gap.host_active (rounded)."""
+        launch is not in the trace; host_active: as Gap.host_active (rounded); detail: the GapDetails
+        row of each gap (default 0, 1, 2, ...)."""
+        n = np.asarray(start).size
         self._cols = {
             "rank": np.asarray(rank, dtype=np.int64), "device": np.asarray(device, dtype=np.int64),
             "start": np.asarray(start, dtype=np.int64), "end": np.asarray(end, dtype=np.int64),
@@ -143,12 +147,14 @@ class GapTable(Sequence[Gap]):
             "launch_start": np.asarray(launch_start, dtype=np.int64),
             "launch_tid": np.asarray(launch_tid, dtype=np.int64),
             "host_active": np.asarray(host_active, dtype=np.float64),
+            "detail": np.arange(n, dtype=np.int64) if detail is None else np.asarray(detail, dtype=np.int64),
         }
         self.host_data_labels = tuple(host_data_labels)
         self._items: tuple[Gap, ...] | None = None
 
     @classmethod
     def concat(cls, parts: Sequence[GapTable]) -> GapTable:
+        """The parts one after the other (their detail columns as they are)."""
         labels = tuple(dict.fromkeys(lab for p in parts for lab in p.host_data_labels))
         if not parts:
             z = np.zeros(0, dtype=np.int64)
@@ -169,18 +175,17 @@ class GapTable(Sequence[Gap]):
         if isinstance(gaps, GapTable):
             return gaps
         labels = tuple(dict.fromkeys(g.host_data for g in gaps))
-        t = cls(
+        return cls(
             [g.rank for g in gaps], [g.device for g in gaps], [g.start_ns for g in gaps],
             [g.end_ns for g in gaps], [CAUSES.index(g.cause) for g in gaps],
             [labels.index(g.host_data) for g in gaps], labels, [g.launch_start_ns for g in gaps],
-            [g.launch_tid for g in gaps], [g.host_active for g in gaps],
+            [g.launch_tid for g in gaps], [g.host_active for g in gaps], [g.detail for g in gaps],
         )
-        return t
 
     def column(self, name: str) -> np.ndarray:
         """A column (COLUMNS) as a numpy array: rank, device, start, end (ns), cause (index into
         CAUSES), host_data (index into host_data_labels), launch_start (-1: not in the trace),
-        launch_tid, host_active."""
+        launch_tid, host_active, detail."""
         return self._cols[name]
 
     @property
@@ -190,37 +195,38 @@ class GapTable(Sequence[Gap]):
     def __len__(self) -> int:
         return int(self._cols["start"].size)
 
-    def _make(self, lo: int, hi: int) -> list[Gap]:
-        return self._rows(np.arange(lo, hi, dtype=np.int64))
+    def rows(self, lo: int, hi: int) -> GapTable:
+        """Gaps lo..hi-1 as a table (columns are views; details kept)."""
+        c = self._cols
+        return GapTable(*(c[n][lo:hi] for n in ("rank", "device", "start", "end", "cause", "host_data")),
+                        self.host_data_labels,
+                        *(c[n][lo:hi] for n in ("launch_start", "launch_tid", "host_active", "detail")))
 
     def _rows(self, idx: np.ndarray) -> list[Gap]:
-        """The Gaps at rows idx (each with detail = its row)."""
+        """The Gaps at rows idx."""
         c = self._cols
         labels = self.host_data_labels
         cols = [c[n][idx].tolist() for n in ("rank", "device", "start", "end", "launch_start", "launch_tid",
-                                              "host_active")]
+                                              "host_active", "detail")]
         causes = [CAUSES[k] for k in c["cause"][idx].tolist()]
         basis = [labels[k] for k in c["host_data"][idx].tolist()]
         return [
             Gap(rank=r, device=d, start_ns=s, end_ns=e, duration_ns=e - s, cause=k, host_data=h,
                 launch_start_ns=ls, launch_tid=lt, host_active=ha, detail=i)
-            for r, d, s, e, ls, lt, ha, k, h, i in zip(*cols, causes, basis, idx.tolist(), strict=True)
+            for r, d, s, e, ls, lt, ha, i, k, h in zip(*cols, causes, basis, strict=True)
         ]
 
     def _all(self) -> tuple[Gap, ...]:
         if self._items is None:
             with bulk_allocation():
-                self._items = tuple(self._make(0, len(self)))
+                self._items = tuple(self._rows(np.arange(len(self))))
         return self._items
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             if self._items is not None:
                 return self._items[i]
-            lo, hi, step = i.indices(len(self))
-            if step == 1:
-                return tuple(self._make(lo, max(lo, hi)))
-            return tuple(self[j] for j in range(lo, hi, step))
+            return tuple(self._rows(np.arange(len(self))[i]))
         n = len(self)
         j = int(i)
         if j < 0:
@@ -229,7 +235,7 @@ class GapTable(Sequence[Gap]):
             raise IndexError("gap index out of range")
         if self._items is not None:
             return self._items[j]
-        return self._make(j, j + 1)[0]
+        return self._rows(np.array([j]))[0]
 
     def __iter__(self):
         return iter(self._all())
@@ -253,7 +259,8 @@ class GapTable(Sequence[Gap]):
     def __reduce__(self):
         c = self._cols
         return (GapTable, (c["rank"], c["device"], c["start"], c["end"], c["cause"], c["host_data"],
-                           self.host_data_labels, c["launch_start"], c["launch_tid"], c["host_active"]))
+                           self.host_data_labels, c["launch_start"], c["launch_tid"], c["host_active"],
+                           c["detail"]))
 
     def longest(self, k: int | None = None) -> list[Gap]:
         """The k longest gaps (all when k is None), longest first; equal lengths in table order (as
@@ -411,10 +418,31 @@ class Analysis:
     gap_details: GapDetails | None = field(default=None, compare=False, repr=False)
 
 
-def document(analysis: Analysis, gap_evidence: Sequence[str]) -> dict[str, Any]:
+def gap_doc(g: Gap, evidence: str) -> dict[str, Any]:
+    """One gap as the document lists it, with its evidence text (tracelab.render.gap_evidence)."""
+    launched = g.launch_start_ns >= 0
+    return {
+        "rank": g.rank,
+        "device": g.device,
+        "start_ns": g.start_ns,
+        "end_ns": g.end_ns,
+        "duration_ns": g.duration_ns,
+        "cause": g.cause,
+        "evidence": evidence,
+        "host_data": g.host_data,
+        "details": {
+            "launch_start_ns": g.launch_start_ns if launched else None,
+            "launch_tid": g.launch_tid if launched else None,
+            "host_active_fraction": g.host_active,
+        },
+    }
+
+
+def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str, Any]:
     """The `analyze --json` document, schema 2 (DESIGN.md): schema 1 plus `steps`, `notes`,
     `findings[].data` and each gap's `host_data` and `details`. `gap_evidence` holds each gap's evidence
-    text, in the order of `analysis.gaps` (tracelab.render.document.to_document builds it)."""
+    text, in the order of `analysis.gaps` (tracelab.render.document builds it); None: the gaps list left
+    empty (tracelab.render.document.write_document streams it)."""
 
     def device_doc(d: DeviceSummary) -> dict[str, Any]:
         return {
@@ -477,24 +505,7 @@ def document(analysis: Analysis, gap_evidence: Sequence[str]) -> dict[str, Any]:
         },
         "devices": [device_doc(d) for d in analysis.devices],
         "steps": [step_doc(s) for s in analysis.steps],
-        "gaps": _gap_docs(analysis.gaps, gap_evidence) if isinstance(analysis.gaps, GapTable) else [
-            {
-                "rank": g.rank,
-                "device": g.device,
-                "start_ns": g.start_ns,
-                "end_ns": g.end_ns,
-                "duration_ns": g.duration_ns,
-                "cause": g.cause,
-                "evidence": text,
-                "host_data": g.host_data,
-                "details": {
-                    "launch_start_ns": g.launch_start_ns if g.launch_start_ns >= 0 else None,
-                    "launch_tid": g.launch_tid if g.launch_start_ns >= 0 else None,
-                    "host_active_fraction": g.host_active,
-                },
-            }
-            for g, text in zip(analysis.gaps, gap_evidence, strict=True)
-        ],
+        "gaps": gap_docs(analysis.gaps, gap_evidence) if gap_evidence is not None else [],
         "findings": [
             {
                 "rule": f.rule,
@@ -511,10 +522,13 @@ def document(analysis: Analysis, gap_evidence: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _gap_docs(gaps: GapTable, evidence: Sequence[str]) -> list[dict[str, Any]]:
-    """The documents' gaps from the columns (no Gap objects), as `document` words them."""
+def gap_docs(gaps: Sequence[Gap], evidence: Sequence[str]) -> list[dict[str, Any]]:
+    """The gaps as the document lists them (`gap_doc` each), with their evidence texts; from the columns
+    of a GapTable (no Gap objects)."""
     with bulk_allocation():
-        return _gap_dicts(gaps, evidence)
+        if isinstance(gaps, GapTable):
+            return _gap_dicts(gaps, evidence)
+        return [gap_doc(g, text) for g, text in zip(gaps, evidence, strict=True)]
 
 
 def _gap_dicts(gaps: GapTable, evidence: Sequence[str]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Timeline
+from .names import short_name
 from .step_sequence import MAX_TOKENS, MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
 
 Cut = tuple[np.ndarray, np.ndarray]  # (start ns, end ns) of the steps, int64
@@ -136,10 +137,15 @@ class Anchor:
     first: int = -1  # where the first step starts, when known (the trace's start)
 
 
+def _call_name(timeline: Timeline, token: int) -> str:
+    """A token's name as the notes print it (one line: kernel names shortened)."""
+    return short_name(timeline.name(int(token)) or "?")
+
+
 def _anchor_name(timeline: Timeline, tok: np.ndarray, at: int, k: int) -> str:
-    name = timeline.name(int(tok[at])) or "?"
+    name = _call_name(timeline, tok[at])
     if k > 1 and at + 1 < tok.size:
-        name = f"{name}, then {timeline.name(int(tok[at + 1])) or '?'}"
+        name = f"{name}, then {_call_name(timeline, tok[at + 1])}"
         if k > 2:
             name += f" (and {k - 2} more calls)"
     return name
@@ -173,8 +179,7 @@ def _trace_start_anchor(
             return None
         before = pos[1:] - 1
         if before.size and np.mean(seq.blocking[before]) >= ANCHOR_RHYTHM:
-            name = timeline.name(int(tok[before[0]])) or "?"
-            return Anchor(before, True, name, "blocking", first=i0)
+            return Anchor(before, True, _call_name(timeline, tok[before[0]]), "blocking", first=i0)
         return Anchor(pos, False, _anchor_name(timeline, tok, i0, k), "trace_start", first=i0)
     return None
 
@@ -199,9 +204,9 @@ def _blocking_anchor(
         med_dur = group_median(cid, duration[pos_c], cand.size)
         c = int(np.flatnonzero(blk)[np.argmax(med_dur[blk])])
         first = int(np.flatnonzero(ids == cand[c])[0])
-        name = timeline.name(int(tok[first])) or "?"
+        name = _call_name(timeline, tok[first])
         if label and first:
-            name = f"{name} {label} {timeline.name(int(tok[first - 1])) or '?'}"
+            name = f"{name} {label} {_call_name(timeline, tok[first - 1])}"
         pos = in_rhythm(np.flatnonzero((ids == cand[c]) & steady), period)
         return Anchor(pos, True, name, "blocking")
     return None

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..model import EventKind, Timeline
 from .memo import column
+from .names import short_name
 from .rows import names_matching, ranks_of, rows_of
 from .step_cut import (
     HOST_PACED,
@@ -153,7 +154,7 @@ def _launch_run_steps(
     if run is None:
         return None
     s, e = cut_launch_run(launches, run, calls)
-    name = timeline.name(int(launches.tokens[run.first])) or "?"
+    name = short_name(timeline.name(int(launches.tokens[run.first])) or "?")
     what = (
         f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
         if graph

@@ -1,55 +1,67 @@
-"""Group rows by several integer key columns at once, in one hash pass instead of a sort.
+"""Group rows by several integer key columns at once, numbered in sorted (lexicographic) key order, as
+`DataFrame.groupby(keys, sort=True).ngroup()` numbers them, with numpy only (the model needs no pandas).
 
-`group_rows(keys)` numbers the distinct key tuples in sorted (lexicographic) order, as
-`DataFrame.groupby(keys, sort=True).ngroup()` does, but without building a frame: each column is
-turned into small codes (an offset when its range is small, a hash factorization otherwise),
-the codes are combined into one int64 key by mixed radix (re-factorized whenever the radix product
-would leave int64), the combined key is factorized once, and only the distinct tuples are sorted.
+Each key column becomes order-preserving dense codes (a lookup table when its values span a small range,
+else a sort of the column); the codes are folded into one int64 key by mixed radix, re-densified
+before the radix product would pass 2^62, and the folded key is made dense once more: group ids in
+key order. A constant column splits nothing and is skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-import pandas as pd
-
-_DIRECT_RANGE = 1 << 32  # columns spanning fewer values than this are coded by offset, no hashing
-_KEY_LIMIT = 1 << 62
 
 
-def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
-    """Codes in [0, card) that keep the order of the values, and card."""
-    lo, hi = int(col.min()), int(col.max())
-    if hi - lo < _DIRECT_RANGE:
-        return (col.astype(np.int64, copy=False) - lo), hi - lo + 1
-    codes, uniques = pd.factorize(col, sort=True)
-    return codes.astype(np.int64, copy=False), len(uniques)
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Order-preserving dense codes 0..k-1 of integer values, and k: equal values get equal codes and
+    a smaller value a smaller code. A lookup table when the values span a small range, else a sort."""
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    lo, hi = int(values.min()), int(values.max())
+    if lo == hi:
+        return np.zeros(n, dtype=np.int64), 1
+    if hi - lo < max(1 << 16, 2 * n):
+        offset = values.astype(np.int64) - lo
+        present = np.zeros(hi - lo + 1, dtype=bool)
+        present[offset] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        return rank[offset], int(rank[-1]) + 1
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return inverse.astype(np.int64).reshape(-1), len(uniq)
+
+
+def group_codes(keys: Iterable[np.ndarray]) -> tuple[np.ndarray, int]:
+    """Dense ids of the rows' key tuples, numbered in lexicographic key order, and how many there are.
+    `keys` may be a generator (one key column alive at a time)."""
+    code: np.ndarray | None = None
+    bound = 1
+    for k in keys:
+        if code is None:
+            code = np.zeros(len(k), dtype=np.int64)
+        c, m = dense_codes(np.asarray(k))
+        if m <= 1:
+            continue  # a constant column splits nothing
+        if bound * m >= 1 << 62:  # keep the folded key in int64: make it dense first (then bound <= n)
+            code, bound = dense_codes(code)
+        code = code * m + c
+        bound *= m
+    if code is None:
+        return np.zeros(0, dtype=np.int64), 0
+    return dense_codes(code) if bound > 1 else (code, min(bound, len(code)))
+
+
+def first_rows(ids: np.ndarray, k: int) -> np.ndarray:
+    """For ids in 0..k-1: the first row holding each id."""
+    first = np.full(k, len(ids), dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
+    return first
 
 
 def group_rows(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(group id of every row, first row of each group); groups numbered in lexicographic order of
     their key tuples. All key columns are integer arrays of one length n > 0."""
-    n = len(keys[0])
-    key = np.zeros(n, dtype=np.int64)
-    card = 1
-    for col in keys:
-        col = np.asarray(col)
-        if col.min() == col.max():
-            continue  # a constant column splits nothing
-        codes, c = _codes(col)
-        if card * c >= _KEY_LIMIT:  # compress the key so far to its distinct values (order kept)
-            key, uniq = pd.factorize(key, sort=True)
-            key = key.astype(np.int64, copy=False)
-            card = len(uniq)
-        key = key * c + codes
-        card *= c
-    codes, uniq = pd.factorize(key, sort=False)  # first-appearance order: one hash pass
-    codes = codes.astype(np.int64, copy=False)
-    # a code appears for the first time exactly where it exceeds every code before it
-    seen = np.maximum.accumulate(codes)
-    first = np.flatnonzero(np.concatenate(([True], seen[1:] > seen[:-1])))
-    rank = np.empty(len(uniq), dtype=np.int64)
-    by_value = np.argsort(np.asarray(uniq), kind="stable")  # the combined key keeps lexicographic order
-    rank[by_value] = np.arange(len(uniq), dtype=np.int64)
-    return rank[codes], first[by_value]
+    ids, k = group_codes(keys)
+    return ids, first_rows(ids, k)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
 
 class StringInterner:
@@ -26,8 +26,10 @@ class StringInterner:
             self._strings.append(s)
         return sid
 
-    def intern_array(self, values: Sequence[object] | np.ndarray | pd.Series) -> np.ndarray:
+    def intern_array(self, values: Sequence[object] | np.ndarray | Any) -> np.ndarray:
         """Ids for each value; None / NaN map to -1."""
+        import pandas as pd
+
         codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
         table = np.fromiter((self.intern(str(u)) for u in uniques), dtype=np.int32, count=len(uniques))
         out = np.full(len(codes), -1, dtype=np.int32)

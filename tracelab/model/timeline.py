@@ -1,7 +1,9 @@
 """The Timeline: every trace, whatever its format, becomes one of these.
 
-Events are columnar (a pandas DataFrame with the fixed schema `EVENT_COLUMNS`, integer nanoseconds on
-the trace's own clock), names are interned in `strings`, and every event sits on a lane:
+Events are columnar (numpy arrays with the fixed schema `EVENT_COLUMNS`, integer nanoseconds on the
+trace's own clock: `Timeline.cols`, or `Timeline.col(name)`; `Timeline.events` is the same table as a
+pandas DataFrame, built on first use without copying, so code that needs no pandas never imports it),
+names are interned in `strings`, and every event sits on a lane:
 
     rank -> device -> context / green context -> stream      (GPU_STREAM, GPU_ANNOTATION lanes)
     rank -> process -> thread                                (HOST_THREAD lanes: API calls, CPU ops)
@@ -13,15 +15,19 @@ columns use -1 for "unknown / not applicable".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from .grouping import group_rows
+from .grouping import first_rows, group_codes
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Columns = dict[str, np.ndarray]  # column name -> numpy array, all of one length
 
 EVENT_COLUMNS: dict[str, str] = {
     "kind": "int8",  # EventKind
@@ -125,11 +131,26 @@ class RunMeta:
     extra: Mapping[str, Any] = field(default_factory=dict)  # free-form metadata (meta.json, distributedInfo)
 
 
-@dataclass(frozen=True)
+def _frame_columns(frame: Any) -> Columns:
+    return {str(c): frame[c].to_numpy() for c in frame.columns}
+
+
+def _frame(cols: Columns) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(cols, copy=False)
+
+
+@dataclass(frozen=True, init=False, eq=False, repr=False)
 class Timeline:
-    events: pd.DataFrame  # EVENT_COLUMNS, sorted by start
+    """`cols` (EVENT_COLUMNS, sorted by start) and `lane_cols` (LANE_COLUMNS, lane i at row i) are numpy
+    columns; `events` / `lanes` show them as DataFrames (built on first use, zero-copy). Construct with
+    either `events=` / `lanes=` DataFrames or `cols=` / `lane_cols=` (a given DataFrame wins, so
+    `dataclasses.replace(tl, events=df)` works)."""
+
+    cols: Columns
     strings: tuple[str, ...]
-    lanes: pd.DataFrame  # LANE_COLUMNS, indexed 0..n-1 by lane
+    lane_cols: Columns
     devices: tuple[DeviceInfo, ...]
     meta: RunMeta
     contexts: tuple[ContextInfo, ...] = ()
@@ -137,9 +158,73 @@ class Timeline:
     # (ns on the trace clock) and name (kernel string id); None when the run has no probe data.
     sm_blocks: pd.DataFrame | None = None
 
+    def __init__(
+        self,
+        events: pd.DataFrame | None = None,
+        strings: Sequence[str] = (),
+        lanes: pd.DataFrame | None = None,
+        devices: Sequence[DeviceInfo] = (),
+        meta: RunMeta | None = None,
+        contexts: Sequence[ContextInfo] = (),
+        sm_blocks: pd.DataFrame | None = None,
+        *,
+        cols: Columns | None = None,
+        lane_cols: Columns | None = None,
+    ) -> None:
+        if events is not None:
+            cols = _frame_columns(events)
+        if lanes is not None:
+            lane_cols = _frame_columns(lanes)
+        if cols is None or lane_cols is None or meta is None:
+            raise TypeError("Timeline needs events (or cols), lanes (or lane_cols) and meta")
+        setattr_ = object.__setattr__
+        setattr_(self, "cols", cols)
+        setattr_(self, "strings", tuple(strings))
+        setattr_(self, "lane_cols", lane_cols)
+        setattr_(self, "devices", tuple(devices))
+        setattr_(self, "meta", meta)
+        setattr_(self, "contexts", tuple(contexts))
+        setattr_(self, "sm_blocks", sm_blocks)
+        setattr_(self, "_events", events)
+        setattr_(self, "_lanes", lanes)
+
+    def __repr__(self) -> str:
+        return (
+            f"Timeline({self.n_events} events, {self.n_lanes} lanes, {len(self.strings)} strings, "
+            f"{len(self.devices)} devices, source={self.meta.source!r})"
+        )
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The events as a pandas DataFrame over the same arrays (imports pandas on first use)."""
+        if self._events is None:  # type: ignore[attr-defined]
+            object.__setattr__(self, "_events", _frame(self.cols))
+        return self._events  # type: ignore[attr-defined]
+
+    @property
+    def lanes(self) -> pd.DataFrame:
+        if self._lanes is None:  # type: ignore[attr-defined]
+            object.__setattr__(self, "_lanes", _frame(self.lane_cols))
+        return self._lanes  # type: ignore[attr-defined]
+
+    def col(self, name: str) -> np.ndarray:
+        """One event column as a numpy array (no pandas)."""
+        return self.cols[name]
+
+    def lane_col(self, name: str) -> np.ndarray:
+        return self.lane_cols[name]
+
+    @property
+    def n_events(self) -> int:
+        return len(self.cols["start"])
+
+    @property
+    def n_lanes(self) -> int:
+        return len(self.lane_cols["lane"])
+
     # ---- convenience views -------------------------------------------------------------------
     def gpu_mask(self) -> np.ndarray:
-        return self.events["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy()
+        return np.isin(self.cols["kind"], [int(k) for k in GPU_ACTIVITY_KINDS])
 
     def gpu_events(self) -> pd.DataFrame:
         return self.events[self.gpu_mask()]
@@ -147,7 +232,7 @@ class Timeline:
     def name(self, sid: int) -> str:
         return self.strings[sid] if 0 <= sid < len(self.strings) else ""
 
-    def names(self, ids: np.ndarray | pd.Series) -> np.ndarray:
+    def names(self, ids: Any) -> np.ndarray:
         table = np.array(self.strings + ("",), dtype=object)
         ids = np.asarray(ids)
         return table[np.where((ids >= 0) & (ids < len(self.strings)), ids, len(self.strings))]
@@ -164,34 +249,37 @@ class Timeline:
     # ---- invariants --------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ModelError if any invariant is broken."""
-        ev = self.events
+        ev = self.cols
         problems: list[str] = []
-        missing = [c for c in EVENT_COLUMNS if c not in ev.columns]
+        missing = [c for c in EVENT_COLUMNS if c not in ev]
         if missing:
             raise ModelError(f"event columns missing: {missing}")
+        n = self.n_events
         for col, dtype in EVENT_COLUMNS.items():
             if str(ev[col].dtype) != dtype:
                 problems.append(f"column {col} is {ev[col].dtype}, expected {dtype}")
-        start = ev["start"].to_numpy()
-        end = ev["end"].to_numpy()
+            if len(ev[col]) != n:
+                problems.append(f"column {col} has {len(ev[col])} rows, expected {n}")
+        start = ev["start"]
+        end = ev["end"]
         if (end < start).any():
             problems.append(f"{int((end < start).sum())} events end before they start")
-        if len(start) > 1 and (np.diff(start) < 0).any():
+        if len(start) > 1 and (start[1:] < start[:-1]).any():
             problems.append("events are not sorted by start")
-        kinds = ev["kind"].to_numpy()
+        kinds = ev["kind"]
         if len(kinds) and (kinds.min() < 0 or kinds.max() > max(EventKind)):
             problems.append("unknown event kind codes")
         for col in ("name", "category"):
-            ids = ev[col].to_numpy()
+            ids = ev[col]
             if len(ids) and (ids.min() < -1 or ids.max() >= len(self.strings)):
                 problems.append(f"{col} ids outside the string table")
         gpu = self.gpu_mask()
-        if (ev["device"].to_numpy()[gpu] < 0).any():
+        if (ev["device"][gpu] < 0).any():
             problems.append("GPU events without a device")
-        lane = ev["lane"].to_numpy()
-        if len(lane) and (lane.min() < 0 or lane.max() >= len(self.lanes)):
+        lane = ev["lane"]
+        if len(lane) and (lane.min() < 0 or lane.max() >= self.n_lanes):
             problems.append("lane ids outside the lane table")
-        if len(self.lanes) and not np.array_equal(self.lanes["lane"].to_numpy(), np.arange(len(self.lanes))):
+        if self.n_lanes and not np.array_equal(self.lane_cols["lane"], np.arange(self.n_lanes)):
             problems.append("lane table is not indexed 0..n-1")
         keys = [(d.rank, d.device) for d in self.devices]
         if len(keys) != len(set(keys)):
@@ -201,55 +289,91 @@ class Timeline:
 
 
 def _column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray:
+    """A column of n rows in its schema dtype. A missing column or a scalar is one value for every row:
+    a read-only broadcast view (no memory per row), as every column of a Timeline is read-only."""
     dtype = EVENT_COLUMNS[name]
     value = columns.get(name)
     if value is None:
-        return np.full(n, DEFAULTS[name], dtype=dtype)
+        return np.broadcast_to(np.asarray(DEFAULTS[name], dtype=dtype), (n,))
     arr = np.asarray(value)
     if arr.ndim == 0:
-        return np.full(n, arr.item(), dtype=dtype)
+        return np.broadcast_to(arr.astype(dtype), (n,))
     if arr.dtype.kind == "f":
         arr = np.where(np.isnan(arr), DEFAULTS[name], arr)
     return arr.astype(dtype, copy=False)
 
 
+def is_constant(a: np.ndarray) -> bool:
+    """A broadcast column: one value for every row."""
+    return a.ndim == 1 and len(a) > 1 and a.strides[0] == 0
+
+
+_LANE_KEYS = ("lane_kind", "rank", "device", "context", "green_context", "stream", "pid", "tid", "category")
 _LANE_KIND_OF = np.full(256, int(LaneKind.HOST_THREAD), dtype=np.int8)  # lane kind of each event kind
 _LANE_KIND_OF[[int(k) for k in (*GPU_ACTIVITY_KINDS, EventKind.SYNC)]] = int(LaneKind.GPU_STREAM)  # with a device
 _LANE_KIND_OF[int(EventKind.GPU_ANNOTATION)] = int(LaneKind.GPU_ANNOTATION)
 _LANE_KIND_OF[[int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]] = int(LaneKind.NVTX)
 
 
-def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
-    """Lane id for every event, and the lane table. Vectorized: one hash pass over the lane keys
-    (`grouping.group_rows`), lanes numbered in sorted key order."""
-    n = len(events)
-    kind = events["kind"].to_numpy()
+def _lane_kind(cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    kind = np.asarray(cols["kind"])
     if kind.dtype != np.int8:  # the model's dtype; anything else is looked up by its valid range
         kind = np.where((kind >= 0) & (kind <= 127), kind, 127).astype(np.int8)
     lane_kind = _LANE_KIND_OF[kind.view(np.uint8)]  # one lookup per event
-    lane_kind[(lane_kind == int(LaneKind.GPU_STREAM)) & (events["device"].to_numpy() < 0)] = int(LaneKind.HOST_THREAD)
+    lane_kind[(lane_kind == int(LaneKind.GPU_STREAM)) & (cols["device"] < 0)] = int(LaneKind.HOST_THREAD)
+    return lane_kind
+
+
+def _lane_key(cols: Mapping[str, np.ndarray], lane_kind: np.ndarray, name: str) -> np.ndarray:
+    """One lane key column of every event (LANE_COLUMNS but `lane`)."""
+    if name == "lane_kind":
+        return lane_kind
+    if name == "rank":
+        return cols["rank"]
     gpu_side = (lane_kind == int(LaneKind.GPU_STREAM)) | (lane_kind == int(LaneKind.GPU_ANNOTATION))
+    if name in ("pid", "tid"):
+        return np.where(gpu_side, -1, cols[name])
+    if name == "category":
+        return np.where(lane_kind == int(LaneKind.NVTX), cols["category"], -1).astype(np.int32)
+    out = np.where(gpu_side, cols[name], -1)
+    return out.astype(np.int32) if name == "device" else out
+
+
+def lane_keys(cols: Mapping[str, np.ndarray]) -> Columns:
+    """The lane key columns of every event (LANE_COLUMNS but `lane`)."""
+    lane_kind = _lane_kind(cols)
+    return {k: _lane_key(cols, lane_kind, k) for k in _LANE_KEYS}
+
+
+def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns]:
+    """Lane id for every event, and the lane table, numbered in (lane_kind, rank, device, context,
+    green context, stream, pid, tid, category) order. numpy only: a few O(n) passes, one key column
+    alive at a time."""
+    n = len(cols["kind"])
     if n == 0:
-        lanes = pd.DataFrame({c: pd.Series([], dtype=t) for c, t in LANE_COLUMNS.items()})
-        return np.zeros(0, dtype=np.int32), lanes
-    keys = {
-        "lane_kind": lane_kind,
-        "rank": events["rank"].to_numpy(),
-        "device": np.where(gpu_side, events["device"].to_numpy(), -1).astype(np.int32),
-        "context": np.where(gpu_side, events["context"].to_numpy(), -1),
-        "green_context": np.where(gpu_side, events["green_context"].to_numpy(), -1),
-        "stream": np.where(gpu_side, events["stream"].to_numpy(), -1),
-        "pid": np.where(gpu_side, -1, events["pid"].to_numpy()),
-        "tid": np.where(gpu_side, -1, events["tid"].to_numpy()),
-        "category": np.where(lane_kind == int(LaneKind.NVTX), events["category"].to_numpy(), -1).astype(np.int32),
-    }
-    # lanes numbered in sorted key order (as groupby(sort=True).ngroup()), hashed in one pass
-    ids, first = group_rows(list(keys.values()))
-    lane_ids = ids.astype(np.int32)
-    lanes = pd.DataFrame({c: v[first] for c, v in keys.items()})
-    lanes.insert(0, "lane", np.arange(len(lanes), dtype=np.int32))
-    lanes = lanes.astype(LANE_COLUMNS)
-    return lane_ids, lanes
+        return np.zeros(0, dtype=np.int32), {c: np.zeros(0, dtype=t) for c, t in LANE_COLUMNS.items()}
+    lane_kind = _lane_kind(cols)
+    ids, k = group_codes(_lane_key(cols, lane_kind, name) for name in _LANE_KEYS)
+    first = first_rows(ids, k)
+    lanes: Columns = {"lane": np.arange(k, dtype=np.int32)}
+    for c in _LANE_KEYS:
+        lanes[c] = _lane_key(cols, lane_kind, c)[first].astype(LANE_COLUMNS[c])
+    return ids.astype(np.int32), lanes
+
+
+def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Lane id for every event of a DataFrame, and the lane table as a DataFrame."""
+    ids, lanes = assign_lane_ids(_frame_columns(events))
+    return ids, _frame(lanes)
+
+
+def _gpu_devices(cols: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
+    dev = cols["device"]
+    used = dev >= 0
+    if not used.any():
+        return []
+    key = np.unique((cols["rank"][used].astype(np.int64) << 32) | dev[used].astype(np.int64))
+    return [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in key.tolist()]
 
 
 def build_timeline(
@@ -260,33 +384,38 @@ def build_timeline(
     contexts: Sequence[ContextInfo] = (),
     sm_blocks: pd.DataFrame | None = None,
     validate: bool = True,
+    consume: bool = False,
 ) -> Timeline:
     """Make a Timeline from column arrays (any missing column takes its default), sorted by start,
-    with lanes assigned. Parsers call this once at the end; they never build rows in Python."""
+    with lanes assigned. Parsers call this once at the end; they never build rows in Python.
+    Columns are converted and reordered one at a time, so the peak is the columns plus one;
+    `consume=True` (a dict the caller gives away) also drops each input column once converted."""
     present = [v for v in columns.values() if v is not None and np.ndim(v) > 0]
     n = len(present[0]) if present else 0
-    data = {c: _column(columns, c, n) for c in EVENT_COLUMNS}
-    if n and not (np.diff(data["start"]) >= 0).all():  # sort only when a parser did not
-        order = np.argsort(data["start"], kind="stable")
-        data = {c: a[order] for c, a in data.items()}
-    events = pd.DataFrame(data, copy=False)
-    lane_ids, lanes = assign_lanes(events)
-    events["lane"] = lane_ids
+    start = _column(columns, "start", n)
+    order = None
+    if n and (start[1:] < start[:-1]).any():
+        order = np.argsort(start, kind="stable")
+    data: Columns = {}
+    for c in EVENT_COLUMNS:
+        if c == "lane":
+            continue
+        a = start if c == "start" else _column(columns, c, n)
+        data[c] = a[order] if order is not None and not is_constant(a) else a
+        if consume and isinstance(columns, MutableMapping):
+            columns.pop(c, None)
+        del a
+    del order, start
+    lane_ids, lanes = assign_lane_ids(data)
+    data["lane"] = lane_ids
     # devices seen in events but not described get a bare DeviceInfo
     known = {(d.rank, d.device) for d in devices}
-    dev = events["device"].to_numpy()
-    on_dev = dev >= 0
-    pairs = pd.unique((events["rank"].to_numpy()[on_dev].astype(np.int64) << 32) | dev[on_dev].astype(np.int64))
-    extra = [
-        DeviceInfo(rank=int(k) >> 32, device=int(k) & 0xFFFFFFFF)
-        for k in pairs.tolist()
-        if (int(k) >> 32, int(k) & 0xFFFFFFFF) not in known
-    ]
+    extra = [DeviceInfo(rank=r, device=d) for r, d in _gpu_devices(data) if (r, d) not in known]
     all_devices = tuple(sorted((*devices, *extra), key=lambda d: (d.rank, d.device)))
     tl = Timeline(
-        events=events,
+        cols=data,
         strings=tuple(strings),
-        lanes=lanes,
+        lane_cols=lanes,
         devices=all_devices,
         meta=meta,
         contexts=tuple(contexts),
@@ -303,7 +432,6 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
         return replace(parts[0], meta=meta)
     table: dict[str, int] = {}
     strings: list[str] = []
-    frames = []
     remaps = []
     for tl in parts:
         remap = np.empty(len(tl.strings) + 1, dtype=np.int32)
@@ -315,16 +443,19 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
             remap[i] = sid
         remap[-1] = -1
         remaps.append(remap)
-        ev = tl.events.copy()
-        for col in ("name", "category"):
-            ids = ev[col].to_numpy()
-            ev[col] = remap[np.where(ids < 0, len(tl.strings), ids)]
-        frames.append(ev)
-    events = pd.concat(frames, ignore_index=True)
+    merged: Columns = {}
+    for c in EVENT_COLUMNS:
+        if c == "lane":
+            continue
+        arrays = [tl.cols[c] for tl in parts]
+        if c in ("name", "category"):
+            arrays = [r[np.where(a < 0, len(tl.strings), a)] for a, r, tl in zip(arrays, remaps, parts)]
+        merged[c] = np.concatenate(arrays)
+    total = len(merged["start"])
     # sm_blocks["kernel"] holds a row of its part's events: move it to the row that event gets in the merged,
     # start-sorted table (build_timeline sorts with the same stable argsort)
-    new_row = np.empty(len(events), dtype=np.int64)
-    new_row[np.argsort(events["start"].to_numpy(), kind="stable")] = np.arange(len(events))
+    new_row = np.empty(total, dtype=np.int64)
+    new_row[np.argsort(merged["start"], kind="stable")] = np.arange(total)
     blocks = []
     offset = 0
     for tl, remap in zip(parts, remaps):
@@ -335,14 +466,19 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
                 b = b.assign(name=remap[np.where(ids < 0, len(tl.strings), ids)])
             if "kernel" in b.columns:
                 k = b["kernel"].to_numpy()
-                b = b.assign(kernel=np.where(k >= 0, new_row[np.clip(k + offset, 0, max(len(events) - 1, 0))], -1))
+                b = b.assign(kernel=np.where(k >= 0, new_row[np.clip(k + offset, 0, max(total - 1, 0))], -1))
             blocks.append(b)
-        offset += len(tl.events)
+        offset += tl.n_events
+    sm_blocks = None
+    if blocks:
+        import pandas as pd
+
+        sm_blocks = pd.concat(blocks, ignore_index=True)
     return build_timeline(
-        {c: events[c].to_numpy() for c in EVENT_COLUMNS if c != "lane"},
+        merged,
         strings,
         meta,
         devices=[d for tl in parts for d in tl.devices],
         contexts=[c for tl in parts for c in tl.contexts],
-        sm_blocks=pd.concat(blocks, ignore_index=True) if blocks else None,
+        sm_blocks=sm_blocks,
     )

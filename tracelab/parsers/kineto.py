@@ -6,11 +6,12 @@ Both schemas are read: the current one (cats `kernel`, `gpu_memcpy`, `gpu_memset
 `Operator`, tid "stream 7", `computeProperties`, lowercase 'external id'); AMD/HIP traces use the same
 cats with hip* API names.
 
-How: the traceEvents array is streamed in chunks (`kineto_stream`); msgspec decodes each chunk into
-small typed structs that carry only the fields we use (everything else is skipped without making
-Python objects); columns are pulled out with C-level `map(attrgetter)` into numpy arrays; names are
-interned per distinct value (`kineto_columns`); device limits and copy kinds come from
-`kineto_devices`. Times become integer ns on the trace's own clock: round(ts_µs * 1000).
+How: the traceEvents array is streamed in chunks (`kineto_stream`). Each chunk goes through the C
+scanner (`_kineto_scan.c`, built by setup.py when a compiler is there), which writes the fields we use
+straight into column buffers, with the chunk's distinct strings in a small table; a chunk it declines
+(anything outside strictly valid JSON of the expected types) is decoded by msgspec into small typed
+structs instead, the reference path (`kineto_rows` gives both one interface). Names are interned per
+distinct value; device limits and copy kinds come from `kineto_devices`. Times become integer ns on the trace's own clock: round(ts_µs * 1000).
 
 What is kept: complete ("X") events. Flows (ac2g), instants ([memory]), counters and metadata rows are
 counted in meta.stats but not kept. python_function and unknown cats become OTHER host events;
@@ -21,11 +22,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from itertools import repeat
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +43,9 @@ from tracelab.model import (
 from tracelab.model.api_names import classify_api_ids, comm_mask
 from tracelab.model.kinds import NO_STREAM
 
-from .kineto_columns import (
-    assemble,
-    col,
-    member,
-    sorted_unique,
-    stream_from_tid,
-    strs,
-    take,
-    triples,
-)
+from .kineto_columns import assemble, member, sorted_unique
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
+from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scanner_available
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 from .validate import (
     INT32_LIMIT,
@@ -141,9 +131,6 @@ _KIND_OF: dict[str, int] = {
     **{k: _DROP for k in _SKIP_CATS},
     "": _DROP,
 }
-_X_PH = frozenset({"X"})
-_INSTANT_PH = frozenset({"i", "I"})
-_FLOW_PH = frozenset({"s", "f", "t"})
 _GPU = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 _ON_DEVICE = (*_GPU, int(EventKind.SYNC), int(EventKind.GPU_ANNOTATION))
 _WITH_CORRELATION = (*_GPU, int(EventKind.SYNC), int(EventKind.RUNTIME), int(EventKind.DRIVER))
@@ -167,27 +154,27 @@ def load_kineto(
     path = Path(path)
     if not path.is_file():
         raise TraceFormatError("no such file", path)
-    parsed = _Parsed()
+    parsed = _Parsed(pipeline=True)
     chunks = EventChunks(path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress)
     try:
         for _ in chunks:
             pass
         meta_obj = _load_metadata(chunks.metadata_json)
+        return parsed.finish(path, meta_obj, rank)
     except ChunkError as exc:
         raise TraceFormatError(_explain(path, str(exc)), path) from None
-    return parsed.finish(path, meta_obj, rank)
+    finally:
+        parsed.close()
 
 
 def relabel_rank(tl: Timeline, rank: int) -> Timeline:
     """The same timeline with every event, lane and device moved to `rank`."""
-    ev = tl.events.copy()
-    ev["rank"] = np.int32(rank)
-    lanes = tl.lanes.copy()
-    lanes["rank"] = np.int32(rank)
+    cols = dict(tl.cols, rank=np.full(tl.n_events, rank, dtype=np.int32))
+    lanes = dict(tl.lane_cols, rank=np.full(tl.n_lanes, rank, dtype=np.int32))
     devices = tuple(replace(d, rank=rank) for d in tl.devices)
     contexts = tuple(replace(c, rank=rank) for c in tl.contexts)
     return replace(
-        tl, events=ev, lanes=lanes, devices=devices, contexts=contexts, meta=replace(tl.meta, ranks=(rank,))
+        tl, cols=cols, lane_cols=lanes, devices=devices, contexts=contexts, meta=replace(tl.meta, ranks=(rank,))
     )
 
 
@@ -253,9 +240,17 @@ def _decode(piece: bytes) -> list:
 
 
 class _Parsed:
-    """Accumulates column arrays chunk by chunk."""
+    """Accumulates column arrays chunk by chunk. `pipeline=True`: each chunk is scanned on a second
+    thread (the C scanner runs without the GIL) while this thread turns the previous chunk into columns;
+    chunks are still processed one by one in file order, so the result is the same."""
 
-    def __init__(self) -> None:
+    def __init__(self, pipeline: bool = False) -> None:
+        self._pool: Any = None
+        self._pending: Rows | None = None  # the last chunk read, not yet turned into columns
+        if pipeline and scanner_available():
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
@@ -280,40 +275,69 @@ class _Parsed:
             self.strings.append(v)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
 
-    # called by EventChunks for each piece: keeps column arrays, frees the structs
-    def add_chunk(self, piece: memoryview) -> int:
-        evs = _decode(piece)
-        self._process(evs)
-        return len(evs)
+    def intern_table(self, ids: np.ndarray, table: list[str]) -> np.ndarray:
+        """`intern([table[i] for i in ids])` without the per-event list: the new strings are interned in
+        the order of their first occurrence in `ids`, so the string ids are those `intern` gives."""
+        if not len(ids):
+            return np.zeros(0, dtype=np.int32)
+        used, first = np.unique(ids, return_index=True)
+        by_first = used[np.argsort(first, kind="stable")]
+        remap = np.full(len(table), -1, dtype=np.int32)
+        remap[by_first] = self.intern([table[i] for i in by_first.tolist()])
+        return remap[ids]
 
-    def _process(self, evs: list) -> None:
-        n = len(evs)
+    # called by EventChunks for each piece: keeps column arrays, frees the decoded piece
+    def add_chunk(self, piece: memoryview) -> int:
+        if self._pool is None:
+            rows = self._read(piece, scan(piece))
+            self._process(rows)
+            return rows.n
+        scanned = self._pool.submit(scan, piece)
+        try:
+            self._flush()  # the previous chunk's columns, while this one is scanned
+        finally:
+            got = scanned.result()  # always waited for: the caller reuses the piece's buffer
+        rows = self._read(piece, got)
+        self._pending = rows
+        return rows.n
+
+    @staticmethod
+    def _read(piece: memoryview, scanned: Rows | None) -> Rows:
+        if scanned is not None:
+            return scanned
+        return StructRows(_decode(piece), _Event, _EMPTY_ARGS)  # declined by the scanner: msgspec decides
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            rows, self._pending = self._pending, None
+            self._process(rows)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _process(self, rows: Rows) -> None:
+        n = rows.n
         self.n_total += n
         if not n:
             return
-        loose = type(evs[0]) is not _Event  # loose decode: fields may hold anything
-        cats = list(map(attrgetter("cat"), evs))
-        phs = list(map(attrgetter("ph"), evs))
-        if loose:
-            cats, phs = strs(cats), strs(phs)
-        if not self.legacy and not _LEGACY_CATS.isdisjoint(cats):
+        kind, cats_used = rows.kinds(_KIND_OF, int(EventKind.OTHER))
+        if not self.legacy and not _LEGACY_CATS.isdisjoint(cats_used):
             self.legacy = True
-        ph_count = Counter(phs)
-        self.n_dropped_instant += ph_count["i"] + ph_count["I"]
-        self.n_flows += ph_count["s"] + ph_count["f"] + ph_count["t"]
-        kind = np.fromiter(map(_KIND_OF.get, cats, repeat(int(EventKind.OTHER))), dtype=np.int8, count=n)
-        if ph_count["X"] != n:
-            kind[~np.fromiter(map(_X_PH.__contains__, phs), dtype=bool, count=n)] = _DROP
+        ph = rows.phases()
+        self.n_dropped_instant += int(np.count_nonzero(ph == PH_INSTANT))
+        self.n_flows += int(np.count_nonzero(ph == PH_FLOW))
+        kind[ph != PH_X] = _DROP
         idx = np.flatnonzero(kind != _DROP)
         if not len(idx):
             return
-        sel = take(evs, idx)
-        cats = take(cats, idx)
-        del evs, phs
+        sel = rows.select(idx)
+        del rows
         kind = kind[idx]
-        ts = col(sel, "ts", "float64", checked=loose)
-        dur = col(sel, "dur", "float64", checked=loose)
-        pid = col(sel, "pid", checked=loose)
+        ts = sel.floats("ts")
+        dur = sel.floats("dur")
+        pid = sel.ints("pid")
         on_dev = np.isin(kind, _ON_DEVICE)
         no_ts = np.isnan(ts)
         self.n_bad_ts += int(np.count_nonzero(no_ts))
@@ -326,39 +350,33 @@ class _Parsed:
         if out_of_range.any():
             first = int(np.flatnonzero(out_of_range)[0])
             if not self.n_bad_time:
-                self.bad_time_example = f"{strs([sel[first].name])[0][:60]!r} at ts {ts[first]!r} µs"
+                self.bad_time_example = f"{sel.name(first)[:60]!r} at ts {ts[first]!r} µs"
             self.n_bad_time += int(np.count_nonzero(out_of_range))
         # drop events without a valid time, and host events on a non-numeric pid (e.g. "Spans")
         good = ok & (on_dev | (pid >= 0))
         if not good.all():
             keep = np.flatnonzero(good)
-            sel, cats = take(sel, keep), take(cats, keep)
+            sel = sel.select(keep)
             kind, start, end, pid, on_dev = kind[keep], start[keep], end[keep], pid[keep], on_dev[keep]
-            if not len(sel):
+            if not len(keep):
                 return
-        tid = col(sel, "tid", checked=loose)
-        names = list(map(attrgetter("name"), sel))
-        if loose:
-            names = strs(names)
+        tid = sel.ints("tid")
         cols: dict[str, np.ndarray] = {
             "kind": kind,
             "start": start,
             "end": end,
-            "name": self.intern(names),
-            "category": self.intern(cats),
+            "name": sel.name_ids(self),
+            "category": sel.cat_ids(self),
             "pid": np.where(on_dev, -1, pid),
             "tid": np.where(on_dev, -1, tid),
         }
         aidx = np.flatnonzero(np.isin(kind, _WITH_CORRELATION) | on_dev)
         if len(aidx):
             cols["rows"] = aidx.astype(np.int32)  # the rows that carry GPU / correlation fields
-            sub = take(sel, aidx)
-            args = list(map(attrgetter("args"), sub))
-            if None in args:
-                args = [a if a is not None else _EMPTY_ARGS for a in args]
+            args = sel.args(aidx)
             k = kind[aidx]
-            dev = col(args, "device", checked=loose)
-            stream = col(args, "stream", checked=loose)
+            dev = args.ints("device")
+            stream = args.ints("stream")
             stream[stream == NO_STREAM] = -1  # CUPTI's "not on a stream" as uint32 (context syncs): none
             ann = k == int(EventKind.GPU_ANNOTATION)
             if ann.any():  # gpu_user_annotation: the GPU sits in pid, the stream in tid
@@ -367,44 +385,44 @@ class _Parsed:
             gpu = np.isin(k, _GPU)
             legacy_stream = gpu & (stream < 0)
             if legacy_stream.any():  # 2021 schema: tid "stream 7"
-                stream = np.where(legacy_stream, stream_from_tid(list(map(attrgetter("tid"), sub))), stream)
+                stream = np.where(legacy_stream, args.legacy_streams(), stream)
             missing = gpu & ((dev < 0) | (stream < 0))
             if missing.any():  # no args.device / args.stream: the lane Kineto's pid / tid name
                 lane_pid, lane_tid = pid[aidx], tid[aidx]
                 usable = missing & (lane_pid >= 0) & (lane_pid < INT32_LIMIT) & (lane_tid >= 0)
                 if usable.any():
                     if not self.n_lane_from_pid:
-                        self.lane_example = names[int(aidx[np.flatnonzero(usable)[0]])][:60]
+                        self.lane_example = sel.name(int(aidx[np.flatnonzero(usable)[0]]))[:60]
                     self.n_lane_from_pid += int(np.count_nonzero(usable))
                     dev = np.where(usable & (dev < 0), lane_pid, dev)
                     stream = np.where(usable & (stream < 0), lane_tid, stream)
             dev_side = np.isin(k, _ON_DEVICE)
             cols["a_device"] = np.where(dev_side, dev, -1)
             cols["a_stream"] = np.where(dev_side, stream, -1)
-            cols["a_context"] = np.where(dev_side, col(args, "context", checked=loose), -1)
-            cols["a_correlation"] = col(args, "correlation", checked=loose)
+            cols["a_context"] = np.where(dev_side, args.ints("context"), -1)
+            cols["a_correlation"] = args.ints("correlation")
             b = np.full(len(aidx), -1, dtype=np.int64)
             copy = np.flatnonzero(np.isin(k, [int(EventKind.MEMCPY), int(EventKind.MEMSET)]))
             if len(copy):
-                b[copy] = col(take(args, copy), "bytes", checked=loose)
+                b[copy] = args.ints("bytes", idx=copy)
             cols["a_bytes"] = b
             kern = np.flatnonzero(k == int(EventKind.KERNEL))
             cols["k_rows"] = aidx[kern].astype(np.int32)
-            kargs = take(args, kern)
-            cols["k_registers"] = col(kargs, "registers", "int32", checked=loose)
-            cols["k_shared"] = col(kargs, "shared", checked=loose)
-            cols["k_grid"] = triples(list(map(attrgetter("grid"), kargs)), checked=loose)
-            cols["k_block"] = triples(list(map(attrgetter("block"), kargs)), checked=loose)
+            cols["k_registers"] = args.ints("registers", "int32", idx=kern)
+            cols["k_shared"] = args.ints("shared", idx=kern)
+            cols["k_grid"] = args.triples("grid", kern)
+            cols["k_block"] = args.triples("block", kern)
             syn = np.flatnonzero(k == int(EventKind.SYNC))
             if len(syn):
                 sync = np.zeros(len(aidx), dtype=np.int8)
-                sync_names = [getattr(args[i], "sync", None) or names[aidx[i]] for i in syn.tolist()]
-                sync[syn] = [int(_SYNC_NAMES.get(str(x).lower(), SyncKind.NONE)) for x in sync_names]
+                sync[syn] = [int(_SYNC_NAMES.get(str(x).lower(), SyncKind.NONE)) for x in args.sync_names(syn)]
                 cols["a_sync"] = sync
         self.parts.append(cols)
 
     # -------------------------------------------------------------------------------------------
     def finish(self, path: Path, top: dict, rank: int | None) -> Timeline:
+        self._flush()
+        self.close()
         if "traceEvents" not in top and top:
             raise TraceFormatError("no traceEvents array (not a Kineto / Chrome trace)", path)
         cols = assemble(self.parts)
@@ -527,6 +545,7 @@ class _Parsed:
                 if d >= 0
             }
         )
+        del gpu, is_api, kern, orphan, corr, gpu_rows  # per-event temporaries: free before the model is built
         devices, device_notes = check_devices(devices_from_properties(top, rank, used))
         notes += device_notes
         gpu_names = sorted({d.name for d in devices if d.name})
@@ -567,4 +586,4 @@ class _Parsed:
             sync_kind=sync_kind,
             flags=flags,
         )
-        return build_timeline(cols, strings, meta, devices=devices)
+        return build_timeline(cols, strings, meta, devices=devices, consume=True)

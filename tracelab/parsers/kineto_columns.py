@@ -11,7 +11,7 @@ from operator import attrgetter
 import numpy as np
 
 
-def _checked_int(v: object) -> int:
+def checked_int(v: object) -> int:
     """An exact integer in int64 range, else -1: bools, fractions, NaN, huge values and non-numeric
     strings are not silently cast."""
     t = type(v)
@@ -21,7 +21,7 @@ def _checked_int(v: object) -> int:
         return int(v) if v.is_integer() and abs(v) < 9.2e18 else -1  # type: ignore[union-attr]
     if t is str:
         try:
-            return _checked_int(int(v, 10))  # type: ignore[arg-type]
+            return checked_int(int(v, 10))  # type: ignore[arg-type]
         except ValueError:
             return -1
     return -1
@@ -51,7 +51,7 @@ def ints(values: list | tuple, dtype: str = "int64", checked: bool = False) -> n
             return np.fromiter(values, dtype=dtype, count=n)
         except (TypeError, ValueError, OverflowError):
             pass
-    out = np.fromiter(map(_checked_int, values), dtype=np.int64, count=n)
+    out = np.fromiter(map(checked_int, values), dtype=np.int64, count=n)
     if dtype != "int64":
         info = np.iinfo(dtype)
         out = np.where((out < info.min) | (out > info.max), -1, out)
@@ -138,15 +138,35 @@ _SPARSE = {
 _KERNEL = {"registers": ("k_registers", np.int32), "shared_mem": ("k_shared", np.int64)}
 
 
+def _trim() -> None:
+    """Give freed heap memory back to the OS (glibc): the chunk parts are small arrays on the heap, and
+    without this their pages stay resident under the full columns built from them."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
 def assemble(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Chunk parts -> full columns sorted by start. Columns are built and reordered one at a time
-    (each part's arrays are released as soon as they are copied) to keep peak memory low."""
+    (each part's arrays are released, and their memory returned, as soon as they are copied) to keep
+    peak memory low: about the columns plus the parts not yet copied."""
     sizes = [len(p["kind"]) for p in parts]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(offsets[-1])
     out: dict[str, np.ndarray] = {}
     for c, t in _MAIN.items():
         out[c] = np.concatenate([p.pop(c) for p in parts]) if parts else np.zeros(0, dtype=t)
+        _trim()
     order = np.argsort(out["start"], kind="stable")
     if n and (np.diff(out["start"]) >= 0).all():
         order = None
@@ -172,6 +192,8 @@ def assemble(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         if vals:
             col[all_rows] = np.concatenate(vals)
         out[c] = col
+        del vals
+        _trim()
     for c, (key, t) in _KERNEL.items():
         col = np.full(n, -1, dtype=t)
         vals = [p.pop(key) for p in parts if key in p]

@@ -33,7 +33,8 @@ from tracelab.model import Timeline
 
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 
-_NOT_STATE = ("ids", "strings", "parts")  # the rest of `kineto._Parsed`'s attributes is per-file state
+# the rest of `kineto._Parsed`'s attributes is per-file state (counters, flags, first examples)
+_NOT_STATE = ("ids", "strings", "parts", "_pool", "_pending")
 
 # where the time of the last parallel load went (seconds), for benchmarks/bench_decode.py's model:
 # read_cut = main process reading, decompressing and cutting (minus waiting for workers); wait = main

@@ -46,9 +46,10 @@ def gap_evidence(analysis: Analysis, gaps: Sequence[Gap] | None = None) -> list[
     details = analysis.gap_details
     if details is None or not len(gaps):
         return [""] * len(gaps)
-    if isinstance(gaps, GapTable) and len(gaps) == len(details):
-        return evidence_texts(details)  # a GapTable's gap i has detail i: all of them, in table order
-    rows = np.fromiter((g.detail for g in gaps), dtype=np.int64, count=len(gaps))
+    if isinstance(gaps, GapTable):  # the details column: no Gap objects
+        rows = gaps.column("detail")
+    else:
+        rows = np.fromiter((g.detail for g in gaps), dtype=np.int64, count=len(gaps))
     ok = (rows >= 0) & (rows < len(details))
     if ok.all() and rows.size == len(details) and (rows == np.arange(rows.size)).all():
         return evidence_texts(details)  # all of them, in table order: no copy
@@ -126,7 +127,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
         more = np.where(d.os_calls[m] > 1, _labels(lambda k: f", {k} calls", d.os_calls[m]), "")
         threads = _labels(lambda k: "1 launching thread" if k == 1 else f"{k} launching threads", d.os_threads[m])
         out[m] = [
-            f"{w} launched only at {t} by {c}, whose thread was blocked in OS calls {ps}% of the time up to "
+            f"{w} launched only at {t} by {c}, which was blocked in OS calls {ps}% of the time up to "
             f"then ({x} from {s} to {e}{k}); no launching thread of the process ran for {pa}% of it ({th}) {r}"
             for w, t, c, ps, x, s, e, k, pa, th, r in zip(
                 what[m], rel_l[m], caller[m], _pct(d.os_self[m]), call, _rel(d.os_start[m] - a[m]),

@@ -135,7 +135,7 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
             fmt_offset(g.start_ns, origin),
             fmt_ns(g.duration_ns),
             Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")),
-            Text(term_safe(evidence, 300)),
+            Text(term_safe(evidence, 600)),
         )
     if n > top:
         t.caption = f"{n - top} shorter gaps not shown (--json lists all)"

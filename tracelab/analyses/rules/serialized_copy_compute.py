@@ -19,7 +19,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     count = wasted = 0
     details: list[dict[str, int]] = []
     worst = (-1, 0, 0)  # (not-overlapped ns, start, end) of the worst copy
-    lanes_stream = ctx.timeline.lanes["stream"].to_numpy()
+    lanes_stream = ctx.timeline.lane_col("stream")
     for dr, dev in zip(ctx.rows, ctx.devices):
         rows = dr.rows
         kind = ctx.col("kind")[rows]

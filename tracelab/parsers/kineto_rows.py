@@ -1,0 +1,242 @@
+"""The events of one piece of `traceEvents`, as the Kineto parser reads them: two sources, one interface.
+
+- `ColumnRows`: what the C scanner (`_kineto_scan.scan`) made of the piece: column buffers and a table
+  of the piece's distinct strings; no Python object per event. It accepts only strictly valid input of
+  the types the strict msgspec decoder takes, so its values are what that decoder would give.
+- `StructRows`: the msgspec structs (strict or loose decode): the reference, used whenever the scanner
+  declines a piece or is not built.
+
+`kineto._Parsed._process` asks both the same questions (categories, phases, one field over a subset of
+rows), so a piece gives the same columns whichever source read it (tests/test_kineto_scan.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, Protocol
+
+import numpy as np
+
+from .kineto_columns import checked_int, col, stream_from_tid, strs, take, triples
+
+try:  # the optional C fast path (setup.py builds it; without a compiler the parser uses msgspec alone)
+    from ._kineto_scan import scan as _scan
+except ImportError:  # pragma: no cover - depends on the build
+    _scan = None
+
+PH_X, PH_INSTANT, PH_FLOW = 1, 2, 3
+_PH_CODE = {"X": PH_X, "i": PH_INSTANT, "I": PH_INSTANT, "s": PH_FLOW, "f": PH_FLOW, "t": PH_FLOW}
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_DTYPES = {
+    "ph": np.int8, "cat": np.int32, "name": np.int32, "sync": np.int32, "pid_s": np.int32, "tid_s": np.int32,
+    "ts": np.float64, "dur": np.float64,
+}
+
+
+def scanner_available() -> bool:
+    return _scan is not None
+
+
+class Interner(Protocol):
+    def intern(self, values: list) -> np.ndarray: ...
+    def intern_table(self, ids: np.ndarray, table: list[str]) -> np.ndarray: ...
+
+
+class Rows(Protocol):
+    """One piece's events; `select(idx)` narrows to those rows (positions into the current rows)."""
+
+    n: int
+
+    def kinds(self, kind_of: dict[str, int], default: int) -> tuple[np.ndarray, set[str]]: ...
+    def phases(self) -> np.ndarray: ...
+    def select(self, idx: np.ndarray) -> Rows: ...
+    def floats(self, field: str) -> np.ndarray: ...
+    def ints(self, field: str) -> np.ndarray: ...
+    def name_ids(self, interner: Interner) -> np.ndarray: ...
+    def cat_ids(self, interner: Interner) -> np.ndarray: ...
+    def name(self, i: int) -> str: ...
+    def args(self, idx: np.ndarray) -> Args: ...
+
+
+class Args(Protocol):
+    """The `args` of a subset of rows."""
+
+    def ints(self, field: str, dtype: str = "int64", idx: np.ndarray | None = None) -> np.ndarray: ...
+    def triples(self, field: str, idx: np.ndarray) -> np.ndarray: ...
+    def legacy_streams(self) -> np.ndarray: ...
+    def sync_names(self, idx: np.ndarray) -> list: ...
+
+
+# ---- msgspec structs ---------------------------------------------------------------------------------
+class StructRows:
+    def __init__(self, evs: list, event_type: type, empty_args: Any, loose: bool | None = None) -> None:
+        self.evs = evs
+        self.n = len(evs)
+        self.loose = (type(evs[0]) is not event_type) if loose is None and evs else bool(loose)
+        self.empty_args = empty_args
+        self._cats: list | None = None
+        self._names: list | None = None
+
+    def _cat_list(self) -> list:
+        if self._cats is None:
+            cats = list(map(attrgetter("cat"), self.evs))
+            self._cats = strs(cats) if self.loose else cats
+        return self._cats
+
+    def kinds(self, kind_of: dict[str, int], default: int) -> tuple[np.ndarray, set[str]]:
+        cats = self._cat_list()
+        kind = np.fromiter(map(kind_of.get, cats, repeat(default)), dtype=np.int8, count=self.n)
+        return kind, set(cats)
+
+    def phases(self) -> np.ndarray:
+        phs = list(map(attrgetter("ph"), self.evs))
+        if self.loose:
+            phs = strs(phs)
+        counts = Counter(phs)
+        if counts["X"] == self.n:
+            return np.full(self.n, PH_X, dtype=np.int8)
+        return np.fromiter(map(_PH_CODE.get, phs, repeat(0)), dtype=np.int8, count=self.n)
+
+    def select(self, idx: np.ndarray) -> StructRows:
+        out = StructRows(take(self.evs, idx), type(None), self.empty_args, self.loose)
+        if self._cats is not None:
+            out._cats = take(self._cats, idx)
+        if self._names is not None:
+            out._names = take(self._names, idx)
+        return out
+
+    def floats(self, field: str) -> np.ndarray:
+        return col(self.evs, field, "float64", checked=self.loose)
+
+    def ints(self, field: str) -> np.ndarray:
+        return col(self.evs, field, checked=self.loose)
+
+    def _name_list(self) -> list:
+        if self._names is None:
+            names = list(map(attrgetter("name"), self.evs))
+            self._names = strs(names) if self.loose else names
+        return self._names
+
+    def name_ids(self, interner: Interner) -> np.ndarray:
+        return interner.intern(self._name_list())
+
+    def cat_ids(self, interner: Interner) -> np.ndarray:
+        return interner.intern(self._cat_list())
+
+    def name(self, i: int) -> str:
+        return self._name_list()[i] if self._names is not None else strs([self.evs[i].name])[0]
+
+    def args(self, idx: np.ndarray) -> StructArgs:
+        sub = take(self.evs, idx)
+        args = list(map(attrgetter("args"), sub))
+        if None in args:
+            args = [a if a is not None else self.empty_args for a in args]
+        return StructArgs(self, idx, sub, args)
+
+
+class StructArgs:
+    def __init__(self, rows: StructRows, idx: np.ndarray, sub: list, args: list) -> None:
+        self.rows, self.idx, self.sub, self.args, self.loose = rows, idx, sub, args, rows.loose
+
+    def ints(self, field: str, dtype: str = "int64", idx: np.ndarray | None = None) -> np.ndarray:
+        return col(self.args if idx is None else take(self.args, idx), field, dtype, checked=self.loose)
+
+    def triples(self, field: str, idx: np.ndarray) -> np.ndarray:
+        return triples(list(map(attrgetter(field), take(self.args, idx))), checked=self.loose)
+
+    def legacy_streams(self) -> np.ndarray:
+        return stream_from_tid(list(map(attrgetter("tid"), self.sub)))
+
+    def sync_names(self, idx: np.ndarray) -> list:
+        names = self.rows._name_list()
+        return [getattr(self.args[i], "sync", None) or names[self.idx[i]] for i in idx.tolist()]
+
+
+# ---- C scanner columns ------------------------------------------------------------------------------
+def scan(piece: Any) -> ColumnRows | None:
+    """The piece through the C scanner, or None (declined, or no scanner built)."""
+    if _scan is None:
+        return None
+    got = _scan(piece)
+    if got is None:
+        return None
+    n, table, raw = got
+    cols = {k: np.frombuffer(v, dtype=_DTYPES.get(k, np.int64)) for k, v in raw.items()}
+    cols["grid"] = cols["grid"].reshape(n, 3)
+    cols["block"] = cols["block"].reshape(n, 3)
+    return ColumnRows(n, table, cols)
+
+
+class ColumnRows:
+    def __init__(self, n: int, table: list[str], cols: dict[str, np.ndarray]) -> None:
+        self.n, self.table, self.cols = n, table, cols
+
+    def kinds(self, kind_of: dict[str, int], default: int) -> tuple[np.ndarray, set[str]]:
+        cat = self.cols["cat"]
+        lut = np.fromiter((kind_of.get(s, default) for s in self.table), dtype=np.int8, count=len(self.table))
+        used = np.flatnonzero(np.bincount(cat, minlength=len(self.table)))
+        return lut[cat], {self.table[i] for i in used.tolist()}
+
+    def phases(self) -> np.ndarray:
+        return self.cols["ph"]
+
+    def select(self, idx: np.ndarray) -> ColumnRows:
+        if len(idx) == self.n:
+            return self
+        return ColumnRows(len(idx), self.table, {k: v[idx] for k, v in self.cols.items()})
+
+    def floats(self, field: str) -> np.ndarray:
+        return self.cols[field]
+
+    def ints(self, field: str) -> np.ndarray:
+        v = self.cols[field]
+        text = self.cols.get(field + "_s")  # pid / tid given as strings: read as kineto_columns.ints does
+        if text is not None and (text >= 0).any():
+            used = np.unique(text[text >= 0])
+            lut = np.full(len(self.table), -1, dtype=np.int64)
+            lut[used] = [checked_int(self.table[i]) for i in used.tolist()]
+            v = np.where(text >= 0, lut[np.maximum(text, 0)], v)
+        return v
+
+    def name_ids(self, interner: Interner) -> np.ndarray:
+        return interner.intern_table(self.cols["name"], self.table)
+
+    def cat_ids(self, interner: Interner) -> np.ndarray:
+        return interner.intern_table(self.cols["cat"], self.table)
+
+    def name(self, i: int) -> str:
+        return self.table[int(self.cols["name"][i])]
+
+    def args(self, idx: np.ndarray) -> ColumnArgs:
+        return ColumnArgs(self, idx)
+
+
+class ColumnArgs:
+    def __init__(self, rows: ColumnRows, idx: np.ndarray) -> None:
+        self.rows, self.idx = rows, idx
+
+    def ints(self, field: str, dtype: str = "int64", idx: np.ndarray | None = None) -> np.ndarray:
+        v = self.rows.cols[field][self.idx if idx is None else self.idx[idx]]
+        if dtype == "int32":  # what col(..., "int32") gives: a value outside int32 is unknown
+            v = np.where((v < _INT32[0]) | (v > _INT32[1]), -1, v).astype(np.int32)
+        return v
+
+    def triples(self, field: str, idx: np.ndarray) -> np.ndarray:
+        v = self.rows.cols[field][self.idx[idx]]
+        if len(v) and ((v < _INT32[0]) | (v > _INT32[1])).any():
+            # kineto_columns.triples' slow path: each component |x| < 2^31, else unknown
+            v = np.where(np.abs(v) < (1 << 31), v, -1)
+        return v.astype(np.int32).reshape(-1, 3)
+
+    def legacy_streams(self) -> np.ndarray:
+        text = self.rows.cols["tid_s"][self.idx]  # the 2021 schema's tid "stream 7"
+        table = self.rows.table
+        return stream_from_tid([table[t] if t >= 0 else None for t in text.tolist()])
+
+    def sync_names(self, idx: np.ndarray) -> list:
+        table = self.rows.table
+        sync = self.rows.cols["sync"][self.idx[idx]].tolist()
+        name = self.rows.cols["name"][self.idx[idx]].tolist()
+        return [(table[s] if s >= 0 else "") or table[m] for s, m in zip(sync, name)]
