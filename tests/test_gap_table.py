@@ -16,6 +16,7 @@ from tracelab.analyses.gaps import Classification, host_views, idle_intervals
 from tracelab.analyses.results import CAUSES, AnalysisOptions, GapTable, cause_totals, longest_gaps
 from tracelab.demo import demo_run
 from tracelab.parsers import load_trace
+from tracelab.render.gap_evidence import gap_evidence
 
 RUNS = ("sync_pitfalls-item_every_step-nsys", "overlap-streams_pageable-torch")
 
@@ -51,6 +52,11 @@ def test_gap_table_behaves_like_the_tuple_of_its_gaps(timeline):
     order = sorted(count, key=lambda c: (-total[c], first[c]))
     assert cause_totals(fresh) == [(c, count[c], total[c]) for c in order]
     assert GapTable.of(as_tuple) == gaps
+    # a part of the table keeps each gap's detail row, so its evidence is that of those gaps
+    a = analyze(timeline)
+    part = a.gaps.rows(3, 9)
+    assert tuple(part) == as_tuple[3:9] and [g.detail for g in part] == list(range(3, 9))
+    assert gap_evidence(a, part) == gap_evidence(a)[3:9] == gap_evidence(a, list(as_tuple[3:9]))
 
 
 @pytest.mark.parametrize("threshold", [1, 10_000, 50_000])
