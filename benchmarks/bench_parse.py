@@ -134,6 +134,9 @@ def unpack(ref: str, into: Path) -> Path:
         f.seek(0)
         with tarfile.open(fileobj=f) as tar:
             tar.extractall(into, filter="data")
+    if (into / "setup.py").is_file():  # the optional C scanner, as this checkout's editable install has it
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into, capture_output=True,
+                       check=False)
     return into
 
 

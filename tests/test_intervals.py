@@ -140,3 +140,33 @@ def test_running_max_index():
     runmax, arg = iv.running_max_index(e)
     assert runmax.tolist() == [5, 5, 9, 9, 9]
     assert arg.tolist() == [0, 0, 2, 3, 3]
+
+
+def _union_with_points(items):
+    """A union as `merge` returns it: disjoint, sorted, possibly zero-length points."""
+    s, e, _ = arrays(items)
+    return iv.merge(s, e)
+
+
+@settings(max_examples=400, deadline=None)
+@given(intervals_strategy(), intervals_strategy())
+def test_intersect_and_subtract_match_cells(a, b):
+    """intersect / subtract of two unions (points included) against the cell-wise answer: pieces are
+    sorted, positive, pairwise disjoint, and cover exactly the cells of A and B (of A and not B)."""
+    a_s, a_e = _union_with_points(a)
+    b_s, b_e = _union_with_points(b)
+    ca, cb = cells(a_s, a_e), cells(b_s, b_e)
+    for (s, e), want in ((iv.intersect(a_s, a_e, b_s, b_e), ca & cb), (iv.subtract(a_s, a_e, b_s, b_e), ca & ~cb)):
+        assert (e > s).all()
+        assert (s[1:] >= e[:-1]).all()  # sorted, no overlap (touching pieces allowed)
+        assert np.array_equal(cells(np.clip(s, 0, T), np.clip(e, 0, T)), want)
+        assert int((e - s).sum()) == int(want.sum())
+
+
+def test_a_point_of_the_union_splits_its_complement():
+    """Subtracting a zero-length interval (a GPU op rounded to 0 µs) leaves the time whole, in two pieces
+    that touch (what the sweep this replaced gave too)."""
+    s, e = iv.subtract(np.array([0]), np.array([10]), np.array([4]), np.array([4]))
+    assert s.tolist() == [0, 4] and e.tolist() == [4, 10]
+    s, e = iv.intersect(np.array([0, 20]), np.array([10, 30]), np.array([5, 25]), np.array([22, 40]))
+    assert s.tolist() == [5, 20, 25] and e.tolist() == [10, 22, 30]

@@ -6,13 +6,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
 from .findings import finding_notes
-from .gaps import FirstSeen, find_gaps_with_details, host_views, thread_first_seen
+from .gaps import Classification, FirstSeen, host_views, thread_first_seen
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
+from .rows import ranks_of
 from .rules import FindingContext, evaluate_all
 from .step_table import step_rows
 from .steps import Steps, find_steps
@@ -85,14 +84,15 @@ def analyze(
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace")
     hosts = host_views(timeline, first_seen)
     devices = device_summaries(timeline, rows)
-    gaps, gap_details = find_gaps_with_details(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
+    classified = Classification(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
+    gaps, gap_details = classified.gaps()
     steps = find_steps(timeline) if steps is None else steps
     notes.extend(steps.notes)
-    ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps)
+    ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps, idle_source=classified.idle)
     findings, skipped = evaluate_all(ctx, rule_options)
     notes.extend(finding_notes(skipped))
     meta = timeline.meta
-    ranks = meta.ranks or tuple(int(r) for r in np.unique(timeline.col("rank")))
+    ranks = meta.ranks or ranks_of(timeline)
     return Analysis(
         trace=TraceInfo(source=meta.source, format=meta.format, ranks=tuple(ranks), start_ns=run_start),
         devices=devices,

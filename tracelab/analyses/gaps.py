@@ -49,18 +49,18 @@ and launching threads.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..model import Flag, Timeline
 from .devices import DeviceRows, device_rows
+from .distinct import distinct
 from .host import FirstSeen, HostData, HostView, WaitSet, host_views, thread_first_seen
 from .intervals import covered_length, merge
-from .results import CAUSES, HOST_DATA, Gap, GapDetails
+from .memo import column
+from .results import CAUSES, HOST_DATA, GapDetails, GapTable
 
 __all__ = [
     "CAUSES", "CLOCK_TOLERANCE_NS", "HOST_SYNC_COVERAGE", "FirstSeen", "HostData", "HostView", "IdleIntervals",
@@ -76,15 +76,32 @@ _CODE = {c: i for i, c in enumerate(CAUSES)}
 _DEP, _HOST_SYNC, _LAUNCH, _NO_WORK, _UNKNOWN = (_CODE[c] for c in CAUSES)
 
 
-@dataclass(frozen=True)
 class IdleIntervals:
-    """Every idle interval of one device (inside its span, > 0 ns) and its cause (index into CAUSES)."""
+    """Every idle interval of one device (inside its span, > 0 ns) and its cause (index into CAUSES).
+    The causes are classified when asked for: all of them (`cause`), or only those of some intervals
+    (`causes_of`: a rule that needs the causes inside some steps classifies those alone)."""
 
-    rank: int
-    device: int
-    start: np.ndarray
-    end: np.ndarray
-    cause: np.ndarray
+    def __init__(self, rank: int, device: int, start: np.ndarray, end: np.ndarray,
+                 cause: np.ndarray | None = None, classify: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        """Either `cause` (index into CAUSES per interval) or `classify` (a boolean mask over the intervals
+        -> the causes of those)."""
+        if cause is None and classify is None:
+            raise ValueError("IdleIntervals needs the causes or a way to classify them")
+        self.rank, self.device, self.start, self.end = rank, device, start, end
+        self._cause, self._classify = cause, classify
+
+    @property
+    def cause(self) -> np.ndarray:
+        if self._cause is None:
+            assert self._classify is not None
+            self._cause = self._classify(np.ones(self.start.size, dtype=bool))
+        return self._cause
+
+    def causes_of(self, m: np.ndarray) -> np.ndarray:
+        """The causes of the intervals m (a boolean mask)."""
+        if self._cause is not None or self._classify is None:
+            return self.cause[m]
+        return self._classify(m)
 
     def of_cause(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
         m = self.cause == _CODE[cause]
@@ -134,28 +151,42 @@ class _Classified:
     os: _OsEvidence
 
 
-def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -> _Classified | None:
-    """The idle intervals of one device of at least min_ns and their causes (DESIGN.md, "Gap causes"),
-    with what the evidence needs. Vectorized; loops only over the launching threads."""
-    ev = timeline.events
+@dataclass(frozen=True)
+class _Idle:
+    """Every idle interval (> 0 ns) of one device inside its span, and the GPU op that ends each."""
+
+    a: np.ndarray
+    b: np.ndarray
+    nxt: np.ndarray  # row of the GPU op that ends each interval
+
+    def take(self, m: np.ndarray) -> _Idle:
+        return _Idle(self.a[m], self.b[m], self.nxt[m])
+
+
+def _idle_of(timeline: Timeline, dr: DeviceRows) -> _Idle | None:
+    """The device's idle intervals (None when it has none)."""
     rows = dr.rows
-    start = ev["start"].to_numpy()[rows]
-    end = ev["end"].to_numpy()[rows]
+    start = column(timeline, "start")[rows]
+    end = column(timeline, "end")[rows]
     us, ue, first = merge(start, end, assume_sorted=True, return_index=True)
     if us.size < 2:
         return None
-    a = ue[:-1]
-    b = us[1:]
-    keep = (b - a) >= max(int(min_ns), 1)
-    a, b = a[keep], b[keep]
-    nxt = rows[first[1:][keep]]  # the GPU op that ends each gap
+    # merged intervals are separated by at least 1 ns: every one is an idle interval
+    return _Idle(ue[:-1], us[1:], rows[first[1:]])
+
+
+def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle) -> _Classified | None:
+    """The causes of some idle intervals of one device (DESIGN.md, "Gap causes"), with what the evidence
+    needs. Each interval's cause depends on it alone, so any subset classifies the same. Vectorized;
+    loops only over the launching threads."""
+    a, b, nxt = idle.a, idle.b, idle.nxt
     if a.size == 0:
         return None
     n = a.size
     dur = b - a
 
     # the launch of the next op
-    li = host.launch_index(ev["correlation"].to_numpy()[nxt])
+    li = host.launch_index(column(timeline, "correlation")[nxt])
     found = li >= 0
     lic = np.maximum(li, 0)
     has_api = host.api_start.size > 0
@@ -173,7 +204,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, min_ns: int) -
     absent = np.zeros(n, dtype=bool)
     win_end = np.where(found & (l_start > a), np.minimum(l_start, b), b)
     os_ev = _OsEvidence.empty(n)
-    for t in np.unique(l_tid).tolist():
+    for t in distinct(l_tid).tolist():
         q = np.flatnonzero(l_tid == t)
         aq, bq = a[q], b[q]
         ws = host.waits_for(int(t), dr.device)
@@ -252,7 +283,8 @@ def _os_evidence(host: HostView, tid: int, pid: int, q: np.ndarray, a: np.ndarra
 
 def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIntervals:
     """All idle intervals (> 0 ns) of a device with their causes, no details."""
-    c = _classify(timeline, dr, host, 1)
+    idle = _idle_of(timeline, dr)
+    c = _classify(timeline, dr, host, idle) if idle is not None else None
     if c is None:
         e = np.zeros(0, dtype=_I64)
         return IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
@@ -265,7 +297,7 @@ def find_gaps(
     threshold_ns: int = 10_000,
     rows: list[DeviceRows] | None = None,
     hosts: dict[int, HostView] | None = None,
-) -> tuple[Gap, ...]:
+) -> GapTable:
     """All idle gaps of at least threshold_ns on every device, with their causes, in time order per
     device (devices in (rank, device) order)."""
     return find_gaps_with_details(timeline, threshold_ns, rows, hosts)[0]
@@ -276,55 +308,96 @@ def find_gaps_with_details(
     threshold_ns: int = 10_000,
     rows: list[DeviceRows] | None = None,
     hosts: dict[int, HostView] | None = None,
-) -> tuple[tuple[Gap, ...], GapDetails]:
+) -> tuple[GapTable, GapDetails]:
     """`find_gaps` and the gaps' structured evidence (row `Gap.detail` of the GapDetails)."""
-    rows = device_rows(timeline) if rows is None else rows
-    hosts = host_views(timeline) if hosts is None else hosts
-    out: list[Gap] = []
-    parts: list[dict[str, np.ndarray]] = []
-    with _bulk_allocation():
-        for dr in rows:
-            c = _classify(timeline, dr, hosts[dr.rank], threshold_ns)
-            if c is None:
+    return Classification(timeline, threshold_ns, rows, hosts).gaps()
+
+
+class Classification:
+    """The idle intervals of every device, the causes of the gaps (those of at least the threshold)
+    classified once, and the causes of the shorter intervals classified on first use (`idle`, what the
+    findings' wasted_ns is computed from): no interval is classified twice."""
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        threshold_ns: int = 10_000,
+        rows: list[DeviceRows] | None = None,
+        hosts: dict[int, HostView] | None = None,
+    ) -> None:
+        self.timeline = timeline
+        self.rows = device_rows(timeline) if rows is None else rows
+        self.hosts = host_views(timeline) if hosts is None else hosts
+        self._parts: list[tuple[DeviceRows, _Idle | None, np.ndarray, _Classified | None]] = []
+        for dr in self.rows:
+            idle = _idle_of(timeline, dr)
+            if idle is None:
+                self._parts.append((dr, None, np.zeros(0, dtype=bool), None))
                 continue
-            out.extend(_device_gaps(dr, hosts[dr.rank], c, len(out)))
-            parts.append(_details(timeline, hosts[dr.rank], c))
-    return tuple(out), GapDetails.concat(timeline.strings, parts)
+            sel = (idle.b - idle.a) >= max(int(threshold_ns), 1)
+            self._parts.append((dr, idle, sel, _classify(timeline, dr, self.hosts[dr.rank], idle.take(sel))))
+        self._idle: dict[tuple[int, int], IdleIntervals] | None = None
+
+    def gaps(self) -> tuple[GapTable, GapDetails]:
+        """The gaps (in time order per device, devices in the order of `rows`) and their evidence."""
+        tables: list[GapTable] = []
+        parts: list[dict[str, np.ndarray]] = []
+        row = 0
+        for dr, _, _, c in self._parts:
+            if c is not None:
+                host = self.hosts[dr.rank]
+                tables.append(_device_gaps(dr, host, c, row))
+                parts.append(_details(self.timeline, host, c))
+                row += c.a.size
+        return GapTable.concat(tables), GapDetails.concat(self.timeline.strings, parts)
+
+    def idle(self) -> dict[tuple[int, int], IdleIntervals]:
+        """Every idle interval (> 0 ns) of every device; the causes of those shorter than the threshold
+        are classified when asked for (IdleIntervals.cause / causes_of)."""
+        if self._idle is None:
+            out = {}
+            for dr, idle, sel, c in self._parts:
+                if idle is None:
+                    e = np.zeros(0, dtype=_I64)
+                    out[(dr.rank, dr.device)] = IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
+                    continue
+                out[(dr.rank, dr.device)] = IdleIntervals(
+                    dr.rank, dr.device, idle.a, idle.b, classify=self._classifier(dr, idle, sel, c)
+                )
+            self._idle = out
+        return self._idle
+
+    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray,
+                    c: _Classified | None) -> Callable[[np.ndarray], np.ndarray]:
+        known = np.full(idle.a.size, -1, dtype=np.int8)  # the gaps' causes, classified already
+        if c is not None:
+            known[sel] = c.cause
+
+        def classify(m: np.ndarray) -> np.ndarray:
+            out = known[m]
+            todo = out < 0
+            if todo.any():
+                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(np.flatnonzero(m)[todo]))
+                assert rest is not None
+                out[todo] = rest.cause
+            return out
+
+        return classify
 
 
-@contextmanager
-def _bulk_allocation() -> Iterator[None]:
-    """Pause the cyclic garbage collector while hundreds of thousands of acyclic result objects are
-    made (it would rescan them over and over: a third of the time on a 2M-event trace)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _device_gaps(dr: DeviceRows, host: HostView, c: _Classified, first_row: int) -> list[Gap]:
-    a_l, b_l = c.a.tolist(), c.b.tolist()
-    c_l = [CAUSES[k] for k in c.cause.tolist()]
-    ls = np.where(c.found, c.l_start, -1).tolist()
-    lt = c.l_tid.tolist()
-    act = np.round(c.act, 4).tolist()
-    rank, device = dr.rank, dr.device
-    basis = host.host_data + ("+os_calls" if host.os_data else "")
-    return [
-        Gap(
-            rank=rank, device=device, start_ns=s, end_ns=e, duration_ns=e - s, cause=k, host_data=basis,
-            launch_start_ns=l_s, launch_tid=l_t, host_active=h, detail=i,
-        )
-        for i, (s, e, k, l_s, l_t, h) in enumerate(zip(a_l, b_l, c_l, ls, lt, act), start=first_row)
-    ]
+def _device_gaps(dr: DeviceRows, host: HostView, c: _Classified, first_row: int) -> GapTable:
+    n = c.a.size
+    return GapTable(
+        rank=np.full(n, dr.rank, dtype=_I64), device=np.full(n, dr.device, dtype=_I64), start=c.a, end=c.b,
+        cause=c.cause, host_data=np.zeros(n, dtype=_I64),
+        host_data_labels=(host.host_data + ("+os_calls" if host.os_data else ""),),
+        launch_start=np.where(c.found, c.l_start, -1), launch_tid=c.l_tid, host_active=np.round(c.act, 4),
+        detail=np.arange(first_row, first_row + n, dtype=_I64),
+    )
 
 
 def _details(timeline: Timeline, host: HostView, c: _Classified) -> dict[str, np.ndarray]:
     """The structured evidence of one device's gaps (GapDetails columns), vectorized."""
-    ev = timeline.events
     n = c.a.size
     none = np.full(n, -1, dtype=_I64)
     has_api = host.api_name.size > 0
@@ -351,9 +424,9 @@ def _details(timeline: Timeline, host: HostView, c: _Classified) -> dict[str, np
         "end": c.b,
         "cause": c.cause,
         "host_data": np.full(n, HOST_DATA.index(host.host_data), dtype=np.int8),
-        "next_kind": ev["kind"].to_numpy()[c.nxt].astype(np.int8),
-        "next_name": ev["name"].to_numpy()[c.nxt].astype(_I64),
-        "next_stream": ev["stream"].to_numpy()[c.nxt].astype(_I64),
+        "next_kind": column(timeline, "kind")[c.nxt].astype(np.int8),
+        "next_name": column(timeline, "name")[c.nxt].astype(_I64),
+        "next_stream": column(timeline, "stream")[c.nxt].astype(_I64),
         "next_graph": (host.flags_of(c.nxt) & Flag.GRAPH) != 0,
         "launch_found": c.found,
         "launch_name": np.where(c.found, host.api_name[c.lic] if has_api else -1, -1).astype(_I64),

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 
-from ..model import CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
+from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
+from ..model.kinds import HOST_API_KINDS
 from ..parsers.nsys_osrt import OS_CALL_CATEGORY
+from .distinct import SortedKeys, distinct
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
+from .memo import column, memo
+from .rows import names_matching, ranks_of, rows_of
 
 # OS calls that wait for another thread of the same program, and the calls that wake such a waiter. A
 # wait counts as blocked only until the last wake-up call made in the process while it waited (the
@@ -40,18 +43,51 @@ _I64 = np.int64
 HostData = Literal["cpu_ops", "cuda_api", "none"]
 
 
-def _non_blocking_copies(ev: pd.DataFrame, on_rank: np.ndarray) -> np.ndarray:
-    """Correlation ids of GPU copies / memsets whose synchronous API call does not block the host
-    (CUDA runtime docs, "API synchronization behavior"): device-to-device memcpys ("no host-side
+def _non_blocking_copies(timeline: Timeline, rank: int) -> np.ndarray:
+    """Correlation ids of the rank's GPU copies / memsets whose synchronous API call does not block the
+    host (CUDA runtime docs, "API synchronization behavior"): device-to-device memcpys ("no host-side
     synchronization is performed") and memsets to device memory ("asynchronous with respect to the
     host except when the target memory is pinned host memory")."""
-    kind = ev["kind"].to_numpy()
-    ck = ev["copy_kind"].to_numpy()
-    dst = ev["dst_mem"].to_numpy()
-    dtod = (kind == int(EventKind.MEMCPY)) & np.isin(ck, [int(CopyKind.DTOD), int(CopyKind.PTOP)])
-    dev_memset = (kind == int(EventKind.MEMSET)) & ~np.isin(dst, [int(MemKind.PINNED), int(MemKind.PAGEABLE)])
-    corr = ev["correlation"].to_numpy()
-    return np.unique(corr[on_rank & (dtod | dev_memset) & (corr >= 0)])
+    mc = rows_of(timeline, rank, (EventKind.MEMCPY,))
+    ck = column(timeline, "copy_kind")[mc]
+    ms = rows_of(timeline, rank, (EventKind.MEMSET,))
+    dst = column(timeline, "dst_mem")[ms]
+    rows = np.concatenate([
+        mc[(ck == int(CopyKind.DTOD)) | (ck == int(CopyKind.PTOP))],
+        ms[(dst != int(MemKind.PINNED)) & (dst != int(MemKind.PAGEABLE))],
+    ])
+    corr = column(timeline, "correlation")[rows]
+    return distinct(corr[corr >= 0])
+
+
+def os_call_rows(timeline: Timeline, rank: int) -> np.ndarray:
+    """Positions (ascending) of the rank's OS runtime calls (nsys --trace=osrt)."""
+    os_cat = memo(timeline, "os_call_category", lambda: _string_id(timeline.strings, OS_CALL_CATEGORY))
+    if os_cat < 0:
+        return np.zeros(0, dtype=_I64)
+    other = rows_of(timeline, rank, (EventKind.OTHER,))
+    return other[column(timeline, "category")[other] == os_cat]
+
+
+def _count_distinct(values: np.ndarray) -> int:
+    if values.size == 0:
+        return 0
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < 1 << 16:
+        return int(np.count_nonzero(np.bincount(values.astype(_I64) - lo)))
+    return int(distinct(values).size)
+
+
+def _life_spans(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Per thread: (first start, last end) of its events."""
+    if tid.size == 0:
+        return {}
+    order = np.argsort(tid, kind="stable")
+    t = tid[order]
+    first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+    lo = np.minimum.reduceat(start[order], first)
+    hi = np.maximum.reduceat(end[order], first)
+    return {int(a): (int(b), int(c)) for a, b, c in zip(t[first].tolist(), lo.tolist(), hi.tolist(), strict=True)}
 
 
 class HostView:
@@ -60,21 +96,21 @@ class HostView:
     def __init__(self, timeline: Timeline, rank: int, first_seen: FirstSeen | None = None) -> None:
         self.rank = rank
         self._first_seen = first_seen or {}
-        ev = timeline.events
-        kind = ev["kind"].to_numpy()
-        on_rank = ev["rank"].to_numpy() == rank
-        start = ev["start"].to_numpy()
-        end = ev["end"].to_numpy()
-        names = ev["name"].to_numpy()
-        flags = ev["flags"].to_numpy()
+        # the rank's events come grouped by kind (tracelab.analyses.rows.kind_rows, once per timeline):
+        # nothing here masks every event of the timeline
+        kind = column(timeline, "kind")
+        start = column(timeline, "start")
+        end = column(timeline, "end")
+        names = column(timeline, "name")
+        flags = column(timeline, "flags")
         self._flags = flags
-        sync = ev["sync_kind"].to_numpy()
-        tid = ev["tid"].to_numpy()
-        corr = ev["correlation"].to_numpy()
-        device = ev["device"].to_numpy()
+        sync = column(timeline, "sync_kind")
+        tid = column(timeline, "tid")
+        corr = column(timeline, "correlation")
+        device = column(timeline, "device")
 
         # host API calls (RUNTIME / DRIVER), in start order
-        api = np.flatnonzero(on_rank & ((kind == int(EventKind.RUNTIME)) | (kind == int(EventKind.DRIVER))))
+        api = rows_of(timeline, rank, HOST_API_KINDS)
         self.api_rows = api
         self.api_start = start[api]
         self.api_end = end[api]
@@ -87,27 +123,26 @@ class HostView:
         order = np.argsort(api_corr[has], kind="stable")
         self._corr_sorted = api_corr[has][order]
         self._corr_pos = np.flatnonzero(has)[order]  # index into the api_* arrays
+        self._corr_keys = SortedKeys(self._corr_sorted)
 
         # GPU op correlated with each API call (for its device and what it really did)
-        gpu = np.flatnonzero(on_rank & np.isin(kind, [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]))
+        gpu = rows_of(timeline, rank, GPU_ACTIVITY_KINDS)
         self.api_device = np.where(device[api] >= 0, device[api], -1).astype(_I64)
         gi = self.launch_index(corr[gpu])
         ok = gi >= 0
         self.api_device[gi[ok]] = device[gpu[ok]]
-        self.n_devices = int(np.unique(device[gpu]).size)
+        self.n_devices = _count_distinct(device[gpu])
         # A call blocks when its name says so (BLOCKING flag) unless its correlated copy shows it did not:
         # a device-to-device memcpy or a memset to device memory returns without waiting.
-        non_blocking = np.isin(api_corr, _non_blocking_copies(ev, on_rank)) & has
+        non_blocking = np.isin(api_corr, _non_blocking_copies(timeline, rank)) & has
         self.api_blocking = ((self.api_flags & Flag.BLOCKING) != 0) & ~non_blocking
         self.api_nonblocking_sync = ((self.api_flags & Flag.BLOCKING) != 0) & non_blocking
 
         # intervals during which the host waited for the GPU
         blocking = api[self.api_blocking]
-        sync_ev = np.flatnonzero(
-            on_rank
-            & (kind == int(EventKind.SYNC))
-            & ~np.isin(sync, [int(SyncKind.STREAM_WAIT_EVENT), int(SyncKind.EVENT_QUERY)])
-        )
+        sync_rows = rows_of(timeline, rank, (EventKind.SYNC,))
+        sk = sync[sync_rows]
+        sync_ev = sync_rows[(sk != int(SyncKind.STREAM_WAIT_EVENT)) & (sk != int(SyncKind.EVENT_QUERY))]
         # a profiler sync record (Kineto cuda_sync) stands for its API call when that is in the trace:
         # the call's own classification wins (e.g. an "Event Sync" record made by cudaEventQuery)
         sync_ev = sync_ev[self.launch_index(corr[sync_ev]) < 0]
@@ -118,12 +153,9 @@ class HostView:
         w_start, w_end, w_name, w_tid, w_dev = [start[plain]], [end[plain]], [names[plain]], [tid[plain]], [plain_dev]
         # A device-to-host copy into pageable memory blocks the calling thread (.item(), .cpu()) from
         # the moment the copy runs until the call returns; before that the call is only launching it.
-        mc = np.flatnonzero(
-            on_rank
-            & (kind == int(EventKind.MEMCPY))
-            & (ev["copy_kind"].to_numpy() == int(CopyKind.DTOH))
-            & (ev["dst_mem"].to_numpy() == int(MemKind.PAGEABLE))
-        )
+        mc = rows_of(timeline, rank, (EventKind.MEMCPY,))
+        mc = mc[(column(timeline, "copy_kind")[mc] == int(CopyKind.DTOH))
+                & (column(timeline, "dst_mem")[mc] == int(MemKind.PAGEABLE))]
         if mc.size:
             li = self.launch_index(corr[mc])
             ok = li >= 0
@@ -142,11 +174,8 @@ class HostView:
         self.wait_dev = np.concatenate(w_dev)[order].astype(_I64)
 
         # GPU-side dependencies issued from the host: cudaStreamWaitEvent calls and sync records
-        sw = np.flatnonzero(
-            on_rank
-            & np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.SYNC)])
-            & (sync == int(SyncKind.STREAM_WAIT_EVENT))
-        )
+        sw = rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.SYNC))
+        sw = sw[sync[sw] == int(SyncKind.STREAM_WAIT_EVENT)]
         is_api = kind[sw] != int(EventKind.SYNC)
         order = np.lexsort((is_api, start[sw]))  # on ties the API call (a readable name) comes last
         self.swait_start = start[sw][order]
@@ -154,15 +183,11 @@ class HostView:
 
         # any recorded host activity, per thread: API calls, CPU ops and NVTX ranges (nsys
         # --pytorch=autograd-nvtx, record_function): host work between CUDA calls; step annotations excluded
-        cpu = on_rank & np.isin(kind, [int(EventKind.CPU_OP), int(EventKind.NVTX_RANGE)])
-        if cpu.any():
-            step_ids = [i for i, s in enumerate(timeline.strings) if STEP_NAME.match(s) or STEP_LIKE.match(s)]
-            if step_ids:
-                cpu &= ~np.isin(names, step_ids)
-        self.has_cpu_ops = bool(cpu.any())
-        act_mask = cpu.copy()
-        act_mask[api] = True
-        act = np.flatnonzero(act_mask)
+        cpu = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+        if cpu.size:
+            cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[names[cpu]]]
+        self.has_cpu_ops = bool(cpu.size)
+        act = np.sort(np.concatenate([cpu, api]), kind="stable")
         self.act_us, self.act_ue = merge(start[act], end[act], assume_sorted=True)
         self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
         self._act_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -170,13 +195,12 @@ class HostView:
 
         # OS runtime calls (nsys --trace=osrt; `os_calls` in the run's stats means they were traced)
         self.os_data = "os_calls" in timeline.meta.stats
-        os_cat = _string_id(timeline.strings, OS_CALL_CATEGORY)
-        osm = on_rank & (kind == int(EventKind.OTHER)) & (ev["category"].to_numpy() == os_cat) if os_cat >= 0 else None
-        os_rows = np.flatnonzero(osm) if osm is not None else np.zeros(0, dtype=_I64)
+        os_rows = os_call_rows(timeline, rank)
         os_rows = os_rows[np.lexsort((start[os_rows], tid[os_rows]))]
         self._os_tid, self._os_start = tid[os_rows].astype(_I64), start[os_rows]
         self._os_end, self._os_name = end[os_rows], names[os_rows]
-        self._os_pid = ev["pid"].to_numpy()[os_rows].astype(_I64)
+        pid = column(timeline, "pid")
+        self._os_pid = pid[os_rows].astype(_I64)
         os_names = np.unique(self._os_name)
         kinds = [timeline.name(int(i)) for i in os_names.tolist()]  # a few dozen distinct calls
         self._thread_wait_ids = os_names[[k in THREAD_WAITS for k in kinds]] if kinds else os_names
@@ -184,26 +208,21 @@ class HostView:
         order = np.lexsort((self._os_start[wake], self._os_pid[wake]))
         self._wake_pid, self._wake_start = self._os_pid[wake][order], self._os_start[wake][order]
         self._os_by_tid: dict[int, OsCalls] = {}
+        self._waits_for: dict[tuple[int, int], WaitSet] = {}
         self._blocked_by_pid: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         # the threads that launch GPU work, per process, and each host thread's recorded life span
-        pid = ev["pid"].to_numpy()
         self.api_pid = pid[api].astype(_I64)
         lt = (self.api_flags & Flag.LAUNCH) != 0
-        pairs = pd.unique((self.api_pid[lt] << 32) | (self.api_tid[lt].astype(_I64) & 0xFFFFFFFF))
+        pairs = distinct((self.api_pid[lt] << 32) | (self.api_tid[lt].astype(_I64) & 0xFFFFFFFF))
         self._launchers: dict[int, list[int]] = {}
-        for k in np.sort(pairs).tolist():
+        for k in pairs.tolist():
             self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
-        host_rows = on_rank & np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP),
-                                             int(EventKind.NVTX_RANGE)])
-        if osm is not None:
-            host_rows |= osm
-        life = pd.DataFrame({"tid": tid[host_rows], "start": start[host_rows], "end": end[host_rows]})
-        life = life.groupby("tid", sort=False).agg(first=("start", "min"), last=("end", "max"))
-        self._life = {int(t): (int(f), int(e)) for t, f, e in life.itertuples()}
+        host_rows = np.concatenate([rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.CPU_OP,
+                                                            EventKind.NVTX_RANGE)), os_rows])
+        self._life = _life_spans(tid[host_rows], start[host_rows], end[host_rows])
 
         # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
-        ops = np.flatnonzero(cpu)
-        ops = ops[np.lexsort((start[ops], tid[ops]))]
+        ops = cpu[np.lexsort((start[cpu], tid[cpu]))]
         self.op_tid = tid[ops]
         self.op_start = start[ops]
         self.op_end = end[ops]
@@ -309,6 +328,14 @@ class HostView:
         """The host waits that can explain an idle gap on `device` whose next op thread `tid`
         launches: waits by that thread, or waits on that device (whichever thread made them; a wait
         whose device the trace does not give counts as on it when the rank has one GPU)."""
+        key = (tid, device)
+        got = self._waits_for.get(key)
+        if got is not None:
+            return got
+        got = self._waits_for[key] = self._waits(tid, device)
+        return got
+
+    def _waits(self, tid: int, device: int) -> WaitSet:
         on_device = (self.wait_dev == device) | ((self.wait_dev < 0) & (self.n_devices == 1))
         m = on_device if tid < 0 else (self.wait_tid == tid) | on_device
         idx = np.flatnonzero(m)
@@ -326,7 +353,7 @@ class HostView:
             return out
         lo = np.searchsorted(self.op_tid, tid, side="left")
         hi = np.searchsorted(self.op_tid, tid, side="right")
-        for th in np.unique(tid[hi > lo]).tolist():  # one searchsorted per host thread
+        for th in distinct(tid[hi > lo]).tolist():  # one searchsorted per host thread
             q = np.flatnonzero(tid == th)
             a, b = int(lo[q[0]]), int(hi[q[0]])
             i = np.searchsorted(self.op_start[a:b], t[q], side="right") - 1
@@ -338,12 +365,8 @@ class HostView:
     def launch_index(self, correlation: np.ndarray) -> np.ndarray:
         """Index into the api_* arrays of the call with each correlation id, or -1."""
         c = np.asarray(correlation, dtype=_I64)
-        if self._corr_sorted.size == 0:
-            return np.full(c.shape, -1, dtype=_I64)
-        i = np.searchsorted(self._corr_sorted, c)
-        i_c = np.minimum(i, self._corr_sorted.size - 1)
-        ok = (c >= 0) & (self._corr_sorted[i_c] == c)
-        return np.where(ok, self._corr_pos[i_c], -1)
+        i = self._corr_keys.find(c)
+        return np.where(i >= 0, self._corr_pos[np.maximum(i, 0)] if self._corr_pos.size else -1, -1)
 
 
 @dataclass(frozen=True)
@@ -383,8 +406,7 @@ class WaitSet:
 
 
 def host_views(timeline: Timeline, first_seen: FirstSeen | None = None) -> dict[int, HostView]:
-    ranks = np.unique(timeline.events["rank"].to_numpy()).tolist()
-    return {int(r): HostView(timeline, int(r), first_seen) for r in ranks}
+    return {r: HostView(timeline, r, first_seen) for r in ranks_of(timeline)}
 
 
 FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's first recorded host activity
@@ -394,17 +416,13 @@ def thread_first_seen(timeline: Timeline) -> FirstSeen:
     """When each host thread was first recorded (CUDA API calls, CPU ops, NVTX ranges, OS calls), per (rank,
     tid). Computed on the whole trace before a --steps / --window scope clips it, so "the launching thread
     was absent" keeps meaning absent from the trace, not from the window."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.CPU_OP),
-                          int(EventKind.NVTX_RANGE)])
-    os_cat = _string_id(timeline.strings, OS_CALL_CATEGORY)
-    if os_cat >= 0:
-        host |= (kind == int(EventKind.OTHER)) & (ev["category"].to_numpy() == os_cat)
-    if not host.any():
-        return {}
-    df = pd.DataFrame({"rank": ev["rank"].to_numpy()[host], "tid": ev["tid"].to_numpy()[host],
-                       "start": ev["start"].to_numpy()[host]})
-    first = df.groupby(["rank", "tid"], sort=False)["start"].min()
-    return {(int(r), int(t)): int(v) for (r, t), v in first.items()}
+    out: FirstSeen = {}
+    start, tid = column(timeline, "start"), column(timeline, "tid")
+    for rank in ranks_of(timeline):  # the rank's host rows, grouped once per timeline
+        rows = np.concatenate([rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.CPU_OP, EventKind.NVTX_RANGE)),
+                               os_call_rows(timeline, rank)])
+        if rows.size:
+            spans = _life_spans(tid[rows], start[rows], start[rows])
+            out.update({(rank, t): first for t, (first, _) in spans.items()})
+    return out
 

@@ -152,7 +152,18 @@ def measure_before(us: np.ndarray, ue: np.ndarray, t) -> np.ndarray:
     t = _as_i64(t)
     if us.size == 0:
         return np.zeros(t.shape, dtype=np.int64)
-    cum = np.concatenate([[0], np.cumsum(ue - us)])
+    return _measure_before(us, ue, _prefix(us, ue), t)
+
+
+def _prefix(us: np.ndarray, ue: np.ndarray) -> np.ndarray:
+    """Lengths of the union's intervals summed before each one (and all of them, last)."""
+    cum = np.empty(us.size + 1, dtype=np.int64)
+    cum[0] = 0
+    np.cumsum(ue - us, out=cum[1:])
+    return cum
+
+
+def _measure_before(us: np.ndarray, ue: np.ndarray, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
     i = np.searchsorted(us, t, side="right")  # intervals starting at or before t
     last_end = np.where(i > 0, ue[np.maximum(i - 1, 0)], t)
     return cum[i] - np.maximum(last_end - t, 0)
@@ -160,7 +171,11 @@ def measure_before(us: np.ndarray, ue: np.ndarray, t) -> np.ndarray:
 
 def covered_length(us: np.ndarray, ue: np.ndarray, a, b) -> np.ndarray:
     """For each window [a, b), how much of it the union (us, ue) covers."""
-    return measure_before(us, ue, b) - measure_before(us, ue, a)
+    a, b = _as_i64(a), _as_i64(b)
+    if us.size == 0:
+        return np.zeros(np.broadcast(a, b).shape, dtype=np.int64)
+    cum = _prefix(us, ue)  # once for both ends
+    return _measure_before(us, ue, cum, b) - _measure_before(us, ue, cum, a)
 
 
 def running_max_index(ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,21 +195,25 @@ _FAR = np.int64(1) << 61  # stands for -inf / +inf in complements (any trace tim
 
 
 def intersect(a_starts, a_ends, b_starts, b_ends) -> tuple[np.ndarray, np.ndarray]:
-    """(union A) ∩ (union B) as disjoint sorted intervals, for two unions as `merge` returns them
-    (disjoint, sorted; zero-length intervals add nothing). One sorted sweep."""
+    """(union A) ∩ (union B) as sorted intervals, for two unions as `merge` returns them (disjoint,
+    sorted; zero-length intervals add nothing): one piece per overlapping pair (A_i, B_j), which is
+    where a sorted sweep of both has one interval of each open. Pieces of one A_i cut by touching B
+    intervals (a point of the union B splits its complement) stay separate pieces. Each A_i finds its
+    B_j by binary search: O((|A| + |B|) log + pieces), no sort of both."""
     a_s, a_e, b_s, b_e = _as_i64(a_starts), _as_i64(a_ends), _as_i64(b_starts), _as_i64(b_ends)
     ka, kb = a_e > a_s, b_e > b_s
-    times = np.concatenate([a_s[ka], b_s[kb], a_e[ka], b_e[kb]])
-    if times.size == 0:
+    if not ka.all():
+        a_s, a_e = a_s[ka], a_e[ka]
+    if not kb.all():
+        b_s, b_e = b_s[kb], b_e[kb]
+    if a_s.size == 0 or b_s.size == 0:
         return _EMPTY, _EMPTY
-    n_open = int(ka.sum() + kb.sum())
-    delta = np.concatenate([np.ones(n_open, np.int64), -np.ones(n_open, np.int64)])
-    order = np.lexsort((delta, times))  # at equal times ends first: touching intervals do not overlap
-    times, depth = times[order], np.cumsum(delta[order])
-    both = np.flatnonzero(depth[:-1] == 2)  # each input is disjoint: depth 2 = inside one of each
-    s, e = times[both], times[both + 1]
-    keep = e > s
-    return s[keep], e[keep]
+    lo = np.searchsorted(b_e, a_s, side="right")  # first B ending after A_i starts
+    hi = np.searchsorted(b_s, a_e, side="left")  # B starting before A_i ends
+    n = np.maximum(hi - lo, 0)
+    i = np.repeat(np.arange(a_s.size), n)
+    j = np.arange(i.size) - np.repeat(np.cumsum(n) - n, n) + lo[i]
+    return np.maximum(a_s[i], b_s[j]), np.minimum(a_e[i], b_e[j])
 
 
 def complement_all(us, ue) -> tuple[np.ndarray, np.ndarray]:

@@ -21,8 +21,10 @@ import numpy as np
 
 from ..model import EventKind, Timeline
 from .collectives import Collectives, match_collectives
+from .distinct import distinct_codes
 from .intervals import covered_length, merge
-from .results import Analysis
+from .results import CAUSES as GAP_CAUSES
+from .results import Analysis, GapTable
 
 CAUSES = ("host_sync", "launch_latency", "dependency_wait", "no_work", "unknown")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -69,15 +71,24 @@ class RankAnalysis:
         return len(self.ranks) > 1
 
 
+def _idle_by_rank_cause(gaps: GapTable) -> dict[tuple[int, str], int]:
+    """Total gap time per (rank, cause)."""
+    if not len(gaps):
+        return {}
+    n = len(GAP_CAUSES)  # (rank, cause) as one key, in the same order
+    keys, inv = distinct_codes(gaps.column("rank") * n + gaps.column("cause"))
+    sums = np.zeros(keys.size, dtype=np.int64)
+    np.add.at(sums, inv, gaps.duration)
+    return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
+
+
 def rank_summaries(analysis: Analysis, collectives: Collectives) -> tuple[RankSummary, ...]:
     """One RankSummary per rank with GPU activity, in rank order."""
     out = []
     devices_of: dict[int, list] = {}
     for d in analysis.devices:
         devices_of.setdefault(d.rank, []).append(d)
-    idle_of: dict[tuple[int, str], int] = {}  # one pass over the gaps, not one per rank
-    for g in analysis.gaps:
-        idle_of[(g.rank, g.cause)] = idle_of.get((g.rank, g.cause), 0) + g.duration_ns
+    idle_of = _idle_by_rank_cause(GapTable.of(analysis.gaps))  # from the gap columns, not one pass per rank
     last_of = {s.rank: s.times_last for s in collectives.stragglers}
     for r in sorted(devices_of):
         devs = devices_of[r]

@@ -3,7 +3,9 @@ document (schema 2, DESIGN.md); everything renders from these types, never from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -101,6 +103,197 @@ class Gap:
 
 CAUSES: tuple[GapCause, ...] = ("dependency_wait", "host_sync", "launch_latency", "no_work", "unknown")
 HOST_DATA: tuple[str, ...] = ("cpu_ops", "cuda_api", "none")
+
+
+@contextmanager
+def bulk_allocation() -> Iterator[None]:
+    """Pause the cyclic garbage collector while hundreds of thousands of acyclic objects are made (Gap
+    objects, the documents' gap dicts): it would rescan the growing heap over and over (half the time
+    of building the gaps of `analyze --json` on a 1M-kernel trace)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class GapTable(Sequence[Gap]):
+    """The gaps of an analysis as columns; a `Gap` is made only when one is asked for (a big trace has
+    hundreds of thousands of gaps and most callers look at a few, or at columns). Behaves like the
+    tuple of Gaps it stands for: len, indexing, slicing (a tuple), iteration in order, equality with
+    another GapTable or with a tuple / list of Gaps. Each gap's `detail` (its row of the analysis'
+    GapDetails) is a column too: `analyze`'s table has 0, 1, 2, ...; `rows(lo, hi)` is a part of it
+    that keeps them. Iterating over every gap makes the Gap objects once and keeps them."""
+
+    __slots__ = ("_cols", "_items", "host_data_labels")
+
+    COLUMNS = ("rank", "device", "start", "end", "cause", "host_data", "launch_start", "launch_tid",
+               "host_active", "detail")
+
+    def __init__(self, rank: np.ndarray, device: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 cause: np.ndarray, host_data: np.ndarray, host_data_labels: tuple[str, ...],
+                 launch_start: np.ndarray, launch_tid: np.ndarray, host_active: np.ndarray,
+                 detail: np.ndarray | None = None) -> None:
+        """cause: index into CAUSES; host_data: index into host_data_labels; launch_start: -1 when the
+        launch is not in the trace; host_active: as Gap.host_active (rounded); detail: the GapDetails
+        row of each gap (default 0, 1, 2, ...)."""
+        n = np.asarray(start).size
+        self._cols = {
+            "rank": np.asarray(rank, dtype=np.int64), "device": np.asarray(device, dtype=np.int64),
+            "start": np.asarray(start, dtype=np.int64), "end": np.asarray(end, dtype=np.int64),
+            "cause": np.asarray(cause, dtype=np.int8), "host_data": np.asarray(host_data, dtype=np.int64),
+            "launch_start": np.asarray(launch_start, dtype=np.int64),
+            "launch_tid": np.asarray(launch_tid, dtype=np.int64),
+            "host_active": np.asarray(host_active, dtype=np.float64),
+            "detail": np.arange(n, dtype=np.int64) if detail is None else np.asarray(detail, dtype=np.int64),
+        }
+        self.host_data_labels = tuple(host_data_labels)
+        self._items: tuple[Gap, ...] | None = None
+
+    @classmethod
+    def concat(cls, parts: Sequence[GapTable]) -> GapTable:
+        """The parts one after the other (their detail columns as they are)."""
+        labels = tuple(dict.fromkeys(lab for p in parts for lab in p.host_data_labels))
+        if not parts:
+            z = np.zeros(0, dtype=np.int64)
+            return cls(z, z, z, z, z, z, (), z, z, np.zeros(0))
+        cols = {}
+        for name in cls.COLUMNS:
+            if name == "host_data":
+                remap = [np.array([labels.index(lab) for lab in p.host_data_labels] + [0], dtype=np.int64)
+                         for p in parts]
+                cols[name] = np.concatenate([m[p.column(name)] for m, p in zip(remap, parts, strict=True)])
+            else:
+                cols[name] = np.concatenate([p.column(name) for p in parts])
+        return cls(host_data_labels=labels, **cols)
+
+    @classmethod
+    def of(cls, gaps: Sequence[Gap]) -> GapTable:
+        """The columns of any sequence of Gaps (itself when it is a GapTable)."""
+        if isinstance(gaps, GapTable):
+            return gaps
+        labels = tuple(dict.fromkeys(g.host_data for g in gaps))
+        return cls(
+            [g.rank for g in gaps], [g.device for g in gaps], [g.start_ns for g in gaps],
+            [g.end_ns for g in gaps], [CAUSES.index(g.cause) for g in gaps],
+            [labels.index(g.host_data) for g in gaps], labels, [g.launch_start_ns for g in gaps],
+            [g.launch_tid for g in gaps], [g.host_active for g in gaps], [g.detail for g in gaps],
+        )
+
+    def column(self, name: str) -> np.ndarray:
+        """A column (COLUMNS) as a numpy array: rank, device, start, end (ns), cause (index into
+        CAUSES), host_data (index into host_data_labels), launch_start (-1: not in the trace),
+        launch_tid, host_active, detail."""
+        return self._cols[name]
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self._cols["end"] - self._cols["start"]
+
+    def __len__(self) -> int:
+        return int(self._cols["start"].size)
+
+    def rows(self, lo: int, hi: int) -> GapTable:
+        """Gaps lo..hi-1 as a table (columns are views; details kept)."""
+        c = self._cols
+        return GapTable(*(c[n][lo:hi] for n in ("rank", "device", "start", "end", "cause", "host_data")),
+                        self.host_data_labels,
+                        *(c[n][lo:hi] for n in ("launch_start", "launch_tid", "host_active", "detail")))
+
+    def _rows(self, idx: np.ndarray) -> list[Gap]:
+        """The Gaps at rows idx."""
+        c = self._cols
+        labels = self.host_data_labels
+        cols = [c[n][idx].tolist() for n in ("rank", "device", "start", "end", "launch_start", "launch_tid",
+                                              "host_active", "detail")]
+        causes = [CAUSES[k] for k in c["cause"][idx].tolist()]
+        basis = [labels[k] for k in c["host_data"][idx].tolist()]
+        return [
+            Gap(rank=r, device=d, start_ns=s, end_ns=e, duration_ns=e - s, cause=k, host_data=h,
+                launch_start_ns=ls, launch_tid=lt, host_active=ha, detail=i)
+            for r, d, s, e, ls, lt, ha, i, k, h in zip(*cols, causes, basis, strict=True)
+        ]
+
+    def _all(self) -> tuple[Gap, ...]:
+        if self._items is None:
+            with bulk_allocation():
+                self._items = tuple(self._rows(np.arange(len(self))))
+        return self._items
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            if self._items is not None:
+                return self._items[i]
+            return tuple(self._rows(np.arange(len(self))[i]))
+        n = len(self)
+        j = int(i)
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError("gap index out of range")
+        if self._items is not None:
+            return self._items[j]
+        return self._rows(np.array([j]))[0]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, GapTable):
+            return len(self) == len(other) and all(
+                np.array_equal(self._cols[n], other._cols[n]) for n in self.COLUMNS if n != "host_data"
+            ) and [self.host_data_labels[k] for k in self._cols["host_data"].tolist()] == [
+                other.host_data_labels[k] for k in other._cols["host_data"].tolist()]
+        if isinstance(other, (tuple, list)):
+            return len(self) == len(other) and self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"GapTable({len(self)} gaps)"
+
+    def __reduce__(self):
+        c = self._cols
+        return (GapTable, (c["rank"], c["device"], c["start"], c["end"], c["cause"], c["host_data"],
+                           self.host_data_labels, c["launch_start"], c["launch_tid"], c["host_active"],
+                           c["detail"]))
+
+    def longest(self, k: int | None = None) -> list[Gap]:
+        """The k longest gaps (all when k is None), longest first; equal lengths in table order (as
+        `sorted(gaps, key=lambda g: -g.duration_ns)` orders them)."""
+        order = np.argsort(-self.duration, kind="stable")
+        if k is not None:
+            order = order[:k]
+        if self._items is not None:
+            return [self._items[j] for j in order.tolist()]
+        return self._rows(order)
+
+
+def cause_totals(gaps: GapTable) -> list[tuple[str, int, int]]:
+    """(cause, gaps, total ns) of every cause present, most time first; equal totals in the order in
+    which the causes first appear among the gaps sorted longest first."""
+    dur = gaps.duration
+    cause = gaps.column("cause")
+    order = np.argsort(-dur, kind="stable")
+    first = np.full(len(CAUSES), dur.size, dtype=np.int64)
+    np.minimum.at(first, cause[order].astype(np.int64), np.arange(dur.size, dtype=np.int64))
+    rows = [(int(first[k]), c, int(np.count_nonzero(cause == k)), int(dur[cause == k].sum()))
+            for k, c in enumerate(CAUSES) if first[k] < dur.size]
+    rows.sort()  # first appearance, then a stable sort by total
+    rows.sort(key=lambda r: -r[3])
+    return [(c, n, t) for _, c, n, t in rows]
+
+
+def longest_gaps(gaps: Sequence[Gap], k: int | None = None) -> list[Gap]:
+    """The k longest gaps, longest first, ties in their order (any sequence of Gaps)."""
+    if isinstance(gaps, GapTable):
+        return gaps.longest(k)
+    out = sorted(gaps, key=lambda g: -int(g.duration_ns))
+    return out if k is None else out[:k]
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,7 +408,7 @@ class TraceInfo:
 class Analysis:
     trace: TraceInfo
     devices: tuple[DeviceSummary, ...]
-    gaps: tuple[Gap, ...]
+    gaps: Sequence[Gap]  # a GapTable from `analyze` (columns; Gap objects made when asked for)
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
     options: AnalysisOptions = AnalysisOptions()
@@ -312,11 +505,7 @@ def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str
         },
         "devices": [device_doc(d) for d in analysis.devices],
         "steps": [step_doc(s) for s in analysis.steps],
-        "gaps": (
-            [gap_doc(g, text) for g, text in zip(analysis.gaps, gap_evidence, strict=True)]
-            if gap_evidence is not None
-            else []
-        ),
+        "gaps": gap_docs(analysis.gaps, gap_evidence) if gap_evidence is not None else [],
         "findings": [
             {
                 "rule": f.rule,
@@ -331,3 +520,37 @@ def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str
         ],
         "notes": list(analysis.notes),
     }
+
+
+def gap_docs(gaps: Sequence[Gap], evidence: Sequence[str]) -> list[dict[str, Any]]:
+    """The gaps as the document lists them (`gap_doc` each), with their evidence texts; from the columns
+    of a GapTable (no Gap objects)."""
+    with bulk_allocation():
+        if isinstance(gaps, GapTable):
+            return _gap_dicts(gaps, evidence)
+        return [gap_doc(g, text) for g, text in zip(gaps, evidence, strict=True)]
+
+
+def _gap_dicts(gaps: GapTable, evidence: Sequence[str]) -> list[dict[str, Any]]:
+    cols = [gaps.column(n).tolist() for n in ("rank", "device", "start", "end", "launch_start", "launch_tid",
+                                               "host_active")]
+    causes = [CAUSES[k] for k in gaps.column("cause").tolist()]
+    basis = [gaps.host_data_labels[k] for k in gaps.column("host_data").tolist()]
+    return [
+        {
+            "rank": r,
+            "device": d,
+            "start_ns": s,
+            "end_ns": e,
+            "duration_ns": e - s,
+            "cause": k,
+            "evidence": text,
+            "host_data": h,
+            "details": {
+                "launch_start_ns": ls if ls >= 0 else None,
+                "launch_tid": lt if ls >= 0 else None,
+                "host_active_fraction": ha,
+            },
+        }
+        for r, d, s, e, ls, lt, ha, k, h, text in zip(*cols, causes, basis, evidence, strict=True)
+    ]

@@ -5,6 +5,8 @@ events once per device, so analysing many devices costs one pass over the events
 from __future__ import annotations
 
 import itertools
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,3 +107,78 @@ def rank_rows(timeline: Timeline) -> dict[int, np.ndarray]:
         return {r: np.sort(np.concatenate(parts)) for r, parts in by_rank.items()}
 
     return memo(timeline, "rank_rows", compute)
+
+
+N_KINDS = 16  # EventKind codes are below this
+
+
+def ranks_of(timeline: Timeline) -> tuple[int, ...]:
+    """The ranks that have events, in order (once per timeline)."""
+
+    def compute() -> tuple[int, ...]:
+        rank = column(timeline, "rank")
+        if rank.size == 0:
+            return ()
+        lo, hi = int(rank.min()), int(rank.max())
+        if lo == hi:
+            return (lo,)
+        return tuple(int(r) for r in np.unique(rank))
+
+    return memo(timeline, "ranks_of", compute)
+
+
+def kind_rows(timeline: Timeline) -> dict[tuple[int, int], np.ndarray]:
+    """The events grouped by (rank, kind): {(rank, kind): positions in ascending order}. One stable
+    radix sort of a 16-bit key (rank index × N_KINDS + kind) over all events, once per timeline; every
+    per-rank analysis takes its rows from here instead of masking all events once per rank."""
+
+    def compute() -> dict[tuple[int, int], np.ndarray]:
+        kind = column(timeline, "kind")
+        ranks = ranks_of(timeline)
+        if kind.size == 0:
+            return {}
+        if len(ranks) == 1:
+            code = kind.astype(np.int64)
+        else:
+            rank_index = np.searchsorted(np.array(ranks, dtype=np.int64), column(timeline, "rank"))
+            code = rank_index.astype(np.int64) * N_KINDS + kind
+        dtype = np.int16 if len(ranks) * N_KINDS < (1 << 15) else np.int64  # int16: numpy sorts by radix
+        order = np.argsort(code.astype(dtype), kind="stable")
+        sk = code[order]
+        cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+        bounds = [0, *cut.tolist(), sk.size]
+        out = {}
+        for a, b in itertools.pairwise(bounds):
+            r, k = divmod(int(sk[a]), N_KINDS)
+            rows = order[a:b]
+            rows.flags.writeable = False
+            out[(ranks[r], k)] = rows
+        return out
+
+    return memo(timeline, "kind_rows", compute)
+
+
+def rows_of(timeline: Timeline, rank: int, kinds: Iterable[int]) -> np.ndarray:
+    """Positions (ascending) of the events of `rank` whose kind is one of `kinds`."""
+    groups = kind_rows(timeline)
+    parts = [groups[(rank, int(k))] for k in kinds if (rank, int(k)) in groups]
+    if not parts:
+        return _EMPTY_ROWS
+    if len(parts) == 1:
+        return parts[0]
+    return np.sort(np.concatenate(parts), kind="stable")  # sorted runs: merged in linear time
+
+
+def names_matching(timeline: Timeline, *patterns: re.Pattern[str]) -> np.ndarray:
+    """For every string id, whether one of the patterns finds a match in it (`search`); the extra last
+    slot answers for id -1 (no name), so `names_matching(tl, p)[names]` tests a name column. One regex
+    pass over the string table per timeline and patterns, never per rank or per event."""
+    key = ("names_matching", *((p.pattern, p.flags) for p in patterns))
+
+    def compute() -> np.ndarray:
+        table = np.zeros(len(timeline.strings) + 1, dtype=bool)
+        table[:-1] = [any(p.search(s) for p in patterns) for s in timeline.strings]
+        table.flags.writeable = False
+        return table
+
+    return memo(timeline, key, compute)

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import GPU_ACTIVITY_KINDS, EventKind, Flag, Timeline
+from ..model import GPU_ACTIVITY_KINDS, Flag, Timeline
+from ..model.kinds import HOST_API_KINDS
+from .distinct import SortedKeys, distinct, distinct_codes, distinct_counts
+from .memo import column
+from .rows import names_matching, rows_of
 
 GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
 # polling calls: how often the host asks depends on timing (the caching allocator's event queries),
@@ -58,61 +62,62 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
        pass from its autograd thread while the main thread waits);
     3. and 4. the same per launching thread (at most MAX_THREADS, most launches first);
     or the rank's GPU ops in start order when the trace has no host API calls."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    on_rank = ev["rank"].to_numpy() == rank
-    flags = ev["flags"].to_numpy()
-    names = ev["name"].to_numpy().astype(np.int64)
-    start = ev["start"].to_numpy()
-    end = ev["end"].to_numpy()
-    tid = ev["tid"].to_numpy()
-    corr = ev["correlation"].to_numpy()
-    api = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)]) & on_rank
-    lb = (flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0
-    gpu_kind = np.isin(kind, [int(k) for k in GPU_ACTIVITY_KINDS]) & on_rank
-    if not (api & lb).any():
-        gpu = np.flatnonzero(gpu_kind)
+    flags = column(timeline, "flags")
+    names = column(timeline, "name")
+    start = column(timeline, "start")
+    end = column(timeline, "end")
+    tid = column(timeline, "tid")
+    corr = column(timeline, "correlation")
+    # the rank's rows grouped by kind once per timeline (rows.kind_rows): no mask over every event
+    api = rows_of(timeline, rank, HOST_API_KINDS)
+    gpu_rows = rows_of(timeline, rank, GPU_ACTIVITY_KINDS)
+    lb = api[(flags[api] & (Flag.LAUNCH | Flag.BLOCKING)) != 0]
+    if lb.size == 0:
+        gpu = gpu_rows
         if gpu.size == 0:
             return []
         gpu = gpu[np.argsort(start[gpu], kind="stable")]
         none = np.zeros(gpu.size, dtype=bool)
-        return [LaunchSequence(names[gpu], start[gpu], end[gpu], none, none, none, "GPU ops")]
-    threads, counts = np.unique(tid[api & lb], return_counts=True)
-    polling = np.isin(names, string_ids(timeline.strings, POLLING))
-    calls = np.flatnonzero(api & np.isin(tid, threads) & ~polling)
+        return [LaunchSequence(names[gpu].astype(np.int64), start[gpu], end[gpu], none, none, none, "GPU ops")]
+    threads, counts = distinct_counts(tid[lb])
+    polling = names_matching(timeline, POLLING)
+    calls = api[np.isin(tid[api], threads) & ~polling[names[api]]]
     calls = calls[np.argsort(start[calls], kind="stable")]
     # token of a launch: the name of the GPU op it issued (by correlation id), else its own name
-    gpu = np.flatnonzero(gpu_kind & (corr >= 0))
+    gpu = gpu_rows[corr[gpu_rows] >= 0]
     order = np.argsort(corr[gpu], kind="stable")
-    g_corr, g_name = corr[gpu][order], names[gpu][order]
-    g_graph = (flags[gpu][order] & Flag.GRAPH) != 0
-    tokens = names[calls].copy()
-    blocking = (flags[calls] & Flag.BLOCKING) != 0
-    launch = (flags[calls] & Flag.LAUNCH) != 0
-    graph = launch & np.isin(names[calls], string_ids(timeline.strings, GRAPH_LAUNCH))
+    g_corr = corr[gpu][order]
+    c_names = names[calls]
+    tokens = c_names.astype(np.int64)
+    c_flags = flags[calls]
+    blocking = (c_flags & Flag.BLOCKING) != 0
+    launch = (c_flags & Flag.LAUNCH) != 0
+    graph = launch & names_matching(timeline, GRAPH_LAUNCH)[c_names]
     if g_corr.size:
-        c = corr[calls]
-        j = np.searchsorted(g_corr, c)
-        jc = np.minimum(j, g_corr.size - 1)
-        hit = (j < g_corr.size) & (g_corr[jc] == c) & (c >= 0) & ~blocking
-        tokens[hit] = g_name[jc[hit]]
-        graph[hit] |= g_graph[jc[hit]]
+        j = SortedKeys(g_corr).find(corr[calls])  # the first GPU op with the call's correlation id
+        hit = (j >= 0) & ~blocking
+        g = gpu[order[j[hit]]]
+        tokens[hit] = names[g]
+        graph[hit] |= (flags[g] & Flag.GRAPH) != 0
     by_count = threads[np.argsort(-counts, kind="stable")]
     listed = ", ".join(str(int(t)) for t in by_count)
 
-    def seq(m: np.ndarray, where: str) -> LaunchSequence:
-        r = calls[m]
-        on = tuple(int(t) for t in np.unique(tid[r]))
-        return LaunchSequence(tokens[m], start[r], end[r], blocking[m], launch[m], graph[m], where, on)
+    c_start, c_end, c_tid = start[calls], end[calls], tid[calls]
+
+    def seq(m: np.ndarray | None, where: str) -> LaunchSequence:
+        if m is None:  # every call
+            on = tuple(int(t) for t in distinct(c_tid))
+            return LaunchSequence(tokens, c_start, c_end, blocking, launch, graph, where, on)
+        on = tuple(int(t) for t in distinct(c_tid[m]))
+        return LaunchSequence(tokens[m], c_start[m], c_end[m], blocking[m], launch[m], graph[m], where, on)
 
     is_lb = launch | blocking
-    everything = np.ones(calls.size, dtype=bool)
     rich = not is_lb.all()  # some calls neither launch nor block: a richer sequence exists
-    seqs = [seq(everything, f"threads {listed}, every API call")] if rich else []
-    seqs.append(seq(is_lb, f"threads {listed}"))
+    seqs = [seq(None, f"threads {listed}, every API call")] if rich else []
+    seqs.append(seq(None if not rich else is_lb, f"threads {listed}"))
     if threads.size > 1:
         for t in by_count[:MAX_THREADS]:
-            mine = tid[calls] == t
+            mine = c_tid == t
             if rich:
                 seqs.append(seq(mine, f"thread {int(t)}, every API call"))
             seqs.append(seq(is_lb & mine, f"thread {int(t)}"))
@@ -127,8 +132,8 @@ def kgram_levels(tok: np.ndarray, max_k: int) -> Iterator[tuple[int, np.ndarray]
     starting at each position, NO_KGRAM where fewer than k remain; each level from the one before
     by doubling, O(n) a level. Equal runs get equal ids; unequal ones collide with probability 2^-64."""
     n = tok.size
-    _, h = np.unique(tok, return_inverse=True)
-    h = h.astype(np.uint64).reshape(-1) + np.uint64(1)
+    _, h = distinct_codes(tok)
+    h = h.astype(np.uint64) + np.uint64(1)
     mult = np.uint64(0x9E3779B97F4A7C15)  # the base to the power k, wrapping
     k = 1
     while k <= max_k:
@@ -175,8 +180,7 @@ def _estimated_match(tokens: np.ndarray, max_lag: int) -> np.ndarray:
     each token becomes random unit phases, whose autocorrelation (FFT) sums 1 per equal pair and
     noise around 0 for unequal ones."""
     n = tokens.size
-    _, inv = np.unique(tokens, return_inverse=True)
-    inv = inv.reshape(-1)
+    _, inv = distinct_codes(tokens)
     rng = np.random.default_rng(0)
     phases = np.exp(2j * np.pi * rng.random((int(inv.max()) + 1, EMBED_DIMS))).astype(np.complex64)
     z = phases[inv]

@@ -14,20 +14,21 @@ Definitions (per rank; a step is the host-time interval [start, end)):
 
 from __future__ import annotations
 
-import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ..model import EventKind, Flag, Timeline
 from .intervals import covered_length, merge
-from .results import Gap
+from .results import CAUSES as GAP_CAUSES
+from .results import Gap, GapTable
 from .rows import positions_by, rank_rows
 from .steps import Steps
 
 OUTLIER_FACTOR = 3.0
 CAUSES = ("host_sync", "launch_latency", "dependency_wait", "no_work", "unknown")
+_STEP_CAUSE = np.array([CAUSES.index(c) for c in GAP_CAUSES], dtype=np.int64)  # GapTable cause -> index here
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
     return np.bincount(i[ok], minlength=starts.size)
 
 
-def step_rows(timeline: Timeline, steps: Steps, gaps: tuple[Gap, ...] | list[Gap]) -> tuple[StepRow, ...]:
+def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[StepRow, ...]:
     """One row per step, ranks in order, steps in time order."""
     ev = timeline.events
     kind = ev["kind"].to_numpy()
@@ -73,13 +74,11 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: tuple[Gap, ...] | list[Gap
     blocking_of = {r: blocking[p] for r, p in positions_by(rank_c[blocking]).items()}
     kernel = np.flatnonzero(kind == int(EventKind.KERNEL))
     kernel_of = {r: kernel[p] for r, p in positions_by(rank_c[kernel]).items()}
-    # the gaps' fields in one pass (attrgetter runs in C), causes coded by their index in CAUSES
-    def field(name: str) -> np.ndarray:
-        return np.fromiter(map(operator.attrgetter(name), gaps), dtype=np.int64, count=len(gaps))
-
-    g_rank, g_dev, g_start, g_end = (field(f) for f in ("rank", "device", "start_ns", "end_ns"))
-    codes, seen = pd.factorize(np.array(list(map(operator.attrgetter("cause"), gaps)), dtype=object))
-    g_cause = np.array([CAUSES.index(c) if c in CAUSES else len(CAUSES) for c in seen] + [0], dtype=np.int64)[codes]
+    # the gaps' columns (a GapTable holds them; other sequences of Gaps are read once)
+    table = GapTable.of(gaps)
+    g_rank, g_dev = table.column("rank"), table.column("device")
+    g_start, g_end = table.column("start"), table.column("end")
+    g_cause = _STEP_CAUSE[table.column("cause")]
     # the gaps grouped by (rank, cause), then by device; each group keeps the gaps' order
     gaps_of: dict[tuple[int, int], dict[int, np.ndarray]] = {}
     for key, pos in positions_by(g_rank * (len(CAUSES) + 1) + g_cause).items():

@@ -30,7 +30,9 @@ from typing import Literal
 import numpy as np
 
 from ..model import EventKind, Timeline
+from .memo import column
 from .names import short_name
+from .rows import names_matching, ranks_of, rows_of
 from .step_cut import (
     HOST_PACED,
     SHORT_BLOCK,
@@ -48,7 +50,6 @@ from .step_sequence import (
     Period,
     find_period,
     launch_sequences,
-    string_ids,
 )
 
 __all__ = [
@@ -99,28 +100,17 @@ class Steps:
         return len(self.steps)
 
 
-def _ranks(timeline: Timeline) -> list[int]:
-    return [int(r) for r in np.unique(timeline.events["rank"].to_numpy())]
-
-
 # ---- marked ----------------------------------------------------------------------------------
 def marked_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-level marked steps of a rank: (start, end) sorted by start; empty when none."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    host_range = np.isin(kind, [int(EventKind.CPU_OP), int(EventKind.NVTX_RANGE)]) & (
-        ev["rank"].to_numpy() == rank
-    )
-    names = ev["name"].to_numpy()
+    host_range = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+    names = column(timeline, "name")[host_range]
     for pattern in (PROFILER_STEP, STEP_LIKE):
-        ids = string_ids(timeline.strings, pattern)
-        if ids.size == 0:
-            continue
-        pos = np.flatnonzero(host_range & np.isin(names, ids))
+        pos = host_range[names_matching(timeline, pattern)[names]]
         if pos.size == 0:
             continue
-        s = ev["start"].to_numpy()[pos]
-        e = ev["end"].to_numpy()[pos]
+        s = column(timeline, "start")[pos]
+        e = column(timeline, "end")[pos]
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         # keep top-level ranges only (drop those inside an earlier one)
@@ -181,16 +171,10 @@ def _launch_run_steps(
 def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
     of a rank, sorted by start, step-like ranges left out."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    m = (
-        np.isin(kind, [int(EventKind.CPU_OP), int(EventKind.NVTX_RANGE)])
-        & (ev["rank"].to_numpy() == rank)
-        & np.isin(ev["tid"].to_numpy(), threads)
-    )
-    step_like = np.r_[string_ids(timeline.strings, PROFILER_STEP), string_ids(timeline.strings, STEP_LIKE)]
-    m &= ~np.isin(ev["name"].to_numpy(), step_like)
-    start, end = ev["start"].to_numpy()[m], ev["end"].to_numpy()[m]
+    rows = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+    step_like = names_matching(timeline, PROFILER_STEP, STEP_LIKE)
+    rows = rows[np.isin(column(timeline, "tid")[rows], threads) & ~step_like[column(timeline, "name")[rows]]]
+    start, end = column(timeline, "start")[rows], column(timeline, "end")[rows]
     order = np.argsort(start, kind="stable")
     return start[order].astype(np.int64), end[order].astype(np.int64)
 
@@ -322,7 +306,7 @@ def find_steps(timeline: Timeline) -> Steps:
     """Steps of every rank: marked ones where the trace has markers, else inferred ones."""
     steps: list[Step] = []
     notes: list[str] = []
-    for rank in _ranks(timeline):
+    for rank in ranks_of(timeline):
         s, e = marked_steps(timeline, rank)
         source: StepSource = "marked"
         if s.size == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..analyses.results import Analysis, document, gap_doc
+from ..analyses.results import Analysis, GapTable, document, gap_docs
 from .gap_evidence import gap_evidence
 
 __all__ = ["to_document", "write_document"]
@@ -42,9 +42,9 @@ def write_document(
     cut = head.index(_GAPS_EMPTY)  # the key is top-level: its line is unique (strings hold no newline)
     write(head[:cut] + b'\n  "gaps": [')
     for i in range(0, len(gaps), chunk):
-        part = gaps[i : i + chunk]
+        part = gaps.rows(i, i + chunk) if isinstance(gaps, GapTable) else gaps[i : i + chunk]
         texts = gap_evidence(analysis, part)
-        body = orjson.dumps([gap_doc(g, t) for g, t in zip(part, texts, strict=True)], option=options)
+        body = orjson.dumps(gap_docs(part, texts), option=options)
         # '[\n  {...},\n  {...}\n]' -> the items one level deeper: '\n    {...},\n    {...}'
         write((b"," if i else b"") + body[1:-2].replace(b"\n", b"\n  "))
     write(b"\n  ],\n" + head[cut + len(_GAPS_EMPTY) :] + b"\n")

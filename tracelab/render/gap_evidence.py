@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyses.names import short_name
-from ..analyses.results import CAUSES, HOST_DATA, Analysis, Gap, GapDetails
+from ..analyses.results import CAUSES, HOST_DATA, Analysis, Gap, GapDetails, GapTable
 from ..model import EventKind
 from .format import fmt_rel_many
 
@@ -46,7 +46,10 @@ def gap_evidence(analysis: Analysis, gaps: Sequence[Gap] | None = None) -> list[
     details = analysis.gap_details
     if details is None or not len(gaps):
         return [""] * len(gaps)
-    rows = np.fromiter((g.detail for g in gaps), dtype=np.int64, count=len(gaps))
+    if isinstance(gaps, GapTable):  # the details column: no Gap objects
+        rows = gaps.column("detail")
+    else:
+        rows = np.fromiter((g.detail for g in gaps), dtype=np.int64, count=len(gaps))
     ok = (rows >= 0) & (rows < len(details))
     if ok.all() and rows.size == len(details) and (rows == np.arange(rows.size)).all():
         return evidence_texts(details)  # all of them, in table order: no copy

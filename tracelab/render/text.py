@@ -6,7 +6,6 @@ neither rich markup nor terminal escapes in kernel names can do anything."""
 from __future__ import annotations
 
 import io
-from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from rich import box
@@ -14,7 +13,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analyses.results import Analysis, DeviceSummary, Finding
+from ..analyses.results import Analysis, DeviceSummary, Finding, GapTable, cause_totals, longest_gaps
 from .compare_text import term_safe
 from .findings import describe
 from .format import fmt_ns, fmt_offset, fmt_share, run_origin
@@ -115,27 +114,21 @@ def sm_line(d: DeviceSummary) -> Text | None:
 
 
 def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
-    gaps = sorted(analysis.gaps, key=lambda g: -g.duration_ns)
-    if not gaps:
+    table = GapTable.of(analysis.gaps)  # counted from the columns: no object per gap
+    n = len(table)
+    if not n:
         return None
     origin = run_origin(analysis)
-    total: dict[str, int] = defaultdict(int)
-    count: Counter[str] = Counter()
-    for g in gaps:
-        total[g.cause] += g.duration_ns
-        count[g.cause] += 1
-    summary = ", ".join(
-        f"{cause} {count[cause]}× {fmt_ns(ns)}" for cause, ns in sorted(total.items(), key=lambda kv: -kv[1])
-    )
+    summary = ", ".join(f"{cause} {count}× {fmt_ns(ns)}" for cause, count, ns in cause_totals(table))
     threshold = fmt_ns(analysis.options.gap_threshold_ns)
-    title = Text(f"Idle gaps ≥ {threshold}: {len(gaps)} ({summary})", style="bold")
+    title = Text(f"Idle gaps ≥ {threshold}: {n} ({summary})", style="bold")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     t.add_column("where")
     t.add_column("at", justify="right")
     t.add_column("length", justify="right")
     t.add_column("cause")
     t.add_column("evidence", overflow="fold")
-    shown = gaps[:top]
+    shown = longest_gaps(table, top)
     for g, evidence in zip(shown, gap_evidence(analysis, shown)):
         t.add_row(
             f"r{g.rank} GPU {g.device}",
@@ -144,8 +137,8 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
             Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")),
             Text(term_safe(evidence, 600)),
         )
-    if len(gaps) > top:
-        t.caption = f"{len(gaps) - top} shorter gaps not shown (--json lists all)"
+    if n > top:
+        t.caption = f"{n - top} shorter gaps not shown (--json lists all)"
         t.caption_justify = "left"
     return t
 

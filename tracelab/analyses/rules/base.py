@@ -13,7 +13,7 @@ idle intervals with their causes (independent of the display threshold).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -43,8 +43,11 @@ class FindingContext:
     rows: list[DeviceRows]
     hosts: dict[int, HostView]
     devices: tuple[DeviceSummary, ...]
-    gaps: tuple[Gap, ...]
+    gaps: Sequence[Gap]
     steps: StepsLike | None = None
+    # every idle interval with its cause, when the caller has it (analyze: the gap classification,
+    # completed on first use); else computed here
+    idle_source: Callable[[], dict[tuple[int, int], IdleIntervals]] | None = None
 
     def span_ns(self, rank: int | None = None) -> int:
         return sum(d.span_ns for d in self.devices if rank is None or d.rank == rank)
@@ -72,6 +75,8 @@ class FindingContext:
     def idle(self) -> dict[tuple[int, int], IdleIntervals]:
         """Every idle interval (> 0 ns) of every device with its cause: what wasted_ns is computed from,
         whatever the display threshold (`--gap-threshold-us`) is."""
+        if self.idle_source is not None:
+            return self.idle_source()
         return {(dr.rank, dr.device): idle_intervals(self.timeline, dr, self.hosts[dr.rank]) for dr in self.rows}
 
 

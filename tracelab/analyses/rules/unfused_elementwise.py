@@ -18,6 +18,7 @@ bound by memory bandwidth runs as long as its bytes take) and CS336 lecture 6 (k
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,7 @@ import numpy as np
 from ...model import EventKind
 from ..names import short_name
 from ..results import Finding
+from ..rows import names_matching
 from .base import FindingContext, Rule, join_places, window
 
 OPTIONS: dict[str, Any] = {
@@ -42,6 +44,7 @@ _FUNCTOR = re.compile(r"[A-Za-z_]*Functor[A-Za-z_]*")
 _WRAPPERS = {"AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor"}
 
 
+@functools.lru_cache(maxsize=4096)
 def op_label(name: str) -> str:
     """A short label for an elementwise kernel: `tanh` for `tanh_kernel_cuda`, `pow_tensor_scalar` for `pow_tensor_scalar_kernel_impl`, `Mul` for an ATen
     `MulFunctor`, `add` for `CUDAFunctorOnSelf_add`; else the shortened kernel name."""
@@ -68,22 +71,23 @@ def period(codes: np.ndarray, max_period: int) -> int:
 def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every qualifying chain: rank, device, stream, rows (event positions), period, saving."""
     strings = ctx.timeline.strings
-    ew_ids = np.array([i for i, s in enumerate(strings) if ELEMENTWISE.search(s)], dtype=np.int64)
-    if ew_ids.size == 0:
+    is_ew = names_matching(ctx.timeline, ELEMENTWISE)  # per string id, once per timeline
+    if not is_ew.any():
         return []
     kind, name, stream = ctx.col("kind"), ctx.col("name"), ctx.col("stream")
     start, end = ctx.col("start"), ctx.col("end")
-    shape = np.stack([ctx.col(c) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")], axis=1)
     out: list[dict[str, Any]] = []
     for dr in ctx.rows:  # one per device
         rows = dr.rows[kind[dr.rows] == int(EventKind.KERNEL)]
         rows = rows[np.lexsort((start[rows], stream[rows]))]
         if rows.size < options["min_chain"]:
             continue
-        ew = np.isin(name[rows], ew_ids)
+        shape = np.stack([ctx.col(c)[rows] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")],
+                         axis=1)  # the launch shape of each of these kernels (not of every event)
+        ew = is_ew[name[rows]]
         same = (
             (stream[rows][1:] == stream[rows][:-1])
-            & (shape[rows][1:] == shape[rows][:-1]).all(axis=1)
+            & (shape[1:] == shape[:-1]).all(axis=1)
             & (start[rows][1:] - end[rows][:-1] <= options["max_gap_ns"])
             & ew[1:]
             & ew[:-1]
@@ -116,8 +120,8 @@ def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[st
                     "fused_kernel_ns": fused,
                     "saved_ns": saved,
                     "ops": [op_label(strings[int(i)]) for i in name[crow[:p]]],
-                    "grid": shape[crow[0], :3].tolist(),
-                    "block": shape[crow[0], 3:].tolist(),
+                    "grid": shape[lo, :3].tolist(),
+                    "block": shape[lo, 3:].tolist(),
                 }
             )
     return out

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..intervals import intersection_length, merge
+from ..intervals import covered_length, merge
+from ..results import CAUSES
 from .base import FindingContext
+
+HOST_SYNC = CAUSES.index("host_sync")
 
 
 def host_sync_idle(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.ndarray) -> int:
@@ -16,10 +19,12 @@ def host_sync_idle(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.
     for (r, _), idle in ctx.idle.items():
         if r != rank or ws.size == 0:
             continue
-        gs, ge = idle.of_cause("host_sync")
-        i = np.searchsorted(ws, gs, side="right") - 1
-        inside = (i >= 0) & (gs < we[np.maximum(i, 0)])
-        total += int((ge - gs)[inside].sum())
+        # the intervals that begin inside a window, and of those the host_sync ones (only their causes
+        # are classified)
+        i = np.searchsorted(ws, idle.start, side="right") - 1
+        inside = (i >= 0) & (idle.start < we[np.maximum(i, 0)])
+        sync = idle.causes_of(inside) == HOST_SYNC
+        total += int((idle.end - idle.start)[inside][sync].sum())
     return total
 
 
@@ -28,6 +33,6 @@ def idle_during(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.nda
     total = 0
     ws, we = merge(starts, ends)
     for (r, _), idle in ctx.idle.items():
-        if r == rank:
-            total += intersection_length(idle.start, idle.end, ws, we)
+        if r == rank and ws.size:  # both are sorted disjoint unions: the idle time inside each window
+            total += int(covered_length(idle.start, idle.end, ws, we).sum())
     return total

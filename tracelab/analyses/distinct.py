@@ -1,0 +1,75 @@
+"""Distinct values of integer columns by hashing: what `np.unique` returns (sorted distinct values, their
+counts, each value's index among them), in O(n) plus a sort of the distinct values only. `np.unique`
+sorts all n values; on the host-call columns of a big trace (millions of calls of a few threads, a few
+thousand names) that sort was most of the cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SMALL = 4096  # below this np.unique is as fast
+
+
+class SortedKeys:
+    """Look-ups in sorted integer keys (repeats allowed): `find(q)` is the position of the first key
+    equal to each q, or -1, as a binary search finds it. Keys that are dense (a range of at most 4x
+    their count, as correlation ids are) get a table: one gather per look-up instead of a search."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = np.asarray(keys)
+        self._table: tuple[int, np.ndarray] | None = None
+        k = self.keys
+        if k.size and k.dtype.kind in "iu":
+            base, span = int(k[0]), int(k[-1]) - int(k[0]) + 1
+            if span <= 4 * k.size + 1024:
+                first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+                table = np.full(span, -1, dtype=np.int64)
+                table[k[first] - base] = first
+                self._table = (base, table)
+
+    def find(self, queries: np.ndarray) -> np.ndarray:
+        q = np.asarray(queries, dtype=np.int64)
+        k = self.keys
+        if k.size == 0:
+            return np.full(q.shape, -1, dtype=np.int64)
+        if self._table is not None:
+            base, table = self._table
+            i = q - base
+            inside = (i >= 0) & (i < table.size)
+            return np.where(inside, table[np.where(inside, i, 0)], -1)
+        i = np.searchsorted(k, q)
+        ic = np.minimum(i, k.size - 1)
+        return np.where(k[ic] == q, ic, -1)
+
+
+def _hashable(v: np.ndarray) -> bool:
+    return v.size >= SMALL and v.dtype.kind in "iub"
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values)."""
+    v = np.asarray(values).reshape(-1)
+    if not _hashable(v):
+        return np.unique(v)
+    return np.sort(pd.unique(v))
+
+
+def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_counts=True)."""
+    v = np.asarray(values).reshape(-1)
+    if not _hashable(v):
+        return np.unique(v, return_counts=True)
+    codes, uniq = pd.factorize(v, sort=True)
+    return np.asarray(uniq), np.bincount(codes, minlength=len(uniq)).astype(np.int64)
+
+
+def distinct_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True): the sorted distinct values and each value's index among
+    them."""
+    v = np.asarray(values).reshape(-1)
+    if not _hashable(v):
+        u, inv = np.unique(v, return_inverse=True)
+        return u, inv.reshape(-1)
+    codes, uniq = pd.factorize(v, sort=True)
+    return np.asarray(uniq), codes.astype(np.int64)
