@@ -23,6 +23,7 @@ NO_STREAM = 0xFFFFFFFF  # CUPTI's "not on a stream" (context syncs, event querie
 
 GPU_ACTIVITY_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 HOST_API_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
+OS_CALL_CATEGORY = "os_runtime"  # the category of OS runtime calls (nsys OSRT_API) in the timeline (kind OTHER)
 
 
 class CopyKind(IntEnum):

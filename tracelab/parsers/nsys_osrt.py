@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import EventKind
+from ..model.kinds import OS_CALL_CATEGORY
 from .nsys_db import NsysDb, col_or, fetch_int_columns
 from .nsys_host import pid_of, tid_of
 from .nsys_strings import NsysStrings
 
 OSRT = "OSRT_API"
-OS_CALL_CATEGORY = "os_runtime"  # the category of OS runtime calls in the timeline (kind OTHER)
 
 
 def read_osrt(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
