@@ -84,3 +84,27 @@ def test_parse_imports_no_heavy_modules() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        DATA / "torch_mixed_small" / "trace.json.gz",  # recorded on an H200: kernels with launch shapes, SM count
+        DATA.parent.parent.parent / "shared" / "corpus" / "hta" / "df_index_resolver__df_index_resolver.json.gz",
+    ],
+    ids=["recorded", "corpus-54MB"],
+)
+def test_analyze_of_a_kineto_trace_never_imports_pandas(trace: Path) -> None:
+    """`analyze --json` and the text output of a Kineto trace run on numpy columns only: the SM-time
+    estimate, the step table, the gap evidence and the distinct-value helpers need no pandas (importing
+    it took a third of `analyze` on the 54 MB corpus trace). The outputs are not empty."""
+    if not trace.is_file():
+        pytest.skip(f"{trace} is not here")
+    code = (
+        "import sys, atexit\n"
+        "atexit.register(lambda: print('pandas loaded:', 'pandas' in sys.modules, file=sys.stderr, end=''))\n"
+        "from tracelab.cli import main; main()"
+    )
+    for args in (["analyze", "--json", str(trace)], ["analyze", str(trace)]):
+        run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+        assert len(run.stdout) > 1000 and run.stderr.endswith("pandas loaded: False"), (args, run.stderr[-300:])

@@ -47,7 +47,7 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
         return union_length(start[mask], end[mask], assume_sorted=True)
 
     # per stream (a GPU_STREAM lane = rank, device, context, green context, stream)
-    n_lanes = len(timeline.lanes)
+    n_lanes = timeline.n_lanes
     lane_busy = grouped_union_lengths(start, end, lane, n_lanes)
     nk = np.bincount(lane[is_k], minlength=n_lanes)
     nc = np.bincount(lane[is_c], minlength=n_lanes)

@@ -5,10 +5,12 @@ thousand names) that sort was most of the cost."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-import pandas as pd
 
 SMALL = 4096  # below this np.unique is as fast
+IMPORT_PANDAS_AT = 4_000_000  # np.unique sorts this many int64 in ~0.4 s, about the cost of importing pandas
 
 
 class SortedKeys:
@@ -44,7 +46,12 @@ class SortedKeys:
 
 
 def _hashable(v: np.ndarray) -> bool:
-    return v.size >= SMALL and v.dtype.kind in "iub"
+    """Whether hashing (pandas) beats np.unique's sort here: big enough, integers, and pandas already
+    loaded or the array so big that loading it (~0.3-0.6 s) pays (a small trace's `analyze` never
+    imports pandas: that import alone was a third of its run)."""
+    if v.size < SMALL or v.dtype.kind not in "iub":
+        return False
+    return "pandas" in sys.modules or v.size >= IMPORT_PANDAS_AT
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -52,6 +59,8 @@ def distinct(values: np.ndarray) -> np.ndarray:
     v = np.asarray(values).reshape(-1)
     if not _hashable(v):
         return np.unique(v)
+    import pandas as pd
+
     return np.sort(pd.unique(v))
 
 
@@ -60,6 +69,8 @@ def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     v = np.asarray(values).reshape(-1)
     if not _hashable(v):
         return np.unique(v, return_counts=True)
+    import pandas as pd
+
     codes, uniq = pd.factorize(v, sort=True)
     return np.asarray(uniq), np.bincount(codes, minlength=len(uniq)).astype(np.int64)
 
@@ -71,5 +82,7 @@ def distinct_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not _hashable(v):
         u, inv = np.unique(v, return_inverse=True)
         return u, inv.reshape(-1)
+    import pandas as pd
+
     codes, uniq = pd.factorize(v, sort=True)
     return np.asarray(uniq), codes.astype(np.int64)

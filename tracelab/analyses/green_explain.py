@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 from tracelab.model import EventKind, Timeline
 
 from .sm_estimate import _estimate
 from .sm_measured import _instrumented
-from .sm_partitions import NONE_PARTITION, LaneSource, Partition, _Device, _device, _partitions
+from .sm_partitions import (
+    NONE_PARTITION,
+    LaneSource,
+    Partition,
+    _Device,
+    _device,
+    _partitions,
+    kernel_columns,
+)
 from .sm_time import _sm_time, _without_blocks
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # ---------------------------------------------------------------------------------------------
 # green contexts: why the variant is slower or faster than `sequential`
@@ -125,7 +135,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
     def waves(tl: Timeline, dev: _Device, parts: list[Partition], k: pd.DataFrame) -> int:
         if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
             return 0
-        return int(_estimate(tl, _without_blocks(dev), parts, k.iloc[:1]).waves[0])
+        return int(_estimate(tl, _without_blocks(dev), parts, kernel_columns(k.iloc[:1])).waves[0])
 
     w_v = waves(variant_tl, var, v_parts, v_k)
     w_s = waves(sequential_tl, seq, s_parts, s_k)

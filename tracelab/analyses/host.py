@@ -16,8 +16,7 @@ from typing import Literal
 import numpy as np
 
 from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
-from ..model.kinds import HOST_API_KINDS
-from ..model.kinds import OS_CALL_CATEGORY
+from ..model.kinds import HOST_API_KINDS, OS_CALL_CATEGORY
 from .distinct import SortedKeys, distinct
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
 from .memo import column, memo

@@ -5,12 +5,16 @@ Pure Timeline -> DataFrame, one vectorized groupby over the kernel rows (no per-
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from tracelab.model import EventKind, Timeline
 
 from .devices import comm_kernels
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KERNEL_SUMMARY_COLUMNS: dict[str, str] = {
     "name": "object",  # the kernel name (untrusted text: escape it when rendering)
@@ -25,12 +29,16 @@ KERNEL_SUMMARY_COLUMNS: dict[str, str] = {
 
 
 def _empty() -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in KERNEL_SUMMARY_COLUMNS.items()})
 
 
 def kernel_summary(timeline: Timeline, rank: int | None = None, device: int | None = None) -> pd.DataFrame:
     """One row per distinct kernel name with calls, total / mean / min / max duration and share of
     kernel time, sorted by total time (largest first). `rank` / `device` restrict the selection."""
+    import pandas as pd
+
     ev = timeline.events
     mask = ev["kind"].to_numpy() == int(EventKind.KERNEL)
     if rank is not None:
@@ -60,6 +68,8 @@ def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.D
     """One row per (kernel name, grid, block): count, total / mean / max duration (ns), and the
     theoretical occupancy (0..1) when `occupancy` (indexed like timeline.events, NaN = unknown) is
     given. Sorted by total time. Vectorized groupby."""
+    import pandas as pd
+
     ev = timeline.events
     k = ev[ev["kind"] == int(EventKind.KERNEL)]
     if k.empty:

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tracelab.model import DeviceInfo, EventKind, Timeline
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KB = 1024
 
@@ -267,6 +270,8 @@ def max_active_blocks_per_sm(
 def launch_occupancy(timeline: Timeline) -> pd.Series:
     """Theoretical occupancy (0..1) of each kernel launch, indexed like timeline.events (kernels
     only); NaN where the block size or registers are unknown. One vectorized call per device."""
+    import pandas as pd
+
     ev = timeline.events
     k = ev[ev["kind"].to_numpy() == int(EventKind.KERNEL)]
     out = pd.Series(np.nan, index=k.index, dtype=float)

@@ -11,13 +11,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from ..model import EventKind, Timeline
 from ..model.kinds import GPU_ACTIVITY_KINDS
 from .intervals import coverage_at_least, intersection_length, union_length
 from .results import Overlap
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def device_overlap(
@@ -41,6 +45,8 @@ def device_overlap(
 def stream_overlap_matrix(timeline: Timeline, rank: int, device: int) -> pd.DataFrame:
     """For one device, the time (ns) during which each pair of streams is busy at once; the diagonal
     is each stream's busy time (union of its kernels, memcpys and memsets)."""
+    import pandas as pd
+
     ev = timeline.events
     m = (
         ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy()

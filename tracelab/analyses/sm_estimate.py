@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tracelab.analyses.occupancy import DeviceLimits, limits_for, occupancy
 from tracelab.model import Timeline
 
+from .distinct import distinct_codes
 from .sm_measured import _empty_lanes
-from .sm_partitions import NONE_PARTITION, Partition, _Device
+from .sm_partitions import NONE_PARTITION, SM_LANE_COLUMNS, Partition, _Device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -27,9 +32,11 @@ class _Estimate:
     green_context: np.ndarray
 
 
-def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: pd.DataFrame) -> _Estimate:
+def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mapping[str, np.ndarray]) -> _Estimate:
+    """The estimate for these kernels (columns as `_Device.kcols` holds them; `kernel_columns` turns a
+    DataFrame subset into them)."""
     k = kernels
-    gc = k["green_context"].to_numpy().astype(np.int64)
+    gc = np.asarray(k["green_context"]).astype(np.int64)
     part_ids = np.array([p.green_context for p in parts], dtype=np.int64)
     caps = np.array([max(p.sm_count, 1) for p in parts], dtype=np.int64)
     # partition index of each kernel: its green context, else partition -1 (always last when present)
@@ -45,13 +52,13 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: pd.Da
         if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0
     }
     if ctx_caps:
-        cu, cinv = np.unique(k["context"].to_numpy(), return_inverse=True)
+        cu, cinv = np.unique(np.asarray(k["context"]), return_inverse=True)
         cc = np.array([ctx_caps.get(int(c), 1 << 30) for c in cu], dtype=np.int64)[cinv]
         cap = np.where(gc < 0, np.minimum(cap, cc), cap)
 
     def _prod(cols: list[str]) -> np.ndarray:
         """x * y * z; unknown when x is unknown, y / z unknown count as 1."""
-        x, y, z = (k[c].to_numpy().astype(np.int64) for c in cols)
+        x, y, z = (np.asarray(k[c]).astype(np.int64) for c in cols)
         return np.where(x > 0, x * np.maximum(y, 1) * np.maximum(z, 1), -1)
 
     grid = _prod(["grid_x", "grid_y", "grid_z"])
@@ -62,25 +69,25 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: pd.Da
     waves = np.where(known, -(-grid // np.maximum(bps * cap, 1)), 1)
     sms = np.where(known, np.minimum(grid, cap), cap)
     return _Estimate(
-        kernel=k.index.to_numpy().astype(np.int64),
+        kernel=np.asarray(k["row"]).astype(np.int64),
         part=part,
-        start=k["start"].to_numpy().astype(np.int64),
-        end=k["end"].to_numpy().astype(np.int64),
+        start=np.asarray(k["start"]).astype(np.int64),
+        end=np.asarray(k["end"]).astype(np.int64),
         sms=sms.astype(np.int64),
         waves=waves.astype(np.int64),
         blocks_per_sm=bps,
-        name=k["name"].to_numpy().astype(np.int32),
+        name=np.asarray(k["name"]).astype(np.int32),
         green_context=gc,
     )
 
 
-def _blocks_per_sm(k: pd.DataFrame, threads: np.ndarray, limits: DeviceLimits) -> np.ndarray:
+def _blocks_per_sm(k: Mapping[str, np.ndarray], threads: np.ndarray, limits: DeviceLimits) -> np.ndarray:
     """Occupancy once per distinct (threads, registers, shared memory) configuration."""
-    regs = np.clip(k["registers"].to_numpy().astype(np.int64), -1, 1 << 10)
-    smem = np.clip(k["shared_mem"].to_numpy().astype(np.int64), -1, (1 << 30) - 2)
+    regs = np.clip(np.asarray(k["registers"]).astype(np.int64), -1, 1 << 10)
+    smem = np.clip(np.asarray(k["shared_mem"]).astype(np.int64), -1, (1 << 30) - 2)
     thr = np.clip(np.where(threads > 0, threads, limits.warp_size), 0, (1 << 20) - 1)
     key = (thr << 42) | ((regs + 1) << 31) | (smem + 1)
-    codes, uniq = pd.factorize(key)
+    uniq, codes = distinct_codes(key)
     u_thr, u_regs, u_smem = uniq >> 42, ((uniq >> 31) & ((1 << 11) - 1)) - 1, (uniq & ((1 << 31) - 1)) - 1
     return occupancy(u_thr, u_regs, u_smem, limits).blocks_per_sm[codes]
 
@@ -111,9 +118,18 @@ def _stack_offsets(est: _Estimate, n_parts: int, caps: np.ndarray) -> np.ndarray
 
 
 def _estimated_rows(est: _Estimate, parts: list[Partition]) -> pd.DataFrame:
+    import pandas as pd
+
+    if len(est.start) == 0:
+        return _empty_lanes()
+    return pd.DataFrame(_estimated_columns(est, parts), copy=False)
+
+
+def _estimated_columns(est: _Estimate, parts: list[Partition]) -> dict[str, np.ndarray]:
+    """The estimated SM lanes as columns (SM_LANE_COLUMNS' names, in that order)."""
     n = len(est.start)
     if n == 0:
-        return _empty_lanes()
+        return {c: np.zeros(0, dtype=t) for c, t in SM_LANE_COLUMNS.items()}
     caps = np.array([max(p.sm_count, 1) for p in parts], dtype=np.int64)
     off = _stack_offsets(est, len(parts), caps)
     # partition-relative SM positions [lo, lo + sms), wrapping around the partition end
@@ -129,18 +145,16 @@ def _estimated_rows(est: _Estimate, parts: list[Partition]) -> pd.DataFrame:
     pidx = est.part[sel2]
     rows = _map_positions(pidx, lo2, hi2, parts)
     r_sel = sel2[rows["row"]]
-    return pd.DataFrame(
-        {
-            "sm_first": rows["sm_first"].astype(np.int32),
-            "sm_last": rows["sm_last"].astype(np.int32),
-            "start": est.start[r_sel],
-            "end": est.end[r_sel],
-            "green_context": np.array([p.green_context for p in parts], dtype=np.int64)[est.part[r_sel]],
-            "name": est.name[r_sel],
-            "measured": np.zeros(len(r_sel), dtype=bool),
-            "kernel": est.kernel[r_sel],
-        }
-    )
+    return {
+        "sm_first": rows["sm_first"].astype(np.int32),
+        "sm_last": rows["sm_last"].astype(np.int32),
+        "start": est.start[r_sel],
+        "end": est.end[r_sel],
+        "green_context": np.array([p.green_context for p in parts], dtype=np.int64)[est.part[r_sel]],
+        "name": est.name[r_sel],
+        "measured": np.zeros(len(r_sel), dtype=bool),
+        "kernel": est.kernel[r_sel],
+    }
 
 
 def _map_positions(

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from .sm_partitions import SM_LANE_COLUMNS, _Device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 # ---------------------------------------------------------------------------------------------
 # lanes
 # ---------------------------------------------------------------------------------------------
 def _empty_lanes() -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in SM_LANE_COLUMNS.items()})
 
 
 def _merge_intervals(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
     """Union of intervals per key (vectorized). Returns (first row index of each merged interval,
     merged start, merged end) in key order."""
+    import pandas as pd
+
     n = len(start)
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
@@ -45,21 +53,21 @@ def _instrumented(dev: _Device) -> np.ndarray:
     """Which kernel events of the device have probe blocks: a block of the same name that starts
     within the event (the probe aligns each invocation's first block to its kernel's start).
     Workloads may probe only some launches of a kernel; the others are estimated."""
-    k = dev.kernels
-    out = np.zeros(len(k), dtype=bool)
+    k = dev.kcols
+    out = np.zeros(dev.n_kernels, dtype=bool)
     if dev.blocks is None or not len(k):
         return out
-    k_name = k["name"].to_numpy()
+    k_name = k["name"]
     b_name = dev.blocks["name"].to_numpy()
     b_start = dev.blocks["start"].to_numpy()
     for nid in np.unique(b_name):  # one pass per probed kernel name
         rows = np.flatnonzero(k_name == nid)
         if not len(rows):
             continue
-        order = np.argsort(k["start"].to_numpy()[rows], kind="stable")
+        order = np.argsort(k["start"][rows], kind="stable")
         rows = rows[order]
-        ks = k["start"].to_numpy()[rows]
-        ke = k["end"].to_numpy()[rows]
+        ks = k["start"][rows]
+        ke = k["end"][rows]
         bs = b_start[b_name == nid]
         idx = np.searchsorted(ks, bs, side="right") - 1
         hit = idx >= 0
@@ -69,6 +77,8 @@ def _instrumented(dev: _Device) -> np.ndarray:
 
 
 def _measured_rows(dev: _Device) -> pd.DataFrame:
+    import pandas as pd
+
     b = dev.blocks
     assert b is not None
     sm = b["sm"].to_numpy().astype(np.int64)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 from tracelab.analyses.memo import column
 from tracelab.analyses.occupancy import device_sm_count
 from tracelab.analyses.rows import rows_of_device
 from tracelab.model import EventKind, Timeline
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NONE_PARTITION = -1  # green_context value of work outside every green context
 
@@ -48,9 +52,21 @@ class _Device:
     device: int
     name: str
     sm_count: int
-    kernels: pd.DataFrame  # the device's kernel events (index = row in Timeline.events)
+    kcols: Mapping[str, np.ndarray]  # the device's kernel events: _KERNEL_COLUMNS and "row" (in Timeline.events)
     blocks: pd.DataFrame | None  # measured blocks of the device, or None
     span: tuple[int, int]  # GPU activity span (0, 0 when none)
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        """The kernel columns as a DataFrame indexed by event row (built when asked: the SM-time summary
+        works on the columns, so a plain `analyze` never loads pandas for it)."""
+        import pandas as pd
+
+        return pd.DataFrame({c: self.kcols[c] for c in _KERNEL_COLUMNS}, index=self.kcols["row"], copy=False)
+
+    @property
+    def n_kernels(self) -> int:
+        return len(self.kcols["row"])
 
 
 # the kernel columns the SM analyses read (the lanes, the estimate, the partitions, the probe match)
@@ -64,7 +80,8 @@ def _device(tl: Timeline, rank: int, device: int) -> _Device:
     """The device's kernels, probe blocks and span, from its GPU rows (grouped once per timeline)."""
     gpu = rows_of_device(tl, rank, device)
     krows = gpu[column(tl, "kind")[gpu] == int(EventKind.KERNEL)]
-    kernels = pd.DataFrame({c: column(tl, c)[krows] for c in _KERNEL_COLUMNS}, index=krows, copy=False)
+    kernels = {c: column(tl, c)[krows] for c in _KERNEL_COLUMNS}
+    kernels["row"] = krows
     blocks = None
     if tl.sm_blocks is not None and len(tl.sm_blocks):
         b = tl.sm_blocks
@@ -84,6 +101,18 @@ def _device(tl: Timeline, rank: int, device: int) -> _Device:
     return _Device(rank, device, info.name if info else "", sm_count, kernels, blocks, span)
 
 
+def kernel_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A kernel DataFrame (a subset of `_Device.kernels`) as the columns `_estimate` reads."""
+    out = {c: frame[c].to_numpy() for c in _KERNEL_COLUMNS}
+    out["row"] = frame.index.to_numpy()
+    return out
+
+
+def select_kernels(kcols: Mapping[str, np.ndarray], which: np.ndarray) -> dict[str, np.ndarray]:
+    """The kernel columns at a mask or positions."""
+    return {c: v[which] for c, v in kcols.items()}
+
+
 def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
     """Green-context partitions of the device (sorted by id), then partition -1 when it has work
     or SMs of its own."""
@@ -92,7 +121,7 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
         if c.rank == dev.rank and c.device == dev.device and c.is_green and c.green_context >= 0:
             configured[c.green_context] = max(configured.get(c.green_context, 0), c.sm_count)
     ids = set(configured)
-    ids.update(int(g) for g in np.unique(dev.kernels["green_context"].to_numpy()) if g >= 0)
+    ids.update(int(g) for g in np.unique(dev.kcols["green_context"]) if g >= 0)
     measured_sms: dict[int, np.ndarray] = {}
     if dev.blocks is not None:
         b = dev.blocks
@@ -112,7 +141,7 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
         sizes[g] = (max(left // max(len(unknown), 1), 1), False)
     remainder = max(sm_total - sum(s for s, _ in sizes.values()), 0)
 
-    has_none_work = bool((dev.kernels["green_context"].to_numpy() < 0).any()) or (
+    has_none_work = bool((dev.kcols["green_context"] < 0).any()) or (
         NONE_PARTITION in measured_sms
     )
     parts: list[Partition] = []

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.model import Timeline
 
 from .memo import memo
-from .sm_estimate import _Estimate, _estimate, _estimated_rows
+from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
 from .sm_measured import _empty_lanes, _instrumented, _measured_rows, _merge_intervals
 from .sm_partitions import (
     NONE_PARTITION,
@@ -22,7 +21,11 @@ from .sm_partitions import (
     _Device,
     _device,
     _partitions,
+    select_kernels,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 IDLE_PARTITION_THRESHOLD = 0.5  # busy fraction below which a green-context partition is "idle"
 IDLE_PARTITION_CRITICAL = 0.1
@@ -32,24 +35,31 @@ def _lanes(
     tl: Timeline, rank: int, device: int, source: str = "auto", ordered: bool = True
 ) -> tuple[pd.DataFrame, LaneSource, _Device, list[Partition], _Estimate | None]:
     """The device's SM lanes; `ordered=False` skips the final sort by start (the SM-time integrals
-    sort the times themselves)."""
+    sort the times themselves) and, for estimated lanes only, returns them as numpy columns (a dict:
+    the SM-time summary of a trace without probe data needs no pandas)."""
     dev = _device(tl, rank, device)
-    if dev.sm_count <= 0 or (len(dev.kernels) == 0 and dev.blocks is None):
-        return _empty_lanes(), "none", dev, [], None
+    none = _empty_lanes() if ordered else {c: np.zeros(0, dtype=t) for c, t in SM_LANE_COLUMNS.items()}
+    if dev.sm_count <= 0 or (dev.n_kernels == 0 and dev.blocks is None):
+        return none, "none", dev, [], None
     use_measured = dev.blocks is not None and source in ("auto", "measured")
     if source == "measured" and dev.blocks is None:
-        return _empty_lanes(), "none", dev, [], None
+        return none, "none", dev, [], None
     parts = _partitions(tl, dev) if use_measured else _partitions(tl, _without_blocks(dev))
-    frames = []
-    kernels = dev.kernels
-    if use_measured:
-        frames.append(_measured_rows(dev))
-        kernels = kernels[~_instrumented(dev)]
-    est = _estimate(tl, dev, parts, kernels)
-    frames.append(_estimated_rows(est, parts))
+    kernels = dev.kcols
+    if not use_measured:
+        est = _estimate(tl, dev, parts, kernels)
+        if not ordered:  # the SM-time integrals need neither a DataFrame nor the order
+            return _estimated_columns(est, parts), "estimated", dev, parts, est
+        frames = [_estimated_rows(est, parts)]
+    else:
+        frames = [_measured_rows(dev)]
+        est = _estimate(tl, dev, parts, select_kernels(kernels, ~_instrumented(dev)))
+        frames.append(_estimated_rows(est, parts))
     frames = [f for f in frames if len(f)]
     if not ordered and len(frames) == 1:  # the SM-time integrals need neither the dtypes nor the order
         return frames[0], ("measured" if use_measured else "estimated"), dev, parts, est
+    import pandas as pd
+
     lanes = pd.concat(frames, ignore_index=True) if frames else _empty_lanes()
     lanes = lanes.astype(SM_LANE_COLUMNS)
     if ordered:
@@ -58,7 +68,7 @@ def _lanes(
 
 
 def _without_blocks(dev: _Device) -> _Device:
-    return _Device(dev.rank, dev.device, dev.name, dev.sm_count, dev.kernels, None, dev.span)
+    return _Device(dev.rank, dev.device, dev.name, dev.sm_count, dev.kcols, None, dev.span)
 
 
 def sm_lanes(
@@ -104,10 +114,10 @@ def _level_functions(
 ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
     """Device level (busy SMs) as a step function, and one per partition (keyed by green context).
     Each partition is clipped at its SM count, the device at its SM count."""
-    lanes = _merge_measured(lanes)
+    lanes = _merge_measured(lanes)  # a DataFrame or, estimated only, a dict of columns
     part_ids = [p.green_context for p in parts]
     caps = np.array([max(p.sm_count, 1) for p in parts] + [1], dtype=np.int64)
-    gc = lanes["green_context"].to_numpy()
+    gc = np.asarray(lanes["green_context"])
     pmap = {g: i for i, g in enumerate(part_ids)}
     none_idx = pmap.get(NONE_PARTITION, len(parts) - 1 if parts else 0)
     if len(gc):
@@ -115,8 +125,8 @@ def _level_functions(
         pidx = np.array([pmap.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
     else:
         pidx = np.zeros(0, dtype=np.int64)
-    w = (lanes["sm_last"].to_numpy() - lanes["sm_first"].to_numpy() + 1).astype(np.int64)
-    times = np.concatenate([lanes["start"].to_numpy(), lanes["end"].to_numpy()]).astype(np.int64)
+    w = (np.asarray(lanes["sm_last"]) - np.asarray(lanes["sm_first"]) + 1).astype(np.int64)
+    times = np.concatenate([np.asarray(lanes["start"]), np.asarray(lanes["end"])]).astype(np.int64)
     delta = np.concatenate([w, -w])
     part = np.concatenate([pidx, pidx])
     # order within equal times does not matter: the clipped sums telescope per partition, so the
@@ -142,9 +152,11 @@ def _level_functions(
 
 def _merge_measured(lanes: pd.DataFrame) -> pd.DataFrame:
     """Measured rows merged per SM across kernels (two kernels sharing an SM count once)."""
-    m = lanes["measured"].to_numpy()
+    m = np.asarray(lanes["measured"])
     if not m.any():
         return lanes
+    import pandas as pd
+
     meas = lanes[m]
     sm_ = meas["sm_first"].to_numpy().astype(np.int64)
     gc = meas["green_context"].to_numpy().astype(np.int64)
@@ -185,6 +197,8 @@ def sm_utilization(
     "partition" per green-context partition (green_context -1 = outside every green context).
     Columns: start, end, scope, green_context, sm_count, busy_sm_ns, utilization, source.
     `bins`: a number of equal bins over the device's span, or explicit edges (ns)."""
+    import pandas as pd
+
     lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source)
     cols = ["start", "end", "scope", "green_context", "sm_count", "busy_sm_ns", "utilization", "source"]
     if src == "none" or dev.span[1] <= dev.span[0]:
@@ -352,8 +366,8 @@ def estimate_agreement(timeline: Timeline, rank: int, device: int) -> SmAgreemen
     inst = _instrumented(dev)
     t0, t1 = dev.span
     m = _busy_between(*_level_functions(_measured_rows(dev), parts, dev.sm_count)[:2], t0, t1)
-    rows = _estimated_rows(_estimate(timeline, dev, parts, dev.kernels), parts)
-    mine = np.isin(rows["kernel"].to_numpy(), dev.kernels.index[inst])
+    rows = _estimated_rows(_estimate(timeline, dev, parts, dev.kcols), parts)
+    mine = np.isin(rows["kernel"].to_numpy(), dev.kcols["row"][inst])
     e = float(_shared_sm_ns(rows, parts, t0, t1)[mine].sum())
     return SmAgreement(m, e, (e - m) / m if m else float("inf"), int(inst.sum()))
 
@@ -414,7 +428,7 @@ def kernel_sm_agreement(timeline: Timeline, rank: int, device: int) -> KernelSmA
         return None
     b = dev.blocks
     krow = b["kernel"].to_numpy().astype(np.int64)
-    known = np.isin(krow, dev.kernels.index.to_numpy())  # -1 / rows of other events drop out
+    known = np.isin(krow, dev.kcols["row"])  # -1 / rows of other events drop out
     if not known.any():
         return None
     krow = krow[known]
@@ -430,8 +444,8 @@ def kernel_sm_agreement(timeline: Timeline, rank: int, device: int) -> KernelSmA
     # the estimate as the estimated lanes make it (partitions without the probe data), for every
     # kernel of the device: the uninstrumented ones take their part of the partition share
     parts = _partitions(timeline, _without_blocks(dev))
-    est = _estimate(timeline, dev, parts, dev.kernels)
-    mine = np.isin(est.kernel, kernels)  # est follows dev.kernels' (ascending) row order
+    est = _estimate(timeline, dev, parts, dev.kcols)
+    mine = np.isin(est.kernel, kernels)  # est follows dev.kcols' (ascending) row order
     estimated = est.sms[mine].astype(np.float64) * (est.end - est.start)[mine].astype(np.float64)
     rows = _estimated_rows(est, parts)
     rk = rows["kernel"].to_numpy()

@@ -60,12 +60,11 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
 
 def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[StepRow, ...]:
     """One row per step, ranks in order, steps in time order."""
-    ev = timeline.events
-    kind = ev["kind"].to_numpy()
-    rank_c = ev["rank"].to_numpy()
-    start = ev["start"].to_numpy()
-    end = ev["end"].to_numpy()
-    flags = ev["flags"].to_numpy()
+    kind = timeline.col("kind")
+    rank_c = timeline.col("rank")
+    start = timeline.col("start")
+    end = timeline.col("end")
+    flags = timeline.col("flags")
     # each rank's rows grouped once (no full-length mask per rank)
     gpu_of = rank_rows(timeline)
     blocking = np.flatnonzero(

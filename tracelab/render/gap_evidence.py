@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import pandas as pd
 
+from ..analyses.distinct import distinct_codes
 from ..analyses.names import short_name
 from ..analyses.results import CAUSES, HOST_DATA, Analysis, Gap, GapDetails, GapTable
 from ..model import EventKind
@@ -177,9 +177,9 @@ def _labels(fmt: Callable[..., str], *cols: np.ndarray) -> np.ndarray:
 def _factorize(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group ids of the rows by the given integer columns, and the first row of each group."""
     codes = np.zeros(len(cols[0]), dtype=np.int64)
-    for c in cols:  # fold one column at a time into a dense code (hash-based, O(n))
-        sub, uniq = pd.factorize(np.asarray(c))
-        codes = pd.factorize(codes * max(len(uniq), 1) + sub)[0]
+    for c in cols:  # fold one column at a time into a dense code (hashed when pandas is loaded or n is big)
+        uniq, sub = distinct_codes(np.asarray(c))
+        codes = distinct_codes(codes * max(len(uniq), 1) + sub)[1]
     first = np.unique(codes, return_index=True)[1]
     return codes, first
 
