@@ -39,9 +39,9 @@ from .timeline_view import (
     run_gaps,
     search_matches_in_window,
     search_positions,
-    steps_if_ready,
     shown_rows,
     start_background,
+    steps_if_ready,
     steps_on_rows,
     tile_bytes,
 )

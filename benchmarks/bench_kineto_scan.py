@@ -75,7 +75,7 @@ def main() -> int:
     print(f"{args.trace.name}: {len(pieces)} pieces, {mb:.1f} MB of traceEvents")
     with tempfile.TemporaryDirectory(prefix="bench-kineto-scan-") as tmp:
         base_src = Path(tmp) / "baseline.c"
-        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{args.baseline}:{SOURCE}"], capture_output=True)
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{args.baseline}:{SOURCE}"], capture_output=True, check=False)
         base_src.write_bytes(shown.stdout if shown.returncode == 0 else b"")
         variants = [("this checkout", compile_scanner(ROOT / SOURCE, Path(tmp), "here"))]
         if shown.returncode == 0:

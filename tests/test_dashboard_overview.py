@@ -166,7 +166,7 @@ def test_overview_is_not_used_for_other_lane_groups_or_sizes(tmp_path, big):
     app = create_app(store)
     state = app.server.config[STATE_KEY]
     client = app.server.test_client()
-    header, _ = unpack(client.get(f"/api/timeline/tile?run={rid}&show=stream&level=0&index=0").data)
+    unpack(client.get(f"/api/timeline/tile?run={rid}&show=stream&level=0&index=0").data)  # a whole tile
     meta = client.get(f"/api/timeline/meta?run={rid}&show=stream").get_json()
     assert "nvtx" not in meta["rows"]["kind"] and "host" not in meta["rows"]["kind"]
     assert state._timelines.peek(rid) is not None  # computed from the columns

@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tracelab.render.document import to_document, write_document
 from tracelab.api import analyze, load
+from tracelab.render.document import to_document, write_document
 
 DATA = Path(__file__).parent / "data"
 TRACE = DATA / "torch_mixed_small" / "trace.json.gz"

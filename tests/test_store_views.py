@@ -6,16 +6,25 @@ the table existed, read-only or not."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 
 import pytest
 from test_store import _fp, _timeline
 from test_store_faults import mounts  # noqa: F401 - the fixture
 
 from tracelab.errors import StoreError
-from tracelab.model.timeline import Timeline
 from tracelab.store import Store
 
 VIEWS = {"a.rows": b'{"x": [1, 2]}', "a.tile": bytes(range(256)) * 40}
+
+
+def _old_store_with_one_run(db) -> str:
+    """A store holding one run, as a tracelab from before `run_views` left it; the run's id."""
+    st = Store(db)
+    rid = st.import_timeline(_timeline(n=300), source_path="a", fingerprint=_fp("a"))
+    st.close()
+    _without_views_table(db)
+    return rid
 
 
 def _without_views_table(db) -> None:
@@ -68,18 +77,13 @@ def test_views_go_with_their_run_on_delete_and_replace(tmp_path):
         assert c.execute("SELECT count(*) FROM run_views").fetchone()[0] == 0
 
 
-def _without_blocks(tl):
-    return Timeline(events=tl.events, strings=tl.strings, lanes=tl.lanes, devices=tl.devices, meta=tl.meta,
-                    contexts=tl.contexts, sm_blocks=None)
-
-
 def test_views_left_by_an_older_tracelab_never_pass_for_a_new_run(tmp_path):
     """A tracelab that did not know `run_views` deletes a run without its views (it opens only stores
     of schema version 2: no run with SM blocks as columns); the same content imported again gets the
     same id, and must not see the old views."""
     db = tmp_path / "s.db"
     st = Store(db)
-    tl = _without_blocks(_timeline(n=300))
+    tl = replace(_timeline(n=300), sm_blocks=None)
     rid = st.import_timeline(tl, source_path="a", fingerprint=_fp("a"), views=VIEWS)
     with sqlite3.connect(db) as c:  # the older tracelab's delete: every table it knew
         for table, key in (("events", "run_id"), ("lanes", "run_id"), ("strings", "run_id"), ("sm_blocks", "run_id"), ("runs", "id")):
@@ -92,10 +96,7 @@ def test_views_left_by_an_older_tracelab_never_pass_for_a_new_run(tmp_path):
 
 def test_a_store_written_before_views_existed_works_and_gets_the_table_on_write(tmp_path):
     db = tmp_path / "s.db"
-    st = Store(db)
-    old = st.import_timeline(_timeline(n=300), source_path="a", fingerprint=_fp("a"))
-    st.close()
-    _without_views_table(db)
+    old = _old_store_with_one_run(db)
     st = Store(db)
     assert st.views(old, VIEWS) == {}
     st.delete_run(old)  # deleting works without the table
@@ -108,15 +109,12 @@ def test_a_store_written_before_views_existed_works_and_gets_the_table_on_write(
     assert Store(db, read_only=True).views(old, VIEWS) == VIEWS
 
 
-def test_read_only_media_without_the_table_read_no_views(tmp_path, mounts):
+def test_read_only_media_without_the_table_read_no_views(tmp_path, mounts):  # noqa: F811 - the fixture
     """An old store on read-only media (a real read-only bind mount: root ignores chmod): opened
     read-only, no views, a write is one StoreError, nothing created beside the file."""
     src = tmp_path / "src"
     src.mkdir()
-    st = Store(src / "s.db")
-    rid = st.import_timeline(_timeline(n=300), source_path="a", fingerprint=_fp("a"))
-    st.close()
-    _without_views_table(src / "s.db")
+    rid = _old_store_with_one_run(src / "s.db")
     ro = mounts.read_only(src, tmp_path / "ro")
     store = Store(ro / "s.db")
     assert store.read_only and store.views(rid, VIEWS) == {}
@@ -128,10 +126,7 @@ def test_read_only_media_without_the_table_read_no_views(tmp_path, mounts):
 
 def test_query_only_store_without_the_table_reads_no_views_and_refuses_writes(tmp_path):
     db = tmp_path / "s.db"
-    st = Store(db)
-    rid = st.import_timeline(_timeline(n=300), source_path="a", fingerprint=_fp("a"))
-    st.close()
-    _without_views_table(db)
+    rid = _old_store_with_one_run(db)
     ro = Store(db, read_only=True)
     assert ro.views(rid, VIEWS) == {}
     with pytest.raises(StoreError):

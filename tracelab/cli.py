@@ -219,8 +219,8 @@ _ANALYSIS_MODULES = ("tracelab.analyses.analyze", "tracelab.render.findings", "t
 
 def prefetch(*modules: str) -> None:
     """Import `modules` on a background thread while the main thread reads the trace: the C scanner
-    and the file reads release the GIL, so on a second core the analyses (and pandas, which they use)
-    are loaded by the time the parse ends. Errors are left to the main thread's own import. The thread
+    and the file reads release the GIL, so on a second core the analyses are loaded by the time the
+    parse ends. Errors are left to the main thread's own import. The thread
     is joined at exit, so the interpreter never shuts down in the middle of an import."""
     import atexit
     import importlib

@@ -41,15 +41,11 @@ def _device_rows(timeline: Timeline) -> tuple[DeviceRows, ...]:
     rank = column(timeline, "rank")[pos].astype(np.int64)
     dev = column(timeline, "device")[pos].astype(np.int64)
     key = (rank << 32) | (dev & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")  # stable: keeps start order inside a device
-    key_sorted = key[order]
-    uniq, first = np.unique(key_sorted, return_index=True)
-    bounds = list(first) + [key_sorted.size]
     out = []
-    for i, k in enumerate(uniq.tolist()):
-        rows = pos[order[bounds[i] : bounds[i + 1]]]
+    for k, p in positions_by(key).items():  # keys ascending; a stable sort keeps start order inside a device
+        rows = pos[p]
         rows.flags.writeable = False  # shared by every analysis of this timeline
-        out.append(DeviceRows(rank=int(k >> 32), device=int(k & 0xFFFFFFFF), rows=rows))
+        out.append(DeviceRows(rank=k >> 32, device=k & 0xFFFFFFFF, rows=rows))
     return tuple(out)
 
 

@@ -12,8 +12,8 @@ from tracelab.analyses.occupancy import DeviceLimits, limits_for, occupancy
 from tracelab.model import Timeline
 
 from .distinct import distinct_codes
-from .sm_measured import _empty_lanes
-from .sm_partitions import NONE_PARTITION, SM_LANE_COLUMNS, Partition, _Device
+from .sm_measured import _empty_lane_columns, _empty_lanes
+from .sm_partitions import NONE_PARTITION, Partition, _Device
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,7 +36,7 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     """The estimate for these kernels (columns as `_Device.kcols` holds them; `kernel_columns` turns a
     DataFrame subset into them)."""
     k = kernels
-    gc = np.asarray(k["green_context"]).astype(np.int64)
+    gc = k["green_context"].astype(np.int64)
     part_ids = np.array([p.green_context for p in parts], dtype=np.int64)
     caps = np.array([max(p.sm_count, 1) for p in parts], dtype=np.int64)
     # partition index of each kernel: its green context, else partition -1 (always last when present)
@@ -52,13 +52,13 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
         if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0
     }
     if ctx_caps:
-        cu, cinv = np.unique(np.asarray(k["context"]), return_inverse=True)
+        cu, cinv = np.unique(k["context"], return_inverse=True)
         cc = np.array([ctx_caps.get(int(c), 1 << 30) for c in cu], dtype=np.int64)[cinv]
         cap = np.where(gc < 0, np.minimum(cap, cc), cap)
 
     def _prod(cols: list[str]) -> np.ndarray:
         """x * y * z; unknown when x is unknown, y / z unknown count as 1."""
-        x, y, z = (np.asarray(k[c]).astype(np.int64) for c in cols)
+        x, y, z = (k[c].astype(np.int64) for c in cols)
         return np.where(x > 0, x * np.maximum(y, 1) * np.maximum(z, 1), -1)
 
     grid = _prod(["grid_x", "grid_y", "grid_z"])
@@ -69,22 +69,22 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     waves = np.where(known, -(-grid // np.maximum(bps * cap, 1)), 1)
     sms = np.where(known, np.minimum(grid, cap), cap)
     return _Estimate(
-        kernel=np.asarray(k["row"]).astype(np.int64),
+        kernel=k["row"].astype(np.int64),
         part=part,
-        start=np.asarray(k["start"]).astype(np.int64),
-        end=np.asarray(k["end"]).astype(np.int64),
+        start=k["start"].astype(np.int64),
+        end=k["end"].astype(np.int64),
         sms=sms.astype(np.int64),
         waves=waves.astype(np.int64),
         blocks_per_sm=bps,
-        name=np.asarray(k["name"]).astype(np.int32),
+        name=k["name"].astype(np.int32),
         green_context=gc,
     )
 
 
 def _blocks_per_sm(k: Mapping[str, np.ndarray], threads: np.ndarray, limits: DeviceLimits) -> np.ndarray:
     """Occupancy once per distinct (threads, registers, shared memory) configuration."""
-    regs = np.clip(np.asarray(k["registers"]).astype(np.int64), -1, 1 << 10)
-    smem = np.clip(np.asarray(k["shared_mem"]).astype(np.int64), -1, (1 << 30) - 2)
+    regs = np.clip(k["registers"].astype(np.int64), -1, 1 << 10)
+    smem = np.clip(k["shared_mem"].astype(np.int64), -1, (1 << 30) - 2)
     thr = np.clip(np.where(threads > 0, threads, limits.warp_size), 0, (1 << 20) - 1)
     key = (thr << 42) | ((regs + 1) << 31) | (smem + 1)
     uniq, codes = distinct_codes(key)
@@ -129,7 +129,7 @@ def _estimated_columns(est: _Estimate, parts: list[Partition]) -> dict[str, np.n
     """The estimated SM lanes as columns (SM_LANE_COLUMNS' names, in that order)."""
     n = len(est.start)
     if n == 0:
-        return {c: np.zeros(0, dtype=t) for c, t in SM_LANE_COLUMNS.items()}
+        return _empty_lane_columns()
     caps = np.array([max(p.sm_count, 1) for p in parts], dtype=np.int64)
     off = _stack_offsets(est, len(parts), caps)
     # partition-relative SM positions [lo, lo + sms), wrapping around the partition end

@@ -15,10 +15,14 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 # lanes
 # ---------------------------------------------------------------------------------------------
+def _empty_lane_columns() -> dict[str, np.ndarray]:
+    return {c: np.zeros(0, dtype=t) for c, t in SM_LANE_COLUMNS.items()}
+
+
 def _empty_lanes() -> pd.DataFrame:
     import pandas as pd
 
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in SM_LANE_COLUMNS.items()})
+    return pd.DataFrame(_empty_lane_columns())
 
 
 def _merge_intervals(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -55,7 +59,7 @@ def _instrumented(dev: _Device) -> np.ndarray:
     Workloads may probe only some launches of a kernel; the others are estimated."""
     k = dev.kcols
     out = np.zeros(dev.n_kernels, dtype=bool)
-    if dev.blocks is None or not len(k):
+    if dev.blocks is None or not dev.n_kernels:
         return out
     k_name = k["name"]
     b_name = dev.blocks["name"].to_numpy()

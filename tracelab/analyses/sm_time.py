@@ -12,7 +12,7 @@ from tracelab.model import Timeline
 
 from .memo import memo
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
-from .sm_measured import _empty_lanes, _instrumented, _measured_rows, _merge_intervals
+from .sm_measured import _empty_lane_columns, _empty_lanes, _instrumented, _measured_rows, _merge_intervals
 from .sm_partitions import (
     NONE_PARTITION,
     SM_LANE_COLUMNS,
@@ -38,7 +38,7 @@ def _lanes(
     sort the times themselves) and, for estimated lanes only, returns them as numpy columns (a dict:
     the SM-time summary of a trace without probe data needs no pandas)."""
     dev = _device(tl, rank, device)
-    none = _empty_lanes() if ordered else {c: np.zeros(0, dtype=t) for c, t in SM_LANE_COLUMNS.items()}
+    none = _empty_lanes() if ordered else _empty_lane_columns()
     if dev.sm_count <= 0 or (dev.n_kernels == 0 and dev.blocks is None):
         return none, "none", dev, [], None
     use_measured = dev.blocks is not None and source in ("auto", "measured")

@@ -27,6 +27,11 @@ CODEC_RAW, CODEC_ZLIB = 0, 1
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+def byte_widths(rng: np.ndarray) -> np.ndarray:
+    """The fewest bytes (0, 1, 2, 4 or 8) that hold offsets up to each unsigned range."""
+    return np.select([rng == 0, rng <= 0xFF, rng <= 0xFFFF, rng <= 0xFFFFFFFF], [0, 1, 2, 4], 8)
+
+
 @dataclass(frozen=True)
 class Chunks:
     """Per-chunk arrays (chunk order = (lane, start)) and the encoded blobs."""
@@ -96,7 +101,7 @@ def encode(
         unsigned = np.dtype(f"u{a.dtype.itemsize}")
         mn = np.minimum.reduceat(a, bounds)
         rng = np.maximum.reduceat(a, bounds).view(unsigned) - mn.view(unsigned)
-        w = np.select([rng == 0, rng <= 0xFF, rng <= 0xFFFF, rng <= 0xFFFFFFFF], [0, 1, 2, 4], 8)
+        w = byte_widths(rng)
         bases[:, j] = mn
         widths[:, j] = w
         present = np.unique(w[w > 0])
@@ -152,12 +157,12 @@ def encode_columns(arrays: Sequence[np.ndarray], compress: bool = False) -> byte
             raise ValueError("encode_columns takes equal-length integer columns")
         a = a.astype(np.int64, copy=False)
         lo = int(a.min()) if n else 0
-        rng = (a.view(np.uint64) - np.uint64(lo & 0xFFFFFFFFFFFFFFFF)).max() if n else 0
-        width = 0 if rng == 0 else 1 if rng <= 0xFF else 2 if rng <= 0xFFFF else 4 if rng <= 0xFFFFFFFF else 8
+        rel = a.view(np.uint64) - np.uint64(lo & 0xFFFFFFFFFFFFFFFF)  # offsets, wrapping like the range
+        width = int(byte_widths(rel.max())) if n else 0
         bases.append(lo)
         widths.append(width)
         if width:
-            pieces.append((a.view(np.uint64) - np.uint64(lo & 0xFFFFFFFFFFFFFFFF)).astype(_UINT[width]).tobytes())
+            pieces.append(rel.astype(_UINT[width]).tobytes())
     body = b"".join([np.array(bases, np.int64).tobytes(), np.array(widths, np.uint8).tobytes(), *pieces])
     return bytes([CODEC_ZLIB if compress else CODEC_RAW]) + (zlib.compress(body, 1) if compress else body)
 

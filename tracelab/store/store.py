@@ -368,7 +368,7 @@ class Store:
         recomputing them from the events. A store written before views existed has none."""
         rid = self.resolve(run_id)
         keys = list(keys)
-        if not keys or not self._has_views_table():
+        if not keys or not self._has_table("run_views"):
             return {}
         marks = ", ".join("?" * len(keys))
         rows = self.conn.execute(
@@ -394,9 +394,6 @@ class Store:
             "INSERT OR REPLACE INTO run_views (run_id, key, run_created, data) VALUES (?, ?, ?, ?)",
             ((rid, str(k), created, sqlite3.Binary(bytes(v))) for k, v in views.items()),
         )
-
-    def _has_views_table(self) -> bool:
-        return self._has_table("run_views")
 
     def _has_table(self, name: str) -> bool:
         return bool(self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone())
