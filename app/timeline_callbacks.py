@@ -5,7 +5,9 @@ clientside bridges that hand the page's buttons and the callbacks' answers to th
 
 from __future__ import annotations
 
-from dash import Dash, Input, Output, State, ctx, html, no_update
+from typing import Any
+
+from dash import Dash, Input, Output, Patch, State, ctx, html, no_update
 
 from .guards import guarded
 from .pages import timeline
@@ -24,42 +26,90 @@ def _bridge(app: Dash, method: str, *inputs: Input) -> None:
     )
 
 
+# The keys of the view store each callback owns. A callback writes only its own keys (a Patch), so a late
+# answer of one cannot undo what another wrote meanwhile.
+WINDOW_KEYS = ("t0", "t1")
+SELECT_KEYS = ("selected",)
+
+# Next / previous step the search state in the browser: a server callback re-triggered while it runs is
+# dropped by Dash, and quick clicks would then read a stale match index.
+STEP_MATCH_JS = """function(_next, _prev, find) {
+    const f = find || {}, n = f.count || 0, id = window.dash_clientside.callback_context.triggered_id;
+    if (!n || (id !== 'tl-next' && id !== 'tl-prev')) { return window.dash_clientside.no_update; }
+    const at = typeof f.match === 'number' ? f.match : -1, up = id === 'tl-next';
+    const match = at < 0 ? (up ? 0 : n - 1) : (((at + (up ? 1 : -1)) % n) + n) % n;
+    return Object.assign({}, f, {match: match});
+}"""
+
+
+def _own(view: dict[str, Any], keys: tuple[str, ...]) -> Patch:
+    """A patch of the view store setting only `keys` to their values in `view`."""
+    patch = Patch()
+    for key in keys:
+        patch[key] = view.get(key)
+    return patch
+
+
 def register(app: Dash) -> None:
     @app.callback(
         Output("tl-view", "data"),
-        Output("tl-permalink", "href"),
         Output("tl-info", "children"),
-        Output("tl-match", "children"),
         Input("tl-window", "data"),
         State("tl-view", "data"),
-        State("tl-show", "value"),
         prevent_initial_call=True,
     )
-    @guarded(lambda message: (no_update, no_update, message, no_update))
-    def _window(window, view, show):
-        out = timeline.on_window(current_state(), view or {}, window, show)
-        return out if out is not None else (no_update,) * 4
+    @guarded(lambda message: (no_update, message))
+    def _window(window, view):
+        out = timeline.on_window(current_state(), view or {}, window)
+        if out is None:
+            return no_update, no_update
+        new_view, info = out
+        return _own(new_view, WINDOW_KEYS), info
 
     @app.callback(
-        Output("tl-view", "data", allow_duplicate=True),
-        Output("tl-match", "children", allow_duplicate=True),
-        Output("tl-goto", "data"),
+        Output("tl-find", "data"),
         Output("tl-query", "data"),
+        Output("tl-match", "children", allow_duplicate=True),
         Input("tl-search", "value"),
-        Input("tl-next", "n_clicks"),
-        Input("tl-prev", "n_clicks"),
         State("tl-view", "data"),
-        State("tl-show", "value"),
         prevent_initial_call=True,
     )
-    @guarded(lambda message: (no_update, message, no_update, no_update))
-    def _search(query, _next, _prev, view, show):
-        trigger = {"tl-search": "search", "tl-next": "next", "tl-prev": "prev"}.get(ctx.triggered_id, "")
-        out = timeline.on_search(current_state(), view or {}, trigger, query, show)
-        if out is None:
-            return (no_update,) * 4
-        new_view, text, goto, q = out
-        return new_view, text, goto if goto is not None else no_update, q
+    @guarded(lambda message: (no_update, no_update, message))
+    def _search(query, view):
+        find, highlight = timeline.on_search(current_state(), view or {}, query)
+        return find, highlight, no_update
+
+    app.clientside_callback(
+        STEP_MATCH_JS,
+        Output("tl-find", "data", allow_duplicate=True),
+        Input("tl-next", "n_clicks"),
+        Input("tl-prev", "n_clicks"),
+        State("tl-find", "data"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output("tl-goto", "data"),
+        Input("tl-find", "data"),
+        State("tl-view", "data"),
+        prevent_initial_call=True,
+    )
+    @guarded(lambda message: no_update)
+    def _step(find, view):
+        goto = timeline.on_step(current_state(), view or {}, find)
+        return goto if goto is not None else no_update
+
+    @app.callback(
+        Output("tl-permalink", "href"),
+        Output("tl-match", "children"),
+        Input("tl-view", "data"),
+        Input("tl-find", "data"),
+        Input("tl-show", "value"),
+        prevent_initial_call=True,
+    )
+    @guarded(lambda message: (no_update, message))
+    def _links(view, find, show):
+        return timeline.on_links(current_state(), view or {}, find, show)
 
     @app.callback(
         Output("tl-view", "data", allow_duplicate=True),
@@ -79,7 +129,8 @@ def register(app: Dash) -> None:
             click = None
         elif ctx.triggered_id != "tl-click":
             click = None
-        return timeline.on_select(current_state(), view, click, show)
+        new_view, panel, highlight = timeline.on_select(current_state(), view, click, show)
+        return _own(new_view, SELECT_KEYS), panel, highlight
 
     @app.callback(
         Output("tl-range", "children"),

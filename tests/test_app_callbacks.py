@@ -362,8 +362,10 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     rec = state.record(a)
     view = find(timeline.timeline_layout(state, a), "tl-view").data
     # the canvas reports the first 200 µs (step 0's kernels), in ns from the run start
-    new_view, link, info, _matches = timeline.on_window(state, view, {"t0": 0, "t1": 200_000})
+    new_view, info = timeline.on_window(state, view, {"t0": 0, "t1": 200_000})
     assert (new_view["t0"], new_view["t1"]) == (str(rec.start_ns), str(rec.start_ns + 200_000))
+    link, matches = timeline.on_links(state, new_view, {"query": "", "match": -1})
+    assert matches == ""
     q = parse_qs(urlparse(link).query)
     assert q == {"run": [a], "t0": [str(rec.start_ns)], "t1": [str(rec.start_ns + 200_000)]}
     assert info.startswith("window 200.0 µs at +0 ns")
@@ -378,6 +380,36 @@ def test_zoom_requeries_store_window_and_updates_link(env):
     assert (int(full["t0"]), int(full["t1"])) == (rec.start_ns, rec.end_ns)
     with pytest.raises(BadInput):
         timeline.on_window(state, new_view, {"t0": "abc", "t1": 5})
+
+
+def test_search_state_steps_to_each_match(env):
+    """39 gemm kernels (8 steps x 5 kernels, kernel j is gemm_kernel_{j % 2}, one hostile name): a new
+    search has no current match; match 1 is step 0's kernel 1 (+30 µs .. +45 µs), shown in the middle
+    of the window the page moves to; the permalink carries the query."""
+    from app.pages import timeline
+
+    state, a, _ = env
+    rec = state.record(a)
+    view = find(timeline.timeline_layout(state, a), "tl-view").data
+    found, highlight = timeline.on_search(state, view, "  GEMM_kernel ")
+    assert found == {"query": "GEMM_kernel", "match": -1, "count": 39} and highlight == "GEMM_kernel"
+    assert timeline.on_step(state, view, found) is None  # no match current: the view stays
+    goto = timeline.on_step(state, view, dict(found, match=1))
+    assert goto["t0"] < 30_000 and goto["t1"] > 45_000 and (goto["t0"] + goto["t1"]) / 2 == 37_500
+    moved, _info = timeline.on_window(state, view, goto)
+    link, text = timeline.on_links(state, moved, dict(found, match=1), ["stream"])
+    assert text.startswith("2 / 39 matches (")
+    assert parse_qs(urlparse(link).query)["q"] == ["GEMM_kernel"]
+    assert int(parse_qs(urlparse(link).query)["t0"][0]) == rec.start_ns + goto["t0"]
+    # the browser's count is not trusted, and an index past the matches is no match
+    assert timeline.decode_find(state, rec, {"query": "GEMM_kernel", "match": 39, "count": 10**6})["count"] == 39
+    assert timeline.decode_find(state, rec, {"query": "GEMM_kernel", "match": 39})["match"] == -1
+    assert timeline.decode_find(state, rec, {"query": ["x"], "match": 3}) == {"query": "", "match": -1, "count": 0}
+    with pytest.raises(BadInput):
+        timeline.on_step(state, view, {"query": "GEMM_kernel", "match": "abc"})
+    # the page opened from a kernel row (a query, no window) starts on the first match
+    page = timeline.timeline_layout(state, a, q="GEMM_kernel")
+    assert find(page, "tl-find").data == {"query": "GEMM_kernel", "match": 0, "count": 39}
 
 
 def test_click_gpu_op_highlights_host_launch_and_back(env):

@@ -105,17 +105,39 @@ def test_allow_host_list(env):
 
 def _timeline_request(view: dict, window: object = None) -> dict:
     """The callback the canvas triggers when it moves (tl-window), as the browser posts it."""
-    names = ("tl-view.data", "tl-permalink.href", "tl-info.children", "tl-match.children")
+    names = ("tl-view.data", "tl-info.children")
     return {
         "output": ".." + "...".join(names) + "..",
         "outputs": [{"id": n.split(".")[0], "property": n.split(".")[1]} for n in names],
         "inputs": [{"id": "tl-window", "property": "data", "value": window if window is not None else {"t0": 0, "t1": 5000}}],
         "changedPropIds": ["tl-window.data"],
-        "state": [
-            {"id": "tl-view", "property": "data", "value": view},
-            {"id": "tl-show", "property": "value", "value": ["stream", "host"]},
-        ],
+        "state": [{"id": "tl-view", "property": "data", "value": view}],
     }
+
+
+def _search_requests(view: dict, find: object) -> list[dict]:
+    """The callbacks a step of the search state (tl-find) triggers: the window to go to, and the
+    permalink with the match count."""
+    links = ("tl-permalink.href", "tl-match.children")
+    return [
+        {
+            "output": "tl-goto.data",
+            "outputs": {"id": "tl-goto", "property": "data"},
+            "inputs": [{"id": "tl-find", "property": "data", "value": find}],
+            "changedPropIds": ["tl-find.data"],
+            "state": [{"id": "tl-view", "property": "data", "value": view}],
+        },
+        {
+            "output": ".." + "...".join(links) + "..",
+            "outputs": [{"id": n.split(".")[0], "property": n.split(".")[1]} for n in links],
+            "inputs": [
+                {"id": "tl-view", "property": "data", "value": view},
+                {"id": "tl-find", "property": "data", "value": find},
+                {"id": "tl-show", "property": "value", "value": ["stream", "host"]},
+            ],
+            "changedPropIds": ["tl-find.data"],
+        },
+    ]
 
 
 def test_stale_and_tampered_timeline_callbacks_never_500(env):
@@ -126,6 +148,16 @@ def test_stale_and_tampered_timeline_callbacks_never_500(env):
     r = client.post("/_dash-update-component", json=_timeline_request(good))
     assert r.status_code == 200, r.get_data(as_text=True)[:300]
     assert r.get_json()["response"]["tl-info"]["children"].startswith("window 5.0 µs at +0 ns")
+
+    good_find = {"query": "gemm", "match": 1, "count": 39}
+    goto, links = (client.post("/_dash-update-component", json=r) for r in _search_requests(good, good_find))
+    assert goto.status_code == links.status_code == 200
+    assert "2 / " in links.get_json()["response"]["tl-match"]["children"]
+    for find in ({"query": "gemm", "match": "abc"}, {"query": ["x"], "match": 10**30}, "nonsense", None,
+                 {"query": "x" * 10**5, "match": -7, "count": -1}):
+        for req in _search_requests(good, find):
+            r = client.post("/_dash-update-component", json=req)
+            assert r.status_code in (200, 204), (find, r.get_data(as_text=True)[:300])
 
     store.delete_run(a)  # the page still shows run a: its next callback is stale
     stale = client.post("/_dash-update-component", json=_timeline_request(good))

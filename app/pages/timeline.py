@@ -7,6 +7,11 @@ in view (the browser reports it in `tl-window`), the selection's linked events (
 launch <-> GPU work), search counts and stepping (`tl-goto` moves the view), and the statistics of a
 dragged range (`tl-range-sel`, through `tracelab.api.analyze`).
 
+Each piece of page state has one writer, so an answer that comes back late cannot undo a newer one:
+the window keys of `tl-view` (t0, t1) are the window callback's, its selection the click callback's
+(each writes a Patch of its own keys); the search and its current match (`tl-find`) are stepped in the
+browser; the permalink and the match count are computed in one callback from all of them.
+
 Times between the browser and these callbacks are integer nanoseconds from the run start (they fit
 JavaScript numbers; epoch nanoseconds do not), and strings in the page state.
 """
@@ -135,10 +140,10 @@ def match_text(
 
 
 def on_window(
-    state: AppState, view: dict[str, Any], window: dict[str, Any] | None, show: list[str] | None = None
-) -> tuple[dict[str, Any], str, str, str] | None:
-    """The browser moved to `window` ({t0, t1}: ns from the run start): (view, permalink, info line,
-    search count); None when nothing changed."""
+    state: AppState, view: dict[str, Any], window: dict[str, Any] | None
+) -> tuple[dict[str, Any], str] | None:
+    """The browser moved to `window` ({t0, t1}: ns from the run start): (view, info line); None when
+    nothing changed."""
     if not window:
         return None
     view = decode_view(view)
@@ -150,39 +155,60 @@ def on_window(
     if (t0, t1) == (view.get("t0"), view.get("t1")):
         return None
     view["t0"], view["t1"] = t0, t1
-    query = view.get("query") or ""
-    link = timeline_href(record.id, t0, t1, q=query or None)
-    matches = match_text(state, record, query, int(view.get("match", -1)), (t0, t1), parse_show(show or []))
-    return encode_view(view), link, window_info(state, record, t0, t1), matches
+    return encode_view(view), window_info(state, record, t0, t1)
 
 
-def on_search(
-    state: AppState, view: dict[str, Any], trigger: str, query: str | None, show: list[str] | None = None
-) -> tuple[dict[str, Any], str, dict[str, int] | None, str] | None:
-    """A new search (trigger 'search') or a step to the next / previous match: (view, match count,
-    the window to move to (ns from the run start) or None, the query the canvas highlights)."""
+# The search state the page keeps in `tl-find`: the query, the current match (-1: none yet) and the
+# number of matches. The page's next / previous buttons step it in the browser (a clientside callback),
+# so quick clicks are never lost to a callback Dash drops when the next click re-triggers it.
+
+
+def find_state(state: AppState, record: RunRecord, query: str, match: int = -1) -> dict[str, Any]:
+    """{query, match, count} of a search of `record` for `query` (clamped to MAX_QUERY characters)."""
+    query = (query or "").strip()[:MAX_QUERY]
+    count = len(search_positions(state, record.id, query)) if query else 0
+    return {"query": query, "match": int(match) if 0 <= int(match) < count else -1, "count": count}
+
+
+def decode_find(state: AppState, record: RunRecord, find: Any) -> dict[str, Any]:
+    """The search state as the browser sent it, checked (its count recomputed: the browser's is not trusted)."""
+    find = find if isinstance(find, dict) else {}
+    query = find.get("query")
+    return find_state(state, record, query if isinstance(query, str) else "", offset_ns(find.get("match", -1), "the match"))
+
+
+def on_search(state: AppState, view: dict[str, Any], query: str | None) -> tuple[dict[str, Any], str]:
+    """A new search: (its search state, no match current yet; the query the canvas highlights)."""
+    record = state.record(decode_view(view)["run"])
+    find = find_state(state, record, query or "")
+    return find, find["query"]
+
+
+def on_step(state: AppState, view: dict[str, Any], find: Any) -> dict[str, int] | None:
+    """The window (ns from the run start) that shows the current match of `find`; None without one."""
+    record = state.record(decode_view(view)["run"])
+    find = decode_find(state, record, find)
+    if find["match"] < 0:
+        return None
+    w = match_window(state, record, find["query"], find["match"])
+    if w is None:
+        return None
+    origin = int(record.start_ns or 0)
+    return {"t0": w[0] - origin, "t1": w[1] - origin}
+
+
+def on_links(
+    state: AppState, view: dict[str, Any], find: Any, show: list[str] | None = None
+) -> tuple[str, str]:
+    """(the permalink of the view and its search, the search box's match count) — one place computes
+    both from the page's current state, so no late answer can leave them on an older view."""
     view = decode_view(view)
     record = state.record(view["run"])
-    goto = None
-    if trigger == "search":
-        view["query"] = (query or "").strip()[:MAX_QUERY]
-        view["match"] = -1
-    elif trigger in ("next", "prev"):
-        n = len(search_positions(state, record.id, view.get("query") or ""))
-        if n == 0:
-            return None
-        at = int(view.get("match", -1))
-        view["match"] = (0 if trigger == "next" else n - 1) if at < 0 else (at + (1 if trigger == "next" else -1)) % n
-        w = match_window(state, record, view.get("query") or "", view["match"])
-        if w is not None:  # the canvas moves there and reports the window (on_window)
-            origin = int(record.start_ns or 0)
-            goto = {"t0": w[0] - origin, "t1": w[1] - origin}
-    else:
-        return None
-    q = view.get("query") or ""
-    window = (view["t0"], view["t1"]) if goto is None else (goto["t0"] + view["origin"], goto["t1"] + view["origin"])
-    text = match_text(state, record, q, int(view.get("match", -1)), window, parse_show(show or []))
-    return encode_view(view), text, goto, q
+    find = decode_find(state, record, find)
+    t0, t1 = int(view["t0"]), int(view["t1"])
+    link = timeline_href(record.id, t0, t1, q=find["query"] or None)
+    text = match_text(state, record, find["query"], find["match"], (t0, t1), parse_show(show or []))
+    return link, text
 
 
 def on_select(
@@ -286,7 +312,7 @@ def timeline_layout(
     origin = int(record.start_ns or 0)
     view: dict[str, Any] = {
         "run": record.id, "t0": a, "t1": b, "lo": origin, "hi": record.end_ns or (a + 1_000), "origin": origin,
-        "selected": None, "query": query, "match": match,
+        "selected": None,
     }
     try:
         info = window_info(state, record, a, b)
@@ -367,6 +393,7 @@ def timeline_layout(
             dcc.Store(id="tl-goto"),  # the callbacks move the canvas to a window
             dcc.Store(id="tl-highlight"),  # ... outline the selection's linked events
             dcc.Store(id="tl-query", data=query),  # ... and highlight a search
+            dcc.Store(id="tl-find", data=find_state(state, record, query, match)),  # the search and its current match
             dcc.Store(id="tl-js-sink"),
         ],
         id="timeline-page",

@@ -193,6 +193,58 @@ def test_search_highlights_counts_and_steps(browser, server, shots):
     shoot(browser, shots, "timeline_search", keep=True)
 
 
+def test_quick_next_clicks_end_on_the_last_match(browser, server, shots):
+    """Three clicks on "next" without waiting end on the third match: the third gemm kernel of the run is
+    step 0's kernel 3 (+70 µs .. +85 µs; kernel 2 has the hostile name)."""
+    open_page(browser, server, f"/timeline?run={server['a']}", TIMELINE)
+    wait_timeline(browser)
+    css(browser, "#tl-search")[0].send_keys("GEMM_kernel", Keys.ENTER)
+    wait_for(browser, lambda: css(browser, "#tl-match")[0].text.startswith("39 matches"), what="the match count")
+    for _ in range(3):
+        css(browser, "#tl-next")[0].click()
+
+    def settled():
+        st = tl_state(browser)
+        text = css(browser, "#tl-match")[0].text
+        return st and st.get("complete") and text.startswith("3 / 39") and 70_000 <= sum(st["window"]) / 2 <= 85_000
+
+    wait_for(browser, settled, what="the third match, its count and its window")
+    css(browser, "#tl-prev")[0].click()
+    wait_for(browser, lambda: css(browser, "#tl-match")[0].text.startswith("2 / 39"), what="back to the second")
+    wait_for(browser, lambda: 30_000 <= sum(tl_state(browser)["window"]) / 2 <= 45_000, what="its window")
+
+
+def test_a_late_window_answer_does_not_undo_the_next_step(browser, server, shots):
+    """The answer to the window of match 1 comes back after the step to match 2 (a busy server, a slow
+    canvas): the count and the view end on match 2. Made deterministic in the page: the canvas moves
+    0.5 s after a step, the server's answers to window reports arrive 0.6 s late, and the second click
+    comes 0.8 s after the first. The second gemm kernel is step 0's kernel 1 (+30 µs .. +45 µs)."""
+    open_page(browser, server, f"/timeline?run={server['a']}", TIMELINE)
+    wait_timeline(browser)
+    css(browser, "#tl-search")[0].send_keys("GEMM_kernel", Keys.ENTER)
+    wait_for(browser, lambda: css(browser, "#tl-match")[0].text.startswith("39 matches"), what="the match count")
+    browser.execute_script(
+        "const f = window.fetch; window.fetch = function (url, opts) {"
+        " const p = f.apply(this, arguments);"
+        " if (String(url).includes('_dash-update-component') && opts && String(opts.body).includes('tl-window')) {"
+        "   return p.then(r => new Promise(done => setTimeout(() => done(r), 600))); }"
+        " return p; };"
+        " const t = window.tracelabTimeline, g = t.goto;"
+        " t.goto = function () { const a = arguments; setTimeout(() => g.apply(t, a), 500); };"
+    )
+    css(browser, "#tl-next")[0].click()
+    clicked = time.time()
+    wait_for(browser, lambda: css(browser, "#tl-match")[0].text.startswith("1 / 39"), what="the first match")
+    time.sleep(max(0.0, 0.8 - (time.time() - clicked)))
+    css(browser, "#tl-next")[0].click()
+    time.sleep(3.0)  # every answer, late or not, has arrived
+    assert css(browser, "#tl-match")[0].text.startswith("2 / 39")
+    st = wait_timeline(browser)
+    assert 30_000 <= sum(st["window"]) / 2 <= 45_000
+    q = parse_qs(urlparse(browser.current_url).query)
+    assert int(q["t0"][0]) + int(q["t1"][0]) == 2 * (server["store"].get_run(server["a"]).start_ns + 37_500)
+
+
 def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     """Length of the union of intervals, the plain way (independent of tracelab's code)."""
     total, cur_s, cur_e = 0, None, None
