@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,17 +45,7 @@ from tracelab.model.kinds import NO_STREAM
 
 from .kineto_columns import assemble, member, sorted_unique
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
-from .kineto_rows import (
-    PH_FLOW,
-    PH_INSTANT,
-    PH_X,
-    Rows,
-    StructRows,
-    merge_rows,
-    scan,
-    scanner_available,
-    split_point,
-)
+from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scanner_available
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 from .validate import (
     INT32_LIMIT,
@@ -251,16 +240,17 @@ def _decode(piece: bytes) -> list:
 
 
 class _Parsed:
-    """Accumulates column arrays chunk by chunk. `pipeline=True`: each chunk is scanned on two other
-    threads, one half each (the C scanner runs without the GIL; `kineto_rows.merge_rows` joins the
-    halves into what a scan of the whole chunk gives), while this thread turns the previous chunk into
-    columns; chunks are still processed one by one in file order, so the result is the same."""
+    """Accumulates column arrays chunk by chunk. `pipeline=True`: each chunk is scanned on a second
+    thread (the C scanner runs without the GIL) while this thread turns the previous chunk into columns;
+    chunks are still processed one by one in file order, so the result is the same."""
 
     def __init__(self, pipeline: bool = False) -> None:
         self._pool: Any = None
         self._pending: Rows | None = None  # the last chunk read, not yet turned into columns
         if pipeline and scanner_available():
-            self._pool = ThreadPoolExecutor(2, thread_name_prefix="tracelab-scan")
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
@@ -302,29 +292,12 @@ class _Parsed:
             rows = self._read(piece, scan(piece))
             self._process(rows)
             return rows.n
-        cut = split_point(piece) if not piece.readonly else None
-        if cut is None:
-            futures = [self._pool.submit(scan, piece)]
-        else:  # two halves on two threads: [events before the cut] and [events after it]
-            second = bytearray(len(piece) - cut)
-            second[0] = 0x5B  # '['
-            second[1:] = piece[cut + 1 :]
-            piece[cut] = 0x5D  # ']' for the first half, put back below
-            futures = [self._pool.submit(scan, piece[: cut + 1]), self._pool.submit(scan, second)]
+        scanned = self._pool.submit(scan, piece)
         try:
             self._flush()  # the previous chunk's columns, while this one is scanned
         finally:
-            wait(futures)  # always waited for: the caller reuses the piece's buffer
-            if cut is not None:
-                piece[cut] = 0x2C  # ','
-        got = [f.result() for f in futures]
-        if cut is None:
-            scanned = got[0]
-        elif None in got:  # a half declined (a wrong cut, or what the scanner leaves to msgspec)
-            scanned = scan(piece)
-        else:
-            scanned = merge_rows(got[0], got[1])
-        rows = self._read(piece, scanned)
+            got = scanned.result()  # always waited for: the caller reuses the piece's buffer
+        rows = self._read(piece, got)
         self._pending = rows
         return rows.n
 

@@ -12,7 +12,6 @@ rows), so a piece gives the same columns whichever source read it (tests/test_ki
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from itertools import repeat
 from operator import attrgetter
@@ -168,49 +167,6 @@ def scan(piece: Any) -> ColumnRows | None:
     cols["grid"] = cols["grid"].reshape(n, 3)
     cols["block"] = cols["block"].reshape(n, 3)
     return ColumnRows(n, table, cols)
-
-
-# ---- one piece scanned in two halves, on two threads -----------------------------------------------
-SPLIT_MIN = 1 << 20  # pieces smaller than this are scanned whole
-_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
-_STRING_COLUMNS = ("cat", "name", "sync", "pid_s", "tid_s")  # ids into the piece's string table (-1: none)
-
-
-def split_point(piece: Any) -> int | None:
-    """The position of a ',' between two events near the middle of a piece (`[` events `]`), or None.
-
-    Only a candidate: `},{` may also sit inside a string or a nested array. The half before it is
-    scanned as `piece[:cut] + "]"`, which is a valid array only if the cut is between two top-level
-    events (anything open at the cut stays unclosed), so the strict scanner declines a wrong cut and
-    the caller scans the whole piece instead."""
-    if len(piece) < SPLIT_MIN:
-        return None
-    m = _BOUNDARY.search(piece, len(piece) // 2)
-    if m is None:
-        return None
-    return m.start() + bytes(m.group()).index(b",")
-
-
-def merge_rows(a: ColumnRows, b: ColumnRows) -> ColumnRows:
-    """The rows of two consecutive halves of a piece, as the scanner gives them for the whole piece:
-    the string table is a's, then b's strings a lacks in b's order (the scanner's first-seen order),
-    and b's string ids are renumbered into it."""
-    ids = {s: i for i, s in enumerate(a.table)}
-    table = list(a.table)
-    remap = np.empty(len(b.table), dtype=np.int32)
-    for j, s in enumerate(b.table):  # once per distinct string of the half, not per event
-        i = ids.get(s)
-        if i is None:
-            i = ids[s] = len(table)
-            table.append(s)
-        remap[j] = i
-    cols = {}
-    for k, va in a.cols.items():
-        vb = b.cols[k]
-        if k in _STRING_COLUMNS and len(vb):
-            vb = np.where(vb >= 0, remap[np.maximum(vb, 0)], vb)
-        cols[k] = np.concatenate([va, vb.astype(va.dtype, copy=False)])
-    return ColumnRows(a.n + b.n, table, cols)
 
 
 class ColumnRows:
