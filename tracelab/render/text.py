@@ -6,6 +6,7 @@ neither rich markup nor terminal escapes in kernel names can do anything."""
 from __future__ import annotations
 
 import io
+from collections import Counter
 from collections.abc import Iterable
 
 from rich import box
@@ -186,9 +187,20 @@ def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:
     sources = sorted({r.source for r in rows})
     title = Text(f"Steps: {len(rows)} ({', '.join(sources)})", style="bold")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for col, just in (("step", "left"), ("length", "right"), ("GPU busy", "right"), ("idle", "right"),
-                      ("idle by cause", "left"), ("syncs", "right"), ("kernels", "right"), ("", "left")):
+    # a rank with several GPUs: idle is when none of them works, the causes add each GPU's gaps
+    per_rank = Counter(d.rank for d in analysis.devices)
+    several = max(per_rank.values(), default=1) > 1
+    for col, just in (("step", "left"), ("length", "right"), ("GPU busy", "right"),
+                      ("idle (no GPU busy)" if several else "idle", "right"),
+                      ("idle by cause (each GPU's gaps, added)" if several else "idle by cause", "left"),
+                      ("syncs", "right"), ("kernels", "right"), ("", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
+    notes = []
+    if several:
+        notes.append(
+            f"ranks with {max(per_rank.values())} GPUs: a step's idle is the time none of its GPUs was busy; "
+            "idle by cause adds up the gaps of each GPU, so it can be larger"
+        )
     shown = rows if len(rows) <= top else rows[: top // 2] + rows[-(top - top // 2):]
     for r in shown:
         causes = ", ".join(
@@ -200,7 +212,9 @@ def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:
             causes or "-", str(r.blocking_syncs), str(r.kernels), Text(flag, style="yellow" if flag else ""),
         )
     if len(rows) > top:
-        t.caption = f"{len(rows) - top} steps in the middle not shown (--json lists all)"
+        notes.append(f"{len(rows) - top} steps in the middle not shown (--json lists all)")
+    if notes:
+        t.caption = "\n".join(notes)
         t.caption_justify = "left"
     return t
 
