@@ -271,3 +271,28 @@ def test_nothing_written_beside_the_input(fast, tmp_path, monkeypatch):
     before = sorted(p.name for p in tmp_path.iterdir())
     _load(path, monkeypatch, fast, small_chunks=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_rowid_bounds_is_the_min_max_query(tmp_path):
+    """rowid_bounds (two b-tree lookups) answers what `SELECT min(rowid), max(rowid)` (a full scan)
+    answers, errors included."""
+    conn = sqlite3.connect(tmp_path / "x.sqlite")
+    conn.executescript(
+        """
+        CREATE TABLE empty (x);
+        CREATE TABLE dense (x); INSERT INTO dense VALUES (1), (2), (3);
+        CREATE TABLE sparse (x);
+        INSERT INTO sparse (rowid, x) VALUES (-9223372036854775808, 1), (7, 2), (9223372036854775807, 3);
+        CREATE TABLE named ("rowid" INTEGER, x); INSERT INTO named VALUES (5, 1), (-3, 2), (NULL, 3), ('a', 4);
+        CREATE TABLE norowid (a INTEGER PRIMARY KEY, b) WITHOUT ROWID; INSERT INTO norowid VALUES (4, 1);
+        """
+    )
+    for t in ("empty", "dense", "sparse", "named", "norowid"):
+        try:
+            want = conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        except sqlite3.OperationalError as exc:
+            with pytest.raises(sqlite3.OperationalError, match=str(exc)):
+                nsys_db.rowid_bounds(conn, t)
+            continue
+        assert nsys_db.rowid_bounds(conn, t) == want, t
+    conn.close()

@@ -121,7 +121,7 @@ class NsysDb:
             return 0
         t = quote_ident(table)
         try:
-            lo, hi = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+            lo, hi = rowid_bounds(self.conn, t)
         except sqlite3.OperationalError as exc:  # a table without rowid
             if "interrupted" in str(exc):
                 raise
@@ -349,6 +349,15 @@ def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFo
     return TraceFormatError(f"corrupt or truncated SQLite file ({exc})", path)
 
 
+def rowid_bounds(conn: sqlite3.Connection, t: str) -> tuple[int | None, int | None]:
+    """(min(rowid), max(rowid)) of a table (`t` quoted), read from the two ends of its rowid b-tree.
+    Two subqueries, because SQLite answers min() or max() from the b-tree only when it is alone in
+    its query: `SELECT min(rowid), max(rowid)` scans every row (0.4 s per 2M rows). Raises
+    sqlite3.OperationalError for a table without rowid, as that query does."""
+    lo, hi = conn.execute(f"SELECT (SELECT min(rowid) FROM {t}), (SELECT max(rowid) FROM {t})").fetchone()
+    return lo, hi
+
+
 def col_or(db: NsysDb, table: str, column: str, default: str = "-1") -> str:
     """SQL expression for an integer column that may be absent or NULL."""
     if column in db.columns(table):
@@ -415,7 +424,7 @@ def fetch_int_columns(
     cond = f"({where})" if where else "1"
     t = quote_ident(table)
     try:
-        lo, hi = db.conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        lo, hi = rowid_bounds(db.conn, t)
         ranges = _rowid_ranges(db, t, lo, hi)
         sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
         rows_sql = f"SELECT {cols} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
@@ -479,7 +488,7 @@ def fetch_texts(db: NsysDb, table: str, column: str, where: str = "") -> list[st
     cond = f"({where}) AND {c} IS NOT NULL" if where else f"{c} IS NOT NULL"
     out: list[str] = []
     try:
-        lo, hi = db.conn.execute(f"SELECT min(rowid), max(rowid) FROM {t}").fetchone()
+        lo, hi = rowid_bounds(db.conn, t)
     except sqlite3.OperationalError as exc:
         if "interrupted" in str(exc):
             raise
