@@ -296,3 +296,75 @@ def test_rowid_bounds_is_the_min_max_query(tmp_path):
             continue
         assert nsys_db.rowid_bounds(conn, t) == want, t
     conn.close()
+
+
+READER_C = Path(__file__).resolve().parents[1] / "tracelab" / "parsers" / "_sqlite_columns.c"
+_SANITIZED_CHILD = """
+import importlib.util, sqlite3, sys, time
+spec = importlib.util.spec_from_file_location("_sqlite_columns", sys.argv[1])
+fast = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fast)
+path = sys.argv[2]
+conn = sqlite3.connect(path)
+conn.execute("CREATE TABLE t (a INTEGER, b, c INTEGER)")
+conn.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, None if i % 3 else i * 7, -i) for i in range(50_000)])
+conn.execute("UPDATE t SET b = 'x' WHERE rowid = 40000")
+conn.commit()
+conn.close()
+h = fast.connect("file:" + path + "?mode=ro&immutable=1")
+nulls = (b"\\xff" * 8) * 3
+q = "SELECT a, b, c FROM t NOT INDEXED WHERE rowid >= ? AND rowid <= ?"
+total = 0
+for hint in (1, 16, 1000, 1 << 30):
+    n, bufs = fast.read(h, q, 1, 39_999, nulls, time.monotonic() + 60, hint)  # grows from the hint
+    assert n == 39_999 and all(len(b) == 8 * n for b in bufs), n
+    total += n
+    assert fast.read(h, q, 1, 50_000, nulls, time.monotonic() + 60, hint) is None  # the text after growing
+assert fast.read(h, q, 1, 50_000, nulls, time.monotonic() - 1, 1) is None
+assert fast.read(h, q, 1, 10, nulls[:16], time.monotonic() + 60, 1) is None
+assert fast.read(h, q, 1, 10, b"", time.monotonic() + 60, 1) is None
+assert fast.read(h, "SELECT", 1, 10, nulls, time.monotonic() + 60, 1) is None
+assert fast.read(h, "SELECT a, b, c FROM t WHERE rowid > ?", 1, 10, nulls, time.monotonic() + 60, 1) is None
+assert fast.read(h, q, 1, 0, nulls, time.monotonic() + 60, 1) == (0, [bytearray()] * 3)
+fast.close(h)
+assert fast.read(h, q, 1, 10, nulls, time.monotonic() + 60, 1) is None
+fast.close(h)
+del h
+assert fast.connect("file:" + path + "-missing?mode=ro") is None
+print("read", total)
+"""
+
+
+@needs_reader
+def test_sanitized_reader(tmp_path: Path) -> None:
+    """_sqlite_columns.c built with AddressSanitizer + UBSan (halting on the first report): buffers
+    grown from every hint, declines after growing, past the deadline, bad arguments, a closed handle."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+
+    cc = shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no gcc to build the sanitized reader")
+    runtime = [[cc, f"-print-file-name={n}"] for n in ("libasan.so", "libubsan.so")]
+    libs = [subprocess.run(c, capture_output=True, text=True, check=True).stdout.strip() for c in runtime]
+    if not all(os.path.isabs(p) and os.path.exists(p) for p in libs):
+        pytest.skip("gcc has no ASan / UBSan runtime")
+    out = tmp_path / "_sqlite_columns.so"
+    flags = ["-shared", "-fPIC", "-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
+    flags += ["-fno-sanitize-recover=all", "-I", sysconfig.get_config_var("INCLUDEPY")]
+    subprocess.run([cc, *flags, str(READER_C), "-o", str(out), "-lsqlite3"], check=True)
+    env = dict(
+        os.environ,
+        LD_PRELOAD=" ".join(libs),
+        ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+        PYTHONMALLOC="malloc",
+    )
+    child = [sys.executable, "-c", _SANITIZED_CHILD, str(out), str(tmp_path / "t.sqlite")]
+    res = subprocess.run(child, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
+    assert "ERROR: AddressSanitizer" not in res.stderr, res.stderr[-3000:]
+    assert "read 159996" in res.stdout, res.stdout
