@@ -1,5 +1,7 @@
-"""The optional C fast path of the Kineto parser (tracelab/parsers/_kineto_scan.c). Everything else is in
-pyproject.toml. Without a C compiler the build goes on without it and the parser uses msgspec alone."""
+"""The optional C fast paths: the Kineto parser's scanner (tracelab/parsers/_kineto_scan.c) and the nsys
+reader's integer-column reader (tracelab/parsers/_sqlite_columns.c, linked with the system libsqlite3).
+Everything else is in pyproject.toml. Without a C compiler (or without sqlite3.h) the build goes on
+without them and the parsers use their pure-Python reference paths."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +12,13 @@ setup(
             sources=["tracelab/parsers/_kineto_scan.c"],
             extra_compile_args=["-O3"],
             optional=True,
-        )
+        ),
+        Extension(
+            "tracelab.parsers._sqlite_columns",
+            sources=["tracelab/parsers/_sqlite_columns.c"],
+            extra_compile_args=["-O2"],
+            libraries=["sqlite3"],
+            optional=True,
+        ),
     ]
 )

@@ -8,7 +8,12 @@ events/s, and the CPU seconds of the process (user + sys, all threads), which ar
 on a shared machine; then the total of parse + fingerprint + store import + analyze, which is what
 `tracelab import` followed by `tracelab analyze` costs, its CPU seconds and the peak RSS.
 `--baseline DIR` (another checkout, e.g. `git archive main | tar -x -C DIR`) runs the same stages with
-that code too, alternating with this checkout `--repeats` times, and prints the ratios of the best runs.
+that code too, alternating with this checkout `--repeats` times, and prints, stage by stage, the best
+wall and CPU seconds of each side and their ratios, then the ratios of the best totals.
+
+The parse reads integer columns with the optional C reader (tracelab/parsers/_sqlite_columns.c, built
+by `python setup.py build_ext --inplace`) when it is built; `TRACELAB_NSYS_C_READER=0` in the
+environment (passed on to the children) measures the pure-Python reference path instead.
 """
 
 from __future__ import annotations
@@ -112,15 +117,26 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.2f} at start")
     roots = [("this checkout", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
     best: dict[str, tuple[float, float, float]] = {}
+    stage_best: dict[str, dict[str, tuple[float, float]]] = {}
     for i in range(max(1, args.repeats)):
         for label, root in roots if i % 2 == 0 else roots[::-1]:  # alternate the order
             r = run(root, args.path)
             report(f"{label} (run {i + 1})", r)
             wall, cpu = _totals(r)
+            mine = stage_best.setdefault(label, {})
+            for name, (dt, c) in r["stages"].items():
+                old = mine.get(name, (dt, c))
+                mine[name] = (min(dt, old[0]), min(c, old[1]))
             prev = best.get(label)
             best[label] = (min(wall, prev[0]) if prev else wall, min(cpu, prev[1]) if prev else cpu,
                            r["peak_rss"] if not prev else min(r["peak_rss"], prev[2]))
     if args.baseline is not None:
+        a, b = stage_best["this checkout"], stage_best["baseline"]
+        print(f"best of {args.repeats} per stage:  {'this checkout':>22s}  {'baseline':>22s}  {'ratio':>14s}")
+        for name in a:
+            (aw_, ac_), (bw_, bc_) = a[name], b.get(name, (float("nan"), float("nan")))
+            print(f"  {name:14s}  {aw_:7.2f} s (cpu {ac_:6.2f})  {bw_:7.2f} s (cpu {bc_:6.2f})"
+                  f"  {bw_ / aw_:5.2f}x / {bc_ / max(ac_, 1e-9):5.2f}x cpu")
         (aw, ac, am), (bw, bc, bm) = best["this checkout"], best["baseline"]
         print(f"best of {args.repeats}: this checkout {aw:.2f} s wall / {ac:.2f} s cpu / {am / 2**30:.2f} GiB"
               f" vs baseline {bw:.2f} s / {bc:.2f} s / {bm / 2**30:.2f} GiB"

@@ -324,13 +324,21 @@ def _lane_kind(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     return lane_kind
 
 
-def _lane_key(cols: Mapping[str, np.ndarray], lane_kind: np.ndarray, name: str) -> np.ndarray:
-    """One lane key column of every event (LANE_COLUMNS but `lane`)."""
+def _gpu_side(lane_kind: np.ndarray) -> np.ndarray:
+    return (lane_kind == int(LaneKind.GPU_STREAM)) | (lane_kind == int(LaneKind.GPU_ANNOTATION))
+
+
+def _lane_key(
+    cols: Mapping[str, np.ndarray], lane_kind: np.ndarray, name: str, gpu_side: np.ndarray | None = None
+) -> np.ndarray:
+    """One lane key column of every event (LANE_COLUMNS but `lane`); `gpu_side` is _gpu_side(lane_kind),
+    when the caller already has it."""
     if name == "lane_kind":
         return lane_kind
     if name == "rank":
         return cols["rank"]
-    gpu_side = (lane_kind == int(LaneKind.GPU_STREAM)) | (lane_kind == int(LaneKind.GPU_ANNOTATION))
+    if gpu_side is None:
+        gpu_side = _gpu_side(lane_kind)
     if name in ("pid", "tid"):
         return np.where(gpu_side, -1, cols[name])
     if name == "category":
@@ -348,16 +356,21 @@ def lane_keys(cols: Mapping[str, np.ndarray]) -> Columns:
 def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns]:
     """Lane id for every event, and the lane table, numbered in (lane_kind, rank, device, context,
     green context, stream, pid, tid, category) order. numpy only: a few O(n) passes, one key column
-    alive at a time."""
+    alive at a time. The lane table is made from each lane's first event alone (the keys are computed
+    row by row, so the keys of those rows are the rows of the keys)."""
     n = len(cols["kind"])
     if n == 0:
         return np.zeros(0, dtype=np.int32), {c: np.zeros(0, dtype=t) for c, t in LANE_COLUMNS.items()}
     lane_kind = _lane_kind(cols)
-    ids, k = group_codes(_lane_key(cols, lane_kind, name) for name in _LANE_KEYS)
+    gpu_side = _gpu_side(lane_kind)
+    ids, k = group_codes(_lane_key(cols, lane_kind, name, gpu_side) for name in _LANE_KEYS)
+    del gpu_side
     first = first_rows(ids, k)
+    firsts = {c: np.asarray(cols[c])[first] for c in _LANE_KEYS if c != "lane_kind"}
+    lane_kind = lane_kind[first]
     lanes: Columns = {"lane": np.arange(k, dtype=np.int32)}
     for c in _LANE_KEYS:
-        lanes[c] = _lane_key(cols, lane_kind, c)[first].astype(LANE_COLUMNS[c])
+        lanes[c] = _lane_key(firsts, lane_kind, c).astype(LANE_COLUMNS[c])
     return ids.astype(np.int32), lanes
 
 

@@ -163,8 +163,8 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
 
     strings = NsysStrings(db)
     parts, open_ranges = read_tables(db, strings, kernel_names)
+    parts, os_notes = keep_os_calls_of_host_threads(parts, strings.intern(OS_CALL_CATEGORY))
     cols = merge_sorted(parts)
-    cols, os_notes = keep_os_calls_of_host_threads(cols, strings.intern(OS_CALL_CATEGORY))
     notes += os_notes
     backwards = cols["end"] < cols["start"]
     if backwards.any():  # CUPTI writes 0 for unknown end times

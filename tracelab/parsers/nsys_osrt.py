@@ -13,9 +13,11 @@ hold no time and are skipped.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from ..model import EventKind
+from ..model import EVENT_COLUMNS, EventKind
 from ..model.kinds import OS_CALL_CATEGORY
+from ..model.timeline import DEFAULTS
 from .nsys_db import NsysDb, col_or, fetch_int_columns
 from .nsys_host import pid_of, tid_of
 from .nsys_strings import NsysStrings
@@ -41,25 +43,63 @@ def read_osrt(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
     return cols
 
 
-def keep_os_calls_of_host_threads(cols: dict[str, np.ndarray], category: int) -> tuple[dict[str, np.ndarray], list[str]]:
+_HOST_KINDS = [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.NVTX_RANGE), int(EventKind.NVTX_MARK)]
+
+
+def _column(part: dict[str, np.ndarray], key: str) -> np.ndarray:
+    """A part's column as merge_sorted would place it (the model default where the part lacks it)."""
+    if key in part:
+        return part[key].astype(EVENT_COLUMNS[key], copy=False)
+    return np.full(len(part["start"]), DEFAULTS[key], dtype=EVENT_COLUMNS[key])
+
+
+def _thread_key(part: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    pid, tid = _column(part, "pid")[rows], _column(part, "tid")[rows]
+    return (pid.astype(np.int64) << 32) | (tid.astype(np.int64) & 0xFFFFFFFF)
+
+
+def keep_os_calls_of_host_threads(
+    parts: list[dict[str, np.ndarray]], category: int
+) -> tuple[list[dict[str, np.ndarray]], list[str]]:
     """Only the OS calls of threads that also made CUDA API calls or NVTX ranges: the gap analysis reads the
     launching threads' calls, and the others (nsys's and the CUDA driver's helper threads polling for the
     whole session) would stretch the run far past its last GPU or CUDA event (a `poll` of 100 ms after the
-    capture range on the bundled graphs/eager run). How many were left out goes into the notes."""
-    kind = cols["kind"]
-    os_call = (kind == int(EventKind.OTHER)) & (cols["category"] == category)
-    if not os_call.any():
-        return cols, []
-    host = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER), int(EventKind.NVTX_RANGE),
-                          int(EventKind.NVTX_MARK)])
-    key = lambda m: (cols["pid"][m].astype(np.int64) << 32) | (cols["tid"][m].astype(np.int64) & 0xFFFFFFFF)
-    drop = os_call.copy()
-    drop[os_call] = ~np.isin(key(os_call), np.unique(key(host)))
-    n = int(drop.sum())
+    capture range on the bundled graphs/eager run). How many were left out goes into the notes.
+
+    Works on read_tables' per-table parts, before merge_sorted: dropping rows of one part does not change
+    the start order of the others, so the merged result is the one filtering after the merge gives, but
+    only the parts holding OS calls are copied (not every column of every event). Parts left empty are
+    removed, as read_tables does."""
+    calls = []
+    for part in parts:
+        kind = part["kind"]
+        os_call = (kind == int(EventKind.OTHER)) & (_column(part, "category") == category)
+        calls.append(os_call if os_call.any() else None)
+    if all(c is None for c in calls):
+        return parts, []
+    host_keys = [
+        pd.unique(_thread_key(part, host))
+        for part in parts
+        if (host := np.isin(part["kind"], _HOST_KINDS)).any()
+    ]
+    host_threads = np.concatenate(host_keys) if host_keys else np.zeros(0, dtype=np.int64)
+    out: list[dict[str, np.ndarray]] = []
+    dropped: list[np.ndarray] = []
+    for part, os_call in zip(parts, calls):
+        if os_call is None:
+            out.append(part)
+            continue
+        drop = os_call.copy()
+        drop[os_call] = ~np.isin(_thread_key(part, os_call), host_threads)
+        if drop.any():
+            dropped.append(_thread_key(part, drop))
+            part = {k: v[~drop] for k, v in part.items()}
+        if len(part["start"]):
+            out.append(part)
+    n = sum(len(d) for d in dropped)
     if n == 0:
-        return cols, []
-    keep = ~drop
-    threads = int(np.unique(key(drop)).size)
+        return parts, []
+    threads = int(np.unique(np.concatenate(dropped)).size)
     note = (f"{n} OS runtime call{'s' * (n != 1)} on {threads} thread{'s' * (threads != 1)} without CUDA calls or "
             "NVTX ranges left out (helper threads)")
-    return {k: v[keep] for k, v in cols.items()}, [note]
+    return out, [note]
