@@ -54,9 +54,25 @@ def _hashable(v: np.ndarray) -> bool:
     return "pandas" in sys.modules or v.size >= IMPORT_PANDAS_AT
 
 
+def _dense_counts(v: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """For integers packed in a short range (thread ids, devices, correlation ids, codes): the smallest
+    value and how often each value from it on occurs (one bincount, O(n + range): no sort, no hash).
+    None when the range is wide (more than 4x the count) or the array small."""
+    if v.size < SMALL or v.dtype.kind not in "iu":
+        return None
+    lo, hi = int(v.min()), int(v.max())
+    if hi - lo > 4 * v.size + 1024 or hi >= 1 << 63:
+        return None
+    return lo, np.bincount((v.astype(np.int64) - lo) if lo else v.astype(np.intp, copy=False))
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """np.unique(values)."""
     v = np.asarray(values).reshape(-1)
+    dense = _dense_counts(v)
+    if dense is not None:
+        lo, counts = dense
+        return (np.flatnonzero(counts) + lo).astype(v.dtype)
     if not _hashable(v):
         return np.unique(v)
     import pandas as pd
@@ -67,6 +83,11 @@ def distinct(values: np.ndarray) -> np.ndarray:
 def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(values, return_counts=True)."""
     v = np.asarray(values).reshape(-1)
+    dense = _dense_counts(v)
+    if dense is not None:
+        lo, counts = dense
+        nz = np.flatnonzero(counts)
+        return (nz + lo).astype(v.dtype), counts[nz].astype(np.int64)
     if not _hashable(v):
         return np.unique(v, return_counts=True)
     import pandas as pd
@@ -79,6 +100,12 @@ def distinct_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(values, return_inverse=True): the sorted distinct values and each value's index among
     them."""
     v = np.asarray(values).reshape(-1)
+    dense = _dense_counts(v)
+    if dense is not None:
+        lo, counts = dense
+        nz = np.flatnonzero(counts)
+        index = np.cumsum(counts > 0) - 1  # each value's index among the distinct ones
+        return (nz + lo).astype(v.dtype), index[v.astype(np.int64) - lo].astype(np.int64)
     if not _hashable(v):
         u, inv = np.unique(v, return_inverse=True)
         return u, inv.reshape(-1)

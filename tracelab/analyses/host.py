@@ -77,10 +77,20 @@ def _count_distinct(values: np.ndarray) -> int:
     return int(distinct(values).size)
 
 
+FEW_THREADS = 16  # up to this many threads, a mask per thread beats sorting every host event by thread
+
+
 def _life_spans(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, tuple[int, int]]:
-    """Per thread: (first start, last end) of its events."""
+    """Per thread: (first start, last end) of its events (in any order)."""
     if tid.size == 0:
         return {}
+    threads = distinct(tid)
+    if threads.size <= FEW_THREADS:
+        spans = {}
+        for t in threads.tolist():
+            m = tid == t
+            spans[int(t)] = (int(start[m].min()), int(end[m].max()))
+        return spans
     order = np.argsort(tid, kind="stable")
     t = tid[order]
     first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
@@ -173,8 +183,8 @@ class HostView:
         self.wait_dev = np.concatenate(w_dev)[order].astype(_I64)
 
         # GPU-side dependencies issued from the host: cudaStreamWaitEvent calls and sync records
-        sw = rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.SYNC))
-        sw = sw[sync[sw] == int(SyncKind.STREAM_WAIT_EVENT)]
+        swe = int(SyncKind.STREAM_WAIT_EVENT)  # the few such rows of both, not every call and record merged
+        sw = np.sort(np.concatenate([api[self.api_sync == swe], sync_rows[sk == swe]]), kind="stable")
         is_api = kind[sw] != int(EventKind.SYNC)
         order = np.lexsort((is_api, start[sw]))  # on ties the API call (a readable name) comes last
         self.swait_start = start[sw][order]
@@ -186,7 +196,7 @@ class HostView:
         if cpu.size:
             cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[names[cpu]]]
         self.has_cpu_ops = bool(cpu.size)
-        act = np.sort(np.concatenate([cpu, api]), kind="stable")
+        act = np.sort(np.concatenate([cpu, api]), kind="stable") if cpu.size else api
         self.act_us, self.act_ue = merge(start[act], end[act], assume_sorted=True)
         self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
         self._act_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -216,8 +226,8 @@ class HostView:
         self._launchers: dict[int, list[int]] = {}
         for k in pairs.tolist():
             self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
-        host_rows = np.concatenate([rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.CPU_OP,
-                                                            EventKind.NVTX_RANGE)), os_rows])
+        # (any order: only each thread's first start and last end are kept)
+        host_rows = np.concatenate([api, rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE)), os_rows])
         self._life = _life_spans(tid[host_rows], start[host_rows], end[host_rows])
 
         # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
@@ -253,7 +263,10 @@ class HostView:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
         if tid not in self._act_by_tid:
             m = self._act_tid == tid
-            self._act_by_tid[tid] = merge(self._act_start[m], self._act_end[m], assume_sorted=True)
+            # one thread has all the activity (a single-threaded program): its union is the rank's, merged already
+            self._act_by_tid[tid] = (
+                (self.act_us, self.act_ue) if m.all() else merge(self._act_start[m], self._act_end[m], assume_sorted=True)
+            )
         return self._act_by_tid[tid]
 
     def os_calls(self, tid: int) -> OsCalls:
@@ -292,6 +305,8 @@ class HostView:
         return out
 
     def _api_union(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        if not self.has_cpu_ops:  # the recorded activity is the API calls: that union is merged already
+            return self.thread_activity(tid)
         m = self.api_tid == tid
         return merge(self.api_start[m], self.api_end[m], assume_sorted=True)
 

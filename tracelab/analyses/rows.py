@@ -155,14 +155,22 @@ def kind_rows(timeline: Timeline) -> dict[tuple[int, int], np.ndarray]:
 
 
 def rows_of(timeline: Timeline, rank: int, kinds: Iterable[int]) -> np.ndarray:
-    """Positions (ascending) of the events of `rank` whose kind is one of `kinds`."""
+    """Positions (ascending, read-only) of the events of `rank` whose kind is one of `kinds`. Several
+    kinds are merged once per timeline (the host views, step inference and rules ask for the same
+    combinations: on a big trace each merge is a sort of millions of rows)."""
     groups = kind_rows(timeline)
-    parts = [groups[(rank, int(k))] for k in kinds if (rank, int(k)) in groups]
-    if not parts:
+    wanted = sorted({int(k) for k in kinds if (rank, int(k)) in groups})
+    if not wanted:
         return _EMPTY_ROWS
-    if len(parts) == 1:
-        return parts[0]
-    return np.sort(np.concatenate(parts), kind="stable")  # sorted runs: merged in linear time
+    if len(wanted) == 1:
+        return groups[(rank, wanted[0])]
+
+    def compute() -> np.ndarray:
+        rows = np.sort(np.concatenate([groups[(rank, k)] for k in wanted]), kind="stable")  # sorted runs
+        rows.flags.writeable = False
+        return rows
+
+    return memo(timeline, ("rows_of", rank, *wanted), compute)
 
 
 def names_matching(timeline: Timeline, *patterns: re.Pattern[str]) -> np.ndarray:

@@ -190,6 +190,17 @@ def _estimated_match(tokens: np.ndarray, max_lag: int) -> np.ndarray:
     return ac.real.sum(axis=1) / EMBED_DIMS / (n - np.arange(max_lag + 1))
 
 
+def _small_codes(tokens: np.ndarray) -> np.ndarray:
+    """The tokens as the narrowest integers that keep them apart (their index among the distinct
+    tokens, in the same order): comparing int16 instead of int64 reads a quarter of the memory, for the
+    same counts; the codes of these codes are themselves, so the FFT estimate is unchanged."""
+    uniq, inv = distinct_codes(tokens)
+    for dtype in (np.int8, np.int16, np.int32):
+        if uniq.size <= np.iinfo(dtype).max:
+            return inv.astype(dtype)
+    return inv
+
+
 def find_period(tokens: np.ndarray) -> Period:
     """The step period of a token sequence (Period.lag 0 with a reason when there is none)."""
     t = np.asarray(tokens)[:MAX_TOKENS]
@@ -197,6 +208,7 @@ def find_period(tokens: np.ndarray) -> Period:
     max_lag = n // MIN_REPEATS
     if max_lag < 1:
         return Period(0, 0.0, 0, 0.0, f"only {n} launches: too few to repeat {MIN_REPEATS} times")
+    t = _small_codes(t)  # equal where the tokens are: the estimate and the exact counts read fewer bytes
     est = _estimated_match(t, max_lag)
     top = 1 + np.argsort(-est[1:], kind="stable")[:SHORTLIST]  # lag 0 matches trivially
     cand = set(top.tolist())
