@@ -45,6 +45,37 @@ class SortedKeys:
         return np.where(k[ic] == q, ic, -1)
 
 
+class FirstPosition:
+    """Where each integer key first occurs in `keys` (any order, repeats allowed): `find(q)` is that
+    position for each q, or -1. Distinct keys packed in a short range (correlation ids) get a direct
+    table, filled in one scatter (no sort); others are sorted once (stably: the first occurrence wins)."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        k = np.asarray(keys)
+        self._direct: tuple[int, np.ndarray] | None = None
+        if k.size and k.dtype.kind in "iu":
+            base, span = int(k.min()), int(k.max()) - int(k.min()) + 1
+            if span <= 4 * k.size + 1024:
+                table = np.full(span, -1, dtype=np.int64)
+                table[k.astype(np.int64) - base] = np.arange(k.size, dtype=np.int64)
+                if np.count_nonzero(table >= 0) == k.size:  # every key distinct: the one position is the first
+                    self._direct = (base, table)
+                    return
+        order = np.argsort(k, kind="stable")
+        self._pos = order
+        self._sorted = SortedKeys(k[order])
+
+    def find(self, queries: np.ndarray) -> np.ndarray:
+        q = np.asarray(queries, dtype=np.int64)
+        if self._direct is not None:
+            base, table = self._direct
+            i = q - base
+            inside = (i >= 0) & (i < table.size)
+            return np.where(inside, table[np.where(inside, i, 0)], -1)
+        i = self._sorted.find(q)
+        return np.where(i >= 0, self._pos[np.maximum(i, 0)] if self._pos.size else -1, -1)
+
+
 def _hashable(v: np.ndarray) -> bool:
     """Whether hashing (pandas) beats np.unique's sort here: big enough, integers, and pandas already
     loaded or the array so big that loading it (~0.3-0.6 s) pays (a small trace's `analyze` never

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from ..model.kinds import HOST_API_KINDS, OS_CALL_CATEGORY
-from .distinct import SortedKeys, distinct
+from .distinct import FirstPosition, distinct
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
 from .memo import column, memo
 from .rows import names_matching, ranks_of, rows_of
@@ -129,10 +129,8 @@ class HostView:
         self.api_sync = sync[api]
         api_corr = corr[api]
         has = api_corr >= 0
-        order = np.argsort(api_corr[has], kind="stable")
-        self._corr_sorted = api_corr[has][order]
-        self._corr_pos = np.flatnonzero(has)[order]  # index into the api_* arrays
-        self._corr_keys = SortedKeys(self._corr_sorted)
+        self._corr_pos = np.flatnonzero(has)  # index into the api_* arrays
+        self._corr_first = FirstPosition(api_corr[has])
 
         # GPU op correlated with each API call (for its device and what it really did)
         gpu = rows_of(timeline, rank, GPU_ACTIVITY_KINDS)
@@ -379,7 +377,7 @@ class HostView:
     def launch_index(self, correlation: np.ndarray) -> np.ndarray:
         """Index into the api_* arrays of the call with each correlation id, or -1."""
         c = np.asarray(correlation, dtype=_I64)
-        i = self._corr_keys.find(c)
+        i = self._corr_first.find(c)
         return np.where(i >= 0, self._corr_pos[np.maximum(i, 0)] if self._corr_pos.size else -1, -1)
 
 

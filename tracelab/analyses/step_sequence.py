@@ -11,7 +11,7 @@ import numpy as np
 
 from ..model import GPU_ACTIVITY_KINDS, Flag, Timeline
 from ..model.kinds import HOST_API_KINDS
-from .distinct import SortedKeys, distinct, distinct_codes, distinct_counts
+from .distinct import FirstPosition, distinct, distinct_codes, distinct_counts
 from .memo import column
 from .rows import names_matching, rows_of
 
@@ -85,18 +85,16 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
     calls = calls[np.argsort(start[calls], kind="stable")]
     # token of a launch: the name of the GPU op it issued (by correlation id), else its own name
     gpu = gpu_rows[corr[gpu_rows] >= 0]
-    order = np.argsort(corr[gpu], kind="stable")
-    g_corr = corr[gpu][order]
     c_names = names[calls]
     tokens = c_names.astype(np.int64)
     c_flags = flags[calls]
     blocking = (c_flags & Flag.BLOCKING) != 0
     launch = (c_flags & Flag.LAUNCH) != 0
     graph = launch & names_matching(timeline, GRAPH_LAUNCH)[c_names]
-    if g_corr.size:
-        j = SortedKeys(g_corr).find(corr[calls])  # the first GPU op with the call's correlation id
+    if gpu.size:
+        j = FirstPosition(corr[gpu]).find(corr[calls])  # the first GPU op with the call's correlation id
         hit = (j >= 0) & ~blocking
-        g = gpu[order[j[hit]]]
+        g = gpu[j[hit]]
         tokens[hit] = names[g]
         graph[hit] |= (flags[g] & Flag.GRAPH) != 0
     by_count = threads[np.argsort(-counts, kind="stable")]
