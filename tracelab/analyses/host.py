@@ -194,9 +194,12 @@ class HostView:
         if cpu.size:
             cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[names[cpu]]]
         self.has_cpu_ops = bool(cpu.size)
-        act = np.sort(np.concatenate([cpu, api]), kind="stable") if cpu.size else api
-        self.act_us, self.act_ue = merge(start[act], end[act], assume_sorted=True)
-        self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
+        if cpu.size:
+            act = np.sort(np.concatenate([cpu, api]), kind="stable")
+            self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
+        else:  # the API calls alone: their columns are gathered already
+            self._act_start, self._act_end, self._act_tid = self.api_start, self.api_end, self.api_tid.astype(_I64)
+        self.act_us, self.act_ue = merge(self._act_start, self._act_end, assume_sorted=True)
         self._act_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.host_data: HostData = "cpu_ops" if self.has_cpu_ops else ("cuda_api" if api.size else "none")
 
@@ -224,9 +227,12 @@ class HostView:
         self._launchers: dict[int, list[int]] = {}
         for k in pairs.tolist():
             self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
-        # (any order: only each thread's first start and last end are kept)
-        host_rows = np.concatenate([api, rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE)), os_rows])
-        self._life = _life_spans(tid[host_rows], start[host_rows], end[host_rows])
+        # each host thread's recorded life span, found when asked for (the launching threads only): the
+        # (tid, start, end) columns of its API calls, CPU ops and NVTX ranges (step ranges included), OS calls
+        ranges = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+        self._host_parts = ((self.api_tid, self.api_start, self.api_end), (tid[ranges], start[ranges], end[ranges]),
+                            (self._os_tid, self._os_start, self._os_end))
+        self._life: dict[int, tuple[int, int] | None] = {}
 
         # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
         ops = cpu[np.lexsort((start[cpu], tid[cpu]))]
@@ -255,7 +261,20 @@ class HostView:
     def thread_first(self, tid: int) -> int:
         """When the thread was first recorded (any host event: CUDA call, CPU op, NVTX range, OS call), in
         this timeline or, before a scope clipped it, in the whole trace."""
-        return min(self._life.get(tid, (np.iinfo(np.int64).max, 0))[0], self.first_seen(tid))
+        life = self._life_of(tid)
+        return min(life[0] if life else np.iinfo(np.int64).max, self.first_seen(tid))
+
+    def _life_of(self, tid: int) -> tuple[int, int] | None:
+        """(first start, last end) of the thread's host events in this timeline; None without any."""
+        if tid not in self._life:
+            lo, hi = [], []
+            for t, s, e in self._host_parts:
+                m = t == tid
+                if m.any():
+                    lo.append(int(s[m].min()))
+                    hi.append(int(e[m].max()))
+            self._life[tid] = (min(lo), max(hi)) if lo else None
+        return self._life[tid]
 
     def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
@@ -328,7 +347,7 @@ class HostView:
                 w = self.wait_tid == t
                 ws, we = merge(np.concatenate([oc.blocked_start, self.wait_start[w]]),
                                np.concatenate([oc.blocked_end, self.wait_end[w]]))
-                first, last = self._life.get(t, (0, 0))
+                first, last = self._life_of(t) or (0, 0)
                 first = min(first, self.first_seen(t))
                 outside = complement_all(np.array([first], dtype=_I64), np.array([last], dtype=_I64))
                 ts, te = merge(np.concatenate([ws, outside[0]]), np.concatenate([we, outside[1]]))

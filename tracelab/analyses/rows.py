@@ -125,14 +125,17 @@ def ranks_of(timeline: Timeline) -> tuple[int, ...]:
 
 def kind_rows(timeline: Timeline) -> dict[tuple[int, int], np.ndarray]:
     """The events grouped by (rank, kind): {(rank, kind): positions in ascending order}. One stable
-    radix sort of a 16-bit key (rank index × N_KINDS + kind) over all events, once per timeline; every
-    per-rank analysis takes its rows from here instead of masking all events once per rank."""
+    radix sort of a 16-bit key (rank index × N_KINDS + kind) over all events (one rank: a mask per kind),
+    once per timeline; every per-rank analysis takes its rows from here instead of masking all events once
+    per rank."""
 
     def compute() -> dict[tuple[int, int], np.ndarray]:
         kind = column(timeline, "kind")
         ranks = ranks_of(timeline)
         if kind.size == 0:
             return {}
+        if len(ranks) == 1 and 0 <= int(kind.min()) and int(kind.max()) < N_KINDS:
+            return _one_rank_kind_rows(kind, ranks[0])
         if len(ranks) == 1:
             code = kind.astype(np.int64)
         else:
@@ -154,6 +157,17 @@ def kind_rows(timeline: Timeline) -> dict[tuple[int, int], np.ndarray]:
     return memo(timeline, "kind_rows", compute)
 
 
+def _one_rank_kind_rows(kind: np.ndarray, rank: int) -> dict[tuple[int, int], np.ndarray]:
+    """kind_rows of a single-rank timeline: one mask per kind present (a few passes over a byte column
+    are cheaper than sorting every event), in kind order as the sort gives them."""
+    out = {}
+    for k in np.flatnonzero(np.bincount(kind.astype(np.intp), minlength=N_KINDS)).tolist():
+        rows = np.flatnonzero(kind == k)
+        rows.flags.writeable = False
+        out[(rank, k)] = rows
+    return out
+
+
 def rows_of(timeline: Timeline, rank: int, kinds: Iterable[int]) -> np.ndarray:
     """Positions (ascending, read-only) of the events of `rank` whose kind is one of `kinds`. Several
     kinds are merged once per timeline (the host views, step inference and rules ask for the same
@@ -166,7 +180,12 @@ def rows_of(timeline: Timeline, rank: int, kinds: Iterable[int]) -> np.ndarray:
         return groups[(rank, wanted[0])]
 
     def compute() -> np.ndarray:
-        rows = np.sort(np.concatenate([groups[(rank, k)] for k in wanted]), kind="stable")  # sorted runs
+        parts = sorted((groups[(rank, k)] for k in wanted), key=len)
+        if len(parts) == 2 and parts[0].size * 16 < parts[1].size:  # a few rows into many (driver into runtime calls)
+            small, big = parts
+            rows = np.insert(big, np.searchsorted(big, small), small)  # positions are distinct: the sorted merge
+        else:
+            rows = np.sort(np.concatenate(parts), kind="stable")  # sorted runs: merged in linear time
         rows.flags.writeable = False
         return rows
 
