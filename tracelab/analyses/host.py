@@ -17,7 +17,7 @@ import numpy as np
 
 from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from ..model.kinds import HOST_API_KINDS, OS_CALL_CATEGORY
-from .distinct import FirstPosition, distinct
+from .distinct import FirstPosition, distinct, distinct_codes
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
 from .memo import column, memo
 from .rows import names_matching, ranks_of, rows_of
@@ -43,7 +43,7 @@ HostData = Literal["cpu_ops", "cuda_api", "none"]
 
 
 def _non_blocking_copies(timeline: Timeline, rank: int) -> np.ndarray:
-    """Correlation ids of the rank's GPU copies / memsets whose synchronous API call does not block the
+    """Correlation ids (repeats allowed) of the rank's GPU copies / memsets whose synchronous API call does not block the
     host (CUDA runtime docs, "API synchronization behavior"): device-to-device memcpys ("no host-side
     synchronization is performed") and memsets to device memory ("asynchronous with respect to the
     host except when the target memory is pinned host memory")."""
@@ -56,7 +56,7 @@ def _non_blocking_copies(timeline: Timeline, rank: int) -> np.ndarray:
         ms[(dst != int(MemKind.PINNED)) & (dst != int(MemKind.PAGEABLE))],
     ])
     corr = column(timeline, "correlation")[rows]
-    return distinct(corr[corr >= 0])
+    return corr[corr >= 0]  # repeats allowed: only looked up with np.isin
 
 
 def os_call_rows(timeline: Timeline, rank: int) -> np.ndarray:
@@ -141,7 +141,10 @@ class HostView:
         self.n_devices = _count_distinct(device[gpu])
         # A call blocks when its name says so (BLOCKING flag) unless its correlated copy shows it did not:
         # a device-to-device memcpy or a memset to device memory returns without waiting.
-        non_blocking = np.isin(api_corr, _non_blocking_copies(timeline, rank)) & has
+        # (looked up for the calls named blocking only: the others' copies change nothing)
+        named = np.flatnonzero(((self.api_flags & Flag.BLOCKING) != 0) & has)
+        non_blocking = np.zeros(api.size, dtype=bool)
+        non_blocking[named] = np.isin(api_corr[named], _non_blocking_copies(timeline, rank))
         self.api_blocking = ((self.api_flags & Flag.BLOCKING) != 0) & ~non_blocking
         self.api_nonblocking_sync = ((self.api_flags & Flag.BLOCKING) != 0) & non_blocking
 
@@ -235,7 +238,11 @@ class HostView:
         self._life: dict[int, tuple[int, int] | None] = {}
 
         # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
-        ops = cpu[np.lexsort((start[cpu], tid[cpu]))]
+        # (the rows are in start order already: a stable sort by thread alone, of small codes, by radix)
+        _, thread_code = distinct_codes(tid[cpu])
+        if cpu.size and int(thread_code.max()) < 1 << 15:
+            thread_code = thread_code.astype(np.int16)
+        ops = cpu[np.argsort(thread_code, kind="stable")]
         self.op_tid = tid[ops]
         self.op_start = start[ops]
         self.op_end = end[ops]
