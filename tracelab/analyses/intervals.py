@@ -17,6 +17,8 @@ import itertools
 
 import numpy as np
 
+from .distinct import distinct_codes
+
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -87,7 +89,7 @@ def merge_grouped(starts, ends, groups) -> tuple[np.ndarray, np.ndarray, np.ndar
     n = s.size
     if n == 0:
         return _EMPTY, _EMPTY, _EMPTY
-    order = np.lexsort((s, g))
+    order = _by_group_then_start(s, g)
     s, e, g = s[order], e[order], g[order]
     boundary = np.empty(n, dtype=bool)
     boundary[0] = True
@@ -114,6 +116,17 @@ def merge_grouped(starts, ends, groups) -> tuple[np.ndarray, np.ndarray, np.ndar
     return s[first], runmax[last], g[first]
 
 
+def _by_group_then_start(s: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """np.lexsort((s, g)) (by group, then start, then position), as two stable sorts: by start (the
+    callers' intervals come in start order: one linear pass of timsort), then by group as small codes
+    (a radix sort). lexsort sorts both keys in full."""
+    order = np.argsort(s, kind="stable")
+    _, code = distinct_codes(g[order])
+    if code.size and int(code.max()) < 1 << 15:
+        code = code.astype(np.int16)
+    return order[np.argsort(code, kind="stable")]
+
+
 def grouped_union_lengths(starts, ends, groups, n_groups: int | None = None) -> np.ndarray:
     """Union length per group id (groups are small non-negative ints); an array of n_groups."""
     gs, ge, gg = merge_grouped(starts, ends, groups)
@@ -127,10 +140,11 @@ def coverage_at_least(starts, ends, groups, k: int = 2) -> int:
     gs, ge, _ = merge_grouped(starts, ends, groups)
     if gs.size == 0:
         return 0
-    times = np.concatenate([gs, ge])
-    delta = np.concatenate([np.ones(gs.size, np.int64), -np.ones(ge.size, np.int64)])
-    # ends before starts at equal times: touching intervals do not overlap (zero length anyway)
-    order = np.lexsort((delta, times))
+    # ends before starts at equal times: touching intervals do not overlap (zero length anyway); the ends
+    # come first, so one stable sort by time gives the order lexsort((delta, times)) gives
+    times = np.concatenate([ge, gs])
+    delta = np.concatenate([-np.ones(ge.size, np.int64), np.ones(gs.size, np.int64)])
+    order = np.argsort(times, kind="stable")
     times = times[order]
     depth = np.cumsum(delta[order])
     seg = np.diff(times)

@@ -132,16 +132,20 @@ def _level_functions(
     # order within equal times does not matter: the clipped sums telescope per partition, so the
     # level after the last event at a time is the same in any order (intermediate levels last 0 ns)
     order = np.argsort(times, kind="stable")
-    t, d, p = times[order], delta[order], part[order]
+    t, d = times[order], delta[order]
     # per-partition running level (grouped cumsum), clipped at the partition size
-    if len(parts) <= 1:
+    if len(parts) <= 1:  # one partition (index 0 for every row): its size is one number
+        p = np.zeros(len(t), dtype=part.dtype)
         raw = np.cumsum(d)
+        cap: np.ndarray | np.int64 = caps[0]
     else:
+        p = part[order]
         porder = np.argsort(p.astype(np.int16), kind="stable")  # radix sort, keeps time order
         raw = np.empty(len(t), dtype=np.int64)
         raw[porder] = _group_cumsum(d[porder], p[porder])
-    clipped = np.minimum(raw, caps[p])
-    prev = np.minimum(raw - d, caps[p])
+        cap = caps[p]
+    clipped = np.minimum(raw, cap)
+    prev = np.minimum(raw - d, cap)
     dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
     per_part: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, g in enumerate(part_ids):
