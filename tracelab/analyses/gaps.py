@@ -58,9 +58,10 @@ from ..model import Flag, Timeline
 from .devices import DeviceRows, device_rows
 from .distinct import distinct
 from .host import FirstSeen, HostData, HostView, WaitSet, host_views, thread_first_seen
-from .intervals import covered_length, merge
+from .intervals import covered_length
 from .memo import column
 from .results import CAUSES, HOST_DATA, GapDetails, GapTable
+from .rows import device_union
 
 __all__ = [
     "CAUSES", "CLOCK_TOLERANCE_NS", "HOST_SYNC_COVERAGE", "FirstSeen", "HostData", "HostView", "IdleIntervals",
@@ -166,9 +167,7 @@ class _Idle:
 def _idle_of(timeline: Timeline, dr: DeviceRows) -> _Idle | None:
     """The device's idle intervals (None when it has none)."""
     rows = dr.rows
-    start = column(timeline, "start")[rows]
-    end = column(timeline, "end")[rows]
-    us, ue, first = merge(start, end, assume_sorted=True, return_index=True)
+    us, ue, first = device_union(timeline, dr)
     if us.size < 2:
         return None
     # merged intervals are separated by at least 1 ns: every one is an idle interval

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model import EventKind, Flag, Timeline
 from ..model.api_names import is_comm_name
+from .intervals import merge
 from .memo import column, memo
 
 _GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
@@ -51,6 +52,25 @@ def _device_rows(timeline: Timeline) -> tuple[DeviceRows, ...]:
 
 _EMPTY_ROWS = np.zeros(0, dtype=np.int64)
 _EMPTY_ROWS.flags.writeable = False
+
+
+def device_union(timeline: Timeline, dr: DeviceRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union of a device's GPU activity as `intervals.merge(..., return_index=True)` gives it (starts,
+    ends, the row index opening each), merged once per timeline and device (read-only): the device
+    summary, its idle intervals and the rules each needed it."""
+
+    def compute() -> tuple[np.ndarray, ...]:
+        got = merge(column(timeline, "start")[dr.rows], column(timeline, "end")[dr.rows], assume_sorted=True,
+                    return_index=True)
+        for a in got:
+            a.flags.writeable = False
+        return (dr.rows, *got)
+
+    hit = memo(timeline, ("device_union", dr.rank, dr.device), compute)
+    if hit[0] is not dr.rows:  # rows other than device_rows' for this device: merged here, not shared
+        return merge(column(timeline, "start")[dr.rows], column(timeline, "end")[dr.rows], assume_sorted=True,
+                     return_index=True)
+    return hit[1], hit[2], hit[3]
 
 
 def rows_of_device(timeline: Timeline, rank: int, device: int) -> np.ndarray:
