@@ -82,7 +82,7 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
     threads, counts = distinct_counts(tid[lb])
     polling = names_matching(timeline, POLLING)
     calls = api[np.isin(tid[api], threads) & ~polling[names[api]]]
-    calls = calls[np.argsort(start[calls], kind="stable")]
+    # (rows in ascending position are in start order: the Timeline is sorted by start)
     # token of a launch: the name of the GPU op it issued (by correlation id), else its own name
     gpu = gpu_rows[corr[gpu_rows] >= 0]
     c_names = names[calls]
