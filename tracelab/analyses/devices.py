@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import EventKind, Timeline
+from .distinct import distinct
 from .intervals import grouped_union_lengths, union_length
 from .memo import column, lane_column
 from .overlap import device_overlap
@@ -52,7 +53,7 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
     nk = np.bincount(lane[is_k], minlength=n_lanes)
     nc = np.bincount(lane[is_c], minlength=n_lanes)
     ns = np.bincount(lane[is_s], minlength=n_lanes)
-    used = np.unique(lane)
+    used = distinct(lane)
     l_stream = lane_column(timeline, "stream")
     l_ctx = lane_column(timeline, "context")
     l_green = lane_column(timeline, "green_context")

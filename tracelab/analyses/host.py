@@ -144,7 +144,8 @@ class HostView:
         # (looked up for the calls named blocking only: the others' copies change nothing)
         named = np.flatnonzero(((self.api_flags & Flag.BLOCKING) != 0) & has)
         non_blocking = np.zeros(api.size, dtype=bool)
-        non_blocking[named] = np.isin(api_corr[named], _non_blocking_copies(timeline, rank))
+        if named.size:
+            non_blocking[named] = np.isin(api_corr[named], _non_blocking_copies(timeline, rank))
         self.api_blocking = ((self.api_flags & Flag.BLOCKING) != 0) & ~non_blocking
         self.api_nonblocking_sync = ((self.api_flags & Flag.BLOCKING) != 0) & non_blocking
 

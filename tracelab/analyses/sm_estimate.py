@@ -42,7 +42,7 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     # partition index of each kernel: its green context, else partition -1 (always last when present)
     lookup = {g: i for i, g in enumerate(part_ids)}
     none_idx = lookup.get(NONE_PARTITION, len(parts) - 1)
-    uniq, inv = np.unique(gc, return_inverse=True)
+    uniq, inv = distinct_codes(gc)
     part = np.array([lookup.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
     cap = caps[part] if len(part) else np.zeros(0, dtype=np.int64)
     # a non-green context may itself be limited (ContextInfo.sm_count)
@@ -52,7 +52,7 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
         if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0
     }
     if ctx_caps:
-        cu, cinv = np.unique(k["context"], return_inverse=True)
+        cu, cinv = distinct_codes(k["context"])
         cc = np.array([ctx_caps.get(int(c), 1 << 30) for c in cu], dtype=np.int64)[cinv]
         cap = np.where(gc < 0, np.minimum(cap, cc), cap)
 

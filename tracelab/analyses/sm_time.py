@@ -10,6 +10,7 @@ import numpy as np
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.model import Timeline
 
+from .distinct import distinct_codes
 from .memo import memo
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
 from .sm_measured import _empty_lane_columns, _empty_lanes, _instrumented, _measured_rows, _merge_intervals
@@ -121,7 +122,7 @@ def _level_functions(
     pmap = {g: i for i, g in enumerate(part_ids)}
     none_idx = pmap.get(NONE_PARTITION, len(parts) - 1 if parts else 0)
     if len(gc):
-        uniq, inv = np.unique(gc, return_inverse=True)
+        uniq, inv = distinct_codes(gc)
         pidx = np.array([pmap.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
     else:
         pidx = np.zeros(0, dtype=np.int64)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Timeline
+from .distinct import distinct_counts
 from .names import short_name
 from .step_sequence import MAX_TOKENS, MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
 
@@ -279,7 +280,7 @@ def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
     if nxt.size == 0:
         return fallback
     pairs = tok[nxt] * (int(tok.max()) + 1) + tok[nxt + 1]
-    vals, cnt = np.unique(pairs, return_counts=True)
+    vals, cnt = distinct_counts(pairs)
     follow = vals[np.argmax(cnt)]
     lo = max(0, p0 - 3 * period)
     hi = fallback  # inclusive
@@ -303,7 +304,7 @@ def _with_warmup_start(
     if hi <= lo or p0 + 1 >= n:
         return pos
     after = pos[pos + 1 < n] + 1
-    vals, cnt = np.unique(tok[after], return_counts=True)
+    vals, cnt = distinct_counts(tok[after])
     follow = vals[np.argmax(cnt)]
     prev = lo + np.flatnonzero(ids[lo:hi] == value)
     prev = prev[(prev + 1 < n) & (tok[np.minimum(prev + 1, n - 1)] == follow)]
