@@ -101,20 +101,20 @@ def _stack_offsets(est: _Estimate, n_parts: int, caps: np.ndarray) -> np.ndarray
     # ends first, then starts, each in kernel order: a stable sort by time then puts ends before starts
     # at equal times and keeps kernel order among equals, and a stable sort by partition keeps that
     # (the order lexsort((idx, is_start, times, part)) gives, with one timsort and one radix sort)
+    # (position k < n of the concatenation is kernel k's end, n + k its start)
     times = np.concatenate([est.end, est.start])
-    is_start = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
-    part = np.concatenate([est.part, est.part])
     delta = np.concatenate([-width, width])
-    idx = np.concatenate([np.arange(n), np.arange(n)])
     order = np.argsort(times, kind="stable")
     if n_parts > 1:
+        part = np.concatenate([est.part, est.part])
         order = order[np.argsort(part[order].astype(np.int16 if n_parts < 2**15 else np.int64), kind="stable")]
-    level = np.cumsum(delta[order])  # each partition's deltas sum to 0, so groups do not leak
-    before = level - delta[order]
+    d = delta[order]
+    level = np.cumsum(d)  # each partition's deltas sum to 0, so groups do not leak
+    before = level - d
     offs = np.empty(n, dtype=np.int64)
-    starts_sorted = is_start[order] == 1
-    offs[idx[order][starts_sorted]] = before[starts_sorted]
-    return offs % caps[est.part]
+    starts_sorted = order >= n
+    offs[order[starts_sorted] - n] = before[starts_sorted]
+    return offs % (caps[0] if n_parts == 1 else caps[est.part])
 
 
 def _estimated_rows(est: _Estimate, parts: list[Partition]) -> pd.DataFrame:

@@ -150,6 +150,9 @@ def _level_functions(
     dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
     per_part: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, g in enumerate(part_ids):
+        if len(parts) == 1:  # every row is this partition's
+            per_part[g] = (t, clipped)
+            continue
         m = p == i
         per_part[g] = (t[m], clipped[m])
     return t, dev_level, per_part
