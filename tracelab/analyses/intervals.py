@@ -17,8 +17,6 @@ import itertools
 
 import numpy as np
 
-from .distinct import distinct_codes
-
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -116,13 +114,14 @@ def merge_grouped(starts, ends, groups) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 def _by_group_then_start(s: np.ndarray, g: np.ndarray) -> np.ndarray:
     """np.lexsort((s, g)) (by group, then start, then position), as two stable sorts: by start (the
-    callers' intervals come in start order: one linear pass of timsort), then by group as small codes
-    (a radix sort). lexsort sorts both keys in full."""
+    callers' intervals come in start order: one linear pass of timsort), then by group as 16-bit keys
+    when their range allows (a radix sort). lexsort sorts both keys in full."""
     order = np.argsort(s, kind="stable")
-    _, code = distinct_codes(g[order])
-    if code.size and int(code.max()) < 1 << 15:
-        code = code.astype(np.int16)
-    return order[np.argsort(code, kind="stable")]
+    g = g[order]
+    lo = int(g.min())
+    if int(g.max()) - lo < 1 << 15:  # groups in a short range (lanes, streams): 16-bit keys, sorted by radix
+        g = (g - lo).astype(np.int16)
+    return order[np.argsort(g, kind="stable")]
 
 
 def grouped_union_lengths(starts, ends, groups, n_groups: int | None = None) -> np.ndarray:
