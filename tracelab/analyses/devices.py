@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import EventKind, Timeline
-from .intervals import grouped_union_lengths, merge, union_length
+from .distinct import distinct
+from .intervals import grouped_union_lengths, union_length
 from .memo import column, lane_column
 from .overlap import device_overlap
 from .results import DeviceSummary, StreamSummary
-from .rows import DeviceRows, comm_kernels, device_rows
+from .rows import DeviceRows, comm_kernels, device_rows, device_union
 from .sm import sm_summary
 
 __all__ = ["DeviceRows", "comm_kernels", "device_rows", "device_summaries", "summarize_device"]
@@ -34,7 +35,7 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
     lane = column(timeline, "lane")[rows].astype(np.int64)
     comm = comm_kernels(timeline, rows)
 
-    us, ue = merge(start, end, assume_sorted=True)
+    us, ue, _ = device_union(timeline, dr)
     busy = int((ue - us).sum())
     span_start, span_end = int(start.min()), int(end.max())
     span = span_end - span_start
@@ -52,7 +53,7 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
     nk = np.bincount(lane[is_k], minlength=n_lanes)
     nc = np.bincount(lane[is_c], minlength=n_lanes)
     ns = np.bincount(lane[is_s], minlength=n_lanes)
-    used = np.unique(lane)
+    used = distinct(lane)
     l_stream = lane_column(timeline, "stream")
     l_ctx = lane_column(timeline, "context")
     l_green = lane_column(timeline, "green_context")

@@ -58,9 +58,10 @@ from ..model import Flag, Timeline
 from .devices import DeviceRows, device_rows
 from .distinct import distinct
 from .host import FirstSeen, HostData, HostView, WaitSet, host_views, thread_first_seen
-from .intervals import covered_length, merge
+from .intervals import covered_length
 from .memo import column
 from .results import CAUSES, HOST_DATA, GapDetails, GapTable
+from .rows import device_union
 
 __all__ = [
     "CAUSES", "CLOCK_TOLERANCE_NS", "HOST_SYNC_COVERAGE", "FirstSeen", "HostData", "HostView", "IdleIntervals",
@@ -166,19 +167,20 @@ class _Idle:
 def _idle_of(timeline: Timeline, dr: DeviceRows) -> _Idle | None:
     """The device's idle intervals (None when it has none)."""
     rows = dr.rows
-    start = column(timeline, "start")[rows]
-    end = column(timeline, "end")[rows]
-    us, ue, first = merge(start, end, assume_sorted=True, return_index=True)
+    us, ue, first = device_union(timeline, dr)
     if us.size < 2:
         return None
     # merged intervals are separated by at least 1 ns: every one is an idle interval
     return _Idle(ue[:-1], us[1:], rows[first[1:]])
 
 
-def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle) -> _Classified | None:
+def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
+              details: bool = True) -> _Classified | None:
     """The causes of some idle intervals of one device (DESIGN.md, "Gap causes"), with what the evidence
     needs. Each interval's cause depends on it alone, so any subset classifies the same. Vectorized;
-    loops only over the launching threads."""
+    loops only over the launching threads. `details=False` computes only what the causes rest on (the
+    findings classify every short idle interval, about one per kernel, and show no evidence of them): the
+    host-active fraction, the wait each gap names and the OS call that names it are left zero."""
     a, b, nxt = idle.a, idle.b, idle.nxt
     if a.size == 0:
         return None
@@ -212,19 +214,21 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle) -
             wi = np.searchsorted(ws.start, aq, side="right") - 1
             wic = np.maximum(wi, 0)
             inprog[q] = (wi >= 0) & (ws.runmax[wic] >= aq - CLOCK_TOLERANCE_NS)
-            w_inprog[q] = ws.arg[wic]
             cov[q] = covered_length(ws.us, ws.ue, aq, bq) / dur[q]
-            wj = np.searchsorted(ws.start, bq, side="left") - 1
-            w_cover[q] = ws.arg[np.maximum(wj, 0)]
+            if details:
+                w_inprog[q] = ws.arg[wic]
+                wj = np.searchsorted(ws.start, bq, side="left") - 1
+                w_cover[q] = ws.arg[np.maximum(wj, 0)]
         if t >= 0:
-            tu, te = host.thread_activity(int(t))
-            act[q] = covered_length(tu, te, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
+            if details:
+                tu, te = host.thread_activity(int(t))
+                act[q] = covered_length(tu, te, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
             # the launching thread was not recorded at all before its launch (no CUDA call, CPU op, NVTX range
             # or OS call): it was absent
             absent[q] = host.thread_first(int(t)) >= l_start[q] - CLOCK_TOLERANCE_NS
             if host.os_data:
-                _os_evidence(host, int(t), int(host.api_pid[lic[q[0]]]), q, aq, win_end[q], os_ev)
-        else:
+                _os_evidence(host, int(t), int(host.api_pid[lic[q[0]]]), q, aq, win_end[q], os_ev, details)
+        elif details:
             act[q] = covered_length(host.act_us, host.act_ue, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
     covered = cov >= HOST_SYNC_COVERAGE
 
@@ -258,13 +262,16 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle) -
 
 
 def _os_evidence(host: HostView, tid: int, pid: int, q: np.ndarray, a: np.ndarray, w: np.ndarray,
-                 out: _OsEvidence) -> None:
-    """Fill `out` at rows q (gaps launched by thread tid of process pid; windows [a, w)), vectorized."""
+                 out: _OsEvidence, details: bool = True) -> None:
+    """Fill `out` at rows q (gaps launched by thread tid of process pid; windows [a, w)), vectorized;
+    without `details`, only the two fractions the cause rests on."""
     oc = host.os_calls(tid)
     span = np.maximum(w - a, 1)
     out.self_frac[q] = covered_length(oc.blocked_start, oc.blocked_end, a, w) / span
     bu, be, n_threads = host.host_blocked(pid, tid)
     out.all_frac[q] = covered_length(bu, be, a, w) / span
+    if not details:
+        return
     out.threads[q] = n_threads
     if oc.start.size == 0:
         return
@@ -284,7 +291,7 @@ def _os_evidence(host: HostView, tid: int, pid: int, q: np.ndarray, a: np.ndarra
 def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIntervals:
     """All idle intervals (> 0 ns) of a device with their causes, no details."""
     idle = _idle_of(timeline, dr)
-    c = _classify(timeline, dr, host, idle) if idle is not None else None
+    c = _classify(timeline, dr, host, idle, details=False) if idle is not None else None
     if c is None:
         e = np.zeros(0, dtype=_I64)
         return IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
@@ -377,7 +384,8 @@ class Classification:
             out = known[m]
             todo = out < 0
             if todo.any():
-                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(np.flatnonzero(m)[todo]))
+                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(np.flatnonzero(m)[todo]),
+                                 details=False)
                 assert rest is not None
                 out[todo] = rest.cause
             return out

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from ..model.kinds import HOST_API_KINDS, OS_CALL_CATEGORY
-from .distinct import SortedKeys, distinct
+from .distinct import FirstPosition, distinct, distinct_codes
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
 from .memo import column, memo
 from .rows import names_matching, ranks_of, rows_of
@@ -43,7 +43,7 @@ HostData = Literal["cpu_ops", "cuda_api", "none"]
 
 
 def _non_blocking_copies(timeline: Timeline, rank: int) -> np.ndarray:
-    """Correlation ids of the rank's GPU copies / memsets whose synchronous API call does not block the
+    """Correlation ids (repeats allowed) of the rank's GPU copies / memsets whose synchronous API call does not block the
     host (CUDA runtime docs, "API synchronization behavior"): device-to-device memcpys ("no host-side
     synchronization is performed") and memsets to device memory ("asynchronous with respect to the
     host except when the target memory is pinned host memory")."""
@@ -56,7 +56,7 @@ def _non_blocking_copies(timeline: Timeline, rank: int) -> np.ndarray:
         ms[(dst != int(MemKind.PINNED)) & (dst != int(MemKind.PAGEABLE))],
     ])
     corr = column(timeline, "correlation")[rows]
-    return distinct(corr[corr >= 0])
+    return corr[corr >= 0]  # repeats allowed: only looked up with np.isin
 
 
 def os_call_rows(timeline: Timeline, rank: int) -> np.ndarray:
@@ -77,10 +77,20 @@ def _count_distinct(values: np.ndarray) -> int:
     return int(distinct(values).size)
 
 
+FEW_THREADS = 16  # up to this many threads, a mask per thread beats sorting every host event by thread
+
+
 def _life_spans(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, tuple[int, int]]:
-    """Per thread: (first start, last end) of its events."""
+    """Per thread: (first start, last end) of its events (in any order)."""
     if tid.size == 0:
         return {}
+    threads = distinct(tid)
+    if threads.size <= FEW_THREADS:
+        spans = {}
+        for t in threads.tolist():
+            m = tid == t
+            spans[int(t)] = (int(start[m].min()), int(end[m].max()))
+        return spans
     order = np.argsort(tid, kind="stable")
     t = tid[order]
     first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
@@ -119,10 +129,8 @@ class HostView:
         self.api_sync = sync[api]
         api_corr = corr[api]
         has = api_corr >= 0
-        order = np.argsort(api_corr[has], kind="stable")
-        self._corr_sorted = api_corr[has][order]
-        self._corr_pos = np.flatnonzero(has)[order]  # index into the api_* arrays
-        self._corr_keys = SortedKeys(self._corr_sorted)
+        self._corr_pos = np.flatnonzero(has)  # index into the api_* arrays
+        self._corr_first = FirstPosition(api_corr[has])
 
         # GPU op correlated with each API call (for its device and what it really did)
         gpu = rows_of(timeline, rank, GPU_ACTIVITY_KINDS)
@@ -133,7 +141,11 @@ class HostView:
         self.n_devices = _count_distinct(device[gpu])
         # A call blocks when its name says so (BLOCKING flag) unless its correlated copy shows it did not:
         # a device-to-device memcpy or a memset to device memory returns without waiting.
-        non_blocking = np.isin(api_corr, _non_blocking_copies(timeline, rank)) & has
+        # (looked up for the calls named blocking only: the others' copies change nothing)
+        named = np.flatnonzero(((self.api_flags & Flag.BLOCKING) != 0) & has)
+        non_blocking = np.zeros(api.size, dtype=bool)
+        if named.size:
+            non_blocking[named] = np.isin(api_corr[named], _non_blocking_copies(timeline, rank))
         self.api_blocking = ((self.api_flags & Flag.BLOCKING) != 0) & ~non_blocking
         self.api_nonblocking_sync = ((self.api_flags & Flag.BLOCKING) != 0) & non_blocking
 
@@ -173,8 +185,8 @@ class HostView:
         self.wait_dev = np.concatenate(w_dev)[order].astype(_I64)
 
         # GPU-side dependencies issued from the host: cudaStreamWaitEvent calls and sync records
-        sw = rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.SYNC))
-        sw = sw[sync[sw] == int(SyncKind.STREAM_WAIT_EVENT)]
+        swe = int(SyncKind.STREAM_WAIT_EVENT)  # the few such rows of both, not every call and record merged
+        sw = np.sort(np.concatenate([api[self.api_sync == swe], sync_rows[sk == swe]]), kind="stable")
         is_api = kind[sw] != int(EventKind.SYNC)
         order = np.lexsort((is_api, start[sw]))  # on ties the API call (a readable name) comes last
         self.swait_start = start[sw][order]
@@ -186,9 +198,12 @@ class HostView:
         if cpu.size:
             cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[names[cpu]]]
         self.has_cpu_ops = bool(cpu.size)
-        act = np.sort(np.concatenate([cpu, api]), kind="stable")
-        self.act_us, self.act_ue = merge(start[act], end[act], assume_sorted=True)
-        self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
+        if cpu.size:
+            act = np.sort(np.concatenate([cpu, api]), kind="stable")
+            self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
+        else:  # the API calls alone: their columns are gathered already
+            self._act_start, self._act_end, self._act_tid = self.api_start, self.api_end, self.api_tid.astype(_I64)
+        self.act_us, self.act_ue = merge(self._act_start, self._act_end, assume_sorted=True)
         self._act_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.host_data: HostData = "cpu_ops" if self.has_cpu_ops else ("cuda_api" if api.size else "none")
 
@@ -216,12 +231,19 @@ class HostView:
         self._launchers: dict[int, list[int]] = {}
         for k in pairs.tolist():
             self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
-        host_rows = np.concatenate([rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.CPU_OP,
-                                                            EventKind.NVTX_RANGE)), os_rows])
-        self._life = _life_spans(tid[host_rows], start[host_rows], end[host_rows])
+        # each host thread's recorded life span, found when asked for (the launching threads only): the
+        # (tid, start, end) columns of its API calls, CPU ops and NVTX ranges (step ranges included), OS calls
+        ranges = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+        self._host_parts = ((self.api_tid, self.api_start, self.api_end), (tid[ranges], start[ranges], end[ranges]),
+                            (self._os_tid, self._os_start, self._os_end))
+        self._life: dict[int, tuple[int, int] | None] = {}
 
         # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
-        ops = cpu[np.lexsort((start[cpu], tid[cpu]))]
+        # (the rows are in start order already: a stable sort by thread alone, of small codes, by radix)
+        _, thread_code = distinct_codes(tid[cpu])
+        if cpu.size and int(thread_code.max()) < 1 << 15:
+            thread_code = thread_code.astype(np.int16)
+        ops = cpu[np.argsort(thread_code, kind="stable")]
         self.op_tid = tid[ops]
         self.op_start = start[ops]
         self.op_end = end[ops]
@@ -247,13 +269,29 @@ class HostView:
     def thread_first(self, tid: int) -> int:
         """When the thread was first recorded (any host event: CUDA call, CPU op, NVTX range, OS call), in
         this timeline or, before a scope clipped it, in the whole trace."""
-        return min(self._life.get(tid, (np.iinfo(np.int64).max, 0))[0], self.first_seen(tid))
+        life = self._life_of(tid)
+        return min(life[0] if life else np.iinfo(np.int64).max, self.first_seen(tid))
+
+    def _life_of(self, tid: int) -> tuple[int, int] | None:
+        """(first start, last end) of the thread's host events in this timeline; None without any."""
+        if tid not in self._life:
+            lo, hi = [], []
+            for t, s, e in self._host_parts:
+                m = t == tid
+                if m.any():
+                    lo.append(int(s[m].min()))
+                    hi.append(int(e[m].max()))
+            self._life[tid] = (min(lo), max(hi)) if lo else None
+        return self._life[tid]
 
     def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
         if tid not in self._act_by_tid:
             m = self._act_tid == tid
-            self._act_by_tid[tid] = merge(self._act_start[m], self._act_end[m], assume_sorted=True)
+            # one thread has all the activity (a single-threaded program): its union is the rank's, merged already
+            self._act_by_tid[tid] = (
+                (self.act_us, self.act_ue) if m.all() else merge(self._act_start[m], self._act_end[m], assume_sorted=True)
+            )
         return self._act_by_tid[tid]
 
     def os_calls(self, tid: int) -> OsCalls:
@@ -292,6 +330,8 @@ class HostView:
         return out
 
     def _api_union(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        if not self.has_cpu_ops:  # the recorded activity is the API calls: that union is merged already
+            return self.thread_activity(tid)
         m = self.api_tid == tid
         return merge(self.api_start[m], self.api_end[m], assume_sorted=True)
 
@@ -315,7 +355,7 @@ class HostView:
                 w = self.wait_tid == t
                 ws, we = merge(np.concatenate([oc.blocked_start, self.wait_start[w]]),
                                np.concatenate([oc.blocked_end, self.wait_end[w]]))
-                first, last = self._life.get(t, (0, 0))
+                first, last = self._life_of(t) or (0, 0)
                 first = min(first, self.first_seen(t))
                 outside = complement_all(np.array([first], dtype=_I64), np.array([last], dtype=_I64))
                 ts, te = merge(np.concatenate([ws, outside[0]]), np.concatenate([we, outside[1]]))
@@ -364,7 +404,7 @@ class HostView:
     def launch_index(self, correlation: np.ndarray) -> np.ndarray:
         """Index into the api_* arrays of the call with each correlation id, or -1."""
         c = np.asarray(correlation, dtype=_I64)
-        i = self._corr_keys.find(c)
+        i = self._corr_first.find(c)
         return np.where(i >= 0, self._corr_pos[np.maximum(i, 0)] if self._corr_pos.size else -1, -1)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def _collapse(s: str, open_: str, close: str) -> str:
     """Replace every top-level open_ ... close group with open_ + '…' + close."""
@@ -20,6 +22,7 @@ def _collapse(s: str, open_: str, close: str) -> str:
     return "".join(out)
 
 
+@lru_cache(maxsize=1 << 14)  # a trace has a few thousand distinct names; the JSON writer asks per chunk of gaps
 def short_name(name: str, limit: int = 70) -> str:
     """A kernel or op name short enough for one line: drops 'void ', the trailing argument list
     and, when still long, template arguments."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model import EventKind, Flag, Timeline
 from ..model.api_names import is_comm_name
+from .intervals import merge
 from .memo import column, memo
 
 _GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
@@ -51,6 +52,25 @@ def _device_rows(timeline: Timeline) -> tuple[DeviceRows, ...]:
 
 _EMPTY_ROWS = np.zeros(0, dtype=np.int64)
 _EMPTY_ROWS.flags.writeable = False
+
+
+def device_union(timeline: Timeline, dr: DeviceRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union of a device's GPU activity as `intervals.merge(..., return_index=True)` gives it (starts,
+    ends, the row index opening each), merged once per timeline and device (read-only): the device
+    summary, its idle intervals and the rules each needed it."""
+
+    def compute() -> tuple[np.ndarray, ...]:
+        got = merge(column(timeline, "start")[dr.rows], column(timeline, "end")[dr.rows], assume_sorted=True,
+                    return_index=True)
+        for a in got:
+            a.flags.writeable = False
+        return (dr.rows, *got)
+
+    hit = memo(timeline, ("device_union", dr.rank, dr.device), compute)
+    if hit[0] is not dr.rows:  # rows other than device_rows' for this device: merged here, not shared
+        return merge(column(timeline, "start")[dr.rows], column(timeline, "end")[dr.rows], assume_sorted=True,
+                     return_index=True)
+    return hit[1], hit[2], hit[3]
 
 
 def rows_of_device(timeline: Timeline, rank: int, device: int) -> np.ndarray:
@@ -125,14 +145,17 @@ def ranks_of(timeline: Timeline) -> tuple[int, ...]:
 
 def kind_rows(timeline: Timeline) -> dict[tuple[int, int], np.ndarray]:
     """The events grouped by (rank, kind): {(rank, kind): positions in ascending order}. One stable
-    radix sort of a 16-bit key (rank index × N_KINDS + kind) over all events, once per timeline; every
-    per-rank analysis takes its rows from here instead of masking all events once per rank."""
+    radix sort of a 16-bit key (rank index × N_KINDS + kind) over all events (one rank: a mask per kind),
+    once per timeline; every per-rank analysis takes its rows from here instead of masking all events once
+    per rank."""
 
     def compute() -> dict[tuple[int, int], np.ndarray]:
         kind = column(timeline, "kind")
         ranks = ranks_of(timeline)
         if kind.size == 0:
             return {}
+        if len(ranks) == 1 and 0 <= int(kind.min()) and int(kind.max()) < N_KINDS:
+            return _one_rank_kind_rows(kind, ranks[0])
         if len(ranks) == 1:
             code = kind.astype(np.int64)
         else:
@@ -154,15 +177,39 @@ def kind_rows(timeline: Timeline) -> dict[tuple[int, int], np.ndarray]:
     return memo(timeline, "kind_rows", compute)
 
 
+def _one_rank_kind_rows(kind: np.ndarray, rank: int) -> dict[tuple[int, int], np.ndarray]:
+    """kind_rows of a single-rank timeline: one mask per kind present (a few passes over a byte column
+    are cheaper than sorting every event), in kind order as the sort gives them."""
+    out = {}
+    for k in np.flatnonzero(np.bincount(kind.astype(np.intp), minlength=N_KINDS)).tolist():
+        rows = np.flatnonzero(kind == k)
+        rows.flags.writeable = False
+        out[(rank, k)] = rows
+    return out
+
+
 def rows_of(timeline: Timeline, rank: int, kinds: Iterable[int]) -> np.ndarray:
-    """Positions (ascending) of the events of `rank` whose kind is one of `kinds`."""
+    """Positions (ascending, read-only) of the events of `rank` whose kind is one of `kinds`. Several
+    kinds are merged once per timeline (the host views, step inference and rules ask for the same
+    combinations: on a big trace each merge is a sort of millions of rows)."""
     groups = kind_rows(timeline)
-    parts = [groups[(rank, int(k))] for k in kinds if (rank, int(k)) in groups]
-    if not parts:
+    wanted = sorted({int(k) for k in kinds if (rank, int(k)) in groups})
+    if not wanted:
         return _EMPTY_ROWS
-    if len(parts) == 1:
-        return parts[0]
-    return np.sort(np.concatenate(parts), kind="stable")  # sorted runs: merged in linear time
+    if len(wanted) == 1:
+        return groups[(rank, wanted[0])]
+
+    def compute() -> np.ndarray:
+        parts = sorted((groups[(rank, k)] for k in wanted), key=len)
+        if len(parts) == 2 and parts[0].size * 16 < parts[1].size:  # a few rows into many (driver into runtime calls)
+            small, big = parts
+            rows = np.insert(big, np.searchsorted(big, small), small)  # positions are distinct: the sorted merge
+        else:
+            rows = np.sort(np.concatenate(parts), kind="stable")  # sorted runs: merged in linear time
+        rows.flags.writeable = False
+        return rows
+
+    return memo(timeline, ("rows_of", rank, *wanted), compute)
 
 
 def names_matching(timeline: Timeline, *patterns: re.Pattern[str]) -> np.ndarray:

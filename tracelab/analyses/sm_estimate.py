@@ -42,7 +42,7 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     # partition index of each kernel: its green context, else partition -1 (always last when present)
     lookup = {g: i for i, g in enumerate(part_ids)}
     none_idx = lookup.get(NONE_PARTITION, len(parts) - 1)
-    uniq, inv = np.unique(gc, return_inverse=True)
+    uniq, inv = distinct_codes(gc)
     part = np.array([lookup.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
     cap = caps[part] if len(part) else np.zeros(0, dtype=np.int64)
     # a non-green context may itself be limited (ContextInfo.sm_count)
@@ -52,7 +52,7 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
         if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0
     }
     if ctx_caps:
-        cu, cinv = np.unique(k["context"], return_inverse=True)
+        cu, cinv = distinct_codes(k["context"])
         cc = np.array([ctx_caps.get(int(c), 1 << 30) for c in cu], dtype=np.int64)[cinv]
         cap = np.where(gc < 0, np.minimum(cap, cc), cap)
 
@@ -101,20 +101,20 @@ def _stack_offsets(est: _Estimate, n_parts: int, caps: np.ndarray) -> np.ndarray
     # ends first, then starts, each in kernel order: a stable sort by time then puts ends before starts
     # at equal times and keeps kernel order among equals, and a stable sort by partition keeps that
     # (the order lexsort((idx, is_start, times, part)) gives, with one timsort and one radix sort)
+    # (position k < n of the concatenation is kernel k's end, n + k its start)
     times = np.concatenate([est.end, est.start])
-    is_start = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
-    part = np.concatenate([est.part, est.part])
     delta = np.concatenate([-width, width])
-    idx = np.concatenate([np.arange(n), np.arange(n)])
     order = np.argsort(times, kind="stable")
     if n_parts > 1:
+        part = np.concatenate([est.part, est.part])
         order = order[np.argsort(part[order].astype(np.int16 if n_parts < 2**15 else np.int64), kind="stable")]
-    level = np.cumsum(delta[order])  # each partition's deltas sum to 0, so groups do not leak
-    before = level - delta[order]
+    d = delta[order]
+    level = np.cumsum(d)  # each partition's deltas sum to 0, so groups do not leak
+    before = level - d
     offs = np.empty(n, dtype=np.int64)
-    starts_sorted = is_start[order] == 1
-    offs[idx[order][starts_sorted]] = before[starts_sorted]
-    return offs % caps[est.part]
+    starts_sorted = order >= n
+    offs[order[starts_sorted] - n] = before[starts_sorted]
+    return offs % (caps[0] if n_parts == 1 else caps[est.part])
 
 
 def _estimated_rows(est: _Estimate, parts: list[Partition]) -> pd.DataFrame:

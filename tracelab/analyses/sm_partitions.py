@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from tracelab.analyses.distinct import distinct
 from tracelab.analyses.memo import column
 from tracelab.analyses.occupancy import device_sm_count
 from tracelab.analyses.rows import rows_of_device
@@ -121,7 +122,7 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
         if c.rank == dev.rank and c.device == dev.device and c.is_green and c.green_context >= 0:
             configured[c.green_context] = max(configured.get(c.green_context, 0), c.sm_count)
     ids = set(configured)
-    ids.update(int(g) for g in np.unique(dev.kcols["green_context"]) if g >= 0)
+    ids.update(int(g) for g in distinct(dev.kcols["green_context"]) if g >= 0)
     measured_sms: dict[int, np.ndarray] = {}
     if dev.blocks is not None:
         b = dev.blocks

@@ -10,6 +10,7 @@ import numpy as np
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.model import Timeline
 
+from .distinct import distinct_codes
 from .memo import memo
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
 from .sm_measured import _empty_lane_columns, _empty_lanes, _instrumented, _measured_rows, _merge_intervals
@@ -121,7 +122,7 @@ def _level_functions(
     pmap = {g: i for i, g in enumerate(part_ids)}
     none_idx = pmap.get(NONE_PARTITION, len(parts) - 1 if parts else 0)
     if len(gc):
-        uniq, inv = np.unique(gc, return_inverse=True)
+        uniq, inv = distinct_codes(gc)
         pidx = np.array([pmap.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
     else:
         pidx = np.zeros(0, dtype=np.int64)
@@ -132,19 +133,26 @@ def _level_functions(
     # order within equal times does not matter: the clipped sums telescope per partition, so the
     # level after the last event at a time is the same in any order (intermediate levels last 0 ns)
     order = np.argsort(times, kind="stable")
-    t, d, p = times[order], delta[order], part[order]
+    t, d = times[order], delta[order]
     # per-partition running level (grouped cumsum), clipped at the partition size
-    if len(parts) <= 1:
+    if len(parts) <= 1:  # one partition (index 0 for every row): its size is one number
+        p = np.zeros(len(t), dtype=part.dtype)
         raw = np.cumsum(d)
+        cap: np.ndarray | np.int64 = caps[0]
     else:
+        p = part[order]
         porder = np.argsort(p.astype(np.int16), kind="stable")  # radix sort, keeps time order
         raw = np.empty(len(t), dtype=np.int64)
         raw[porder] = _group_cumsum(d[porder], p[porder])
-    clipped = np.minimum(raw, caps[p])
-    prev = np.minimum(raw - d, caps[p])
+        cap = caps[p]
+    clipped = np.minimum(raw, cap)
+    prev = np.minimum(raw - d, cap)
     dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
     per_part: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, g in enumerate(part_ids):
+        if len(parts) == 1:  # every row is this partition's
+            per_part[g] = (t, clipped)
+            continue
         m = p == i
         per_part[g] = (t[m], clipped[m])
     return t, dev_level, per_part

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Timeline
+from .distinct import distinct_counts
 from .names import short_name
 from .step_sequence import MAX_TOKENS, MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
 
@@ -42,6 +43,9 @@ def steady_mask(tokens: np.ndarray, period: int) -> np.ndarray:
     return steady
 
 
+_BLOCK = 1 << 16  # positions looked at a time by repetition_start
+
+
 def repetition_start(tok: np.ndarray, period: int) -> int:
     """First position whose token repeats one period later while REPEAT_FROM_START of the next
     period repeats too: where the repetition begins; -1 when nowhere."""
@@ -49,12 +53,19 @@ def repetition_start(tok: np.ndarray, period: int) -> int:
     if not 0 < period < n:
         return -1
     last = n - period  # windows [i, i + period) inside the sequence
-    eq = tok[:last] == tok[period:]
-    c = np.r_[0, np.cumsum(eq)]
-    idx = np.arange(last)
-    win = c[np.minimum(idx + period, last)] - c[idx]
-    ok = np.flatnonzero(eq & (win >= REPEAT_FROM_START * np.minimum(period, last - idx)))
-    return int(ok[0]) if ok.size else -1
+    # in blocks of positions, first to last (the repetition usually begins near the start of a long
+    # sequence): block [lo, hi) needs the matches up to hi + period only
+    block = max(_BLOCK, 4 * period)
+    for lo in range(0, last, block):
+        hi = min(last, lo + block)
+        eq = tok[lo : min(last, hi + period)] == tok[lo + period : min(last, hi + period) + period]
+        c = np.r_[0, np.cumsum(eq)]
+        idx = np.arange(lo, hi)
+        win = c[np.minimum(idx + period, last) - lo] - c[idx - lo]
+        ok = np.flatnonzero(eq[: hi - lo] & (win >= REPEAT_FROM_START * np.minimum(period, last - idx)))
+        if ok.size:
+            return lo + int(ok[0])
+    return -1
 
 
 def _repeating_run_end(tok: np.ndarray, at: int, period: int) -> int:
@@ -269,7 +280,7 @@ def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
     if nxt.size == 0:
         return fallback
     pairs = tok[nxt] * (int(tok.max()) + 1) + tok[nxt + 1]
-    vals, cnt = np.unique(pairs, return_counts=True)
+    vals, cnt = distinct_counts(pairs)
     follow = vals[np.argmax(cnt)]
     lo = max(0, p0 - 3 * period)
     hi = fallback  # inclusive
@@ -293,7 +304,7 @@ def _with_warmup_start(
     if hi <= lo or p0 + 1 >= n:
         return pos
     after = pos[pos + 1 < n] + 1
-    vals, cnt = np.unique(tok[after], return_counts=True)
+    vals, cnt = distinct_counts(tok[after])
     follow = vals[np.argmax(cnt)]
     prev = lo + np.flatnonzero(ids[lo:hi] == value)
     prev = prev[(prev + 1 < n) & (tok[np.minimum(prev + 1, n - 1)] == follow)]

@@ -23,7 +23,7 @@ from ..model import EventKind, Flag, Timeline
 from .intervals import covered_length, merge
 from .results import CAUSES as GAP_CAUSES
 from .results import Gap, GapTable
-from .rows import positions_by, rank_rows
+from .rows import positions_by, rank_rows, ranks_of, rows_of
 from .steps import Steps
 
 OUTLIER_FACTOR = 3.0
@@ -60,19 +60,16 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
 
 def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[StepRow, ...]:
     """One row per step, ranks in order, steps in time order."""
-    kind = timeline.col("kind")
-    rank_c = timeline.col("rank")
     start = timeline.col("start")
     end = timeline.col("end")
     flags = timeline.col("flags")
-    # each rank's rows grouped once (no full-length mask per rank)
+    # each rank's rows grouped once per timeline (rows.kind_rows: no full-length mask at all)
     gpu_of = rank_rows(timeline)
-    blocking = np.flatnonzero(
-        np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)]) & ((flags & Flag.BLOCKING) != 0)
-    )
-    blocking_of = {r: blocking[p] for r, p in positions_by(rank_c[blocking]).items()}
-    kernel = np.flatnonzero(kind == int(EventKind.KERNEL))
-    kernel_of = {r: kernel[p] for r, p in positions_by(rank_c[kernel]).items()}
+    blocking_of, kernel_of = {}, {}
+    for r in ranks_of(timeline):
+        api = rows_of(timeline, r, (EventKind.RUNTIME, EventKind.DRIVER))
+        blocking_of[r] = api[(flags[api] & Flag.BLOCKING) != 0]
+        kernel_of[r] = rows_of(timeline, r, (EventKind.KERNEL,))
     # the gaps' columns (a GapTable holds them; other sequences of Gaps are read once)
     table = GapTable.of(gaps)
     g_rank, g_dev = table.column("rank"), table.column("device")

@@ -22,10 +22,12 @@ def to_document(analysis: Analysis) -> dict[str, Any]:
 
 
 _GAPS_EMPTY = b'\n  "gaps": [],\n'
+_ITEMS_FROM = len(b'{\n  "gaps": [')  # '{\n  "gaps": [' + '\n    {...},\n    {...}' + '\n  ]\n}'
+_ITEMS_TO = len(b"\n  ]\n}")
 
 
 def write_document(
-    analysis: Analysis, write: Callable[[bytes], Any], extra: dict[str, Any] | None = None, chunk: int = 4096
+    analysis: Analysis, write: Callable[[bytes], Any], extra: dict[str, Any] | None = None, chunk: int = 32768
 ) -> None:
     """Write `{**to_document(analysis), **extra}` as indented JSON (orjson, 2 spaces, a final newline)
     through `write`, byte for byte what one `orjson.dumps` of the whole document gives, but with the
@@ -44,7 +46,10 @@ def write_document(
     for i in range(0, len(gaps), chunk):
         part = gaps.rows(i, i + chunk) if isinstance(gaps, GapTable) else gaps[i : i + chunk]
         texts = gap_evidence(analysis, part)
-        body = orjson.dumps(gap_docs(part, texts), option=options)
-        # '[\n  {...},\n  {...}\n]' -> the items one level deeper: '\n    {...},\n    {...}'
-        write((b"," if i else b"") + body[1:-2].replace(b"\n", b"\n  "))
+        # encoded one level down, as the value of a key: '{\n  "gaps": [\n    {...},\n    {...}\n  ]\n}' holds
+        # the items already indented as the document has them (no pass to re-indent every line)
+        body = memoryview(orjson.dumps({"gaps": gap_docs(part, texts)}, option=options))
+        if i:
+            write(b",")
+        write(body[_ITEMS_FROM:-_ITEMS_TO])
     write(b"\n  ],\n" + head[cut + len(_GAPS_EMPTY) :] + b"\n")

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from ...model import EventKind, Flag
-from ..intervals import covered_length, merge
+from ..intervals import covered_length
 from ..results import Finding
+from ..rows import device_union
 from .base import FindingContext, Rule, severity, string_ids, window
 
 GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
@@ -54,7 +55,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
             continue
         first, last, n_k = first[cand], last[cand], n_k[cand]
         # device idle inside each run (any GPU activity, copies included, counts as busy)
-        du, de = merge(ctx.col("start")[dr.rows], ctx.col("end")[dr.rows], assume_sorted=True)
+        du, de, _ = device_union(ctx.timeline, dr)
         span = reach[last] - s[first]
         idle = span - covered_length(du, de, s[first], reach[last])
         ok = idle >= idle_frac * np.maximum(span, 1)

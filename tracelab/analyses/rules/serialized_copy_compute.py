@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...model import CopyKind, EventKind
+from ..distinct import distinct
 from ..intervals import covered_length, merge
 from ..results import Finding
 from .base import FindingContext, Rule, severity, window
@@ -38,9 +39,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         compute_ns = int((ke - ku).sum())
         cs, ce, cl = s[hd], e[hd], lane[hd]
         alone = (ce - cs) - covered_length(ku, ke, cs, ce)
-        lanes_with_k = np.unique(lane[is_k])
+        lanes_with_k = distinct(lane[is_k])
         dev_wasted = 0
-        for ln in np.unique(cl).tolist():  # one per stream with copies
+        for ln in distinct(cl).tolist():  # one per stream with copies
             if ln not in lanes_with_k:
                 continue
             m = cl == ln

@@ -68,6 +68,26 @@ def period(codes: np.ndarray, max_period: int) -> int:
     return 0
 
 
+def periods(codes: np.ndarray, first: np.ndarray, length: np.ndarray, max_period: int) -> np.ndarray:
+    """`period` of every chain codes[first:first + length] at once (chains do not overlap): one pass over
+    all the codes per candidate p, not a comparison per chain and p (a big trace has tens of thousands
+    of chains). A chain has period p when none of its positions i < length - p differs from i + p."""
+    out = np.zeros(first.size, dtype=np.int64)
+    for p in range(1, max_period + 1):
+        todo = np.flatnonzero((out == 0) & (length >= 2 * p))
+        if todo.size == 0:
+            if not (length >= 2 * p).any():
+                break
+            continue
+        # mismatches before each position: differs[i] counts j < i with codes[j] != codes[j + p]
+        differs = np.zeros(codes.size - p + 1, dtype=np.int64)
+        np.cumsum(codes[p:] != codes[:-p], out=differs[1:])
+        lo = first[todo]
+        hi = lo + length[todo] - p
+        out[todo[differs[hi] == differs[lo]]] = p
+    return out
+
+
 def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every qualifying chain: rank, device, stream, rows (event positions), period, saving."""
     strings = ctx.timeline.strings
@@ -97,17 +117,18 @@ def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[st
         lengths = np.diff(bounds)
         firsts = bounds[:-1]
         keep = (lengths >= options["min_chain"]) & ew[firsts]
-        for lo, n in zip(firsts[keep].tolist(), lengths[keep].tolist()):  # one per chain
+        # every chain's period, duration sum and shortest kernel, vectorized; a dict only for those that save
+        per = periods(name[rows], firsts[keep], lengths[keep], int(options["max_period"]))
+        dur = end[rows] - start[rows]
+        total = np.add.reduceat(dur, firsts)[keep]
+        shortest = np.minimum.reduceat(dur, firsts)[keep]
+        reps = -(-lengths[keep] // np.maximum(per, 1))
+        saved_ns = total - reps * shortest
+        good = (per >= 2) & (saved_ns > 0)
+        for lo, n, p, r, fused, saved, kernels_ns in zip(
+            *(x[good].tolist() for x in (firsts[keep], lengths[keep], per, reps, shortest, saved_ns, total)), strict=True
+        ):  # one per chain that saves
             crow = rows[lo : lo + n]
-            p = period(name[crow], int(options["max_period"]))
-            if p < 2:
-                continue
-            dur = end[crow] - start[crow]
-            reps = -(-crow.size // p)
-            fused = int(dur.min())
-            saved = int(dur.sum()) - reps * fused
-            if saved <= 0:
-                continue
             out.append(
                 {
                     "rank": dr.rank,
@@ -115,8 +136,8 @@ def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[st
                     "stream": int(stream[crow[0]]),
                     "rows": crow,
                     "period": p,
-                    "repetitions": reps,
-                    "kernels_ns": int(dur.sum()),
+                    "repetitions": r,
+                    "kernels_ns": kernels_ns,
                     "fused_kernel_ns": fused,
                     "saved_ns": saved,
                     "ops": [op_label(strings[int(i)]) for i in name[crow[:p]]],
