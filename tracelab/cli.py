@@ -245,17 +245,11 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
 
     path = Path(ref)
     if path.exists():
-        from .parsers.file_reader import read_ahead, release_unclaimed
+        from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
 
-        read_ahead(path)  # a JSON trace is read (and inflated) while the parser is imported
-        try:
-            from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
-
-            prefetch(*_ANALYSIS_MODULES)
-            with _Progress(path.name) as bar:
-                return _parse(path, bar.phase("parsing")), str(path)
-        finally:
-            release_unclaimed()
+        prefetch(*_ANALYSIS_MODULES)
+        with _Progress(path.name) as bar:
+            return _parse(path, bar.phase("parsing")), str(path)
     from .store import Store
 
     db = _db_path(ctx)

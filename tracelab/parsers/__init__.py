@@ -1,21 +1,9 @@
 """Trace parsers: everything becomes a `tracelab.model.Timeline`.
 
 `load_trace(path)` picks the parser by content; `trace_fingerprint(path)` is the content hash the store
-uses to detect a second import of the same trace. Parser modules are imported lazily, and so is
-`detect` itself: importing the package loads nothing, so `file_reader` can start reading a trace
-before numpy and the parsers are imported.
+uses to detect a second import of the same trace. Parser modules are imported lazily.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from .detect import load_trace, trace_fingerprint
 
 __all__ = ["load_trace", "trace_fingerprint"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import detect
-
-        return getattr(detect, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

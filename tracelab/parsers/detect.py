@@ -22,11 +22,10 @@ from pathlib import Path
 from tracelab.errors import BadInput, MissingDependency, TraceFormatError
 from tracelab.model import RunMeta, Timeline, merge_timelines
 
-from .file_reader import GZIP_MAGIC, ZSTD_MAGIC
-
 Progress = Callable[[int, int], None]  # progress(done_bytes, total_bytes) over the input files
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
 _NSYS_REP = (".nsys-rep", ".qdrep")
 _KNOWN_BINARY = {
     b"\x89PNG": "a PNG image",
@@ -38,6 +37,7 @@ _KNOWN_BINARY = {
     b"BZh": "a bzip2 archive",
     b"\xfd7zXZ": "an xz archive",
 }
+ZSTD_MAGIC = b"(\xb5/\xfd"
 _TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".sqlite", ".sqlite.gz")
 _SNIFF_LIMIT = 256 << 20  # leading whitespace beyond this is not a trace
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|node|proc|gpu)[-_.]?(\d+)", re.IGNORECASE)
