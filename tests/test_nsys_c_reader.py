@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hostile_util import nsys_copy, sql
+from timeline_compare import assert_same_timeline
 
 from tracelab.errors import TracelabError
 from tracelab.parsers import nsys_db, nsys_read
@@ -46,17 +47,7 @@ def _load(path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, small_chunks:
             return f"{type(e).__name__}: {e}"
 
 
-def _same(a, b) -> None:
-    if isinstance(a, str) or isinstance(b, str):
-        assert a == b
-        return
-    assert a.strings == b.strings
-    assert list(a.events.columns) == list(b.events.columns)
-    for c in a.events.columns:
-        np.testing.assert_array_equal(a.events[c].to_numpy(), b.events[c].to_numpy(), err_msg=c)
-        assert a.events[c].dtype == b.events[c].dtype
-    assert a.lanes.equals(b.lanes)
-    assert a.meta == b.meta
+_same = assert_same_timeline  # the whole Timeline, or the same error line
 
 
 def _columns(path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, table: str, exprs: list[str], where=""):

@@ -1,0 +1,22 @@
+"""One comparison of two parses of the same file (two code paths that must agree): the whole Timeline,
+or the same one-line error."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def assert_same_timeline(a, b) -> None:
+    """a and b are Timelines or error lines ('TraceFormatError: ...'); equal string tables, columns in
+    the same order with the same values and dtypes, lanes, metadata and devices."""
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+        return
+    assert a.strings == b.strings
+    assert list(a.events.columns) == list(b.events.columns)
+    for c in a.events.columns:
+        np.testing.assert_array_equal(a.events[c].to_numpy(), b.events[c].to_numpy(), err_msg=c)
+        assert a.events[c].dtype == b.events[c].dtype
+    assert a.lanes.equals(b.lanes)
+    assert a.meta == b.meta
+    assert a.devices == b.devices
