@@ -49,7 +49,7 @@ def shoot(driver, directory: Path, name: str, *, keep: bool = False) -> Path:
     path = directory / f"{name}.png"
     driver.save_screenshot(str(path))
     driver.set_window_size(1500, 1000)
-    if keep:
+    if keep and os.environ.get("TRACELAB_UPDATE_SCREENSHOTS") == "1":  # README's images, refreshed on request only
         README_SHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, README_SHOTS / path.name)
     return path
