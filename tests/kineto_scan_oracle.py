@@ -2,7 +2,7 @@
 
 `check(piece, got)` takes one piece of `traceEvents` and what `_kineto_scan.scan(piece)` returned for it.
 A decline (None) is always allowed: the parser then decodes the piece with msgspec. An accepted piece
-must be one the strict msgspec decoder (`kineto._STRICT`) accepts, and must give the same events:
+must be one the strict msgspec decoder (`kineto_structs.STRICT`) accepts, and must give the same events:
 
 1. field by field, from the raw column buffers (floats compared bit for bit, so -0.0 and NaN count),
    against the decoded structs, with `null` read as the Python path reads it (-1 / no triple / no sync);
@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from tracelab.model import EventKind
-from tracelab.parsers import kineto, kineto_rows
+from tracelab.parsers import kineto, kineto_rows, kineto_structs
 
 _WIDTH = {"ph": 1, "cat": 4, "name": 4, "sync": 4, "pid_s": 4, "tid_s": 4, "grid": 24, "block": 24}
 _INT_ARGS = ("device", "stream", "correlation", "context", "bytes", "registers", "shared")
@@ -44,13 +44,13 @@ def reference(piece: bytes) -> list | None:
     ValidationError sends the piece to the loose decoder, a DecodeError / UnicodeDecodeError /
     RecursionError is an error the parser reports)."""
     try:
-        return kineto._STRICT.decode(piece)
+        return kineto_structs.STRICT.decode(piece)
     except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
 
 
 def _ref_event(e: Any) -> tuple:
-    a = e.args if e.args is not None else kineto._EMPTY_ARGS
+    a = e.args if e.args is not None else kineto_structs.EMPTY_ARGS
     return (
         kineto_rows._PH_CODE.get(e.ph, 0),
         e.cat,
@@ -117,7 +117,7 @@ def _rows_same(got: tuple, evs: list) -> None:
     )
     cr.cols["grid"] = cr.cols["grid"].reshape(n, 3)
     cr.cols["block"] = cr.cols["block"].reshape(n, 3)
-    sr = kineto_rows.StructRows(evs, kineto._Event, kineto._EMPTY_ARGS)
+    sr = kineto_rows.StructRows(evs, kineto_structs.Event, kineto_structs.EMPTY_ARGS)
     assert cr.n == sr.n
     (k1, u1), (k2, u2) = (
         cr.kinds(kineto._KIND_OF, int(EventKind.OTHER)),

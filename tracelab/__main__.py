@@ -1,6 +1,6 @@
 """`python -m tracelab` = the `tracelab` command."""
 
-from .cli import main
+from .cli import entry
 
 if __name__ == "__main__":
-    main(prog_name="tracelab")
+    entry()

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
+from ..model.grouping import member, sorted_unique
 from ..model.kinds import HOST_API_KINDS, OS_CALL_CATEGORY
 from .distinct import FirstPosition, distinct, distinct_codes
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
@@ -145,7 +146,7 @@ class HostView:
         named = np.flatnonzero(((self.api_flags & Flag.BLOCKING) != 0) & has)
         non_blocking = np.zeros(api.size, dtype=bool)
         if named.size:
-            non_blocking[named] = np.isin(api_corr[named], _non_blocking_copies(timeline, rank))
+            non_blocking[named] = member(api_corr[named], sorted_unique(_non_blocking_copies(timeline, rank)))
         self.api_blocking = ((self.api_flags & Flag.BLOCKING) != 0) & ~non_blocking
         self.api_nonblocking_sync = ((self.api_flags & Flag.BLOCKING) != 0) & non_blocking
 
@@ -215,7 +216,7 @@ class HostView:
         self._os_end, self._os_name = end[os_rows], names[os_rows]
         pid = column(timeline, "pid")
         self._os_pid = pid[os_rows].astype(_I64)
-        os_names = np.unique(self._os_name)
+        os_names = sorted_unique(self._os_name)
         kinds = [timeline.name(int(i)) for i in os_names.tolist()]  # a few dozen distinct calls
         self._thread_wait_ids = os_names[[k in THREAD_WAITS for k in kinds]] if kinds else os_names
         wake = np.isin(self._os_name, os_names[[k in WAKE_CALLS for k in kinds]] if kinds else os_names)

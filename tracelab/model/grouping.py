@@ -14,6 +14,25 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) for integers, bools or strings (not floats: NaNs would stay apart), by one sort:
+    faster here than numpy's hash-based unique on these columns, and without the import of numpy.ma
+    (~20 ms of start-up) that np.unique's first plain call makes."""
+    s = np.sort(np.asarray(values).reshape(-1))
+    if len(s) < 2:
+        return s
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
+
+
+def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
+    """np.isin(values, sorted_unique) for sorted distinct keys: a binary search (cheaper than np.isin for
+    few keys, and without np.isin's call of np.unique)."""
+    if not len(sorted_unique):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_unique, values), len(sorted_unique) - 1)
+    return sorted_unique[pos] == values
+
+
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Order-preserving dense codes 0..k-1 of integer values, and k: equal values get equal codes and
     a smaller value a smaller code. A lookup table when the values span a small range, else a sort."""

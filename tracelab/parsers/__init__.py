@@ -1,9 +1,23 @@
 """Trace parsers: everything becomes a `tracelab.model.Timeline`.
 
 `load_trace(path)` picks the parser by content; `trace_fingerprint(path)` is the content hash the store
-uses to detect a second import of the same trace. Parser modules are imported lazily.
+uses to detect a second import of the same trace. Parser modules are imported lazily, this package too:
+`tracelab.parsers.block_reader` (no numpy) can start reading a file before numpy is imported.
 """
 
-from .detect import load_trace, trace_fingerprint
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .detect import load_trace, trace_fingerprint
 
 __all__ = ["load_trace", "trace_fingerprint"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import detect
+
+        return getattr(detect, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,11 +11,9 @@ The parser modules are imported only when needed, so a missing optional part nev
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -269,6 +267,8 @@ def _choose_ranks(files: list[Path], parts: list[Timeline]) -> list[int]:
 def trace_fingerprint(path: str | Path) -> str:
     """sha256 of the file's bytes; for a directory, sha256 of the sorted hashes of its files
     (recursively, hidden files excluded), so renaming or reordering does not change it."""
+    import hashlib  # here: `analyze` of a file never fingerprints it (OpenSSL's load is ~5 ms)
+
     path = Path(path)
     if check_input_path(path) == "dir":
         hashes = sorted(
@@ -281,6 +281,8 @@ def trace_fingerprint(path: str | Path) -> str:
 
 
 def _file_hash(path: Path) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
@@ -293,6 +295,8 @@ def _file_hash(path: Path) -> str:
 
 def _load_nsys_rep(path: Path) -> Timeline:
     nsys = _nsys()
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="tracelab-nsys-") as tmp:
         sqlite_path = nsys.export_nsys_rep(path, Path(tmp))
         tl = nsys.load_nsys_sqlite(sqlite_path)

@@ -20,14 +20,12 @@ user_annotation -> NVTX_RANGE; gpu_user_annotation -> GPU_ANNOTATION on its stre
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import orjson
 
@@ -41,12 +39,14 @@ from tracelab.model import (
     build_timeline,
 )
 from tracelab.model.api_names import classify_api_ids, comm_mask
+from tracelab.model.grouping import member, sorted_unique
 from tracelab.model.kinds import NO_STREAM
 
-from .kineto_columns import assemble, member, sorted_unique
+from .background import OneWorker
+from .kineto_columns import assemble
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
 from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scanner_available
-from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
+from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks
 from .validate import (
     INT32_LIMIT,
     check_devices,
@@ -56,55 +56,6 @@ from .validate import (
     us_to_ns_checked,
     validate_columns,
 )
-
-# Integer fields take integers only: a float, bool or string sends the piece to the loose decoder,
-# whose values are checked one by one (never truncated or cast silently).
-_Int = int | None
-_Id = int | str | None  # pid / tid: a number, or a label such as "Spans" / "stream 7"
-_Triple = tuple[int, int, int] | None
-
-
-class _Args(msgspec.Struct, gc=False):
-    device: _Int = -1
-    stream: _Int = -1
-    correlation: _Int = -1
-    context: _Int = -1
-    bytes: _Int = -1
-    registers: _Int = msgspec.field(default=-1, name="registers per thread")
-    shared: _Int = msgspec.field(default=-1, name="shared memory")
-    grid: _Triple = None
-    block: _Triple = None
-    sync: str | None = msgspec.field(default=None, name="cuda_sync_kind")
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: _Id = -1
-    tid: _Id = -1
-    ts: float = math.nan
-    dur: float = 0.0
-    args: _Args | None = None
-
-
-def _loose(strict: type[msgspec.Struct], name: str, **types: Any) -> type[msgspec.Struct]:
-    """The same struct (fields, defaults, JSON names) with every field typed Any (or as in `types`):
-    the fallback decoder for files whose fields hold odd values."""
-    fields = [
-        (f.name, types.get(f.name, Any), msgspec.field(default=f.default, name=f.encode_name))
-        for f in msgspec.structs.fields(strict)
-    ]
-    return msgspec.defstruct(name, fields, gc=False)
-
-
-_LooseArgs = _loose(_Args, "_LooseArgs")
-_LooseEvent = _loose(_Event, "_LooseEvent", args=_LooseArgs | None)
-
-
-_STRICT = msgspec.json.Decoder(list[_Event])
-_LOOSE = msgspec.json.Decoder(list[_LooseEvent])
-_EMPTY_ARGS = _Args()
 
 # Kineto category -> event kind (both schemas). Anything else with ph "X" on a host pid is OTHER.
 _CAT_KIND: dict[str, int] = {
@@ -219,38 +170,16 @@ def _load_metadata(raw: bytes | None) -> dict:
     return obj
 
 
-def _decode(piece: bytes) -> list:
-    try:
-        try:
-            return _STRICT.decode(piece)
-        except msgspec.ValidationError:
-            pass
-        except msgspec.DecodeError as exc:
-            raise PieceRejected(str(exc)) from None
-        try:
-            return _LOOSE.decode(piece)
-        except msgspec.ValidationError as exc:  # e.g. an element that is not an object
-            raise ChunkError(f"traceEvents holds something that is not an event ({exc})") from None
-        except msgspec.DecodeError as exc:
-            raise PieceRejected(str(exc)) from None
-    except UnicodeDecodeError as exc:
-        raise ChunkError(f"invalid UTF-8 in traceEvents ({exc.reason})") from None
-    except RecursionError:
-        raise ChunkError("JSON in traceEvents is nested too deeply (limit about 1000 levels)") from None
-
-
 class _Parsed:
     """Accumulates column arrays chunk by chunk. `pipeline=True`: each chunk is scanned on a second
     thread (the C scanner runs without the GIL) while this thread turns the previous chunk into columns;
     chunks are still processed one by one in file order, so the result is the same."""
 
     def __init__(self, pipeline: bool = False) -> None:
-        self._pool: Any = None
+        self._pool: OneWorker | None = None
         self._pending: Rows | None = None  # the last chunk read, not yet turned into columns
         if pipeline and scanner_available():
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tracelab-scan")
+            self._pool = OneWorker("tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
@@ -292,11 +221,11 @@ class _Parsed:
             rows = self._read(piece, scan(piece))
             self._process(rows)
             return rows.n
-        scanned = self._pool.submit(scan, piece)
+        self._pool.submit(scan, piece)
         try:
             self._flush()  # the previous chunk's columns, while this one is scanned
         finally:
-            got = scanned.result()  # always waited for: the caller reuses the piece's buffer
+            got = self._pool.wait()  # always waited for: the caller reuses the piece's buffer
         rows = self._read(piece, got)
         self._pending = rows
         return rows.n
@@ -305,7 +234,9 @@ class _Parsed:
     def _read(piece: memoryview, scanned: Rows | None) -> Rows:
         if scanned is not None:
             return scanned
-        return StructRows(_decode(piece), _Event, _EMPTY_ARGS)  # declined by the scanner: msgspec decides
+        from .kineto_structs import EMPTY_ARGS, Event, decode  # msgspec: loaded only when needed
+
+        return StructRows(decode(piece), Event, EMPTY_ARGS)  # declined by the scanner: msgspec decides
 
     def _flush(self) -> None:
         if self._pending is not None:
@@ -314,7 +245,7 @@ class _Parsed:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.close()
             self._pool = None
 
     def _process(self, rows: Rows) -> None:

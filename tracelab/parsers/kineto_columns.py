@@ -211,22 +211,6 @@ def assemble(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return out
 
 
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """np.unique for integer arrays by sorting (faster than numpy's hash-based unique here)."""
-    s = np.sort(values)
-    if len(s) < 2:
-        return s
-    return s[np.concatenate(([True], s[1:] != s[:-1]))]
-
-
-def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
-    """values in sorted_unique (a binary search; cheaper than np.isin for few values, many keys)."""
-    if not len(sorted_unique):
-        return np.zeros(len(values), dtype=bool)
-    pos = np.minimum(np.searchsorted(sorted_unique, values), len(sorted_unique) - 1)
-    return sorted_unique[pos] == values
-
-
 # the number that ends a tid, matched on the reversed text: `re.search(r"(\d+)\s*$", tid)` retries at every
 # digit of a long run not at the end (quadratic: a 100 KB tid took minutes)
 _TRAILING_NUMBER = re.compile(r"\s*(\d+)")

@@ -15,18 +15,15 @@ array, so everything outside the array (deviceProperties, distributedInfo, ...) 
 
 from __future__ import annotations
 
-import gzip
-import queue
 import re
-import threading
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
-BLOCK_SIZE = 4 << 20
+from .block_reader import BLOCK_SIZE, BlockReader, ChunkError, open_blocks
+
 MAX_HEADER = 256 << 20  # a traceEvents key further into the file than this is not a Kineto trace
 MAX_EVENT_BYTES = 64 << 20  # one element of traceEvents larger than this is refused
 _KEY = b'"traceEvents"'
@@ -41,27 +38,8 @@ _LUT[ord("{")] = _LUT[ord("[")] = 1
 _LUT[ord("}")] = _LUT[ord("]")] = -1
 
 
-class ChunkError(Exception):
-    """The bytes are not a usable Chrome trace; the message is one line, without the file name."""
-
-
 class PieceRejected(Exception):
     """Raised by a decoder when a candidate piece is not valid JSON (the cut was wrong or the data is bad)."""
-
-
-ZSTD_MAGIC = b"(\xb5/\xfd"
-
-
-def is_gzip(head: bytes) -> bool:
-    return head[:2] == b"\x1f\x8b"
-
-
-def _zstd_reader(raw):
-    try:
-        import zstandard
-    except ImportError:
-        raise ChunkError("zstd-compressed trace: install the `zstandard` package to read it") from None
-    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
 
 
 def _unescaped_quotes(a: np.ndarray) -> np.ndarray:
@@ -227,60 +205,6 @@ def _raise_truncated() -> None:
     raise ChunkError("truncated JSON (file ends inside the trace)")
 
 
-class _Reader:
-    """Reads a file in blocks on a background thread (gzip inflation and file reads release the GIL,
-    so they overlap with decoding on another core)."""
-
-    def __init__(self, path: Path, block: int) -> None:
-        self._q: queue.Queue = queue.Queue(maxsize=2)
-        self._stop = False
-        self.position = 0
-        self._thread = threading.Thread(target=self._run, args=(path, block), daemon=True)
-        self._thread.start()
-
-    def _run(self, path: Path, block: int) -> None:
-        try:
-            with open(path, "rb") as raw:
-                magic = raw.read(4)
-                raw.seek(0)
-                f = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(magic) else raw
-                if magic == ZSTD_MAGIC:
-                    f = _zstd_reader(raw)
-                while not self._stop:
-                    data = f.read(block)
-                    self._q.put((data, raw.tell()))
-                    if not data:
-                        return
-        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which re-raises it
-            self._q.put(exc)
-
-    def read(self) -> bytes:
-        item = self._q.get()
-        if isinstance(item, BaseException):
-            msg = str(item).splitlines()[0] if str(item) else type(item).__name__
-            if isinstance(item, EOFError):
-                raise ChunkError("truncated gzip stream")
-            if isinstance(item, (gzip.BadGzipFile, zlib.error)):
-                raise ChunkError(f"corrupt gzip data ({msg})")
-            if isinstance(item, OSError):
-                raise ChunkError(f"cannot read ({msg})")
-            if type(item).__name__ == "ZstdError":
-                raise ChunkError(f"corrupt zstd data ({msg})")
-            if isinstance(item, ChunkError):
-                raise item
-            raise item
-        data, self.position = item
-        return data
-
-    def close(self) -> None:
-        self._stop = True
-        while self._thread.is_alive():
-            try:
-                self._q.get_nowait()
-            except queue.Empty:
-                self._thread.join(0.01)
-
-
 class EventChunks:
     """Iterate `decode(piece)` over pieces of the traceEvents array; afterwards `.metadata_json` holds
     the rest of the top-level object (with `"traceEvents": []`), or None for a bare array file."""
@@ -301,20 +225,20 @@ class EventChunks:
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[T]:
-        reader = _Reader(self.path, self.block_size)
+        reader = open_blocks(self.path, self.block_size)
         try:
             yield from self._chunks(reader)
         finally:
             reader.close()
 
-    def _more(self, reader: _Reader) -> bytes:
+    def _more(self, reader: BlockReader) -> bytes:
         data = reader.read()
         self.bytes_read += len(data)
         if self.progress is not None:
             self.progress(reader.position, self.size)
         return data
 
-    def _chunks(self, reader: _Reader) -> Iterator[T]:
+    def _chunks(self, reader: BlockReader) -> Iterator[T]:
         buf = bytearray()
         eof = False
         at_file_start = True

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.model.grouping import sorted_unique
+
 from ...model import CopyKind, MemKind
 from ..results import Finding
 from ..rows import positions_by
@@ -52,7 +54,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
         # (b) calls that really block: synchronize calls, synchronous copies that wait
         blk = np.flatnonzero(host.api_blocking)
         step_blk = step_of(s_start, s_end, host.api_start[blk])
-        steps_with = np.unique(np.concatenate([step_copy[step_copy >= 0], step_blk[step_blk >= 0]]))
+        steps_with = sorted_unique(np.concatenate([step_copy[step_copy >= 0], step_blk[step_blk >= 0]]))
         if steps_with.size == 0 or steps_with.size < float(opt["step_fraction"]) * n_steps:
             continue
         # GPU idle caused by host syncs, inside the steps that sync (every idle interval, any length)

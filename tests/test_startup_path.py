@@ -1,0 +1,226 @@
+"""The parts of `tracelab analyze`'s start-up path: the gzip block reader (and its early start), the
+quick exit of the `tracelab` command, numpy loaded with one BLAS thread, and the numpy-only helpers
+that replace np.unique / np.isin / numpy.random on that path. Each is checked against the reference it
+replaces (gzip, np.unique, np.isin, a plain splitmix64) on real data or many random cases."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tracelab.analyses.step_sequence import _uniform
+from tracelab.cli import main
+from tracelab.model.grouping import member, sorted_unique
+from tracelab.parsers import block_reader
+from tracelab.parsers.background import OneWorker
+from tracelab.parsers.block_reader import BlockReader, ChunkError
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hta"
+SMALL_TRACE = CORPUS / "critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _read_all(path: Path, block: int = 1 << 16) -> bytes:
+    r = BlockReader(path, block)
+    out = []
+    try:
+        while data := r.read():
+            assert len(data) <= block
+            out.append(data)
+    finally:
+        r.close()
+    return b"".join(out)
+
+
+def _payload(n: int = 300_000) -> bytes:
+    rng = np.random.default_rng(7)
+    words = [b"kernel", b"memcpy", b'"name"', b"\\u00e9", b"{", b"}", b"0.5", b"stream 7"]
+    return b" ".join(words[i] for i in rng.integers(0, len(words), n))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda d: gzip.compress(d), id="one member"),
+        pytest.param(lambda d: gzip.compress(d[:1000]) + gzip.compress(d[1000:]), id="two members"),
+        pytest.param(lambda d: gzip.compress(d) + b"\x00" * 5000, id="zero padding"),
+        pytest.param(lambda d: gzip.compress(d[:7]) + b"\x00" * 3 + gzip.compress(d[7:]), id="padding between"),
+        pytest.param(lambda d: gzip.compress(b"") + gzip.compress(d), id="empty first member"),
+        pytest.param(lambda d: d, id="plain"),
+    ],
+)
+def test_block_reader_gives_what_gzip_gives(tmp_path, make):
+    data = _payload()
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(make(data))
+    assert _read_all(p) == data
+    assert _read_all(p, block=4 << 20) == data
+
+
+def test_block_reader_reads_a_real_trace_like_gzip():
+    assert _read_all(SMALL_TRACE) == gzip.decompress(SMALL_TRACE.read_bytes())
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda z: z[:-40], "truncated gzip stream"),
+        (lambda z: z[:5], "truncated gzip stream"),
+        (lambda z: z[:-8] + bytes([z[-8] ^ 0xFF]) + z[-7:], "corrupt gzip data"),  # the CRC-32 is wrong
+        (lambda z: z + b"garbage!", "corrupt gzip data (trailing bytes"),
+        (lambda z: z[:10] + b"\xff" * 200, "corrupt gzip data"),
+    ],
+)
+def test_block_reader_bad_gzip_is_one_chunk_error(tmp_path, make, message):
+    p = tmp_path / "bad.json.gz"
+    p.write_bytes(make(gzip.compress(_payload(50_000))))
+    with pytest.raises(ChunkError) as info:
+        _read_all(p)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+    with pytest.raises(zlib.error if "CRC" in message else Exception):  # what gzip itself says: also an error
+        gzip.decompress(p.read_bytes())
+
+
+def test_early_reader_is_taken_over_once_and_discarded(tmp_path):
+    p = tmp_path / "t.json.gz"
+    data = _payload()
+    p.write_bytes(gzip.compress(data))
+    block_reader.start_early(p)
+    early = block_reader._early[block_reader._key(p)]
+    got = block_reader.open_blocks(p, block_reader.BLOCK_SIZE)
+    assert got is early and not block_reader._early
+    assert got._q.maxsize == 2  # back to the parser's read-ahead
+    out = []
+    while d := got.read():
+        out.append(d)
+    got.close()
+    assert b"".join(out) == data
+    # a second open starts afresh; an untaken early reader is stopped by discard_early
+    block_reader.start_early(p)
+    other = block_reader.open_blocks(p, 1 << 16)
+    assert other is not early
+    other.close()
+    block_reader.start_early(p)
+    (left,) = block_reader._early.values()
+    block_reader.discard_early()
+    assert not block_reader._early and not left._thread.is_alive()
+
+
+def test_early_start_leaves_plain_and_missing_files_alone(tmp_path):
+    plain = tmp_path / "t.json"
+    plain.write_bytes(b'{"traceEvents": []}')
+    block_reader.start_early(plain)
+    block_reader.start_early(tmp_path / "missing.json.gz")
+    block_reader.start_early(tmp_path)
+    assert not block_reader._early
+
+
+def test_one_worker_returns_results_and_raises_errors():
+    w = OneWorker("t")
+    try:
+        w.submit(sum, [1, 2, 3])
+        assert w.wait() == 6
+        w.submit(int, "x")
+        with pytest.raises(ValueError):
+            w.wait()
+        w.submit(len, "abc")
+        assert w.wait() == 3
+    finally:
+        w.close()
+    assert not w._thread.is_alive()
+
+
+def test_sorted_unique_and_member_equal_numpy():
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 2, 5, 100, 10_000):
+        for dtype, hi in ((np.int32, 50), (np.int64, 1 << 40), (np.uint8, 200), (np.bool_, 2)):
+            a = rng.integers(0, hi, n).astype(dtype)
+            u = sorted_unique(a)
+            assert u.dtype == np.unique(a).dtype and np.array_equal(u, np.unique(a))
+            keys = sorted_unique(rng.integers(0, hi, 7).astype(dtype))
+            assert np.array_equal(member(a, keys), np.isin(a, keys))
+    s = np.array(["b", "a", "b", "c", "a"])
+    assert np.array_equal(sorted_unique(s), np.unique(s))
+
+
+def test_uniform_is_splitmix64():
+    def splitmix(i: int) -> int:
+        m = (1 << 64) - 1
+        z = (i * 0x9E3779B97F4A7C15) & m
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        return z ^ (z >> 31)
+
+    u = _uniform((300, 4))
+    assert u.shape == (300, 4)
+    assert [(splitmix(i + 1) >> 11) / 2**53 for i in range(1200)] == u.reshape(-1).tolist()
+    assert 0.0 <= u.min() and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.02
+
+
+def _run_command(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tracelab", *args],
+        capture_output=True,
+        cwd=ROOT,
+        env=dict(os.environ, **(env or {})),
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_command_exits_early_with_everything_written(tmp_path):
+    """`python -m tracelab analyze` (the console script's path: quick_exit) writes the same complete
+    output as the in-process command, and exits 0; text output too."""
+    assert SMALL_TRACE.is_file()
+    inproc = CliRunner().invoke(main, ["analyze", "--json", str(SMALL_TRACE)])
+    assert inproc.exit_code == 0, inproc.output
+    done = _run_command("analyze", "--json", str(SMALL_TRACE), env={"TRACELAB_DB": str(tmp_path / "db")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == inproc.stdout_bytes
+    assert json.loads(done.stdout)["schema"] == 2
+    text = _run_command("analyze", str(SMALL_TRACE))
+    assert text.returncode == 0 and text.stdout.decode().rstrip().endswith(
+        CliRunner().invoke(main, ["analyze", str(SMALL_TRACE)]).output.rstrip().splitlines()[-1]
+    )
+    bad = _run_command("analyze", "--json", str(tmp_path / "missing.json"), env={"TRACELAB_DB": str(tmp_path / "db")})
+    assert bad.returncode == 2 and bad.stdout == b""
+
+
+_THREADS_AFTER_NUMPY = (
+    "import os, sys\n"
+    "from tracelab.cli import _one_blas_thread\n"
+    "assert 'numpy' not in sys.modules\n"
+    "before = len(os.listdir('/proc/self/task'))\n"
+    "with {ctx}:\n"
+    "    import numpy\n"
+    "print(len(os.listdir('/proc/self/task')) - before, os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_numpy_loads_with_one_blas_thread_and_the_setting_does_not_leak():
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def threads_started(ctx: str, **extra: str) -> str:
+        code = _THREADS_AFTER_NUMPY.format(ctx=ctx)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=dict(env, **extra),
+            timeout=60, check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert threads_started("_one_blas_thread()") == "0 None"  # no BLAS thread; the variable is gone again
+    assert threads_started("_one_blas_thread()", OPENBLAS_NUM_THREADS="3").endswith(" 3")  # the user's own kept
+    if (os.cpu_count() or 1) > 1:  # without it, numpy's OpenBLAS starts its threads at import
+        assert int(threads_started("open(os.devnull)").split()[0]) >= 1
