@@ -1,7 +1,7 @@
 """The parts of `tracelab analyze`'s start-up path: the gzip block reader (and its early start), the
 quick exit of the `tracelab` command, numpy loaded with one BLAS thread, and the numpy-only helpers
-that replace np.unique / np.isin / numpy.random on that path. Each is checked against the reference it
-replaces (gzip, np.unique, np.isin, a plain splitmix64) on real data or many random cases."""
+that replace np.unique / np.isin on that path. Each is checked against the reference it
+replaces (gzip, np.unique, np.isin) on real data or many random cases."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tracelab.analyses.step_sequence import _uniform
 from tracelab.cli import main
 from tracelab.model.grouping import member, sorted_unique
 from tracelab.parsers import block_reader
@@ -151,20 +150,6 @@ def test_sorted_unique_and_member_equal_numpy():
             assert np.array_equal(member(a, keys), np.isin(a, keys))
     s = np.array(["b", "a", "b", "c", "a"])
     assert np.array_equal(sorted_unique(s), np.unique(s))
-
-
-def test_uniform_is_splitmix64():
-    def splitmix(i: int) -> int:
-        m = (1 << 64) - 1
-        z = (i * 0x9E3779B97F4A7C15) & m
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
-        return z ^ (z >> 31)
-
-    u = _uniform((300, 4))
-    assert u.shape == (300, 4)
-    assert [(splitmix(i + 1) >> 11) / 2**53 for i in range(1200)] == u.reshape(-1).tolist()
-    assert 0.0 <= u.min() and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.02
 
 
 def _run_command(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
