@@ -209,3 +209,32 @@ def test_numpy_loads_with_one_blas_thread_and_the_setting_does_not_leak():
     assert threads_started("_one_blas_thread()", OPENBLAS_NUM_THREADS="3").endswith(" 3")  # the user's own kept
     if (os.cpu_count() or 1) > 1:  # without it, numpy's OpenBLAS starts its threads at import
         assert int(threads_started("open(os.devnull)").split()[0]) >= 1
+
+
+NOT_LOADED_BY_ANALYZE = (
+    "numpy.ma",  # np.unique's first plain call imports it (~20 ms): sorted_unique instead
+    "msgspec",  # the reference decoder: only for pieces the C scanner declines
+    "concurrent.futures",  # and logging: the scan thread is parsers/background.py
+    "tempfile",  # only for exporting a .nsys-rep
+    "pandas",
+    "tracelab.analyses.sm",  # the SM-lane facade: the summary comes from sm_time
+    "tracelab.analyses.collectives",  # cross-rank only
+    "tracelab.analyses.ranks",
+)
+
+
+def test_a_one_rank_analyze_loads_only_what_it_uses():
+    """The start-up work `analyze --json` of a Kineto trace skips (each module above was measured:
+    3-25 ms of import on this project's 2-core machine)."""
+    code = (
+        "import sys\n"
+        "from tracelab.cli import main\n"
+        "try:\n"
+        f"    main(['analyze', '--json', {str(SMALL_TRACE)!r}], standalone_mode=False)\n"
+        "finally:\n"
+        "    sys.stdout.flush()\n"
+        f"print('LOADED', [m for m in {NOT_LOADED_BY_ANALYZE!r} if m in sys.modules], file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "LOADED []" in done.stderr, done.stderr[-500:]

@@ -215,7 +215,7 @@ def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisO
     return AnalysisOptions(gap_threshold_ns=round(gap_threshold_us * 1000), exclude_orphans=exclude_orphans)
 
 
-_ANALYSIS_MODULES = ("tracelab.analyses.analyze", "tracelab.render.findings", "tracelab.analyses.ranks")
+_ANALYSIS_MODULES = ("tracelab.analyses.analyze", "tracelab.render.findings", "tracelab.render.document")
 
 
 def prefetch(*modules: str) -> None:
@@ -569,11 +569,15 @@ def analyze(
 
         ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
     if as_json:
-        from .analyses.ranks import rank_document_of
         from .render.document import write_document
 
+        rank_doc = None
+        if ranks:
+            from .analyses.ranks import rank_document_of
+
+            rank_doc = rank_document_of(ranks)
         out = _stdout_bytes()
-        write_document(analysis, out.write, rank_document_of(ranks) if ranks else None)
+        write_document(analysis, out.write, rank_doc)
         out.flush()
     else:
         _print_analysis(analysis, title, top_gaps)

@@ -24,7 +24,6 @@ from typing import Literal
 import numpy as np
 
 from ..model import EventKind, Flag, Timeline
-from .collectives import match_collectives
 from .intervals import intersection_length, merge
 
 _PROBE = re.compile(r"^tl_probe_")
@@ -219,6 +218,8 @@ def comm_overlap_explanation(
 def mean_skew_ns(tl: Timeline) -> int:
     """Mean arrival skew of the collectives matched across ranks (`tracelab.analyses.collectives`);
     0 when nothing matches."""
+    from .collectives import match_collectives  # cross-rank only: a one-rank `analyze` never loads it
+
     calls = match_collectives(tl).calls
     return round(float(np.mean([c.skew_ns for c in calls]))) if calls else 0
 

@@ -18,7 +18,7 @@ from .memo import column, lane_column
 from .overlap import device_overlap
 from .results import DeviceSummary, StreamSummary
 from .rows import DeviceRows, comm_kernels, device_rows, device_union
-from .sm import sm_summary
+from .sm_time import sm_summary  # not the `sm` facade: it loads the SM-lane modules too
 
 __all__ = ["DeviceRows", "comm_kernels", "device_rows", "device_summaries", "summarize_device"]
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..results import Finding
-from ..sm import IDLE_PARTITION_THRESHOLD, idle_partition_findings
+from ..sm_time import IDLE_PARTITION_THRESHOLD, idle_partition_findings
 from .base import FindingContext, Rule
 
 _ORDER = {"critical": 0, "warning": 1, "info": 2}
