@@ -9,7 +9,7 @@ alternates (this checkout, baseline, HTA, then the reverse), and the best wall t
     python benchmarks/bench_parse.py ../shared/corpus/hta/df_index_resolver__df_index_resolver.json.gz \\
         /work/team/big/x16.json --hta-python /work/team/hta-venv/bin/python --repeat 3
 
-- tracelab: `python -c 'from tracelab.cli import main; main()' analyze --json TRACE` with PYTHONPATH set
+- tracelab: `python -m tracelab analyze --json TRACE` (the `tracelab` command's path) with PYTHONPATH set
   to this checkout, or to `git archive BASELINE` unpacked in a temporary directory (`--baseline main`;
   `--baseline ''` leaves it out). `--decode-workers N` adds a row with TRACELAB_DECODE_WORKERS=N.
 - start-up: wall seconds from the interpreter's start (`python -c pass`, best of 5) plus the imports until the
@@ -39,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LAUNCH = "import sys; sys.argv[0] = 'tracelab'; from tracelab.cli import main; main()"
+LAUNCH = ["-m", "tracelab"]  # what the `tracelab` command runs (each tree's own __main__), in a neutral cwd
 PROBE = r"""
 import sys, time
 t0 = time.perf_counter()
@@ -51,8 +51,8 @@ def _probe(*a, **kw):
     return _orig(*a, **kw)
 _k.load_kineto = _probe
 sys.argv[0] = 'tracelab'
-from tracelab.cli import main
-main()
+import tracelab.cli as _cli
+getattr(_cli, "entry", _cli.main)()
 """
 
 HTA_WORKER = r"""
@@ -182,15 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         variants: list[tuple[str, list[str], dict[str, str]]] = []
         env_here = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
         env_here.pop("TRACELAB_DECODE_WORKERS", None)
-        variants.append(("tracelab (this checkout)", [py, "-c", LAUNCH], env_here))
+        variants.append(("tracelab (this checkout)", [py, *LAUNCH], env_here))
         if args.decode_workers > 1:
             env_par = dict(env_here, TRACELAB_DECODE_WORKERS=str(args.decode_workers))
-            variants.append((f"tracelab, {args.decode_workers} decode procs", [py, "-c", LAUNCH], env_par))
+            variants.append((f"tracelab, {args.decode_workers} decode procs", [py, *LAUNCH], env_par))
         if args.baseline:
             base = unpack(args.baseline, Path(tmp))
             compile_bytecode(py, base)
             env_base = dict(env_here, PYTHONPATH=str(base))
-            variants.append((f"tracelab ({args.baseline})", [py, "-c", LAUNCH], env_base))
+            variants.append((f"tracelab ({args.baseline})", [py, *LAUNCH], env_base))
 
         # start-up: interpreter + imports until the parser is called, on the smallest trace
         smallest = min(args.traces, key=lambda p: p.stat().st_size).resolve()
