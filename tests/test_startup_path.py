@@ -115,12 +115,16 @@ def test_early_reader_is_taken_over_once_and_discarded(tmp_path):
     assert not block_reader._early and not left._thread.is_alive()
 
 
-def test_early_start_leaves_plain_and_missing_files_alone(tmp_path):
+def test_early_start_leaves_plain_missing_and_special_files_alone(tmp_path):
     plain = tmp_path / "t.json"
     plain.write_bytes(b'{"traceEvents": []}')
     block_reader.start_early(plain)
     block_reader.start_early(tmp_path / "missing.json.gz")
     block_reader.start_early(tmp_path)
+    if hasattr(os, "mkfifo"):  # opening a FIFO must not wait for a writer
+        fifo = tmp_path / "pipe.json.gz"
+        os.mkfifo(fifo)
+        block_reader.start_early(fifo)
     assert not block_reader._early
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import queue
+import stat
 import threading
 import zlib
 from pathlib import Path
@@ -161,12 +162,17 @@ def start_early(path: Path) -> None:
     """Begin inflating a gzip trace now, before the parser is imported; at most EARLY_AHEAD blocks are
     read ahead until the parser takes the reader over. Anything other than a regular gzip file is left
     to the parser (a plain file is read as fast as it is decoded)."""
-    try:
-        with open(path, "rb") as f:
-            if not is_gzip(f.read(2)) or not os.path.isfile(path):
-                return
+    try:  # non-blocking: opening a FIFO for reading would otherwise wait for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not is_gzip(os.read(fd, 2)):
+            return
+    except OSError:
+        return
+    finally:
+        os.close(fd)
     key = _key(path)
     if key is None:
         return
