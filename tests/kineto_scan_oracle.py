@@ -73,7 +73,7 @@ def _scanned_events(got: tuple) -> list[tuple]:
     assert len(set(table)) == len(table), "the string table repeats a string"
     assert table and table[0] == "", "the string table starts with ''"
     for k, v in raw.items():
-        assert type(v) is bytes and len(v) == n * _WIDTH.get(k, 8), (k, len(v), n)
+        assert memoryview(v).readonly and memoryview(v).nbytes == len(v) == n * _WIDTH.get(k, 8), (k, len(v), n)
     c = {k: np.frombuffer(v, dtype=kineto_rows._DTYPES.get(k, np.int64)) for k, v in raw.items()}
     for k in ("cat", "name", "sync", "pid_s", "tid_s"):
         lo = 0 if k in ("cat", "name") else -1

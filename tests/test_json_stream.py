@@ -46,3 +46,36 @@ def test_no_gaps_document() -> None:
     out = io.BytesIO()
     write_document(empty, out.write)
     assert out.getvalue() == orjson.dumps(to_document(empty), option=OPTIONS)
+
+
+def test_gap_items_are_orjson_bytes_for_odd_values() -> None:
+    """The per-gap template (render.document.gap_items) against orjson's own encoding of the gap dicts,
+    on the fixture's gaps with odd values put in: float texts orjson writes its own way (exponents,
+    -0.0, NaN, infinities), launches missing, and evidence needing escapes or outside ASCII."""
+
+    from tracelab.analyses.results import GapTable, gap_docs
+    from tracelab.render.document import _ITEMS_FROM, _ITEMS_TO, gap_items
+    from tracelab.render.gap_evidence import gap_evidence
+
+    analysis = analyze(load(TRACE))
+    gaps = analysis.gaps
+    assert isinstance(gaps, GapTable)
+    n = len(gaps)
+    cols = {c: gaps.column(c).copy() for c in GapTable.COLUMNS}
+    odd = [-0.0, 0.0, 1e-05, 1e-7, 1e16, 1e22, 123456789.125, float("nan"), float("inf"), -float("inf"), 0.1, 1 / 3]
+    cols["host_active"][: len(odd)] = odd
+    cols["launch_start"][::3] = -1
+    cols["rank"][1] = -5
+    texts = gap_evidence(analysis)
+    texts[:6] = ['quote " and \\ back', "ctl \x00\x01\x1f\t\n\r\x08\x0c", "µs é 漢字 \u2028\u2029 😀", "", "/", "\x7f"]
+    table = GapTable(
+        cols["rank"], cols["device"], cols["start"], cols["end"], cols["cause"], cols["host_data"],
+        gaps.host_data_labels, cols["launch_start"], cols["launch_tid"], cols["host_active"], cols["detail"],
+    )
+    want = orjson.dumps({"gaps": gap_docs(table, texts)}, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    assert gap_items(table, texts) == want[_ITEMS_FROM:-_ITEMS_TO]
+    assert n > len(odd)
+    part = table.rows(2, 9)
+    want = orjson.dumps({"gaps": gap_docs(part, texts[2:9])}, option=orjson.OPT_INDENT_2)
+    assert gap_items(part, texts[2:9]) == want[_ITEMS_FROM:-_ITEMS_TO]
+    assert gap_items(table.rows(0, 0), []) == b""

@@ -4,11 +4,13 @@
  * scan(piece) -> None | (n, strings, columns)
  *   n        number of elements of the array
  *   strings  the distinct strings of ph / cat / name / args.cuda_sync_kind, in first-seen order
- *   columns  dict of bytes, each n items: ph (int8 code), cat, name, sync, pid_s, tid_s (int32 ids into
- *            strings; sync -1 when absent, pid_s / tid_s the id of a pid / tid given as a string, else
- *            -1), pid, tid, device, stream, correlation, context, bytes, registers, shared,
- *            grid (3 per event), block (3 per event) (int64; -1 when absent or null), ts (float64, NaN
- *            when absent), dur (float64, 0 when absent).
+ *   columns  dict of Column objects (the scan's own buffers, handed over without a copy: read-only
+ *            bytes through the buffer protocol for np.frombuffer; len() is the byte count), each n
+ *            items: ph (int8 code), cat, name, sync, pid_s, tid_s (int32 ids into strings; sync -1
+ *            when absent, pid_s / tid_s the id of a pid / tid given as a string, else -1), pid, tid,
+ *            device, stream, correlation, context, bytes, registers, shared, grid (3 per event),
+ *            block (3 per event) (int64; -1 when absent or null), ts (float64, NaN when absent), dur
+ *            (float64, 0 when absent).
  *
  * It returns None ("declined") for anything outside the common, strictly valid case: the caller then
  * decodes the piece with msgspec (tracelab/parsers/kineto.py), which gives the reference result or the
@@ -28,6 +30,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define MAX_DEPTH 64
 #define MAX_NUM 64
@@ -150,9 +155,10 @@ typedef struct {
     size_t rows, cap; /* events written, room for (every column) */
 } Out;
 
-/* Room for more events in every column (doubling). */
-static int out_grow(Out *o) {
+/* Room for at least `want` events in every column (at least double the current room). */
+static int out_grow(Out *o, size_t want) {
     size_t cap = o->cap ? o->cap * 2 : 1024;
+    while (cap < want) cap *= 2;
     Buf *b1[] = {&o->ph};
     Buf *b4[] = {&o->cat, &o->name, &o->sync, &o->pid_s, &o->tid_s};
     Buf *b8[] = {&o->ts, &o->dur};
@@ -177,8 +183,9 @@ static int out_grow(Out *o) {
 }
 
 /* ---- JSON scanning ---------------------------------------------------------------------------- */
-static inline void skip_ws(Cur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+static inline void skip_ws(Cur *c) { /* one comparison for the usual non-blank byte */
+    while (c->p < c->end && *c->p <= ' ' && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
 }
 
 static inline int hexval(unsigned char ch) {
@@ -191,6 +198,19 @@ static inline int hexval(unsigned char ch) {
 /* The first byte at or after p that ends the plain run of a string: a quote, a backslash or a control
  * character (< 0x20). Eight bytes at a time (bytes >= 0x80 are plain). */
 static inline const unsigned char *find_special(const unsigned char *p, const unsigned char *end) {
+#ifdef __SSE2__
+    /* sixteen bytes at a time: x < 0x20 as (x ^ 0x80) < (0x20 ^ 0x80) in signed bytes */
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    const __m128i flip = _mm_set1_epi8((char)0x80), ctl = _mm_set1_epi8((char)(0x20 ^ 0x80));
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                   _mm_cmplt_epi8(_mm_xor_si128(v, flip), ctl));
+        int mask = _mm_movemask_epi8(hit);
+        if (mask) return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#endif
     const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
     while (end - p >= 8) {
         uint64_t v;
@@ -382,22 +402,44 @@ static int64_t int_value(const unsigned char *p, const unsigned char *end) {
 
 /* An integer field (`int | None` in the strict decoder): an integer literal of at most 18 digits, or
  * null (-1). Anything else declines. */
+/* An integer literal of at most 18 digits at c->p, read in one pass: 1 with *v (c->p moved past it), 0
+ * when the number there is not such an integer (a fraction, an exponent, more digits: c->p unmoved, the
+ * caller reads it by the full grammar), -1 when no number starts there. */
+static inline int fast_int(Cur *c, int64_t *v) {
+    const unsigned char *p = c->p, *e = c->end;
+    int neg = p < e && *p == '-';
+    p += neg;
+    const unsigned char *d0 = p;
+    uint64_t x = 0;
+    if (p >= e) return -1;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9')
+        for (; p < e && *p >= '0' && *p <= '9'; p++) x = x * 10 + (uint64_t)(*p - '0'); /* wraps past 19 digits: refused below */
+    else return -1;
+    if ((p < e && (*p == '.' || *p == 'e' || *p == 'E')) || p - d0 > 18) return 0;
+    *v = neg ? -(int64_t)x : (int64_t)x;
+    c->p = p;
+    return 1;
+}
+
 static int read_int(Cur *c, int64_t *v) {
     if (c->p < c->end && *c->p == 'n') {
         if (skip_literal(c, "null", 4) < 0) return -1;
         *v = -1;
         return 0;
     }
-    const unsigned char *start = c->p;
-    int is_int;
-    size_t digits;
-    if (scan_number(c, &is_int, &digits) < 0 || !is_int || digits > 18) return -1;
-    *v = int_value(start, c->p);
-    return 0;
+    return fast_int(c, v) == 1 ? 0 : -1; /* a fraction, an exponent or over 18 digits: not an int field */
 }
 
 /* A float field (ts, dur): a number; integers convert as msgspec does (exactly, then to double). */
 static int read_float(Out *o, Cur *c, double *v) {
+    int64_t whole;
+    int r = fast_int(c, &whole);
+    if (r < 0) return -1;
+    if (r) { /* an integer: exactly, then to double */
+        *v = (double)whole;
+        return 0;
+    }
     const unsigned char *start = c->p;
     int is_int;
     size_t digits;
@@ -459,9 +501,14 @@ static int read_triple(Cur *c, int64_t v[3]) {
 
 /* A key: a string without escapes (an escaped key could spell a field name: declined). */
 static int ascii(const unsigned char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] >= 0x80) return 0;
-    return 1;
+    uint64_t high = 0;
+    for (; n >= 8; s += 8, n -= 8) { /* eight bytes at a time */
+        uint64_t v;
+        memcpy(&v, s, 8);
+        high |= v;
+    }
+    for (; n; s++, n--) high |= *s;
+    return !(high & 0x8080808080808080ULL);
 }
 
 static int read_key(Cur *c, const unsigned char **k, size_t *n) {
@@ -504,8 +551,8 @@ static int read_object(Out *o, Cur *c, Event *e, const char *const *names, int c
         size_t n;
         if (read_key(c, &k, &n) < 0) return -1;
         int f = -1;
-        for (int i = 0; i < count; i++)
-            if (n == strlen(names[i]) && memcmp(k, names[i], n) == 0) {
+        for (int i = 0; i < count; i++) /* first byte before the length: most keys differ there */
+            if (n && k[0] == (unsigned char)names[i][0] && n == strlen(names[i]) && memcmp(k, names[i], n) == 0) {
                 f = i;
                 break;
             }
@@ -576,7 +623,7 @@ static int read_event(Out *o, Cur *c) {
                .grid = {-1, -1, -1}, .block = {-1, -1, -1}, .ts = NAN, .dur = 0.0};
     for (int k = 0; k < N_INT; k++) e.ints[k] = -1;
     if (read_object(o, c, &e, EVENT_NAMES, 8, read_field, 0, 1) < 0) return -1;
-    if (o->rows == o->cap && out_grow(o) < 0) return -1;
+    if (o->rows == o->cap && out_grow(o, 0) < 0) return -1;
     size_t r = o->rows++;
     ((int8_t *)o->ph.data)[r] = e.ph;
     ((int32_t *)o->cat.data)[r] = e.cat;
@@ -624,11 +671,60 @@ static void out_free(Out *o) {
     free(o->strings.slots);
 }
 
-static int put_bytes(PyObject *d, const char *key, Buf *b) {
-    PyObject *v = PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->size);
-    if (!v) return -1;
-    int rc = PyDict_SetItemString(d, key, v);
-    Py_DECREF(v);
+/* A column handed to Python without a copy: owns the malloc'd buffer the scan wrote (freed with the
+ * object) and exposes its first `len` bytes, read-only, through the buffer protocol (np.frombuffer). */
+typedef struct {
+    PyObject_HEAD
+    void *data;
+    Py_ssize_t len;
+} Column;
+
+static int column_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Column *c = (Column *)self;
+    return PyBuffer_FillInfo(view, self, c->data, c->len, 1, flags);
+}
+
+static void column_dealloc(PyObject *self) {
+    free(((Column *)self)->data);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static Py_ssize_t column_length(PyObject *self) { return ((Column *)self)->len; }
+
+static PyBufferProcs COLUMN_BUFFER = {column_getbuffer, NULL};
+static PySequenceMethods COLUMN_SEQUENCE = {.sq_length = column_length};
+
+static PyTypeObject COLUMN_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracelab.parsers._kineto_scan.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = column_dealloc,
+    .tp_as_buffer = &COLUMN_BUFFER,
+    .tp_as_sequence = &COLUMN_SEQUENCE,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One column of a scanned piece: its bytes, read through the buffer protocol.",
+};
+
+/* d[key] = a Column owning b's buffer (b no longer holds it), trimmed to b->size bytes. */
+static int put_column(PyObject *d, const char *key, Buf *b) {
+    Column *c = PyObject_New(Column, &COLUMN_TYPE);
+    if (!c) return -1;
+    c->data = NULL;
+    c->len = 0;
+    size_t size = b->size ? b->size : 1;
+    void *data = b->data ? realloc(b->data, size) : malloc(size); /* give back the room not used */
+    if (!data) data = b->data;
+    if (!data) {
+        Py_DECREF(c);
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->data = data;
+    c->len = (Py_ssize_t)b->size;
+    b->data = NULL;
+    b->size = b->cap = 0;
+    int rc = PyDict_SetItemString(d, key, (PyObject *)c);
+    Py_DECREF(c);
     return rc;
 }
 
@@ -644,8 +740,7 @@ static int scan_buffer(Out *o, const unsigned char *buf, size_t len, Py_ssize_t 
     if (o->empty_id < 0) return -1;
     size_t want = 0; /* room for about one event per 160 bytes, grown by doubling if short */
     while (want * 160 < len && want < ((size_t)1 << 26)) want = want ? want * 2 : 1024;
-    while (o->cap < want)
-        if (out_grow(o) < 0) return -1;
+    if (want && out_grow(o, want) < 0) return -1; /* one allocation per column at that size */
     return scan_piece(o, &c, n);
 }
 
@@ -688,14 +783,14 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         }
         PyList_SET_ITEM(strings, (Py_ssize_t)i, s);
     }
-    if (put_bytes(cols, "ph", &o.ph) < 0 || put_bytes(cols, "cat", &o.cat) < 0 ||
-        put_bytes(cols, "name", &o.name) < 0 || put_bytes(cols, "sync", &o.sync) < 0 ||
-        put_bytes(cols, "pid_s", &o.pid_s) < 0 || put_bytes(cols, "tid_s", &o.tid_s) < 0 ||
-        put_bytes(cols, "ts", &o.ts) < 0 || put_bytes(cols, "dur", &o.dur) < 0 ||
-        put_bytes(cols, "grid", &o.grid) < 0 || put_bytes(cols, "block", &o.block) < 0)
+    if (put_column(cols, "ph", &o.ph) < 0 || put_column(cols, "cat", &o.cat) < 0 ||
+        put_column(cols, "name", &o.name) < 0 || put_column(cols, "sync", &o.sync) < 0 ||
+        put_column(cols, "pid_s", &o.pid_s) < 0 || put_column(cols, "tid_s", &o.tid_s) < 0 ||
+        put_column(cols, "ts", &o.ts) < 0 || put_column(cols, "dur", &o.dur) < 0 ||
+        put_column(cols, "grid", &o.grid) < 0 || put_column(cols, "block", &o.block) < 0)
         goto fail;
     for (int k = 0; k < N_INT; k++)
-        if (put_bytes(cols, INT_NAMES[k], &o.ints[k]) < 0) goto fail;
+        if (put_column(cols, INT_NAMES[k], &o.ints[k]) < 0) goto fail;
     out_free(&o);
     return Py_BuildValue("(nNN)", n, strings, cols);
 fail:
@@ -716,5 +811,6 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL,
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     C_LOCALE = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    if (PyType_Ready(&COLUMN_TYPE) < 0) return NULL;
     return PyModule_Create(&MODULE);
 }

@@ -86,6 +86,22 @@ _GPU = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 _ON_DEVICE = (*_GPU, int(EventKind.SYNC), int(EventKind.GPU_ANNOTATION))
 _WITH_CORRELATION = (*_GPU, int(EventKind.SYNC), int(EventKind.RUNTIME), int(EventKind.DRIVER))
 
+
+
+def _kind_lut(kinds: tuple[int, ...]) -> np.ndarray:
+    """A table over the 256 int8 kind codes (read through `.view(np.uint8)`, so _DROP = -1 is 255):
+    np.isin(kind, kinds) as one lookup per event."""
+    lut = np.zeros(256, dtype=bool)
+    lut[np.array(kinds, dtype=np.int64) & 0xFF] = True
+    return lut
+
+
+_IS_ON_DEVICE = _kind_lut(_ON_DEVICE)
+_IS_GPU = _kind_lut(_GPU)
+_HAS_ARGS = _kind_lut((*_WITH_CORRELATION, *_ON_DEVICE))
+_IS_COPY = _kind_lut((int(EventKind.MEMCPY), int(EventKind.MEMSET)))
+_IS_API = _kind_lut((int(EventKind.RUNTIME), int(EventKind.DRIVER)))
+
 _SYNC_NAMES = {
     "stream sync": SyncKind.STREAM,
     "event sync": SyncKind.EVENT,
@@ -209,6 +225,13 @@ class _Parsed:
         the order of their first occurrence in `ids`, so the string ids are those `intern` gives."""
         if not len(ids):
             return np.zeros(0, dtype=np.int32)
+        used = np.flatnonzero(np.bincount(ids, minlength=len(table)))
+        known = self.ids
+        got = [known.get(table[i], -1) for i in used.tolist()]
+        if -1 not in got:  # nothing new (most pieces): no first-occurrence order to find
+            remap = np.full(len(table), -1, dtype=np.int32)
+            remap[used] = got
+            return remap[ids]
         used, first = np.unique(ids, return_index=True)
         by_first = used[np.argsort(first, kind="stable")]
         remap = np.full(len(table), -1, dtype=np.int32)
@@ -269,7 +292,7 @@ class _Parsed:
         ts = sel.floats("ts")
         dur = sel.floats("dur")
         pid = sel.ints("pid")
-        on_dev = np.isin(kind, _ON_DEVICE)
+        on_dev = _IS_ON_DEVICE[kind.view(np.uint8)]
         no_ts = np.isnan(ts)
         self.n_bad_ts += int(np.count_nonzero(no_ts))
         negative = dur < 0
@@ -301,7 +324,7 @@ class _Parsed:
             "pid": np.where(on_dev, -1, pid),
             "tid": np.where(on_dev, -1, tid),
         }
-        aidx = np.flatnonzero(np.isin(kind, _WITH_CORRELATION) | on_dev)
+        aidx = np.flatnonzero(_HAS_ARGS[kind.view(np.uint8)])
         if len(aidx):
             cols["rows"] = aidx.astype(np.int32)  # the rows that carry GPU / correlation fields
             args = sel.args(aidx)
@@ -313,7 +336,7 @@ class _Parsed:
             if ann.any():  # gpu_user_annotation: the GPU sits in pid, the stream in tid
                 dev = np.where(ann & (dev < 0), pid[aidx], dev)
                 stream = np.where(ann & (stream < 0), tid[aidx], stream)
-            gpu = np.isin(k, _GPU)
+            gpu = _IS_GPU[k.view(np.uint8)]
             legacy_stream = gpu & (stream < 0)
             if legacy_stream.any():  # 2021 schema: tid "stream 7"
                 stream = np.where(legacy_stream, args.legacy_streams(), stream)
@@ -327,13 +350,13 @@ class _Parsed:
                     self.n_lane_from_pid += int(np.count_nonzero(usable))
                     dev = np.where(usable & (dev < 0), lane_pid, dev)
                     stream = np.where(usable & (stream < 0), lane_tid, stream)
-            dev_side = np.isin(k, _ON_DEVICE)
+            dev_side = _IS_ON_DEVICE[k.view(np.uint8)]
             cols["a_device"] = np.where(dev_side, dev, -1)
             cols["a_stream"] = np.where(dev_side, stream, -1)
             cols["a_context"] = np.where(dev_side, args.ints("context"), -1)
             cols["a_correlation"] = args.ints("correlation")
             b = np.full(len(aidx), -1, dtype=np.int64)
-            copy = np.flatnonzero(np.isin(k, [int(EventKind.MEMCPY), int(EventKind.MEMSET)]))
+            copy = np.flatnonzero(_IS_COPY[k.view(np.uint8)])
             if len(copy):
                 b[copy] = args.ints("bytes", idx=copy)
             cols["a_bytes"] = b
@@ -366,7 +389,7 @@ class _Parsed:
                 "replaced / cut"
             )
         kind = cols["kind"]
-        placeless = np.isin(kind, _GPU) & ((cols["device"] < 0) | (cols["stream"] < 0))
+        placeless = _IS_GPU[kind.view(np.uint8)] & ((cols["device"] < 0) | (cols["stream"] < 0))
         if placeless.any():  # nothing names a lane for them: no place on any GPU, refuse as before
             example = strings[cols["name"][np.flatnonzero(placeless)[0]]][:60]
             raise TraceFormatError(
@@ -407,8 +430,8 @@ class _Parsed:
         if rank is None:
             rank = 0
 
-        gpu = np.isin(kind, _GPU)
-        is_api = np.isin(kind, [int(EventKind.RUNTIME), int(EventKind.DRIVER)])
+        gpu = _IS_GPU[kind.view(np.uint8)]
+        is_api = _IS_API[kind.view(np.uint8)]
         flags = np.zeros(n, dtype=np.int16)
         sync_kind = cols["sync_kind"]
         if is_api.any():

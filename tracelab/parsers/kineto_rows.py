@@ -170,44 +170,65 @@ def scan(piece: Any) -> ColumnRows | None:
 
 
 class ColumnRows:
-    def __init__(self, n: int, table: list[str], cols: dict[str, np.ndarray]) -> None:
-        self.n, self.table, self.cols = n, table, cols
+    """The scanned columns of a piece, or of some of its rows: `sel` (positions into the piece, None for
+    all) is applied to a column only when that column is read, so narrowing the rows copies nothing and
+    the columns never read (grid, block, ... of the events dropped) are never gathered."""
+
+    def __init__(
+        self, n: int, table: list[str], cols: dict[str, np.ndarray], sel: np.ndarray | None = None
+    ) -> None:
+        self.n, self.table, self.cols, self.sel = n, table, cols, sel
+        self._read: dict[str, np.ndarray] = {}
+
+    def col(self, field: str) -> np.ndarray:
+        """One column over the current rows (gathered once)."""
+        v = self._read.get(field)
+        if v is None:
+            v = self.cols[field] if self.sel is None else self.cols[field][self.sel]
+            self._read[field] = v
+        return v
+
+    def at(self, field: str, idx: np.ndarray) -> np.ndarray:
+        """One column at positions idx of the current rows (a gather from the piece's column)."""
+        return self.cols[field][idx if self.sel is None else self.sel[idx]]
 
     def kinds(self, kind_of: dict[str, int], default: int) -> tuple[np.ndarray, set[str]]:
-        cat = self.cols["cat"]
+        cat = self.col("cat")
         lut = np.fromiter((kind_of.get(s, default) for s in self.table), dtype=np.int8, count=len(self.table))
         used = np.flatnonzero(np.bincount(cat, minlength=len(self.table)))
         return lut[cat], {self.table[i] for i in used.tolist()}
 
     def phases(self) -> np.ndarray:
-        return self.cols["ph"]
+        return self.col("ph")
 
     def select(self, idx: np.ndarray) -> ColumnRows:
         if len(idx) == self.n:
             return self
-        return ColumnRows(len(idx), self.table, {k: v[idx] for k, v in self.cols.items()})
+        return ColumnRows(len(idx), self.table, self.cols, idx if self.sel is None else self.sel[idx])
 
     def floats(self, field: str) -> np.ndarray:
-        return self.cols[field]
+        return self.col(field)
 
     def ints(self, field: str) -> np.ndarray:
-        v = self.cols[field]
-        text = self.cols.get(field + "_s")  # pid / tid given as strings: read as kineto_columns.ints does
-        if text is not None and (text >= 0).any():
-            used = np.unique(text[text >= 0])
-            lut = np.full(len(self.table), -1, dtype=np.int64)
-            lut[used] = [checked_int(self.table[i]) for i in used.tolist()]
-            v = np.where(text >= 0, lut[np.maximum(text, 0)], v)
+        v = self.col(field)
+        text_all = self.cols.get(field + "_s")  # pid / tid given as strings: read as kineto_columns.ints does
+        if text_all is not None and text_all.max(initial=-1) >= 0:
+            text = self.col(field + "_s")
+            if (text >= 0).any():
+                used = np.unique(text[text >= 0])
+                lut = np.full(len(self.table), -1, dtype=np.int64)
+                lut[used] = [checked_int(self.table[i]) for i in used.tolist()]
+                v = np.where(text >= 0, lut[np.maximum(text, 0)], v)
         return v
 
     def name_ids(self, interner: Interner) -> np.ndarray:
-        return interner.intern_table(self.cols["name"], self.table)
+        return interner.intern_table(self.col("name"), self.table)
 
     def cat_ids(self, interner: Interner) -> np.ndarray:
-        return interner.intern_table(self.cols["cat"], self.table)
+        return interner.intern_table(self.col("cat"), self.table)
 
     def name(self, i: int) -> str:
-        return self.table[int(self.cols["name"][i])]
+        return self.table[int(self.at("name", np.array([i]))[0])]
 
     def args(self, idx: np.ndarray) -> ColumnArgs:
         return ColumnArgs(self, idx)
@@ -218,25 +239,25 @@ class ColumnArgs:
         self.rows, self.idx = rows, idx
 
     def ints(self, field: str, dtype: str = "int64", idx: np.ndarray | None = None) -> np.ndarray:
-        v = self.rows.cols[field][self.idx if idx is None else self.idx[idx]]
+        v = self.rows.at(field, self.idx if idx is None else self.idx[idx])
         if dtype == "int32":  # what col(..., "int32") gives: a value outside int32 is unknown
             v = np.where((v < _INT32[0]) | (v > _INT32[1]), -1, v).astype(np.int32)
         return v
 
     def triples(self, field: str, idx: np.ndarray) -> np.ndarray:
-        v = self.rows.cols[field][self.idx[idx]]
+        v = self.rows.at(field, self.idx[idx])
         if len(v) and ((v < _INT32[0]) | (v > _INT32[1])).any():
             # kineto_columns.triples' slow path: each component |x| < 2^31, else unknown
             v = np.where(np.abs(v) < (1 << 31), v, -1)
         return v.astype(np.int32).reshape(-1, 3)
 
     def legacy_streams(self) -> np.ndarray:
-        text = self.rows.cols["tid_s"][self.idx]  # the 2021 schema's tid "stream 7"
+        text = self.rows.at("tid_s", self.idx)  # the 2021 schema's tid "stream 7"
         table = self.rows.table
         return stream_from_tid([table[t] if t >= 0 else None for t in text.tolist()])
 
     def sync_names(self, idx: np.ndarray) -> list:
         table = self.rows.table
-        sync = self.rows.cols["sync"][self.idx[idx]].tolist()
-        name = self.rows.cols["name"][self.idx[idx]].tolist()
+        sync = self.rows.at("sync", self.idx[idx]).tolist()
+        name = self.rows.at("name", self.idx[idx]).tolist()
         return [(table[s] if s >= 0 else "") or table[m] for s, m in zip(sync, name)]
