@@ -43,7 +43,7 @@ from tracelab.model.grouping import member, sorted_unique
 from tracelab.model.kinds import NO_STREAM
 
 from .background import OneWorker
-from .kineto_columns import assemble
+from .kineto_columns import ColumnAssembler, assemble
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
 from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scanner_available
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks
@@ -121,7 +121,10 @@ def load_kineto(
     path = Path(path)
     if not path.is_file():
         raise TraceFormatError("no such file", path)
-    parsed = _Parsed(pipeline=True)
+    raw_size = path.stat().st_size
+    with open(path, "rb") as f:
+        plain = f.read(2) not in (b"\x1f\x8b", b"(\xb5")  # inflated size unknown for gzip / zstd
+    parsed = _Parsed(pipeline=True, input_bytes=raw_size if plain else 0)
     chunks = EventChunks(path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress)
     try:
         for _ in chunks:
@@ -191,7 +194,7 @@ class _Parsed:
     thread (the C scanner runs without the GIL) while this thread turns the previous chunk into columns;
     chunks are still processed one by one in file order, so the result is the same."""
 
-    def __init__(self, pipeline: bool = False) -> None:
+    def __init__(self, pipeline: bool = False, input_bytes: int = 0) -> None:
         self._pool: OneWorker | None = None
         self._pending: Rows | None = None  # the last chunk read, not yet turned into columns
         if pipeline and scanner_available():
@@ -199,6 +202,11 @@ class _Parsed:
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
+        # pipeline: each piece's columns are copied into the full columns as it is processed (while the
+        # scanner reads the next one); otherwise (a decode worker) they are kept as parts
+        self.columns = ColumnAssembler() if pipeline else None
+        self.input_bytes = input_bytes  # the plain JSON's size, for the first estimate of the row count
+        self._piece_bytes = 0
         self.n_total = 0
         self.n_dropped_instant = 0
         self.n_flows = 0
@@ -240,6 +248,7 @@ class _Parsed:
 
     # called by EventChunks for each piece: keeps column arrays, frees the decoded piece
     def add_chunk(self, piece: memoryview) -> int:
+        self._piece_bytes = len(piece)
         if self._pool is None:
             rows = self._read(piece, scan(piece))
             self._process(rows)
@@ -371,15 +380,27 @@ class _Parsed:
                 sync = np.zeros(len(aidx), dtype=np.int8)
                 sync[syn] = [int(_SYNC_NAMES.get(str(x).lower(), SyncKind.NONE)) for x in args.sync_names(syn)]
                 cols["a_sync"] = sync
-        self.parts.append(cols)
+        self._keep(cols)
 
+    def _keep(self, cols: dict[str, np.ndarray]) -> None:
+        if self.columns is None:
+            self.parts.append(cols)
+            return
+        if not self.columns.cap and self.input_bytes and self._piece_bytes:
+            # rows the whole file holds at this piece's density, plus a margin: the first buffers are
+            # that large (address space until filled), so a big file's columns rarely grow by copying
+            self.columns.expected = int(len(cols["kind"]) * (self.input_bytes / self._piece_bytes) * 1.15) + 1024
+        self.columns.add(cols)
     # -------------------------------------------------------------------------------------------
     def finish(self, path: Path, top: dict, rank: int | None) -> Timeline:
         self._flush()
         self.close()
         if "traceEvents" not in top and top:
             raise TraceFormatError("no traceEvents array (not a Kineto / Chrome trace)", path)
-        cols = assemble(self.parts)
+        if self.columns is not None:
+            cols = self.columns.result()
+        else:
+            cols = assemble(self.parts)
         self.parts = []
         notes: list[str] = []
         strings, renamed = neutralize_names(self.strings)

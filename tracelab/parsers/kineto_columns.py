@@ -7,6 +7,7 @@ import math
 import re
 from itertools import chain
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -156,59 +157,99 @@ def _trim() -> None:
 _malloc_trim = None
 
 
-def assemble(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Chunk parts -> full columns sorted by start. Columns are built and reordered one at a time
-    (each part's arrays are released, and their memory returned, as soon as they are copied) to keep
-    peak memory low: about the columns plus the parts not yet copied."""
-    sizes = [len(p["kind"]) for p in parts]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    n = int(offsets[-1])
-    out: dict[str, np.ndarray] = {}
-    for c, t in _MAIN.items():
-        out[c] = np.concatenate([p.pop(c) for p in parts]) if parts else np.zeros(0, dtype=t)
-        _trim()
-    order = np.argsort(out["start"], kind="stable")
-    if n and (np.diff(out["start"]) >= 0).all():
-        order = None
-    for c in list(out):
-        if order is not None:
-            out[c] = out[c][order]
-    rows = [p.get("rows", np.zeros(0, np.int32)).astype(np.int64) + off for p, off in zip(parts, offsets)]
-    krows = [p.get("k_rows", np.zeros(0, np.int32)).astype(np.int64) + off for p, off in zip(parts, offsets)]
-    inverse = None
-    if order is not None:
-        inverse = np.empty(n, dtype=np.int64)
-        inverse[order] = np.arange(n, dtype=np.int64)
-    all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    all_krows = np.concatenate(krows) if krows else np.zeros(0, np.int64)
-    if inverse is not None:
-        all_rows, all_krows = inverse[all_rows], inverse[all_krows]
-    fill = {"sync_kind": 0}
-    for c, (key, t) in _SPARSE.items():
-        col = np.full(n, fill.get(c, -1), dtype=t)
-        vals = [
-            p.pop(key) if key in p else np.full(len(r), fill.get(c, -1), dtype=t) for p, r in zip(parts, rows)
+class ColumnAssembler:
+    """Full columns built piece by piece: `add(part)` copies a piece's columns into growing columns (the
+    parser calls it on its main thread while the scanner reads the next piece, time it otherwise spends
+    waiting), and `result()` sorts them by start, as `assemble` of all the parts gives.
+
+    The columns grow column by column (at most one column's old and new buffers at once); with
+    `expected` rows (an estimate from the file size) the first buffers are that large. Buffers are
+    allocated uninitialized, so capacity not yet filled costs address space, not memory."""
+
+    _GROWTH = 1.5
+
+    def __init__(self, expected: int = 0) -> None:
+        self.n = 0
+        self.cap = 0
+        self.expected = max(int(expected), 0)
+        self.cols: dict[str, np.ndarray] = {}
+
+    def _names(self) -> list[tuple[str, Any]]:
+        return [
+            *_MAIN.items(),
+            *((c, t) for c, (_k, t) in _SPARSE.items()),
+            *((c, t) for c, (_k, t) in _KERNEL.items()),
+            *((f"{c}_{axis}", np.int32) for c in ("grid", "block") for axis in "xyz"),
         ]
-        if vals:
-            col[all_rows] = np.concatenate(vals)
-        out[c] = col
-        del vals
-        _trim()
-    for c, (key, t) in _KERNEL.items():
-        col = np.full(n, -1, dtype=t)
-        vals = [p.pop(key) for p in parts if key in p]
-        if vals:
-            col[all_krows] = np.concatenate(vals)
-        out[c] = col
-    for c in ("grid", "block"):
-        vals = [p.pop("k_" + c) for p in parts if "k_" + c in p]
-        tri = np.concatenate(vals) if vals else np.zeros((0, 3), np.int32)
-        for j, axis in enumerate("xyz"):
-            col = np.full(n, -1, dtype=np.int32)
-            col[all_krows] = tri[:, j]
-            out[f"{c}_{axis}"] = col
+
+    def _reserve(self, need: int) -> None:
+        if need <= self.cap:
+            return
+        cap = max(need, int(self.cap * self._GROWTH), self.expected if not self.cap else 0, 1024)
+        for c, t in self._names():
+            new = np.empty(cap, dtype=t)
+            old = self.cols.get(c)
+            if old is not None and self.n:
+                new[: self.n] = old[: self.n]
+            self.cols[c] = new
+            del old
+        self.cap = cap
+
+    def add(self, part: dict[str, np.ndarray]) -> None:
+        k = len(part["kind"])
+        if not k:
+            return
+        self._reserve(self.n + k)
+        lo, hi = self.n, self.n + k
+        cols = self.cols
+        for c in _MAIN:
+            cols[c][lo:hi] = part[c]
+        rows = part.get("rows")
+        for c, (key, _t) in _SPARSE.items():
+            cols[c][lo:hi] = 0 if c == "sync_kind" else -1
+            if rows is not None and key in part:
+                cols[c][lo + rows.astype(np.int64)] = part[key]
+        krows = part.get("k_rows")
+        for c in (*_KERNEL, *(f"{g}_{axis}" for g in ("grid", "block") for axis in "xyz")):
+            cols[c][lo:hi] = -1
+        if krows is not None and len(krows):
+            at = lo + krows.astype(np.int64)
+            for c, (key, _t) in _KERNEL.items():
+                if key in part:
+                    cols[c][at] = part[key]
+            for g in ("grid", "block"):
+                tri = part.get("k_" + g)
+                if tri is not None:
+                    for j, axis in enumerate("xyz"):
+                        cols[f"{g}_{axis}"][at] = tri[:, j]
+        self.n = hi
+
+    def result(self) -> dict[str, np.ndarray]:
+        """The columns sorted by start (stable); the assembler is empty afterwards."""
+        n = self.n
+        if not self.cap:
+            out = {c: np.zeros(0, dtype=t) for c, t in self._names()}
+        else:
+            out = {c: self.cols[c][:n] for c, _t in self._names()}
+        self.cols, self.n, self.cap = {}, 0, 0
+        start = out["start"]
+        if n and not (start[1:] >= start[:-1]).all():
+            order = np.argsort(start, kind="stable")
+            for c in list(out):
+                out[c] = out[c][order]  # one column at a time: its old buffer is freed as it is replaced
+                _trim()
+        return out
+
+
+def assemble(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Chunk parts -> full columns sorted by start (`ColumnAssembler` over the parts, each part's
+    arrays released as soon as they are copied)."""
+    columns = ColumnAssembler(sum(len(p["kind"]) for p in parts))
+    for p in parts:
+        columns.add(p)
+        p.clear()
     parts.clear()
-    return out
+    return columns.result()
 
 
 # the number that ends a tid, matched on the reversed text: `re.search(r"(\d+)\s*$", tid)` retries at every
