@@ -45,3 +45,27 @@ def test_many_wide_columns_compress_the_key():
     want_ids, want_first = reference(cols)
     assert ids.tolist() == want_ids
     assert first.tolist() == want_first
+
+
+def test_mixed_dtypes_narrow_and_wide_columns():
+    """Lane-key-like columns: int8 / int32 / int64, narrow ranges folded as offsets, a wide column with few
+    distinct values (dense codes by binary search), a wide one with many (by unique's inverse), and
+    folds that pass the table width several times."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    cols = [
+        rng.integers(-1, 2, n).astype(np.int8),
+        rng.choice([-1, 0, 7], n).astype(np.int32),
+        rng.choice([-1, 1_701_896, 5, 1 << 40], n).astype(np.int64),
+        rng.integers(-(1 << 62), 1 << 62, n),
+        rng.integers(24, 36, n).astype(np.int32),
+        rng.choice([-(2**63), 2**63 - 1], n),
+        np.full(n, 4, dtype=np.int16),
+    ]
+    cols[3][: n // 2] = cols[3][n // 2 :]
+    for k in range(1, len(cols) + 1):
+        for sub in (cols[:k], cols[-k:]):
+            ids, first = group_rows(sub)
+            want_ids, want_first = reference(sub)
+            assert ids.tolist() == want_ids
+            assert first.tolist() == want_first
