@@ -69,3 +69,22 @@ def test_mixed_dtypes_narrow_and_wide_columns():
             want_ids, want_first = reference(sub)
             assert ids.tolist() == want_ids
             assert first.tolist() == want_first
+
+
+def test_sorted_unique_is_np_unique():
+    from tracelab.model.grouping import sorted_unique
+
+    rng = np.random.default_rng(3)
+    for a in (
+        np.zeros(0, np.int64),
+        np.array([5], np.int32),
+        rng.integers(-5, 5, 1000).astype(np.int8),
+        rng.integers(-(2**63), 2**63 - 1, 1000),
+        rng.integers(0, 2, 100).astype(bool),
+        rng.integers(0, 9, (4, 5)),
+        np.array([1.5, np.nan, 1.5, np.nan]),
+    ):
+        want = np.unique(a)
+        got = sorted_unique(a)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype

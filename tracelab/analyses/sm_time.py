@@ -10,6 +10,7 @@ import numpy as np
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.model import Timeline
 
+from ..model.grouping import sorted_unique
 from .distinct import distinct_codes
 from .memo import memo
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
@@ -213,7 +214,7 @@ def sm_utilization(
         return pd.DataFrame({c: [] for c in cols})
     if np.ndim(bins) == 0:
         edges = np.linspace(dev.span[0], dev.span[1], int(bins) + 1).round().astype(np.int64)
-        edges = np.unique(edges)
+        edges = sorted_unique(edges)
     else:
         edges = np.asarray(bins, dtype=np.int64)
     t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)

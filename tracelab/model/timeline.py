@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .grouping import first_rows, group_codes
+from .grouping import first_rows, group_codes, sorted_unique
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
 
 if TYPE_CHECKING:
@@ -385,7 +385,7 @@ def _gpu_devices(cols: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
     used = dev >= 0
     if not used.any():
         return []
-    key = np.unique((cols["rank"][used].astype(np.int64) << 32) | dev[used].astype(np.int64))
+    key = sorted_unique((cols["rank"][used].astype(np.int64) << 32) | dev[used].astype(np.int64))
     return [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in key.tolist()]
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..model.grouping import sorted_unique
 from ..model.timeline import DEFAULTS, EVENT_COLUMNS
 
 CHUNK_EVENTS = 4096
@@ -104,7 +105,7 @@ def encode(
         w = byte_widths(rng)
         bases[:, j] = mn
         widths[:, j] = w
-        present = np.unique(w[w > 0])
+        present = sorted_unique(w[w > 0])
         if not len(present):
             continue
         rel = a.view(unsigned) - np.repeat(mn, counts).view(unsigned)

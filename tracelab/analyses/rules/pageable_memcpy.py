@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...model import CopyKind, MemKind
+from ...model.grouping import sorted_unique
 from ..results import Finding
 from .base import FindingContext, Rule, count_places, memcpy_rows, severity, window
 
@@ -25,7 +26,7 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
     p_dur = ctx.col("end")[pinned] - ctx.col("start")[pinned]
     p_bytes = ctx.col("bytes")[pinned]
     cost = 0
-    for k in np.unique(ck).tolist():  # one per copy direction
+    for k in sorted_unique(ck).tolist():  # one per copy direction
         m = ck == k
         pm = p_ck == k
         t = int(dur[m].sum())

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...model import CopyKind, MemKind
+from ...model.grouping import sorted_unique
 from ..results import Finding
 from ..rows import positions_by
 from .base import FindingContext, NotEvaluated, Rule, memcpy_rows, severity, step_of, window
@@ -52,7 +53,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
         # (b) calls that really block: synchronize calls, synchronous copies that wait
         blk = np.flatnonzero(host.api_blocking)
         step_blk = step_of(s_start, s_end, host.api_start[blk])
-        steps_with = np.unique(np.concatenate([step_copy[step_copy >= 0], step_blk[step_blk >= 0]]))
+        steps_with = sorted_unique(np.concatenate([step_copy[step_copy >= 0], step_blk[step_blk >= 0]]))
         if steps_with.size == 0 or steps_with.size < float(opt["step_fraction"]) * n_steps:
             continue
         # GPU idle caused by host syncs, inside the steps that sync (every idle interval, any length)
@@ -67,8 +68,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
             "steps": n_steps,
             "steps_with_sync": int(steps_with.size),
             "wasted_ns": w,
-            "steps_with_dtoh_copy": int(np.unique(step_copy[step_copy >= 0]).size),
-            "steps_with_sync_call": int(np.unique(step_blk[step_blk >= 0]).size),
+            "steps_with_dtoh_copy": int(sorted_unique(step_copy[step_copy >= 0]).size),
+            "steps_with_sync_call": int(sorted_unique(step_blk[step_blk >= 0]).size),
             "first_step": int(steps_with[0]),
             "last_step": int(steps_with[-1]),
         })
