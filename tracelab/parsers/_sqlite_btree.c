@@ -98,14 +98,33 @@ static int read_page(Reader *r, uint64_t pgno, uint8_t *buf) {
 }
 
 /* Big-endian signed integer of serial type t (1..6, 8, 9) at p; the body has been bounds-checked. */
-static int64_t int_value(int64_t t, const uint8_t *p) {
-    static const int width[] = {0, 1, 2, 3, 4, 6, 8};
-    if (t == 8) return 0;
-    if (t == 9) return 1;
-    int w = width[t];
-    uint64_t v = (p[0] & 0x80) ? ~(uint64_t)0 : 0; /* sign extension */
-    for (int i = 0; i < w; i++) v = (v << 8) | p[i];
-    return (int64_t)v;
+static inline int64_t int_value(int64_t t, const uint8_t *p) {
+    switch (t) {
+    case 1:
+        return (int8_t)p[0];
+    case 2:
+        return (int16_t)(uint16_t)(((uint32_t)p[0] << 8) | p[1]);
+    case 3: {
+        uint32_t v = ((uint32_t)p[0] << 16) | ((uint32_t)p[1] << 8) | p[2];
+        return (int64_t)(int32_t)(v << 8) >> 8; /* sign extension of 24 bits */
+    }
+    case 4:
+        return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+    case 5: {
+        uint64_t v = ((uint64_t)p[0] << 40) | ((uint64_t)p[1] << 32) | ((uint64_t)p[2] << 24) |
+                     ((uint64_t)p[3] << 16) | ((uint64_t)p[4] << 8) | p[5];
+        return (int64_t)(v << 16) >> 16; /* sign extension of 48 bits */
+    }
+    case 6: {
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+        return (int64_t)v;
+    }
+    case 8:
+        return 0;
+    default: /* 9 */
+        return 1;
+    }
 }
 
 static int64_t body_size(int64_t t) {
@@ -113,6 +132,13 @@ static int64_t body_size(int64_t t) {
     if (t < 10) return width[t];
     if (t < 12) return -1; /* reserved */
     return (t - 12) / 2;
+}
+
+/* body_size of the serial types 0..127 */
+static int8_t SMALL_SIZE[128];
+
+static void init_sizes(void) {
+    for (int t = 0; t < 128; t++) SMALL_SIZE[t] = (int8_t)body_size(t);
 }
 
 static int is_int(int64_t t) { return (t >= 1 && t <= 6) || t == 8 || t == 9; }
@@ -128,10 +154,16 @@ static int take_row(Reader *r, const uint8_t *rec, uint64_t size) {
     int nf = 0;
     while (h < hend && nf <= r->max_field) {
         uint64_t t;
-        int m = get_varint(h, hend, &t);
-        if (!m || t > INT64_MAX / 2) return -1;
-        h += m;
-        int64_t len = body_size((int64_t)t);
+        int64_t len;
+        if (*h < 0x80) { /* a one-byte serial type: every integer, NULL and short text or blob */
+            t = *h++;
+            len = SMALL_SIZE[t];
+        } else {
+            int m = get_varint(h, hend, &t);
+            if (!m || t > INT64_MAX / 2) return -1;
+            h += m;
+            len = body_size((int64_t)t);
+        }
         if (len < 0) return -1;
         r->ftype[nf] = (int64_t)t;
         r->foff[nf] = off;
@@ -351,4 +383,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sqlite_btree", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__sqlite_btree(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sqlite_btree(void) {
+    init_sizes();
+    return PyModule_Create(&module);
+}
