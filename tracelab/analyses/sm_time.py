@@ -147,8 +147,13 @@ def _level_functions(
         raw[porder] = _group_cumsum(d[porder], p[porder])
         cap = caps[p]
     clipped = np.minimum(raw, cap)
-    prev = np.minimum(raw - d, cap)
-    dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
+    if len(parts) <= 1:
+        # one running level: each row's level before it is the previous row's (0 before the first, and
+        # cap >= 1), so the clipped steps telescope and their running sum is `clipped` itself
+        dev_level = np.minimum(clipped, sm_total)
+    else:
+        prev = np.minimum(raw - d, cap)
+        dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
     per_part: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, g in enumerate(part_ids):
         if len(parts) == 1:  # every row is this partition's
