@@ -45,3 +45,46 @@ def test_many_wide_columns_compress_the_key():
     want_ids, want_first = reference(cols)
     assert ids.tolist() == want_ids
     assert first.tolist() == want_first
+
+
+def test_mixed_dtypes_narrow_and_wide_columns():
+    """Lane-key-like columns: int8 / int32 / int64, narrow ranges folded as offsets, a wide column with few
+    distinct values (dense codes by binary search), a wide one with many (by unique's inverse), and
+    folds that pass the table width several times."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    cols = [
+        rng.integers(-1, 2, n).astype(np.int8),
+        rng.choice([-1, 0, 7], n).astype(np.int32),
+        rng.choice([-1, 1_701_896, 5, 1 << 40], n).astype(np.int64),
+        rng.integers(-(1 << 62), 1 << 62, n),
+        rng.integers(24, 36, n).astype(np.int32),
+        rng.choice([-(2**63), 2**63 - 1], n),
+        np.full(n, 4, dtype=np.int16),
+    ]
+    cols[3][: n // 2] = cols[3][n // 2 :]
+    for k in range(1, len(cols) + 1):
+        for sub in (cols[:k], cols[-k:]):
+            ids, first = group_rows(sub)
+            want_ids, want_first = reference(sub)
+            assert ids.tolist() == want_ids
+            assert first.tolist() == want_first
+
+
+def test_sorted_unique_is_np_unique():
+    from tracelab.model.grouping import sorted_unique
+
+    rng = np.random.default_rng(3)
+    for a in (
+        np.zeros(0, np.int64),
+        np.array([5], np.int32),
+        rng.integers(-5, 5, 1000).astype(np.int8),
+        rng.integers(-(2**63), 2**63 - 1, 1000),
+        rng.integers(0, 2, 100).astype(bool),
+        rng.integers(0, 9, (4, 5)),
+        np.array([1.5, np.nan, 1.5, np.nan]),
+    ):
+        want = np.unique(a)
+        got = sorted_unique(a)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import numpy as np
 import pytest
 from hostile_util import (
     analyze_json,
@@ -121,3 +122,18 @@ def test_nsys_grid_beyond_int32_becomes_unknown(tmp_path):
     kern = tl.events[tl.events["kind"] == 0]
     assert (kern["grid_x"] == -1).all()
     assert any("grid_x values outside the int32 range" in n for n in tl.meta.notes)
+
+
+@pytest.mark.parametrize(("value", "first"), [(-5, "-5"), (2**31, "2147483648"), (-(2**31) - 1, "-2147483649")])
+def test_nsys_launch_attribute_out_of_range_on_one_kernel(tmp_path, value, first):
+    """One kernel's registers out of [-1, 2^31): that value alone becomes unknown, with a note naming it;
+    the other kernels keep theirs (the merge keeps such a column int64 until it is checked)."""
+    p = nsys_copy(tmp_path / "t.sqlite")
+    k = "CUPTI_ACTIVITY_KIND_KERNEL"
+    sql(p, loosen(k) + f"UPDATE {k} SET registersPerThread = {value} WHERE rowid = (SELECT min(rowid) FROM {k});")
+    tl = load_trace(p)
+    kern = tl.events[tl.events["kind"] == 0]
+    regs = kern["registers"].to_numpy()
+    assert kern["registers"].dtype == np.int32
+    assert int((regs == -1).sum()) == 1 and int(regs.min()) >= -1
+    assert any(f"1 registers values outside the int32 range (first: {first})" in n for n in tl.meta.notes)

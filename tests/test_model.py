@@ -84,3 +84,20 @@ def test_merge_remaps_probe_blocks_to_their_kernels():
         row = ev.iloc[b.kernel]
         assert row["start"] == b.start and row["rank"] == b.rank
         assert merged.strings[row["name"]] == merged.strings[b.name]
+
+
+def test_devices_seen_in_events_small_and_large_ids():
+    """build_timeline lists every (rank, device) that events use, in order, whether the ids are small
+    (counted) or large (sorted)."""
+    rng = np.random.default_rng(5)
+    for hi_rank, hi_dev in ((3, 7), (1, 5000), (2**31 - 1, 3), (5, 2**31 - 1)):
+        n = 500
+        rank = rng.integers(0, hi_rank + 1, n)
+        rank[0] = hi_rank
+        dev = rng.integers(-1, hi_dev + 1, n)
+        dev[1] = hi_dev
+        kind = np.where(dev >= 0, int(EventKind.KERNEL), int(EventKind.RUNTIME)).astype(np.int8)
+        cols = {"kind": kind, "start": np.arange(n), "end": np.arange(n) + 1, "rank": rank, "device": dev}
+        tl = build_timeline(cols, [], RunMeta(source="x", format="kineto"))
+        want = sorted({(int(r), int(d)) for r, d in zip(rank, dev) if d >= 0})
+        assert [(d.rank, d.device) for d in tl.devices] == want

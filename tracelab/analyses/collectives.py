@@ -35,6 +35,7 @@ import numpy as np
 
 from ..model import EventKind, Flag, Timeline
 from ..model.api_names import comm_mask
+from ..model.grouping import sorted_unique
 
 _NCCL_OP = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 _HOST_OP = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):([a-z_]+)$")
@@ -127,7 +128,7 @@ def _participant_count(timeline: Timeline, rows: np.ndarray) -> int:
     keys = ev["rank"].to_numpy()[rows].astype(np.int64) << 32 | (
         ev["device"].to_numpy()[rows].astype(np.int64) + 1
     )
-    return int(np.unique(keys).size)
+    return int(sorted_unique(keys).size)
 
 
 def match_collectives(timeline: Timeline) -> Collectives:

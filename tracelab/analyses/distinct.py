@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from tracelab.model.grouping import sorted_unique
+from ..model.grouping import sorted_unique
 
 SMALL = 4096  # below this np.unique is as fast
 IMPORT_PANDAS_AT = 4_000_000  # np.unique sorts this many int64 in ~0.4 s, about the cost of importing pandas
@@ -107,7 +107,7 @@ def distinct(values: np.ndarray) -> np.ndarray:
         lo, counts = dense
         return (np.flatnonzero(counts) + lo).astype(v.dtype)
     if not _hashable(v):
-        return sorted_unique(v) if v.dtype.kind in "iub" else np.unique(v)
+        return sorted_unique(v)
     import pandas as pd
 
     return np.sort(pd.unique(v))

@@ -216,7 +216,7 @@ class HostView:
         self._os_end, self._os_name = end[os_rows], names[os_rows]
         pid = column(timeline, "pid")
         self._os_pid = pid[os_rows].astype(_I64)
-        os_names = sorted_unique(self._os_name)
+        os_names = distinct(self._os_name)
         kinds = [timeline.name(int(i)) for i in os_names.tolist()]  # a few dozen distinct calls
         self._thread_wait_ids = os_names[[k in THREAD_WAITS for k in kinds]] if kinds else os_names
         wake = np.isin(self._os_name, os_names[[k in WAKE_CALLS for k in kinds]] if kinds else os_names)

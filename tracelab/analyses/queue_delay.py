@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import EventKind, Flag, Timeline
+from ..model.grouping import sorted_unique
 from .gaps import HostView
 from .intervals import coverage_at_least, union_length
 
@@ -93,7 +94,7 @@ def launch_times(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     out = np.full(rows.size, -1, dtype=np.int64)
     rank = ev["rank"].to_numpy()[rows]
     corr = ev["correlation"].to_numpy()[rows]
-    for r in np.unique(rank).tolist():  # one per rank
+    for r in sorted_unique(rank).tolist():  # one per rank
         sel = rank == r
         host = HostView(timeline, int(r))
         li = host.launch_index(corr[sel])
@@ -109,7 +110,7 @@ def graph_kernel_mask(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     if gids.size:
         rank = ev["rank"].to_numpy()[rows]
         corr = ev["correlation"].to_numpy()[rows]
-        for r in np.unique(rank).tolist():
+        for r in sorted_unique(rank).tolist():
             sel = np.flatnonzero(rank == r)
             host = HostView(timeline, int(r))
             li = host.launch_index(corr[sel])
@@ -171,5 +172,5 @@ def graph_overlap(timeline: Timeline) -> GraphOverlap:
         sum_ns=int((e - s).sum()),
         union_ns=union_length(s, e),
         concurrent_ns=coverage_at_least(s, e, np.arange(rows.size), 2),
-        streams=int(np.unique(ev["stream"].to_numpy()[rows]).size),
+        streams=int(sorted_unique(ev["stream"].to_numpy()[rows]).size),
     )

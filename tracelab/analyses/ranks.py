@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..model import EventKind, Timeline
+from ..model.grouping import sorted_unique
 from .collectives import Collectives, match_collectives
 from .distinct import distinct_codes
 from .intervals import covered_length, merge
@@ -237,7 +238,7 @@ def rank_heatmap(
     ev = timeline.events
     gpu = np.flatnonzero(np.isin(ev["kind"].to_numpy(), _GPU_KINDS))
     rank_col = ev["rank"].to_numpy()[gpu]
-    ranks = sorted({int(r) for r in np.unique(rank_col).tolist()})
+    ranks = sorted({int(r) for r in sorted_unique(rank_col).tolist()})
     if not ranks:
         z = np.zeros((0, 0))
         return RankHeatmap((), "time", (), z.astype(np.int64), z.astype(np.int64), z, z.astype(np.int64))

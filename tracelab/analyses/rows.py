@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model import EventKind, Flag, Timeline
 from ..model.api_names import is_comm_name
+from ..model.grouping import sorted_unique
 from .intervals import merge
 from .memo import column, memo
 
@@ -138,7 +139,7 @@ def ranks_of(timeline: Timeline) -> tuple[int, ...]:
         lo, hi = int(rank.min()), int(rank.max())
         if lo == hi:
             return (lo,)
-        return tuple(int(r) for r in np.unique(rank))
+        return tuple(int(r) for r in sorted_unique(rank))
 
     return memo(timeline, "ranks_of", compute)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..model import Timeline
+from ..model.grouping import sorted_unique
 from .steps import Steps, find_steps
 from .units import fmt_ns
 
@@ -111,7 +112,7 @@ def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[
         lo_rel, hi_rel = scope.window_ns
         lo = np.full(rank.size, origin + lo_rel, dtype=np.int64)
         hi = np.full(rank.size, origin + min(hi_rel, OPEN_END), dtype=np.int64)
-        ranges = {int(r): (origin + lo_rel, origin + hi_rel) for r in np.unique(rank).tolist()}
+        ranges = {int(r): (origin + lo_rel, origin + hi_rel) for r in sorted_unique(rank).tolist()}
         clipped = _clip(timeline, lo, hi)
         inside = _steps_inside(steps, ranges)
         end_text = "the end" if hi_rel >= OPEN_END else f"+{fmt_ns(hi_rel)}"

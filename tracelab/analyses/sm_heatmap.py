@@ -9,6 +9,7 @@ import numpy as np
 
 from tracelab.model import Timeline
 
+from ..model.grouping import sorted_unique
 from .sm_partitions import NONE_PARTITION, LaneSource
 from .sm_time import _lanes
 
@@ -87,7 +88,7 @@ def sm_grid(
     hi = dev.span[1] if t1 is None else int(t1)
     if hi <= lo:
         hi = lo + 1
-    edges = np.unique(np.linspace(lo, hi, max(int(bins), 1) + 1).round().astype(np.int64))
+    edges = sorted_unique(np.linspace(lo, hi, max(int(bins), 1) + 1).round().astype(np.int64))
     n_sm = max(dev.sm_count, int(lanes["sm_last"].max()) + 1 if len(lanes) else 0)
     cover = _range_bin_coverage(
         lanes["sm_first"].to_numpy(),

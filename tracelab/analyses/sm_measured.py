@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..model.grouping import sorted_unique
 from .sm_partitions import SM_LANE_COLUMNS, _Device
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _instrumented(dev: _Device) -> np.ndarray:
     k_name = k["name"]
     b_name = dev.blocks["name"].to_numpy()
     b_start = dev.blocks["start"].to_numpy()
-    for nid in np.unique(b_name):  # one pass per probed kernel name
+    for nid in sorted_unique(b_name):  # one pass per probed kernel name
         rows = np.flatnonzero(k_name == nid)
         if not len(rows):
             continue
@@ -76,7 +77,7 @@ def _instrumented(dev: _Device) -> np.ndarray:
         idx = np.searchsorted(ks, bs, side="right") - 1
         hit = idx >= 0
         hit[hit] = bs[hit] <= ke[idx[hit]]
-        out[rows[np.unique(idx[hit])]] = True
+        out[rows[sorted_unique(idx[hit])]] = True
     return out
 
 

@@ -14,6 +14,7 @@ from tracelab.analyses.memo import column
 from tracelab.analyses.occupancy import device_sm_count
 from tracelab.analyses.rows import rows_of_device
 from tracelab.model import EventKind, Timeline
+from tracelab.model.grouping import sorted_unique
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,7 +128,7 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
     if dev.blocks is not None:
         b = dev.blocks
         for g, sms in b.groupby("green_context")["sm"]:
-            measured_sms[int(g)] = np.unique(sms.to_numpy())
+            measured_sms[int(g)] = sorted_unique(sms.to_numpy())
         ids.update(g for g in measured_sms if g >= 0)
     sm_total = dev.sm_count
     sizes: dict[int, tuple[int, bool]] = {}

@@ -10,6 +10,7 @@ import numpy as np
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.model import Timeline
 
+from ..model.grouping import sorted_unique
 from .distinct import distinct_codes
 from .memo import memo
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
@@ -146,8 +147,13 @@ def _level_functions(
         raw[porder] = _group_cumsum(d[porder], p[porder])
         cap = caps[p]
     clipped = np.minimum(raw, cap)
-    prev = np.minimum(raw - d, cap)
-    dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
+    if len(parts) <= 1:
+        # one running level: each row's level before it is the previous row's (0 before the first, and
+        # cap >= 1), so the clipped steps telescope and their running sum is `clipped` itself
+        dev_level = np.minimum(clipped, sm_total)
+    else:
+        prev = np.minimum(raw - d, cap)
+        dev_level = np.minimum(np.cumsum(clipped - prev), sm_total)
     per_part: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, g in enumerate(part_ids):
         if len(parts) == 1:  # every row is this partition's
@@ -213,7 +219,7 @@ def sm_utilization(
         return pd.DataFrame({c: [] for c in cols})
     if np.ndim(bins) == 0:
         edges = np.linspace(dev.span[0], dev.span[1], int(bins) + 1).round().astype(np.int64)
-        edges = np.unique(edges)
+        edges = sorted_unique(edges)
     else:
         edges = np.asarray(bins, dtype=np.int64)
     t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)

@@ -15,13 +15,18 @@ import numpy as np
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """np.unique(values) for integers, bools or strings (not floats: NaNs would stay apart), by one sort:
-    faster here than numpy's hash-based unique on these columns, and without the import of numpy.ma
-    (~20 ms of start-up) that np.unique's first plain call makes."""
-    s = np.sort(np.asarray(values).reshape(-1))
-    if len(s) < 2:
+    """np.unique(values), by one sort for integers and booleans: without np.unique's check for a masked
+    array, which imports numpy.ma (~0.1 s, once per process)."""
+    v = np.asarray(values).reshape(-1)
+    if v.dtype.kind not in "iub":
+        return np.unique(v)
+    s = np.sort(v)
+    if s.size < 2:
         return s
-    return s[np.concatenate(([True], s[1:] != s[:-1]))]
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
@@ -33,6 +38,19 @@ def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
     return sorted_unique[pos] == values
 
 
+def _table_limit(n: int) -> int:
+    """The widest value range that is densified through a lookup table (else through a sort)."""
+    return max(1 << 16, 2 * n)
+
+
+def _by_table(offset: np.ndarray, width: int) -> tuple[np.ndarray, int]:
+    """Dense codes of int64 offsets in 0..width-1 through a table of `width` flags."""
+    present = np.zeros(width, dtype=bool)
+    present[offset] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return rank[offset], int(rank[-1]) + 1
+
+
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Order-preserving dense codes 0..k-1 of integer values, and k: equal values get equal codes and
     a smaller value a smaller code. A lookup table when the values span a small range, else a sort."""
@@ -42,34 +60,56 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
     lo, hi = int(values.min()), int(values.max())
     if lo == hi:
         return np.zeros(n, dtype=np.int64), 1
-    if hi - lo < max(1 << 16, 2 * n):
-        offset = values.astype(np.int64) - lo
-        present = np.zeros(hi - lo + 1, dtype=bool)
-        present[offset] = True
-        rank = np.cumsum(present, dtype=np.int64) - 1
-        return rank[offset], int(rank[-1]) + 1
+    if hi - lo < _table_limit(n):
+        return _by_table(values.astype(np.int64) - lo, hi - lo + 1)
+    uniq = sorted_unique(values)
+    if len(uniq) <= n // 8:  # few distinct values: a binary search each beats unique's inverse (a full argsort)
+        return np.searchsorted(uniq, values).astype(np.int64, copy=False), len(uniq)
     uniq, inverse = np.unique(values, return_inverse=True)
     return inverse.astype(np.int64).reshape(-1), len(uniq)
 
 
 def group_codes(keys: Iterable[np.ndarray]) -> tuple[np.ndarray, int]:
     """Dense ids of the rows' key tuples, numbered in lexicographic key order, and how many there are.
-    `keys` may be a generator (one key column alive at a time)."""
+    `keys` may be a generator (one key column alive at a time).
+
+    A key column that spans a narrow range is folded in as its offsets from its minimum (no pass to
+    make it dense), a wide one as its dense codes; the folded key is made dense (by a table) whenever
+    the next fold would pass the table's width, and once at the end. Offsets order like dense codes,
+    so the ids are the same as folding dense codes of every column."""
     code: np.ndarray | None = None
     bound = 1
+    n = 0
     for k in keys:
+        k = np.asarray(k)
         if code is None:
-            code = np.zeros(len(k), dtype=np.int64)
-        c, m = dense_codes(np.asarray(k))
-        if m <= 1:
+            n = len(k)
+            code = np.zeros(n, dtype=np.int64)
+        if n == 0:
+            continue
+        lo, hi = int(k.min()), int(k.max())
+        if lo == hi:
             continue  # a constant column splits nothing
-        if bound * m >= 1 << 62:  # keep the folded key in int64: make it dense first (then bound <= n)
-            code, bound = dense_codes(code)
-        code = code * m + c
+        limit = _table_limit(n)
+        if hi - lo < limit:
+            c, m = k.astype(np.int64) - lo, hi - lo + 1
+        else:
+            c, m = dense_codes(k)
+        if bound > 1 and bound * m > limit:  # keep the folded key narrow: make it dense first (then bound <= n)
+            code, bound = _by_table(code, bound) if bound <= limit else dense_codes(code)
+        if bound * m >= 1 << 62:  # pragma: no cover - only for billions of rows
+            raise OverflowError("too many distinct keys to fold into int64")
+        if bound > 1:
+            code *= m
+            code += c
+        else:
+            code = c
         bound *= m
     if code is None:
         return np.zeros(0, dtype=np.int64), 0
-    return dense_codes(code) if bound > 1 else (code, min(bound, len(code)))
+    if bound <= 1 or n == 0:
+        return code, min(bound, n)
+    return _by_table(code, bound) if bound <= _table_limit(n) else dense_codes(code)
 
 
 def first_rows(ids: np.ndarray, k: int) -> np.ndarray:

@@ -385,7 +385,13 @@ def _gpu_devices(cols: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
     used = dev >= 0
     if not used.any():
         return []
-    key = sorted_unique((cols["rank"][used].astype(np.int64) << 32) | dev[used].astype(np.int64))
+    rank, dev = np.asarray(cols["rank"])[used], dev[used]
+    r_lo, r_hi, d_hi = int(rank.min()), int(rank.max()), int(dev.max())
+    if r_lo >= 0 and (r_hi + 1) * (d_hi + 1) <= 1 << 20:  # small ids: count the pairs, no sort
+        width = d_hi + 1
+        seen = np.flatnonzero(np.bincount(rank.astype(np.int64) * width + dev, minlength=(r_hi + 1) * width))
+        return [(k // width, k % width) for k in seen.tolist()]
+    key = sorted_unique((rank.astype(np.int64) << 32) | dev.astype(np.int64))
     return [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in key.tolist()]
 
 

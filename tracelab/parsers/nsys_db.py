@@ -42,6 +42,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..errors import TraceFormatError
+from .nsys_btree import page_plan, read_pages
 
 try:  # the optional C reader (setup.py builds it; without a compiler the reference path reads alone)
     from . import _sqlite_columns as _fast
@@ -415,7 +416,9 @@ def fetch_int_columns(
 
     With the C reader (module docstring), each range is first read by it with the same expressions,
     table, NOT INDEXED, WHERE and bounds as plain rows (same rows in the same rowid order, no text in
-    between); a range it declines is read as above."""
+    between); a range it declines is read as above. Before it, when nsys_btree.page_plan finds the
+    query simple enough (plain integer columns, no WHERE), the b-tree page reader decodes the range from
+    the file's pages itself; a range it declines goes to the C reader."""
     use_fast = _fast is not None and db.fast is not None
     consts = {name: _constant(db, table, e, where, probe=not use_fast) for name, e in zip(names, exprs)}
     live = [(name, e) for name, e in zip(names, exprs) if consts[name] is None]
@@ -428,14 +431,20 @@ def fetch_int_columns(
         ranges = _rowid_ranges(db, t, lo, hi)
         sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
         rows_sql = f"SELECT {cols} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
+        plan = page_plan(db.conn, str(db.source) if db.source else None, table, [e for _, e in live], where) if use_fast else None
     except sqlite3.OperationalError as exc:  # a table without rowid: one pass
         if "interrupted" in str(exc):
             raise
+        plan = None
         ranges = [(0, 0)]
         sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
         rows_sql = f"SELECT {cols} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
 
     def chunk(conn: sqlite3.Connection, fast: object | None, a: int, b: int) -> tuple[int, list[np.ndarray]]:
+        if plan is not None:
+            got = read_pages(plan, a, b, db.deadline, max(1, min(b - a + 1, CHUNK_ROWS)))
+            if got is not None:
+                return got
         if fast is not None and live and _fast is not None:
             got = _fast.read(fast, rows_sql, a, b, nulls, db.deadline, max(1, min(b - a + 1, CHUNK_ROWS)))
             if got is not None:

@@ -102,8 +102,10 @@ def link_host_and_gpu(
     corr = cols["correlation"]
     flags = cols["flags"]
     api = np.isin(kind, _API_KINDS) & (corr >= 0)
-    launched = np.isin(corr, corr[api]) if api.any() else np.zeros(len(kind), dtype=bool)
-    orphan = gpu & ~launched
+    orphan = gpu.copy()
+    if api.any():  # GPU work whose correlation id no launch carries (looked up for the GPU rows only)
+        rows = np.flatnonzero(gpu)
+        orphan[rows] = ~np.isin(corr[rows], corr[api])
     flags[orphan] |= Flag.ORPHAN
     n_orphan = int(orphan.sum())
     if has_api and n_orphan:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import EVENT_COLUMNS, EventKind
+from ..model.grouping import sorted_unique
 from ..model.kinds import OS_CALL_CATEGORY
 from ..model.timeline import DEFAULTS
 from .nsys_db import NsysDb, col_or, fetch_int_columns
@@ -99,7 +100,7 @@ def keep_os_calls_of_host_threads(
     n = sum(len(d) for d in dropped)
     if n == 0:
         return parts, []
-    threads = int(np.unique(np.concatenate(dropped)).size)
+    threads = int(sorted_unique(np.concatenate(dropped)).size)
     note = (f"{n} OS runtime call{'s' * (n != 1)} on {threads} thread{'s' * (threads != 1)} without CUDA calls or "
             "NVTX ranges left out (helper threads)")
     return out, [note]

@@ -63,17 +63,21 @@ def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     having = {k: [(part.pop(k), slot) for part, slot in zip(parts, slots) if k in part] for k in keys}
 
     def fill(key: str) -> np.ndarray | None:
-        # int32 model columns stay int64 here: validate_columns checks their range before the cast
-        dtype = "int64" if key in _WIDE else EVENT_COLUMNS.get(key, "int64")
         default = DEFAULTS.get(key, -1)
         mine = having.pop(key)
         if not mine and key not in _ALWAYS:
             return None  # build_timeline fills the default
+        ranges = [(int(v.min()), int(v.max())) if len(v) else (default, default) for v, _ in mine]
+        dtype = EVENT_COLUMNS.get(key, "int64")
+        # int32 model columns stay int64 here when a value is out of their range: validate_columns
+        # reports those before the cast (launch attributes in range are merged as int32 at once)
+        if key in _WIDE and (key == "device" or any(lo < -1 or hi >= 1 << 31 for lo, hi in ranges)):
+            dtype = "int64"
         filled = len(mine) < len(parts)
         col = np.full(n, default, dtype=dtype) if filled else np.empty(n, dtype=dtype)
-        for values, slot in mine:
-            if len(values) and values.min() == values.max():
-                if not (filled and values[0] == default):
+        for (values, slot), (lo, hi) in zip(mine, ranges):
+            if len(values) and lo == hi:
+                if not (filled and lo == default):
                     col[slot] = values[0]
             else:
                 col[slot] = values

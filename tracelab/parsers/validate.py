@@ -158,6 +158,8 @@ def validate_columns(
         if c not in cols or not np.ndim(cols[c]):
             continue
         arr = np.asarray(cols[c])
+        if not arr.size or (int(arr.min()) >= -1 and int(arr.max()) < INT32_LIMIT):
+            continue  # all in range (e.g. already int32 without values below -1)
         bad = (arr < -1) | (arr >= INT32_LIMIT)
         if bad.any():
             rows = np.flatnonzero(bad)

@@ -13,13 +13,16 @@ width); the only Python loops run per chunk x column, never per event.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..model.grouping import sorted_unique
 from ..model.timeline import DEFAULTS, EVENT_COLUMNS
 
 CHUNK_EVENTS = 4096
@@ -46,10 +49,21 @@ class Chunks:
     blobs: list[bytes]
 
 
+PARALLEL_MIN_EVENTS = 200_000  # below this, encoding the columns one after the other is as fast
+
+
 def encode(
-    ev: pd.DataFrame, columns: Sequence[str], size: int | None = None, compress: bool = False
+    ev: pd.DataFrame,
+    columns: Sequence[str],
+    size: int | None = None,
+    compress: bool = False,
+    workers: int | None = None,
 ) -> Chunks:
-    """Cut `ev` (Timeline.events) into per-lane chunks of `columns` ("seq" = the row in ev)."""
+    """Cut `ev` (Timeline.events) into per-lane chunks of `columns` ("seq" = the row in ev).
+
+    The columns are encoded independently, on `workers` threads (default: up to 4 cores for
+    PARALLEL_MIN_EVENTS events or more; numpy releases the GIL while it gathers, reduces and narrows),
+    and each chunk's blob is then joined in column order: the bytes do not depend on `workers`."""
     size = size or CHUNK_EVENTS
     n = len(ev)
     lane = ev["lane"].to_numpy()
@@ -72,7 +86,6 @@ def encode(
     ncol = len(columns)
     bases = np.zeros((nchunk, ncol), np.int64)
     widths = np.zeros((nchunk, ncol), np.uint8)
-    pieces: list[list[bytes]] = [[] for _ in range(nchunk)]
     if nchunk:
         kind_bits = np.left_shift(1, kind_bit(ev["kind"].to_numpy()[order].astype(np.int64)))
         kinds = np.bitwise_or.reduceat(kind_bits, bounds)
@@ -80,9 +93,10 @@ def encode(
         dur_max = np.maximum.reduceat(end_s - start_s, bounds)
     else:
         kinds = end_max = dur_max = np.zeros(0, np.int64)
-    for j, c in enumerate(columns):
-        if not nchunk:
-            break
+
+    def column(j: int) -> list[bytes | None] | None:
+        """Column j's base and width per chunk (into bases / widths) and its payload per chunk."""
+        c = columns[j]
         if c == "seq":
             a = order.astype(np.int64, copy=False)
         elif c == "end":
@@ -94,7 +108,7 @@ def encode(
             lo_v, hi_v = col.min(), col.max()
             if lo_v == hi_v:  # constant over the run: no gather, no payload
                 bases[:, j] = int(lo_v)
-                continue
+                return None
             a = col[order]
         # native dtype throughout: offsets wrap modulo 2**bits like the range does, and a width
         # never exceeds the itemsize, so the narrowed low bits are exact
@@ -104,19 +118,34 @@ def encode(
         w = byte_widths(rng)
         bases[:, j] = mn
         widths[:, j] = w
-        present = np.unique(w[w > 0])
+        present = sorted_unique(w[w > 0])
         if not len(present):
-            continue
+            return None
+        out: list[bytes | None] = [None] * nchunk
         rel = a.view(unsigned) - np.repeat(mn, counts).view(unsigned)
         for width in present.tolist():
             narrow = rel if rel.dtype.itemsize == width else rel.astype(_UINT[width])
             for i in np.flatnonzero(w == width).tolist():
-                pieces[i].append(narrow[bounds[i] : ends[i]].tobytes())
+                out[i] = narrow[bounds[i] : ends[i]].tobytes()
+        return out
+
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 4) if n >= PARALLEL_MIN_EVENTS else 1
+    if not nchunk:
+        payloads: list[list[bytes | None] | None] = []
+    elif workers > 1:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="store-encode") as pool:
+            payloads = list(pool.map(column, range(ncol)))
+    else:
+        payloads = [column(j) for j in range(ncol)]
     codec = bytes([CODEC_ZLIB if compress else CODEC_RAW])
     blobs = []
+    live = [p for p in payloads if p is not None]
     for i in range(nchunk):
-        body = b"".join([bases[i].tobytes(), widths[i].tobytes(), *pieces[i]])
-        pieces[i] = []  # the blob replaces its pieces: peak memory stays one copy
+        pieces = [p[i] for p in live if p[i] is not None]
+        for p in live:  # the blob replaces its pieces: peak memory stays one copy
+            p[i] = None
+        body = b"".join([bases[i].tobytes(), widths[i].tobytes(), *pieces])
         blobs.append(codec + (zlib.compress(body, 1) if compress else body))
     return Chunks(
         lane=lane_s[bounds] if nchunk else np.zeros(0, np.int64),

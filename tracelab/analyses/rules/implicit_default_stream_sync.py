@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...model import EventKind
+from ...model.grouping import sorted_unique
 from ..intervals import union_length
 from ..results import Finding
 from .base import FindingContext, Rule, join_places, window
@@ -148,9 +149,9 @@ def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
         where=join_places(places),
         data={
             "handoffs": evidence,
-            "legacy_streams": np.unique(h["legacy_stream"]).tolist(),
-            "held_streams": np.unique(h["held_stream"]).tolist(),
-            "waited_for_streams": np.unique(h["waited_for_stream"]).tolist(),
+            "legacy_streams": sorted_unique(h["legacy_stream"]).tolist(),
+            "held_streams": sorted_unique(h["held_stream"]).tolist(),
+            "waited_for_streams": sorted_unique(h["waited_for_stream"]).tolist(),
             **window(int(h["y_end"][0]), int(h["z_start"][0])),
         },
     )

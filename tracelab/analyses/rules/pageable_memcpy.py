@@ -7,9 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from tracelab.model.grouping import sorted_unique
-
 from ...model import CopyKind, MemKind
+from ...model.grouping import sorted_unique
 from ..results import Finding
 from .base import FindingContext, Rule, count_places, memcpy_rows, severity, window
 

@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from tracelab.model.grouping import sorted_unique
-
 from ...model import CopyKind, MemKind
+from ...model.grouping import sorted_unique
 from ..results import Finding
 from ..rows import positions_by
 from .base import FindingContext, NotEvaluated, Rule, memcpy_rows, severity, step_of, window
@@ -69,8 +68,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
             "steps": n_steps,
             "steps_with_sync": int(steps_with.size),
             "wasted_ns": w,
-            "steps_with_dtoh_copy": int(np.unique(step_copy[step_copy >= 0]).size),
-            "steps_with_sync_call": int(np.unique(step_blk[step_blk >= 0]).size),
+            "steps_with_dtoh_copy": int(sorted_unique(step_copy[step_copy >= 0]).size),
+            "steps_with_sync_call": int(sorted_unique(step_blk[step_blk >= 0]).size),
             "first_step": int(steps_with[0]),
             "last_step": int(steps_with[-1]),
         })
