@@ -34,7 +34,7 @@ from tracelab.model import Timeline
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 
 # the rest of `kineto._Parsed`'s attributes is per-file state (counters, flags, first examples)
-_NOT_STATE = ("ids", "strings", "parts", "_pool", "_pending")
+_NOT_STATE = ("ids", "strings", "parts", "_pool", "_pending", "columns", "input_bytes", "_piece_bytes")
 
 # where the time of the last parallel load went (seconds), for benchmarks/bench_decode.py's model:
 # read_cut = main process reading, decompressing and cutting (minus waiting for workers); wait = main
