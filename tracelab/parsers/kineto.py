@@ -20,6 +20,7 @@ user_annotation -> NVTX_RANGE; gpu_user_annotation -> GPU_ANNOTATION on its stre
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
@@ -189,6 +190,26 @@ def _load_metadata(raw: bytes | None) -> dict:
     return obj
 
 
+SPLIT_MIN = 1 << 20  # pieces at least this long are scanned in two halves on two threads
+
+
+def _middle_boundary(piece: memoryview) -> int:
+    """Index of the '}' of a `},` followed by '{' (whitespace allowed) in the 64 kB before the middle of
+    the piece: a likely boundary between two events (the scanner confirms it); -1 if none."""
+    mid = len(piece) // 2
+    lo = max(1, mid - (1 << 16))
+    window = bytes(piece[lo : mid + 64])
+    hi = mid - lo
+    while (j := window.rfind(b"},", 0, hi + 1)) >= 0:
+        k = j + 2
+        while k < len(window) and window[k] in b" \t\r\n":
+            k += 1
+        if k < len(window) and window[k] == 0x7B:
+            return lo + j
+        hi = j - 1
+    return -1
+
+
 class _Parsed:
     """Accumulates column arrays chunk by chunk. `pipeline=True`: each chunk is scanned on a second
     thread (the C scanner runs without the GIL) while this thread turns the previous chunk into columns;
@@ -196,9 +217,14 @@ class _Parsed:
 
     def __init__(self, pipeline: bool = False, input_bytes: int = 0) -> None:
         self._pool: OneWorker | None = None
-        self._pending: Rows | None = None  # the last chunk read, not yet turned into columns
+        self._pool2: OneWorker | None = None  # scans the second half of a big piece beside _pool
+        self._halves = pipeline  # big pieces are scanned in two halves until halving fails twice
+        self._halves_failed = 0
+        self._pending: list[Rows] = []  # the last piece read (or its halves), not yet turned into columns
         if pipeline and scanner_available():
             self._pool = OneWorker("tracelab-scan")
+            if (os.cpu_count() or 1) > 1:
+                self._pool2 = OneWorker("tracelab-scan-2")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
@@ -253,14 +279,58 @@ class _Parsed:
             rows = self._read(piece, scan(piece))
             self._process(rows)
             return rows.n
+        if self._halves and self._pool2 is not None and len(piece) >= SPLIT_MIN:
+            halves = self._scan_halves(piece)
+            if halves is not None:
+                self._pending = halves
+                return halves[0].n
         self._pool.submit(scan, piece)
         try:
             self._flush()  # the previous chunk's columns, while this one is scanned
         finally:
             got = self._pool.wait()  # always waited for: the caller reuses the piece's buffer
         rows = self._read(piece, got)
-        self._pending = rows
+        self._pending = [rows]
         return rows.n
+
+    def _scan_halves(self, piece: memoryview) -> list[Rows] | None:
+        """The piece scanned as two pieces, cut at an element boundary near its middle, on two threads
+        while this one turns the previous piece into columns: the scanner is the slower side of the
+        pipeline on 2 cores. The halves' rows are joined back into the piece's (`ColumnRows.followed_by`),
+        so the columns and string ids are the whole piece's. None when the cut or a half is declined (a
+        cut inside a string leaves the first half unterminated, which the strict scanner refuses): the
+        whole piece then goes the usual way, and after two such pieces halving stops for this file."""
+        assert self._pool is not None and self._pool2 is not None
+        cut = _middle_boundary(piece)
+        got: list[Any] = [None, None]
+        if cut > 0:
+            tail = piece[cut + 2 :]  # up to the piece's closing ']'
+            second = bytearray(len(tail) + 1)
+            second[0] = 0x5B
+            second[1:] = tail
+            tail.release()
+            keep = piece[cut + 1]
+            piece[cut + 1] = 0x5D  # the ',' after the first half's last element ends it, for the scan
+            try:
+                with piece[: cut + 2] as first:
+                    self._pool.submit(scan, first)
+                    self._pool2.submit(scan, memoryview(second))
+                    try:
+                        self._flush()
+                    finally:
+                        for i, pool in enumerate((self._pool, self._pool2)):
+                            try:
+                                got[i] = pool.wait()
+                            except Exception:  # noqa: BLE001 - a half the scanner refuses: the whole piece decides
+                                got[i] = None
+            finally:
+                piece[cut + 1] = keep
+        if got[0] is not None and got[1] is not None:
+            self._halves_failed = 0
+            return [got[0].followed_by(got[1])]  # one piece again: strings interned as the whole piece's
+        self._halves_failed += 1
+        self._halves = self._halves_failed < 2
+        return None
 
     @staticmethod
     def _read(piece: memoryview, scanned: Rows | None) -> Rows:
@@ -271,14 +341,15 @@ class _Parsed:
         return StructRows(decode(piece), Event, EMPTY_ARGS)  # declined by the scanner: msgspec decides
 
     def _flush(self) -> None:
-        if self._pending is not None:
-            rows, self._pending = self._pending, None
+        pending, self._pending = self._pending, []
+        for rows in pending:
             self._process(rows)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        for pool in (self._pool, self._pool2):
+            if pool is not None:
+                pool.close()
+        self._pool = self._pool2 = None
 
     def _process(self, rows: Rows) -> None:
         n = rows.n

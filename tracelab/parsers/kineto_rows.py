@@ -35,6 +35,9 @@ _DTYPES = {
 }
 
 
+_TEXT_COLUMNS = ("cat", "name", "sync", "pid_s", "tid_s")  # ids into the piece's string table (-1: none)
+
+
 def scanner_available() -> bool:
     return _scan is not None
 
@@ -179,6 +182,27 @@ class ColumnRows:
     ) -> None:
         self.n, self.table, self.cols, self.sel = n, table, cols, sel
         self._read: dict[str, np.ndarray] = {}
+
+    def followed_by(self, other: ColumnRows) -> ColumnRows:
+        """These rows then `other`'s (two consecutive pieces, both fresh from the scanner) as one piece's:
+        the columns concatenated, `other`'s string ids moved into this table (its new strings appended).
+        The parser reads ids only through the table, so this is the piece the two came from."""
+        assert self.sel is None and other.sel is None
+        index = {t: i for i, t in enumerate(self.table)}
+        table = list(self.table)
+        remap = np.empty(len(other.table) + 1, dtype=np.int32)
+        remap[-1] = -1  # "no string" stays -1 (it indexes this last slot)
+        for j, t in enumerate(other.table):
+            i = index.get(t)
+            if i is None:
+                i = index[t] = len(table)
+                table.append(t)
+            remap[j] = i
+        cols = {}
+        for k, x in self.cols.items():
+            y = other.cols[k]
+            cols[k] = np.concatenate([x, remap[y] if k in _TEXT_COLUMNS else y])
+        return ColumnRows(self.n + other.n, table, cols)
 
     def col(self, field: str) -> np.ndarray:
         """One column over the current rows (gathered once)."""

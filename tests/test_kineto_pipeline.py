@@ -1,8 +1,9 @@
-"""`ColumnAssembler` (pieces copied into growing columns as they are parsed) against the assembly it
-replaced, kept here as the reference: concatenate every part, sort by start (stable), scatter the sparse
-and kernel columns through the parts' row indices. Real traces, cut into many small pieces so the
-columns grow many times (with and without a first size estimate), give the same arrays, dtypes and
-column order."""
+"""The Kineto parser's pipeline, each part against what it replaced:
+- `ColumnAssembler` (pieces copied into growing columns as they are parsed) against the former assembly,
+  kept here as the reference: concatenate every part, sort by start (stable), scatter the sparse and
+  kernel columns through the parts' row indices. Real traces cut into many small pieces (so the columns
+  grow many times, with and without a first size estimate) give the same arrays, dtypes and order.
+- big pieces scanned in two halves on two threads against each piece scanned whole."""
 
 from __future__ import annotations
 
@@ -92,3 +93,56 @@ def test_the_parser_gives_the_same_timeline_with_and_without_the_estimate(monkey
     assert a.strings == b.strings and a.meta == b.meta
     for c in a.cols:
         assert a.cols[c].dtype == b.cols[c].dtype and np.array_equal(a.cols[c], b.cols[c]), c
+
+
+def _names_with_cuts(n: int, every: int) -> dict:
+    """Launches and kernels; every `every`-th kernel name holds `},{` text (a false boundary)."""
+    ev = []
+    for i in range(n):
+        t = 1000.0 + 10 * i
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": f"cudaLaunchKernel{i % 3}", "pid": 1, "tid": 2,
+                   "ts": t, "dur": 2.0, "args": {"correlation": i}})
+        name = f'k{i % 11}<"}},{{"ph":"X"}}, {{ {i}>' if i % every == 0 else f"kernel_{i % 13}"
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": t + 3, "dur": 4.0,
+                   "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i % 5, 1, 1]}})
+    return {"schemaVersion": 1, "traceEvents": ev, "deviceProperties": [{"id": 0, "name": "GPU"}]}
+
+
+@pytest.mark.parametrize("every", [1, 3, 10_000])
+def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monkeypatch, every):
+    """Pieces cut in two near the middle and scanned on two threads (joined back by
+    ColumnRows.followed_by), against each piece scanned whole; names full of `},{` make the middle cut
+    land inside strings, where the halves are refused and the whole piece decides."""
+    import json
+
+    from timeline_compare import assert_same_timeline
+
+    if not kineto.scanner_available():
+        pytest.skip("the C scanner is not built")
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_names_with_cuts(6000, every)))
+    monkeypatch.setattr(kineto, "BLOCK_SIZE", 1 << 15)
+    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 40)
+    whole = kineto.load_kineto(p)
+    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 12)
+    seen = []
+    scan_halves = kineto._Parsed._scan_halves
+
+    def counted(self, piece):
+        got = scan_halves(self, piece)
+        seen.append(got is not None)
+        return got
+
+    monkeypatch.setattr(kineto._Parsed, "_scan_halves", counted)
+    halves = kineto.load_kineto(p)
+    assert_same_timeline(halves, whole)
+    assert halves.meta == whole.meta
+    assert seen  # the halving was tried ...
+    if every == 10_000:
+        assert all(seen)  # ... and every piece was scanned in halves
+    for path in TRACES[:1] + [TRACES[2]]:
+        a = kineto.load_kineto(path)
+        monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 40)
+        b = kineto.load_kineto(path)
+        monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 12)
+        assert_same_timeline(a, b)
