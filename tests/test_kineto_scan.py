@@ -11,15 +11,14 @@ import gzip
 import json
 import os
 import pickle
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import sanitized
 from timeline_compare import assert_same_timeline
 
 from tracelab.errors import TracelabError
@@ -186,25 +185,9 @@ def test_edge_pieces_equal_the_msgspec_columns() -> None:
 def _sanitized_scanner(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """_kineto_scan.c built with AddressSanitizer + UBSan (halting on the first report), and the
     environment that loads it into a plain Python."""
-    cc = shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no gcc to build the sanitized scanner")
-    runtime = [[cc, f"-print-file-name={n}"] for n in ("libasan.so", "libubsan.so")]
-    libs = [subprocess.run(c, capture_output=True, text=True, check=True).stdout.strip() for c in runtime]
-    if not all(os.path.isabs(p) and os.path.exists(p) for p in libs):
-        pytest.skip("gcc has no ASan / UBSan runtime")
     out = tmp_path / "_kineto_scan.so"
-    flags = ["-shared", "-fPIC", "-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
-    flags += ["-fno-sanitize-recover=all", "-I", sysconfig.get_config_var("INCLUDEPY")]
-    subprocess.run([cc, *flags, str(SCANNER_C), "-o", str(out)], check=True)
-    env = dict(
-        os.environ,
-        LD_PRELOAD=" ".join(libs),
-        ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
-        PYTHONMALLOC="malloc",
-        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), str(Path(__file__).parent)]),
-    )
+    env = sanitized.build(SCANNER_C, out)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), str(Path(__file__).parent)])
     return out, env
 
 

@@ -5,17 +5,13 @@ it cannot read exactly; the same Timelines as the SQLite readers on the recorded
 from __future__ import annotations
 
 import lzma
-import os
 import random
-import shutil
 import sqlite3
-import subprocess
-import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import pytest
+import sanitized
 from timeline_compare import assert_same_timeline
 
 from tracelab.parsers import nsys_btree, nsys_db, nsys_read
@@ -251,26 +247,6 @@ print("read", total)
 def test_sanitized_reader(tmp_path: Path) -> None:
     """_sqlite_btree.c built with AddressSanitizer + UBSan (halting on the first report): buffers grown
     from every hint, declines, bad arguments, and hundreds of corrupted files."""
-    cc = shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no gcc to build the sanitized reader")
-    runtime = [[cc, f"-print-file-name={n}"] for n in ("libasan.so", "libubsan.so")]
-    libs = [subprocess.run(c, capture_output=True, text=True, check=True).stdout.strip() for c in runtime]
-    if not all(os.path.isabs(p) and os.path.exists(p) for p in libs):
-        pytest.skip("gcc has no ASan / UBSan runtime")
-    out = tmp_path / "_sqlite_btree.so"
-    flags = ["-shared", "-fPIC", "-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
-    flags += ["-fno-sanitize-recover=all", "-Wall", "-Wextra", "-I", sysconfig.get_config_var("INCLUDEPY")]
-    subprocess.run([cc, *flags, str(READER_C), "-o", str(out)], check=True)
-    env = dict(
-        os.environ,
-        LD_PRELOAD=" ".join(libs),
-        ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
-        PYTHONMALLOC="malloc",
-    )
-    child = [sys.executable, "-c", _SANITIZED_CHILD, str(out), str(tmp_path / "t.sqlite")]
-    res = subprocess.run(child, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
-    assert "ERROR: AddressSanitizer" not in res.stderr, res.stderr[-3000:]
+    env = sanitized.build(READER_C, tmp_path / "_sqlite_btree.so", "-Wall", "-Wextra")
+    res = sanitized.run_clean(_SANITIZED_CHILD, [str(tmp_path / "_sqlite_btree.so"), str(tmp_path / "t.sqlite")], env)
     assert "read 159996" in res.stdout, res.stdout
