@@ -211,8 +211,8 @@ def test_numpy_loads_with_one_blas_thread_and_the_setting_does_not_leak():
 
     assert threads_started("_one_blas_thread()") == "0 None"  # no BLAS thread; the variable is gone again
     assert threads_started("_one_blas_thread()", OPENBLAS_NUM_THREADS="3").endswith(" 3")  # the user's own kept
-    if (os.cpu_count() or 1) > 1:  # without it, numpy's OpenBLAS starts its threads at import
-        assert int(threads_started("open(os.devnull)").split()[0]) >= 1
+    # (without it, numpy's OpenBLAS starts a thread per core at import on this project's machine, one here;
+    # how many depends on the build and the machine, so that is not asserted)
 
 
 NOT_LOADED_BY_ANALYZE = (

@@ -34,7 +34,8 @@ from tracelab.model import Timeline
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 
 # the rest of `kineto._Parsed`'s attributes is per-file state (counters, flags, first examples)
-_NOT_STATE = ("ids", "strings", "parts", "_pool", "_pending", "columns", "input_bytes", "_piece_bytes")
+# (private attributes, the leading "_" ones, are the parser's machinery, never state to merge)
+_NOT_STATE = ("ids", "strings", "parts", "columns", "input_bytes")
 
 # where the time of the last parallel load went (seconds), for benchmarks/bench_decode.py's model:
 # read_cut = main process reading, decompressing and cutting (minus waiting for workers); wait = main
@@ -58,7 +59,7 @@ def _decode_piece(piece: bytes) -> tuple[Any, ...]:
     t0 = time.perf_counter()
     parsed = _Parsed()
     parsed.add_chunk(memoryview(piece))
-    state = {k: v for k, v in vars(parsed).items() if k not in _NOT_STATE}
+    state = {k: v for k, v in vars(parsed).items() if k not in _NOT_STATE and not k.startswith("_")}
     return parsed.parts, parsed.strings, state, time.perf_counter() - t0
 
 
