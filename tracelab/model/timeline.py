@@ -23,6 +23,7 @@ import numpy as np
 
 from .grouping import first_rows, group_codes, sorted_unique
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
+from .strings import remap_into
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -453,15 +454,7 @@ def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
     strings: list[str] = []
     remaps = []
     for tl in parts:
-        remap = np.empty(len(tl.strings) + 1, dtype=np.int32)
-        for i, s in enumerate(tl.strings):
-            sid = table.get(s)
-            if sid is None:
-                sid = table[s] = len(strings)
-                strings.append(s)
-            remap[i] = sid
-        remap[-1] = -1
-        remaps.append(remap)
+        remaps.append(remap_into(tl.strings, table, strings))
     merged: Columns = {}
     for c in EVENT_COLUMNS:
         if c == "lane":

@@ -44,6 +44,11 @@ def is_gzip(head: bytes) -> bool:
     return head[:2] == GZIP_MAGIC
 
 
+def is_compressed(head: bytes) -> bool:
+    """Whether a file starting with `head` is inflated as it is read (gzip or zstd)."""
+    return is_gzip(head) or head[:4] == ZSTD_MAGIC
+
+
 def _zstd_reader(raw):
     try:
         import zstandard

@@ -44,10 +44,11 @@ from tracelab.model.grouping import member, sorted_unique
 from tracelab.model.kinds import NO_STREAM
 
 from .background import OneWorker
+from .block_reader import is_compressed
 from .kineto_columns import ColumnAssembler, assemble
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
 from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scanner_available
-from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks
+from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, candidate_cut
 from .validate import (
     INT32_LIMIT,
     check_devices,
@@ -88,7 +89,6 @@ _ON_DEVICE = (*_GPU, int(EventKind.SYNC), int(EventKind.GPU_ANNOTATION))
 _WITH_CORRELATION = (*_GPU, int(EventKind.SYNC), int(EventKind.RUNTIME), int(EventKind.DRIVER))
 
 
-
 def _kind_lut(kinds: tuple[int, ...]) -> np.ndarray:
     """A table over the 256 int8 kind codes (read through `.view(np.uint8)`, so _DROP = -1 is 255):
     np.isin(kind, kinds) as one lookup per event."""
@@ -122,10 +122,9 @@ def load_kineto(
     path = Path(path)
     if not path.is_file():
         raise TraceFormatError("no such file", path)
-    raw_size = path.stat().st_size
     with open(path, "rb") as f:
-        plain = f.read(2) not in (b"\x1f\x8b", b"(\xb5")  # inflated size unknown for gzip / zstd
-    parsed = _Parsed(pipeline=True, input_bytes=raw_size if plain else 0)
+        plain = not is_compressed(f.read(4))  # the inflated size of gzip / zstd is unknown
+    parsed = _Parsed(pipeline=True, input_bytes=path.stat().st_size if plain else 0)
     chunks = EventChunks(path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress)
     try:
         for _ in chunks:
@@ -194,20 +193,14 @@ SPLIT_MIN = 1 << 20  # pieces at least this long are scanned in two halves on tw
 
 
 def _middle_boundary(piece: memoryview) -> int:
-    """Index of the '}' of a `},` followed by '{' (whitespace allowed) in the 64 kB before the middle of
-    the piece: a likely boundary between two events (the scanner confirms it); -1 if none."""
+    """Index of the '}' of the last `},` + '{' (whitespace allowed) in the 64 kB before the middle of the
+    piece: a likely boundary between two events, found as the stream's own cuts are (the scanner
+    confirms it); -1 if none."""
     mid = len(piece) // 2
     lo = max(1, mid - (1 << 16))
-    window = bytes(piece[lo : mid + 64])
-    hi = mid - lo
-    while (j := window.rfind(b"},", 0, hi + 1)) >= 0:
-        k = j + 2
-        while k < len(window) and window[k] in b" \t\r\n":
-            k += 1
-        if k < len(window) and window[k] == 0x7B:
-            return lo + j
-        hi = j - 1
-    return -1
+    window = bytes(piece[lo:mid])
+    cut = candidate_cut(window, 0, tries=len(window))
+    return lo + cut if cut >= 0 else -1
 
 
 class _Parsed:
@@ -458,10 +451,12 @@ class _Parsed:
             self.parts.append(cols)
             return
         if not self.columns.cap and self.input_bytes and self._piece_bytes:
-            # rows the whole file holds at this piece's density, plus a margin: the first buffers are
+            # rows the whole file holds at this density (the first piece's rows over the length of the
+            # piece read last: pieces are all about a block long), plus a margin: the first buffers are
             # that large (address space until filled), so a big file's columns rarely grow by copying
             self.columns.expected = int(len(cols["kind"]) * (self.input_bytes / self._piece_bytes) * 1.15) + 1024
         self.columns.add(cols)
+
     # -------------------------------------------------------------------------------------------
     def finish(self, path: Path, top: dict, rank: int | None) -> Timeline:
         self._flush()

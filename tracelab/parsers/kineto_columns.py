@@ -167,6 +167,15 @@ class ColumnAssembler:
     allocated uninitialized, so capacity not yet filled costs address space, not memory."""
 
     _GROWTH = 1.5
+    # every full column, in the order of the result: the main ones, then those filled at the rows that
+    # carry them (sparse, kernel, and the grid / block triples as three columns each)
+    _TRIPLES = tuple(f"{g}_{axis}" for g in ("grid", "block") for axis in "xyz")
+    _COLUMNS: tuple[tuple[str, Any], ...] = (
+        *_MAIN.items(),
+        *((c, t) for c, (_k, t) in _SPARSE.items()),
+        *((c, t) for c, (_k, t) in _KERNEL.items()),
+        *((c, np.int32) for c in _TRIPLES),
+    )
 
     def __init__(self, expected: int = 0) -> None:
         self.n = 0
@@ -174,19 +183,11 @@ class ColumnAssembler:
         self.expected = max(int(expected), 0)
         self.cols: dict[str, np.ndarray] = {}
 
-    def _names(self) -> list[tuple[str, Any]]:
-        return [
-            *_MAIN.items(),
-            *((c, t) for c, (_k, t) in _SPARSE.items()),
-            *((c, t) for c, (_k, t) in _KERNEL.items()),
-            *((f"{c}_{axis}", np.int32) for c in ("grid", "block") for axis in "xyz"),
-        ]
-
     def _reserve(self, need: int) -> None:
         if need <= self.cap:
             return
         cap = max(need, int(self.cap * self._GROWTH), self.expected if not self.cap else 0, 1024)
-        for c, t in self._names():
+        for c, t in self._COLUMNS:
             new = np.empty(cap, dtype=t)
             old = self.cols.get(c)
             if old is not None and self.n:
@@ -210,7 +211,7 @@ class ColumnAssembler:
             if rows is not None and key in part:
                 cols[c][lo + rows.astype(np.int64)] = part[key]
         krows = part.get("k_rows")
-        for c in (*_KERNEL, *(f"{g}_{axis}" for g in ("grid", "block") for axis in "xyz")):
+        for c in (*_KERNEL, *self._TRIPLES):
             cols[c][lo:hi] = -1
         if krows is not None and len(krows):
             at = lo + krows.astype(np.int64)
@@ -228,9 +229,9 @@ class ColumnAssembler:
         """The columns sorted by start (stable); the assembler is empty afterwards."""
         n = self.n
         if not self.cap:
-            out = {c: np.zeros(0, dtype=t) for c, t in self._names()}
+            out = {c: np.zeros(0, dtype=t) for c, t in self._COLUMNS}
         else:
-            out = {c: self.cols[c][:n] for c, _t in self._names()}
+            out = {c: self.cols[c][:n] for c, _t in self._COLUMNS}
         self.cols, self.n, self.cap = {}, 0, 0
         start = out["start"]
         if n and not (start[1:] >= start[:-1]).all():

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tracelab.model.strings import remap_into
+
 from .kineto_columns import checked_int, col, stream_from_tid, strs, take, triples
 
 try:  # the optional C fast path (setup.py builds it; without a compiler the parser uses msgspec alone)
@@ -188,16 +190,8 @@ class ColumnRows:
         the columns concatenated, `other`'s string ids moved into this table (its new strings appended).
         The parser reads ids only through the table, so this is the piece the two came from."""
         assert self.sel is None and other.sel is None
-        index = {t: i for i, t in enumerate(self.table)}
         table = list(self.table)
-        remap = np.empty(len(other.table) + 1, dtype=np.int32)
-        remap[-1] = -1  # "no string" stays -1 (it indexes this last slot)
-        for j, t in enumerate(other.table):
-            i = index.get(t)
-            if i is None:
-                i = index[t] = len(table)
-                table.append(t)
-            remap[j] = i
+        remap = remap_into(other.table, {t: i for i, t in enumerate(table)}, table)
         cols = {}
         for k, x in self.cols.items():
             y = other.cols[k]

@@ -166,7 +166,7 @@ class _KeyScanner:
         return None
 
 
-def _candidate_cut(buf: bytearray, lo: int, tries: int = 64) -> int:
+def candidate_cut(buf: bytes | bytearray, lo: int, tries: int = 64) -> int:
     """Index of the last '}' followed by ',' and then '{' (whitespace allowed): a likely boundary
     between two events; -1 if none. The decoder confirms it."""
     hi = len(buf)
@@ -299,7 +299,7 @@ class EventChunks:
                     f"an element of traceEvents is larger than {MAX_EVENT_BYTES >> 20} MB (refused)"
                 )
             if fast and (not eof or len(buf) - sep > (1 << 20)):
-                cut = _candidate_cut(buf, sep + 1)
+                cut = candidate_cut(buf, sep + 1)
                 if cut > sep:
                     try:
                         result = self._decode_range(buf, sep, cut + 1)
