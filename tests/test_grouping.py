@@ -24,14 +24,18 @@ def reference(cols):
     return ids, first
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(1, 6).flatmap(lambda k: st.lists(st.tuples(*[VALUES] * k), min_size=1, max_size=40)))
-def test_group_rows_matches_sorted_distinct_tuples(rows):
-    cols = [np.array(c, dtype=np.int64) for c in zip(*rows)]
+def assert_groups_as_reference(cols: list[np.ndarray]) -> None:
     ids, first = group_rows(cols)
     want_ids, want_first = reference(cols)
     assert ids.tolist() == want_ids
     assert first.tolist() == want_first
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda k: st.lists(st.tuples(*[VALUES] * k), min_size=1, max_size=40)))
+def test_group_rows_matches_sorted_distinct_tuples(rows):
+    cols = [np.array(c, dtype=np.int64) for c in zip(*rows)]
+    assert_groups_as_reference(cols)
 
 
 def test_many_wide_columns_compress_the_key():
@@ -41,10 +45,7 @@ def test_many_wide_columns_compress_the_key():
     cols[3][:2500] = cols[3][2500:]  # some repeated tuples
     for c in cols:
         c[:2500] = c[2500:]
-    ids, first = group_rows(cols)
-    want_ids, want_first = reference(cols)
-    assert ids.tolist() == want_ids
-    assert first.tolist() == want_first
+    assert_groups_as_reference(cols)
 
 
 def test_mixed_dtypes_narrow_and_wide_columns():
@@ -65,10 +66,7 @@ def test_mixed_dtypes_narrow_and_wide_columns():
     cols[3][: n // 2] = cols[3][n // 2 :]
     for k in range(1, len(cols) + 1):
         for sub in (cols[:k], cols[-k:]):
-            ids, first = group_rows(sub)
-            want_ids, want_first = reference(sub)
-            assert ids.tolist() == want_ids
-            assert first.tolist() == want_first
+            assert_groups_as_reference(sub)
 
 
 def test_sorted_unique_is_np_unique():

@@ -206,17 +206,8 @@ def test_fixtures_same_timeline_and_pages_used(name: str, tmp_path: Path, monkey
 
 
 READER_C = Path(__file__).resolve().parents[1] / "tracelab" / "parsers" / "_sqlite_btree.c"
-_SANITIZED_CHILD = """
-import importlib.util, random, sqlite3, sys, time
-spec = importlib.util.spec_from_file_location("_sqlite_btree", sys.argv[1])
-pages = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pages)
-path = sys.argv[2]
-conn = sqlite3.connect(path)
-conn.execute("CREATE TABLE t (a INTEGER, b, c INTEGER)")
-conn.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, None if i % 3 else i * 7, -i) for i in range(50_000)])
-conn.execute("UPDATE t SET b = 'x' WHERE rowid = 40000")
-conn.commit()
+_SANITIZED_CHILD = sanitized.sample_table_child("_sqlite_btree", "pages") + """
+import random
 root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0]
 conn.close()
 spec = b"".join(int(v).to_bytes(8, sys.byteorder, signed=True) for v in (0, 0, 0, -1, 0, 1, 1, -1, 3, 0, 2, -1))

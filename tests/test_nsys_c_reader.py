@@ -291,17 +291,7 @@ def test_rowid_bounds_is_the_min_max_query(tmp_path):
 
 
 READER_C = Path(__file__).resolve().parents[1] / "tracelab" / "parsers" / "_sqlite_columns.c"
-_SANITIZED_CHILD = """
-import importlib.util, sqlite3, sys, time
-spec = importlib.util.spec_from_file_location("_sqlite_columns", sys.argv[1])
-fast = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fast)
-path = sys.argv[2]
-conn = sqlite3.connect(path)
-conn.execute("CREATE TABLE t (a INTEGER, b, c INTEGER)")
-conn.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, None if i % 3 else i * 7, -i) for i in range(50_000)])
-conn.execute("UPDATE t SET b = 'x' WHERE rowid = 40000")
-conn.commit()
+_SANITIZED_CHILD = sanitized.sample_table_child("_sqlite_columns", "fast") + """
 conn.close()
 h = fast.connect("file:" + path + "?mode=ro&immutable=1")
 nulls = (b"\\xff" * 8) * 3
