@@ -357,6 +357,33 @@ def test_second_writer_waits_for_the_first(tmp_path):
     assert done and a.get_run(done[0]).events == 100
 
 
+def test_import_alone_writes_through_a_rollback_journal_and_returns_to_wal(tmp_path):
+    """Alone on the store, an import is written once (rollback journal, no WAL copy) and the store is
+    in WAL mode again afterwards; with a reader open the import goes through the WAL, and the reader
+    sees the run once it is committed."""
+    from pathlib import Path
+
+    db = tmp_path / "j.db"
+    store = Store(db)
+    tl = _timeline(n=300)
+    store.import_timeline(tl, source_path="a", fingerprint=_fp("a"))
+    wal = Path(f"{db}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # nothing went through the WAL
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert not Path(f"{db}-journal").exists()
+
+    reader = Store(db, read_only=True)
+    assert len(reader.runs()) == 1
+    rid = store.import_timeline(_timeline(n=300, seed=2), source_path="b", fingerprint=_fp("b"))
+    assert wal.stat().st_size > 0  # the reader kept the import in the WAL
+    assert {r.id for r in reader.runs()} >= {rid} and len(reader.runs()) == 2
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    reader.close()
+    store.close()
+    again = Store(db, read_only=True)
+    assert [len(again.load(r.id).events) for r in sorted(again.runs(), key=lambda r: r.source)] == [300, 300]
+
+
 def test_window_boundaries(tmp_path):
     # kernels on one stream: [0,10) [10,10] (an instant) [10,20) [5,30) [20,20] [30,40)
     starts = np.array([0, 10, 10, 5, 20, 30])

@@ -371,6 +371,7 @@ def test_read_only_media_with_a_crashed_writers_wal(tmp_path, mounts):
     live = tmp_path / "live"
     live.mkdir()
     writer = Store(live / "t.db")
+    reader = Store(live / "t.db", read_only=True)  # an open reader keeps the import in the WAL
     rid = writer.import_timeline(synthetic_timeline(source="wal"), source_path="w", fingerprint="w" * 64)
     assert Path(f"{live / 't.db'}-wal").stat().st_size > 0  # the run is in the WAL, not yet in t.db
     snap = tmp_path / "snap"
@@ -378,6 +379,7 @@ def test_read_only_media_with_a_crashed_writers_wal(tmp_path, mounts):
     for suffix in ("", "-wal", "-shm"):
         shutil.copy2(f"{live / 't.db'}{suffix}", f"{snap / 't.db'}{suffix}")
     writer.close()
+    reader.close()
     ro = mounts.read_only(snap, tmp_path / "ro")
     runs = cli("runs", "--json", db=ro / "t.db")
     assert runs.returncode == 0, runs.stderr

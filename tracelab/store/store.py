@@ -211,6 +211,7 @@ class Store:
 
         tx = self._transaction()
         run_id = ""
+        rollback_journal = self._leave_wal()
         try:
             with tx:
                 run_id = self._write_run(timeline, source_path, fingerprint, name, replace, step)
@@ -224,7 +225,27 @@ class Store:
             elif run_id and tx.committed is not False and self._has_run(run_id):
                 raise StoreInterrupted(run_id) from None
             raise
+        finally:
+            if rollback_journal:
+                self._back_to_wal()
         return run_id
+
+    def _leave_wal(self) -> bool:
+        """Write an import through a rollback journal when no other connection has the store open:
+        in WAL mode a run's new pages are written twice (into the WAL, then copied into the file by the
+        checkpoint), through the journal once. SQLite refuses the switch at once while another
+        connection (a dashboard) is open, and the import then goes through the WAL, which lets that
+        reader go on reading. Returns whether it switched."""
+        try:
+            return self.conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+        except sqlite3.OperationalError:
+            return False
+
+    def _back_to_wal(self) -> None:
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error:  # a reader opened it meanwhile: the next connection switches it back
+            pass
 
     def _has_run(self, run_id: str) -> bool:
         try:
