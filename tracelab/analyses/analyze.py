@@ -10,9 +10,10 @@ from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
 from .findings import finding_notes
 from .gaps import Classification, FirstSeen, host_views, thread_first_seen
+from .parallel import run_each, threads_for
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
 from .rows import ranks_of
-from .rules import FindingContext, evaluate_all
+from .rules import RULES, FindingContext, collect, rule_tasks
 from .step_table import step_rows
 from .steps import Steps, find_steps
 
@@ -82,14 +83,26 @@ def analyze(
     rows = device_rows(timeline)
     if not rows:
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace")
-    hosts = host_views(timeline, first_seen)
-    devices = device_summaries(timeline, rows)
-    classified = Classification(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
-    gaps, gap_details = classified.gaps()
-    steps = find_steps(timeline) if steps is None else steps
+    threads = threads_for(timeline.n_events)
+    given_steps = steps
+
+    def host_side() -> tuple[dict, Classification, tuple]:
+        hosts = host_views(timeline, first_seen)
+        classified = Classification(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
+        return hosts, classified, classified.gaps()
+
+    def device_side() -> tuple[tuple, Steps]:
+        return device_summaries(timeline, rows), find_steps(timeline) if given_steps is None else given_steps
+
+    (hosts, classified, (gaps, gap_details)), (devices, steps) = run_each([host_side, device_side], threads)
     notes.extend(steps.notes)
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps, idle_source=classified.idle)
-    findings, skipped = evaluate_all(ctx, rule_options)
+    table, *outcomes = run_each(
+        [lambda: step_rows(timeline, steps, gaps), *rule_tasks(ctx, rule_options)],
+        threads,
+        first=[False, *(rule.long for rule in RULES)],
+    )
+    findings, skipped = collect(outcomes)
     notes.extend(finding_notes(skipped))
     meta = timeline.meta
     ranks = meta.ranks or ranks_of(timeline)
@@ -104,6 +117,6 @@ def analyze(
             StepInfo(rank=s.rank, index=s.index, start_ns=s.start_ns, end_ns=s.end_ns, source=s.source)
             for s in steps.steps
         ),
-        step_rows=step_rows(timeline, steps, gaps),
+        step_rows=table,
         gap_details=gap_details,
     )

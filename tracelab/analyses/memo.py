@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 _LOCK = threading.Lock()  # the dashboard calls from several threads
 _MEMOS: OrderedDict[int, tuple[weakref.ref, dict[Hashable, Any]]] = OrderedDict()
+_PENDING: dict[tuple[int, Hashable], threading.Event] = {}  # (memo dict, key) being computed -> done
 
 
 def _memos_of(timeline: Timeline) -> dict[Hashable, Any]:
@@ -39,14 +40,34 @@ def _memos_of(timeline: Timeline) -> dict[Hashable, Any]:
 
 
 def memo(timeline: Timeline, key: Hashable, compute: Callable[[], T]) -> T:
-    """compute(), once per (timeline, key)."""
+    """compute(), once per (timeline, key). A thread that asks while another computes the same key
+    waits for that result (analyze runs independent analyses on threads, and several of them need
+    the same device rows or SM time). Memos depend on each other only one way (an analysis's memo
+    may use a lower-level one, never the reverse), so the waits cannot form a cycle."""
     memos = _memos_of(timeline)
     with _LOCK:
         if key in memos:
             return memos[key]
-    value = compute()  # outside the lock: two threads may both compute, the results are equal
-    with _LOCK:
-        return memos.setdefault(key, value)
+        pending = _PENDING.get((id(memos), key))
+        if pending is None:
+            pending = _PENDING[(id(memos), key)] = threading.Event()
+            mine = True
+        else:
+            mine = False
+    if not mine:
+        pending.wait()
+        with _LOCK:
+            if key in memos:
+                return memos[key]
+        return memo(timeline, key, compute)  # the other thread's compute failed: try here
+    try:
+        value = compute()
+        with _LOCK:
+            return memos.setdefault(key, value)
+    finally:
+        with _LOCK:
+            del _PENDING[(id(memos), key)]
+        pending.set()
 
 
 def column(timeline: Timeline, name: str) -> np.ndarray:

@@ -3,15 +3,16 @@ rule is one new file here plus its test, no registry edit. See `base.py` for the
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..results import Finding
 from .base import FindingContext, NotEvaluated, Rule
 
-__all__ = ["RULES", "FindingContext", "NotEvaluated", "Rule", "evaluate_all", "rule_ids"]
+__all__ = ["RULES", "FindingContext", "NotEvaluated", "Rule", "collect", "evaluate_all", "rule_ids", "rule_tasks"]
 
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -41,14 +42,25 @@ def evaluate_all(
 ) -> tuple[tuple[Finding, ...], tuple[NotEvaluated, ...]]:
     """Every rule on ctx: the findings (most severe first, then by GPU time wasted) and the rules that
     could not be evaluated with why. `overrides` maps a rule id to option values replacing defaults."""
-    findings: list[Finding] = []
-    skipped: list[NotEvaluated] = []
-    for rule in RULES:
-        options = {**rule.options, **((overrides or {}).get(rule.id, {}))}
-        out = rule.evaluate(ctx, options)
-        if isinstance(out, Finding):
-            findings.append(out)
-        elif isinstance(out, NotEvaluated):
-            skipped.append(out)
+    return collect([task() for task in rule_tasks(ctx, overrides)])
+
+
+def rule_tasks(
+    ctx: FindingContext, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[Callable[[], Finding | NotEvaluated | None]]:
+    """One call per rule (in registry order) evaluating it on ctx: independent of each other, so a
+    caller may run them on several threads (`analyses.parallel.run_each`) and `collect` the outcomes."""
+    return [
+        functools.partial(rule.evaluate, ctx, {**rule.options, **((overrides or {}).get(rule.id, {}))})
+        for rule in RULES
+    ]
+
+
+def collect(
+    outcomes: Sequence[Finding | NotEvaluated | None],
+) -> tuple[tuple[Finding, ...], tuple[NotEvaluated, ...]]:
+    """The rules' outcomes (in registry order) as evaluate_all's (findings, not evaluated)."""
+    findings = [out for out in outcomes if isinstance(out, Finding)]
+    skipped = [out for out in outcomes if isinstance(out, NotEvaluated)]
     findings.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -f.wasted_ns, f.rule))
     return tuple(findings), tuple(skipped)

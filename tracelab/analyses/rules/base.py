@@ -93,6 +93,9 @@ class Rule:
     evaluate: Callable[[FindingContext, Mapping[str, Any]], Finding | NotEvaluated | None]
     options: Mapping[str, Any] = field(default_factory=dict)  # thresholds, with their defaults
     source: str = ""  # CUDA docs section / reference for the definition
+    # the rule does long work of its own (classifies idle intervals): when the rules run on several
+    # threads it starts first, so it does not run alone at the end (results are the same either way)
+    long: bool = False
 
 
 # ---- helpers shared by rules ------------------------------------------------------------------

@@ -113,6 +113,7 @@ RULE = Rule(
     title="the host waits for the GPU in most training steps",
     evaluate=evaluate,
     options={"min_steps": 3, "step_fraction": 0.8},
+    long=True,
     source=(
         'CUDA Runtime API, "API synchronization behavior" (which calls block the host); steps: '
         "tracelab.analyses.steps (marked or inferred)"

@@ -1,0 +1,84 @@
+"""Independent analyses of one big timeline, run side by side on threads.
+
+The analyses are pure functions of an immutable Timeline and spend their time in numpy calls that
+release the GIL on big arrays (sorts, searches, gathers, reductions), so two of them on two threads
+take about the time of the longer one. Results do not depend on the thread count: each task returns
+its own value and the caller combines them in a fixed order. Small timelines stay on one thread (the
+threads would cost more than they save)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+PARALLEL_MIN_EVENTS = 200_000  # below this, one thread is as fast
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it, e.g. under taskset)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_for(n_events: int) -> int:
+    """How many threads `run_each` should use for a timeline of n_events events."""
+    return 1 if n_events < PARALLEL_MIN_EVENTS else min(usable_cores(), 4)
+
+
+def run_each(tasks: Sequence[Callable[[], T]], threads: int, first: Sequence[bool] | None = None) -> list[T]:
+    """Every task's result, in the tasks' order. With threads > 1 the tasks are taken by this thread
+    and up to threads - 1 helper threads, each taking the next task when it is free: those marked in
+    `first` (the long ones) before the others, else in order. The first
+    error raised by a task is raised here once every started task has finished (no helper keeps
+    working on a half-built result after this returns); a KeyboardInterrupt on this thread is raised
+    at once (the helpers are daemon threads)."""
+    n = len(tasks)
+    if threads <= 1 or n <= 1:
+        return [task() for task in tasks]
+    order = sorted(range(n), key=lambda i: not first[i]) if first is not None else list(range(n))
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    next_task = [0]
+    caller = threading.current_thread()
+
+    def work() -> None:
+        while True:
+            with lock:
+                k = next_task[0]
+                if k >= n or errors:
+                    return
+                next_task[0] = k + 1
+            i = order[k]
+            try:
+                results[i] = tasks[i]()
+            except BaseException as exc:  # re-raised on the caller's thread below
+                with lock:
+                    errors.append(exc)
+                if threading.current_thread() is caller and not isinstance(exc, Exception):
+                    raise  # Ctrl-C: now, not after the helpers' tasks
+                return
+
+    helpers = [
+        threading.Thread(target=work, name=f"tracelab-analyze-{k}", daemon=True)
+        for k in range(min(threads, n) - 1)
+    ]
+    for h in helpers:
+        h.start()
+    work()
+    for h in helpers:
+        h.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def in_order(*steps: Callable[[], Any]) -> Callable[[], tuple[Any, ...]]:
+    """One task that runs `steps` one after the other and returns their results."""
+    return lambda: tuple(step() for step in steps)
