@@ -214,7 +214,12 @@ spec = b"".join(int(v).to_bytes(8, sys.byteorder, signed=True) for v in (0, 0, 0
 total = 0
 for hint in (1, 16, 1000, 1 << 30):
     n, bufs = pages.read(path, root, 1, 39_999, spec, time.monotonic() + 60, hint)
-    assert n == 39_999 and all(len(b) == 8 * n for b in bufs), n
+    assert n == 39_999 and all(memoryview(b).nbytes == 8 * n for b in bufs), n
+    views = [memoryview(b) for b in bufs]
+    del bufs  # each view keeps its column alive: the values stay readable (ASan would catch a free)
+    assert [int.from_bytes(v[8 * k : 8 * k + 8], sys.byteorder, signed=True) for v in views for k in (0, n - 1)]
+    views[0][:8] = views[0][8:16]  # writable, like the bytearray it replaced
+    del views
     total += n
     assert pages.read(path, root, 1, 50_000, spec, time.monotonic() + 60, hint) is None  # the text b
 assert pages.read(path, root, 1, 50_000, spec, time.monotonic() - 1, 1) is None
@@ -222,7 +227,8 @@ assert pages.read(path, root, 1, 10, spec[:16], time.monotonic() + 60, 1) is Non
 assert pages.read(path, root, 1, 10, b"", time.monotonic() + 60, 1) is None
 assert pages.read(path, 10**6, 1, 10, spec, time.monotonic() + 60, 1) is None
 assert pages.read(path + "-missing", root, 1, 10, spec, time.monotonic() + 60, 1) is None
-assert pages.read(path, root, 1, 0, spec, time.monotonic() + 60, 1) == (0, [bytearray()] * 3)
+empty = pages.read(path, root, 1, 0, spec, time.monotonic() + 60, 1)
+assert empty[0] == 0 and [bytes(memoryview(b)) for b in empty[1]] == [b""] * 3
 data = open(path, "rb").read()
 rnd = random.Random(5)
 for trial in range(300):

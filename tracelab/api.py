@@ -99,6 +99,7 @@ def store_timeline(
     """Save a parsed Timeline as a run of `store` in one transaction, with what the dashboard's first
     view of it reads (`tracelab.render.timeline_overview`: the whole-run timeline of a big run);
     returns the run id. DuplicateRun when the store holds this fingerprint already (unless `replace`)."""
+    from .analyses.parallel import in_background
     from .render.timeline_overview import overview_views
 
     return store.import_timeline(
@@ -108,7 +109,7 @@ def store_timeline(
         name=name,
         progress=progress,
         replace=replace,
-        views=overview_views(timeline),
+        views=in_background(lambda: overview_views(timeline)),  # computed while the events are written
     )
 
 

@@ -79,6 +79,28 @@ def run_each(tasks: Sequence[Callable[[], T]], threads: int, first: Sequence[boo
     return results
 
 
-def in_order(*steps: Callable[[], Any]) -> Callable[[], tuple[Any, ...]]:
-    """One task that runs `steps` one after the other and returns their results."""
-    return lambda: tuple(step() for step in steps)
+def in_background(fn: Callable[[], T]) -> Callable[[], T]:
+    """Start fn() on a daemon thread now; the returned call waits for its result (or raises its error).
+    A caller that fails before asking leaves the thread to finish on its own."""
+    done = threading.Event()
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # re-raised by the waiter on the caller's thread
+            box.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="tracelab-background", daemon=True).start()
+
+    def result() -> T:
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    return result
+

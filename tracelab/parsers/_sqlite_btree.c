@@ -3,7 +3,7 @@
  * without SQLite's virtual machine stepping every row and column (what _sqlite_columns.c does, ~50 ns
  * per value; here a few ns).
  *
- * read(path, root, lo, hi, spec, deadline, hint) -> None | (n, [bytearray] * ncols)
+ * read(path, root, lo, hi, spec, deadline, hint) -> None | (n, [Column] * ncols)
  *   Walks the table b-tree rooted at page `root` of the database file `path` in rowid order and, for
  *   every row with lo <= rowid <= hi, writes one int64 per output column. `spec` is 4 native int64 per
  *   output column: (op, a, b, null) where a and b are record field indexes:
@@ -24,6 +24,9 @@
  * what they give. The Python side (nsys_btree.py) only asks for columns whose values SQLite returns as
  * stored (no REAL affinity, no generated columns, not the rowid alias) and for queries without WHERE.
  * The GIL is released while it reads; it touches no Python object then.
+ *
+ * Each column comes back as a `Column`: a writable buffer (np.frombuffer reads it without a copy) that
+ * owns the array the reader filled, so the values are written once and never copied into a bytearray.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -59,6 +62,34 @@ typedef struct {
     int64_t *ftype; /* per field: serial type, and offset into the body */
     int64_t *foff;
 } Reader;
+
+/* An owning, writable buffer of int64 values (one output column). */
+typedef struct {
+    PyObject_HEAD
+    int64_t *data;
+    Py_ssize_t n;
+} Column;
+
+static int column_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Column *c = (Column *)self;
+    return PyBuffer_FillInfo(view, self, c->data, c->n * (Py_ssize_t)sizeof(int64_t), 0, flags);
+}
+
+static void column_dealloc(PyObject *self) {
+    free(((Column *)self)->data);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs column_as_buffer = {column_getbuffer, NULL};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sqlite_btree.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = column_dealloc,
+    .tp_as_buffer = &column_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "int64 values read from b-tree pages (a buffer: np.frombuffer(col, np.int64))",
+};
 
 static double monotonic_s(void) {
     struct timespec ts;
@@ -362,11 +393,16 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     list = PyList_New(r.ncols);
     if (!list) goto done;
     for (int j = 0; j < r.ncols; j++) {
-        PyObject *ba = PyByteArray_FromStringAndSize((const char *)cols[j], r.rows * (Py_ssize_t)sizeof(int64_t));
-        if (!ba) goto done;
-        PyList_SET_ITEM(list, j, ba);
-        free(cols[j]);
+        Column *c = PyObject_New(Column, &ColumnType);
+        if (!c) goto done;
+        if (r.rows < r.cap) { /* give the unused tail back (a shrinking realloc keeps the values) */
+            int64_t *p = realloc(cols[j], (size_t)(r.rows > 0 ? r.rows : 1) * sizeof(int64_t));
+            if (p) cols[j] = p;
+        }
+        c->data = cols[j];
+        c->n = r.rows;
         cols[j] = NULL;
+        PyList_SET_ITEM(list, j, (PyObject *)c);
     }
     out = Py_BuildValue("(nO)", r.rows, list);
 done:
@@ -377,7 +413,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"read", py_read, METH_VARARGS,
-     "read(path, root, lo, hi, spec, deadline, hint) -> None | (n, [bytearray]): int64 columns from b-tree pages"},
+     "read(path, root, lo, hi, spec, deadline, hint) -> None | (n, [Column]): int64 columns from b-tree pages"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -385,5 +421,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sqlite_btree", NULL
 
 PyMODINIT_FUNC PyInit__sqlite_btree(void) {
     init_sizes();
-    return PyModule_Create(&module);
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&ColumnType);
+    if (PyModule_AddObject(m, "Column", (PyObject *)&ColumnType) < 0) {
+        Py_DECREF(&ColumnType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -189,13 +189,14 @@ class Store:
         name: str | None = None,
         progress: Callable[[int, int], None] | None = None,
         replace: bool = False,
-        views: Mapping[str, bytes] | None = None,
+        views: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
     ) -> str:
         """Store a Timeline as a new run in ONE transaction; returns the run id. DuplicateRun if a run
         with this fingerprint exists. `progress(done, total)` is called as events are written (an
         exception raised there, or anywhere, rolls the whole import back). With replace, a run of the
         same content is replaced (same transaction; it keeps its id unless a name is given anew).
-        `views` (key -> bytes) are stored with the run in the same transaction (see `views`).
+        `views` (key -> bytes) are stored with the run in the same transaction (see `views`); a callable
+        is called for them once the events are written (a caller may compute them meanwhile).
         Ctrl-C that lands once COMMIT has completed raises StoreInterrupted(run_id): the run is stored."""
         existing = self.find_fingerprint(fingerprint)
         if existing and not replace:
@@ -215,8 +216,9 @@ class Store:
         try:
             with tx:
                 run_id = self._write_run(timeline, source_path, fingerprint, name, replace, step)
-                if views:
-                    self._write_views(run_id, views)
+                wanted = views() if callable(views) else views
+                if wanted:
+                    self._write_views(run_id, wanted)
         except KeyboardInterrupt:
             # Python delivers Ctrl-C when the C call returns, so it can land just after COMMIT: the
             # run is then stored. Ask the database rather than guess, so the CLI tells the truth.
