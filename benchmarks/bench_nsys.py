@@ -6,7 +6,9 @@
 Each run is a child process (so its peak RSS is its own) that prints one line per stage: wall seconds,
 events/s, and the CPU seconds of the process (user + sys, all threads), which are the steadier number
 on a shared machine; then the total of parse + fingerprint + store import + analyze, which is what
-`tracelab import` followed by `tracelab analyze` costs, its CPU seconds and the peak RSS.
+`tracelab import` followed by `tracelab analyze` costs, its CPU seconds and the peak RSS. The store
+import is `api.store_timeline`, as `tracelab import` calls it: the events and the dashboard's overview
+of the run (computed from the events, stored with them).
 `--baseline DIR` (another checkout, e.g. `git archive main | tar -x -C DIR`) runs the same stages with
 that code too, alternating with this checkout `--repeats` times, and prints, stage by stage, the best
 wall and CPU seconds of each side and their ratios, then the ratios of the best totals.
@@ -40,6 +42,7 @@ def _cpu() -> float:
 def child(path: Path) -> dict:
     """The stages, in this process, with the code on sys.path[0]."""
     from tracelab.analyses import analyze
+    from tracelab.api import store_timeline
     from tracelab.model import EventKind
     from tracelab.parsers import trace_fingerprint
     from tracelab.parsers.nsys import load_nsys_sqlite
@@ -60,7 +63,8 @@ def child(path: Path) -> dict:
     fp = stage("fingerprint", lambda: trace_fingerprint(path))
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "bench.db")
-        stage("store import", lambda: store.import_timeline(tl, source_path=path, fingerprint=f"{fp}-bench"))
+        # what `tracelab import` stores: the events and the dashboard's overview of the run
+        stage("store import", lambda: store_timeline(tl, store, source_path=path, fingerprint=f"{fp}-bench"))
         store.close()
     result = stage("analyze", lambda: analyze(tl))
     return {

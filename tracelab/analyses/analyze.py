@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -43,11 +43,10 @@ def analyze_scoped(
     """`analyze` restricted to `--steps A:B` or `--window START_US:END_US` (tracelab.analyses.scope):
     every figure covers that range; a note says what the figures cover (without a scope: how many steps
     and how much warm-up they include). BadInput for a bad or empty range."""
-    from .scope import scope_timeline
+    from .scope import scope_timeline, whole_run_note
 
-    if steps is None and window_us is None:
-        scoped, scoped_steps, note = scope_timeline(timeline, None, None)
-        return analyze(scoped, options, rule_options, steps=scoped_steps, scope_note=note)
+    if steps is None and window_us is None:  # the whole run: its steps are found with the other analyses
+        return analyze(timeline, options, rule_options, steps_note=whole_run_note)
     first_seen = thread_first_seen(timeline)
     start = int(timeline.col("start").min()) if timeline.n_events else None  # offsets stay run-relative
     scoped, scoped_steps, note = scope_timeline(timeline, steps, window_us)
@@ -65,14 +64,19 @@ def analyze(
     scope_note: str | None = None,
     first_seen: FirstSeen | None = None,
     run_start: int | None = None,
+    steps_note: Callable[[Steps], str] | None = None,
 ) -> Analysis:
     """Per-device busy/idle/overlap, idle gaps with causes, steps, the per-step table and findings
     (DESIGN.md definitions). `rule_options` overrides rule thresholds by rule id; `steps` (default:
     find_steps), `scope_note`, `first_seen` (host threads' first activity in the unscoped trace) and
-    `run_start` (the unscoped trace's first event) come from `analyze_scoped`."""
+    `run_start` (the unscoped trace's first event) come from `analyze_scoped`; so does `steps_note`, a note
+    made from the steps once they are found, placed where `scope_note` goes."""
     notes = list(timeline.meta.notes)
     if scope_note:
         notes.append(scope_note)
+    steps_note_at = len(notes)
+    # analyze_scoped's steps (steps_note) are those of the whole trace, orphans included
+    steps_of = timeline if steps_note is not None else None
     if run_start is None:
         run_start = int(timeline.col("start").min()) if timeline.n_events else None
     if options.exclude_orphans:
@@ -92,9 +96,12 @@ def analyze(
         return hosts, classified, classified.gaps()
 
     def device_side() -> tuple[tuple, Steps]:
-        return device_summaries(timeline, rows), find_steps(timeline) if given_steps is None else given_steps
+        found = given_steps if given_steps is not None else find_steps(steps_of or timeline)  # first: its
+        return device_summaries(timeline, rows), found  # temporaries are gone before the rest on one thread
 
-    (hosts, classified, (gaps, gap_details)), (devices, steps) = run_each([host_side, device_side], threads)
+    (devices, steps), (hosts, classified, (gaps, gap_details)) = run_each([device_side, host_side], threads)
+    if steps_note is not None:
+        notes.insert(steps_note_at, steps_note(steps))
     notes.extend(steps.notes)
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps, idle_source=classified.idle)
     table, *outcomes = run_each(

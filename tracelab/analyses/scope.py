@@ -104,7 +104,7 @@ def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[
     and a note saying what the figures cover. Scope None: the whole timeline, and a note saying how
     many steps and how much warm-up the figures include."""
     if scope is None:
-        return timeline, _whole_note(steps)
+        return timeline, whole_run_note(steps)
     ev = timeline.events
     rank = ev["rank"].to_numpy()
     origin = run_start(timeline)
@@ -199,7 +199,7 @@ def _source_text(steps: Steps) -> str:
     return "/".join(sources)
 
 
-def _whole_note(steps: Steps) -> str:
+def whole_run_note(steps: Steps) -> str:
     if not steps.steps:
         return "figures cover the whole trace (no steps found)"
     parts = []
