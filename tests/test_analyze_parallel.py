@@ -51,12 +51,36 @@ def test_threads_give_the_same_document_on_a_corpus_kineto_trace(monkeypatch):
     assert json.loads(one)["steps"]
 
 
-def test_big_timelines_use_the_cores_small_ones_one_thread(monkeypatch):
+def test_big_timelines_use_the_cores_small_and_huge_ones_one_thread(monkeypatch):
+    monkeypatch.delenv(parallel.THREADS_ENV, raising=False)
     monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
     assert parallel.threads_for(parallel.PARALLEL_MIN_EVENTS - 1) == 1
     assert parallel.threads_for(parallel.PARALLEL_MIN_EVENTS) == 2
+    assert parallel.threads_for(parallel.PARALLEL_MAX_EVENTS + 1) == 1  # memory first on the biggest
     monkeypatch.setattr(parallel, "usable_cores", lambda: 64)
-    assert parallel.threads_for(10**7) == 4
+    assert parallel.threads_for(parallel.PARALLEL_MAX_EVENTS) == 4
+    monkeypatch.setenv(parallel.THREADS_ENV, "1")
+    assert parallel.threads_for(parallel.PARALLEL_MAX_EVENTS) == 1
+    monkeypatch.setenv(parallel.THREADS_ENV, "not a number")
+    assert parallel.threads_for(parallel.PARALLEL_MAX_EVENTS) == 4
+
+
+def test_whole_run_analysis_has_the_warm_up_note_where_the_scoped_path_puts_it(tmp_path, monkeypatch):
+    """analyze_scoped without a scope finds the steps among the other analyses; its notes are those of
+    the explicit path (steps found first, whole-run note as the scope note)."""
+    from tracelab.analyses.analyze import analyze, analyze_scoped
+    from tracelab.analyses.scope import whole_run_note
+    from tracelab.analyses.steps import find_steps
+
+    timeline = _nsys(tmp_path, "train_plain_nsys")
+    steps = find_steps(timeline)
+    assert len(steps.steps) >= 3
+    explicit = analyze(timeline, steps=steps, scope_note=whole_run_note(steps))
+    for threads in (1, 2):
+        monkeypatch.setattr(analyze_module, "threads_for", lambda n, t=threads: t)
+        got = analyze_scoped(timeline)
+        assert got.notes == explicit.notes and whole_run_note(steps) in got.notes
+        assert got.steps == explicit.steps
 
 
 def test_run_each_returns_results_in_task_order_and_starts_long_tasks_first():
