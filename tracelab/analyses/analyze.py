@@ -14,6 +14,7 @@ from .parallel import run_each, threads_for
 from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
 from .rows import ranks_of
 from .rules import RULES, FindingContext, collect, rule_tasks
+from .sm_time import sm_summary
 from .step_table import step_rows
 from .steps import Steps, find_steps
 
@@ -95,11 +96,22 @@ def analyze(
         classified = Classification(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
         return hosts, classified, classified.gaps()
 
-    def device_side() -> tuple[tuple, Steps]:
-        found = given_steps if given_steps is not None else find_steps(steps_of or timeline)  # first: its
-        return device_summaries(timeline, rows), found  # temporaries are gone before the rest on one thread
+    def sm_time() -> None:  # memoized: device_summaries then finds it (or waits for it)
+        for dr in rows:
+            sm_summary(timeline, dr.rank, dr.device)
 
-    (devices, steps), (hosts, classified, (gaps, gap_details)) = run_each([device_side, host_side], threads)
+    # on one thread in this order (the steps' temporaries are gone before the rest, as the peak memory
+    # of the biggest traces wants); on several, the SM time and the host side start first
+    steps, _, devices, (hosts, classified, (gaps, gap_details)) = run_each(
+        [
+            lambda: given_steps if given_steps is not None else find_steps(steps_of or timeline),
+            sm_time,
+            lambda: device_summaries(timeline, rows),
+            host_side,
+        ],
+        threads,
+        first=[False, True, False, True],
+    )
     if steps_note is not None:
         notes.insert(steps_note_at, steps_note(steps))
     notes.extend(steps.notes)
