@@ -1,6 +1,7 @@
 """The optional C fast paths: the Kineto parser's scanner (tracelab/parsers/_kineto_scan.c) and the nsys
 reader's integer-column readers (tracelab/parsers/_sqlite_columns.c, linked with the system libsqlite3, and
-tracelab/parsers/_sqlite_btree.c, which decodes plain table pages itself).
+tracelab/parsers/_sqlite_btree.c, which decodes plain table pages itself), and the numpy allocator that
+reuses the pages of freed big arrays (tracelab/_pages.c).
 Everything else is in pyproject.toml. Without a C compiler (or without sqlite3.h) the build goes on
 without them and the parsers use their pure-Python reference paths."""
 
@@ -19,6 +20,12 @@ setup(
             sources=["tracelab/parsers/_sqlite_columns.c"],
             extra_compile_args=["-O2"],
             libraries=["sqlite3"],
+            optional=True,
+        ),
+        Extension(
+            "tracelab._pages",
+            sources=["tracelab/_pages.c"],
+            extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(

@@ -20,6 +20,7 @@ import pandas as pd
 
 from tracelab.analyses.results import Analysis, AnalysisOptions
 from tracelab.errors import BadInput, MissingDependency, UnknownRun
+from tracelab.memory import inherit
 from tracelab.model.timeline import Timeline
 from tracelab.sandbox import Budget
 from tracelab.store import RunRecord, Store
@@ -172,7 +173,7 @@ class AppState:
                 with self._background_lock:
                     self._background.discard(name)
 
-        threading.Thread(target=run, name=name, daemon=True).start()
+        threading.Thread(target=inherit(run), name=name, daemon=True).start()
 
     def peek(self, key: Any) -> Any:
         """A value `cached` holds under `key`, or None (never computes it)."""

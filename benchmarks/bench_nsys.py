@@ -40,7 +40,14 @@ def _cpu() -> float:
 
 
 def child(path: Path) -> dict:
-    """The stages, in this process, with the code on sys.path[0]."""
+    """The stages, in this process, with the code on sys.path[0]; with the reused pages of big arrays
+    when that code has them (`tracelab.memory`, installed by the `tracelab` command's import and analyze)."""
+    try:
+        from tracelab.memory import install
+    except ImportError:  # a baseline from before it
+        pass
+    else:
+        install()
     from tracelab.analyses import analyze
     from tracelab.api import store_timeline
     from tracelab.model import EventKind

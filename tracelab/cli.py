@@ -234,7 +234,9 @@ def prefetch(*modules: str) -> None:
             except Exception:  # noqa: BLE001, S110 - the main thread imports it again and reports
                 pass
 
-    thread = threading.Thread(target=run, name="tracelab-prefetch", daemon=True)
+    from .memory import inherit
+
+    thread = threading.Thread(target=inherit(run), name="tracelab-prefetch", daemon=True)
     thread.start()
     atexit.register(thread.join)
 
@@ -252,6 +254,15 @@ def _one_blas_thread() -> Iterator[None]:
         yield
     finally:
         os.environ.pop(_BLAS_THREADS, None)
+
+
+def reuse_pages() -> None:
+    """The batch commands (import, analyze, compare, report, export) keep the pages of freed big numpy
+    arrays for the next ones (`tracelab.memory`; not `serve`, a long-lived process that would hold them)."""
+    with _one_blas_thread():
+        from .memory import install
+
+        install()
 
 
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"
@@ -292,6 +303,8 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
             with _one_blas_thread():
                 from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
 
+                reuse_pages()
+
             prefetch(*_ANALYSIS_MODULES)
             with _Progress(path.name) as bar:
                 return _parse(path, bar.phase("parsing")), str(path)
@@ -304,6 +317,7 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
         raise BadInput(
             f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
         )
+    reuse_pages()
     return resolve(ref, Store(db, create=False, read_only=True))
 
 
@@ -437,6 +451,7 @@ def import_cmd(
         raise click.UsageError("--name needs a single PATH")
     store = open_store(ctx)
     ctx.meta[_IMPORTING] = True
+    reuse_pages()
     try:
         failed = _import_each(store, paths, name, replace, workers=workers, scheduler=scheduler)
     except BaseException:

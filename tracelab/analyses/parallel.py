@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ..memory import inherit
+
 T = TypeVar("T")
 
 PARALLEL_MIN_EVENTS = 200_000  # below this, one thread is as fast
@@ -77,7 +79,7 @@ def run_each(tasks: Sequence[Callable[[], T]], threads: int, first: Sequence[boo
                 return
 
     helpers = [
-        threading.Thread(target=work, name=f"tracelab-analyze-{k}", daemon=True)
+        threading.Thread(target=inherit(work), name=f"tracelab-analyze-{k}", daemon=True)
         for k in range(min(threads, n) - 1)
     ]
     for h in helpers:
@@ -104,7 +106,7 @@ def in_background(fn: Callable[[], T]) -> Callable[[], T]:
         finally:
             done.set()
 
-    threading.Thread(target=run, name="tracelab-background", daemon=True).start()
+    threading.Thread(target=inherit(run), name="tracelab-background", daemon=True).start()
 
     def result() -> T:
         done.wait()

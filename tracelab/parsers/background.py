@@ -17,7 +17,9 @@ class OneWorker:
     def __init__(self, name: str) -> None:
         self._todo: queue.SimpleQueue = queue.SimpleQueue()
         self._done: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        from tracelab.memory import inherit
+
+        self._thread = threading.Thread(target=inherit(self._run), name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -23,7 +23,7 @@ from tracelab.analyses.intervals import merge_grouped
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import LANE_COLUMNS, Timeline
 
-from .lod import DEFAULT_MAX_ITEMS, DEFAULT_WIDTH_PX, LodView, busy_bins, level_of_detail, segments
+from .lod import DEFAULT_MAX_ITEMS, DEFAULT_WIDTH_PX, LodView, busy_bins, fold, level_of_detail, segments
 from .timeline import MIN_TILE_NS, TileParts, gaps_in_window
 from .timeline_rows import (
     SmRows,
@@ -304,14 +304,33 @@ def window_view(
     `depth_cap[lane]`)."""
     ev = data.timeline(run_id).events
     start, end, lane = ev["start"].to_numpy(), ev["end"].to_numpy(), ev["lane"].to_numpy()
+    if t1 <= t0:
+        raise ValueError(f"empty window [{t0}, {t1})")
     hi = int(np.searchsorted(start, t1, side="left"))
-    s, e, ln = start[:hi], end[:hi], lane[:hi]
-    m = ((e > t0) | (s >= t0)) & (lane_rows[ln] >= 0) if len(shown) else np.zeros(hi, dtype=bool)
-    pos = np.flatnonzero(m)
-    rows = _nested_rows(ln[pos], ev["kind"].to_numpy()[pos], s[pos], e[pos], lane_rows, depth_cap)
-    narrow = pd.DataFrame({"start": s[pos], "end": e[pos], "row": rows, "pos": pos})
-    view = level_of_detail(narrow, t0, t1, n_rows, width_px=data.width_px, max_items=data.max_items)
-    return _full_items(view, ev)
+    lo = int(np.searchsorted(start, t0, side="left"))  # from here on every event starts in the window
+    shown_lane = lane_rows >= 0
+    if not len(shown):
+        pos: np.ndarray | None = np.zeros(0, np.int64)
+    else:
+        early = np.flatnonzero(end[:lo] > t0)  # started before t0, still running
+        pos = None if not len(early) else np.concatenate([early, np.arange(lo, hi)])
+        if not shown_lane.all():
+            pos = np.arange(lo, hi) if pos is None else pos
+            pos = pos[shown_lane[lane[pos]]]
+    # the window's events: a slice of the columns when they are one run of rows (no copies)
+    take: slice | np.ndarray = slice(lo, hi) if pos is None else pos
+    s, e, ln = start[take], end[take], lane[take]
+    rows = _nested_rows(ln, ev["kind"].to_numpy()[take], s, e, lane_rows, depth_cap)
+    if len(rows) and int(rows.max()) >= n_rows:  # no row to draw them on
+        ok = np.flatnonzero(rows < n_rows)
+        pos = (np.arange(lo, hi) if pos is None else pos)[ok]
+        s, e, rows = s[ok], e[ok], rows[ok]
+    wide, bins = fold(s, e, rows, None, t0, t1, n_rows, width_px=data.width_px, max_items=data.max_items)
+    at = wide + lo if pos is None else pos[wide]
+    items = ev.iloc[at].assign(row=rows[wide], pos=at)
+    return LodView(
+        t0=int(t0), t1=int(t1), width_px=int(data.width_px), items=items, bins=bins, events_in_window=len(s)
+    )
 
 
 def _nested_rows(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..memory import pool_initializer
 from ..model.grouping import sorted_unique
 from ..model.timeline import DEFAULTS, EVENT_COLUMNS
 
@@ -134,7 +135,9 @@ def encode(
     if not nchunk:
         payloads: list[list[bytes | None] | None] = []
     elif workers > 1:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="store-encode") as pool:
+        with ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="store-encode", initializer=pool_initializer()
+        ) as pool:
             payloads = list(pool.map(column, range(ncol)))
     else:
         payloads = [column(j) for j in range(ncol)]
