@@ -575,3 +575,25 @@ def test_kernel_agreement_shares_a_contended_partition():
     assert k.measured_sm_ns == 66 * 10_000 and k.estimated_sm_ns == 132 * 10_000
     assert k.relative_error == pytest.approx(1.0)
     assert k.shared_estimated_sm_ns == pytest.approx(66 * 10_000) and abs(k.shared_relative_error) < 1e-9
+
+
+@pytest.mark.parametrize("probe", [False, True])
+def test_sm_time_after_the_lanes_equals_sm_time_alone(probe):
+    """The dashboard's SM lanes hand their estimate to the analysis's SM time (memo.hand_over): the
+    summary is the one computed from scratch on another copy of the timeline, and the estimate is
+    taken once (not kept for the timeline's life)."""
+    from tracelab.analyses import memo
+
+    first, alone = green_run(probe=probe), green_run(probe=probe)
+    for tl in (first, alone):
+        assert tl.devices
+    d = first.devices[0]
+    key = ("hand_over", ("sm_estimated", d.rank, d.device, "auto"))
+    lanes, src = sm.sm_lanes(first, d.rank, d.device)
+    assert src == ("measured" if probe else "estimated")
+    assert len(lanes) and (key in memo._memos_of(first)) == (src == "estimated")
+    assert sm.sm_summary(first, d.rank, d.device) == sm.sm_summary(alone, d.rank, d.device)
+    assert key not in memo._memos_of(first)
+    # lanes asked for after the SM time leave nothing behind
+    sm.sm_lanes(first, d.rank, d.device)
+    assert key not in memo._memos_of(first)

@@ -70,6 +70,30 @@ def memo(timeline: Timeline, key: Hashable, compute: Callable[[], T]) -> T:
         pending.set()
 
 
+def hand_over(timeline: Timeline, key: Hashable, value: Any) -> None:
+    """Leave `value` for one later `take_over` of the same key: what one view computed on its way and
+    another needs whole (the dashboard's SM lanes and the analysis's SM time start from the same
+    estimate). Unlike `memo`, the taker removes it, so a process that never asks holds it no longer
+    than the timeline, and one that asks holds it only until then."""
+    memos = _memos_of(timeline)
+    with _LOCK:
+        memos[("hand_over", key)] = value
+
+
+def known(timeline: Timeline, key: Hashable) -> bool:
+    """Whether `memo` holds (or is computing) `key` for this timeline."""
+    memos = _memos_of(timeline)
+    with _LOCK:
+        return key in memos or (id(memos), key) in _PENDING
+
+
+def take_over(timeline: Timeline, key: Hashable) -> Any:
+    """What `hand_over` left under `key` (removed), or None."""
+    memos = _memos_of(timeline)
+    with _LOCK:
+        return memos.pop(("hand_over", key), None)
+
+
 def column(timeline: Timeline, name: str) -> np.ndarray:
     """An event column as a numpy array (the Timeline holds numpy columns: no pandas, no copy)."""
     return timeline.col(name)

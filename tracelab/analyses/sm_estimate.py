@@ -117,12 +117,15 @@ def _stack_offsets(est: _Estimate, n_parts: int, caps: np.ndarray) -> np.ndarray
     return offs % (caps[0] if n_parts == 1 else caps[est.part])
 
 
-def _estimated_rows(est: _Estimate, parts: list[Partition]) -> pd.DataFrame:
+def _estimated_rows(
+    est: _Estimate, parts: list[Partition], columns: dict[str, np.ndarray] | None = None
+) -> pd.DataFrame:
+    """The estimate's SM lane rows (`columns`: its `_estimated_columns`, when made already)."""
     import pandas as pd
 
     if len(est.start) == 0:
         return _empty_lanes()
-    return pd.DataFrame(_estimated_columns(est, parts), copy=False)
+    return pd.DataFrame(_estimated_columns(est, parts) if columns is None else columns, copy=False)
 
 
 def _estimated_columns(est: _Estimate, parts: list[Partition]) -> dict[str, np.ndarray]:

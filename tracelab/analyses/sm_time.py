@@ -12,7 +12,7 @@ from tracelab.model import Timeline
 
 from ..model.grouping import sorted_unique
 from .distinct import distinct_codes
-from .memo import memo
+from .memo import hand_over, known, memo, take_over
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
 from .sm_measured import _empty_lane_columns, _empty_lanes, _instrumented, _measured_rows, _merge_intervals
 from .sm_partitions import (
@@ -39,6 +39,10 @@ def _lanes(
     """The device's SM lanes; `ordered=False` skips the final sort by start (the SM-time integrals
     sort the times themselves) and, for estimated lanes only, returns them as numpy columns (a dict:
     the SM-time summary of a trace without probe data needs no pandas)."""
+    if not ordered:  # the estimate the dashboard's SM lanes made on their way (same timeline and source)
+        got = take_over(tl, ("sm_estimated", rank, device, source))
+        if got is not None:
+            return got
     dev = _device(tl, rank, device)
     none = _empty_lanes() if ordered else _empty_lane_columns()
     if dev.sm_count <= 0 or (dev.n_kernels == 0 and dev.blocks is None):
@@ -50,9 +54,13 @@ def _lanes(
     kernels = dev.kcols
     if not use_measured:
         est = _estimate(tl, dev, parts, kernels)
+        columns = _estimated_columns(est, parts)
         if not ordered:  # the SM-time integrals need neither a DataFrame nor the order
-            return _estimated_columns(est, parts), "estimated", dev, parts, est
-        frames = [_estimated_rows(est, parts)]
+            return columns, "estimated", dev, parts, est
+        if not known(tl, ("sm_time", rank, device, source)):
+            # the analysis's SM time, when it comes, starts from these (nothing writes into them)
+            hand_over(tl, ("sm_estimated", rank, device, source), (columns, "estimated", dev, parts, est))
+        frames = [_estimated_rows(est, parts, columns)]
     else:
         frames = [_measured_rows(dev)]
         est = _estimate(tl, dev, parts, select_kernels(kernels, ~_instrumented(dev)))

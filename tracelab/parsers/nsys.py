@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..errors import TraceFormatError
 from ..model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
+from ..model.timeline import is_constant
 from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_host import host_of, pid_of
@@ -64,6 +65,8 @@ def _green_from_contexts(
     green = [c for c in contexts if c.is_green]
     if not green:
         return
+    if is_constant(cols["green_context"]):  # a broadcast view (no green context in the tables): written below
+        cols["green_context"] = cols["green_context"].copy()
     todo = on_device & (cols["green_context"] < 0)
     for c in green:
         hit = todo & (cols["rank"] == c.rank) & (cols["device"] == c.device) & (cols["context"] == c.context)

@@ -42,6 +42,8 @@ _ALWAYS = {
 }
 
 
+# columns the parser changes in place after the merge (so never a read-only broadcast view)
+_WRITTEN_IN_PLACE = {"flags"}
 _WIDE = {"device", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers"}
 
 
@@ -75,6 +77,13 @@ def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         if key in _WIDE and (key == "device" or any(lo < -1 or hi >= 1 << 31 for lo, hi in ranges)):
             dtype = "int64"
         filled = len(mine) < len(parts)
+        values_of = {lo for (v, _), (lo, hi) in zip(mine, ranges) if len(v) and lo == hi}
+        one = len(values_of) == 1 and all(lo == hi for (v, _), (lo, hi) in zip(mine, ranges) if len(v))
+        if key not in _WRITTEN_IN_PLACE and n and (not mine or (one and (not filled or values_of == {default}))):
+            # one value in every row: a read-only broadcast view, as build_timeline makes of a missing
+            # column (a run's rank, an export without green contexts or graphs: no memory per row)
+            value = next(iter(values_of)) if mine and values_of else default
+            return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
         col = np.full(n, default, dtype=dtype) if filled else np.empty(n, dtype=dtype)
         for (values, slot), (lo, hi) in zip(mine, ranges):
             if len(values) and lo == hi:
