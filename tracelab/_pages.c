@@ -25,6 +25,8 @@
  * set_limit(bytes) -> None: the most bytes the cache keeps (0: keep nothing; blocks are unmapped now).
  * stats() -> dict: counters (bytes and counts of reused, grown and new blocks, cached and live bytes).
  * release() -> int: unmap every cached block; returns the bytes given back.
+ * _api: a capsule ("tracelab._pages._api") of alloc / realloc / free for C code that fills buffers
+ *   itself without the GIL (the nsys b-tree reader's columns): the same cache, malloc below 1 MiB.
  *
  * One mutex guards the tables; no system call is made while it is held. A child made by fork()
  * starts with a fresh mutex (pthread_atfork).
@@ -312,38 +314,49 @@ static void *h_calloc(void *ctx, size_t nelem, size_t elsize) {
     return p;
 }
 
-static void h_free(void *ctx, void *ptr, size_t size) {
-    if (!ptr)
-        return;
+/* Put a block of this allocator back in the cache: 1, or 0 when ptr is not one of its blocks. */
+static int give_back(void *ptr) {
+    Block out[MAX_FREE + 1];
+    pthread_mutex_lock(&lock);
+    size_t j = live_find(ptr);
+    if (j == (size_t)-1) {
+        pthread_mutex_unlock(&lock);
+        return 0;
+    }
+    size_t have = live_size[j];
+    live_drop(j);
+    int n_out = cache_put(ptr, have, out, MAX_FREE + 1);
+    pthread_mutex_unlock(&lock);
+    unmap_all(out, n_out);
+    return 1;
+}
+
+/* Resize a block of this allocator (*ours = 1), or set *ours = 0 when ptr is not one of its blocks.
+ * A smaller size keeps the block in place and caches its tail; a bigger one moves its pages (mremap).
+ * NULL (and the block untouched) when it cannot. */
+static void *resize(void *ptr, size_t new_size, int *ours) {
     Block out[MAX_FREE + 1];
     int n_out = 0;
     pthread_mutex_lock(&lock);
     size_t j = live_find(ptr);
     if (j == (size_t)-1) {
         pthread_mutex_unlock(&lock);
-        prev->allocator.free(prev->allocator.ctx, ptr, size);
-        return;
+        *ours = 0;
+        return NULL;
     }
-    size_t have = live_size[j];
-    live_drop(j);
-    n_out = cache_put(ptr, have, out, MAX_FREE + 1);
-    pthread_mutex_unlock(&lock);
-    unmap_all(out, n_out);
-}
-
-static void *h_realloc(void *ctx, void *ptr, size_t new_size) {
-    if (!ptr)
-        return h_malloc(ctx, new_size);
-    pthread_mutex_lock(&lock);
-    size_t j = live_find(ptr);
-    if (j == (size_t)-1) {
-        pthread_mutex_unlock(&lock);
-        return prev->allocator.realloc(prev->allocator.ctx, ptr, new_size);
-    }
+    *ours = 1;
     size_t have = live_size[j];
     size_t need = round_grain(new_size ? new_size : 1);
     if (need == have) {
         pthread_mutex_unlock(&lock);
+        return ptr;
+    }
+    if (need < have) { /* the tail goes to the cache: no system call, its pages kept */
+        live_size[j] = need;
+        live_bytes -= have - need;
+        n_out = cache_put((char *)ptr + need, have - need, out, MAX_FREE + 1);
+        pthread_mutex_unlock(&lock);
+        unmap_all(out, n_out);
         return ptr;
     }
     live_drop(j);
@@ -351,6 +364,10 @@ static void *h_realloc(void *ctx, void *ptr, size_t new_size) {
     void *q = mremap(ptr, have, need, MREMAP_MAYMOVE);
     pthread_mutex_lock(&lock);
     int ok = live_put(q == MAP_FAILED ? ptr : q, q == MAP_FAILED ? have : need);
+    if (ok && q != MAP_FAILED) {
+        st.grown++;
+        st.grown_bytes += need - have;
+    }
     pthread_mutex_unlock(&lock);
     if (q == MAP_FAILED)
         return NULL; /* realloc's contract: the old block is untouched */
@@ -360,6 +377,49 @@ static void *h_realloc(void *ctx, void *ptr, size_t new_size) {
     }
     return q;
 }
+
+static void h_free(void *ctx, void *ptr, size_t size) {
+    if (ptr && !give_back(ptr))
+        prev->allocator.free(prev->allocator.ctx, ptr, size);
+}
+
+static void *h_realloc(void *ctx, void *ptr, size_t new_size) {
+    if (!ptr)
+        return h_malloc(ctx, new_size);
+    int ours;
+    void *q = resize(ptr, new_size, &ours);
+    return ours ? q : prev->allocator.realloc(prev->allocator.ctx, ptr, new_size);
+}
+
+/* The same for C code that fills buffers itself (tracelab/parsers/_sqlite_btree.c), through the capsule
+ * `_api`: big blocks from the cache, anything else from malloc; safe without the GIL. */
+static void *c_alloc(size_t size) {
+    if (size < THRESHOLD)
+        return malloc(size);
+    int fresh;
+    return take(round_grain(size), &fresh);
+}
+
+static void *c_realloc(void *ptr, size_t size) {
+    if (!ptr)
+        return c_alloc(size);
+    int ours;
+    void *q = resize(ptr, size, &ours);
+    return ours ? q : realloc(ptr, size);
+}
+
+static void c_free(void *ptr) {
+    if (ptr && !give_back(ptr))
+        free(ptr);
+}
+
+typedef struct {
+    void *(*alloc)(size_t);
+    void *(*realloc)(void *, size_t);
+    void (*free)(void *);
+} PagesApi;
+
+static PagesApi c_api = {c_alloc, c_realloc, c_free};
 
 static DataMemHandler own = {
     "tracelab_reused_pages", 1, {NULL, h_malloc, h_calloc, h_realloc, h_free}};
@@ -490,4 +550,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pages", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__pages(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__pages(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    PyObject *cap = PyCapsule_New(&c_api, "tracelab._pages._api", NULL);
+    if (!cap || PyModule_AddObject(m, "_api", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

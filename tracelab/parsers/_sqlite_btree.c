@@ -3,7 +3,7 @@
  * without SQLite's virtual machine stepping every row and column (what _sqlite_columns.c does, ~50 ns
  * per value; here a few ns).
  *
- * read(path, root, lo, hi, spec, deadline, hint) -> None | (n, [Column] * ncols)
+ * read(path, root, lo, hi, spec, deadline, hint, reuse=False) -> None | (n, [Column] * ncols)
  *   Walks the table b-tree rooted at page `root` of the database file `path` in rowid order and, for
  *   every row with lo <= rowid <= hi, writes one int64 per output column. `spec` is 4 native int64 per
  *   output column: (op, a, b, null) where a and b are record field indexes:
@@ -27,6 +27,8 @@
  *
  * Each column comes back as a `Column`: a writable buffer (np.frombuffer reads it without a copy) that
  * owns the array the reader filled, so the values are written once and never copied into a bytearray.
+ * With reuse, the arrays are blocks of tracelab._pages's cache (the pages of freed big arrays; the
+ * process has installed that allocator), given back to it when the Column dies.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -47,6 +49,17 @@
 #define OP_COALESCE 2
 #define OP_SUM 3
 
+/* tracelab._pages's alloc / realloc / free (the cache of freed big blocks), when that module is built:
+ * read(..., reuse=True) fills its columns in blocks from there and a Column gives its block back. */
+typedef struct {
+    void *(*alloc)(size_t);
+    void *(*realloc)(void *, size_t);
+    void (*free)(void *);
+} PagesApi;
+
+static const PagesApi plain_api = {malloc, realloc, free};
+static const PagesApi *pages_api; /* NULL without tracelab._pages */
+
 typedef struct {
     int fd;
     uint32_t page_size, usable;
@@ -57,6 +70,7 @@ typedef struct {
     int max_field; /* the highest field index any op reads */
     int64_t lo, hi;
     int64_t **cols;
+    const PagesApi *mem; /* allocates cols */
     Py_ssize_t rows, cap;
     uint8_t *pages; /* MAX_DEPTH page buffers */
     int64_t *ftype; /* per field: serial type, and offset into the body */
@@ -68,6 +82,7 @@ typedef struct {
     PyObject_HEAD
     int64_t *data;
     Py_ssize_t n;
+    const PagesApi *mem; /* what allocated data */
 } Column;
 
 static int column_getbuffer(PyObject *self, Py_buffer *view, int flags) {
@@ -76,7 +91,8 @@ static int column_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 }
 
 static void column_dealloc(PyObject *self) {
-    free(((Column *)self)->data);
+    Column *c = (Column *)self;
+    c->mem->free(c->data);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -207,7 +223,7 @@ static int take_row(Reader *r, const uint8_t *rec, uint64_t size) {
         if (r->cap > PY_SSIZE_T_MAX / 16) return -1;
         Py_ssize_t grown = r->cap * 2;
         for (int j = 0; j < r->ncols; j++) {
-            int64_t *p = realloc(r->cols[j], (size_t)grown * sizeof(int64_t));
+            int64_t *p = r->mem->realloc(r->cols[j], (size_t)grown * sizeof(int64_t));
             if (!p) return -1;
             r->cols[j] = p;
         }
@@ -343,10 +359,13 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     Py_buffer spec_buf;
     double deadline;
     Py_ssize_t hint;
-    if (!PyArg_ParseTuple(args, "sKLLy*dn", &path, &root, &lo, &hi, &spec_buf, &deadline, &hint)) return NULL;
+    int reuse = 0;
+    if (!PyArg_ParseTuple(args, "sKLLy*dn|p", &path, &root, &lo, &hi, &spec_buf, &deadline, &hint, &reuse))
+        return NULL;
     Reader r;
     memset(&r, 0, sizeof(r));
     r.fd = -1;
+    r.mem = reuse && pages_api ? pages_api : &plain_api;
     Py_ssize_t nbytes = spec_buf.len;
     int ok = nbytes > 0 && nbytes % (Py_ssize_t)(4 * sizeof(int64_t)) == 0 &&
              nbytes <= (Py_ssize_t)sizeof(r.spec);
@@ -374,7 +393,7 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
         r.foff = malloc((size_t)(r.max_field + 1) * sizeof(int64_t));
         rc = r.pages && r.ftype && r.foff ? 0 : -1;
         for (int j = 0; rc == 0 && j < r.ncols; j++)
-            if (!(cols[j] = malloc((size_t)r.cap * sizeof(int64_t)))) rc = -1;
+            if (!(cols[j] = r.mem->alloc((size_t)r.cap * sizeof(int64_t)))) rc = -1;
         if (rc == 0 && lo <= hi) rc = walk(&r, root, 0, 0, 0, INT64_MAX);
         if (rc == 1) rc = 0;
         if (rc == 0 && monotonic_s() > deadline) rc = -1;
@@ -396,10 +415,11 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
         Column *c = PyObject_New(Column, &ColumnType);
         if (!c) goto done;
         if (r.rows < r.cap) { /* give the unused tail back (a shrinking realloc keeps the values) */
-            int64_t *p = realloc(cols[j], (size_t)(r.rows > 0 ? r.rows : 1) * sizeof(int64_t));
+            int64_t *p = r.mem->realloc(cols[j], (size_t)(r.rows > 0 ? r.rows : 1) * sizeof(int64_t));
             if (p) cols[j] = p;
         }
         c->data = cols[j];
+        c->mem = r.mem;
         c->n = r.rows;
         cols[j] = NULL;
         PyList_SET_ITEM(list, j, (PyObject *)c);
@@ -407,13 +427,14 @@ static PyObject *py_read(PyObject *self, PyObject *args) {
     out = Py_BuildValue("(nO)", r.rows, list);
 done:
     Py_XDECREF(list);
-    for (int j = 0; j < r.ncols; j++) free(cols[j]);
+    for (int j = 0; j < r.ncols; j++) r.mem->free(cols[j]);
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"read", py_read, METH_VARARGS,
-     "read(path, root, lo, hi, spec, deadline, hint) -> None | (n, [Column]): int64 columns from b-tree pages"},
+     "read(path, root, lo, hi, spec, deadline, hint, reuse=False) -> None | (n, [Column]): int64 columns from "
+     "b-tree pages (reuse: in blocks of tracelab._pages's cache)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -421,6 +442,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sqlite_btree", NULL
 
 PyMODINIT_FUNC PyInit__sqlite_btree(void) {
     init_sizes();
+    pages_api = PyCapsule_Import("tracelab._pages._api", 0);
+    if (!pages_api) PyErr_Clear(); /* not built: read(..., reuse=True) uses malloc */
     if (PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..memory import installed
+
 try:  # optional, built by setup.py like the C column reader
     from . import _sqlite_btree as _pages
 except ImportError:  # pragma: no cover - depends on the build
@@ -106,7 +108,8 @@ def read_pages(plan: PagePlan, lo: int, hi: int, deadline: float, hint: int) -> 
     """Rows lo..hi (rowids) of the planned query as int64 arrays, or None (declined: read it through SQLite)."""
     if _pages is None:
         return None
-    got = _pages.read(plan.path, plan.root, lo, hi, plan.spec, deadline, hint)
+    # in blocks of the reused-pages cache when this thread uses it (tracelab.memory)
+    got = _pages.read(plan.path, plan.root, lo, hi, plan.spec, deadline, hint, installed())
     if got is None:
         return None
     return got[0], [np.frombuffer(buf, dtype=np.int64) for buf in got[1]]

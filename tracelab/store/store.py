@@ -215,7 +215,10 @@ class Store:
         rollback_journal = self._leave_wal()
         try:
             with tx:
-                run_id = self._write_run(timeline, source_path, fingerprint, name, replace, step)
+                # views still being computed (a callable) take a core meanwhile
+                run_id = self._write_run(
+                    timeline, source_path, fingerprint, name, replace, step, spare=1 if callable(views) else 0
+                )
                 wanted = views() if callable(views) else views
                 if wanted:
                     self._write_views(run_id, wanted)
@@ -263,8 +266,10 @@ class Store:
         name: str | None,
         replace: bool,
         step: Callable[[int], None],
+        spare: int = 0,
     ) -> str:
-        """Every row of one run (inside the caller's transaction); returns its id."""
+        """Every row of one run (inside the caller's transaction); returns its id. `spare`: cores the
+        event encoder leaves to other work."""
         ev = timeline.events
         n = len(ev)
         meta = timeline.meta
@@ -320,7 +325,7 @@ class Store:
             "INSERT INTO strings (run_id, id, value) VALUES (?, ?, ?)",
             ((run_id, i, s) for i, s in enumerate(timeline.strings)),
         )
-        chunks = encode(ev, CHUNK_COLUMNS)
+        chunks = encode(ev, CHUNK_COLUMNS, spare=spare)
         self._insert_lanes(run_id, timeline, chunks)
         self._insert_events(run_id, chunks, step)
         if columnar:
