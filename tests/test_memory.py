@@ -5,11 +5,13 @@ life, and the test process should keep numpy's default."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -140,11 +142,7 @@ def test_threads_take_it_over_only_through_inherit():
     assert out["after_uninstall"] == "default_allocator"
 
 
-def test_many_threads_allocating_and_freeing_keep_every_value():
-    """4 threads, 3,000 arrays of random sizes (1 KiB to 24 MiB, so both allocators), each filled with
-    its own value and checked before it is freed, some grown or shrunk in place; then a fork."""
-    out = child(
-        """
+STRESS = """
         import os
         memory.install()
         errors = []
@@ -181,7 +179,12 @@ def test_many_threads_allocating_and_freeing_keep_every_value():
         s = memory.stats()
         print(json.dumps({"errors": errors, "child": os.waitstatus_to_exitcode(status), "s": s}))
         """
-    )
+
+
+def test_many_threads_allocating_and_freeing_keep_every_value():
+    """4 threads, 3,000 arrays of random sizes (1 KiB to 24 MiB, so both allocators), each filled with
+    its own value and checked before it is freed, some grown or shrunk in place; then a fork."""
+    out = child(STRESS)
     assert out["errors"] == []
     assert out["child"] == 0
     s = out["s"]
@@ -194,3 +197,49 @@ def test_switched_off_by_the_environment():
         env={"TRACELAB_REUSE_PAGES": "0"},
     )
     assert out == {"on": False, "stats": {}}
+
+
+def test_allocator_under_address_and_undefined_sanitizers(tmp_path):
+    """The same stress, and the nsys b-tree reader filling its columns through the capsule API, with
+    _pages.c built with ASan + UBSan (its tables, splits and coalescing: any overflow halts the child)."""
+    import sanitized
+
+    so = tmp_path / "_pages.so"
+    env = sanitized.build(Path(__file__).resolve().parents[1] / "tracelab" / "_pages.c", so, "-Wall")
+    prelude = textwrap.dedent(
+        """
+        import importlib.util, json, sys, threading
+        spec = importlib.util.spec_from_file_location("tracelab._pages", sys.argv[1])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["tracelab._pages"] = mod
+        spec.loader.exec_module(mod)
+        import numpy as np
+        from tracelab import memory
+        """
+    )
+    btree = textwrap.dedent(
+        """
+        import sqlite3, time
+        from tracelab.parsers import _sqlite_btree as bt
+        from tracelab.parsers.nsys_btree import page_plan, read_pages
+        db = sys.argv[2]
+        con = sqlite3.connect(db)
+        con.execute("CREATE TABLE t (a INTEGER, b INTEGER)")
+        con.executemany("INSERT INTO t VALUES (?, ?)", [(i, -i) for i in range(300_000)])
+        con.commit()
+        plan = page_plan(con, db, "t", ['"a"', '"b"'], None)
+        before = memory.stats()["reused"] + memory.stats()["fresh"]
+        for _ in range(3):
+            n, cols = read_pages(plan, 1, 300_000, time.monotonic() + 60, 300_000)
+            assert n == 300_000 and (cols[0] == np.arange(300_000)).all() and (cols[1] == -cols[0]).all()
+            del cols
+        assert memory.stats()["reused"] + memory.stats()["fresh"] > before  # its blocks came from the cache
+        print(json.dumps({"btree": "ok"}))
+        """
+    )
+    res = sanitized.run_clean(prelude + textwrap.dedent(STRESS), [str(so)], env)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["errors"] == [] and out["child"] == 0
+    if importlib.util.find_spec("tracelab.parsers._sqlite_btree") is not None:
+        res = sanitized.run_clean(prelude + "memory.install()\n" + btree, [str(so), str(tmp_path / "t.sqlite")], env)
+        assert json.loads(res.stdout.strip().splitlines()[-1]) == {"btree": "ok"}

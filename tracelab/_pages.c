@@ -172,10 +172,11 @@ static void cache_remove(int i) {
     cached[i] = cached[--n_cached];
 }
 
+static int evict(Block *out, int max_out);
+
 /* lock held: put a block in the cache; blocks pushed out (over the limit or the count) are written to
  * out[] for the caller to unmap once the lock is released */
 static int cache_put(char *addr, size_t size, Block *out, int max_out) {
-    int n_out = 0;
     /* coalesce with the cached neighbours on either side (pieces of one earlier block come back
      * together); cached blocks never touch each other, so there is at most one on each side */
     for (int merged = 1; merged;) {
@@ -196,6 +197,13 @@ static int cache_put(char *addr, size_t size, Block *out, int max_out) {
     }
     cached[n_cached++] = (Block){addr, size, ++clock_};
     cached_bytes += size;
+    return evict(out, max_out);
+}
+
+/* lock held: take the oldest blocks out of the cache (into out[], for the caller to unmap once the lock
+ * is released) while it holds more than the limit or too many blocks; how many */
+static int evict(Block *out, int max_out) {
+    int n_out = 0;
     while ((cached_bytes > limit || n_cached >= MAX_FREE) && n_cached > 0 && n_out < max_out) {
         int oldest = 0;
         for (int i = 1; i < n_cached; i++)
@@ -294,6 +302,7 @@ static char *take(size_t need, int *fresh) {
 }
 
 static void *h_malloc(void *ctx, size_t size) {
+    (void)ctx;
     if (size < THRESHOLD)
         return prev->allocator.malloc(prev->allocator.ctx, size);
     int fresh;
@@ -301,6 +310,7 @@ static void *h_malloc(void *ctx, size_t size) {
 }
 
 static void *h_calloc(void *ctx, size_t nelem, size_t elsize) {
+    (void)ctx;
     if (elsize && nelem > SIZE_MAX / elsize)
         return NULL;
     size_t size = nelem * elsize;
@@ -379,6 +389,7 @@ static void *resize(void *ptr, size_t new_size, int *ours) {
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
+    (void)ctx;
     if (ptr && !give_back(ptr))
         prev->allocator.free(prev->allocator.ctx, ptr, size);
 }
@@ -486,20 +497,10 @@ static PyObject *py_set_limit(PyObject *self, PyObject *arg) {
     unsigned long long n = PyLong_AsUnsignedLongLong(arg);
     if (n == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    Block out[MAX_FREE];
-    int n_out = 0;
+    Block out[MAX_FREE + 1];
     pthread_mutex_lock(&lock);
     limit = (size_t)n;
-    while (cached_bytes > limit && n_cached > 0) {
-        int oldest = 0;
-        for (int i = 1; i < n_cached; i++)
-            if (cached[i].stamp < cached[oldest].stamp)
-                oldest = i;
-        out[n_out++] = cached[oldest];
-        st.unmapped++;
-        st.unmapped_bytes += cached[oldest].size;
-        cache_remove(oldest);
-    }
+    int n_out = evict(out, MAX_FREE + 1);
     pthread_mutex_unlock(&lock);
     unmap_all(out, n_out);
     Py_RETURN_NONE;
