@@ -1,4 +1,5 @@
-"""Where things live: the store path (TRACELAB_DB or --db override the user-data default)."""
+"""Where things live (the store path: TRACELAB_DB or --db override the user-data default) and what the
+machine gives (the cores this process may use)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,11 @@ def runs_dir() -> Path:
     """Where `tracelab record` writes run directories by default."""
     env = os.environ.get("TRACELAB_RUNS")
     return Path(env) if env else data_dir() / "runs"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it, e.g. under taskset)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

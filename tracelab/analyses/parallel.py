@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..memory import inherit
+from ..settings import usable_cores
 
 T = TypeVar("T")
 
@@ -22,14 +23,6 @@ PARALLEL_MIN_EVENTS = 200_000  # below this, one thread is as fast
 # fifth (x64, 13.8 M events: 2.59 vs 2.11 GiB) while the analyses are a small part of their run: one thread
 PARALLEL_MAX_EVENTS = 8_000_000
 THREADS_ENV = "TRACELAB_ANALYZE_THREADS"  # caps the threads (1: one thread)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS tells it, e.g. under taskset)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def threads_for(n_events: int) -> int:

@@ -19,7 +19,6 @@ error message. At most 2 × workers pieces are in flight, so memory stays bounde
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tracelab.model import Timeline
+from tracelab.settings import usable_cores
 
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 
@@ -42,13 +42,6 @@ _NOT_STATE = ("ids", "strings", "parts", "columns", "input_bytes")
 # process waiting for workers; decode = sum of the workers' decode times; merge = interning the pieces'
 # strings and building the Timeline after the last piece
 last_stats: dict[str, Any] = {}
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _decode_piece(piece: bytes) -> tuple[Any, ...]:

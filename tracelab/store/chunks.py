@@ -13,7 +13,6 @@ width); the only Python loops run per chunk x column, never per event.
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ import pandas as pd
 from ..memory import pool_initializer
 from ..model.grouping import sorted_unique
 from ..model.timeline import DEFAULTS, EVENT_COLUMNS
+from ..settings import usable_cores
 
 CHUNK_EVENTS = 4096
 CODEC_RAW, CODEC_ZLIB = 0, 1
@@ -135,7 +135,7 @@ def encode(
         return out
 
     if workers is None:
-        workers = max(1, min(_cores(), 4) - spare) if n >= PARALLEL_MIN_EVENTS else 1
+        workers = max(1, min(usable_cores(), 4) - spare) if n >= PARALLEL_MIN_EVENTS else 1
     if not nchunk:
         payloads: list[list[bytes | None] | None] = []
     elif workers > 1:
@@ -164,14 +164,6 @@ def encode(
         kinds=kinds,
         blobs=blobs,
     )
-
-
-def _cores() -> int:
-    """The cores this process may run on (its CPU affinity, e.g. under taskset)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def kind_bit(kind):
