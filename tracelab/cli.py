@@ -302,9 +302,7 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
         try:
             with _one_blas_thread():
                 from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
-
-                reuse_pages()
-
+            reuse_pages()
             prefetch(*_ANALYSIS_MODULES)
             with _Progress(path.name) as bar:
                 return _parse(path, bar.phase("parsing")), str(path)

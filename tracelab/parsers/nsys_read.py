@@ -77,13 +77,13 @@ def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         if key in _WIDE and (key == "device" or any(lo < -1 or hi >= 1 << 31 for lo, hi in ranges)):
             dtype = "int64"
         filled = len(mine) < len(parts)
-        values_of = {lo for (v, _), (lo, hi) in zip(mine, ranges) if len(v) and lo == hi}
-        one = len(values_of) == 1 and all(lo == hi for (v, _), (lo, hi) in zip(mine, ranges) if len(v))
-        if key not in _WRITTEN_IN_PLACE and n and (not mine or (one and (not filled or values_of == {default}))):
+        # the values of the rows: each table's one value (when its rows agree), the default for tables without it
+        held = [(lo, hi) for (v, _), (lo, hi) in zip(mine, ranges) if len(v)]
+        values = {lo for lo, _ in held} | ({default} if filled else set())
+        if key not in _WRITTEN_IN_PLACE and n and all(lo == hi for lo, hi in held) and len(values) == 1:
             # one value in every row: a read-only broadcast view, as build_timeline makes of a missing
             # column (a run's rank, an export without green contexts or graphs: no memory per row)
-            value = next(iter(values_of)) if mine and values_of else default
-            return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
+            return np.broadcast_to(np.asarray(values.pop(), dtype=dtype), (n,))
         col = np.full(n, default, dtype=dtype) if filled else np.empty(n, dtype=dtype)
         for (values, slot), (lo, hi) in zip(mine, ranges):
             if len(values) and lo == hi:

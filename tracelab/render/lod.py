@@ -146,15 +146,11 @@ def _add_bins(
     same = bs == be
     first_part = np.where(same, e - s, (bs + 1) * width - s)
     at = lo * n_bins + bs
-    if last is None:
-        acc.time += np.bincount(at, weights=first_part, minlength=size)
-        acc.count += np.bincount(at, minlength=size)
-    else:
-        hi = last.astype(np.int64) + 1  # exclusive
-        at_hi = hi * n_bins + bs
-        acc.time += np.bincount(at, weights=first_part, minlength=size)
+    acc.time += np.bincount(at, weights=first_part, minlength=size)
+    acc.count += np.bincount(at, minlength=size)
+    if last is not None:  # a range of rows: minus after its last row (the cumsum over rows spreads it)
+        at_hi = (last.astype(np.int64) + 1) * n_bins + bs
         acc.time -= np.bincount(at_hi, weights=first_part, minlength=size)
-        acc.count += np.bincount(at, minlength=size)
         acc.count -= np.bincount(at_hi, minlength=size)
     multi = ~same
     if not multi.any():
