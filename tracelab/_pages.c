@@ -222,15 +222,34 @@ static void unmap_all(Block *b, int n) {
         munmap(b[i].addr, b[i].size);
 }
 
-static char *new_mapping(size_t size) {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
+/* huge pages for a big block, as numpy asks for its own */
+static void advise(void *p, size_t size) {
 #ifdef MADV_HUGEPAGE
     if (hugepage && size >= HUGE_FROM)
         madvise(p, size, MADV_HUGEPAGE);
 #endif
+}
+
+static char *new_mapping(size_t size) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    advise(p, size);
     return p;
+}
+
+/* A block of `have` bytes (not in the tables) grown to `need`: its pages move with it, only the tail is
+ * fresh. MAP_FAILED (the block untouched) when the kernel cannot. Lock not held. */
+static void *grow(char *addr, size_t have, size_t need) {
+    void *q = mremap(addr, have, need, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED)
+        return q;
+    advise(q, need);
+    pthread_mutex_lock(&lock);
+    st.grown++;
+    st.grown_bytes += need - have; /* the new, fresh tail */
+    pthread_mutex_unlock(&lock);
+    return q;
 }
 
 /* A block of `need` bytes (a multiple of GRAIN) and whether its pages are all fresh (zero). */
@@ -260,25 +279,11 @@ static char *take(size_t need, int *fresh) {
         Block b = cached[biggest];
         cache_remove(biggest);
         pthread_mutex_unlock(&lock);
-        void *q = mremap(b.addr, b.size, need, MREMAP_MAYMOVE);
-        if (q == MAP_FAILED) {
+        void *q = grow(b.addr, b.size, need);
+        *fresh = q == MAP_FAILED;
+        if (*fresh)
             munmap(b.addr, b.size);
-            p = new_mapping(need);
-            *fresh = 1;
-        } else {
-            p = q;
-            *fresh = 0;
-#ifdef MADV_HUGEPAGE
-            if (hugepage && need >= HUGE_FROM)
-                madvise(p, need, MADV_HUGEPAGE);
-#endif
-        }
-        pthread_mutex_lock(&lock);
-        if (p && !*fresh) {
-            st.grown++;
-            st.grown_bytes += need - b.size; /* the new, fresh tail */
-        }
-        pthread_mutex_unlock(&lock);
+        p = *fresh ? new_mapping(need) : q;
     } else {
         pthread_mutex_unlock(&lock);
         p = new_mapping(need);
@@ -371,13 +376,9 @@ static void *resize(void *ptr, size_t new_size, int *ours) {
     }
     live_drop(j);
     pthread_mutex_unlock(&lock);
-    void *q = mremap(ptr, have, need, MREMAP_MAYMOVE);
+    void *q = grow(ptr, have, need);
     pthread_mutex_lock(&lock);
     int ok = live_put(q == MAP_FAILED ? ptr : q, q == MAP_FAILED ? have : need);
-    if (ok && q != MAP_FAILED) {
-        st.grown++;
-        st.grown_bytes += need - have;
-    }
     pthread_mutex_unlock(&lock);
     if (q == MAP_FAILED)
         return NULL; /* realloc's contract: the old block is untouched */
