@@ -182,6 +182,42 @@ def test_edge_pieces_equal_the_msgspec_columns() -> None:
     assert accepted >= 20  # most of them are read by the scanner, not declined
 
 
+def _same_scan(a: tuple | None, b: tuple | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a[0] == b[0] and a[1] == b[1] and {k: bytes(v) for k, v in a[2].items()} == {
+        k: bytes(v) for k, v in b[2].items()
+    }
+
+
+@needs_scanner
+def test_scan_rest_reads_the_elements_after_a_comma_as_scan_reads_the_piece() -> None:
+    """`scan_rest` (the second half of a piece cut in two, scanned in place) on the bytes after a piece's
+    '[' gives what `scan` gives for the piece; with no element before the ']' it declines, and a piece
+    that still has its '[' is declined too (an array is not an event)."""
+    from tracelab.parsers._kineto_scan import scan, scan_rest
+
+    compared = 0
+    for p in EDGE_PIECES:
+        body = p.strip()
+        assert body.startswith(b"[")
+        rest = body[1:]
+        if rest.strip() == b"]":
+            assert scan_rest(rest) is None
+            continue
+        assert _same_scan(scan_rest(rest), scan(p)), p[:80]
+        assert scan_rest(body) is None
+        compared += scan(p) is not None
+    assert compared >= 15
+    # after the ',' of a real cut: the halves' events are the whole piece's
+    whole = b"[" + b",".join(json.dumps(dict(BASE, ts=i)).encode() for i in range(50)) + b"]"
+    cut = whole.index(b"},", len(whole) // 2)
+    first, second = scan(whole[: cut + 1] + b"]"), scan_rest(whole[cut + 2 :])
+    assert first is not None and second is not None and first[0] + second[0] == 50
+    ts = np.concatenate([np.frombuffer(first[2]["ts"]), np.frombuffer(second[2]["ts"])])
+    assert ts.tolist() == list(range(50))
+
+
 def _sanitized_scanner(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """_kineto_scan.c built with AddressSanitizer + UBSan (halting on the first report), and the
     environment that loads it into a plain Python."""
@@ -203,6 +239,8 @@ for p in pieces:
     # a buffer of exactly len(p) bytes (no trailing NUL): ASan sees a read one byte past the piece
     buf = (ctypes.c_char * len(p)).from_buffer_copy(p)
     accepted += check(p, mod.scan(memoryview(buf)))
+    rest = (ctypes.c_char * max(len(p) - 1, 0)).from_buffer_copy(p[1:])  # scan_rest reads to its end too
+    mod.scan_rest(memoryview(rest))
 print("scanned", len(pieces), "accepted", accepted)
 """
 

@@ -46,10 +46,23 @@ def _payload(n: int = 300_000) -> bytes:
     return b" ".join(words[i] for i in rng.integers(0, len(words), n))
 
 
+@pytest.fixture(params=["C inflater", "zlib"])
+def inflater(request, monkeypatch):
+    """Each block-reader test runs with the C extension (`_inflate`: blocks with headroom) and without
+    it (zlib, blocks without)."""
+    if request.param == "zlib":
+        monkeypatch.setattr(block_reader, "Gunzip", None)
+        monkeypatch.setattr(block_reader, "empty", None)
+    elif block_reader.Gunzip is None:
+        pytest.skip("tracelab.parsers._inflate is not built")
+    return request.param
+
+
 @pytest.mark.parametrize(
     "make",
     [
         pytest.param(lambda d: gzip.compress(d), id="one member"),
+        pytest.param(lambda d: gzip.compress(d[: 3 << 16]) + gzip.compress(d[3 << 16 :]), id="member ends with a block"),
         pytest.param(lambda d: gzip.compress(d[:1000]) + gzip.compress(d[1000:]), id="two members"),
         pytest.param(lambda d: gzip.compress(d) + b"\x00" * 5000, id="zero padding"),
         pytest.param(lambda d: gzip.compress(d[:7]) + b"\x00" * 3 + gzip.compress(d[7:]), id="padding between"),
@@ -57,16 +70,51 @@ def _payload(n: int = 300_000) -> bytes:
         pytest.param(lambda d: d, id="plain"),
     ],
 )
-def test_block_reader_gives_what_gzip_gives(tmp_path, make):
+def test_block_reader_gives_what_gzip_gives(tmp_path, make, inflater):
     data = _payload()
     p = tmp_path / "t.json.gz"
     p.write_bytes(make(data))
     assert _read_all(p) == data
     assert _read_all(p, block=4 << 20) == data
+    assert _read_all(p, block=len(data)) == data  # one block exactly
+    small = tmp_path / "small.json.gz"
+    small.write_bytes(make(data[:5000]))
+    assert _read_all(small, block=1) == data[:5000]  # one byte a block
 
 
-def test_block_reader_reads_a_real_trace_like_gzip():
+def test_block_reader_reads_a_real_trace_like_gzip(inflater):
     assert _read_all(SMALL_TRACE) == gzip.decompress(SMALL_TRACE.read_bytes())
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, lambda d: d], ids=["gzip", "plain"])
+def test_read_after_joins_the_tail_and_the_next_block(tmp_path, compress, inflater):
+    """`read_after(tail)`: tail + the next block, whatever the tail's length; a tail that fits the block's
+    headroom is written into it (the block's own buffer comes back, not a copy)."""
+    data = _payload()
+    p = tmp_path / "t.json"
+    p.write_bytes(compress(data))
+    block = 1 << 16
+    r = BlockReader(p, block)
+    handed: list = []
+    next_block = r._next
+    r._next = lambda: handed.append(next_block()) or handed[-1]
+    got, pos = [], 0
+    tails = [b"", b"x", b"y" * 1000, b"z" * block_reader.HEADROOM, b"w" * (block_reader.HEADROOM + 1)]
+    try:
+        for i in range(len(data) // block + 2):
+            tail = tails[i % len(tails)]
+            buf, n = r.read_after(memoryview(tail))
+            assert bytes(buf[: len(tail)]) == tail and len(buf) == len(tail) + n
+            got.append(bytes(buf[len(tail) :]))
+            pos += n
+            fits = 0 < handed[-1][1] and len(tail) <= handed[-1][1]
+            assert (buf is handed[-1][0]) == fits
+            assert fits == (inflater == "C inflater" and n > 0 and len(tail) <= block_reader.HEADROOM)
+            if not n:
+                break
+    finally:
+        r.close()
+    assert b"".join(got) == data and pos == len(data)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +127,7 @@ def test_block_reader_reads_a_real_trace_like_gzip():
         (lambda z: z[:10] + b"\xff" * 200, "corrupt gzip data"),
     ],
 )
-def test_block_reader_bad_gzip_is_one_chunk_error(tmp_path, make, message):
+def test_block_reader_bad_gzip_is_one_chunk_error(tmp_path, make, message, inflater):
     p = tmp_path / "bad.json.gz"
     p.write_bytes(make(gzip.compress(_payload(50_000))))
     with pytest.raises(ChunkError) as info:
@@ -242,3 +290,50 @@ def test_a_one_rank_analyze_loads_only_what_it_uses():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "LOADED []" in done.stderr, done.stderr[-500:]
+
+
+_INFLATE_C = ROOT / "tracelab" / "parsers" / "_inflate.c"
+_SANITIZED_INFLATE = r"""
+import gzip, importlib.util, random, sys, zlib
+spec = importlib.util.spec_from_file_location("_inflate", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+rng = random.Random(3)
+data = bytes(rng.choice(b'{"name": kernel, 0.5}') for _ in range(200_000))
+good = gzip.compress(data)
+cases = [good, good[:-40], good[:5], good[:10] + b"\xff" * 200, good[:-8] + bytes(8)]
+cases += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400))) for _ in range(300)]
+cases += [good[: rng.randrange(len(good))] + bytes(rng.randrange(256) for _ in range(50)) for _ in range(100)]
+for case in cases:
+    g, out, got, src = mod.Gunzip(), [], 0, memoryview(case)
+    try:
+        while src:
+            buf = mod.empty(16 + rng.randrange(1, 70_000))
+            used, made, ended = g.inflate_into(src[: rng.randrange(1, len(src) + 1)], buf, 16)
+            out.append(bytes(buf[16 : 16 + made]))
+            src = src[used:]
+            if ended:
+                break
+            if not used and not made:
+                break
+    except ValueError:
+        continue
+    if ended:
+        assert b"".join(out) == zlib.decompress(case[: len(case) - len(src)], 31)
+print("inflated", len(cases))
+"""
+
+
+def test_sanitized_inflater_on_good_cut_and_random_gzip(tmp_path):
+    """_inflate.c built with AddressSanitizer + UBSan (halting on the first report): whole, cut, corrupt
+    and random gzip streams, fed in random pieces into output buffers of random sizes; what it inflates
+    up to a member's end is what zlib inflates, and bad data is a ValueError, never a crash."""
+    import sanitized
+
+    so = tmp_path / "_inflate.so"
+    env = sanitized.build(_INFLATE_C, so, "-lz")
+    child = [sys.executable, "-c", _SANITIZED_INFLATE, str(so)]
+    res = subprocess.run(child, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
+    assert "ERROR: AddressSanitizer" not in res.stderr, res.stderr[-3000:]
+    assert "inflated" in res.stdout, res.stdout

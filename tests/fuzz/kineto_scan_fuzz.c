@@ -44,8 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (C_ONLY) {
         Out o;
         Py_ssize_t n = 0;
-        scan_buffer(&o, data, size, &n);
-        out_free(&o);
+        for (int rest = 0; rest < 2; rest++) { /* a piece with its '[', and one after a ',' (scan_rest) */
+            scan_buffer(&o, data, size, rest, &n);
+            out_free(&o);
+        }
         return 0;
     }
     /* a view of libFuzzer's own buffer (exactly `size` bytes, no copy, no trailing NUL): ASan sees

@@ -639,14 +639,17 @@ static int read_event(Out *o, Cur *c) {
     return 0;
 }
 
-/* 0: the whole piece was read; -1: declined */
-static int scan_piece(Out *o, Cur *c, Py_ssize_t *count) {
+/* 0: the whole piece was read; -1: declined. `rest`: the piece starts after the ',' that follows an
+ * element (no '['), and holds at least one more element before the ']' */
+static int scan_piece(Out *o, Cur *c, int rest, Py_ssize_t *count) {
     Py_ssize_t n = 0;
     skip_ws(c);
-    if (c->p >= c->end || *c->p != '[') return -1;
-    c->p++;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == ']') {
+    if (!rest) {
+        if (c->p >= c->end || *c->p != '[') return -1;
+        c->p++;
+        skip_ws(c);
+    }
+    if (!rest && c->p < c->end && *c->p == ']') {
         c->p++;
     } else {
         for (;;) {
@@ -732,7 +735,7 @@ static locale_t C_LOCALE = (locale_t)0;
 
 /* The scan of buf[0:len] into *o (zeroed here; the caller frees it with out_free, whatever the result):
  * 0 with *n events, or -1 to decline. Pure C: no Python object, no GIL needed. */
-static int scan_buffer(Out *o, const unsigned char *buf, size_t len, Py_ssize_t *n) {
+static int scan_buffer(Out *o, const unsigned char *buf, size_t len, int rest, Py_ssize_t *n) {
     memset(o, 0, sizeof *o);
     o->c_locale = C_LOCALE;
     Cur c = {buf, buf + len};
@@ -741,17 +744,17 @@ static int scan_buffer(Out *o, const unsigned char *buf, size_t len, Py_ssize_t 
     size_t want = 0; /* room for about one event per 160 bytes, grown by doubling if short */
     while (want * 160 < len && want < ((size_t)1 << 26)) want = want ? want * 2 : 1024;
     if (want && out_grow(o, want) < 0) return -1; /* one allocation per column at that size */
-    return scan_piece(o, &c, n);
+    return scan_piece(o, &c, rest, n);
 }
 
-static PyObject *scan(PyObject *self, PyObject *arg) {
+static PyObject *scan_any(PyObject *arg, int rest) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Out o;
     Py_ssize_t n = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = scan_buffer(&o, (const unsigned char *)view.buf, (size_t)view.len, &n);
+    rc = scan_buffer(&o, (const unsigned char *)view.buf, (size_t)view.len, rest, &n);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (rc < 0) {
@@ -800,10 +803,17 @@ fail:
     return NULL;
 }
 
+static PyObject *scan(PyObject *self, PyObject *arg) { return scan_any(arg, 0); }
+
+static PyObject *scan_rest(PyObject *self, PyObject *arg) { return scan_any(arg, 1); }
+
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_O,
      "scan(piece) -> None | (n, strings, columns): one piece of traceEvents into column buffers "
      "(None: declined, decode it with msgspec)."},
+    {"scan_rest", scan_rest, METH_O,
+     "scan_rest(piece) -> as scan, for a piece that starts after the ',' following an element (no '['): "
+     "one or more elements, then ']'."},
     {NULL, NULL, 0, NULL},
 };
 

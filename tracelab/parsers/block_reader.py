@@ -1,11 +1,16 @@
 """Read a trace file in blocks on a background thread, inflating gzip (or zstd) on the way.
 
 The reading thread hands blocks to the parser through a small queue. File reads and inflation release
-the GIL, so they run on another core while the parser decodes the previous block. Gzip is inflated with
-`zlib.decompressobj` directly: one call per block that releases the GIL, where `gzip.GzipFile` runs a
-few Python steps per 128 kB of input. Each of those steps waits for the GIL while the main thread
-imports or builds columns (the reading thread was the slowest part of reading a 54 MB trace).
-Multi-member gzip files and zero padding after a member are read as `gzip` reads them.
+the GIL, so they run on another core while the parser decodes the previous block. Gzip is inflated by
+`_inflate.Gunzip` (a C extension): straight into the block's buffer, with the GIL released for the
+whole block. Python's `zlib` releases it while inflating too, but joins each result from a chain of
+buffers into a new bytes object with the GIL held (a fresh 4 MiB, its page faults and a copy), and the
+main thread, importing numpy or building columns, waited for it. Without the extension, `zlib` does the
+work. Multi-member gzip files and zero padding after a member are read as `gzip` reads them.
+
+Each block is a bytearray with HEADROOM free bytes in front of the data: `read_after(tail)` puts the
+unfinished end of the previous block there and hands back one contiguous buffer without copying the
+new block (the parser scans pieces in place).
 
 This module imports nothing heavy (no numpy), so the command line can start the read of a gzip trace
 before it imports the parser: `start_early(path)` begins inflating while numpy and the analyses load,
@@ -22,10 +27,16 @@ import zlib
 from pathlib import Path
 
 BLOCK_SIZE = 4 << 20  # bytes of (inflated) trace per block
+HEADROOM = 1 << 16  # free bytes in front of each block, for the end of the previous one (read_after)
 RAW_READ = 1 << 20  # compressed bytes read at a time
 EARLY_AHEAD = 8  # blocks a reader started early may inflate before the parser takes it (32 MB)
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"(\xb5/\xfd"
+
+try:
+    from ._inflate import Gunzip, empty
+except ImportError:  # built without the C extension: zlib inflates, blocks have no headroom
+    Gunzip = empty = None
 
 
 class ChunkError(Exception):
@@ -57,9 +68,61 @@ def _zstd_reader(raw):
     return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
 
 
+def _next_member(raw, rest: bytes) -> bytes | None:
+    """After a gzip member: the start of the next one (`rest`, the bytes read past the member, plus what
+    more is needed to see its magic), or None at the end of the file. Zero bytes between or after
+    members are padding (as `gzip.GzipFile` reads them)."""
+    rest = rest.lstrip(b"\x00")
+    while len(rest) < 2:  # the next member's magic, padding, or the end of the file
+        more = raw.read(RAW_READ)
+        if not more:
+            if rest:
+                raise _BadGzip(f"trailing bytes after the gzip data ({rest!r})")
+            return None
+        rest = (rest + more).lstrip(b"\x00")
+    if not is_gzip(rest):
+        raise _BadGzip(f"trailing bytes after the gzip data ({rest[:8]!r})")
+    return rest
+
+
 def _gunzip_blocks(raw, block: int):
-    """Yield the inflated bytes of a gzip file in pieces of at most `block` bytes (never empty). Members
-    follow one another; zero bytes between or after members are padding (as `gzip.GzipFile` reads)."""
+    """(data, HEADROOM): the inflated bytes of a gzip file in blocks of `block` bytes (the last may be
+    shorter, none is empty), each in a bytearray after HEADROOM free bytes; members follow one another.
+    The trailer's CRC-32 and size are checked. Without the C extension: (bytes, 0) from zlib."""
+    if Gunzip is None:
+        yield from ((data, 0) for data in _zlib_blocks(raw, block))
+        return
+    g = Gunzip()
+    pending = memoryview(b"")
+    out, filled = empty(HEADROOM + block), HEADROOM
+    while True:
+        if not pending:
+            pending = memoryview(raw.read(RAW_READ))
+            if not pending:
+                raise _Truncated
+        try:
+            used, made, ended = g.inflate_into(pending, out, filled)
+        except ValueError as exc:
+            raise _BadGzip(str(exc)) from None
+        pending = pending[used:]
+        filled += made
+        if filled == len(out):
+            yield out, HEADROOM
+            out, filled = empty(HEADROOM + block), HEADROOM
+        if not ended:
+            continue
+        rest = _next_member(raw, bytes(pending))
+        if rest is None:
+            if filled > HEADROOM:
+                del out[filled:]
+                yield out, HEADROOM
+            return
+        g.reset()
+        pending = memoryview(rest)
+
+
+def _zlib_blocks(raw, block: int):
+    """The inflated bytes of a gzip file in pieces of at most `block` bytes (never empty), by zlib."""
     d = zlib.decompressobj(31)  # 31: gzip header and trailer; the trailer's CRC-32 and size are checked
     pending = b""
     while True:
@@ -73,24 +136,43 @@ def _gunzip_blocks(raw, block: int):
             yield out
         if not d.eof:
             continue
-        rest = d.unused_data.lstrip(b"\x00")
-        while len(rest) < 2:  # the next member's magic, padding, or the end of the file
-            more = raw.read(RAW_READ)
-            if not more:
-                if rest:
-                    raise _BadGzip(f"trailing bytes after the gzip data ({rest!r})")
-                return
-            rest = (rest + more).lstrip(b"\x00")
-        if not is_gzip(rest):
-            raise _BadGzip(f"trailing bytes after the gzip data ({rest[:8]!r})")
+        rest = _next_member(raw, d.unused_data)
+        if rest is None:
+            return
         d = zlib.decompressobj(31)
         pending = rest
 
 
+def _plain_blocks(raw, block: int):
+    """(data, HEADROOM): a file's bytes in blocks of `block` bytes (the last may be shorter, none is
+    empty), each read into a bytearray after HEADROOM free bytes; (bytes, 0) without the C extension."""
+    if empty is None:
+        yield from ((data, 0) for data in iter(lambda: raw.read(block), b""))
+        return
+    while True:
+        out = empty(HEADROOM + block)
+        filled = HEADROOM
+        with memoryview(out) as view:
+            while filled < len(out):
+                got = raw.readinto(view[filled:])
+                if not got:
+                    break
+                filled += got
+        if filled == HEADROOM:
+            return
+        short = filled < len(out)  # the end of the file
+        if short:
+            del out[filled:]
+        yield out, HEADROOM
+        if short:
+            return
+
+
 class BlockReader:
     """Reads `path` in blocks of about `block` bytes on a background thread; `read()` returns the next
-    block (b"" at the end of the file) and raises ChunkError (one line) for a corrupt or truncated
-    stream or a read error. `position` is the byte offset reached in the (compressed) file."""
+    block (b"" at the end of the file), `read_after(tail)` the next block with `tail` before it; both
+    raise ChunkError (one line) for a corrupt or truncated stream or a read error. `position` is the
+    byte offset reached in the (compressed) file."""
 
     def __init__(self, path: Path, block: int = BLOCK_SIZE, ahead: int = 2) -> None:
         self.path = path
@@ -107,19 +189,22 @@ class BlockReader:
                 magic = raw.read(4)
                 raw.seek(0)
                 if is_gzip(magic):
-                    pieces = _gunzip_blocks(raw, self.block)
+                    blocks = _gunzip_blocks(raw, self.block)
+                elif magic == ZSTD_MAGIC:
+                    f = _zstd_reader(raw)
+                    blocks = ((data, 0) for data in iter(lambda: f.read(self.block), b""))
                 else:
-                    f = _zstd_reader(raw) if magic == ZSTD_MAGIC else raw
-                    pieces = iter(lambda: f.read(self.block), b"")
-                for data in pieces:
+                    blocks = _plain_blocks(raw, self.block)
+                for data, head in blocks:
                     if self._stop:
                         return
-                    self._q.put((data, raw.tell()))
-                self._q.put((b"", raw.tell()))
+                    self._q.put((data, head, raw.tell()))
+                self._q.put((b"", 0, raw.tell()))
         except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which re-raises it
             self._q.put(exc)
 
-    def read(self) -> bytes:
+    def _next(self) -> tuple[bytes | bytearray, int]:
+        """(buffer, headroom) of the next block: its data is buffer[headroom:]."""
         item = self._q.get()
         if isinstance(item, BaseException):
             self._q.put(item)  # a second read raises the same error
@@ -133,8 +218,30 @@ class BlockReader:
             if type(item).__name__ == "ZstdError":
                 raise ChunkError(f"corrupt zstd data ({msg})")
             raise item
-        data, self.position = item
+        data, head, self.position = item
+        return data, head
+
+    def read(self) -> bytes | bytearray:
+        data, head = self._next()
+        if head:
+            del data[:head]  # the start moves: nothing is copied
         return data
+
+    def read_after(self, tail: bytes | bytearray | memoryview) -> tuple[bytearray, int]:
+        """(`tail` + the next block as one new bytearray, the length of that block: 0 at the end of the
+        file). A tail that fits the block's headroom is written there: the block is not copied."""
+        data, head = self._next()
+        k = len(tail)
+        if head and k <= head:
+            with memoryview(data) as view:
+                view[head - k : head] = tail
+            if head > k:
+                del data[: head - k]
+            return data, len(data) - k
+        out = bytearray(tail)
+        with memoryview(data) as view:
+            out += view[head:]
+        return out, len(data) - head
 
     def limit_ahead(self, ahead: int) -> None:
         """Read at most `ahead` blocks ahead from now on (a queue's bound may be changed while in use:

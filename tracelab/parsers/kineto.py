@@ -47,7 +47,7 @@ from .background import OneWorker
 from .block_reader import is_compressed
 from .kineto_columns import ColumnAssembler, assemble
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
-from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scanner_available
+from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scan_rest, scanner_available
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, candidate_cut
 from .validate import (
     INT32_LIMIT,
@@ -297,17 +297,13 @@ class _Parsed:
         cut = _middle_boundary(piece)
         got: list[Any] = [None, None]
         if cut > 0:
-            tail = piece[cut + 2 :]  # up to the piece's closing ']'
-            second = bytearray(len(tail) + 1)
-            second[0] = 0x5B
-            second[1:] = tail
-            tail.release()
             keep = piece[cut + 1]
             piece[cut + 1] = 0x5D  # the ',' after the first half's last element ends it, for the scan
             try:
-                with piece[: cut + 2] as first:
+                # the second half: the elements after that ',' up to the piece's closing ']' (scan_rest)
+                with piece[: cut + 2] as first, piece[cut + 2 :] as second:
                     self._pool.submit(scan, first)
-                    self._pool2.submit(scan, memoryview(second))
+                    self._pool2.submit(scan_rest, second)
                     try:
                         self._flush()
                     finally:

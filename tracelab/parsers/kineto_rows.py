@@ -25,8 +25,9 @@ from .kineto_columns import checked_int, col, stream_from_tid, strs, take, tripl
 
 try:  # the optional C fast path (setup.py builds it; without a compiler the parser uses msgspec alone)
     from ._kineto_scan import scan as _scan
+    from ._kineto_scan import scan_rest as _scan_rest
 except ImportError:  # pragma: no cover - depends on the build
-    _scan = None
+    _scan = _scan_rest = None
 
 PH_X, PH_INSTANT, PH_FLOW = 1, 2, 3
 _PH_CODE = {"X": PH_X, "i": PH_INSTANT, "I": PH_INSTANT, "s": PH_FLOW, "f": PH_FLOW, "t": PH_FLOW}
@@ -162,9 +163,16 @@ class StructArgs:
 # ---- C scanner columns ------------------------------------------------------------------------------
 def scan(piece: Any) -> ColumnRows | None:
     """The piece through the C scanner, or None (declined, or no scanner built)."""
-    if _scan is None:
-        return None
-    got = _scan(piece)
+    return _columns(_scan(piece)) if _scan is not None else None
+
+
+def scan_rest(piece: Any) -> ColumnRows | None:
+    """`scan` of a piece that starts after the ',' that follows an element (no '['): the second half
+    of a piece cut in two, scanned in place."""
+    return _columns(_scan_rest(piece)) if _scan_rest is not None else None
+
+
+def _columns(got: tuple | None) -> ColumnRows | None:
     if got is None:
         return None
     n, table, raw = got

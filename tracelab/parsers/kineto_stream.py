@@ -193,7 +193,10 @@ def _cut(buf: bytearray, a: int, b: int) -> bytearray:
 
 
 def _grow(buf: bytearray, data: bytes) -> bytearray:
-    """buf += data, or a grown copy when a live view pins buf (see _cut)."""
+    """buf += data, or a grown copy when a live view pins buf (see _cut); a block read into an empty
+    buf is taken as it is (the reader's bytearrays are the parser's)."""
+    if not buf and isinstance(data, bytearray):
+        return data
     try:
         buf += data
         return buf
@@ -237,6 +240,15 @@ class EventChunks:
         if self.progress is not None:
             self.progress(reader.position, self.size)
         return data
+
+    def _more_after(self, reader: BlockReader, buf: bytearray, sep: int) -> tuple[bytearray, bool]:
+        """(buf[sep:] followed by the next block, whether the file has ended)."""
+        with memoryview(buf) as view, view[sep:] as tail:
+            out, got = reader.read_after(tail)
+        self.bytes_read += got
+        if self.progress is not None:
+            self.progress(reader.position, self.size)
+        return out, not got
 
     def _chunks(self, reader: BlockReader) -> Iterator[T]:
         buf = bytearray()
@@ -287,12 +299,8 @@ class EventChunks:
             if lead > sep + 1:  # whitespace between elements, however long, is dropped as it arrives
                 buf = _cut(buf, sep + 1, lead)
             if not eof and len(buf) - sep < self.block_size:
-                if sep > 0:
-                    buf = _cut(buf, 0, sep)
-                    sep = 0
-                data = self._more(reader)
-                eof = not data
-                buf = _grow(buf, data)
+                buf, eof = self._more_after(reader, buf, sep)
+                sep = 0
                 continue
             if not eof and len(buf) - sep > MAX_EVENT_BYTES + self.block_size:
                 raise ChunkError(
