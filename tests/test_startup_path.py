@@ -143,7 +143,7 @@ def test_early_reader_is_taken_over_once_and_discarded(tmp_path):
     data = _payload()
     p.write_bytes(gzip.compress(data))
     block_reader.start_early(p)
-    early = block_reader._early[block_reader._key(p)]
+    early = block_reader._early[block_reader.file_key(p)]
     got = block_reader.open_blocks(p, block_reader.BLOCK_SIZE)
     assert got is early and not block_reader._early
     assert got._q.maxsize == 2  # back to the parser's read-ahead

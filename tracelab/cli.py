@@ -296,9 +296,12 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
 
     path = Path(ref)
     if path.exists():
-        from .parsers import block_reader
+        from .parsers import block_reader, early_scan
 
-        block_reader.start_early(path)  # a gzip trace inflates on another core while numpy loads
+        # a Kineto trace is read and scanned on another core while numpy loads (decode workers read the
+        # file themselves); else a gzip file (an nsys export?) is inflated meanwhile
+        if os.environ.get("TRACELAB_DECODE_WORKERS", "").strip() or not early_scan.start(path):
+            block_reader.start_early(path)
         try:
             with _one_blas_thread():
                 from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
@@ -307,6 +310,7 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
             with _Progress(path.name) as bar:
                 return _parse(path, bar.phase("parsing")), str(path)
         finally:
+            early_scan.discard()
             block_reader.discard_early()
     from .store import Store
 

@@ -803,6 +803,54 @@ fail:
     return NULL;
 }
 
+/* The index just after the '[' that opens the value of the first key "traceEvents" of the top-level
+ * object that buf starts with ('{' at buf[0]), or -1 when buf does not show one: the key is not in buf
+ * (not read yet, or absent), its value is not an array, or buf does not start with '{'. Strings are
+ * skipped with their escapes; only a key at depth 1 (a string followed by ':') counts. */
+static Py_ssize_t find_array_start(const unsigned char *buf, size_t len) {
+    const unsigned char *p = buf, *end = buf + len;
+    if (p >= end || *p != '{') return -1;
+    Py_ssize_t depth = 0;
+    while (p < end) {
+        unsigned char c = *p;
+        if (c == '"') {
+            const unsigned char *s = ++p;
+            while (p < end && *p != '"') {
+                if (*p == '\\' && end - p < 2) return -1; /* the escaped byte is not read yet */
+                p += (*p == '\\') ? 2 : 1;
+            }
+            if (p >= end) return -1;
+            size_t n = (size_t)(p - s);
+            p++;
+            if (depth == 1 && n == 11 && memcmp(s, "traceEvents", 11) == 0) {
+                const unsigned char *q = p;
+                while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n')) q++;
+                if (q < end && *q == ':') {
+                    q++;
+                    while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n')) q++;
+                    return (q < end && *q == '[') ? (Py_ssize_t)(q + 1 - buf) : -1;
+                }
+            }
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth <= 0) return -1;
+        }
+        p++;
+    }
+    return -1;
+}
+
+static PyObject *array_start(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t at = find_array_start((const unsigned char *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(at);
+}
+
 static PyObject *scan(PyObject *self, PyObject *arg) { return scan_any(arg, 0); }
 
 static PyObject *scan_rest(PyObject *self, PyObject *arg) { return scan_any(arg, 1); }
@@ -811,6 +859,9 @@ static PyMethodDef METHODS[] = {
     {"scan", scan, METH_O,
      "scan(piece) -> None | (n, strings, columns): one piece of traceEvents into column buffers "
      "(None: declined, decode it with msgspec)."},
+    {"array_start", array_start, METH_O,
+     "array_start(buf) -> the index after the '[' of the top-level traceEvents array, or -1 when buf "
+     "(starting with '{') does not show it."},
     {"scan_rest", scan_rest, METH_O,
      "scan_rest(piece) -> as scan, for a piece that starts after the ',' following an element (no '['): "
      "one or more elements, then ']'."},

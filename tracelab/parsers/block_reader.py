@@ -262,7 +262,8 @@ _early: dict[tuple[str, int, int], BlockReader] = {}
 _early_lock = threading.Lock()
 
 
-def _key(path: Path) -> tuple[str, int, int] | None:
+def file_key(path: Path) -> tuple[str, int, int] | None:
+    """What identifies the file at `path` now (its real path, inode and modification time)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -270,22 +271,32 @@ def _key(path: Path) -> tuple[str, int, int] | None:
     return os.path.realpath(path), st.st_ino, st.st_mtime_ns
 
 
+def early_candidate(path: Path, json_only: bool = False) -> bool:
+    """Whether `path` is a regular gzip file (or, with `json_only`, a plain one whose first byte after
+    whitespace is '{'): one worth reading before the parser is imported. FIFOs and devices are not
+    opened for good (a non-blocking open, then fstat)."""
+    try:  # non-blocking: opening a FIFO for reading would otherwise wait for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 64)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return is_gzip(head) or (json_only and head.lstrip(b" \t\r\n")[:1] == b"{")
+
+
 def start_early(path: Path) -> None:
     """Begin inflating a gzip trace now, before the parser is imported; at most EARLY_AHEAD blocks are
     read ahead until the parser takes the reader over. Anything other than a regular gzip file is left
     to the parser (a plain file is read as fast as it is decoded)."""
-    try:  # non-blocking: opening a FIFO for reading would otherwise wait for a writer
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+    if not early_candidate(path):
         return
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or not is_gzip(os.read(fd, 2)):
-            return
-    except OSError:
-        return
-    finally:
-        os.close(fd)
-    key = _key(path)
+    key = file_key(path)
     if key is None:
         return
     with _early_lock:
@@ -295,7 +306,7 @@ def start_early(path: Path) -> None:
 
 def open_blocks(path: Path, block: int = BLOCK_SIZE) -> BlockReader:
     """A reader of `path`: the one `start_early` began for this file (same size of block), or a new one."""
-    key = _key(path)
+    key = file_key(path)
     with _early_lock:
         early = _early.pop(key, None) if key is not None else None
     if early is not None and early.block == block:

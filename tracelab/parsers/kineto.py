@@ -43,11 +43,23 @@ from tracelab.model.api_names import classify_api_ids, comm_mask
 from tracelab.model.grouping import member, sorted_unique
 from tracelab.model.kinds import NO_STREAM
 
+from . import early_scan
 from .background import OneWorker
 from .block_reader import is_compressed
+from .early_scan import Piece
 from .kineto_columns import ColumnAssembler, assemble
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
-from .kineto_rows import PH_FLOW, PH_INSTANT, PH_X, Rows, StructRows, scan, scan_rest, scanner_available
+from .kineto_rows import (
+    PH_FLOW,
+    PH_INSTANT,
+    PH_X,
+    Rows,
+    StructRows,
+    scan,
+    scan_rest,
+    scanned_rows,
+    scanner_available,
+)
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, candidate_cut
 from .validate import (
     INT32_LIMIT,
@@ -125,7 +137,10 @@ def load_kineto(
     with open(path, "rb") as f:
         plain = not is_compressed(f.read(4))  # the inflated size of gzip / zstd is unknown
     parsed = _Parsed(pipeline=True, input_bytes=path.stat().st_size if plain else 0)
-    chunks = EventChunks(path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress)
+    early = early_scan.take(path, BLOCK_SIZE)  # pieces the command line scanned while it loaded this parser
+    chunks = EventChunks(
+        path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress, early=early, scanned=parsed.add_scanned
+    )
     try:
         for _ in chunks:
             pass
@@ -283,6 +298,15 @@ class _Parsed:
         finally:
             got = self._pool.wait()  # always waited for: the caller reuses the piece's buffer
         rows = self._read(piece, got)
+        self._pending = [rows]
+        return rows.n
+
+    def add_scanned(self, piece: Piece) -> int:
+        """A piece the early scanner read (`early_scan`): kept to be turned into columns next."""
+        rows = scanned_rows(piece.scanned)
+        assert rows is not None
+        self._piece_bytes = piece.length
+        self._flush()
         self._pending = [rows]
         return rows.n
 

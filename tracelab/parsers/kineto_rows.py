@@ -163,16 +163,17 @@ class StructArgs:
 # ---- C scanner columns ------------------------------------------------------------------------------
 def scan(piece: Any) -> ColumnRows | None:
     """The piece through the C scanner, or None (declined, or no scanner built)."""
-    return _columns(_scan(piece)) if _scan is not None else None
+    return scanned_rows(_scan(piece)) if _scan is not None else None
 
 
 def scan_rest(piece: Any) -> ColumnRows | None:
     """`scan` of a piece that starts after the ',' that follows an element (no '['): the second half
     of a piece cut in two, scanned in place."""
-    return _columns(_scan_rest(piece)) if _scan_rest is not None else None
+    return scanned_rows(_scan_rest(piece)) if _scan_rest is not None else None
 
 
-def _columns(got: tuple | None) -> ColumnRows | None:
+def scanned_rows(got: tuple | None) -> ColumnRows | None:
+    """The rows of what the C scanner returned for a piece (None: it declined)."""
     if got is None:
         return None
     n, table, raw = got

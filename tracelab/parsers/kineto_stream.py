@@ -23,12 +23,13 @@ from typing import TypeVar
 import numpy as np
 
 from .block_reader import BLOCK_SIZE, BlockReader, ChunkError, open_blocks
+from .early_scan import EarlyScan, Piece
+from .piece_cuts import _cut, _grow, _skip_ws, candidate_cut, with_brackets
 
 MAX_HEADER = 256 << 20  # a traceEvents key further into the file than this is not a Kineto trace
 MAX_EVENT_BYTES = 64 << 20  # one element of traceEvents larger than this is refused
 _KEY = b'"traceEvents"'
 _WS = b" \t\r\n"
-_WS_RUN = re.compile(rb"[ \t\r\n]*")
 _BOM = b"\xef\xbb\xbf"
 
 T = TypeVar("T")
@@ -76,12 +77,6 @@ def _structure(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, np.ndar
         s = s[(np.searchsorted(q, s) & 1) == 0]
     c = codes[s]
     return s, c, np.cumsum(c, dtype=np.int64)
-
-
-def _skip_ws(buf: bytes | bytearray, i: int) -> int:
-    """Index of the first non-whitespace byte at or after i (C speed: no Python loop per byte)."""
-    m = _WS_RUN.match(buf, i)
-    return m.end() if m else i
 
 
 class _KeyScanner:
@@ -166,44 +161,6 @@ class _KeyScanner:
         return None
 
 
-def candidate_cut(buf: bytes | bytearray, lo: int, tries: int = 64) -> int:
-    """Index of the last '}' followed by ',' and then '{' (whitespace allowed): a likely boundary
-    between two events; -1 if none. The decoder confirms it."""
-    hi = len(buf)
-    for _ in range(tries):
-        cut = buf.rfind(b"},", lo, hi)
-        if cut < 0:
-            return -1
-        j = _skip_ws(buf, cut + 2)
-        if j < len(buf) and buf[j] == 0x7B:
-            return cut
-        hi = cut + 1
-    return -1
-
-
-def _cut(buf: bytearray, a: int, b: int) -> bytearray:
-    """del buf[a:b]; if a view of buf is still alive somewhere (a BufferError), a trimmed copy instead."""
-    try:
-        del buf[a:b]
-        return buf
-    except BufferError:
-        out = bytearray(buf)
-        del out[a:b]
-        return out
-
-
-def _grow(buf: bytearray, data: bytes) -> bytearray:
-    """buf += data, or a grown copy when a live view pins buf (see _cut); a block read into an empty
-    buf is taken as it is (the reader's bytearrays are the parser's)."""
-    if not buf and isinstance(data, bytearray):
-        return data
-    try:
-        buf += data
-        return buf
-    except BufferError:
-        return bytearray(buf) + data
-
-
 def _raise_truncated() -> None:
     raise ChunkError("truncated JSON (file ends inside the trace)")
 
@@ -218,8 +175,15 @@ class EventChunks:
         decode: Callable[[memoryview], T],
         block_size: int = BLOCK_SIZE,
         progress: Callable[[int, int], None] | None = None,
+        early: EarlyScan | None = None,
+        scanned: Callable[[Piece], T] | None = None,
     ) -> None:
+        """`early` (with `scanned`, which takes its pieces): an early scan of this file
+        (`early_scan.take`), whose pieces come first; the rest of the file is then read on from where it
+        stopped."""
         self.path = Path(path)
+        self.early = early if scanned is not None else None
+        self.scanned = scanned
         self.progress = progress
         self.size = self.path.stat().st_size
         self.decode = decode
@@ -228,11 +192,31 @@ class EventChunks:
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[T]:
+        if self.early is not None:
+            reader = self.early.reader
+            try:
+                yield from self._after_early(self.early, reader)
+            finally:
+                reader.close()
+            return
         reader = open_blocks(self.path, self.block_size)
         try:
             yield from self._chunks(reader)
         finally:
             reader.close()
+
+    def _after_early(self, early: EarlyScan, reader: BlockReader) -> Iterator[T]:
+        assert self.scanned is not None
+        for item in early.take():
+            if isinstance(item, Piece):
+                self.bytes_read += item.length
+                if self.progress is not None:
+                    self.progress(item.position, self.size)
+                yield self.scanned(item)
+            elif item.start is None:
+                yield from self._chunks(reader, item.buf, item.eof)
+            else:
+                yield from self._elements(reader, item.buf, item.sep, item.eof, item.prefix)
 
     def _more(self, reader: BlockReader) -> bytes:
         data = reader.read()
@@ -250,15 +234,19 @@ class EventChunks:
             self.progress(reader.position, self.size)
         return out, not got
 
-    def _chunks(self, reader: BlockReader) -> Iterator[T]:
+    def _chunks(self, reader: BlockReader, read: bytearray | None = None, eof: bool = False) -> Iterator[T]:
+        """The whole array: its start found, then `_elements`. `read`: bytes from the start of the file
+        already taken from `reader` (by the early scanner), `eof` whether they were all of it."""
         buf = bytearray()
-        eof = False
         at_file_start = True
         scanner: _KeyScanner | None = None
         header = 0  # bytes read before the traceEvents array (after leading whitespace)
         while True:
-            data = self._more(reader)
-            eof = not data
+            if read is not None:  # (the early scanner may have read the end of the file: no read after it)
+                data, read = read, None
+            else:
+                data = self._more(reader)
+                eof = not data
             if scanner is None:
                 buf = _grow(buf, data)
                 if at_file_start and len(buf) >= len(_BOM) or eof:
@@ -288,11 +276,14 @@ class EventChunks:
                 break
             if header > MAX_HEADER:
                 raise ChunkError(f"no traceEvents array in the first {MAX_HEADER >> 20} MB (not a Kineto trace)")
-        prefix = bytes(buf[:start])
+        yield from self._elements(reader, buf, start - 1, eof, bytes(buf[:start]))
+
+    def _elements(self, reader: BlockReader, buf: bytearray, sep: int, eof: bool, prefix: bytes) -> Iterator[T]:
+        """The array's elements, from buf[sep + 1] on, in pieces; then the metadata outside the array.
+        buf[sep] is a byte before the next element that may be overwritten with '[' (the array's own '['
+        or the ',' after the previous element): elements are decoded in place, without copies. `prefix`:
+        the file up to the array's '['."""
         bare = prefix == b"["
-        # buf[sep] is a byte before the next element that may be overwritten with '[' (the array's own
-        # '[' or the ',' after the previous element); elements are decoded in place, without copies
-        sep = start - 1
         fast = True
         while True:
             lead = _skip_ws(buf, sep + 1)
@@ -355,13 +346,7 @@ class EventChunks:
 
     def _decode_range(self, buf: bytearray, lo: int, hi: int) -> T:
         """decode(buf[lo:hi+1]) with buf[lo] set to '[' and buf[hi] to ']' for the call."""
-        keep_lo, keep_hi = buf[lo], buf[hi]
-        buf[lo], buf[hi] = 0x5B, 0x5D
-        try:
-            with memoryview(buf) as mv, mv[lo : hi + 1] as piece:
-                return self.decode(piece)
-        finally:
-            buf[lo], buf[hi] = keep_lo, keep_hi
+        return with_brackets(buf, lo, hi, self.decode)
 
     def _decode_exact(self, buf: bytearray, lo: int, hi: int) -> T:
         try:
