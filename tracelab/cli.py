@@ -289,6 +289,17 @@ def quick_exit() -> None:
     os._exit(0)
 
 
+def no_cycle_collection() -> None:
+    """As the `tracelab` command (`quick_exit` ends it), `analyze` runs without the cyclic garbage
+    collector: its passes over every object the imports made were ~2-3 % of `analyze` on the 53.7 MB
+    trace, and the command makes next to no reference cycles (arrays, lists and strings are freed by
+    reference counting as before). In-process callers keep theirs."""
+    if _quick_exit:
+        import gc
+
+        gc.disable()
+
+
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     """RUN_OR_PATH: an existing path is parsed directly (the store is not touched); anything else
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
@@ -577,6 +588,7 @@ def analyze(
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
+    no_cycle_collection()
     _check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans), steps, window)
