@@ -220,10 +220,14 @@ class ColumnRows:
         return self.cols[field][idx if self.sel is None else self.sel[idx]]
 
     def kinds(self, kind_of: dict[str, int], default: int) -> tuple[np.ndarray, set[str]]:
+        """Each row's kind (`kind_of` its category, else `default`) and the categories used. The lookup
+        is made for the categories only, not for every string of the piece's table (names: thousands)."""
         cat = self.col("cat")
-        lut = np.fromiter((kind_of.get(s, default) for s in self.table), dtype=np.int8, count=len(self.table))
         used = np.flatnonzero(np.bincount(cat, minlength=len(self.table)))
-        return lut[cat], {self.table[i] for i in used.tolist()}
+        cats = [self.table[i] for i in used.tolist()]
+        lut = np.full(len(self.table), default, dtype=np.int8)
+        lut[used] = [kind_of.get(s, default) for s in cats]
+        return lut[cat], set(cats)
 
     def phases(self) -> np.ndarray:
         return self.col("ph")
