@@ -24,7 +24,9 @@ import queue
 import stat
 import threading
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 BLOCK_SIZE = 4 << 20  # bytes of (inflated) trace per block
 HEADROOM = 1 << 16  # free bytes in front of each block, for the end of the previous one (read_after)
@@ -258,8 +260,38 @@ class BlockReader:
                 self._thread.join(0.01)
 
 
-_early: dict[tuple[str, int, int], BlockReader] = {}
-_early_lock = threading.Lock()
+class EarlyStarts(dict):
+    """What the command line began for a file before the parser loaded (a reader here, a scan in
+    `early_scan`), by `file_key`: the parser takes one (`take`), `close_all` stops the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def begin(self, path: Path, make: Callable[[], Any]) -> bool:
+        """make() for `path` unless one was begun for this file already; False if the file is gone."""
+        key = file_key(path)
+        if key is None:
+            return False
+        with self._lock:
+            if key not in self:
+                self[key] = make()
+        return True
+
+    def take(self, path: Path) -> Any:
+        key = file_key(path)
+        with self._lock:
+            return self.pop(key, None) if key is not None else None
+
+    def close_all(self) -> None:
+        with self._lock:
+            begun = list(self.values())
+            self.clear()
+        for b in begun:
+            b.close()
+
+
+_early = EarlyStarts()
 
 
 def file_key(path: Path) -> tuple[str, int, int] | None:
@@ -294,21 +326,13 @@ def start_early(path: Path) -> None:
     """Begin inflating a gzip trace now, before the parser is imported; at most EARLY_AHEAD blocks are
     read ahead until the parser takes the reader over. Anything other than a regular gzip file is left
     to the parser (a plain file is read as fast as it is decoded)."""
-    if not early_candidate(path):
-        return
-    key = file_key(path)
-    if key is None:
-        return
-    with _early_lock:
-        if key not in _early:
-            _early[key] = BlockReader(path, BLOCK_SIZE, ahead=EARLY_AHEAD)
+    if early_candidate(path):
+        _early.begin(path, lambda: BlockReader(path, BLOCK_SIZE, ahead=EARLY_AHEAD))
 
 
 def open_blocks(path: Path, block: int = BLOCK_SIZE) -> BlockReader:
     """A reader of `path`: the one `start_early` began for this file (same size of block), or a new one."""
-    key = file_key(path)
-    with _early_lock:
-        early = _early.pop(key, None) if key is not None else None
+    early = _early.take(path)
     if early is not None and early.block == block:
         early.limit_ahead(2)
         return early
@@ -319,8 +343,4 @@ def open_blocks(path: Path, block: int = BLOCK_SIZE) -> BlockReader:
 
 def discard_early() -> None:
     """Stop the readers `start_early` began that no parser took (the file was not a Kineto trace)."""
-    with _early_lock:
-        readers = list(_early.values())
-        _early.clear()
-    for r in readers:
-        r.close()
+    _early.close_all()

@@ -22,9 +22,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from .block_reader import BLOCK_SIZE, EARLY_AHEAD, BlockReader, ChunkError, early_candidate, file_key
+from .block_reader import BLOCK_SIZE, EARLY_AHEAD, BlockReader, ChunkError, EarlyStarts, early_candidate
 from .piece_cuts import _cut, _grow, _skip_ws, candidate_cut, with_brackets
 
 try:
@@ -154,8 +153,7 @@ class EarlyScan:
         self.reader.close()
 
 
-_early: dict[Any, EarlyScan] = {}
-_lock = threading.Lock()
+_early = EarlyStarts()
 
 
 def start(path: Path, block: int = BLOCK_SIZE) -> bool:
@@ -163,20 +161,12 @@ def start(path: Path, block: int = BLOCK_SIZE) -> bool:
     or plain JSON starting with '{') and the C scanner is built; whether it started."""
     if scan is None or not early_candidate(path, json_only=True):
         return False
-    key = file_key(path)
-    if key is None:
-        return False
-    with _lock:
-        if key not in _early:
-            _early[key] = EarlyScan(path, BlockReader(path, block, ahead=EARLY_AHEAD), block)
-    return True
+    return _early.begin(path, lambda: EarlyScan(path, BlockReader(path, block, ahead=EARLY_AHEAD), block))
 
 
 def take(path: Path, block: int = BLOCK_SIZE) -> EarlyScan | None:
     """The early scan of `path` (same block size), or None; the caller owns it from now on."""
-    key = file_key(path)
-    with _lock:
-        early = _early.pop(key, None) if key is not None else None
+    early = _early.take(path)
     if early is not None and early.block != block:
         early.close()
         return None
@@ -185,8 +175,4 @@ def take(path: Path, block: int = BLOCK_SIZE) -> EarlyScan | None:
 
 def discard() -> None:
     """Stop the early scans that no parser took."""
-    with _lock:
-        scans = list(_early.values())
-        _early.clear()
-    for s in scans:
-        s.close()
+    _early.close_all()
