@@ -290,10 +290,12 @@ def quick_exit() -> None:
 
 
 def no_cycle_collection() -> None:
-    """As the `tracelab` command (`quick_exit` ends it), `analyze` runs without the cyclic garbage
-    collector: its passes over every object the imports made were ~2-3 % of `analyze` on the 53.7 MB
-    trace, and the command makes next to no reference cycles (arrays, lists and strings are freed by
-    reference counting as before). In-process callers keep theirs."""
+    """As the `tracelab` command (`quick_exit` ends it), `analyze` of a trace file runs without the
+    cyclic garbage collector: its passes over every object the imports made were ~2-3 % of `analyze` on
+    the 53.7 MB trace, and the command makes next to no reference cycles (arrays, lists and strings are
+    freed by reference counting as before). Not for a run in the store: its read-only connection sits
+    in a cycle, and only the collector closes it at exit (SQLite then removes the -wal / -shm files).
+    In-process callers keep theirs."""
     if _quick_exit:
         import gc
 
@@ -588,7 +590,8 @@ def analyze(
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
-    no_cycle_collection()
+    if Path(run_or_path).exists():  # a file: no store whose connection must be closed at exit
+        no_cycle_collection()
     _check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans), steps, window)
