@@ -88,7 +88,7 @@ def test_block_reader_reads_a_real_trace_like_gzip(inflater):
 
 @pytest.mark.parametrize("compress", [gzip.compress, lambda d: d], ids=["gzip", "plain"])
 def test_read_after_joins_the_tail_and_the_next_block(tmp_path, compress, inflater):
-    """`read_after(tail)`: tail + the next block, whatever the tail's length; a tail that fits the block's
+    """`read_after(buf, start)`: the tail buf[start:] + the next block, whatever the tail's length; a tail that fits the block's
     headroom is written into it (the block's own buffer comes back, not a copy)."""
     data = _payload()
     p = tmp_path / "t.json"
@@ -103,7 +103,7 @@ def test_read_after_joins_the_tail_and_the_next_block(tmp_path, compress, inflat
     try:
         for i in range(len(data) // block + 2):
             tail = tails[i % len(tails)]
-            buf, n = r.read_after(memoryview(tail))
+            buf, n = r.read_after(b"before" + tail, 6)
             assert bytes(buf[: len(tail)]) == tail and len(buf) == len(tail) + n
             got.append(bytes(buf[len(tail) :]))
             pos += n

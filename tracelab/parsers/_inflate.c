@@ -18,7 +18,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <limits.h>
 #include <zlib.h>
 
 typedef struct {

@@ -8,9 +8,9 @@ buffers into a new bytes object with the GIL held (a fresh 4 MiB, its page fault
 main thread, importing numpy or building columns, waited for it. Without the extension, `zlib` does the
 work. Multi-member gzip files and zero padding after a member are read as `gzip` reads them.
 
-Each block is a bytearray with HEADROOM free bytes in front of the data: `read_after(tail)` puts the
-unfinished end of the previous block there and hands back one contiguous buffer without copying the
-new block (the parser scans pieces in place).
+Each block is a bytearray with HEADROOM free bytes in front of the data: `read_after(buf, start)` puts
+the unfinished end of the previous block there and hands back one contiguous buffer without copying
+the new block (the parser scans pieces in place).
 
 This module imports nothing heavy (no numpy), so the command line can start the read of a gzip trace
 before it imports the parser: `start_early(path)` begins inflating while numpy and the analyses load,
@@ -172,9 +172,9 @@ def _plain_blocks(raw, block: int):
 
 class BlockReader:
     """Reads `path` in blocks of about `block` bytes on a background thread; `read()` returns the next
-    block (b"" at the end of the file), `read_after(tail)` the next block with `tail` before it; both
-    raise ChunkError (one line) for a corrupt or truncated stream or a read error. `position` is the
-    byte offset reached in the (compressed) file."""
+    block (b"" at the end of the file), `read_after(buf, start)` the next block with buf[start:] before
+    it; both raise ChunkError (one line) for a corrupt or truncated stream or a read error. `position`
+    is the byte offset reached in the (compressed) file."""
 
     def __init__(self, path: Path, block: int = BLOCK_SIZE, ahead: int = 2) -> None:
         self.path = path
@@ -229,18 +229,20 @@ class BlockReader:
             del data[:head]  # the start moves: nothing is copied
         return data
 
-    def read_after(self, tail: bytes | bytearray | memoryview) -> tuple[bytearray, int]:
-        """(`tail` + the next block as one new bytearray, the length of that block: 0 at the end of the
-        file). A tail that fits the block's headroom is written there: the block is not copied."""
+    def read_after(self, buf: bytes | bytearray, start: int) -> tuple[bytearray, int]:
+        """(the tail buf[start:] + the next block as one new bytearray, the length of that block: 0 at
+        the end of the file). A tail that fits the block's headroom is written there: the block is not
+        copied."""
         data, head = self._next()
-        k = len(tail)
-        if head and k <= head:
-            with memoryview(data) as view:
-                view[head - k : head] = tail
-            if head > k:
-                del data[: head - k]
-            return data, len(data) - k
-        out = bytearray(tail)
+        with memoryview(buf) as whole, whole[start:] as tail:
+            k = len(tail)
+            if head and k <= head:
+                with memoryview(data) as view:
+                    view[head - k : head] = tail
+                if head > k:
+                    del data[: head - k]
+                return data, len(data) - k
+            out = bytearray(tail)
         with memoryview(data) as view:
             out += view[head:]
         return out, len(data) - head

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .block_reader import BLOCK_SIZE, EARLY_AHEAD, BlockReader, ChunkError, EarlyStarts, early_candidate
-from .piece_cuts import _cut, _grow, _skip_ws, candidate_cut, with_brackets
+from .piece_cuts import MAX_EVENT_BYTES, _cut, _grow, _skip_ws, candidate_cut, with_brackets
 
 try:
     from ._kineto_scan import array_start, scan
@@ -33,7 +33,6 @@ except ImportError:  # pragma: no cover - built without the C scanner: nothing t
 
 AHEAD = 16  # scanned pieces at most waiting for the parser
 HEADER_BYTES = 1 << 20  # the array's start is looked for in the first MiB (more is left to the parser)
-MAX_EVENT_BYTES = 64 << 20  # kineto_stream's limit: a longer element is left to the parser, which refuses it
 
 
 @dataclass
@@ -77,25 +76,21 @@ class EarlyScan:
 
     def _scan(self, state: Handover) -> Handover:
         reader, block = self.reader, self.block
-        try:
-            buf = reader.read()
-        except ChunkError:
-            return state
-        state.buf, state.eof = bytearray(buf) if isinstance(buf, bytes) else buf, not buf
-        lead = _skip_ws(state.buf, 0)
-        if lead:  # as the parser drops leading whitespace (a BOM is left to it)
-            state.buf = _cut(state.buf, 0, lead)
-        start = array_start(state.buf)
-        while start < 0 and not state.eof and len(state.buf) < HEADER_BYTES:  # a longer header: read on
+        buf, eof, start = bytearray(), False, -1
+        while start < 0 and not eof and len(buf) < HEADER_BYTES:  # the array's start, within the header
             try:
                 more = reader.read()
-            except ChunkError:
-                return state
-            state.buf, state.eof = _grow(state.buf, more), not more
-            start = array_start(state.buf)
+            except ChunkError:  # the parser reads it again and reports it
+                break
+            buf, eof = _grow(buf, more), not more
+            lead = _skip_ws(buf, 0)
+            if lead:  # as the parser drops leading whitespace (a BOM is left to it)
+                buf = _cut(buf, 0, lead)
+            start = array_start(buf)
+        state.buf, state.eof = buf, eof
         if start < 0:
             return state
-        buf, eof, sep = state.buf, state.eof, start - 1
+        sep = start - 1
         state.start, state.sep, state.prefix = start, sep, bytes(buf[:start])
         more = False  # read on before cutting (no cut in what is read)
         while not self._stop.is_set():
@@ -104,8 +99,7 @@ class EarlyScan:
                 buf = _cut(buf, sep + 1, lead)
             if not eof and (more or len(buf) - sep < block):
                 try:
-                    with memoryview(buf) as view, view[sep:] as tail:
-                        buf, got = reader.read_after(tail)
+                    buf, got = reader.read_after(buf, sep)
                 except ChunkError:  # the parser reads it again and reports it
                     break
                 sep, eof, more = 0, not got, False

@@ -221,7 +221,8 @@ class ColumnRows:
 
     def kinds(self, kind_of: dict[str, int], default: int) -> tuple[np.ndarray, set[str]]:
         """Each row's kind (`kind_of` its category, else `default`) and the categories used. The lookup
-        is made for the categories only, not for every string of the piece's table (names: thousands)."""
+        is made for the categories the rows use, not for every string of the piece's table (which holds
+        the names and string pids / tids too)."""
         cat = self.col("cat")
         used = np.flatnonzero(np.bincount(cat, minlength=len(self.table)))
         cats = [self.table[i] for i in used.tolist()]

@@ -24,10 +24,9 @@ import numpy as np
 
 from .block_reader import BLOCK_SIZE, BlockReader, ChunkError, open_blocks
 from .early_scan import EarlyScan, Piece
-from .piece_cuts import _cut, _grow, _skip_ws, candidate_cut, with_brackets
+from .piece_cuts import MAX_EVENT_BYTES, _cut, _grow, _skip_ws, candidate_cut, with_brackets
 
 MAX_HEADER = 256 << 20  # a traceEvents key further into the file than this is not a Kineto trace
-MAX_EVENT_BYTES = 64 << 20  # one element of traceEvents larger than this is refused
 _KEY = b'"traceEvents"'
 _WS = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
@@ -192,16 +191,10 @@ class EventChunks:
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[T]:
-        if self.early is not None:
-            reader = self.early.reader
-            try:
-                yield from self._after_early(self.early, reader)
-            finally:
-                reader.close()
-            return
-        reader = open_blocks(self.path, self.block_size)
+        early = self.early
+        reader = early.reader if early is not None else open_blocks(self.path, self.block_size)
         try:
-            yield from self._chunks(reader)
+            yield from self._after_early(early, reader) if early is not None else self._chunks(reader)
         finally:
             reader.close()
 
@@ -209,29 +202,28 @@ class EventChunks:
         assert self.scanned is not None
         for item in early.take():
             if isinstance(item, Piece):
-                self.bytes_read += item.length
-                if self.progress is not None:
-                    self.progress(item.position, self.size)
+                self._advanced(item.length, item.position)
                 yield self.scanned(item)
             elif item.start is None:
                 yield from self._chunks(reader, item.buf, item.eof)
             else:
                 yield from self._elements(reader, item.buf, item.sep, item.eof, item.prefix)
 
+    def _advanced(self, n: int, position: int) -> None:
+        """n more bytes of the trace read, `position` reached in the file."""
+        self.bytes_read += n
+        if self.progress is not None:
+            self.progress(position, self.size)
+
     def _more(self, reader: BlockReader) -> bytes:
         data = reader.read()
-        self.bytes_read += len(data)
-        if self.progress is not None:
-            self.progress(reader.position, self.size)
+        self._advanced(len(data), reader.position)
         return data
 
     def _more_after(self, reader: BlockReader, buf: bytearray, sep: int) -> tuple[bytearray, bool]:
         """(buf[sep:] followed by the next block, whether the file has ended)."""
-        with memoryview(buf) as view, view[sep:] as tail:
-            out, got = reader.read_after(tail)
-        self.bytes_read += got
-        if self.progress is not None:
-            self.progress(reader.position, self.size)
+        out, got = reader.read_after(buf, sep)
+        self._advanced(got, reader.position)
         return out, not got
 
     def _chunks(self, reader: BlockReader, read: bytearray | None = None, eof: bool = False) -> Iterator[T]:

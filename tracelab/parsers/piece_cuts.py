@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+MAX_EVENT_BYTES = 64 << 20  # one element of traceEvents larger than this is refused
 _WS_RUN = re.compile(rb"[ \t\r\n]*")
 
 
