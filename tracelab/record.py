@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +401,7 @@ def record_command(
     *,
     pytorch_host: bool = True,
     os_calls: bool = True,
+    nsys_extra: Sequence[str] = (),
 ) -> Path:
     """Profile any program: nsys wraps any command; torch.profiler wraps a Python script
     (`python script.py ...` or `script.py ...`). Returns the run directory.
@@ -424,20 +426,28 @@ def record_command(
             host_flags, host_note = pytorch_host_flags(nsys, cmd)
         else:
             host_flags, host_note = (), "PyTorch host ranges not requested"
-        _run(nsys_command(nsys, run_dir / "trace", cmd, extra=host_flags, os_calls=os_calls), run_dir, timeout)
-        _finish_nsys(run_dir, nsys)
-        trace = "trace.sqlite"
-    else:
-        script = _python_script(cmd)
-        check_gpu()
-        run_dir = _fresh_dir(Path(out_dir) / f"cmd-{_safe(Path(script[0]).stem)}-torch")
-        run_dir.mkdir(parents=True)
         _run(
-            [sys.executable, "-m", "tracelab.workloads.torchwrap", "--out", str(run_dir), "--", *script],
+            nsys_command(nsys, run_dir / "trace", cmd, extra=(*host_flags, *nsys_extra), os_calls=os_calls),
             run_dir,
             timeout,
         )
-        trace = "trace.json.gz"
+        _finish_nsys(run_dir, nsys)
+        trace = "trace.sqlite"
+    else:
+        launch = torchrun_split(cmd)
+        script = launch.program if launch is not None else _python_script(cmd)
+        check_gpu()
+        run_dir = _fresh_dir(Path(out_dir) / f"cmd-{_safe(Path(script[0]).stem)}-torch")
+        run_dir.mkdir(parents=True)
+        if launch is not None:  # one profiler per rank, each rank's trace in run_dir/ranks
+            _run(launch.wrapped(run_dir), run_dir, timeout)
+        else:
+            _run(
+                [sys.executable, "-m", "tracelab.workloads.torchwrap", "--out", str(run_dir), "--", *script],
+                run_dir,
+                timeout,
+            )
+        trace = "ranks" if (run_dir / "ranks").is_dir() else "trace.json.gz"
     meta_path = run_dir / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     extra = run_dir / "program_meta.json"
@@ -487,11 +497,95 @@ def _gpu_from_smi() -> dict[str, Any]:
     return {"name": name.strip(), "driver": driver.strip()} if name else {}
 
 
+# torchrun's options that take no value (torch/distributed/run.py); every other option takes one
+TORCHRUN_FLAGS = frozenset(
+    {
+        "--standalone",
+        "--module",
+        "-m",
+        "--no-python",
+        "--no_python",
+        "--run-path",
+        "--run_path",
+        "--virtual-local-rank",
+        "--virtual_local_rank",
+        "--use-env",
+        "--use_env",
+    }
+)
+TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+@dataclass(frozen=True)
+class TorchrunLaunch:
+    """A torchrun command line taken apart: the launcher (`torchrun` or `python -m
+    torch.distributed.run`), its options, and the program each rank runs (a script, or a module
+    when `module`)."""
+
+    launcher: tuple[str, ...]
+    options: tuple[str, ...]
+    module: bool
+    program: tuple[str, ...]
+
+    def wrapped(self, run_dir: Path) -> list[str]:
+        """The same launch with tracelab's torch.profiler wrapper between torchrun and the program:
+        every rank writes its own trace into run_dir/ranks."""
+        wrapper = ["-m", "tracelab.workloads.torchwrap", "--out", str(run_dir)]
+        return [
+            *self.launcher,
+            *self.options,
+            *wrapper,
+            *(["--module"] if self.module else []),
+            "--",
+            *self.program,
+        ]
+
+
+def torchrun_split(cmd: Sequence[str]) -> TorchrunLaunch | None:
+    """`torchrun [opts] prog [args]` or `python -m torch.distributed.run|launch [opts] prog [args]`
+    taken apart (None for any other command). BadInput for `--no-python` (not a Python program) or a
+    launch without a program."""
+    cmd = list(cmd)
+    if not cmd:
+        return None
+    if Path(cmd[0]).name == "torchrun":
+        rest = cmd[1:]
+    elif Path(cmd[0]).name.startswith("python") and len(cmd) > 2 and cmd[1] == "-m" and cmd[2] in TORCHRUN_MODULES:
+        rest = cmd[3:]
+    else:
+        return None
+    launcher = (sys.executable, "-m", "torch.distributed.run")
+    options: list[str] = []
+    module = False
+    i = 0
+    while i < len(rest) and rest[i].startswith("-") and rest[i] != "--":
+        opt = rest[i]
+        if opt in ("--no-python", "--no_python"):
+            raise BadInput("--backend torch profiles Python programs; torchrun --no-python runs something else")
+        if opt in ("-m", "--module"):
+            module = True
+        elif opt in TORCHRUN_FLAGS or "=" in opt:
+            options.append(opt)
+        else:
+            options += rest[i : i + 2]
+            i += 1
+        i += 1
+    if i < len(rest) and rest[i] == "--":
+        i += 1
+    program = tuple(rest[i:])
+    if not program:
+        raise BadInput("the torchrun command names no program to run")
+    return TorchrunLaunch(launcher, tuple(options), module, program)
+
+
 def _python_script(cmd: list[str]) -> list[str]:
     """`[script.py, args...]` from a python command line (BadInput for anything else)."""
     if Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and cmd[1] != "-c":
         if cmd[1] == "-m":
-            raise BadInput("--backend torch profiles a Python script (python script.py ...); use nsys for -m")
+            raise BadInput(
+                "--backend torch profiles a Python script (python script.py ...) or a torchrun launch; "
+                "use nsys for -m"
+            )
         return cmd[1:]
     if cmd[0].endswith(".py"):
         return cmd

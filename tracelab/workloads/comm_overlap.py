@@ -44,7 +44,9 @@ WORKLOAD = Workload(
     params={
         "size": 8192,
         "matmuls": 4,
-        "comm_elements": 1 << 28,  # 512 MiB of bf16: an all-reduce of roughly the matmuls' time
+        # 0: sized on the recording GPUs so that one all-reduce takes about as long as the matmuls
+        # (size_all_reduce); meta.json's facts say the size and both measured durations
+        "comm_elements": 0,
         "comm_sms": 24,
         "steps": 5,
         "dist_backend": "nccl",  # "gloo" runs the plumbing with two ranks on one GPU (no NCCL kernels)
@@ -85,6 +87,76 @@ def init_distributed(params: dict[str, Any], variant: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def warm_up_communicator() -> None:
+    """One small collective and a barrier: NCCL builds its communicator and channels on the first
+    collective; done here, none of that lands in a measured step."""
+    import torch
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.ones(1024, device="cuda"))
+    dist.barrier()
+    torch.cuda.synchronize()
+
+
+def _time_ms(fn, reps: int = 3) -> float:
+    """Mean wall time of `fn` on the GPU (CUDA events, after one untimed call), in ms."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+PROBE_ELEMENTS = 1 << 26  # 128 MiB of bf16: large enough for the all-reduce to be bandwidth-bound
+GRAIN = 1 << 22  # sizes are rounded to 8 MiB, so that every variant's process picks the same one
+
+
+def size_all_reduce(compute, elements: int, dist_backend: str) -> dict[str, Any]:
+    """The all-reduce's element count: `elements` when given (> 0), else sized on these GPUs so that
+    one all-reduce takes about as long as one compute phase (the trade the workload exists to show).
+    Every rank takes the largest rank's choice. Returns the count and both measured durations (ms)."""
+    import torch
+    import torch.distributed as dist
+
+    compute_ms = _time_ms(compute)
+    probe_ms = 0.0
+    if elements <= 0 and dist_backend != "nccl":
+        elements = GRAIN  # gloo all-reduces through host memory: sized for the plumbing, not the trade
+    if elements <= 0:
+        # on a communicator of NCCL's default settings: green_ctx caps its own at comm_sms CTAs, and
+        # every variant must pick the same size for their step times to compare
+        ref = dist.new_group(pg_options=dist.ProcessGroupNCCL.Options())
+        probe = torch.ones(PROBE_ELEMENTS, device="cuda", dtype=torch.bfloat16)
+        probe_ms = _time_ms(lambda: dist.all_reduce(probe, group=ref))
+        del probe
+        want = PROBE_ELEMENTS * compute_ms / max(probe_ms, 1e-3)
+        elements = int(min(max(round(want / GRAIN), 1), 256)) * GRAIN
+        agreed = torch.tensor([elements], device="cuda", dtype=torch.int64)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=ref)
+        dist.destroy_process_group(ref)
+        elements, how = int(agreed.item()), "sized: one all-reduce about as long as the compute phase"
+    else:
+        how = "given"
+    bucket = torch.ones(elements, device="cuda", dtype=torch.bfloat16)
+    comm_ms = _time_ms(lambda: dist.all_reduce(bucket))
+    del bucket
+    return {
+        "comm_elements": elements,
+        "how": how,
+        "compute_ms": round(compute_ms, 4),
+        "probe_all_reduce_ms": round(probe_ms, 4) if how.startswith("sized") else None,
+        "probe_elements": PROBE_ELEMENTS if how.startswith("sized") else None,
+        "all_reduce_ms": round(comm_ms, 4),
+        "measured_on": torch.cuda.get_device_name(torch.cuda.current_device()),
+    }
+
+
 def run(ctx: RunContext, variant: str) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -99,9 +171,12 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
     a = torch.randn(p["size"], p["size"], device="cuda", dtype=torch.bfloat16)
     b = torch.randn(p["size"], p["size"], device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
-    bucket = torch.ones(p["comm_elements"], device="cuda", dtype=torch.bfloat16)
+    warm_up_communicator()
+    sizing = size_all_reduce(lambda: [torch.matmul(a, b, out=c) for _ in range(p["matmuls"])],
+                             int(p["comm_elements"]), str(p.get("dist_backend", "nccl")))
+    bucket = torch.ones(sizing["comm_elements"], device="cuda", dtype=torch.bfloat16)
     main = torch.cuda.current_stream()
-    facts: dict[str, Any] = {"device_sms": sms, "rank": rank, "world_size": world}
+    facts: dict[str, Any] = {"device_sms": sms, "rank": rank, "world_size": world, "sizing": sizing}
     if variant == "green_ctx":
         from .green_contexts import make_partitions
 
@@ -150,7 +225,8 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
         bucket.mul_(1.0 / world)  # keep the values bounded: the mean, like DDP
     dist.barrier()
     facts["flops_per_step"] = 2 * p["size"] ** 3 * p["matmuls"]
-    facts["comm_bytes_per_step"] = 2 * int(p["comm_elements"])
+    facts["comm_elements"] = int(sizing["comm_elements"])
+    facts["comm_bytes_per_step"] = 2 * int(sizing["comm_elements"])
     facts["nccl_max_ctas"] = int(p["comm_sms"]) if variant == "green_ctx" else None
     facts["dist_backend"] = str(p["dist_backend"])
     return facts

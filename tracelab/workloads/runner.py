@@ -89,6 +89,9 @@ def _profiler():
         kw["experimental_config"] = _ExperimentalConfig(enable_cuda_sync_events=True)
     except Exception as e:  # noqa: BLE001 - older torch: no sync events
         note = f"no CUDA sync events ({e})"
+    if os.environ.get("TRACELAB_PROFILE_MEMORY") == "1":  # [memory] instants for the memory timeline
+        kw["profile_memory"] = True
+        note += ", profile_memory=True"
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, **kw)
     del torch
     return prof, note
@@ -164,6 +167,10 @@ def run_variant(
         raise MissingDependency("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
     out.mkdir(parents=True, exist_ok=True)
     rank, world = _dist_rank()
+    # Before any CUDA allocation (the probe pool, its dummy buffer, the workload's tensors): a rank's
+    # memory must live on the rank's own GPU. Allocated first on GPU 0, rank 1's probe buffers made
+    # its first Triton launch fail ("Pointer argument cannot be accessed from Triton").
+    select_rank_device()
     if world > 1:  # one process per GPU under torchrun: per-rank traces, meta.json from rank 0
         probe = False  # the probe file holds one process's blocks
         if wl.world_size <= 1:
@@ -193,6 +200,8 @@ def run_variant(
     elif backend == "nsys":
         # recorded with --capture-range=cudaProfilerApi: nsys sees the measured window only
         ctx.on_measure_start = torch.cuda.profiler.start
+    if world > 1 and ctx.on_measure_start is not None:
+        ctx.on_measure_start = _together(ctx.on_measure_start)
     module = importlib.import_module(wl.module)
     t0 = time.time()
     facts = module.run(ctx, variant)
@@ -260,6 +269,43 @@ def run_variant(
             meta["probe"]["overhead"] = measure_overhead()
     (out / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
     return out
+
+
+def _together(start):
+    """Open the profiler window, then wait for every rank: a profiler's own start takes a different
+    time on each rank (up to hundreds of ms), and without the barrier the first measured collective
+    waits for the slowest start. The barrier lies before the first step, in the set-up."""
+
+    def start_then_barrier() -> None:
+        import torch
+        import torch.distributed as dist
+
+        start()
+        if dist.is_initialized():
+            dist.barrier()
+        torch.cuda.synchronize()
+
+    return start_then_barrier
+
+
+def rank_device_index(env: dict[str, str] | None = None, device_count: int = 1) -> int:
+    """The GPU a process of a multi-process job uses: LOCAL_RANK (as torchrun sets it) modulo the
+    visible devices; 0 in a plain process or when LOCAL_RANK is not a number."""
+    env = os.environ if env is None else env
+    try:
+        local = int(env.get("LOCAL_RANK", "0"))
+    except ValueError:
+        local = 0
+    return local % max(1, int(device_count))
+
+
+def select_rank_device() -> int:
+    """Make this process's GPU (rank_device_index) the current CUDA device; returns its index."""
+    import torch
+
+    index = rank_device_index(device_count=torch.cuda.device_count())
+    torch.cuda.set_device(index)
+    return index
 
 
 def _dist_rank() -> tuple[int, int]:
