@@ -105,8 +105,10 @@ def nsys_command(
 
 
 def is_python_command(cmd: Sequence[str]) -> bool:
-    """`python[3[.x]] ...` or `script.py ...`."""
-    return bool(cmd) and (Path(cmd[0]).name.startswith("python") or str(cmd[0]).endswith(".py"))
+    """`python[3[.x]] ...`, `torchrun ...` or `script.py ...`."""
+    return bool(cmd) and (
+        Path(cmd[0]).name.startswith("python") or Path(cmd[0]).name == "torchrun" or str(cmd[0]).endswith(".py")
+    )
 
 
 def nsys_supports(nsys: str | Path, option: str) -> bool:

@@ -30,13 +30,16 @@ def bundle(run: Path, drop_probes: bool) -> Path:
                 continue
             if drop_probes and f.name == "sm_probe.npz":
                 continue
-            shutil.copy2(f, d / f.name)
+            if f.is_dir():  # a multi-rank torch run: ranks/rank<R>.json.gz
+                shutil.copytree(f, d / f.name)
+            else:
+                shutil.copy2(f, d / f.name)
         if drop_probes and meta.pop("probe", None) is not None:
             meta["bundle_note"] = "sm_probe.npz left out of the demo bundle to keep it small"
         (d / "meta.json").write_text(json.dumps(meta, indent=1))
         out = DEST / f"{run.name}.tar.xz"
         with tarfile.open(out, "w:xz") as tar:
-            for f in sorted([d, *d.iterdir()]):
+            for f in sorted([d, *d.rglob("*")]):
                 info = tar.gettarinfo(str(f), arcname=str(f.relative_to(tmp)))
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""

@@ -24,6 +24,7 @@ from ..model.timeline import is_constant
 from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_host import host_of, pid_of
+from .nsys_ranks import assign_process_ranks
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
 from .nsys_osrt import OS_CALL_CATEGORY, OSRT, keep_os_calls_of_host_threads
 from .nsys_read import distinct_pairs, merge_sorted, read_tables
@@ -191,7 +192,12 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     if len(uniq_hosts) > 1:
         cols["rank"] = np.searchsorted(uniq_hosts, hosts).astype(np.int32)
         notes.append(f"export spans {len(uniq_hosts)} hosts: one rank per host")
-
+    else:  # one host: one rank per process that used a GPU (nsys profile torchrun ...)
+        keep, rank_notes = assign_process_ranks(db, cols, gpu)
+        notes += rank_notes
+        if not keep.all():
+            cols = {k: v[keep] for k, v in cols.items()}
+            kind, gpu = cols["kind"], gpu[keep]
     notes += separate_processes(cols, gpu)
     fill_graph_ids(db, cols)
     stats, link_notes = link_host_and_gpu(
