@@ -280,14 +280,17 @@ def test_green_ctx_partitions_on_both_ranks_torch_and_nsys(gloo_runs):
     for r in rank_comm(tl):
         assert r.compute_partition_sms == 108
     nsys = load_run_dir(gloo_runs / "comm_overlap-green_ctx-nsys-gloo")
-    # one export of both processes: their contexts stay apart, both GEMM streams in the 108-SM context
-    assert any("several processes" in n for n in nsys.meta.notes)
+    # one export of both processes (two ranks on one GPU over gloo): one rank per process (issue 24),
+    # each rank's GEMMs in its own 108-SM green context
+    assert nsys.meta.ranks == (0, 1)
+    assert any("2 processes used GPUs: one rank each" in n for n in nsys.meta.notes)
     g = _kernels(nsys, "nvjet_")
     assert len(g) == 2 * 3 * 4
-    gc = set(g["green_context"].tolist())
-    assert len(gc) == 1
-    assert {c.sm_count for c in nsys.contexts if c.green_context in gc} == {108}
-    assert sorted(c.sm_count for c in nsys.contexts if c.is_green) == [24, 108]
+    for rank in (0, 1):
+        gc = set(g[g["rank"] == rank]["green_context"].tolist())
+        assert len(gc) == 1
+        assert {c.sm_count for c in nsys.contexts if c.rank == rank and c.green_context in gc} == {108}
+        assert sorted(c.sm_count for c in nsys.contexts if c.is_green and c.rank == rank) == [24, 108]
 
 
 def test_compare_explains_compute_and_communication(runs, tmp_path):

@@ -68,7 +68,7 @@ class Straggler:
 @dataclass(frozen=True, eq=False)
 class Collectives:
     calls: tuple[Collective, ...]  # in order of first arrival
-    stragglers: tuple[Straggler, ...]  # ranks that were ever last, most often last first
+    stragglers: tuple[Straggler, ...]  # ranks that were ever last, the one the others waited longest for first
     participants: tuple[tuple[int, int], ...]  # (rank, device) with communication kernels
     unmatched: int  # communication kernels no other participant has a counterpart for
     inconsistent: int  # matched collectives whose kernels do not all overlap in time
@@ -224,7 +224,9 @@ def match_collectives(timeline: Timeline) -> Collectives:
     strag = tuple(
         sorted(
             (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in stragglers.items()),
-            key=lambda s: (-s.times_last, -s.caused_wait_ns, s.rank),
+            # the rank the others waited for longest is the straggler: after the first collective of a
+            # step has lined the ranks up, which rank arrives last at the next ones is a toss-up
+            key=lambda s: (-s.caused_wait_ns, -s.times_last, s.rank),
         )
     )
     notes = []

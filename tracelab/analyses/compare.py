@@ -17,6 +17,7 @@ import numpy as np
 
 from tracelab.model import EventKind, Timeline
 
+from .step_time import steady_step_time
 from .comm_partition import CommOverlapExplanation, comm_overlap_explanation, has_comm
 from .green_explain import GreenContextExplanation, green_context_explanation
 from .kernels import kernel_summary
@@ -116,11 +117,13 @@ class KernelDelta:
 class Verdict:
     """The one-line answer of a comparison, as numbers (the wording is in render/compare_text.py).
 
-    `basis` "step": `a_ns`/`b_ns` are the mean step time of each run (both runs have steps); "span":
+    `basis` "gpu_step": `a_ns`/`b_ns` are each run's steady-state GPU step time (step_time: median GPU
+    time of the steps after warm-up, the slowest rank's; both runs have steps that launched GPU work);
+    "step": the mean host step time (steps without GPU work); "span":
     the GPU span (first to last GPU activity over all devices). `idle_ns` sums GPU idle over the
     matched devices; `causes` are the gap causes whose total time changed, largest change first."""
 
-    basis: Literal["step", "span"]
+    basis: Literal["gpu_step", "step", "span"]
     a_ns: int
     b_ns: int
     steps_a: int
@@ -131,6 +134,9 @@ class Verdict:
     causes: tuple[GapCauseDelta, ...]
     new_findings: tuple[str, ...]
     gone_findings: tuple[str, ...]
+    spread_a: int = 0  # interquartile range of the GPU step times behind a_ns / b_ns (gpu_step basis)
+    spread_b: int = 0
+    warnings: tuple[str, ...] = ()  # step counts or definitions that differ between the runs
 
     @property
     def pct(self) -> float | None:
@@ -405,11 +411,26 @@ def verdict(
         return None
     na = 0 if a_steps is None else int(a_steps.size)
     nb = 0 if b_steps is None else int(b_steps.size)
-    if na and nb:
-        basis: Literal["step", "span"] = "step"
+    sa, sb = steady_step_time(a.step_rows), steady_step_time(b.step_rows)
+    spread_a = spread_b = 0
+    warnings: list[str] = []
+    basis: Literal["gpu_step", "step", "span"]
+    if na and nb and sa is not None and sb is not None:
+        basis, a_ns, b_ns = "gpu_step", sa.ns, sb.ns
+        spread_a, spread_b = sa.spread_ns, sb.spread_ns
+        if sa.total_steps != sb.total_steps:
+            warnings.append(f"step counts differ: A {sa.total_steps}, B {sb.total_steps}")
+        if sa.source != sb.source:
+            warnings.append(f"steps found differently: A {sa.source}, B {sb.source}")
+        if len(sa.per_rank) != len(sb.per_rank):
+            warnings.append(f"rank counts differ: A {len(sa.per_rank)}, B {len(sb.per_rank)}")
+    elif na and nb:
+        basis = "step"
         a_ns, b_ns = round(float(a_steps.mean())), round(float(b_steps.mean()))  # type: ignore[union-attr]
     else:
         basis, a_ns, b_ns = "span", _gpu_span(a), _gpu_span(b)
+        if bool(na) != bool(nb) or (sa is None) != (sb is None):
+            warnings.append("only one run has steps: compared by GPU span")
     both = [d for d in devices if d.present == "both"] or devices
     idle = Delta(sum(d.idle_ns.a for d in both), sum(d.idle_ns.b for d in both))
     span = Delta(sum(d.span_ns.a for d in both), sum(d.span_ns.b for d in both))
@@ -426,6 +447,9 @@ def verdict(
         causes=tuple(moved[:VERDICT_CAUSES]),
         new_findings=tuple(f.rule for f in findings if f.status == "new"),
         gone_findings=tuple(f.rule for f in findings if f.status == "gone"),
+        spread_a=spread_a,
+        spread_b=spread_b,
+        warnings=tuple(warnings),
     )
 
 

@@ -493,6 +493,11 @@ def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str
                 kernels=r.kernels,
                 warmup=r.warmup,
                 outlier=r.outlier,
+                gpu_start_ns=r.gpu_start_ns if r.gpu_start_ns >= 0 else None,
+                gpu_end_ns=r.gpu_end_ns if r.gpu_end_ns >= 0 else None,
+                host_ns=r.host_ns,
+                gpu_ns=r.gpu_ns,
+                gpu_runs_into_next=r.gpu_runs_into_next,
             )
         return doc
 

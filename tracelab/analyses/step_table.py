@@ -1,7 +1,12 @@
 """The per-step table: for each step (tracelab.analyses.steps) its duration, GPU busy and idle time,
 idle by gap cause, blocking host syncs and kernels, with warm-up and outlier flags.
 
-Definitions (per rank; a step is the host-time interval [start, end)):
+Definitions (per rank; a step is the host-time interval [start, end) that enqueued it):
+- gpu_start_ns / gpu_end_ns: the step's GPU window, from the first start to the last end of the GPU
+  work (kernels, memcpys, memsets) whose launch call (by correlation id) starts inside the step's host
+  range; gpu_ns is its length, the step's length on the GPU. On asynchronous code the host range is
+  short (enqueueing) while the GPU works long after it: the GPU window is what a step costs.
+  gpu_runs_into_next: the step's GPU work still runs when the next step's GPU work starts.
 - gpu_busy_ns: the part of the step covered by the union of the rank's GPU activity (kernels,
   memcpys, memsets on any of its devices); gpu_idle_ns = duration − gpu_busy_ns.
 - idle_by_cause: for each gap cause, the part of the rank's gaps (tracelab.analyses.gaps, those of
@@ -46,6 +51,21 @@ class StepRow:
     kernels: int
     warmup: bool
     outlier: bool
+    # the step's GPU window: first start to last end of the GPU work launched inside the step's host
+    # range (by correlation); -1 when the step launched none
+    gpu_start_ns: int = -1
+    gpu_end_ns: int = -1
+    gpu_runs_into_next: bool = False  # its GPU work still runs when the next step's starts
+
+    @property
+    def host_ns(self) -> int:
+        """The host range's length (the time the host spent enqueueing the step)."""
+        return self.duration_ns
+
+    @property
+    def gpu_ns(self) -> int:
+        """The step's length on the GPU (0 when it launched no GPU work)."""
+        return max(0, self.gpu_end_ns - self.gpu_start_ns) if self.gpu_start_ns >= 0 else 0
 
     def idle_of(self, cause: str) -> int:
         return dict(self.idle_by_cause).get(cause, 0)
@@ -56,6 +76,49 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
     i = np.searchsorted(starts, t, side="right") - 1
     ok = (i >= 0) & (t < ends[np.maximum(i, 0)])
     return np.bincount(i[ok], minlength=starts.size)
+
+
+def launch_starts(timeline: Timeline, rank: int, rows: np.ndarray) -> np.ndarray:
+    """Start of the host API call of `rank` that launched each GPU row (by correlation id), -1 where
+    the trace holds none."""
+    corr = timeline.col("correlation")
+    api = rows_of(timeline, rank, (EventKind.RUNTIME, EventKind.DRIVER))
+    out = np.full(rows.size, -1, dtype=np.int64)
+    if api.size == 0 or rows.size == 0:
+        return out
+    ac = corr[api]
+    keep = ac >= 0
+    ac, at = ac[keep], timeline.col("start")[api][keep]
+    order = np.argsort(ac, kind="stable")  # the first call of each correlation id wins
+    ac, at = ac[order], at[order]
+    first = np.r_[True, ac[1:] != ac[:-1]] if ac.size else np.zeros(0, dtype=bool)
+    ac, at = ac[first], at[first]
+    if ac.size == 0:
+        return out
+    c = corr[rows]
+    i = np.clip(np.searchsorted(ac, c), 0, ac.size - 1)
+    hit = (c >= 0) & (ac[i] == c)
+    out[hit] = at[i[hit]]
+    return out
+
+
+def gpu_windows(
+    timeline: Timeline, rank: int, gpu: np.ndarray, s: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(gpu_start, gpu_end) of each step [s, e) (sorted, disjoint): the first start and last end of
+    the GPU rows whose launch call starts inside the step; -1 for a step that launched none."""
+    n = s.size
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n, -1, dtype=np.int64)
+    if n == 0 or gpu.size == 0:
+        return np.full(n, -1, dtype=np.int64), hi
+    t = launch_starts(timeline, rank, gpu)
+    i = np.searchsorted(s, t, side="right") - 1
+    ok = (t >= 0) & (i >= 0) & (t < e[np.maximum(i, 0)])
+    np.minimum.at(lo, i[ok], timeline.col("start")[gpu][ok])
+    np.maximum.at(hi, i[ok], timeline.col("end")[gpu][ok])
+    lo = np.where(hi >= 0, lo, -1)
+    return lo, hi
 
 
 def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[StepRow, ...]:
@@ -105,6 +168,10 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[St
                 gs, ge = merge(g_start[sel], g_end[sel])
                 total += covered_length(gs, ge, s, e)
             idle[cause] = total
+        g_lo, g_hi = gpu_windows(timeline, rank, g, s, e)
+        into_next = np.zeros(s.size, dtype=bool)
+        if s.size > 1:
+            into_next[:-1] = (g_hi[:-1] >= 0) & (g_lo[1:] >= 0) & (g_hi[:-1] > g_lo[1:])
         med = float(np.median(dur)) if dur.size else 0.0
         for i in range(s.size):  # one row per step (not per event)
             rows.append(
@@ -122,6 +189,9 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[St
                     kernels=int(kernels[i]),
                     warmup=index[i] == 0,
                     outlier=bool(med > 0 and dur[i] > OUTLIER_FACTOR * med),
+                    gpu_start_ns=int(g_lo[i]),
+                    gpu_end_ns=int(g_hi[i]),
+                    gpu_runs_into_next=bool(into_next[i]),
                 )
             )
     return tuple(rows)

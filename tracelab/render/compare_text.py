@@ -213,7 +213,7 @@ def side_label(info: TraceInfo) -> str:
 
 
 def _speed_words(v: Verdict) -> str:
-    per = "per step" if v.basis == "step" else "in GPU span"
+    per = "per step" if v.basis in ("gpu_step", "step") else "in GPU span"  # the detail line says which
     pct = v.pct
     if pct is None:
         return f"B takes {fmt_ns(v.b_ns)} {per}"
@@ -238,7 +238,12 @@ def verdict_line(v: Verdict, width: int | None = TERMINAL_WIDTH) -> str:
 
 def verdict_detail(v: Verdict) -> str:
     """The figures behind the verdict: both times, GPU idle share, findings that came or went."""
-    if v.basis == "step":
+    if v.basis == "gpu_step":
+        parts = [
+            f"GPU step {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (steady state: median after warm-up, slowest "
+            f"rank; {v.steps_a} and {v.steps_b} steps)"
+        ]
+    elif v.basis == "step":
         parts = [f"per step {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (mean of {v.steps_a} and {v.steps_b} steps)"]
     else:
         parts = [f"GPU span {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (no steps marked in both runs)"]
@@ -247,6 +252,7 @@ def verdict_detail(v: Verdict) -> str:
         parts.append("new findings: " + ", ".join(v.new_findings))
     if v.gone_findings:
         parts.append("gone: " + ", ".join(v.gone_findings))
+    parts += [f"warning: {w}" for w in v.warnings]
     return "; ".join(parts)
 
 
@@ -372,7 +378,9 @@ def green_context_document(comparison: Comparison) -> dict[str, Any] | None:
 
 
 def verdict_document(v: Verdict | None) -> dict[str, Any] | None:
-    """The verdict as JSON: basis ("step" | "span"), a_ns / b_ns (mean step time or GPU span),
+    """The verdict as JSON: basis ("gpu_step" | "step" | "span"), a_ns / b_ns (steady-state GPU step
+    time, mean host step time or GPU span), spread_ns (interquartile ranges behind a gpu_step basis),
+    warnings (step counts or definitions that differ),
     pct (B relative to A), step counts, GPU idle, the gap causes that moved, findings new / gone,
     and `text`: the sentence `compare` prints."""
     if v is None:
@@ -384,6 +392,8 @@ def verdict_document(v: Verdict | None) -> dict[str, Any] | None:
         "pct": None if v.pct is None else round(v.pct, 3),
         "steps_a": v.steps_a,
         "steps_b": v.steps_b,
+        "spread_ns": {"a": v.spread_a, "b": v.spread_b},
+        "warnings": list(v.warnings),
         "idle_ns": _delta_doc(v.idle_ns),
         "idle_fraction": {"a": v.idle_fraction_a, "b": v.idle_fraction_b},
         "causes": [{"cause": g.cause, "total_ns": _delta_doc(g.total_ns)} for g in v.causes],

@@ -14,6 +14,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..analyses.step_time import SteadyStepTime, steady_step_time
 from ..analyses.results import Analysis, DeviceSummary, Finding, GapTable, cause_totals, longest_gaps
 from .compare_text import term_safe
 from .findings import describe
@@ -176,6 +177,14 @@ def findings_table(findings: Iterable[Finding]) -> Table | None:
     return t
 
 
+def describe_steady(st: SteadyStepTime) -> str:
+    """One line: the steady-state GPU step time and what it is the median of."""
+    ranks = (
+        f", rank {st.rank}, the slowest of {len(st.per_rank)} ranks" if len(st.per_rank) > 1 else ""
+    )
+    return f"steady-state GPU step: {fmt_ns(st.ns)} (median of {st.steps} steps after warm-up{ranks})"
+
+
 SHORT_CAUSE = {"launch_latency": "launch", "host_sync": "sync", "dependency_wait": "dep", "no_work": "no work"}
 
 
@@ -190,7 +199,7 @@ def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:
     # a rank with several GPUs: idle is when none of them works, the causes add each GPU's gaps
     per_rank = Counter(d.rank for d in analysis.devices)
     several = max(per_rank.values(), default=1) > 1
-    for col, just in (("step", "left"), ("length", "right"), ("GPU busy", "right"),
+    for col, just in (("step", "left"), ("GPU time", "right"), ("host", "right"), ("GPU busy", "right"),
                       ("idle (no GPU busy)" if several else "idle", "right"),
                       ("idle by cause (each GPU's gaps, added)" if several else "idle by cause", "left"),
                       ("syncs", "right"), ("kernels", "right"), ("", "left")):
@@ -207,10 +216,20 @@ def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:
             f"{SHORT_CAUSE.get(c, c)} {fmt_ns(ns)}" for c, ns in sorted(r.idle_by_cause, key=lambda x: -x[1]) if ns
         )
         flag = "warm-up" if r.warmup else ("outlier" if r.outlier else "")
+        if r.gpu_runs_into_next:
+            flag = (flag + ", " if flag else "") + "GPU runs into next"
         t.add_row(
-            f"r{r.rank} #{r.index}", fmt_ns(r.duration_ns), _pct(r.gpu_busy_ns, r.duration_ns), fmt_ns(r.gpu_idle_ns),
+            f"r{r.rank} #{r.index}", fmt_ns(r.gpu_ns) if r.gpu_start_ns >= 0 else "-", fmt_ns(r.duration_ns),
+            _pct(r.gpu_busy_ns, r.duration_ns), fmt_ns(r.gpu_idle_ns),
             causes or "-", str(r.blocking_syncs), str(r.kernels), Text(flag, style="yellow" if flag else ""),
         )
+    steady = steady_step_time(rows)
+    if steady is not None:
+        notes.insert(0, describe_steady(steady))
+    notes.append(
+        "GPU time: first start to last end of the GPU work launched in the step; host: the host range that "
+        "launched it; GPU busy / idle / causes: within the host range"
+    )
     if len(rows) > top:
         notes.append(f"{len(rows) - top} steps in the middle not shown (--json lists all)")
     if notes:

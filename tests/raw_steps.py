@@ -1,0 +1,99 @@
+"""GPU step windows computed straight from raw traces (the Kineto JSON / the nsys SQLite), without
+tracelab: for each step marker range, the first start and last end of the GPU work (kernels, memcpys,
+memsets) whose launching runtime / driver call (same correlation id, same process) starts inside it.
+Tests compare tracelab's step table and verdict with these numbers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+from statistics import median
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+API_CATS = {"cuda_runtime", "cuda_driver"}
+STEP = re.compile(r"^step \d+$")
+
+
+def _windows(steps, launches, gpu):
+    """steps: [(start, end)], launches: {corr: start}, gpu: [(corr, start, end)] -> [(lo, hi)]."""
+    steps = sorted(steps)
+    out = [[None, None] for _ in steps]
+    for corr, s, e in gpu:
+        t = launches.get(corr)
+        if t is None:
+            continue
+        for i, (a, b) in enumerate(steps):
+            if a <= t < b:
+                lo, hi = out[i]
+                out[i] = [s if lo is None else min(lo, s), e if hi is None else max(hi, e)]
+                break
+    return [(lo, hi) for lo, hi in out]
+
+
+def kineto_step_windows(path: Path, step: re.Pattern[str] = STEP) -> list[tuple[float, float]]:
+    """GPU windows (µs, the trace's own unit) of the top-level ranges named like `step` in one Kineto file."""
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
+        events = json.load(f)["traceEvents"]
+    ranges, launches, gpu = [], {}, []
+    for ev in events:
+        if ev.get("ph") != "X":
+            continue
+        cat, args = ev.get("cat", ""), ev.get("args") or {}
+        ts, dur = float(ev["ts"]), float(ev.get("dur", 0))
+        if cat in GPU_CATS and "correlation" in args:
+            gpu.append((args["correlation"], ts, ts + dur))
+        elif cat in API_CATS and "correlation" in args:
+            launches.setdefault(args["correlation"], ts)
+        elif cat in ("user_annotation", "cpu_op") and step.match(str(ev.get("name", ""))):
+            ranges.append((ts, ts + dur))
+    top = []
+    for a, b in sorted(ranges):
+        if not top or a >= top[-1][1]:
+            top.append((a, b))
+    return _windows(top, launches, gpu)
+
+
+def nsys_step_windows(path: Path, step: re.Pattern[str] = STEP) -> dict[int, list[tuple[int, int]]]:
+    """GPU windows (ns) of the NVTX ranges named like `step`, per process id (globalPid >> 24)."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    strings = dict(db.execute("SELECT id, value FROM StringIds"))
+    ranges = defaultdict(list)
+    for s, e, text, tid, gtid in db.execute(
+        "SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS WHERE end IS NOT NULL"
+    ):
+        name = text if text is not None else strings.get(tid, "")
+        if step.match(name or ""):
+            ranges[(gtid >> 24) & 0xFFFFFF].append((s, e))
+    launches = defaultdict(dict)
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+        try:
+            for s, corr, gtid in db.execute(f"SELECT start, correlationId, globalTid FROM {table}"):
+                launches[(gtid >> 24) & 0xFFFFFF].setdefault(corr, s)
+        except sqlite3.OperationalError:
+            pass
+    gpu = defaultdict(list)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        try:
+            for s, e, corr, gpid in db.execute(f"SELECT start, end, correlationId, globalPid FROM {table}"):
+                gpu[(gpid >> 24) & 0xFFFFFF].append((corr, s, e))
+        except sqlite3.OperationalError:
+            pass
+    out = {}
+    for pid, rs in ranges.items():
+        top = []
+        for a, b in sorted(rs):
+            if not top or a >= top[-1][1]:
+                top.append((a, b))
+        out[pid] = _windows(top, launches[pid], gpu[pid])
+    return out
+
+
+def steady(windows: list[tuple[float, float]]) -> float:
+    """Median GPU window length of the steps after the first (the warm-up)."""
+    lengths = [hi - lo for lo, hi in windows if lo is not None]
+    later = lengths[1:] or lengths
+    return float(median(later))
