@@ -478,7 +478,16 @@ def compare(
         kernels = _kernels(a_timeline, b_timeline, top_kernels)
         if has_comm(a_timeline) and has_comm(b_timeline):
             # NCCL on its own partition: the compute/comm explanation replaces the matmul/elementwise one
-            comm = comm_overlap_explanation(b_timeline, a_timeline)
+            # over the steps (set-up such as the communicator's warm-up left out) when both runs have
+            # them, so that the explanation speaks of the same time as the verdict
+            if a.step_rows and b.step_rows:
+                from .scope import steps_span_timeline
+
+                comm = comm_overlap_explanation(
+                    steps_span_timeline(b_timeline, b.step_rows), steps_span_timeline(a_timeline, a.step_rows)
+                )
+            else:
+                comm = comm_overlap_explanation(b_timeline, a_timeline)
         else:
             green, green_run = _green_contexts(a_timeline, b_timeline)
     else:

@@ -14,6 +14,8 @@ overlap and gaps computed on the result are the figures of that range under the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import re
 from dataclasses import dataclass, replace
 
@@ -22,6 +24,7 @@ import numpy as np
 from ..errors import BadInput
 from ..model import Timeline
 from ..model.grouping import sorted_unique
+from .step_table import StepRow
 from .steps import Steps, find_steps
 from .units import fmt_ns
 
@@ -243,3 +246,23 @@ def scope_timeline(
         return scoped, steps, note
     ranges = {int(r): (int(v[0]), int(v[1])) for r, v in scoped.meta.extra["scope"]["ranges_ns"].items()}
     return scoped, steps_in_ranges(steps, ranges), note
+
+
+def steps_span_timeline(timeline: Timeline, rows: Sequence[StepRow]) -> Timeline:
+    """The timeline clipped, per rank, to its steps: from the first step's start to the later of the
+    last step's end and the end of its GPU work (asynchronous work outlives the host range). What
+    set-up and teardown did stays out. The whole timeline when `rows` is empty."""
+    if not rows:
+        return timeline
+    per_rank: dict[int, list[int]] = {}
+    for r in rows:
+        span = per_rank.setdefault(r.rank, [r.start_ns, r.end_ns])
+        span[0] = min(span[0], r.start_ns)
+        span[1] = max(span[1], r.end_ns, r.gpu_end_ns)
+    rank = timeline.col("rank")
+    table = np.array(sorted(per_rank), dtype=np.int64)
+    lo_r = np.array([per_rank[r][0] for r in table.tolist()], dtype=np.int64)
+    hi_r = np.array([per_rank[r][1] for r in table.tolist()], dtype=np.int64)
+    idx = np.minimum(np.searchsorted(table, rank), table.size - 1)
+    known = table[idx] == rank
+    return _clip(timeline, np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0))
