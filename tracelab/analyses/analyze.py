@@ -11,7 +11,7 @@ from .devices import device_rows, device_summaries
 from .findings import finding_notes
 from .gaps import Classification, FirstSeen, host_views, thread_first_seen
 from .parallel import run_each, threads_for
-from .results import Analysis, AnalysisOptions, StepInfo, TraceInfo
+from .results import Analysis, AnalysisOptions, Finding, StepInfo, TraceInfo
 from .rows import ranks_of
 from .rules import RULES, FindingContext, collect, rule_tasks
 from .sm_time import sm_summary
@@ -47,7 +47,7 @@ def analyze_scoped(
     from .scope import scope_timeline, whole_run_note
 
     if steps is None and window_us is None:  # the whole run: its steps are found with the other analyses
-        return analyze(timeline, options, rule_options, steps_note=whole_run_note)
+        return with_setup(timeline, analyze(timeline, options, rule_options, steps_note=whole_run_note), options, rule_options)
     first_seen = thread_first_seen(timeline)
     start = int(timeline.col("start").min()) if timeline.n_events else None  # offsets stay run-relative
     scoped, scoped_steps, note = scope_timeline(timeline, steps, window_us)
@@ -139,3 +139,31 @@ def analyze(
         step_rows=table,
         gap_details=gap_details,
     )
+
+
+def with_setup(
+    timeline: Timeline,
+    an: Analysis,
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+    rule_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Analysis:
+    """The analysis with its set-up (tracelab.analyses.setup) and every finding's scope."""
+
+    from .scope import steps_span_timeline
+    from .setup import is_material, rank_setups, scope_findings
+    from .steps import Step, Steps
+
+    start = an.trace.start_ns if an.trace.start_ns is not None else 0
+    setups = rank_setups(timeline, an.step_rows, an.gaps, start)
+    spans: dict[int, int] = {}
+    for d in an.devices:
+        spans[d.rank] = max(spans.get(d.rank, 0), d.span_ns)
+
+    def steps_only() -> tuple[Finding, ...]:
+        steps = Steps(tuple(Step(s.rank, s.index, s.start_ns, s.end_ns, s.source) for s in an.steps))
+        inner = steps_span_timeline(timeline, an.step_rows)
+        return analyze(inner, options, rule_options, steps=steps, run_start=start).findings
+
+    findings = scope_findings(an.findings, bool(an.steps), is_material(setups, spans), steps_only)
+    return replace(an, setup=setups, findings=findings)
+

@@ -382,6 +382,8 @@ class Finding:
     where: str = ""  # prose, filled with the message
     # structured details, documented per rule (DESIGN.md "Findings"): numbers, places, windows
     data: dict[str, Any] = field(default_factory=dict)
+    # "steps": it fires within the steps; "setup": only before the first step; "whole": no steps
+    scope: str = "whole"
 
 
 @dataclass(frozen=True)
@@ -416,6 +418,7 @@ class Analysis:
     step_rows: tuple[StepRow, ...] = ()  # the per-step table (tracelab.analyses.step_table)
     # the gaps' structured evidence (row Gap.detail); its prose is built by tracelab.render.gap_evidence
     gap_details: GapDetails | None = field(default=None, compare=False, repr=False)
+    setup: tuple[Any, ...] = ()  # per rank: what ran before its first step (tracelab.analyses.setup.RankSetup)
 
 
 def gap_doc(g: Gap, evidence: str) -> dict[str, Any]:
@@ -510,6 +513,7 @@ def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str
         },
         "devices": [device_doc(d) for d in analysis.devices],
         "steps": [step_doc(s) for s in analysis.steps],
+        "setup": _setup_doc(analysis.setup),
         "gaps": gap_docs(analysis.gaps, gap_evidence) if gap_evidence is not None else [],
         "findings": [
             {
@@ -520,6 +524,7 @@ def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str
                 "message": f.message,
                 "where": f.where,
                 "data": f.data,
+                "scope": f.scope,
             }
             for f in analysis.findings
         ],
@@ -559,3 +564,10 @@ def _gap_dicts(gaps: GapTable, evidence: Sequence[str]) -> list[dict[str, Any]]:
         }
         for r, d, s, e, ls, lt, ha, k, h, text in zip(*cols, causes, basis, evidence, strict=True)
     ]
+
+
+def _setup_doc(setups: tuple[Any, ...]) -> dict[str, Any] | None:
+    from .setup import setup_document
+
+    return setup_document(setups)
+

@@ -130,7 +130,7 @@ def assign_process_ranks(db: NsysDb, cols: dict[str, np.ndarray], gpu: np.ndarra
     if dropped:
         others = len(np.unique(proc[~keep]))
         notes.append(
-            f"{dropped} host events of {others} processes that used no GPU (launcher, data-loader workers, "
-            "profiler) are in no rank: left out"
+            f"{dropped} host events of {others} process{'es' if others > 1 else ''} that used no GPU (launcher, "
+            "data-loader workers, profiler) are in no rank: left out"
         )
     return keep, notes

@@ -202,5 +202,7 @@ def with_prose(analysis: Analysis) -> Analysis:
             out.append(f)
             continue
         msg, where = describe(f)
+        if f.scope == "setup":
+            msg = f"In the set-up, before the first step (not counted in the steps' figures): {msg}"
         out.append(replace(f, message=msg, where=f.where or where))
     return replace(analysis, findings=tuple(out))

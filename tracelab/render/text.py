@@ -115,6 +115,43 @@ def sm_line(d: DeviceSummary) -> Text | None:
     return out
 
 
+def _steps_gaps_first(analysis: Analysis, table: GapTable, top: int) -> list:
+    """The gaps to list: the longest ones after each rank's set-up first (the steps' gaps), then the
+    set-up's when room is left."""
+    ends = {s.rank: s.end_ns for s in analysis.setup}
+    if not ends:
+        return longest_gaps(table, top)
+    ordered = longest_gaps(table, None)
+    later = [g for g in ordered if g.end_ns > ends.get(g.rank, -1)]
+    before = [g for g in ordered if g.end_ns <= ends.get(g.rank, -1)]
+    return (later + before)[:top]
+
+
+def setup_line(analysis: Analysis) -> Text | None:
+    """One line on what ran before the first step (None without steps or set-up)."""
+    if not analysis.setup:
+        return None
+    origin = run_origin(analysis)
+    span = max(s.span_ns for s in analysis.setup)
+    idle = sum(s.idle_ns for s in analysis.setup)
+    total = sum(s.span_ns for s in analysis.setup)
+    gaps = sum(s.gaps for s in analysis.setup)
+    top = max(analysis.setup, key=lambda s: s.top_gap_ns)
+    line = Text("Set-up (before the first step): ", style="bold")
+    line.append(
+        f"{fmt_ns(span)}{' (longest rank)' if len(analysis.setup) > 1 else ''}, GPU idle {_pct(idle, total)}, "
+        f"{gaps} gaps"
+        + (
+            f", longest {fmt_ns(top.top_gap_ns)} {top.top_gap_cause} at {fmt_offset(top.top_gap_start_ns, origin)}"
+            f" on rank {top.rank}"
+            if top.top_gap_ns
+            else ""
+        )
+        + "; not in the step figures below"
+    )
+    return line
+
+
 def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
     table = GapTable.of(analysis.gaps)  # counted from the columns: no object per gap
     n = len(table)
@@ -130,7 +167,7 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
     t.add_column("length", justify="right")
     t.add_column("cause")
     t.add_column("evidence", overflow="fold")
-    shown = longest_gaps(table, top)
+    shown = _steps_gaps_first(analysis, table, top)
     for g, evidence in zip(shown, gap_evidence(analysis, shown)):
         t.add_row(
             f"r{g.rank} GPU {g.device}",
@@ -147,7 +184,8 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
 
 def findings_table(findings: Iterable[Finding]) -> Table | None:
     order = {"critical": 0, "warning": 1, "info": 2}
-    items = sorted(findings, key=lambda f: (order.get(f.severity, 3), -f.wasted_ns))
+    # set-up findings after the steps' ones: they do not lead
+    items = sorted(findings, key=lambda f: (f.scope == "setup", order.get(f.severity, 3), -f.wasted_ns))
     if not items:
         return None
     t = Table(
@@ -164,6 +202,8 @@ def findings_table(findings: Iterable[Finding]) -> Table | None:
     t.add_column("evidence", overflow="fold", ratio=1)
     for f in items:
         message, where = (f.message, f.where) if f.message else describe(f)  # analyses.analyze leaves prose out
+        if f.scope == "setup" and not message.startswith("In the set-up"):
+            message = f"In the set-up, before the first step (not counted in the steps' figures): {message}"
         evidence = Text(term_safe(message, 400))
         if where:
             evidence.append("\nwhere: " + term_safe(where, 300), style="dim")
@@ -259,6 +299,9 @@ def analysis_renderables(
     steps = steps_table(analysis)
     if steps is not None:
         parts += [steps, Text("")]
+    setup = setup_line(analysis)
+    if setup is not None:
+        parts += [setup, Text("")]
     gaps = gaps_table(analysis, top_gaps)
     if gaps is not None:
         parts += [gaps, Text("")]
