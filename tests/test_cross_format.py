@@ -30,7 +30,7 @@ PAIRS = _pairs()
 def test_every_workload_variant_has_both_backends():
     # 5 workloads with 4 + 4 + 2 + 3 + 3 variants, plus green_ctx with the instrumented Triton matmul;
     # issue 14: fusion 5, default_stream 3, priorities 2, graphs 2 more
-    assert len(PAIRS) == 17 + 12
+    assert len(PAIRS) == 17 + 12 + 3  # issue 25: comm_overlap's 3 variants on two H200s
 
 
 @pytest.mark.parametrize(("nsys_run", "torch_run"), PAIRS, ids=[p[0].replace("-nsys", "") for p in PAIRS])
@@ -40,11 +40,26 @@ def test_same_program_same_numbers_in_both_formats(nsys_run, torch_run, tmp_path
         tl = load_trace(demo_run(name, tmp_path))
         assert tl.meta.format == ("nsys" if "-nsys" in name else "kineto")
         kernels = tl.events[tl.events["kind"] == int(EventKind.KERNEL)]
-        per_stream = Counter(zip(kernels["stream"].tolist(), kernels["green_context"].tolist()))
+        # per rank: each process numbers its own streams (nsys and Kineto may number them apart), so a
+        # multi-rank run compares each rank's kernel counts per stream, not the stream ids
+        keys = zip(kernels["rank"].tolist(), kernels["stream"].tolist(), kernels["green_context"].tolist())
+        counts = Counter(keys)
+        ranks = sorted({k[0] for k in counts})
+        per_stream = (
+            Counter({(s, g): n for (r, s, g), n in counts.items()})
+            if len(ranks) == 1
+            else {r: sorted(n for (rr, _, g), n in counts.items() if rr == r) for r in ranks}
+        )
+        # a multi-rank run's set-up holds the ranks' profiler starts lined up by a barrier (hundreds of ms
+        # of NCCL kernel waiting under torch.profiler, little under nsys): compare the steps
+        if len(ranks) > 1:
+            from tracelab.analyses.scope import steps_span_timeline
+
+            tl = steps_span_timeline(tl, analyze(tl).step_rows)
         summaries.append((per_stream, analyze(tl).devices[0]))
     (nsys_streams, nsys_dev), (torch_streams, torch_dev) = summaries
     assert nsys_streams == torch_streams
-    assert sum(nsys_streams.values()) > 0
+    assert nsys_streams
     assert torch_dev.busy_ns == pytest.approx(nsys_dev.busy_ns, rel=0.05)
     assert torch_dev.kernel_ns == pytest.approx(nsys_dev.kernel_ns, rel=0.05)
 

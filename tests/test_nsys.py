@@ -547,10 +547,11 @@ def test_processes_stay_apart(tmp_path: Path) -> None:
     last = k.iloc[-1]
     assert last["flags"] & Flag.ORPHAN  # its corr id 10 belongs to the other process's launch
     assert last["correlation"] != k.iloc[0]["correlation"]
-    assert last["context"] != 1  # the two processes' context 1 are separate lanes
+    # two processes that used the GPU: one rank each (issue 24), so their context 1 are apart
+    assert last["rank"] != k.iloc[0]["rank"] and tl.meta.ranks == (0, 1)
     first_launch = tl.events[(tl.events["kind"] == int(EventKind.RUNTIME)) & (tl.events["start"] == 900)]
     assert first_launch["correlation"].iloc[0] == k.iloc[0]["correlation"]
-    assert any("same CUDA context ids" in n for n in tl.meta.notes)
+    assert any("2 processes used GPUs: one rank each" in n for n in tl.meta.notes)
 
 
 def test_hosts_become_ranks(tmp_path: Path) -> None:

@@ -422,7 +422,8 @@ def _recorded_fixtures() -> list[Path]:
     """Recorded runs (directories with meta.json) and trace files under tests/data (engineer G's)."""
     if not DATA.is_dir():
         return []
-    runs = sorted({p.parent for p in DATA.rglob("meta.json")})
+    # tests/data/multigpu keeps its nsys exports xz-compressed (tests/test_gpu_steps.py unpacks them)
+    runs = sorted({p.parent for p in DATA.rglob("meta.json") if "multigpu" not in p.parts})
     files = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite", ".pt.trace.json"))
                    and not any(r in p.parents for r in runs))
     return [*runs, *files]

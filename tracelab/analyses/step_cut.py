@@ -144,7 +144,7 @@ class Anchor:
     pos: np.ndarray  # positions in the sequence of the step boundaries, in rhythm
     at_end: bool  # True: a step ends when the call at pos returns; False: it starts at pos
     name: str  # what the anchor is, for the note
-    how: str  # "trace_start" | "blocking" | "pause"
+    how: str  # "trace_start" | "input_copy" | "blocking" | "pause"
     first: int = -1  # where the first step starts, when known (the trace's start)
 
 
@@ -252,15 +252,73 @@ def _pause_anchor(
     return Anchor(pos, False, _anchor_name(timeline, tok, int(pos[0]), k), "pause")
 
 
+INPUT_COPY = "Memcpy HtoD"  # the token of a host-to-device copy launch (the batch upload)
+
+
+def _input_copy_anchor(
+    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
+) -> Anchor | None:
+    """A host-to-device copy once per period: the upload of the step's batch, where a training
+    iteration begins (its forward pass follows). Each step starts at it; with several, the first in
+    the period."""
+    tok = seq.tokens
+    cand = once_per_period(tok, period, steady)
+    copies = [int(c) for c in cand.tolist() if (timeline.name(int(c)) or "").startswith(INPUT_COPY)]
+    if not copies:
+        return None
+    firsts = {c: int(np.flatnonzero((tok == c) & steady)[0]) for c in copies}
+    value = min(copies, key=lambda c: firsts[c])
+    pos = in_rhythm(np.flatnonzero((tok == value) & steady), period)
+    if pos.size < MIN_REPEATS:
+        return None
+    pos = _with_warmup_start(tok, value, tok, pos, period)
+    return Anchor(pos, False, _call_name(timeline, value), "input_copy")
+
+
+def regular_period(tok: np.ndarray, base: int) -> int:
+    """The period of a loop whose calls repeat a short block (period `base`) many times per
+    iteration: the spacing of the calls that occur once per iteration, in rhythm (a batch copy, the
+    first matmul, a reduction). 0 when no call is rarer than the block and evenly spaced."""
+    n = tok.size
+    if n < 2 * MIN_REPEATS or base <= 0:
+        return 0
+    order = np.lexsort((np.arange(n), tok))
+    srt = tok[order]
+    new = np.r_[True, srt[1:] != srt[:-1]]
+    gid = np.cumsum(new) - 1
+    occ = np.bincount(gid)
+    gaps = np.diff(order)
+    same = ~new[1:]
+    best = 0
+    votes = 0
+    for g in np.flatnonzero((occ >= MIN_REPEATS) & (occ * base * 2 <= n)).tolist():
+        d = gaps[same & (gid[1:] == g)]
+        if d.size == 0:
+            continue
+        p = int(np.median(d))
+        if p <= max(base, SHORT_BLOCK - 1) or np.mean(np.abs(d - p) <= max(1, p // 20)) < ANCHOR_RHYTHM:
+            continue
+        if int(occ[g]) > votes or (int(occ[g]) == votes and p < best):
+            best, votes = p, int(occ[g])
+    if not best or best >= n:
+        return 0
+    match = float(np.mean(tok[:-best] == tok[best:]))
+    return best if match >= REGULAR_MATCH else 0
+
+
+REGULAR_MATCH = 0.75  # a regular period must repeat this share of calls one period later
+
+
 def find_anchor(
     seq: LaunchSequence, period: int, timeline: Timeline, origin: np.ndarray | None = None
 ) -> Anchor | None:
     """What marks a step boundary, in this order: the trace's start (when the trace starts with
-    the repetition), a blocking call once per period, the longest recurring host pause. `origin`:
+    the repetition), a host-to-device copy once per period (the batch upload that begins an
+    iteration), a blocking call once per period, the longest recurring host pause. `origin`:
     start times of every call of the rank (default: the sequence's own)."""
     steady = steady_mask(seq.tokens, period)
     origin = seq.start if origin is None else origin
-    for rule in (_trace_start_anchor, _blocking_anchor, _pause_anchor):
+    for rule in (_trace_start_anchor, _input_copy_anchor, _blocking_anchor, _pause_anchor):
         anchor = rule(seq, period, steady, timeline, origin)
         if anchor is not None and anchor.pos.size:
             return anchor

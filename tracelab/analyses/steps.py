@@ -33,6 +33,7 @@ from ..model import EventKind, Timeline
 from .memo import column
 from .names import short_name
 from .rows import names_matching, ranks_of, rows_of
+from .step_anchor import reanchor_at_input_copies
 from .step_cut import (
     HOST_PACED,
     SHORT_BLOCK,
@@ -41,6 +42,7 @@ from .step_cut import (
     cut_steps,
     find_anchor,
     launch_run,
+    regular_period,
     pause_period,
     refine_starts,
 )
@@ -201,6 +203,17 @@ def _repetition_steps(
     """(starts, ends, note) from the repetition of one sequence, or the reason there are none."""
     base = per.lag or per.smallest
     if 0 < base < SHORT_BLOCK:
+        # a short block repeating inside each iteration (an elementwise chain): the calls once per
+        # iteration (the batch copy, the first matmul) give the iteration's period
+        regular = regular_period(seq.tokens, base)
+        if regular:
+            match = float(np.mean(seq.tokens[:-regular] == seq.tokens[regular:]))
+            got = _repetition_steps(
+                seq, Period(lag=regular, match=match, best_lag=regular, best_match=match, smallest=regular),
+                rank, timeline, origin,
+            )
+            if not isinstance(got, str):
+                return got
         pp = pause_period(seq, base)
         if pp.lag > base:  # the calls repeat inside the step: the recurring pause finds it
             s, e = cut_by_pause(seq, pp)
@@ -226,7 +239,8 @@ def _repetition_steps(
     why = {
         "blocking": "a blocking call once per period",
         "trace_start": "the trace starts with the repetition",
-        "pause": "the longest recurring host pause is before it",
+        "pause": PAUSE_WHY,
+        "input_copy": "the batch's host-to-device copy, once per period, begins the iteration",
     }[anchor.how]
     return (
         s,
@@ -237,6 +251,9 @@ def _repetition_steps(
             f"step {where}: {anchor.name} ({why})"
         ),
     )
+
+
+PAUSE_WHY = "the longest recurring host pause is before it"
 
 
 def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -253,6 +270,14 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
 
     def refined(s: np.ndarray, e: np.ndarray, note: str) -> tuple[np.ndarray, np.ndarray, str]:
+        # only a cut at the longest recurring pause (the weakest anchor) moves to the batch uploads
+        moved = reanchor_at_input_copies(timeline, rank, s, e) if PAUSE_WHY in note else None
+        if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
+            note += (
+                f"; re-anchored at the batch's host-to-device copies, launched once per step: "
+                f"{moved[0].size} steps (was {s.size})"
+            )
+            s, e = moved
         s2, e2 = refine_starts(s, e, calls, ranges)
         moved = int(np.count_nonzero(s2 != s))
         if moved:
