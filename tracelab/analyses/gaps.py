@@ -58,7 +58,8 @@ from ..model import Flag, Timeline
 from .devices import DeviceRows, device_rows
 from .distinct import distinct
 from .host import FirstSeen, HostData, HostView, WaitSet, host_views, thread_first_seen
-from .intervals import covered_length
+from .input_wait import INPUT_FRACTION
+from .intervals import covered_length, running_max_index
 from .memo import column
 from .results import CAUSES, HOST_DATA, GapDetails, GapTable
 from .rows import device_union
@@ -71,10 +72,12 @@ __all__ = [
 CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a microsecond
 HOST_SYNC_COVERAGE = 0.5
 OS_BLOCKED_FRACTION = 0.5
+HOST_IDLE_FRACTION = 0.5  # torch.profiler: no op or CUDA call on the launching thread for this share of the window
 
 _I64 = np.int64
 _CODE = {c: i for i, c in enumerate(CAUSES)}
-_DEP, _HOST_SYNC, _LAUNCH, _NO_WORK, _UNKNOWN = (_CODE[c] for c in CAUSES)
+_DEP, _HOST_SYNC, _INPUT, _LAUNCH, _NO_WORK, _UNKNOWN = (
+    _CODE[c] for c in ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown"))
 
 
 class IdleIntervals:
@@ -130,6 +133,22 @@ class _OsEvidence:
 
 
 @dataclass(frozen=True)
+class _InputEvidence:
+    """Per gap, the launching thread's input waits (tracelab.analyses.input_wait) up to its launch."""
+
+    frac: np.ndarray  # share of the window spent in data-loading ranges or OS waits for data
+    name: np.ndarray  # the range or OS call that names it (-1: none), its start and end
+    start: np.ndarray
+    end: np.ndarray
+    os_call: np.ndarray  # the one named is an OS call (else a range)
+
+    @staticmethod
+    def empty(n: int) -> _InputEvidence:
+        z = np.zeros(n, dtype=_I64)
+        return _InputEvidence(np.zeros(n), np.full(n, -1, _I64), z, z.copy(), np.zeros(n, dtype=bool))
+
+
+@dataclass(frozen=True)
 class _Classified:
     """The gaps of one device, their causes (codes into CAUSES) and what their evidence rests on."""
 
@@ -145,11 +164,16 @@ class _Classified:
     cov: np.ndarray
     w_cover: np.ndarray  # the wait that covers most recently (index into host.wait_*)
     w_inprog: np.ndarray  # the wait in progress at the gap start
-    act: np.ndarray  # host_active
+    after_wait: np.ndarray  # such a wait did not cover the gap: the time after it returned was classified
+    w_back: np.ndarray  # when it returned (the gap start when none)
+    act: np.ndarray  # host_active (from the gap start, or from the return of a wait in progress then)
+    host_idle: np.ndarray  # no_work: no recorded activity for most of the window (torch.profiler)
+    idle_frac: np.ndarray  # the longest stretch without recorded activity, as a share of the window
     s_ok: np.ndarray
     s_time: np.ndarray
     s_name: np.ndarray
     os: _OsEvidence
+    inp: _InputEvidence
 
 
 @dataclass(frozen=True)
@@ -197,15 +221,18 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     l_tid = np.where(found, host.api_tid[lic] if has_api else -1, -1).astype(_I64)
     queued = found & (l_end <= a)
 
-    # per launching thread: its waits (and waits on this device), and its recorded activity
+    # per launching thread: its waits (and waits on this device), its recorded activity, its input waits
     inprog = np.zeros(n, dtype=bool)
     w_inprog = np.zeros(n, dtype=_I64)
     w_cover = np.zeros(n, dtype=_I64)
+    w_back = a.copy()  # when the wait in progress at the gap start returned (a: none)
     cov = np.zeros(n)
     act = np.zeros(n)
+    idle_frac = np.zeros(n)
     absent = np.zeros(n, dtype=bool)
     win_end = np.where(found & (l_start > a), np.minimum(l_start, b), b)
     os_ev = _OsEvidence.empty(n)
+    inp = _InputEvidence.empty(n)
     for t in distinct(l_tid).tolist():
         q = np.flatnonzero(l_tid == t)
         aq, bq = a[q], b[q]
@@ -214,22 +241,29 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
             wi = np.searchsorted(ws.start, aq, side="right") - 1
             wic = np.maximum(wi, 0)
             inprog[q] = (wi >= 0) & (ws.runmax[wic] >= aq - CLOCK_TOLERANCE_NS)
+            w_back[q] = np.where(inprog[q], np.maximum(ws.runmax[wic], aq), aq)
             cov[q] = covered_length(ws.us, ws.ue, aq, bq) / dur[q]
             if details:
                 w_inprog[q] = ws.arg[wic]
                 wj = np.searchsorted(ws.start, bq, side="left") - 1
                 w_cover[q] = ws.arg[np.maximum(wj, 0)]
+        # the time after a wait in progress at the gap start returned is classified on its own
+        a0 = np.minimum(w_back[q], win_end[q])
         if t >= 0:
-            if details:
-                tu, te = host.thread_activity(int(t))
-                act[q] = covered_length(tu, te, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
+            tu, te = host.thread_activity(int(t))
+            act[q] = covered_length(tu, te, a0, win_end[q]) / np.maximum(win_end[q] - a0, 1)
+            pid = int(host.api_pid[lic[q[0]]]) if host.api_pid.size else 0
+            if host.has_op_events and not host.os_data:
+                pu, pe = host.process_activity(pid, int(t))
+                idle_frac[q] = longest_hole(pu, pe, a0, win_end[q]) / np.maximum(win_end[q] - a0, 1)
             # the launching thread was not recorded at all before its launch (no CUDA call, CPU op, NVTX range
             # or OS call): it was absent
             absent[q] = host.thread_first(int(t)) >= l_start[q] - CLOCK_TOLERANCE_NS
             if host.os_data:
-                _os_evidence(host, int(t), int(host.api_pid[lic[q[0]]]), q, aq, win_end[q], os_ev, details)
+                _os_evidence(host, int(t), pid, q, a0, win_end[q], os_ev, details)
+            _input_evidence(host, int(t), q, a0, win_end[q], inp, details)
         elif details:
-            act[q] = covered_length(host.act_us, host.act_ue, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
+            act[q] = covered_length(host.act_us, host.act_ue, a0, win_end[q]) / np.maximum(win_end[q] - a0, 1)
     covered = cov >= HOST_SYNC_COVERAGE
 
     # evidence of a queued dependency: a stream-wait (event) record issued shortly before the launch
@@ -249,15 +283,23 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     # the GPU or not alive): nothing was producing GPU work. A thread waiting for another thread that is
     # busy (PyTorch's autograd thread in pthread_cond_wait while the main thread runs the forward) is not.
     os_blocked = found & (os_ev.self_frac >= OS_BLOCKED_FRACTION) & (os_ev.all_frac >= OS_BLOCKED_FRACTION)
+    # waiting for input: the launching thread spent at least half of the time up to its launch inside a
+    # data-loading range or blocked in an OS wait for data (tracelab.analyses.input_wait)
+    input_wait = found & (inp.frac >= INPUT_FRACTION)
+    # the host idle (torch.profiler): no CPU op and no CUDA call on any launching thread of the process for a
+    # stretch of at least half of the time up to the launch (a sleeping host; Python between ops leaves short
+    # holes; a thread waiting for another that runs ops, e.g. the autograd thread, is not idle)
+    host_idle = found & (idle_frac >= HOST_IDLE_FRACTION)
     cause = np.select(
-        [dep, queued, covered, os_blocked, inprog, ~found, absent],
-        [_DEP, _UNKNOWN, _HOST_SYNC, _NO_WORK, _HOST_SYNC, _UNKNOWN, _NO_WORK],
+        [dep, queued, covered, input_wait, os_blocked, ~found, absent, host_idle],
+        [_DEP, _UNKNOWN, _HOST_SYNC, _INPUT, _NO_WORK, _UNKNOWN, _NO_WORK, _NO_WORK],
         default=_LAUNCH,
     ).astype(np.int8)
     os_ev.blocked[:] = os_blocked & (cause == _NO_WORK)
+    idle = host_idle & (cause == _NO_WORK) & ~os_ev.blocked & ~absent
     return _Classified(
-        a, b, nxt, cause, found, lic, l_start, l_tid, covered, cov, w_cover, w_inprog, act, s_ok, s_time,
-        s_name, os_ev,
+        a, b, nxt, cause, found, lic, l_start, l_tid, covered, cov, w_cover, w_inprog, inprog & ~covered, w_back,
+        act, idle & (idle_frac > 0), idle_frac, s_ok, s_time, s_name, os_ev, inp,
     )
 
 
@@ -286,6 +328,77 @@ def _os_evidence(host: HostView, tid: int, pid: int, q: np.ndarray, a: np.ndarra
     out.name[q] = np.where(ok, oc.name[jc], -1)
     out.start[q] = np.where(ok, oc.start[jc], 0)
     out.end[q] = np.where(ok, oc.end[jc], 0)
+
+
+def _input_evidence(host: HostView, tid: int, q: np.ndarray, a: np.ndarray, w: np.ndarray,
+                    out: _InputEvidence, details: bool = True) -> None:
+    """Fill `out` at rows q (gaps launched by thread tid; windows [a, w)), vectorized: the share of each
+    window the thread waited for input and (with details) the range or OS call that names it: the range
+    running halfway through the window, else the OS wait for data running then, else the last range in it."""
+    sp = host.input_spans(tid)
+    if sp.wait_start.size == 0:
+        return
+    out.frac[q] = covered_length(sp.wait_start, sp.wait_end, a, w) / np.maximum(w - a, 1)
+    if not details:
+        return
+    mid = a + (w - a) // 2
+    name = np.full(q.size, -1, dtype=_I64)
+    st = np.zeros(q.size, dtype=_I64)
+    en = np.zeros(q.size, dtype=_I64)
+    is_os = np.zeros(q.size, dtype=bool)
+    if sp.start.size:
+        i = np.searchsorted(sp.start, mid, side="right") - 1
+        ic = np.maximum(i, 0)
+        j = np.where((i >= 0) & (sp.runmax[ic] > mid), sp.arg[ic], np.searchsorted(sp.start, w, side="left") - 1)
+        jc = np.maximum(j, 0)
+        ok = (j >= 0) & (sp.end[jc] > a) & (sp.start[jc] < w)
+        name = np.where(ok, sp.name[jc], -1)
+        st, en = np.where(ok, sp.start[jc], 0), np.where(ok, sp.end[jc], 0)
+        at_mid = ok & (sp.start[jc] <= mid) & (sp.end[jc] > mid)
+    else:
+        at_mid = np.zeros(q.size, dtype=bool)
+    if host.os_data:
+        oc = host.os_calls(tid)
+        k = np.flatnonzero(oc.is_input)
+        if k.size:
+            cs, ce, cn = oc.start[k], oc.end[k], oc.name[k]
+            runmax, arg = running_max_index(ce)
+            i = np.searchsorted(cs, mid, side="right") - 1
+            ic = np.maximum(i, 0)
+            hit = (i >= 0) & (runmax[ic] > mid) & ~at_mid
+            g = arg[ic]
+            name = np.where(hit, cn[g], name)
+            st, en = np.where(hit, cs[g], st), np.where(hit, ce[g], en)
+            is_os = hit
+    out.name[q], out.start[q], out.end[q], out.os_call[q] = name, st, en, is_os
+
+
+def longest_hole(us: np.ndarray, ue: np.ndarray, a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per window [a, w): the longest stretch inside it not covered by the sorted disjoint union (us, ue),
+    vectorized (a range maximum over the holes between the union's intervals, by reduceat)."""
+    a = np.asarray(a, dtype=_I64)
+    w = np.maximum(np.asarray(w, dtype=_I64), a)
+    if us.size == 0:
+        return w - a
+    # holes: (-inf, us[0]), (ue[k], us[k+1]), (ue[-1], +inf)
+    big = np.iinfo(_I64).max // 4
+    hs = np.concatenate([[-big], ue])
+    he = np.concatenate([us, [big]])
+    first = np.searchsorted(he, a, side="right")  # first hole ending after a
+    last = np.searchsorted(hs, w, side="left") - 1  # last hole starting before w
+    # the two end holes clipped to the window; the ones between lie inside it
+    f_len = np.clip(np.minimum(he[np.minimum(first, he.size - 1)], w) - np.maximum(hs[np.minimum(first, hs.size - 1)], a), 0, None)
+    l_len = np.clip(np.minimum(he[np.maximum(last, 0)], w) - np.maximum(hs[np.maximum(last, 0)], a), 0, None)
+    best = np.maximum(np.where(first <= last, f_len, 0), np.where(last >= first, l_len, 0))
+    inner = np.flatnonzero(last - first >= 2)
+    if inner.size:
+        lens = he - hs
+        idx = np.empty(2 * inner.size, dtype=_I64)
+        idx[0::2] = first[inner] + 1
+        idx[1::2] = last[inner]
+        mx = np.maximum.reduceat(lens, idx)[0::2]
+        best[inner] = np.maximum(best[inner], mx)
+    return best
 
 
 def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIntervals:
@@ -410,20 +523,22 @@ def _details(timeline: Timeline, host: HostView, c: _Classified) -> dict[str, np
     none = np.full(n, -1, dtype=_I64)
     has_api = host.api_name.size > 0
     sync = c.cause == _HOST_SYNC
-    w = np.where(c.covered, c.w_cover, c.w_inprog)  # the wait each host_sync gap names
-    has_wait = sync & (host.wait_start.size > 0)
+    # the wait each host_sync gap names (the one that covers it); for a gap a wait was in progress at whose
+    # start but did not cover, that wait (the evidence says when it returned)
+    w = np.where(c.covered, c.w_cover, c.w_inprog)
+    has_wait = (sync | c.after_wait) & (host.wait_start.size > 0)
     wc = np.where(has_wait, w, 0)
 
     def wait_col(col: np.ndarray) -> np.ndarray:
         return np.where(has_wait, col[wc], -1) if col.size else none
 
     # the outermost CPU op the launching thread was in: halfway to the launch (launch_latency), or
-    # halfway from the wait's return to the launch (host_sync)
+    # halfway from the wait's return to the launch (host_sync; launch_latency after a wait in progress)
     back = np.minimum(np.maximum(wait_col(host.wait_end), c.a), c.b)
     t_sync = back + (np.maximum(c.l_start, back) - back) // 2
     t_launch = c.a + (c.l_start - c.a) // 2
     looked = c.found & (sync | (c.cause == _LAUNCH))
-    op = host.op_at(c.l_tid[looked], np.where(sync, t_sync, t_launch)[looked])
+    op = host.op_at(c.l_tid[looked], np.where(sync | c.after_wait, t_sync, t_launch)[looked])
     host_op = none.copy()
     host_op[looked] = np.where(op >= 0, host.op_name[np.maximum(op, 0)] if host.op_name.size else -1, -1)
     dep = c.cause == _DEP
@@ -459,4 +574,12 @@ def _details(timeline: Timeline, host: HostView, c: _Classified) -> dict[str, np
         "os_name": c.os.name.astype(_I64),
         "os_start": c.os.start,
         "os_end": c.os.end,
+        "input_fraction": c.inp.frac,
+        "input_name": c.inp.name.astype(_I64),
+        "input_start": c.inp.start,
+        "input_end": c.inp.end,
+        "input_os": c.inp.os_call,
+        "host_idle": c.host_idle,
+        "idle_fraction": c.idle_frac,
+        "after_wait": c.after_wait,
     }
