@@ -72,7 +72,7 @@ __all__ = [
 CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a microsecond
 HOST_SYNC_COVERAGE = 0.5
 OS_BLOCKED_FRACTION = 0.5
-HOST_IDLE_FRACTION = 0.5  # torch.profiler: no op or CUDA call on the launching thread for this share of the window
+HOST_IDLE_FRACTION = 0.5  # torch.profiler: no op or CUDA call on any launching thread for more than this share
 
 _I64 = np.int64
 _CODE = {c: i for i, c in enumerate(CAUSES)}
@@ -289,7 +289,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     # the host idle (torch.profiler): no CPU op and no CUDA call on any launching thread of the process for a
     # stretch of at least half of the time up to the launch (a sleeping host; Python between ops leaves short
     # holes; a thread waiting for another that runs ops, e.g. the autograd thread, is not idle)
-    host_idle = found & (idle_frac >= HOST_IDLE_FRACTION)
+    host_idle = found & (idle_frac > HOST_IDLE_FRACTION)
     cause = np.select(
         [dep, queued, covered, input_wait, os_blocked, ~found, absent, host_idle],
         [_DEP, _UNKNOWN, _HOST_SYNC, _INPUT, _NO_WORK, _UNKNOWN, _NO_WORK, _NO_WORK],
