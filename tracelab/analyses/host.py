@@ -350,6 +350,15 @@ class HostView:
             got = self._input_by_tid[tid] = InputSpans(s, runmax, arg, n, e, us, ue)
         return got
 
+    def input_ops(self) -> dict[int, tuple[int, int]]:
+        """The rank's data-loading ranges by name id: (how many, their total time)."""
+        if self._in_name.size == 0:
+            return {}
+        names, inv = np.unique(self._in_name, return_inverse=True)
+        counts = np.bincount(inv)
+        totals = np.bincount(inv, weights=(self._in_end - self._in_start).astype(np.float64))
+        return {int(n): (int(c), int(t)) for n, c, t in zip(names.tolist(), counts.tolist(), totals.tolist())}
+
     def _woken_at(self, s: np.ndarray, e: np.ndarray, names: np.ndarray, pid: np.ndarray) -> np.ndarray:
         """The end of each OS call as blocked time: a wait for another thread ends at the last wake-up
         call (signal, broadcast, sem_post, unlock) made in its process while it waited, if any."""

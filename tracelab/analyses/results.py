@@ -28,6 +28,9 @@ class AnalysisOptions:
     gap_threshold_ns: int = 10_000
     # Drop GPU events whose correlation matches no host launch before analysing (TraceLens does).
     exclude_orphans: bool = False
+    # user ranges named with a word starting so are data loading (gap cause input_wait;
+    # tracelab.analyses.input_wait.DEFAULT_INPUT_WORDS)
+    input_words: tuple[str, ...] = ("data", "batch", "load")
 
 
 @dataclass(frozen=True)

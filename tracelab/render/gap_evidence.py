@@ -123,7 +123,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
         src = np.full(int(m.sum()), "", dtype=object)
         if named.any():
             kind = np.where(d.input_os[m][named], "OS call ", "")
-            src[named] = ("; " + kind + op_names(d.input_name[m][named]) + " from "
+            src[named] = ("; " + kind + _labels(lambda x: short_name(nm(x), 100), d.input_name[m][named]) + " from "
                           + _rel(d.input_start[m][named] - a[m][named]) + " to " + _rel(d.input_end[m][named] - a[m][named]))
         out[m] = [
             f"{w} launched only at {t} by {c}, which was waiting for input data {p}% of the time up to then "
