@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from .input_wait import DEFAULT_INPUT_WORDS
+
 if TYPE_CHECKING:
     from .step_table import StepRow
 
@@ -30,7 +32,7 @@ class AnalysisOptions:
     exclude_orphans: bool = False
     # user ranges named with a word starting so are data loading (gap cause input_wait;
     # tracelab.analyses.input_wait.DEFAULT_INPUT_WORDS)
-    input_words: tuple[str, ...] = ("data", "batch", "load")
+    input_words: tuple[str, ...] = DEFAULT_INPUT_WORDS
 
 
 @dataclass(frozen=True)
