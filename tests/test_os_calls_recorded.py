@@ -8,8 +8,9 @@ while the only launching thread is blocked in the OS.
 
 Expected values come from the raw files (SQL on the nsys export, plain Python over the Kineto JSON) and the
 program's own clock, never from tracelab: under nsys (OS runtime calls traced) the 8 gaps before the loop's
-copies are `no_work` and name the call; under torch.profiler, which records no OS calls, the same gaps are
-`launch_latency` and say which host data the trace had."""
+copies name the call: the 4 reads from the pipe are `input_wait` (a wait for data, issue 29), the 4 sleeps
+`no_work`; under torch.profiler, which records no OS calls, the same 8 gaps are `no_work` (no CPU op or CUDA
+call for most of the gap: the host idle, issue 24 item 7; it used to be `launch_latency`)."""
 
 from __future__ import annotations
 

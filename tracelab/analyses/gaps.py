@@ -86,13 +86,17 @@ class IdleIntervals:
     (`causes_of`: a rule that needs the causes inside some steps classifies those alone)."""
 
     def __init__(self, rank: int, device: int, start: np.ndarray, end: np.ndarray,
-                 cause: np.ndarray | None = None, classify: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 cause: np.ndarray | None = None, classify: Callable[[np.ndarray], np.ndarray] | None = None,
+                 drained: np.ndarray | Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         """Either `cause` (index into CAUSES per interval) or `classify` (a boolean mask over the intervals
-        -> the causes of those)."""
+        -> the causes of those). `drained`: per interval (or a mask -> those), whether it began while the
+        host waited for the GPU and is launch_latency / unknown after the wait returned (the sync drained the
+        queue: `sync_caused_of`); None: none did."""
         if cause is None and classify is None:
             raise ValueError("IdleIntervals needs the causes or a way to classify them")
         self.rank, self.device, self.start, self.end = rank, device, start, end
         self._cause, self._classify = cause, classify
+        self._drained = drained
 
     @property
     def cause(self) -> np.ndarray:
@@ -110,6 +114,16 @@ class IdleIntervals:
     def of_cause(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
         m = self.cause == _CODE[cause]
         return self.start[m], self.end[m]
+
+    def sync_caused_of(self, m: np.ndarray) -> np.ndarray:
+        """Whether each interval m (a boolean mask) is the GPU idle a host sync caused: host_sync (a wait
+        covers most of it), or it began while the host waited and the host was only relaunching after the
+        wait returned (the sync drained the queue; issue 24 item 7 gives it the cause of that time)."""
+        sync = self.causes_of(m) == _HOST_SYNC
+        if self._drained is None:
+            return sync
+        d = self._drained[m] if isinstance(self._drained, np.ndarray) else self._drained(m)
+        return sync | d
 
 
 @dataclass(frozen=True)
@@ -166,6 +180,7 @@ class _Classified:
     w_inprog: np.ndarray  # the wait in progress at the gap start
     after_wait: np.ndarray  # such a wait did not cover the gap: the time after it returned was classified
     w_back: np.ndarray  # when it returned (the gap start when none)
+    drained: np.ndarray  # after_wait, the next op not queued, and launch_latency / unknown: the sync's idle
     act: np.ndarray  # host_active (from the gap start, or from the return of a wait in progress then)
     host_idle: np.ndarray  # no_work: no recorded activity for most of the window (torch.profiler)
     idle_frac: np.ndarray  # the longest stretch without recorded activity, as a share of the window
@@ -299,6 +314,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     idle = host_idle & (cause == _NO_WORK) & ~os_ev.blocked & ~absent
     return _Classified(
         a, b, nxt, cause, found, lic, l_start, l_tid, covered, cov, w_cover, w_inprog, inprog & ~covered, w_back,
+        inprog & ~covered & ~queued & ((cause == _LAUNCH) | (cause == _UNKNOWN)),
         act, idle & (idle_frac > 0), idle_frac, s_ok, s_time, s_name, os_ev, inp,
     )
 
@@ -408,7 +424,7 @@ def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIn
     if c is None:
         e = np.zeros(0, dtype=_I64)
         return IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
-    return IdleIntervals(dr.rank, dr.device, c.a, c.b, c.cause)
+    return IdleIntervals(dr.rank, dr.device, c.a, c.b, c.cause, drained=c.drained)
 
 
 # ---- gaps ------------------------------------------------------------------------------------
@@ -481,29 +497,36 @@ class Classification:
                     e = np.zeros(0, dtype=_I64)
                     out[(dr.rank, dr.device)] = IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
                     continue
-                out[(dr.rank, dr.device)] = IdleIntervals(
-                    dr.rank, dr.device, idle.a, idle.b, classify=self._classifier(dr, idle, sel, c)
-                )
+                classify, drained = self._classifier(dr, idle, sel, c)
+                out[(dr.rank, dr.device)] = IdleIntervals(dr.rank, dr.device, idle.a, idle.b, classify=classify,
+                                                          drained=drained)
             self._idle = out
         return self._idle
 
-    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray,
-                    c: _Classified | None) -> Callable[[np.ndarray], np.ndarray]:
-        known = np.full(idle.a.size, -1, dtype=np.int8)  # the gaps' causes, classified already
+    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray, c: _Classified | None
+                    ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+        known = np.full(idle.a.size, -1, dtype=np.int8)  # the causes classified already (the gaps' first)
+        drained = np.zeros(idle.a.size, dtype=bool)
         if c is not None:
             known[sel] = c.cause
+            drained[sel] = c.drained
 
         def classify(m: np.ndarray) -> np.ndarray:
             out = known[m]
             todo = out < 0
             if todo.any():
-                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(np.flatnonzero(m)[todo]),
-                                 details=False)
+                rows = np.flatnonzero(m)[todo]
+                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(rows), details=False)
                 assert rest is not None
-                out[todo] = rest.cause
+                out[todo] = known[rows] = rest.cause
+                drained[rows] = rest.drained
             return out
 
-        return classify
+        def drained_of(m: np.ndarray) -> np.ndarray:
+            classify(m)
+            return drained[m]
+
+        return classify, drained_of
 
 
 def _device_gaps(dr: DeviceRows, host: HostView, c: _Classified, first_row: int) -> GapTable:

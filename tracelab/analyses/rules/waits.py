@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gaps import CLOCK_TOLERANCE_NS
 from ..intervals import covered_length, merge
 from ..results import CAUSES
 from .base import FindingContext
@@ -15,13 +14,11 @@ HOST_SYNC = CAUSES.index("host_sync")
 def host_sync_idle(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.ndarray) -> int:
     """GPU idle time of the rank's devices caused by host syncs (every idle interval, whatever the
     display threshold) whose interval begins inside one of the windows [starts, ends): the host_sync ones
-    (a wait covers most of the interval) and those that began while the host waited for the GPU (the wait
-    drained the queue; the time after it returned has its own cause, e.g. launch_latency)."""
+    (a wait covers most of the interval) and those that began while the launching thread (or a wait on the
+    device) waited for the GPU, with the host only relaunching after it returned (the wait drained the
+    queue; the interval's cause is that of the time after it, launch_latency: IdleIntervals.sync_caused_of)."""
     total = 0
     ws, we = merge(starts, ends)
-    host = ctx.hosts.get(rank)
-    wu, wue = (merge(host.wait_start, host.wait_end) if host is not None and host.wait_start.size
-               else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
     for (r, _), idle in ctx.idle.items():
         if r != rank or ws.size == 0:
             continue
@@ -29,11 +26,7 @@ def host_sync_idle(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.
         # are classified)
         i = np.searchsorted(ws, idle.start, side="right") - 1
         inside = (i >= 0) & (idle.start < we[np.maximum(i, 0)])
-        sync = idle.causes_of(inside) == HOST_SYNC
-        if wu.size:
-            s = idle.start[inside]
-            k = np.searchsorted(wu, s, side="right") - 1
-            sync |= (k >= 0) & (wue[np.maximum(k, 0)] >= s - CLOCK_TOLERANCE_NS)
+        sync = idle.sync_caused_of(inside)
         total += int((idle.end - idle.start)[inside][sync].sum())
     return total
 
