@@ -233,3 +233,48 @@ def test_a_rank_starved_by_its_loader_is_the_straggler_and_says_input_wait(tmp_p
     out = analyze_cli(d)
     (s,) = [x for x in out["stragglers"] if x["rank"] == 1]
     assert s["idle_cause"] == "input_wait" and s["idle_cause_ns"] == input_idle
+
+
+# ---- issue 24 item 7: a host with no recorded activity is no_work in torch.profiler too ----------------
+def sleeper(hole_us: float) -> Program:
+    """Kernel A [0,100) µs; the host runs ops up to 100, then nothing for hole_us, then an op of 20 µs and the
+    launch of kernel B right after it; B starts 10 µs after its launch."""
+    p = Program()
+    p.kernel(0, 100, launch=(-20, 4))
+    p.cpu_op("aten::mul", -10, 110)
+    t = 100 + hole_us
+    p.cpu_op("aten::add", t, 20)
+    p.kernel(t + 30, 100, launch=(t + 21, 4))
+    return p
+
+
+@pytest.mark.parametrize(("hole_us", "cause"), [(4000.0, "no_work"), (500.0, "launch_latency")])
+def test_torch_profiler_host_without_ops_is_no_work(hole_us, cause, tmp_path, monkeypatch):
+    """No CPU op and no CUDA call for a stretch of more than half of the time up to the launch and at least
+    1 ms: the host was idle (a sleep) -> no_work; a shorter stretch is Python between ops -> launch_latency.
+    The stretch is measured from the raw JSON's ops."""
+    monkeypatch.setenv("TRACELAB_DB", str(tmp_path / "t.db"))
+    path = sleeper(hole_us).kineto(tmp_path / "t.json")
+    ev = json.loads(path.read_text())["traceEvents"]
+    host = sorted((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in ev
+                  if e["cat"] in ("cpu_op", "cuda_runtime"))
+    r = raw(path)
+    ((a, b, launch),) = gap_windows(r)
+    reach, longest = a, 0
+    for s, e in host:
+        if e <= a or s >= launch:
+            continue
+        longest = max(longest, s - reach)
+        reach = max(reach, e)
+    longest = max(longest, launch - reach)
+    idle = longest > 0.5 * (launch - a) and longest >= 1_000_000
+    assert idle == (cause == "no_work")
+    (g,) = analyze_cli(path)["gaps"]
+    assert (g["start_ns"], g["end_ns"], g["cause"]) == (a, b, cause)
+    if idle:
+        pct = round(100 * longest / (launch - a))
+        assert f"ran no recorded CPU op or CUDA call for {pct}% of the time up to then in one stretch: the host was " \
+               "idle" in g["evidence"]
+    # nsys without OS calls or CPU ops cannot tell: launch_latency, as before
+    (g,) = analyze_cli(sleeper(hole_us).nsys(tmp_path / "t.sqlite"))["gaps"]
+    assert g["cause"] == "launch_latency"

@@ -73,6 +73,7 @@ CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a mi
 HOST_SYNC_COVERAGE = 0.5
 OS_BLOCKED_FRACTION = 0.5
 HOST_IDLE_FRACTION = 0.5  # torch.profiler: no op or CUDA call on any launching thread for more than this share
+HOST_IDLE_MIN_NS = 1_000_000  # ... and at least this long (Python between ops can take tens of µs, not ms)
 
 _I64 = np.int64
 _CODE = {c: i for i, c in enumerate(CAUSES)}
@@ -244,6 +245,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     cov = np.zeros(n)
     act = np.zeros(n)
     idle_frac = np.zeros(n)
+    idle_len = np.zeros(n, dtype=_I64)
     absent = np.zeros(n, dtype=bool)
     win_end = np.where(found & (l_start > a), np.minimum(l_start, b), b)
     os_ev = _OsEvidence.empty(n)
@@ -270,7 +272,8 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
             pid = int(host.api_pid[lic[q[0]]]) if host.api_pid.size else 0
             if host.has_op_events and not host.os_data:
                 pu, pe = host.process_activity(pid, int(t))
-                idle_frac[q] = longest_hole(pu, pe, a0, win_end[q]) / np.maximum(win_end[q] - a0, 1)
+                idle_len[q] = longest_hole(pu, pe, a0, win_end[q])
+                idle_frac[q] = idle_len[q] / np.maximum(win_end[q] - a0, 1)
             # the launching thread was not recorded at all before its launch (no CUDA call, CPU op, NVTX range
             # or OS call): it was absent
             absent[q] = host.thread_first(int(t)) >= l_start[q] - CLOCK_TOLERANCE_NS
@@ -302,9 +305,9 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     # data-loading range or blocked in an OS wait for data (tracelab.analyses.input_wait)
     input_wait = found & (inp.frac >= INPUT_FRACTION)
     # the host idle (torch.profiler): no CPU op and no CUDA call on any launching thread of the process for a
-    # stretch of at least half of the time up to the launch (a sleeping host; Python between ops leaves short
-    # holes; a thread waiting for another that runs ops, e.g. the autograd thread, is not idle)
-    host_idle = found & (idle_frac > HOST_IDLE_FRACTION)
+    # stretch of more than half of the time up to the launch and at least 1 ms (a sleeping host; Python between
+    # ops leaves short holes; a thread waiting for another that runs ops, e.g. the autograd thread, is not idle)
+    host_idle = found & (idle_frac > HOST_IDLE_FRACTION) & (idle_len >= HOST_IDLE_MIN_NS)
     cause = np.select(
         [dep, queued, covered, input_wait, os_blocked, ~found, absent, host_idle],
         [_DEP, _UNKNOWN, _HOST_SYNC, _INPUT, _NO_WORK, _UNKNOWN, _NO_WORK, _NO_WORK],
