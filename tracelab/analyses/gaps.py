@@ -16,21 +16,26 @@ launched the next GPU operation (the one that ends the gap; found by correlation
    blocks like `.item()`) covers at least half of the gap. A synchronous cudaMemset to device memory
    and a device-to-device cudaMemcpy do not block the host (CUDA runtime docs, "API synchronization
    behavior") and are not waits. A wait on another thread for another device does not explain this
-   device's gap.
-3. no_work — the host was blocked in the OS (nsys OS runtime calls): up to the next launch, the
+   device's gap. A wait in progress when the gap began that covers less than half of it does not make
+   it host_sync (issue 24 item 7): the rules below classify the time after it returned (every share is
+   measured from its return).
+3. input_wait — the launching thread spent at least half of the time up to the next launch waiting for
+   input data: in data-loading ranges (DataLoader iterator ops, user ranges named for data / batch /
+   load) or blocked in OS waits for data (tracelab.analyses.input_wait).
+4. no_work — the host was blocked in the OS (nsys OS runtime calls): up to the next launch, the
    launching thread spent at least half of the time in OS calls outside its CUDA calls, and for at
    least half of it no launching thread of its process ran (each in an OS call, waiting for the GPU or
    outside its recorded life). A wait for another thread counts only until the last wake-up call made
    in the process while it waited (tracelab.analyses.host.HostView.os_calls).
-4. host_sync — such a wait was in progress when the gap began (the sync drained the queue).
 5. unknown — the next operation has no launch in the trace.
 6. no_work — the host was absent: the launching thread has no recorded host event (CUDA call, CPU op,
    NVTX range, OS call) before its launch (it started, or began being recorded, only then).
-7. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU
-   and not blocked in the OS, so it was busy on the host and launched late. This is the same whichever
-   profiler recorded the program: an nsys trace without CPU ops shows only the CUDA calls, a
-   torch.profiler trace also the CPU ops; neither changes the cause (torch.profiler records no OS
-   calls: a gap that is 3 under nsys is launch_latency there, and `host_data` says so).
+7. no_work — the host idle (torch.profiler CPU ops, no OS calls): no launching thread of the process ran
+   a recorded CPU op or CUDA call for one stretch of more than half of the time up to the launch and at
+   least 1 ms.
+8. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU
+   and not blocked in the OS, so it was busy on the host and launched late. An nsys trace without CPU
+   ops shows only the CUDA calls; that is not "no work".
 
 Every gap carries `host_data`: which host data its rank's trace had ("cpu_ops": CPU ops or NVTX
 ranges (e.g. nsys --pytorch=autograd-nvtx) and CUDA API calls, "cuda_api": CUDA API calls only,
