@@ -47,7 +47,7 @@ def _corpus(root: Path) -> dict[str, Path]:
 
 def _totals(tree: Path, path: Path, db: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), TRACELAB_DB=str(db))
-    r = subprocess.run([sys.executable, "-m", "tracelab", "analyze", str(path), "--json"], env=env,
+    r = subprocess.run([sys.executable, "-m", "tracelab", "analyze", str(path), "--json"], env=env, check=False,
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         return {"rc": r.returncode, "error": (r.stderr.strip().splitlines() or [""])[-1][:200]}
