@@ -36,7 +36,7 @@ WORKLOAD = Workload(
         "layers": 4,
         "gpu_step_ms": 4.0,
         "slow_workers": 2,
-        "fast_workers": 14,
+        "fast_workers": 12,
         "prefetch_factor": 4,
         "steps": 24,
     },
@@ -118,8 +118,9 @@ def train(variant: str, p: dict[str, Any], seed: int, steps_iter, device: str) -
         if measured:
             waits.append((time.perf_counter() - t0) * 1e3)
         if variant == "fast_loader" and not measured and step == 1 and cuda:
-            # the last warm-up step: let the prefetch queue fill (workers are persistent) before measuring
-            time.sleep(2 * int(p["batch"]) * float(p["sample_ms"]) / 1e3)
+            # the last warm-up step: let the prefetch queue fill (workers are persistent) before measuring:
+            # 3 batch-times, 3 batches per worker (36 with 12 workers, more than --quick's 12 steps)
+            time.sleep(3 * int(p["batch"]) * float(p["sample_ms"]) / 1e3)
         with phase("h2d"):
             x = x.to(device, non_blocking=non_blocking).reshape(-1, width)
             y = y.to(device, non_blocking=non_blocking).repeat_interleave(int(p["sample_rows"]))
