@@ -233,6 +233,15 @@ def test_a_rank_starved_by_its_loader_is_the_straggler_and_says_input_wait(tmp_p
     out = analyze_cli(d)
     (s,) = [x for x in out["stragglers"] if x["rank"] == 1]
     assert s["idle_cause"] == "input_wait" and s["idle_cause_ns"] == input_idle
+    assert s["times_last"] == 4  # every all-reduce
+    # the text output says it too
+    from click.testing import CliRunner
+
+    from tracelab.cli import main
+
+    r = CliRunner().invoke(main, ["analyze", str(d)], catch_exceptions=False)
+    (line,) = [x for x in r.output.splitlines() if x.startswith("Stragglers:")]
+    assert "rank 1 last 4×" in line and "its GPU idle mostly input_wait" in line
 
 
 # ---- issue 24 item 7: a host with no recorded activity is no_work in torch.profiler too ----------------
