@@ -62,6 +62,14 @@ def headline(w: str, v: str, doc: dict, tl, fig: dict) -> str:
         return head
     if w == "overlap":
         return cc
+    if w == "input_pipeline":  # issue 29
+        ib = f.get("input_bound")
+        iw = [g for g in doc["gaps"] if g["cause"] == "input_wait"]
+        idle = max(sum(g["duration_ns"] for g in doc["gaps"]), 1)
+        return (f"input_bound ×{ib['count']} of {ib['data']['total_steps']} steps" if ib else "no input_bound") + (
+            f"; input_wait gaps {len(iw)} = {ms(sum(g['duration_ns'] for g in iw))} "
+            f"({100 * sum(g['duration_ns'] for g in iw) / idle:.0f}% of gap time)"
+        )
     if w == "sync_pitfalls":
         s = f.get("sync_per_iteration")
         hs = [g for g in doc["gaps"] if g["cause"] == "host_sync"]

@@ -103,7 +103,8 @@ def test_verdict_keeps_to_the_width(runs):
     _, tl_b, an_b = runs["sync_pitfalls-deferred_sync-torch"]
     v = compare(an_a, an_b, tl_a, tl_b).verdict
     full = verdict_line(v, None)
-    assert len(v.causes) >= 2 and full.count(",") == len(v.causes) - 1  # every cause that moved
+    # (issue 24 item 7: the .item() gaps are launch_latency after the wait now, so one cause moved here)
+    assert len(v.causes) >= 1 and full.count(",") == len(v.causes) - 1  # every cause that moved
     narrow = verdict_line(v, 80)
     first = v.causes[0]
     delta_ms = first.total_ns.delta / 1e6  # tens of ms here: two decimals, by hand

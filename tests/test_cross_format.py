@@ -65,7 +65,7 @@ def test_same_program_same_numbers_in_both_formats(nsys_run, torch_run, tmp_path
 
 
 # ---- the same gap causes from both formats (issue 10) ------------------------------------------
-CAUSES = ("dependency_wait", "host_sync", "launch_latency", "no_work", "unknown")
+CAUSES = ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown")
 MIN_IDLE_FRACTION = 0.01  # below 1% of the span idle in gaps (after the first step) there is nothing to compare
 # Every pair, no exception. The sync_pitfalls pairs were re-recorded on 2026-11-25 in one H200 session with
 # today's `tracelab record` (nsys: --pytorch=autograd-nvtx and osrt; tests/data/README.md): the pairs bundled

@@ -19,6 +19,9 @@ from tracelab.workloads import WORKLOADS
 
 DATA = Path(__file__).resolve().parent / "data"
 BACKENDS = ("nsys", "torch")
+# issue 29's workload, written without a GPU: the lead records it (`tracelab record input_pipeline --variant all
+# --backend nsys|torch --quick`) and bundles the runs, then removes it from here
+NOT_RECORDED_YET = {"input_pipeline"}
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +46,8 @@ def test_every_variant_was_recorded_under_both_backends(cache: Path) -> None:
     names = {a.name[: -len(".tar.xz")] for a in demo_archives()}
     for w, wl in WORKLOADS.items():
         if wl.world_size > 1:  # comm_overlap needs two GPUs: not recorded yet (issue 15, README)
+            continue
+        if w in NOT_RECORDED_YET:
             continue
         for v in wl.variant_names():
             for b in BACKENDS:

@@ -29,6 +29,7 @@ CONTRACT = {
     "default_stream": ("legacy_blocking", "nonblocking", "per_thread_default"),
     "priorities": ("same_priority", "high_priority"),
     "comm_overlap": ("sequential", "streams", "green_ctx"),
+    "input_pipeline": ("slow_loader", "fast_loader"),
 }
 
 

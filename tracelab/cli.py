@@ -569,6 +569,13 @@ def _scope_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @_orphan_option
 @_scope_options
 @click.option(
+    "--input-word",
+    "input_words",
+    multiple=True,
+    help="A word that marks a user range as data loading (gap cause input_wait); repeat it; replaces the "
+    "default data, batch, load.",
+)
+@click.option(
     "--top",
     "top_gaps",
     type=click.IntRange(min=0),
@@ -587,6 +594,7 @@ def analyze(
     top_gaps: int,
     steps: str | None,
     window: str | None,
+    input_words: tuple[str, ...] = (),
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
@@ -594,7 +602,12 @@ def analyze(
         no_cycle_collection()
     _check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
-    analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans), steps, window)
+    options = _options(gap_threshold_us, exclude_orphans)
+    if input_words:
+        from dataclasses import replace
+
+        options = replace(options, input_words=tuple(input_words))
+    analysis = _analyze(timeline, options, steps, window)
     ranks = None
     if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks.py), same range
         from .analyses.ranks import rank_analysis

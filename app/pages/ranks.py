@@ -86,8 +86,12 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
             ),
         )
         c = ra.collectives
+        def why(rank: int) -> str:  # the straggler's own main idle cause (e.g. input_wait: starved by its loader)
+            cause = ra.idle_cause(rank)
+            return f"; its GPU idle mostly {cause[0]} {fmt_ns(cause[1])}" if cause else ""
+
         strag = ", ".join(
-            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)})"
+            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)}{why(s.rank)})"
             for s in c.stragglers[:5]
         )
         parts += [

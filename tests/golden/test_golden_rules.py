@@ -137,11 +137,13 @@ def test_idle_partition_green_context(run):
 
 def test_steps_scope_restricts_every_figure(run):
     """--steps 1:3 of item_loop(4): steps 1 and 2, [1000, 2900) µs. Inside: kernels [1010,1310) and
-    [2010,2310), copies [1310,1312) and [2310,2312): span 1302 µs, busy 604 µs, one 698 µs host_sync gap."""
+    [2010,2310), copies [1310,1312) and [2310,2312): span 1302 µs, busy 604 µs, one 698 µs gap that begins while the copy's call
+    waits (it returns 3 µs in) and is launch_latency after it (issue 24 item 7: no longer host_sync)."""
     doc = run(item_loop(4), "--steps", "1:3")
     (d,) = doc["devices"]
     assert (d["span_ns"], d["busy_ns"], d["idle_ns"]) == (1302 * US, 604 * US, 698 * US)
-    assert [(g["duration_ns"], g["cause"]) for g in doc["gaps"]] == [(698 * US, "host_sync")]
+    assert [(g["duration_ns"], g["cause"]) for g in doc["gaps"]] == [(698 * US, "launch_latency")]
+    assert "returned at +3.0 µs" in doc["gaps"][0]["evidence"]
     assert [s["index"] for s in doc["steps"]] == [1, 2]
     assert any(n.startswith("figures cover rank 0: steps 1–2") for n in doc["notes"])
 

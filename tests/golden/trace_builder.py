@@ -50,6 +50,8 @@ class Program:
     # OS runtime calls (nsys --trace=osrt, table OSRT_API; Kineto has none). None: not traced at all (no
     # table); a list, even empty: traced
     os_calls: list[tuple[str, float, float, int]] | None = None
+    # user ranges: torch record_function (Kineto user_annotation), NVTX push/pop ranges in nsys
+    user_ranges: list[tuple[str, float, float, int]] = field(default_factory=list)
 
     def _corr(self) -> int:
         self.next_corr += 1
@@ -85,6 +87,10 @@ class Program:
     def cpu_op(self, name: str, start: float, dur: float, tid: int = 1) -> None:
         self.cpu_ops.append((name, start, dur, tid))
 
+    def user_range(self, name: str, start: float, dur: float, tid: int = 1) -> None:
+        """A user range (record_function / NVTX push-pop), e.g. PyTorch's DataLoader iterator op."""
+        self.user_ranges.append((name, start, dur, tid))
+
     def step(self, start: float, end: float) -> None:
         self.steps.append((start, end))
 
@@ -103,6 +109,9 @@ class Program:
         for i, (s, e) in enumerate(self.steps):
             ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", **host, "tid": 1,
                        "ts": BASE_US + s, "dur": e - s, "args": {}})
+        for name, s, d, tid in self.user_ranges:
+            ev.append({"ph": "X", "cat": "user_annotation", "name": name, **host, "tid": tid, "ts": BASE_US + s,
+                       "dur": d, "args": {}})
         if cpu_ops:
             for name, s, d, tid in self.cpu_ops:
                 ev.append({"ph": "X", "cat": "cpu_op", "name": name, **host, "tid": tid, "ts": BASE_US + s, "dur": d,
@@ -182,6 +191,9 @@ class Program:
         for i, (s, e) in enumerate(self.steps):
             ex("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?,?,59,?,?,0)",
                (ns(s), ns(e), f"step {i}", gtid(1)))
+        for name, s, d, tid in self.user_ranges:
+            ex("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?,?,59,?,?,0)",
+               (ns(s), ns(s + d), name, gtid(tid)))
         if self.os_calls is not None:  # the columns of nsys 2025.3's OSRT_API (schema 3.20)
             ex("CREATE TABLE OSRT_API (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, "
                "globalTid INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, nestingLevel INTEGER, "

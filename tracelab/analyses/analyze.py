@@ -92,7 +92,7 @@ def analyze(
     given_steps = steps
 
     def host_side() -> tuple[dict, Classification, tuple]:
-        hosts = host_views(timeline, first_seen)
+        hosts = host_views(timeline, first_seen, options.input_words)
         classified = Classification(timeline, options.gap_threshold_ns, rows=rows, hosts=hosts)
         return hosts, classified, classified.gaps()
 

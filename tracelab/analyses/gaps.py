@@ -16,21 +16,26 @@ launched the next GPU operation (the one that ends the gap; found by correlation
    blocks like `.item()`) covers at least half of the gap. A synchronous cudaMemset to device memory
    and a device-to-device cudaMemcpy do not block the host (CUDA runtime docs, "API synchronization
    behavior") and are not waits. A wait on another thread for another device does not explain this
-   device's gap.
-3. no_work — the host was blocked in the OS (nsys OS runtime calls): up to the next launch, the
+   device's gap. A wait in progress when the gap began that covers less than half of it does not make
+   it host_sync (issue 24 item 7): the rules below classify the time after it returned (every share is
+   measured from its return).
+3. input_wait — the launching thread spent at least half of the time up to the next launch waiting for
+   input data: in data-loading ranges (DataLoader iterator ops, user ranges named for data / batch /
+   load) or blocked in OS waits for data (tracelab.analyses.input_wait).
+4. no_work — the host was blocked in the OS (nsys OS runtime calls): up to the next launch, the
    launching thread spent at least half of the time in OS calls outside its CUDA calls, and for at
    least half of it no launching thread of its process ran (each in an OS call, waiting for the GPU or
    outside its recorded life). A wait for another thread counts only until the last wake-up call made
    in the process while it waited (tracelab.analyses.host.HostView.os_calls).
-4. host_sync — such a wait was in progress when the gap began (the sync drained the queue).
 5. unknown — the next operation has no launch in the trace.
 6. no_work — the host was absent: the launching thread has no recorded host event (CUDA call, CPU op,
    NVTX range, OS call) before its launch (it started, or began being recorded, only then).
-7. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU
-   and not blocked in the OS, so it was busy on the host and launched late. This is the same whichever
-   profiler recorded the program: an nsys trace without CPU ops shows only the CUDA calls, a
-   torch.profiler trace also the CPU ops; neither changes the cause (torch.profiler records no OS
-   calls: a gap that is 3 under nsys is launch_latency there, and `host_data` says so).
+7. no_work — the host idle (torch.profiler CPU ops, no OS calls): no launching thread of the process ran
+   a recorded CPU op or CUDA call for one stretch of more than half of the time up to the launch and at
+   least 1 ms.
+8. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU
+   and not blocked in the OS, so it was busy on the host and launched late. An nsys trace without CPU
+   ops shows only the CUDA calls; that is not "no work".
 
 Every gap carries `host_data`: which host data its rank's trace had ("cpu_ops": CPU ops or NVTX
 ranges (e.g. nsys --pytorch=autograd-nvtx) and CUDA API calls, "cuda_api": CUDA API calls only,
@@ -58,7 +63,8 @@ from ..model import Flag, Timeline
 from .devices import DeviceRows, device_rows
 from .distinct import distinct
 from .host import FirstSeen, HostData, HostView, WaitSet, host_views, thread_first_seen
-from .intervals import covered_length
+from .input_wait import INPUT_FRACTION
+from .intervals import covered_length, running_max_index
 from .memo import column
 from .results import CAUSES, HOST_DATA, GapDetails, GapTable
 from .rows import device_union
@@ -71,10 +77,13 @@ __all__ = [
 CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a microsecond
 HOST_SYNC_COVERAGE = 0.5
 OS_BLOCKED_FRACTION = 0.5
+HOST_IDLE_FRACTION = 0.5  # torch.profiler: no op or CUDA call on any launching thread for more than this share
+HOST_IDLE_MIN_NS = 1_000_000  # ... and at least this long (Python between ops can take tens of µs, not ms)
 
 _I64 = np.int64
 _CODE = {c: i for i, c in enumerate(CAUSES)}
-_DEP, _HOST_SYNC, _LAUNCH, _NO_WORK, _UNKNOWN = (_CODE[c] for c in CAUSES)
+_DEP, _HOST_SYNC, _INPUT, _LAUNCH, _NO_WORK, _UNKNOWN = (
+    _CODE[c] for c in ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown"))
 
 
 class IdleIntervals:
@@ -83,13 +92,17 @@ class IdleIntervals:
     (`causes_of`: a rule that needs the causes inside some steps classifies those alone)."""
 
     def __init__(self, rank: int, device: int, start: np.ndarray, end: np.ndarray,
-                 cause: np.ndarray | None = None, classify: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 cause: np.ndarray | None = None, classify: Callable[[np.ndarray], np.ndarray] | None = None,
+                 drained: np.ndarray | Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         """Either `cause` (index into CAUSES per interval) or `classify` (a boolean mask over the intervals
-        -> the causes of those)."""
+        -> the causes of those). `drained`: per interval (or a mask -> those), whether it began while the
+        host waited for the GPU and is launch_latency / unknown after the wait returned (the sync drained the
+        queue: `sync_caused_of`); None: none did."""
         if cause is None and classify is None:
             raise ValueError("IdleIntervals needs the causes or a way to classify them")
         self.rank, self.device, self.start, self.end = rank, device, start, end
         self._cause, self._classify = cause, classify
+        self._drained = drained
 
     @property
     def cause(self) -> np.ndarray:
@@ -107,6 +120,16 @@ class IdleIntervals:
     def of_cause(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
         m = self.cause == _CODE[cause]
         return self.start[m], self.end[m]
+
+    def sync_caused_of(self, m: np.ndarray) -> np.ndarray:
+        """Whether each interval m (a boolean mask) is the GPU idle a host sync caused: host_sync (a wait
+        covers most of it), or it began while the host waited and the host was only relaunching after the
+        wait returned (the sync drained the queue; issue 24 item 7 gives it the cause of that time)."""
+        sync = self.causes_of(m) == _HOST_SYNC
+        if self._drained is None:
+            return sync
+        d = self._drained[m] if isinstance(self._drained, np.ndarray) else self._drained(m)
+        return sync | d
 
 
 @dataclass(frozen=True)
@@ -130,6 +153,22 @@ class _OsEvidence:
 
 
 @dataclass(frozen=True)
+class _InputEvidence:
+    """Per gap, the launching thread's input waits (tracelab.analyses.input_wait) up to its launch."""
+
+    frac: np.ndarray  # share of the window spent in data-loading ranges or OS waits for data
+    name: np.ndarray  # the range or OS call that names it (-1: none), its start and end
+    start: np.ndarray
+    end: np.ndarray
+    os_call: np.ndarray  # the one named is an OS call (else a range)
+
+    @staticmethod
+    def empty(n: int) -> _InputEvidence:
+        z = np.zeros(n, dtype=_I64)
+        return _InputEvidence(np.zeros(n), np.full(n, -1, _I64), z, z.copy(), np.zeros(n, dtype=bool))
+
+
+@dataclass(frozen=True)
 class _Classified:
     """The gaps of one device, their causes (codes into CAUSES) and what their evidence rests on."""
 
@@ -145,11 +184,17 @@ class _Classified:
     cov: np.ndarray
     w_cover: np.ndarray  # the wait that covers most recently (index into host.wait_*)
     w_inprog: np.ndarray  # the wait in progress at the gap start
-    act: np.ndarray  # host_active
+    after_wait: np.ndarray  # such a wait did not cover the gap: the time after it returned was classified
+    w_back: np.ndarray  # when it returned (the gap start when none)
+    drained: np.ndarray  # after_wait, the next op not queued, and launch_latency / unknown: the sync's idle
+    act: np.ndarray  # host_active (from the gap start, or from the return of a wait in progress then)
+    host_idle: np.ndarray  # no_work: no recorded activity for most of the window (torch.profiler)
+    idle_frac: np.ndarray  # the longest stretch without recorded activity, as a share of the window
     s_ok: np.ndarray
     s_time: np.ndarray
     s_name: np.ndarray
     os: _OsEvidence
+    inp: _InputEvidence
 
 
 @dataclass(frozen=True)
@@ -197,15 +242,19 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     l_tid = np.where(found, host.api_tid[lic] if has_api else -1, -1).astype(_I64)
     queued = found & (l_end <= a)
 
-    # per launching thread: its waits (and waits on this device), and its recorded activity
+    # per launching thread: its waits (and waits on this device), its recorded activity, its input waits
     inprog = np.zeros(n, dtype=bool)
     w_inprog = np.zeros(n, dtype=_I64)
     w_cover = np.zeros(n, dtype=_I64)
+    w_back = a.copy()  # when the wait in progress at the gap start returned (a: none)
     cov = np.zeros(n)
     act = np.zeros(n)
+    idle_frac = np.zeros(n)
+    idle_len = np.zeros(n, dtype=_I64)
     absent = np.zeros(n, dtype=bool)
     win_end = np.where(found & (l_start > a), np.minimum(l_start, b), b)
     os_ev = _OsEvidence.empty(n)
+    inp = _InputEvidence.empty(n)
     for t in distinct(l_tid).tolist():
         q = np.flatnonzero(l_tid == t)
         aq, bq = a[q], b[q]
@@ -214,22 +263,30 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
             wi = np.searchsorted(ws.start, aq, side="right") - 1
             wic = np.maximum(wi, 0)
             inprog[q] = (wi >= 0) & (ws.runmax[wic] >= aq - CLOCK_TOLERANCE_NS)
+            w_back[q] = np.where(inprog[q], np.maximum(ws.runmax[wic], aq), aq)
             cov[q] = covered_length(ws.us, ws.ue, aq, bq) / dur[q]
             if details:
                 w_inprog[q] = ws.arg[wic]
                 wj = np.searchsorted(ws.start, bq, side="left") - 1
                 w_cover[q] = ws.arg[np.maximum(wj, 0)]
+        # the time after a wait in progress at the gap start returned is classified on its own
+        a0 = np.minimum(w_back[q], win_end[q])
         if t >= 0:
-            if details:
-                tu, te = host.thread_activity(int(t))
-                act[q] = covered_length(tu, te, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
+            tu, te = host.thread_activity(int(t))
+            act[q] = covered_length(tu, te, a0, win_end[q]) / np.maximum(win_end[q] - a0, 1)
+            pid = int(host.api_pid[lic[q[0]]]) if host.api_pid.size else 0
+            if host.has_op_events and not host.os_data:
+                pu, pe = host.process_activity(pid, int(t))
+                idle_len[q] = longest_hole(pu, pe, a0, win_end[q])
+                idle_frac[q] = idle_len[q] / np.maximum(win_end[q] - a0, 1)
             # the launching thread was not recorded at all before its launch (no CUDA call, CPU op, NVTX range
             # or OS call): it was absent
             absent[q] = host.thread_first(int(t)) >= l_start[q] - CLOCK_TOLERANCE_NS
             if host.os_data:
-                _os_evidence(host, int(t), int(host.api_pid[lic[q[0]]]), q, aq, win_end[q], os_ev, details)
+                _os_evidence(host, int(t), pid, q, a0, win_end[q], os_ev, details)
+            _input_evidence(host, int(t), q, a0, win_end[q], inp, details)
         elif details:
-            act[q] = covered_length(host.act_us, host.act_ue, aq, win_end[q]) / np.maximum(win_end[q] - aq, 1)
+            act[q] = covered_length(host.act_us, host.act_ue, a0, win_end[q]) / np.maximum(win_end[q] - a0, 1)
     covered = cov >= HOST_SYNC_COVERAGE
 
     # evidence of a queued dependency: a stream-wait (event) record issued shortly before the launch
@@ -249,15 +306,24 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     # the GPU or not alive): nothing was producing GPU work. A thread waiting for another thread that is
     # busy (PyTorch's autograd thread in pthread_cond_wait while the main thread runs the forward) is not.
     os_blocked = found & (os_ev.self_frac >= OS_BLOCKED_FRACTION) & (os_ev.all_frac >= OS_BLOCKED_FRACTION)
+    # waiting for input: the launching thread spent at least half of the time up to its launch inside a
+    # data-loading range or blocked in an OS wait for data (tracelab.analyses.input_wait)
+    input_wait = found & (inp.frac >= INPUT_FRACTION)
+    # the host idle (torch.profiler): no CPU op and no CUDA call on any launching thread of the process for a
+    # stretch of more than half of the time up to the launch and at least 1 ms (a sleeping host; Python between
+    # ops leaves short holes; a thread waiting for another that runs ops, e.g. the autograd thread, is not idle)
+    host_idle = found & (idle_frac > HOST_IDLE_FRACTION) & (idle_len >= HOST_IDLE_MIN_NS)
     cause = np.select(
-        [dep, queued, covered, os_blocked, inprog, ~found, absent],
-        [_DEP, _UNKNOWN, _HOST_SYNC, _NO_WORK, _HOST_SYNC, _UNKNOWN, _NO_WORK],
+        [dep, queued, covered, input_wait, os_blocked, ~found, absent, host_idle],
+        [_DEP, _UNKNOWN, _HOST_SYNC, _INPUT, _NO_WORK, _UNKNOWN, _NO_WORK, _NO_WORK],
         default=_LAUNCH,
     ).astype(np.int8)
     os_ev.blocked[:] = os_blocked & (cause == _NO_WORK)
+    idle = host_idle & (cause == _NO_WORK) & ~os_ev.blocked & ~absent
     return _Classified(
-        a, b, nxt, cause, found, lic, l_start, l_tid, covered, cov, w_cover, w_inprog, act, s_ok, s_time,
-        s_name, os_ev,
+        a, b, nxt, cause, found, lic, l_start, l_tid, covered, cov, w_cover, w_inprog, inprog & ~covered, w_back,
+        inprog & ~covered & ~queued & ((cause == _LAUNCH) | (cause == _UNKNOWN)),
+        act, idle & (idle_frac > 0), idle_frac, s_ok, s_time, s_name, os_ev, inp,
     )
 
 
@@ -288,6 +354,77 @@ def _os_evidence(host: HostView, tid: int, pid: int, q: np.ndarray, a: np.ndarra
     out.end[q] = np.where(ok, oc.end[jc], 0)
 
 
+def _input_evidence(host: HostView, tid: int, q: np.ndarray, a: np.ndarray, w: np.ndarray,
+                    out: _InputEvidence, details: bool = True) -> None:
+    """Fill `out` at rows q (gaps launched by thread tid; windows [a, w)), vectorized: the share of each
+    window the thread waited for input and (with details) the range or OS call that names it: the range
+    running halfway through the window, else the OS wait for data running then, else the last range in it."""
+    sp = host.input_spans(tid)
+    if sp.wait_start.size == 0:
+        return
+    out.frac[q] = covered_length(sp.wait_start, sp.wait_end, a, w) / np.maximum(w - a, 1)
+    if not details:
+        return
+    mid = a + (w - a) // 2
+    name = np.full(q.size, -1, dtype=_I64)
+    st = np.zeros(q.size, dtype=_I64)
+    en = np.zeros(q.size, dtype=_I64)
+    is_os = np.zeros(q.size, dtype=bool)
+    if sp.start.size:
+        i = np.searchsorted(sp.start, mid, side="right") - 1
+        ic = np.maximum(i, 0)
+        j = np.where((i >= 0) & (sp.runmax[ic] > mid), sp.arg[ic], np.searchsorted(sp.start, w, side="left") - 1)
+        jc = np.maximum(j, 0)
+        ok = (j >= 0) & (sp.end[jc] > a) & (sp.start[jc] < w)
+        name = np.where(ok, sp.name[jc], -1)
+        st, en = np.where(ok, sp.start[jc], 0), np.where(ok, sp.end[jc], 0)
+        at_mid = ok & (sp.start[jc] <= mid) & (sp.end[jc] > mid)
+    else:
+        at_mid = np.zeros(q.size, dtype=bool)
+    if host.os_data:
+        oc = host.os_calls(tid)
+        k = np.flatnonzero(oc.is_input)
+        if k.size:
+            cs, ce, cn = oc.start[k], oc.end[k], oc.name[k]
+            runmax, arg = running_max_index(ce)
+            i = np.searchsorted(cs, mid, side="right") - 1
+            ic = np.maximum(i, 0)
+            hit = (i >= 0) & (runmax[ic] > mid) & ~at_mid
+            g = arg[ic]
+            name = np.where(hit, cn[g], name)
+            st, en = np.where(hit, cs[g], st), np.where(hit, ce[g], en)
+            is_os = hit
+    out.name[q], out.start[q], out.end[q], out.os_call[q] = name, st, en, is_os
+
+
+def longest_hole(us: np.ndarray, ue: np.ndarray, a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per window [a, w): the longest stretch inside it not covered by the sorted disjoint union (us, ue),
+    vectorized (a range maximum over the holes between the union's intervals, by reduceat)."""
+    a = np.asarray(a, dtype=_I64)
+    w = np.maximum(np.asarray(w, dtype=_I64), a)
+    if us.size == 0:
+        return w - a
+    # holes: (-inf, us[0]), (ue[k], us[k+1]), (ue[-1], +inf)
+    big = np.iinfo(_I64).max // 4
+    hs = np.concatenate([[-big], ue])
+    he = np.concatenate([us, [big]])
+    first = np.searchsorted(he, a, side="right")  # first hole ending after a
+    last = np.searchsorted(hs, w, side="left") - 1  # last hole starting before w
+    # the two end holes clipped to the window; the ones between lie inside it
+    f_len = np.clip(np.minimum(he[np.minimum(first, he.size - 1)], w) - np.maximum(hs[np.minimum(first, hs.size - 1)], a), 0, None)
+    l_len = np.clip(np.minimum(he[np.maximum(last, 0)], w) - np.maximum(hs[np.maximum(last, 0)], a), 0, None)
+    best = np.maximum(np.where(first <= last, f_len, 0), np.where(last >= first, l_len, 0))
+    inner = np.flatnonzero(last - first >= 2)
+    if inner.size:
+        lens = he - hs
+        idx = np.empty(2 * inner.size, dtype=_I64)
+        idx[0::2] = first[inner] + 1
+        idx[1::2] = last[inner]
+        mx = np.maximum.reduceat(lens, idx)[0::2]
+        best[inner] = np.maximum(best[inner], mx)
+    return best
+
+
 def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIntervals:
     """All idle intervals (> 0 ns) of a device with their causes, no details."""
     idle = _idle_of(timeline, dr)
@@ -295,7 +432,7 @@ def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIn
     if c is None:
         e = np.zeros(0, dtype=_I64)
         return IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
-    return IdleIntervals(dr.rank, dr.device, c.a, c.b, c.cause)
+    return IdleIntervals(dr.rank, dr.device, c.a, c.b, c.cause, drained=c.drained)
 
 
 # ---- gaps ------------------------------------------------------------------------------------
@@ -368,29 +505,36 @@ class Classification:
                     e = np.zeros(0, dtype=_I64)
                     out[(dr.rank, dr.device)] = IdleIntervals(dr.rank, dr.device, e, e, np.zeros(0, dtype=np.int8))
                     continue
-                out[(dr.rank, dr.device)] = IdleIntervals(
-                    dr.rank, dr.device, idle.a, idle.b, classify=self._classifier(dr, idle, sel, c)
-                )
+                classify, drained = self._classifier(dr, idle, sel, c)
+                out[(dr.rank, dr.device)] = IdleIntervals(dr.rank, dr.device, idle.a, idle.b, classify=classify,
+                                                          drained=drained)
             self._idle = out
         return self._idle
 
-    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray,
-                    c: _Classified | None) -> Callable[[np.ndarray], np.ndarray]:
-        known = np.full(idle.a.size, -1, dtype=np.int8)  # the gaps' causes, classified already
+    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray, c: _Classified | None
+                    ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+        known = np.full(idle.a.size, -1, dtype=np.int8)  # the causes classified already (the gaps' first)
+        drained = np.zeros(idle.a.size, dtype=bool)
         if c is not None:
             known[sel] = c.cause
+            drained[sel] = c.drained
 
         def classify(m: np.ndarray) -> np.ndarray:
             out = known[m]
             todo = out < 0
             if todo.any():
-                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(np.flatnonzero(m)[todo]),
-                                 details=False)
+                rows = np.flatnonzero(m)[todo]
+                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(rows), details=False)
                 assert rest is not None
-                out[todo] = rest.cause
+                out[todo] = known[rows] = rest.cause
+                drained[rows] = rest.drained
             return out
 
-        return classify
+        def drained_of(m: np.ndarray) -> np.ndarray:
+            classify(m)
+            return drained[m]
+
+        return classify, drained_of
 
 
 def _device_gaps(dr: DeviceRows, host: HostView, c: _Classified, first_row: int) -> GapTable:
@@ -410,20 +554,22 @@ def _details(timeline: Timeline, host: HostView, c: _Classified) -> dict[str, np
     none = np.full(n, -1, dtype=_I64)
     has_api = host.api_name.size > 0
     sync = c.cause == _HOST_SYNC
-    w = np.where(c.covered, c.w_cover, c.w_inprog)  # the wait each host_sync gap names
-    has_wait = sync & (host.wait_start.size > 0)
+    # the wait each host_sync gap names (the one that covers it); for a gap a wait was in progress at whose
+    # start but did not cover, that wait (the evidence says when it returned)
+    w = np.where(c.covered, c.w_cover, c.w_inprog)
+    has_wait = (sync | c.after_wait) & (host.wait_start.size > 0)
     wc = np.where(has_wait, w, 0)
 
     def wait_col(col: np.ndarray) -> np.ndarray:
         return np.where(has_wait, col[wc], -1) if col.size else none
 
     # the outermost CPU op the launching thread was in: halfway to the launch (launch_latency), or
-    # halfway from the wait's return to the launch (host_sync)
+    # halfway from the wait's return to the launch (host_sync; launch_latency after a wait in progress)
     back = np.minimum(np.maximum(wait_col(host.wait_end), c.a), c.b)
     t_sync = back + (np.maximum(c.l_start, back) - back) // 2
     t_launch = c.a + (c.l_start - c.a) // 2
     looked = c.found & (sync | (c.cause == _LAUNCH))
-    op = host.op_at(c.l_tid[looked], np.where(sync, t_sync, t_launch)[looked])
+    op = host.op_at(c.l_tid[looked], np.where(sync | c.after_wait, t_sync, t_launch)[looked])
     host_op = none.copy()
     host_op[looked] = np.where(op >= 0, host.op_name[np.maximum(op, 0)] if host.op_name.size else -1, -1)
     dep = c.cause == _DEP
@@ -459,4 +605,12 @@ def _details(timeline: Timeline, host: HostView, c: _Classified) -> dict[str, np
         "os_name": c.os.name.astype(_I64),
         "os_start": c.os.start,
         "os_end": c.os.end,
+        "input_fraction": c.inp.frac,
+        "input_name": c.inp.name.astype(_I64),
+        "input_start": c.inp.start,
+        "input_end": c.inp.end,
+        "input_os": c.inp.os_call,
+        "host_idle": c.host_idle,
+        "idle_fraction": c.idle_frac,
+        "after_wait": c.after_wait,
     }

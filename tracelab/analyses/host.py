@@ -19,6 +19,7 @@ from ..model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, Sync
 from ..model.grouping import member, sorted_unique
 from ..model.kinds import HOST_API_KINDS, OS_CALL_CATEGORY
 from .distinct import FirstPosition, distinct, distinct_codes
+from .input_wait import DATALOADER, DEFAULT_INPUT_WORDS, INPUT_OS_CALLS, words_pattern
 from .intervals import complement_all, intersect, merge, running_max_index, subtract
 from .memo import column, memo
 from .rows import names_matching, ranks_of, rows_of
@@ -103,7 +104,8 @@ def _life_spans(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int
 class HostView:
     """Sorted host-side arrays of one rank that gap causes and findings look things up in."""
 
-    def __init__(self, timeline: Timeline, rank: int, first_seen: FirstSeen | None = None) -> None:
+    def __init__(self, timeline: Timeline, rank: int, first_seen: FirstSeen | None = None,
+                 input_words: tuple[str, ...] = DEFAULT_INPUT_WORDS) -> None:
         self.rank = rank
         self._first_seen = first_seen or {}
         # the rank's events come grouped by kind (tracelab.analyses.rows.kind_rows, once per timeline):
@@ -199,6 +201,8 @@ class HostView:
         if cpu.size:
             cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[names[cpu]]]
         self.has_cpu_ops = bool(cpu.size)
+        # torch.profiler's CPU ops (Kineto cpu_op): between them and the CUDA calls the thread ran no op
+        self.has_op_events = bool(rows_of(timeline, rank, (EventKind.CPU_OP,)).size)
         if cpu.size:
             act = np.sort(np.concatenate([cpu, api]), kind="stable")
             self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
@@ -219,12 +223,14 @@ class HostView:
         os_names = distinct(self._os_name)
         kinds = [timeline.name(int(i)) for i in os_names.tolist()]  # a few dozen distinct calls
         self._thread_wait_ids = os_names[[k in THREAD_WAITS for k in kinds]] if kinds else os_names
+        self._input_os_ids = os_names[[k in INPUT_OS_CALLS for k in kinds]] if kinds else os_names
         wake = np.isin(self._os_name, os_names[[k in WAKE_CALLS for k in kinds]] if kinds else os_names)
         order = np.lexsort((self._os_start[wake], self._os_pid[wake]))
         self._wake_pid, self._wake_start = self._os_pid[wake][order], self._os_start[wake][order]
         self._os_by_tid: dict[int, OsCalls] = {}
         self._waits_for: dict[tuple[int, int], WaitSet] = {}
         self._blocked_by_pid: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self._activity_by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # the threads that launch GPU work, per process, and each host thread's recorded life span
         self.api_pid = pid[api].astype(_I64)
         lt = (self.api_flags & Flag.LAUNCH) != 0
@@ -238,6 +244,20 @@ class HostView:
         self._host_parts = ((self.api_tid, self.api_start, self.api_end), (tid[ranges], start[ranges], end[ranges]),
                             (self._os_tid, self._os_start, self._os_end))
         self._life: dict[int, tuple[int, int] | None] = {}
+
+        # data-loading ranges (DataLoader iterator ops, user ranges named for data / batch / load:
+        # tracelab.analyses.input_wait), per thread in (thread, start) order
+        inp = np.zeros(ranges.size, dtype=bool)
+        if ranges.size:
+            inp = names_matching(timeline, DATALOADER)[names[ranges]]
+            wp = words_pattern(tuple(input_words))
+            if wp is not None:
+                inp |= (kind[ranges] == int(EventKind.NVTX_RANGE)) & names_matching(timeline, wp)[names[ranges]]
+        inp_rows = ranges[inp]
+        inp_rows = inp_rows[np.lexsort((start[inp_rows], tid[inp_rows]))]
+        self._in_tid, self._in_start = tid[inp_rows].astype(_I64), start[inp_rows]
+        self._in_end, self._in_name = end[inp_rows], names[inp_rows]
+        self._input_by_tid: dict[int, InputSpans] = {}
 
         # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
         # (the rows are in start order already: a stable sort by thread alone, of small codes, by radix)
@@ -304,11 +324,40 @@ class HostView:
             hi = int(np.searchsorted(self._os_tid, tid, side="right"))
             s, e, n = self._os_start[lo:hi], self._os_end[lo:hi], self._os_name[lo:hi]
             runmax, arg = running_max_index(e)
-            in_os = merge(s, self._woken_at(s, e, n, self._os_pid[lo:hi]), assume_sorted=True)
+            woken = self._woken_at(s, e, n, self._os_pid[lo:hi])
+            in_os = merge(s, woken, assume_sorted=True)
             in_api = self._api_union(tid)
             bs, be = subtract(*in_os, *in_api)
-            got = self._os_by_tid[tid] = OsCalls(s, runmax, arg, np.sort(e), n, e, bs, be)
+            m = np.isin(n, self._input_os_ids)
+            ins, ine = subtract(*merge(s[m], woken[m], assume_sorted=True), *in_api)
+            got = self._os_by_tid[tid] = OsCalls(s, runmax, arg, np.sort(e), n, e, bs, be, ins, ine, m)
         return got
+
+    def input_spans(self, tid: int) -> InputSpans:
+        """One thread's data-loading ranges (sorted by start, with the running maximum of their ends and
+        which range holds it) and the union of the time it waited for input: inside those ranges, or
+        blocked in an OS wait for data (INPUT_OS_CALLS, when OS calls were traced)."""
+        got = self._input_by_tid.get(tid)
+        if got is None:
+            lo = int(np.searchsorted(self._in_tid, tid, side="left"))
+            hi = int(np.searchsorted(self._in_tid, tid, side="right"))
+            s, e, n = self._in_start[lo:hi], self._in_end[lo:hi], self._in_name[lo:hi]
+            runmax, arg = running_max_index(e)
+            us, ue = merge(s, e, assume_sorted=True)
+            if self.os_data:
+                oc = self.os_calls(tid)
+                us, ue = merge(np.concatenate([us, oc.input_start]), np.concatenate([ue, oc.input_end]))
+            got = self._input_by_tid[tid] = InputSpans(s, runmax, arg, n, e, us, ue)
+        return got
+
+    def input_ops(self) -> dict[int, tuple[int, int]]:
+        """The rank's data-loading ranges by name id: (how many, their total time)."""
+        if self._in_name.size == 0:
+            return {}
+        names, inv = np.unique(self._in_name, return_inverse=True)
+        counts = np.bincount(inv)
+        totals = np.bincount(inv, weights=(self._in_end - self._in_start).astype(np.float64))
+        return {int(n): (int(c), int(t)) for n, c, t in zip(names.tolist(), counts.tolist(), totals.tolist())}
 
     def _woken_at(self, s: np.ndarray, e: np.ndarray, names: np.ndarray, pid: np.ndarray) -> np.ndarray:
         """The end of each OS call as blocked time: a wait for another thread ends at the last wake-up
@@ -362,6 +411,18 @@ class HostView:
                 ts, te = merge(np.concatenate([ws, outside[0]]), np.concatenate([we, outside[1]]))
                 us, ue = (ts, te) if us is None else intersect(us, ue, ts, te)
             got = self._blocked_by_pid[key] = (us, ue, len(threads))
+        return got
+
+    def process_activity(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The merged recorded activity (CUDA calls, CPU ops, NVTX ranges) of every launching thread of
+        process `pid` (with `tid` among them): a hole in it is a time no launching thread ran an op."""
+        key = (pid << 32) | tid
+        got = self._activity_by_pid.get(key)
+        if got is None:
+            parts = [self.thread_activity(t) for t in self.launching_threads(pid, tid)]
+            got = self._activity_by_pid[key] = (parts[0] if len(parts) == 1 else
+                                                merge(np.concatenate([p[0] for p in parts]),
+                                                      np.concatenate([p[1] for p in parts])))
         return got
 
     def waits_for(self, tid: int, device: int) -> WaitSet:
@@ -423,6 +484,23 @@ class OsCalls:
     end: np.ndarray
     blocked_start: np.ndarray
     blocked_end: np.ndarray
+    input_start: np.ndarray  # the union of the time blocked in waits for data (INPUT_OS_CALLS)
+    input_end: np.ndarray
+    is_input: np.ndarray  # per call (start order): an INPUT_OS_CALLS call
+
+
+@dataclass(frozen=True)
+class InputSpans:
+    """One thread's data-loading ranges sorted by start (running maximum of their ends and which range
+    holds it, their names and ends) and the union of its input-wait time (ranges and OS waits for data)."""
+
+    start: np.ndarray
+    runmax: np.ndarray
+    arg: np.ndarray
+    name: np.ndarray
+    end: np.ndarray
+    wait_start: np.ndarray
+    wait_end: np.ndarray
 
 
 def _string_id(strings: tuple[str, ...], s: str) -> int:
@@ -445,8 +523,9 @@ class WaitSet:
     ue: np.ndarray
 
 
-def host_views(timeline: Timeline, first_seen: FirstSeen | None = None) -> dict[int, HostView]:
-    return {r: HostView(timeline, r, first_seen) for r in ranks_of(timeline)}
+def host_views(timeline: Timeline, first_seen: FirstSeen | None = None,
+               input_words: tuple[str, ...] = DEFAULT_INPUT_WORDS) -> dict[int, HostView]:
+    return {r: HostView(timeline, r, first_seen, input_words) for r in ranks_of(timeline)}
 
 
 FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's first recorded host activity

@@ -27,7 +27,7 @@ from .intervals import covered_length, merge
 from .results import CAUSES as GAP_CAUSES
 from .results import Analysis, GapTable
 
-CAUSES = ("host_sync", "launch_latency", "dependency_wait", "no_work", "unknown")
+CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GPU_KINDS = [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]
 
@@ -70,6 +70,15 @@ class RankAnalysis:
     @property
     def multi_rank(self) -> bool:
         return len(self.ranks) > 1
+
+    def idle_cause(self, rank: int) -> tuple[str, int] | None:
+        """A rank's main reason for GPU idle: the gap cause with the most gap time (e.g. a straggler starved
+        by its loader: input_wait), and that time; None without gaps."""
+        for r in self.ranks:
+            if r.rank == rank:
+                causes = [(c, ns) for c, ns in r.idle_by_cause if c != "short" and ns > 0]
+                return max(causes, key=lambda x: x[1]) if causes else None
+        return None
 
 
 def _idle_by_rank_cause(gaps: GapTable) -> dict[tuple[int, str], int]:
@@ -160,7 +169,9 @@ def rank_document_of(ra: RankAnalysis) -> dict[str, Any]:
             for c in ra.collectives.calls
         ],
         "stragglers": [
-            {"rank": s.rank, "times_last": s.times_last, "caused_wait_ns": s.caused_wait_ns}
+            {"rank": s.rank, "times_last": s.times_last, "caused_wait_ns": s.caused_wait_ns,
+             # why it is late: its own GPU idle's main cause (issue 29: a rank starved by its loader)
+             "idle_cause": (ra.idle_cause(s.rank) or (None, 0))[0], "idle_cause_ns": (ra.idle_cause(s.rank) or (None, 0))[1]}
             for s in ra.collectives.stragglers
         ],
     }

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from .input_wait import DEFAULT_INPUT_WORDS
+
 if TYPE_CHECKING:
     from .step_table import StepRow
 
 SCHEMA_VERSION = 2
 
-GapCause = Literal["host_sync", "launch_latency", "dependency_wait", "no_work", "unknown"]
+GapCause = Literal["host_sync", "launch_latency", "dependency_wait", "no_work", "unknown", "input_wait"]
 Severity = Literal["info", "warning", "critical"]
 SmSource = Literal["measured", "estimated", "none"]
 
@@ -28,6 +30,9 @@ class AnalysisOptions:
     gap_threshold_ns: int = 10_000
     # Drop GPU events whose correlation matches no host launch before analysing (TraceLens does).
     exclude_orphans: bool = False
+    # user ranges named with a word starting so are data loading (gap cause input_wait;
+    # tracelab.analyses.input_wait.DEFAULT_INPUT_WORDS)
+    input_words: tuple[str, ...] = DEFAULT_INPUT_WORDS
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ class Gap:
     detail: int = -1  # row of the analysis' GapDetails that holds this gap's evidence (-1: none)
 
 
-CAUSES: tuple[GapCause, ...] = ("dependency_wait", "host_sync", "launch_latency", "no_work", "unknown")
+CAUSES: tuple[GapCause, ...] = ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown")
 HOST_DATA: tuple[str, ...] = ("cpu_ops", "cuda_api", "none")
 
 
@@ -315,6 +320,13 @@ class GapDetails:
       thread spent in OS runtime calls outside its CUDA calls; os_all, the share during which no launching
       thread of its process ran (os_threads of them); os_calls, its OS calls in that window, and the one
       that names it (os_name, os_start, os_end: running halfway through, else the last one);
+    - input_wait: input_fraction, the share of [gap start, next launch) the launching thread spent in
+      data-loading ranges or OS waits for data (tracelab.analyses.input_wait); the range or call that names
+      it (input_name, input_start, input_end; input_os: an OS call): running halfway, else the last range;
+    - no_work, host idle (host_idle; torch.profiler): idle_fraction, the longest stretch of [gap start,
+      next launch) with no CPU op or CUDA call on the launching thread, as a share of it;
+    - after_wait: a wait was in progress when the gap began but covered less than half of it: every
+      fraction above is measured from its return (wait_end), and the cause is that of the time after it;
     - host_data: which host data the rank's trace had (index into HOST_DATA); os_data: whether it had OS
       runtime calls (nsys --trace=osrt)."""
 
@@ -350,6 +362,14 @@ class GapDetails:
     os_name: np.ndarray
     os_start: np.ndarray
     os_end: np.ndarray
+    input_fraction: np.ndarray
+    input_name: np.ndarray
+    input_start: np.ndarray
+    input_end: np.ndarray
+    input_os: np.ndarray
+    host_idle: np.ndarray
+    idle_fraction: np.ndarray
+    after_wait: np.ndarray
 
     def __len__(self) -> int:
         return int(self.start.size)

@@ -17,8 +17,9 @@ _SYNC_PATTERNS: tuple[tuple[re.Pattern[str], SyncKind], ...] = (
     (re.compile(r"^(cuda|hip|cu)StreamSynchronize", re.IGNORECASE), SyncKind.STREAM),
     (re.compile(r"^(cuda|hip)(Device|Thread)Synchronize|^cuCtxSynchronize", re.IGNORECASE), SyncKind.DEVICE),
     (re.compile(r"^(cuda|hip|cu)EventSynchronize", re.IGNORECASE), SyncKind.EVENT),
-    # synchronous copies / sets: cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, hipMemcpy, cudaMemset (no Async)
-    (re.compile(r"^(cuda|hip)Mem(cpy|set)(?!.*Async)|^cuMem(cpy|set)(?!.*Async)", re.IGNORECASE), SyncKind.MEMCPY),
+    # synchronous copies / sets: cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, hipMemcpy, cudaMemset, cuMemsetD32
+    # (no Async). Case-sensitive: cuMemSetAccess (virtual memory, NCCL) is no memset (issue 24 item 7)
+    (re.compile(r"^(cuda|hip)Mem(cpy|set)(?!.*Async)|^cuMem(cpy|set)(?!.*Async)"), SyncKind.MEMCPY),
 )
 
 _LAUNCH = re.compile(

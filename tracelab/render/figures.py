@@ -199,6 +199,7 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | N
     fig = go.Figure()
     colors = {
         "host_sync": "#d62728",
+        "input_wait": "#17becf",
         "launch_latency": "#ff7f0e",
         "dependency_wait": "#9467bd",
         "no_work": "#7f7f7f",

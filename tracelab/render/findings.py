@@ -134,6 +134,26 @@ def _pdl(f: Finding) -> Prose:
     return msg, where
 
 
+def _input_bound(f: Finding) -> Prose:
+    d = f.data
+    ops = d.get("loader_ops", {})
+    top = next(iter(ops), "")
+    by = (f" (the launching thread in {short_name(top, 70)}, {ops[top]['count']}×)" if top else
+          " (the launching thread blocked in OS waits for data)")
+    msg = (
+        f"the GPU waited {fmt_ns(f.wasted_ns)} for input data in {d.get('input_bound_steps', f.count)} of "
+        f"{d.get('total_steps', 0)} steps (≥ {d.get('step_share', 0.1):.0%} of each step){by}: the data pipeline "
+        "cannot keep up with the GPU. Give the DataLoader more num_workers, use pin_memory=True with "
+        ".to(device, non_blocking=True), raise prefetch_factor, keep workers alive with persistent_workers=True, "
+        "and move decoding / augmentation to the GPU (e.g. DALI, torchvision.io.decode_jpeg on cuda)."
+    )
+    where = _places([
+        f"rank {s['rank']} " + (f"step {s['step']}" if s["step"] >= 0 else "(whole run)")
+        + f": {fmt_ns(s['input_wait_ns'])} ({s['share']:.0%})" for s in d.get("steps", [])
+    ])
+    return msg, where
+
+
 def _idle_partition(f: Finding) -> Prose:
     parts = f.data.get("partitions", [])
     texts = []
@@ -159,6 +179,7 @@ RENDERERS: dict[str, Callable[[Finding], Prose]] = {
     "serialized_copy_compute": _serialized_copy_compute,
     "pdl": _pdl,
     "idle_partition": _idle_partition,
+    "input_bound": _input_bound,
 }  # a rule without an entry (e.g. excessive_sync) gets `generic`
 RENDERERS.update(WORKLOAD_RENDERERS)  # issue 14's rules (tracelab/render/findings_workloads.py)
 _TITLES = {r.id: r.title for r in RULES}

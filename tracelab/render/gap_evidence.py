@@ -117,7 +117,29 @@ def evidence_texts(d: GapDetails) -> list[str]:
             ]
 
     recorded_all = _HOST_DATA_WORDS[d.host_data.astype(np.int64) + len(HOST_DATA) * d.os_data]
-    m = (cause == _CODE["no_work"]) & ~d.os_blocked
+    m = cause == _CODE["input_wait"]
+    if m.any():
+        named = d.input_name[m] >= 0
+        src = np.full(int(m.sum()), "", dtype=object)
+        if named.any():
+            kind = np.where(d.input_os[m][named], "OS call ", "")
+            src[named] = ("; " + kind + _labels(lambda x: short_name(nm(x), 100), d.input_name[m][named]) + " from "
+                          + _rel(d.input_start[m][named] - a[m][named]) + " to " + _rel(d.input_end[m][named] - a[m][named]))
+        out[m] = [
+            f"{w} launched only at {t} by {c}, which was waiting for input data {p}% of the time up to then "
+            f"(data-loading ranges / OS waits for data{s}) {r}"
+            for w, t, c, p, s, r in zip(what[m], rel_l[m], caller[m], _pct(d.input_fraction[m]), src, recorded_all[m])
+        ]
+
+    m = (cause == _CODE["no_work"]) & d.host_idle
+    if m.any():
+        out[m] = [
+            f"{w} launched only at {t} by {c}, which, like every launching thread of its process, ran no recorded CPU op or CUDA call for {p}% of "
+            f"the time up to then in one stretch: the host was idle {r}"
+            for w, t, c, p, r in zip(what[m], rel_l[m], caller[m], _pct(d.idle_fraction[m]), recorded_all[m])
+        ]
+
+    m = (cause == _CODE["no_work"]) & ~d.os_blocked & ~d.host_idle
     if m.any():
         out[m] = [f"{c} has no recorded activity before its launch at {t} ({w}): the launching thread was absent"
                   for c, t, w in zip(caller[m], rel_l[m], what[m])]
@@ -148,6 +170,15 @@ def evidence_texts(d: GapDetails) -> list[str]:
             f"to the next launch {r}{i}"
             for w, t, c, p, r, i in zip(what[m], rel_l[m], caller[m], _pct(d.host_active[m]), recorded, inside)
         ]
+
+    # a wait was in progress when the gap began but did not cover it: the cause is that of the time after it
+    m = d.after_wait & (cause != _CODE["host_sync"]) & (d.wait_name >= 0)
+    if m.any():
+        who = _labels(lambda x, t: f"{nm(x)} on thread {t}", d.wait_name[m], d.wait_tid[m])
+        out[m] = [f"{w} returned at {r}, covering {p}% of the gap; after it: {x}" for w, r, p, x in zip(
+            who, _rel(np.maximum(d.wait_end[m], a[m]) - a[m]), _pct(np.minimum(np.maximum(d.wait_end[m], a[m]) - a[m],
+                                                                              b[m] - a[m]) / np.maximum(b[m] - a[m], 1)),
+            out[m])]
 
     unknown = cause == _CODE["unknown"]
     m = unknown & ~found

@@ -45,8 +45,12 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32) -> str:
             f"in them for the last arrival; worst skew {fmt_ns(worst.skew_ns)} "
             f"({term_safe(worst.name, 40)} #{worst.seq}, last rank {worst.last_rank})"
         )
+        def why(rank: int) -> str:
+            cause = ra.idle_cause(rank)
+            return f"; its GPU idle mostly {cause[0]} {fmt_ns(cause[1])}" if cause else ""
+
         strag = ", ".join(
-            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)})"
+            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)}{why(s.rank)})"
             for s in c.stragglers[:3]
         )
         lines.append(f"Stragglers: {strag}")

@@ -28,6 +28,7 @@ COLORS = {
     "copy": "#e08a2c",
     "comm": "#8e44ad",
     "host_sync": "#d62728",
+    "input_wait": "#17becf",
     "launch_latency": "#ff9f1c",
     "dependency_wait": "#9467bd",
     "no_work": "#7f8c9a",

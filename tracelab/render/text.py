@@ -22,7 +22,7 @@ from .format import fmt_ns, fmt_offset, fmt_share, run_origin
 from .gap_evidence import gap_evidence
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta"}
+CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta", "input_wait": "cyan"}
 
 
 def _pct(part: int, whole: int) -> str:
@@ -225,7 +225,8 @@ def describe_steady(st: SteadyStepTime) -> str:
     return f"steady-state GPU step: {fmt_ns(st.ns)} (median of {st.steps} steps after warm-up{ranks})"
 
 
-SHORT_CAUSE = {"launch_latency": "launch", "host_sync": "sync", "dependency_wait": "dep", "no_work": "no work"}
+SHORT_CAUSE = {"launch_latency": "launch", "host_sync": "sync", "dependency_wait": "dep", "no_work": "no work",
+               "input_wait": "input"}
 
 
 def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:

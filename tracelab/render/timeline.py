@@ -63,6 +63,7 @@ _THIN = {"cpu_op", "sm", "other"}
 GPU_CLASSES = ("kernel", "comm", "memcpy", "memset")  # the ends of launch -> GPU arrows
 IDLE_COLORS = {  # distinct from the event colours (API calls are orange, blocking calls red)
     "host_sync": "#7f1d1d",
+    "input_wait": "#0891b2",
     "launch_latency": "#eab308",
     "dependency_wait": "#7c3aed",
     "no_work": "#9ca3af",

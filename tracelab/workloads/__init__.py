@@ -13,6 +13,7 @@ from . import (
     fusion,
     graphs,
     green_contexts,
+    input_pipeline,
     overlap,
     pdl,
     priorities,
@@ -32,6 +33,7 @@ WORKLOADS: dict[str, Workload] = {
         default_stream.WORKLOAD,
         priorities.WORKLOAD,
         comm_overlap.WORKLOAD,
+        input_pipeline.WORKLOAD,
     )
 }
 

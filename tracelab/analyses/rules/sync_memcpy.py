@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,8 +10,16 @@ import numpy as np
 
 from ...model import SyncKind
 from ..results import Finding
+from ..rows import names_matching
 from .base import FindingContext, Rule, severity, window
 from .waits import idle_during
+
+MEMCPY_NAME = re.compile(r"Memcpy", re.IGNORECASE)
+
+
+def memcpy_names(ctx: FindingContext) -> np.ndarray:
+    """For every string id (and -1, the last slot): whether the name is a memcpy call's."""
+    return names_matching(ctx.timeline, MEMCPY_NAME)
 
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
@@ -19,7 +28,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     ranks: list[int] = []
     worst = (-1, 0, 0)
     for rank, host in ctx.hosts.items():
-        sync_copy = host.api_sync == int(SyncKind.MEMCPY)
+        # memcpy calls only (a synchronous memset blocks too, and is a wait for the gap causes, but is no copy)
+        sync_copy = (host.api_sync == int(SyncKind.MEMCPY)) & memcpy_names(ctx)[host.api_name]
         excluded += int((sync_copy & host.api_nonblocking_sync).sum())
         pos = np.flatnonzero(sync_copy & host.api_blocking)
         if pos.size == 0:

@@ -13,7 +13,10 @@ HOST_SYNC = CAUSES.index("host_sync")
 
 def host_sync_idle(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.ndarray) -> int:
     """GPU idle time of the rank's devices caused by host syncs (every idle interval, whatever the
-    display threshold) whose interval begins inside one of the windows [starts, ends)."""
+    display threshold) whose interval begins inside one of the windows [starts, ends): the host_sync ones
+    (a wait covers most of the interval) and those that began while the launching thread (or a wait on the
+    device) waited for the GPU, with the host only relaunching after it returned (the wait drained the
+    queue; the interval's cause is that of the time after it, launch_latency: IdleIntervals.sync_caused_of)."""
     total = 0
     ws, we = merge(starts, ends)
     for (r, _), idle in ctx.idle.items():
@@ -23,7 +26,7 @@ def host_sync_idle(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.
         # are classified)
         i = np.searchsorted(ws, idle.start, side="right") - 1
         inside = (i >= 0) & (idle.start < we[np.maximum(i, 0)])
-        sync = idle.causes_of(inside) == HOST_SYNC
+        sync = idle.sync_caused_of(inside)
         total += int((idle.end - idle.start)[inside][sync].sum())
     return total
 

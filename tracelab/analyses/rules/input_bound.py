@@ -1,0 +1,108 @@
+"""input_bound: training steps whose GPU waits for input data (gap cause `input_wait`) for more than a
+share of the step: the DataLoader (or a user's loading code) cannot keep up with the GPU.
+
+Per rank, per step (its host range; without steps, the rank's GPU span as one window): the GPU idle time
+of cause `input_wait` (every idle interval, whatever the display threshold) that ends inside the step (the
+step whose work waited for the data: the interval may have begun at the end of the previous step's GPU
+work), and its share of the step's length (at most 1). The rule fires on the steps whose share is at least `step_share` when their input
+wait adds up to at least `min_wait_ns`. Its data names the loader's ops (the data-loading ranges the
+launching threads were in: tracelab.analyses.input_wait) so the text can say what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..intervals import merge
+from ..results import CAUSES, Finding
+from .base import FindingContext, Rule, severity, window
+
+INPUT_WAIT = CAUSES.index("input_wait")
+MAX_STEPS_LISTED = 20
+
+
+def _input_idle(ctx: FindingContext, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the rank's GPU idle intervals of cause input_wait (all its devices), sorted."""
+    starts, ends = [], []
+    for (r, _), idle in ctx.idle.items():
+        if r == rank and idle.start.size:
+            m = idle.cause == INPUT_WAIT
+            starts.append(idle.start[m])
+            ends.append(idle.end[m])
+    if not starts:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    return merge(np.concatenate(starts), np.concatenate(ends))
+
+
+def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
+    share_min, min_wait = float(opt["step_share"]), int(opt["min_wait_ns"])
+    steps: list[dict[str, Any]] = []
+    ranks: list[dict[str, Any]] = []
+    loader_ops: dict[str, dict[str, int]] = {}
+    total_steps = wasted = 0
+    for rank, host in ctx.hosts.items():
+        us, ue = _input_idle(ctx, rank)
+        if us.size == 0:
+            continue
+        s_start, s_end = ctx.step_bounds(rank)
+        scoped = s_start.size > 0
+        if not scoped:  # no steps: the rank's GPU span is the one window
+            devs = [d for d in ctx.devices if d.rank == rank]
+            s_start = np.array([min(d.start_ns for d in devs)], dtype=np.int64)
+            s_end = np.array([max(d.end_ns for d in devs)], dtype=np.int64)
+        # each interval to the step its end lies in
+        k = np.searchsorted(s_start, ue - 1, side="right") - 1
+        ok = (k >= 0) & (ue - 1 < s_end[np.maximum(k, 0)])
+        wait = np.bincount(k[ok], weights=(ue - us)[ok].astype(np.float64), minlength=s_start.size).astype(np.int64)
+        length = np.maximum(s_end - s_start, 1)
+        share = np.minimum(wait / length, 1.0)
+        hit = np.flatnonzero(share >= share_min)
+        total_steps += int(s_start.size)
+        if hit.size == 0 or int(wait[hit].sum()) < min_wait:
+            continue
+        w = int(wait[hit].sum())
+        wasted += w
+        ranks.append({"rank": rank, "steps": int(s_start.size), "input_bound_steps": int(hit.size), "input_wait_ns": w,
+                      "mean_share": round(float(share[hit].mean()), 4), "scoped_to_steps": scoped})
+        for i in hit.tolist():
+            steps.append({"rank": rank, "step": i if scoped else -1, "start_ns": int(s_start[i]),
+                          "end_ns": int(s_end[i]), "input_wait_ns": int(wait[i]), "share": round(float(share[i]), 4)})
+        for name, (count, total) in host.input_ops().items():
+            op = loader_ops.setdefault(ctx.timeline.name(name), {"count": 0, "total_ns": 0})
+            op["count"] += count
+            op["total_ns"] += total
+    if not steps:
+        return None
+    worst = sorted(steps, key=lambda s: -s["input_wait_ns"])
+    return Finding(
+        rule=RULE.id,
+        severity=severity(wasted, ctx.span_ns(), "warning"),
+        count=len(steps),
+        wasted_ns=wasted,
+        data={
+            "steps": sorted(worst[:MAX_STEPS_LISTED], key=lambda s: (s["rank"], s["start_ns"])),
+            "input_bound_steps": len(steps),
+            "total_steps": total_steps,
+            "ranks": ranks,
+            "loader_ops": dict(sorted(loader_ops.items(), key=lambda kv: -kv[1]["total_ns"])[:10]),
+            "step_share": share_min,
+            **window(worst[0]["start_ns"], worst[0]["end_ns"]),
+        },
+    )
+
+
+RULE = Rule(
+    id="input_bound",
+    title="training steps whose GPU waits for input data",
+    evaluate=evaluate,
+    options={"step_share": 0.1, "min_wait_ns": 100_000},
+    long=True,
+    source=(
+        "PyTorch docs, torch.utils.data (num_workers, pin_memory, prefetch_factor, persistent_workers); "
+        "gap cause input_wait: tracelab.analyses.input_wait"
+    ),
+)
