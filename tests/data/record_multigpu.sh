@@ -36,7 +36,8 @@ job() {  # job NAME CMD...: one recording, its log, its exit code and time
     ddp2loader) for b in torch nsys; do job ddp2loader_$b $TL --backend $b --out $W/runs/ddp2loader -- torchrun --standalone --nproc-per-node=2 $P/ddp_straggler.py --steps 12 --mode loader --straggle-ms 25; done ;;
     ddp4) for b in torch nsys; do job ddp4_$b $TL --backend $b --out $W/runs/ddp4 -- python3 -m torch.distributed.run --standalone --nproc-per-node=4 $P/ddp_straggler.py --steps 12 --slow-rank 2 --straggle-ms 4; done ;;
     copy) for m in pageable pinned; do for b in torch nsys; do job copy_${m}_$b $TL --backend $b --out $W/runs/copy/$m -- python3 $P/copy_loop.py --memory $m; done; done ;;
-    loader) for m in slow fast; do for b in torch nsys; do job loader_${m}_$b $TL --backend $b --out $W/runs/loader/$m -- python3 $P/loader_stall.py --loader $m; done; done ;;
+    loader) for b in torch nsys; do job loader_$b $TL --backend $b --out $W/runs/loader -- python3 $P/loader_stall.py; done ;;
+    loaderddp) for b in torch nsys; do job loaderddp_$b env LOADER_DDP=1 $TL --backend $b --out $W/runs/loaderddp -- torchrun --standalone --nproc-per-node=2 $P/loader_stall.py; done ;;
     gpt2) for b in torch nsys; do job gpt2_$b $TL --backend $b --out $W/runs/gpt2 -- python3 $P/gpt2_loop.py --steps 10; done ;;
     memory) job memory_torch env TRACELAB_PROFILE_MEMORY=1 $TL --backend torch --out $W/runs/memory -- python3 $P/train_plain.py
             job memory_nsys python3 -c "from tracelab.record import record_command as r; print(r(['python3','$P/train_plain.py'],'nsys','$W/runs/memory',nsys_extra=('--cuda-memory-usage=true',)))" ;;
