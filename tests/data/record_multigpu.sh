@@ -41,6 +41,11 @@ job() {  # job NAME CMD...: one recording, its log, its exit code and time
     gpt2) for b in torch nsys; do job gpt2_$b $TL --backend $b --out $W/runs/gpt2 -- python3 $P/gpt2_loop.py --steps 10; done ;;
     memory) job memory_torch env TRACELAB_PROFILE_MEMORY=1 $TL --backend torch --out $W/runs/memory -- python3 $P/train_plain.py
             job memory_nsys python3 -c "from tracelab.record import record_command as r; print(r(['python3','$P/train_plain.py'],'nsys','$W/runs/memory',nsys_extra=('--cuda-memory-usage=true',)))" ;;
+    ncclpayload) job ncclpayload_record $TL --backend nsys --out $W/runs/ncclpayload -- torchrun --standalone --nproc-per-node=2 $P/ddp_straggler.py --steps 4
+       { nsys export --help | grep -i -B1 -A3 json; r=$(ls $W/runs/ncclpayload/*/trace.nsys-rep | head -1);
+         nsys export --type sqlite --include-json true --force-overwrite true -o $W/runs/ncclpayload/payload.sqlite "$r"; echo rc=$?;
+         python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute(\"select count(*), min(jsonText) from NVTX_EVENTS where jsonText is not null\").fetchall())" $W/runs/ncclpayload/payload.sqlite;
+         rm -f $W/runs/ncclpayload/*/trace.sqlite; } > $W/logs/ncclpayload_export.txt 2>&1 ;;
     input) for b in torch nsys; do job input_$b $TL input_pipeline --variant all --backend $b --quick --out $W/runs/input; done ;;
     esac
   done
