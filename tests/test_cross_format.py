@@ -30,7 +30,7 @@ PAIRS = _pairs()
 def test_every_workload_variant_has_both_backends():
     # 5 workloads with 4 + 4 + 2 + 3 + 3 variants, plus green_ctx with the instrumented Triton matmul;
     # issue 14: fusion 5, default_stream 3, priorities 2, graphs 2 more
-    assert len(PAIRS) == 17 + 12 + 3  # issue 25: comm_overlap's 3 variants on two H200s
+    assert len(PAIRS) == 17 + 12 + 3 + 2  # issue 25: comm_overlap (3 variants, two H200s); issue 29: input_pipeline (2)
 
 
 @pytest.mark.parametrize(("nsys_run", "torch_run"), PAIRS, ids=[p[0].replace("-nsys", "") for p in PAIRS])

@@ -107,15 +107,22 @@ def nsys_side(tmp_path: Path) -> dict:
     q = lambda sql, *a: con.execute(sql, a).fetchall()
     gpu = sorted(q("SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
                    "SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
-    launch = {c: s for s, c in q("SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
     (main_tid,) = q("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid ORDER BY count(*) DESC "
                     "LIMIT 1")[0]
+    # gaps ended by the main thread's launches only: while the autograd thread launches the backward pass
+    # the main thread waits for it in pthread_cond_wait, which is no wait for data
+    launch = {c: s for s, c in q("SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE globalTid = ?",
+                                 main_tid)}
     api = [(s, e) for s, e in q("SELECT start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE globalTid = ?", main_tid)]
     waits = [(s, e) for n, s, e in q("SELECT s.value, o.start, o.end FROM OSRT_API o JOIN StringIds s ON "
                                      "s.id = o.nameId WHERE o.globalTid = ?", main_tid) if n in INPUT_OS]
+    # the DataLoader's own op, as --pytorch=autograd-nvtx records it (an NVTX range on the main thread)
+    nexts = [(s, e) for n, s, e in q("SELECT COALESCE(n.text, s.value), n.start, n.end FROM NVTX_EVENTS n LEFT JOIN "
+                                     "StringIds s ON s.id = n.textId WHERE n.globalTid = ? AND n.end IS NOT NULL",
+                                     main_tid) if (n or "").startswith("enumerate(DataLoader)#")]
     con.close()
     # OS waits outside the thread's CUDA calls (a call inside a CUDA call is CUDA time)
-    waits = [(s, e) for s, e in waits if covered(api, s, e) == 0]
+    waits = [(s, e) for s, e in waits if covered(api, s, e) == 0] + nexts
     doc = analyze_json(d, tmp_path)
     check(doc, idle_windows(gpu, launch), waits)
     return doc

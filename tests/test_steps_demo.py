@@ -80,7 +80,7 @@ def host_activity(tl: Timeline, rank: int) -> np.ndarray:
 
 
 def test_every_demo_run_is_checked() -> None:
-    assert len(NAMES) == 58
+    assert len(NAMES) == 58 + 4  # + input_pipeline (issue 29)
     for name in ("overlap-serial-nsys", "graphs-graph-torch", "fusion-compiled-nsys"):
         assert name in NAMES
 

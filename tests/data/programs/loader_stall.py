@@ -1,16 +1,25 @@
-"""A training loop whose DataLoader cannot keep up with the GPU (issue 29's input-pipeline stall):
+"""A plain training loop whose DataLoader cannot keep up (issue 29), for recording under both profilers:
 
-    python tests/data/programs/loader_stall.py [--loader slow|fast] [--steps 12]
+    tracelab record --backend nsys  -- python3 tests/data/programs/loader_stall.py
+    tracelab record --backend torch -- python3 tests/data/programs/loader_stall.py
+    LOADER_DDP=1 tracelab record --backend torch -- torchrun --nproc-per-node 2 tests/data/programs/loader_stall.py
 
-`slow`: 2 worker processes, a dataset that takes 5 ms per sample, batches of 4 samples: a batch every
-~10 ms while the GPU step takes a few ms, so the main thread waits in `DataLoader.__next__` and the GPU
-idles. `fast`: 8 workers, pinned memory, prefetch_factor 4, persistent workers, non_blocking copies.
-No markers. Writes program_meta.json into $TRACELAB_RUN_DIR when set.
+The dataset costs LOADER_SAMPLE_MS (5) ms of CPU per sample, a batch is LOADER_BATCH (8) samples, the
+DataLoader has LOADER_WORKERS (2) worker processes: a batch every ~20 ms, while the GPU step (an MLP forward,
+backward and SGD step) takes a few ms. So most steps start with the main thread waiting in
+`DataLoader.__next__` (torch.profiler: the op `enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__`;
+nsys: poll / sem_wait on the workers' queue) while the GPU idles: gap cause `input_wait`, rule `input_bound`.
+No ProfilerStep, no NVTX, no record_function of its own; nothing waits for the GPU inside the loop.
+
+With LOADER_DDP=1 under torchrun (2 ranks, NCCL when there are 2 GPUs, else gloo on one GPU) the model is
+wrapped in DDP and only rank 1 has the slow loader (rank 0 gets LOADER_FAST_WORKERS, 12, and a prefetch):
+rank 1 reaches every all-reduce last, and the straggler explanation names input_wait.
+
+LOADER_STEPS (default 12) steps after 2 warm-up steps. When TRACELAB_RUN_DIR is set (tracelab record sets
+it) the program writes program_meta.json there (program_meta_rank<R>.json under DDP): per step the time the
+main thread spent in next(loader) by its own clock.
 """
 
-from __future__ import annotations
-
-import argparse
 import json
 import os
 import time
@@ -18,53 +27,70 @@ from pathlib import Path
 
 import torch
 
-WIDTH = 4096
+STEPS = int(os.environ.get("LOADER_STEPS", "12"))
+SAMPLE_MS = float(os.environ.get("LOADER_SAMPLE_MS", "5"))
+BATCH = int(os.environ.get("LOADER_BATCH", "8"))
+WORKERS = int(os.environ.get("LOADER_WORKERS", "2"))
+FAST_WORKERS = int(os.environ.get("LOADER_FAST_WORKERS", "12"))
+DDP = os.environ.get("LOADER_DDP") == "1"
+ROWS, WIDTH = 256, 2048
 
 
-class SlowSamples(torch.utils.data.Dataset):
-    def __init__(self, n: int, delay_s: float = 0.005) -> None:
-        self.n, self.delay_s = n, delay_s
-
+class Slow(torch.utils.data.Dataset):
     def __len__(self) -> int:
-        return self.n
+        return (STEPS + 4) * BATCH
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        time.sleep(self.delay_s)  # decoding / augmentation on the host
-        return torch.full((256, WIDTH), float(i % 7))
+    def __getitem__(self, i: int):
+        t_end = time.perf_counter() + SAMPLE_MS / 1e3
+        x = torch.randn(ROWS, WIDTH, generator=torch.Generator().manual_seed(i))
+        while time.perf_counter() < t_end:  # decoding / augmentation
+            pass
+        return x, i % 10
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--loader", choices=("slow", "fast"), default="slow")
-    ap.add_argument("--steps", type=int, default=12)
-    args = ap.parse_args()
-    batch = 4
-    ds = SlowSamples(args.steps * batch)
-    if args.loader == "slow":
-        loader = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=2)
-    else:
-        loader = torch.utils.data.DataLoader(
-            ds, batch_size=batch, num_workers=8, pin_memory=True, prefetch_factor=4, persistent_workers=True
-        )
-    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(6)]).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    wall = []
-    t0 = time.perf_counter()
-    for x in loader:
-        x = x.view(-1, WIDTH).cuda(non_blocking=True)
-        loss = model(x).square().mean()
+    rank, world = 0, 1
+    if DDP:
+        import torch.distributed as dist
+
+        backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
+        dist.init_process_group(backend)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH),
+                                torch.nn.ReLU(), torch.nn.Linear(WIDTH, 10)).cuda()
+    if DDP:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    slow = not DDP or rank == 1
+    loader = (torch.utils.data.DataLoader(Slow(), batch_size=BATCH, num_workers=WORKERS) if slow else
+              torch.utils.data.DataLoader(Slow(), batch_size=BATCH, num_workers=FAST_WORKERS, prefetch_factor=4,
+                                          persistent_workers=True))
+    it = iter(loader)
+    steps = []
+    for step in range(STEPS + 2):
+        t0 = time.perf_counter()
+        x, y = next(it)  # the main thread waits here when the workers are behind
+        waited = (time.perf_counter() - t0) * 1e3
+        x = x.cuda(non_blocking=True).reshape(-1, WIDTH)
+        y = y.cuda(non_blocking=True).repeat_interleave(ROWS)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        now = time.perf_counter()
-        wall.append((now - t0) * 1e3)
-        t0 = now
+        if step >= 2:
+            steps.append({"step": step - 2, "loader_wait_ms": round(waited, 4),
+                          "step_ms": round((time.perf_counter() - t0) * 1e3, 4)})
     torch.cuda.synchronize()
-    run_dir = os.environ.get("TRACELAB_RUN_DIR")
-    if run_dir:
-        Path(run_dir, "program_meta.json").write_text(
-            json.dumps({"program": "loader_stall", **vars(args), "step_wall_ms": [round(w, 3) for w in wall]})
-        )
+    out = os.environ.get("TRACELAB_RUN_DIR")
+    if out:
+        meta = {"program": "loader_stall", "steps": STEPS, "sample_ms": SAMPLE_MS, "batch": BATCH,
+                "num_workers": loader.num_workers, "rank": rank, "world_size": world, "per_step": steps}
+        name = f"program_meta_rank{rank}.json" if DDP else "program_meta.json"
+        Path(out, name).write_text(json.dumps(meta, indent=1))
+    if DDP:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
