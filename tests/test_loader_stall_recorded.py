@@ -129,8 +129,14 @@ def nsys_side(tmp_path: Path) -> dict:
 
 
 def shares(doc: dict) -> dict[str, float]:
+    """Share of the steady steps' idle time by cause: gaps after each rank's first (warm-up) step, as
+    tests/test_cross_format.py compares them (issue 24: process start-up, CUDA and cuBLAS initialisation
+    are set-up and warm-up, whose length differs between two executions)."""
     total: dict[str, int] = {}
+    setup_end = {s["rank"]: s["end_ns"] for s in doc["steps"] if s["index"] == 0}
     for g in doc["gaps"]:
+        if g["end_ns"] <= setup_end.get(g["rank"], -1):
+            continue
         total[g["cause"]] = total.get(g["cause"], 0) + g["duration_ns"]
     idle = max(sum(total.values()), 1)
     return {c: 100 * v / idle for c, v in total.items()}
