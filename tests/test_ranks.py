@@ -23,7 +23,8 @@ from tracelab.parsers import load_trace
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("TRACELAB_CORPUS") or ROOT.parent / "shared" / "corpus")
 DLRM = CORPUS / "param" / "dlrm_kineto_8rank"
-needs_dlrm = pytest.mark.skipif(not DLRM.is_dir(), reason="needs ../shared/corpus")
+def needs_dlrm(test):
+    return pytest.mark.corpus(pytest.mark.skipif(not DLRM.is_dir(), reason="needs ../shared/corpus")(test))
 
 
 # ---- independent computation over the raw JSON ------------------------------------------------------

@@ -265,6 +265,10 @@ def test_failed_import_into_existing_store_keeps_it(tmp_path):
 # ---- Ctrl-C at the commit -------------------------------------------------------------------------
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_at(stage: str, db: Path, marker: Path) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
@@ -279,6 +283,10 @@ def _interrupt_at(stage: str, db: Path, marker: Path) -> subprocess.CompletedPro
         text=True,
         env=env,
         cwd=ROOT,
+        # A shell starts a background job (`pytest &`, a CI step without a terminal) with SIGINT ignored, and
+        # an ignored signal stays ignored across exec: Python then installs no KeyboardInterrupt handler and
+        # the Ctrl-C below would be lost. The child gets SIGINT's default back, as a terminal's job has it.
+        preexec_fn=_sigint_default,
     )
     deadline = time.monotonic() + 120
     while not marker.exists():
@@ -303,6 +311,16 @@ def test_sigint_right_after_commit_reports_the_stored_run(tmp_path):
     assert proc.stdout.strip() == rid  # the id is printed, as for a normal import
     assert f"run {rid} had already been stored" in proc.stderr
     assert events == TRACE_EVENTS  # complete, not partial
+
+
+def test_sigint_reaches_the_import_when_the_test_runs_in_the_background(tmp_path):
+    """Run as a background job, pytest (and what it starts) has SIGINT ignored: the Ctrl-C still lands."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = _interrupt_at("before-commit", tmp_path / "t.db", tmp_path / "marker")
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert proc.returncode == 130 and "rolled back" in proc.stderr
 
 
 def test_sigint_right_before_commit_stores_nothing(tmp_path):
