@@ -265,8 +265,10 @@ def test_failed_import_into_existing_store_keeps_it(tmp_path):
 # ---- Ctrl-C at the commit -------------------------------------------------------------------------
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+_WITH_CTRL_C = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('tracelab', run_name='__main__')"
+)
 
 
 def _interrupt_at(stage: str, db: Path, marker: Path) -> subprocess.CompletedProcess:
@@ -277,16 +279,16 @@ def _interrupt_at(stage: str, db: Path, marker: Path) -> subprocess.CompletedPro
         "_TRACELAB_TEST_PAUSE_FILE": str(marker),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracelab", "import", str(TRACE)],
+        # `python -m tracelab import TRACE`, with Python's Ctrl-C handler put back first: a shell starts a
+        # background job (`pytest &`, a CI step without a terminal) with SIGINT ignored, an ignored signal
+        # stays ignored across exec, and Python then installs no KeyboardInterrupt handler, so the Ctrl-C
+        # below would be lost. The command then runs as it does in a terminal.
+        [sys.executable, "-c", _WITH_CTRL_C, "import", str(TRACE)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
         cwd=ROOT,
-        # A shell starts a background job (`pytest &`, a CI step without a terminal) with SIGINT ignored, and
-        # an ignored signal stays ignored across exec: Python then installs no KeyboardInterrupt handler and
-        # the Ctrl-C below would be lost. The child gets SIGINT's default back, as a terminal's job has it.
-        preexec_fn=_sigint_default,
     )
     deadline = time.monotonic() + 120
     while not marker.exists():
