@@ -142,9 +142,18 @@ def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monke
     assert seen  # the halving was tried ...
     if every == 10_000:
         assert all(seen)  # ... and every piece was scanned in halves
-    for path in TRACES[:1] + [TRACES[2]]:
-        a = kineto.load_kineto(path)
-        monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 40)
-        b = kineto.load_kineto(path)
-        monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 12)
-        assert_same_timeline(a, b)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", TRACES[:1] + [TRACES[2]], ids=lambda p: p.name[:40])
+def test_real_traces_scanned_in_halves_give_the_whole_pieces_timeline(monkeypatch, path):
+    from timeline_compare import assert_same_timeline
+
+    if not kineto.scanner_available():
+        pytest.skip("the C scanner is not built")
+    monkeypatch.setattr(kineto, "BLOCK_SIZE", 1 << 15)
+    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 12)
+    a = kineto.load_kineto(path)
+    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 40)
+    b = kineto.load_kineto(path)
+    assert_same_timeline(a, b)
