@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -528,7 +529,28 @@ def test_compare_shows_deltas(env):
     content = compare.compare_content(state, a, b)
     text = as_json(content)
     assert "baseline" in text and "variant" in text and "idle" in text
-    assert find(content, "compare-devices") is not None
+    table = find(content, "compare-devices")
+    assert table is not None
+    # numbers written one way (issue 28): no change is a plain 0 (never "+0 ns"), count deltas are signed
+    # like time deltas, headers are words (no raw `delta_pct`), a change under 0.05% is 0.0% (never -0%)
+    shown = {(r["device"], r["metric"]): r for r in table.data}
+    busy_row = next(r for (dev, m), r in shown.items() if m == "busy")
+    assert busy_row["delta"] == "0" and busy_row["delta_pct"] == "0.0%"
+    counts = {m: r for (dev, m), r in shown.items() if m.endswith("(count)")}
+    for m, r in counts.items():
+        raw = t[t["metric"] == m].iloc[0]
+        d = int(raw["variant"] - raw["baseline"])
+        assert r["delta"] == ("0" if d == 0 else f"{d:+,d}"), (m, r)
+    headers = [c["name"] for c in table.columns]
+    assert "Δ %" in headers and not any("_" in h for h in headers), headers
+    gaps_table = find(content, "compare-gaps")
+    assert {"count A", "count B", "time Δ (B − A)"} <= {c["name"] for c in gaps_table.columns}
+    assert "+0 ns" not in text and "-0%" not in text and "+0.0%" not in text
+    from tracelab.render.figures import compare_bars_figure
+
+    bars = compare_bars_figure(cmp).data[1].text  # the variant's bars carry the change
+    assert all(re.fullmatch(r"[0-9.]+ (ns|µs|ms|s)( \((0\.0|[+-][0-9.]+)%\))?", x) for x in bars), bars
+    assert any(x.endswith(" (0.0%)") for x in bars), bars  # busy does not change (asserted above)
     bad = compare.compare_content(state, a, "nope")
     assert "no run with id or name 'nope'" in as_json(bad)
     page = compare.compare_layout(state, a, b)

@@ -11,6 +11,7 @@ from dash import dcc, html
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
+from tracelab.render.format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
 from tracelab.store import RunRecord
 
 from ..components import data_table, run_options
@@ -21,11 +22,31 @@ from ..urls import href
 PATH = "/compare"
 
 
+_HEADER_WORDS = (("_delta_pct", " Δ %"), ("delta_pct", "Δ %"), ("_delta", " Δ (B − A)"), ("_a", " A"), ("_b", " B"))
+
+
+def _header(column: str) -> str:
+    """'count_a' -> 'count A', 'time_delta' -> 'time Δ (B − A)', 'delta_pct' -> 'Δ %'."""
+    for suffix, words in _HEADER_WORDS:
+        if column.endswith(suffix):
+            return column[: -len(suffix)].replace("_", " ") + words
+    return column.replace("_", " ")
+
+
+def _columns(df) -> list[dict[str, str]]:
+    return [{"name": _header(c), "id": c} for c in df.columns if c != "id"]
+
+
 def _fmt_delta_table(df, time_cols: list[str]):
+    """Times written by render.format (deltas signed, a plain 0 for no change), counts with thousands
+    separators (deltas signed)."""
     out = df.copy()
-    for c in time_cols:
-        if c in out.columns:
-            out[c] = [fmt_ns(v) for v in out[c].tolist()]
+    for c in out.columns:
+        values = out[c].tolist()
+        if c in time_cols:
+            out[c] = [fmt_signed_ns(v) if c.endswith("_delta") else fmt_ns(v) for v in values]
+        elif c.startswith(("count", "calls")):
+            out[c] = [fmt_signed_count(v) if c.endswith("_delta") else fmt_count(v) for v in values]
     return out
 
 
@@ -60,17 +81,15 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     t = comparison_tables(cmp)
     dev = t["devices"].copy()
     timed = dev["unit"] == "ns"
-    for c in ("baseline", "variant", "delta"):
-        dev[c] = [fmt_ns(v) if is_t else f"{v:,}" for v, is_t in zip(dev[c].tolist(), timed.tolist())]
-    dev.loc[timed, "delta"] = [
-        ("+" if not str(v).startswith("-") else "") + str(v) for v in dev.loc[timed, "delta"]
-    ]
+    for c in ("baseline", "variant"):
+        dev[c] = [fmt_ns(v) if is_t else fmt_count(v) for v, is_t in zip(dev[c].tolist(), timed.tolist())]
+    dev["delta"] = [fmt_signed_ns(v) if is_t else fmt_signed_count(v) for v, is_t in zip(dev["delta"].tolist(), timed.tolist())]
     headline = []
     if cmp.totals is not None:
         span, idle = cmp.totals.span_ns, cmp.totals.idle_ns
         headline = [
             html.Span(
-                f"span {fmt_ns(span.a)} → {fmt_ns(span.b)} ({'' if span.pct is None else f'{span.pct:+.1f}%'})"
+                f"span {fmt_ns(span.a)} → {fmt_ns(span.b)}" + ("" if span.pct is None else f" ({fmt_pct(span.pct)})")
             ),
             " · ",
             html.Span(f"idle {fmt_ns(idle.a)} → {fmt_ns(idle.b)}"),
@@ -88,21 +107,25 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
             config={"displaylogo": False},
         ),
         html.H4("Devices"),
-        data_table("compare-devices", dev.drop(columns=["unit"]), page_size=40),
+        data_table("compare-devices", dev.drop(columns=["unit"]), _columns(dev.drop(columns=["unit"])), page_size=40),
         html.H4("Idle gaps by cause"),
-        data_table("compare-gaps", _fmt_delta_table(t["gaps"], ["time_a", "time_b", "time_delta"])),
+        data_table("compare-gaps", g := _fmt_delta_table(t["gaps"], ["time_a", "time_b", "time_delta"]), _columns(g)),
         html.H4(
             f"Findings ({cmp.new_findings} new, {cmp.gone_findings} gone, {cmp.changed_findings} changed)"
         ),
         data_table(
-            "compare-findings", _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"])
+            "compare-findings",
+            f := _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"]),
+            _columns(f),
         ),
     ]
     if cmp.kernels_compared:
         parts += [
             html.H4("Top kernels"),
             data_table(
-                "compare-kernels", _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"])
+                "compare-kernels",
+                k := _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"]),
+                _columns(k),
             ),
         ]
     return html.Div(parts, id="compare-result")

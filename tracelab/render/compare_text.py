@@ -14,7 +14,16 @@ from typing import Any
 from tracelab.analyses.compare import Comparison, Delta, DeviceComparison, GapCauseDelta, Verdict
 from tracelab.analyses.results import TraceInfo
 from tracelab.render.comm_text import explain_comm_overlap
-from tracelab.render.format import fmt_fraction, fmt_ns, fmt_pct, fmt_points, fmt_ratio, fmt_signed_ns
+from tracelab.render.format import (
+    fmt_count,
+    fmt_fraction,
+    fmt_ns,
+    fmt_pct,
+    fmt_points,
+    fmt_ratio,
+    fmt_signed_count,
+    fmt_signed_ns,
+)
 
 # re-exported for the report writers and older callers (the formatting itself is in render/format.py)
 __all__ = ["fmt_fraction", "fmt_ns", "fmt_pct", "fmt_signed_ns", "shorten", "term_safe"]
@@ -47,7 +56,7 @@ def fmt_delta_ns(d: Delta) -> str:
 
 
 def fmt_delta_count(d: Delta) -> str:
-    return f"{d.delta:+d} ({fmt_pct(d.pct)})" if d.delta else "0"
+    return f"{fmt_signed_count(d.delta)} ({fmt_pct(d.pct)})" if d.delta else "0"
 
 
 def device_label(d: DeviceComparison) -> str:
@@ -101,7 +110,7 @@ def device_rows(d: DeviceComparison) -> list[list[str]]:
                      fmt_fraction(d.sm_busy_b), fmt_points(d.sm_busy_b - d.sm_busy_a), ""])
     for label, f in (("gaps", "gaps"), ("kernel launches", "kernels"), ("memcpys", "memcpys")):
         v: Delta = getattr(d, f)
-        rows.append([label, str(v.a), str(v.b), f"{v.delta:+d}", fmt_pct(v.pct)])
+        rows.append([label, fmt_count(v.a), fmt_count(v.b), fmt_signed_count(v.delta), fmt_pct(v.pct)])
     return rows
 
 

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from tracelab.analyses.kernels import KERNEL_TABLE_COLUMNS, kernel_table  # noqa: F401  (moved to the analyses)
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
 
-from .format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
+from .format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_pct, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
 
 # ---------------------------------------------------------------------------------------------
 # text helpers
@@ -308,7 +308,7 @@ def compare_bars_figure(comparison: Any, *, a_label: str = "baseline", b_label: 
             y=[x.b / 1e6 for x in deltas],
             name=plotly_text(b_label),
             marker_color="#1f77b4",
-            text=[fmt_ns(x.b) + ("" if x.pct is None else f" ({x.pct:+.0f}%)") for x in deltas],
+            text=[fmt_ns(x.b) + ("" if x.pct is None else f" ({fmt_pct(x.pct)})") for x in deltas],
             textposition="outside",
         )
     )

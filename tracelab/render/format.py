@@ -35,6 +35,7 @@ __all__ = [
     "fmt_rel",
     "fmt_rel_many",
     "fmt_share",
+    "fmt_signed_count",
     "fmt_signed_ns",
     "run_origin",
 ]
@@ -122,8 +123,11 @@ def fmt_share(part: float, whole: float) -> str:
 
 
 def fmt_pct(pct: float | None) -> str:
-    """A relative change already in percent, signed: +17.5%; 'n/a' when undefined."""
-    return "n/a" if pct is None else f"{pct:+.1f}%"
+    """A relative change already in percent, signed: +17.5%; '0.0%' for a change that rounds to nothing
+    (never '-0.0%' or '+0.0%'); 'n/a' when undefined."""
+    if pct is None:
+        return "n/a"
+    return "0.0%" if round(float(pct), 1) == 0 else f"{pct:+.1f}%"
 
 
 def fmt_delta_pct(a: float, b: float) -> str:
@@ -139,6 +143,11 @@ def fmt_points(delta_fraction: float) -> str:
 def fmt_ratio(a: float, b: float) -> str:
     """b / a: 1.23x; 'n/a' when a is 0."""
     return f"{b / a:.2f}x" if a else "n/a"
+
+
+def fmt_signed_count(n: int) -> str:
+    """A difference of counts: +2, -1,018, and a plain 0 for no change (as `fmt_signed_ns`)."""
+    return f"{int(n):+,d}" if n else "0"
 
 
 def fmt_count(n: int, word: str | None = None) -> str:
