@@ -43,6 +43,16 @@ def err(message: str) -> None:
 class TracelabGroup(click.Group):
     """Turns tracelab's typed errors into one line on stderr and the error's exit code."""
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """A mistyped command is one line (click's suggestion kept), not click's usage block."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            if ctx.resilient_parsing:
+                raise
+            err(f"error: {_one_line(e.format_message())} (tracelab --help lists the commands)")
+            ctx.exit(2)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -776,7 +786,9 @@ def workloads(as_json: bool) -> None:
 
     width = terminal_width()
     for w in WORKLOADS.values():
-        click.echo("\n".join(textwrap.wrap(f"{w.name}: {w.description}", width, subsequent_indent="  ")))
+        # continuation lines under the description, not at the variants' indent (where they read as variants)
+        lead = " " * (len(w.name) + 2)
+        click.echo("\n".join(textwrap.wrap(f"{w.name}: {w.description}", width, subsequent_indent=lead)))
         for v in w.variants:
             text = f"  {v.name:20} {v.description}"
             click.echo("\n".join(textwrap.wrap(text, width, subsequent_indent=" " * 23)))
