@@ -20,6 +20,7 @@ from tracelab.render.format import (
     fmt_ns,
     fmt_pct,
     fmt_points,
+    fmt_ranks,
     fmt_ratio,
     fmt_signed_count,
     fmt_signed_ns,
@@ -286,8 +287,8 @@ def format_comparison(
         out.append(term_safe(verdict_line(c.verdict, width), width))
         out += _wrap(term_safe(verdict_detail(c.verdict)), width, "  ")
     out += [
-        term_safe(f"A (baseline): {term_safe(la)}  [{c.a.format}, ranks {','.join(map(str, c.a.ranks))}]", width),
-        term_safe(f"B (variant):  {term_safe(lb)}  [{c.b.format}, ranks {','.join(map(str, c.b.ranks))}]", width),
+        term_safe(f"A (baseline): {term_safe(la)}  [{c.a.format}, {fmt_ranks(c.a.ranks)}]", width),
+        term_safe(f"B (variant):  {term_safe(lb)}  [{c.b.format}, {fmt_ranks(c.b.ranks)}]", width),
         "deltas are B - A; percentages relative to A",
     ]
     for n in c.notes:

@@ -33,6 +33,7 @@ __all__ = [
     "fmt_points",
     "fmt_ratio",
     "fmt_rel",
+    "fmt_ranks",
     "fmt_rel_many",
     "fmt_share",
     "fmt_signed_count",
@@ -155,6 +156,18 @@ def fmt_count(n: int, word: str | None = None) -> str:
     if word is None:
         return f"{int(n):,}"
     return f"{int(n):,} {word}{'' if n == 1 else 's'}"
+
+
+def fmt_ranks(ranks: Iterable[int]) -> str:
+    """Which ranks a run has, never readable as a count: 'rank 0', 'ranks 0, 1', '8 ranks (0-7)', 'no rank'."""
+    rs = sorted({int(r) for r in ranks})
+    if not rs:
+        return "no rank"
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if len(rs) > 4 and rs[-1] - rs[0] == len(rs) - 1:
+        return f"{len(rs)} ranks ({rs[0]}-{rs[-1]})"
+    return "ranks " + ", ".join(map(str, rs))
 
 
 def run_origin(analysis: Any) -> int:
