@@ -316,7 +316,8 @@ def test_workloads_text_wraps_descriptions_under_the_description():
 
 
 def test_a_mistyped_command_is_one_line():
-    r = subprocess.run([sys.executable, "-m", "tracelab", "analyz", "x.json"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "tracelab", "analyz", "x.json"], capture_output=True, text=True,
+                       check=False)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [
         "error: No such command 'analyz'. Did you mean 'analyze'? (tracelab --help lists the commands)"

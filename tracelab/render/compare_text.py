@@ -45,6 +45,47 @@ def shorten(text: str, limit: int | None) -> str:
     return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
 
 
+def shorten_distinct(texts: list[str], limit: int) -> list[str]:
+    """`shorten` each text, but never giving two different texts the same label: where middle cuts
+    collide (kernel names that differ only in their middle), those labels show the start, then the part
+    where the text differs from the others ('sm80_xmma_…_tn_n_tilesize128x128…'), and if that is still
+    not enough a ' #2' suffix."""
+    out = [shorten(t, limit) for t in texts]
+    if limit < 12:
+        return out
+    groups: dict[str, list[int]] = {}
+    for i, label in enumerate(out):
+        groups.setdefault(label, []).append(i)
+    for idx in groups.values():
+        if len({texts[i] for i in idx}) < 2:
+            continue
+        for i in idx:
+            t = texts[i]
+            others = [texts[j] for j in idx if texts[j] != t]
+            # the first character where t differs from each other text: show from the earliest such
+            p = min(next((k for k, (x, y) in enumerate(zip(t, o)) if x != y), min(len(t), len(o))) for o in others)
+            head = max(limit // 4, 4)
+            if p <= head + 4:
+                out[i] = shorten(t, limit)
+                continue
+            start = max(p - 4, head)
+            room = limit - head - 1
+            window = t[start:start + room]
+            if start + room < len(t):
+                window = window[:-1] + "…"
+            out[i] = t[:head] + "…" + window
+    seen: dict[str, int] = {}
+    for i, label in enumerate(out):  # what is still shared gets a number (the first keeps its label)
+        if label in seen and texts[seen[label]] != texts[i]:
+            k = 2
+            while (alt := shorten(label, limit - len(f" #{k}")) + f" #{k}") in seen:
+                k += 1
+            out[i] = alt
+            label = alt
+        seen.setdefault(label, i)
+    return out
+
+
 def term_safe(text: object, limit: int | None = None) -> str:
     """Untrusted text (kernel names, file names) made safe for a terminal: control characters
     (ANSI escapes, newlines, bidi overrides) become '?', long text is cut in the middle."""
@@ -334,8 +375,9 @@ def format_comparison(
         header = ["kernel", "calls A", "calls B", "total A", "total B", "delta", "%"]
         rows = kernel_rows(c, lambda n: n or "(unnamed)")
         limit = name_width or _fit_name_width(rows, header, width)
-        for r in rows:
-            r[0] = term_safe(r[0], limit)
+        # names that differ only in their middle stay told apart (a middle cut alone made identical rows)
+        for r, label in zip(rows, shorten_distinct([_CONTROL.sub("?", r[0]) for r in rows], limit)):
+            r[0] = label
         out += ["", "== top kernels by total time"]
         out += _table(header, rows or [["(no kernels)", "0", "0", "-", "-", "0", ""]])
     return "\n".join(out)
