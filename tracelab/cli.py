@@ -742,7 +742,11 @@ def report(
     type=click.Path(path_type=Path),  # checked by check_output_path: one line
     help="Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).",
 )
-@click.option("--no-sm-lanes", is_flag=True, help="Leave out the per-SM lanes.")
+@click.option(
+    "--sm-lanes/--no-sm-lanes",
+    default=False,
+    help="Add one lane per SM (measured / estimated); off by default: they are most of a big export.",
+)
 @_gap_option
 @_orphan_option
 @_db_option
@@ -751,12 +755,13 @@ def export(
     ctx: click.Context,
     run_or_path: str,
     output: Path,
-    no_sm_lanes: bool,
+    sm_lanes: bool,
     gap_threshold_us: float | None,
     exclude_orphans: bool,
 ) -> None:
     """Export a run or trace for Perfetto / chrome://tracing (Chrome trace-event JSON), with
-    tracelab's idle gaps and their causes, findings, steps and per-SM lanes as extra tracks."""
+    tracelab's idle gaps and their causes, findings, steps (and with --sm-lanes per-SM lanes) as extra
+    tracks."""
     if output.suffix.lower() != ".json":
         raise BadInput("the export is JSON: use a .json file name (e.g. run.perfetto.json)", output)
     from .render.perfetto import write_perfetto
@@ -765,7 +770,7 @@ def export(
     check_output_path(output)  # before any parsing or analysis
     timeline, _ = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
-    summary = write_perfetto(output, timeline, analysis, sm_lanes=not no_sm_lanes)
+    summary = write_perfetto(output, timeline, analysis, sm_lanes=sm_lanes)
     for note in summary.notes:
         err(f"note: {_safe(note)}")
     err(f"{_safe(output.name, 40)}: {summary.events:,} events on {len(summary.tracks)} tracks "
