@@ -557,6 +557,37 @@ def test_compare_shows_deltas(env):
     assert find(page, "compare-a").value == a and find(page, "compare-b").value == b
 
 
+def test_compare_preselects_no_unrelated_baseline(env):
+    """A program's run (no workload: `tracelab record -- python ddp.py`, or an imported trace) has no
+    related baseline among the synthetic workload's runs: Compare pre-selects nothing for the other side
+    and asks, rather than comparing unrelated runs (issue 28: ddp against default_stream read "+63959 %").
+    A run of the same trace file name, or of the same workload, is pre-selected."""
+    from dataclasses import replace
+
+    from app.pages import compare
+
+    state, a, b = env
+
+    def program(source_path: str, fp: str) -> str:
+        tl = synthetic_timeline(source="ddp")
+        tl = replace(tl, meta=replace(tl.meta, workload="", variant=""))
+        return state.store.import_timeline(tl, source_path=source_path, fingerprint=fp * 64, name=source_path)
+
+    ddp = program("ddp.json", "c")
+    for named, ask in (({"b": ddp}, "baseline (A)"), ({"a": ddp}, "variant (B)")):
+        page = compare.compare_layout(state, named.get("a"), named.get("b"))
+        picked = find(page, "compare-a").value, find(page, "compare-b").value
+        assert picked == (named.get("a"), named.get("b")), picked
+        text = as_json(find(page, "compare-result"))
+        assert f"No run of the same workload or program to compare it with: pick the {ask}." in text, text
+        assert find(page, "compare-devices") is None
+    again = program("/elsewhere/ddp.json", "d")
+    page = compare.compare_layout(state, None, again)
+    assert (find(page, "compare-a").value, find(page, "compare-b").value) == (ddp, again)
+    page = compare.compare_layout(state, None, b)  # the synthetic workload's variants pair up
+    assert (find(page, "compare-a").value, find(page, "compare-b").value) == (a, b)
+
+
 # ---- level of detail --------------------------------------------------------------------------------------------
 
 

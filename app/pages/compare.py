@@ -71,7 +71,14 @@ def green_contexts_section(cmp: Any) -> Any:
 def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     """The comparison of runs a (baseline) and b (variant), or a line saying what is missing."""
     if not a or not b:
-        return html.Div("Pick a baseline and a variant run.", id="compare-result", className="hint")
+        named = a or b
+        text = (
+            "No run of the same workload or program to compare it with: pick the "
+            + ("variant (B)." if a else "baseline (A).")
+            if named
+            else "Pick a baseline and a variant run."
+        )
+        return html.Div(text, id="compare-result", className="hint")
     try:
         ra, rb = state.record(a), state.record(b)
         an_a, an_b = state.analysis(ra.id), state.analysis(rb.id)
@@ -181,8 +188,9 @@ def related_baseline(records: list[RunRecord], run_id: str) -> str | None:
 
 def default_pair(state: AppState, a: str | None, b: str | None) -> tuple[str | None, str | None]:
     """(baseline, variant) to show: what the URL names; with only one run named, that run and its
-    related baseline (`related_baseline`); with none, the newest run and its related baseline (or
-    the run before it)."""
+    related baseline (`related_baseline`); with none, the newest run and its related baseline. A run of
+    another workload or program is never pre-selected: without a related run the other side is None and
+    the page asks for it (issue 28: a DDP run against default_stream/legacy_blocking read "+63959 %")."""
     records = state.runs()
     ids = [r.id for r in records]
 
@@ -199,12 +207,12 @@ def default_pair(state: AppState, a: str | None, b: str | None) -> tuple[str | N
         return a_id, b_id
     if b_id or a_id:
         named = b_id or a_id
-        other = related_baseline(records, named) or next((i for i in ids if i != named), None)
+        other = related_baseline(records, named)
         return (other, named) if b_id else (named, other)
     if not ids:
         return None, None
     newest = ids[0]
-    return related_baseline(records, newest) or (ids[1] if len(ids) > 1 else newest), newest
+    return related_baseline(records, newest), newest
 
 
 def compare_layout(state: AppState, a: str | None = None, b: str | None = None) -> html.Div:
