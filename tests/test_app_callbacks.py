@@ -286,6 +286,25 @@ def test_parse_window(env):
             parse_window(rec, *bad)
 
 
+def test_timeline_without_a_run_asks_which(env, tmp_path):
+    """/timeline with no run (the nav link from the Runs page) lists the runs to open, newest first,
+    instead of silently opening one (issue 28); with a single run in the store it opens that one."""
+    from app.pages import timeline
+    from app.state import AppState
+
+    state, a, b = env
+    page = timeline.timeline_layout(state, None)
+    assert page.id == "run-picker"
+    links = [(x.children, x.href) for x in find(page, "run-picker-list").children for x in [x.children[0]]]
+    assert sorted(h for _, h in links) == sorted([f"/timeline?run={a}", f"/timeline?run={b}"])
+    assert [h for _, h in links] == [f"/timeline?run={r.id}" for r in state.store.runs()]
+    assert {n for n, _ in links} == {"baseline", "variant"}
+    one = Store(tmp_path / "one.db")
+    only = one.import_timeline(synthetic_timeline(), source_path="x.nsys-rep", fingerprint="e" * 64, name="x")
+    single = AppState(store=one, import_dir=tmp_path / "imports", max_upload_bytes=1024)
+    assert find(timeline.timeline_layout(single, None), "tl-view").data["run"] == only
+
+
 def test_bad_run_id_and_window_give_clear_pages(env):
     from app.pages import gaps, kernels, overlap, timeline
 
