@@ -873,6 +873,31 @@ def test_every_finding_link_opens_its_window(env):
         assert int(q["t0"][0]) <= f.data["start_ns"] < f.data["end_ns"] <= int(q["t1"][0]), f.rule
 
 
+def test_green_ctx_gaps_page_shows_the_idle_partition(tmp_path):
+    """green_contexts/green_ctx/nsys: the whole GPU idles 209.8 µs, but the 116-SM partition is busy ~70%
+    and leaves about a quarter of the GPU's SM-time idle. The Gaps page's findings say so (issue 28: it
+    read "Findings (0)"), with the partition's numbers written one way (1,006.6 SM-ms, the span by
+    render.format)."""
+    from app.pages import gaps
+    from app.state import AppState
+    from tracelab.analyses import sm
+    from tracelab.demo import demo_run
+    from tracelab.parsers import load_trace
+
+    path = demo_run("green_contexts-green_ctx-nsys", tmp_path / "c")
+    store = Store(tmp_path / "g.db")
+    rid = store.import_timeline(load_trace(path), source_path=str(path), fingerprint="g" * 64, name="green")
+    state = AppState(store=store, import_dir=tmp_path / "imports", max_upload_bytes=1024)
+    page = gaps.gaps_layout(state, rid)
+    text = as_json(page)
+    assert "Findings (1)" in text and "idle_partition" in text
+    tl = state.timeline(rid)
+    (part,) = [p for p in sm.sm_summary(tl, 0, 0).partitions if p.sm_count == 116]
+    assert sm.IDLE_PARTITION_THRESHOLD <= part.busy_fraction < sm.IDLE_PARTITION_INFO
+    assert re.search(r"green-context partition \d+ \(116 of 132 SMs\) is busy \d+% of the \d+\.\d\d ms span", text)
+    assert re.search(r"\d,\d{3}\.\d SM-ms idle", text), text
+
+
 def test_big_runs_get_gaps_and_steps_after_their_first_tile(env, monkeypatch):
     """A run above SYNC_ANALYSIS_MAX_EVENTS: its first meta and tile wait for neither the analysis nor
     the steps (the steps lane is there, empty); both start after the first tile, in the background,

@@ -223,7 +223,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
                 continue
             text.append(
                 f"The {label} {pb[0].sm_count}-SM partition {pb[0].green_context} is busy {frac(pb):.0%} of the "
-                f"span and leaves {idle(pb) / 1e6:.1f} SM-ms idle ({idle(pb) / max(var.sm_count * span, 1):.1%} "
+                f"span and leaves {idle(pb) / 1e6:,.1f} SM-ms idle ({idle(pb) / max(var.sm_count * span, 1):.1%} "
                 f"of the GPU's SM-time)."
             )
         n_est = int((~_instrumented(var)).sum()) if var.blocks is not None else len(var.kernels)
