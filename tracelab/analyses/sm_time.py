@@ -13,7 +13,6 @@ from tracelab.model import Timeline
 from ..model.grouping import sorted_unique
 from .distinct import distinct_codes
 from .memo import hand_over, known, memo, take_over
-from .units import fmt_ns
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
 from .sm_measured import _empty_lane_columns, _empty_lanes, _instrumented, _measured_rows, _merge_intervals
 from .sm_partitions import (
@@ -26,6 +25,7 @@ from .sm_partitions import (
     _partitions,
     select_kernels,
 )
+from .units import fmt_ns
 
 if TYPE_CHECKING:
     import pandas as pd
