@@ -504,6 +504,17 @@ def test_gap_click_opens_timeline_at_gap(env):
     gap = next(r for r in rows if int(r["start_ns"]) == int(run_info["lo"]) + cd[0])
     assert int(pq["t0"][0]) < int(gap["start_ns"]) < int(gap["end_ns"]) < int(pq["t1"][0])
     assert gaps.gap_click_href(run_info, click={"points": [{}]}) is None
+    # the chart is SVG (no WebGL context to start: issue 28's slow Gaps page), its axes written by the one
+    # formatter: offsets from the run start and durations, never Plotly's "10k" or bare log ticks
+    from tracelab.render.format import fmt_ns, fmt_rel
+
+    assert {tr.type for tr in fig.data} == {"scatter"}
+    durations = sorted(y for tr in fig.data for y in tr.y)
+    assert durations == sorted(g.duration_ns for g in state.analysis(a).gaps)
+    assert list(fig.layout.yaxis.ticktext) == [fmt_ns(v) for v in fig.layout.yaxis.tickvals]
+    assert fig.layout.yaxis.tickvals[0] <= durations[0] * 1.5 and fig.layout.yaxis.tickvals[-1] >= durations[-1] / 1.5
+    xt = list(fig.layout.xaxis.ticktext)
+    assert xt[0] == "0" and xt[1:] == [fmt_rel(v) for v in fig.layout.xaxis.tickvals[1:]]
 
 
 # ---- overlap, kernels ----------------------------------------------------------------------------------------
