@@ -31,9 +31,15 @@ from bench_browser import release_tree, start_server
 GAPS_DRAWN = """
 (function () {
   function drawn() {
-    var gd = document.querySelector('#gaps-graph .js-plotly-plot');
-    var points = gd && gd._fullData && gd._fullData.length > 0 &&
-      gd.querySelector('.scatterlayer .point, .gl-canvas-context, canvas');
+    var f = document.querySelector('#gaps-graph');
+    var points;
+    if (f && f.tagName === 'IFRAME') {  // the SVG chart (this version): its points in the iframe's document
+      points = f.contentDocument && f.contentDocument.querySelector('circle');
+    } else {  // the Plotly chart (older versions): drawn with its points
+      var gd = document.querySelector('#gaps-graph .js-plotly-plot');
+      points = gd && gd._fullData && gd._fullData.length > 0 &&
+        gd.querySelector('.scatterlayer .point, .gl-canvas-context, canvas');
+    }
     return points && document.querySelector('#gaps-table td');
   }
   function check() {

@@ -496,25 +496,60 @@ def test_gap_click_opens_timeline_at_gap(env):
     tl_page = timeline.timeline_layout(state, q["run"][0], q["t0"][0], q["t1"][0])
     view = find(tl_page, "tl-view").data
     assert (int(view["t0"]), int(view["t1"])) == (t0, t1)
-    # the scatter of gaps carries [start, end] too
-    fig = find(page, "gaps-graph").figure
-    cd = next(tr.customdata[0] for tr in fig.data if tr.customdata is not None)
-    point = gaps.gap_click_href(run_info, click={"points": [{"customdata": cd}]})
-    pq = parse_qs(urlparse(point).query)
-    gap = next(r for r in rows if int(r["start_ns"]) == int(run_info["lo"]) + cd[0])
-    assert int(pq["t0"][0]) < int(gap["start_ns"]) < int(gap["end_ns"]) < int(pq["t1"][0])
-    assert gaps.gap_click_href(run_info, click={"points": [{}]}) is None
-    # the chart is SVG (no WebGL context to start: issue 28's slow Gaps page), its axes written by the one
-    # formatter: offsets from the run start and durations, never Plotly's "10k" or bare log ticks
+    # the chart: one SVG document (no plotly.js, issue 28's slow Gaps page); each gap a point linking to
+    # the timeline around it, its tooltip saying cause, length, offset and evidence; axes written by the
+    # one formatter (durations, offsets from the run start), never Plotly's "10k" or bare log ticks
+    from html.parser import HTMLParser
+
     from tracelab.render.format import fmt_ns, fmt_rel
 
-    assert {tr.type for tr in fig.data} == {"scatter"}
-    durations = sorted(y for tr in fig.data for y in tr.y)
-    assert durations == sorted(g.duration_ns for g in state.analysis(a).gaps)
-    assert list(fig.layout.yaxis.ticktext) == [fmt_ns(v) for v in fig.layout.yaxis.tickvals]
-    assert fig.layout.yaxis.tickvals[0] <= durations[0] * 1.5 and fig.layout.yaxis.tickvals[-1] >= durations[-1] / 1.5
-    xt = list(fig.layout.xaxis.ticktext)
-    assert xt[0] == "0" and xt[1:] == [fmt_rel(v) for v in fig.layout.xaxis.tickvals[1:]]
+    class Svg(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.links, self.titles, self.texts, self.circles, self._title = [], [], [], 0, False
+
+        def handle_starttag(self, tag, attrs):
+            d = dict(attrs)
+            self.links += [d["href"]] if tag == "a" else []
+            self.circles += tag == "circle" and "href" not in d
+            self._title = tag == "title"
+
+        def handle_endtag(self, tag):
+            self._title = False
+
+        def handle_data(self, data):
+            (self.titles if self._title else self.texts).append(data)
+
+    doc = Svg()
+    doc.feed(find(page, "gaps-graph").srcDoc)
+    gaps_of_run = sorted(state.analysis(a).gaps, key=lambda g: g.start_ns)
+    assert len(doc.links) == len(gaps_of_run) == len(rows)
+    origin = int(run_info["lo"])
+    windows = sorted((int(parse_qs(urlparse(x).query)["t0"][0]), int(parse_qs(urlparse(x).query)["t1"][0]))
+                     for x in doc.links)
+    for (t0, t1), g in zip(windows, gaps_of_run):
+        assert t0 < g.start_ns < g.end_ns < t1
+    for g in gaps_of_run:
+        assert any(t.startswith(f"{g.cause} · {fmt_ns(g.duration_ns)} at {fmt_rel(g.start_ns - origin)}")
+                   for t in doc.titles)
+    labels = [t for t in doc.texts if t.strip()]
+    assert "0" in labels and any(re.fullmatch(r"\+\d+\.\d+ ms", t) for t in labels), labels
+    assert all(not re.fullmatch(r"[\d.]+k?", t) or t == "0" for t in labels), labels  # no bare numbers
+    assert gaps.gap_click_href(run_info, click={"points": [{}]}) is None
+
+
+def test_gaps_chart_escapes_names_and_links():
+    """The SVG chart is a document of its own: evidence, causes and links are XML-escaped."""
+    from tracelab.analyses.results import Gap
+    from tracelab.render.gaps_svg import gaps_svg
+
+    evil = "</title></circle><script>alert(1)</script><b>x</b> & \"q\""
+    g = Gap(rank=0, device=0, start_ns=1_000, end_ns=51_000, duration_ns=50_000, cause="host_sync")
+    doc = gaps_svg([g], 0, [evil], ['/timeline?run=a&t0=1"><script>'])
+    assert "<script>" not in doc and "<b>" not in doc
+    assert "&lt;/title&gt;&lt;/circle&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in doc
+    assert 'href="/timeline?run=a&amp;t0=1&quot;&gt;&lt;script&gt;"' in doc
+    assert gaps_svg([], 0).count("no idle gaps") == 1
 
 
 # ---- overlap, kernels ----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from tracelab.analyses.kernels import KERNEL_TABLE_COLUMNS, kernel_table  # noqa
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
 
 from .format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_pct, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
+from .gaps_svg import duration_ticks, offset_ticks
 
 # ---------------------------------------------------------------------------------------------
 # text helpers
@@ -192,26 +193,6 @@ def stream_utilization_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
 # Up to this many points the gaps chart is SVG: a WebGL context costs more to start than SVG draws a few
 # thousand markers, and far more in a browser without a GPU (headless Chromium renders WebGL in software).
 SVG_MAX_POINTS = 3000
-
-
-def duration_ticks(lo_ns: float, hi_ns: float) -> tuple[list[float], list[str]]:
-    """Log-axis ticks for durations from lo_ns to hi_ns: 1, 2, 5 × each power of ten (only 1× when the
-    range spans more than three decades), labelled by render.format (`10.0 µs`, `2.00 ms`), in ns."""
-    lo, hi = max(float(lo_ns), 1.0), max(float(hi_ns), 1.0)
-    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
-    steps = (1,) if last - first > 3 else (1, 2, 5)
-    vals = [m * 10.0**e for e in range(first, last + 1) for m in steps if lo / 1.5 <= m * 10.0**e <= hi * 1.5]
-    if len(vals) < 2:
-        vals = [lo, hi] if hi > lo else [lo]
-    return vals, fmt_ns_many(vals)
-
-
-def offset_ticks(hi_ns: float, n: int = 6) -> list[float]:
-    """About n ticks from 0 to hi_ns at a round step (1, 2 or 5 × a power of ten ns)."""
-    raw = max(float(hi_ns), 1.0) / max(n - 1, 1)
-    mag = 10.0 ** np.floor(np.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    return (np.arange(0, float(hi_ns) + step / 2, step)).tolist()
 
 
 def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None) -> go.Figure:
