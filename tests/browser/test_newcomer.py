@@ -102,3 +102,29 @@ def test_timeline_without_a_run_asks_which(browser, server, shots):
     sm = [x for x, k in zip(st["rows"], st["rowKinds"]) if k == "sm"]
     assert sm and all("green ctx" in x for x in sm), sm
     assert tl_state(browser)["complete"]
+
+
+def test_no_lone_arrow_at_whole_run_and_labels_never_overlap(browser, server, shots):
+    """At whole-run zoom no launch -> GPU arrow is drawn (a launch and its kernel share a pixel column
+    there: a lone arrow was a line through every lane); zoomed in they are. Labels written on one row
+    never overlap (issue 28: "Memcpy" over "Stream Sync")."""
+    rid = run_named(server, "sync_pitfalls/item_every_step/torch")
+    rec = server["store"].get_run(rid)
+    open_page(browser, server, f"/timeline?run={rid}", TIMELINE)
+    st = wait_timeline(browser)
+    assert st["flows"] == 0 and st["window"][1] - st["window"][0] == st["span"]
+    shoot(browser, shots, "timeline_whole_run_no_arrows")
+    gap = max(_gaps_of(server, rid), key=lambda g: g.duration_ns)
+    t0, t1 = gap.start_ns - 150_000, gap.end_ns + 150_000
+    open_page(browser, server, f"/timeline?run={rid}&t0={t0}&t1={t1}", TIMELINE)
+    st = wait_timeline(browser)
+    assert (st["window"][1] - st["window"][0]) * 4 <= rec.span_ns and st["flows"] > 0
+    boxes = st["labelBoxes"]
+    assert st["labels"] == len(boxes) > 0
+    by_row: dict[float, list[tuple[float, float]]] = {}
+    for x0, x1, y in boxes:
+        by_row.setdefault(y, []).append((x0, x1))
+    for row in by_row.values():
+        row.sort()
+        assert all(a[1] <= b[0] for a, b in zip(row, row[1:])), row
+    shoot(browser, shots, "timeline_zoomed_labels_arrows")

@@ -26,7 +26,7 @@ CAUSE_COLORS = {
     "no_work": "#7f7f7f",
     "unknown": "#bcbd22",
 }
-WIDTH, HEIGHT = 1000, 300
+WIDTH, HEIGHT = 1400, 320  # the viewBox: the page's width at 1500 px, the iframe's height
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 28, 42  # plot area margins (px of the viewBox)
 
 
@@ -77,8 +77,8 @@ def gaps_svg(
         return TOP + ph - (np.log10(np.maximum(np.asarray(y, dtype=float), 1.0)) - y_lo) / (y_hi - y_lo) * ph
 
     out = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" '
-         f'preserveAspectRatio="xMinYMin meet" role="img" aria-label="idle gaps by start and length" {_FONT_ATTR}>'),
+        (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+         f'style="width:100%;height:100%" preserveAspectRatio="xMinYMin meet" role="img" aria-label="idle gaps by start and length" {_FONT_ATTR}>'),
         f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>',
     ]
     for v, t, y in zip(y_ticks, y_text, py(y_ticks).tolist()):
@@ -111,7 +111,7 @@ def gaps_svg(
         out.append(f'<a href="{escape(hrefs[i])}" target="_top">{dot}</a>' if hrefs[i] else dot)
     out.append("</svg>")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>a circle:hover{stroke:#000;stroke-width:2}"
-            "</style></head><body style='margin:0'>" + "".join(out) + "</body></html>")
+            "html,body{margin:0;height:100%;overflow:hidden}</style></head><body>" + "".join(out) + "</body></html>")
 
 
 _FONT = "font-family:sans-serif;font-size:12px;"
