@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from itertools import pairwise
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -126,5 +127,5 @@ def test_no_lone_arrow_at_whole_run_and_labels_never_overlap(browser, server, sh
         by_row.setdefault(y, []).append((x0, x1))
     for row in by_row.values():
         row.sort()
-        assert all(a[1] <= b[0] for a, b in zip(row, row[1:])), row
+        assert all(a[1] <= b[0] for a, b in pairwise(row)), row
     shoot(browser, shots, "timeline_zoomed_labels_arrows")
