@@ -919,6 +919,20 @@ def test_every_finding_link_opens_its_window(env):
         assert int(q["t0"][0]) <= f.data["start_ns"] < f.data["end_ns"] <= int(q["t1"][0]), f.rule
 
 
+def test_run_header_says_trace_not_span(env):
+    """The page header's length is the whole trace's (host events included), as `tracelab runs` names
+    it; "span" is the GPU's span of the figures (issue 28: "span 62.30 ms" beside figures of 57.92 ms)."""
+    from app.components import run_header
+    from tracelab.render.format import fmt_ns
+
+    state, a, _ = env
+    rec = state.record(a)
+    header = run_header(rec, "Gaps & findings")
+    meta = "".join(c for c in header.children[1].children if isinstance(c, str))
+    assert meta.endswith(f" · trace {fmt_ns(rec.end_ns - rec.start_ns)}"), meta
+    assert "span" not in as_json(header)
+
+
 def test_green_ctx_gaps_page_shows_the_idle_partition(tmp_path):
     """green_contexts/green_ctx/nsys: the whole GPU idles 209.8 µs, but the 116-SM partition is busy ~70%
     and leaves about a quarter of the GPU's SM-time idle. The Gaps page's findings say so (issue 28: it
