@@ -215,6 +215,27 @@ def test_hand_made_skew_wait_and_stragglers():
     assert c.unmatched == 0 and c.inconsistent == 0 and c.notes == ()
 
 
+def test_ranks_section_fits_the_terminal():
+    """analyze's Ranks lines were 105-155 characters wide (issue 28): the table is 98 columns, the
+    collectives and stragglers wrap under themselves; the figures are still there."""
+    from tracelab.analyses import analyze
+    from tracelab.analyses.ranks import rank_analysis
+    from tracelab.render.ranks_text import format_ranks
+
+    tl = _run(
+        [(r, 0, AR, 1000 + 100 * r, 1500) for r in range(3)] + [(r, 0, AR, 2050 - 20 * r, 2200) for r in range(3)]
+        + [(1, 0, "gemm", 1600, 1900)]
+    )
+    text = format_ranks(rank_analysis(tl, analyze(tl)), width=100)
+    lines = text.splitlines()
+    assert max(len(x) for x in lines) <= 100, [x for x in lines if len(x) > 100]
+    assert lines[0] == "Ranks" and lines[1].split()[:4] == ["rank", "span", "busy", "idle:"]
+    assert [x.split()[0] for x in lines[2:5]] == ["0", "1", "2"]
+    joined = " ".join(x.strip() for x in lines[5:])
+    assert "Collectives matched across ranks: 2 (AllReduce ×2)" in joined and "Stragglers: rank 2 last 1×" in joined
+    assert all(x.startswith(("Collectives", "Stragglers", "  ")) for x in lines[5:]), lines[5:]
+
+
 def test_partial_groups_unmatched_and_unaligned_clocks():
     # rank 1 issues one more all-to-all than rank 0 (unmatched); the second pair does not overlap in time
     tl = _run(

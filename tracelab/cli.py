@@ -634,7 +634,7 @@ def analyze(
         if ranks:
             from .render.ranks_text import format_ranks
 
-            click.echo(format_ranks(ranks), nl=False)
+            click.echo(format_ranks(ranks, width=terminal_width()), nl=False)
     quick_exit()  # everything is written; the store, if any, was only read
 
 
