@@ -38,7 +38,7 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str
         )
     if len(ra.ranks) > len(shown):
         lines.append(f"  ({len(ra.ranks) - len(shown)} more ranks with less collective wait not shown)")
-    wrap = lambda text: textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)  # noqa: E731
+    wrap = lambda text: textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)
     c = ra.collectives
     if c.calls:
         ops = Counter(x.name for x in c.calls)
