@@ -569,12 +569,41 @@ def test_overlap_matrix_and_kernel_table(env):
     assert m.loc["stream 7", "stream 13"] == 0
     page = overlap.overlap_layout(state, a)
     assert page.id == "overlap-page" and find(page, "overlap-matrix-0-0") is not None
+    # only the streams that run at the same time as another are drawn (a DDP rank's ~30 copy streams of
+    # "0 ns" made the page 4,857 px tall, issue 28); the first device's section is open
+    v = m.to_numpy().copy()
+    np.fill_diagonal(v, 0)
+    overlapping = [c for c, row in zip(m.columns, v) if row.sum() > 0]
+    shown = find(page, "overlap-matrix-0-0").figure
+    assert list(shown.data[0].x) == overlapping and len(overlapping) < len(m.columns)
+    section = find(page, "overlap-device-0-0")
+    assert section.open is True
+    assert section.children[0].children.startswith(f"rank 0 · GPU 0: {len(overlapping)} of {len(m)} streams")
     kt = kernels.kernels_frame(state, a)
     by_name = kt.groupby("name")["count"].sum().to_dict()
     assert by_name == {"gemm_kernel_0": 23, "gemm_kernel_1": 16, HOSTILE_KERNEL: 1, "attention_kernel": 8}
     att = kt[kt["name"] == "attention_kernel"].iloc[0]
     assert att["grid"] == "64×2×1" and att["block"] == "128×1×1" and att["total_ns"] == 8 * 180_000
     assert 0 < att["occupancy"] <= 100
+
+
+def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
+    """Three ranks: one open section (the first device), the others collapsed to a summary line each."""
+    from test_ranks import AR, _run
+
+    from app.pages import overlap
+    from app.state import AppState
+
+    tl = _run([(r, 0, AR, 1000 + 100 * r, 1500) for r in range(3)] + [(r, 0, "gemm", 1600, 1900) for r in range(3)])
+    store = Store(tmp_path / "r.db")
+    rid = store.import_timeline(tl, source_path="ranks.json", fingerprint="r" * 64, name="ranks")
+    state = AppState(store=store, import_dir=tmp_path / "imports", max_upload_bytes=1024)
+    page = overlap.overlap_layout(state, rid)
+    sections = [find(page, f"overlap-device-{r}-0") for r in range(3)]
+    assert all(x is not None for x in sections)
+    assert [x.open for x in sections] == [True, False, False]
+    for r, x in enumerate(sections):  # one stream per rank here: nothing overlaps, said in one line
+        assert x.children[0].children.startswith(f"rank {r} · GPU 0: no two of its")
 
 
 # ---- compare --------------------------------------------------------------------------------------------------
