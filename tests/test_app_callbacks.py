@@ -287,7 +287,7 @@ def test_parse_window(env):
 
 
 def test_timeline_without_a_run_asks_which(env, tmp_path):
-    """/timeline with no run (the nav link from the Runs page) lists the runs to open, newest first,
+    """/timeline with no run (the nav link from the Runs page) lists the runs to open (the store's order),
     instead of silently opening one (issue 28); with a single run in the store it opens that one."""
     from app.pages import timeline
     from app.state import AppState

@@ -36,14 +36,16 @@ def resolve_run(state: AppState, run: str | None, pick: str | None = None) -> Ru
 
 
 def run_picker(runs: list[RunRecord], page: str) -> html.Div:
-    """Which run to open `page` for: one link per run (newest first), with its backend, GPU and length.
-    Names are untrusted: Dash escapes them."""
+    """Which run to open `page` for: one link per run (in the Runs page's order), with its backend, GPU
+    and length. Names are untrusted: Dash escapes them."""
     items = [
         html.Li(
             [
                 dcc.Link(r.name or r.id, href=href(page, run=r.id)),
-                html.Span(f" {r.id} · {r.backend or r.format} · {r.gpu or 'GPU ?'} · {fmt_ns(r.span_ns)}",
-                          className="muted"),
+                html.Span(
+                    f" {r.id} · {r.backend or r.format} · {r.gpu or 'GPU unknown'} · {fmt_ns(r.span_ns)}",
+                    className="muted",
+                ),
             ]
         )
         for r in runs
