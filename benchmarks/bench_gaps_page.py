@@ -61,8 +61,14 @@ def browser(profile: Path):
     opts = Options()
     opts.binary_location = "/usr/bin/chromium"
     for arg in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-        "--disable-background-networking", "--window-size=1500,1000", f"--user-data-dir={profile}",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--window-size=1500,1000",
+        f"--user-data-dir={profile}",
     ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
@@ -83,7 +89,9 @@ def gaps_drawn(driver, url: str) -> float:
     raise RuntimeError(f"the gaps page was not drawn at {url}")
 
 
-def measure(label: str, src: Path, db: Path, ids: dict[str, str], repeats: int) -> dict[str, tuple[float, float]]:
+def measure(
+    label: str, src: Path, db: Path, ids: dict[str, str], repeats: int
+) -> dict[str, tuple[float, float]]:
     proc, base = start_server(src, db)
     driver = browser(Path(tempfile.mkdtemp(prefix="bench-chromium-")))
     out = {}
@@ -94,7 +102,10 @@ def measure(label: str, src: Path, db: Path, ids: dict[str, str], repeats: int) 
             cold = gaps_drawn(driver, url)
             warm = statistics.median(gaps_drawn(driver, url) for _ in range(repeats))
             out[name] = (cold, warm)
-            print(f"{label:>10}  {name:40} cold {cold:5.2f} s   warm {warm:5.2f} s (median of {repeats})", flush=True)
+            print(
+                f"{label:>10}  {name:40} cold {cold:5.2f} s   warm {warm:5.2f} s (median of {repeats})",
+                flush=True,
+            )
     finally:
         driver.quit()
         proc.kill()
@@ -120,7 +131,9 @@ def main() -> None:
     for name in RUNS:
         path = demo_run(name.replace("/", "-"), tmp / "runs")
         fingerprint = name.replace("/", "-").ljust(64, "0")
-        ids[name] = store.import_timeline(load_trace(path), source_path=str(path), fingerprint=fingerprint, name=name)
+        ids[name] = store.import_timeline(
+            load_trace(path), source_path=str(path), fingerprint=fingerprint, name=name
+        )
     versions = [("this", ROOT)]
     if not args.skip_baseline:
         versions.insert(0, (args.baseline_commit, release_tree(args.baseline_commit, tmp / "baseline")))
@@ -128,8 +141,13 @@ def main() -> None:
     print()
     print(f"{'run':40} " + "  ".join(f"{label + ' cold':>12} {label + ' warm':>12}" for label, _ in versions))
     for name in RUNS:
-        print(f"{name:40} " + "  ".join(
-            f"{results[label][name][0]:>10.2f} s {results[label][name][1]:>10.2f} s" for label, _ in versions))
+        print(
+            f"{name:40} "
+            + "  ".join(
+                f"{results[label][name][0]:>10.2f} s {results[label][name][1]:>10.2f} s"
+                for label, _ in versions
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -60,7 +60,9 @@ def clone(tmp_path_factory) -> Path:
     if GIT is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout (or no git): nothing to clone")
     where = tmp_path_factory.mktemp("fresh") / "tracelab"
-    subprocess.run([GIT, "clone", "--quiet", "--no-hardlinks", str(ROOT), str(where)], check=True, timeout=120)
+    subprocess.run(
+        [GIT, "clone", "--quiet", "--no-hardlinks", str(ROOT), str(where)], check=True, timeout=120
+    )
     assert not (where.parent / "shared").exists()
     # what `pip install -e` would build there: the optional C extensions of the same sources, when built here
     for so in ROOT.glob("tracelab/**/*.so"):
@@ -70,14 +72,26 @@ def clone(tmp_path_factory) -> Path:
     return where
 
 
-def _run(clone: Path, *args: str, background: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CI", "TRACELAB_CORPUS", "PYTEST_ADDOPTS", "TRACELAB_SCREENSHOTS") and not k.startswith("PYTEST_")}
-    env |= {"PYTHONPATH": str(clone), "TRACELAB_DB": str(clone.parent / "store.db"), "PYTHONDONTWRITEBYTECODE": "1"}
+def _run(
+    clone: Path, *args: str, background: bool = False, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CI", "TRACELAB_CORPUS", "PYTEST_ADDOPTS", "TRACELAB_SCREENSHOTS")
+        and not k.startswith("PYTEST_")
+    }
+    env |= {
+        "PYTHONPATH": str(clone),
+        "TRACELAB_DB": str(clone.parent / "store.db"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     argv = [*_test_part(), "-p", "no:cacheprovider", *args]
     if background:  # as `python -m pytest -q &` from a script: SIGINT and SIGQUIT ignored
         argv = ["sh", "-c", 'exec "$@" & wait $!', "sh", *argv]
-    return subprocess.run(argv, cwd=clone, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        argv, cwd=clone, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _summary(run: subprocess.CompletedProcess) -> str:
@@ -106,7 +120,9 @@ def test_corpus_tests_skip_with_the_reason_on_a_fresh_clone(clone):
     marked = sum(p.read_text().count("mark.corpus") for p in (ROOT / "tests").rglob("test_*.py"))
     assert skipped >= marked >= 20, (skipped, marked, summary)
     # each skip names the corpus (a module skipped whole at import, e.g. without torch, is not a corpus skip)
-    reasons = [ln for ln in run.stdout.splitlines() if ln.startswith("SKIPPED") and "could not import" not in ln]
+    reasons = [
+        ln for ln in run.stdout.splitlines() if ln.startswith("SKIPPED") and "could not import" not in ln
+    ]
     assert reasons and all("corpus" in ln for ln in reasons), [ln for ln in reasons if "corpus" not in ln]
     assert f"shared corpus not present at {clone.parent / 'shared' / 'corpus'}" in run.stdout
 

@@ -27,10 +27,14 @@ def shots():
 
 def _gaps_drawn(browser) -> bool:
     frame = css(browser, "iframe#gaps-graph")
-    return bool(frame) and browser.execute_script(
-        "var f = document.querySelector('iframe#gaps-graph');"
-        "return !!(f.contentDocument && f.contentDocument.querySelectorAll('circle').length)"
-    ) and bool(css(browser, "#gaps-table td"))
+    return (
+        bool(frame)
+        and browser.execute_script(
+            "var f = document.querySelector('iframe#gaps-graph');"
+            "return !!(f.contentDocument && f.contentDocument.querySelectorAll('circle').length)"
+        )
+        and bool(css(browser, "#gaps-table td"))
+    )
 
 
 def test_green_ctx_gaps_page_shows_the_idle_partition_and_draws_without_plotly(browser, server, shots):
@@ -82,7 +86,9 @@ def test_gaps_chart_point_opens_the_timeline_there(browser, server, shots):
 def _gaps_of(server, rid):
     from app.state import AppState
 
-    state = AppState(store=server["store"], import_dir=server["store"].path.parent / "imports", max_upload_bytes=1)
+    state = AppState(
+        store=server["store"], import_dir=server["store"].path.parent / "imports", max_upload_bytes=1
+    )
     return state.analysis(rid).gaps
 
 

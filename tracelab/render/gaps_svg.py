@@ -77,27 +77,39 @@ def gaps_svg(
         return TOP + ph - (np.log10(np.maximum(np.asarray(y, dtype=float), 1.0)) - y_lo) / (y_hi - y_lo) * ph
 
     out = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-         f'style="width:100%;height:100%" preserveAspectRatio="xMinYMin meet" role="img" aria-label="idle gaps by start and length" {_FONT_ATTR}>'),
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'style="width:100%;height:100%" preserveAspectRatio="xMinYMin meet" role="img" aria-label="idle gaps by start and length" {_FONT_ATTR}>'
+        ),
         f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>',
     ]
     for v, t, y in zip(y_ticks, y_text, py(y_ticks).tolist()):
-        out.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
-                   f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(t)}</text>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(t)}</text>'
+        )
     x_text = ["0", *fmt_rel_many(x_ticks[1:])]
     for t, x in zip(x_text, px(x_ticks).tolist()):
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="#e4e4e4"/>'
-                   f'<text x="{x:.1f}" y="{TOP + ph + 16}" text-anchor="middle">{escape(t)}</text>')
-    out.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 4}" text-anchor="middle" fill="#555">gap start (from the '
-               "run start)</text>")
-    out.append(f'<text x="12" y="{TOP + ph / 2}" text-anchor="middle" fill="#555" '
-               f'transform="rotate(-90 12 {TOP + ph / 2})">gap length</text>')
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="#e4e4e4"/>'
+            f'<text x="{x:.1f}" y="{TOP + ph + 16}" text-anchor="middle">{escape(t)}</text>'
+        )
+    out.append(
+        f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 4}" text-anchor="middle" fill="#555">gap start (from the '
+        "run start)</text>"
+    )
+    out.append(
+        f'<text x="12" y="{TOP + ph / 2}" text-anchor="middle" fill="#555" '
+        f'transform="rotate(-90 12 {TOP + ph / 2})">gap length</text>'
+    )
     # legend: the causes present, in order
     present = [c for c in CAUSE_COLORS if c in set(causes)] + sorted(set(causes) - set(CAUSE_COLORS))
     lx = LEFT
     for c in present:
-        out.append(f'<circle cx="{lx + 5}" cy="12" r="5" fill="{CAUSE_COLORS.get(c, "#333")}"/>'
-                   f'<text x="{lx + 14}" y="16">{escape(c)}</text>')
+        out.append(
+            f'<circle cx="{lx + 5}" cy="12" r="5" fill="{CAUSE_COLORS.get(c, "#333")}"/>'
+            f'<text x="{lx + 14}" y="16">{escape(c)}</text>'
+        )
         lx += 24 + 7 * len(c)
     xs, ys = px(start).round(1).tolist(), py(dur).round(1).tolist()
     lengths, offsets = fmt_ns_many(dur), fmt_rel_many(start)
@@ -106,12 +118,18 @@ def gaps_svg(
     # the longest last: drawn on top
     for i in np.argsort(dur, kind="stable").tolist():
         tip = escape(f"{causes[i]} · {lengths[i]} at {offsets[i]}" + (f"\n{ev[i]}" if ev[i] else ""))
-        dot = (f'<circle cx="{xs[i]}" cy="{ys[i]}" r="4.5" fill="{CAUSE_COLORS.get(causes[i], "#333")}" '
-               f'fill-opacity="0.85"><title>{tip}</title></circle>')
+        dot = (
+            f'<circle cx="{xs[i]}" cy="{ys[i]}" r="4.5" fill="{CAUSE_COLORS.get(causes[i], "#333")}" '
+            f'fill-opacity="0.85"><title>{tip}</title></circle>'
+        )
         out.append(f'<a href="{escape(hrefs[i])}" target="_top">{dot}</a>' if hrefs[i] else dot)
     out.append("</svg>")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>a circle:hover{stroke:#000;stroke-width:2}"
-            "html,body{margin:0;height:100%;overflow:hidden}</style></head><body>" + "".join(out) + "</body></html>")
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><style>a circle:hover{stroke:#000;stroke-width:2}"
+        "html,body{margin:0;height:100%;overflow:hidden}</style></head><body>"
+        + "".join(out)
+        + "</body></html>"
+    )
 
 
 _FONT = "font-family:sans-serif;font-size:12px;"
