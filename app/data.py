@@ -75,7 +75,9 @@ def compare_runs(a: Analysis, b: Analysis, a_tl: Timeline | None = None, b_tl: T
 
 
 def _pct(p: float | None) -> str:
-    return "" if p is None else f"{p:+.1f}%"
+    from tracelab.render.format import fmt_pct
+
+    return "" if p is None else fmt_pct(p)
 
 
 def comparison_tables(cmp) -> dict[str, pd.DataFrame]:

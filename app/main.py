@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import dash
-from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from tracelab.sandbox import Budget
 from tracelab.store import Store
@@ -208,17 +208,14 @@ def _register_callbacks(app: Dash) -> None:
     @app.callback(
         Output("nav-location", "href"),
         Input("gaps-table", "active_cell"),
-        Input("gaps-graph", "clickData"),
         State("gaps-table", "data"),
         State("gaps-run", "data"),
         prevent_initial_call=True,
     )
     @guarded(lambda _message: no_update)
-    def _gap_click(active_cell, click, rows, run_info):
-        if ctx.triggered_id == "gaps-table":
-            target = gaps.gap_click_href(run_info or {}, active_cell=active_cell, rows=rows)
-        else:
-            target = gaps.gap_click_href(run_info or {}, click=click)
+    def _gap_click(active_cell, rows, run_info):
+        # the chart's points are links themselves (tracelab.render.gaps_svg)
+        target = gaps.gap_click_href(run_info or {}, active_cell=active_cell, rows=rows)
         return target or no_update
 
     @app.callback(

@@ -3,6 +3,8 @@
 - Under CI=true a skipped `corpus` or `browser` test fails the run: CI must not go green because the
   shared corpus or the browser went missing. GPU / torch / nsys-only tests (marked `gpu`, or `needs_gpu_tools`)
   may skip: CI has no GPU.
+- Without the shared corpus (tl_hygiene.CORPUS) every test marked `corpus` is skipped with the reason
+  (`tl_hygiene.missing_corpus()`), so a fresh clone without ../shared passes README's test command.
 - `tl_hygiene.missing_browser()` names the missing piece (chromium or chromedriver) for skip reasons.
 - Screenshots go to a temporary directory (`tl_hygiene.screenshots_path()`), never into docs/.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from tl_hygiene import missing_corpus  # tests/ is on sys.path: pytest puts a conftest's folder there
 
 MUST_RUN_IN_CI = ("corpus", "browser")
 MAY_SKIP = ("gpu", "needs_gpu_tools")
@@ -19,6 +22,16 @@ MAY_SKIP = ("gpu", "needs_gpu_tools")
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = missing_corpus()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if item.get_closest_marker("corpus") is not None:
+            item.add_marker(skip)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -131,8 +131,8 @@ def _gap_case(cause: str):
             "host_sync_inprogress",
             "launch_latency",
             (
-                "cudaStreamSynchronize on thread 1 returned at +2.0 µs, covering 1% of the gap; after it: kernel "
-                "kernel_B on stream 7 launched only at +190.0 µs by cudaLaunchKernel on thread 1, which was not "
+                "cudaStreamSynchronize on thread 1 returned at 2.0 µs into the gap, covering 1% of the gap; after it: kernel "
+                "kernel_B on stream 7 launched only 190.0 µs into the gap by cudaLaunchKernel on thread 1, which was not "
                 "waiting for the GPU; host busy 100% of the time up to the next launch (host data: CPU ops / NVTX "
                 "ranges + CUDA API) (in aten::python_work)"
             ),
@@ -140,14 +140,14 @@ def _gap_case(cause: str):
         (
             "host_sync_cover",
             "host_sync",
-            "cudaDeviceSynchronize on thread 2 from +10.0 µs covers 92% of the gap",
+            "cudaDeviceSynchronize on thread 2 from 10.0 µs into the gap covers 92% of the gap",
         ),
         (
             "item",
             "launch_latency",
             (
-                "cudaMemcpyAsync on thread 1 returned at +2.0 µs, covering 1% of the gap; after it: kernel kernel_B "
-                "on stream 7 launched only at +188.0 µs by cudaLaunchKernel on thread 1, which was not waiting for "
+                "cudaMemcpyAsync on thread 1 returned at 2.0 µs into the gap, covering 1% of the gap; after it: kernel kernel_B "
+                "on stream 7 launched only 188.0 µs into the gap by cudaLaunchKernel on thread 1, which was not waiting for "
                 "the GPU; host busy 97% of the time up to the next launch"
             ),
         ),
@@ -155,7 +155,7 @@ def _gap_case(cause: str):
             "launch_latency",
             "launch_latency",
             (
-                "kernel kernel_B on stream 7 launched only at +191.0 µs by cudaLaunchKernel on thread 1, which was not "
+                "kernel kernel_B on stream 7 launched only 191.0 µs into the gap by cudaLaunchKernel on thread 1, which was not "
                 "waiting for the GPU; host busy 99% of the time up to the next launch (host data: CPU ops / NVTX "
                 "ranges + CUDA API) (in aten::slow_python_op)"
             ),
@@ -169,9 +169,9 @@ def _gap_case(cause: str):
         (
             "no_work",
             "no_work",
-            "cudaLaunchKernel on thread 3 has no recorded activity before its launch at +192.0 µs",
+            "cudaLaunchKernel on thread 3 has no recorded activity before its launch 192.0 µs into the gap",
         ),
-        ("dependency_wait", "dependency_wait", "last cudaStreamWaitEvent at -60.0 µs"),
+        ("dependency_wait", "dependency_wait", "last cudaStreamWaitEvent 60.0 µs before the gap"),
         ("unknown", "unknown", "its launch is not in the trace"),
     ],
 )
@@ -191,9 +191,30 @@ def test_dependency_wait_evidence_names_the_launch():
     a = analyze(_gap_case("dependency_wait"))
     (g,) = a.gaps
     assert (
-        "was already launched (cudaLaunchKernel on thread 1 at -55.0 µs) but started only at +200.0 µs"
+        "was already launched (cudaLaunchKernel on thread 1, 55.0 µs before the gap) but started only 200.0 µs into "
+        "the gap"
         in ev(a, g)
     )
+
+
+def test_a_launch_call_in_flight_when_the_gap_began_is_said_so():
+    """green_ctx: the next kernel's launch call began 41 ns before the GPU went idle and returned inside the
+    gap. It is launch_latency (the thread was in the launch call, not waiting for the GPU), and the evidence
+    says the call was in flight rather than "launched only at -41 ns"; every time in it is said from the
+    gap's start."""
+    tb = TB()
+    tb.kernel(0, 100, stream=7, name="kernel_A", launch_at=-20)
+    tb.cpu_op("aten::matmul", 50, 390)
+    tb.kernel(300, 100, stream=7, name="kernel_B", launch_at=99.959, launch_dur=150)
+    a = analyze(tb.build())
+    (g,) = a.gaps
+    assert (g.start_ns, g.end_ns, g.cause) == (us(100), us(300), "launch_latency")
+    text = ev(a, g)
+    assert text.startswith(
+        "kernel kernel_B on stream 7 was still being launched when the GPU went idle (cudaLaunchKernel on "
+        "thread 1 began 41 ns before the gap), which was not waiting for the GPU"
+    ), text
+    assert "launched only" not in text and " at -" not in text and " at +" not in text
 
 
 def test_gap_threshold_and_order():
@@ -279,7 +300,7 @@ def test_document_is_schema_2_json():
     back = json.loads(text)
     assert back["schema"] == 2
     assert back["gaps"][0]["host_data"] == "cpu_ops" and back["notes"] == list(a.notes)
-    assert set(back) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes"}
+    assert set(back) == {"schema", "trace", "devices", "steps", "setup", "gaps", "findings", "notes"}
     assert back["devices"][0]["busy_ns"] == us(202)
     assert back["gaps"][0]["cause"] == "launch_latency"
     assert set(back["devices"][0]["overlap"]) == {

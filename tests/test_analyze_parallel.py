@@ -42,6 +42,7 @@ def test_threads_give_the_same_document_on_recorded_nsys_runs(tmp_path, monkeypa
     assert json.loads(one)["findings"]  # the recordings do fire rules: the rule phase is exercised
 
 
+@pytest.mark.corpus
 def test_threads_give_the_same_document_on_a_corpus_kineto_trace(monkeypatch):
     path = CORPUS / "hta" / "negative_queue_length_values_check__rank0.json.gz"  # 6 streams, NCCL, steps
     if not path.exists():

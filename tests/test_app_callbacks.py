@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -285,6 +286,25 @@ def test_parse_window(env):
             parse_window(rec, *bad)
 
 
+def test_timeline_without_a_run_asks_which(env, tmp_path):
+    """/timeline with no run (the nav link from the Runs page) lists the runs to open (the store's order),
+    instead of silently opening one (issue 28); with a single run in the store it opens that one."""
+    from app.pages import timeline
+    from app.state import AppState
+
+    state, a, b = env
+    page = timeline.timeline_layout(state, None)
+    assert page.id == "run-picker"
+    links = [(x.children, x.href) for x in find(page, "run-picker-list").children for x in [x.children[0]]]
+    assert sorted(h for _, h in links) == sorted([f"/timeline?run={a}", f"/timeline?run={b}"])
+    assert [h for _, h in links] == [f"/timeline?run={r.id}" for r in state.store.runs()]
+    assert {n for n, _ in links} == {"baseline", "variant"}
+    one = Store(tmp_path / "one.db")
+    only = one.import_timeline(synthetic_timeline(), source_path="x.nsys-rep", fingerprint="e" * 64, name="x")
+    single = AppState(store=one, import_dir=tmp_path / "imports", max_upload_bytes=1024)
+    assert find(timeline.timeline_layout(single, None), "tl-view").data["run"] == only
+
+
 def test_bad_run_id_and_window_give_clear_pages(env):
     from app.pages import gaps, kernels, overlap, timeline
 
@@ -476,14 +496,60 @@ def test_gap_click_opens_timeline_at_gap(env):
     tl_page = timeline.timeline_layout(state, q["run"][0], q["t0"][0], q["t1"][0])
     view = find(tl_page, "tl-view").data
     assert (int(view["t0"]), int(view["t1"])) == (t0, t1)
-    # the scatter of gaps carries [start, end] too
-    fig = find(page, "gaps-graph").figure
-    cd = next(tr.customdata[0] for tr in fig.data if tr.customdata is not None)
-    point = gaps.gap_click_href(run_info, click={"points": [{"customdata": cd}]})
-    pq = parse_qs(urlparse(point).query)
-    gap = next(r for r in rows if int(r["start_ns"]) == int(run_info["lo"]) + cd[0])
-    assert int(pq["t0"][0]) < int(gap["start_ns"]) < int(gap["end_ns"]) < int(pq["t1"][0])
+    # the chart: one SVG document (no plotly.js, issue 28's slow Gaps page); each gap a point linking to
+    # the timeline around it, its tooltip saying cause, length, offset and evidence; axes written by the
+    # one formatter (durations, offsets from the run start), never Plotly's "10k" or bare log ticks
+    from html.parser import HTMLParser
+
+    from tracelab.render.format import fmt_ns, fmt_rel
+
+    class Svg(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.links, self.titles, self.texts, self.circles, self._title = [], [], [], 0, False
+
+        def handle_starttag(self, tag, attrs):
+            d = dict(attrs)
+            self.links += [d["href"]] if tag == "a" else []
+            self.circles += tag == "circle" and "href" not in d
+            self._title = tag == "title"
+
+        def handle_endtag(self, tag):
+            self._title = False
+
+        def handle_data(self, data):
+            (self.titles if self._title else self.texts).append(data)
+
+    doc = Svg()
+    doc.feed(find(page, "gaps-graph").srcDoc)
+    gaps_of_run = sorted(state.analysis(a).gaps, key=lambda g: g.start_ns)
+    assert len(doc.links) == len(gaps_of_run) == len(rows)
+    origin = int(run_info["lo"])
+    windows = sorted((int(parse_qs(urlparse(x).query)["t0"][0]), int(parse_qs(urlparse(x).query)["t1"][0]))
+                     for x in doc.links)
+    for (t0, t1), g in zip(windows, gaps_of_run):
+        assert t0 < g.start_ns < g.end_ns < t1
+    for g in gaps_of_run:
+        assert any(t.startswith(f"{g.cause} · {fmt_ns(g.duration_ns)} at {fmt_rel(g.start_ns - origin)}")
+                   for t in doc.titles)
+    labels = [t for t in doc.texts if t.strip()]
+    assert "0" in labels and any(re.fullmatch(r"\+\d+\.\d+ ms", t) for t in labels), labels
+    assert all(not re.fullmatch(r"[\d.]+k?", t) or t == "0" for t in labels), labels  # no bare numbers
     assert gaps.gap_click_href(run_info, click={"points": [{}]}) is None
+
+
+def test_gaps_chart_escapes_names_and_links():
+    """The SVG chart is a document of its own: evidence, causes and links are XML-escaped."""
+    from tracelab.analyses.results import Gap
+    from tracelab.render.gaps_svg import gaps_svg
+
+    evil = "</title></circle><script>alert(1)</script><b>x</b> & \"q\""
+    g = Gap(rank=0, device=0, start_ns=1_000, end_ns=51_000, duration_ns=50_000, cause="host_sync")
+    doc = gaps_svg([g], 0, [evil], ['/timeline?run=a&t0=1"><script>'])
+    assert "<script>" not in doc and "<b>" not in doc
+    assert "&lt;/title&gt;&lt;/circle&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in doc
+    assert 'href="/timeline?run=a&amp;t0=1&quot;&gt;&lt;script&gt;"' in doc
+    assert gaps_svg([], 0).count("no idle gaps") == 1
 
 
 # ---- overlap, kernels ----------------------------------------------------------------------------------------
@@ -503,12 +569,41 @@ def test_overlap_matrix_and_kernel_table(env):
     assert m.loc["stream 7", "stream 13"] == 0
     page = overlap.overlap_layout(state, a)
     assert page.id == "overlap-page" and find(page, "overlap-matrix-0-0") is not None
+    # only the streams that run at the same time as another are drawn (a DDP rank's ~30 copy streams of
+    # "0 ns" made the page 4,857 px tall, issue 28); the first device's section is open
+    v = m.to_numpy().copy()
+    np.fill_diagonal(v, 0)
+    overlapping = [c for c, row in zip(m.columns, v) if row.sum() > 0]
+    shown = find(page, "overlap-matrix-0-0").figure
+    assert list(shown.data[0].x) == overlapping and len(overlapping) < len(m.columns)
+    section = find(page, "overlap-device-0-0")
+    assert section.open is True
+    assert section.children[0].children.startswith(f"rank 0 · GPU 0: {len(overlapping)} of {len(m)} streams")
     kt = kernels.kernels_frame(state, a)
     by_name = kt.groupby("name")["count"].sum().to_dict()
     assert by_name == {"gemm_kernel_0": 23, "gemm_kernel_1": 16, HOSTILE_KERNEL: 1, "attention_kernel": 8}
     att = kt[kt["name"] == "attention_kernel"].iloc[0]
     assert att["grid"] == "64×2×1" and att["block"] == "128×1×1" and att["total_ns"] == 8 * 180_000
     assert 0 < att["occupancy"] <= 100
+
+
+def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
+    """Three ranks: one open section (the first device), the others collapsed to a summary line each."""
+    from test_ranks import AR, _run
+
+    from app.pages import overlap
+    from app.state import AppState
+
+    tl = _run([(r, 0, AR, 1000 + 100 * r, 1500) for r in range(3)] + [(r, 0, "gemm", 1600, 1900) for r in range(3)])
+    store = Store(tmp_path / "r.db")
+    rid = store.import_timeline(tl, source_path="ranks.json", fingerprint="r" * 64, name="ranks")
+    state = AppState(store=store, import_dir=tmp_path / "imports", max_upload_bytes=1024)
+    page = overlap.overlap_layout(state, rid)
+    sections = [find(page, f"overlap-device-{r}-0") for r in range(3)]
+    assert all(x is not None for x in sections)
+    assert [x.open for x in sections] == [True, False, False]
+    for r, x in enumerate(sections):  # one stream per rank here: nothing overlaps, said in one line
+        assert x.children[0].children.startswith(f"rank {r} · GPU 0: no two of its")
 
 
 # ---- compare --------------------------------------------------------------------------------------------------
@@ -528,11 +623,63 @@ def test_compare_shows_deltas(env):
     content = compare.compare_content(state, a, b)
     text = as_json(content)
     assert "baseline" in text and "variant" in text and "idle" in text
-    assert find(content, "compare-devices") is not None
+    table = find(content, "compare-devices")
+    assert table is not None
+    # numbers written one way (issue 28): no change is a plain 0 (never "+0 ns"), count deltas are signed
+    # like time deltas, headers are words (no raw `delta_pct`), a change under 0.05% is 0.0% (never -0%)
+    shown = {(r["device"], r["metric"]): r for r in table.data}
+    busy_row = next(r for (dev, m), r in shown.items() if m == "busy")
+    assert busy_row["delta"] == "0" and busy_row["delta_pct"] == "0.0%"
+    counts = {m: r for (dev, m), r in shown.items() if m.endswith("(count)")}
+    for m, r in counts.items():
+        raw = t[t["metric"] == m].iloc[0]
+        d = int(raw["variant"] - raw["baseline"])
+        assert r["delta"] == ("0" if d == 0 else f"{d:+,d}"), (m, r)
+    headers = [c["name"] for c in table.columns]
+    assert "Δ %" in headers and not any("_" in h for h in headers), headers
+    gaps_table = find(content, "compare-gaps")
+    assert {"count A", "count B", "time Δ (B − A)"} <= {c["name"] for c in gaps_table.columns}
+    assert "+0 ns" not in text and "-0%" not in text and "+0.0%" not in text
+    from tracelab.render.figures import compare_bars_figure
+
+    bars = compare_bars_figure(cmp).data[1].text  # the variant's bars carry the change
+    assert all(re.fullmatch(r"[0-9.]+ (ns|µs|ms|s)( \((0\.0|[+-][0-9.]+)%\))?", x) for x in bars), bars
+    assert any(x.endswith(" (0.0%)") for x in bars), bars  # busy does not change (asserted above)
     bad = compare.compare_content(state, a, "nope")
     assert "no run with id or name 'nope'" in as_json(bad)
     page = compare.compare_layout(state, a, b)
     assert find(page, "compare-a").value == a and find(page, "compare-b").value == b
+
+
+def test_compare_preselects_no_unrelated_baseline(env):
+    """A program's run (no workload: `tracelab record -- python ddp.py`, or an imported trace) has no
+    related baseline among the synthetic workload's runs: Compare pre-selects nothing for the other side
+    and asks, rather than comparing unrelated runs (issue 28: ddp against default_stream read "+63959 %").
+    A run of the same trace file name, or of the same workload, is pre-selected."""
+    from dataclasses import replace
+
+    from app.pages import compare
+
+    state, a, b = env
+
+    def program(source_path: str, fp: str) -> str:
+        tl = synthetic_timeline(source="ddp")
+        tl = replace(tl, meta=replace(tl.meta, workload="", variant=""))
+        return state.store.import_timeline(tl, source_path=source_path, fingerprint=fp * 64, name=source_path)
+
+    ddp = program("ddp.json", "c")
+    for named, ask in (({"b": ddp}, "baseline (A)"), ({"a": ddp}, "variant (B)")):
+        page = compare.compare_layout(state, named.get("a"), named.get("b"))
+        picked = find(page, "compare-a").value, find(page, "compare-b").value
+        assert picked == (named.get("a"), named.get("b")), picked
+        text = as_json(find(page, "compare-result"))
+        assert f"No run of the same workload or program to compare it with: pick the {ask}." in text, text
+        assert find(page, "compare-devices") is None
+    again = program("/elsewhere/ddp.json", "d")
+    page = compare.compare_layout(state, None, again)
+    assert (find(page, "compare-a").value, find(page, "compare-b").value) == (ddp, again)
+    page = compare.compare_layout(state, None, b)  # the synthetic workload's variants pair up
+    assert (find(page, "compare-a").value, find(page, "compare-b").value) == (a, b)
 
 
 # ---- level of detail --------------------------------------------------------------------------------------------
@@ -799,6 +946,45 @@ def test_every_finding_link_opens_its_window(env):
     for i, f in enumerate(findings):
         q = parse_qs(urlparse(find(page, f"finding-link-{i}").href).query)
         assert int(q["t0"][0]) <= f.data["start_ns"] < f.data["end_ns"] <= int(q["t1"][0]), f.rule
+
+
+def test_run_header_says_trace_not_span(env):
+    """The page header's length is the whole trace's (host events included), as `tracelab runs` names
+    it; "span" is the GPU's span of the figures (issue 28: "span 62.30 ms" beside figures of 57.92 ms)."""
+    from app.components import run_header
+    from tracelab.render.format import fmt_ns
+
+    state, a, _ = env
+    rec = state.record(a)
+    header = run_header(rec, "Gaps & findings")
+    meta = "".join(c for c in header.children[1].children if isinstance(c, str))
+    assert meta.endswith(f" · trace {fmt_ns(rec.end_ns - rec.start_ns)}"), meta
+    assert "span" not in as_json(header)
+
+
+def test_green_ctx_gaps_page_shows_the_idle_partition(tmp_path):
+    """green_contexts/green_ctx/nsys: the whole GPU idles 209.8 µs, but the 116-SM partition is busy ~70%
+    and leaves about a quarter of the GPU's SM-time idle. The Gaps page's findings say so (issue 28: it
+    read "Findings (0)"), with the partition's numbers written one way (1,006.6 SM-ms, the span by
+    render.format)."""
+    from app.pages import gaps
+    from app.state import AppState
+    from tracelab.analyses import sm
+    from tracelab.demo import demo_run
+    from tracelab.parsers import load_trace
+
+    path = demo_run("green_contexts-green_ctx-nsys", tmp_path / "c")
+    store = Store(tmp_path / "g.db")
+    rid = store.import_timeline(load_trace(path), source_path=str(path), fingerprint="g" * 64, name="green")
+    state = AppState(store=store, import_dir=tmp_path / "imports", max_upload_bytes=1024)
+    page = gaps.gaps_layout(state, rid)
+    text = as_json(page)
+    assert "Findings (1)" in text and "idle_partition" in text
+    tl = state.timeline(rid)
+    (part,) = [p for p in sm.sm_summary(tl, 0, 0).partitions if p.sm_count == 116]
+    assert sm.IDLE_PARTITION_THRESHOLD <= part.busy_fraction < sm.IDLE_PARTITION_INFO
+    assert re.search(r"green-context partition \d+ \(116 of 132 SMs\) is busy \d+% of the \d+\.\d\d ms span", text)
+    assert re.search(r"\d,\d{3}\.\d SM-ms idle", text), text
 
 
 def test_big_runs_get_gaps_and_steps_after_their_first_tile(env, monkeypatch):

@@ -292,6 +292,38 @@ def test_workloads_json():
     assert {"overlap", "sync_pitfalls", "pdl", "graphs", "green_contexts"} <= names
 
 
+def test_workloads_text_wraps_descriptions_under_the_description():
+    """A wrapped workload description continues under itself, never at the variants' indent, where it
+    would read as a variant with no description (issue 28)."""
+    from tracelab.workloads import WORKLOADS
+
+    r = CliRunner().invoke(main, ["workloads"], env={"COLUMNS": "100"})
+    assert r.exit_code == 0
+    current = None
+    for line in r.stdout.splitlines():
+        if not line.strip():
+            continue
+        name = line.split(":", 1)[0]
+        if not line.startswith(" ") and name in WORKLOADS:
+            current = WORKLOADS[name]
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if indent == 2:  # a variant line names a variant of the workload above
+            assert line.split()[0] in {v.name for v in current.variants}, line
+        else:  # a continuation: under the workload's description or under the variant's
+            assert indent in (len(current.name) + 2, 23), line
+    assert current is not None
+
+
+def test_a_mistyped_command_is_one_line():
+    r = subprocess.run([sys.executable, "-m", "tracelab", "analyz", "x.json"], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        "error: No such command 'analyz'. Did you mean 'analyze'? (tracelab --help lists the commands)"
+    ]
+
+
 def test_hostile_run_name_is_defused(env):
     tmp, _ = env
     trace = write_trace(tmp / "a.json", kineto_trace())

@@ -253,3 +253,26 @@ def test_compare_is_fast_on_large_runs():
     c = compare(a, a, tl, tl)
     took = time.perf_counter() - t0
     assert len(c.kernels) == 20 and took < 5.0, took
+
+
+def test_kernel_names_that_differ_in_the_middle_get_distinct_labels():
+    """`compare` cuts long kernel names in the middle; two names that differ only there once gave two
+    identical rows (issue 28). Labels stay within the width, distinct names get distinct labels, and a
+    label shows the part where its name differs."""
+    from tracelab.render.compare_text import shorten_distinct
+
+    a = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_kernel__5x_cublas"
+    b = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x64x8_stage3_warpsize2x2x1_ffma_aligna4_kernel__5x_cublas"
+    la, lb, lc = shorten_distinct([a, b, "short"], 45)
+    assert la != lb and len(la) <= 45 and len(lb) <= 45 and lc == "short"
+    assert "_tn_" in la and "_nn_" in lb
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        stem = "".join(rng.choice(list("abcdefgh_<>:"), 30))
+        names = [stem + "".join(rng.choice(list("xyz"), int(rng.integers(0, 6)))) + stem for _ in range(6)]
+        width = int(rng.integers(12, 60))
+        labels = shorten_distinct(names, width)
+        assert all(len(x) <= width for x in labels), (labels, width)
+        assert len(set(labels)) == len(set(names)), (names, labels, width)
+        for n, x in zip(names, labels):  # the same name, the same label
+            assert labels[names.index(n)] == x

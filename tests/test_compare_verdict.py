@@ -121,7 +121,7 @@ def test_text_and_json_carry_the_verdict(runs):
     text = format_comparison(c, labels=("item", "deferred"), width=100)
     lines = text.splitlines()
     assert lines[0] == verdict_line(c.verdict, 100)
-    assert "A (baseline): item  [kineto, ranks 0]" in lines
+    assert "A (baseline): item  [kineto, rank 0]" in lines  # one rank, never "ranks 0" (issue 28)
     assert max(len(x) for x in lines) <= 100
     doc = comparison_document(c)["verdict"]
     assert doc["basis"] == "gpu_step" and doc["steps_a"] == 20 and doc["text"] == verdict_line(c.verdict, None)

@@ -65,6 +65,11 @@ def test_sizes_percentages_counts():
     assert F.fmt_pct(17.5) == "+17.5%"
     assert F.fmt_pct(-2.25) == "-2.2%"  # round half to even, as Python formats
     assert F.fmt_pct(None) == "n/a"
+    # a change that rounds to nothing is 0.0%, never "-0.0%" / "+0.0%" (nor the bars' former "(-0%)")
+    assert F.fmt_pct(-0.04) == F.fmt_pct(0.0) == F.fmt_pct(0.049) == "0.0%"
+    assert F.fmt_ranks([0]) == "rank 0" and F.fmt_ranks([]) == "no rank" and F.fmt_ranks([1, 0]) == "ranks 0, 1"
+    assert F.fmt_ranks(range(8)) == "8 ranks (0-7)" and F.fmt_ranks([0, 2, 5, 6, 9]) == "ranks 0, 2, 5, 6, 9"
+    assert F.fmt_signed_count(0) == "0" and F.fmt_signed_count(-18) == "-18" and F.fmt_signed_count(1234) == "+1,234"
     assert F.fmt_delta_pct(60.63, 71.22) == "+17.5%"
     assert F.fmt_points(-0.076) == "-7.6 pt"
     assert F.fmt_ratio(2, 3) == "1.50x"

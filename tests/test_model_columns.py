@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from tl_hygiene import CORPUS
 
 from tracelab.model import EVENT_COLUMNS, LANE_COLUMNS, EventKind, RunMeta, build_timeline
 from tracelab.model.grouping import dense_codes, group_codes
@@ -90,7 +91,7 @@ def test_parse_imports_no_heavy_modules() -> None:
     "trace",
     [
         DATA / "torch_mixed_small" / "trace.json.gz",  # recorded on an H200: kernels with launch shapes, SM count
-        DATA.parent.parent.parent / "shared" / "corpus" / "hta" / "df_index_resolver__df_index_resolver.json.gz",
+        pytest.param(CORPUS / "hta" / "df_index_resolver__df_index_resolver.json.gz", marks=pytest.mark.corpus),
     ],
     ids=["recorded", "corpus-54MB"],
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -186,6 +187,28 @@ def test_cli_export_by_run_name(tmp_path, monkeypatch, exported):
     doc = orjson.loads(out.read_bytes())
     assert not any(e.get("cat", "").startswith("sm.") for e in doc["traceEvents"])
     assert not list(tmp_path.glob(".pdl.perfetto.json.*"))  # no temporary file left behind
+
+
+def test_cli_export_leaves_per_sm_lanes_out_unless_asked(tmp_path, monkeypatch):
+    """Per-SM lanes are most of an export (one lane per SM): `export` adds them with --sm-lanes only;
+    --no-sm-lanes (the default) still works. Counted against the run's own event table."""
+    from tracelab.demo import demo_run
+
+    monkeypatch.setenv("TRACELAB_DB", str(tmp_path / "s.db"))
+    cli = CliRunner()
+    assert cli.invoke(main, ["import", str(demo_run("green_contexts-green_ctx-nsys", tmp_path / "c"))]).exit_code == 0
+    docs = {}
+    for flags in ([], ["--no-sm-lanes"], ["--sm-lanes"]):
+        out = tmp_path / f"g{len(docs)}.perfetto.json"
+        r = cli.invoke(main, ["export", "green_contexts/green_ctx/nsys", "-o", str(out), *flags])
+        assert r.exit_code == 0, r.output
+        docs[" ".join(flags)] = orjson.loads(out.read_bytes())["traceEvents"]
+    sm = {k: sum(e.get("cat", "").startswith("sm.") for e in v) for k, v in docs.items()}
+    assert sm[""] == sm["--no-sm-lanes"] == 0 and sm["--sm-lanes"] > 0
+    assert len(docs[""]) == len(docs["--no-sm-lanes"])
+    with sqlite3.connect(tmp_path / "s.db") as c:
+        (events,) = c.execute("SELECT events FROM runs").fetchone()
+    assert len(docs[""]) < 3 * events < len(docs["--sm-lanes"])  # the lanes were most of the export
 
 
 def test_perfetto_trace_processor_loads_it(exported, tmp_path):

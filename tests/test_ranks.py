@@ -23,7 +23,8 @@ from tracelab.parsers import load_trace
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("TRACELAB_CORPUS") or ROOT.parent / "shared" / "corpus")
 DLRM = CORPUS / "param" / "dlrm_kineto_8rank"
-needs_dlrm = pytest.mark.skipif(not DLRM.is_dir(), reason="needs ../shared/corpus")
+def needs_dlrm(test):
+    return pytest.mark.corpus(pytest.mark.skipif(not DLRM.is_dir(), reason="needs ../shared/corpus")(test))
 
 
 # ---- independent computation over the raw JSON ------------------------------------------------------
@@ -212,6 +213,27 @@ def test_hand_made_skew_wait_and_stragglers():
     assert [(s.rank, s.times_last, s.caused_wait_ns) for s in c.stragglers] == [(2, 1, 500), (0, 1, 90)]
     assert (c.wait_of(0), c.wait_of(1), c.wait_of(2)) == (300, 250, 40)
     assert c.unmatched == 0 and c.inconsistent == 0 and c.notes == ()
+
+
+def test_ranks_section_fits_the_terminal():
+    """analyze's Ranks lines were 105-155 characters wide (issue 28): the table is 98 columns, the
+    collectives and stragglers wrap under themselves; the figures are still there."""
+    from tracelab.analyses import analyze
+    from tracelab.analyses.ranks import rank_analysis
+    from tracelab.render.ranks_text import format_ranks
+
+    tl = _run(
+        [(r, 0, AR, 1000 + 100 * r, 1500) for r in range(3)] + [(r, 0, AR, 2050 - 20 * r, 2200) for r in range(3)]
+        + [(1, 0, "gemm", 1600, 1900)]
+    )
+    text = format_ranks(rank_analysis(tl, analyze(tl)), width=100)
+    lines = text.splitlines()
+    assert max(len(x) for x in lines) <= 100, [x for x in lines if len(x) > 100]
+    assert lines[0] == "Ranks" and lines[1].split()[:4] == ["rank", "span", "busy", "idle:"]
+    assert [x.split()[0] for x in lines[2:5]] == ["0", "1", "2"]
+    joined = " ".join(x.strip() for x in lines[5:])
+    assert "Collectives matched across ranks: 2 (AllReduce ×2)" in joined and "Stragglers: rank 2 last 1×" in joined
+    assert all(x.startswith(("Collectives", "Stragglers", "  ")) for x in lines[5:]), lines[5:]
 
 
 def test_partial_groups_unmatched_and_unaligned_clocks():

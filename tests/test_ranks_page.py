@@ -19,7 +19,7 @@ CORPUS = Path(os.environ.get("TRACELAB_CORPUS") or ROOT.parent / "shared" / "cor
 DLRM = CORPUS / "param" / "dlrm_kineto_8rank"
 SINGLE = CORPUS / "hta" / "trace_compare__base__base.json.gz"
 
-pytestmark = pytest.mark.skipif(not DLRM.is_dir(), reason="needs ../shared/corpus")
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not DLRM.is_dir(), reason="needs ../shared/corpus")]
 
 
 def find(component, cid):

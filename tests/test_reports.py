@@ -221,6 +221,11 @@ def test_each_format_written_and_escaped(tmp_path: Path):
     assert text.count("Plotly.newPlot") == 1
     divs = [a["id"] for t, a in p.tags if t == "div" and a.get("class") == "fig"]
     assert len(divs) >= 7 and len(set(divs)) == len(divs)
+    # the page's <title> is the report's heading, not the last activity figure's (issue 28)
+    page_title = re.search(r"<title>(.*?)</title>", text, re.DOTALL).group(1)
+    heading = re.search(r"<h1>(.*?)</h1>", text, re.DOTALL).group(1)
+    assert page_title == heading and page_title.startswith("tracelab report: ")
+    assert "activity" not in page_title
 
 
 def test_kernel_table_in_reports(tmp_path: Path):

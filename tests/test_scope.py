@@ -238,3 +238,28 @@ def test_scope_timeline_keeps_step_indices_and_drops_warmup_flag() -> None:
     ]
     whole, all_steps, note = scope_timeline(tl, None, None)
     assert whole is tl and len(all_steps) == 4 and "whole trace" in note
+
+
+def test_a_finding_over_a_step_range_names_the_steps_as_the_trace_numbers_them(tmp_path) -> None:
+    """`--steps 5:8` of sync_pitfalls/item_every_step/torch: the sync_per_iteration finding's example and
+    range are steps 5..7, not "step 0 … step 2" of the clipped timeline (issue 28). The steps that wait are
+    read from the steps themselves: every step of this run has its cudaStreamSynchronize."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tracelab.cli import main
+    from tracelab.demo import demo_run
+
+    path = demo_run("sync_pitfalls-item_every_step-torch", tmp_path / "c")
+    whole = json.loads(CliRunner().invoke(main, ["analyze", "--json", str(path)]).stdout)
+    (f_all,) = [f for f in whole["findings"] if f["rule"] == "sync_per_iteration"]
+    (rank_all,) = f_all["data"]["ranks"]
+    assert rank_all["steps_with_sync"] == rank_all["steps"] == 20  # a sync in every step
+    doc = json.loads(CliRunner().invoke(main, ["analyze", "--json", str(path), "--steps", "5:8"]).stdout)
+    (f,) = [f for f in doc["findings"] if f["rule"] == "sync_per_iteration"]
+    (rank,) = f["data"]["ranks"]
+    assert (rank["first_step"], rank["last_step"], rank["steps"]) == (5, 7, 3)
+    assert f["data"]["example"]["step"] == 5
+    text = CliRunner().invoke(main, ["analyze", str(path), "--steps", "5:8"], env={"COLUMNS": "200"}).stdout
+    assert "in step 5)" in text and "(step 5 … step 7)" in text and "step 0" not in text

@@ -131,7 +131,12 @@ def test_measured_lanes_show_the_partition_sizes(run):
     assert "measured" in fig.layout.title.text
     findings = sm.idle_partition_findings(tl)
     idle = {f.data["green_context"] for f in findings}
-    assert idle == {g for g, p in parts.items() if p.busy_fraction < sm.IDLE_PARTITION_THRESHOLD}
+    # a partition under 3/4 busy is reported: a warning under 1/2, else info (issue 28: green_ctx's
+    # 116-SM partition, ~70% busy, leaves a quarter of the GPU's SM-time idle)
+    assert idle == {g for g, p in parts.items() if p.busy_fraction < sm.IDLE_PARTITION_INFO}
+    for f in findings:
+        frac = parts[f.data["green_context"]].busy_fraction
+        assert f.severity == ("info" if frac >= sm.IDLE_PARTITION_THRESHOLD else "warning" if frac >= 0.1 else "critical")
 
 
 def kernel_concurrency(tl, rank: int, device: int) -> float:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from tl_hygiene import CORPUS
 
 from tracelab.cli import main
 from tracelab.model.grouping import member, sorted_unique
@@ -23,8 +24,7 @@ from tracelab.parsers import block_reader
 from tracelab.parsers.background import OneWorker
 from tracelab.parsers.block_reader import BlockReader, ChunkError
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hta"
-SMALL_TRACE = CORPUS / "critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz"
+SMALL_TRACE = CORPUS / "hta" / "critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -82,6 +82,7 @@ def test_block_reader_gives_what_gzip_gives(tmp_path, make, inflater):
     assert _read_all(small, block=1) == data[:5000]  # one byte a block
 
 
+@pytest.mark.corpus
 def test_block_reader_reads_a_real_trace_like_gzip(inflater):
     assert _read_all(SMALL_TRACE) == gzip.decompress(SMALL_TRACE.read_bytes())
 
@@ -215,6 +216,7 @@ def _run_command(*args: str, env: dict | None = None) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.corpus
 def test_the_command_exits_early_with_everything_written(tmp_path):
     """`python -m tracelab analyze` (the console script's path: quick_exit) writes the same complete
     output as the in-process command, and exits 0; text output too."""
@@ -275,6 +277,7 @@ NOT_LOADED_BY_ANALYZE = (
 )
 
 
+@pytest.mark.corpus
 def test_a_one_rank_analyze_loads_only_what_it_uses():
     """The start-up work `analyze --json` of a Kineto trace skips (each module above was measured:
     3-25 ms of import on this project's 2-core machine)."""

@@ -265,6 +265,12 @@ def test_failed_import_into_existing_store_keeps_it(tmp_path):
 # ---- Ctrl-C at the commit -------------------------------------------------------------------------
 
 
+_WITH_CTRL_C = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('tracelab', run_name='__main__')"
+)
+
+
 def _interrupt_at(stage: str, db: Path, marker: Path) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
@@ -273,7 +279,11 @@ def _interrupt_at(stage: str, db: Path, marker: Path) -> subprocess.CompletedPro
         "_TRACELAB_TEST_PAUSE_FILE": str(marker),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracelab", "import", str(TRACE)],
+        # `python -m tracelab import TRACE`, with Python's Ctrl-C handler put back first: a shell starts a
+        # background job (`pytest &`, a CI step without a terminal) with SIGINT ignored, an ignored signal
+        # stays ignored across exec, and Python then installs no KeyboardInterrupt handler, so the Ctrl-C
+        # below would be lost. The command then runs as it does in a terminal.
+        [sys.executable, "-c", _WITH_CTRL_C, "import", str(TRACE)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -303,6 +313,16 @@ def test_sigint_right_after_commit_reports_the_stored_run(tmp_path):
     assert proc.stdout.strip() == rid  # the id is printed, as for a normal import
     assert f"run {rid} had already been stored" in proc.stderr
     assert events == TRACE_EVENTS  # complete, not partial
+
+
+def test_sigint_reaches_the_import_when_the_test_runs_in_the_background(tmp_path):
+    """Run as a background job, pytest (and what it starts) has SIGINT ignored: the Ctrl-C still lands."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = _interrupt_at("before-commit", tmp_path / "t.db", tmp_path / "marker")
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert proc.returncode == 130 and "rolled back" in proc.stderr
 
 
 def test_sigint_right_before_commit_stores_nothing(tmp_path):

@@ -63,6 +63,19 @@ def test_analyze_every_bundled_run_fits(store):
         assert not _too_long(r.stdout), (name, _too_long(r.stdout))
 
 
+def test_a_wrapped_note_goes_on_under_its_text(store):
+    """Notes wrap with a hanging indent: a continuation line starts under the note's text, never at
+    column 0 (issue 28)."""
+    name = next(n for n in store if n.startswith("sync_pitfalls/item_every_step/"))
+    r = CliRunner().invoke(main, ["analyze", name], env=ENV)
+    lines = r.stdout.rstrip().splitlines()
+    notes = lines[lines.index("Notes") + 1:]
+    assert notes and notes[0].startswith("  - ")
+    assert len(notes) > sum(x.startswith("  - ") for x in notes)  # at 100 columns the warm-up note wraps
+    for x in notes:
+        assert x.startswith("  - ") or (x.startswith("    ") and x[4] != " "), notes
+
+
 def test_compare_fits(store):
     firsts: dict[tuple[str, str], str] = {}
     pairs = []

@@ -43,6 +43,16 @@ def err(message: str) -> None:
 class TracelabGroup(click.Group):
     """Turns tracelab's typed errors into one line on stderr and the error's exit code."""
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """A mistyped command is one line (click's suggestion kept), not click's usage block."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            if ctx.resilient_parsing:
+                raise
+            err(f"error: {_one_line(e.format_message())} (tracelab --help lists the commands)")
+            ctx.exit(2)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -637,7 +647,7 @@ def analyze(
         if ranks:
             from .render.ranks_text import format_ranks
 
-            click.echo(format_ranks(ranks), nl=False)
+            click.echo(format_ranks(ranks, width=terminal_width()), nl=False)
     quick_exit()  # everything is written; the store, if any, was only read
 
 
@@ -745,7 +755,11 @@ def report(
     type=click.Path(path_type=Path),  # checked by check_output_path: one line
     help="Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).",
 )
-@click.option("--no-sm-lanes", is_flag=True, help="Leave out the per-SM lanes.")
+@click.option(
+    "--sm-lanes/--no-sm-lanes",
+    default=False,
+    help="Add one lane per SM (measured / estimated); off by default: they are most of a big export.",
+)
 @_gap_option
 @_orphan_option
 @_db_option
@@ -754,12 +768,13 @@ def export(
     ctx: click.Context,
     run_or_path: str,
     output: Path,
-    no_sm_lanes: bool,
+    sm_lanes: bool,
     gap_threshold_us: float | None,
     exclude_orphans: bool,
 ) -> None:
     """Export a run or trace for Perfetto / chrome://tracing (Chrome trace-event JSON), with
-    tracelab's idle gaps and their causes, findings, steps and per-SM lanes as extra tracks."""
+    tracelab's idle gaps and their causes, findings, steps (and with --sm-lanes per-SM lanes) as extra
+    tracks."""
     if output.suffix.lower() != ".json":
         raise BadInput("the export is JSON: use a .json file name (e.g. run.perfetto.json)", output)
     from .render.perfetto import write_perfetto
@@ -768,7 +783,7 @@ def export(
     check_output_path(output)  # before any parsing or analysis
     timeline, _ = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
-    summary = write_perfetto(output, timeline, analysis, sm_lanes=not no_sm_lanes)
+    summary = write_perfetto(output, timeline, analysis, sm_lanes=sm_lanes)
     for note in summary.notes:
         err(f"note: {_safe(note)}")
     err(f"{_safe(output.name, 40)}: {summary.events:,} events on {len(summary.tracks)} tracks "
@@ -789,7 +804,9 @@ def workloads(as_json: bool) -> None:
 
     width = terminal_width()
     for w in WORKLOADS.values():
-        click.echo("\n".join(textwrap.wrap(f"{w.name}: {w.description}", width, subsequent_indent="  ")))
+        # continuation lines under the description, not at the variants' indent (where they read as variants)
+        lead = " " * (len(w.name) + 2)
+        click.echo("\n".join(textwrap.wrap(f"{w.name}: {w.description}", width, subsequent_indent=lead)))
         for v in w.variants:
             text = f"  {v.name:20} {v.description}"
             click.echo("\n".join(textwrap.wrap(text, width, subsequent_indent=" " * 23)))

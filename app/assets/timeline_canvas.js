@@ -594,7 +594,10 @@
     });
     this.drawSteps(ctx, X, a, b, labels);
     this.drawLabels(ctx, labels);
-    var nFlows = this.flows ? this.drawFlows(ctx, X, flowEnds) : 0;
+    // launch -> GPU arrows only when zoomed in (the window at most 1/flow_zoom of the run): at whole-run
+    // zoom a launch and its kernel share a pixel column and a lone arrow was a line through every lane
+    var zoomedIn = (b - a) * (st.flow_zoom || 1) <= meta.span;
+    var nFlows = this.flows && zoomedIn ? this.drawFlows(ctx, X, flowEnds) : 0;
     this.drawMatches(ctx, X, a, b);
     this.drawHighlight(ctx, X, a, b);
     this.drawOverlay();
@@ -757,15 +760,25 @@
     labels.sort(function (p, q) { return (q.x1 - q.x0) - (p.x1 - p.x0); });
     ctx.font = "10px system-ui, sans-serif";
     ctx.textBaseline = "middle";
-    var n = Math.min(labels.length, st.label_max);
+    var n = Math.min(labels.length, st.label_max), drawn = 0;
+    var taken = new Map(); // per row (y): the [x0, x1] of the labels written there, widest boxes first
     for (var i = 0; i < n; i++) {
       var L = labels[i];
       var text = fitText(ctx, L.text, L.x1 - L.x0 - 6);
       if (!text) { continue; }
+      var x0 = L.x0 + 3, x1 = x0 + ctx.measureText(text).width, row = taken.get(L.y) || [];
+      // boxes that overlap on one row (an API call inside another's box): one label, never two on top
+      if (row.some(function (r) { return x0 < r[1] + 2 && r[0] < x1 + 2; })) { continue; }
+      row.push([x0, x1]);
+      taken.set(L.y, row);
       ctx.fillStyle = luminance(L.color) < 0.55 ? "#fff" : "#111";
-      ctx.fillText(text, L.x0 + 3, L.y + 0.5);
+      ctx.fillText(text, x0, L.y + 0.5);
+      drawn++;
     }
-    this.stats.labels = n;
+    this.stats.labels = drawn;
+    this.stats.labelBoxes = [];
+    var self = this;
+    taken.forEach(function (row, y) { row.forEach(function (r) { self.stats.labelBoxes.push([r[0], r[1], y]); }); });
   };
 
   Timeline.prototype.drawFlows = function (ctx, X, ends) {
@@ -1134,7 +1147,7 @@
         run: t.run, window: t.win.slice(), span: t.meta.span, level: t.stats.level, complete: t.stats.complete,
         draws: t.stats.draws, lastDraw: t.stats.lastDraw, drawMs: t.stats.drawMs, firstComplete: t.stats.firstComplete,
         items: t.stats.drawnItems, individual: t.stats.individual, aggregated: t.stats.aggregated, sm: t.stats.smDrawn,
-        flows: t.stats.flows, labels: t.stats.labels, legend: t.stats.legend.slice(), rows: t.meta.rows.label.slice(),
+        flows: t.stats.flows, labels: t.stats.labels, labelBoxes: (t.stats.labelBoxes || []).slice(), legend: t.stats.legend.slice(), rows: t.meta.rows.label.slice(),
         rowKinds: t.meta.rows.kind.slice(), matchesDrawn: t.stats.matchesDrawn, highlighted: t.stats.highlighted,
         query: t.query, show: t.show.slice(), width: t.width, origin: t.meta.origin,
         early: !!t.early, adoptedAt: t.adoptedAt || null,

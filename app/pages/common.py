@@ -5,28 +5,56 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from dash import html
+from dash import dcc, html
 
 from tracelab.errors import BadInput, MissingDependency
+from tracelab.render.format import fmt_ns
 from tracelab.store import RunRecord
 
 from ..components import error_page
 from ..state import AppState, describe_error
+from ..urls import href
 
 log = logging.getLogger("tracelab.app")
 
 
-def resolve_run(state: AppState, run: str | None) -> RunRecord | html.Div:
-    """The requested run's record (the newest when none is given), or an error page."""
+def resolve_run(state: AppState, run: str | None, pick: str | None = None) -> RunRecord | html.Div:
+    """The requested run's record, or an error page. Without a run: the only run when there is one; else,
+    with `pick` (the page's path, e.g. "timeline"), a page listing the runs to open it for (a run picker);
+    else the newest run."""
     if not run:
         runs = state.runs()
         if not runs:
             return error_page("No runs yet", "Import a trace on the Runs page, or run `tracelab demo`.")
+        if pick and len(runs) > 1:
+            return run_picker(runs, pick)
         run = runs[0].id
     try:
         return state.record(run)
     except BadInput as exc:
         return error_page("Unknown run", describe_error(exc))
+
+
+def run_picker(runs: list[RunRecord], page: str) -> html.Div:
+    """Which run to open `page` for: one link per run (in the Runs page's order), with its backend, GPU
+    and length. Names are untrusted: Dash escapes them."""
+    items = [
+        html.Li(
+            [
+                dcc.Link(r.name or r.id, href=href(page, run=r.id)),
+                html.Span(
+                    f" {r.id} · {r.backend or r.format} · {r.gpu or 'GPU unknown'} · {fmt_ns(r.span_ns)}",
+                    className="muted",
+                ),
+            ]
+        )
+        for r in runs
+    ]
+    return html.Div(
+        [html.H2(f"{page.capitalize()}: which run?"), html.P(f"{len(runs)} runs in the store; pick one."),
+         html.Ul(items, id="run-picker-list")],
+        id="run-picker",
+    )
 
 
 def internal_error_page(exc: Exception, what: str) -> html.Div:

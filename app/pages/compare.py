@@ -11,6 +11,7 @@ from dash import dcc, html
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
+from tracelab.render.format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
 from tracelab.store import RunRecord
 
 from ..components import data_table, run_options
@@ -21,11 +22,31 @@ from ..urls import href
 PATH = "/compare"
 
 
+_HEADER_WORDS = (("_delta_pct", " Δ %"), ("delta_pct", "Δ %"), ("_delta", " Δ (B − A)"), ("_a", " A"), ("_b", " B"))
+
+
+def _header(column: str) -> str:
+    """'count_a' -> 'count A', 'time_delta' -> 'time Δ (B − A)', 'delta_pct' -> 'Δ %'."""
+    for suffix, words in _HEADER_WORDS:
+        if column.endswith(suffix):
+            return column[: -len(suffix)].replace("_", " ") + words
+    return column.replace("_", " ")
+
+
+def _columns(df) -> list[dict[str, str]]:
+    return [{"name": _header(c), "id": c} for c in df.columns if c != "id"]
+
+
 def _fmt_delta_table(df, time_cols: list[str]):
+    """Times written by render.format (deltas signed, a plain 0 for no change), counts with thousands
+    separators (deltas signed)."""
     out = df.copy()
-    for c in time_cols:
-        if c in out.columns:
-            out[c] = [fmt_ns(v) for v in out[c].tolist()]
+    for c in out.columns:
+        values = out[c].tolist()
+        if c in time_cols:
+            out[c] = [fmt_signed_ns(v) if c.endswith("_delta") else fmt_ns(v) for v in values]
+        elif c.startswith(("count", "calls")):
+            out[c] = [fmt_signed_count(v) if c.endswith("_delta") else fmt_count(v) for v in values]
     return out
 
 
@@ -50,7 +71,14 @@ def green_contexts_section(cmp: Any) -> Any:
 def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     """The comparison of runs a (baseline) and b (variant), or a line saying what is missing."""
     if not a or not b:
-        return html.Div("Pick a baseline and a variant run.", id="compare-result", className="hint")
+        named = a or b
+        text = (
+            "No run of the same workload or program to compare it with: pick the "
+            + ("variant (B)." if a else "baseline (A).")
+            if named
+            else "Pick a baseline and a variant run."
+        )
+        return html.Div(text, id="compare-result", className="hint")
     try:
         ra, rb = state.record(a), state.record(b)
         an_a, an_b = state.analysis(ra.id), state.analysis(rb.id)
@@ -60,17 +88,15 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     t = comparison_tables(cmp)
     dev = t["devices"].copy()
     timed = dev["unit"] == "ns"
-    for c in ("baseline", "variant", "delta"):
-        dev[c] = [fmt_ns(v) if is_t else f"{v:,}" for v, is_t in zip(dev[c].tolist(), timed.tolist())]
-    dev.loc[timed, "delta"] = [
-        ("+" if not str(v).startswith("-") else "") + str(v) for v in dev.loc[timed, "delta"]
-    ]
+    for c in ("baseline", "variant"):
+        dev[c] = [fmt_ns(v) if is_t else fmt_count(v) for v, is_t in zip(dev[c].tolist(), timed.tolist())]
+    dev["delta"] = [fmt_signed_ns(v) if is_t else fmt_signed_count(v) for v, is_t in zip(dev["delta"].tolist(), timed.tolist())]
     headline = []
     if cmp.totals is not None:
         span, idle = cmp.totals.span_ns, cmp.totals.idle_ns
         headline = [
             html.Span(
-                f"span {fmt_ns(span.a)} → {fmt_ns(span.b)} ({'' if span.pct is None else f'{span.pct:+.1f}%'})"
+                f"span {fmt_ns(span.a)} → {fmt_ns(span.b)}" + ("" if span.pct is None else f" ({fmt_pct(span.pct)})")
             ),
             " · ",
             html.Span(f"idle {fmt_ns(idle.a)} → {fmt_ns(idle.b)}"),
@@ -88,21 +114,25 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
             config={"displaylogo": False},
         ),
         html.H4("Devices"),
-        data_table("compare-devices", dev.drop(columns=["unit"]), page_size=40),
+        data_table("compare-devices", dev.drop(columns=["unit"]), _columns(dev.drop(columns=["unit"])), page_size=40),
         html.H4("Idle gaps by cause"),
-        data_table("compare-gaps", _fmt_delta_table(t["gaps"], ["time_a", "time_b", "time_delta"])),
+        data_table("compare-gaps", g := _fmt_delta_table(t["gaps"], ["time_a", "time_b", "time_delta"]), _columns(g)),
         html.H4(
             f"Findings ({cmp.new_findings} new, {cmp.gone_findings} gone, {cmp.changed_findings} changed)"
         ),
         data_table(
-            "compare-findings", _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"])
+            "compare-findings",
+            f := _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"]),
+            _columns(f),
         ),
     ]
     if cmp.kernels_compared:
         parts += [
             html.H4("Top kernels"),
             data_table(
-                "compare-kernels", _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"])
+                "compare-kernels",
+                k := _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"]),
+                _columns(k),
             ),
         ]
     return html.Div(parts, id="compare-result")
@@ -158,8 +188,9 @@ def related_baseline(records: list[RunRecord], run_id: str) -> str | None:
 
 def default_pair(state: AppState, a: str | None, b: str | None) -> tuple[str | None, str | None]:
     """(baseline, variant) to show: what the URL names; with only one run named, that run and its
-    related baseline (`related_baseline`); with none, the newest run and its related baseline (or
-    the run before it)."""
+    related baseline (`related_baseline`); with none, the newest run and its related baseline. A run of
+    another workload or program is never pre-selected: without a related run the other side is None and
+    the page asks for it (issue 28: a DDP run against default_stream/legacy_blocking read "+63959 %")."""
     records = state.runs()
     ids = [r.id for r in records]
 
@@ -176,12 +207,12 @@ def default_pair(state: AppState, a: str | None, b: str | None) -> tuple[str | N
         return a_id, b_id
     if b_id or a_id:
         named = b_id or a_id
-        other = related_baseline(records, named) or next((i for i in ids if i != named), None)
+        other = related_baseline(records, named)
         return (other, named) if b_id else (named, other)
     if not ids:
         return None, None
     newest = ids[0]
-    return related_baseline(records, newest) or (ids[1] if len(ids) > 1 else newest), newest
+    return related_baseline(records, newest), newest
 
 
 def compare_layout(state: AppState, a: str | None = None, b: str | None = None) -> html.Div:

@@ -1,5 +1,6 @@
 """Gaps & findings page: /gaps?run=ID. Gaps sorted by duration with cause and evidence, findings with
-evidence; clicking a gap (table row or scatter point) or a finding opens the timeline at its window."""
+evidence; clicking a gap (table row or chart point) or a finding opens the timeline at its window. The
+page loads no plotly.js: the chart is an SVG document (tracelab.render.gaps_svg)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 
 from dash import dcc, html
 
-from tracelab.render.figures import fmt_ns, gaps_figure, gaps_table
+from tracelab.render.figures import fmt_ns, gaps_table
 from tracelab.render.gap_evidence import gap_evidence
+from tracelab.render.gaps_svg import gaps_svg
 
 from ..components import data_table, run_header
 from ..data import finding_window, findings_table
@@ -78,10 +80,16 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     f"{fmt_ns(analysis.options.gap_threshold_ns)})"
                 ),
                 html.P("Click a gap (row or point) to open the timeline there.", className="hint"),
-                dcc.Graph(
+                # one SVG document, no plotly.js (which took most of this page's draw time): each point a
+                # link to the timeline at its gap, its evidence as the tooltip
+                html.Iframe(
                     id="gaps-graph",
-                    figure=gaps_figure(drawn, origin, gap_evidence(analysis, drawn)),
-                    config={"displaylogo": False},
+                    srcDoc=gaps_svg(drawn, origin, gap_evidence(analysis, drawn), [
+                        timeline_href(record.id, *gap_window(g.start_ns, g.end_ns, record.start_ns, record.end_ns))
+                        for g in drawn
+                    ]),
+                    style={"width": "100%", "height": "320px", "border": "0"},
+                    title="idle gaps by start and length",
                 ),
                 html.P(
                     f"The {MAX_GAP_ROWS:,} longest of {len(longest):,} gaps are listed."

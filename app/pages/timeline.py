@@ -300,7 +300,7 @@ def selection_panel(state: AppState, record: RunRecord, selected: dict[str, Any]
 def timeline_layout(
     state: AppState, run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None
 ) -> html.Div:
-    record = resolve_run(state, run)
+    record = resolve_run(state, run, pick="timeline")  # no run named: ask which (issue 28)
     if not isinstance(record, RunRecord):
         return record
     query = (q or "").strip()[:MAX_QUERY]

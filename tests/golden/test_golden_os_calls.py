@@ -46,7 +46,7 @@ def test_blocked_in_sleep_is_no_work_and_names_the_call(tmp_path):
     assert g["cause"] == "no_work" and g["host_data"] == "cuda_api+os_calls"
     ev = g["evidence"]
     # 170/190 = 89.5% -> "89%" (both the thread and "no launching thread ran": it is the only one)
-    assert "which was blocked in OS calls 89% of the time up to then (clock_nanosleep from +10.0 µs to +180.0 µs)" in ev
+    assert "which was blocked in OS calls 89% of the time up to then (clock_nanosleep from 10.0 µs into the gap to 180.0 µs into the gap)" in ev
     assert "no launching thread of the process ran for 89% of it (1 launching thread)" in ev
     assert ev.endswith("(host data: CUDA API calls + OS calls)")
 
@@ -110,8 +110,8 @@ def test_sync_in_progress_then_blocked_in_the_os(tmp_path):
     g = gap_of(nsys(p, tmp_path))
     assert g["cause"] == "no_work"
     # measured from the wait's return (issue 24 item 7): [102,290), 180/188 = 95.7% in the sleep
-    assert "returned at +2.0 µs, covering 1% of the gap; after it:" in g["evidence"]
-    assert "blocked in OS calls 96% of the time up to then (clock_nanosleep from +5.0 µs to +185.0 µs)" in g["evidence"]
+    assert "returned at 2.0 µs into the gap, covering 1% of the gap; after it:" in g["evidence"]
+    assert "blocked in OS calls 96% of the time up to then (clock_nanosleep from 5.0 µs into the gap to 185.0 µs into the gap)" in g["evidence"]
     assert "no launching thread of the process ran for 96% of it" in g["evidence"]
     # a short read [105,150) (45/190 = 24%) leaves the in-progress sync as the cause
     q = ab()

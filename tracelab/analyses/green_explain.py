@@ -22,6 +22,7 @@ from .sm_partitions import (
     kernel_columns,
 )
 from .sm_time import _sm_time, _without_blocks
+from .units import fmt_ns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -176,7 +177,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
     base = sequential_tl.meta.variant or "baseline"
     text = [
         (
-            f"{name} takes {ratio:.2f}x the {base} time ({v_span / 1e6:.3f} ms vs {s_span / 1e6:.3f} ms: "
+            f"{name} takes {ratio:.2f}x the {base} time ({fmt_ns(v_span)} vs {fmt_ns(s_span)}: "
             f"{verdict})."
         )
     ]
@@ -208,13 +209,13 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
             else f"on {sms_v or 'an unknown number of'} SMs ({sms_s or 'unknown'} in {base})"
         )
         text.append(
-            f"The matmul ({label}) runs {where}: {mm_v / 1e6:.3f} ms vs {mm_s / 1e6:.3f} ms "
+            f"The matmul ({label}) runs {where}: {fmt_ns(mm_v)} vs {fmt_ns(mm_s)} "
             f"({mm_ratio:.2f}x)."
         )
     if ew_ns and ew_part is not None:
         on = f"on the {ew_part.sm_count}-SM partition" if ew_part.green_context >= 0 else "on their stream"
         text.append(
-            f"The elementwise kernels {on} take {ew_nv / 1e6:.3f} ms vs {ew_ns / 1e6:.3f} ms in {base} "
+            f"The elementwise kernels {on} take {fmt_ns(ew_nv)} vs {fmt_ns(ew_ns)} in {base} "
             f"on all {sms_s} SMs ({ew_ratio:.2f}x)."
         )
     if green:
@@ -223,7 +224,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
                 continue
             text.append(
                 f"The {label} {pb[0].sm_count}-SM partition {pb[0].green_context} is busy {frac(pb):.0%} of the "
-                f"span and leaves {idle(pb) / 1e6:.1f} SM-ms idle ({idle(pb) / max(var.sm_count * span, 1):.1%} "
+                f"span and leaves {idle(pb) / 1e6:,.1f} SM-ms idle ({idle(pb) / max(var.sm_count * span, 1):.1%} "
                 f"of the GPU's SM-time)."
             )
         n_est = int((~_instrumented(var)).sum()) if var.blocks is not None else len(var.kernels)

@@ -46,6 +46,7 @@ from .sm_heatmap import SmGrid, _range_bin_coverage, sm_grid
 from .sm_partitions import NONE_PARTITION, SM_LANE_COLUMNS, LaneSource, Partition
 from .sm_time import (
     IDLE_PARTITION_CRITICAL,
+    IDLE_PARTITION_INFO,
     IDLE_PARTITION_THRESHOLD,
     KernelSmAgreement,
     SmAgreement,
@@ -61,6 +62,7 @@ from .sm_time import (
 
 __all__ = [
     "IDLE_PARTITION_CRITICAL",
+    "IDLE_PARTITION_INFO",
     "IDLE_PARTITION_THRESHOLD",
     "NONE_PARTITION",
     "SM_LANE_COLUMNS",

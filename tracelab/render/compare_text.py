@@ -14,7 +14,17 @@ from typing import Any
 from tracelab.analyses.compare import Comparison, Delta, DeviceComparison, GapCauseDelta, Verdict
 from tracelab.analyses.results import TraceInfo
 from tracelab.render.comm_text import explain_comm_overlap
-from tracelab.render.format import fmt_fraction, fmt_ns, fmt_pct, fmt_points, fmt_ratio, fmt_signed_ns
+from tracelab.render.format import (
+    fmt_count,
+    fmt_fraction,
+    fmt_ns,
+    fmt_pct,
+    fmt_points,
+    fmt_ranks,
+    fmt_ratio,
+    fmt_signed_count,
+    fmt_signed_ns,
+)
 
 # re-exported for the report writers and older callers (the formatting itself is in render/format.py)
 __all__ = ["fmt_fraction", "fmt_ns", "fmt_pct", "fmt_signed_ns", "shorten", "term_safe"]
@@ -35,6 +45,47 @@ def shorten(text: str, limit: int | None) -> str:
     return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
 
 
+def shorten_distinct(texts: list[str], limit: int) -> list[str]:
+    """`shorten` each text, but never giving two different texts the same label: where middle cuts
+    collide (kernel names that differ only in their middle), those labels show the start, then the part
+    where the text differs from the others ('sm80_xmma_…_tn_n_tilesize128x128…'), and if that is still
+    not enough a ' #2' suffix."""
+    out = [shorten(t, limit) for t in texts]
+    if limit < 12:
+        return out
+    groups: dict[str, list[int]] = {}
+    for i, label in enumerate(out):
+        groups.setdefault(label, []).append(i)
+    for idx in groups.values():
+        if len({texts[i] for i in idx}) < 2:
+            continue
+        for i in idx:
+            t = texts[i]
+            others = [texts[j] for j in idx if texts[j] != t]
+            # the first character where t differs from each other text: show from the earliest such
+            p = min(next((k for k, (x, y) in enumerate(zip(t, o)) if x != y), min(len(t), len(o))) for o in others)
+            head = max(limit // 4, 4)
+            if p <= head + 4:
+                out[i] = shorten(t, limit)
+                continue
+            start = max(p - 4, head)
+            room = limit - head - 1
+            window = t[start:start + room]
+            if start + room < len(t):
+                window = window[:-1] + "…"
+            out[i] = t[:head] + "…" + window
+    seen: dict[str, int] = {}
+    for i, label in enumerate(out):  # what is still shared gets a number (the first keeps its label)
+        if label in seen and texts[seen[label]] != texts[i]:
+            k = 2
+            while (alt := shorten(label, limit - len(f" #{k}")) + f" #{k}") in seen:
+                k += 1
+            out[i] = alt
+            label = alt
+        seen.setdefault(label, i)
+    return out
+
+
 def term_safe(text: object, limit: int | None = None) -> str:
     """Untrusted text (kernel names, file names) made safe for a terminal: control characters
     (ANSI escapes, newlines, bidi overrides) become '?', long text is cut in the middle."""
@@ -47,7 +98,7 @@ def fmt_delta_ns(d: Delta) -> str:
 
 
 def fmt_delta_count(d: Delta) -> str:
-    return f"{d.delta:+d} ({fmt_pct(d.pct)})" if d.delta else "0"
+    return f"{fmt_signed_count(d.delta)} ({fmt_pct(d.pct)})" if d.delta else "0"
 
 
 def device_label(d: DeviceComparison) -> str:
@@ -101,7 +152,7 @@ def device_rows(d: DeviceComparison) -> list[list[str]]:
                      fmt_fraction(d.sm_busy_b), fmt_points(d.sm_busy_b - d.sm_busy_a), ""])
     for label, f in (("gaps", "gaps"), ("kernel launches", "kernels"), ("memcpys", "memcpys")):
         v: Delta = getattr(d, f)
-        rows.append([label, str(v.a), str(v.b), f"{v.delta:+d}", fmt_pct(v.pct)])
+        rows.append([label, fmt_count(v.a), fmt_count(v.b), fmt_signed_count(v.delta), fmt_pct(v.pct)])
     return rows
 
 
@@ -283,8 +334,8 @@ def format_comparison(
         out.append(term_safe(verdict_line(c.verdict, width), width))
         out += _wrap(term_safe(verdict_detail(c.verdict)), width, "  ")
     out += [
-        term_safe(f"A (baseline): {term_safe(la)}  [{c.a.format}, ranks {','.join(map(str, c.a.ranks))}]", width),
-        term_safe(f"B (variant):  {term_safe(lb)}  [{c.b.format}, ranks {','.join(map(str, c.b.ranks))}]", width),
+        term_safe(f"A (baseline): {term_safe(la)}  [{c.a.format}, {fmt_ranks(c.a.ranks)}]", width),
+        term_safe(f"B (variant):  {term_safe(lb)}  [{c.b.format}, {fmt_ranks(c.b.ranks)}]", width),
         "deltas are B - A; percentages relative to A",
     ]
     for n in c.notes:
@@ -330,8 +381,9 @@ def format_comparison(
         header = ["kernel", "calls A", "calls B", "total A", "total B", "delta", "%"]
         rows = kernel_rows(c, lambda n: n or "(unnamed)")
         limit = name_width or _fit_name_width(rows, header, width)
-        for r in rows:
-            r[0] = term_safe(r[0], limit)
+        # names that differ only in their middle stay told apart (a middle cut alone made identical rows)
+        for r, label in zip(rows, shorten_distinct([_CONTROL.sub("?", r[0]) for r in rows], limit)):
+            r[0] = label
         out += ["", "== top kernels by total time"]
         out += _table(header, rows or [["(no kernels)", "0", "0", "-", "-", "0", ""]])
     return "\n".join(out)

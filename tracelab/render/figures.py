@@ -18,7 +18,8 @@ import plotly.graph_objects as go
 from tracelab.analyses.kernels import KERNEL_TABLE_COLUMNS, kernel_table  # noqa: F401  (moved to the analyses)
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
 
-from .format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
+from .format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_pct, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
+from .gaps_svg import duration_ticks, offset_ticks
 
 # ---------------------------------------------------------------------------------------------
 # text helpers
@@ -189,13 +190,23 @@ def stream_utilization_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
     return fig
 
 
+# Up to this many points the gaps chart is SVG: a WebGL context costs more to start than SVG draws a few
+# thousand markers, and far more in a browser without a GPU (headless Chromium renders WebGL in software).
+SVG_MAX_POINTS = 3000
+
+
 def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None) -> go.Figure:
     """Idle gaps on a time axis, coloured by cause (each point carries customdata [start, end] in ns
-    from `origin_ns`); `evidence`: each gap's evidence text in the order of `gaps`, for the hover."""
+    from `origin_ns`); `evidence`: each gap's evidence text in the order of `gaps`, for the hover. Both
+    axes are in ns and labelled by render.format: the start as an offset from the run start (`+12.0 ms`),
+    the length on a log axis (`10.0 µs`, `100.0 µs`, `1.00 ms`)."""
     if not gaps:
         return empty_figure("no idle gaps above the threshold")
-    df = pd.DataFrame([g.__dict__ for g in gaps])
-    df["evidence"] = list(evidence) if evidence is not None else ""
+    start = np.fromiter((g.start_ns for g in gaps), dtype=np.int64, count=len(gaps)) - int(origin_ns)
+    end = np.fromiter((g.end_ns for g in gaps), dtype=np.int64, count=len(gaps)) - int(origin_ns)
+    dur = end - start
+    causes = np.array([g.cause for g in gaps], dtype=object)
+    ev = np.array(list(evidence) if evidence is not None else [""] * len(gaps), dtype=object)
     fig = go.Figure()
     colors = {
         "host_sync": "#d62728",
@@ -205,28 +216,31 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | N
         "no_work": "#7f7f7f",
         "unknown": "#bcbd22",
     }
-    for cause, part in df.groupby("cause", sort=True):
+    scatter = go.Scatter if len(gaps) <= SVG_MAX_POINTS else go.Scattergl
+    for cause in sorted(set(causes.tolist())):
+        m = causes == cause
         fig.add_trace(
-            go.Scattergl(
-                x=(part["start_ns"] - origin_ns) / 1e3,
-                y=part["duration_ns"] / 1e3,
+            scatter(
+                x=start[m],
+                y=dur[m],
                 mode="markers",
                 name=str(cause),
                 marker={"color": colors.get(str(cause), "#333"), "size": 8},
-                customdata=np.column_stack(
-                    [part["start_ns"] - origin_ns, part["end_ns"] - origin_ns]
-                ).tolist(),
+                customdata=np.column_stack([start[m], end[m]]).tolist(),
                 hovertext=[
-                    f"{plotly_text(cause)} · {fmt_ns(d)}<br>{plotly_text(ev)}"
-                    for d, ev in zip(part["duration_ns"].tolist(), part["evidence"].tolist())
+                    f"{plotly_text(cause)} · {d} at {t}<br>{plotly_text(e)}"
+                    for d, t, e in zip(fmt_ns_many(dur[m]), fmt_rel_many(start[m]), ev[m].tolist())
                 ],
                 hoverinfo="text",
             )
         )
+    x_hi = max(int(end.max()), 1)
+    x_vals = offset_ticks(x_hi)
+    y_vals, y_text = duration_ticks(float(dur.min()), float(dur.max()))
     fig.update_layout(
-        xaxis_title="gap start (µs from run start)",
-        yaxis_title="gap length (µs)",
-        yaxis_type="log",
+        xaxis={"title": "gap start (from the run start)", "tickvals": x_vals,
+               "ticktext": ["0", *fmt_rel_many(x_vals[1:])], "range": [-0.02 * x_hi, 1.02 * x_hi]},
+        yaxis={"title": "gap length", "type": "log", "tickvals": y_vals, "ticktext": y_text},
         height=320,
         margin={"l": 10, "r": 10, "t": 30, "b": 40},
     )
@@ -309,7 +323,7 @@ def compare_bars_figure(comparison: Any, *, a_label: str = "baseline", b_label: 
             y=[x.b / 1e6 for x in deltas],
             name=plotly_text(b_label),
             marker_color="#1f77b4",
-            text=[fmt_ns(x.b) + ("" if x.pct is None else f" ({x.pct:+.0f}%)") for x in deltas],
+            text=[fmt_ns(x.b) + ("" if x.pct is None else f" ({fmt_pct(x.pct)})") for x in deltas],
             textposition="outside",
         )
     )

@@ -162,8 +162,8 @@ def _idle_partition(f: Finding) -> Prose:
         dev_sms = max(p["device_sm_count"], 1)
         texts.append(
             f"green-context partition {p['green_context']} ({p['sm_count']} of {p['device_sm_count']} SMs) is busy "
-            f"{p['busy_fraction']:.0%} of the {span / 1e6:.3f} ms span ({p['source']}): "
-            f"{p['idle_sm_ns'] / 1e6:.1f} SM-ms idle, {p['idle_sm_ns'] / (dev_sms * span):.0%} of the device's "
+            f"{p['busy_fraction']:.0%} of the {fmt_ns(span)} span ({p['source']}): "
+            f"{p['idle_sm_ns'] / 1e6:,.1f} SM-ms idle, {p['idle_sm_ns'] / (dev_sms * span):.0%} of the device's "
             "SM-time"
         )
     msg = "; ".join(texts) + ". Give it fewer SMs or more work."

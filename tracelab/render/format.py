@@ -31,10 +31,12 @@ __all__ = [
     "fmt_offset",
     "fmt_pct",
     "fmt_points",
+    "fmt_ranks",
     "fmt_ratio",
     "fmt_rel",
     "fmt_rel_many",
     "fmt_share",
+    "fmt_signed_count",
     "fmt_signed_ns",
     "run_origin",
 ]
@@ -122,8 +124,11 @@ def fmt_share(part: float, whole: float) -> str:
 
 
 def fmt_pct(pct: float | None) -> str:
-    """A relative change already in percent, signed: +17.5%; 'n/a' when undefined."""
-    return "n/a" if pct is None else f"{pct:+.1f}%"
+    """A relative change already in percent, signed: +17.5%; '0.0%' for a change that rounds to nothing
+    (never '-0.0%' or '+0.0%'); 'n/a' when undefined."""
+    if pct is None:
+        return "n/a"
+    return "0.0%" if round(float(pct), 1) == 0 else f"{pct:+.1f}%"
 
 
 def fmt_delta_pct(a: float, b: float) -> str:
@@ -141,11 +146,28 @@ def fmt_ratio(a: float, b: float) -> str:
     return f"{b / a:.2f}x" if a else "n/a"
 
 
+def fmt_signed_count(n: int) -> str:
+    """A difference of counts: +2, -1,018, and a plain 0 for no change (as `fmt_signed_ns`)."""
+    return f"{int(n):+,d}" if n else "0"
+
+
 def fmt_count(n: int, word: str | None = None) -> str:
     """1,234 (and '1,234 kernels' / '1 kernel' with a word)."""
     if word is None:
         return f"{int(n):,}"
     return f"{int(n):,} {word}{'' if n == 1 else 's'}"
+
+
+def fmt_ranks(ranks: Iterable[int]) -> str:
+    """Which ranks a run has, never readable as a count: 'rank 0', 'ranks 0, 1', '8 ranks (0-7)', 'no rank'."""
+    rs = sorted({int(r) for r in ranks})
+    if not rs:
+        return "no rank"
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if len(rs) > 4 and rs[-1] - rs[0] == len(rs) - 1:
+        return f"{len(rs)} ranks ({rs[0]}-{rs[-1]})"
+    return "ranks " + ", ".join(map(str, rs))
 
 
 def run_origin(analysis: Any) -> int:

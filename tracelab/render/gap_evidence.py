@@ -7,7 +7,9 @@
 Sentences are built column-wise: names and offsets are formatted once per distinct value, and the
 pieces are joined with numpy object-array concatenation (runs in C), so the evidence of every gap of a
 large trace (`analyze --json`) costs a few vectorized passes, not a Python format call per gap.
-Offsets are relative to the gap start ("+12.3 µs"); durations and offsets come from render.format.
+Points in time inside the evidence are said from the gap's start ("2.63 ms into the gap", "41 ns before
+the gap"), never as a signed offset that could be read as one from the run start ("+8.27 ms", which is
+how the gap's own start is written); the durations come from render.format.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..analyses.distinct import distinct_codes
 from ..analyses.names import short_name
 from ..analyses.results import CAUSES, HOST_DATA, Analysis, Gap, GapDetails, GapTable
 from ..model import EventKind
-from .format import fmt_rel_many
+from .format import fmt_ns_many
 
 __all__ = ["HOST_DATA_WORDS", "evidence_texts", "gap_evidence"]
 
@@ -77,8 +79,8 @@ def evidence_texts(d: GapDetails) -> list[str]:
     out = np.full(n, "", dtype=object)
 
     def queued(m: np.ndarray) -> list[str]:
-        """'<op> was already launched (<call> at +t) but started only at +t' for the rows m."""
-        return [f"{w} was already launched ({c} at {t}) but started only at {e}"
+        """'<op> was already launched (<call>, t before the gap) but started only t into the gap'."""
+        return [f"{w} was already launched ({c}, {t}) but started only {e}"
                 for w, c, t, e in zip(what[m], caller[m], rel_l[m], rel_b[m])]
 
     def op_names(ids: np.ndarray) -> np.ndarray:
@@ -90,7 +92,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
         k = d.dep_name[m] >= 0
         if k.any():
             names, at = _labels(nm, d.dep_name[m][k]), _rel(d.dep_start[m][k] - a[m][k])
-            txt[k] = [f"{t}; last {x} at {w}" for t, x, w in zip(txt[k], names, at)]
+            txt[k] = [f"{t}; last {x} {w}" for t, x, w in zip(txt[k], names, at)]
         out[m] = txt
 
     sync = cause == _CODE["host_sync"]
@@ -109,8 +111,8 @@ def evidence_texts(d: GapDetails) -> list[str]:
             if k.any():
                 host[k] = " (host in " + op_names(op[k]) + ")"
             out[m] = [
-                f"{w} was waiting when the GPU went idle and returned at {r}; "
-                + (f"next launch only at {tl} ({c}){h}" if f else f"next {x} at {tb}")
+                f"{w} was waiting when the GPU went idle and returned {r}; "
+                + (f"next launch only {tl} ({c}){h}" if f else f"next {x} {tb}")
                 for w, r, f, tl, c, h, x, tb in zip(
                     who[m], _rel(d.wait_end[m] - a[m]), found[m].tolist(), rel_l[m], caller[m], host, what[m], rel_b[m]
                 )
@@ -141,7 +143,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
 
     m = (cause == _CODE["no_work"]) & ~d.os_blocked & ~d.host_idle
     if m.any():
-        out[m] = [f"{c} has no recorded activity before its launch at {t} ({w}): the launching thread was absent"
+        out[m] = [f"{c} has no recorded activity before its launch {t} ({w}): the launching thread was absent"
                   for c, t, w in zip(caller[m], rel_l[m], what[m])]
     m = (cause == _CODE["no_work"]) & d.os_blocked
     if m.any():
@@ -149,7 +151,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
         more = np.where(d.os_calls[m] > 1, _labels(lambda k: f", {k} calls", d.os_calls[m]), "")
         threads = _labels(lambda k: "1 launching thread" if k == 1 else f"{k} launching threads", d.os_threads[m])
         out[m] = [
-            f"{w} launched only at {t} by {c}, which was blocked in OS calls {ps}% of the time up to "
+            f"{w} launched only {t} by {c}, which was blocked in OS calls {ps}% of the time up to "
             f"then ({x} from {s} to {e}{k}); no launching thread of the process ran for {pa}% of it ({th}) {r}"
             for w, t, c, ps, x, s, e, k, pa, th, r in zip(
                 what[m], rel_l[m], caller[m], _pct(d.os_self[m]), call, _rel(d.os_start[m] - a[m]),
@@ -165,10 +167,15 @@ def evidence_texts(d: GapDetails) -> list[str]:
         k = op >= 0
         if k.any():
             inside[k] = " (in " + op_names(op[k]) + ")"
+        # a launch call that began before the gap and returned inside it: the GPU waited for the call itself
+        inflight = (l_start[m] < a[m]).tolist()
         out[m] = [
-            f"{w} launched only at {t} by {c}, which was not waiting for the GPU; host busy {p}% of the time up "
-            f"to the next launch {r}{i}"
-            for w, t, c, p, r, i in zip(what[m], rel_l[m], caller[m], _pct(d.host_active[m]), recorded, inside)
+            (f"{w} was still being launched when the GPU went idle ({c} began {t}), which was not waiting for "
+             if f else f"{w} launched only {t} by {c}, which was not waiting for ")
+            + f"the GPU; host busy {p}% of the time up to the next launch {r}{i}"
+            for w, t, c, p, r, i, f in zip(
+                what[m], rel_l[m], caller[m], _pct(d.host_active[m]), recorded, inside, inflight
+            )
         ]
 
     # a wait was in progress when the gap began but did not cover it: the cause is that of the time after it
@@ -183,7 +190,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
     unknown = cause == _CODE["unknown"]
     m = unknown & ~found
     if m.any():
-        out[m] = [f"next {w} at {t}; its launch is not in the trace" for w, t in zip(what[m], rel_b[m])]
+        out[m] = [f"next {w} {t}; its launch is not in the trace" for w, t in zip(what[m], rel_b[m])]
     m = unknown & found
     if m.any():
         graph = d.next_graph[m].tolist()
@@ -216,10 +223,13 @@ def _factorize(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rel(ns: np.ndarray) -> np.ndarray:
-    """'+12.3 µs' per element (render.format), formatted once per distinct value."""
+    """A time from the gap's start, per element: '12.3 µs into the gap', '41 ns before the gap' (durations
+    from render.format), formatted once per distinct value."""
     ns = np.asarray(ns, dtype=np.int64)
     uniq, inverse = np.unique(ns, return_inverse=True)
-    return np.array(fmt_rel_many(uniq), dtype=object)[inverse]
+    words = [f"{t} before the gap" if v < 0 else f"{t} into the gap"
+             for v, t in zip(uniq.tolist(), fmt_ns_many(np.abs(uniq)))]
+    return np.array(words, dtype=object)[inverse]
 
 
 _PERCENT = np.array([str(i) for i in range(101)], dtype=object)

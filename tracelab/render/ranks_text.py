@@ -4,6 +4,7 @@ operation label, but labels still go through `term_safe`)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 
 from ..analyses.ranks import RankAnalysis
@@ -14,13 +15,16 @@ def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
-def format_ranks(ra: RankAnalysis, max_ranks: int = 32) -> str:
-    """The Ranks section as text ending in a newline; '' for a single-rank run."""
+def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str:
+    """The Ranks section as text ending in a newline, every line at most `width` (>= 98) characters ('' for a
+    single-rank run): the rank table (98 columns), then the collectives and stragglers wrapped with a
+    hanging indent."""
     if not ra.multi_rank:
         return ""
+    width = max(width, 98)
     lines = ["Ranks"]
-    head = f"{'rank':>5}  {'span':>10}  {'busy':>7}  {'idle: main cause':<28}  {'comm':>10}  {'comm∥compute':>12}  "
-    head += f"{'waited in coll.':>15}  {'last':>4}"
+    head = (f"{'rank':>4}  {'span':>9}  {'busy':>6}  {'idle: main cause':<33}  {'comm':>9}  {'comm∥comp':>9}  "
+            f"{'coll. wait':>10}  {'last':>4}")
     lines.append(head)
     shown = sorted(ra.ranks, key=lambda r: (-r.collective_wait_ns, r.rank))[:max_ranks]
     for r in sorted(shown, key=lambda r: r.rank):
@@ -28,19 +32,20 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32) -> str:
         main = max(causes, key=lambda x: x[1]) if causes else ("-", 0)
         idle = f"{fmt_ns(r.idle_ns)} ({main[0]} {_pct(main[1], r.idle_ns)})" if r.idle_ns else "0"
         lines.append(
-            f"{r.rank:>5}  {fmt_ns(r.span_ns):>10}  {_pct(r.busy_ns, r.span_ns):>7}  {idle:<28}  "
-            f"{fmt_ns(r.comm_ns):>10}  {fmt_ns(r.compute_comm_overlap_ns):>12}  "
-            f"{fmt_ns(r.collective_wait_ns):>15}  {r.times_last:>4}"
+            f"{r.rank:>4}  {fmt_ns(r.span_ns):>9}  {_pct(r.busy_ns, r.span_ns):>6}  {idle:<33}  "
+            f"{fmt_ns(r.comm_ns):>9}  {fmt_ns(r.compute_comm_overlap_ns):>9}  "
+            f"{fmt_ns(r.collective_wait_ns):>10}  {r.times_last:>4}"
         )
     if len(ra.ranks) > len(shown):
         lines.append(f"  ({len(ra.ranks) - len(shown)} more ranks with less collective wait not shown)")
+    wrap = lambda text: textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)
     c = ra.collectives
     if c.calls:
         ops = Counter(x.name for x in c.calls)
         what = ", ".join(f"{term_safe(op, 40)} ×{n}" for op, n in ops.most_common())
         total_wait = sum(x.wait_ns for x in c.calls)
         worst = max(c.calls, key=lambda x: x.skew_ns)
-        lines.append(
+        lines += wrap(
             f"Collectives matched across ranks: {len(c.calls)} ({what}); ranks waited {fmt_ns(total_wait)} "
             f"in them for the last arrival; worst skew {fmt_ns(worst.skew_ns)} "
             f"({term_safe(worst.name, 40)} #{worst.seq}, last rank {worst.last_rank})"
@@ -53,7 +58,7 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32) -> str:
             f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)}{why(s.rank)})"
             for s in c.stragglers[:3]
         )
-        lines.append(f"Stragglers: {strag}")
+        lines += wrap(f"Stragglers: {strag}")
     for n in c.notes:
-        lines.append(f"  - {term_safe(n, 300)}")
+        lines += textwrap.wrap(f"  - {term_safe(n, 300)}", width, subsequent_indent="    ")
     return "\n".join(lines) + "\n"

@@ -402,8 +402,8 @@ def render_html(
             for d in analysis.devices[:limits.max_activity_devices]:
                 series = rf.kind_binned(timeline, d.rank, d.device, edges)
                 if series:
-                    title = f"r{d.rank}/d{d.device}: compute, copy and comm activity"
-                    body.append(figs.place(rf.activity_figure(series, edges, title, run_origin(analysis))))
+                    label = f"r{d.rank}/d{d.device}: compute, copy and comm activity"  # not `title`: the page's
+                    body.append(figs.place(rf.activity_figure(series, edges, label, run_origin(analysis))))
             if len(analysis.devices) > limits.max_activity_devices:
                 body.append(f'<p class="muted">Activity lines shown for the first {limits.max_activity_devices} of '
                             f"{len(analysis.devices)} devices; the heatmap above shows all.</p>")

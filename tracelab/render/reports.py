@@ -24,6 +24,7 @@ from tracelab.analyses.results import Analysis
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.model import Timeline
 from tracelab.render.document import to_document
+from tracelab.render.format import fmt_ranks
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 
@@ -49,7 +50,7 @@ def metadata_rows(analysis: Analysis, timeline: Timeline | None) -> list[tuple[s
     rows = [
         ("source", analysis.trace.source),
         ("format", analysis.trace.format),
-        ("ranks", ", ".join(map(str, analysis.trace.ranks))),
+        ("ranks", fmt_ranks(analysis.trace.ranks)),
         ("gap threshold", f"{analysis.options.gap_threshold_ns / 1e3:g} µs"),
     ]
     notes = list(analysis.notes)

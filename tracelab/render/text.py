@@ -311,10 +311,13 @@ def analysis_renderables(
     findings = findings_table(analysis.findings)
     parts += [findings, Text("")] if findings is not None else [Text("No findings.\n")]
     if analysis.notes:
-        notes = Text("Notes\n", style="bold")
+        # a hanging indent: a wrapped note goes on under its own text, not at column 0
+        notes = Table.grid()
+        notes.add_column(no_wrap=True)
+        notes.add_column()
         for n in analysis.notes:
-            notes.append(f"  - {term_safe(n, 400)}\n", style="dim")
-        parts.append(notes)
+            notes.add_row("  - ", Text(term_safe(n, 400), style="dim"))
+        parts += [Text("Notes", style="bold"), notes]
     return parts
 
 

@@ -78,6 +78,7 @@ IDLE_ALL_PX = 9  # thickness of a fully idle stretch on the idle row
 GAP_PX = 9
 ROW_PX = 26  # one row unit
 FLOW_MAX = 400  # arrows drawn only when at most this many launch -> GPU pairs are in view
+FLOW_ZOOM = 4  # ... and only zoomed in: the window at most a quarter of the run (no lone arrow at whole-run zoom)
 LABEL_MAX = 400  # names drawn inside at most this many boxes
 LABEL_MIN_PX = 36  # boxes narrower than this carry no name
 NAME_CHARS = 200  # names are sent cut in the middle to this length
@@ -113,6 +114,7 @@ def style() -> dict[str, Any]:
         "label_min_px": LABEL_MIN_PX,
         "label_max": LABEL_MAX,
         "flow_max": FLOW_MAX,
+        "flow_zoom": FLOW_ZOOM,
     }
 
 

@@ -33,6 +33,9 @@ class SmRows:
     n_sms: int
     source: str
     partitions: tuple[tuple[int, int, int], ...] = ()
+    # green context of each SM id (-1: outside every green context or unseen), for partitions whose SMs
+    # interleave (measured lanes: the hardware hands a partition SMs 4, 5, 8, ...); () when not known
+    sm_partition: tuple[int, ...] = ()
 
 
 def sm_partitions_of(frame: pd.DataFrame) -> tuple[tuple[int, int, int], ...]:
@@ -48,9 +51,47 @@ def sm_partitions_of(frame: pd.DataFrame) -> tuple[tuple[int, int, int], ...]:
     return tuple((int(a), int(b), int(c)) for a, b, c in zip(g["green_context"], lo, hi))
 
 
-def _sm_bands(n_sms: int, partitions: tuple[tuple[int, int, int], ...]) -> list[tuple[int, int, str]]:
+def sm_partition_map(frame: pd.DataFrame, n_sms: int) -> tuple[int, ...]:
+    """The green context of each SM id seen in an SM-lane frame (-1 where none is seen); () without
+    green contexts. Vectorized: each lane row marks its SM range."""
+    if frame is None or len(frame) == 0 or "green_context" not in frame.columns or n_sms <= 0:
+        return ()
+    gc = frame["green_context"].to_numpy(dtype=np.int64)
+    if not (gc >= 0).any():
+        return ()
+    lo = np.clip(frame["sm_first"].to_numpy(dtype=np.int64), 0, n_sms - 1)
+    hi = np.clip(frame["sm_last"].to_numpy(dtype=np.int64), 0, n_sms - 1)
+    counts = np.maximum(hi - lo + 1, 0)
+    sms = np.repeat(lo, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+    out = np.full(n_sms, -1, dtype=np.int64)
+    out[sms] = np.repeat(gc, counts)
+    return tuple(out.tolist())
+
+
+def _partition_words(ids: np.ndarray) -> str:
+    """Which green contexts a band's SMs belong to: 'green ctx 3', or 'green ctx 3 ×7, 2 ×2'."""
+    known = ids[ids >= 0]
+    if not known.size:
+        return "outside green ctxs"
+    g, n = np.unique(known, return_counts=True)
+    order = np.argsort(-n, kind="stable")
+    if g.size == 1 and known.size == ids.size:
+        return f"green ctx {int(g[0])}"
+    return "green ctx " + ", ".join(f"{int(g[i])} ×{int(n[i])}" for i in order)
+
+
+def _sm_bands(
+    n_sms: int, partitions: tuple[tuple[int, int, int], ...], sm_partition: tuple[int, ...] = ()
+) -> list[tuple[int, int, str]]:
     """(first SM, last SM, label) of each SM row: at most ~MAX_SM_ROWS bands of adjacent SMs, each
-    partition with its own bands, every band labelled."""
+    partition with its own bands, every band labelled; where partitions interleave (no contiguous
+    blocks), each band says which partitions its SMs belong to."""
+    if not partitions and len(sm_partition) == n_sms:
+        owner = np.asarray(sm_partition)
+        out = []
+        for b, e, span in _sm_bands(n_sms, ()):
+            out.append((b, e, f"{span} · {_partition_words(owner[b:e + 1])}"))
+        return out
     parts = list(partitions) or [(-2, 0, n_sms - 1)]
     out = []
     for gc, lo, hi in parts:
@@ -109,7 +150,7 @@ def timeline_rows(
                 _stream_rows(dl, group, rank, device, add, merged)
             if "sm" in show and (rank, device) in sm:
                 s = sm[(rank, device)]
-                for i, (lo, hi, label) in enumerate(_sm_bands(s.n_sms, s.partitions)):
+                for i, (lo, hi, label) in enumerate(_sm_bands(s.n_sms, s.partitions, s.sm_partition)):
                     label = f"{label} ({s.source})" if i == 0 else label
                     add("sm", label, group, sm=lo, sm_last=hi, rank=rank, device=device, height=0.5)
         host = of_rank[np.isin(of_rank["lane_kind"], [int(LaneKind.NVTX), int(LaneKind.HOST_THREAD)])]

@@ -30,6 +30,7 @@ from .timeline_rows import (
     lane_depth_cap,
     lane_to_row,
     nesting_depth,
+    sm_partition_map,
     sm_partitions_of,
     sm_row_table,
     timeline_rows,
@@ -145,7 +146,11 @@ def rows_for(data: RunData, run_id: str, show: Sequence[str], step_ranks: Sequen
     that get a steps lane; None: every rank with host lanes (a big run's steps come later, and no row
     may move when they arrive)."""
     sm = sm_lanes_for(data, run_id) if "sm" in show else []
-    sm_rows = {(s.rank, s.device): SmRows(s.n_sms, s.source, sm_partitions_of(s.frame)) for s in sm}
+    sm_rows = {
+        (s.rank, s.device): SmRows(s.n_sms, s.source, parts := sm_partitions_of(s.frame),
+                                   () if parts else sm_partition_map(s.frame, s.n_sms))
+        for s in sm
+    }
     lanes = data.lanes(run_id)
     ranks = lanes["rank"].astype(int).tolist() if step_ranks is None else list(step_ranks)
     return timeline_rows(

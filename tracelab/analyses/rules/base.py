@@ -55,6 +55,14 @@ class FindingContext:
     def col(self, name: str) -> np.ndarray:
         return column(self.timeline, name)
 
+    @property
+    def step_base(self) -> int:
+        """The index of the first step in the timeline: 0, or A under `--steps A:B` (the scoped timeline
+        holds steps A.. and finds them again from 0), so a finding names the steps as the trace numbers them."""
+        scope = self.timeline.meta.extra.get("scope") if isinstance(self.timeline.meta.extra, dict) else None
+        steps = (scope or {}).get("steps")
+        return int(steps[0]) if steps else 0
+
     def step_bounds(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of a rank's steps, sorted; empty when the trace has none."""
         if self.steps is None:

@@ -1,5 +1,5 @@
-"""idle_partition: a green-context SM partition busy less than half of the device's span (per-SM
-analysis, tracelab.analyses.sm)."""
+"""idle_partition: a green-context SM partition busy less than half of the device's span (warning), or
+less than three quarters of it (info) (per-SM analysis, tracelab.analyses.sm)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..results import Finding
-from ..sm_time import IDLE_PARTITION_THRESHOLD, idle_partition_findings
+from ..sm_time import IDLE_PARTITION_INFO, IDLE_PARTITION_THRESHOLD, idle_partition_findings
 from .base import FindingContext, Rule
 
 _ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -36,6 +36,6 @@ RULE = Rule(
     id="idle_partition",
     title="a green-context SM partition is mostly idle",
     evaluate=evaluate,
-    options={"busy_threshold": IDLE_PARTITION_THRESHOLD},
+    options={"busy_threshold": IDLE_PARTITION_THRESHOLD, "info_threshold": IDLE_PARTITION_INFO},
     source='CUDA Driver API, "Green Contexts" (SM partitions); SM-time as in DESIGN.md "Per-SM lanes"',
 )

@@ -70,8 +70,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
             "wasted_ns": w,
             "steps_with_dtoh_copy": int(sorted_unique(step_copy[step_copy >= 0]).size),
             "steps_with_sync_call": int(sorted_unique(step_blk[step_blk >= 0]).size),
-            "first_step": int(steps_with[0]),
-            "last_step": int(steps_with[-1]),
+            "first_step": int(steps_with[0]) + ctx.step_base,
+            "last_step": int(steps_with[-1]) + ctx.step_base,
         })
         if not win:  # the first step that waits
             win = window(s_start[steps_with[0]], s_end[steps_with[0]])
@@ -84,7 +84,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
                     "tid": int(host.api_tid[lic[j]]) if found[j] else -1,
                     "what": "dtoh_pageable_copy",
                     "rank": rank,
-                    "step": int(step_copy[j]),
+                    "step": int(step_copy[j]) + ctx.step_base,
                 }
             else:
                 j = int(np.flatnonzero(step_blk >= 0)[0])
@@ -93,7 +93,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
                     "tid": int(host.api_tid[blk[j]]),
                     "what": "sync_call",
                     "rank": rank,
-                    "step": int(step_blk[j]),
+                    "step": int(step_blk[j]) + ctx.step_base,
                 }
     if not total_sync:
         if unevaluated:
