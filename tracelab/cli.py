@@ -521,6 +521,35 @@ def runs(ctx: click.Context, as_json: bool) -> None:
     click.echo(format_runs_table(records, terminal_width()))
 
 
+@main.command("sql")
+@click.argument("query")
+@click.option("--json", "as_json", is_flag=True, help="Print {columns, rows, views, runs, notes} as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV (a header line, then the rows).")
+@click.option("--run", "runs", multiple=True, help="Fill the per-run views for this run only (repeatable; default: all).")
+@_db_option
+@click.pass_context
+def sql_cmd(ctx: click.Context, query: str, as_json: bool, as_csv: bool, runs: tuple[str, ...]) -> None:
+    """Run one read-only SELECT over the store's views: runs, events, kernels, gaps, steps, findings,
+    ranges, collectives (columns in docs/DESIGN.md, "SQL views"). The store is opened read-only."""
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv exclude each other")
+    from .api import sql
+
+    result = sql(query, open_store(ctx, create=False, read_only=True), runs or None)
+    for note in result.notes:
+        err(f"note: {_safe(note)}")
+    if as_json:
+        _echo_json(result.to_dict())
+    elif as_csv:
+        from .render.sql_text import format_csv
+
+        click.echo(format_csv(result.columns, result.rows), nl=False)
+    else:
+        from .render.sql_text import format_table
+
+        click.echo(format_table(result.columns, result.rows), nl=False)
+
+
 @main.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @_db_option
