@@ -661,6 +661,15 @@ def analyze(
 @click.argument("a")
 @click.argument("b")
 @click.option("--json", "as_json", is_flag=True, help="Print both analyses and the comparison as JSON.")
+@click.option(
+    "--fail-if-slower",
+    "fail_pct",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="CI gate: exit 3 when B's steady-state step time is slower than A's by more than PCT %% "
+    "(one-sided Mann-Whitney U on the per-step times, p < 0.05), else 0.",
+)
 @_gap_option
 @_orphan_option
 @_scope_options
@@ -675,6 +684,7 @@ def compare(
     exclude_orphans: bool,
     steps: str | None,
     window: str | None,
+    fail_pct: float | None = None,
 ) -> None:
     """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
     gaps by cause, findings and top kernels."""
@@ -686,23 +696,35 @@ def compare(
     tl_b, _, label_b = load_named_subject(ctx, b)
     an_a, an_b = _analyze(tl_a, options, steps, window), _analyze(tl_b, options, steps, window)
     comparison = compare_analyses(an_a, an_b, _scoped(tl_a, steps, window), _scoped(tl_b, steps, window))
+    decision = None
+    if fail_pct is not None:
+        from .analyses.gate import gate
+
+        v = comparison.verdict
+        decision = gate(an_a, an_b, fail_pct, v.a_ns if v else 0, v.b_ns if v else 0)
     if as_json:
         from .analyses.results import SCHEMA_VERSION
         from .render.compare_text import comparison_document
         from .render.document import to_document
 
-        _echo_json(
-            {
-                "schema": SCHEMA_VERSION,
-                "a": to_document(an_a),
-                "b": to_document(an_b),
-                "comparison": comparison_document(comparison),
-            }
-        )
+        doc = {
+            "schema": SCHEMA_VERSION,
+            "a": to_document(an_a),
+            "b": to_document(an_b),
+            "comparison": comparison_document(comparison),
+        }
+        if decision is not None:
+            doc["gate"] = decision.to_dict()
+        _echo_json(doc)
     else:
         from .render.compare_text import format_comparison
 
         click.echo(format_comparison(comparison, labels=(label_a, label_b), width=terminal_width()))
+        if decision is not None:
+            verdict = "FAIL (B is slower)" if decision.slower else "pass"
+            click.echo(f"\nGate --fail-if-slower {fail_pct:g}%: {verdict}: {_safe(decision.reason)}")
+    if decision is not None and decision.slower:
+        ctx.exit(decision.exit_code)
 
 
 @main.command()
