@@ -550,6 +550,21 @@ def sql_cmd(ctx: click.Context, query: str, as_json: bool, as_csv: bool, runs: t
         click.echo(format_table(result.columns, result.rows), nl=False)
 
 
+@main.command("mcp")
+@_db_option
+@click.pass_context
+def mcp_cmd(ctx: click.Context) -> None:
+    """Serve the store over the Model Context Protocol on stdin/stdout (tools: list_runs, analyze, compare,
+    gaps, findings, sql; results are the CLI's JSON). The store is opened read-only."""
+    from .mcp_server import _sdk, serve_stdio
+
+    _sdk()  # a missing SDK is one line, before anything is read
+    db = _db_path(ctx)
+    if not db.exists():
+        raise BadInput("no tracelab store here (import a trace first, or pass --db)", db)
+    serve_stdio(db)
+
+
 @main.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @_db_option
