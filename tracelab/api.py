@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "store_timeline",
-    "sql", "store_views", "to_json",
+    "health", "sql", "store_views", "to_json",
 ]
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
@@ -255,3 +255,10 @@ def sql(
         return out
 
     return run_query(query, [(r.id, r.created) for r in records], runs_rows, fill, cache=cache, max_rows=max_rows)
+
+
+def health(timeline: Timeline, analysis: Analysis | None = None) -> Any:
+    """The trace health section (tracelab/analyses/health.py): what the trace can and cannot support."""
+    from .analyses.health import trace_health
+
+    return trace_health(timeline, analysis)

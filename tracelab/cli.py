@@ -644,6 +644,9 @@ def analyze(
         from .analyses.ranks import rank_analysis
 
         ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
+    from .api import health as trace_health
+
+    health = trace_health(_scoped(timeline, steps, window), analysis)
     if as_json:
         from .render.document import write_document
 
@@ -653,9 +656,12 @@ def analyze(
 
             rank_doc = rank_document_of(ranks)
         out = _stdout_bytes()
-        write_document(analysis, out.write, rank_doc)
+        write_document(analysis, out.write, {**(rank_doc or {}), "health": health.to_dict()})
         out.flush()
     else:
+        from .render.health_text import health_lines
+
+        click.echo("\n".join(health_lines(health)) + "\n")
         _print_analysis(analysis, title, top_gaps)
         from .render.workload_text import workload_lines
 

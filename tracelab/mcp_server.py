@@ -105,6 +105,9 @@ class Service:
                 ranks = rank_analysis(scoped_timeline(self.timeline(run), steps, window), an)
                 if ranks:
                     doc.update(rank_document_of(ranks))
+            from .api import health
+
+            doc["health"] = health(scoped_timeline(self.timeline(run), steps, window), an).to_dict()
             return doc
 
         return self._remember(self._docs, key, make)

@@ -374,6 +374,7 @@ def render_html(
          + (" · compact report (less detail, to stay under the size budget; the .json report has every figure)"
             if limits.compact else "") + "</p>"),
         '<h2 id="summary">Summary</h2>', _narrative(analysis), _device_cards(analysis),
+        *_health_html(analysis, timeline),
         '<h2 id="run">Run</h2>', _metadata(analysis, timeline),
         '<h2 id="devices">Devices</h2>', _devices_table(analysis),
     ]
@@ -436,3 +437,19 @@ def render_html(
         + figs.script()
         + "</body></html>\n"
     )
+
+
+def _health_html(analysis: Analysis, timeline: Timeline | None) -> list[str]:
+    """The trace health section (tracelab/analyses/health.py); nothing without the timeline."""
+    if timeline is None:
+        return []
+    from tracelab.analyses.health import trace_health
+
+    h = trace_health(timeline, analysis)
+    rows = "".join(
+        f"<tr><td>{html.escape(c.status)}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.summary)}</td></tr>"
+        for c in h.checks
+    )
+    weak = "".join(f"<li>finding <code>{html.escape(r)}</code> is weakened: {html.escape(w)}</li>" for r, w in h.weakened)
+    return ['<h2 id="health">Trace health</h2>', f"<table><tbody>{rows}</tbody></table>",
+            f"<ul>{weak}</ul>" if weak else ""]

@@ -251,6 +251,14 @@ def render_markdown(
     """The whole Markdown report. `kernels` is `kernel_summary(timeline)` (computed by the caller)."""
     src = md_escape(report_title(analysis, timeline), 160)
     out = [f"# tracelab report: {src}", "", "## Summary", "", *_narrative(analysis), ""]
+    if timeline is not None:
+        from tracelab.analyses.health import trace_health
+
+        h = trace_health(timeline, analysis)
+        out += ["## Trace health", "", md_table(["status", "check", ""], [[c.status, c.name, md_escape(c.summary, 300)]
+                                                                           for c in h.checks], "lll"), ""]
+        out += [f"- finding {md_code(r)} is weakened: {md_escape(w)}" for r, w in h.weakened]
+        out += [""] if h.weakened else []
     meta = [[md_escape(k, 80), md_escape(v, 300)] for k, v in metadata_rows(analysis, timeline)]
     out += ["## Run", "", md_table(["", ""], meta, "ll"), ""]
     out += ["## Devices", "", _devices_table(analysis), ""]

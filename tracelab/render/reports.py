@@ -109,7 +109,12 @@ def render_report(
         comparison = compare(base_analysis, analysis, base_timeline, timeline)
         labels = (report_title(base_analysis, base_timeline), report_title(analysis, timeline))
     if fmt == "json":
-        return orjson.dumps(report_document(analysis, comparison), option=orjson.OPT_INDENT_2) + b"\n"
+        doc = report_document(analysis, comparison)
+        if timeline is not None:
+            from tracelab.analyses.health import trace_health
+
+            doc["health"] = trace_health(timeline, analysis).to_dict()
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     kernels = kernel_summary(timeline) if timeline is not None else None
     if fmt == "md":
         from tracelab.render.report_md import render_markdown
