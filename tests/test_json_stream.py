@@ -38,7 +38,9 @@ def test_cli_json_is_the_whole_dump() -> None:
     analysis = analyze(timeline)
     from tracelab.api import health  # issue 27: `analyze --json` ends with the trace health section
 
-    extra = {"health": health(timeline, analysis).to_dict()}
+    from tracelab.api import ranges, ranges_document
+
+    extra = {"health": health(timeline, analysis).to_dict(), "ranges": ranges_document(ranges(timeline, analysis))}
     assert proc.stdout == orjson.dumps({**to_document(analysis), **extra}, option=OPTIONS)
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "store_timeline",
-    "health", "sql", "store_views", "to_json",
+    "health", "ranges", "ranges_document", "sql", "store_views", "to_json",
 ]
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
@@ -262,3 +262,29 @@ def health(timeline: Timeline, analysis: Analysis | None = None) -> Any:
     from .analyses.health import trace_health
 
     return trace_health(timeline, analysis)
+
+
+def ranges(timeline: Timeline, analysis: Analysis | None = None) -> Any:
+    """GPU time by host range (NVTX, record_function, Kineto cpu_op / user_annotation) projected through
+    launch correlation (tracelab/analyses/range_projection.py): a `RangeProjection`. Shares are of the
+    analysis' total step time when it has steps, else of the GPU span."""
+    from .analyses.range_projection import project_ranges
+
+    ref = sum(s.end_ns - s.start_ns for s in analysis.steps) if analysis is not None else 0
+    return project_ranges(timeline, ref, "steps" if ref else "gpu span")
+
+
+def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
+    """The `ranges` part of `analyze --json`."""
+    from dataclasses import asdict
+
+    stats = projection.stats if top is None else projection.stats[:top]
+    return {
+        "reference": projection.reference,
+        "reference_ns": projection.reference_ns,
+        "nested_subtracted": False,
+        "instances": projection.n,
+        "unlaunched_gpu_ops": projection.unlaunched_ops,
+        "names": len(projection.stats),
+        "ranges": [asdict(s) for s in stats],
+    }

@@ -620,6 +620,7 @@ def _scope_options(f: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Gaps listed in the human output.",
 )
+@click.option("--ranges", "all_ranges", is_flag=True, help="List every range of the GPU-time-by-range table (default: top 10).")
 @_db_option
 @click.pass_context
 def analyze(
@@ -631,6 +632,7 @@ def analyze(
     top_gaps: int,
     steps: str | None,
     window: str | None,
+    all_ranges: bool = False,
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
@@ -645,8 +647,10 @@ def analyze(
 
         ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
     from .api import health as trace_health
+    from .api import ranges as range_projection
 
     health = trace_health(_scoped(timeline, steps, window), analysis)
+    projection = range_projection(_scoped(timeline, steps, window), analysis)
     if as_json:
         from .render.document import write_document
 
@@ -656,7 +660,10 @@ def analyze(
 
             rank_doc = rank_document_of(ranks)
         out = _stdout_bytes()
-        write_document(analysis, out.write, {**(rank_doc or {}), "health": health.to_dict()})
+        from .api import ranges_document
+
+        extra = {**(rank_doc or {}), "health": health.to_dict(), "ranges": ranges_document(projection)}
+        write_document(analysis, out.write, extra)
         out.flush()
     else:
         from .render.health_text import health_lines
@@ -671,6 +678,11 @@ def analyze(
             from .render.compare_text import term_safe
 
             click.echo("\n".join(term_safe(x) for x in lines))
+        from .render.ranges_text import ranges_lines
+
+        range_table = ranges_lines(projection, None if all_ranges else 10, terminal_width())
+        if range_table:
+            click.echo("\n" + "\n".join(range_table))
         if ranks:
             from .render.ranks_text import format_ranks
 

@@ -107,7 +107,11 @@ class Service:
                     doc.update(rank_document_of(ranks))
             from .api import health
 
-            doc["health"] = health(scoped_timeline(self.timeline(run), steps, window), an).to_dict()
+            from .api import ranges, ranges_document
+
+            scoped = scoped_timeline(self.timeline(run), steps, window)
+            doc["health"] = health(scoped, an).to_dict()
+            doc["ranges"] = ranges_document(ranges(scoped, an))
             return doc
 
         return self._remember(self._docs, key, make)

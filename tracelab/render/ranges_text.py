@@ -1,0 +1,28 @@
+"""`analyze`'s "GPU time by range" table (tracelab/analyses/range_projection.py)."""
+
+from __future__ import annotations
+
+from ..analyses.range_projection import RangeProjection
+from .compare_text import term_safe
+from .format import fmt_ns
+
+TOP = 10
+
+
+def ranges_lines(p: RangeProjection, top: int | None = TOP, width: int = 100) -> list[str]:
+    if not p.stats:
+        return []
+    shown = p.stats if top is None else p.stats[:top]
+    name_w = max(28, min(70, width - 58))
+    head = (f"GPU time by range ({'all ' + str(len(p.stats)) if top is None or top >= len(p.stats) else f'top {len(shown)} of {len(p.stats)}; --ranges for all'}"
+            f"; GPU ops launched inside each range on its thread; nested ranges are not subtracted from their parents;"
+            f" share = of the {p.reference})")
+    out = [head, f"{'range':<{name_w}} {'kind':<6} {'calls':>6} {'GPU time':>10} {'kernels':>10} {'span':>10} {'share':>6}"]
+    out.append("─" * (name_w + 56))
+    for s in shown:
+        name = term_safe(("  " * min(s.depth, 4)) + s.name, name_w)
+        out.append(f"{name:<{name_w}} {s.kind:<6} {s.calls:>6} {fmt_ns(s.gpu_ns):>10} {fmt_ns(s.kernel_ns):>10} "
+                   f"{fmt_ns(s.span_ns):>10} {s.share:>6.1%}")
+    if p.unlaunched_ops:
+        out.append(f"({p.unlaunched_ops} GPU ops have no launch call in the trace: in no range)")
+    return out
