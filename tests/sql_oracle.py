@@ -80,3 +80,22 @@ def projected(run: Path, name: str) -> list[tuple[int, int, int]]:
         mine = [op for t, ls, c in r["launches"] if t == thread and s <= ls < e for op in by_corr.get(c, [])]
         out.append((len(mine), union_length([(a, b) for a, b, _ in mine]), sum(b - a for a, b, k in mine if k)))
     return out
+
+
+def projected_by_name(run: Path, name: str) -> dict[str, int]:
+    """Per range name: calls, distinct ops, union of their GPU time, kernel time, summed projected span."""
+    r = raw(run)
+    by_corr: dict[int, list[tuple[int, int, int]]] = {}
+    for s, e, k, c in r["ops"]:
+        by_corr.setdefault(c, []).append((s, e, k))
+    calls, ops, span = 0, set(), 0
+    for thread, s, e, n in r["ranges"]:
+        if n != name:
+            continue
+        calls += 1
+        mine = [op for t, ls, c in r["launches"] if t == thread and s <= ls < e for op in by_corr.get(c, [])]
+        ops.update(mine)
+        if mine:
+            span += max(b for _, b, _ in mine) - min(a for a, _, _ in mine)
+    return {"calls": calls, "gpu_ops": len(ops), "gpu_ns": union_length([(a, b) for a, b, _ in ops]),
+            "kernel_ns": sum(b - a for a, b, k in ops if k), "span_ns": span}
