@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import flask
+import pandas as pd
 import numpy as np
 
 from tracelab.errors import BadInput
@@ -41,6 +42,7 @@ from .timeline_view import (
     search_positions,
     shown_rows,
     start_background,
+    ranges_on_rows,
     steps_if_ready,
     steps_on_rows,
     tile_bytes,
@@ -132,6 +134,9 @@ def meta() -> Any:
     gaps, ready = run_gaps(state, record, start=False)
     found = steps_if_ready(state, record, start=False)
     steps = steps_on_rows(found, rows)
+    projected = ranges_on_rows(state, record, rows)  # the projected ranges lane, drawn like steps
+    if len(projected):
+        steps = pd.concat([steps[["start", "end", "row", "label"]], projected], ignore_index=True)
     labels = rows["label"].astype(str).tolist()
     if found is not None:  # a steps lane whose rank has none says so
         with_steps = set(found["rank"].astype(int).tolist())

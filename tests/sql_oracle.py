@@ -99,3 +99,18 @@ def projected_by_name(run: Path, name: str) -> dict[str, int]:
             span += max(b for _, b, _ in mine) - min(a for a, _, _ in mine)
     return {"calls": calls, "gpu_ops": len(ops), "gpu_ns": union_length([(a, b) for a, b, _ in ops]),
             "kernel_ns": sum(b - a for a, b, k in ops if k), "span_ns": span}
+
+
+def projected_spans(run: Path, name: str) -> list[tuple[int, int]]:
+    """Per instance of `name` (by start) that launched GPU work: (first op start, last op end)."""
+    r = raw(run)
+    by_corr: dict[int, list[tuple[int, int]]] = {}
+    for s, e, _k, c in r["ops"]:
+        by_corr.setdefault(c, []).append((s, e))
+    out = []
+    for thread, s, e, n in sorted(r["ranges"], key=lambda x: x[1]):
+        if n == name:
+            mine = [op for t, ls, c in r["launches"] if t == thread and s <= ls < e for op in by_corr.get(c, [])]
+            if mine:
+                out.append((min(a for a, _ in mine), max(b for _, b in mine)))
+    return out

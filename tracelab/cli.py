@@ -668,7 +668,7 @@ def analyze(
     else:
         from .render.health_text import health_lines
 
-        click.echo("\n".join(health_lines(health)) + "\n")
+        click.echo("\n".join(health_lines(health, terminal_width())) + "\n")
         _print_analysis(analysis, title, top_gaps)
         from .render.workload_text import workload_lines
 

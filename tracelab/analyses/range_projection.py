@@ -44,6 +44,9 @@ class RangeStat:
     span_ns: int  # summed projected span (first op start to last op end) of the instances
     share: float  # gpu_ns / the reference time (the steps' total, else the GPU span); 0 when unknown
     depth: int  # smallest nesting depth of its instances on their threads (0 = outermost)
+    parent: str = ""  # the name of the range enclosing its first instance ("" at the top)
+    first_start_ns: int = -1  # its first instance: host start ...
+    first_end_ns: int = -1  # ... to the later of its host end and its projected end
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +56,7 @@ class RangeProjection:
 
     rows: np.ndarray  # timeline rows of the range instances
     depth: np.ndarray  # nesting depth on its thread
+    parent: np.ndarray  # index (into these arrays) of the innermost enclosing instance, -1 at the top
     gpu_ops: np.ndarray  # ops launched inside
     gpu_start: np.ndarray  # projected start (-1 when no op)
     gpu_end: np.ndarray  # projected end (-1 when no op)
@@ -98,6 +102,28 @@ def _depths(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     return np.maximum(opened - closed - 1, 0).astype(_I64)
 
 
+def _parents(thread: np.ndarray, depth: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The innermost enclosing range of each range: the last range of the same thread one level up that
+    starts at or before it (ranges of one thread nest)."""
+    n = thread.size
+    out = np.full(n, -1, _I64)
+    if n == 0:
+        return out
+    t0 = int(start.min())
+    width = int(start.max()) - t0 + 1
+    levels = int(depth.max()) + 2
+    key = (thread * levels + depth) * width + (start - t0)
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    q = (thread * levels + depth - 1) * width + (start - t0)
+    at = np.searchsorted(sk, q, side="right") - 1
+    ok = (depth > 0) & (at >= 0)
+    cand = order[np.maximum(at, 0)]
+    ok &= (thread[cand] == thread) & (depth[cand] == depth - 1)
+    out[ok] = cand[ok]
+    return out
+
+
 def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "steps") -> RangeProjection:
     """Project every host range of the timeline onto the GPU (see the module doc). `reference_ns`: what
     each name's `share` divides its GPU time by (the steps' total time; 0: the GPU span is used)."""
@@ -120,6 +146,7 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
         reference_ns, reference = gpu_span, ("gpu span" if gpu_span else "none")
     r_thread, l_thread = _thread_codes((rank[rr], pid[rr], tid[rr]), (rank[lr], pid[lr], tid[lr]))
     depth = _depths(r_thread, start[rr], end[rr])
+    parent = _parents(r_thread, depth, start[rr])
     # launches by (thread, start)
     t0 = int(start.min()) if start.size else 0
     width = int(max(int(end.max()) if end.size else 0, int(start.max()) if start.size else 0)) - t0 + 2
@@ -168,16 +195,16 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
         gpu_start[has] = np.minimum.reduceat(os_[pair_op], bounds)
         gpu_end[has] = np.maximum.reduceat(oe[pair_op], bounds)
     stats = _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pair_range, pair_op, os_, oe, kdur,
-                     start, end, reference_ns)
+                     start, end, reference_ns, parent)
     return RangeProjection(
-        rows=rr, depth=depth, gpu_ops=count, gpu_start=gpu_start, gpu_end=gpu_end, gpu_ns=gpu_ns,
+        rows=rr, depth=depth, parent=parent, gpu_ops=count, gpu_start=gpu_start, gpu_end=gpu_end, gpu_ns=gpu_ns,
         kernel_ns=kernel_ns.astype(_I64), stats=stats, reference_ns=int(reference_ns), reference=reference,
         unlaunched_ops=unlaunched,
     )
 
 
 def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pair_range, pair_op, os_, oe, kdur, start, end,
-             reference_ns) -> tuple[RangeStat, ...]:
+             reference_ns, parent) -> tuple[RangeStat, ...]:
     if rr.size == 0:
         return ()
     names = timeline.col("name")[rr].astype(_I64)
@@ -206,12 +233,19 @@ def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pair_range, pair_op
         gpu = np.zeros(g, _I64)
         kern = np.zeros(g, _I64)
     strings = timeline.strings
+    first = np.unique(inv, return_index=True)[1]  # each name's first instance (rows are in start order)
+    pname = np.where(parent >= 0, names[np.maximum(parent, 0)], -1)
+    first_end = np.maximum(end[rr], gpu_end)
+
+    def text(nid: int) -> str:
+        return strings[nid] if 0 <= nid < len(strings) else ""
+
     out = []
     for i in np.argsort(-gpu, kind="stable").tolist():
         nid, k = divmod(int(ukeys[i]), 16)
         out.append(
             RangeStat(
-                name=strings[nid] if 0 <= nid < len(strings) else "",
+                name=text(nid),
                 kind="cpu_op" if k == EventKind.CPU_OP else "nvtx",
                 calls=int(calls[i]),
                 host_ns=int(host[i]),
@@ -221,9 +255,33 @@ def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pair_range, pair_op
                 span_ns=int(span[i]),
                 share=float(gpu[i]) / reference_ns if reference_ns > 0 else 0.0,
                 depth=int(min_depth[i]),
+                parent=text(int(pname[first[i]])),
+                first_start_ns=int(start[rr][first[i]]),
+                first_end_ns=int(first_end[first[i]]),
             )
         )
     return tuple(out)
+
+
+def tree_order(stats: tuple[RangeStat, ...]) -> list[tuple[int, RangeStat]]:
+    """The names as a tree by nesting (a name under the name that encloses its first instance), each level
+    largest GPU time first: (level, stat) in display order."""
+    names = {s.name for s in stats}
+    children: dict[str, list[RangeStat]] = {}
+    for s in stats:  # stats come largest GPU time first: children keep that order
+        children.setdefault(s.parent if s.parent in names and s.parent != s.name else "", []).append(s)
+    out: list[tuple[int, RangeStat]] = []
+    seen: set[tuple[str, str]] = set()
+    stack = [(0, s) for s in reversed(children.get("", []))]
+    while stack:
+        level, s = stack.pop()
+        if (s.name, s.kind) in seen:
+            continue
+        seen.add((s.name, s.kind))
+        out.append((level, s))
+        stack += [(level + 1, c) for c in reversed(children.get(s.name, []))]
+    out += [(0, s) for s in stats if (s.name, s.kind) not in seen]  # parent cycles: at the top
+    return out
 
 
 def projected_intervals(p: RangeProjection) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

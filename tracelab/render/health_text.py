@@ -3,16 +3,21 @@ warning weakens."""
 
 from __future__ import annotations
 
+import textwrap
+
 from ..analyses.health import Health
 from .compare_text import term_safe
 
 _MARK = {"ok": "ok  ", "warn": "WARN", "n/a": "n/a "}
 
 
-def health_lines(h: Health) -> list[str]:
+def health_lines(h: Health, width: int = 100) -> list[str]:
     out = ["Trace health" + ("" if h.ok else " (read the warnings before the figures)")]
     for c in h.checks:
-        out.append(f"  {_MARK[c.status]}  {c.name:<18} {term_safe(c.summary, 200)}")
+        body = textwrap.wrap(term_safe(c.summary), max(20, width - 28)) or [""]
+        out.append(f"  {_MARK[c.status]}  {c.name:<18} {body[0]}")
+        out += [" " * 27 + b for b in body[1:]]
     for rule, why in h.weakened:
-        out.append(f"  finding {term_safe(rule)} is weakened: {term_safe(why)}")
+        out += textwrap.wrap(term_safe(f"finding {rule} is weakened: {why}"), max(20, width - 2),
+                             initial_indent="  ", subsequent_indent="    ")
     return out
