@@ -198,8 +198,8 @@ def test_import_runs_analyze(env):
     assert human.exit_code == 0 and rid in human.stdout and "train.json" in human.stdout
 
     doc = orjson.loads(run("analyze", rid, "--json").stdout)
-    # issue 27 added `health` and `ranges` (new fields; schema 2 unchanged)
-    assert set(doc) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes", "health", "ranges"}
+    # issue 27 added `health`, `ranges` and `memory` (new fields; schema 2 unchanged)
+    assert set(doc) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes", "health", "ranges", "memory"}
     assert doc["schema"] == 2
     dev = doc["devices"][0]
     assert {

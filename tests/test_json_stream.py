@@ -38,9 +38,10 @@ def test_cli_json_is_the_whole_dump() -> None:
     analysis = analyze(timeline)
     from tracelab.api import health  # issue 27: `analyze --json` ends with the trace health section
 
-    from tracelab.api import ranges, ranges_document
+    from tracelab.api import document_extras
 
-    extra = {"health": health(timeline, analysis).to_dict(), "ranges": ranges_document(ranges(timeline, analysis))}
+    extra = document_extras(timeline, analysis)
+    assert set(extra) == {"health", "ranges", "memory"} and extra["health"] == health(timeline, analysis).to_dict()
     assert proc.stdout == orjson.dumps({**to_document(analysis), **extra}, option=OPTIONS)
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "store_timeline",
-    "health", "ranges", "ranges_document", "sql", "store_views", "to_json",
+    "document_extras", "health", "memory", "ranges", "ranges_document", "sql", "store_views", "to_json",
 ]
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
@@ -287,4 +287,22 @@ def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
         "unlaunched_gpu_ops": projection.unlaunched_ops,
         "names": len(projection.stats),
         "ranges": [asdict(s) for s in stats],
+    }
+
+
+def memory(timeline: Timeline, analysis: Analysis | None = None) -> Any:
+    """The GPU memory timeline (tracelab/analyses/gpu_memory.py), or None without memory events."""
+    from .analyses.gpu_memory import memory_timeline
+
+    return memory_timeline(timeline, analysis)
+
+
+def document_extras(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:
+    """What `analyze --json` adds after the analysis document (issue 27): `health`, `ranges` and `memory`
+    (null without memory events), for `timeline` = the analysed range (`scoped_timeline`)."""
+    mem = memory(timeline, analysis)
+    return {
+        "health": health(timeline, analysis).to_dict(),
+        "ranges": ranges_document(ranges(timeline, analysis)),
+        "memory": None if mem is None else mem.to_dict(),
     }

@@ -660,9 +660,11 @@ def analyze(
 
             rank_doc = rank_document_of(ranks)
         out = _stdout_bytes()
-        from .api import ranges_document
+        from .api import memory, ranges_document
 
-        extra = {**(rank_doc or {}), "health": health.to_dict(), "ranges": ranges_document(projection)}
+        mem = memory(_scoped(timeline, steps, window), analysis)
+        extra = {**(rank_doc or {}), "health": health.to_dict(), "ranges": ranges_document(projection),
+                 "memory": None if mem is None else mem.to_dict()}  # = api.document_extras
         write_document(analysis, out.write, extra)
         out.flush()
     else:
@@ -683,6 +685,13 @@ def analyze(
         range_table = ranges_lines(projection, None if all_ranges else 10, terminal_width())
         if range_table:
             click.echo("\n" + "\n".join(range_table))
+        from .api import memory
+
+        mem = memory(_scoped(timeline, steps, window), analysis)
+        if mem is not None:
+            from .render.memory_text import memory_lines
+
+            click.echo("\n" + "\n".join(memory_lines(mem, analysis.trace.start_ns, terminal_width())))
         if ranks:
             from .render.ranks_text import format_ranks
 

@@ -105,13 +105,9 @@ class Service:
                 ranks = rank_analysis(scoped_timeline(self.timeline(run), steps, window), an)
                 if ranks:
                     doc.update(rank_document_of(ranks))
-            from .api import health
+            from .api import document_extras
 
-            from .api import ranges, ranges_document
-
-            scoped = scoped_timeline(self.timeline(run), steps, window)
-            doc["health"] = health(scoped, an).to_dict()
-            doc["ranges"] = ranges_document(ranges(scoped, an))
+            doc.update(document_extras(scoped_timeline(self.timeline(run), steps, window), an))
             return doc
 
         return self._remember(self._docs, key, make)
