@@ -136,6 +136,7 @@ def shown_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, 
         # row moves when they arrive; a small run's ranks without steps get none
         steps = run_steps(state, run_id) if record.events <= SYNC_ANALYSIS_MAX_EVENTS else None
         rows = tiles.rows_for(state, run_id, show, None if steps is None else steps["rank"].astype(int).tolist())
+        rows = with_memory_rows(rows, run_memory(state, run_id))
         if steps is None or not ("nvtx" in show or "host" in show):
             return rows
         return with_range_rows(rows, run_ranges(state, run_id))
@@ -411,3 +412,62 @@ def ranges_on_rows(state: AppState, record: RunRecord, rows: pd.DataFrame) -> pd
     ok = row >= 0
     return pd.DataFrame({"start": rr["start"].to_numpy()[ok], "end": rr["end"].to_numpy()[ok], "row": row[ok],
                          "label": rr["label"].to_numpy()[ok]})
+
+
+# ---- the GPU memory lane (issue 27) ---------------------------------------------------------------------
+
+MEMORY_POINTS = 4000
+
+
+def run_memory(state: AppState, run_id: str):
+    """The run's GPU memory timeline (tracelab.analyses.gpu_memory), or None without memory events."""
+
+    def make():
+        from tracelab.api import memory
+
+        return memory(state.timeline(run_id), state.analysis(run_id))
+
+    return state.cached(("memory", run_id), make)
+
+
+def _renumber(new: pd.DataFrame, attrs: dict) -> pd.DataFrame:
+    new["row"] = np.arange(len(new), dtype=np.int32)
+    heights = new["height"].to_numpy(dtype=float)
+    new["y"] = np.cumsum(heights) - heights / 2 if len(new) else np.zeros(0)
+    new.attrs.update(attrs)
+    return new
+
+
+def with_memory_rows(rows: pd.DataFrame, mem) -> pd.DataFrame:
+    """`rows` with a "memory" row after the idle row of each device that has memory events."""
+    if mem is None:
+        return rows
+    devices = {(p.rank, p.device) for p in mem.peaks}
+    out = []
+    for r in rows.to_dict("records"):
+        out.append(r)
+        if r["kind"] == "idle" and (int(r["rank"]), int(r["device"])) in devices:
+            out.append({**r, "kind": "memory", "label": "GPU memory allocated", "lane": -1, "height": 1.4})
+    return _renumber(pd.DataFrame(out, columns=rows.columns), rows.attrs)
+
+
+def memory_on_rows(state: AppState, record: RunRecord, rows: pd.DataFrame) -> dict[str, Any]:
+    """The meta's `memory`: per memory row, the device's allocated bytes over time (ns from the run start,
+    at most MEMORY_POINTS points) and its peak."""
+    from tracelab.render.format import fmt_bytes
+
+    lane = rows[rows["kind"] == "memory"]
+    mem = run_memory(state, record.id) if len(lane) else None
+    if mem is None:
+        return {"series": []}
+    origin = int(record.start_ns or 0)
+    out = []
+    for r, d, row in zip(lane["rank"], lane["device"], lane["row"], strict=True):
+        peak = next((p for p in mem.peaks if p.rank == int(r) and p.device == int(d)), None)
+        if peak is None:
+            continue
+        t, v = mem.series(int(d), MEMORY_POINTS)
+        out.append({"row": int(row), "t": (t - origin).tolist(), "v": v.tolist(), "peak": int(peak.peak_bytes),
+                    "peak_t": int(peak.at_ns - origin),
+                    "peak_label": f"peak {fmt_bytes(peak.peak_bytes)}" + (f" · {peak.op}" if peak.op else "")})
+    return {"series": out}
