@@ -29,7 +29,7 @@ import numpy as np
 from ..model.kinds import EventKind, Flag
 from ..model.timeline import Timeline
 from .intervals import covered_length, merge
-from .results import Analysis
+from .results import Analysis, GapTable
 
 Status = Literal["ok", "warn", "n/a"]
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
@@ -106,8 +106,11 @@ def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
     us, ue = merge(s, e)
     covered_n, covered_ns = 0, 0
     if an is not None and len(an.gaps):
-        gs = np.fromiter((g.start_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
-        ge = np.fromiter((g.end_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
+        if isinstance(an.gaps, GapTable):  # columns: no Gap object per gap
+            gs, ge = an.gaps.column("start").astype(np.int64), an.gaps.column("end").astype(np.int64)
+        else:
+            gs = np.fromiter((g.start_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
+            ge = np.fromiter((g.end_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
         cov = covered_length(us, ue, gs, ge)
         hit = 2 * cov >= (ge - gs)
         covered_n, covered_ns = int(hit.sum()), int((ge - gs)[hit].sum())
@@ -139,10 +142,9 @@ def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
     found = np.isin(lkey, gkey) & (lc >= 0)
     unmatched = (~found) & (lc >= 0)
     orphans = int(tl.meta.stats.get("orphan_gpu_events", 0))
-    names = np.array(tl.strings + ("",), dtype=object)
+    graph_name = np.array(["GraphLaunch" in s for s in tl.strings] + [False], dtype=bool)  # per string, not per call
     nid = tl.col("name")[lr]
-    lnames = names[np.where(nid >= 0, nid, len(tl.strings))]
-    is_graph = np.array(["GraphLaunch" in str(n) for n in lnames], dtype=bool) if lr.size else np.zeros(0, bool)
+    is_graph = graph_name[np.where((nid >= 0) & (nid < len(tl.strings)), nid, len(tl.strings))]
     graph_launches = int(is_graph.sum())
     graph_unmatched = int((is_graph & unmatched).sum())
     graph_ops = int(((tl.col("flags")[gr] & Flag.GRAPH) != 0).sum())

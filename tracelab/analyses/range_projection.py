@@ -73,16 +73,21 @@ class RangeProjection:
 
 
 def _thread_codes(*keys: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """A small int per (rank, pid, tid), consistent over several row sets."""
-    stacked = np.concatenate([np.stack([r.astype(_I64), p.astype(_I64), t.astype(_I64)], axis=1) for r, p, t in keys])
-    if stacked.shape[0] == 0:
+    """A small int per (rank, pid, tid), consistent over several row sets: each column factorized alone
+    (1-D unique), the codes combined into one integer, that factorized again."""
+    sizes = [r.size for r, _p, _t in keys]
+    if not sum(sizes):
         return [np.zeros(0, _I64) for _ in keys]
-    _, inv = np.unique(stacked, axis=0, return_inverse=True)
-    inv = inv.reshape(-1).astype(_I64)
+    combined = np.zeros(sum(sizes), _I64)
+    for j in range(3):
+        col = np.concatenate([k[j].astype(_I64) for k in keys])
+        uniq, inv = np.unique(col, return_inverse=True)
+        combined = combined * (uniq.size + 1) + inv.reshape(-1)
+    inv = np.unique(combined, return_inverse=True)[1].reshape(-1).astype(_I64)
     out, at = [], 0
-    for r, _p, _t in keys:
-        out.append(inv[at : at + r.size])
-        at += r.size
+    for n in sizes:
+        out.append(inv[at : at + n])
+        at += n
     return out
 
 
