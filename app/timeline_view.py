@@ -136,8 +136,10 @@ def shown_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, 
         # row moves when they arrive; a small run's ranks without steps get none
         steps = run_steps(state, run_id) if record.events <= SYNC_ANALYSIS_MAX_EVENTS else None
         rows = tiles.rows_for(state, run_id, show, None if steps is None else steps["rank"].astype(int).tolist())
+        if steps is None:  # a big run: no lane that needs its columns before the first view
+            return rows
         rows = with_memory_rows(rows, run_memory(state, run_id))
-        if steps is None or not ("nvtx" in show or "host" in show):
+        if not ("nvtx" in show or "host" in show):
             return rows
         return with_range_rows(rows, run_ranges(state, run_id))
 
@@ -425,7 +427,7 @@ def run_memory(state: AppState, run_id: str):
     def make():
         from tracelab.api import memory
 
-        return memory(state.timeline(run_id), state.analysis(run_id))
+        return memory(state.timeline(run_id))  # the lane needs no analysis (per-step peaks are analyze's)
 
     return state.cached(("memory", run_id), make)
 
