@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import flask
-import pandas as pd
 import numpy as np
+import pandas as pd
 
 from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
@@ -37,13 +37,13 @@ from .state import AppState, current_state
 from .timeline_view import (
     initial_window,
     max_level,
+    memory_on_rows,
+    ranges_on_rows,
     run_gaps,
     search_matches_in_window,
     search_positions,
     shown_rows,
     start_background,
-    memory_on_rows,
-    ranges_on_rows,
     steps_if_ready,
     steps_on_rows,
     tile_bytes,

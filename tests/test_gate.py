@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACELAB_DB": "/nonexistent/t.db"}
-    return subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
 def steady(name: str) -> list[int]:

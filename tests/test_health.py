@@ -5,6 +5,7 @@ sqlite3, GPU gaps rebuilt from the raw GPU records, Kineto orphans counted in th
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import sqlite3
@@ -55,7 +56,7 @@ def test_nsys_overhead_and_the_gaps_it_covers():
     assert o.data["intervals"] == len(ov)
     assert o.data["total_ns"] == sum(e - s for s, e in union)
     gpu = merged((s, e) for s, e, _, _ in raw(run)["ops"])
-    gaps = [(a[1], b[0]) for a, b in zip(gpu, gpu[1:], strict=False) if b[0] - a[1] >= 10_000]
+    gaps = [(a[1], b[0]) for a, b in itertools.pairwise(gpu) if b[0] - a[1] >= 10_000]
     hit = [(a, b) for a, b in gaps if 2 * covered(union, a, b) >= b - a]
     assert o.data["gaps_covered"] == len(hit) and o.data["gaps_covered_ns"] == sum(b - a for a, b in hit)
     assert (o.status == "warn") == bool(hit)
@@ -103,11 +104,11 @@ def test_analyze_prints_health_first_and_puts_it_in_json():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACELAB_DB": "/nonexistent/t.db"}
     run = str(demo_run(NSYS_RUN))
     t = subprocess.run([sys.executable, "-m", "tracelab", "analyze", run], capture_output=True, text=True, env=env,
-                       timeout=300)
+                       timeout=300, check=False)
     assert t.returncode == 0 and t.stdout.startswith("Trace health")
     assert "profiler_overhead" in t.stdout and "is weakened" in t.stdout
     j = subprocess.run([sys.executable, "-m", "tracelab", "analyze", run, "--json"], capture_output=True, text=True,
-                       env=env, timeout=300)
+                       env=env, timeout=300, check=False)
     doc = json.loads(j.stdout)
     names = [c["name"] for c in doc["health"]["checks"]]
     assert names == ["dropped", "profiler_overhead", "graphs", "correlation", "clocks", "window"]

@@ -36,9 +36,10 @@ def test_cli_json_is_the_whole_dump() -> None:
     )
     timeline = load(TRACE)
     analysis = analyze(timeline)
-    from tracelab.api import health  # issue 27: `analyze --json` ends with the trace health section
-
-    from tracelab.api import document_extras
+    from tracelab.api import (
+        document_extras,
+        health,  # issue 27: `analyze --json` ends with the trace health section
+    )
 
     extra = document_extras(timeline, analysis)
     assert set(extra) == {"health", "ranges", "memory"} and extra["health"] == health(timeline, analysis).to_dict()

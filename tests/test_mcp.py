@@ -5,6 +5,7 @@ are checked against the raw trace files (tests/sql_oracle.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -17,8 +18,8 @@ from sql_oracle import raw
 from tracelab.demo import demo_run
 
 pytest.importorskip("mcp", reason="the mcp SDK is not installed (pip install 'tracelab[mcp]')")
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 ROOT = Path(__file__).resolve().parents[1]
 A, B = "sync_pitfalls-deferred_sync-nsys", "sync_pitfalls-nonzero_sync-torch"
@@ -30,7 +31,7 @@ def env(db: Path) -> dict[str, str]:
 
 def cli(db: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True, env=env(db),
-                          timeout=300)
+                          timeout=300, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +46,16 @@ def db(tmp_path_factory) -> Path:
 def session_calls(db: Path, calls: list[tuple[str, dict]]) -> tuple[list[str], list]:
     """Start `tracelab mcp`, list its tools, make the calls; (tool names, results)."""
 
-    async def go():
+    async def go(quiet):
         params = StdioServerParameters(command=sys.executable, args=["-m", "tracelab", "mcp"], env=env(db))
-        with open(os.devnull, "w") as quiet:
-            async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as s:
-                await s.initialize()
-                tools = [t.name for t in (await s.list_tools()).tools]
-                out = [await s.call_tool(name, args) for name, args in calls]
+        async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            tools = [t.name for t in (await s.list_tools()).tools]
+            out = [await s.call_tool(name, args) for name, args in calls]
         return tools, out
 
-    return asyncio.run(asyncio.wait_for(go(), 300))
+    with open(os.devnull, "w") as quiet:  # the server's log lines
+        return asyncio.run(asyncio.wait_for(go(quiet), 300))
 
 
 def text(result) -> str:
@@ -90,7 +91,7 @@ def test_tools_return_the_cli_json_and_the_raw_numbers(db):
             merged[-1][1] = max(merged[-1][1], e)
         else:
             merged.append([s, e])
-    idle = sorted((b[0] - a[1] for a, b in zip(merged, merged[1:], strict=False) if b[0] - a[1] >= 10_000), reverse=True)
+    idle = sorted((b[0] - a[1] for a, b in itertools.pairwise(merged) if b[0] - a[1] >= 10_000), reverse=True)
     g = json.loads(text(res[3]))
     assert g["total"] == len(idle) and g["total_ns"] == sum(idle)
     assert [x["duration_ns"] for x in g["gaps"]] == idle[:3] and all(x["evidence"] for x in g["gaps"])

@@ -185,7 +185,7 @@ def test_each_format_written_and_escaped(tmp_path: Path):
 
     doc = json.loads(json_path.read_text())
     # issue 27: a report written with its timeline adds the trace health section
-    assert [c["name"] for c in doc.pop("health")["checks"]][0] == "dropped"
+    assert next(c["name"] for c in doc.pop("health")["checks"]) == "dropped"
     assert doc == json.loads(json.dumps(to_document(analysis)))
     assert doc["trace"]["source"] == tl.meta.source  # JSON keeps the text; json escaping makes it data
 

@@ -28,8 +28,23 @@ if TYPE_CHECKING:
     from .store import Store
 
 __all__ = [
-    "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "store_timeline",
-    "document_extras", "health", "memory", "ranges", "ranges_document", "sql", "store_views", "to_json",
+    "Imported",
+    "analyze",
+    "compare",
+    "document_extras",
+    "health",
+    "import_trace",
+    "load",
+    "memory",
+    "ranges",
+    "ranges_document",
+    "report",
+    "resolve",
+    "scoped_timeline",
+    "sql",
+    "store_timeline",
+    "store_views",
+    "to_json",
 ]
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:

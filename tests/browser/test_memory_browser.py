@@ -11,8 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_pages import HAVE_BROWSER, open_page, severe_console_errors, wait_timeline
-from test_pages import TIMELINE
+from test_pages import HAVE_BROWSER, TIMELINE, open_page, severe_console_errors, wait_timeline
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 TRACE = CORPUS / "switch_transformers" / "trace.json"

@@ -13,9 +13,9 @@ import pytest
 from test_pages import HAVE_BROWSER, css, open_page, severe_console_errors, wait_for, wait_timeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sql_oracle import projected_by_name, projected_spans  # noqa: E402
+from sql_oracle import projected_by_name, projected_spans
 
-from tracelab.demo import demo_run  # noqa: E402
+from tracelab.demo import demo_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not HAVE_BROWSER, reason="chromium not installed")]
 RUN = "sync_pitfalls-item_every_step-torch"

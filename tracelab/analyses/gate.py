@@ -52,7 +52,7 @@ def mann_whitney_greater(a: np.ndarray, b: np.ndarray) -> MannWhitney:
     continuity corrections). Both non-empty."""
     n1, n2 = a.size, b.size
     values = np.concatenate([a, b])
-    uniq, inv, counts = np.unique(values, return_inverse=True, return_counts=True)
+    _uniq, inv, counts = np.unique(values, return_inverse=True, return_counts=True)
     first = np.cumsum(counts) - counts  # 0-based rank of each distinct value's first occurrence
     avg_rank = first + (counts + 1) / 2.0  # 1-based average rank of the tied block
     ranks = avg_rank[inv.reshape(-1)]
