@@ -290,19 +290,12 @@ def ranges(timeline: Timeline, analysis: Analysis | None = None) -> Any:
 
 
 def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
-    """The `ranges` part of `analyze --json`."""
-    from dataclasses import asdict
+    """The `ranges` part of `analyze --json` (every name; `top` keeps the largest only)."""
+    from dataclasses import replace
 
-    stats = projection.stats if top is None else projection.stats[:top]
-    return {
-        "reference": projection.reference,
-        "reference_ns": projection.reference_ns,
-        "nested_subtracted": False,
-        "instances": projection.n,
-        "unlaunched_gpu_ops": projection.unlaunched_ops,
-        "names": len(projection.stats),
-        "ranges": [asdict(s) for s in stats],
-    }
+    from .render.report_extras import ranges_doc
+
+    return ranges_doc(projection if top is None else replace(projection, stats=projection.stats[:top]))
 
 
 def memory(timeline: Timeline, analysis: Analysis | None = None) -> Any:
@@ -315,9 +308,6 @@ def memory(timeline: Timeline, analysis: Analysis | None = None) -> Any:
 def document_extras(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:
     """What `analyze --json` adds after the analysis document (issue 27): `health`, `ranges` and `memory`
     (null without memory events), for `timeline` = the analysed range (`scoped_timeline`)."""
-    mem = memory(timeline, analysis)
-    return {
-        "health": health(timeline, analysis).to_dict(),
-        "ranges": ranges_document(ranges(timeline, analysis)),
-        "memory": None if mem is None else mem.to_dict(),
-    }
+    from .render.report_extras import extras_doc
+
+    return extras_doc(timeline, analysis)

@@ -110,10 +110,10 @@ def render_report(
         labels = (report_title(base_analysis, base_timeline), report_title(analysis, timeline))
     if fmt == "json":
         doc = report_document(analysis, comparison)
-        if timeline is not None:
-            from tracelab.analyses.health import trace_health
+        if timeline is not None:  # the trace health, GPU time by range and GPU memory of `analyze --json`
+            from tracelab.render.report_extras import extras_doc
 
-            doc["health"] = trace_health(timeline, analysis).to_dict()
+            doc.update(extras_doc(timeline, analysis))
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     kernels = kernel_summary(timeline) if timeline is not None else None
     if fmt == "md":
