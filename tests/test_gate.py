@@ -89,3 +89,17 @@ def test_mann_whitney_against_pairwise_counts_with_ties():
     m = mann_whitney_greater(a, b)
     assert m.u == sum((y > x) + 0.5 * (y == x) for x in a for y in b)
     assert 0 < m.p_value < 1
+
+
+@pytest.mark.corpus
+def test_too_few_steps_falls_back_to_the_verdict_without_a_spread(tmp_path):
+    """Two one-step excerpts (HTA's trace_compare base / test): the gate says what it compared."""
+    corpus = ROOT.parent / "shared" / "corpus" / "hta"
+    if not corpus.exists():
+        pytest.skip("shared corpus not present")
+    a, b = corpus / "trace_compare__base__base.json.gz", corpus / "trace_compare__test__test.json.gz"
+    r = cli("compare", str(a), str(b), "--fail-if-slower", "1", "--json")
+    g = json.loads(r.stdout)["gate"]
+    assert g["basis"] == "span" and g["test"] == "threshold_only" and g["p_value"] is None
+    assert r.returncode == g["exit_code"] == (3 if g["b_median_ns"] > 1.01 * g["a_median_ns"] else 0)
+    assert "without a spread" in g["reason"]

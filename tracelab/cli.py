@@ -743,7 +743,7 @@ def compare(
         from .analyses.gate import gate
 
         v = comparison.verdict
-        decision = gate(an_a, an_b, fail_pct, v.a_ns if v else 0, v.b_ns if v else 0)
+        decision = gate(an_a, an_b, fail_pct, v.a_ns if v else 0, v.b_ns if v else 0, v.basis if v else "span")
     if as_json:
         from .analyses.results import SCHEMA_VERSION
         from .render.compare_text import comparison_document

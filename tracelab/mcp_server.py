@@ -133,7 +133,8 @@ class Service:
 
                 raise BadInput("fail_if_slower must be >= 0", "compare")
             v = c.verdict
-            doc["gate"] = gate(an_a, an_b, fail_if_slower, v.a_ns if v else 0, v.b_ns if v else 0).to_dict()
+            doc["gate"] = gate(an_a, an_b, fail_if_slower, v.a_ns if v else 0, v.b_ns if v else 0,
+                               v.basis if v else "span").to_dict()
         return doc
 
     def gaps(self, run: str, limit: int = 50, cause: str | None = None, steps: str | None = None,

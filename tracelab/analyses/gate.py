@@ -94,9 +94,11 @@ class Gate:
         return d
 
 
-def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, span_b_ns: int = 0) -> Gate:
-    """The gate decision for B against A (see the module doc). `span_*`: the verdict's figures used when
-    either run has fewer than MIN_STEPS steady steps."""
+def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, span_b_ns: int = 0,
+         fallback: str = "span") -> Gate:
+    """The gate decision for B against A (see the module doc). `span_*`: the verdict's figures (`fallback`
+    says which: "step" = mean step time, "span" = GPU span) used when either run has fewer than MIN_STEPS
+    steady steps."""
     ta, tb = step_times_for_gate(a), step_times_for_gate(b)
     f = 1.0 + threshold_pct / 100.0
     if ta.size >= MIN_STEPS and tb.size >= MIN_STEPS:
@@ -115,9 +117,10 @@ def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, spa
     sa, sb = float(span_a_ns), float(span_b_ns)
     slower = bool(sa > 0 and sb > sa * f)
     pct = 100.0 * (sb - sa) / sa if sa else None
+    what = "mean step time" if fallback == "step" else "GPU span"
     reason = (
-        f"fewer than {MIN_STEPS} steady steps in a run ({ta.size} and {tb.size}): GPU span compared without a "
-        f"spread, B {sb / 1e6:.3f} ms vs A {sa / 1e6:.3f} ms"
+        f"fewer than {MIN_STEPS} steady steps in a run ({ta.size} and {tb.size}): the verdict's {what} compared "
+        f"without a spread, B {sb / 1e6:.3f} ms vs A {sa / 1e6:.3f} ms"
     )
     return Gate(threshold_pct, "span", "threshold_only", ALPHA, int(ta.size), int(tb.size), sa, sb, pct, None,
                 None, None, slower, EXIT_SLOWER if slower else 0, reason)
