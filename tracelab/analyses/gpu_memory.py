@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model.grouping import sorted_unique
 from ..model.kinds import EventKind
 from ..model.timeline import Timeline
 from .results import Analysis
@@ -69,7 +70,7 @@ def _enclosing_op(tl: Timeline, tid: int, t: int) -> str:
     """The innermost host range / CPU op on thread `tid` (any thread when -1) containing time t."""
     kind = tl.col("kind")
     start, end = tl.col("start"), tl.col("end")
-    m = np.isin(kind, (EventKind.NVTX_RANGE, EventKind.CPU_OP)) & (start <= t) & (end >= t)
+    m = ((kind == EventKind.NVTX_RANGE) | (kind == EventKind.CPU_OP)) & (start <= t) & (end >= t)
     if tid >= 0:
         m &= tl.col("tid") == tid
     rows = np.flatnonzero(m)
@@ -85,7 +86,7 @@ def _call_of(tl: Timeline, corr: int) -> tuple[int, int]:
     if corr < 0:
         return -1, -1
     kind = tl.col("kind")
-    rows = np.flatnonzero(np.isin(kind, (EventKind.RUNTIME, EventKind.DRIVER)) & (tl.col("correlation") == corr))
+    rows = np.flatnonzero(((kind == EventKind.RUNTIME) | (kind == EventKind.DRIVER)) & (tl.col("correlation") == corr))
     if not rows.size:
         return -1, -1
     return int(tl.col("tid")[rows[0]]), int(tl.col("start")[rows[0]])
@@ -111,7 +112,7 @@ def memory_timeline(tl: Timeline, analysis: Analysis | None = None) -> MemoryTim
     t, dev, alloc, reserved, size, tid, corr = (a[order] for a in (t, dev, alloc, reserved, size, tid, corr))
     rank = int(tl.meta.ranks[0]) if tl.meta.ranks else 0
     peaks = []
-    for d in np.unique(dev).tolist():
+    for d in sorted_unique(dev).tolist():
         idx = np.flatnonzero(dev == d)
         i = int(idx[np.argmax(alloc[idx])])  # the first time the peak is reached
         ctid, ct = _call_of(tl, int(corr[i]))
@@ -121,7 +122,7 @@ def memory_timeline(tl: Timeline, analysis: Analysis | None = None) -> MemoryTim
                                 int(res.max()) if (res >= 0).any() else -1, int(idx.size)))
     steps: list[StepMemory] = []
     if analysis is not None and analysis.steps:
-        for d in np.unique(dev).tolist():
+        for d in sorted_unique(dev).tolist():
             idx = np.flatnonzero(dev == d)
             td, ad = t[idx], alloc[idx]
             st = [s for s in analysis.steps if s.rank == rank] or list(analysis.steps)

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..model.grouping import member, sorted_unique
 from ..model.kinds import EventKind, Flag
 from ..model.timeline import Timeline
 from .intervals import covered_length, merge
@@ -126,9 +127,10 @@ def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
 
 def _launch_rows(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
     kind = tl.col("kind")
-    host = np.isin(kind, (EventKind.RUNTIME, EventKind.DRIVER))
+    host = (kind == EventKind.RUNTIME) | (kind == EventKind.DRIVER)
     launch = host & ((tl.col("flags") & Flag.LAUNCH) != 0)
-    return np.flatnonzero(launch), np.flatnonzero(np.isin(kind, GPU_KINDS))
+    gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
+    return np.flatnonzero(launch), np.flatnonzero(gpu)
 
 
 def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
@@ -137,9 +139,9 @@ def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
     rank = tl.col("rank").astype(np.int64)
     lc = corr[lr]
     no_corr = int((lc < 0).sum())
-    gkey = np.unique((rank[gr] << 40) | (corr[gr] & ((1 << 40) - 1)))
+    gkey = sorted_unique((rank[gr] << 40) | (corr[gr] & ((1 << 40) - 1)))
     lkey = (rank[lr] << 40) | (lc & ((1 << 40) - 1))
-    found = np.isin(lkey, gkey) & (lc >= 0)
+    found = member(lkey, gkey) & (lc >= 0)
     unmatched = (~found) & (lc >= 0)
     orphans = int(tl.meta.stats.get("orphan_gpu_events", 0))
     graph_name = np.array(["GraphLaunch" in s for s in tl.strings] + [False], dtype=bool)  # per string, not per call
@@ -195,7 +197,7 @@ def _window(tl: Timeline, an: Analysis | None) -> HealthCheck:
         parts.append(f"{open_ranges} NVTX ranges never ended (cut by the capture window)")
     if an is not None and an.steps:
         kind = tl.col("kind")
-        g = np.isin(kind, GPU_KINDS)
+        g = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
         s, e = tl.col("start")[g], tl.col("end")[g]
         first = min(x.start_ns for x in an.steps)
         last = max(x.end_ns for x in an.steps)

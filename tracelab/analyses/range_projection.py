@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.grouping import sorted_unique, unique_inverse
 from ..model.kinds import EventKind
 from ..model.timeline import Timeline
 from .intervals import grouped_union_lengths, merge_grouped
@@ -72,6 +73,14 @@ class RangeProjection:
         return int(self.rows.size)
 
 
+def _is(kind: np.ndarray, kinds: tuple) -> np.ndarray:
+    """np.isin for a few kinds, without np.isin's np.unique (it imports numpy.ma)."""
+    out = np.zeros(kind.shape, dtype=bool)
+    for k in kinds:
+        out |= kind == int(k)
+    return out
+
+
 def _thread_codes(*keys: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[np.ndarray]:
     """A small int per (rank, pid, tid), consistent over several row sets: each column factorized alone
     (1-D unique), the codes combined into one integer, that factorized again."""
@@ -81,9 +90,9 @@ def _thread_codes(*keys: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[np.n
     combined = np.zeros(sum(sizes), _I64)
     for j in range(3):
         col = np.concatenate([k[j].astype(_I64) for k in keys])
-        uniq, inv = np.unique(col, return_inverse=True)
-        combined = combined * (uniq.size + 1) + inv.reshape(-1)
-    inv = np.unique(combined, return_inverse=True)[1].reshape(-1).astype(_I64)
+        uniq, inv = unique_inverse(col)
+        combined = combined * (uniq.size + 1) + inv
+    inv = unique_inverse(combined)[1]
     out, at = [], 0
     for n in sizes:
         out.append(inv[at : at + n])
@@ -138,9 +147,9 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     rank = timeline.col("rank")
     pid, tid = timeline.col("pid"), timeline.col("tid")
     corr = timeline.col("correlation").astype(_I64)
-    rr = np.flatnonzero(np.isin(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
-    lr = np.flatnonzero(np.isin(kind, LAUNCH_KINDS) & (corr >= 0))
-    gr = np.flatnonzero(np.isin(kind, GPU_KINDS))
+    rr = np.flatnonzero(_is(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
+    lr = np.flatnonzero(_is(kind, LAUNCH_KINDS) & (corr >= 0))
+    gr = np.flatnonzero(_is(kind, GPU_KINDS))
     n = rr.size
     zeros = np.zeros(n, _I64)
     if gr.size:
@@ -216,8 +225,7 @@ def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pair_range, pair_op
     kinds = timeline.col("kind")[rr]
     # a name's key: (name id, kind), so an NVTX range and a CPU op of the same name stay apart
     key = names * 16 + kinds.astype(_I64)
-    ukeys, inv = np.unique(key, return_inverse=True)
-    inv = inv.reshape(-1)
+    ukeys, inv = unique_inverse(key)
     g = ukeys.size
     calls = np.bincount(inv, minlength=g)
     host = np.bincount(inv, weights=(end[rr] - start[rr]), minlength=g)
@@ -228,7 +236,7 @@ def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pair_range, pair_op
     # distinct (name, op) pairs
     if pair_op.size:
         pg = inv[pair_range]
-        pk = np.unique(pg * (int(pair_op.max()) + 1) + pair_op)
+        pk = sorted_unique(pg * (int(pair_op.max()) + 1) + pair_op)
         pg_u, po_u = pk // (int(pair_op.max()) + 1), pk % (int(pair_op.max()) + 1)
         ops_n = np.bincount(pg_u, minlength=g)
         gpu = grouped_union_lengths(os_[po_u], oe[po_u], pg_u, g)
@@ -238,7 +246,8 @@ def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pair_range, pair_op
         gpu = np.zeros(g, _I64)
         kern = np.zeros(g, _I64)
     strings = timeline.strings
-    first = np.unique(inv, return_index=True)[1]  # each name's first instance (rows are in start order)
+    first = np.full(g, rr.size, _I64)
+    np.minimum.at(first, inv, np.arange(rr.size, dtype=_I64))  # each name's first instance (rows in start order)
     pname = np.where(parent >= 0, names[np.maximum(parent, 0)], -1)
     first_end = np.maximum(end[rr], gpu_end)
 
