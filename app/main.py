@@ -18,7 +18,7 @@ from tracelab.store import Store
 from . import page_callbacks, timeline_api, timeline_callbacks
 from .components import PAGES
 from .guards import allowed_hosts, guarded, install_request_guards
-from .pages import compare, gaps, kernels, overlap, ranks, runs, timeline
+from .pages import compare, gaps, kernels, overlap, ranges, ranks, runs, timeline
 from .state import STATE_KEY, AppState, current_state
 from .urls import href
 
@@ -40,6 +40,7 @@ def _register_pages() -> None:
             (gaps, "/gaps", "Gaps & findings"),
             (overlap, "/overlap", "Overlap"),
             (kernels, "/kernels", "Kernels"),
+            (ranges, "/ranges", "Ranges"),
             (ranks, "/ranks", "Ranks"),
             (compare, "/compare", "Compare"),
         )

@@ -23,6 +23,7 @@ from typing import Any
 
 import flask
 import numpy as np
+import pandas as pd
 
 from tracelab.errors import BadInput
 from tracelab.model.kinds import EventKind
@@ -36,6 +37,8 @@ from .state import AppState, current_state
 from .timeline_view import (
     initial_window,
     max_level,
+    memory_on_rows,
+    ranges_on_rows,
     run_gaps,
     search_matches_in_window,
     search_positions,
@@ -132,6 +135,9 @@ def meta() -> Any:
     gaps, ready = run_gaps(state, record, start=False)
     found = steps_if_ready(state, record, start=False)
     steps = steps_on_rows(found, rows)
+    projected = ranges_on_rows(state, record, rows)  # the projected ranges lane, drawn like steps
+    if len(projected):
+        steps = pd.concat([steps[["start", "end", "row", "label"]], projected], ignore_index=True)
     labels = rows["label"].astype(str).tolist()
     if found is not None:  # a steps lane whose rank has none says so
         with_steps = set(found["rank"].astype(int).tolist())
@@ -160,6 +166,7 @@ def meta() -> Any:
                 "row": steps["row"].astype(int).tolist(),
                 "label": steps["label"].astype(str).tolist(),
             },
+            "memory": memory_on_rows(state, record, rows),
             "gaps_ready": ready,
             "steps_ready": found is not None,
             "causes_present": sorted(set(gaps["cause"].tolist())),

@@ -300,7 +300,7 @@ def test_document_is_schema_2_json():
     back = json.loads(text)
     assert back["schema"] == 2
     assert back["gaps"][0]["host_data"] == "cpu_ops" and back["notes"] == list(a.notes)
-    assert set(back) == {"schema", "trace", "devices", "steps", "setup", "gaps", "findings", "notes"}
+    assert {"schema", "trace", "devices", "steps", "setup", "gaps", "findings", "notes"} <= set(back)
     assert back["devices"][0]["busy_ns"] == us(202)
     assert back["gaps"][0]["cause"] == "launch_latency"
     assert set(back["devices"][0]["overlap"]) == {

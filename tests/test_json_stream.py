@@ -34,8 +34,16 @@ def test_cli_json_is_the_whole_dump() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tracelab.cli", "analyze", "--json", str(TRACE)], capture_output=True, check=True
     )
-    analysis = analyze(load(TRACE))
-    assert proc.stdout == orjson.dumps(to_document(analysis), option=OPTIONS)
+    timeline = load(TRACE)
+    analysis = analyze(timeline)
+    from tracelab.api import (
+        document_extras,
+        health,  # issue 27: `analyze --json` ends with the trace health section
+    )
+
+    extra = document_extras(timeline, analysis)
+    assert set(extra) == {"health", "ranges", "memory"} and extra["health"] == health(timeline, analysis).to_dict()
+    assert proc.stdout == orjson.dumps({**to_document(analysis), **extra}, option=OPTIONS)
 
 
 def test_no_gaps_document() -> None:

@@ -184,6 +184,10 @@ def test_each_format_written_and_escaped(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.json", "r.md"]  # no temp files left
 
     doc = json.loads(json_path.read_text())
+    # issue 27: a report written with its timeline adds the trace health, GPU time by range and GPU memory
+    assert next(c["name"] for c in doc.pop("health")["checks"]) == "dropped"
+    assert doc.pop("ranges")["nested_subtracted"] is False and "memory" in doc
+    doc.pop("memory")
     assert doc == json.loads(json.dumps(to_document(analysis)))
     assert doc["trace"]["source"] == tl.meta.source  # JSON keeps the text; json escaping makes it data
 
@@ -443,7 +447,11 @@ def test_recorded_fixture_reports(tmp_path: Path, fixture: Path | None):
     for ext in ("html", "md", "json"):
         out = write_report(tmp_path / f"r.{ext}", a, tl)
         assert out.stat().st_size > 0
-    assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(to_document(a)))
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert "checks" in doc.pop("health")  # issue 27: health, ranges and memory of a report with its timeline
+    assert "ranges" in doc.pop("ranges")
+    doc.pop("memory")
+    assert doc == json.loads(json.dumps(to_document(a)))
     text = (tmp_path / "r.html").read_text()
     assert_html_safe(text)
     assert (tmp_path / "r.html").stat().st_size < 5_000_000

@@ -28,8 +28,23 @@ if TYPE_CHECKING:
     from .store import Store
 
 __all__ = [
-    "Imported", "analyze", "compare", "import_trace", "load", "report", "resolve", "scoped_timeline", "store_timeline",
-    "store_views", "to_json",
+    "Imported",
+    "analyze",
+    "compare",
+    "document_extras",
+    "health",
+    "import_trace",
+    "load",
+    "memory",
+    "ranges",
+    "ranges_document",
+    "report",
+    "resolve",
+    "scoped_timeline",
+    "sql",
+    "store_timeline",
+    "store_views",
+    "to_json",
 ]
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
@@ -194,3 +209,105 @@ def report(
     from .render.reports import write_report
 
     return write_report(out, analysis, timeline, against=against)
+
+
+def sql(
+    query: str,
+    store: Store,
+    runs: tuple[str, ...] | list[str] | None = None,
+    *,
+    cache: Any = None,
+    max_rows: int | None = None,
+) -> Any:
+    """Run one read-only SELECT over the store's SQL views (tracelab/store/sql.py; DESIGN.md "SQL views"):
+    a `SqlResult`. `runs`: run ids / prefixes / names whose event and analysis views are filled (default:
+    every run); `cache`: a `ViewCache` kept between queries. BadInput for SQL that fails or would write."""
+    from .store.sql import query as run_query
+
+    records = store.runs()
+    if runs:
+        wanted = list(dict.fromkeys(store.resolve(r) for r in runs))
+        records = [r for r in records if r.id in wanted]
+    runs_rows = {
+        "run_id": [r.id for r in records],
+        "name": [r.name for r in records],
+        "source": [r.source for r in records],
+        "format": [r.format for r in records],
+        "backend": [r.backend for r in records],
+        "workload": [r.workload for r in records],
+        "variant": [r.variant for r in records],
+        "gpu": [r.gpu for r in records],
+        "created": [r.created for r in records],
+        "events": [r.events for r in records],
+        "start_ns": [r.start_ns for r in records],
+        "end_ns": [r.end_ns for r in records],
+        "ranks": [len(r.ranks) for r in records],
+    }
+
+    def fill(rid: str, views: frozenset[str]) -> dict[str, Any]:
+        from .analyses import sql_rows
+
+        tl = store.load(rid)
+        out: dict[str, Any] = {}
+        if "events" in views:
+            out["events"] = sql_rows.event_rows(rid, tl)
+        if "kernels" in views:
+            out["kernels"] = sql_rows.kernel_rows(rid, tl)
+        if "ranges" in views:
+            out["ranges"] = sql_rows.range_rows(rid, tl)
+        if "collectives" in views:
+            out["collectives"] = sql_rows.collective_rows(rid, tl)
+        if views & {"gaps", "steps", "findings"}:
+            an = analyze(tl)
+            if "gaps" in views:
+                from .render.gap_evidence import gap_evidence
+
+                out["gaps"] = sql_rows.gap_rows(rid, an, gap_evidence(an))
+            if "steps" in views:
+                out["steps"] = sql_rows.step_rows(rid, an)
+            if "findings" in views:
+                out["findings"] = sql_rows.finding_rows(rid, an)
+        return out
+
+    return run_query(query, [(r.id, r.created) for r in records], runs_rows, fill, cache=cache, max_rows=max_rows)
+
+
+def health(timeline: Timeline, analysis: Analysis | None = None) -> Any:
+    """The trace health section (tracelab/analyses/health.py): what the trace can and cannot support."""
+    from .analyses.health import trace_health
+
+    return trace_health(timeline, analysis)
+
+
+def ranges(timeline: Timeline, analysis: Analysis | None = None) -> Any:
+    """GPU time by host range (NVTX, record_function, Kineto cpu_op / user_annotation) projected through
+    launch correlation (tracelab/analyses/range_projection.py): a `RangeProjection`. Shares are of the
+    analysis' total step time when it has steps, else of the GPU span."""
+    from .analyses.range_projection import project_ranges
+
+    ref = sum(s.end_ns - s.start_ns for s in analysis.steps) if analysis is not None else 0
+    return project_ranges(timeline, ref, "steps" if ref else "gpu span")
+
+
+def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
+    """The `ranges` part of `analyze --json` (every name; `top` keeps the largest only)."""
+    from dataclasses import replace
+
+    from .render.report_extras import ranges_doc
+
+    return ranges_doc(projection if top is None else replace(projection, stats=projection.stats[:top]))
+
+
+def memory(timeline: Timeline, analysis: Analysis | None = None) -> Any:
+    """The GPU memory timeline (tracelab/analyses/gpu_memory.py), or None without memory events."""
+    from .analyses.gpu_memory import memory_timeline
+
+    return memory_timeline(timeline, analysis)
+
+
+def document_extras(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:
+    """What `analyze --json` adds after the analysis document (issue 27): `health`, `ranges` and `memory`
+    (null without memory events), for `timeline` = the analysed range (`scoped_timeline`)."""
+    from .render.report_extras import extras_doc
+
+    return extras_doc(timeline, analysis)

@@ -531,6 +531,50 @@ def runs(ctx: click.Context, as_json: bool) -> None:
     click.echo(format_runs_table(records, terminal_width()))
 
 
+@main.command("sql")
+@click.argument("query")
+@click.option("--json", "as_json", is_flag=True, help="Print {columns, rows, views, runs, notes} as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV (a header line, then the rows).")
+@click.option("--run", "runs", multiple=True, help="Fill the per-run views for this run only (repeatable; default: all).")
+@_db_option
+@click.pass_context
+def sql_cmd(ctx: click.Context, query: str, as_json: bool, as_csv: bool, runs: tuple[str, ...]) -> None:
+    """Run one read-only SELECT over the store's views: runs, events, kernels, gaps, steps, findings,
+    ranges, collectives (columns in docs/DESIGN.md, "SQL views"). The store is opened read-only."""
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv exclude each other")
+    from .api import sql
+
+    result = sql(query, open_store(ctx, create=False, read_only=True), runs or None)
+    for note in result.notes:
+        err(f"note: {_safe(note)}")
+    if as_json:
+        _echo_json(result.to_dict())
+    elif as_csv:
+        from .render.sql_text import format_csv
+
+        click.echo(format_csv(result.columns, result.rows), nl=False)
+    else:
+        from .render.sql_text import format_table
+
+        click.echo(format_table(result.columns, result.rows), nl=False)
+
+
+@main.command("mcp")
+@_db_option
+@click.pass_context
+def mcp_cmd(ctx: click.Context) -> None:
+    """Serve the store over the Model Context Protocol on stdin/stdout (tools: list_runs, analyze, compare,
+    gaps, findings, sql; results are the CLI's JSON). The store is opened read-only."""
+    from .mcp_server import _sdk, serve_stdio
+
+    _sdk()  # a missing SDK is one line, before anything is read
+    db = _db_path(ctx)
+    if not db.exists():
+        raise BadInput("no tracelab store here (import a trace first, or pass --db)", db)
+    serve_stdio(db)
+
+
 @main.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @_db_option
@@ -593,6 +637,7 @@ def _scope_options(f: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Gaps listed in the human output.",
 )
+@click.option("--ranges", "all_ranges", is_flag=True, help="List every range of the GPU-time-by-range table (default: top 10).")
 @_db_option
 @click.pass_context
 def analyze(
@@ -605,6 +650,7 @@ def analyze(
     steps: str | None,
     window: str | None,
     input_words: tuple[str, ...] = (),
+    all_ranges: bool = False,
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
@@ -623,6 +669,11 @@ def analyze(
         from .analyses.ranks import rank_analysis
 
         ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
+    from .api import health as trace_health
+    from .api import ranges as range_projection
+
+    health = trace_health(_scoped(timeline, steps, window), analysis)
+    projection = range_projection(_scoped(timeline, steps, window), analysis)
     if as_json:
         from .render.document import write_document
 
@@ -632,9 +683,17 @@ def analyze(
 
             rank_doc = rank_document_of(ranks)
         out = _stdout_bytes()
-        write_document(analysis, out.write, rank_doc)
+        from .api import memory, ranges_document
+
+        mem = memory(_scoped(timeline, steps, window), analysis)
+        extra = {**(rank_doc or {}), "health": health.to_dict(), "ranges": ranges_document(projection),
+                 "memory": None if mem is None else mem.to_dict()}  # = api.document_extras
+        write_document(analysis, out.write, extra)
         out.flush()
     else:
+        from .render.health_text import health_lines
+
+        click.echo("\n".join(health_lines(health, terminal_width())) + "\n")
         _print_analysis(analysis, title, top_gaps)
         from .render.workload_text import workload_lines
 
@@ -644,6 +703,18 @@ def analyze(
             from .render.compare_text import term_safe
 
             click.echo("\n".join(term_safe(x) for x in lines))
+        from .render.ranges_text import ranges_lines
+
+        range_table = ranges_lines(projection, None if all_ranges else 10, terminal_width())
+        if range_table:
+            click.echo("\n" + "\n".join(range_table))
+        from .api import memory
+
+        mem = memory(_scoped(timeline, steps, window), analysis)
+        if mem is not None:
+            from .render.memory_text import memory_lines
+
+            click.echo("\n" + "\n".join(memory_lines(mem, analysis.trace.start_ns, terminal_width())))
         if ranks:
             from .render.ranks_text import format_ranks
 
@@ -655,6 +726,15 @@ def analyze(
 @click.argument("a")
 @click.argument("b")
 @click.option("--json", "as_json", is_flag=True, help="Print both analyses and the comparison as JSON.")
+@click.option(
+    "--fail-if-slower",
+    "fail_pct",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="CI gate: exit 3 when B's steady-state step time is slower than A's by more than PCT %% "
+    "(one-sided Mann-Whitney U on the per-step times, p < 0.05), else 0.",
+)
 @_gap_option
 @_orphan_option
 @_scope_options
@@ -669,6 +749,7 @@ def compare(
     exclude_orphans: bool,
     steps: str | None,
     window: str | None,
+    fail_pct: float | None = None,
 ) -> None:
     """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
     gaps by cause, findings and top kernels."""
@@ -680,23 +761,35 @@ def compare(
     tl_b, _, label_b = load_named_subject(ctx, b)
     an_a, an_b = _analyze(tl_a, options, steps, window), _analyze(tl_b, options, steps, window)
     comparison = compare_analyses(an_a, an_b, _scoped(tl_a, steps, window), _scoped(tl_b, steps, window))
+    decision = None
+    if fail_pct is not None:
+        from .analyses.gate import gate
+
+        v = comparison.verdict
+        decision = gate(an_a, an_b, fail_pct, v.a_ns if v else 0, v.b_ns if v else 0, v.basis if v else "span")
     if as_json:
         from .analyses.results import SCHEMA_VERSION
         from .render.compare_text import comparison_document
         from .render.document import to_document
 
-        _echo_json(
-            {
-                "schema": SCHEMA_VERSION,
-                "a": to_document(an_a),
-                "b": to_document(an_b),
-                "comparison": comparison_document(comparison),
-            }
-        )
+        doc = {
+            "schema": SCHEMA_VERSION,
+            "a": to_document(an_a),
+            "b": to_document(an_b),
+            "comparison": comparison_document(comparison),
+        }
+        if decision is not None:
+            doc["gate"] = decision.to_dict()
+        _echo_json(doc)
     else:
         from .render.compare_text import format_comparison
 
         click.echo(format_comparison(comparison, labels=(label_a, label_b), width=terminal_width()))
+        if decision is not None:
+            verdict = "FAIL (B is slower)" if decision.slower else "pass"
+            click.echo(f"\nGate --fail-if-slower {fail_pct:g}%: {verdict}: {_safe(decision.reason)}")
+    if decision is not None and decision.slower:
+        ctx.exit(decision.exit_code)
 
 
 @main.command()

@@ -593,6 +593,7 @@
       ctx.restore();
     });
     this.drawSteps(ctx, X, a, b, labels);
+    this.drawMemory(ctx, X, a, b, labels);
     this.drawLabels(ctx, labels);
     // launch -> GPU arrows only when zoomed in (the window at most 1/flow_zoom of the run): at whole-run
     // zoom a launch and its kernel share a pixel column and a lone arrow was a line through every lane
@@ -754,6 +755,42 @@
     return k;
   };
 
+  // the GPU memory lane (issue 27): allocated bytes over time as a filled step line, scaled to the device's
+  // peak (meta.memory: one series per row, times in ns from the run start)
+  Timeline.prototype.drawMemory = function (ctx, X, a, b, labels) {
+    var mem = this.meta.memory;
+    if (!mem || !mem.series) { return; }
+    for (var s = 0; s < mem.series.length; s++) {
+      var S = mem.series[s], top = this.rowTop[S.row], h = this.rowH[S.row] - 2;
+      if (top === undefined || !S.t.length) { continue; }
+      var peak = S.peak || 1;
+      ctx.beginPath();
+      ctx.moveTo(Math.max(X(S.t[0]), 0), top + h + 1);
+      var lastY = top + h + 1;
+      for (var i = 0; i < S.t.length; i++) {
+        if (S.t[i] > b && i > 0) { break; }
+        var x = X(S.t[i]), y = top + 1 + h * (1 - S.v[i] / peak);
+        if (x < -1) { lastY = y; continue; }
+        ctx.lineTo(Math.max(x, 0), lastY);
+        ctx.lineTo(Math.max(x, 0), y);
+        lastY = y;
+      }
+      ctx.lineTo(this.width, lastY);
+      ctx.lineTo(this.width, top + h + 1);
+      ctx.closePath();
+      ctx.fillStyle = "rgba(128, 0, 160, 0.35)";
+      ctx.fill();
+      ctx.strokeStyle = "#8000a0";
+      ctx.stroke();
+      var px = X(S.peak_t);
+      if (px >= 0 && px <= this.width) {
+        ctx.fillStyle = "#8000a0";
+        ctx.fillRect(px - 1, top, 2, h + 2);
+        labels.push({ x0: px + 3, x1: px + 160, y: top + 6, text: S.peak_label, color: "#ffffff" });
+      }
+    }
+  };
+
   Timeline.prototype.drawLabels = function (ctx, labels) {
     var st = this.meta.style;
     labels = labels.filter(function (L) { return L.x1 - L.x0 >= st.label_min_px; });
@@ -876,6 +913,9 @@
     var present = this.meta.causes_present || [];
     st.causes.forEach(function (c) { if (present.indexOf(c.cause) >= 0) { out.push([c.legend, c.color]); } });
     if (this.meta.steps.start.length) { out.push(["steps", st.step_colors[0]]); }
+    if (this.meta.memory && this.meta.memory.series && this.meta.memory.series.length) {
+      out.push(["GPU memory allocated (peak marked)", "#8000a0"]);
+    }
     if (this.query) { out.push(["search matches", "#ff00aa"]); }
     if (this.stats.flows) { out.push(["launch → GPU", "#555"]); }
     if (this.highlight && this.highlight.start && this.highlight.start.length) { out.push(["selected (correlated)", "#d4a000"]); }

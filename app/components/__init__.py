@@ -19,6 +19,7 @@ PAGES = (
     ("Gaps & findings", "gaps"),
     ("Overlap", "overlap"),
     ("Kernels", "kernels"),
+    ("Ranges", "ranges"),
     ("Ranks", "ranks"),
     ("Compare", "compare"),
 )

@@ -29,6 +29,14 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) for integers, without importing numpy.ma (see sorted_unique):
+    the distinct values sorted, and each value's index among them."""
+    v = np.asarray(values).reshape(-1)
+    u = sorted_unique(v)
+    return u, np.searchsorted(u, v).astype(np.int64)
+
+
 def member(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
     """np.isin(values, sorted_unique) for sorted distinct keys: a binary search (cheaper than np.isin for
     few keys, and without np.isin's call of np.unique)."""

@@ -629,6 +629,12 @@ class _Parsed:
         ):
             if key in top:
                 extra[key] = json_safe(top[key])
+        if self.n_dropped_instant:  # instants: maybe [memory] ones (profile_memory=True)
+            from .kineto_memory import read_memory
+
+            memory = read_memory(path)
+            if memory is not None:
+                extra["memory"] = memory
         meta = RunMeta(
             source=str(path),
             format="kineto",

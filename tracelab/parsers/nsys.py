@@ -23,9 +23,11 @@ from ..model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
 from ..model.timeline import is_constant
 from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
+from .nsys_health import read_health
 from .nsys_host import host_of, pid_of
 from .nsys_ranks import assign_process_ranks
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
+from .nsys_memory import read_memory
 from .nsys_osrt import OS_CALL_CATEGORY, OSRT, keep_os_calls_of_host_threads
 from .nsys_read import distinct_pairs, merge_sorted, read_tables
 from .nsys_strings import NsysStrings, compact
@@ -240,7 +242,11 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         },
         "process_names": {str(p): n for p, n in process_names(db).items() if p in pids},
         "thread_names": thread_names(db, strings, threads),
+        "health": read_health(db),
     }
+    memory = read_memory(db)
+    if memory is not None:
+        extra["memory"] = memory
     del cols["_gpid"]
     table, cols = compact(strings.strings, cols)
     table, renamed = neutralize_names(table)

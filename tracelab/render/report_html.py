@@ -374,6 +374,7 @@ def render_html(
          + (" · compact report (less detail, to stay under the size budget; the .json report has every figure)"
             if limits.compact else "") + "</p>"),
         '<h2 id="summary">Summary</h2>', _narrative(analysis), _device_cards(analysis),
+        *_health_html(analysis, timeline),
         '<h2 id="run">Run</h2>', _metadata(analysis, timeline),
         '<h2 id="devices">Devices</h2>', _devices_table(analysis),
     ]
@@ -436,3 +437,56 @@ def render_html(
         + figs.script()
         + "</body></html>\n"
     )
+
+
+def _health_html(analysis: Analysis, timeline: Timeline | None) -> list[str]:
+    """The trace health section (tracelab/analyses/health.py), then GPU time by range and GPU memory (the
+    report's summary area: what the trace supports, where the GPU time went); nothing without the timeline."""
+    if timeline is None:
+        return []
+    from tracelab.render.report_extras import extras
+
+    h, projection, mem = extras(timeline, analysis)
+    rows = "".join(
+        f"<tr><td>{html.escape(c.status)}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.summary)}</td></tr>"
+        for c in h.checks
+    )
+    weak = "".join(f"<li>finding <code>{html.escape(r)}</code> is weakened: {html.escape(w)}</li>" for r, w in h.weakened)
+    return ['<h2 id="health">Trace health</h2>', f"<table><tbody>{rows}</tbody></table>",
+            f"<ul>{weak}</ul>" if weak else "", *_ranges_html(projection), *_memory_html(mem, analysis)]
+
+
+def _ranges_html(p) -> list[str]:
+    from tracelab.render.report_extras import TOP_RANGES
+
+    if not p.stats:
+        return []
+    rows = "".join(
+        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.kind)}</td><td>{s.calls}</td><td>{fmt_ns(s.gpu_ns)}</td>"
+        f"<td>{fmt_ns(s.kernel_ns)}</td><td>{fmt_ns(s.span_ns)}</td><td>{s.share:.1%}</td></tr>"
+        for s in p.stats[:TOP_RANGES]
+    )
+    head = "<tr><th>range</th><th>kind</th><th>calls</th><th>GPU time</th><th>kernels</th><th>span</th><th>share</th></tr>"
+    return ['<h2 id="ranges">GPU time by range</h2>',
+            (f'<p class="muted">GPU ops launched inside each range on its thread; nested ranges are not subtracted; '
+            f"share of the {html.escape(p.reference)}; top {min(TOP_RANGES, len(p.stats))} of {len(p.stats)} names.</p>"),
+            f"<table><thead>{head}</thead><tbody>{rows}</tbody></table>"]
+
+
+def _memory_html(mem, analysis: Analysis) -> list[str]:
+    if mem is None:
+        return []
+    from tracelab.render.format import fmt_bytes
+
+    origin = run_origin(analysis)
+    rows = "".join(
+        f"<tr><td>r{q.rank}/d{q.device}</td><td>{fmt_bytes(q.peak_bytes)}</td><td>{fmt_offset(q.at_ns, origin)}</td>"
+        f"<td>{fmt_bytes(q.allocation_bytes)}</td><td>{html.escape(q.op)}</td>"
+        f"<td>{fmt_bytes(q.reserved_peak_bytes) if q.reserved_peak_bytes >= 0 else 'n/a'}</td></tr>"
+        for q in mem.peaks
+    )
+    steps = ", ".join(f"#{s.index} {fmt_bytes(s.peak_bytes)}" for s in mem.steps[:40])
+    return ['<h2 id="memory">GPU memory</h2>', f'<p class="muted">{html.escape(mem.source)}</p>',
+            ("<table><thead><tr><th>device</th><th>peak allocated</th><th>at</th><th>allocation</th><th>in op</th>"
+            f"<th>reserved peak</th></tr></thead><tbody>{rows}</tbody></table>"),
+            f"<p>peak per step: {html.escape(steps)}</p>" if steps else ""]

@@ -110,7 +110,12 @@ def render_report(
         comparison = compare(base_analysis, analysis, base_timeline, timeline)
         labels = (report_title(base_analysis, base_timeline), report_title(analysis, timeline))
     if fmt == "json":
-        return orjson.dumps(report_document(analysis, comparison), option=orjson.OPT_INDENT_2) + b"\n"
+        doc = report_document(analysis, comparison)
+        if timeline is not None:  # the trace health, GPU time by range and GPU memory of `analyze --json`
+            from tracelab.render.report_extras import extras_doc
+
+            doc.update(extras_doc(timeline, analysis))
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     kernels = kernel_summary(timeline) if timeline is not None else None
     if fmt == "md":
         from tracelab.render.report_md import render_markdown

@@ -1,0 +1,69 @@
+"""GPU time by range (NVTX / record_function ranges projected through launch correlation) against the raw
+traces: `analyze --json`'s `ranges` through the real CLI, each name's calls, distinct GPU ops, union of GPU
+time, kernel time and projected span recomputed from the nsys SQLite / Kineto JSON records (tests/sql_oracle.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sql_oracle import projected_by_name
+
+from tracelab.demo import demo_run
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ("sync_pitfalls-item_every_step-nsys", "sync_pitfalls-item_every_step-torch", "graphs-eager-nsys")
+
+
+def analyze_json(path: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACELAB_DB": "/nonexistent/t.db"}
+    r = subprocess.run([sys.executable, "-m", "tracelab", "analyze", str(path), "--json"], capture_output=True,
+                       text=True, env=env, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_range_figures_match_the_raw_trace(name):
+    run = demo_run(name)
+    doc = analyze_json(run)
+    rng = doc["ranges"]
+    assert rng["nested_subtracted"] is False and rng["reference"] == "steps"
+    steps_total = sum(s["end_ns"] - s["start_ns"] for s in doc["steps"])
+    assert rng["reference_ns"] == steps_total
+    by_name = {(r["name"], r["kind"]): r for r in rng["ranges"]}
+    checked = 0
+    for rname in ("forward", "h2d batch", "eager ops", "step 3"):
+        got = by_name.get((rname, "nvtx"))
+        want = projected_by_name(run, rname)
+        if not want["calls"]:
+            assert got is None
+            continue
+        checked += 1
+        tol = 2 * want["gpu_ops"]  # Kineto's µs timestamps, rounded to ns per op
+        assert got["calls"] == want["calls"] and got["gpu_ops"] == want["gpu_ops"]
+        assert abs(got["gpu_ns"] - want["gpu_ns"]) <= tol and abs(got["kernel_ns"] - want["kernel_ns"]) <= tol
+        assert abs(got["span_ns"] - want["span_ns"]) <= tol
+        assert got["share"] == pytest.approx(got["gpu_ns"] / steps_total)
+    assert checked >= 1
+    # largest GPU time first
+    times = [r["gpu_ns"] for r in rng["ranges"]]
+    assert times == sorted(times, reverse=True)
+
+
+def test_the_text_table_and_all_ranges():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACELAB_DB": "/nonexistent/t.db", "COLUMNS": "140"}
+    run = str(demo_run(RUNS[1]))
+    top = subprocess.run([sys.executable, "-m", "tracelab", "analyze", run], capture_output=True, text=True, env=env,
+                         timeout=300, check=False).stdout
+    every = subprocess.run([sys.executable, "-m", "tracelab", "analyze", run, "--ranges"], capture_output=True, text=True,
+                           env=env, timeout=300, check=False).stdout
+    assert "GPU time by range (top 10 of" in top and "--ranges for all" in top
+    n = analyze_json(Path(run))["ranges"]["names"]
+    assert f"GPU time by range (all {n}" in every
+    section = every.split("GPU time by range", 1)[1].splitlines()
+    assert len([x for x in section[3:] if x.strip() and not x.startswith("(")]) >= n

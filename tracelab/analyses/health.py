@@ -1,0 +1,233 @@
+"""Trace health: what the trace can and cannot support, said before the analysis.
+
+Checks (each a `HealthCheck`, status "ok" | "warn" | "n/a"):
+- dropped: events the profiler says it lost (nsys DIAGNOSTIC_EVENT messages about lost / dropped records or
+  full buffers; "not all ... might have been collected" is counted as `incomplete`, a weaker warning nsys
+  prints on most runs). Kineto traces carry no such record in the corpus we have: "n/a".
+- profiler_overhead: nsys PROFILER_OVERHEAD intervals (buffer flushes, CUPTI initialisation) on the
+  application's threads; the GPU gaps that they cover for at least half of their length are counted
+  (`gaps_covered`, their idle time): those gaps are the profiler's doing, not a host cause.
+- graphs: CUDA graph launches whose GPU work is not in the trace (graph-level tracing: no node kernels).
+- correlation: launch calls without a correlation id, launches whose correlation matches no GPU op, and GPU
+  ops whose correlation matches no launch (`orphan_gpu_events`: launched before the capture window).
+- clocks: collectives matched across ranks whose kernels do not all overlap (one rank's kernel ends before
+  another's starts: the ranks' clocks disagree, or the match is wrong).
+- window: NVTX ranges never ended, and GPU time before the first step / after the last step (steps cut by
+  the capture window).
+
+`weakened`: the findings a warning weakens (every finding when events were dropped or clocks disagree; the
+host-cause and launch findings when profiler overhead covers gaps), said in the text and the JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..model.grouping import member, sorted_unique
+from ..model.kinds import EventKind, Flag
+from ..model.timeline import Timeline
+from .intervals import covered_length, merge
+from .results import Analysis, GapTable
+
+Status = Literal["ok", "warn", "n/a"]
+GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+HOST_CAUSE_RULES = ("launch_bound", "excessive_sync", "sync_per_iteration", "sync_memcpy", "waits", "idle_partition")
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    name: str
+    status: Status
+    summary: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Health:
+    checks: tuple[HealthCheck, ...]
+    weakened: tuple[tuple[str, str], ...]  # (finding rule, why)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "warn" for c in self.checks)
+
+    def check(self, name: str) -> HealthCheck:
+        return next(c for c in self.checks if c.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checks": [asdict(c) for c in self.checks],
+            "weakened_findings": [{"rule": r, "why": w} for r, w in self.weakened],
+        }
+
+
+def _nsys_health(tl: Timeline) -> dict[str, Any] | None:
+    h = tl.meta.extra.get("health") if isinstance(tl.meta.extra, dict) else None
+    return h if isinstance(h, dict) else None
+
+
+def _dropped(tl: Timeline) -> HealthCheck:
+    h = _nsys_health(tl)
+    if h is None and tl.meta.format == "nsys":
+        return HealthCheck("dropped", "n/a", "not read at import (a run imported by an older tracelab: re-import it)")
+    if h is None or "diagnostics" not in h:
+        why = "the trace records no profiler diagnostics" if tl.meta.format != "nsys" else "no DIAGNOSTIC_EVENT table"
+        return HealthCheck("dropped", "n/a", why)
+    msgs = h["diagnostics"]
+    dropped = [m["text"] for m in msgs if m.get("dropped")]
+    incomplete = [m["text"] for m in msgs if m.get("incomplete")]
+    produced = [m["text"] for m in msgs if "CUPTI events" in m["text"]]
+    data = {"dropped": dropped, "incomplete": incomplete, "cupti": produced,
+            "warnings": [m["text"] for m in msgs if m.get("severity") in ("warning", "error")]}
+    if dropped:
+        return HealthCheck("dropped", "warn", f"the profiler reports lost events: {dropped[0]}", data)
+    if incomplete:
+        return HealthCheck("dropped", "ok", f"no lost events reported ({len(incomplete)} generic 'not all events "
+                           "might have been collected' notices)", data)
+    return HealthCheck("dropped", "ok", "no lost events reported", data)
+
+
+def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
+    h = _nsys_health(tl)
+    if h is None or "PROFILER_OVERHEAD" not in h.get("tables", ()):
+        return HealthCheck("profiler_overhead", "n/a", "the trace records no profiler overhead")
+    o = h.get("overhead")
+    if not o:
+        return HealthCheck("profiler_overhead", "ok", "no profiler overhead recorded", {"intervals": 0, "total_ns": 0})
+    s = np.asarray(o["start"], dtype=np.int64)
+    e = np.asarray(o["end"], dtype=np.int64)
+    names = o["name"]
+    by_name: dict[str, int] = {}
+    for n, d in zip(names, (e - s).tolist(), strict=True):
+        by_name[n] = by_name.get(n, 0) + int(d)
+    us, ue = merge(s, e)
+    covered_n, covered_ns = 0, 0
+    if an is not None and len(an.gaps):
+        if isinstance(an.gaps, GapTable):  # columns: no Gap object per gap
+            gs, ge = an.gaps.column("start").astype(np.int64), an.gaps.column("end").astype(np.int64)
+        else:
+            gs = np.fromiter((g.start_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
+            ge = np.fromiter((g.end_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
+        cov = covered_length(us, ue, gs, ge)
+        hit = 2 * cov >= (ge - gs)
+        covered_n, covered_ns = int(hit.sum()), int((ge - gs)[hit].sum())
+    data = {"intervals": int(s.size), "total_ns": int((ue - us).sum()), "by_name": by_name,
+            "gaps_covered": covered_n, "gaps_covered_ns": covered_ns,
+            "windows": [[int(a), int(b)] for a, b in zip(us.tolist(), ue.tolist(), strict=True)][:50]}
+    summary = f"{s.size} profiler-overhead intervals, {int((ue - us).sum()) / 1e6:.3f} ms"
+    if covered_n:
+        summary += f"; they cover {covered_n} GPU gaps ({covered_ns / 1e6:.3f} ms of idle): cause profiler, not the host"
+        return HealthCheck("profiler_overhead", "warn", summary, data)
+    return HealthCheck("profiler_overhead", "ok", summary, data)
+
+
+def _launch_rows(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    kind = tl.col("kind")
+    host = (kind == EventKind.RUNTIME) | (kind == EventKind.DRIVER)
+    launch = host & ((tl.col("flags") & Flag.LAUNCH) != 0)
+    gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
+    return np.flatnonzero(launch), np.flatnonzero(gpu)
+
+
+def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
+    lr, gr = _launch_rows(tl)
+    corr = tl.col("correlation")
+    rank = tl.col("rank").astype(np.int64)
+    lc = corr[lr]
+    no_corr = int((lc < 0).sum())
+    gkey = sorted_unique((rank[gr] << 40) | (corr[gr] & ((1 << 40) - 1)))
+    lkey = (rank[lr] << 40) | (lc & ((1 << 40) - 1))
+    found = member(lkey, gkey) & (lc >= 0)
+    unmatched = (~found) & (lc >= 0)
+    orphans = int(tl.meta.stats.get("orphan_gpu_events", 0))
+    graph_name = np.array(["GraphLaunch" in s for s in tl.strings] + [False], dtype=bool)  # per string, not per call
+    nid = tl.col("name")[lr]
+    is_graph = graph_name[np.where((nid >= 0) & (nid < len(tl.strings)), nid, len(tl.strings))]
+    graph_launches = int(is_graph.sum())
+    graph_unmatched = int((is_graph & unmatched).sum())
+    graph_ops = int(((tl.col("flags")[gr] & Flag.GRAPH) != 0).sum())
+    cdata = {"launches": int(lr.size), "without_correlation": no_corr, "without_gpu_op": int(unmatched.sum()),
+             "orphan_gpu_ops": orphans}
+    bad = no_corr or orphans
+    parts = []
+    if no_corr:
+        parts.append(f"{no_corr} launch calls carry no correlation id")
+    if orphans:
+        parts.append(f"{orphans} GPU ops match no launch (launched before the capture window?)")
+    if unmatched.sum():
+        parts.append(f"{int(unmatched.sum())} launches have no GPU op in the trace")
+    corr_check = HealthCheck("correlation", "warn" if bad else "ok",
+                             "; ".join(parts) or f"all {lr.size} launches and their GPU ops are linked", cdata)
+    gdata = {"graph_launches": graph_launches, "without_node_kernels": graph_unmatched, "graph_gpu_ops": graph_ops}
+    if not graph_launches:
+        graphs = HealthCheck("graphs", "n/a", "no CUDA graph launches", gdata)
+    elif graph_unmatched:
+        graphs = HealthCheck("graphs", "warn", f"{graph_unmatched} of {graph_launches} CUDA graph launches have no "
+                             "node-level kernels in the trace (graph-level tracing): their GPU time is not seen", gdata)
+    else:
+        graphs = HealthCheck("graphs", "ok", f"{graph_launches} CUDA graph launches, traced at node level", gdata)
+    return corr_check, graphs
+
+
+def _clocks(tl: Timeline) -> HealthCheck:
+    if len(tl.meta.ranks or ()) < 2:
+        return HealthCheck("clocks", "n/a", "one rank")
+    from .collectives import match_collectives
+
+    c = match_collectives(tl)
+    n = len(c.calls)
+    if not n:
+        return HealthCheck("clocks", "n/a", "no collectives matched across ranks", {"matched": 0})
+    data = {"matched": n, "inconsistent": c.inconsistent}
+    if c.inconsistent:
+        return HealthCheck("clocks", "warn", f"{c.inconsistent} of {n} matched collectives end on one rank before they "
+                           "start on another: the ranks' clocks disagree", data)
+    return HealthCheck("clocks", "ok", f"{n} matched collectives overlap on every rank", data)
+
+
+def _window(tl: Timeline, an: Analysis | None) -> HealthCheck:
+    open_ranges = int(tl.meta.stats.get("unterminated_nvtx_ranges", 0))
+    data: dict[str, Any] = {"unterminated_ranges": open_ranges}
+    parts = []
+    if open_ranges:
+        parts.append(f"{open_ranges} NVTX ranges never ended (cut by the capture window)")
+    if an is not None and an.steps:
+        kind = tl.col("kind")
+        g = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
+        s, e = tl.col("start")[g], tl.col("end")[g]
+        first = min(x.start_ns for x in an.steps)
+        last = max(x.end_ns for x in an.steps)
+        before = int(np.clip(np.minimum(e, first) - s, 0, None).sum())
+        after = int(np.clip(e - np.maximum(s, last), 0, None).sum())
+        total = int((e - s).sum())
+        data.update(gpu_ns_before_first_step=before, gpu_ns_after_last_step=after, gpu_ns=total)
+        if total and (before + after) > 0.05 * total:
+            parts.append(f"{(before + after) / total:.0%} of the GPU time lies outside the steps (partial steps at the "
+                         "window's edges)")
+    if parts:
+        return HealthCheck("window", "warn", "; ".join(parts), data)
+    return HealthCheck("window", "ok", "the steps lie inside the capture window", data)
+
+
+def trace_health(tl: Timeline, analysis: Analysis | None = None) -> Health:
+    """The health section of `tl` (the analysis gives the gaps and steps some checks need)."""
+    dropped = _dropped(tl)
+    overhead = _overhead(tl, analysis)
+    corr, graphs = _correlation_and_graphs(tl)
+    checks = (dropped, overhead, graphs, corr, _clocks(tl), _window(tl, analysis))
+    weakened: list[tuple[str, str]] = []
+    if analysis is not None:
+        for f in analysis.findings:
+            if dropped.status == "warn":
+                weakened.append((f.rule, "the profiler lost events"))
+            elif checks[4].status == "warn":
+                weakened.append((f.rule, "the ranks' clocks disagree"))
+            elif overhead.status == "warn" and f.rule in HOST_CAUSE_RULES:
+                weakened.append((f.rule, "profiler overhead covers some of the idle time"))
+            elif graphs.status == "warn":
+                weakened.append((f.rule, "CUDA graph kernels are not in the trace"))
+    return Health(checks=checks, weakened=tuple(weakened))

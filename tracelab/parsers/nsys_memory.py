@@ -1,0 +1,44 @@
+"""nsys CUDA memory usage events (`nsys profile --cuda-memory-usage=true`: CUDA_GPU_MEMORY_USAGE_EVENTS): one
+row per device allocation / free (cudaMalloc, cudaFree, memory pools), `bytes`, `memoryOperationType`
+(0 allocation, 1 deallocation), `correlationId` of the CUDA call. The bytes allocated over time per device are
+their running sum (what CUDA allocated: for PyTorch the caching allocator's reserved memory). Kept in
+`RunMeta.extra["memory"]` with the Kineto reader's columns (allocated = the running sum; reserved unknown)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .nsys_db import NsysDb
+
+TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+MAX_EVENTS = 1_000_000
+
+
+def read_memory(db: NsysDb) -> dict[str, Any] | None:
+    if not db.has(TABLE, "start", "deviceId", "bytes", "memoryOperationType"):
+        return None
+    corr = "correlationId" if db.has(TABLE, "correlationId") else "-1"
+    addr = "address" if db.has(TABLE, "address") else "0"
+    rows = db.rows(
+        f"SELECT start, deviceId, bytes, memoryOperationType, {addr}, {corr} FROM {TABLE} "
+        f"WHERE start IS NOT NULL ORDER BY start LIMIT {MAX_EVENTS}"
+    )
+    if not rows:
+        return None
+    a = np.array([[int(x) if x is not None else -1 for x in r] for r in rows], dtype=np.int64)
+    t, dev, size, op = a[:, 0], a[:, 1], np.maximum(a[:, 2], 0), a[:, 3]
+    signed = np.where(op == 1, -size, size)
+    order = np.lexsort((t, dev))
+    running = np.empty_like(signed)
+    sd = dev[order]
+    cs = np.cumsum(signed[order])
+    first = np.r_[True, sd[1:] != sd[:-1]]
+    base = np.maximum.accumulate(np.where(first, np.arange(sd.size), 0))
+    offset = np.where(base > 0, cs[np.maximum(base - 1, 0)], 0)
+    running[order] = cs - offset
+    return {"t": t.tolist(), "device": dev.tolist(), "bytes": signed.tolist(), "allocated": running.tolist(),
+            "reserved": [-1] * int(t.size), "addr": a[:, 4].tolist(), "tid": [-1] * int(t.size),
+            "correlation": a[:, 5].tolist(), "source": "nsys CUDA_GPU_MEMORY_USAGE_EVENTS",
+            "truncated": len(rows) >= MAX_EVENTS}
