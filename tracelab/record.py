@@ -333,6 +333,38 @@ def _finish_nsys(run_dir: Path, nsys: Path) -> None:
         raise RecordError(f"{run_dir}: exporting {rep.name} to SQLite failed")
 
 
+def _export_payloads(run_dir: Path, nsys: Path) -> None:
+    """Export the report again with NVTX payloads as JSON (`--include-json true`: NCCL's
+    ncclCommInitRank* payloads carry each process's rank; parsers/nsys_ranks.py reads them). Kept only
+    when the export succeeds; the plain export stays otherwise, and meta.json's nsys_payloads says so."""
+    rep, sqlite = run_dir / "trace.nsys-rep", run_dir / "trace.sqlite"
+    tmp = run_dir / "trace.payloads.sqlite"
+    note = "exported with --include-json true (NCCL payloads)"
+    if not rep.exists() or not nsys_supports_export(nsys, "--include-json"):
+        note = "this nsys has no export --include-json: ranks from device order"
+    else:
+        res = subprocess.run(
+            [str(nsys), "export", "--type", "sqlite", "--include-json", "true", "--force-overwrite", "true",
+             "-o", str(tmp), str(rep)],
+            capture_output=True, check=False,
+        )
+        if res.returncode == 0 and tmp.exists():
+            tmp.replace(sqlite)
+        else:
+            tmp.unlink(missing_ok=True)
+            note = f"export --include-json failed (exit {res.returncode}): ranks from device order"
+    (run_dir / "nsys_payloads.txt").write_text(note + "\n")
+
+
+def nsys_supports_export(nsys: str | Path, option: str) -> bool:
+    """Whether `nsys export --help` lists `option`; False when it cannot run."""
+    try:
+        out = subprocess.run([str(nsys), "export", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return option in (out.stdout + out.stderr)
+
+
 def record_workload(
     name: str,
     variant: str | None = "all",
@@ -434,6 +466,8 @@ def record_command(
             timeout,
         )
         _finish_nsys(run_dir, nsys)
+        if torchrun_split(cmd) is not None:  # several processes: NCCL's payloads name each one's rank
+            _export_payloads(run_dir, nsys)
         trace = "trace.sqlite"
     else:
         launch = torchrun_split(cmd)

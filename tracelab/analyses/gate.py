@@ -30,8 +30,14 @@ EXIT_SLOWER = 3
 
 
 def step_times_for_gate(analysis: Analysis) -> np.ndarray:
-    """Durations (ns, float64) of the analysis' steady-state steps: every rank's steps but the warm-up ones
-    (all steps when the step table is missing). Empty without steps."""
+    """GPU step times (ns, float64) of the analysis' steady-state steps (issue 24): the steps after warm-up
+    of the rank that sets the steady-state GPU step time (the slowest; analyses.step_time), the same basis
+    as compare's verdict. Host durations where no step launched GPU work; empty without steps."""
+    from .step_time import rank_gpu_times, steady_step_time
+
+    steady = steady_step_time(analysis.step_rows)
+    if steady is not None:
+        return rank_gpu_times(analysis.step_rows, steady.rank).astype(np.float64)
     rows = [r for r in analysis.step_rows if not r.warmup]
     if rows:
         return np.array([r.duration_ns for r in rows], dtype=np.float64)
