@@ -162,7 +162,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     _check_is_nsys(db)
     emeta = export_meta(db)
     version = schema_version(emeta)
-    notes = _schema_notes(db, emeta)
+    notes = list(db.notes) + _schema_notes(db, emeta)
 
     strings = NsysStrings(db)
     parts, open_ranges = read_tables(db, strings, kernel_names)

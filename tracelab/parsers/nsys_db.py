@@ -42,6 +42,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..errors import TraceFormatError
+from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
 from ..memory import pool_initializer
 from .nsys_btree import page_plan, read_pages
 
@@ -107,13 +108,23 @@ class NsysDb:
     private_dir: str | None = field(default=None, compare=False)
     pool: QueryPool | None = field(default=None, compare=False)  # runs chunk queries in parallel
     fast: object | None = field(default=None, compare=False)  # the C reader's connection, if any
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what opening it found doubtful
 
     def reopen(self) -> NsysDb:
         """Another connection to the same file, with the same deadline and query pool (for parallel
         readers; it does not own the private copy)."""
         conn = _connect(self.uri, self.path, self.deadline)
         return NsysDb(
-            self.path, conn, self.tables, self.source, self.uri, self.deadline, None, self.pool, _fast_connect(self.uri)
+            self.path,
+            conn,
+            self.tables,
+            self.source,
+            self.uri,
+            self.deadline,
+            None,
+            self.pool,
+            _fast_connect(self.uri),
+            self.notes,
         )
 
     def rows_estimate(self, table: str) -> int:
@@ -307,8 +318,21 @@ def open_export(path: str | Path) -> NsysDb:
         head = _read_head(source)
     _check_header(p, head, source.stat().st_size)
     wal_mode = len(head) > 19 and (head[18] == 2 or head[19] == 2)
+    notes: tuple[str, ...] = ()
     if wal_mode and private is None:
         source, private = _private_copy(p, head)
+    elif private is None and (journal := hot_journal(p)) is not None:
+        # a killed (or still running) writer's uncommitted pages are in p: read a rolled-back copy
+        try:
+            source, private = recovered_copy(p, MAX_PRIVATE_COPY)
+        except RecoveryFailed as exc:
+            raise TraceFormatError(
+                f"has a hot journal {journal.name} (uncommitted changes) and {exc}: refused", p
+            ) from None
+        notes = (
+            f"{journal.name} beside the export held uncommitted changes: read the last committed state "
+            "(rolled back in a private copy; the export and its journal are untouched)",
+        )
     uri = source.resolve().as_uri() + ("?mode=ro" if private else "?mode=ro&immutable=1")
     deadline = time.monotonic() + read_budget_s(source.stat().st_size)
     try:
@@ -336,7 +360,7 @@ def open_export(path: str | Path) -> NsysDb:
     except BaseException:
         db.close()
         raise
-    return NsysDb(p, conn, tables, source, uri, deadline, private, None, _fast_connect(uri))
+    return NsysDb(p, conn, tables, source, uri, deadline, private, None, _fast_connect(uri), notes)
 
 
 def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFormatError:
