@@ -708,7 +708,7 @@ def report(
     from .api import report as write_report
     from .render.reports import check_output_path
 
-    check_output_path(output)  # before any parsing or analysis
+    check_output_path(output, (run_or_path, against, _db_path(ctx)))  # before any parsing or analysis
 
     _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
@@ -752,7 +752,7 @@ def export(
     from .render.perfetto import write_perfetto
     from .render.reports import check_output_path
 
-    check_output_path(output)  # before any parsing or analysis
+    check_output_path(output, (run_or_path, _db_path(ctx)))  # before any parsing or analysis
     timeline, _ = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
     summary = write_perfetto(output, timeline, analysis, sm_lanes=not no_sm_lanes)
