@@ -21,6 +21,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ..model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
 from ..model.timeline import is_constant
+from .nsys_activity import NULL_END, missing_column_notes
 from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_host import host_of, pid_of
@@ -169,6 +170,10 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     parts, os_notes = keep_os_calls_of_host_threads(parts, strings.intern(OS_CALL_CATEGORY))
     cols = merge_sorted(parts)
     notes += os_notes
+    null_end = cols["end"] == NULL_END
+    notes += missing_column_notes(db, cols["kind"], null_end)
+    if null_end.any():
+        cols["end"] = np.where(null_end, cols["start"], cols["end"])
     backwards = cols["end"] < cols["start"]
     if backwards.any():  # CUPTI writes 0 for unknown end times
         cols["end"] = np.where(backwards, cols["start"], cols["end"])
