@@ -41,7 +41,7 @@ from .nsys_target import (
     thread_names,
 )
 from .nsys_util import distinct
-from .validate import check_devices, json_safe, neutralize_names, validate_columns
+from .validate import check_devices, json_safe, launch_link_notes, neutralize_names, validate_columns
 
 __all__ = ["export_nsys_rep", "find_nsys", "load_nsys_sqlite"]
 
@@ -206,6 +206,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")),
     )
     notes += link_notes
+    notes += launch_link_notes(kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings)
     if open_ranges:
         notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
 
