@@ -283,7 +283,8 @@ def launch_link_notes(
     if not len(api_rows) or not len(gpu_rows):
         return []
     notes: list[str] = []
-    order = np.argsort(corr[api_rows], kind="stable")
+    # by id, and for an id that several calls carry, a launch first (the GPU work is linked to it)
+    order = np.lexsort(((flags[api_rows] & Flag.LAUNCH) == 0, corr[api_rows]))
     api_rows = api_rows[order]
     sc = corr[api_rows]
     same = sc[1:] == sc[:-1]
