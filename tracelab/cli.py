@@ -535,9 +535,16 @@ def delete(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
         err(f"deleted run {rid}")
 
 
+def _gap_threshold(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    from .analyses.scope import check_gap_threshold_us
+
+    return None if value is None else check_gap_threshold_us(value)
+
+
 _gap_option = click.option(
     "--gap-threshold-us",
-    type=click.FloatRange(min=0),
+    type=str,  # checked by _gap_threshold: one line for nan, inf, 1e308 or -5 (click's usage is 3)
+    callback=_gap_threshold,
     default=None,
     help="Shortest idle interval reported as a gap, in µs (default 10).",
 )

@@ -193,12 +193,21 @@ def atomic_file(path: Path, mode: str = "wb", encoding: str | None = None) -> It
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a quota, an I/O error: one line naming the output, not the temp
+        _unlink(tmp)
+        if isinstance(exc, BrokenPipeError):
+            raise
+        raise BadInput(f"cannot write ({exc.strerror or exc}); nothing was written", path) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
+
+
+def _unlink(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 def write_atomic(path: Path, data: bytes) -> None:
