@@ -224,7 +224,7 @@ def neutralize_names(strings: Sequence[str]) -> tuple[tuple[str, ...], int]:
     out = []
     for s in strings:
         t = s
-        if _BIDI_RE.search(t):
+        if not t.isascii() and _BIDI_RE.search(t):  # isascii: C speed, and no bidi control is ASCII
             t = _BIDI_RE.sub("\ufffd", t)
         if len(t) > MAX_NAME_CHARS:
             t = t[: MAX_NAME_CHARS // 2] + "…" + t[-MAX_NAME_CHARS // 2 :]
