@@ -307,6 +307,7 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
     from .api import resolve
 
+    _not_empty(ref)
     path = Path(ref)
     if path.exists():
         from .parsers import block_reader, early_scan
@@ -427,8 +428,20 @@ def main() -> None:
     """
 
 
+def _paths(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[Path, ...]:
+    for v in values:
+        _not_empty(v)
+    return tuple(Path(v) for v in values)
+
+
+def _not_empty(ref: str) -> None:
+    """An empty argument names no trace: Path("") is the current directory, which was then read."""
+    if not ref.strip():
+        raise BadInput(f"an empty argument ({ref!r}) names no trace file, directory or run")
+
+
 @main.command("import")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=str, callback=_paths)
 @click.option("--name", help="Name for the run (only with a single PATH).")
 @click.option(
     "--replace", is_flag=True, help="Re-import traces already in the store (e.g. after an upgrade)."

@@ -122,7 +122,7 @@ def sniff(path: Path) -> str:
                 return "nsys-rep"
             if head.startswith(GZIP_MAGIC):
                 return "sqlite-gz" if _gzip_head(path).startswith(SQLITE_MAGIC) else "json"
-            if head.startswith(ZSTD_MAGIC):
+            if head.startswith(ZSTD_MAGIC) or _skippable_zstd(head):
                 return "json"
             stripped = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
             stripped = stripped.lstrip(b" \t\r\n")
@@ -149,6 +149,11 @@ def sniff(path: Path) -> str:
         "or .nsys-rep",
         path,
     )
+
+
+def _skippable_zstd(head: bytes) -> bool:
+    """A zstd skippable frame (magic 0x184D2A50-5F): zstd readers pass over it to the data frame."""
+    return len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18"
 
 
 def _gzip_head(path: Path, n: int = 16) -> bytes:

@@ -202,16 +202,32 @@ def _check_header(path: Path, head: bytes, size: int) -> None:
         raise TraceFormatError(f"truncated SQLite file ({size} bytes is not a whole number of pages)", path)
 
 
+# a gzip'd export may inflate to INFLATE_RATIO times its size (real exports: 3-9x), and always to
+# MIN_INFLATE_LIMIT: an 8.4 MB file of zeros wrote 8 GiB into the temp directory before this bound
+INFLATE_RATIO = 64
+MIN_INFLATE_LIMIT = 512 << 20
+
+
+def inflate_limit(compressed_size: int) -> int:
+    """The most bytes a gzip'd export of this size is inflated to (see INFLATE_RATIO)."""
+    return min(MAX_PRIVATE_COPY, max(MIN_INFLATE_LIMIT, INFLATE_RATIO * compressed_size))
+
+
 def _inflate(path: Path, out: Path) -> None:
-    """gunzip path -> out, refusing more than MAX_PRIVATE_COPY bytes."""
+    """gunzip path -> out, refusing more than `inflate_limit` bytes."""
     written = 0
+    size = path.stat().st_size
+    limit = inflate_limit(size)
     try:
         with gzip.open(path, "rb") as src, out.open("wb") as dst:
             while block := src.read(1 << 20):
                 written += len(block)
-                if written > MAX_PRIVATE_COPY:
+                if written > limit:
                     raise TraceFormatError(
-                        f"gzip'd export inflates to more than {MAX_PRIVATE_COPY >> 30} GiB (refused)", path
+                        f"gzip'd export inflates to more than {limit >> 20:,} MiB ({INFLATE_RATIO}x its "
+                        f"{size / 1e6:.1f} MB, or {MIN_INFLATE_LIMIT >> 20} MiB): refused as a likely gzip bomb; "
+                        "gunzip it yourself to read it",
+                        path,
                     )
                 dst.write(block)
     except (OSError, EOFError, zlib.error) as exc:
