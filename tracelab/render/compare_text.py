@@ -247,6 +247,8 @@ def verdict_detail(v: Verdict) -> str:
         parts.append("new findings: " + ", ".join(v.new_findings))
     if v.gone_findings:
         parts.append("gone: " + ", ".join(v.gone_findings))
+    if v.caveats:
+        parts.append("caution: " + "; ".join(v.caveats))
     return "; ".join(parts)
 
 
@@ -389,6 +391,7 @@ def verdict_document(v: Verdict | None) -> dict[str, Any] | None:
         "causes": [{"cause": g.cause, "total_ns": _delta_doc(g.total_ns)} for g in v.causes],
         "new_findings": list(v.new_findings),
         "gone_findings": list(v.gone_findings),
+        "caveats": list(v.caveats),
         "text": verdict_line(v, None),
         "detail": verdict_detail(v),
     }
