@@ -205,7 +205,7 @@ def _check_header(path: Path, head: bytes, size: int) -> None:
 # a gzip'd export may inflate to INFLATE_RATIO times its size (real exports: 3-9x), and always to
 # MIN_INFLATE_LIMIT: an 8.4 MB file of zeros wrote 8 GiB into the temp directory before this bound
 INFLATE_RATIO = 64
-MIN_INFLATE_LIMIT = 512 << 20
+MIN_INFLATE_LIMIT = 256 << 20
 
 
 def inflate_limit(compressed_size: int) -> int:
