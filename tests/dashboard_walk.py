@@ -11,9 +11,9 @@ import urllib.request
 from collections.abc import Sequence
 
 PAGES = ("/", "/timeline", "/gaps", "/kernels", "/overlap", "/ranks")
-TILE_LEVELS = 3  # levels 0..2: 7 tiles per run and lane set
-HOVER_EVENTS = 6
-HOVER_GAPS = 3
+TILE_LEVELS = 2  # levels 0..1: 3 tiles per run and lane set
+HOVER_EVENTS = 4
+HOVER_GAPS = 2
 
 
 def _get(base: str, path: str, status: dict[int, int], lock: threading.Lock) -> bytes:
