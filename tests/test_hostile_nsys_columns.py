@@ -20,8 +20,10 @@ CASES = {
     "end NULL everywhere": (loosen(K) + f'UPDATE {K} SET "end" = NULL;', "have no end time"),
     "end NULL in a third": (loosen(K) + f'UPDATE {K} SET "end" = NULL WHERE rowid % 3 = 0;', "have no end time"),
     "end generated": (
-        f'ALTER TABLE {K} RENAME COLUMN "end" TO end_recorded; '
-        f'ALTER TABLE {K} ADD COLUMN "end" INTEGER GENERATED ALWAYS AS (start + 1) VIRTUAL;',
+        (
+            f'ALTER TABLE {K} RENAME COLUMN "end" TO end_recorded; '
+            f'ALTER TABLE {K} ADD COLUMN "end" INTEGER GENERATED ALWAYS AS (start + 1) VIRTUAL;'
+        ),
         "generated column",
     ),
     "no streamId": (f"ALTER TABLE {K} DROP COLUMN streamId;", "has no streamId column"),

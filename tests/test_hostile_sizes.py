@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from hostile_util import DATA, cli, nsys_copy, one_error_line
+from hostile_util import DATA, cli, nsys_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = DATA / "torch_mixed_small" / "trace.json.gz"
@@ -135,8 +135,7 @@ def test_sqlite_gz_bomb_stops_at_its_ratio_and_leaves_no_temp_file(tmp_path):
     zeros = bytes(1 << 20)
     with open(bomb, "wb") as f:  # a real export followed by 300 MiB of zeros: ~0.7 MB on disk
         f.write(c.compress(src.read_bytes()))
-        for _ in range(300):
-            f.write(c.compress(zeros))
+        f.writelines(c.compress(zeros) for _ in range(300))
         f.write(c.flush())
     size = bomb.stat().st_size
     temp = tmp_path / "tmp"
@@ -145,7 +144,7 @@ def test_sqlite_gz_bomb_stops_at_its_ratio_and_leaves_no_temp_file(tmp_path):
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "tracelab", "--db", str(tmp_path / "s.db"), "analyze", str(bomb)],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True, text=True, env=env, timeout=120, check=False,
     )
     took = time.monotonic() - t0
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

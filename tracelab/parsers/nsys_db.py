@@ -346,8 +346,10 @@ def open_export(path: str | Path) -> NsysDb:
                 f"has a hot journal {journal.name} (uncommitted changes) and {exc}: refused", p
             ) from None
         notes = (
-            f"{journal.name} beside the export held uncommitted changes: read the last committed state "
-            "(rolled back in a private copy; the export and its journal are untouched)",
+            (
+                f"{journal.name} beside the export held uncommitted changes: read the last committed state "
+                "(rolled back in a private copy; the export and its journal are untouched)"
+            ),
         )
     uri = source.resolve().as_uri() + ("?mode=ro" if private else "?mode=ro&immutable=1")
     deadline = time.monotonic() + read_budget_s(source.stat().st_size)
