@@ -182,3 +182,32 @@ def test_store_with_a_killed_import_on_read_only_media(tmp_path):
     finally:
         if subprocess.run(["umount", str(ro)], capture_output=True, check=False).returncode:
             subprocess.run(["umount", "-l", str(ro)], capture_output=True, check=False)
+
+
+def test_export_while_a_live_writer_holds_its_exclusive_transaction(tmp_path):
+    """A writer still inside BEGIN EXCLUSIVE, its uncommitted pages spilled into the file: tracelab reads
+    the committed state without waiting for (or touching) the writer's lock, file or journal."""
+    d = tmp_path / "in"
+    d.mkdir()
+    p = nsys_copy(d / "t.sqlite")
+    n, lo, hi = _committed(p)
+    holding = _KILLED_WRITER.replace('c.execute("BEGIN")', 'c.execute("BEGIN EXCLUSIVE")').replace(
+        "os._exit(0)", "print('ready', flush=True); sys.stdin.read()"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", holding, str(p), f'UPDATE {KERNELS} SET "end" = "end" + 1000000000'],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        before = _digest(d)
+        t0 = time.monotonic()
+        tl = load_trace(p)
+        assert time.monotonic() - t0 < 10 + 4 * p.stat().st_size / 1e6
+        k = tl.events[tl.events["kind"] == 0]
+        assert (len(k), int(k["start"].min()), int(k["end"].max())) == (n, lo, hi)
+        assert any("t.sqlite-journal" in note for note in tl.meta.notes)
+        assert _digest(d) == before
+    finally:
+        writer.kill()
+        writer.wait()
