@@ -7,7 +7,11 @@ store, can live in one process: the tests do that).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
+import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -29,16 +33,78 @@ STATE_KEY = "TRACELAB_APP_STATE"
 DEFAULT_OPTIONS = AnalysisOptions()
 
 
+# The caches' memory bound (issue 30: the dashboard grew from 107 MB to 5.0 GB over three walks of 80
+# runs, because its caches were bounded by entry count only, and one entry of a big run is hundreds of
+# MB). TRACELAB_APP_CACHE_MB (default 1536) is the total, shared out as below; each cache also keeps
+# its entry-count bound, and always keeps its newest entry (a run bigger than its share still loads).
+# docs/DECISIONS.md states the bound.
+CACHE_MB_ENV = "TRACELAB_APP_CACHE_MB"
+DEFAULT_CACHE_MB = 1536
+CACHE_SHARES = {"timelines": 0.55, "analyses": 0.25, "misc": 0.15, "tiles": 0.05}
+
+
+def cache_budget_bytes() -> int:
+    """The total bytes the app's caches may hold (TRACELAB_APP_CACHE_MB, default 1536 MiB)."""
+    try:
+        mb = float(os.environ.get(CACHE_MB_ENV, DEFAULT_CACHE_MB))
+    except ValueError:
+        mb = DEFAULT_CACHE_MB
+    return int(max(mb, 1.0) * 2**20)
+
+
+def approx_bytes(value: Any, depth: int = 0) -> int:
+    """About how many bytes `value` holds: numpy buffers, frames, strings, bytes exactly; containers and
+    dataclasses by their items (at most 3 levels deep; long sequences from a sample of 256 items)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if isinstance(value, str):
+        return 49 + len(value)
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, pd.DataFrame):
+        return int(value.memory_usage(index=True, deep=len(value) <= 100_000).sum())
+    if isinstance(value, pd.Series):
+        return int(value.memory_usage(index=True, deep=len(value) <= 100_000))
+    if isinstance(value, Timeline):
+        cols = sum(int(a.nbytes) for a in value.cols.values()) + sum(int(a.nbytes) for a in value.lane_cols.values())
+        return cols + approx_bytes(value.strings, depth + 1) + approx_bytes(value.sm_blocks, depth + 1)
+    if depth >= 3:
+        return sys.getsizeof(value)
+    if isinstance(value, dict):
+        items = list(itertools.islice(value.items(), 256))
+        each = sum(approx_bytes(k, depth + 1) + approx_bytes(v, depth + 1) for k, v in items)
+        return 64 + (each * len(value) // len(items) if items else 0)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = list(itertools.islice(value, 256))
+        each = sum(approx_bytes(v, depth + 1) for v in items)
+        return 56 + (each * len(value) // len(items) if items else 0)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return 64 + sum(approx_bytes(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value))
+    return sys.getsizeof(value)
+
+
 class _Lru:
     """A small LRU cache that computes each key once: a request that needs a value another thread is
     computing waits for it instead of computing it again (a page and the timeline's data routes ask
-    for the same run at the same time)."""
+    for the same run at the same time). Bounded by entry count and by `max_bytes` (as `approx_bytes`
+    counts them): the least recently used entries go first, the newest always stays."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, max_bytes: int | None = None) -> None:
         self.size = size
+        self.max_bytes = max_bytes
+        self.bytes = 0  # what the entries held now count
+        self.peak_bytes = 0
         self._d: OrderedDict[Any, Any] = OrderedDict()
+        self._sizes: dict[Any, int] = {}
         self._lock = threading.Lock()
         self._building: dict[Any, threading.Lock] = {}
+
+    def _evict(self) -> None:
+        while len(self._d) > 1 and (
+            len(self._d) > self.size or (self.max_bytes is not None and self.bytes > self.max_bytes)
+        ):
+            key, _ = self._d.popitem(last=False)
+            self.bytes -= self._sizes.pop(key, 0)
 
     def get(self, key: Any, make: Callable[[], Any]) -> Any:
         with self._lock:
@@ -53,11 +119,14 @@ class _Lru:
                     return self._d[key]
             try:
                 value = make()
+                size = approx_bytes(value) if self.max_bytes is not None else 0
                 with self._lock:
+                    self.bytes += size - self._sizes.get(key, 0)
+                    self._sizes[key] = size
                     self._d[key] = value
                     self._d.move_to_end(key)
-                    while len(self._d) > self.size:
-                        self._d.popitem(last=False)
+                    self._evict()
+                    self.peak_bytes = max(self.peak_bytes, self.bytes)
             finally:
                 with self._lock:
                     self._building.pop(key, None)
@@ -70,6 +139,8 @@ class _Lru:
     def clear(self) -> None:
         with self._lock:
             self._d.clear()
+            self._sizes.clear()
+            self.bytes = 0
 
 
 @dataclass(frozen=True)
@@ -91,6 +162,10 @@ class CorrelationIndex:
         return self.order[lo:hi]
 
 
+def _share(cache: str) -> int:
+    return int(cache_budget_bytes() * CACHE_SHARES[cache])
+
+
 @dataclass
 class AppState:
     store: Store
@@ -102,10 +177,11 @@ class AppState:
     upload_slot: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(1))
     width_px: int = 1600
     max_items: int = 4000
-    _timelines: _Lru = field(default_factory=lambda: _Lru(3))
-    _analyses: _Lru = field(default_factory=lambda: _Lru(8))
-    _misc: _Lru = field(default_factory=lambda: _Lru(64))
-    _tiles: _Lru = field(default_factory=lambda: _Lru(160))  # encoded timeline tiles (~10-200 KB each)
+    _timelines: _Lru = field(default_factory=lambda: _Lru(3, _share("timelines")))
+    _analyses: _Lru = field(default_factory=lambda: _Lru(8, _share("analyses")))
+    _misc: _Lru = field(default_factory=lambda: _Lru(64, _share("misc")))
+    # encoded timeline tiles (~10-200 KB each)
+    _tiles: _Lru = field(default_factory=lambda: _Lru(160, _share("tiles")))
     _background: set[str] = field(default_factory=set)
     _background_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -182,6 +258,15 @@ class AppState:
     def cached_analysis(self, run_id: str, options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis | None:
         """The analysis if it was computed already (the timeline never waits for one)."""
         return self._analyses.peek((run_id, options))
+
+    def cache_bytes(self) -> dict[str, int]:
+        """What each cache holds now, in bytes as `approx_bytes` counts them."""
+        return {
+            name: cache.bytes
+            for name, cache in (
+                ("timelines", self._timelines), ("analyses", self._analyses), ("misc", self._misc), ("tiles", self._tiles)
+            )
+        }
 
     def forget(self, run_id: str | None = None) -> None:
         for cache in (self._timelines, self._analyses, self._misc, self._tiles):

@@ -317,6 +317,7 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     is a run id, id prefix or name in the store. Returns the timeline and a title."""
     from .api import resolve
 
+    _not_empty(ref)
     path = Path(ref)
     if path.exists():
         from .parsers import block_reader, early_scan
@@ -437,8 +438,20 @@ def main() -> None:
     """
 
 
+def _paths(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[Path, ...]:
+    for v in values:
+        _not_empty(v)
+    return tuple(Path(v) for v in values)
+
+
+def _not_empty(ref: str) -> None:
+    """An empty argument names no trace: Path("") is the current directory, which was then read."""
+    if not ref.strip():
+        raise BadInput(f"an empty argument ({ref!r}) names no trace file, directory or run")
+
+
 @main.command("import")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=str, callback=_paths)
 @click.option("--name", help="Name for the run (only with a single PATH).")
 @click.option(
     "--replace", is_flag=True, help="Re-import traces already in the store (e.g. after an upgrade)."
@@ -589,9 +602,16 @@ def delete(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
         err(f"deleted run {rid}")
 
 
+def _gap_threshold(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    from .analyses.scope import check_gap_threshold_us
+
+    return None if value is None else check_gap_threshold_us(value)
+
+
 _gap_option = click.option(
     "--gap-threshold-us",
-    type=click.FloatRange(min=0),
+    type=str,  # checked by _gap_threshold: one line for nan, inf, 1e308 or -5 (click's usage is 3)
+    callback=_gap_threshold,
     default=None,
     help="Shortest idle interval reported as a gap, in µs (default 10).",
 )
@@ -824,7 +844,7 @@ def report(
     from .api import report as write_report
     from .render.reports import check_output_path
 
-    check_output_path(output)  # before any parsing or analysis
+    check_output_path(output, (run_or_path, against, _db_path(ctx)))  # before any parsing or analysis
 
     _check_scope(steps, window)
     options = _options(gap_threshold_us, exclude_orphans)
@@ -873,7 +893,7 @@ def export(
     from .render.perfetto import write_perfetto
     from .render.reports import check_output_path
 
-    check_output_path(output)  # before any parsing or analysis
+    check_output_path(output, (run_or_path, _db_path(ctx)))  # before any parsing or analysis
     timeline, _ = load_subject(ctx, run_or_path)
     analysis = _analyze(timeline, _options(gap_threshold_us, exclude_orphans))
     summary = write_perfetto(output, timeline, analysis, sm_lanes=sm_lanes)

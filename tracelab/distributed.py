@@ -261,6 +261,7 @@ def _parse_on_dask(
             cluster = _local_cluster(min(workers or _default_workers(files), len(files)))
             client = Client(cluster, set_as_default=False)
         else:
+            probe_scheduler(scheduler)
             try:
                 client = Client(scheduler, timeout="15s", set_as_default=False)
             except (OSError, TimeoutError) as exc:
@@ -286,6 +287,52 @@ def _parse_on_dask(
     return [done[p] for p in paths]
 
 
+SCHEDULER_PROBE_S = 3.0  # connect + first bytes of a --scheduler address (TRACELAB_SCHEDULER_PROBE_S)
+_MAX_HANDSHAKE = 1 << 20
+
+
+def probe_scheduler(address: str) -> None:
+    """BadInput (one line naming the address) unless a Dask scheduler answers at a tcp:// address
+    within SCHEDULER_PROBE_S: a Dask server writes its handshake as soon as a connection opens (an
+    8-byte little-endian length, then the frames), so anything else is known at once. Without this an
+    HTTP server there made Dask wait forever, and a proxy's reply was read as a 3 EiB frame length
+    (MemoryError after 31 s). Other schemes (tls://, ucx://) are left to Dask."""
+    import socket
+    import struct
+
+    scheme, _, rest = address.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return
+    host, _, port_text = rest.rpartition(":") if ":" in rest.rsplit("]", 1)[-1] else (rest, ":", "8786")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise BadInput("not a Dask scheduler address (expected tcp://HOST:PORT)", address)
+    try:
+        limit = max(0.1, float(os.environ.get("TRACELAB_SCHEDULER_PROBE_S", SCHEDULER_PROBE_S)))
+    except ValueError:
+        limit = SCHEDULER_PROBE_S
+    try:
+        sock = socket.create_connection((host, int(port_text)), timeout=limit)
+    except OSError as exc:
+        raise BadInput(f"cannot reach the Dask scheduler ({exc.strerror or exc})", address) from None
+    try:
+        sock.settimeout(limit)
+        head = b""
+        while len(head) < 8:
+            block = sock.recv(8 - len(head))
+            if not block:
+                break
+            head += block
+    except OSError:  # a timeout: the server waits for a request (HTTP) instead of greeting
+        head = b""
+    finally:
+        sock.close()
+    size = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+    if not 8 <= size <= _MAX_HANDSHAKE:
+        what = f"it sent {head[:8]!r}" if head else f"it sent nothing within {limit:g} s"
+        raise BadInput(f"not a Dask scheduler: no Dask handshake ({what})", address)
+
+
 def _local_cluster(n_workers: int) -> Any:
     """A LocalCluster of single-threaded worker processes. On Linux they are forked from this process,
     which already holds tracelab, numpy and pandas: measured 1.7-2.4 s from start to close for 2 workers
@@ -304,7 +351,7 @@ def _local_cluster(n_workers: int) -> Any:
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
-            silence_logs=logging.ERROR,
+            silence_logs=logging.CRITICAL,  # a task that fails comes back as its error: no "Compute Failed" log
         )
 
 

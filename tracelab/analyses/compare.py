@@ -10,7 +10,7 @@ speedup against the other (`tracelab.analyses.sm.green_context_explanation`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import numpy as np
@@ -137,6 +137,9 @@ class Verdict:
     spread_a: int = 0  # interquartile range of the GPU step times behind a_ns / b_ns (gpu_step basis)
     spread_b: int = 0
     warnings: tuple[str, ...] = ()  # step counts or definitions that differ between the runs
+    # why the two runs may not be comparable at all (different GPUs, little work in common); empty when
+    # nothing says so
+    caveats: tuple[str, ...] = ()
 
     @property
     def pct(self) -> float | None:
@@ -453,6 +456,41 @@ def verdict(
     )
 
 
+UNRELATED_SHARE = 0.2  # below this share of kernel time in kernels both runs ran, they are unrelated
+
+
+def relatedness_caveats(
+    devices: list[DeviceComparison], a_timeline: Timeline | None, b_timeline: Timeline | None
+) -> list[str]:
+    """Reasons a verdict between these runs may mean little: matched devices of different GPU models,
+    and (with timelines) runs whose kernel time lies mostly in kernels the other run never ran."""
+    out: list[str] = []
+    pairs = sorted({(d.name_a, d.name_b) for d in devices if d.present == "both" and d.name_a and d.name_b
+                    and d.name_a != d.name_b})
+    if pairs:
+        out.append(f"the runs ran on different GPUs ({pairs[0][0]} vs {pairs[0][1]}): times are not like for like")
+    if a_timeline is None or b_timeline is None:
+        return out
+    wa, wb = a_timeline.meta.workload, b_timeline.meta.workload
+    if wa and wb:  # recorded runs say what they ran: different kernels of one workload are the point
+        if wa != wb:
+            out.append(f"the runs ran different workloads ({wa} vs {wb})")
+    else:
+        ka = kernel_summary(a_timeline).groupby("name")["total_ns"].sum()
+        kb = kernel_summary(b_timeline).groupby("name")["total_ns"].sum()
+        ta, tb = float(ka.sum()), float(kb.sum())
+        if ta > 0 and tb > 0:
+            common = ka.index.intersection(kb.index)
+            share_a, share_b = float(ka[common].sum()) / ta, float(kb[common].sum()) / tb
+            if max(share_a, share_b) < UNRELATED_SHARE:
+                out.append(
+                    f"the runs share little work: {share_a:.0%} of A's and {share_b:.0%} of B's kernel time is in "
+                    "kernels the other run also ran; unless B is the same program with other kernels, this "
+                    "compares different workloads"
+                )
+    return out
+
+
 def compare(
     a: Analysis,
     b: Analysis,
@@ -503,6 +541,11 @@ def compare(
         step_durations(a),
         step_durations(b),
     )
+    caveats = relatedness_caveats(devices, a_timeline, b_timeline)
+    if caveats:
+        notes += [f"caution: {c}" for c in caveats]
+        if answer is not None:
+            answer = replace(answer, caveats=tuple(caveats))
     return Comparison(
         a=a.trace,
         b=b.trace,

@@ -34,6 +34,10 @@ def _memos_of(timeline: Timeline) -> dict[Hashable, Any]:
             return hit[1]
         memos: dict[Hashable, Any] = {}
         _MEMOS[key] = (weakref.ref(timeline), memos)
+        # the memos of freed timelines go at once (a dashboard that let a run go must not keep its
+        # arrays until KEEP newer timelines came), then the oldest beyond KEEP
+        for dead in [k for k, (ref, _) in _MEMOS.items() if ref() is None]:
+            del _MEMOS[dead]
         while len(_MEMOS) > KEEP:
             _MEMOS.popitem(last=False)
         return memos

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -38,6 +39,32 @@ OPEN_END = np.iinfo(np.int64).max // 4
 class Scope:
     steps: tuple[int, int] | None  # [first, stop): step indices, a Python slice
     window_ns: tuple[int, int] | None  # [start, end) in ns from the run start
+
+
+TIME_LIMIT_US = (1 << 62) / 1000.0  # every time tracelab holds is below 2^62 ns (parsers/validate.py)
+
+
+def check_gap_threshold_us(text: str) -> float:
+    """--gap-threshold-us as a float: a finite number of µs from 0 to TIME_LIMIT_US; BadInput (one
+    line) otherwise (nan, inf, 1e308 and -5 used to end in a traceback or click's usage text)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= TIME_LIMIT_US:
+        raise BadInput(
+            f"--gap-threshold-us {text[:40]!r}: expected a number of microseconds from 0 to {TIME_LIMIT_US:.3g}"
+        )
+    return value
+
+
+def _us_to_ns(text: str, window_us: str) -> int:
+    value = float(text)
+    if not math.isfinite(value) or abs(value) >= TIME_LIMIT_US:
+        raise BadInput(
+            f"--window {window_us[:80]!r}: {text[:40]} µs is out of range (times are below {TIME_LIMIT_US:.3g} µs)"
+        )
+    return round(value * 1000)
 
 
 def parse_scope(steps: str | None, window_us: str | None) -> Scope | None:
@@ -65,8 +92,8 @@ def parse_scope(steps: str | None, window_us: str | None) -> Scope | None:
         raise BadInput(
             f"--window {window_us!r}: expected START_US:END_US (microseconds from the run start, e.g. 1000:2500)"
         )
-    start = round(float(m.group(1)) * 1000) if m.group(1) else 0
-    end = round(float(m.group(2)) * 1000) if m.group(2) else OPEN_END
+    start = _us_to_ns(m.group(1), window_us) if m.group(1) else 0
+    end = _us_to_ns(m.group(2), window_us) if m.group(2) else OPEN_END
     if end <= start:
         raise BadInput(f"--window {window_us!r}: the window is empty (END_US must be greater than START_US)")
     return Scope(steps=None, window_ns=(start, end))

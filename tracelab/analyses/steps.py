@@ -63,6 +63,7 @@ __all__ = [
     "infer_steps",
     "launch_sequences",
     "marked_steps",
+    "marked_steps_noted",
 ]
 
 StepSource = Literal["marked", "inferred"]
@@ -105,6 +106,25 @@ class Steps:
 # ---- marked ----------------------------------------------------------------------------------
 def marked_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-level marked steps of a rank: (start, end) sorted by start; empty when none."""
+    s, e, _ = marked_steps_noted(timeline, rank)
+    return s, e
+
+
+def _untangle(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Top-level ranges of (s, e) sorted by start, none overlapping the one before: a range inside an
+    earlier one is dropped; one that begins before the earlier ones end begins where they end (steps
+    follow each other, so their lengths never add up to more than the span). Returns the ranges and how
+    many were clipped."""
+    prev_max = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])
+    top = (e > prev_max) & (e > s)
+    s, e, prev = s[top], e[top], prev_max[top]
+    clipped = s < prev
+    return np.maximum(s, prev).astype(np.int64), e.astype(np.int64), int(clipped.sum())
+
+
+def marked_steps_noted(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """`marked_steps` and a note when marked ranges overlapped (each was clipped to begin where the
+    ranges before it end; '' when none did)."""
     host_range = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
     names = column(timeline, "name")[host_range]
     for pattern in (PROFILER_STEP, STEP_LIKE):
@@ -115,12 +135,16 @@ def marked_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]
         e = column(timeline, "end")[pos]
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-        # keep top-level ranges only (drop those inside an earlier one)
-        prev_max = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])
-        top = (e > prev_max) & (e > s)
-        return s[top].astype(np.int64), e[top].astype(np.int64)
+        s, e, clipped = _untangle(s, e)
+        note = (
+            f"rank {rank}: {clipped:,} of {len(s):,} marked steps began before the previous one ended "
+            "(overlapping step ranges): each was cut to begin where the one before ends"
+            if clipped
+            else ""
+        )
+        return s, e, note
     empty = np.zeros(0, dtype=np.int64)
-    return empty, empty
+    return empty, empty, ""
 
 
 # ---- inferred -----------------------------------------------------------------------------------
@@ -332,8 +356,10 @@ def find_steps(timeline: Timeline) -> Steps:
     steps: list[Step] = []
     notes: list[str] = []
     for rank in ranks_of(timeline):
-        s, e = marked_steps(timeline, rank)
+        s, e, overlap_note = marked_steps_noted(timeline, rank)
         source: StepSource = "marked"
+        if overlap_note:
+            notes.append(overlap_note)
         if s.size == 0:
             s, e, note = infer_steps(timeline, rank)
             source = "inferred"

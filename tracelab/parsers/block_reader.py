@@ -57,9 +57,15 @@ def is_gzip(head: bytes) -> bool:
     return head[:2] == GZIP_MAGIC
 
 
+def is_zstd(head: bytes) -> bool:
+    """A zstd frame, or a zstd skippable frame (magic 0x184D2A50-5F, little-endian), which zstd
+    readers pass over to the data frame after it."""
+    return head[:4] == ZSTD_MAGIC or (len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18")
+
+
 def is_compressed(head: bytes) -> bool:
     """Whether a file starting with `head` is inflated as it is read (gzip or zstd)."""
-    return is_gzip(head) or head[:4] == ZSTD_MAGIC
+    return is_gzip(head) or is_zstd(head)
 
 
 def _zstd_reader(raw):
@@ -192,7 +198,7 @@ class BlockReader:
                 raw.seek(0)
                 if is_gzip(magic):
                     blocks = _gunzip_blocks(raw, self.block)
-                elif magic == ZSTD_MAGIC:
+                elif is_zstd(magic):
                     f = _zstd_reader(raw)
                     blocks = ((data, 0) for data in iter(lambda: f.read(self.block), b""))
                 else:

@@ -122,7 +122,7 @@ def sniff(path: Path) -> str:
                 return "nsys-rep"
             if head.startswith(GZIP_MAGIC):
                 return "sqlite-gz" if _gzip_head(path).startswith(SQLITE_MAGIC) else "json"
-            if head.startswith(ZSTD_MAGIC):
+            if head.startswith(ZSTD_MAGIC) or _skippable_zstd(head):
                 return "json"
             stripped = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
             stripped = stripped.lstrip(b" \t\r\n")
@@ -149,6 +149,11 @@ def sniff(path: Path) -> str:
         "or .nsys-rep",
         path,
     )
+
+
+def _skippable_zstd(head: bytes) -> bool:
+    """A zstd skippable frame (magic 0x184D2A50-5F): zstd readers pass over it to the data frame."""
+    return len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18"
 
 
 def _gzip_head(path: Path, n: int = 16) -> bytes:
@@ -188,11 +193,16 @@ def load_trace_dir(path: Path, progress: Progress | None = None) -> Timeline:
 def rank_files_in(path: Path) -> list[Path]:
     """The per-rank trace files of a directory, in name order (BadInput when there are none, or when
     nsys exports and Kineto traces are mixed)."""
-    files = sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith(_TRACE_SUFFIXES)
+    named = sorted(
+        p for p in path.iterdir() if not p.name.startswith(".") and p.name.lower().endswith(_TRACE_SUFFIXES)
     )
+    for p in named:  # named like a rank's trace but no file to read: never a silently smaller run
+        if p.is_symlink() and not p.exists():
+            raise BadInput(f"{p.name} is a dangling symlink (to {os.readlink(p)}): no rank trace to read", path)
+        if p.exists() and not p.is_file():
+            check_input_path(p)  # a FIFO, a device, a socket: one line naming it
+            raise BadInput(f"{p.name} is a directory named like a trace file: not a rank trace", path)
+    files = [p for p in named if p.is_file()]
     if not files:
         raise BadInput("directory holds no traces (*.json, *.json.gz, *.sqlite) and no meta.json", path)
     check_rank_kinds(files, path)
@@ -222,12 +232,12 @@ def load_rank_file(path: Path, progress: Progress | None = None) -> Timeline:
 def merge_rank_parts(source: str, files: list[Path], parts: list[Timeline]) -> Timeline:
     """Per-rank timelines of `files` (same order) -> one multi-rank Timeline with ranks chosen as
     `load_trace_dir` documents."""
-    ranks = _choose_ranks(files, parts)
+    ranks, rank_notes = _choose_ranks(files, parts)
     from .kineto import relabel_rank
 
     parts = [tl if tl.meta.ranks == (r,) else relabel_rank(tl, r) for tl, r in zip(parts, ranks)]
     formats = sorted({tl.meta.format for tl in parts})
-    notes = tuple(f"{f.name}: {n}" for f, tl in zip(files, parts) for n in tl.meta.notes)
+    notes = (*rank_notes, *(f"{f.name}: {n}" for f, tl in zip(files, parts) for n in tl.meta.notes))
     stats: dict[str, int] = {}
     for tl in parts:
         for k, v in tl.meta.stats.items():
@@ -249,24 +259,60 @@ def merge_rank_parts(source: str, files: list[Path], parts: list[Timeline]) -> T
     return merge_timelines(parts, meta)
 
 
-def _choose_ranks(files: list[Path], parts: list[Timeline]) -> list[int]:
+def _choose_ranks(files: list[Path], parts: list[Timeline]) -> tuple[list[int], list[str]]:
+    """The rank of each file, and a note when files claim the same rank (by distributedInfo or by
+    their names) so that another source had to decide: which rank a file's work lands on is then a
+    guess, and the note names the files."""
+    notes: list[str] = []
     from_info = [
         tl.meta.ranks[0] if tl.meta.extra.get("rank_source") == "distributedInfo" else None for tl in parts
     ]
     if all(r is not None for r in from_info) and len(set(from_info)) == len(from_info):
-        return [int(r) for r in from_info]  # type: ignore[arg-type]
+        return [int(r) for r in from_info], notes  # type: ignore[arg-type]
+    notes += _clash_note(files, from_info, "distributedInfo.rank")
     from_name = []
     for f in files:
         m = _RANK_IN_NAME.findall(f.name)
         from_name.append(int(m[-1]) if m else None)
     if all(r is not None for r in from_name) and len(set(from_name)) == len(from_name):
-        return [int(r) for r in from_name]  # type: ignore[arg-type]
-    return list(range(len(files)))
+        if notes:
+            notes.append("ranks were taken from the numbers in the file names instead")
+        return [int(r) for r in from_name], notes  # type: ignore[arg-type]
+    notes += _clash_note(files, from_name, "the rank number in their names")
+    if notes:
+        notes.append("ranks were assigned in file-name order instead: " + ", ".join(
+            f"{f.name}={i}" for i, f in enumerate(files[:8])) + (", ..." if len(files) > 8 else ""))
+    return list(range(len(files))), notes
+
+
+def _clash_note(files: list[Path], claims: list[int | None], source: str) -> list[str]:
+    """A note for ranks that several files claim by `source` (none when no two files do)."""
+    seen: dict[int, list[str]] = {}
+    for f, r in zip(files, claims):
+        if r is not None:
+            seen.setdefault(int(r), []).append(f.name)
+    clashes = {r: names for r, names in seen.items() if len(names) > 1}
+    if not clashes:
+        return []
+    r, names = min(clashes.items())
+    more = f" (and {len(clashes) - 1} more ranks claimed twice)" if len(clashes) > 1 else ""
+    return [f"{len(names)} files claim rank {r} by {source} ({', '.join(names[:4])}){more}"]
+
+
+# what a directory's fingerprint reads: trace files, a run's meta.json and its SM probe; nothing else
+# (a 40 GB checkpoint beside two rank traces took 93 s to hash)
+_HASHED_SUFFIXES = (*_TRACE_SUFFIXES, *_NSYS_REP, ".npz")
+
+
+def _hashed(p: Path) -> bool:
+    name = p.name.lower()
+    return name == "meta.json" or name.endswith(_HASHED_SUFFIXES)
 
 
 def trace_fingerprint(path: str | Path) -> str:
-    """sha256 of the file's bytes; for a directory, sha256 of the sorted hashes of its files
-    (recursively, hidden files excluded), so renaming or reordering does not change it."""
+    """sha256 of the file's bytes; for a directory, sha256 of the sorted hashes of its trace files (and a
+    run's meta.json / .npz probe; recursively, hidden files excluded; other files, such as checkpoints
+    or logs beside the traces, are not read), so renaming or reordering does not change it."""
     import hashlib  # here: `analyze` of a file never fingerprints it (OpenSSL's load is ~5 ms)
 
     path = Path(path)
@@ -274,7 +320,7 @@ def trace_fingerprint(path: str | Path) -> str:
         hashes = sorted(
             _file_hash(p)
             for p in path.rglob("*")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            if _hashed(p) and p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
         )
         return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
     return _file_hash(path)

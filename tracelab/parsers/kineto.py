@@ -66,6 +66,7 @@ from .validate import (
     check_devices,
     check_rank,
     json_safe,
+    launch_link_notes,
     neutralize_names,
     us_to_ns_checked,
     validate_columns,
@@ -244,6 +245,8 @@ class _Parsed:
         self.n_total = 0
         self.n_dropped_instant = 0
         self.n_flows = 0
+        self.n_not_complete = 0  # events of a known category that are not complete "X" events (B/E, ...)
+        self.n_not_complete_gpu = 0  # of them, GPU work (kernels, copies, memsets)
         self.n_bad_ts = 0
         self.n_bad_time = 0  # a timestamp or duration outside the valid range (dropped)
         self.bad_time_example = ""
@@ -375,6 +378,10 @@ class _Parsed:
         ph = rows.phases()
         self.n_dropped_instant += int(np.count_nonzero(ph == PH_INSTANT))
         self.n_flows += int(np.count_nonzero(ph == PH_FLOW))
+        other = (ph != PH_X) & (ph != PH_INSTANT) & (ph != PH_FLOW) & (kind != _DROP)
+        if other.any():  # B/E pairs, counters, ...: only complete events are read, so say what is lost
+            self.n_not_complete += int(np.count_nonzero(other))
+            self.n_not_complete_gpu += int(np.count_nonzero(other & _IS_ON_DEVICE[kind.view(np.uint8)]))
         kind[ph != PH_X] = _DROP
         idx = np.flatnonzero(kind != _DROP)
         if not len(idx):
@@ -525,6 +532,12 @@ class _Parsed:
             )
         if self.n_negative_dur:
             notes.append(f"{self.n_negative_dur} events with a negative duration are shown with zero length")
+        if self.n_not_complete:
+            gpu = f", {self.n_not_complete_gpu} of them GPU kernels/copies/memsets" if self.n_not_complete_gpu else ""
+            notes.append(
+                f"{self.n_not_complete} events are not complete 'X' events (e.g. 'B'/'E' begin/end pairs){gpu}: "
+                "not read, so their time is missing from every figure"
+            )
         if self.n_lane_from_pid:
             notes.append(
                 f"{self.n_lane_from_pid} GPU events have no args.device / args.stream: placed on the lane of "
@@ -564,6 +577,8 @@ class _Parsed:
                 # CUPTI gives kernels launched on the device (the bodies of conditional WHILE / IF graph
                 # nodes) correlation 0: they belong to a graph even though no host call launched them.
                 flags[gpu_rows[corr[gpu_rows] == 0]] |= Flag.GRAPH
+
+        notes += launch_link_notes(kind, cols["start"], corr, flags, cols["name"], strings)
 
         copy_kind = np.zeros(n, dtype=np.int8)
         src_mem = np.zeros(n, dtype=np.int8)

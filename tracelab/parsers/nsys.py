@@ -21,6 +21,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ..model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
 from ..model.timeline import is_constant
+from .nsys_activity import NULL_END, missing_column_notes
 from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_health import read_health
@@ -43,7 +44,7 @@ from .nsys_target import (
     thread_names,
 )
 from .nsys_util import distinct
-from .validate import check_devices, json_safe, neutralize_names, validate_columns
+from .validate import check_devices, json_safe, launch_link_notes, neutralize_names, validate_columns
 
 __all__ = ["export_nsys_rep", "find_nsys", "load_nsys_sqlite"]
 
@@ -165,13 +166,17 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     _check_is_nsys(db)
     emeta = export_meta(db)
     version = schema_version(emeta)
-    notes = _schema_notes(db, emeta)
+    notes = list(db.notes) + _schema_notes(db, emeta)
 
     strings = NsysStrings(db)
     parts, open_ranges = read_tables(db, strings, kernel_names)
     parts, os_notes = keep_os_calls_of_host_threads(parts, strings.intern(OS_CALL_CATEGORY))
     cols = merge_sorted(parts)
     notes += os_notes
+    null_end = cols["end"] == NULL_END
+    notes += missing_column_notes(db, cols["kind"], null_end)
+    if null_end.any():
+        cols["end"] = np.where(null_end, cols["start"], cols["end"])
     backwards = cols["end"] < cols["start"]
     if backwards.any():  # CUPTI writes 0 for unknown end times
         cols["end"] = np.where(backwards, cols["start"], cols["end"])
@@ -209,6 +214,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")),
     )
     notes += link_notes
+    notes += launch_link_notes(kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings)
     if open_ranges:
         notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
 

@@ -40,7 +40,7 @@ def _common(db: NsysDb, table: str) -> tuple[list[str], list[str]]:
     names = ["start", "end", "device", "context", "green_context", "stream", "correlation", "_gpid"]
     exprs = [
         '"start"',
-        col_or(db, table, "end", '"start"'),
+        col_or(db, table, "end", str(NULL_END)) if "end" in db.columns(table) else '"start"',
         col_or(db, table, "deviceId"),
         col_or(db, table, "contextId"),
         col_or(db, table, "greenContextId"),
@@ -49,6 +49,54 @@ def _common(db: NsysDb, table: str) -> tuple[list[str], list[str]]:
         col_or(db, table, "globalPid"),
     ]
     return names, exprs
+
+
+NULL_END = -(1 << 62)  # what a NULL `end` reads as: _parse shows those with zero length, with a note
+_TIMED = {KERNEL: (EventKind.KERNEL, "kernels"), MEMCPY: (EventKind.MEMCPY, "memory copies"),
+          MEMSET: (EventKind.MEMSET, "memsets")}
+
+
+def _generated(db: NsysDb, table: str, column: str) -> bool:
+    """Whether `column` is a generated (or hidden) column of `table`: PRAGMA table_info leaves those out,
+    so the parser does not read them (a formula in the file is no recorded time)."""
+    rows = db.rows(f"PRAGMA table_xinfo({quote_ident(table)})")
+    return any(str(r[1]) == column and r[6] != 0 for r in rows)
+
+
+def missing_column_notes(db: NsysDb, kind: np.ndarray, null_end: np.ndarray) -> list[str]:
+    """Notes for GPU work whose duration or stream the export does not hold: a kernel/memcpy/memset
+    table without an `end` column (or with `end` only generated), `end` NULL, or no `streamId`.
+    Such work is shown with zero length / on stream -1, which changes busy time, gaps and overlap."""
+    notes: list[str] = []
+    for table, (k, label) in _TIMED.items():
+        if table not in db.tables:
+            continue
+        mine = kind == int(k)
+        n = int(mine.sum())
+        if n == 0:
+            continue
+        cols = db.columns(table)
+        if "end" not in cols:
+            why = " (end is only a generated column: a formula in the file, not a recorded time)" if _generated(
+                db, table, "end"
+            ) else ""
+            notes.append(
+                f"{table} has no end column{why}: {n:,} {label} shown with zero length "
+                "(their busy time, gaps and overlap are not measured)"
+            )
+        else:
+            nulls = int((null_end & mine).sum())
+            if nulls:
+                notes.append(
+                    f"{nulls:,} of {n:,} {label} have no end time (end is NULL in {table}): shown with zero length "
+                    "(their busy time, gaps and overlap are not measured)"
+                )
+        if "streamId" not in cols:
+            notes.append(
+                f"{table} has no streamId column: {n:,} {label} placed on stream -1 "
+                "(overlap between streams is not measured)"
+            )
+    return notes
 
 
 def _finish_common(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -42,6 +42,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..errors import TraceFormatError
+from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
 from ..memory import pool_initializer
 from .nsys_btree import page_plan, read_pages
 
@@ -107,13 +108,23 @@ class NsysDb:
     private_dir: str | None = field(default=None, compare=False)
     pool: QueryPool | None = field(default=None, compare=False)  # runs chunk queries in parallel
     fast: object | None = field(default=None, compare=False)  # the C reader's connection, if any
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what opening it found doubtful
 
     def reopen(self) -> NsysDb:
         """Another connection to the same file, with the same deadline and query pool (for parallel
         readers; it does not own the private copy)."""
         conn = _connect(self.uri, self.path, self.deadline)
         return NsysDb(
-            self.path, conn, self.tables, self.source, self.uri, self.deadline, None, self.pool, _fast_connect(self.uri)
+            self.path,
+            conn,
+            self.tables,
+            self.source,
+            self.uri,
+            self.deadline,
+            None,
+            self.pool,
+            _fast_connect(self.uri),
+            self.notes,
         )
 
     def rows_estimate(self, table: str) -> int:
@@ -191,16 +202,32 @@ def _check_header(path: Path, head: bytes, size: int) -> None:
         raise TraceFormatError(f"truncated SQLite file ({size} bytes is not a whole number of pages)", path)
 
 
+# a gzip'd export may inflate to INFLATE_RATIO times its size (real exports: 3-9x), and always to
+# MIN_INFLATE_LIMIT: an 8.4 MB file of zeros wrote 8 GiB into the temp directory before this bound
+INFLATE_RATIO = 64
+MIN_INFLATE_LIMIT = 256 << 20
+
+
+def inflate_limit(compressed_size: int) -> int:
+    """The most bytes a gzip'd export of this size is inflated to (see INFLATE_RATIO)."""
+    return min(MAX_PRIVATE_COPY, max(MIN_INFLATE_LIMIT, INFLATE_RATIO * compressed_size))
+
+
 def _inflate(path: Path, out: Path) -> None:
-    """gunzip path -> out, refusing more than MAX_PRIVATE_COPY bytes."""
+    """gunzip path -> out, refusing more than `inflate_limit` bytes."""
     written = 0
+    size = path.stat().st_size
+    limit = inflate_limit(size)
     try:
         with gzip.open(path, "rb") as src, out.open("wb") as dst:
             while block := src.read(1 << 20):
                 written += len(block)
-                if written > MAX_PRIVATE_COPY:
+                if written > limit:
                     raise TraceFormatError(
-                        f"gzip'd export inflates to more than {MAX_PRIVATE_COPY >> 30} GiB (refused)", path
+                        f"gzip'd export inflates to more than {limit >> 20:,} MiB ({INFLATE_RATIO}x its "
+                        f"{size / 1e6:.1f} MB, or {MIN_INFLATE_LIMIT >> 20} MiB): refused as a likely gzip bomb; "
+                        "gunzip it yourself to read it",
+                        path,
                     )
                 dst.write(block)
     except (OSError, EOFError, zlib.error) as exc:
@@ -307,8 +334,23 @@ def open_export(path: str | Path) -> NsysDb:
         head = _read_head(source)
     _check_header(p, head, source.stat().st_size)
     wal_mode = len(head) > 19 and (head[18] == 2 or head[19] == 2)
+    notes: tuple[str, ...] = ()
     if wal_mode and private is None:
         source, private = _private_copy(p, head)
+    elif private is None and (journal := hot_journal(p)) is not None:
+        # a killed (or still running) writer's uncommitted pages are in p: read a rolled-back copy
+        try:
+            source, private = recovered_copy(p, MAX_PRIVATE_COPY)
+        except RecoveryFailed as exc:
+            raise TraceFormatError(
+                f"has a hot journal {journal.name} (uncommitted changes) and {exc}: refused", p
+            ) from None
+        notes = (
+            (
+                f"{journal.name} beside the export held uncommitted changes: read the last committed state "
+                "(rolled back in a private copy; the export and its journal are untouched)"
+            ),
+        )
     uri = source.resolve().as_uri() + ("?mode=ro" if private else "?mode=ro&immutable=1")
     deadline = time.monotonic() + read_budget_s(source.stat().st_size)
     try:
@@ -336,7 +378,7 @@ def open_export(path: str | Path) -> NsysDb:
     except BaseException:
         db.close()
         raise
-    return NsysDb(p, conn, tables, source, uri, deadline, private, None, _fast_connect(uri))
+    return NsysDb(p, conn, tables, source, uri, deadline, private, None, _fast_connect(uri), notes)
 
 
 def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFormatError:

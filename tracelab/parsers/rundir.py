@@ -23,6 +23,7 @@ run knows:
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -137,6 +138,12 @@ def trace_path(path: str | Path, meta: dict[str, Any]) -> Path:
     names = [meta["trace_file"]] if isinstance(meta.get("trace_file"), str) else []
     for name in (*names, *TRACE_CANDIDATES):
         cand = d / Path(name).name  # never leave the run directory
+        if cand.is_symlink() and not _inside(cand, d):  # nor through a symlink
+            raise BadInput(
+                f"{cand.name} is a symlink to {os.readlink(cand)}, outside the run directory: refused "
+                "(a run directory's trace lives in it)",
+                d,
+            )
         if cand.is_file():
             return cand
         if name in names and cand.is_dir() and not cand.is_symlink():  # per-rank traces of a multi-GPU run
@@ -146,14 +153,40 @@ def trace_path(path: str | Path, meta: dict[str, Any]) -> Path:
     )
 
 
+def _inside(p: Path, d: Path) -> bool:
+    try:
+        return p.resolve().is_relative_to(d.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+_OTHER_TRACES = (".json", ".json.gz", ".json.zst", ".sqlite", ".sqlite.gz", ".nsys-rep", ".qdrep")
+
+
+def _unread_traces_note(d: Path, chosen: Path) -> list[str]:
+    """A note naming the other trace files beside the one a run directory's trace is read from (a run
+    holding both trace.json.gz and trace.sqlite is read from one of them; the other is not merged)."""
+    others = sorted(
+        p.name
+        for p in d.iterdir()
+        if p.name != chosen.name and p.name != META_FILE and not p.name.startswith(".")
+        and p.name.lower().endswith(_OTHER_TRACES)
+    )
+    if not others:
+        return []
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    return [f"run directory also holds {shown}: not read (the run's trace is {chosen.name})"]
+
+
 def load_run_dir(path: str | Path) -> Timeline:
     """Load a run directory (meta.json + raw trace + optional probe file) as one Timeline."""
     from . import load_trace
 
     d = Path(path)
     meta = read_meta(d)
-    tl = load_trace(trace_path(d, meta))
-    notes = list(tl.meta.notes)
+    chosen = trace_path(d, meta)
+    tl = load_trace(chosen)
+    notes = _unread_traces_note(d, chosen) + list(tl.meta.notes)
     devices = _devices(tl, meta)
     contexts = list(tl.contexts)
     ev = tl.events

@@ -224,7 +224,7 @@ def neutralize_names(strings: Sequence[str]) -> tuple[tuple[str, ...], int]:
     out = []
     for s in strings:
         t = s
-        if _BIDI_RE.search(t):
+        if not t.isascii() and _BIDI_RE.search(t):  # isascii: C speed, and no bidi control is ASCII
             t = _BIDI_RE.sub("\ufffd", t)
         if len(t) > MAX_NAME_CHARS:
             t = t[: MAX_NAME_CHARS // 2] + "…" + t[-MAX_NAME_CHARS // 2 :]
@@ -259,3 +259,61 @@ def json_safe(value: object, depth: int = 0) -> object:
     if isinstance(value, (list, tuple)):
         return [json_safe(v, depth + 1) for v in list(value)[:10_000]]
     return str(value)[:256]
+
+
+LAUNCH_SKEW_LIMIT_NS = 1_000_000_000  # GPU work starting this long before its launch: clocks disagree
+
+
+def launch_link_notes(
+    kind: np.ndarray,
+    start: np.ndarray,
+    corr: np.ndarray,
+    flags: np.ndarray,
+    names: np.ndarray,
+    strings: Sequence[str],
+) -> list[str]:
+    """Notes on correlation links that cannot be right, which would change every gap's cause: host calls
+    sharing one correlation id, GPU work linked to a host call that launches nothing (cudaEventQuery,
+    cuProfilerStart), and GPU work starting more than LAUNCH_SKEW_LIMIT_NS before the call that launched
+    it (a GPU clock years off). Vectorized: one sort of the host calls' ids, one search per GPU row."""
+    from ..model.kinds import HOST_API_KINDS, Flag
+
+    api_rows = np.flatnonzero(np.isin(kind, [int(k) for k in HOST_API_KINDS]) & (corr > 0))
+    gpu_rows = np.flatnonzero(np.isin(kind, _GPU) & (corr > 0))
+    if not len(api_rows) or not len(gpu_rows):
+        return []
+    notes: list[str] = []
+    # by id, and for an id that several calls carry, a launch first (the GPU work is linked to it)
+    order = np.lexsort(((flags[api_rows] & Flag.LAUNCH) == 0, corr[api_rows]))
+    api_rows = api_rows[order]
+    sc = corr[api_rows]
+    same = sc[1:] == sc[:-1]
+    if same.any():
+        shared = np.unique(sc[1:][same])
+        notes.append(
+            f"{len(shared):,} correlation ids are carried by more than one host call (e.g. id {int(shared[0])}): "
+            "the launch of their GPU work is ambiguous, so those gaps' causes are doubtful"
+        )
+    pos = np.minimum(np.searchsorted(sc, corr[gpu_rows]), len(sc) - 1)
+    hit = sc[pos] == corr[gpu_rows]
+    g = gpu_rows[hit]
+    launch = api_rows[pos[hit]]
+    bad = (flags[launch] & Flag.LAUNCH) == 0
+    if bad.any():
+        first = int(launch[np.flatnonzero(bad)[0]])
+        sid = int(names[first])
+        example = strings[sid][:60] if 0 <= sid < len(strings) else "?"
+        notes.append(
+            f"{int(bad.sum()):,} GPU events are linked by correlation id to a host call that launches no GPU work "
+            f"(e.g. {example!r}): their launch is unknown, so those gaps' causes are doubtful"
+        )
+    early = start[launch] - start[g]
+    skew = early > LAUNCH_SKEW_LIMIT_NS
+    if skew.any():
+        worst = int(early[skew].max())
+        notes.append(
+            f"{int(skew.sum()):,} GPU events start more than {LAUNCH_SKEW_LIMIT_NS / 1e9:g} s before the host call "
+            f"that launched them (up to {worst / 1e9:,.0f} s): host and GPU clocks disagree, so launch delays and "
+            "gaps' causes are doubtful"
+        )
+    return notes

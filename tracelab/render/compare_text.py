@@ -304,6 +304,8 @@ def verdict_detail(v: Verdict) -> str:
     if v.gone_findings:
         parts.append("gone: " + ", ".join(v.gone_findings))
     parts += [f"warning: {w}" for w in v.warnings]
+    if v.caveats:
+        parts.append("caution: " + "; ".join(v.caveats))
     return "; ".join(parts)
 
 
@@ -451,6 +453,7 @@ def verdict_document(v: Verdict | None) -> dict[str, Any] | None:
         "causes": [{"cause": g.cause, "total_ns": _delta_doc(g.total_ns)} for g in v.causes],
         "new_findings": list(v.new_findings),
         "gone_findings": list(v.gone_findings),
+        "caveats": list(v.caveats),
         "text": verdict_line(v, None),
         "detail": verdict_detail(v),
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -137,10 +137,43 @@ def render_report(
     raise BadInput(f"unknown report format {fmt!r}; use html, md or json")
 
 
-def check_output_path(path: str | Path) -> Path:
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether a and b name one file: the same path once symlinks are resolved, or one inode (a hard
+    link). A path that does not exist is no file."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except (OSError, RuntimeError):  # a symlink loop, an unreadable directory
+        return False
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
     """Fail at once (BadInput, one line naming the file) when `path` cannot be written: its directory
-    is missing or not writable, or it is a directory. Commands call this before any work."""
+    is missing or not writable, it is a directory, or it is (or links to) one of `inputs` (the trace
+    read, the baseline, the store: `report t.json -o t.json` would replace the trace with its report).
+    Commands call this before any work."""
     path = Path(path)
+    for given in inputs:
+        if given is None or str(given) == "":
+            continue
+        source = Path(given)
+        if source.exists() and _same_file(path, source):
+            what = "the input" if path.name == source.name else f"the input {source}"
+            raise BadInput(f"is {what}: refusing to overwrite it with the output (choose another -o)", path)
+        if source.is_dir() and _inside(path, source):
+            raise BadInput(
+                f"is inside the input directory {source}: the output would become part of the run it reads "
+                "(choose another -o)",
+                path,
+            )
     directory = path.parent
     if not directory.is_dir():
         raise BadInput(f"directory {directory} does not exist", path)
@@ -166,12 +199,21 @@ def atomic_file(path: Path, mode: str = "wb", encoding: str | None = None) -> It
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a quota, an I/O error: one line naming the output, not the temp
+        _unlink(tmp)
+        if isinstance(exc, BrokenPipeError):
+            raise
+        raise BadInput(f"cannot write ({exc.strerror or exc}); nothing was written", path) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
+
+
+def _unlink(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -29,12 +29,15 @@ version 2, readable by older tracelab. Both are read: a run's metadata says wher
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInput, StoreError
+from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
 from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS
 
 STORE_SCHEMA_VERSION = 3  # the newest this tracelab writes (see above)
@@ -185,8 +188,47 @@ def connect(path: Path, *, create: bool, read_only: bool = False) -> Opened:
     return Opened(conn, created=created, read_only=read_only)
 
 
+_RECOVERED: dict[tuple[str, int, int, int], Path] = {}  # (store, journal size/mtime/inode) -> its copy
+MAX_RECOVERED_COPY = 64 << 30
+
+
+def _recovered_store(path: Path) -> Path | None:
+    """A store on read-only media with a hot journal (an import killed mid-commit): the private copy,
+    rolled back, that every connection of this process reads (made once, removed at exit); None when
+    there is no hot journal. Opening the file itself `immutable=1` would read the killed import's
+    uncommitted pages as data (a half-written run listed, other runs "malformed")."""
+    journal = hot_journal(path)
+    if journal is None:
+        return None
+    st = journal.stat()
+    key = (str(path.absolute()), st.st_size, st.st_mtime_ns, st.st_ino)
+    copy = _RECOVERED.get(key)
+    if copy is not None and copy.exists():
+        return copy
+    try:
+        copy, tmp = recovered_copy(path, MAX_RECOVERED_COPY)
+    except RecoveryFailed as exc:
+        raise StoreError(
+            f"an import was interrupted ({journal.name} holds its uncommitted pages) and the store is "
+            f"read-only here, so SQLite cannot roll it back; {exc}",
+            path,
+        ) from None
+    atexit.register(shutil.rmtree, tmp, True)
+    _RECOVERED[key] = copy
+    return copy
+
+
 def _connect_read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection that creates nothing beside the file."""
+    """A read-only connection that creates nothing beside the file (a store with a hot journal is
+    read from a private rolled-back copy: `_recovered_store`)."""
+    copy = _recovered_store(path)
+    if copy is not None:
+        try:
+            conn = sqlite3.connect(copy.as_uri() + "?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+            _check_or_init(conn, path, create=False)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open the store read-only: {e}", path) from None
+        return conn
     uri = path.absolute().as_uri()
     side = Path(f"{path}-wal").exists() and Path(f"{path}-shm").exists()
     attempts = (f"{uri}?mode=ro", f"{uri}?immutable=1") if side else (f"{uri}?immutable=1",)

@@ -127,6 +127,9 @@ def window(start: int, end: int) -> dict[str, int]:
     return {"start_ns": int(start), "end_ns": int(end)}
 
 
+_WORD = re.compile(r"^[A-Za-z0-9_]+$")
+
+
 def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray:
     """Ids of the strings the pattern matches (rules ask per device: the answer is kept per string
     table and pattern)."""
@@ -134,7 +137,14 @@ def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray
     hit = _STRING_IDS.get(key)
     if hit is not None and hit[0] is strings:
         return hit[1]
-    ids = np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
+    if pattern.flags & re.IGNORECASE and _WORD.match(pattern.pattern):
+        # a plain word matched in any case: a substring test of the case-folded string, linear at C
+        # speed (the regex took ~150 µs per 10 KB name)
+        word = pattern.pattern.casefold()
+        found = (i for i, s in enumerate(strings) if word in (s.lower() if s.isascii() else s.casefold()))
+    else:
+        found = (i for i, s in enumerate(strings) if pattern.search(s))
+    ids = np.fromiter(found, dtype=np.int64)
     ids.flags.writeable = False
     if len(_STRING_IDS) >= 64:
         _STRING_IDS.clear()
