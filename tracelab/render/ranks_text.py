@@ -10,6 +10,13 @@ from ..analyses.ranks import RankAnalysis
 from .compare_text import fmt_ns, term_safe
 
 
+def _bytes(n: int) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} B"
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
@@ -50,6 +57,27 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32) -> str:
             for s in c.stragglers[:3]
         )
         lines.append(f"Stragglers: {strag}")
+        for why in ra.straggler_causes[:1]:
+            lines.append(f"  {term_safe(why.sentence(fmt_ns), 300)}")
+        sized = [x for x in c.calls if x.bytes is not None]
+        if sized:
+            by_op: dict[str, list] = {}
+            for x in sized:
+                by_op.setdefault(x.name, []).append(x)
+            parts = []
+            for op, xs in sorted(by_op.items(), key=lambda kv: -sum(x.bytes for x in kv[1])):
+                bus = [x.busbw_gbps for x in xs if x.busbw_gbps is not None]
+                med = f", busbw median {sorted(bus)[len(bus) // 2]:.1f} GB/s" if bus else ""
+                parts.append(f"{term_safe(op, 40)} {_bytes(sum(x.bytes for x in xs))} in {len(xs)}{med}")
+            lines.append("Bytes moved: " + "; ".join(parts))
+    if ra.step_comm:
+        comm = sum(x.comm_ns for x in ra.step_comm)
+        exposed = sum(x.exposed_comm_ns for x in ra.step_comm)
+        wait = sum(x.wait_ns for x in ra.step_comm)
+        lines.append(
+            f"Communication in steps (all ranks): {fmt_ns(comm)}, exposed (not overlapped with compute) "
+            f"{fmt_ns(exposed)}, waiting for the last rank {fmt_ns(wait)}"
+        )
     for n in c.notes:
         lines.append(f"  - {term_safe(n, 300)}")
     return "\n".join(lines) + "\n"
