@@ -600,7 +600,11 @@ def analyze(
         from .analyses.ranks import rank_analysis
 
         ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
+    from .analyses.critical_path import critical_path_for  # issue 24: the critical path of each step
+
+    cpath = critical_path_for(_scoped(timeline, steps, window), analysis, ranks.collectives if ranks else None)
     if as_json:
+        from .analyses.critical_path import critical_path_document
         from .render.document import write_document
 
         rank_doc = None
@@ -608,6 +612,7 @@ def analyze(
             from .analyses.ranks import rank_document_of
 
             rank_doc = rank_document_of(ranks)
+        rank_doc = {**(rank_doc or {}), "critical_path": critical_path_document(cpath)}
         out = _stdout_bytes()
         write_document(analysis, out.write, rank_doc)
         out.flush()
@@ -625,6 +630,9 @@ def analyze(
             from .render.ranks_text import format_ranks
 
             click.echo(format_ranks(ranks), nl=False)
+        from .render.critical_path_text import format_critical_path
+
+        click.echo(format_critical_path(cpath), nl=False)
     quick_exit()  # everything is written; the store, if any, was only read
 
 

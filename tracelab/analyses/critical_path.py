@@ -76,6 +76,7 @@ class StepPath:
     end_ns: int
     segments: tuple[Segment, ...]
     across_ranks: bool = False  # followed collectives to the last rank to arrive
+    top: tuple[tuple[str, str, int], ...] = ()  # (category, event name, ns on the path), longest first
 
     @property
     def length_ns(self) -> int:
@@ -149,6 +150,11 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     kind, flags = c["kind"], c["flags"]
     gpu_rows = np.flatnonzero(np.isin(kind, _GPU_KINDS))
     host_rows = np.flatnonzero(np.isin(kind, _API_KINDS) & ((flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0))
+    coll_host = np.zeros(0, dtype=np.int64)
+    if collectives is not None and getattr(collectives, "source", "") == "host ranges":
+        # gloo / MPI: the collectives are c10d's host ranges; they join the host calls of their thread
+        coll_host = np.unique(collectives.call_rows)
+        host_rows = np.union1d(host_rows, coll_host)
     ng = gpu_rows.size
     rows = np.concatenate([gpu_rows, host_rows])
     n = rows.size
@@ -158,6 +164,8 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     start = c["start"][rows]
     end = c["end"][rows]
     comm = is_gpu & (kind[rows] == int(EventKind.KERNEL)) & ((flags[rows] & Flag.COMM) != 0)
+    if coll_host.size:
+        comm[ng:] = np.isin(host_rows, coll_host)
     pred = np.full(n, -1, dtype=np.int64)
     hand = np.zeros(n, dtype=np.int64)
     edge = np.zeros(n, dtype=np.int8)
@@ -191,9 +199,13 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     alt_hand = np.zeros(n, dtype=np.int64)
     if host_rows.size:
         h = slice(ng, n)
-        tkeys = [rank[h], c["pid"][host_rows], c["tid"][host_rows]]
-        _, tid_dense = np.unique(np.stack(tkeys, axis=1), axis=0, return_inverse=True)
-        thread[h] = tid_dense.reshape(-1)
+        cpu = np.flatnonzero(kind == int(EventKind.CPU_OP))
+        both = np.concatenate([host_rows, cpu])
+        tkeys = np.stack([c["rank"][both].astype(np.int64), c["pid"][both], c["tid"][both]], axis=1)
+        _, tid_dense = np.unique(tkeys, axis=0, return_inverse=True)
+        tid_dense = tid_dense.reshape(-1).astype(np.int64)
+        thread[h] = tid_dense[: host_rows.size]
+        cpu_thread = tid_dense[host_rows.size :]
         hp = _prev_in_group([thread[h]], start[h])
         hp_node = np.where(hp >= 0, ng + hp, -1)
         hp_end = np.where(hp >= 0, end[np.maximum(hp_node, 0)], 0)
@@ -202,6 +214,7 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
         edge[h] = np.where(hp >= 0, HOST, NONE)
         alt_pred[h] = hp_node
         alt_hand[h] = np.minimum(hp_end, start[h])
+        _other_threads(rank, start, end, thread, cpu_thread, c["start"][cpu], pred, hand, edge, ng, n)
         blocking = np.flatnonzero((flags[host_rows] & Flag.BLOCKING) != 0)
         if blocking.size and ng:
             b_nodes = ng + blocking
@@ -216,16 +229,56 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
 
     last_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     last_node = np.full(n, -1, dtype=np.int64)
-    if collectives is not None and getattr(collectives, "call_rows", np.zeros(0)).size and ng:
-        cr = collectives.call_rows
-        node = np.searchsorted(gpu_rows, cr)
-        ok = (node < ng) & (gpu_rows[np.minimum(node, ng - 1)] == cr)
-        lnode = np.searchsorted(gpu_rows, collectives.call_last_row)
-        ok &= (lnode < ng) & (gpu_rows[np.minimum(lnode, ng - 1)] == collectives.call_last_row)
-        waited = ok & (collectives.call_last_start > start[np.minimum(node, n - 1)])
+    if collectives is not None and getattr(collectives, "call_rows", np.zeros(0)).size and n:
+        by_row = np.argsort(rows, kind="stable")
+        sorted_rows = rows[by_row]
+
+        def node_of(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            pos = np.minimum(np.searchsorted(sorted_rows, r), n - 1)
+            return by_row[pos], sorted_rows[pos] == r
+
+        node, ok = node_of(collectives.call_rows)
+        lnode, ok2 = node_of(collectives.call_last_row)
+        ok &= ok2
+        waited = ok & (collectives.call_last_start > start[node])
         last_start[node[waited]] = collectives.call_last_start[waited]
         last_node[node[waited]] = lnode[waited]
     return _Graph(rows, is_gpu, rank, start, end, comm, pred, hand, edge, last_start, last_node, thread, alt_pred, alt_hand)
+
+
+def _other_threads(
+    rank: np.ndarray, start: np.ndarray, end: np.ndarray, thread: np.ndarray, cpu_thread: np.ndarray,
+    cpu_start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray, ng: int, n: int,
+) -> None:
+    """A host call whose thread recorded no CPU op since its previous call, while another thread of its
+    rank finished a call (or a collective's range) later than that: the thread waited for that one (a
+    `backward()` waiting for the autograd thread, DDP waiting for its communication thread). Its
+    predecessor becomes that call (edge "host"). In place."""
+    h = np.arange(ng, n)
+    other = _latest_end_before(rank[h], end[h], rank[h], start[h])
+    ok = other >= 0
+    o = ng + np.where(ok, other, 0)
+    own_from = np.where(pred[h] >= 0, hand[h], np.iinfo(np.int64).min // 4)
+    later = ok & (thread[o] != thread[h]) & (end[o] > own_from)
+    if not later.any():
+        return
+    cand, src = h[later], o[later]
+    busy = np.zeros(cand.size, dtype=bool)
+    if cpu_start.size:
+        # CPU ops of the waiting thread starting between its own hand-over and the other call's end:
+        # one sorted key per op, thread in the high bits, time (from the earliest) in the low 44
+        t0 = int(min(start.min(), cpu_start.min()))
+        span = 1 << 44
+        key = np.sort(cpu_thread * span + np.clip(cpu_start - t0, 0, span - 1))
+        lo_t = np.clip(np.maximum(own_from[later], t0) - t0, 0, span - 1)
+        hi_t = np.clip(end[src] - t0, 0, span - 1)
+        lo = np.searchsorted(key, thread[cand] * span + lo_t, "left")
+        hi = np.searchsorted(key, thread[cand] * span + hi_t, "left")
+        busy = hi > lo
+    sel, src = cand[~busy], src[~busy]
+    pred[sel] = src
+    hand[sel] = np.minimum(end[src], start[sel])
+    edge[sel] = HOST
 
 
 def _latest_end_before(g_rank: np.ndarray, g_end: np.ndarray, q_rank: np.ndarray, q_t: np.ndarray) -> np.ndarray:
@@ -296,7 +349,7 @@ def _walk(gr: _Graph, lists: dict[str, list], head: int, w0: int, w1: int, acros
         if p in seen:  # a cycle of zero-length hand-overs: nothing before it explains more
             p = -1
         # the node's own time on the path: [b0, out]
-        if is_gpu[y]:
+        if is_gpu[y] or comm[y]:  # GPU work, or a collective's host range (gloo)
             b0 = max(start[y], h) if e == COLL else start[y]
             if comm[y] and not across and last_node[y] >= 0:
                 ls = min(max(last_start[y], b0), out)
@@ -437,17 +490,28 @@ def _resolve_host_gaps(tl: Timeline, gr: _Graph, paths: list) -> None:
 
 
 def _step_path(tl: Timeline, gr: _Graph, names: np.ndarray, x: tuple) -> StepPath:
+    """Consecutive segments of one category on one rank merged; a merged segment is named after its
+    longest event. `top`: the time on the path per (category, event name), longest first."""
     r, i, w0, w1, across, segs = x
     merged: list[list] = []
+    named: dict[tuple[str, int], int] = {}
     for cat, rr, a, b, node in segs:
+        if node >= 0:
+            nid = int(names[gr.row[node]])
+            named[(cat, nid)] = named.get((cat, nid), 0) + (b - a)
         if merged and merged[-1][0] == cat and merged[-1][1] == rr and merged[-1][3] == a:
-            merged[-1][3] = b
+            m = merged[-1]
+            m[3] = b
+            if node >= 0 and b - a > m[5]:
+                m[4], m[5] = node, b - a
             continue
-        merged.append([cat, rr, a, b, node])
+        merged.append([cat, rr, a, b, node, (b - a) if node >= 0 else -1])
     out = tuple(
-        Segment(cat, rr, a, b, tl.name(int(names[gr.row[node]])) if node >= 0 else "") for cat, rr, a, b, node in merged
+        Segment(cat, rr, a, b, tl.name(int(names[gr.row[node]])) if node >= 0 else "")
+        for cat, rr, a, b, node, _ in merged
     )
-    return StepPath(r, i, w0, w1, out, across)
+    top = tuple((cat, tl.name(nid), ns) for (cat, nid), ns in sorted(named.items(), key=lambda kv: -kv[1])[:8])
+    return StepPath(r, i, w0, w1, out, across, top)
 
 
 # ---- the document ------------------------------------------------------------------------------------
@@ -481,3 +545,35 @@ def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
         "across_ranks": [step_doc(p) for p in cp.across],
         "notes": list(cp.notes),
     }
+
+
+def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """One window per rank from its first to its last GPU operation or host launch / sync call (runs
+    without steps)."""
+    c = tl.cols
+    kind, flags = c["kind"], c["flags"]
+    sel = np.flatnonzero(
+        np.isin(kind, _GPU_KINDS) | (np.isin(kind, _API_KINDS) & ((flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0))
+    )
+    out = {}
+    if not sel.size:
+        return out
+    rank = c["rank"][sel]
+    for r in np.unique(rank).tolist():
+        m = sel[rank == r]
+        out[int(r)] = (np.array([c["start"][m].min()], dtype=np.int64), np.array([c["end"][m].max()], dtype=np.int64))
+    return out
+
+
+def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = None) -> CriticalPath:
+    """The critical path of an analysis's steps (`comm_steps.step_windows`); a run without steps is one
+    window per rank (said in a note)."""
+    from .comm_steps import step_windows
+
+    windows = step_windows(analysis.steps)
+    notes: tuple[str, ...] = ()
+    if not windows:
+        windows = whole_run_windows(tl)
+        notes = ("no steps found: the critical path of the whole run, one window per rank",)
+    cp = critical_path(tl, windows, collectives)
+    return CriticalPath(cp.steps, cp.across, cp.notes + notes)
