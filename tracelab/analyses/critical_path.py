@@ -7,7 +7,9 @@ Every node has at most one predecessor — the constraint that released it last 
 time `h` (when that predecessor let it go):
 - a GPU operation waits for the previous operation on its stream (h = that one's end, edge "stream")
   and for its launch call (h = the call's start, edge "launch": a kernel cannot start before the host
-  asks for it; HTA's kernel-launch edge). The later of the two is its predecessor. A collective
+  asks for it; HTA's kernel-launch edge). The later of the two is its predecessor, unless an operation
+  of another stream of the rank ended later, at or before its start (an event wait between streams, an
+  NCCL kernel waiting for the compute stream): then that one (edge "stream"). A collective
   call that arrived before the last rank (`collectives.Collectives`) is released by that last arrival
   (edge "collective", h = the last arrival) when the path is followed across ranks.
 - a blocking call (synchronize, synchronous copy) that returned after the GPU operation of its rank
@@ -187,6 +189,13 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
         ok = (key_s[pos] == key_g) & (corr_g >= 0) & (c["correlation"][hl][order][pos] >= 0)
         launch[ok] = launch_nodes[order[pos[ok]]]
     la_t = np.where(launch >= 0, start[np.maximum(launch, 0)], np.iinfo(np.int64).min)
+    # another stream's operation that ended after both (an event wait between streams, NCCL waiting
+    # for the compute stream): the latest end at or before the start, on the rank's GPUs
+    dep = _latest_end_before(rank[g], end[g], rank[g], start[g]) if ng else np.zeros(0, dtype=np.int64)
+    dep_end = np.where(dep >= 0, end[np.maximum(dep, 0)], np.iinfo(np.int64).min)
+    by_dep = (dep >= 0) & (dep != np.arange(ng)) & (dep_end > np.maximum(la_t, sp_end))
+    sp = np.where(by_dep, dep, sp)
+    sp_end = np.where(by_dep, dep_end, sp_end)
     by_launch = (launch >= 0) & (la_t > sp_end)
     by_stream = ~by_launch & (sp >= 0)
     pred[:ng] = np.where(by_launch, launch, np.where(by_stream, sp, -1))
@@ -397,7 +406,9 @@ def _host_activity(tl: Timeline) -> tuple[np.ndarray, bool, None]:
     c = tl.cols
     kind = c["kind"]
     cpu = np.flatnonzero(np.isin(kind, (int(EventKind.CPU_OP), *_API_KINDS)))
-    has_cpu_ops = bool((kind == int(EventKind.CPU_OP)).any())
+    # Kineto records CPU ops: a host gap they do not cover is idle; nsys records none (its OS calls say
+    # where a thread waited)
+    has_cpu_ops = tl.meta.format == "kineto" or bool((kind == int(EventKind.CPU_OP)).any())
     if not has_cpu_ops:
         os_id = [i for i, s in enumerate(tl.strings) if s == OS_CALL_CATEGORY]
         cpu = np.flatnonzero((kind == int(EventKind.OTHER)) & np.isin(c["category"], os_id)) if os_id else cpu[:0]
