@@ -344,10 +344,10 @@ def test_bandwidth_factors_and_dtypes() -> None:
 
 
 def test_cli_analyze_json_has_the_new_fields(two_ranks) -> None:
-    d, raw = two_ranks
+    d, _raw = two_ranks
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     res = subprocess.run(
-        [sys.executable, "-m", "tracelab", "analyze", str(d), "--json"], capture_output=True, env=env, timeout=300
+        [sys.executable, "-m", "tracelab", "analyze", str(d), "--json"], capture_output=True, env=env, timeout=300, check=False
     )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
@@ -362,6 +362,6 @@ def test_cli_analyze_json_has_the_new_fields(two_ranks) -> None:
         assert s["length_ns"] == _ns(STEP_US)
         assert sum(x["end_ns"] - x["start_ns"] for x in s["segments"]) == s["length_ns"]
     text = subprocess.run(
-        [sys.executable, "-m", "tracelab", "analyze", str(d)], capture_output=True, env=env, text=True, timeout=300
+        [sys.executable, "-m", "tracelab", "analyze", str(d)], capture_output=True, env=env, text=True, timeout=300, check=True
     ).stdout
     assert "Critical path" in text and "rank 1 arrives 400.0 µs late in 3 of 3 steps" in text

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..model import EventKind, Flag, Timeline
+from ..model.grouping import group_codes
 from ..model.kinds import OS_CALL_CATEGORY
 from .intervals import covered_length, merge
 
@@ -57,27 +58,39 @@ NONE, STREAM, LAUNCH, HOST, SYNC, COLL = 0, 1, 2, 3, 4, 5
 MAX_SEGMENTS = 400  # segments per step in the JSON document (the rest are merged into their neighbours)
 
 
+CAT = {c: i for i, c in enumerate(CATEGORIES)}
+_HOSTGAP = len(CATEGORIES)  # host time between calls, resolved into host / idle by what the thread recorded
+
+
 @dataclass(frozen=True)
 class Segment:
     category: str
     rank: int
     start_ns: int
     end_ns: int
-    name: str = ""  # the event the time belongs to ("" for links between events)
+    name: str = ""  # the (longest) event the time belongs to ("" for links between events)
 
     @property
     def length_ns(self) -> int:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepPath:
+    """One step's path. Its segments are columns (category code into CATEGORIES, rank, start, end, name
+    id into `strings`, -1 none); `segments` makes Segment objects when asked."""
+
     rank: int
     step: int
     start_ns: int
     end_ns: int
-    segments: tuple[Segment, ...]
-    across_ranks: bool = False  # followed collectives to the last rank to arrive
+    across_ranks: bool
+    cat: np.ndarray
+    seg_rank: np.ndarray
+    seg_start: np.ndarray
+    seg_end: np.ndarray
+    seg_name: np.ndarray
+    strings: tuple[str, ...]
     top: tuple[tuple[str, str, int], ...] = ()  # (category, event name, ns on the path), longest first
 
     @property
@@ -85,10 +98,21 @@ class StepPath:
         return self.end_ns - self.start_ns
 
     def by_category(self) -> dict[str, int]:
-        out = dict.fromkeys(CATEGORIES, 0)
-        for s in self.segments:
-            out[s.category] += s.length_ns
-        return out
+        t = np.bincount(self.cat, weights=self.seg_end - self.seg_start, minlength=len(CATEGORIES))
+        return {c: int(t[i]) for i, c in enumerate(CATEGORIES)}
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(
+            Segment(CATEGORIES[c], r, a, b, self.strings[n] if 0 <= n < len(self.strings) else "")
+            for c, r, a, b, n in zip(
+                self.cat.tolist(),
+                self.seg_rank.tolist(),
+                self.seg_start.tolist(),
+                self.seg_end.tolist(),
+                self.seg_name.tolist(),
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -210,9 +234,8 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
         h = slice(ng, n)
         cpu = np.flatnonzero(kind == int(EventKind.CPU_OP))
         both = np.concatenate([host_rows, cpu])
-        tkeys = np.stack([c["rank"][both].astype(np.int64), c["pid"][both], c["tid"][both]], axis=1)
-        _, tid_dense = np.unique(tkeys, axis=0, return_inverse=True)
-        tid_dense = tid_dense.reshape(-1).astype(np.int64)
+        tid_dense, _ = group_codes(iter((c["rank"][both], c["pid"][both], c["tid"][both])))
+        tid_dense = np.asarray(tid_dense, dtype=np.int64)
         thread[h] = tid_dense[: host_rows.size]
         cpu_thread = tid_dense[host_rows.size :]
         hp = _prev_in_group([thread[h]], start[h])
@@ -330,89 +353,53 @@ def _heads(gr: _Graph, windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> dic
     return out
 
 
-def _walk(gr: _Graph, lists: dict[str, list], head: int, w0: int, w1: int, across: bool) -> list[tuple]:
-    """The path of one window: (category, rank, start, end, node or -1) from the window's end back."""
-    pred, hand, edge = lists["pred"], lists["hand"], lists["edge"]
-    start, end, rank, is_gpu, comm = lists["start"], lists["end"], lists["rank"], lists["is_gpu"], lists["comm"]
-    last_start, last_node = lists["last_start"], lists["last_node"]
-    alt_pred, alt_hand = lists["alt_pred"], lists["alt_hand"]
-    segs: list[tuple] = []
+def _walk(lists: tuple, head: int, w0: int, w1: int, across: bool, acc: list[list]) -> None:
+    """Follow predecessors from `head` back to the window start; append (node, edge, hand-over, out)
+    of every node of the path to `acc` (the one Python step per node of the path)."""
+    pred, hand, edge, end, last_start, last_node, alt_pred, alt_hand = lists
+    ys, es, hs, outs = acc
     y = head
     out = min(end[y], w1)
-    if out < w1:  # after the last node: host time or nothing
-        segs.append(("tail", rank[y], out, w1, -1))
-    seen = set()
-    while y >= 0:
-        seen.add(y)
+    same: set[int] = set()  # nodes passed without time going back (a cycle of zero-length hand-overs)
+    while True:
         e = edge[y]
-        r = rank[y]
         if across and last_node[y] >= 0:
             e, p, h = COLL, last_node[y], last_start[y]
         else:
             p, h = pred[y], hand[y]
-            if e == SYNC and h >= out:  # the wait lies after the time the path needs: the host's own call
-                e, p, h = HOST, alt_pred[y], alt_hand[y]
-                if p < 0:
-                    e = NONE
+            if e == SYNC and h >= out:  # the wait lies after the time the path needs: the call's own time
+                p, h = alt_pred[y], alt_hand[y]
+                e = HOST if p >= 0 else NONE
         h = min(h, out)
-        if p in seen:  # a cycle of zero-length hand-overs: nothing before it explains more
-            p = -1
-        # the node's own time on the path: [b0, out]
-        if is_gpu[y] or comm[y]:  # GPU work, or a collective's host range (gloo)
-            b0 = max(start[y], h) if e == COLL else start[y]
-            if comm[y] and not across and last_node[y] >= 0:
-                ls = min(max(last_start[y], b0), out)
-                _add(segs, "comm", r, ls, out, y, w0)
-                _add(segs, "wait", r, b0, ls, y, w0)
-            else:
-                _add(segs, "comm" if comm[y] else "compute", r, b0, out, y, w0)
-        elif e == SYNC:
-            b0 = h
-            _add(segs, "sync", r, b0, out, y, w0)
-        else:
-            b0 = start[y]
-            _add(segs, "host", r, b0, out, y, w0)
-        if p < 0 or h <= w0:
-            link_end = b0
-            _add(segs, _link_category(e, is_gpu[y]), r, w0, link_end, -1, w0, link=e)
-            break
-        _add(segs, _link_category(e, is_gpu[y]), r, h, b0, -1, w0, link=e)
+        if h == out:
+            if p in same:
+                p = -1
+            same.add(y)
+        elif same:
+            same = set()
+        stop = p < 0 or h <= w0
+        ys.append(y)
+        es.append(e)
+        hs.append(w0 if stop else h)
+        outs.append(out)
+        if stop:
+            return
         y, out = p, h
-    segs.reverse()
-    return segs
 
 
-def _link_category(e: int, gpu: bool) -> str:
-    if e == LAUNCH:
-        return "host"
-    if e == HOST:
-        return "hostgap"  # host time between calls: host or idle by what the thread recorded (below)
-    if e == STREAM:
-        return "idle"
-    if e == NONE:
-        return "hostgap" if not gpu else "idle"
-    return "idle"
-
-
-def _add(segs: list, cat: str, r: int, a: int, b: int, node: int, w0: int, link: int = -1) -> None:
-    a = max(a, w0)
-    if b > a:
-        segs.append((cat, r, a, b, node))
-
-
-def _host_activity(tl: Timeline) -> tuple[np.ndarray, bool, None]:
-    """Recorded CPU activity per host thread: CPU ops and API calls (Kineto), or OS calls (nsys, where a
-    thread's time outside OS calls counts as host work)."""
+def _host_activity(tl: Timeline) -> tuple[np.ndarray, bool]:
+    """Rows of recorded CPU activity: CPU ops and API calls (Kineto), or OS calls (nsys, where a
+    thread's time outside OS calls counts as host work); and which of the two."""
     c = tl.cols
     kind = c["kind"]
-    cpu = np.flatnonzero(np.isin(kind, (int(EventKind.CPU_OP), *_API_KINDS)))
     # Kineto records CPU ops: a host gap they do not cover is idle; nsys records none (its OS calls say
     # where a thread waited)
     has_cpu_ops = tl.meta.format == "kineto" or bool((kind == int(EventKind.CPU_OP)).any())
-    if not has_cpu_ops:
-        os_id = [i for i, s in enumerate(tl.strings) if s == OS_CALL_CATEGORY]
-        cpu = np.flatnonzero((kind == int(EventKind.OTHER)) & np.isin(c["category"], os_id)) if os_id else cpu[:0]
-    return cpu, has_cpu_ops, None
+    if has_cpu_ops:
+        return np.flatnonzero(np.isin(kind, (int(EventKind.CPU_OP), *_API_KINDS))), True
+    os_id = [i for i, s in enumerate(tl.strings) if s == OS_CALL_CATEGORY]
+    rows = np.flatnonzero((kind == int(EventKind.OTHER)) & np.isin(c["category"], os_id)) if os_id else kind[:0]
+    return rows.astype(np.int64), False
 
 
 def critical_path(
@@ -426,113 +413,164 @@ def critical_path(
     gr = _build(tl, collectives)
     if not gr.row.size:
         return CriticalPath((), (), ("no GPU work or host launches: no critical path",))
-    lists = {
-        k: getattr(gr, k).tolist()
-        for k in (
-            "pred", "hand", "edge", "start", "end", "rank", "is_gpu", "comm", "last_start", "last_node", "alt_pred",
-            "alt_hand",
-        )
-    }
+    lists = tuple(
+        getattr(gr, k).tolist()
+        for k in ("pred", "hand", "edge", "end", "last_start", "last_node", "alt_pred", "alt_hand")
+    )
     heads = _heads(gr, windows)
-    raw: list[tuple[int, int, int, int, bool, list[tuple]]] = []
+    chains: list[tuple[int, int, int, int, bool, int]] = []  # rank, step, w0, w1, across, head
     for r in sorted(windows):
         a, b = windows[r]
         for i, (w0, w1, hd) in enumerate(zip(a.tolist(), b.tolist(), heads[r].tolist())):
-            if hd < 0:
-                raw.append((r, i, w0, w1, False, [("hostgap", r, w0, w1, -1)]))
-                continue
-            raw.append((r, i, w0, w1, False, _walk(gr, lists, hd, w0, w1, across=False)))
-    across_raw = []
-    multi = len(windows) > 1 and gr.last_node.max(initial=-1) >= 0
-    if multi:
-        n_steps = min(v[0].size for v in windows.values())
-        for i in range(n_steps):  # per step: from the rank whose step ends last
-            cands = [(int(windows[r][1][i]), r) for r in windows]
-            w1, r = max(cands)
-            w0 = int(windows[r][0][i])
-            hd = int(heads[r][i])
-            if hd >= 0:
-                across_raw.append((r, i, w0, w1, True, _walk(gr, lists, hd, w0, w1, across=True)))
-    _resolve_host_gaps(tl, gr, raw + across_raw)
-    names = tl.cols["name"]
-    steps = tuple(_step_path(tl, gr, names, x) for x in raw)
-    across = tuple(_step_path(tl, gr, names, x) for x in across_raw)
+            chains.append((r, i, w0, w1, False, hd))
+    if len(windows) > 1 and gr.last_node.max(initial=-1) >= 0:
+        for i in range(min(v[0].size for v in windows.values())):  # per step: the rank whose step ends last
+            w1, r = max((int(windows[r][1][i]), r) for r in windows)
+            chains.append((r, i, int(windows[r][0][i]), w1, True, int(heads[r][i])))
+    acc: list[list] = [[], [], [], []]
+    bounds = [0]
+    for r, i, w0, w1, across, hd in chains:
+        if hd >= 0:
+            _walk(lists, hd, w0, w1, across, acc)
+        bounds.append(len(acc[0]))
+    paths = _segments(tl, gr, chains, np.asarray(bounds), [np.asarray(x, dtype=np.int64) for x in acc])
+    steps = tuple(p for p in paths if not p.across_ranks)
+    across = tuple(p for p in paths if p.across_ranks)
     return CriticalPath(steps, across)
 
 
-def _resolve_host_gaps(tl: Timeline, gr: _Graph, paths: list) -> None:
-    """Host gaps and tails become `host` where the thread recorded CPU activity and `idle` where not
-    (Kineto: CPU ops and API calls; nsys, which has no CPU ops: everything but OS calls is host work)."""
-    gaps = [(pi, si, s) for pi, p in enumerate(paths) for si, s in enumerate(p[5]) if s[0] in ("hostgap", "tail")]
-    if not gaps:
-        return
-    act, has_cpu_ops, _ = _host_activity(tl)
+def _segments(tl: Timeline, gr: _Graph, chains: list, bounds: np.ndarray, acc: list[np.ndarray]) -> list[StepPath]:
+    """The walked nodes -> each chain's segments, with numpy (module docstring: bodies and links)."""
+    y, e, h, out = acc
+    nch = len(chains)
+    chain = np.repeat(np.arange(nch), np.diff(bounds))
+    w0 = np.array([c[2] for c in chains], dtype=np.int64)
+    w1 = np.array([c[3] for c in chains], dtype=np.int64)
+    across = np.array([c[4] for c in chains], dtype=bool)
+    head_rank = np.array([c[0] for c in chains], dtype=np.int64)
+    names = tl.cols["name"]
+    start, is_gpu, comm, rank = gr.start[y], gr.is_gpu[y], gr.comm[y], gr.rank[y]
+    name = names[gr.row[y]].astype(np.int64)
+    coll = is_gpu | comm
+    b0 = np.where(coll & (e == COLL), np.maximum(start, h), np.where(~coll & (e == SYNC), h, start))
+    b0 = np.minimum(b0, out)
+    body_cat = np.where(coll, np.where(comm, CAT["comm"], CAT["compute"]), np.where(e == SYNC, CAT["sync"], CAT["host"]))
+    # per-rank paths: a collective call that waited for the last rank waits, then transfers
+    waited = comm & ~across[chain] & (gr.last_node[y] >= 0)
+    ls = np.where(waited, np.clip(gr.last_start[y], b0, out), b0)
+    link_cat = np.full(y.size, CAT["idle"], dtype=np.int64)
+    link_cat[e == LAUNCH] = CAT["host"]
+    link_cat[(e == HOST) | ((e == NONE) & ~coll)] = _HOSTGAP
+    # the tail of each chain: after its head, up to the window's end
+    first = bounds[:-1][np.diff(bounds) > 0]
+    tail_chain = chain[first]
+    tail_a = out[first]
+    empty = np.flatnonzero(np.diff(bounds) == 0)  # no node in the window
+    parts = [
+        (chain, body_cat, rank, ls, out, name),  # body (or its transfer part)
+        (chain, np.full(y.size, CAT["wait"]), rank, b0, ls, name),  # the wait before the last arrival
+        (chain, link_cat, rank, h, b0, np.full(y.size, -1)),  # the link to the predecessor
+        (tail_chain, np.full(first.size, _HOSTGAP), rank[first], tail_a, w1[tail_chain], np.full(first.size, -1)),
+        (empty, np.full(empty.size, _HOSTGAP), head_rank[empty], w0[empty], w1[empty], np.full(empty.size, -1)),
+    ]
+    ch, cat, rk, a, b, nm = (np.concatenate([np.asarray(p[k]) for p in parts]).astype(np.int64) for k in range(6))
+    a = np.maximum(a, w0[ch])
+    keep = b > a
+    ch, cat, rk, a, b, nm = ch[keep], cat[keep], rk[keep], a[keep], b[keep], nm[keep]
+    ch, cat, rk, a, b, nm = _resolve_host_gaps(tl, ch, cat, rk, a, b, nm)
+    order = np.lexsort((a, ch))
+    ch, cat, rk, a, b, nm = ch[order], cat[order], rk[order], a[order], b[order], nm[order]
+    top = _top_names(tl, ch, cat, nm, b - a, nch)
+    # merge neighbours of one category on one rank; a merged segment is named after its longest event
+    n = ch.size
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = (ch[1:] != ch[:-1]) | (cat[1:] != cat[:-1]) | (rk[1:] != rk[:-1]) | (a[1:] != b[:-1])
+    grp = np.cumsum(new) - 1
+    g_first = np.flatnonzero(new)
+    g_last = np.r_[g_first[1:] - 1, n - 1] if n else g_first
+    ln = np.where(nm >= 0, b - a, -1)
+    best = np.lexsort((-ln, grp))
+    best_first = best[np.r_[0, np.flatnonzero(np.diff(grp[best])) + 1]] if n else best
+    m_ch, m_cat, m_rk = ch[g_first], cat[g_first], rk[g_first]
+    m_a, m_b, m_nm = a[g_first], b[g_last], nm[best_first]
+    cut = np.searchsorted(m_ch, np.arange(nch + 1))
+    strings = tl.strings
+    out_paths = []
+    for k, (r, i, c0, c1, acr, _hd) in enumerate(chains):
+        s_, e_ = cut[k], cut[k + 1]
+        out_paths.append(
+            StepPath(
+                r, i, c0, c1, acr,
+                m_cat[s_:e_].astype(np.int8), m_rk[s_:e_].astype(np.int32), m_a[s_:e_], m_b[s_:e_],
+                m_nm[s_:e_].astype(np.int32), strings, top[k],
+            )
+        )
+    return out_paths
+
+
+def _top_names(tl: Timeline, ch: np.ndarray, cat: np.ndarray, nm: np.ndarray, ln: np.ndarray, nch: int) -> list:
+    """Per chain, the time on the path per (category, event name), the 8 longest."""
+    top: list[tuple] = [() for _ in range(nch)]
+    sel = np.flatnonzero(nm >= 0)
+    if not sel.size:
+        return top
+    key = (ch[sel] * (len(CATEGORIES) + 1) + cat[sel]) * (len(tl.strings) + 1) + nm[sel]
+    uk, inv = np.unique(key, return_inverse=True)
+    tot = np.bincount(inv.reshape(-1), weights=ln[sel]).astype(np.int64)
+    k_nm = uk % (len(tl.strings) + 1)
+    k_cat = (uk // (len(tl.strings) + 1)) % (len(CATEGORIES) + 1)
+    k_ch = uk // ((len(tl.strings) + 1) * (len(CATEGORIES) + 1))
+    order = np.lexsort((-tot, k_ch))
+    starts = np.searchsorted(k_ch[order], np.arange(nch + 1))
+    for c in np.unique(k_ch).tolist():  # per chain with named segments: its 8 longest
+        idx = order[starts[c] : min(starts[c] + 8, starts[c + 1])]
+        top[c] = tuple((CATEGORIES[int(k_cat[j])], tl.strings[int(k_nm[j])], int(tot[j])) for j in idx.tolist())
+    return top
+
+
+def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm) -> tuple[np.ndarray, ...]:
+    """Host gaps and tails become `host` where the rank recorded CPU activity and `idle` where not
+    (Kineto: CPU ops and API calls; nsys, which has no CPU ops: everything but OS calls is host work);
+    the host part first (the order inside a gap is not known)."""
+    gap = cat == _HOSTGAP
+    if not gap.any():
+        return ch, cat, rk, a, b, nm
+    act, has_cpu_ops = _host_activity(tl)
     c = tl.cols
     a_rank = c["rank"][act].astype(np.int64)
-    by_rank: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for r in sorted({g[2][1] for g in gaps}):  # the ranks with gaps (threads of a rank pooled)
+    ga, gb, gr_ = a[gap], b[gap], rk[gap]
+    covered = np.zeros(ga.size, dtype=np.int64)
+    for r in np.unique(gr_).tolist():  # the ranks with gaps (threads of a rank pooled)
         sel = act[a_rank == r]
-        by_rank[r] = merge(c["start"][sel], c["end"][sel])
-    ga = np.array([g[2][2] for g in gaps], dtype=np.int64)
-    gb = np.array([g[2][3] for g in gaps], dtype=np.int64)
-    gr_ = np.array([g[2][1] for g in gaps], dtype=np.int64)
-    covered = np.zeros(len(gaps), dtype=np.int64)
-    for r, (us, ue) in by_rank.items():
+        us, ue = merge(c["start"][sel], c["end"][sel])
         m = gr_ == r
         covered[m] = covered_length(us, ue, ga[m], gb[m])
-    for k, (pi, si, s) in enumerate(gaps):
-        busy = int(covered[k]) if has_cpu_ops else int(gb[k] - ga[k] - covered[k])
-        idle = int(gb[k] - ga[k]) - busy
-        # split: host part first, then idle (the order inside a gap is not known)
-        parts = []
-        if busy > 0:
-            parts.append(("host", s[1], s[2], s[2] + busy, -1))
-        if idle > 0:
-            parts.append(("idle", s[1], s[2] + busy, s[3], -1))
-        paths[pi][5][si] = parts
-    for p in paths:
-        flat = []
-        for s in p[5]:
-            if isinstance(s, list):
-                flat.extend(s)
-            else:
-                flat.append(s)
-        p[5][:] = flat
-
-
-def _step_path(tl: Timeline, gr: _Graph, names: np.ndarray, x: tuple) -> StepPath:
-    """Consecutive segments of one category on one rank merged; a merged segment is named after its
-    longest event. `top`: the time on the path per (category, event name), longest first."""
-    r, i, w0, w1, across, segs = x
-    merged: list[list] = []
-    named: dict[tuple[str, int], int] = {}
-    for cat, rr, a, b, node in segs:
-        if node >= 0:
-            nid = int(names[gr.row[node]])
-            named[(cat, nid)] = named.get((cat, nid), 0) + (b - a)
-        if merged and merged[-1][0] == cat and merged[-1][1] == rr and merged[-1][3] == a:
-            m = merged[-1]
-            m[3] = b
-            if node >= 0 and b - a > m[5]:
-                m[4], m[5] = node, b - a
-            continue
-        merged.append([cat, rr, a, b, node, (b - a) if node >= 0 else -1])
-    out = tuple(
-        Segment(cat, rr, a, b, tl.name(int(names[gr.row[node]])) if node >= 0 else "")
-        for cat, rr, a, b, node, _ in merged
-    )
-    top = tuple((cat, tl.name(nid), ns) for (cat, nid), ns in sorted(named.items(), key=lambda kv: -kv[1])[:8])
-    return StepPath(r, i, w0, w1, out, across, top)
+    busy = covered if has_cpu_ops else (gb - ga) - covered
+    keep = ~gap
+    z = np.full(ga.size, -1, dtype=np.int64)
+    cols = [
+        np.concatenate([x[keep], xg, xg])
+        for x, xg in ((ch, ch[gap]), (rk, rk[gap]))
+    ]
+    cat2 = np.concatenate([cat[keep], np.full(ga.size, CAT["host"]), np.full(ga.size, CAT["idle"])])
+    a2 = np.concatenate([a[keep], ga, ga + busy])
+    b2 = np.concatenate([b[keep], ga + busy, gb])
+    nm2 = np.concatenate([nm[keep], z, z])
+    ok = b2 > a2
+    return cols[0][ok], cat2[ok], cols[1][ok], a2[ok], b2[ok], nm2[ok]
 
 
 # ---- the document ------------------------------------------------------------------------------------
 
 
 def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
-    """`critical_path` of the `analyze --json` document."""
+    """`critical_path` of the `analyze --json` document: `bound_by` (shares), per rank and step its
+    length, own shares and segments (at most MAX_SEGMENTS, the longest, in time order, with
+    `segments_total` when cut), the same per step across ranks, and notes."""
 
     def step_doc(p: StepPath) -> dict[str, Any]:
-        segs = p.segments
+        idx = np.arange(p.cat.size)
         doc: dict[str, Any] = {
             "rank": p.rank,
             "step": p.step,
@@ -540,13 +578,19 @@ def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
             "length_ns": p.length_ns,
             "bound_by": {k: v / p.length_ns if p.length_ns else 0.0 for k, v in p.by_category().items()},
         }
-        if len(segs) > MAX_SEGMENTS:
-            keep = sorted(sorted(range(len(segs)), key=lambda j: -segs[j].length_ns)[:MAX_SEGMENTS])
-            doc["segments_total"] = len(segs)
-            segs = tuple(segs[j] for j in keep)
+        if idx.size > MAX_SEGMENTS:
+            idx = np.sort(np.argsort(-(p.seg_end - p.seg_start), kind="stable")[:MAX_SEGMENTS])
+            doc["segments_total"] = int(p.cat.size)
+        s = p.strings
         doc["segments"] = [
-            {"category": s.category, "rank": s.rank, "start_ns": s.start_ns, "end_ns": s.end_ns, "name": s.name}
-            for s in segs
+            {"category": CATEGORIES[c], "rank": r, "start_ns": a, "end_ns": b, "name": s[n] if 0 <= n < len(s) else ""}
+            for c, r, a, b, n in zip(
+                p.cat[idx].tolist(),
+                p.seg_rank[idx].tolist(),
+                p.seg_start[idx].tolist(),
+                p.seg_end[idx].tolist(),
+                p.seg_name[idx].tolist(),
+            )
         ]
         return doc
 
