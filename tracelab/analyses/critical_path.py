@@ -154,6 +154,12 @@ class _Graph:
     thread: np.ndarray  # host nodes: dense thread id; -1 GPU
     alt_pred: np.ndarray  # host nodes: the previous call of the thread (a sync's fallback)
     alt_hand: np.ndarray
+    # host runs: host nodes in (thread, start) order; run_first[i] = the first position of the run of
+    # calls that each follow the previous call of their thread (edge "host") with non-decreasing
+    # hand-overs: the walk passes such a run in one step (`_walk`)
+    host_order: np.ndarray
+    host_pos: np.ndarray  # per node: its position in host_order, -1 for GPU nodes
+    run_first: np.ndarray
 
 
 def _prev_in_group(keys: list[np.ndarray], start: np.ndarray) -> np.ndarray:
@@ -275,7 +281,35 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
         waited = ok & (collectives.call_last_start > start[node])
         last_start[node[waited]] = collectives.call_last_start[waited]
         last_node[node[waited]] = lnode[waited]
-    return _Graph(rows, is_gpu, rank, start, end, comm, pred, hand, edge, last_start, last_node, thread, alt_pred, alt_hand)
+    host_order, host_pos, run_first = _host_runs(thread, start, pred, hand, edge, last_node, ng, n)
+    return _Graph(
+        rows, is_gpu, rank, start, end, comm, pred, hand, edge, last_start, last_node, thread, alt_pred, alt_hand,
+        host_order, host_pos, run_first,
+    )
+
+
+def _host_runs(
+    thread: np.ndarray, start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
+    last_node: np.ndarray, ng: int, n: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host nodes in (thread, start) order, each node's position there, and per position the first
+    position of its run: a node continues the run when its predecessor is the call before it on its
+    thread (edge "host"), it is not a collective that waited, and its hand-over is not before the one
+    of the call before it (so the earliest hand-over of a run is its second call's)."""
+    h = np.arange(ng, n)
+    order = h[np.lexsort((start[h], thread[h]))]
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[order] = np.arange(order.size)
+    cont = np.zeros(order.size, dtype=bool)
+    if order.size > 1:
+        cur, prev = order[1:], order[:-1]
+        cont[1:] = (
+            (edge[cur] == HOST) & (pred[cur] == prev) & (last_node[cur] < 0) & (last_node[prev] < 0)
+            & (hand[cur] >= np.where(edge[prev] == HOST, hand[prev], np.iinfo(np.int64).min))
+        )
+    idx = np.arange(order.size)
+    run_first = np.maximum.accumulate(np.where(cont, 0, idx)) if order.size else idx
+    return order, pos, run_first
 
 
 def _other_threads(
@@ -353,38 +387,82 @@ def _heads(gr: _Graph, windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> dic
     return out
 
 
-def _walk(lists: tuple, head: int, w0: int, w1: int, across: bool, acc: list[list]) -> None:
-    """Follow predecessors from `head` back to the window start; append (node, edge, hand-over, out)
-    of every node of the path to `acc` (the one Python step per node of the path)."""
+def _walk(lists: tuple, runs: tuple, head: int, w0: int, w1: int, across: bool, chain: int, acc: list, rng: list) -> None:
+    """Follow predecessors from `head` back to the window start; append (chain, node, edge, hand-over,
+    out) of every node of the path to `acc`, and pass a run of host calls (`_host_runs`) in one step,
+    recorded in `rng` as (chain, first position, last position, out). One Python step per node of the
+    path outside such runs: kept lean."""
     pred, hand, edge, end, last_start, last_node, alt_pred, alt_hand = lists
-    ys, es, hs, outs = acc
+    host_pos, run_first, hand_sorted, host_order = runs
+    cs, ys, es, hs, outs = (x.append for x in acc)
     y = head
     out = min(end[y], w1)
     same: set[int] = set()  # nodes passed without time going back (a cycle of zero-length hand-overs)
     while True:
         e = edge[y]
+        if e == HOST and not (across and last_node[y] >= 0):
+            j = host_pos[y]
+            r0 = run_first[j]
+            if r0 < j - 1:
+                # the run's calls up to where a hand-over reaches the window start: hand_sorted[i + 1] is
+                # the hand-over that leaves position i + 1 for position i
+                lo, hi = r0, j
+                while lo < hi:  # first i in [r0, j) with hand_sorted[i + 1] > w0 (non-decreasing)
+                    mid = (lo + hi) // 2
+                    if hand_sorted[mid + 1] > w0:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                if lo < j - 1:
+                    rng.append((chain, lo + 1, j, out))
+                    y = host_order[lo]
+                    out = hand_sorted[lo + 1]
+                    same = set()
+                    continue
         if across and last_node[y] >= 0:
             e, p, h = COLL, last_node[y], last_start[y]
         else:
-            p, h = pred[y], hand[y]
+            p = pred[y]
+            h = hand[y]
             if e == SYNC and h >= out:  # the wait lies after the time the path needs: the call's own time
-                p, h = alt_pred[y], alt_hand[y]
+                p = alt_pred[y]
+                h = alt_hand[y]
                 e = HOST if p >= 0 else NONE
-        h = min(h, out)
-        if h == out:
+        if h >= out:
+            h = out
             if p in same:
                 p = -1
             same.add(y)
         elif same:
             same = set()
-        stop = p < 0 or h <= w0
-        ys.append(y)
-        es.append(e)
-        hs.append(w0 if stop else h)
-        outs.append(out)
-        if stop:
+        cs(chain)
+        ys(y)
+        es(e)
+        outs(out)
+        if p < 0 or h <= w0:
+            hs(w0)
             return
-        y, out = p, h
+        hs(h)
+        y = p
+        out = h
+
+
+def _expand_runs(gr: _Graph, rng: list) -> list[np.ndarray]:
+    """The nodes of the runs `_walk` passed in one step: (chain, node, edge, hand-over, out) each."""
+    if not rng:
+        z = np.zeros(0, dtype=np.int64)
+        return [z, z, z, z, z]
+    r = np.asarray(rng, dtype=np.int64)
+    ch, lo, hi, out_hi = r[:, 0], r[:, 1], r[:, 2], r[:, 3]
+    cnt = hi - lo + 1
+    offs = np.repeat(np.cumsum(cnt) - cnt, cnt)
+    pos = np.repeat(lo, cnt) + (np.arange(cnt.sum()) - offs)
+    node = gr.host_order[pos]
+    h = gr.hand[node]
+    last = pos == np.repeat(hi, cnt)
+    nxt = gr.host_order[np.minimum(pos + 1, gr.host_order.size - 1)]
+    out = np.where(last, np.repeat(out_hi, cnt), gr.hand[nxt])
+    return [np.repeat(ch, cnt), node, np.full(node.size, HOST, dtype=np.int64), h, out]
 
 
 def _host_activity(tl: Timeline) -> tuple[np.ndarray, bool]:
@@ -413,8 +491,9 @@ def critical_path(
     gr = _build(tl, collectives)
     if not gr.row.size:
         return CriticalPath((), (), ("no GPU work or host launches: no critical path",))
+    # read one element at a time through memoryviews: Python ints without a list of the whole column
     lists = tuple(
-        getattr(gr, k).tolist()
+        memoryview(np.ascontiguousarray(getattr(gr, k), dtype=np.int64))
         for k in ("pred", "hand", "edge", "end", "last_start", "last_node", "alt_pred", "alt_hand")
     )
     heads = _heads(gr, windows)
@@ -427,23 +506,28 @@ def critical_path(
         for i in range(min(v[0].size for v in windows.values())):  # per step: the rank whose step ends last
             w1, r = max((int(windows[r][1][i]), r) for r in windows)
             chains.append((r, i, int(windows[r][0][i]), w1, True, int(heads[r][i])))
-    acc: list[list] = [[], [], [], []]
-    bounds = [0]
-    for r, i, w0, w1, across, hd in chains:
+    hand_sorted = gr.hand[gr.host_order]
+    runs = tuple(
+        memoryview(np.ascontiguousarray(x, dtype=np.int64))
+        for x in (gr.host_pos, gr.run_first, hand_sorted, gr.host_order)
+    )
+    acc: list[list] = [[], [], [], [], []]
+    rng: list[tuple[int, int, int, int]] = []
+    for k, (_r, _i, w0, w1, across, hd) in enumerate(chains):
         if hd >= 0:
-            _walk(lists, hd, w0, w1, across, acc)
-        bounds.append(len(acc[0]))
-    paths = _segments(tl, gr, chains, np.asarray(bounds), [np.asarray(x, dtype=np.int64) for x in acc])
+            _walk(lists, runs, hd, w0, w1, across, k, acc, rng)
+    walked = [np.asarray(x, dtype=np.int64) for x in acc]
+    more = _expand_runs(gr, rng)
+    paths = _segments(tl, gr, chains, [np.concatenate([a, b]) for a, b in zip(walked, more)])
     steps = tuple(p for p in paths if not p.across_ranks)
     across = tuple(p for p in paths if p.across_ranks)
     return CriticalPath(steps, across)
 
 
-def _segments(tl: Timeline, gr: _Graph, chains: list, bounds: np.ndarray, acc: list[np.ndarray]) -> list[StepPath]:
+def _segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray]) -> list[StepPath]:
     """The walked nodes -> each chain's segments, with numpy (module docstring: bodies and links)."""
-    y, e, h, out = acc
+    chain, y, e, h, out = acc
     nch = len(chains)
-    chain = np.repeat(np.arange(nch), np.diff(bounds))
     w0 = np.array([c[2] for c in chains], dtype=np.int64)
     w1 = np.array([c[3] for c in chains], dtype=np.int64)
     across = np.array([c[4] for c in chains], dtype=bool)
@@ -462,15 +546,16 @@ def _segments(tl: Timeline, gr: _Graph, chains: list, bounds: np.ndarray, acc: l
     link_cat[e == LAUNCH] = CAT["host"]
     link_cat[(e == HOST) | ((e == NONE) & ~coll)] = _HOSTGAP
     # the tail of each chain: after its head, up to the window's end
-    first = bounds[:-1][np.diff(bounds) > 0]
-    tail_chain = chain[first]
-    tail_a = out[first]
-    empty = np.flatnonzero(np.diff(bounds) == 0)  # no node in the window
+    heads = np.array([c[5] for c in chains], dtype=np.int64)
+    tail_chain = np.flatnonzero(heads >= 0)
+    tail_a = np.minimum(gr.end[heads[tail_chain]], w1[tail_chain])
+    empty = np.flatnonzero(heads < 0)  # no node in the window
     parts = [
         (chain, body_cat, rank, ls, out, name),  # body (or its transfer part)
         (chain, np.full(y.size, CAT["wait"]), rank, b0, ls, name),  # the wait before the last arrival
         (chain, link_cat, rank, h, b0, np.full(y.size, -1)),  # the link to the predecessor
-        (tail_chain, np.full(first.size, _HOSTGAP), rank[first], tail_a, w1[tail_chain], np.full(first.size, -1)),
+        (tail_chain, np.full(tail_chain.size, _HOSTGAP), gr.rank[heads[tail_chain]], tail_a, w1[tail_chain],
+         np.full(tail_chain.size, -1)),
         (empty, np.full(empty.size, _HOSTGAP), head_rank[empty], w0[empty], w1[empty], np.full(empty.size, -1)),
     ]
     ch, cat, rk, a, b, nm = (np.concatenate([np.asarray(p[k]) for p in parts]).astype(np.int64) for k in range(6))
