@@ -41,6 +41,8 @@ from .timeline_view import (
     search_positions,
     shown_rows,
     start_background,
+    critical_on_rows,
+    run_critical_path,
     steps_if_ready,
     steps_on_rows,
     tile_bytes,
@@ -132,6 +134,8 @@ def meta() -> Any:
     gaps, ready = run_gaps(state, record, start=False)
     found = steps_if_ready(state, record, start=False)
     steps = steps_on_rows(found, rows)
+    cpath = run_critical_path(state, record) if ready else None
+    crit = critical_on_rows(cpath, rows)
     labels = rows["label"].astype(str).tolist()
     if found is not None:  # a steps lane whose rank has none says so
         with_steps = set(found["rank"].astype(int).tolist())
@@ -159,6 +163,13 @@ def meta() -> Any:
                 "end": [int(v) - origin for v in steps["end"].tolist()],
                 "row": steps["row"].astype(int).tolist(),
                 "label": steps["label"].astype(str).tolist(),
+            },
+            "critical": {
+                "start": [int(v) - origin for v in crit["start"].tolist()],
+                "end": [int(v) - origin for v in crit["end"].tolist()],
+                "row": crit["row"].astype(int).tolist(),
+                "category": crit["category"].astype(str).tolist(),
+                "label": crit["label"].astype(str).tolist(),
             },
             "gaps_ready": ready,
             "steps_ready": found is not None,
