@@ -365,3 +365,35 @@ def test_cli_analyze_json_has_the_new_fields(two_ranks) -> None:
         [sys.executable, "-m", "tracelab", "analyze", str(d)], capture_output=True, env=env, text=True, timeout=300, check=True
     ).stdout
     assert "Critical path" in text and "rank 1 arrives 400.0 µs late in 3 of 3 steps" in text
+
+
+def test_reports_show_the_critical_path(two_ranks, tmp_path: Path) -> None:
+    """The Markdown report's Critical path table: across ranks, each category's share of the steps is
+    the one known by construction (rank 1's gemm, its transfer, its launch, the sync and the idle rest)."""
+    from tracelab.render.reports import write_report
+
+    d, raw = two_ranks
+    tl = load_trace(d)
+    an = analyze(tl)
+    write_report(tmp_path / "r.md", an, tl)
+    md = (tmp_path / "r.md").read_text()
+    assert "## Critical path" in md
+    row = next(line for line in md.splitlines() if line.startswith("| across ranks |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    gemm = next(e for e in raw[1] if e["name"] == "gemm")["dur"]
+    nccl = _nccl(raw[1])[0]["dur"]
+    launch_to_gemm = 10  # the launch at +410 µs, the gemm at +420 µs
+    sync_tail = 735 - (630 + nccl)
+    want = {
+        "compute": gemm / STEP_US,
+        "comm": nccl / STEP_US,
+        "wait": 0.0,
+        "host": launch_to_gemm / STEP_US,
+        "sync": sync_tail / STEP_US,
+    }
+    want["idle"] = 1 - sum(want.values())
+    assert cells[1] == "3"
+    assert cells[3:9] == [f"{100 * want[c]:.0f}%" for c in ("compute", "comm", "wait", "host", "sync", "idle")]
+    write_report(tmp_path / "r.json", an, tl)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["critical_path"]["bound_by"] == pytest.approx(want)

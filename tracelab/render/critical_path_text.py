@@ -63,3 +63,51 @@ def format_critical_path(cp: CriticalPath, max_ranks: int = 8) -> str:
     for n in cp.notes:
         lines.append(f"  - {term_safe(n, 300)}")
     return "\n".join(lines) + "\n"
+
+
+def critical_path_table(cp: CriticalPath, max_rows: int = 32) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the critical path per rank (and across ranks first), plain text cells for the
+    reports to escape: steps, median step, each category's share, the longest event on the path."""
+    header = ["path", "steps", "median step", *(WORDS[c] for c in CATEGORIES), "longest on the path"]
+    groups: list[tuple[str, list]] = []
+    if cp.across:
+        groups.append(("across ranks", list(cp.across)))
+    per_rank: dict[int, list] = defaultdict(list)
+    for p in cp.steps:
+        per_rank[p.rank].append(p)
+    groups += [(f"rank {r}", per_rank[r]) for r in sorted(per_rank)][: max(max_rows - len(groups), 0)]
+    rows = []
+    for label, paths in groups:
+        lengths = sorted(p.length_ns for p in paths)
+        shares = cp.bound_by(paths)
+        named: dict[tuple[str, str], int] = defaultdict(int)
+        for p in paths:
+            for cat, name, ns in p.top:
+                named[(cat, name)] += ns
+        longest = max(named.items(), key=lambda kv: kv[1]) if named else None
+        rows.append(
+            [
+                label,
+                str(len(paths)),
+                fmt_ns(lengths[len(lengths) // 2]),
+                *(f"{100 * shares[c]:.0f}%" for c in CATEGORIES),
+                f"{WORDS[longest[0][0]]}: {longest[0][1]} ({fmt_ns(longest[1])})" if longest else "-",
+            ]
+        )
+    return header, rows
+
+
+def report_critical_path(analysis, timeline) -> CriticalPath | None:
+    """The critical path the reports show (across ranks through the collectives when the run has
+    several ranks); None without a timeline or a path."""
+    if timeline is None:
+        return None
+    from ..analyses.critical_path import critical_path_for
+
+    collectives = None
+    if len(analysis.trace.ranks) > 1:
+        from ..analyses.collectives import match_collectives
+
+        collectives = match_collectives(timeline)
+    cp = critical_path_for(timeline, analysis, collectives)
+    return cp if cp.steps else None

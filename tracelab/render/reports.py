@@ -109,7 +109,15 @@ def render_report(
         comparison = compare(base_analysis, analysis, base_timeline, timeline)
         labels = (report_title(base_analysis, base_timeline), report_title(analysis, timeline))
     if fmt == "json":
-        return orjson.dumps(report_document(analysis, comparison), option=orjson.OPT_INDENT_2) + b"\n"
+        doc = report_document(analysis, comparison)
+        from tracelab.render.critical_path_text import report_critical_path
+
+        cpath = report_critical_path(analysis, timeline)
+        if cpath is not None:
+            from tracelab.analyses.critical_path import critical_path_document
+
+            doc["critical_path"] = critical_path_document(cpath)
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
     kernels = kernel_summary(timeline) if timeline is not None else None
     if fmt == "md":
         from tracelab.render.report_md import render_markdown
