@@ -198,7 +198,9 @@ def test_import_runs_analyze(env):
     assert human.exit_code == 0 and rid in human.stdout and "train.json" in human.stdout
 
     doc = orjson.loads(run("analyze", rid, "--json").stdout)
-    assert set(doc) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes"} and doc["schema"] == 2
+    # issue 24 adds the critical path of the steps
+    assert set(doc) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes", "critical_path"}
+    assert doc["schema"] == 2
     dev = doc["devices"][0]
     assert {
         "rank",

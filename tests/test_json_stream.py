@@ -34,8 +34,13 @@ def test_cli_json_is_the_whole_dump() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tracelab.cli", "analyze", "--json", str(TRACE)], capture_output=True, check=True
     )
-    analysis = analyze(load(TRACE))
-    assert proc.stdout == orjson.dumps(to_document(analysis), option=OPTIONS)
+    tl = load(TRACE)
+    analysis = analyze(tl)
+    # issue 24: the document ends with the critical path of the steps
+    from tracelab.analyses.critical_path import critical_path_document, critical_path_for
+
+    extra = {"critical_path": critical_path_document(critical_path_for(tl, analysis))}
+    assert proc.stdout == orjson.dumps({**to_document(analysis), **extra}, option=OPTIONS)
 
 
 def test_no_gaps_document() -> None:
