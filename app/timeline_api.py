@@ -34,15 +34,15 @@ from tracelab.store import RunRecord
 from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state
 from .timeline_view import (
+    critical_on_rows,
     initial_window,
     max_level,
+    run_critical_path,
     run_gaps,
     search_matches_in_window,
     search_positions,
     shown_rows,
     start_background,
-    critical_on_rows,
-    run_critical_path,
     steps_if_ready,
     steps_on_rows,
     tile_bytes,

@@ -19,9 +19,7 @@ Steps come through `step_windows` only: today the steps' host ranges; when steps
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -30,6 +28,9 @@ from .collectives import Collectives
 from .intervals import covered_length, merge, subtract
 from .results import CAUSES as GAP_CAUSES
 from .results import Analysis, GapTable
+from .step_windows import step_windows
+
+__all__ = ["StepComm", "StragglerCause", "comm_by_step", "step_windows", "straggler_causes"]
 
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 CAUSE_WORDS = {
@@ -39,21 +40,6 @@ CAUSE_WORDS = {
     "dependency_wait": "waiting on another stream",
     "unknown": "cause unknown",
 }
-
-
-def step_windows(steps: Sequence[Any]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """{rank: (starts, ends)} of the steps, sorted by start: the one place a step's window is chosen
-    (its GPU window `gpu_start_ns`/`gpu_end_ns` when it has one, else its host range)."""
-    per: dict[int, list[tuple[int, int]]] = {}
-    for s in steps:  # one entry per step
-        g0, g1 = getattr(s, "gpu_start_ns", None), getattr(s, "gpu_end_ns", None)
-        w = (int(g0), int(g1)) if g0 is not None and g1 is not None and g1 > g0 else (int(s.start_ns), int(s.end_ns))
-        per.setdefault(int(s.rank), []).append(w)
-    out = {}
-    for r, ws in per.items():
-        ws.sort()
-        out[r] = (np.array([a for a, _ in ws], dtype=np.int64), np.array([b for _, b in ws], dtype=np.int64))
-    return out
 
 
 @dataclass(frozen=True)

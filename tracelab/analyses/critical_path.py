@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..model import EventKind, Flag, Timeline
-from ..model.grouping import group_codes
+from ..model.grouping import group_codes, sorted_unique
 from ..model.kinds import OS_CALL_CATEGORY
 from .intervals import covered_length, merge
 
@@ -185,7 +185,7 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     coll_host = np.zeros(0, dtype=np.int64)
     if collectives is not None and getattr(collectives, "source", "") == "host ranges":
         # gloo / MPI: the collectives are c10d's host ranges; they join the host calls of their thread
-        coll_host = np.unique(collectives.call_rows)
+        coll_host = sorted_unique(collectives.call_rows)
         host_rows = np.union1d(host_rows, coll_host)
     ng = gpu_rows.size
     rows = np.concatenate([gpu_rows, host_rows])
@@ -352,7 +352,7 @@ def _latest_end_before(g_rank: np.ndarray, g_end: np.ndarray, q_rank: np.ndarray
     out = np.full(q_rank.size, -1, dtype=np.int64)
     order = np.lexsort((g_end, g_rank))
     rs, es = g_rank[order], g_end[order]
-    for r in np.unique(q_rank).tolist():  # per rank, vectorized inside
+    for r in sorted_unique(q_rank).tolist():  # per rank, vectorized inside
         lo, hi = np.searchsorted(rs, r, "left"), np.searchsorted(rs, r, "right")
         if hi == lo:
             continue
@@ -601,14 +601,17 @@ def _top_names(tl: Timeline, ch: np.ndarray, cat: np.ndarray, nm: np.ndarray, ln
     if not sel.size:
         return top
     key = (ch[sel] * (len(CATEGORIES) + 1) + cat[sel]) * (len(tl.strings) + 1) + nm[sel]
-    uk, inv = np.unique(key, return_inverse=True)
-    tot = np.bincount(inv.reshape(-1), weights=ln[sel]).astype(np.int64)
+    o = np.argsort(key, kind="stable")
+    ks = key[o]
+    first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    uk = ks[first]
+    tot = np.add.reduceat(ln[sel][o], first).astype(np.int64)
     k_nm = uk % (len(tl.strings) + 1)
     k_cat = (uk // (len(tl.strings) + 1)) % (len(CATEGORIES) + 1)
     k_ch = uk // ((len(tl.strings) + 1) * (len(CATEGORIES) + 1))
     order = np.lexsort((-tot, k_ch))
     starts = np.searchsorted(k_ch[order], np.arange(nch + 1))
-    for c in np.unique(k_ch).tolist():  # per chain with named segments: its 8 longest
+    for c in sorted_unique(k_ch).tolist():  # per chain with named segments: its 8 longest
         idx = order[starts[c] : min(starts[c] + 8, starts[c + 1])]
         top[c] = tuple((CATEGORIES[int(k_cat[j])], tl.strings[int(k_nm[j])], int(tot[j])) for j in idx.tolist())
     return top
@@ -626,7 +629,7 @@ def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm) -> tuple[np.ndarray,
     a_rank = c["rank"][act].astype(np.int64)
     ga, gb, gr_ = a[gap], b[gap], rk[gap]
     covered = np.zeros(ga.size, dtype=np.int64)
-    for r in np.unique(gr_).tolist():  # the ranks with gaps (threads of a rank pooled)
+    for r in sorted_unique(gr_).tolist():  # the ranks with gaps (threads of a rank pooled)
         sel = act[a_rank == r]
         us, ue = merge(c["start"][sel], c["end"][sel])
         m = gr_ == r
@@ -699,7 +702,7 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     if not sel.size:
         return out
     rank = c["rank"][sel]
-    for r in np.unique(rank).tolist():
+    for r in sorted_unique(rank).tolist():
         m = sel[rank == r]
         out[int(r)] = (np.array([c["start"][m].min()], dtype=np.int64), np.array([c["end"][m].max()], dtype=np.int64))
     return out
@@ -708,7 +711,7 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = None) -> CriticalPath:
     """The critical path of an analysis's steps (`comm_steps.step_windows`); a run without steps is one
     window per rank (said in a note)."""
-    from .comm_steps import step_windows
+    from .step_windows import step_windows
 
     windows = step_windows(analysis.steps)
     notes: tuple[str, ...] = ()

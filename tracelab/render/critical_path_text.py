@@ -20,23 +20,27 @@ WORDS = {
 
 def _shares(bound: dict[str, float]) -> str:
     parts = [(k, v) for k, v in sorted(bound.items(), key=lambda kv: -kv[1]) if v >= 0.005]
-    return ", ".join(f"{WORDS[k]} {100 * v:.0f}%" for k, v in parts) or "-"
+    return ", ".join(f"{k} {100 * v:.0f}%" for k, v in parts) or "-"
 
 
-def format_critical_path(cp: CriticalPath, max_ranks: int = 8) -> str:
-    """The section as text ending in a newline; '' when there is no path."""
+def format_critical_path(cp: CriticalPath, max_ranks: int = 8, width: int = 100) -> str:
+    """The section as text ending in a newline (lines of at most `width` columns); '' without a path."""
     if not cp.steps:
         return ""
-    lines = ["Critical path (the chain that sets each step's length)"]
+    lines = [
+        "Critical path (what sets each step's length; host = host launch/CPU, wait = waiting for another",
+        "rank, comm = communication transfer, sync = host sync)",
+    ]
     multi = len({p.rank for p in cp.steps}) > 1
     if cp.across:
         on_rank: dict[int, int] = defaultdict(int)
         for p in cp.across:
-            for s in p.segments:
-                on_rank[s.rank] += s.length_ns
+            for r, a, b in zip(p.seg_rank.tolist(), p.seg_start.tolist(), p.seg_end.tolist()):
+                on_rank[r] += b - a
         total = sum(on_rank.values()) or 1
-        where = ", ".join(f"rank {r} {100 * t / total:.0f}%" for r, t in sorted(on_rank.items(), key=lambda x: -x[1])[:4])
-        lines.append(f"  across ranks ({len(cp.across)} steps): {_shares(cp.bound_by(cp.across))}; time on {where}")
+        where = ", ".join(f"rank {r} {100 * t / total:.0f}%" for r, t in sorted(on_rank.items(), key=lambda x: -x[1])[:3])
+        lines.append(f"  across ranks ({len(cp.across)} steps): {_shares(cp.bound_by(cp.across))}")
+        lines.append(f"    the path's time: on {where}")
     per_rank: dict[int, list] = defaultdict(list)
     for p in cp.steps:
         per_rank[p.rank].append(p)
@@ -56,13 +60,13 @@ def format_critical_path(cp: CriticalPath, max_ranks: int = 8) -> str:
                 named[(cat, name)] += ns
     top = sorted(named.items(), key=lambda kv: -kv[1])[:3]
     if top:
-        lines.append(
-            "  longest on the path: "
-            + "; ".join(f"{WORDS[c]} {term_safe(n, 60)} {fmt_ns(t)}" for (c, n), t in top)
-        )
+        lines.append("  longest on the path:")
+        for (c, n), t in top:
+            head = f"    {c:<7} {fmt_ns(t):>10}  "
+            lines.append(head + term_safe(n, max(width - len(head), 10)))
     for n in cp.notes:
-        lines.append(f"  - {term_safe(n, 300)}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"  - {term_safe(n, width - 4)}")
+    return "\n".join(line[:width] for line in lines) + "\n"
 
 
 def critical_path_table(cp: CriticalPath, max_rows: int = 32) -> tuple[list[str], list[list[str]]]:

@@ -394,8 +394,8 @@ def render_html(
         header, rows = critical_path_table(cpath)
         body += [
             '<h2 id="critical-path">Critical path</h2>',
-            "<p>What sets each step's length: the chain of host launch → GPU work → waits → collectives, "
-            "as shares of the path in each category.</p>",
+            ("<p>What sets each step's length: the chain of host launch → GPU work → waits → collectives, "
+             "as shares of the path in each category.</p>"),
             _table([_e(h, 40) for h in header], [[_e(c, 120) for c in r] for r in rows],
                    numeric=set(range(1, len(header) - 1))),
         ]
