@@ -282,6 +282,10 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
         last_start[node[waited]] = collectives.call_last_start[waited]
         last_node[node[waited]] = lnode[waited]
     host_order, host_pos, run_first = _host_runs(thread, start, pred, hand, edge, last_node, ng, n)
+    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns
+        pred, alt_pred, last_node, thread, host_order, host_pos, run_first = (
+            x.astype(np.int32) for x in (pred, alt_pred, last_node, thread, host_order, host_pos, run_first)
+        )
     return _Graph(
         rows, is_gpu, rank, start, end, comm, pred, hand, edge, last_start, last_node, thread, alt_pred, alt_hand,
         host_order, host_pos, run_first,
@@ -352,11 +356,13 @@ def _latest_end_before(g_rank: np.ndarray, g_end: np.ndarray, q_rank: np.ndarray
     out = np.full(q_rank.size, -1, dtype=np.int64)
     order = np.lexsort((g_end, g_rank))
     rs, es = g_rank[order], g_end[order]
+    q_order = np.argsort(q_rank, kind="stable")  # each rank's queries as one slice (no mask per rank)
+    q_rs = q_rank[q_order]
     for r in sorted_unique(q_rank).tolist():  # per rank, vectorized inside
         lo, hi = np.searchsorted(rs, r, "left"), np.searchsorted(rs, r, "right")
         if hi == lo:
             continue
-        q = np.flatnonzero(q_rank == r)
+        q = q_order[np.searchsorted(q_rs, r, "left") : np.searchsorted(q_rs, r, "right")]
         pos = np.searchsorted(es[lo:hi], q_t[q], "right") - 1
         ok = pos >= 0
         out[q[ok]] = order[lo + pos[ok]]
@@ -493,7 +499,7 @@ def critical_path(
         return CriticalPath((), (), ("no GPU work or host launches: no critical path",))
     # read one element at a time through memoryviews: Python ints without a list of the whole column
     lists = tuple(
-        memoryview(np.ascontiguousarray(getattr(gr, k), dtype=np.int64))
+        memoryview(np.ascontiguousarray(getattr(gr, k)))
         for k in ("pred", "hand", "edge", "end", "last_start", "last_node", "alt_pred", "alt_hand")
     )
     heads = _heads(gr, windows)
@@ -507,10 +513,7 @@ def critical_path(
             w1, r = max((int(windows[r][1][i]), r) for r in windows)
             chains.append((r, i, int(windows[r][0][i]), w1, True, int(heads[r][i])))
     hand_sorted = gr.hand[gr.host_order]
-    runs = tuple(
-        memoryview(np.ascontiguousarray(x, dtype=np.int64))
-        for x in (gr.host_pos, gr.run_first, hand_sorted, gr.host_order)
-    )
+    runs = tuple(memoryview(np.ascontiguousarray(x)) for x in (gr.host_pos, gr.run_first, hand_sorted, gr.host_order))
     acc: list[list] = [[], [], [], [], []]
     rng: list[tuple[int, int, int, int]] = []
     for k, (_r, _i, w0, w1, across, hd) in enumerate(chains):
@@ -629,10 +632,14 @@ def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm) -> tuple[np.ndarray,
     a_rank = c["rank"][act].astype(np.int64)
     ga, gb, gr_ = a[gap], b[gap], rk[gap]
     covered = np.zeros(ga.size, dtype=np.int64)
+    a_order = np.argsort(a_rank, kind="stable")  # one sort, each rank's rows a slice
+    a_rs = a_rank[a_order]
+    g_order = np.argsort(gr_, kind="stable")
+    g_rs = gr_[g_order]
     for r in sorted_unique(gr_).tolist():  # the ranks with gaps (threads of a rank pooled)
-        sel = act[a_rank == r]
+        sel = act[a_order[np.searchsorted(a_rs, r, "left") : np.searchsorted(a_rs, r, "right")]]
         us, ue = merge(c["start"][sel], c["end"][sel])
-        m = gr_ == r
+        m = g_order[np.searchsorted(g_rs, r, "left") : np.searchsorted(g_rs, r, "right")]
         covered[m] = covered_length(us, ue, ga[m], gb[m])
     busy = covered if has_cpu_ops else (gb - ga) - covered
     keep = ~gap
@@ -701,10 +708,15 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     out = {}
     if not sel.size:
         return out
-    rank = c["rank"][sel]
-    for r in sorted_unique(rank).tolist():
-        m = sel[rank == r]
-        out[int(r)] = (np.array([c["start"][m].min()], dtype=np.int64), np.array([c["end"][m].max()], dtype=np.int64))
+    rank = c["rank"][sel].astype(np.int64)
+    ranks = sorted_unique(rank)
+    code = np.searchsorted(ranks, rank)
+    lo = np.full(ranks.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, code, c["start"][sel])
+    np.maximum.at(hi, code, c["end"][sel])
+    for i, r in enumerate(ranks.tolist()):
+        out[int(r)] = (lo[i : i + 1].copy(), hi[i : i + 1].copy())
     return out
 
 
