@@ -365,6 +365,20 @@ def test_cli_analyze_json_has_the_new_fields(two_ranks) -> None:
         [sys.executable, "-m", "tracelab", "analyze", str(d)], capture_output=True, env=env, text=True, timeout=300, check=True
     ).stdout
     assert "Critical path" in text and "rank 1 arrives 400.0 µs late in 3 of 3 steps" in text
+    # the same from a stored run: the collective metadata travels with the run's metadata
+    env["TRACELAB_DB"] = str(d.parent / "store.db")
+    rid = subprocess.run(
+        [sys.executable, "-m", "tracelab", "import", str(d)], capture_output=True, env=env, text=True, timeout=300,
+        check=True,
+    ).stdout.split()[-1]
+    stored = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "tracelab", "analyze", rid, "--json"], capture_output=True, env=env, timeout=300,
+            check=True,
+        ).stdout
+    )
+    assert stored["collectives"] == doc["collectives"]
+    assert stored["critical_path"]["bound_by"] == pytest.approx(cp["bound_by"])
 
 
 def test_reports_show_the_critical_path(two_ranks, tmp_path: Path) -> None:
