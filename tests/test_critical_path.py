@@ -411,3 +411,24 @@ def test_reports_show_the_critical_path(two_ranks, tmp_path: Path) -> None:
     write_report(tmp_path / "r.json", an, tl)
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["critical_path"]["bound_by"] == pytest.approx(want)
+
+
+def test_collective_args_scanner_across_block_cuts() -> None:
+    """The reader's scan finds every kernel's args however the text is cut into blocks, skips the key
+    outside args and the CPU op without a correlation, and survives a '}' inside a string."""
+    from tracelab.parsers.kineto_comm_args import CommArgs
+
+    events = [
+        X("cpu_op", "record_param_comms", 1, 1, **COLL_ARGS),  # no correlation: not a kernel
+        X("cpu_op", 'name with "Collective name" in it', 2, 1),
+        *(kernel(NCCL, 10 * i, 5, 100 + i, **{**COLL_ARGS, "In msg nelems": i, "Process Group Description": "a}b"})
+          for i in range(1, 40)),
+    ]
+    text = json.dumps({"traceEvents": events}).encode()
+    for block in (7, 64, 333, 4096, len(text)):
+        c = CommArgs()
+        for i in range(0, len(text), block):
+            c.feed(bytearray(text[i : i + block]))
+        got = c.result()
+        assert got["correlation"] == list(range(101, 140)), block
+        assert got["in_nelems"] == list(range(1, 40)) and set(got["group_desc"]) == {"a}b"}

@@ -77,19 +77,23 @@ class CommArgs:
 
     def __init__(self) -> None:
         self._tail = b""
+        self._pending = False  # the tail holds an args object cut by the end of the last block
         self.cols: dict[str, list] = {f: [] for f in FIELDS}
         self.seen = 0
 
     def feed(self, data: bytes | bytearray, head: int = 0) -> None:
         view = memoryview(data)[head:]
         k = len(KEY)
-        if data.find(KEY, head) < 0 and (self._tail[-k:] + bytes(view[:k])).find(KEY) < 0:  # the common case
+        if (
+            not self._pending and data.find(KEY, head) < 0 and (self._tail[-k:] + bytes(view[:k])).find(KEY) < 0
+        ):  # the common case: no key here, no object cut at the end of the previous block
             if len(view) >= CARRY:
                 self._tail = bytes(view[-CARRY:])
             else:
                 self._tail = (self._tail + bytes(view))[-CARRY:]
             return
         buf = self._tail + bytes(view)
+        self._pending = False
         done = 0  # hits before this position were read
         at = buf.find(KEY)
         while at >= 0:
@@ -101,29 +105,38 @@ class CommArgs:
             if open_at < 0:
                 at = buf.find(KEY, at + 1)
                 continue
-            end = _object_end(buf, open_at, open_at + CARRY)
-            if end < 0:  # cut by the block's end: read it with the next block
+            # args objects are flat: the first '}' ends it unless a string holds one (then the slow scan)
+            end = buf.find(b"}", open_at, open_at + CARRY) + 1
+            if 0 < end <= at:  # that "args" object ends before the key: the key is not in an args object
+                at = buf.find(KEY, at + 1)
+                continue
+            if end <= 0 or not self._add(buf[open_at:end]):
+                end = _object_end(buf, open_at, open_at + CARRY)
+                if end > 0:
+                    self._add(buf[open_at:end])
+            if end <= 0:  # cut by the block's end: read it with the next block
                 self._tail = buf[args_at:]
-                if len(self._tail) > CARRY:
+                self._pending = len(self._tail) <= CARRY
+                if not self._pending:
                     self._tail = b""
                 return
-            self._add(buf[open_at:end])
             done = end
             at = buf.find(KEY, end)
         self._tail = buf[max(done, len(buf) - CARRY) :]
 
-    def _add(self, raw: bytes) -> None:
+    def _add(self, raw: bytes) -> bool:
+        """Keep one args object's metadata; False when `raw` is not a JSON object."""
         import orjson
 
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return
+            return False
         if not isinstance(obj, dict):
-            return
+            return False
         corr = _int_or_none(obj.get("correlation"))
-        if corr is None or self.seen >= MAX_ENTRIES:
-            return
+        if corr is None or "Collective name" not in obj or self.seen >= MAX_ENTRIES:
+            return True
         self.seen += 1
         c = self.cols
         c["correlation"].append(corr)
@@ -133,6 +146,7 @@ class CommArgs:
             c[f].append(_int_or_none(obj.get(_SOURCE[f])))
         for f in ("name", "dtype", "group", "group_desc"):
             c[f].append(_str_or_none(obj.get(_SOURCE[f])))
+        return True
 
     def result(self) -> dict[str, list] | None:
         return self.cols if self.cols["correlation"] else None
