@@ -432,3 +432,24 @@ def test_collective_args_scanner_across_block_cuts() -> None:
         got = c.result()
         assert got["correlation"] == list(range(101, 140)), block
         assert got["in_nelems"] == list(range(1, 40)) and set(got["group_desc"]) == {"a}b"}
+
+
+@pytest.mark.corpus
+@needs_corpus
+def test_cross_stream_edge_as_hta_alexnet() -> None:
+    """HTA's test on `critical_path__alexnet` (annotation `[param|pytorch.model.alex_net|0|0|0|measure|
+    forward]`, instance 1): a GPU → GPU sync edge from the fft kernel on stream 20 (correlation 5606) to
+    the elementwise kernel on stream 7 (5629). On tracelab's path the one follows the other."""
+    src = HTA / "critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz"
+    raw = [e for e in _load_json(src)["traceEvents"] if e.get("ph") == "X"]
+    ann = sorted((e for e in raw if e["name"] == "[param|pytorch.model.alex_net|0|0|0|measure|forward]"),
+                 key=lambda e: e["ts"])[1]
+    kern = {e["args"].get("correlation"): e for e in raw if e.get("cat") == "kernel"}
+    fft, elw = kern[5606], kern[5629]
+    assert (fft["args"]["stream"], elw["args"]["stream"]) == (20, 7)
+    tl = load_trace(src)
+    cp = critical_path(tl, {0: (np.array([_ns(ann["ts"])]), np.array([_ns(ann["ts"] + ann["dur"])]))})
+    segs = [s for s in cp.steps[0].segments if s.category == "compute"]
+    i = next(i for i, s in enumerate(segs) if s.start_ns == _ns(fft["ts"]) and s.name == fft["name"])
+    assert segs[i].end_ns == _ns(fft["ts"] + fft["dur"])
+    assert segs[i + 1].name == elw["name"] and segs[i + 1].start_ns == _ns(elw["ts"])
