@@ -15,9 +15,12 @@ time `h` (when that predecessor let it go):
 - a blocking call (synchronize, synchronous copy) that returned after the GPU operation of its rank
   that ended last before it returned, and started before that operation ended, waited for it (edge
   "sync", h = the operation's end); otherwise, like a launch call, it follows the previous host call
-  of its thread (edge "host", h = that call's end).
+  of its thread (edge "host", h = that call's end) — or, when its thread recorded no CPU op since that
+  call and another thread of the rank finished a call later, that call (a `backward()` waiting for the
+  autograd thread, DDP for its communication thread).
+- gloo / MPI collectives are c10d's host ranges: they join the host calls of their thread, as collectives.
 
-The walk. A step's window is `comm_steps.step_windows` (the host range today; a GPU window when steps
+The walk. A step's window is `step_windows.step_windows` (the host range today; a GPU window when steps
 have one). The path starts at the node of the rank that reaches furthest into the window (its end,
 cut at the window's end) and follows predecessors back until a hand-over falls at or before the window
 start. The time from the window start to its end is cut into segments, each in one category:
@@ -32,9 +35,11 @@ start. The time from the window start to its end is cut into segments, each in o
 - `idle`: nothing recorded explains the time (a GPU operation that started after both its
   predecessors: e.g. a cross-stream event wait; host time with no recorded activity, or in OS calls).
 
-`bound_by` = each category's share of the path length. The walk itself follows one predecessor per
-step on the path (a Python step per node of the path, not per event; the predecessors and hand-overs are
-numpy columns); the per-rank and cross-rank paths of every step are walked.
+`bound_by` = each category's share of the path length. The predecessors and hand-overs are numpy
+columns; the walk follows them one Python step per node of the path (never per event), except that a
+run of host calls that each follow the previous call of their thread is passed in one binary search
+(`_host_runs`) and expanded with numpy afterwards; segments are built, merged and named with numpy.
+The per-rank and cross-rank paths of every step are walked.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET
 _API_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
 # edge kinds
 NONE, STREAM, LAUNCH, HOST, SYNC, COLL = 0, 1, 2, 3, 4, 5
-MAX_SEGMENTS = 400  # segments per step in the JSON document (the rest are merged into their neighbours)
+MAX_SEGMENTS = 400  # segments per step in the JSON document (the longest; `segments_total` says how many)
 
 
 CAT = {c: i for i, c in enumerate(CATEGORIES)}
