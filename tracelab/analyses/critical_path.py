@@ -476,19 +476,21 @@ def _expand_runs(gr: _Graph, rng: list) -> list[np.ndarray]:
     return [np.repeat(ch, cnt), node, np.full(node.size, HOST, dtype=np.int64), h, out]
 
 
-def _host_activity(tl: Timeline) -> tuple[np.ndarray, bool]:
-    """Rows of recorded CPU activity: CPU ops and API calls (Kineto), or OS calls (nsys, where a
-    thread's time outside OS calls counts as host work); and which of the two."""
-    c = tl.cols
-    kind = c["kind"]
+def _host_activity(tl: Timeline, rank: int) -> tuple[np.ndarray, bool]:
+    """Rows of a rank's recorded CPU activity: CPU ops and API calls (Kineto), or OS calls (nsys, where a
+    thread's time outside OS calls counts as host work); and which of the two. From the per-(rank, kind)
+    rows the analysis already grouped (`analyses.rows`), not a pass over every event."""
+    from .rows import rows_of
+
+    kind_cpu = int(EventKind.CPU_OP)
     # Kineto records CPU ops: a host gap they do not cover is idle; nsys records none (its OS calls say
     # where a thread waited)
-    has_cpu_ops = tl.meta.format == "kineto" or bool((kind == int(EventKind.CPU_OP)).any())
+    has_cpu_ops = tl.meta.format == "kineto" or rows_of(tl, rank, (kind_cpu,)).size > 0
     if has_cpu_ops:
-        return np.flatnonzero(np.isin(kind, (int(EventKind.CPU_OP), *_API_KINDS))), True
+        return rows_of(tl, rank, (kind_cpu, *_API_KINDS)), True
     os_id = [i for i, s in enumerate(tl.strings) if s == OS_CALL_CATEGORY]
-    rows = np.flatnonzero((kind == int(EventKind.OTHER)) & np.isin(c["category"], os_id)) if os_id else kind[:0]
-    return rows.astype(np.int64), False
+    other = rows_of(tl, rank, (int(EventKind.OTHER),))
+    return (other[np.isin(tl.cols["category"][other], os_id)] if os_id else other[:0]), False
 
 
 def critical_path(
@@ -632,21 +634,18 @@ def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm) -> tuple[np.ndarray,
     gap = cat == _HOSTGAP
     if not gap.any():
         return ch, cat, rk, a, b, nm
-    act, has_cpu_ops = _host_activity(tl)
     c = tl.cols
-    a_rank = c["rank"][act].astype(np.int64)
     ga, gb, gr_ = a[gap], b[gap], rk[gap]
     covered = np.zeros(ga.size, dtype=np.int64)
-    a_order = np.argsort(a_rank, kind="stable")  # one sort, each rank's rows a slice
-    a_rs = a_rank[a_order]
+    busy = np.zeros(ga.size, dtype=np.int64)
     g_order = np.argsort(gr_, kind="stable")
     g_rs = gr_[g_order]
     for r in sorted_unique(gr_).tolist():  # the ranks with gaps (threads of a rank pooled)
-        sel = act[a_order[np.searchsorted(a_rs, r, "left") : np.searchsorted(a_rs, r, "right")]]
-        us, ue = merge(c["start"][sel], c["end"][sel])
+        sel, has_cpu_ops = _host_activity(tl, int(r))
+        us, ue = merge(c["start"][sel], c["end"][sel], assume_sorted=True)  # rows in start order
         m = g_order[np.searchsorted(g_rs, r, "left") : np.searchsorted(g_rs, r, "right")]
         covered[m] = covered_length(us, ue, ga[m], gb[m])
-    busy = covered if has_cpu_ops else (gb - ga) - covered
+        busy[m] = covered[m] if has_cpu_ops else (gb[m] - ga[m]) - covered[m]
     keep = ~gap
     z = np.full(ga.size, -1, dtype=np.int64)
     cols = [
