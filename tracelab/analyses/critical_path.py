@@ -61,6 +61,7 @@ _API_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
 # edge kinds
 NONE, STREAM, LAUNCH, HOST, SYNC, COLL = 0, 1, 2, 3, 4, 5
 MAX_SEGMENTS = 400  # segments per step in the JSON document (the longest; `segments_total` says how many)
+MAX_DOC_SEGMENTS = 50_000  # and in all: many ranks' steps get fewer each (at least 50)
 
 
 CAT = {c: i for i, c in enumerate(CATEGORIES)}
@@ -668,6 +669,9 @@ def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
     length, own shares and segments (at most MAX_SEGMENTS, the longest, in time order, with
     `segments_total` when cut), the same per step across ranks, and notes."""
 
+    n_paths = len(cp.steps) + len(cp.across)
+    cap = max(50, min(MAX_SEGMENTS, MAX_DOC_SEGMENTS // max(n_paths, 1)))
+
     def step_doc(p: StepPath) -> dict[str, Any]:
         idx = np.arange(p.cat.size)
         doc: dict[str, Any] = {
@@ -677,8 +681,8 @@ def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
             "length_ns": p.length_ns,
             "bound_by": {k: v / p.length_ns if p.length_ns else 0.0 for k, v in p.by_category().items()},
         }
-        if idx.size > MAX_SEGMENTS:
-            idx = np.sort(np.argsort(-(p.seg_end - p.seg_start), kind="stable")[:MAX_SEGMENTS])
+        if idx.size > cap:
+            idx = np.sort(np.argsort(-(p.seg_end - p.seg_start), kind="stable")[:cap])
             doc["segments_total"] = int(p.cat.size)
         s = p.strings
         doc["segments"] = [
