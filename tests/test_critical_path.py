@@ -7,6 +7,7 @@ overlaid output marks `critical`), and the NCCL metadata of a real trace read ba
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import subprocess
@@ -105,7 +106,7 @@ def test_one_rank_known_path(tmp_path: Path) -> None:
     # the segments tile each step, in time order
     for p in cp.steps:
         assert p.segments[0].start_ns == p.start_ns and p.segments[-1].end_ns == p.end_ns
-        assert all(a.end_ns == b.start_ns for a, b in zip(p.segments, p.segments[1:]))
+        assert all(a.end_ns == b.start_ns for a, b in itertools.pairwise(p.segments))
     assert {s.name for s in s1.segments if s.category == "compute"} <= {"k4", "k5"}
 
 
@@ -474,7 +475,7 @@ def test_both_formats_agree_on_the_small_mixed_program(tmp_path: Path) -> None:
         for p in cp.steps:
             segs = p.segments
             assert segs[0].start_ns == p.start_ns and segs[-1].end_ns == p.end_ns
-            assert all(a.end_ns == b.start_ns for a, b in zip(segs, segs[1:]))
+            assert all(a.end_ns == b.start_ns for a, b in itertools.pairwise(segs))
         b = cp.bound_by(cp.steps[1:])  # after the warm-up step
         assert max(b, key=b.get) == "host"
         shares.append((b["host"] + b["idle"], b["compute"] + b["comm"] + b["sync"] + b["wait"]))
