@@ -481,3 +481,24 @@ def test_both_formats_agree_on_the_small_mixed_program(tmp_path: Path) -> None:
         shares.append((b["host"] + b["idle"], b["compute"] + b["comm"] + b["sync"] + b["wait"]))
     assert abs(shares[0][0] - shares[1][0]) <= 0.10 and abs(shares[0][1] - shares[1][1]) <= 0.10
     assert shares[0][0] > 0.9 and shares[1][0] > 0.9
+
+
+def test_hostile_collective_args(tmp_path: Path) -> None:
+    """Collective args of the wrong type or absurd size give null, never a failed document."""
+    raw = {r: _rank_events(r, steps=1) for r in (0, 1)}
+    for ev in raw[1]:  # the last to arrive: its args are the ones used
+        if ev["name"] == NCCL:
+            ev["args"].update({"In msg nelems": 2**63 - 1, "Out msg nelems": "x", "Group size": True})
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for r, ev in raw.items():
+        _write(d / f"rank{r}.json", ev, rank=r, world=2)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run(
+        [sys.executable, "-m", "tracelab", "analyze", str(d), "--json"], capture_output=True, env=env, timeout=300,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    c = json.loads(res.stdout)["collectives"][0]
+    assert c["last_rank"] == 1 and c["bytes"] is None and c["algbw_gbps"] is None and c["busbw_gbps"] is None
+    assert c["dtype"] == "Float" and c["group_size"] == 2  # a boolean group size: the participants counted

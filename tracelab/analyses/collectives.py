@@ -395,6 +395,8 @@ def _call_info(
     size = dtype_bytes(e.get("dtype"))
     nel = [v for v in (e.get("in_nelems"), e.get("out_nelems")) if isinstance(v, int) and v >= 0]
     nbytes = max(nel) * size if nel and size else None
+    if nbytes is not None and nbytes >= 1 << 62:  # not a real message size (and past JSON's int64)
+        nbytes = None
     out["bytes"] = nbytes
     n = e.get("group_size") if isinstance(e.get("group_size"), int) and e.get("group_size") > 0 else count
     out["group_size"] = n
