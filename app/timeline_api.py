@@ -35,10 +35,12 @@ from tracelab.store import RunRecord
 from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state
 from .timeline_view import (
+    critical_on_rows,
     initial_window,
     max_level,
     memory_on_rows,
     ranges_on_rows,
+    run_critical_path,
     run_gaps,
     search_matches_in_window,
     search_positions,
@@ -138,6 +140,8 @@ def meta() -> Any:
     projected = ranges_on_rows(state, record, rows)  # the projected ranges lane, drawn like steps
     if len(projected):
         steps = pd.concat([steps[["start", "end", "row", "label"]], projected], ignore_index=True)
+    cpath = run_critical_path(state, record) if ready else None
+    crit = critical_on_rows(cpath, rows)
     labels = rows["label"].astype(str).tolist()
     if found is not None:  # a steps lane whose rank has none says so
         with_steps = set(found["rank"].astype(int).tolist())
@@ -167,6 +171,13 @@ def meta() -> Any:
                 "label": steps["label"].astype(str).tolist(),
             },
             "memory": memory_on_rows(state, record, rows),
+            "critical": {
+                "start": [int(v) - origin for v in crit["start"].tolist()],
+                "end": [int(v) - origin for v in crit["end"].tolist()],
+                "row": crit["row"].astype(int).tolist(),
+                "category": crit["category"].astype(str).tolist(),
+                "label": crit["label"].astype(str).tolist(),
+            },
             "gaps_ready": ready,
             "steps_ready": found is not None,
             "causes_present": sorted(set(gaps["cause"].tolist())),

@@ -164,6 +164,54 @@ def run_gaps(state: AppState, record: RunRecord, *, start: bool = True) -> tuple
     return state.cached(("gaps_frame", run_id), lambda: gaps_frame(state.analysis(run_id).gaps)), True
 
 
+CRITICAL_MAX_SEGMENTS = 20_000  # segments of the critical-path lanes sent to the page (the longest)
+
+
+def run_critical_path(state: AppState, record: RunRecord) -> pd.DataFrame | None:
+    """Each rank's critical path of each step (`tracelab.analyses.critical_path`, from the run's
+    analysis: None until it is there) as rank, start, end, category, label; the longest
+    CRITICAL_MAX_SEGMENTS segments. Cached."""
+    run_id = record.id
+    analysis = state.cached_analysis(run_id)
+    if analysis is None and record.events > SYNC_ANALYSIS_MAX_EVENTS:
+        return None
+
+    def make() -> pd.DataFrame:
+        from tracelab.analyses.critical_path import CATEGORIES, critical_path_for
+
+        tl = state.timeline(run_id)
+        cp = critical_path_for(tl, analysis if analysis is not None else state.analysis(run_id))
+        paths = cp.steps
+        if not paths:
+            return pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(category="", label="")
+        cat = np.concatenate([p.cat for p in paths]).astype(np.int64)
+        start = np.concatenate([p.seg_start for p in paths])
+        end = np.concatenate([p.seg_end for p in paths])
+        rank = np.concatenate([p.seg_rank for p in paths]).astype(np.int64)
+        name = np.concatenate([p.seg_name for p in paths]).astype(np.int64)
+        keep = np.sort(np.argsort(-(end - start), kind="stable")[:CRITICAL_MAX_SEGMENTS])
+        strings = tl.strings
+        cats = np.array(CATEGORIES, dtype=object)[cat[keep]]
+        labels = [
+            f"{c} · {strings[n]}" if 0 <= n < len(strings) else str(c) for c, n in zip(cats.tolist(), name[keep].tolist())
+        ]
+        return pd.DataFrame(
+            {"rank": rank[keep], "start": start[keep], "end": end[keep], "category": cats, "label": labels}
+        )
+
+    return state.cached(("critical_path", run_id), make)
+
+
+def critical_on_rows(path: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
+    """The critical path's segments (`run_critical_path`) with the row of their rank's critical lane."""
+    if path is None:
+        path = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(category="", label="")
+    lane_rows = rows[rows["kind"] == "critical"]
+    row_of = dict(zip(lane_rows["rank"].astype(int), lane_rows["row"].astype(int)))
+    out = path.assign(row=[row_of.get(int(r), -1) for r in path["rank"]])
+    return out[out["row"] >= 0]
+
+
 def steps_on_rows(steps: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
     """The steps (`run_steps`: rank, start, end, label; None: not there yet) with the row of their
     rank's steps lane (none when the lane is not shown)."""

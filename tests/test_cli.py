@@ -198,8 +198,10 @@ def test_import_runs_analyze(env):
     assert human.exit_code == 0 and rid in human.stdout and "train.json" in human.stdout
 
     doc = orjson.loads(run("analyze", rid, "--json").stdout)
-    # issue 27 added `health`, `ranges` and `memory` (new fields; schema 2 unchanged)
-    assert set(doc) == {"schema", "trace", "devices", "steps", "gaps", "findings", "notes", "health", "ranges", "memory"}
+    # issue 27 added `health`, `ranges` and `memory`, issue 24 `setup` and the critical path (new fields;
+    # schema 2 unchanged)
+    assert set(doc) == {"schema", "trace", "devices", "steps", "setup", "gaps", "findings", "notes", "health",
+                        "ranges", "memory", "critical_path"}
     assert doc["schema"] == 2
     dev = doc["devices"][0]
     assert {

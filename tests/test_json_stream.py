@@ -35,7 +35,9 @@ def test_cli_json_is_the_whole_dump() -> None:
         [sys.executable, "-m", "tracelab.cli", "analyze", "--json", str(TRACE)], capture_output=True, check=True
     )
     timeline = load(TRACE)
+    tl = timeline
     analysis = analyze(timeline)
+    from tracelab.analyses.critical_path import critical_path_document, critical_path_for
     from tracelab.api import (
         document_extras,
         health,  # issue 27: `analyze --json` ends with the trace health section
@@ -43,6 +45,8 @@ def test_cli_json_is_the_whole_dump() -> None:
 
     extra = document_extras(timeline, analysis)
     assert set(extra) == {"health", "ranges", "memory"} and extra["health"] == health(timeline, analysis).to_dict()
+    # issue 24: the critical path of the steps comes before them
+    extra = {"critical_path": critical_path_document(critical_path_for(tl, analysis)), **extra}
     assert proc.stdout == orjson.dumps({**to_document(analysis), **extra}, option=OPTIONS)
 
 

@@ -89,7 +89,9 @@ def test_dlrm_collectives_match_an_independent_computation():
     expected = _expected_collectives(raw)
     tl = load_trace(DLRM)
     doc = rank_document(tl, analyze(tl))
-    assert doc["collectives"] == expected
+    # issue 24 added fields to each collective (bytes, per_rank, ...: tests/test_critical_path.py); these are
+    # the ones computed here
+    assert [{k: c[k] for k in expected[0]} for c in doc["collectives"]] == expected
     # the facts the issue asks for, stated plainly: 8 collectives, each matched on all 8 ranks
     assert len(expected) == 8 and all(c["count"] == 8 for c in expected)
     assert [c["last_rank"] for c in doc["collectives"]] == [7, 7, 7, 7, 7, 5, 5, 4]

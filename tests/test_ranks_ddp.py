@@ -53,7 +53,14 @@ def test_ddp_collectives_match_raw_json_and_find_the_straggler():
             }
         )
         assert last - min(a, b) == abs(a - b)
-    assert doc["collectives"] == expected
+    # issue 24 added fields (bytes, per_rank, ...): the ones computed above, then per rank start and wait
+    assert [{k: c[k] for k in expected[0]} for c in doc["collectives"]] == expected
+    for c, a, b in zip(doc["collectives"], calls[0], calls[1]):
+        last = max(a, b)
+        assert [(p["rank"], p["start_ns"], p["wait_ns"]) for p in c["per_rank"]] == sorted(
+            [(0, a, last - a), (1, b, last - b)], key=lambda x: (x[1], x[0])
+        )
+        assert c["bytes"] is None and c["busbw_gbps"] is None  # gloo's host ranges carry no message sizes
     # by construction: each step's first two buckets find rank 1 about 3 ms behind (the sleep)
     for step in range(6):
         for c in doc["collectives"][4 * step : 4 * step + 2]:

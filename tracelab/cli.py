@@ -694,7 +694,11 @@ def analyze(
 
     health = trace_health(_scoped(timeline, steps, window), analysis)
     projection = range_projection(_scoped(timeline, steps, window), analysis)
+    from .analyses.critical_path import critical_path_for  # issue 24: the critical path of each step
+
+    cpath = critical_path_for(_scoped(timeline, steps, window), analysis, ranks.collectives if ranks else None)
     if as_json:
+        from .analyses.critical_path import critical_path_document
         from .render.document import write_document
 
         rank_doc = None
@@ -702,6 +706,7 @@ def analyze(
             from .analyses.ranks import rank_document_of
 
             rank_doc = rank_document_of(ranks)
+        rank_doc = {**(rank_doc or {}), "critical_path": critical_path_document(cpath)}
         out = _stdout_bytes()
         from .api import memory, ranges_document
 
@@ -739,6 +744,9 @@ def analyze(
             from .render.ranks_text import format_ranks
 
             click.echo(format_ranks(ranks, width=terminal_width()), nl=False)
+        from .render.critical_path_text import format_critical_path
+
+        click.echo(format_critical_path(cpath), nl=False)
     quick_exit()  # everything is written; the store, if any, was only read
 
 

@@ -340,6 +340,10 @@
       var drawn = self.stats.firstComplete !== null ? 1 : undefined;
       getJSON(api("meta", { run: self.run, show: self.showKey(), drawn: drawn, _: Date.now() })).then(function (meta) {
         if (self.dead) { return; }
+        if (meta.critical && meta.critical.start.length && !(self.meta.critical && self.meta.critical.start.length)) {
+          self.meta.critical = meta.critical;  // the critical path comes with the analysis, drawn from the meta
+          self.requestDraw();
+        }
         if (meta.steps_ready && !self.meta.steps_ready) {  // steps are drawn from the meta: no tile changes
           self.meta.steps = meta.steps;
           self.meta.rows.label = meta.rows.label;
@@ -594,6 +598,7 @@
     });
     this.drawSteps(ctx, X, a, b, labels);
     this.drawMemory(ctx, X, a, b, labels);
+    this.drawCritical(ctx, X, a, b);
     this.drawLabels(ctx, labels);
     // launch -> GPU arrows only when zoomed in (the window at most 1/flow_zoom of the run): at whole-run
     // zoom a launch and its kernel share a pixel column and a lone arrow was a line through every lane
@@ -791,6 +796,26 @@
     }
   };
 
+  // the critical path of each step (one lane per rank): segments coloured by category, from the meta
+  Timeline.prototype.criticalColor = function (category) {
+    var cs = this.meta.style.critical || [];
+    for (var i = 0; i < cs.length; i++) { if (cs[i].category === category) { return cs[i].color; } }
+    return "#888";
+  };
+
+  Timeline.prototype.drawCritical = function (ctx, X, a, b) {
+    var cp = this.meta.critical, st = this.meta.style;
+    if (!cp || !cp.start.length) { return; }
+    var h = st.box_px * 0.8;
+    for (var i = 0; i < cp.start.length; i++) {
+      if (cp.end[i] < a || cp.start[i] > b) { continue; }
+      var x0 = X(cp.start[i]), x1 = X(cp.end[i]);
+      var y = this.rowMid(cp.row[i]);
+      ctx.fillStyle = this.criticalColor(cp.category[i]);
+      ctx.fillRect(x0, y - h / 2, Math.max(x1 - x0, 1), h);
+    }
+  };
+
   Timeline.prototype.drawLabels = function (ctx, labels) {
     var st = this.meta.style;
     labels = labels.filter(function (L) { return L.x1 - L.x0 >= st.label_min_px; });
@@ -916,6 +941,12 @@
     if (this.meta.memory && this.meta.memory.series && this.meta.memory.series.length) {
       out.push(["GPU memory allocated (peak marked)", "#8000a0"]);
     }
+    var cp = this.meta.critical, self = this;
+    if (cp && cp.start.length) {
+      (st.critical || []).forEach(function (c) {
+        if (cp.category.indexOf(c.category) >= 0) { out.push([c.legend, self.criticalColor(c.category)]); }
+      });
+    }
     if (this.query) { out.push(["search matches", "#ff00aa"]); }
     if (this.stats.flows) { out.push(["launch → GPU", "#555"]); }
     if (this.highlight && this.highlight.start && this.highlight.start.length) { out.push(["selected (correlated)", "#d4a000"]); }
@@ -984,6 +1015,16 @@
         return;
       }
     });
+    if (!best && meta.critical) {
+      var cp = meta.critical;
+      for (var c = 0; c < cp.start.length; c++) {
+        if (cp.row[c] === row && cp.start[c] <= t && cp.end[c] >= t) {
+          best = { what: "critical", label: cp.label[c], ns: cp.end[c] - cp.start[c],
+                   box: [(cp.start[c] - a) * k, rowY - 6, (cp.end[c] - cp.start[c]) * k, 12] };
+          break;
+        }
+      }
+    }
     if (!best) {
       var sp = meta.steps;
       for (var s = 0; s < sp.start.length; s++) {
@@ -1019,6 +1060,9 @@
         : [h.count.toLocaleString() + " short events", "busy " + pct + "% · " + rowLabel];
     } else if (h.what === "step") {
       head = [h.label, rowLabel];
+    } else if (h.what === "critical") {
+      var u = h.ns > 5e9 ? [1e9, "s"] : h.ns > 5e6 ? [1e6, "ms"] : h.ns > 5e3 ? [1e3, "µs"] : [1, "ns"];
+      head = ["critical path: " + h.label, (h.ns / u[0]).toFixed(u[0] > 1 ? 2 : 0) + " " + u[1] + " · " + rowLabel];
     }
     done(head);
     if (!key) { return; }

@@ -431,3 +431,27 @@ def test_page_controls_drive_the_canvas(browser, server):
     css(browser, "#tl-clear")[0].click()
     wait_for(browser, lambda: tl_state(browser)["highlighted"] == 0 and not css(browser, "#tl-selection-list li"),
              what="the selection cleared")
+
+
+def test_critical_path_lane_is_drawn(browser, server, shots):
+    """Issue 24: each rank with steps gets a critical-path lane, painted across its steps (the path
+    tiles every step: independent check from the run's steps in the store's timeline), with its
+    categories in the legend."""
+    from tracelab.analyses.steps import find_steps
+
+    rid = server["a"]
+    rec = server["store"].get_run(rid)
+    steps = find_steps(server["store"].load(rid)).steps
+    covered = sum(s.end_ns - s.start_ns for s in steps) / rec.span_ns
+    open_page(browser, server, f"/timeline?run={rid}", TIMELINE)
+    st = wait_for(
+        browser,
+        lambda: any(n.startswith("critical path: ") for n in (tl_state(browser) or {}).get("legend", []))
+        and tl_state(browser),
+        what="the critical path in the legend",
+    )
+    row = st["rowKinds"].index("critical")
+    assert st["rows"][row] == "critical path"
+    assert idle_pixels(browser, row) >= 0.8 * covered
+    shoot(browser, shots, "timeline_critical_path")
+    assert severe_console_errors(browser) == []

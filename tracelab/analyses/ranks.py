@@ -66,6 +66,8 @@ class RankHeatmap:
 class RankAnalysis:
     ranks: tuple[RankSummary, ...]
     collectives: Collectives
+    step_comm: tuple[Any, ...] = ()  # comm_steps.StepComm per (rank, step)
+    straggler_causes: tuple[Any, ...] = ()  # comm_steps.StragglerCause of the most frequent last ranks
 
     @property
     def multi_rank(self) -> bool:
@@ -129,8 +131,16 @@ def rank_summaries(analysis: Analysis, collectives: Collectives) -> tuple[RankSu
 
 def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
     """The per-rank table and the matched collectives of a run (any number of ranks)."""
+    from .comm_steps import comm_by_step, step_windows, straggler_causes
+
     collectives = match_collectives(timeline)
-    return RankAnalysis(ranks=rank_summaries(analysis, collectives), collectives=collectives)
+    windows = step_windows(analysis.steps)
+    return RankAnalysis(
+        ranks=rank_summaries(analysis, collectives),
+        collectives=collectives,
+        step_comm=comm_by_step(timeline, collectives, windows),
+        straggler_causes=straggler_causes(collectives, analysis, windows),
+    )
 
 
 def rank_document(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:
@@ -165,16 +175,55 @@ def rank_document_of(ra: RankAnalysis) -> dict[str, Any]:
                 "skew_ns": c.skew_ns,
                 "last_rank": c.last_rank,
                 "wait_ns": c.wait_ns,
+                "group": c.group,
+                "bytes": c.bytes,
+                "dtype": c.dtype,
+                "group_size": c.group_size,
+                "transfer_ns": c.transfer_ns,
+                "algbw_gbps": c.algbw_gbps,
+                "busbw_gbps": c.busbw_gbps,
+                "per_rank": [
+                    {"rank": r, "device": d, "start_ns": s0, "wait_ns": w, "transfer_ns": t}
+                    for r, d, s0, w, t in c.per_rank
+                ],
             }
             for c in ra.collectives.calls
         ],
         "stragglers": [
-            {"rank": s.rank, "times_last": s.times_last, "caused_wait_ns": s.caused_wait_ns,
+            {"rank": s.rank, "times_last": s.times_last, "caused_wait_ns": s.caused_wait_ns, **_cause_doc(ra, s.rank),
              # why it is late: its own GPU idle's main cause (issue 29: a rank starved by its loader)
-             "idle_cause": (ra.idle_cause(s.rank) or (None, 0))[0], "idle_cause_ns": (ra.idle_cause(s.rank) or (None, 0))[1]}
+             "idle_cause": (ra.idle_cause(s.rank) or (None, 0))[0],
+             "idle_cause_ns": (ra.idle_cause(s.rank) or (None, 0))[1]}
             for s in ra.collectives.stragglers
         ],
+        "comm_by_step": [
+            {
+                "rank": x.rank,
+                "step": x.step,
+                "comm_ns": x.comm_ns,
+                "exposed_comm_ns": x.exposed_comm_ns,
+                "wait_ns": x.wait_ns,
+            }
+            for x in ra.step_comm
+        ],
     }
+
+
+def _cause_doc(ra: RankAnalysis, rank: int) -> dict[str, Any]:
+    """A straggler's own cause (comm_steps.StragglerCause) for its `stragglers` entry; {} when not explained."""
+    from ..render.format import fmt_ns
+
+    for c in ra.straggler_causes:
+        if c.rank == rank:
+            return {
+                "late_ns": c.late_ns,
+                "steps_late": c.steps_late,
+                "steps": c.steps,
+                "idle_before_ns": c.idle_before_ns,
+                "cause": c.cause,
+                "explanation": c.sentence(fmt_ns),
+            }
+    return {}
 
 
 # ---- heatmap ----------------------------------------------------------------------------------------

@@ -188,6 +188,10 @@ class BlockReader:
         self._q: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
         self._stop = False
         self.position = 0
+        # NCCL kernels' collective metadata, found in the text as it is read (kineto_comm_args)
+        from .kineto_comm_args import CommArgs
+
+        self.comm_args = CommArgs()
         self._thread = threading.Thread(target=self._run, name="tracelab-read", daemon=True)
         self._thread.start()
 
@@ -206,6 +210,7 @@ class BlockReader:
                 for data, head in blocks:
                     if self._stop:
                         return
+                    self.comm_args.feed(data, head)
                     self._q.put((data, head, raw.tell()))
                 self._q.put((b"", 0, raw.tell()))
         except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which re-raises it

@@ -146,6 +146,7 @@ def load_kineto(
         for _ in chunks:
             pass
         meta_obj = _load_metadata(chunks.metadata_json)
+        parsed.comm_args = chunks.comm_args
         return parsed.finish(path, meta_obj, rank)
     except ChunkError as exc:
         raise TraceFormatError(_explain(path, str(exc)), path) from None
@@ -254,6 +255,7 @@ class _Parsed:
         self.n_lane_from_pid = 0
         self.lane_example = ""
         self.legacy = False
+        self.comm_args: dict[str, list] | None = None  # set by the caller before finish (kineto_comm_args)
 
     def intern(self, values: list) -> np.ndarray:
         ids = self.ids
@@ -650,6 +652,8 @@ class _Parsed:
             memory = read_memory(path)
             if memory is not None:
                 extra["memory"] = memory
+        if self.comm_args:
+            extra["collective_args"] = self.comm_args
         meta = RunMeta(
             source=str(path),
             format="kineto",

@@ -35,7 +35,7 @@ from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, PieceRejected
 
 # the rest of `kineto._Parsed`'s attributes is per-file state (counters, flags, first examples)
 # (private attributes, the leading "_" ones, are the parser's machinery, never state to merge)
-_NOT_STATE = ("ids", "strings", "parts", "columns", "input_bytes")
+_NOT_STATE = ("ids", "strings", "parts", "columns", "input_bytes", "comm_args")
 
 # where the time of the last parallel load went (seconds), for benchmarks/bench_decode.py's model:
 # read_cut = main process reading, decompressing and cutting (minus waiting for workers); wait = main
@@ -108,6 +108,7 @@ def load_kineto_parallel(
         last_stats.clear()
         last_stats["fallback"] = str(exc)
         return kineto.load_kineto(path, rank, progress=progress)
+    parsed.comm_args = meta_obj.pop("_tracelab_comm_args", None)
     timeline = parsed.finish(path, meta_obj, rank)
     last_stats["merge"] = time.perf_counter() - t_merge
     return timeline
@@ -140,6 +141,8 @@ def _decode_all(
         for _ in chunks:
             pass
         meta_obj = kineto._load_metadata(chunks.metadata_json)
+        if chunks.comm_args:
+            meta_obj = {**meta_obj, "_tracelab_comm_args": chunks.comm_args}
         t = time.perf_counter()
         results.extend(f.result() for f in pending)
         waited += time.perf_counter() - t

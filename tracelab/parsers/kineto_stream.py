@@ -189,12 +189,14 @@ class EventChunks:
         self.block_size = block_size
         self.metadata_json: bytes | None = None
         self.bytes_read = 0
+        self.comm_args: dict[str, list] | None = None  # NCCL kernels' collective metadata (kineto_comm_args)
 
     def __iter__(self) -> Iterator[T]:
         early = self.early
         reader = early.reader if early is not None else open_blocks(self.path, self.block_size)
         try:
             yield from self._after_early(early, reader) if early is not None else self._chunks(reader)
+            self.comm_args = reader.comm_args.result()
         finally:
             reader.close()
 

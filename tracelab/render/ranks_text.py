@@ -11,6 +11,19 @@ from ..analyses.ranks import RankAnalysis
 from .compare_text import fmt_ns, term_safe
 
 
+def _wrap(text: str, indent: str = "  ", width: int = 100) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
+
+
+def _bytes(n: int) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} B"
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
@@ -59,6 +72,28 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str
             for s in c.stragglers[:3]
         )
         lines += wrap(f"Stragglers: {strag}")
+        for late in ra.straggler_causes[:1]:
+            lines += _wrap(term_safe(late.sentence(fmt_ns), 300))
+        sized = [x for x in c.calls if x.bytes is not None]
+        if sized:
+            by_op: dict[str, list] = {}
+            for x in sized:
+                by_op.setdefault(x.name, []).append(x)
+            parts = []
+            for op, xs in sorted(by_op.items(), key=lambda kv: -sum(x.bytes for x in kv[1])):
+                bus = [x.busbw_gbps for x in xs if x.busbw_gbps is not None]
+                med = f", busbw median {sorted(bus)[len(bus) // 2]:.1f} GB/s" if bus else ""
+                parts.append(f"{term_safe(op, 40)} {_bytes(sum(x.bytes for x in xs))} in {len(xs)}{med}")
+            lines += _wrap("Bytes moved: " + "; ".join(parts), indent="")
+    if ra.step_comm:
+        comm = sum(x.comm_ns for x in ra.step_comm)
+        exposed = sum(x.exposed_comm_ns for x in ra.step_comm)
+        wait = sum(x.wait_ns for x in ra.step_comm)
+        lines += _wrap(
+            f"Communication in steps (all ranks): {fmt_ns(comm)}, exposed (not overlapped with compute) "
+            f"{fmt_ns(exposed)}, waiting for the last rank {fmt_ns(wait)}",
+            indent="",
+        )
     for n in c.notes:
         lines += textwrap.wrap(f"  - {term_safe(n, 300)}", width, subsequent_indent="    ")
     return "\n".join(lines) + "\n"

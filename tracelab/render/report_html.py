@@ -388,6 +388,18 @@ def render_html(
                  _gaps(analysis, limits)]
     else:
         body.append("<p>No gaps.</p>")
+    from .critical_path_text import critical_path_table, report_critical_path
+
+    cpath = report_critical_path(analysis, timeline)
+    if cpath is not None:
+        header, rows = critical_path_table(cpath)
+        body += [
+            '<h2 id="critical-path">Critical path</h2>',
+            ("<p>What sets each step's length: the chain of host launch → GPU work → waits → collectives, "
+             "as shares of the path in each category.</p>"),
+            _table([_e(h, 40) for h in header], [[_e(c, 120) for c in r] for r in rows],
+                   numeric=set(range(1, len(header) - 1))),
+        ]
     if analysis.devices:
         body += ['<h2 id="overlap">Overlap</h2>', figs.place(dash_figures.overlap_bars_figure(analysis.devices))]
     if timeline is not None and analysis.devices:

@@ -271,6 +271,14 @@ def render_markdown(
         out += [_gap_causes_table(analysis), "", _gaps_table(analysis), ""]
     else:
         out += ["No gaps.", ""]
+    from .critical_path_text import critical_path_table, report_critical_path
+
+    cpath = report_critical_path(analysis, timeline)
+    if cpath is not None:
+        header, rows = critical_path_table(cpath)
+        out += ["## Critical path", "", "What sets each step's length (share of the path in each category).", ""]
+        cells = [[md_escape(c, 120, middle=True) for c in r] for r in rows]
+        out += [md_table([md_escape(h, 40) for h in header], cells, "l" + "r" * (len(header) - 2) + "l"), ""]
     out += ["## Overlap", "", _overlap_table(analysis), ""]
     out += ["## Per-stream utilization", "", _streams_table(analysis), ""]
     out += ["## Per-SM utilization", "", _sm_table(analysis), ""]

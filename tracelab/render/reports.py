@@ -115,6 +115,13 @@ def render_report(
             from tracelab.render.report_extras import extras_doc
 
             doc.update(extras_doc(timeline, analysis))
+        from tracelab.render.critical_path_text import report_critical_path
+
+        cpath = report_critical_path(analysis, timeline)
+        if cpath is not None:
+            from tracelab.analyses.critical_path import critical_path_document
+
+            doc["critical_path"] = critical_path_document(cpath)
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     kernels = kernel_summary(timeline) if timeline is not None else None
     if fmt == "md":

@@ -73,6 +73,14 @@ CAUSES = tuple(IDLE_COLORS)
 BIN_COLOR = "#4c6a92"
 IDLE_ALL_COLOR = "#f2b8b5"
 STEP_COLORS = ("#0f766e", "#5eead4")
+CRITICAL_COLORS = {  # the critical path's categories (tracelab.analyses.critical_path.CATEGORIES)
+    "compute": "#16a34a",
+    "comm": "#2563eb",
+    "wait": "#dc2626",
+    "host": "#f97316",
+    "sync": "#7f1d1d",
+    "idle": "#9ca3af",
+}
 BOX_PX = 12  # thickness of a full-height box
 IDLE_ALL_PX = 9  # thickness of a fully idle stretch on the idle row
 GAP_PX = 9
@@ -104,6 +112,7 @@ def style() -> dict[str, Any]:
         "bin_color": BIN_COLOR,
         "idle_color": IDLE_ALL_COLOR,
         "step_colors": list(STEP_COLORS),
+        "critical": [{"category": c, "legend": f"critical path: {c}", "color": col} for c, col in CRITICAL_COLORS.items()],
         "box_px": BOX_PX,
         "thin_px": 3,
         "gap_px": GAP_PX,

@@ -121,7 +121,8 @@ def timeline_rows(
     """The rows of the timeline (see the module docstring). `lane` is the lane drawn on the row (-1
     on headers, idle, SM and steps rows); a stream drawn from several lanes (contexts) lists them all
     in `lane_to_row`'s table. `nvtx_depths[lane]` = nesting levels of an NVTX lane (1 when absent).
-    `kind` is one of header/idle/stream/annotation/sm/steps/nvtx/host."""
+    `kind` is one of header/idle/stream/annotation/sm/steps/critical/nvtx/host (critical: the rank's critical
+    path of each step, drawn like the steps)."""
     device_names = device_names or {}
     sm = {k: (v if isinstance(v, SmRows) else SmRows(int(v[0]), str(v[1]))) for k, v in (sm_rows or {}).items()}
     nvtx_depths = nvtx_depths or {}
@@ -159,6 +160,7 @@ def timeline_rows(
             add("header", group, group, rank=rank)
             if rank in step_ranks:
                 add("steps", "steps", group, rank=rank)
+                add("critical", "critical path", group, rank=rank, height=0.7)
             for r in host.sort_values(["pid", "tid", "lane_kind", "category"]).itertuples(index=False):
                 if int(r.lane_kind) == int(LaneKind.NVTX):
                     if "nvtx" not in show:

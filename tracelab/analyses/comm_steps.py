@@ -1,0 +1,183 @@
+"""Communication per step and rank, and why a straggler is late (issue 24, item 5).
+
+Per step and rank (sums over the rank's GPUs):
+- `comm_ns`: the union of its communication kernels (NCCL / RCCL, `Flag.COMM`) inside the step;
+- `exposed_comm_ns`: the part of that union not overlapped by any compute kernel (non-comm kernels)
+  or copy of the rank: communication the step waits for;
+- `wait_ns`: the union of its waits in matched collectives (own arrival → last arrival,
+  `collectives.Collectives.wait_*`) inside the step.
+
+The straggler (the rank most often last) is explained by its own cause: in the collectives it arrived
+last, how late (median of last arrival − the previous arrival), in how many steps, and what its GPU did
+before arriving: the longest idle gap of that rank (the analysis's gaps) between its previous collective
+and the late one, its median length and its most frequent cause ("no_work": the host was not launching).
+
+Steps come through `step_windows` only: today the steps' host ranges; when steps carry a GPU window
+(`gpu_start_ns` / `gpu_end_ns`) that window is taken instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import EventKind, Flag, Timeline
+from .collectives import Collectives
+from .intervals import covered_length, merge, subtract
+from .results import CAUSES as GAP_CAUSES
+from .results import Analysis, GapTable
+from .step_windows import step_windows
+
+__all__ = ["StepComm", "StragglerCause", "comm_by_step", "step_windows", "straggler_causes"]
+
+_GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
+CAUSE_WORDS = {
+    "no_work": "host not launching",
+    "launch_latency": "host launch-bound",
+    "host_sync": "host blocked in a sync",
+    "dependency_wait": "waiting on another stream",
+    "unknown": "cause unknown",
+}
+
+
+@dataclass(frozen=True)
+class StepComm:
+    rank: int
+    step: int
+    start_ns: int
+    end_ns: int
+    comm_ns: int
+    exposed_comm_ns: int
+    wait_ns: int
+
+
+def comm_by_step(
+    timeline: Timeline, collectives: Collectives, windows: dict[int, tuple[np.ndarray, np.ndarray]]
+) -> tuple[StepComm, ...]:
+    """Communication, exposed communication and waiting per step of every rank (module docstring)."""
+    ev = timeline.cols
+    kind = ev["kind"]
+    gpu = np.flatnonzero(np.isin(kind, _GPU_KINDS))
+    if not gpu.size or not windows:
+        return ()
+    is_comm = (kind[gpu] == int(EventKind.KERNEL)) & ((ev["flags"][gpu] & Flag.COMM) != 0)
+    rank = ev["rank"][gpu]
+    start, end = ev["start"][gpu], ev["end"][gpu]
+    order = np.argsort(rank, kind="stable")
+    rs = rank[order]
+    w_order = np.argsort(collectives.wait_rank, kind="stable")
+    wr = collectives.wait_rank[w_order]
+    out = []
+    for r in sorted(windows):  # per rank (a few to a few hundred), vectorized inside
+        mine = order[np.searchsorted(rs, r, "left") : np.searchsorted(rs, r, "right")]
+        c = mine[is_comm[mine]]
+        k = mine[~is_comm[mine]]
+        cs, ce = merge(start[c], end[c])
+        ks, ke = merge(start[k], end[k])
+        xs, xe = subtract(cs, ce, ks, ke)
+        wm = w_order[np.searchsorted(wr, r, "left") : np.searchsorted(wr, r, "right")]
+        ws, we = merge(collectives.wait_start[wm], collectives.wait_end[wm])
+        a, b = windows[r]
+        comm = covered_length(cs, ce, a, b)
+        exposed = covered_length(xs, xe, a, b)
+        wait = covered_length(ws, we, a, b)
+        for i in range(a.size):  # one row per step
+            out.append(StepComm(r, i, int(a[i]), int(b[i]), int(comm[i]), int(exposed[i]), int(wait[i])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class StragglerCause:
+    rank: int
+    times_last: int
+    collectives: int  # matched collectives the rank took part in
+    late_ns: int  # median of (its arrival − the previous arrival) where it was last
+    steps_late: int  # steps with at least one collective it arrived last in
+    steps: int  # steps with at least one matched collective of this rank
+    idle_before_ns: int  # median idle gap just before its late arrivals (0: none found)
+    cause: str | None  # the most frequent cause of those gaps
+
+    def sentence(self, fmt_ns) -> str:
+        where = (
+            f"in {self.steps_late} of {self.steps} steps"
+            if self.steps
+            else f"in {self.times_last} of {self.collectives} collectives"
+        )
+        text = f"rank {self.rank} arrives {fmt_ns(self.late_ns)} late {where}"
+        if self.cause is not None and self.idle_before_ns > 0:
+            text += (
+                f"; before each, its GPU is idle {fmt_ns(self.idle_before_ns)}: {self.cause}"
+                f" ({CAUSE_WORDS.get(self.cause, self.cause)})"
+            )
+        return text
+
+
+def straggler_causes(
+    collectives: Collectives, analysis: Analysis, windows: dict[int, tuple[np.ndarray, np.ndarray]], limit: int = 3
+) -> tuple[StragglerCause, ...]:
+    """Why each of the (at most `limit`) most frequent last arrivals is late (module docstring)."""
+    out = []
+    gaps = GapTable.of(analysis.gaps)
+    g_rank = gaps.column("rank") if len(gaps) else np.zeros(0, dtype=np.int64)
+    for s in collectives.stragglers[:limit]:
+        r = s.rank
+        late, arrivals, prev_end, mine_starts = [], [], [], []
+        last_end = np.iinfo(np.int64).min  # end of this rank's previous collective
+        for c in collectives.calls:  # matched collectives in arrival order (thousands at most), not events
+            mine = [p for p in c.per_rank if p[0] == r]
+            if mine:
+                mine_starts.append(min(p[2] for p in mine))
+            if c.last_rank == r and len(c.per_rank) >= 2:
+                before = [p[2] for p in c.per_rank if p[0] != r]
+                late.append(c.last_start_ns - max(before) if before else 0)
+                arrivals.append(c.last_start_ns)
+                prev_end.append(last_end)
+            if mine:
+                last_end = max(last_end, max(max(p[2], c.last_start_ns) + p[4] for p in mine))
+        if not arrivals:
+            continue
+        arr = np.asarray(arrivals, dtype=np.int64)
+        steps_late = steps_with = 0
+        if r in windows:
+            a, b = windows[r]
+            which = np.searchsorted(a, arr, "right") - 1
+            inside = (which >= 0) & (arr < b[np.maximum(which, 0)])
+            steps_late = int(np.unique(which[inside]).size)
+            allc = np.asarray(mine_starts, dtype=np.int64)
+            wa = np.searchsorted(a, allc, "right") - 1
+            ins = (wa >= 0) & (allc < b[np.maximum(wa, 0)])
+            steps_with = int(np.unique(wa[ins]).size)
+        idle, cause = 0, None
+        sel = np.flatnonzero(g_rank == r)
+        if sel.size:
+            # the longest idle gap of this rank between its previous collective and each late arrival
+            o = sel[np.argsort(gaps.column("end")[sel], kind="stable")]
+            g_end = gaps.column("end")[o]
+            g_len = g_end - gaps.column("start")[o]
+            g_cause = gaps.column("cause")[o]
+            lo = np.searchsorted(g_end, np.asarray(prev_end, dtype=np.int64), "right")
+            hi = np.searchsorted(g_end, arr, "right")
+            lens, causes = [], []
+            for i, j in zip(lo.tolist(), hi.tolist()):  # one per late arrival
+                if j > i:
+                    k = i + int(np.argmax(g_len[i:j]))
+                    lens.append(int(g_len[k]))
+                    causes.append(int(g_cause[k]))
+            if lens:
+                idle = int(np.median(lens))
+                cause = GAP_CAUSES[Counter(causes).most_common(1)[0][0]]
+        out.append(
+            StragglerCause(
+                rank=r,
+                times_last=s.times_last,
+                collectives=collectives.calls_of(r),
+                late_ns=int(np.median(late)),
+                steps_late=steps_late,
+                steps=steps_with,
+                idle_before_ns=idle,
+                cause=cause,
+            )
+        )
+    return tuple(out)
