@@ -269,3 +269,36 @@ def test_copy_loops_pinned_faster_from_both_profilers(tmp_path):
         (tla, ana, ra), (tlb, anb, rb) = runs[("pageable", backend)], runs[("pinned", backend)]
         v = compare(ana, anb, tla, tlb).verdict
         assert v.basis == "gpu_step" and v.pct < 0 and rb < ra
+
+
+def test_nsys_collectives_carry_nccl_payload_bytes(tmp_path, ddp):
+    """Collectives from an nsys export with NCCL's payloads get their size ("Message size [bytes]", times
+    the ranks for all-gather), the same sizes torch.profiler's NCCL kernel args give for the same program,
+    and bus bandwidth by NCCL's definition."""
+    path = run_dir("ddp2_payload_nsys", tmp_path)
+    tl = load_run_dir(path)
+    ra = rank_analysis(tl, analyze(tl))
+    calls = [c for c in ra.collectives.calls if c.bytes is not None]
+    assert calls and len(calls) == len(ra.collectives.calls)
+    db = sqlite3.connect(f"file:{path / 'trace.sqlite'}?mode=ro", uri=True)
+    raw: dict[str, list[int]] = {}
+    for name, text in db.execute(
+        "SELECT s.value, e.jsonText FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+        "WHERE e.jsonText IS NOT NULL AND s.value IN ('ncclAllReduce', 'ncclBroadcast', 'ncclAllGather')"
+    ):
+        size = json.loads(text)["Message size [bytes]"]
+        raw.setdefault(name, []).append(size * (2 if name == "ncclAllGather" else 1))
+    db.close()
+    for op, nccl in (("AllReduce", "ncclAllReduce"), ("Broadcast", "ncclBroadcast"), ("AllGather", "ncclAllGather")):
+        mine = sorted(c.bytes for c in calls if c.name == op)
+        assert mine == sorted(raw[nccl])[::2], op  # each collective once; the raw ranges of both ranks
+    for c in calls:
+        if c.transfer_ns > 0:
+            assert c.busbw_gbps == pytest.approx(c.algbw_gbps * (2 * (2 - 1) / 2 if c.name == "AllReduce" else
+                                                                 1.0 if c.name == "Broadcast" else 0.5))
+    # the same gradient buckets from torch.profiler's NCCL kernel args
+    tl_t = load_run_dir(ddp["torch"])
+    ra_t = rank_analysis(tl_t, analyze(tl_t))
+    big_t = {c.bytes for c in ra_t.collectives.calls if c.name == "AllReduce" and (c.bytes or 0) >= 1 << 20}
+    big_n = {c.bytes for c in calls if c.name == "AllReduce" and c.bytes >= 1 << 20}
+    assert big_t and big_t == big_n

@@ -397,6 +397,8 @@ def _call_info(
     size = dtype_bytes(e.get("dtype"))
     nel = [v for v in (e.get("in_nelems"), e.get("out_nelems")) if isinstance(v, int) and v >= 0]
     nbytes = max(nel) * size if nel and size else None
+    if nbytes is None and isinstance(e.get("bytes"), int) and e["bytes"] >= 0:  # nsys: NCCL's payload
+        nbytes = int(e["bytes"])
     if nbytes is not None and nbytes >= 1 << 62:  # not a real message size (and past JSON's int64)
         nbytes = None
     out["bytes"] = nbytes

@@ -26,6 +26,7 @@ from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_health import read_health
 from .nsys_host import host_of, pid_of
+from .nsys_nccl import nccl_collective_args
 from .nsys_ranks import assign_process_ranks
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
 from .nsys_memory import read_memory
@@ -253,6 +254,14 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     memory = read_memory(db)
     if memory is not None:
         extra["memory"] = memory
+    if len(distinct(cols["rank"])) > 1:  # several ranks: the collectives' sizes from NCCL's payloads
+        kern = np.flatnonzero(kind == int(EventKind.KERNEL))
+        ids = np.unique(cols["name"][kern])
+        nccl = ids[[str(strings.strings[int(i)] if 0 <= i < len(strings.strings) else "").startswith("nccl")
+                    for i in ids.tolist()]]
+        args = nccl_collective_args(db, cols, kern[np.isin(cols["name"][kern], nccl)])
+        if args:
+            extra["rank_extra"] = args
     del cols["_gpid"]
     table, cols = compact(strings.strings, cols)
     table, renamed = neutralize_names(table)
