@@ -32,9 +32,9 @@ job() {  # job NAME CMD...: one recording, its log, its exit code and time
     case $j in
     gputest) job gputest python3 -m pytest -q -p no:cacheprovider tests/test_gpu_multirank.py ;;
     comm) for b in nsys torch; do job comm_$b $TL comm_overlap --variant all --backend $b --quick --out $W/runs/comm; done ;;
-    ddp2) for b in torch nsys; do job ddp2_$b $TL --backend $b --out $W/runs/ddp2 -- torchrun --standalone --nproc-per-node=2 $P/ddp_straggler.py --steps 15 --straggle-ms 4; done ;;
+    ddp2) for b in torch nsys; do job ddp2_$b $TL --backend $b --out $W/runs/ddp2 -- torchrun --standalone --nproc-per-node=2 $P/ddp_straggler.py --steps 15 --straggle-ms ${STRAGGLE_MS:-40}; done ;;
     ddp2loader) for b in torch nsys; do job ddp2loader_$b $TL --backend $b --out $W/runs/ddp2loader -- torchrun --standalone --nproc-per-node=2 $P/ddp_straggler.py --steps 12 --mode loader --straggle-ms 25; done ;;
-    ddp4) for b in torch nsys; do job ddp4_$b $TL --backend $b --out $W/runs/ddp4 -- python3 -m torch.distributed.run --standalone --nproc-per-node=4 $P/ddp_straggler.py --steps 12 --slow-rank 2 --straggle-ms 4; done ;;
+    ddp4) for b in torch nsys; do job ddp4_$b $TL --backend $b --out $W/runs/ddp4 -- python3 -m torch.distributed.run --standalone --nproc-per-node=4 $P/ddp_straggler.py --steps 12 --slow-rank 2 --straggle-ms ${STRAGGLE_MS:-40}; done ;;
     copy) for m in pageable pinned; do for b in torch nsys; do job copy_${m}_$b $TL --backend $b --out $W/runs/copy/$m -- python3 $P/copy_loop.py --memory $m; done; done ;;
     loader) for b in torch nsys; do job loader_$b $TL --backend $b --out $W/runs/loader -- python3 $P/loader_stall.py; done ;;
     loaderddp) for b in torch nsys; do job loaderddp_$b env LOADER_DDP=1 $TL --backend $b --out $W/runs/loaderddp -- torchrun --standalone --nproc-per-node=2 $P/loader_stall.py; done ;;

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..model import EventKind, Timeline
 from ..model.grouping import sorted_unique
-from .collectives import Collectives, match_collectives
+from .collectives import Collectives, Straggler, match_collectives
 from .distinct import distinct_codes
 from .intervals import covered_length, merge
 from .results import CAUSES as GAP_CAUSES
@@ -133,7 +133,7 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
     """The per-rank table and the matched collectives of a run (any number of ranks)."""
     from .comm_steps import comm_by_step, step_windows, straggler_causes
 
-    collectives = match_collectives(timeline)
+    collectives = steps_stragglers(match_collectives(timeline), analysis)
     windows = step_windows(analysis.steps)
     return RankAnalysis(
         ranks=rank_summaries(analysis, collectives),
@@ -141,6 +141,38 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
         step_comm=comm_by_step(timeline, collectives, windows),
         straggler_causes=straggler_causes(collectives, analysis, windows),
     )
+
+
+def steps_stragglers(collectives: Collectives, analysis: Analysis) -> Collectives:
+    """The stragglers ranked over the collectives inside the steps (issue 24: set-up apart): the set-up's
+    collectives (the communicator's creation, DDP's parameter broadcast) wait for whichever rank finished
+    building its model last, which says nothing about the training loop. Unchanged without steps, or when
+    no collective starts after every rank's first step."""
+    if not analysis.steps or not collectives.calls:
+        return collectives
+    first: dict[int, int] = {}
+    for st in analysis.steps:
+        first[st.rank] = min(first.get(st.rank, st.start_ns), st.start_ns)
+    since = max(first.values())
+    inside = [c for c in collectives.calls if c.start_ns >= since]
+    if not inside:
+        return collectives
+    tally: dict[int, list[int]] = {}
+    for c in inside:
+        t = tally.setdefault(c.last_rank, [0, 0])
+        t[0] += 1
+        t[1] += c.wait_ns
+    ranked = tuple(
+        sorted(
+            (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in tally.items()),
+            key=lambda x: (-x.caused_wait_ns, -x.times_last, x.rank),
+        )
+    )
+    note = (
+        f"stragglers ranked over the {len(inside)} of {len(collectives.calls)} matched collectives inside the steps "
+        "(set-up's collectives left out)"
+    )
+    return replace(collectives, stragglers=ranked, notes=(*collectives.notes, note))
 
 
 def rank_document(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:

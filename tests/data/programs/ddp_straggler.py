@@ -8,7 +8,9 @@ torchrun ...`) and must find ranks, steps and the straggler by itself. Each rank
 LOCAL_RANK before any CUDA allocation; NCCL when every rank has its own GPU, else gloo (two ranks on
 one GPU). The communicator is warmed up (one all-reduce and a barrier) before the loop.
 
-`--mode sleep`: the slow rank sleeps `straggle-ms` on the host before each forward (extra host work).
+`--mode sleep`: the slow rank sleeps `straggle-ms` on the host before each forward (extra host work; it
+makes the rank late only when it exceeds the slack between host and GPU: the GPU step is ~30 ms on an H200,
+so the recordings use 40 ms).
 `--mode loader`: the slow rank's DataLoader (one worker, `straggle-ms` per batch) cannot keep up: its
 GPU waits for input and the other ranks wait for it in the first gradient all-reduce.
 Writes program_meta.json into $TRACELAB_RUN_DIR (rank 0) when set: the parameters and wall time per step.
@@ -60,7 +62,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--slow-rank", type=int, default=1)
-    ap.add_argument("--straggle-ms", type=float, default=4.0)
+    ap.add_argument("--straggle-ms", type=float, default=40.0)
     ap.add_argument("--mode", choices=("sleep", "loader"), default="sleep")
     args = ap.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
