@@ -102,7 +102,8 @@ def test_nsys_export_of_torchrun_is_one_rank_per_process(ddp):
     path = ddp["nsys"]
     tl = load_run_dir(path)
     assert tl.meta.ranks == (0, 1)
-    assert any("one rank each" in n and "device order" in n for n in tl.meta.notes)
+    # recorded by `tracelab record --backend nsys -- torchrun ...`, re-exported with NCCL's payloads
+    assert any("one rank each" in n and "NCCL's communicator payloads" in n for n in tl.meta.notes)
     db = sqlite3.connect(f"file:{path / 'trace.sqlite'}?mode=ro", uri=True)
     raw = dict(db.execute("SELECT deviceId, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY deviceId"))
     ev = tl.events
@@ -121,10 +122,28 @@ def test_straggler_is_the_slow_rank_from_both_profilers(ddp):
         ra = rank_analysis(tl, analyze(tl))
         first = ra.collectives.stragglers[0]
         assert first.rank == slow, (backend, ra.collectives.stragglers)
+        # its own cause: the program sleeps on the host before each forward (OS sleep / no CPU op)
+        late = ra.straggler_causes[0]
+        assert late.rank == slow and late.cause == "no_work" and late.steps_late >= late.steps - 1
         # the others waited for it more than it waited for them (sums of the matched collectives' waits)
-        waited_for = {r: sum(c.wait_ns for c in ra.collectives.calls if c.last_rank == r) for r in (0, 1)}
-        assert first.caused_wait_ns == waited_for[slow] > waited_for[1 - slow]
+        assert all(first.caused_wait_ns > 10 * s.caused_wait_ns for s in ra.collectives.stragglers[1:])
         assert len(ra.collectives.calls) > 0 and len(ra.ranks) == 2
+
+
+def test_four_ranks_straggler_and_steps(tmp_path):
+    """4 ranks on 4 H200s (torch.profiler, one trace per rank through `tracelab record -- python -m
+    torch.distributed.run ...`), rank 2 sleeping 40 ms before each forward: rank 2 is the straggler, with
+    its own cause, and every rank's 12 iterations are found within one."""
+    path = run_dir("ddp4_sleep_torch", tmp_path)
+    meta = json.loads((path / "meta.json").read_text())["program"]
+    tl = load_run_dir(path)
+    an = analyze(tl)
+    assert tl.meta.ranks == (0, 1, 2, 3)
+    for rank in range(4):
+        assert abs(sum(1 for r in an.step_rows if r.rank == rank) - meta["steps"]) <= 1
+    ra = rank_analysis(tl, an)
+    assert ra.collectives.stragglers[0].rank == meta["slow_rank"] == 2
+    assert ra.straggler_causes[0].rank == 2 and ra.straggler_causes[0].cause == "no_work"
 
 
 def test_copy_loop_steps_carry_gpu_windows(tmp_path):
@@ -140,7 +159,7 @@ def test_copy_loop_steps_carry_gpu_windows(tmp_path):
 def test_nsys_ranks_from_nccl_payloads(tmp_path):
     """An export with NCCL's payloads as JSON (`nsys export --include-json true`, as `tracelab record`
     re-exports a torchrun launch): each process's rank is the one its ncclCommInitRank* payload names."""
-    path = run_dir("ddp2_payload_nsys", tmp_path)
+    path = run_dir("ddp2_sleep_nsys", tmp_path)
     tl = load_run_dir(path)
     assert tl.meta.ranks == (0, 1)
     assert any("from NCCL's communicator payloads" in n for n in tl.meta.notes)
@@ -234,8 +253,8 @@ def _period(ts: list[float], iterations: int) -> float:
 
 @pytest.mark.parametrize("backend", ["nsys", "torch"])
 def test_ddp_iterations_and_gpu_step_from_both_profilers(ddp, backend):
-    """A marker-free DDP loop (15 iterations, rank 1 sleeping 4 ms each): the iterations are found
-    within one, and each rank's steady GPU step is within 10% of the GPU time per iteration computed from
+    """A marker-free DDP loop (15 iterations, rank 1 sleeping 40 ms each): the iterations are found
+    within one, and the run's steady GPU step is within 10% of the GPU time per iteration computed from
     the raw trace (the spacing of the 32 MiB batch uploads on the GPU)."""
     path = ddp[backend]
     meta = json.loads((path / "program_meta.json").read_text()) if (path / "program_meta.json").exists() else \
@@ -247,8 +266,11 @@ def test_ddp_iterations_and_gpu_step_from_both_profilers(ddp, backend):
         assert abs(n - meta["steps"]) <= 1, (rank, n)
     raw = _raw_copy_period_ns(path, backend, 2048 * 4096 * 4, meta["steps"])
     st = steady_step_time(an.step_rows)
-    for rank, ns, _ in st.per_rank:
-        assert ns == pytest.approx(raw[rank], rel=0.10), (rank, ns, raw[rank])
+    # the run's step is its slowest rank's: the fast rank's GPU window holds its wait for the slow one in
+    # the all-reduce; the slow rank's GPU works 29 ms and then idles while its host sleeps (outside any
+    # step's GPU window), so its own GPU step is shorter than the iteration
+    assert st.ns == pytest.approx(max(raw.values()), rel=0.10), (st, raw)
+    assert st.rank != meta["slow_rank"]
 
 
 def test_copy_loops_pinned_faster_from_both_profilers(tmp_path):
@@ -275,7 +297,7 @@ def test_nsys_collectives_carry_nccl_payload_bytes(tmp_path, ddp):
     """Collectives from an nsys export with NCCL's payloads get their size ("Message size [bytes]", times
     the ranks for all-gather), the same sizes torch.profiler's NCCL kernel args give for the same program,
     and bus bandwidth by NCCL's definition."""
-    path = run_dir("ddp2_payload_nsys", tmp_path)
+    path = run_dir("ddp2_sleep_nsys", tmp_path)
     tl = load_run_dir(path)
     ra = rank_analysis(tl, analyze(tl))
     calls = [c for c in ra.collectives.calls if c.bytes is not None]

@@ -161,6 +161,8 @@ def _inside(p: Path, d: Path) -> bool:
 
 
 _OTHER_TRACES = (".json", ".json.gz", ".json.zst", ".sqlite", ".sqlite.gz", ".nsys-rep", ".qdrep")
+# what tracelab record writes beside a trace: per-rank metadata, the program's own metadata
+_RUN_SIDE_FILES = re.compile(r"^(meta_rank\d+|program_meta(_rank\d+)?)\.json$")
 
 
 def _unread_traces_note(d: Path, chosen: Path) -> list[str]:
@@ -170,7 +172,7 @@ def _unread_traces_note(d: Path, chosen: Path) -> list[str]:
         p.name
         for p in d.iterdir()
         if p.name != chosen.name and p.name != META_FILE and not p.name.startswith(".")
-        and p.name.lower().endswith(_OTHER_TRACES)
+        and p.name.lower().endswith(_OTHER_TRACES) and not _RUN_SIDE_FILES.match(p.name)
     )
     if not others:
         return []
