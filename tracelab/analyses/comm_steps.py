@@ -173,7 +173,7 @@ def straggler_causes(
                 rank=r,
                 times_last=s.times_last,
                 collectives=collectives.calls_of(r),
-                late_ns=int(np.median(late)),
+                late_ns=_late_per_step(np.asarray(late, dtype=np.int64), arr, windows.get(r)),
                 steps_late=steps_late,
                 steps=steps_with,
                 idle_before_ns=idle,
@@ -181,3 +181,21 @@ def straggler_causes(
             )
         )
     return tuple(out)
+
+
+def _late_per_step(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, np.ndarray] | None) -> int:
+    """How late the rank is per step: the median over steps of its largest lateness in the step (the
+    first collective of a step holds the wait; after it the ranks are lined up and the later ones are a
+    toss-up). The median over its late arrivals when the run has no steps."""
+    if window is None or not late.size:
+        return int(np.median(late)) if late.size else 0
+    a, b = window
+    which = np.searchsorted(a, arrivals, "right") - 1
+    inside = (which >= 0) & (arrivals < b[np.maximum(which, 0)])
+    if not inside.any():
+        return int(np.median(late))
+    w, lt = which[inside], late[inside]
+    order = np.lexsort((-lt, w))
+    first = np.r_[True, w[order][1:] != w[order][:-1]]
+    return int(np.median(lt[order][first]))
+

@@ -153,9 +153,9 @@ def steps_stragglers(collectives: Collectives, analysis: Analysis) -> Collective
     first: dict[int, int] = {}
     for st in analysis.steps:
         first[st.rank] = min(first.get(st.rank, st.start_ns), st.start_ns)
-    since = max(first.values())
+    since = min(first.values())  # the earliest first step: ranks' clocks and loop starts differ a little
     inside = [c for c in collectives.calls if c.start_ns >= since]
-    if not inside:
+    if not inside or len(inside) == len(collectives.calls):
         return collectives
     tally: dict[int, list[int]] = {}
     for c in inside:
