@@ -86,4 +86,4 @@ def test_known_findings_on_real_traces():
     a = analyze(_load("hta/critical_path__cuda_event_sync__event_sync_trace.json.gz"))
     item_gap = max(a.gaps, key=lambda g: g.duration_ns)
     ev = gap_evidence(a, [item_gap])[0]
-    assert item_gap.cause == "launch_latency" and ev.startswith("cudaMemcpyAsync on thread 948300 returned at +9.0 µs")
+    assert item_gap.cause == "launch_latency" and ev.startswith("cudaMemcpyAsync on thread 948300 returned at 9.0 µs into the gap")

@@ -30,7 +30,7 @@ def test_host_sync_wait_in_progress(run):
     g = only_gap(run(p))
     assert g["cause"] == "launch_latency" and g["duration_ns"] == 200 * US
     assert g["evidence"].startswith("cudaStreamSynchronize")
-    assert "returned at +2.0 µs, covering 1% of the gap; after it: kernel gemm_kernel" in g["evidence"]
+    assert "returned at 2.0 µs into the gap, covering 1% of the gap; after it: kernel gemm_kernel" in g["evidence"]
     # a wait that covers most of the gap is host_sync: [10,220) covers 120 of 200 µs
     q = ab()
     q.api("cudaStreamSynchronize", 10, 210)
@@ -47,7 +47,7 @@ def test_item_pageable_dtoh_blocks(run):
     (g,) = run(p)["gaps"]
     # gap [102,300): the call returns at 104, 2 of 198 µs: the time after it is the cause (issue 24 item 7)
     assert (g["duration_ns"], g["cause"]) == (198 * US, "launch_latency")
-    assert g["evidence"].startswith("cudaMemcpyAsync") and "returned at +2.0 µs, covering 1% of" in g["evidence"]
+    assert g["evidence"].startswith("cudaMemcpyAsync") and "returned at 2.0 µs into the gap, covering 1% of" in g["evidence"]
 
 
 def test_launch_latency_between_calls_same_in_both_formats(run):

@@ -97,7 +97,7 @@ def test_dataloader_op_covering_the_gap_is_input_wait(fmt, tmp_path, monkeypatch
     assert (g["start_ns"], g["end_ns"], g["cause"]) == (a, b, "input_wait")
     pct = round(frac * 100)
     assert f"which was waiting for input data {pct}% of the time up to then" in g["evidence"]
-    assert f"{LOADER} from +{(105 - 100):.1f} µs to +{(275 - 100):.1f} µs" in g["evidence"]
+    assert f"{LOADER} from {(105 - 100):.1f} µs into the gap to {(275 - 100):.1f} µs into the gap" in g["evidence"]
 
 
 @pytest.mark.parametrize("fmt", ["kineto", "nsys"])
@@ -145,7 +145,7 @@ def test_os_wait_for_data_is_input_wait_naming_the_call(call, tmp_path, monkeypa
     (g,) = analyze_cli(path)["gaps"]
     assert (g["start_ns"], g["end_ns"], g["cause"]) == (a, b, "input_wait")
     assert f"waiting for input data {round(frac * 100)}% of the time" in g["evidence"]
-    assert f"OS call {call} from +10.0 µs to +170.0 µs" in g["evidence"]
+    assert f"OS call {call} from 10.0 µs into the gap to 170.0 µs into the gap" in g["evidence"]
     # the same program blocked in a sleep is no_work (blocked in the OS, not waiting for data)
     q = ab()
     q.os_call("clock_nanosleep", 110, 160)

@@ -143,7 +143,7 @@ def test_steps_scope_restricts_every_figure(run):
     (d,) = doc["devices"]
     assert (d["span_ns"], d["busy_ns"], d["idle_ns"]) == (1302 * US, 604 * US, 698 * US)
     assert [(g["duration_ns"], g["cause"]) for g in doc["gaps"]] == [(698 * US, "launch_latency")]
-    assert "returned at +3.0 µs" in doc["gaps"][0]["evidence"]
+    assert "returned at 3.0 µs into the gap" in doc["gaps"][0]["evidence"]
     assert [s["index"] for s in doc["steps"]] == [1, 2]
     assert any(n.startswith("figures cover rank 0: steps 1–2") for n in doc["notes"])
 

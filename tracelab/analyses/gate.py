@@ -78,7 +78,7 @@ def mann_whitney_greater(a: np.ndarray, b: np.ndarray) -> MannWhitney:
 @dataclass(frozen=True)
 class Gate:
     threshold_pct: float
-    basis: Literal["step", "span"]
+    basis: Literal["gpu_step", "step", "span"]
     test: str
     alpha: float
     a_n: int
@@ -114,11 +114,15 @@ def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, spa
         pct = 100.0 * (mb - ma) / ma if ma else None
         pct_text = "n/a" if pct is None else f"{pct:+.1f}%"
         reason = (
-            f"B's median step {mb / 1e6:.3f} ms vs A's {ma / 1e6:.3f} ms ({pct_text}); "
+            f"B's median GPU step {mb / 1e6:.3f} ms vs A's {ma / 1e6:.3f} ms ({pct_text}); "
             f"one-sided Mann-Whitney U of B > A x {f:.3f}: U={mw.u:.1f}, p={mw.p_value:.3g} "
             f"({'<' if mw.p_value < ALPHA else '>='} {ALPHA}) over {ta.size} and {tb.size} steady steps"
         )
-        return Gate(threshold_pct, "step", "mann_whitney_u_one_sided", ALPHA, int(ta.size), int(tb.size), ma, mb,
+        from .step_time import steady_step_time
+
+        on_gpu = steady_step_time(a.step_rows) is not None and steady_step_time(b.step_rows) is not None
+        return Gate(threshold_pct, "gpu_step" if on_gpu else "step", "mann_whitney_u_one_sided", ALPHA, int(ta.size),
+                    int(tb.size), ma, mb,
                     pct, mw.u, mw.z, mw.p_value, slower, EXIT_SLOWER if slower else 0, reason)
     sa, sb = float(span_a_ns), float(span_b_ns)
     slower = bool(sa > 0 and sb > sa * f)

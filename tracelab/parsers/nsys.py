@@ -109,6 +109,29 @@ def _undescribed_green_contexts(
     ]
 
 
+def _syncs_on_the_ranks_gpu(cols: dict[str, np.ndarray], gpu: np.ndarray, kind: np.ndarray) -> list[str]:
+    """Synchronization records on a GPU the rank never ran work on (exports whose sync records carry
+    device 0 whatever the process used) go to the rank's GPU when it used exactly one; a note counts them.
+    Without it, a process on GPU 1 would show a second, empty device 0."""
+    sync = kind == int(EventKind.SYNC)
+    if not sync.any() or not gpu.any():
+        return []
+    pairs = np.unique(np.stack([cols["rank"][gpu], cols["device"][gpu]]), axis=1)
+    ranks, counts = np.unique(pairs[0], return_counts=True)
+    single = ranks[counts == 1]
+    if single.size == 0:
+        return []
+    only = {int(r): int(pairs[1][pairs[0] == r][0]) for r in single.tolist()}
+    rk = cols["rank"]
+    target = np.array([only.get(int(r), -2) for r in range(int(rk.max()) + 1)], dtype=np.int64)
+    want = np.where(sync & (rk >= 0), target[np.clip(rk, 0, target.size - 1)], -2)
+    move = sync & (want >= 0) & (cols["device"] != want)
+    if not move.any():
+        return []
+    cols["device"] = np.where(move, want, cols["device"]).astype(cols["device"].dtype)
+    return [f"{int(move.sum())} synchronization records named a GPU their rank ran no work on: placed on the rank's GPU"]
+
+
 def _check_is_nsys(db: NsysDb) -> None:
     if any(t in db.tables for t in ACTIVITY_TABLES):
         return
@@ -224,6 +247,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         os_call = (kind == int(EventKind.OTHER)) & (cols["category"] == strings.intern(OS_CALL_CATEGORY))
         counts["os_calls"] = int(os_call.sum())
 
+    notes += _syncs_on_the_ranks_gpu(cols, gpu, kind)
     on_device = (cols["device"] >= 0) & (gpu | (kind == int(EventKind.SYNC)))
     used_devices = distinct_pairs(cols["rank"][on_device], cols["device"][on_device])
     devices, described = read_devices(db, used_devices)

@@ -128,7 +128,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
             src[named] = ("; " + kind + _labels(lambda x: short_name(nm(x), 100), d.input_name[m][named]) + " from "
                           + _rel(d.input_start[m][named] - a[m][named]) + " to " + _rel(d.input_end[m][named] - a[m][named]))
         out[m] = [
-            f"{w} launched only at {t} by {c}, which was waiting for input data {p}% of the time up to then "
+            f"{w} launched only {t} by {c}, which was waiting for input data {p}% of the time up to then "
             f"(data-loading ranges / OS waits for data{s}) {r}"
             for w, t, c, p, s, r in zip(what[m], rel_l[m], caller[m], _pct(d.input_fraction[m]), src, recorded_all[m])
         ]
@@ -136,7 +136,7 @@ def evidence_texts(d: GapDetails) -> list[str]:
     m = (cause == _CODE["no_work"]) & d.host_idle
     if m.any():
         out[m] = [
-            f"{w} launched only at {t} by {c}, which, like every launching thread of its process, ran no recorded CPU op or CUDA call for {p}% of "
+            f"{w} launched only {t} by {c}, which, like every launching thread of its process, ran no recorded CPU op or CUDA call for {p}% of "
             f"the time up to then in one stretch: the host was idle {r}"
             for w, t, c, p, r in zip(what[m], rel_l[m], caller[m], _pct(d.idle_fraction[m]), recorded_all[m])
         ]
