@@ -292,4 +292,12 @@ def steps_span_timeline(timeline: Timeline, rows: Sequence[StepRow]) -> Timeline
     hi_r = np.array([per_rank[r][1] for r in table.tolist()], dtype=np.int64)
     idx = np.minimum(np.searchsorted(table, rank), table.size - 1)
     known = table[idx] == rank
-    return _clip(timeline, np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0))
+    lo, hi = np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0)
+    if timeline.sm_blocks is not None:
+        return _clip(timeline, lo, hi)
+    start, end = timeline.col("start"), timeline.col("end")  # columns: no pandas for a Kineto trace
+    keep = ((end > lo) & (start < hi)) | ((end == start) & (start >= lo) & (start < hi))
+    cols = {k: np.asarray(v)[keep] for k, v in timeline.cols.items()}
+    cols["start"] = np.maximum(start[keep], lo[keep]).astype(np.int64)
+    cols["end"] = np.minimum(end[keep], hi[keep]).astype(np.int64)
+    return replace(timeline, cols=cols)
