@@ -1013,3 +1013,36 @@ def test_big_runs_get_gaps_and_steps_after_their_first_tile(env, monkeypatch):
     assert meta["steps"]["label"] == expected_steps["label"].tolist()
     header, arrays = unpack(client.get(f"/api/timeline/tile?run={a}&level=0&index=0").data)
     assert header["gaps_ready"] and len(arrays["g.start"]) == expected_gaps == 7
+
+
+def test_gaps_page_states_the_set_up(tmp_path):
+    """Issue 24: the Gaps page says what ran before the first step (the DDP recording's start-up), with the
+    set-up's span computed here from the run's own steps and GPU events."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from multigpu_util import run_dir
+
+    from app.pages import gaps
+    from app.state import AppState
+    from tracelab.api import import_trace
+
+    store = Store(tmp_path / "s.db")
+    got = import_trace(run_dir("ddp2_sleep_torch", tmp_path), store)
+    rid = got.run_id
+    state = AppState(store=store, import_dir=tmp_path / "imports", max_upload_bytes=64 * 1024)
+    page = gaps.gaps_layout(state, rid)
+    text = find(page, "setup-line").children
+    tl = store.load(rid)
+    from tracelab.api import analyze as api_analyze
+
+    an = api_analyze(tl)
+    first = {}
+    for s in an.steps:
+        first[s.rank] = min(first.get(s.rank, s.start_ns), s.start_ns)
+    ev = tl.events
+    gpu = ev[ev["kind"].isin([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)])]
+    spans = [first[r] - int(gpu[gpu["rank"] == r]["start"].min()) for r in first]
+    from tracelab.render.format import fmt_ns
+
+    assert text.startswith("Set-up (before the first step): " + fmt_ns(max(spans)))

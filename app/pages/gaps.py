@@ -73,6 +73,7 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
         return html.Div(
             [
                 run_header(record, "Gaps & findings"),
+                *_setup_paragraph(analysis, record.start_ns),
                 html.H3(f"Findings ({len(analysis.findings)})"),
                 html.Ul(finding_items or [html.Li("No findings.")], id="findings-list"),
                 html.H3(
@@ -145,3 +146,12 @@ def gap_click_href(
 
 def layout(run: str | None = None, **_ignored: Any) -> html.Div:
     return gaps_layout(current_state(), run)
+
+
+def _setup_paragraph(analysis, origin: int) -> list:
+    """The set-up line (issue 24), when the run has steps and something before the first one."""
+    from tracelab.render.setup_text import setup_sentence
+
+    text = setup_sentence(analysis, origin)
+    return [html.P(f"Set-up (before the first step): {text}", id="setup-line", className="hint")] if text else []
+

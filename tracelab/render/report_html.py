@@ -380,6 +380,11 @@ def render_html(
     ]
     if analysis.devices:
         body.append(figs.place(rf.device_summary_figure(analysis)))
+    from .setup_text import setup_sentence
+
+    setup = setup_sentence(analysis, run_origin(analysis))
+    if setup is not None:
+        body += ['<h2 id="setup">Set-up (before the first step)</h2>', f"<p>{_e(setup)}</p>"]
     body += ['<h2 id="findings">Findings</h2>', _findings(analysis, limits)]
     body.append(f'<h2 id="gaps">Idle gaps (≥ {fmt_ns(analysis.options.gap_threshold_ns)})</h2>')
     if analysis.gaps:

@@ -264,6 +264,11 @@ def render_markdown(
     meta = [[md_escape(k, 80), md_escape(v, 300)] for k, v in metadata_rows(analysis, timeline)]
     out += ["## Run", "", md_table(["", ""], meta, "ll"), ""]
     out += ["## Devices", "", _devices_table(analysis), ""]
+    from .setup_text import setup_sentence
+
+    setup = setup_sentence(analysis, run_origin(analysis))
+    if setup is not None:
+        out += ["## Set-up (before the first step)", "", md_escape(setup, 600), ""]
     out += ["## Findings", ""]
     out += [_findings_table(analysis) if analysis.findings else "No findings.", ""]
     out += [f"## Top gaps (≥ {fmt_ns(analysis.options.gap_threshold_ns)})", ""]

@@ -129,26 +129,13 @@ def _steps_gaps_first(analysis: Analysis, table: GapTable, top: int) -> list:
 
 def setup_line(analysis: Analysis) -> Text | None:
     """One line on what ran before the first step (None without steps or set-up)."""
-    if not analysis.setup:
+    from .setup_text import setup_sentence
+
+    sentence = setup_sentence(analysis, run_origin(analysis))
+    if sentence is None:
         return None
-    origin = run_origin(analysis)
-    span = max(s.span_ns for s in analysis.setup)
-    idle = sum(s.idle_ns for s in analysis.setup)
-    total = sum(s.span_ns for s in analysis.setup)
-    gaps = sum(s.gaps for s in analysis.setup)
-    top = max(analysis.setup, key=lambda s: s.top_gap_ns)
     line = Text("Set-up (before the first step): ", style="bold")
-    line.append(
-        f"{fmt_ns(span)}{' (longest rank)' if len(analysis.setup) > 1 else ''}, GPU idle {_pct(idle, total)}, "
-        f"{gaps} gaps"
-        + (
-            f", longest {fmt_ns(top.top_gap_ns)} {top.top_gap_cause} at {fmt_offset(top.top_gap_start_ns, origin)}"
-            f" on rank {top.rank}"
-            if top.top_gap_ns
-            else ""
-        )
-        + "; not in the step figures below"
-    )
+    line.append(term_safe(sentence, 400))
     return line
 
 
