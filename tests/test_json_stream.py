@@ -44,9 +44,10 @@ def test_cli_json_is_the_whole_dump() -> None:
     )
 
     extra = document_extras(timeline, analysis)
-    assert set(extra) == {"health", "ranges", "memory"} and extra["health"] == health(timeline, analysis).to_dict()
-    # issue 24: the critical path of the steps comes before them
-    extra = {"critical_path": critical_path_document(critical_path_for(tl, analysis)), **extra}
+    # issue 24: the critical path of the steps comes first, then issue 27's sections
+    assert list(extra) == ["critical_path", "health", "ranges", "memory"]
+    assert extra["health"] == health(timeline, analysis).to_dict()
+    assert extra["critical_path"] == critical_path_document(critical_path_for(tl, analysis))
     assert proc.stdout == orjson.dumps({**to_document(analysis), **extra}, option=OPTIONS)
 
 

@@ -305,9 +305,21 @@ def memory(timeline: Timeline, analysis: Analysis | None = None) -> Any:
     return memory_timeline(timeline, analysis)
 
 
-def document_extras(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:
-    """What `analyze --json` adds after the analysis document (issue 27): `health`, `ranges` and `memory`
-    (null without memory events), for `timeline` = the analysed range (`scoped_timeline`)."""
+def document_extras(timeline: Timeline, analysis: Analysis, ranks: Any = None) -> dict[str, Any]:
+    """What `analyze --json` (and the MCP server's analyze) adds after the analysis document, for
+    `timeline` = the analysed range (`scoped_timeline`): a multi-rank run's `ranks`, `collectives`,
+    `stragglers`, … (`ranks` = its `rank_analysis`), the `critical_path` of the steps (issue 24), then
+    `health`, `ranges` and `memory` (issue 27; memory null without memory events)."""
+    from .analyses.critical_path import critical_path_document, critical_path_for
     from .render.report_extras import extras_doc
 
-    return extras_doc(timeline, analysis)
+    out: dict[str, Any] = {}
+    if ranks:
+        from .analyses.ranks import rank_document_of
+
+        out.update(rank_document_of(ranks))
+    out["critical_path"] = critical_path_document(
+        critical_path_for(timeline, analysis, ranks.collectives if ranks else None)
+    )
+    out.update(extras_doc(timeline, analysis))
+    return out

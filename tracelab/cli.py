@@ -689,34 +689,22 @@ def analyze(
         from .analyses.ranks import rank_analysis
 
         ranks = rank_analysis(_scoped(timeline, steps, window), analysis)
-    from .api import health as trace_health
-    from .api import ranges as range_projection
-
-    health = trace_health(_scoped(timeline, steps, window), analysis)
-    projection = range_projection(_scoped(timeline, steps, window), analysis)
-    from .analyses.critical_path import critical_path_for  # issue 24: the critical path of each step
-
-    cpath = critical_path_for(_scoped(timeline, steps, window), analysis, ranks.collectives if ranks else None)
     if as_json:
-        from .analyses.critical_path import critical_path_document
+        from .api import document_extras
         from .render.document import write_document
 
-        rank_doc = None
-        if ranks:
-            from .analyses.ranks import rank_document_of
-
-            rank_doc = rank_document_of(ranks)
-        rank_doc = {**(rank_doc or {}), "critical_path": critical_path_document(cpath)}
         out = _stdout_bytes()
-        from .api import memory, ranges_document
-
-        mem = memory(_scoped(timeline, steps, window), analysis)
-        extra = {**(rank_doc or {}), "health": health.to_dict(), "ranges": ranges_document(projection),
-                 "memory": None if mem is None else mem.to_dict()}  # = api.document_extras
-        write_document(analysis, out.write, extra)
+        write_document(analysis, out.write, document_extras(_scoped(timeline, steps, window), analysis, ranks))
         out.flush()
     else:
+        from .analyses.critical_path import critical_path_for  # issue 24: the critical path of each step
+        from .api import health as trace_health
+        from .api import ranges as range_projection
         from .render.health_text import health_lines
+
+        health = trace_health(_scoped(timeline, steps, window), analysis)
+        projection = range_projection(_scoped(timeline, steps, window), analysis)
+        cpath = critical_path_for(_scoped(timeline, steps, window), analysis, ranks.collectives if ranks else None)
 
         click.echo("\n".join(health_lines(health, terminal_width())) + "\n")
         _print_analysis(analysis, title, top_gaps)

@@ -99,15 +99,15 @@ class Service:
 
             an = self._analysis(run, steps, window)
             doc = to_document(an)
+            scoped = scoped_timeline(self.timeline(run), steps, window)
+            ranks = None
             if len(an.trace.ranks) > 1:  # the cross-rank part, as `analyze --json` adds it
-                from .analyses.ranks import rank_analysis, rank_document_of
+                from .analyses.ranks import rank_analysis
 
-                ranks = rank_analysis(scoped_timeline(self.timeline(run), steps, window), an)
-                if ranks:
-                    doc.update(rank_document_of(ranks))
+                ranks = rank_analysis(scoped, an)
             from .api import document_extras
 
-            doc.update(document_extras(scoped_timeline(self.timeline(run), steps, window), an))
+            doc.update(document_extras(scoped, an, ranks))
             return doc
 
         return self._remember(self._docs, key, make)
