@@ -294,6 +294,9 @@ def quick_exit() -> None:
     nothing is left half-done. In-process callers (tests, `main()` from Python) are unaffected."""
     if not _quick_exit:
         return
+    store = sys.modules.get("tracelab.store.store")
+    if store is not None and getattr(store, "OPENED", False):
+        return  # a store's connections (one per thread that read it) close at the normal exit: no -wal/-shm left
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
