@@ -130,15 +130,19 @@ def test_straggler_is_the_slow_rank_from_both_profilers(ddp):
         assert len(ra.collectives.calls) > 0 and len(ra.ranks) == 2
 
 
-def test_four_ranks_straggler_and_steps(tmp_path):
-    """4 ranks on 4 H200s (torch.profiler, one trace per rank through `tracelab record -- python -m
-    torch.distributed.run ...`), rank 2 sleeping 40 ms before each forward: rank 2 is the straggler, with
-    its own cause, and every rank's 12 iterations are found within one."""
-    path = run_dir("ddp4_sleep_torch", tmp_path)
+@pytest.mark.parametrize("backend", ["torch", "nsys"])
+def test_four_ranks_straggler_and_steps(tmp_path, backend):
+    """4 ranks on 4 H200s (`tracelab record --backend torch|nsys -- python -m torch.distributed.run ...`:
+    one Kineto trace per rank, or one nsys report of the 4 processes with NCCL's payloads), rank 2 sleeping
+    40 ms before each forward: rank 2 is the straggler, with its own cause, and every rank's 12 iterations
+    are found within one, from both profilers."""
+    path = run_dir(f"ddp4_sleep_{backend}", tmp_path)
     meta = json.loads((path / "meta.json").read_text())["program"]
     tl = load_run_dir(path)
     an = analyze(tl)
     assert tl.meta.ranks == (0, 1, 2, 3)
+    if backend == "nsys":
+        assert any("4 processes used GPUs" in n and "NCCL's communicator payloads" in n for n in tl.meta.notes)
     for rank in range(4):
         assert abs(sum(1 for r in an.step_rows if r.rank == rank) - meta["steps"]) <= 1
     ra = rank_analysis(tl, an)
