@@ -11,9 +11,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from multigpu_util import run_dir
 from raw_steps import kineto_step_windows, nsys_step_windows, steady
+
 from tracelab.analyses.compare import compare
 from tracelab.analyses.ranks import rank_analysis
 from tracelab.analyses.step_time import steady_step_time
@@ -59,7 +59,7 @@ def _raw_steady_per_rank(path: Path, backend: str) -> dict[int, float]:
 @pytest.mark.parametrize("backend", ["nsys", "torch"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_steady_gpu_step_matches_the_raw_trace(comm, variant, backend):
-    path, tl, an = comm[(variant, backend)]
+    path, _tl, an = comm[(variant, backend)]
     raw = _raw_steady_per_rank(path, backend)
     st = steady_step_time(an.step_rows)
     assert st is not None and set(raw) == {0, 1} == {r for r, _, _ in st.per_rank}
@@ -85,7 +85,7 @@ def test_verdict_sign_is_the_same_from_both_profilers(comm, a, b, sign):
 
 
 def test_comm_overlap_metadata_says_the_sizing(comm):
-    for (v, b), (path, _, _) in comm.items():
+    for path, _, _ in comm.values():
         sizing = json.loads((path / "meta.json").read_text())["facts"]["sizing"]
         assert sizing["how"].startswith("sized")
         # comparable phases: the all-reduce within a factor of 2 of the compute phase
@@ -208,7 +208,7 @@ def test_gate_uses_gpu_step_times(comm):
     from tracelab.analyses.gate import step_times_for_gate
 
     for backend in ("nsys", "torch"):
-        path, tl, an = comm[("green_ctx", backend)]
+        _path, _tl, an = comm[("green_ctx", backend)]
         st = steady_step_time(an.step_rows)
         t = step_times_for_gate(an)
         assert t.size == st.steps and float(__import__("numpy").median(t)) == pytest.approx(st.ns, abs=1)
@@ -218,7 +218,6 @@ def _raw_copy_period_ns(path: Path, backend: str, nbytes: int, last: int) -> dic
     """rank -> median GPU-start spacing of the loop's batch copies (the `last` host-to-device copies of
     `nbytes`: set-up may copy tensors of that size too), from the raw files: the GPU time per iteration
     of a loop that uploads one batch per iteration."""
-    from statistics import median
 
     if backend == "torch":
         files = sorted((path / "ranks").glob("rank*.json.gz")) or [path / "trace.json.gz"]

@@ -346,7 +346,8 @@ def _export_payloads(run_dir: Path, nsys: Path) -> None:
         res = subprocess.run(
             [str(nsys), "export", "--type", "sqlite", "--include-json", "true", "--force-overwrite", "true",
              "-o", str(tmp), str(rep)],
-            capture_output=True, check=False,
+            capture_output=True,
+            check=False,
         )
         if res.returncode == 0 and tmp.exists():
             tmp.replace(sqlite)
@@ -359,7 +360,7 @@ def _export_payloads(run_dir: Path, nsys: Path) -> None:
 def nsys_supports_export(nsys: str | Path, option: str) -> bool:
     """Whether `nsys export --help` lists `option`; False when it cannot run."""
     try:
-        out = subprocess.run([str(nsys), "export", "--help"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([str(nsys), "export", "--help"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError):
         return False
     return option in (out.stdout + out.stderr)

@@ -17,11 +17,11 @@ import numpy as np
 
 from tracelab.model import EventKind, Timeline
 
-from .step_time import steady_step_time
 from .comm_partition import CommOverlapExplanation, comm_overlap_explanation, has_comm
 from .green_explain import GreenContextExplanation, green_context_explanation
 from .kernels import kernel_summary
 from .results import Analysis, DeviceSummary, Finding, GapCause, TraceInfo
+from .step_time import steady_step_time
 
 FindingStatus = Literal["new", "gone", "changed", "same"]
 GAP_CAUSES: tuple[str, ...] = get_args(GapCause)

@@ -14,10 +14,9 @@ overlap and gaps computed on the result are the figures of that range under the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np

@@ -39,7 +39,7 @@ def steady_step_time(rows: Sequence[StepRow]) -> SteadyStepTime | None:
     for rank in sorted({r.rank for r in rows}):
         t = rank_gpu_times(rows, rank)
         if t.size:
-            per_rank.append((rank, int(round(float(np.median(t)))), int(t.size)))
+            per_rank.append((rank, round(float(np.median(t))), int(t.size)))
     if not per_rank:
         return None
     rank, ns, n = max(per_rank, key=lambda x: (x[1], -x[0]))
@@ -47,6 +47,6 @@ def steady_step_time(rows: Sequence[StepRow]) -> SteadyStepTime | None:
     q1, q3 = np.percentile(t, [25, 75]) if t.size else (0.0, 0.0)
     sources = "+".join(sorted({r.source for r in rows}))
     return SteadyStepTime(
-        ns=ns, rank=rank, steps=n, per_rank=tuple(per_rank), spread_ns=int(round(q3 - q1)),
+        ns=ns, rank=rank, steps=n, per_rank=tuple(per_rank), spread_ns=round(float(q3 - q1)),
         source=sources, total_steps=len(rows),
     )

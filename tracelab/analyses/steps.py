@@ -42,9 +42,9 @@ from .step_cut import (
     cut_steps,
     find_anchor,
     launch_run,
-    regular_period,
     pause_period,
     refine_starts,
+    regular_period,
 )
 from .step_sequence import (
     MIN_REPEATS,

@@ -26,11 +26,11 @@ from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
 from .nsys_export import export_nsys_rep, find_nsys
 from .nsys_health import read_health
 from .nsys_host import host_of, pid_of
-from .nsys_nccl import nccl_collective_args
-from .nsys_ranks import assign_process_ranks
 from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
 from .nsys_memory import read_memory
+from .nsys_nccl import nccl_collective_args
 from .nsys_osrt import OS_CALL_CATEGORY, OSRT, keep_os_calls_of_host_threads
+from .nsys_ranks import assign_process_ranks
 from .nsys_read import distinct_pairs, merge_sorted, read_tables
 from .nsys_strings import NsysStrings, compact
 from .nsys_target import (

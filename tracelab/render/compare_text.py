@@ -291,8 +291,10 @@ def verdict_detail(v: Verdict) -> str:
     """The figures behind the verdict: both times, GPU idle share, findings that came or went."""
     if v.basis == "gpu_step":
         parts = [
-            f"GPU step {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (steady state: median after warm-up, slowest "
-            f"rank; {v.steps_a} and {v.steps_b} steps)"
+            (
+                f"GPU step {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (steady state: median after warm-up, slowest "
+                f"rank; {v.steps_a} and {v.steps_b} steps)"
+            )
         ]
     elif v.basis == "step":
         parts = [f"per step {fmt_ns(v.a_ns)} -> {fmt_ns(v.b_ns)} (mean of {v.steps_a} and {v.steps_b} steps)"]

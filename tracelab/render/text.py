@@ -14,8 +14,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analyses.step_time import SteadyStepTime, steady_step_time
 from ..analyses.results import Analysis, DeviceSummary, Finding, GapTable, cause_totals, longest_gaps
+from ..analyses.step_time import SteadyStepTime, steady_step_time
 from .compare_text import term_safe
 from .findings import describe
 from .format import fmt_ns, fmt_offset, fmt_share, run_origin

@@ -143,9 +143,9 @@ def size_all_reduce(compute, elements: int, dist_backend: str) -> dict[str, Any]
         elements, how = int(agreed.item()), "sized: one all-reduce about as long as the compute phase"
     else:
         how = "given"
-    bucket = torch.ones(elements, device="cuda", dtype=torch.bfloat16)
-    comm_ms = _time_ms(lambda: dist.all_reduce(bucket))
-    del bucket
+    sized = torch.ones(elements, device="cuda", dtype=torch.bfloat16)
+    comm_ms = _time_ms(lambda: dist.all_reduce(sized))
+
     return {
         "comm_elements": elements,
         "how": how,
