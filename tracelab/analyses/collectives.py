@@ -40,6 +40,7 @@ broadcast, reduce and send/recv 1.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -146,6 +147,22 @@ def _canonical(op: str) -> str:
     for suffix in ("base", "coalesced", "intotensor", "tensor"):
         o = o.removesuffix(suffix)
     return o
+
+
+def rank_stragglers(calls: Sequence[Collective]) -> tuple[Straggler, ...]:
+    """The ranks that arrived last in `calls`, the one the others waited longest for first: after the first
+    collective of a step has lined the ranks up, which rank arrives last at the next ones is a toss-up."""
+    tally: dict[int, list[int]] = {}
+    for c in calls:  # matched collectives (thousands at most), not events
+        t = tally.setdefault(c.last_rank, [0, 0])
+        t[0] += 1
+        t[1] += c.wait_ns
+    return tuple(
+        sorted(
+            (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in tally.items()),
+            key=lambda s: (-s.caused_wait_ns, -s.times_last, s.rank),
+        )
+    )
 
 
 def bus_factor(op: str, n: int) -> float | None:
@@ -334,19 +351,7 @@ def match_collectives(timeline: Timeline) -> Collectives:
         )
 
     in_matched = matched[group] & (waited > 0)
-    stragglers: dict[int, list[int]] = {}
-    for c in calls:
-        s = stragglers.setdefault(c.last_rank, [0, 0])
-        s[0] += 1
-        s[1] += c.wait_ns
-    strag = tuple(
-        sorted(
-            (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in stragglers.items()),
-            # the rank the others waited for longest is the straggler: after the first collective of a
-            # step has lined the ranks up, which rank arrives last at the next ones is a toss-up
-            key=lambda s: (-s.caused_wait_ns, -s.times_last, s.rank),
-        )
-    )
+    strag = rank_stragglers(calls)
     notes = []
     n_incons = int(inconsistent_mask.sum())
     if n_incons:

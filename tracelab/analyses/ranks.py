@@ -21,7 +21,7 @@ import numpy as np
 
 from ..model import EventKind, Timeline
 from ..model.grouping import sorted_unique
-from .collectives import Collectives, Straggler, match_collectives
+from .collectives import Collectives, match_collectives, rank_stragglers
 from .distinct import distinct_codes
 from .intervals import covered_length, merge
 from .results import CAUSES as GAP_CAUSES
@@ -157,17 +157,7 @@ def steps_stragglers(collectives: Collectives, analysis: Analysis) -> Collective
     inside = [c for c in collectives.calls if c.start_ns >= since]
     if not inside or len(inside) == len(collectives.calls):
         return collectives
-    tally: dict[int, list[int]] = {}
-    for c in inside:
-        t = tally.setdefault(c.last_rank, [0, 0])
-        t[0] += 1
-        t[1] += c.wait_ns
-    ranked = tuple(
-        sorted(
-            (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in tally.items()),
-            key=lambda x: (-x.caused_wait_ns, -x.times_last, x.rank),
-        )
-    )
+    ranked = rank_stragglers(inside)
     note = (
         f"stragglers ranked over the {len(inside)} of {len(collectives.calls)} matched collectives inside the steps "
         "(set-up's collectives left out)"

@@ -36,20 +36,27 @@ OPS = {
 GATHERED = ("allgather", "reducescatter")  # nccl-tests size: the whole buffer, ranks × the message
 
 
-def _payloads(db: NsysDb) -> list[tuple[int, int, int, str, dict]]:
-    """(start, end, globalTid, op, payload) of the NCCL collective ranges that carry a JSON payload."""
+def payload_rows(db: NsysDb, name_like: str) -> list[tuple]:
+    """(start, end, globalTid, name, jsonText) of the NVTX ranges named LIKE `name_like` that carry a JSON
+    payload (an export made with `--include-json true`); [] when the export has none."""
     if not db.has("NVTX_EVENTS", "jsonText", "globalTid"):
         return []
     has_ids = db.has("NVTX_EVENTS", "textId") and "StringIds" in db.tables
     name = "COALESCE(e.text, s.value)" if has_ids else "e.text"
     join = "LEFT JOIN StringIds s ON s.id = e.textId" if has_ids else ""
     try:
-        rows = db.rows(
+        return db.rows(
             f"SELECT e.start, e.end, e.globalTid, {name}, e.jsonText FROM NVTX_EVENTS e {join} "
-            f"WHERE e.jsonText IS NOT NULL AND {name} LIKE 'nccl%'"
+            f"WHERE e.jsonText IS NOT NULL AND {name} LIKE ?",
+            (name_like,),
         )
     except sqlite3.Error:
         return []
+
+
+def _payloads(db: NsysDb) -> list[tuple[int, int, int, str, dict]]:
+    """(start, end, globalTid, op, payload) of the NCCL collective ranges that carry a JSON payload."""
+    rows = payload_rows(db, "nccl%")
     out = []
     for start, end, gtid, op, text in rows:  # one per NCCL call (thousands), not per event
         if op not in OPS and not str(op).startswith("ncclCommInitRank"):

@@ -17,7 +17,6 @@ no rank; they are left out, as per-rank Kineto files leave them out, and a note 
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import numpy as np
 
@@ -58,21 +57,10 @@ def _payload_rank(text: str) -> tuple[int, int] | None:
 
 def nccl_ranks(db: NsysDb) -> dict[int, int]:
     """Process id -> rank from NCCL's `ncclCommInitRank*` payloads ({} when the export has none)."""
-    if not db.has("NVTX_EVENTS", "jsonText", "globalTid"):
-        return {}
-    has_ids = db.has("NVTX_EVENTS", "textId") and "StringIds" in db.tables
-    name = "COALESCE(e.text, s.value)" if has_ids else "e.text"
-    join = "LEFT JOIN StringIds s ON s.id = e.textId" if has_ids else ""
-    try:
-        rows = db.rows(
-            f"SELECT e.globalTid, e.jsonText FROM NVTX_EVENTS e {join} "
-            f"WHERE e.jsonText IS NOT NULL AND {name} LIKE ?",
-            (INIT_RANGE_PREFIX + "%",),
-        )
-    except sqlite3.Error:
-        return {}
+    from .nsys_nccl import payload_rows
+
     best: dict[int, tuple[int, int]] = {}  # pid -> (nranks, rank): the largest communicator wins
-    for gtid, text in rows:
+    for _start, _end, gtid, _name, text in payload_rows(db, INIT_RANGE_PREFIX + "%"):
         if gtid is None or not isinstance(text, str):
             continue
         got = _payload_rank(text)
