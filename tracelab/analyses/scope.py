@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -134,8 +134,7 @@ def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[
     many steps and how much warm-up the figures include."""
     if scope is None:
         return timeline, whole_run_note(steps)
-    ev = timeline.events
-    rank = ev["rank"].to_numpy()
+    rank = timeline.col("rank")
     origin = run_start(timeline)
     if scope.window_ns is not None:
         lo_rel, hi_rel = scope.window_ns
@@ -148,17 +147,9 @@ def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[
         note = f"figures cover the window +{fmt_ns(lo_rel)} … {end_text} from the run start ({inside})"
         return _with_scope(clipped, scope, ranges), note
     per_rank = step_ranges(scope, steps)
-    table = np.array(sorted(per_rank), dtype=np.int64)
-    lo_r = np.array([per_rank[r][0] for r in table.tolist()], dtype=np.int64)
-    hi_r = np.array([per_rank[r][1] for r in table.tolist()], dtype=np.int64)
-    idx = np.searchsorted(table, rank)
-    known = (idx < table.size) & (table[np.minimum(idx, table.size - 1)] == rank)
-    # ranks without steps keep nothing
-    lo = np.where(known, lo_r[np.minimum(idx, table.size - 1)], 0)
-    hi = np.where(known, hi_r[np.minimum(idx, table.size - 1)], 0)
-    clipped = _clip(timeline, lo, hi)
+    clipped = _clip(timeline, *_per_rank_bounds(rank, {r: (v[0], v[1]) for r, v in per_rank.items()}))
     parts = []
-    for r in table.tolist():
+    for r in sorted(per_rank):
         s_lo, s_hi, a, b = per_rank[r]
         n_all = steps.of_rank(r)[0].size
         parts.append(
@@ -171,20 +162,31 @@ def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[
     return _with_scope(clipped, scope, ranges), note
 
 
+def _per_rank_bounds(rank: np.ndarray, ranges: Mapping[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the [lo, hi) of its rank's range; (0, 0) (nothing kept) for a rank without one."""
+    table = np.array(sorted(ranges), dtype=np.int64)
+    if table.size == 0:
+        zero = np.zeros(rank.size, dtype=np.int64)
+        return zero, zero
+    lo_r = np.array([ranges[r][0] for r in table.tolist()], dtype=np.int64)
+    hi_r = np.array([ranges[r][1] for r in table.tolist()], dtype=np.int64)
+    idx = np.minimum(np.searchsorted(table, rank), table.size - 1)
+    known = table[idx] == rank
+    return np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0)
+
+
 def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray) -> Timeline:
-    """Events overlapping [lo, hi) (per event), clipped to it; instantaneous events inside it."""
-    ev = timeline.events
-    start = ev["start"].to_numpy()
-    end = ev["end"].to_numpy()
+    """Events overlapping [lo, hi) (per event), clipped to it; instantaneous events inside it. By
+    columns: no pandas unless the timeline carries SM blocks."""
+    start, end = timeline.col("start"), timeline.col("end")
     keep = ((end > lo) & (start < hi)) | ((end == start) & (start >= lo) & (start < hi))
-    out = ev[keep].copy()
-    out["start"] = np.maximum(start[keep], lo[keep]).astype(np.int64)
-    out["end"] = np.minimum(end[keep], hi[keep]).astype(np.int64)
-    out = out.reset_index(drop=True)
+    cols = {k: np.asarray(v)[keep] for k, v in timeline.cols.items()}
+    cols["start"] = np.maximum(start[keep], lo[keep]).astype(np.int64)
+    cols["end"] = np.minimum(end[keep], hi[keep]).astype(np.int64)
     blocks = timeline.sm_blocks
     if blocks is not None and len(blocks):
         b_rank = blocks["rank"].to_numpy()
-        ranks = ev["rank"].to_numpy()
+        ranks = timeline.col("rank")
         # per rank, the range of its events (all events of a rank share one range)
         table, first = np.unique(ranks, return_index=True)
         j = np.searchsorted(table, b_rank)
@@ -198,7 +200,7 @@ def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray) -> Timeline:
         blocks["start"] = np.maximum(bs[bkeep], b_lo[bkeep])
         blocks["end"] = np.minimum(be[bkeep], b_hi[bkeep])
         blocks = blocks.reset_index(drop=True)
-    return replace(timeline, events=out, sm_blocks=blocks)
+    return replace(timeline, cols=cols, sm_blocks=blocks)
 
 
 def _with_scope(timeline: Timeline, scope: Scope, ranges: dict[int, tuple[int, int]]) -> Timeline:
@@ -285,18 +287,4 @@ def steps_span_timeline(timeline: Timeline, rows: Sequence[StepRow]) -> Timeline
         span = per_rank.setdefault(r.rank, [r.start_ns, r.end_ns])
         span[0] = min(span[0], r.start_ns)
         span[1] = max(span[1], r.end_ns, r.gpu_end_ns)
-    rank = timeline.col("rank")
-    table = np.array(sorted(per_rank), dtype=np.int64)
-    lo_r = np.array([per_rank[r][0] for r in table.tolist()], dtype=np.int64)
-    hi_r = np.array([per_rank[r][1] for r in table.tolist()], dtype=np.int64)
-    idx = np.minimum(np.searchsorted(table, rank), table.size - 1)
-    known = table[idx] == rank
-    lo, hi = np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0)
-    if timeline.sm_blocks is not None:
-        return _clip(timeline, lo, hi)
-    start, end = timeline.col("start"), timeline.col("end")  # columns: no pandas for a Kineto trace
-    keep = ((end > lo) & (start < hi)) | ((end == start) & (start >= lo) & (start < hi))
-    cols = {k: np.asarray(v)[keep] for k, v in timeline.cols.items()}
-    cols["start"] = np.maximum(start[keep], lo[keep]).astype(np.int64)
-    cols["end"] = np.minimum(end[keep], hi[keep]).astype(np.int64)
-    return replace(timeline, cols=cols)
+    return _clip(timeline, *_per_rank_bounds(timeline.col("rank"), {r: (a, b) for r, (a, b) in per_rank.items()}))
