@@ -263,21 +263,23 @@ def _repetition_steps(
     why = {
         "blocking": "a blocking call once per period",
         "trace_start": "the trace starts with the repetition",
-        "pause": PAUSE_WHY,
+        "pause": "the longest recurring host pause is before it",
         "input_copy": "the batch's host-to-device copy, once per period, begins the iteration",
     }[anchor.how]
-    return (
-        s,
-        e,
-        (
-            f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
-            f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
-            f"step {where}: {anchor.name} ({why})"
-        ),
+    note = (
+        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+        f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
+        f"step {where}: {anchor.name} ({why})"
     )
-
-
-PAUSE_WHY = "the longest recurring host pause is before it"
+    # only a cut at the longest recurring pause (the weakest anchor) moves to the batch uploads
+    moved = reanchor_at_input_copies(timeline, rank, s, e) if anchor.how == "pause" else None
+    if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
+        note += (
+            f"; re-anchored at the batch's host-to-device copies, launched once per step: "
+            f"{moved[0].size} steps (was {s.size})"
+        )
+        s, e = moved
+    return s, e, note
 
 
 def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -294,14 +296,6 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
 
     def refined(s: np.ndarray, e: np.ndarray, note: str) -> tuple[np.ndarray, np.ndarray, str]:
-        # only a cut at the longest recurring pause (the weakest anchor) moves to the batch uploads
-        moved = reanchor_at_input_copies(timeline, rank, s, e) if PAUSE_WHY in note else None
-        if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
-            note += (
-                f"; re-anchored at the batch's host-to-device copies, launched once per step: "
-                f"{moved[0].size} steps (was {s.size})"
-            )
-            s, e = moved
         s2, e2 = refine_starts(s, e, calls, ranges)
         moved = int(np.count_nonzero(s2 != s))
         if moved:
