@@ -154,7 +154,7 @@ def with_setup(
     from .steps import Step, Steps
 
     start = an.trace.start_ns if an.trace.start_ns is not None else 0
-    setups = rank_setups(timeline, an.step_rows, an.gaps, start)
+    setups = rank_setups(timeline, an.step_rows, an.gaps)
     spans: dict[int, int] = {}
     for d in an.devices:
         spans[d.rank] = max(spans.get(d.rank, 0), d.span_ns)

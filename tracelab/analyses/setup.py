@@ -30,7 +30,7 @@ SETUP_SHARE = 0.05  # re-examine the findings on the steps alone when the set-up
 @dataclass(frozen=True)
 class RankSetup:
     rank: int
-    start_ns: int  # the rank's first GPU activity (its run start when it has none before)
+    start_ns: int  # the rank's first GPU activity
     end_ns: int  # its first step's start
     span_ns: int
     gpu_busy_ns: int
@@ -42,7 +42,7 @@ class RankSetup:
     top_gap_cause: str
 
 
-def rank_setups(timeline: Timeline, step_rows: tuple, gap_seq: Sequence[Gap], run_start: int) -> tuple[RankSetup, ...]:
+def rank_setups(timeline: Timeline, step_rows: tuple, gap_seq: Sequence[Gap]) -> tuple[RankSetup, ...]:
     """The set-up of every rank that has steps and GPU activity before its first step."""
     gaps = GapTable.of(gap_seq)
     first: dict[int, int] = {}
@@ -56,7 +56,7 @@ def rank_setups(timeline: Timeline, step_rows: tuple, gap_seq: Sequence[Gap], ru
         if rank not in first or rows.size == 0:
             continue
         stop = first[rank]
-        lo = int(start[rows].min()) if rows.size else run_start
+        lo = int(start[rows].min())
         if stop <= lo:
             continue
         us, ue = merge(start[rows], end[rows])
