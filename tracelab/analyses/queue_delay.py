@@ -90,15 +90,13 @@ def _kernels(timeline: Timeline) -> np.ndarray:
 
 def launch_times(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     """Start of the host API call that launched each row (-1 where the trace has none)."""
-    ev = timeline.events
+    from .step_table import launch_starts
+
     out = np.full(rows.size, -1, dtype=np.int64)
-    rank = ev["rank"].to_numpy()[rows]
-    corr = ev["correlation"].to_numpy()[rows]
+    rank = timeline.col("rank")[rows]
     for r in sorted_unique(rank).tolist():  # one per rank
         sel = rank == r
-        host = HostView(timeline, int(r))
-        li = host.launch_index(corr[sel])
-        out[sel] = np.where(li >= 0, host.api_start[np.maximum(li, 0)], -1)
+        out[sel] = launch_starts(timeline, int(r), rows[sel])
     return out
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import EventKind, Flag, Timeline
+from ..model.kinds import HOST_API_KINDS
+from .distinct import FirstPosition
 from .intervals import covered_length, merge
 from .results import CAUSES as GAP_CAUSES
 from .results import Gap, GapTable
@@ -79,26 +81,18 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
 
 
 def launch_starts(timeline: Timeline, rank: int, rows: np.ndarray) -> np.ndarray:
-    """Start of the host API call of `rank` that launched each GPU row (by correlation id), -1 where
-    the trace holds none."""
+    """Start of the host API call of `rank` that launched each GPU row (by correlation id: the first
+    call carrying it, as HostView.launch_index takes it), -1 where the trace holds none."""
     corr = timeline.col("correlation")
-    api = rows_of(timeline, rank, (EventKind.RUNTIME, EventKind.DRIVER))
+    api = rows_of(timeline, rank, HOST_API_KINDS)
     out = np.full(rows.size, -1, dtype=np.int64)
+    api = api[corr[api] >= 0]
     if api.size == 0 or rows.size == 0:
         return out
-    ac = corr[api]
-    keep = ac >= 0
-    ac, at = ac[keep], timeline.col("start")[api][keep]
-    order = np.argsort(ac, kind="stable")  # the first call of each correlation id wins
-    ac, at = ac[order], at[order]
-    first = np.r_[True, ac[1:] != ac[:-1]] if ac.size else np.zeros(0, dtype=bool)
-    ac, at = ac[first], at[first]
-    if ac.size == 0:
-        return out
     c = corr[rows]
-    i = np.clip(np.searchsorted(ac, c), 0, ac.size - 1)
-    hit = (c >= 0) & (ac[i] == c)
-    out[hit] = at[i[hit]]
+    i = FirstPosition(corr[api]).find(c)
+    hit = (c >= 0) & (i >= 0)
+    out[hit] = timeline.col("start")[api[i[hit]]]
     return out
 
 
