@@ -27,7 +27,7 @@ from tracelab.demo import demo_run_paths
 from tracelab.model import EventKind
 from tracelab.parsers.rundir import load_run_dir
 
-ORDER = ["overlap", "sync_pitfalls", "pdl", "graphs", "green_contexts", "fusion", "default_stream", "priorities"]
+ORDER = ["overlap", "sync_pitfalls", "pdl", "graphs", "green_contexts", "fusion", "default_stream", "priorities", "input_pipeline", "comm_overlap"]
 
 
 def us(ns: float) -> str:
