@@ -23,7 +23,7 @@ RUNS="sync_pitfalls-item_every_step-nsys graphs-eager-nsys"
 
 stats() {  # stats INPUT NAME: both projection reports as CSV, D/NAME_<report>.csv
   echo "== nsys stats $2 ($1)"
-  "$NSYS" stats --report nvtx_gpu_proj_sum --report nvtx_gpu_proj_trace --format csv --timeunit nsec \
+  "$NSYS" stats --report nvtx_gpu_proj_sum,nvtx_gpu_proj_trace --format csv \
     --force-overwrite true --output "$D/$2" "$1"
   echo "rc=$?"
 }
