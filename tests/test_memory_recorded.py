@@ -12,6 +12,7 @@ torch: the same from the `[memory]` instants' Total Allocated / Total Reserved (
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -146,7 +147,7 @@ def test_memory_variant_torch_grows_by_the_kept_logits_each_step() -> None:
     kept = int(meta["params"]["batch"]) * int(meta["params"]["classes"]) * 4
     carried = [s.start_bytes for s in m.steps]
     # (besides the logits: one 512-byte loss block a step kept until the every-log_every-steps read, freed then)
-    assert len(carried) >= 3 and all(abs(b - a - kept) < 2**16 for a, b in zip(carried[1:], carried[2:])), (
+    assert len(carried) >= 3 and all(abs(b - a - kept) < 2**16 for a, b in itertools.pairwise(carried[1:])), (
         carried, kept)
     assert max(e["args"]["Total Allocated"] for _, e in mem) >= carried[-1] + kept
 

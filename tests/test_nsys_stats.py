@@ -50,7 +50,7 @@ def num(row: dict[str, str], prefix: str) -> int:
 
 def range_name(s: str) -> str:
     """nsys may write a range of the default domain as ':name'; tracelab keeps the name."""
-    return s[1:] if s.startswith(":") else s
+    return s.removeprefix(":")
 
 
 def export_of(name: str, tmp: Path) -> Path:
