@@ -5,7 +5,6 @@ sqlite3, GPU gaps rebuilt from the raw GPU records, Kineto orphans counted in th
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import os
 import sqlite3
@@ -84,7 +83,7 @@ def kineto_profiler_gaps(events: list[dict], threshold: int = 10_000) -> list[tu
     """The same from a raw Kineto trace: its "overhead" events (no process: they count for every one) against the
     idle intervals between the merged GPU ops of each device; a launch (by correlation) that returned before
     the gap leaves it to the queue."""
-    ns = lambda us: round(float(us) * 1000)  # noqa: E731 - as the parser converts µs
+    ns = lambda us: round(float(us) * 1000)  # as the parser converts µs
     union = merged((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
                    if e.get("cat") == "overhead" and e.get("ph") == "X")
     launch = {e["args"]["correlation"]: ns(e["ts"]) + ns(e["dur"]) for e in events
