@@ -1,6 +1,7 @@
 """nsys CUDA memory usage events (CUDA_GPU_MEMORY_USAGE_EVENTS, `--cuda-memory-usage=true`): no export in the
 corpus has rows in that table, so a bundled nsys export is copied and given allocation / free rows in nsys'
-own column layout (the saxpy corpus export's), each on the correlation id of a real CUDA call of the trace.
+own column layout (the saxpy corpus export's), each on the correlation id of a real CUDA call of the trace
+(device memory, memKind 2; a pinned host allocation among them is left out).
 Expected: the running sum per device (computed here), its peak, the allocation that reached it, and the
 innermost NVTX range around the CUDA call with that correlation id (read with sqlite3 here)."""
 
@@ -32,8 +33,11 @@ def test_nsys_memory_events(tmp_path):
         size = (i % 7 + 1) * 2**20
         op = 1 if i % 3 == 2 else 0  # every third a free of the one before
         plan.append((start + 5, size, op, corr))
-    con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, 0, 0, 1, ?, 0, ?, 1, ?, 0, ?)",
+    # memKind 2: device memory; one pinned host allocation (memKind 1, cudaHostAlloc) is not GPU memory
+    con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, 0, 0, 1, ?, 0, ?, 2, ?, 0, ?)",
                     [(s, 1000 + i, b, op, c) for i, (s, b, op, c) in enumerate(plan)])
+    con.execute("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, 0, 0, 1, 99, 0, ?, 1, 0, 0, ?)",
+                (plan[0][0] + 1, 2**34, plan[0][3]))
     con.commit()
     level, levels = 0, []
     for _s, b, op, _c in plan:

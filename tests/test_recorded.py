@@ -22,6 +22,9 @@ BACKENDS = ("nsys", "torch")
 # issue 29's workload, written without a GPU: the lead records it (`tracelab record input_pipeline --variant all
 # --backend nsys|torch --quick`) and bundles the runs, then removes it from here
 NOT_RECORDED_YET: set[str] = set()
+# variants added since the last bundling (issue 27: sync_pitfalls keep_outputs, recorded by
+# tests/data/record_multigpu.sh JOBS=memwl; empty this once tests/data/bundle_runs.py has packed them)
+NOT_RECORDED_YET_VARIANTS: set[str] = {"sync_pitfalls-keep_outputs"}
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +53,8 @@ def test_every_variant_was_recorded_under_both_backends(cache: Path) -> None:
         if w in NOT_RECORDED_YET:
             continue
         for v in wl.variant_names():
+            if f"{w}-{v}" in NOT_RECORDED_YET_VARIANTS:
+                continue
             for b in BACKENDS:
                 assert f"{w}-{v}-{b}" in names
     total = sum(a.stat().st_size for a in demo_archives())

@@ -21,7 +21,7 @@ from tracelab.workloads import WORKLOADS, get_workload
 
 CONTRACT = {
     "overlap": ("serial", "streams_pinned", "streams_pageable", "concurrent_kernels"),
-    "sync_pitfalls": ("item_every_step", "deferred_sync", "synchronize_in_loop", "nonzero_sync"),
+    "sync_pitfalls": ("item_every_step", "deferred_sync", "synchronize_in_loop", "nonzero_sync", "keep_outputs"),
     "pdl": ("no_pdl", "pdl"),
     "graphs": ("eager", "graph", "conditional", "multi_stream_eager", "multi_stream_capture"),
     "green_contexts": ("sequential", "streams", "green_ctx"),
@@ -90,6 +90,20 @@ def test_nsys_command_uses_the_small_trace_flags(tmp_path: Path) -> None:
     assert inner[1:5] == ["-m", "tracelab.workloads.runner", "overlap", "serial"]
     assert "--quick" in inner and inner[inner.index("--backend") + 1] == "nsys"
     assert nsys_command("nsys", "p", ["a"]) == ["nsys", "profile", *NSYS_FLAGS, "-o", "p", "a"]
+
+
+def test_memory_variant_records_with_memory_tracing(tmp_path: Path) -> None:
+    """Issue 27: a variant marked `memory` gets nsys --cuda-memory-usage=true (and torch.profiler
+    profile_memory=True in the runner); the others do not."""
+    wl = get_workload("sync_pitfalls")
+    assert [v.name for v in wl.variants if v.memory] == ["keep_outputs"]
+    assert wl.traces_memory("keep_outputs") and not wl.traces_memory("deferred_sync")
+    assert any(v["memory"] for v in wl.to_dict()["variants"])
+    mem = build_command("sync_pitfalls", "keep_outputs", "nsys", True, tmp_path, nsys="/opt/nsys")
+    plain = build_command("sync_pitfalls", "deferred_sync", "nsys", True, tmp_path, nsys="/opt/nsys")
+    assert "--cuda-memory-usage=true" in mem and "--cuda-memory-usage=true" not in plain
+    assert mem.index("--cuda-memory-usage=true") < mem.index("-o")  # an nsys flag, not the program's
+    assert "--cuda-memory-usage=true" not in build_command("sync_pitfalls", "keep_outputs", "torch", True, tmp_path)
 
 
 def test_torch_command_runs_the_runner_directly(tmp_path: Path) -> None:

@@ -78,6 +78,8 @@ NSYS_WINDOW = ("--capture-range=cudaProfilerApi", "--capture-range-end=stop")
 # the host side between CUDA calls is visible in the nsys trace as it is in a torch.profiler trace
 # (CPU ops). Without it the host shows only inside CUDA calls and Python time looks like "nothing".
 NSYS_PYTORCH_HOST = "--pytorch=autograd-nvtx"
+# a workload variant recorded with memory tracing (Variant.memory) under nsys: CUDA_GPU_MEMORY_USAGE_EVENTS
+NSYS_MEMORY = "--cuda-memory-usage=true"
 
 
 def nsys_command(
@@ -202,7 +204,12 @@ def build_command(
     check_backend(backend)
     inner = workload_command(name, variant, backend, quick, run_dir, params, seed, probe)
     if backend == "nsys":
-        return nsys_command(nsys, Path(run_dir) / "trace", inner, window=True, extra=nsys_extra, os_calls=os_calls)
+        from .workloads import get_workload
+
+        # a variant with memory tracing (Variant.memory): CUDA memory usage events in the export
+        memory = (NSYS_MEMORY,) if get_workload(name).traces_memory(variant) else ()
+        return nsys_command(nsys, Path(run_dir) / "trace", inner, window=True, extra=(*nsys_extra, *memory),
+                            os_calls=os_calls)
     return inner
 
 

@@ -47,6 +47,7 @@ job() {  # job NAME CMD...: one recording, its log, its exit code and time
          python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute(\"select count(*), min(jsonText) from NVTX_EVENTS where jsonText is not null\").fetchall())" $W/runs/ncclpayload/payload.sqlite;
          rm -f $W/runs/ncclpayload/*/trace.sqlite; } > $W/logs/ncclpayload_export.txt 2>&1 ;;
     input) for b in torch nsys; do job input_$b $TL input_pipeline --variant all --backend $b --quick --out $W/runs/input; done ;;
+    memwl) for b in torch nsys; do job memwl_$b $TL sync_pitfalls --variant keep_outputs --backend $b --quick --out $W/runs/memwl; done ;;
     esac
   done
 } 2>&1 | tee $W/logs/session.txt

@@ -39,6 +39,7 @@ CAUSE_WORDS = {
     "host_sync": "host blocked in a sync",
     "dependency_wait": "waiting on another stream",
     "unknown": "cause unknown",
+    "profiler": "held up by the profiler",
 }
 
 

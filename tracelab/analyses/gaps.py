@@ -10,7 +10,11 @@ launched the next GPU operation (the one that ends the gap; found by correlation
    "wait event" record) issued shortly before that launch. (A CUDA graph node waiting inside its
    graph is `unknown`: the graph's edges are not in the trace.)
    Already launched without such evidence: `unknown`.
-2. host_sync — the host was blocked waiting for the GPU, in a wait made by the launching thread or
+2. profiler — the profiler's own work covers at least half of the gap: nsys PROFILER_OVERHEAD intervals
+   (CUPTI buffer flushes, the flush at cudaProfilerStop, CUPTI set-up) on the rank's processes (every process
+   of a one-rank trace). The host was held up by the profiler, not by itself (TraceLens#728, nsys-ai#599).
+   Kineto traces record no such intervals.
+3. host_sync — the host was blocked waiting for the GPU, in a wait made by the launching thread or
    on this device: a blocking call (stream / device / event synchronize, a synchronous memcpy that
    really blocks, a profiler sync record, or a device-to-host memcpy into pageable memory, which
    blocks like `.item()`) covers at least half of the gap. A synchronous cudaMemset to device memory
@@ -19,21 +23,21 @@ launched the next GPU operation (the one that ends the gap; found by correlation
    device's gap. A wait in progress when the gap began that covers less than half of it does not make
    it host_sync (issue 24 item 7): the rules below classify the time after it returned (every share is
    measured from its return).
-3. input_wait — the launching thread spent at least half of the time up to the next launch waiting for
+4. input_wait — the launching thread spent at least half of the time up to the next launch waiting for
    input data: in data-loading ranges (DataLoader iterator ops, user ranges named for data / batch /
    load) or blocked in OS waits for data (tracelab.analyses.input_wait).
-4. no_work — the host was blocked in the OS (nsys OS runtime calls): up to the next launch, the
+5. no_work — the host was blocked in the OS (nsys OS runtime calls): up to the next launch, the
    launching thread spent at least half of the time in OS calls outside its CUDA calls, and for at
    least half of it no launching thread of its process ran (each in an OS call, waiting for the GPU or
    outside its recorded life). A wait for another thread counts only until the last wake-up call made
    in the process while it waited (tracelab.analyses.host.HostView.os_calls).
-5. unknown — the next operation has no launch in the trace.
-6. no_work — the host was absent: the launching thread has no recorded host event (CUDA call, CPU op,
+6. unknown — the next operation has no launch in the trace.
+7. no_work — the host was absent: the launching thread has no recorded host event (CUDA call, CPU op,
    NVTX range, OS call) before its launch (it started, or began being recorded, only then).
-7. no_work — the host idle (torch.profiler CPU ops, no OS calls): no launching thread of the process ran
+8. no_work — the host idle (torch.profiler CPU ops, no OS calls): no launching thread of the process ran
    a recorded CPU op or CUDA call for one stretch of more than half of the time up to the launch and at
    least 1 ms.
-8. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU
+9. launch_latency — otherwise: the launching thread was between CUDA calls, not waiting for the GPU
    and not blocked in the OS, so it was busy on the host and launched late. An nsys trace without CPU
    ops shows only the CUDA calls; that is not "no work".
 
@@ -62,7 +66,17 @@ import numpy as np
 from ..model import Flag, Timeline
 from .devices import DeviceRows, device_rows
 from .distinct import distinct
-from .host import FirstSeen, HostData, HostView, WaitSet, host_views, thread_first_seen
+from .host import (
+    FirstSeen,
+    HostData,
+    HostView,
+    Overhead,
+    WaitSet,
+    host_views,
+    overhead_names,
+    rank_overhead,
+    thread_first_seen,
+)
 from .input_wait import INPUT_FRACTION
 from .intervals import covered_length, running_max_index
 from .memo import column
@@ -76,14 +90,15 @@ __all__ = [
 
 CLOCK_TOLERANCE_NS = 2_000  # host and GPU timestamps may disagree by about a microsecond
 HOST_SYNC_COVERAGE = 0.5
+PROFILER_COVERAGE = 0.5  # the profiler's own work covers at least this share of the gap: cause profiler
 OS_BLOCKED_FRACTION = 0.5
 HOST_IDLE_FRACTION = 0.5  # torch.profiler: no op or CUDA call on any launching thread for more than this share
 HOST_IDLE_MIN_NS = 1_000_000  # ... and at least this long (Python between ops can take tens of µs, not ms)
 
 _I64 = np.int64
 _CODE = {c: i for i, c in enumerate(CAUSES)}
-_DEP, _HOST_SYNC, _INPUT, _LAUNCH, _NO_WORK, _UNKNOWN = (
-    _CODE[c] for c in ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown"))
+_DEP, _HOST_SYNC, _INPUT, _LAUNCH, _NO_WORK, _UNKNOWN, _PROFILER = (
+    _CODE[c] for c in ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown", "profiler"))
 
 
 class IdleIntervals:
@@ -169,6 +184,41 @@ class _InputEvidence:
 
 
 @dataclass(frozen=True)
+class _ProfilerEvidence:
+    """Per gap, the profiler's own work on the rank's processes (nsys PROFILER_OVERHEAD) inside it."""
+
+    frac: np.ndarray  # share of the gap the overhead intervals cover
+    name: np.ndarray  # the interval that names it (index into overhead_names; -1: none), its start and end
+    start: np.ndarray
+    end: np.ndarray
+
+
+def _profiler_evidence(ov: Overhead, a: np.ndarray, b: np.ndarray, details: bool) -> _ProfilerEvidence:
+    """The share of each gap [a, b) that profiler overhead covers and (with details) the interval running
+    halfway through it, else, of those overlapping it, the one that reaches furthest (vectorized)."""
+    n = a.size
+    z = np.zeros(n, dtype=_I64)
+    if ov.start.size == 0:
+        return _ProfilerEvidence(np.zeros(n), np.full(n, -1, _I64), z, z.copy())
+    frac = covered_length(ov.us, ov.ue, a, b) / np.maximum(b - a, 1)
+    if not details:
+        return _ProfilerEvidence(frac, np.full(n, -1, _I64), z, z.copy())
+    mid = a + (b - a) // 2
+    i = np.searchsorted(ov.start, mid, side="right") - 1
+    ic = np.maximum(i, 0)
+    at_mid = (i >= 0) & (ov.runmax[ic] > mid)
+    j = np.where(at_mid, ov.arg[ic], -1)
+    # else the longest overlapping: among the intervals starting before b, the last whose end is past a
+    k = np.searchsorted(ov.start, b, side="left") - 1
+    kc = np.maximum(k, 0)
+    j = np.where(~at_mid & (k >= 0) & (ov.runmax[kc] > a), ov.arg[kc], j)
+    jc = np.maximum(j, 0)
+    ok = (j >= 0) & (frac > 0)
+    return _ProfilerEvidence(frac, np.where(ok, ov.name[jc], -1), np.where(ok, ov.start[jc], 0),
+                             np.where(ok, ov.end[jc], 0))
+
+
+@dataclass(frozen=True)
 class _Classified:
     """The gaps of one device, their causes (codes into CAUSES) and what their evidence rests on."""
 
@@ -195,6 +245,7 @@ class _Classified:
     s_name: np.ndarray
     os: _OsEvidence
     inp: _InputEvidence
+    prof: _ProfilerEvidence
 
 
 @dataclass(frozen=True)
@@ -313,9 +364,15 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     # stretch of more than half of the time up to the launch and at least 1 ms (a sleeping host; Python between
     # ops leaves short holes; a thread waiting for another that runs ops, e.g. the autograd thread, is not idle)
     host_idle = found & (idle_frac > HOST_IDLE_FRACTION) & (idle_len >= HOST_IDLE_MIN_NS)
+    # the profiler's own work (nsys PROFILER_OVERHEAD: buffer flushes, CUPTI set-up) on the rank's processes
+    # covers at least half of the gap: the profiler's doing, not a host cause (unless the next op was queued
+    # before the gap began: then the host did not hold it back)
+    pids = distinct(host.api_pid) if host.api_pid.size else np.zeros(0, dtype=_I64)
+    prof = _profiler_evidence(rank_overhead(timeline, dr.rank, pids), a, b, details)
+    profiler = prof.frac >= PROFILER_COVERAGE
     cause = np.select(
-        [dep, queued, covered, input_wait, os_blocked, ~found, absent, host_idle],
-        [_DEP, _UNKNOWN, _HOST_SYNC, _INPUT, _NO_WORK, _UNKNOWN, _NO_WORK, _NO_WORK],
+        [dep, queued, profiler, covered, input_wait, os_blocked, ~found, absent, host_idle],
+        [_DEP, _UNKNOWN, _PROFILER, _HOST_SYNC, _INPUT, _NO_WORK, _UNKNOWN, _NO_WORK, _NO_WORK],
         default=_LAUNCH,
     ).astype(np.int8)
     os_ev.blocked[:] = os_blocked & (cause == _NO_WORK)
@@ -323,7 +380,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     return _Classified(
         a, b, nxt, cause, found, lic, l_start, l_tid, covered, cov, w_cover, w_inprog, inprog & ~covered, w_back,
         inprog & ~covered & ~queued & ((cause == _LAUNCH) | (cause == _UNKNOWN)),
-        act, idle & (idle_frac > 0), idle_frac, s_ok, s_time, s_name, os_ev, inp,
+        act, idle & (idle_frac > 0), idle_frac, s_ok, s_time, s_name, os_ev, inp, prof,
     )
 
 
@@ -493,7 +550,9 @@ class Classification:
                 tables.append(_device_gaps(dr, host, c, row))
                 parts.append(_details(self.timeline, host, c))
                 row += c.a.size
-        return GapTable.concat(tables), GapDetails.concat(self.timeline.strings, parts)
+        # profiler-overhead names follow the timeline's strings (GapDetails.profiler_name)
+        strings = self.timeline.strings + overhead_names(self.timeline)
+        return GapTable.concat(tables), GapDetails.concat(strings, parts)
 
     def idle(self) -> dict[tuple[int, int], IdleIntervals]:
         """Every idle interval (> 0 ns) of every device; the causes of those shorter than the threshold
@@ -613,4 +672,8 @@ def _details(timeline: Timeline, host: HostView, c: _Classified) -> dict[str, np
         "host_idle": c.host_idle,
         "idle_fraction": c.idle_frac,
         "after_wait": c.after_wait,
+        "profiler_fraction": c.prof.frac,
+        "profiler_name": np.where(c.prof.name >= 0, len(timeline.strings) + c.prof.name, -1).astype(_I64),
+        "profiler_start": c.prof.start,
+        "profiler_end": c.prof.end,
     }

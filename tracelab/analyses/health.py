@@ -3,10 +3,13 @@
 Checks (each a `HealthCheck`, status "ok" | "warn" | "n/a"):
 - dropped: events the profiler says it lost (nsys DIAGNOSTIC_EVENT messages about lost / dropped records or
   full buffers; "not all ... might have been collected" is counted as `incomplete`, a weaker warning nsys
-  prints on most runs). Kineto traces carry no such record in the corpus we have: "n/a".
+  prints on most runs). Kineto: its own log, the top-level "WARNING" / "ERROR" arrays that builds without
+  glog wrote until kineto#1460 ("Dropped N activity records": `dropped_records`; "Exceeded max GPU buffer
+  count ... terminating tracing"); a trace without them: "n/a".
 - profiler_overhead: nsys PROFILER_OVERHEAD intervals (buffer flushes, CUPTI initialisation) on the
-  application's threads; the GPU gaps that they cover for at least half of their length are counted
-  (`gaps_covered`, their idle time): those gaps are the profiler's doing, not a host cause.
+  application's threads, or Kineto's CUPTI "overhead" events ("Buffer Flush", "Activity Buffer Request");
+  the GPU gaps of cause `profiler` (the overhead covers at least half of them: tracelab.analyses.gaps) are
+  counted (`gaps_covered`, their idle time): those gaps are the profiler's doing, not a host cause.
 - graphs: CUDA graph launches whose GPU work is not in the trace (graph-level tracing: no node kernels).
 - correlation: launch calls without a correlation id, launches whose correlation matches no GPU op, and GPU
   ops whose correlation matches no launch (`orphan_gpu_events`: launched before the capture window).
@@ -21,6 +24,7 @@ host-cause and launch findings when profiler overhead covers gaps), said in the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -29,11 +33,18 @@ import numpy as np
 from ..model.grouping import member, sorted_unique
 from ..model.kinds import EventKind, Flag
 from ..model.timeline import Timeline
-from .intervals import covered_length, merge
-from .results import Analysis, GapTable
+from .host import overhead_table
+from .intervals import merge
+from .results import CAUSES, Analysis, GapTable
 
 Status = Literal["ok", "warn", "n/a"]
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+LOG_KEYS = ("WARNING", "ERROR")  # Kineto's log arrays (tracelab.parsers.kineto.LOG_KEYS)
+# Kineto's messages about lost CUPTI records (libkineto CuptiActivityApi.cpp): "Dropped N activity records",
+# "Exceeded max GPU buffer count (N >= M) - terminating tracing"
+KINETO_LOST = re.compile(r"dropped \d+ activity records|exceeded max gpu buffer count|terminating tracing|"
+                         r"records? (were |was )?(lost|dropped)|buffer overflow", re.IGNORECASE)
+KINETO_DROPPED_N = re.compile(r"dropped (\d+) activity records", re.IGNORECASE)
 HOST_CAUSE_RULES = ("launch_bound", "excessive_sync", "sync_per_iteration", "sync_memcpy", "waits", "idle_partition")
 
 
@@ -65,60 +76,92 @@ class Health:
         }
 
 
-def _nsys_health(tl: Timeline) -> dict[str, Any] | None:
-    h = tl.meta.extra.get("health") if isinstance(tl.meta.extra, dict) else None
-    return h if isinstance(h, dict) else None
+def _records(tl: Timeline) -> list[dict[str, Any]]:
+    """The parsers' health records of the run's trace files: meta.extra["health"] of a one-file run, each rank
+    file's in meta.extra["rank_extra"] of a run merged from rank files (tracelab.parsers.nsys_health; the
+    Kineto parser writes "log" and "overhead")."""
+    extra = tl.meta.extra if isinstance(tl.meta.extra, dict) else {}
+    out = [extra["health"]] if isinstance(extra.get("health"), dict) else []
+    for e in (extra.get("rank_extra") or {}).values():
+        if isinstance(e, dict) and isinstance(e.get("health"), dict):
+            out.append(e["health"])
+    return out
+
+
+def _lines(texts: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for t in texts:
+        seen.setdefault(t, None)
+    return list(seen)
 
 
 def _dropped(tl: Timeline) -> HealthCheck:
-    h = _nsys_health(tl)
-    if h is None and tl.meta.format == "nsys":
-        return HealthCheck("dropped", "n/a", "not read at import (a run imported by an older tracelab: re-import it)")
-    if h is None or "diagnostics" not in h:
-        why = "the trace records no profiler diagnostics" if tl.meta.format != "nsys" else "no DIAGNOSTIC_EVENT table"
+    recs = _records(tl)
+    nsys = "nsys" in tl.meta.format
+    msgs = [m for h in recs for m in h.get("diagnostics", ())]
+    logs = [h["log"] for h in recs if isinstance(h.get("log"), dict)]
+    if not any("diagnostics" in h for h in recs) and not logs:
+        if nsys and not recs:
+            return HealthCheck("dropped", "n/a", "not read at import (a run imported by an older tracelab: re-import it)")
+        why = ("no DIAGNOSTIC_EVENT table" if nsys else
+               "the trace carries no profiler log: Kineto writes its warnings (where lost CUPTI records are "
+               "reported) as top-level WARNING / ERROR arrays only in builds without glog, before kineto#1460")
         return HealthCheck("dropped", "n/a", why)
-    msgs = h["diagnostics"]
-    dropped = [m["text"] for m in msgs if m.get("dropped")]
-    incomplete = [m["text"] for m in msgs if m.get("incomplete")]
-    produced = [m["text"] for m in msgs if "CUPTI events" in m["text"]]
-    data = {"dropped": dropped, "incomplete": incomplete, "cupti": produced,
-            "warnings": [m["text"] for m in msgs if m.get("severity") in ("warning", "error")]}
+    dropped = _lines([m["text"] for m in msgs if m.get("dropped")])
+    incomplete = _lines([m["text"] for m in msgs if m.get("incomplete")])
+    produced = _lines([m["text"] for m in msgs if "CUPTI events" in m["text"]])
+    warnings = _lines([m["text"] for m in msgs if m.get("severity") in ("warning", "error")])
+    data: dict[str, Any] = {"dropped": dropped, "incomplete": incomplete, "cupti": produced, "warnings": warnings}
+    if logs:  # Kineto: its log lines about lost records
+        lines = _lines([str(x) for lg in logs for k in LOG_KEYS for x in lg.get(k, ())])
+        lost = [x for x in lines if KINETO_LOST.search(x)]
+        data["dropped"] = dropped = dropped + lost
+        data["dropped_records"] = sum(int(m.group(1)) for x in lost for m in [KINETO_DROPPED_N.search(x)] if m)
+        data["warnings"] = warnings + _lines([str(x) for lg in logs for x in lg.get("WARNING", ())])
+        data["errors"] = _lines([str(x) for lg in logs for x in lg.get("ERROR", ())])
     if dropped:
-        return HealthCheck("dropped", "warn", f"the profiler reports lost events: {dropped[0]}", data)
+        n = data.get("dropped_records")
+        count = f" ({n} records)" if n else ""
+        return HealthCheck("dropped", "warn", f"the profiler reports lost events{count}: {dropped[0]}", data)
     if incomplete:
         return HealthCheck("dropped", "ok", f"no lost events reported ({len(incomplete)} generic 'not all events "
                            "might have been collected' notices)", data)
+    if logs:
+        n = len(data["warnings"]) + len(data["errors"])
+        return HealthCheck("dropped", "ok", f"no lost events reported (Kineto's log: {n} warnings / errors)", data)
     return HealthCheck("dropped", "ok", "no lost events reported", data)
 
 
 def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
-    h = _nsys_health(tl)
-    if h is None or "PROFILER_OVERHEAD" not in h.get("tables", ()):
-        return HealthCheck("profiler_overhead", "n/a", "the trace records no profiler overhead")
-    o = h.get("overhead")
-    if not o:
+    recs = _records(tl)
+    nsys_table = any("PROFILER_OVERHEAD" in h.get("tables", ()) for h in recs)
+    t = overhead_table(tl)
+    if t is None and not nsys_table:
+        why = ("the trace records no profiler overhead" if "nsys" in tl.meta.format else
+               "the trace has no CUPTI overhead events (Kineto category \"overhead\")")
+        return HealthCheck("profiler_overhead", "n/a", why)
+    if t is None or t[2].size == 0:
         return HealthCheck("profiler_overhead", "ok", "no profiler overhead recorded", {"intervals": 0, "total_ns": 0})
-    s = np.asarray(o["start"], dtype=np.int64)
-    e = np.asarray(o["end"], dtype=np.int64)
-    names = o["name"]
-    by_name: dict[str, int] = {}
-    for n, d in zip(names, (e - s).tolist(), strict=True):
-        by_name[n] = by_name.get(n, 0) + int(d)
+    _rank, _pid, s, e, code, names = t
+    dur = np.bincount(code, weights=(e - s).astype(np.float64), minlength=len(names))
+    by_name = {str(n): int(d) for n, d in zip(names.tolist(), dur.tolist(), strict=True)}
     us, ue = merge(s, e)
     covered_n, covered_ns = 0, 0
     if an is not None and len(an.gaps):
+        # the gaps of cause `profiler` (tracelab.analyses.gaps: the overhead covers >= half of the gap)
         if isinstance(an.gaps, GapTable):  # columns: no Gap object per gap
             gs, ge = an.gaps.column("start").astype(np.int64), an.gaps.column("end").astype(np.int64)
+            hit = an.gaps.column("cause") == CAUSES.index("profiler")
         else:
             gs = np.fromiter((g.start_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
             ge = np.fromiter((g.end_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
-        cov = covered_length(us, ue, gs, ge)
-        hit = 2 * cov >= (ge - gs)
+            hit = np.fromiter((g.cause == "profiler" for g in an.gaps), dtype=bool, count=len(an.gaps))
         covered_n, covered_ns = int(hit.sum()), int((ge - gs)[hit].sum())
-    data = {"intervals": int(s.size), "total_ns": int((ue - us).sum()), "by_name": by_name,
+    source = "nsys PROFILER_OVERHEAD" if nsys_table else "Kineto CUPTI overhead events"
+    data = {"intervals": int(s.size), "total_ns": int((ue - us).sum()), "by_name": by_name, "source": source,
             "gaps_covered": covered_n, "gaps_covered_ns": covered_ns,
             "windows": [[int(a), int(b)] for a, b in zip(us.tolist(), ue.tolist(), strict=True)][:50]}
-    summary = f"{s.size} profiler-overhead intervals, {int((ue - us).sum()) / 1e6:.3f} ms"
+    summary = f"{s.size} profiler-overhead intervals ({source}), {int((ue - us).sum()) / 1e6:.3f} ms"
     if covered_n:
         summary += f"; they cover {covered_n} GPU gaps ({covered_ns / 1e6:.3f} ms of idle): cause profiler, not the host"
         return HealthCheck("profiler_overhead", "warn", summary, data)

@@ -27,7 +27,7 @@ from .intervals import covered_length, merge
 from .results import CAUSES as GAP_CAUSES
 from .results import Analysis, GapTable
 
-CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown")
+CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown", "profiler")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GPU_KINDS = [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]
 

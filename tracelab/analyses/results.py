@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 2
 
-GapCause = Literal["host_sync", "launch_latency", "dependency_wait", "no_work", "unknown", "input_wait"]
+GapCause = Literal["host_sync", "launch_latency", "dependency_wait", "no_work", "unknown", "input_wait", "profiler"]
 Severity = Literal["info", "warning", "critical"]
 SmSource = Literal["measured", "estimated", "none"]
 
@@ -106,7 +106,9 @@ class Gap:
     detail: int = -1  # row of the analysis' GapDetails that holds this gap's evidence (-1: none)
 
 
-CAUSES: tuple[GapCause, ...] = ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown")
+# codes are indices: a new cause goes at the end ("profiler", issue 27), so earlier codes keep their meaning
+CAUSES: tuple[GapCause, ...] = ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown",
+                                "profiler")
 HOST_DATA: tuple[str, ...] = ("cpu_ops", "cuda_api", "none")
 
 
@@ -304,7 +306,8 @@ def longest_gaps(gaps: Sequence[Gap], k: int | None = None) -> list[Gap]:
 @dataclass(frozen=True, eq=False)
 class GapDetails:
     """The structured evidence of the gaps of an analysis, as columns: row `Gap.detail` describes that
-    gap. Names are ids into `strings` (the timeline's string table); -1 means none / not in the trace.
+    gap. Names are ids into `strings` (the timeline's string table, then the names of the profiler-overhead
+    intervals: tracelab.analyses.host.overhead_names); -1 means none / not in the trace.
     Times are ns on the trace clock. No prose: tracelab.render.gap_evidence writes the sentences.
 
     What each cause's evidence uses (docs/DESIGN.md, "Gap causes"):
@@ -325,6 +328,10 @@ class GapDetails:
       it (input_name, input_start, input_end; input_os: an OS call): running halfway, else the last range;
     - no_work, host idle (host_idle; torch.profiler): idle_fraction, the longest stretch of [gap start,
       next launch) with no CPU op or CUDA call on the launching thread, as a share of it;
+    - profiler: profiler_fraction, the share of the gap the profiler's own work on the rank's processes covers
+      (nsys PROFILER_OVERHEAD: buffer flushes, CUPTI set-up); the interval that names it (profiler_name: an
+      id past the timeline's strings, into this table's `strings`; profiler_start, profiler_end): the one
+      running halfway through the gap, else the overlapping one that reaches furthest;
     - after_wait: a wait was in progress when the gap began but covered less than half of it: every
       fraction above is measured from its return (wait_end), and the cause is that of the time after it;
     - host_data: which host data the rank's trace had (index into HOST_DATA); os_data: whether it had OS
@@ -370,6 +377,10 @@ class GapDetails:
     host_idle: np.ndarray
     idle_fraction: np.ndarray
     after_wait: np.ndarray
+    profiler_fraction: np.ndarray
+    profiler_name: np.ndarray
+    profiler_start: np.ndarray
+    profiler_end: np.ndarray
 
     def __len__(self) -> int:
         return int(self.start.size)

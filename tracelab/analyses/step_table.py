@@ -34,7 +34,7 @@ from .rows import positions_by, rank_rows, ranks_of, rows_of
 from .steps import Steps
 
 OUTLIER_FACTOR = 3.0
-CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown")
+CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown", "profiler")
 _STEP_CAUSE = np.array([CAUSES.index(c) for c in GAP_CAUSES], dtype=np.int64)  # GapTable cause -> index here
 
 

@@ -92,11 +92,22 @@ _CAT_KIND: dict[str, int] = {
 _LEGACY_CATS = {"Kernel", "Memcpy", "Memset", "Runtime", "Operator"}
 _SKIP_CATS = {"Trace"}  # the profiler's own span
 _DROP = -1
+# CUPTI's own work (CUPTI_ACTIVITY_KIND_OVERHEAD: "Buffer Flush", "Activity Buffer Request", "Lazy Function
+# Loading"), written by Kineto as "X" events of category "overhead" on pid -1: kept for the trace health and
+# the gap cause `profiler` (meta.extra["health"]["overhead"]), not as events
+_OVERHEAD = -2
+MAX_OVERHEAD = 100_000
 _KIND_OF: dict[str, int] = {
     **{k: int(v) for k, v in _CAT_KIND.items()},
     **{k: _DROP for k in _SKIP_CATS},
+    "overhead": _OVERHEAD,
     "": _DROP,
 }
+# Kineto's own log, written as top-level "WARNING" / "ERROR" arrays by builds without glog (PyTorch's wheels)
+# until kineto#1460 (2026-07): "Dropped N activity records", "Exceeded max GPU buffer count (...) - terminating
+# tracing", ... (tracelab.analyses.health reads them as dropped-event metadata)
+LOG_KEYS = ("WARNING", "ERROR")
+MAX_LOG_LINES = 200
 _GPU = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 _ON_DEVICE = (*_GPU, int(EventKind.SYNC), int(EventKind.GPU_ANNOTATION))
 _WITH_CORRELATION = (*_GPU, int(EventKind.SYNC), int(EventKind.RUNTIME), int(EventKind.DRIVER))
@@ -246,6 +257,10 @@ class _Parsed:
         self.n_total = 0
         self.n_dropped_instant = 0
         self.n_flows = 0
+        # the "overhead" events (plain lists: a decode worker's are concatenated by kineto_parallel)
+        self.overhead_start: list[int] = []
+        self.overhead_end: list[int] = []
+        self.overhead_name: list[str] = []
         self.n_not_complete = 0  # events of a known category that are not complete "X" events (B/E, ...)
         self.n_not_complete_gpu = 0  # of them, GPU work (kernels, copies, memsets)
         self.n_bad_ts = 0
@@ -369,6 +384,19 @@ class _Parsed:
                 pool.close()
         self._pool = self._pool2 = None
 
+    def _keep_overhead(self, rows: Rows, idx: np.ndarray) -> None:
+        """Keep the "overhead" X events at `idx` (start, end in ns on the trace clock, name); few per trace."""
+        room = MAX_OVERHEAD - len(self.overhead_start)
+        if not idx.size or room <= 0:
+            return
+        sel = rows.select(idx[:room])
+        dur = sel.floats("dur")
+        start, end, ok = us_to_ns_checked(sel.floats("ts"), np.where(np.isnan(dur) | (dur < 0), 0.0, dur))
+        keep = np.flatnonzero(ok)
+        self.overhead_start += start[keep].tolist()
+        self.overhead_end += end[keep].tolist()
+        self.overhead_name += [sel.name(int(i)) for i in keep]
+
     def _process(self, rows: Rows) -> None:
         n = rows.n
         self.n_total += n
@@ -378,6 +406,10 @@ class _Parsed:
         if not self.legacy and not _LEGACY_CATS.isdisjoint(cats_used):
             self.legacy = True
         ph = rows.phases()
+        ov = kind == _OVERHEAD
+        if ov.any():
+            self._keep_overhead(rows, np.flatnonzero(ov & (ph == PH_X)))
+            kind[ov] = _DROP
         self.n_dropped_instant += int(np.count_nonzero(ph == PH_INSTANT))
         self.n_flows += int(np.count_nonzero(ph == PH_FLOW))
         other = (ph != PH_X) & (ph != PH_INSTANT) & (ph != PH_FLOW) & (kind != _DROP)
@@ -487,6 +519,22 @@ class _Parsed:
         self.columns.add(cols)
 
     # -------------------------------------------------------------------------------------------
+    def _health(self, top: dict) -> dict[str, Any]:
+        """What the trace says about its own completeness, in the nsys health record's shape
+        (tracelab.parsers.nsys_health): Kineto's log arrays and the CUPTI overhead intervals."""
+        out: dict[str, Any] = {}
+        log = {k: [str(x)[:500] for x in top[k][:MAX_LOG_LINES]] for k in LOG_KEYS if isinstance(top.get(k), list)}
+        if log:
+            out["log"] = log
+        if self.overhead_start:
+            order = np.argsort(np.asarray(self.overhead_start, dtype=np.int64), kind="stable").tolist()
+            out["overhead"] = {
+                "start": [self.overhead_start[i] for i in order], "end": [self.overhead_end[i] for i in order],
+                "pid": [-1] * len(order), "tid": [-1] * len(order),  # CUPTI's, on no process of the program
+                "name": [self.overhead_name[i][:200] for i in order],
+            }
+        return out
+
     def finish(self, path: Path, top: dict, rank: int | None) -> Timeline:
         self._flush()
         self.close()
@@ -652,6 +700,9 @@ class _Parsed:
             memory = read_memory(path)
             if memory is not None:
                 extra["memory"] = memory
+        health = self._health(top)
+        if health:
+            extra["health"] = health
         if self.comm_args:
             extra["collective_args"] = self.comm_args
         meta = RunMeta(

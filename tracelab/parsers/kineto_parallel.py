@@ -58,7 +58,8 @@ def _decode_piece(piece: bytes) -> tuple[Any, ...]:
 
 def _merge_state(parsed: Any, state: dict[str, Any]) -> None:
     """Fold one piece's parser state into `parsed` the way the serial parser accumulates it: counts
-    add up, flags OR, and a first example (a string) is kept from the first piece that has one."""
+    add up, flags OR, a first example (a string) is kept from the first piece that has one, and lists of
+    collected rows are concatenated."""
     for k, v in state.items():
         old = getattr(parsed, k)
         if isinstance(v, bool):
@@ -67,6 +68,8 @@ def _merge_state(parsed: Any, state: dict[str, Any]) -> None:
             setattr(parsed, k, old + v)
         elif isinstance(v, str):
             setattr(parsed, k, old or v)
+        elif isinstance(v, list):  # collected rows (the "overhead" events): concatenated
+            setattr(parsed, k, old + v)
         else:  # a kind of state this merge does not know: let the serial parser do it
             raise TypeError(f"cannot merge parser state {k!r} of type {type(v).__name__}")
 

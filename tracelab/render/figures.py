@@ -215,6 +215,7 @@ def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | N
         "dependency_wait": "#9467bd",
         "no_work": "#7f7f7f",
         "unknown": "#bcbd22",
+        "profiler": "#e377c2",
     }
     scatter = go.Scatter if len(gaps) <= SVG_MAX_POINTS else go.Scattergl
     for cause in sorted(set(causes.tolist())):

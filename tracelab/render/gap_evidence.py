@@ -178,6 +178,21 @@ def evidence_texts(d: GapDetails) -> list[str]:
             )
         ]
 
+    m = cause == _CODE["profiler"]
+    if m.any():
+        named = d.profiler_name[m] >= 0
+        src = np.full(int(m.sum()), "", dtype=object)
+        if named.any():
+            src[named] = (" (" + _labels(lambda x: short_name(nm(x), 80), d.profiler_name[m][named]) + " from "
+                          + _rel(d.profiler_start[m][named] - a[m][named]) + " to "
+                          + _rel(d.profiler_end[m][named] - a[m][named]) + ")")
+        nxt = np.where(found[m], "next launch " + rel_l[m] + " (" + caller[m] + ")", "next " + what[m] + " " + rel_b[m])
+        out[m] = [
+            f"profiler overhead{s} covers {p}% of the gap: the host was held up by the profiler, not by the "
+            f"program; {x}"
+            for s, p, x in zip(src, _pct(d.profiler_fraction[m]), nxt)
+        ]
+
     # a wait was in progress when the gap began but did not cover it: the cause is that of the time after it
     m = d.after_wait & (cause != _CODE["host_sync"]) & (d.wait_name >= 0)
     if m.any():

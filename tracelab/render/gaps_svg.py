@@ -25,6 +25,8 @@ CAUSE_COLORS = {
     "dependency_wait": "#9467bd",
     "no_work": "#7f7f7f",
     "unknown": "#bcbd22",
+    "input_wait": "#17becf",
+    "profiler": "#e377c2",
 }
 WIDTH, HEIGHT = 1400, 320  # the viewBox: the page's width at 1500 px, the iframe's height
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 28, 42  # plot area margins (px of the viewBox)

@@ -33,6 +33,7 @@ COLORS = {
     "dependency_wait": "#9467bd",
     "no_work": "#7f8c9a",
     "unknown": "#bcbd22",
+    "profiler": "#e377c2",
 }
 
 

@@ -22,7 +22,8 @@ from .format import fmt_ns, fmt_offset, fmt_share, run_origin
 from .gap_evidence import gap_evidence
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta", "input_wait": "cyan"}
+CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait": "magenta", "input_wait": "cyan",
+               "profiler": "blue"}
 
 
 def _pct(part: int, whole: int) -> str:
@@ -213,7 +214,7 @@ def describe_steady(st: SteadyStepTime) -> str:
 
 
 SHORT_CAUSE = {"launch_latency": "launch", "host_sync": "sync", "dependency_wait": "dep", "no_work": "no work",
-               "input_wait": "input"}
+               "input_wait": "input", "profiler": "profiler"}
 
 
 def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:

@@ -68,6 +68,7 @@ IDLE_COLORS = {  # distinct from the event colours (API calls are orange, blocki
     "dependency_wait": "#7c3aed",
     "no_work": "#9ca3af",
     "unknown": "#65a30d",
+    "profiler": "#db2777",  # last: stored cause codes of the other causes keep their colour
 }
 CAUSES = tuple(IDLE_COLORS)
 BIN_COLOR = "#4c6a92"

@@ -88,7 +88,7 @@ VIEWS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("start_ns", "INTEGER", ""),
         ("end_ns", "INTEGER", ""),
         ("duration_ns", "INTEGER", ""),
-        ("cause", "TEXT", "dependency_wait | host_sync | launch_latency | no_work | unknown"),
+        ("cause", "TEXT", "dependency_wait | host_sync | input_wait | launch_latency | no_work | unknown | profiler"),
         ("evidence", "TEXT", "the evidence text of `analyze`"),
         ("host_data", "TEXT", "host data the rank's trace had"),
         ("launch_start_ns", "INTEGER", "start of the next op's launch call, NULL unknown"),

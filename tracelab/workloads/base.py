@@ -15,6 +15,9 @@ from ..errors import BadInput
 class Variant:
     name: str
     description: str
+    # recorded with GPU memory tracing (issue 27): torch.profiler profile_memory=True ([memory] instants),
+    # nsys --cuda-memory-usage=true (CUDA_GPU_MEMORY_USAGE_EVENTS); the memory timeline reads either
+    memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class Workload:
 
     def variant_names(self) -> tuple[str, ...]:
         return tuple(v.name for v in self.variants)
+
+    def traces_memory(self, variant: str) -> bool:
+        """Whether `variant` is recorded with GPU memory tracing (Variant.memory)."""
+        return any(v.memory for v in self.variants if v.name == variant)
 
     def resolve_variants(self, variant: str | None) -> list[str]:
         """`None`/'all' → every variant; otherwise the one named (BadInput when unknown)."""
@@ -63,7 +70,7 @@ class Workload:
             "name": self.name,
             "description": self.description,
             "effect": self.effect,
-            "variants": [{"name": v.name, "description": v.description} for v in self.variants],
+            "variants": [{"name": v.name, "description": v.description, "memory": v.memory} for v in self.variants],
             "params": dict(self.params),
             "quick": dict(self.quick),
             "world_size": self.world_size,

@@ -77,7 +77,8 @@ def gpu_facts() -> dict[str, Any]:
     return facts
 
 
-def _profiler():
+def _profiler(memory: bool = False):
+    """torch.profiler for a run; `memory` (or TRACELAB_PROFILE_MEMORY=1): profile_memory=True."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -89,7 +90,7 @@ def _profiler():
         kw["experimental_config"] = _ExperimentalConfig(enable_cuda_sync_events=True)
     except Exception as e:  # noqa: BLE001 - older torch: no sync events
         note = f"no CUDA sync events ({e})"
-    if os.environ.get("TRACELAB_PROFILE_MEMORY") == "1":  # [memory] instants for the memory timeline
+    if memory or os.environ.get("TRACELAB_PROFILE_MEMORY") == "1":  # [memory] instants for the memory timeline
         kw["profile_memory"] = True
         note += ", profile_memory=True"
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, **kw)
@@ -194,7 +195,7 @@ def run_variant(
     prof = None
     prof_note = ""
     if backend == "torch":
-        prof, prof_note = _profiler()
+        prof, prof_note = _profiler(wl.traces_memory(variant))
 
         ctx.on_measure_start = prof.start
     elif backend == "nsys":
@@ -248,10 +249,11 @@ def run_variant(
             "activities": ["CPU", "CUDA"],
             "record_shapes": True,
             "sync_events": prof_note,
+            "profile_memory": "profile_memory=True" in prof_note,
         }
     elif backend == "nsys":
         meta["trace_file"] = trace_file or NSYS_TRACE
-        meta["profiler"] = {"tool": "nsys"}
+        meta["profiler"] = {"tool": "nsys", "cuda_memory_usage": wl.traces_memory(variant)}
     from .kernels import TRACE_NAMES
 
     if recorder._pending or recorder.kinds:

@@ -8,6 +8,9 @@ and reads them once every `log_every` steps: the queue never drains. `synchroniz
 `torch.cuda.synchronize()` each step (same stall as `.item()`, without a copy).
 `nonzero_sync` selects the hardest samples with `torch.nonzero`, whose output shape depends on the
 data: the host must wait for the count before it can launch the rest of the step.
+`keep_outputs` (recorded with GPU memory tracing) syncs like `deferred_sync` but also keeps every step's
+logits on the GPU for epoch metrics: allocated memory grows by batch x classes x 4 bytes a step, which the
+memory timeline shows as a staircase whose peak is at the last step.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ WORKLOAD = Workload(
         Variant("deferred_sync", "losses stay on the GPU, one sync every log_every steps"),
         Variant("synchronize_in_loop", "torch.cuda.synchronize() every step"),
         Variant("nonzero_sync", "torch.nonzero on a data-dependent mask forces a sync each step"),
+        Variant("keep_outputs", "deferred sync, and every step's logits kept on the GPU (memory traced: "
+                "allocated memory grows each step)", memory=True),
     ),
     module="tracelab.workloads.sync_pitfalls",
     params={
@@ -60,6 +65,7 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
     copy = torch.cuda.Stream()
     main = torch.cuda.current_stream()
     losses: list[Any] = []
+    kept: list[Any] = []  # keep_outputs: every step's logits, on the GPU until the loop ends
     syncs = 0
 
     def upload(i: int):
@@ -84,6 +90,8 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
                 syncs += measured
             else:
                 loss = per_sample.mean()
+            if variant == "keep_outputs":
+                kept.append(logits.detach())  # batch x classes float32 a step, never freed in the loop
         with phase("backward"):
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -98,9 +106,13 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
                 syncs += measured
             else:
                 losses.append(loss.detach())
-                if variant == "deferred_sync" and len(losses) == p["log_every"]:
+                if variant in ("deferred_sync", "keep_outputs") and len(losses) == p["log_every"]:
                     vals = torch.stack(losses).cpu()
                     print(f"step {step} mean loss {vals.mean().item():.4f}", file=sys.stderr)
                     losses.clear()
                     syncs += measured
-    return {"host_syncs_in_loop": syncs, "pinned": True, "copy_stream": True}
+    facts: dict[str, Any] = {"host_syncs_in_loop": syncs, "pinned": True, "copy_stream": True}
+    if variant == "keep_outputs":
+        facts["kept_bytes_per_step"] = int(p["batch"]) * int(p["classes"]) * 4
+        facts["kept_steps"] = len(kept)
+    return facts
