@@ -432,3 +432,64 @@ def _count_pairs(keys: np.ndarray, groups: np.ndarray) -> dict[int, int]:
     pairs = np.unique(np.stack([keys.astype(np.int64), groups.astype(np.int64)], axis=1), axis=0)
     uniq, counts = np.unique(pairs[:, 0], return_counts=True)
     return {int(k): int(c) for k, c in zip(uniq.tolist(), counts.tolist())}
+
+
+@dataclass(frozen=True)
+class LeadingWait:
+    """A participant's first matched collective when it arrived before the last rank did. Until that
+    collective the ranks have not synchronised once in the recording: how long the early ones wait in
+    it depends on when each rank's work (and its profiler) started, not on the workload (torch.profiler
+    starting 375 ms later on rank 1 left rank 0's first all-reduce waiting 375 ms; the nsys recording
+    of the same run, 0.1 ms)."""
+
+    rank: int
+    device: int
+    row: int  # the collective kernel's row in Timeline.events
+    name: str  # the operation (AllReduce, ...)
+    start_ns: int  # its arrival
+    end_ns: int  # the last arrival: the end of the wait
+    last_rank: int  # the rank that arrived last
+    consistent: bool  # the kernel was still running at the last arrival (else the ranks' clocks disagree)
+
+
+def leading_waits(timeline: Timeline) -> dict[tuple[int, int], LeadingWait]:
+    """Per (rank, device), the wait of its first matched collective (`LeadingWait`), when it waited;
+    once per timeline. Empty with fewer than two GPUs or no communication kernels matched across
+    them (host-range collectives, gloo, have no GPU wait)."""
+    from .memo import memo
+    from .rows import device_rows
+
+    def compute() -> dict[tuple[int, int], LeadingWait]:
+        if len(device_rows(timeline)) < 2:  # one GPU: nothing to match (and no collectives computed)
+            return {}
+        c = match_collectives(timeline)
+        if c.source != "kernels" or not len(c.call_rows):
+            return {}
+        ev = timeline.events
+        rows = c.call_rows
+        rank = ev["rank"].to_numpy()[rows].astype(np.int64)
+        device = ev["device"].to_numpy()[rows].astype(np.int64)
+        start = ev["start"].to_numpy()[rows].astype(np.int64)
+        end = ev["end"].to_numpy()[rows].astype(np.int64)
+        order = np.lexsort((start, device, rank))
+        head = np.ones(order.size, dtype=bool)
+        head[1:] = (rank[order][1:] != rank[order][:-1]) | (device[order][1:] != device[order][:-1])
+        out: dict[tuple[int, int], LeadingWait] = {}
+        last_rank = ev["rank"].to_numpy()
+        for i in order[head].tolist():  # one per participant
+            last = int(c.call_last_start[i])
+            if last <= start[i]:
+                continue  # it arrived last: it did not wait
+            out[(int(rank[i]), int(device[i]))] = LeadingWait(
+                rank=int(rank[i]),
+                device=int(device[i]),
+                row=int(rows[i]),
+                name=operation(timeline.name(int(ev["name"].to_numpy()[rows[i]]))),
+                start_ns=int(start[i]),
+                end_ns=last,
+                last_rank=int(last_rank[c.call_last_row[i]]),
+                consistent=bool(end[i] >= last),
+            )
+        return out
+
+    return memo(timeline, "leading_waits", compute)
