@@ -538,3 +538,45 @@ def kernel_sm_agreement(timeline: Timeline, rank: int, device: int) -> KernelSmA
         shared_relative_error=(sh - m) / m if m else float("inf"),
         contended_kernels=int((shared < estimated * (1 - 1e-9)).sum()),
     )
+
+
+def sm_notes(timeline: Timeline) -> list[str]:
+    """What the SM figures of each device leave out or cannot know, one line each: the leading peer
+    wait they exclude (`sm_excluded_wait`) or keep (clocks disagree), kernels whose launch
+    configuration the trace lacks (counted on their whole partition), a device without an SM count."""
+    from tracelab.analyses.collectives import leading_waits
+    from tracelab.analyses.rows import device_rows
+
+    notes: list[str] = []
+    waits = leading_waits(timeline)
+    for dr in device_rows(timeline):
+        where = f"rank {dr.rank} GPU {dr.device}"
+        dev = _device(timeline, dr.rank, dr.device)
+        if dev.sm_count <= 0:
+            if dev.n_kernels:
+                notes.append(
+                    f"{where}: the trace gives no SM count for the device (Kineto deviceProperties numSms, "
+                    "nsys TARGET_INFO_GPU): no SM figures"
+                )
+            continue
+        w = waits.get((dr.rank, dr.device))
+        cut = sm_excluded_wait(timeline, dr.rank, dr.device)
+        if cut is not None and w is not None:
+            notes.append(
+                f"{where}: the SM figures leave out {fmt_ns(cut[1] - cut[0])} in which its first {w.name} "
+                f"waited for rank {w.last_rank} to join (until the ranks first synchronise, that wait is set "
+                "by when each rank started, e.g. its profiler, not by the workload)"
+            )
+        elif w is not None and not w.consistent:
+            notes.append(
+                f"{where}: its first {w.name} ended before rank {w.last_rank} joined it (the ranks' clocks "
+                f"disagree): the SM figures keep the {fmt_ns(w.end_ns - w.start_ns)} it seemed to wait"
+            )
+        if dev.n_kernels and dev.blocks is None:
+            unknown = int((dev.kcols["grid_x"] <= 0).sum())
+            if unknown:
+                notes.append(
+                    f"{where}: {unknown} of {dev.n_kernels} kernels have no launch configuration (grid) in the "
+                    "trace: the SM estimate counts each on its whole partition (an upper bound)"
+                )
+    return notes
