@@ -252,3 +252,87 @@ def test_note_names_the_excluded_wait(runs, fmt):
     doc = api.to_json(an)
     for d in doc["devices"]:
         assert d["sm"]["busy_fraction"] == pytest.approx(want[d["rank"]]["busy"], abs=0.003)
+
+
+# ---------------------------------------------------------------------------------------------------
+# synthetic two-rank timelines: the edges of the definition
+# ---------------------------------------------------------------------------------------------------
+MS = 1_000_000
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _two_ranks(kernels: list[tuple[int, int, int, str, int, int]]):
+    """kernels: (rank, start, end, name, grid, stream); rank r runs on its device r (132 SMs)."""
+    from tracelab.model import DeviceInfo, EventKind, RunMeta, StringInterner, build_timeline
+
+    s = StringInterner()
+    cols: dict[str, list] = {c: [] for c in ("kind", "rank", "device", "start", "end", "name", "grid_x", "stream")}
+    for r, a, b, name, grid, stream in kernels:
+        for c, v in zip(cols, (int(EventKind.KERNEL), r, r, a, b, s.intern(name), grid, stream)):
+            cols[c].append(v)
+    devices = [DeviceInfo(rank=r, device=r, name="NVIDIA H200", sm_count=SMS, cc_major=9) for r in (0, 1)]
+    return build_timeline(
+        {c: np.array(v, dtype=np.int64) for c, v in cols.items()},
+        s.strings,
+        RunMeta(source="synthetic", format="kineto", ranks=(0, 1)),
+        devices,
+    )
+
+
+def test_synthetic_wait_excluded_and_ended_by_other_work():
+    from tracelab.analyses.sm_time import sm_excluded_wait, sm_notes
+
+    gemm = "gemm"
+    tl = _two_ranks([
+        (0, 0, 100 * MS, NCCL, 1, 7),  # rank 0 waits from 0 to 99.9 ms for rank 1
+        (1, 99_900_000, 100 * MS, NCCL, 1, 7),
+        (0, 100 * MS, 110 * MS, gemm, 132, 7),
+        (1, 100 * MS, 110 * MS, gemm, 132, 7),
+    ])
+    assert sm_excluded_wait(tl, 0, 0) == (0, 99_900_000)
+    assert sm_excluded_wait(tl, 1, 1) is None  # it arrived last
+    # rank 0: 1 SM for the last 0.1 ms of its barrier, then 132 SMs for 10 ms, over 10.1 ms
+    want = (1 * 0.1 + SMS * 10) / (SMS * 10.1)
+    assert sm_summary(tl, 0, 0).busy_fraction == pytest.approx(want, abs=1e-6)
+    assert sm_summary(tl, 1, 1).busy_fraction == pytest.approx(want, abs=1e-6)
+    (note,) = sm_notes(tl)
+    assert note.startswith("rank 0 GPU 0: the SM figures leave out 99.90 ms") and "rank 1 to join" in note
+
+    # other work on the waiting device (another stream, 40-50 ms) ends the cut where it starts
+    tl = _two_ranks([
+        (0, 0, 100 * MS, NCCL, 1, 7),
+        (0, 40 * MS, 50 * MS, gemm, 66, 9),
+        (1, 99_900_000, 100 * MS, NCCL, 1, 7),
+        (0, 100 * MS, 110 * MS, gemm, 132, 7),
+        (1, 100 * MS, 110 * MS, gemm, 132, 7),
+    ])
+    assert sm_excluded_wait(tl, 0, 0) == (0, 40 * MS)
+    window = 110 - 40  # ms
+    busy = 1 * 60 + 66 * 10 + SMS * 10  # SM-ms from 40 to 110 ms: the barrier's 1 SM, the 66-block kernel, the GEMM
+    assert sm_summary(tl, 0, 0).busy_fraction == pytest.approx(busy / (SMS * window), abs=1e-6)
+
+
+def test_synthetic_clocks_disagree_keeps_the_wait_and_says_so():
+    from tracelab.analyses.sm_time import sm_excluded_wait, sm_notes
+
+    # rank 0's collective ends (1 ms) before rank 1's starts (5 ms): on one communicator impossible
+    tl = _two_ranks([
+        (0, 0, 1 * MS, NCCL, 1, 7),
+        (1, 5 * MS, 6 * MS, NCCL, 1, 7),
+        (0, 1 * MS, 2 * MS, "gemm", 132, 7),
+        (1, 6 * MS, 7 * MS, "gemm", 132, 7),
+    ])
+    assert sm_excluded_wait(tl, 0, 0) is None
+    assert sm_summary(tl, 0, 0).busy_fraction == pytest.approx((1 * 1 + SMS * 1) / (SMS * 2), abs=1e-6)
+    (note,) = sm_notes(tl)
+    assert note.startswith("rank 0 GPU 0: its first AllReduce ended before rank 1 joined it")
+
+
+def test_synthetic_missing_launch_configuration_is_a_note():
+    from tracelab.analyses.sm_time import sm_notes
+
+    tl = _two_ranks([(0, 0, 1 * MS, "k", 0, 7), (0, 1 * MS, 2 * MS, "k", 4, 7), (1, 0, 1 * MS, "k", 4, 7)])
+    assert sm_notes(tl) == [
+        "rank 0 GPU 0: 1 of 2 kernels have no launch configuration (grid) in the trace: the SM estimate "
+        "counts each on its whole partition (an upper bound)"
+    ]
