@@ -543,7 +543,8 @@ def kernel_sm_agreement(timeline: Timeline, rank: int, device: int) -> KernelSmA
 def sm_notes(timeline: Timeline) -> list[str]:
     """What the SM figures of each device leave out or cannot know, one line each: the leading peer
     wait they exclude (`sm_excluded_wait`) or keep (clocks disagree), kernels whose launch
-    configuration the trace lacks (counted on their whole partition), a device without an SM count."""
+    configuration the trace lacks (counted on their whole partition). A device without an SM count
+    has no SM figures at all, and no note."""
     from tracelab.analyses.collectives import leading_waits
     from tracelab.analyses.rows import device_rows
 
@@ -552,12 +553,7 @@ def sm_notes(timeline: Timeline) -> list[str]:
     for dr in device_rows(timeline):
         where = f"rank {dr.rank} GPU {dr.device}"
         dev = _device(timeline, dr.rank, dr.device)
-        if dev.sm_count <= 0:
-            if dev.n_kernels:
-                notes.append(
-                    f"{where}: the trace gives no SM count for the device (Kineto deviceProperties numSms, "
-                    "nsys TARGET_INFO_GPU): no SM figures"
-                )
+        if dev.sm_count <= 0:  # no SM figures are printed at all (no number to qualify)
             continue
         w = waits.get((dr.rank, dr.device))
         cut = sm_excluded_wait(timeline, dr.rank, dr.device)
