@@ -16,6 +16,7 @@ ended early by other GPU work of the device)."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import sqlite3
 import tarfile
@@ -60,7 +61,8 @@ def _partition_sizes(root: Path, rank: int) -> dict[int, int]:
 def _torch_ops(root: Path) -> dict[int, list[tuple]]:
     out = {}
     for f in sorted((root / "ranks").glob("rank*.json.gz")):
-        doc = json.load(gzip.open(f))
+        with gzip.open(f) as fh:
+            doc = json.load(fh)
         rank = int(doc["distributedInfo"]["rank"])
         greens = _partition_sizes(root, rank)
         ops = []
@@ -123,7 +125,7 @@ def _integral(ops: list[tuple], greens: dict[int, int], a: int, b: int) -> tuple
     cuts = sorted({a, b, *(min(max(t, a), b) for o in ks for t in o[:2])})
     dev = 0.0
     part = {g: 0.0 for g in caps}
-    for t0, t1 in zip(cuts[:-1], cuts[1:]):
+    for t0, t1 in itertools.pairwise(cuts):
         if t1 <= t0:
             continue
         level = {g: 0 for g in caps}
@@ -166,7 +168,9 @@ def _launch_configs(root: Path, fmt: str) -> set[tuple]:
     out = set()
     if fmt == "torch":
         for f in sorted((root / "ranks").glob("rank*.json.gz")):
-            for e in json.load(gzip.open(f))["traceEvents"]:
+            with gzip.open(f) as fh:
+                events = json.load(fh)["traceEvents"]
+            for e in events:
                 if e.get("cat") == "kernel":
                     a = e["args"]
                     out.add((_short(e["name"]), int(np.prod(a["grid"])), int(np.prod(a["block"])),
@@ -333,6 +337,32 @@ def test_synthetic_missing_launch_configuration_is_a_note():
 
     tl = _two_ranks([(0, 0, 1 * MS, "k", 0, 7), (0, 1 * MS, 2 * MS, "k", 4, 7), (1, 0, 1 * MS, "k", 4, 7)])
     assert sm_notes(tl) == [
-        "rank 0 GPU 0: 1 of 2 kernels have no launch configuration (grid) in the trace: the SM estimate "
-        "counts each on its whole partition (an upper bound)"
+        (
+            "rank 0 GPU 0: 1 of 2 kernels have no launch configuration (grid) in the trace: the SM estimate "
+            "counts each on its whole partition (an upper bound)"
+        )
     ]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("fmt", ("torch", "nsys"))
+def test_leading_waits_agree_with_the_full_match(runs, variant, fmt):
+    """leading_waits finds collective 0 without matching every call: the same arrival and last arrival
+    as match_collectives' first call of each participant."""
+    from tracelab.analyses.collectives import leading_waits, match_collectives
+
+    tl = api.load(runs[(variant, fmt)])
+    c = match_collectives(tl)
+    first = {}
+    for call in c.calls:
+        for r, d, s0, wait, _ in call.per_rank:
+            if (r, d) not in first or s0 < first[(r, d)][0]:
+                first[(r, d)] = (s0, s0 + wait, call.name, call.last_rank)
+    got = leading_waits(tl)
+    assert got  # one rank waited in every recording
+    for key, (s0, last, name, last_rank) in first.items():
+        if last > s0:
+            w = got[key]
+            assert (w.start_ns, w.end_ns, w.name, w.last_rank) == (s0, last, name, last_rank)
+        else:
+            assert key not in got
