@@ -256,6 +256,7 @@ def test_note_names_the_excluded_wait(runs, fmt):
     doc = api.to_json(an)
     for d in doc["devices"]:
         assert d["sm"]["busy_fraction"] == pytest.approx(want[d["rank"]]["busy"], abs=0.003)
+        assert d["sm"]["excluded_wait_ns"] == pytest.approx(want[d["rank"]]["wait_ns"], abs=1000)  # 1 µs
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -347,7 +347,8 @@ def sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
             for p, b in st.partitions
             if not p.overlaps  # the listed partitions are disjoint: their SM counts add up
         )
-    return SmSummary(source=st.source, busy_fraction=round(frac, 6), partitions=partitions)
+    excluded = st.excluded[1] - st.excluded[0] if st.excluded else 0
+    return SmSummary(source=st.source, busy_fraction=round(frac, 6), partitions=partitions, excluded_wait_ns=excluded)
 
 
 def _gpu_devices(timeline: Timeline) -> list[tuple[int, int]]:
