@@ -14,7 +14,7 @@ from .parallel import run_each, threads_for
 from .results import Analysis, AnalysisOptions, Finding, StepInfo, TraceInfo
 from .rows import ranks_of
 from .rules import RULES, FindingContext, collect, rule_tasks
-from .sm_time import sm_summary
+from .sm_time import sm_notes, sm_summary
 from .step_table import step_rows
 from .steps import Steps, find_steps
 
@@ -115,6 +115,7 @@ def analyze(
     if steps_note is not None:
         notes.insert(steps_note_at, steps_note(steps))
     notes.extend(steps.notes)
+    notes.extend(sm_notes(timeline))  # what the SM figures leave out or cannot know
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps, idle_source=classified.idle)
     table, *outcomes = run_each(
         [lambda: step_rows(timeline, steps, gaps), *rule_tasks(ctx, rule_options)],

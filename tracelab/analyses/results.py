@@ -66,6 +66,7 @@ class SmSummary:
     source: SmSource = "none"
     busy_fraction: float = 0.0
     partitions: tuple[SmPartition, ...] = ()
+    excluded_wait_ns: int = 0  # the leading peer wait left out of the SM figures (sm_time.sm_excluded_wait)
 
 
 @dataclass(frozen=True)
@@ -507,6 +508,7 @@ def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str
                 "source": d.sm.source,
                 "busy_fraction": d.sm.busy_fraction,
                 "partitions": [asdict(p) for p in d.sm.partitions],
+                "excluded_wait_ns": d.sm.excluded_wait_ns,
             },
         }
 

@@ -30,8 +30,10 @@ concurrent kernels stack. SM-time is computed from levels, not from the drawn id
 partition's busy SMs = min(its SM count, sum of the SMs its running kernels occupy) and the device's
 = min(device SMs, sum over partitions).
 
-busy fraction = busy SM-time / (SM count x span), span = first start to last end of the device's GPU
-activity (kernels, memcpys, memsets), as in `analyze`.
+busy fraction = busy SM-time / (SM count x window), window = first start to last end of the device's GPU
+activity (kernels, memcpys, memsets), as in `analyze`, less the device's leading peer wait on a multi-GPU
+run (`sm_time.sm_excluded_wait`: its first collective waiting for the last rank to join, which depends on
+when each rank's profiler started), left out of the busy SM-time too and named in the analysis notes.
 
 Modules: `sm_partitions` (green contexts and the SMs outside them), `sm_measured` (probe blocks ->
 per-SM intervals), `sm_estimate` (occupancy estimate), `sm_time` (lanes, SM-time, summary, findings,

@@ -270,6 +270,15 @@ class _SmTime:
     sm_count: int
     device_busy: float  # SM-ns
     partitions: tuple[tuple[Partition, float], ...]  # (partition, busy SM-ns)
+    # the device's leading peer wait (`sm_excluded_wait`), left out of the SM figures: busy SM-time and
+    # window both exclude it
+    excluded: tuple[int, int] | None = None
+
+    @property
+    def window_ns(self) -> int:
+        """The time the SM figures cover: the span less the excluded leading wait."""
+        cut = self.excluded[1] - self.excluded[0] if self.excluded else 0
+        return self.span[1] - self.span[0] - cut
 
 
 def _sm_time(timeline: Timeline, rank: int, device: int, source: str = "auto") -> _SmTime:
@@ -284,9 +293,36 @@ def _compute_sm_time(timeline: Timeline, rank: int, device: int, source: str) ->
         return _SmTime("none", dev.span, dev.sm_count, 0.0, ())
     t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)
     t0, t1 = dev.span
-    busy = _busy_between(t, lvl, t0, t1)
-    pb = tuple((p, _busy_between(*per_part[p.green_context], t0, t1)) for p in parts)
-    return _SmTime(src, dev.span, dev.sm_count, busy, pb)
+    cut = sm_excluded_wait(timeline, rank, device)
+
+    def busy_of(times: np.ndarray, level: np.ndarray) -> float:
+        b = _busy_between(times, level, t0, t1)
+        return b - _busy_between(times, level, *cut) if cut else b
+
+    busy = busy_of(t, lvl)
+    pb = tuple((p, busy_of(*per_part[p.green_context])) for p in parts)
+    return _SmTime(src, dev.span, dev.sm_count, busy, pb, cut)
+
+
+def sm_excluded_wait(timeline: Timeline, rank: int, device: int) -> tuple[int, int] | None:
+    """[start, end) the SM figures of a device leave out: the wait of its first matched collective for
+    the last rank to join (`collectives.LeadingWait`: before the ranks first synchronise, the wait
+    depends on when each rank's recording started, so the same run recorded twice gives waits of
+    0.1 ms and 375 ms, and SM busy 63% and 6%). Only while the device does nothing else: the cut
+    ends where other GPU work of the device starts. None when the device did not wait, when the
+    ranks' clocks disagree (the collective ended before the last rank arrived), or with one GPU."""
+    from tracelab.analyses.collectives import leading_waits
+    from tracelab.analyses.memo import column
+    from tracelab.analyses.rows import rows_of_device
+
+    w = leading_waits(timeline).get((rank, device))
+    if w is None or not w.consistent:
+        return None
+    gpu = rows_of_device(timeline, rank, device)
+    s, e = column(timeline, "start")[gpu], column(timeline, "end")[gpu]
+    other = (gpu != w.row) & (e > w.start_ns) & (s < w.end_ns)
+    end = min(w.end_ns, max(int(s[other].min()), w.start_ns)) if other.any() else w.end_ns
+    return (w.start_ns, end) if end > w.start_ns else None
 
 
 def sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
@@ -298,7 +334,7 @@ def sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
     st = _sm_time(timeline, rank, device)
     if st.source == "none":
         return SmSummary()
-    span = st.span[1] - st.span[0]
+    span = st.window_ns
     frac = st.device_busy / (st.sm_count * span) if st.sm_count and span else 0.0
     partitions: tuple[SmPartition, ...] = ()
     if any(p.green_context >= 0 for p, _ in st.partitions):
@@ -311,7 +347,8 @@ def sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
             for p, b in st.partitions
             if not p.overlaps  # the listed partitions are disjoint: their SM counts add up
         )
-    return SmSummary(source=st.source, busy_fraction=round(frac, 6), partitions=partitions)
+    excluded = st.excluded[1] - st.excluded[0] if st.excluded else 0
+    return SmSummary(source=st.source, busy_fraction=round(frac, 6), partitions=partitions, excluded_wait_ns=excluded)
 
 
 def _gpu_devices(timeline: Timeline) -> list[tuple[int, int]]:
@@ -331,7 +368,7 @@ def idle_partition_findings(timeline: Timeline) -> list[Finding]:
         st = _sm_time(timeline, rank, device)
         if st.source == "none":
             continue
-        span = st.span[1] - st.span[0]
+        span = st.window_ns
         for p, busy in st.partitions:
             if p.green_context < 0 or p.sm_count <= 0 or span <= 0:
                 continue
@@ -364,6 +401,8 @@ def idle_partition_findings(timeline: Timeline) -> list[Finding]:
                         "idle_sm_ns": round(idle_sm_ns),
                         "span_ns": int(span),
                         "source": st.source,
+                        # the leading peer wait left out of the span (sm_excluded_wait), 0 when none
+                        "excluded_wait_ns": int(st.excluded[1] - st.excluded[0]) if st.excluded else 0,
                         "start_ns": int(st.span[0]),  # the whole span: the partition idles throughout
                         "end_ns": int(st.span[1]),
                     },
@@ -500,3 +539,41 @@ def kernel_sm_agreement(timeline: Timeline, rank: int, device: int) -> KernelSmA
         shared_relative_error=(sh - m) / m if m else float("inf"),
         contended_kernels=int((shared < estimated * (1 - 1e-9)).sum()),
     )
+
+
+def sm_notes(timeline: Timeline) -> list[str]:
+    """What the SM figures of each device leave out or cannot know, one line each: the leading peer
+    wait they exclude (`sm_excluded_wait`) or keep (clocks disagree), kernels whose launch
+    configuration the trace lacks (counted on their whole partition). A device without an SM count
+    has no SM figures at all, and no note."""
+    from tracelab.analyses.collectives import leading_waits
+    from tracelab.analyses.rows import device_rows
+
+    notes: list[str] = []
+    waits = leading_waits(timeline)
+    for dr in device_rows(timeline):
+        where = f"rank {dr.rank} GPU {dr.device}"
+        dev = _device(timeline, dr.rank, dr.device)
+        if dev.sm_count <= 0:  # no SM figures are printed at all (no number to qualify)
+            continue
+        w = waits.get((dr.rank, dr.device))
+        cut = sm_excluded_wait(timeline, dr.rank, dr.device)
+        if cut is not None and w is not None:
+            notes.append(
+                f"{where}: the SM figures leave out {fmt_ns(cut[1] - cut[0])} in which its first {w.name} "
+                f"waited for rank {w.last_rank} to join (until the ranks first synchronise, that wait is set "
+                "by when each rank started, e.g. its profiler, not by the workload)"
+            )
+        elif w is not None and not w.consistent:
+            notes.append(
+                f"{where}: its first {w.name} ended before rank {w.last_rank} joined it (the ranks' clocks "
+                f"disagree): the SM figures keep the {fmt_ns(w.end_ns - w.start_ns)} it seemed to wait"
+            )
+        if dev.n_kernels and dev.blocks is None:
+            unknown = int((dev.kcols["grid_x"] <= 0).sum())
+            if unknown:
+                notes.append(
+                    f"{where}: {unknown} of {dev.n_kernels} kernels have no launch configuration (grid) in the "
+                    "trace: the SM estimate counts each on its whole partition (an upper bound)"
+                )
+    return notes
