@@ -297,6 +297,8 @@ def _cause_doc(ra: RankAnalysis, rank: int) -> dict[str, Any]:
                 "steps": c.steps,
                 "idle_before_ns": c.idle_before_ns,
                 "cause": c.cause,
+                "cause_ns": c.cause_ns,
+                "idle_ns": c.idle_ns,
                 "explanation": c.sentence(fmt_ns),
             }
     return {}
