@@ -157,7 +157,7 @@ def _raw_fetch_idle(run) -> tuple[float, float]:
     else:
         with gzip.open(run / "trace.json.gz", "rt") as fh:
             xs = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
-        ns = lambda x: round(x * 1000)  # noqa: E731
+        ns = lambda x: round(x * 1000)
         nvtx = [(ns(e["ts"]), ns(e["ts"] + e["dur"]), str(e.get("name"))) for e in xs if e.get("cat") in ("user_annotation", "cpu_op")]
         gpu = [(ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in xs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     steps = sorted((a, b) for a, b, t in nvtx if t and step.match(t))[1:]

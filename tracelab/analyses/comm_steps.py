@@ -22,7 +22,6 @@ Steps come through `step_windows` only: today the steps' host ranges; when steps
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
