@@ -359,3 +359,56 @@ def test_gpt2_loop_same_steps_and_causes_from_both_profilers(tmp_path):
     assert syncs["torch"] >= 10 and syncs["nsys"] >= 10
     causes = set(shares["torch"]) | set(shares["nsys"])
     assert max(abs(shares["torch"].get(c, 0) - shares["nsys"].get(c, 0)) for c in causes) <= 10
+
+
+def _raw_fetches(path: Path, backend: str) -> dict[int, list[tuple[int, int]]]:
+    """rank -> (start, end) ns of the DataLoader's `__next__` op on its loop's thread, from the raw trace:
+    the Kineto rank files' CPU ops (rank from distributedInfo), the nsys export's NVTX ranges
+    (--pytorch=autograd-nvtx) per process, ranked by the GPU the process used (device order)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    if backend == "torch":
+        for f in sorted((path / "ranks").glob("rank*.json.gz")):
+            with gzip.open(f, "rt") as fh:
+                doc = json.load(fh)
+            out[doc["distributedInfo"]["rank"]] = sorted(
+                (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in doc["traceEvents"]
+                if e.get("ph") == "X" and str(e.get("name", "")).startswith("enumerate(DataLoader)#"))
+        return out
+    db = sqlite3.connect(f"file:{path / 'trace.sqlite'}?mode=ro", uri=True)
+    dev = dict(db.execute("SELECT globalPid, MIN(deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY globalPid"))
+    order = sorted(dev, key=lambda p: (dev[p], p))
+    rows = db.execute("SELECT n.globalTid, n.start, n.end, COALESCE(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN "
+                      "StringIds s ON s.id = n.textId WHERE n.end IS NOT NULL").fetchall()
+    db.close()
+    for tid, s, e, text in rows:
+        pid = (tid >> 24) << 24
+        if (text or "").startswith("enumerate(DataLoader)#") and pid in dev:
+            out.setdefault(order.index(pid), []).append((s, e))
+    return {r: sorted(v) for r, v in out.items()}
+
+
+@pytest.mark.parametrize("backend", ["torch", "nsys"])
+def test_starved_loader_ddp_iterations_and_straggler_from_both_profilers(tmp_path, backend):
+    """DDP on two H200s, rank 1's DataLoader starved (tests/data/programs/loader_stall.py, LOADER_DDP=1; issue
+    29): every iteration fetches its batch once, so the raw trace's DataLoader ops count the iterations the
+    program ran (2 warm-up + 12): each rank has that many steps, each starting at its fetch. The straggler is
+    rank 1 and the cause named is input_wait, whose time before its late arrivals is the time rank 1 spent
+    in its fetches of the measured steps (raw op durations, within 15%: the idle before a late arrival also
+    holds the batch upload and the shared-memory free)."""
+    path = run_dir(f"ddp2_loaderstall_{backend}", tmp_path)
+    meta = json.loads((path / "program_meta_rank1.json").read_text())
+    fetches = _raw_fetches(path, backend)
+    assert sorted(fetches) == [0, 1]
+    tl = load_run_dir(path)
+    an = analyze(tl)
+    for rank in (0, 1):
+        assert len(fetches[rank]) == meta["steps"] + 2
+        starts = sorted(s.start_ns for s in an.steps if s.rank == rank)
+        assert starts == [s for s, _ in fetches[rank]]
+    ra = rank_analysis(tl, an)
+    assert ra.collectives.stragglers[0].rank == 1
+    late = ra.straggler_causes[0]
+    assert late.rank == 1 and late.cause == "input_wait"
+    waited = sum(e - s for s, e in fetches[1][2:])  # the measured steps' fetches
+    assert late.cause_ns == pytest.approx(waited, rel=0.15), (late, waited)
+    assert ra.idle_cause(1)[0] == "input_wait"

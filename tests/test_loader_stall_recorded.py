@@ -146,3 +146,29 @@ def test_loader_stall_is_input_wait_in_both_formats(tmp_path: Path) -> None:
     a, b = shares(nsys_side(tmp_path)), shares(torch_side(tmp_path))
     worst = max(abs(a.get(c, 0) - b.get(c, 0)) for c in set(a) | set(b))
     assert worst <= 10.0, (a, b)
+
+
+def test_one_step_per_batch_fetch_in_both_formats(tmp_path: Path) -> None:
+    """The loop fetches one batch per iteration (2 warm-up + 12): the steps are the raw trace's DataLoader
+    ops, each starting at one (torch.profiler: CPU ops; nsys --pytorch=autograd-nvtx: NVTX ranges). Before the
+    steps moved to the fetches, nsys found 13 (its every-call sequence missed the first iteration)."""
+    from tracelab.analyses.steps import find_steps
+    from tracelab.parsers.rundir import load_run_dir
+
+    raw = json.loads(gzip.decompress((TORCH / "trace.json.gz").read_bytes()))["traceEvents"]
+    fetch = {"torch": sorted(round(e["ts"] * 1000) for e in raw
+                             if e.get("ph") == "X" and e.get("name", "").startswith("enumerate(DataLoader)#"))}
+    d = tmp_path / "nsys"
+    d.mkdir()
+    shutil.copy(DATA / "loader_stall_nsys.meta.json", d / "meta.json")
+    with lzma.open(NSYS) as src, open(d / "trace.sqlite", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    con = sqlite3.connect(d / "trace.sqlite")
+    fetch["nsys"] = sorted(s for s, t in con.execute(
+        "SELECT n.start, COALESCE(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+        "WHERE n.end IS NOT NULL") if (t or "").startswith("enumerate(DataLoader)#"))
+    con.close()
+    for backend, path in (("torch", TORCH), ("nsys", d)):
+        steps = find_steps(load_run_dir(path)).steps
+        assert len(fetch[backend]) == 14
+        assert [s.start_ns for s in steps] == fetch[backend], backend

@@ -9,8 +9,12 @@ Per step and rank (sums over the rank's GPUs):
 
 The straggler (the rank most often last) is explained by its own cause: in the collectives it arrived
 last, how late (median of last arrival − the previous arrival), in how many steps, and what its GPU did
-before arriving: the longest idle gap of that rank (the analysis's gaps) between its previous collective
-and the late one, its median length and its most frequent cause ("no_work": the host was not launching).
+before arriving. In each step the collective it was latest for holds the step's wait (after it the ranks
+are lined up and the later ones are a toss-up); before each such arrival, the rank's idle gaps (the
+analysis's gaps) between its previous collective and the late one: their median total per arrival, and
+the cause with the most idle time over all of them ("no_work": the host was not launching; "input_wait":
+it waited for its data loader). By time, not by count: a rank starved by its loader in a few steps idles
+far longer there than in the launch gaps every step has (issue 29).
 
 Steps come through `step_windows` only: today the steps' host ranges; when steps carry a GPU window
 (`gpu_start_ns` / `gpu_end_ns`) that window is taken instead.
@@ -18,7 +22,6 @@ Steps come through `step_windows` only: today the steps' host ranges; when steps
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +41,7 @@ CAUSE_WORDS = {
     "launch_latency": "host launch-bound",
     "host_sync": "host blocked in a sync",
     "dependency_wait": "waiting on another stream",
+    "input_wait": "waiting for input data",
     "unknown": "cause unknown",
     "profiler": "held up by the profiler",
 }
@@ -97,8 +101,10 @@ class StragglerCause:
     late_ns: int  # median of (its arrival − the previous arrival) where it was last
     steps_late: int  # steps with at least one collective it arrived last in
     steps: int  # steps with at least one matched collective of this rank
-    idle_before_ns: int  # median idle gap just before its late arrivals (0: none found)
-    cause: str | None  # the most frequent cause of those gaps
+    idle_before_ns: int  # median (over its late arrivals) idle time between its previous collective and it
+    cause: str | None  # the cause with the most of that idle time
+    cause_ns: int = 0  # that cause's idle time before the late arrivals, in all
+    idle_ns: int = 0  # the idle time before the late arrivals, in all
 
     def sentence(self, fmt_ns) -> str:
         where = (
@@ -110,8 +116,11 @@ class StragglerCause:
         if self.cause is not None and self.idle_before_ns > 0:
             text += (
                 f"; before each, its GPU is idle {fmt_ns(self.idle_before_ns)}: {self.cause}"
-                f" ({CAUSE_WORDS.get(self.cause, self.cause)})"
+                f" ({CAUSE_WORDS.get(self.cause, self.cause)}"
             )
+            if self.idle_ns > self.cause_ns > 0:
+                text += f", {fmt_ns(self.cause_ns)} of {fmt_ns(self.idle_ns)} in all"
+            text += ")"
         return text
 
 
@@ -150,25 +159,26 @@ def straggler_causes(
             wa = np.searchsorted(a, allc, "right") - 1
             ins = (wa >= 0) & (allc < b[np.maximum(wa, 0)])
             steps_with = int(np.unique(wa[ins]).size)
-        idle, cause = 0, None
+        holding = _holding(np.asarray(late, dtype=np.int64), arr, windows.get(r))
+        idle, cause, cause_ns, idle_all = 0, None, 0, 0
         sel = np.flatnonzero(g_rank == r)
-        if sel.size:
-            # the longest idle gap of this rank between its previous collective and each late arrival
+        if sel.size and holding.size:
+            # the rank's idle gaps between its previous collective and each late arrival holding a step's wait
             o = sel[np.argsort(gaps.column("end")[sel], kind="stable")]
             g_end = gaps.column("end")[o]
             g_len = g_end - gaps.column("start")[o]
             g_cause = gaps.column("cause")[o]
-            lo = np.searchsorted(g_end, np.asarray(prev_end, dtype=np.int64), "right")
-            hi = np.searchsorted(g_end, arr, "right")
-            lens, causes = [], []
-            for i, j in zip(lo.tolist(), hi.tolist()):  # one per late arrival
+            lo = np.searchsorted(g_end, np.asarray(prev_end, dtype=np.int64)[holding], "right")
+            hi = np.searchsorted(g_end, arr[holding], "right")
+            totals, by_cause = [], np.zeros(len(GAP_CAUSES), dtype=np.int64)
+            for i, j in zip(lo.tolist(), hi.tolist()):  # one per step (a few hundred at most)
                 if j > i:
-                    k = i + int(np.argmax(g_len[i:j]))
-                    lens.append(int(g_len[k]))
-                    causes.append(int(g_cause[k]))
-            if lens:
-                idle = int(np.median(lens))
-                cause = GAP_CAUSES[Counter(causes).most_common(1)[0][0]]
+                    totals.append(int(g_len[i:j].sum()))
+                    np.add.at(by_cause, g_cause[i:j], g_len[i:j])
+            if totals:
+                idle = int(np.median(totals))
+                k = int(np.argmax(by_cause))
+                cause, cause_ns, idle_all = GAP_CAUSES[k], int(by_cause[k]), int(by_cause.sum())
         out.append(
             StragglerCause(
                 rank=r,
@@ -179,9 +189,26 @@ def straggler_causes(
                 steps=steps_with,
                 idle_before_ns=idle,
                 cause=cause,
+                cause_ns=cause_ns,
+                idle_ns=idle_all,
             )
         )
     return tuple(out)
+
+
+def _holding(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """Indices of the late arrivals that hold a step's wait: in each step the one the rank was latest for;
+    every late arrival when the run has no steps (or none lies in them)."""
+    if window is None or not late.size:
+        return np.arange(late.size)
+    a, b = window
+    which = np.searchsorted(a, arrivals, "right") - 1
+    inside = np.flatnonzero((which >= 0) & (arrivals < b[np.maximum(which, 0)]))
+    if not inside.size:
+        return np.arange(late.size)
+    order = inside[np.lexsort((-late[inside], which[inside]))]
+    first = np.r_[True, which[order][1:] != which[order][:-1]]
+    return np.sort(order[first])
 
 
 def _late_per_step(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, np.ndarray] | None) -> int:

@@ -68,6 +68,7 @@ class RankAnalysis:
     collectives: Collectives
     step_comm: tuple[Any, ...] = ()  # comm_steps.StepComm per (rank, step)
     straggler_causes: tuple[Any, ...] = ()  # comm_steps.StragglerCause of the most frequent last ranks
+    loop_idle: dict[tuple[int, str], int] | None = None  # gap time per (rank, cause) in the loop's steps
 
     @property
     def multi_rank(self) -> bool:
@@ -75,7 +76,11 @@ class RankAnalysis:
 
     def idle_cause(self, rank: int) -> tuple[str, int] | None:
         """A rank's main reason for GPU idle: the gap cause with the most gap time (e.g. a straggler starved
-        by its loader: input_wait), and that time; None without gaps."""
+        by its loader: input_wait), and that time; None without gaps. Over the gaps in the loop's steps
+        (`loop_steps`: the set-up and a warm-up first step left out) when the run has steps."""
+        if self.loop_idle is not None:
+            mine = [(c, ns) for (r, c), ns in self.loop_idle.items() if r == rank and ns > 0]
+            return max(mine, key=lambda x: (x[1], x[0])) if mine else None
         for r in self.ranks:
             if r.rank == rank:
                 causes = [(c, ns) for c, ns in r.idle_by_cause if c != "short" and ns > 0]
@@ -139,19 +144,68 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
         ranks=rank_summaries(analysis, collectives),
         collectives=collectives,
         step_comm=comm_by_step(timeline, collectives, windows),
-        straggler_causes=straggler_causes(collectives, analysis, windows),
+        straggler_causes=straggler_causes(collectives, analysis, step_windows(loop_steps(analysis.steps))),
+        loop_idle=_loop_idle(analysis),
     )
+
+
+def _loop_idle(analysis: Analysis) -> dict[tuple[int, str], int] | None:
+    """Gap time per (rank, cause) of the gaps that end inside the rank's loop steps (`loop_steps`, host
+    ranges); None when the run has no steps."""
+    if not analysis.steps:
+        return None
+    gaps = GapTable.of(analysis.gaps)
+    if not len(gaps):
+        return {}
+    end, rank = gaps.column("end"), gaps.column("rank")
+    keep = np.zeros(len(gaps), dtype=bool)
+    per: dict[int, list[tuple[int, int]]] = {}
+    for st in loop_steps(analysis.steps):
+        per.setdefault(int(st.rank), []).append((int(st.start_ns), int(st.end_ns)))
+    for r, ws in per.items():  # per rank (a few to a few hundred), vectorized over the gaps
+        ws.sort()
+        a = np.array([x for x, _ in ws], dtype=np.int64)
+        b = np.array([y for _, y in ws], dtype=np.int64)
+        k = np.searchsorted(a, end, "right") - 1
+        keep |= (rank == r) & (k >= 0) & (end <= b[np.maximum(k, 0)])
+    n = len(GAP_CAUSES)
+    sel = np.flatnonzero(keep)
+    if not sel.size:
+        return {}
+    keys, inv = distinct_codes(rank[sel] * n + gaps.column("cause")[sel])
+    sums = np.zeros(keys.size, dtype=np.int64)
+    np.add.at(sums, inv, gaps.duration[sel])
+    return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
+
+
+def loop_steps(steps: Sequence[Any]) -> list[Any]:
+    """The steps of the training loop proper: every rank's steps but a first step that is a warm-up outlier
+    (longer than step_table.OUTLIER_FACTOR × the median of the rank's later steps, with at least 2 later
+    ones): one-time work (the communicator's first use, DDP's bucket rebuild, the loader's workers starting)
+    makes whichever rank did it last there, which says nothing about the loop."""
+    from .step_table import OUTLIER_FACTOR
+
+    by_rank: dict[int, list[Any]] = {}
+    for st in steps:
+        by_rank.setdefault(st.rank, []).append(st)
+    out = []
+    for mine in by_rank.values():
+        mine = sorted(mine, key=lambda x: x.start_ns)
+        later = [x.end_ns - x.start_ns for x in mine[1:]]
+        warm = len(later) >= 2 and (mine[0].end_ns - mine[0].start_ns) > OUTLIER_FACTOR * float(np.median(later))
+        out.extend(mine[1:] if warm else mine)
+    return out
 
 
 def steps_stragglers(collectives: Collectives, analysis: Analysis) -> Collectives:
     """The stragglers ranked over the collectives inside the steps (issue 24: set-up apart): the set-up's
     collectives (the communicator's creation, DDP's parameter broadcast) wait for whichever rank finished
-    building its model last, which says nothing about the training loop. Unchanged without steps, or when
-    no collective starts after every rank's first step."""
+    building its model last, which says nothing about the training loop; nor does a warm-up first step
+    (`loop_steps`). Unchanged without steps, or when no collective starts after every rank's first step."""
     if not analysis.steps or not collectives.calls:
         return collectives
     first: dict[int, int] = {}
-    for st in analysis.steps:
+    for st in loop_steps(analysis.steps):
         first[st.rank] = min(first.get(st.rank, st.start_ns), st.start_ns)
     since = min(first.values())  # the earliest first step: ranks' clocks and loop starts differ a little
     inside = [c for c in collectives.calls if c.start_ns >= since]
@@ -160,7 +214,7 @@ def steps_stragglers(collectives: Collectives, analysis: Analysis) -> Collective
     ranked = rank_stragglers(inside)
     note = (
         f"stragglers ranked over the {len(inside)} of {len(collectives.calls)} matched collectives inside the steps "
-        "(set-up's collectives left out)"
+        "(set-up's and a warm-up first step's collectives left out)"
     )
     return replace(collectives, stragglers=ranked, notes=(*collectives.notes, note))
 
@@ -243,6 +297,8 @@ def _cause_doc(ra: RankAnalysis, rank: int) -> dict[str, Any]:
                 "steps": c.steps,
                 "idle_before_ns": c.idle_before_ns,
                 "cause": c.cause,
+                "cause_ns": c.cause_ns,
+                "idle_ns": c.idle_ns,
                 "explanation": c.sentence(fmt_ns),
             }
     return {}

@@ -1,4 +1,4 @@
-"""Steps re-anchored at the batch upload (issue 24, item 3).
+"""Steps re-anchored at the batch fetch (issue 29) or the batch upload (issue 24, item 3).
 
 A period found on one thread (DDP: the autograd thread's backward pass, which repeats most cleanly)
 cuts the iterations where that thread pauses longest: every "step" is then backward(i) + forward(i+1),
@@ -7,6 +7,16 @@ its batch's host-to-device copy, launched by the loop's own thread. When the ran
 (the first of each cluster) are launched about one found step apart, the steps start at them
 instead: same length, but aligned with the iteration, and the iterations whose period differed
 (DDP's first iterations rebuild the gradient buckets; a longer warm-up) are counted too.
+
+Before the uploads, the batch fetch: a loop over a PyTorch DataLoader begins each iteration with the
+loader's iterator op (`input_wait.DATALOADER`: torch.profiler records it as a CPU op, nsys
+`--pytorch=autograd-nvtx` as an NVTX range of the same name) on the loop's thread. When the found steps
+hold one fetch each (all of them, or all but a last step cut short), the steps start at the fetches. This
+holds however long each iteration waits for its data (a starved loader makes the iterations' lengths
+irregular, which the uploads' rhythm test refuses), and it counts the iterations that the call sequence
+missed at either end: up to WARMUP_STEPS fetches before the first found step (the warm-up iterations,
+whose calls differ) and every fetch after the last one that still launches GPU work (the calls of the
+last iterations may drift from the period: a caching-allocator event fewer).
 """
 
 from __future__ import annotations
@@ -14,7 +24,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import CopyKind, EventKind, Timeline
-from .rows import rows_of
+from .input_wait import DATALOADER
+from .memo import column
+from .rows import names_matching, rows_of
+from .step_sequence import LaunchSequence
 
 RHYTHM = (0.8, 1.25)  # successive anchors lie this many found steps apart
 WARMUP_MAX = 3.0  # a first iteration may take up to this many steps (warm-up) ...
@@ -86,3 +99,47 @@ def reanchor_at_input_copies(
     if b - a < COVER * (int(ends[-1]) - int(starts[0])):
         return None
     return new_s, new_e
+
+
+def loader_fetches(timeline: Timeline, rank: int, threads: np.ndarray) -> np.ndarray:
+    """Start times (ns, sorted) of the rank's DataLoader iterator ops on `threads` (CPU ops or NVTX ranges;
+    an op nested in another one is left out)."""
+    rows = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+    rows = rows[np.isin(column(timeline, "tid")[rows], threads)]
+    rows = rows[names_matching(timeline, DATALOADER)[column(timeline, "name")[rows]]]
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    s, e = column(timeline, "start")[rows], column(timeline, "end")[rows]
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    prev_end = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
+    return s[s >= prev_end].astype(np.int64)
+
+
+def reanchor_at_loader(
+    timeline: Timeline, rank: int, starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Steps starting at the rank's batch fetches (module docstring), or None when the rank has no
+    DataLoader ops or the found steps do not hold one fetch each. `calls`: every call of the rank's
+    launching threads (a fetch after the found steps counts when GPU work is launched after it; the last
+    step ends when the last launch returns)."""
+    launches = calls.start[calls.launch]
+    if starts.size < 2 or launches.size == 0:
+        return None
+    f = loader_fetches(timeline, rank, np.asarray(calls.threads, dtype=np.int64))
+    if f.size < 2:
+        return None
+    which = np.searchsorted(starts, f, "right") - 1
+    inside = (which >= 0) & (f < ends[np.maximum(which, 0)])
+    per = np.bincount(which[inside], minlength=starts.size)
+    if per.max() > 1 or np.count_nonzero(per[:-1] == 1) < starts.size - 1:
+        return None
+    before = np.flatnonzero(f < starts[0])[-WARMUP_STEPS:]
+    after = np.flatnonzero(f >= ends[-1])
+    # a fetch after the found steps is an iteration when GPU work is launched after it
+    after = after[f[after] < launches[-1]]
+    chain = np.r_[f[before], f[inside], f[after]].astype(np.int64)
+    if chain.size < starts.size or np.any(np.diff(chain) <= 0):
+        return None
+    last_end = max(int(ends[-1]), int(calls.end[calls.launch].max()))
+    return chain, np.r_[chain[1:], last_end].astype(np.int64)

@@ -597,6 +597,25 @@ def refine_starts(
     around = (r_start > after_call) & (r_start < starts[0]) & (r_end >= starts[0])  # ... in a range
     if around.any():
         new[0] = min(int(new[0]), int(r_start[around].min()))
+        if starts.size > 1:
+            new[0] = _lead_in(int(new[0]), max(after_call, int(new[0]) - int(np.max(starts[1:] - lo[1:]))), r_start, r_end)
     out_ends = ends.copy()
     out_ends[:-1] = new[1:]
     return new.astype(np.int64), out_ends.astype(np.int64)
+
+
+def _lead_in(at: int, lo: int, r_start: np.ndarray, r_end: np.ndarray) -> int:
+    """Where the first step starts when it begins in a range (`at`, the outermost one holding its first
+    call): the ranges just before it belong to it as they do to the other steps (their batch fetch, the
+    loop's first op), so it starts after the longest stretch in (lo, at] in which the host recorded nothing,
+    as refine_starts places the others; `at` itself when that stretch is the one right before `at`.
+    `lo`: as far back as the other steps' windows reach, never before the call before the step."""
+    i, j = int(np.searchsorted(r_start, lo, side="right")), int(np.searchsorted(r_start, at, side="left"))
+    if j <= i:
+        return at
+    s, e = r_start[i:j], np.minimum(r_end[i:j], at)
+    covered = np.maximum.accumulate(e)
+    idle_before = s - np.r_[lo, covered[:-1]]  # idle host time before each range
+    tail = at - int(covered[-1])  # ... and between the last of them and `at`
+    k = int(np.argmax(idle_before))
+    return int(s[k]) if idle_before[k] > tail else at

@@ -33,7 +33,7 @@ from ..model import EventKind, Timeline
 from .memo import column
 from .names import short_name
 from .rows import names_matching, ranks_of, rows_of
-from .step_anchor import reanchor_at_input_copies
+from .step_anchor import reanchor_at_input_copies, reanchor_at_loader
 from .step_cut import (
     HOST_PACED,
     SHORT_BLOCK,
@@ -222,9 +222,11 @@ def unrecorded_before(
 
 
 def _repetition_steps(
-    seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, origin: np.ndarray
+    seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, calls: LaunchSequence
 ) -> tuple[np.ndarray, np.ndarray, str] | str:
-    """(starts, ends, note) from the repetition of one sequence, or the reason there are none."""
+    """(starts, ends, note) from the repetition of one sequence, or the reason there are none. `calls`:
+    every call of the rank's launching threads (where the trace starts; the batch fetches' threads)."""
+    origin = calls.start
     base = per.lag or per.smallest
     if 0 < base < SHORT_BLOCK:
         # a short block repeating inside each iteration (an elementwise chain): the calls once per
@@ -234,7 +236,7 @@ def _repetition_steps(
             match = float(np.mean(seq.tokens[:-regular] == seq.tokens[regular:]))
             got = _repetition_steps(
                 seq, Period(lag=regular, match=match, best_lag=regular, best_match=match, smallest=regular),
-                rank, timeline, origin,
+                rank, timeline, calls,
             )
             if not isinstance(got, str):
                 return got
@@ -271,7 +273,15 @@ def _repetition_steps(
         f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
         f"step {where}: {anchor.name} ({why})"
     )
-    # only a cut at the longest recurring pause (the weakest anchor) moves to the batch uploads
+    # only a cut at the longest recurring pause (the weakest anchor) moves to the batch fetches (the
+    # DataLoader's iterator op, once per found step), else to the batch uploads
+    fetched = reanchor_at_loader(timeline, rank, s, e, calls) if anchor.how == "pause" else None
+    if fetched is not None and (fetched[0].size != s.size or np.any(fetched[0] != s)):
+        note += (
+            f"; re-anchored at the batch fetches (the DataLoader's iterator op, one in each step): "
+            f"{fetched[0].size} steps (was {s.size})"
+        )
+        return fetched[0], fetched[1], note
     moved = reanchor_at_input_copies(timeline, rank, s, e) if anchor.how == "pause" else None
     if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
         note += (
@@ -315,7 +325,6 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         if found is not None:
             return refined(*found)
     reasons = []
-    origin = seqs[0].start  # every call of the rank: where the trace starts
     noisy: list[tuple[float, int, Period]] = []
     # clean sequences richest first, as found; the noisier ones after, cleanest first
     for i, q in enumerate(seqs):
@@ -323,12 +332,12 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         if per.best_match < CLEAN:
             noisy.append((-per.best_match, i, per))
             continue
-        got = _repetition_steps(q, per, rank, timeline, origin)
+        got = _repetition_steps(q, per, rank, timeline, calls)
         if not isinstance(got, str):
             return refined(*got)
         reasons.append(got)
     for _, i, per in sorted(noisy, key=lambda t: (t[0], t[1])):
-        got = _repetition_steps(seqs[i], per, rank, timeline, origin)
+        got = _repetition_steps(seqs[i], per, rank, timeline, calls)
         if not isinstance(got, str):
             return refined(*got)
         reasons.append(got)
