@@ -135,3 +135,35 @@ def test_no_lone_arrow_at_whole_run_and_labels_never_overlap(browser, server, sh
         row.sort()
         assert all(a[1] <= b[0] for a, b in pairwise(row)), row
     shoot(browser, shots, "timeline_zoomed_labels_arrows")
+
+
+def test_gaps_table_pages_and_filters_without_a_datatable(browser, server, shots):
+    """Issue 28: the Gaps page draws without Dash's DataTable (its ~0.3 s of script): a plain table of 25
+    rows; "next ›" and a cause button bring other rows from the server."""
+    rid = run_named(server, "sync_pitfalls/item_every_step/torch")
+    browser.get(server["url"] + f"/gaps?run={rid}")
+    wait_for(browser, lambda: _gaps_drawn(browser), what="the gaps chart and table")
+    scripts = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert not [s for s in scripts if "async-table" in s or "plotly" in s], scripts
+    gaps = _gaps_of(server, rid)
+    rows = css(browser, "#gaps-table tbody tr")
+    assert len(rows) == 25 < len(gaps)
+    longest = sorted((g.duration_ns for g in gaps), reverse=True)
+    got = [int(r.get_attribute("data-end-ns")) - int(r.get_attribute("data-start-ns")) for r in rows]
+    assert got == longest[:25]
+    label = css(browser, "#gaps-page-label")[0].text
+    assert label.startswith(f"gaps 1–25 of {len(gaps)}")
+    css(browser, "#gaps-next")[0].click()
+    wait_for(browser, lambda: css(browser, "#gaps-page-label")[0].text.startswith("gaps 26–50"), what="page 2")
+    rows = css(browser, "#gaps-table tbody tr")
+    got = [int(r.get_attribute("data-end-ns")) - int(r.get_attribute("data-start-ns")) for r in rows]
+    assert got == longest[25:50]
+    cause = min({g.cause for g in gaps}, key=lambda c: sum(g.cause == c for g in gaps))
+    n = sum(g.cause == c for g in gaps for c in [cause])
+    button = [b for b in css(browser, ".gaps-controls button") if b.text.startswith(cause + " (")][0]
+    button.click()
+    wait_for(browser, lambda: f"cause {cause}" in css(browser, "#gaps-page-label")[0].text, what="the filter")
+    assert f"of {n}" in css(browser, "#gaps-page-label")[0].text
+    cells = {c.text for c in css(browser, "#gaps-table tbody td[data-col='cause']")}
+    assert cells == {cause}
+    shoot(browser, shots, "gaps_table_filtered")
