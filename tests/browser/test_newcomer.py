@@ -159,8 +159,8 @@ def test_gaps_table_pages_and_filters_without_a_datatable(browser, server, shots
     got = [int(r.get_attribute("data-end-ns")) - int(r.get_attribute("data-start-ns")) for r in rows]
     assert got == longest[25:50]
     cause = min({g.cause for g in gaps}, key=lambda c: sum(g.cause == c for g in gaps))
-    n = sum(g.cause == c for g in gaps for c in [cause])
-    button = [b for b in css(browser, ".gaps-controls button") if b.text.startswith(cause + " (")][0]
+    n = sum(g.cause == cause for g in gaps)
+    button = next(b for b in css(browser, ".gaps-controls button") if b.text.startswith(cause + " ("))
     button.click()
     wait_for(browser, lambda: f"cause {cause}" in css(browser, "#gaps-page-label")[0].text, what="the filter")
     assert f"of {n}" in css(browser, "#gaps-page-label")[0].text
