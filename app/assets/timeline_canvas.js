@@ -1286,7 +1286,7 @@
         draws: t.stats.draws, lastDraw: t.stats.lastDraw, drawMs: t.stats.drawMs, firstComplete: t.stats.firstComplete,
         items: t.stats.drawnItems, individual: t.stats.individual, aggregated: t.stats.aggregated, sm: t.stats.smDrawn,
         flows: t.stats.flows, labels: t.stats.labels, labelBoxes: (t.stats.labelBoxes || []).slice(), legend: t.stats.legend.slice(), rows: t.meta.rows.label.slice(),
-        rowKinds: t.meta.rows.kind.slice(), matchesDrawn: t.stats.matchesDrawn, highlighted: t.stats.highlighted,
+        rowKinds: t.meta.rows.kind.slice(), rowRanks: t.meta.rows.rank.slice(), matchesDrawn: t.stats.matchesDrawn, highlighted: t.stats.highlighted,
         query: t.query, show: t.show.slice(), width: t.width, origin: t.meta.origin,
         early: !!t.early, adoptedAt: t.adoptedAt || null,
         collapsed: Object.keys(t.collapsed || {}).filter(function (k) { return t.collapsed[k]; }).map(Number),
