@@ -1115,3 +1115,32 @@ def _walk(c):
     for k in kids if isinstance(kids, (list, tuple)) else [kids] if kids is not None else []:
         if hasattr(k, "to_plotly_json"):
             yield from _walk(k)
+
+
+def test_streams_with_no_work_get_no_timeline_row_and_are_counted(tmp_path):
+    """Issue 28: a stream a library created and never used (no event in the run) gets no row; the meta
+    says how many were hidden. The lanes with events are counted here from the events themselves."""
+    from app import create_app
+    from tracelab.model import Timeline
+
+    tl = synthetic_timeline(source="baseline")
+    lanes = tl.lanes
+    gpu = lanes[lanes["lane_kind"] == 0].iloc[0]
+    extra = pd.DataFrame([{**gpu.to_dict(), "lane": len(lanes) + i, "stream": 900 + i} for i in range(3)])
+    extra = extra.astype(lanes.dtypes.to_dict())
+    tl2 = Timeline(events=tl.events, strings=tl.strings, lanes=pd.concat([lanes, extra], ignore_index=True),
+                   devices=tl.devices, meta=tl.meta, contexts=tl.contexts, sm_blocks=tl.sm_blocks)
+    store = Store(tmp_path / "s.db")
+    rid = store.import_timeline(tl2, source_path="x.nsys-rep", fingerprint="e" * 64, name="empty-streams")
+    client = create_app(store).server.test_client()
+    meta = client.get(f"/api/timeline/meta?run={rid}").get_json()
+    stored = store.load(rid)
+    used = set(stored.events["lane"].astype(int).tolist())
+    empty = [int(x) for x in stored.lanes["lane"] if int(x) not in used]
+    assert len(empty) == 3 == meta["hidden_lanes"]
+    labels = meta["rows"]["label"]
+    assert not any(lab.startswith("stream 90") for lab in labels), labels
+    # every stream with work keeps its row
+    streams = stored.lanes[(stored.lanes["lane_kind"] == 0) & stored.lanes["lane"].isin(used)]["stream"]
+    for st in {int(s) for s in streams if s >= 0}:
+        assert any(lab == f"stream {st}" or lab.startswith(f"stream {st} ·") for lab in labels), (st, labels)

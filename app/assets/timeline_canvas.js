@@ -677,6 +677,9 @@
       counts.individual.toLocaleString() + " individual, " + counts.aggregated.toLocaleString() + " aggregated" +
       (counts.sm ? "; " + counts.sm.toLocaleString() + " on SM lanes)" : ")") +
       (nFlows ? " · " + nFlows.toLocaleString() + " launch → GPU arrows" : "") +
+      (meta.hidden_lanes ? " · " + meta.hidden_lanes.toLocaleString() + " streams / threads with no work hidden" : "") +
+      (this.hiddenRows ? " · " + this.ranks.filter(function (k) { return self.collapsed[k]; }).length +
+        " rank(s) collapsed (click a rank's row to expand)" : "") +
       (sel.complete ? "" : " · loading detail…");
     this.root.dataset.drawn = String(s.draws);
     this.root.dataset.complete = sel.complete ? "1" : "0";
