@@ -586,7 +586,7 @@ def test_overlap_matrix_and_kernel_table(env):
 
 
 def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
-    """Three ranks: one open section (the first device), the others collapsed to a summary line each."""
+    """Three ranks: a row per rank first, then every device collapsed to a summary line."""
     from test_ranks import AR, _run
 
     from app.pages import overlap
@@ -599,9 +599,26 @@ def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
     page = overlap.overlap_layout(state, rid)
     sections = [find(page, f"overlap-device-{r}-0") for r in range(3)]
     assert all(x is not None for x in sections)
-    assert [x.open for x in sections] == [True, False, False]
+    assert [x.open for x in sections] == [False, False, False]  # several devices: all collapsed (issue 28)
     for r, x in enumerate(sections):  # one stream per rank here: nothing overlaps, said in one line
         assert x.children[0].children.startswith(f"rank {r} · GPU 0: no two of its")
+    # the ranks side by side first: one row per rank, busy / comm from the events (units of µs here)
+    from tracelab.render.format import fmt_ns
+
+    table = find(page, "overlap-ranks")
+    head = [c.children for c in table.children[0].children.children]
+    rows = [[c.children for c in tr.children] for tr in table.children[1].children]
+    assert head[0] == "rank · GPU" and len(rows) == 3
+    ev = tl.events
+    for r, row in enumerate(rows):
+        mine = ev[(ev["rank"] == r) & (ev["kind"] == int(EventKind.KERNEL))]
+        busy = int((mine["end"] - mine["start"]).sum())  # the two kernels do not overlap
+        comm = int((mine["end"] - mine["start"]).max())  # the all-reduce is the longer one here
+        cell = dict(zip(head, row))
+        assert cell["rank · GPU"] == f"rank {r} · GPU 0"
+        assert cell["busy"].startswith(fmt_ns(busy)) and cell["comm"] == fmt_ns(comm)
+        assert cell["streams with work"] == "1" and cell["streams overlapping"] == "0"
+    assert page.children.index(table) < page.children.index(find(page, "overlap-bars"))
 
 
 # ---- compare --------------------------------------------------------------------------------------------------
