@@ -88,12 +88,12 @@ def _device_matrix(timeline: Any, rank: int, device: int, *, open_: bool) -> tup
     return section, len(sub)
 
 
-RANK_COLUMNS = ("rank · GPU", "busy", "compute", "copy", "comm", "compute ∩ comm", "streams with work",
+RANK_COLUMNS = ("rank · GPU", "busy", "kernels (compute+comm)", "copy", "comm", "compute ∩ comm", "streams with work",
                 "streams overlapping")
 
 
 def rank_summary_rows(devices: Any, overlapping: list[int]) -> list[dict[str, str]]:
-    """One row per device of the run: its busy time (and share of its span), compute (kernels), copy
+    """One row per device of the run: its busy time (and share of its span), kernels (compute and comm), copy
     (memcpy), communication, compute ∩ comm, its streams with work and how many of them overlap another."""
     out = []
     for d, n_over in zip(devices, overlapping):
@@ -101,7 +101,7 @@ def rank_summary_rows(devices: Any, overlapping: list[int]) -> list[dict[str, st
         out.append({
             "rank · GPU": f"rank {d.rank} · GPU {d.device}",
             "busy": fmt_ns(d.busy_ns) + share,
-            "compute": fmt_ns(d.kernel_ns),
+            "kernels (compute+comm)": fmt_ns(d.kernel_ns),
             "copy": fmt_ns(d.memcpy_ns),
             "comm": fmt_ns(d.comm_ns),
             "compute ∩ comm": fmt_ns(d.overlap.compute_comm_ns),
