@@ -417,7 +417,7 @@
       if (folded) {  // the rank's summary: its GPU's idle row, named by the GPU's header
         h = Math.round(st.row_px);
         var head = r > 0 && rows.kind[r - 1] === "header" ? rows.label[r - 1] : "rank " + rank;
-        text = "▸ " + head + " · " + (perRank[rank] - 1) + " rows (click to expand)";
+        text = "▸ " + head.split(" · ").slice(0, 2).join(" · ") + " · " + (perRank[rank] - 1) + " rows hidden";
         cls += " tl-row-header tl-row-collapsed";
       } else if (multi && rank >= 0 && rows.kind[r] === "header") {
         text = "▾ " + text;
@@ -430,7 +430,7 @@
       var lab = el("div", cls, text);
       lab.style.height = h + "px";
       lab.style.lineHeight = h + "px";
-      lab.title = folded ? text + " — rank " + rank + ": " + rows.label[r] : rows.label[r];
+      lab.title = folded ? head + ": " + (perRank[rank] - 1) + " rows hidden, click to expand (this row: its idle)" : rows.label[r];
       if (multi && rank >= 0 && (folded || rows.kind[r] === "header")) {
         lab.dataset.rank = String(rank);
         lab.style.cursor = "pointer";
