@@ -207,19 +207,6 @@ def _register_callbacks(app: Dash) -> None:
     )
 
     @app.callback(
-        Output("nav-location", "href"),
-        Input("gaps-table", "active_cell"),
-        State("gaps-table", "data"),
-        State("gaps-run", "data"),
-        prevent_initial_call=True,
-    )
-    @guarded(lambda _message: no_update)
-    def _gap_click(active_cell, rows, run_info):
-        # the chart's points are links themselves (tracelab.render.gaps_svg)
-        target = gaps.gap_click_href(run_info or {}, active_cell=active_cell, rows=rows)
-        return target or no_update
-
-    @app.callback(
         Output("compare-content", "children"),
         Output("compare-permalink", "href"),
         Input("compare-a", "value"),

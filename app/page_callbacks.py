@@ -1,11 +1,12 @@
-"""Callbacks of the Kernels page: thin wrappers over the page's plain functions."""
+"""Callbacks of the Kernels, Ranges and Gaps pages: thin wrappers over the pages' plain functions."""
 
 from __future__ import annotations
 
-from dash import Dash, Input, Output, State, no_update
+from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
 from .guards import guarded
-from .pages import kernels, ranges
+from .pages import gaps, kernels, ranges
+from .state import current_state
 
 
 def register(app: Dash) -> None:
@@ -30,3 +31,21 @@ def register(app: Dash) -> None:
     @guarded(lambda _message: no_update)
     def _range_click(active_cell, rows, run_id):
         return ranges.range_click_href(run_id, active_cell, rows) or no_update
+
+    @app.callback(
+        Output("gaps-rows", "children"),
+        Output("gaps-page-label", "children"),
+        Output("gaps-view", "data"),
+        Input("gaps-prev", "n_clicks"),
+        Input("gaps-next", "n_clicks"),
+        *[Input(f"gaps-sort-{key}", "n_clicks") for key in gaps.SORTS],
+        Input({"type": "gaps-cause", "cause": ALL}, "n_clicks"),
+        State("gaps-view", "data"),
+        State("gaps-run", "data"),
+        prevent_initial_call=True,
+    )
+    @guarded(lambda _message: (no_update, no_update, no_update))
+    def _gaps_view(*args):
+        # the table's page, sort and cause filter, on the server (the page has no DataTable: issue 28)
+        view, run_info = args[-2], args[-1]
+        return gaps.on_gaps_view(current_state(), run_info or {}, view, ctx.triggered_id)

@@ -36,6 +36,7 @@ from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state
 from .timeline_view import (
     critical_on_rows,
+    hidden_lane_count,
     initial_window,
     max_level,
     memory_on_rows,
@@ -178,6 +179,8 @@ def meta() -> Any:
                 "category": crit["category"].astype(str).tolist(),
                 "label": crit["label"].astype(str).tolist(),
             },
+            # lanes with no event in the run (no row; the canvas says how many)
+            "hidden_lanes": hidden_lane_count(state, record, show),
             "gaps_ready": ready,
             "steps_ready": found is not None,
             "causes_present": sorted(set(gaps["cause"].tolist())),

@@ -146,6 +146,14 @@ def shown_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, 
     return state.cached(("rows", run_id, tuple(show)), make)
 
 
+def hidden_lane_count(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...]) -> int:
+    """How many of the run's lanes get no row for holding no event (`tiles.empty_lanes`); 0 when the rows
+    come from a big run's stored overview (its lanes are not read before the first view)."""
+    if overview_for(state, record, show) is not None:
+        return 0
+    return len(tiles.empty_lanes(state, record.id))
+
+
 def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...]) -> tuple[pd.DataFrame, list[SmLanes]]:
     """The rows for `show` (`shown_rows`) and the SM lanes drawn on its SM rows."""
     return shown_rows(state, record, show), tiles.shown_sm_lanes(state, record.id, show)

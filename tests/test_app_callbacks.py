@@ -481,18 +481,17 @@ def test_gap_click_opens_timeline_at_gap(env):
     state, a, _ = env
     page = gaps.gaps_layout(state, a)
     assert page.id == "gaps-page"
-    table = find(page, "gaps-table")
-    rows = table.data
+    # the table: plain HTML (no DataTable, issue 28), a page of rows, each row a link to the timeline
+    rows = find(page, "gaps-rows").children
     assert len(rows) == 7  # one idle stretch between each of the 8 steps
-    assert rows[0]["duration_ns"] >= rows[-1]["duration_ns"]  # longest first
-    assert isinstance(rows[0]["start_ns"], str)  # epoch ns must survive the browser's numbers
+    lengths = [int(getattr(r, "data-end-ns")) - int(getattr(r, "data-start-ns")) for r in rows]
+    assert lengths == sorted(lengths, reverse=True)  # longest first
     run_info = find(page, "gaps-run").data
-    link = gaps.gap_click_href(
-        run_info, active_cell={"row": 2, "column": 0, "row_id": rows[2]["id"]}, rows=rows
-    )
+    third = rows[2]
+    link = third.children[2].children.href  # the "at" cell's link
     q = parse_qs(urlparse(link).query)
     t0, t1 = int(q["t0"][0]), int(q["t1"][0])
-    assert t0 < int(rows[2]["start_ns"]) and int(rows[2]["end_ns"]) < t1
+    assert t0 < int(getattr(third, "data-start-ns")) and int(getattr(third, "data-end-ns")) < t1
     tl_page = timeline.timeline_layout(state, q["run"][0], q["t0"][0], q["t1"][0])
     view = find(tl_page, "tl-view").data
     assert (int(view["t0"]), int(view["t1"])) == (t0, t1)
@@ -535,7 +534,6 @@ def test_gap_click_opens_timeline_at_gap(env):
     labels = [t for t in doc.texts if t.strip()]
     assert "0" in labels and any(re.fullmatch(r"\+\d+\.\d+ ms", t) for t in labels), labels
     assert all(not re.fullmatch(r"[\d.]+k?", t) or t == "0" for t in labels), labels  # no bare numbers
-    assert gaps.gap_click_href(run_info, click={"points": [{}]}) is None
 
 
 def test_gaps_chart_escapes_names_and_links():
@@ -588,7 +586,7 @@ def test_overlap_matrix_and_kernel_table(env):
 
 
 def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
-    """Three ranks: one open section (the first device), the others collapsed to a summary line each."""
+    """Three ranks: a row per rank first, then every device collapsed to a summary line."""
     from test_ranks import AR, _run
 
     from app.pages import overlap
@@ -601,9 +599,26 @@ def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
     page = overlap.overlap_layout(state, rid)
     sections = [find(page, f"overlap-device-{r}-0") for r in range(3)]
     assert all(x is not None for x in sections)
-    assert [x.open for x in sections] == [True, False, False]
+    assert [x.open for x in sections] == [False, False, False]  # several devices: all collapsed (issue 28)
     for r, x in enumerate(sections):  # one stream per rank here: nothing overlaps, said in one line
         assert x.children[0].children.startswith(f"rank {r} · GPU 0: no two of its")
+    # the ranks side by side first: one row per rank, busy / comm from the events (units of µs here)
+    from tracelab.render.format import fmt_ns
+
+    table = find(page, "overlap-ranks")
+    head = [c.children for c in table.children[0].children.children]
+    rows = [[c.children for c in tr.children] for tr in table.children[1].children]
+    assert head[0] == "rank · GPU" and len(rows) == 3
+    ev = tl.events
+    for r, row in enumerate(rows):
+        mine = ev[(ev["rank"] == r) & (ev["kind"] == int(EventKind.KERNEL))]
+        busy = int((mine["end"] - mine["start"]).sum())  # the two kernels do not overlap
+        comm = int((mine["end"] - mine["start"]).max())  # the all-reduce is the longer one here
+        cell = dict(zip(head, row))
+        assert cell["rank · GPU"] == f"rank {r} · GPU 0"
+        assert cell["busy"].startswith(fmt_ns(busy)) and cell["comm"] == fmt_ns(comm)
+        assert cell["streams with work"] == "1" and cell["streams overlapping"] == "0"
+    assert page.children.index(table) < page.children.index(find(page, "overlap-bars"))
 
 
 # ---- compare --------------------------------------------------------------------------------------------------
@@ -1046,3 +1061,103 @@ def test_gaps_page_states_the_set_up(tmp_path):
     from tracelab.render.format import fmt_ns
 
     assert text.startswith("Set-up (before the first step): " + fmt_ns(max(spans)))
+
+
+def _raw_gaps(tl, threshold_ns: int) -> list[tuple[int, int]]:
+    """Idle stretches of each GPU computed here from the stored events (kernels, copies, memsets): where
+    the next operation starts >= threshold after every earlier one ended."""
+    ev = tl.events
+    g = ev[ev["kind"].isin([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)])]
+    out = []
+    for _, part in g.groupby(["rank", "device"]):
+        s, e = part["start"].to_numpy(np.int64), part["end"].to_numpy(np.int64)
+        o = np.argsort(s, kind="stable")
+        s, reach = s[o], np.maximum.accumulate(e[o])
+        out += [(int(reach[i]), int(s[i + 1])) for i in np.nonzero(s[1:] - reach[:-1] >= threshold_ns)[0]]
+    return out
+
+
+def test_gaps_table_pages_sorts_and_filters_on_the_server(tmp_path):
+    """Issue 28: the Gaps page's table is plain HTML, PAGE_ROWS rows at a time; next / previous, the sort
+    buttons and the cause buttons ask the server for the rows (no DataTable on the page)."""
+    from app.pages import gaps
+    from app.state import AppState
+    from tracelab.api import import_trace
+    from tracelab.demo import demo_run
+
+    store = Store(tmp_path / "s.db")
+    rid = import_trace(demo_run("sync_pitfalls-item_every_step-torch", tmp_path / "r"), store).run_id
+    state = AppState(store=store, import_dir=tmp_path / "imports", max_upload_bytes=64 * 1024)
+    analysis = state.analysis(rid)
+    raw = _raw_gaps(store.load(rid), analysis.options.gap_threshold_ns)
+    assert len(raw) > 3 * gaps.PAGE_ROWS
+    page = gaps.gaps_layout(state, rid)
+    run_info, view = find(page, "gaps-run").data, find(page, "gaps-view").data
+
+    def spans(rows):
+        return [(int(getattr(r, "data-start-ns")), int(getattr(r, "data-end-ns"))) for r in rows]
+
+    first = spans(find(page, "gaps-rows").children)
+    longest = sorted(raw, key=lambda g: g[0] - g[1])  # longest first
+    assert [e - s for s, e in first] == [e - s for s, e in longest[: gaps.PAGE_ROWS]]
+    assert find(page, "gaps-page-label").children.startswith(f"gaps 1–{gaps.PAGE_ROWS} of {len(raw)}")
+    rows, label, view = gaps.on_gaps_view(state, run_info, view, "gaps-next")
+    assert [e - s for s, e in spans(rows)] == [e - s for s, e in longest[gaps.PAGE_ROWS: 2 * gaps.PAGE_ROWS]]
+    assert label.startswith(f"gaps {gaps.PAGE_ROWS + 1}–{2 * gaps.PAGE_ROWS} of {len(raw)}")
+    rows, label, view = gaps.on_gaps_view(state, run_info, view, "gaps-prev")
+    rows, label, view = gaps.on_gaps_view(state, run_info, view, "gaps-prev")  # stays on the first page
+    assert view["page"] == 0 and spans(rows) == first
+    rows, label, view = gaps.on_gaps_view(state, run_info, view, "gaps-sort-start")
+    assert spans(rows) == sorted(raw)[: gaps.PAGE_ROWS] and "earliest first" in label
+    for _ in range(100):  # past the last page: stays there
+        rows, label, view = gaps.on_gaps_view(state, run_info, view, "gaps-next")
+    tail = len(raw) % gaps.PAGE_ROWS or gaps.PAGE_ROWS
+    assert spans(rows) == sorted(raw)[-tail:] and label.startswith(f"gaps {len(raw) - tail + 1}–{len(raw)} of")
+    cause = analysis.gaps[0].cause
+    n_cause = sum(g.cause == cause for g in analysis.gaps)
+    rows, label, view = gaps.on_gaps_view(state, run_info, view, {"type": "gaps-cause", "cause": cause})
+    assert view["page"] == 0 and f"of {n_cause}" in label and f"cause {cause}" in label
+    assert {r.children[4].children for r in rows} == {cause}
+    # every row links to the timeline around its gap
+    for r in rows:
+        q = parse_qs(urlparse(r.children[2].children.href).query)
+        assert int(q["t0"][0]) < int(getattr(r, "data-start-ns")) < int(getattr(r, "data-end-ns")) < int(q["t1"][0])
+    # the page's payload: no DataTable, and only one page of rows' evidence
+    assert not any(type(c).__name__ == "DataTable" for c in _walk(page))
+
+
+def _walk(c):
+    yield c
+    kids = getattr(c, "children", None)
+    for k in kids if isinstance(kids, (list, tuple)) else [kids] if kids is not None else []:
+        if hasattr(k, "to_plotly_json"):
+            yield from _walk(k)
+
+
+def test_streams_with_no_work_get_no_timeline_row_and_are_counted(tmp_path):
+    """Issue 28: a stream a library created and never used (no event in the run) gets no row; the meta
+    says how many were hidden. The lanes with events are counted here from the events themselves."""
+    from app import create_app
+    from tracelab.model import Timeline
+
+    tl = synthetic_timeline(source="baseline")
+    lanes = tl.lanes
+    gpu = lanes[lanes["lane_kind"] == 0].iloc[0]
+    extra = pd.DataFrame([{**gpu.to_dict(), "lane": len(lanes) + i, "stream": 900 + i} for i in range(3)])
+    extra = extra.astype(lanes.dtypes.to_dict())
+    tl2 = Timeline(events=tl.events, strings=tl.strings, lanes=pd.concat([lanes, extra], ignore_index=True),
+                   devices=tl.devices, meta=tl.meta, contexts=tl.contexts, sm_blocks=tl.sm_blocks)
+    store = Store(tmp_path / "s.db")
+    rid = store.import_timeline(tl2, source_path="x.nsys-rep", fingerprint="e" * 64, name="empty-streams")
+    client = create_app(store).server.test_client()
+    meta = client.get(f"/api/timeline/meta?run={rid}").get_json()
+    stored = store.load(rid)
+    used = set(stored.events["lane"].astype(int).tolist())
+    empty = [int(x) for x in stored.lanes["lane"] if int(x) not in used]
+    assert len(empty) == 3 == meta["hidden_lanes"]
+    labels = meta["rows"]["label"]
+    assert not any(lab.startswith("stream 90") for lab in labels), labels
+    # every stream with work keeps its row
+    streams = stored.lanes[(stored.lanes["lane_kind"] == 0) & stored.lanes["lane"].isin(used)]["stream"]
+    for st in {int(s) for s in streams if s >= 0}:
+        assert any(lab == f"stream {st}" or lab.startswith(f"stream {st} ·") for lab in labels), (st, labels)

@@ -143,3 +143,29 @@ def test_table_drops_columns_before_cutting_names():
     assert format_runs_table(runs, 60).splitlines()[0].split() == ["id", "name", "events", "trace"]
     tight = format_runs_table(runs, 40).splitlines()
     assert max(len(x) for x in tight) <= 40 and tight[1].split()[1] == "overlap/…"
+
+
+def test_ranks_section_stays_within_100_columns_on_a_wide_terminal(tmp_path):
+    """Issue 28: on a wide terminal the Ranks section's collectives and stragglers lines were 150-200
+    characters. Whatever the terminal, they wrap at 100; the table has a row per rank of the raw files."""
+    import gzip
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from multigpu_util import MULTI, run_dir
+
+    ranks = sorted(json.loads(gzip.decompress(f.read_bytes()))["distributedInfo"]["rank"]
+                   for f in (MULTI / "ddp2_sleep_torch" / "ranks").glob("*.json.gz"))
+    path = run_dir("ddp2_sleep_torch", tmp_path)
+    r = CliRunner().invoke(main, ["analyze", str(path)],
+                           env={"COLUMNS": "200", "TRACELAB_DB": str(tmp_path / "t.db")})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    start = lines.index("Ranks")
+    section = lines[start:lines.index("", start)] if "" in lines[start:] else lines[start:]
+    assert any(line.startswith("Collectives matched across ranks") for line in section), section
+    assert max(len(line) for line in section) <= 100, [line for line in section if len(line) > 100]
+    table = [line.split()[0] for line in section[2:] if line.split() and line.split()[0].isdigit()]
+    assert [int(x) for x in table] == ranks

@@ -366,27 +366,76 @@
     }, delay === undefined ? 2000 : delay);
   };
 
+  // a run of several ranks starts with every rank but the first collapsed to one summary row (its GPUs'
+  // idle rows: busy / idle with the gaps by cause); a click on a rank's header or summary toggles it
+  Timeline.prototype.initCollapse = function () {
+    var rows = this.meta.rows, ranks = [];
+    for (var r = 0; r < rows.rank.length; r++) {
+      if (rows.rank[r] >= 0 && ranks.indexOf(rows.rank[r]) < 0) { ranks.push(rows.rank[r]); }
+    }
+    this.ranks = ranks;
+    if (this.collapsed === undefined) {
+      this.collapsed = {};
+      if (ranks.length > 1) { ranks.slice(1).forEach(function (k) { this.collapsed[k] = true; }, this); }
+    }
+  };
+
+  Timeline.prototype.toggleRank = function (rank) {
+    this.collapsed[rank] = !this.collapsed[rank];
+    this.layout();
+    this.requestDraw();
+  };
+
   Timeline.prototype.layout = function () {
     var meta = this.meta;
     if (!meta) { return; }
     var st = meta.style;
     var rows = meta.rows;
+    this.initCollapse();
+    var multi = this.ranks.length > 1, self = this;
+    var perRank = {};
+    for (var q = 0; q < rows.rank.length; q++) { perRank[rows.rank[q]] = (perRank[rows.rank[q]] || 0) + 1; }
     this.rowTop = [];
     this.rowH = [];
+    this.visRows = [];
+    this.hiddenRows = 0;
     var y = 0;
     while (this.labels.firstChild) { this.labels.removeChild(this.labels.firstChild); }
     var pad = el("div", "tl-label-pad");
     pad.style.height = AXIS_PX + "px";
     this.labels.appendChild(pad);
     for (var r = 0; r < rows.label.length; r++) {
+      var rank = rows.rank[r], folded = multi && rank >= 0 && !!this.collapsed[rank];
+      if (folded && rows.kind[r] !== "idle") {  // drawn off the canvas: nothing of it shows
+        this.rowTop.push(-1e6);
+        this.rowH.push(0);
+        this.hiddenRows++;
+        continue;
+      }
       var h = Math.round(rows.height[r] * st.row_px);
+      var text = rows.label[r], cls = "tl-row-label tl-row-" + rows.kind[r];
+      if (folded) {  // the rank's summary: its GPU's idle row, named by the GPU's header
+        h = Math.round(st.row_px);
+        var head = r > 0 && rows.kind[r - 1] === "header" ? rows.label[r - 1] : "rank " + rank;
+        text = "▸ " + head.split(" · ").slice(0, 2).join(" · ") + " · " + (perRank[rank] - 1) + " rows hidden";
+        cls += " tl-row-header tl-row-collapsed";
+      } else if (multi && rank >= 0 && rows.kind[r] === "header") {
+        text = "▾ " + text;
+        cls += " tl-row-expanded";
+      }
       this.rowTop.push(y);
       this.rowH.push(h);
+      this.visRows.push(r);
       y += h;
-      var lab = el("div", "tl-row-label tl-row-" + rows.kind[r], rows.label[r]);
+      var lab = el("div", cls, text);
       lab.style.height = h + "px";
       lab.style.lineHeight = h + "px";
-      lab.title = rows.label[r];
+      lab.title = folded ? head + ": " + (perRank[rank] - 1) + " rows hidden, click to expand (this row: its idle)" : rows.label[r];
+      if (multi && rank >= 0 && (folded || rows.kind[r] === "header")) {
+        lab.dataset.rank = String(rank);
+        lab.style.cursor = "pointer";
+        lab.addEventListener("click", (function (k) { return function () { self.toggleRank(k); }; })(rank));
+      }
       this.labels.appendChild(lab);
     }
     this.height = Math.min(Math.max(y, 40), MAX_HEIGHT); // browsers draw no canvas taller than ~32k px
@@ -402,14 +451,14 @@
     this.over.style.top = AXIS_PX + "px";
   };
 
-  Timeline.prototype.rowAt = function (y) {
-    var lo = 0, hi = this.rowTop.length - 1;
+  Timeline.prototype.rowAt = function (y) {  // over the rows shown (a collapsed rank's rows are not)
+    var vis = this.visRows, lo = 0, hi = vis.length - 1;
     if (hi < 0 || y < 0 || y >= this.height) { return -1; }
     while (lo < hi) {
       var mid = (lo + hi + 1) >> 1;
-      if (this.rowTop[mid] <= y) { lo = mid; } else { hi = mid - 1; }
+      if (this.rowTop[vis[mid]] <= y) { lo = mid; } else { hi = mid - 1; }
     }
-    return lo;
+    return vis[lo];
   };
 
   Timeline.prototype.rowMid = function (r) { return this.rowTop[r] + this.rowH[r] / 2; };
@@ -628,6 +677,9 @@
       counts.individual.toLocaleString() + " individual, " + counts.aggregated.toLocaleString() + " aggregated" +
       (counts.sm ? "; " + counts.sm.toLocaleString() + " on SM lanes)" : ")") +
       (nFlows ? " · " + nFlows.toLocaleString() + " launch → GPU arrows" : "") +
+      (meta.hidden_lanes ? " · " + meta.hidden_lanes.toLocaleString() + " streams / threads with no work hidden" : "") +
+      (this.hiddenRows ? " · " + this.ranks.filter(function (k) { return self.collapsed[k]; }).length +
+        " rank(s) collapsed (click a rank's row to expand)" : "") +
       (sel.complete ? "" : " · loading detail…");
     this.root.dataset.drawn = String(s.draws);
     this.root.dataset.complete = sel.complete ? "1" : "0";
@@ -645,6 +697,10 @@
       } else if (rows.kind[r] === "idle") {
         ctx.fillStyle = "#fcf7f6";
         ctx.fillRect(0, this.rowTop[r], W, this.rowH[r]);
+        if (this.collapsed && this.collapsed[rows.rank[r]] && this.ranks.length > 1) {  // a rank's summary
+          ctx.fillStyle = "#888";
+          ctx.fillRect(0, this.rowTop[r], W, 1);
+        }
       } else {
         ctx.fillStyle = "#f4f4f4";
         ctx.fillRect(0, this.rowTop[r] + this.rowH[r] - 1, W, 1);
@@ -847,7 +903,7 @@
     var pairs = [];
     ends.gpu.forEach(function (g) {
       var l = ends.launch.get(g[0]);
-      if (l) { pairs.push([l[0], l[1], g[1], g[2]]); }
+      if (l && l[1] >= 0 && g[2] >= 0) { pairs.push([l[0], l[1], g[1], g[2]]); }  // not to a collapsed rank
     });
     if (!pairs.length || pairs.length > this.meta.style.flow_max) { return 0; }
     ctx.strokeStyle = "rgba(60,60,60,0.5)";
@@ -1223,6 +1279,7 @@
     setWindow: call("setWindow"),
     zoomAt: call("zoomAt"),
     pan: call("pan"),
+    toggleRank: call("toggleRank"),
     // for tests and the benchmark: what is drawn now
     state: function () {
       var t = current;
@@ -1232,9 +1289,11 @@
         draws: t.stats.draws, lastDraw: t.stats.lastDraw, drawMs: t.stats.drawMs, firstComplete: t.stats.firstComplete,
         items: t.stats.drawnItems, individual: t.stats.individual, aggregated: t.stats.aggregated, sm: t.stats.smDrawn,
         flows: t.stats.flows, labels: t.stats.labels, labelBoxes: (t.stats.labelBoxes || []).slice(), legend: t.stats.legend.slice(), rows: t.meta.rows.label.slice(),
-        rowKinds: t.meta.rows.kind.slice(), matchesDrawn: t.stats.matchesDrawn, highlighted: t.stats.highlighted,
+        rowKinds: t.meta.rows.kind.slice(), rowRanks: t.meta.rows.rank.slice(), matchesDrawn: t.stats.matchesDrawn, highlighted: t.stats.highlighted,
         query: t.query, show: t.show.slice(), width: t.width, origin: t.meta.origin,
         early: !!t.early, adoptedAt: t.adoptedAt || null,
+        collapsed: Object.keys(t.collapsed || {}).filter(function (k) { return t.collapsed[k]; }).map(Number),
+        hiddenRows: t.hiddenRows || 0, shownRows: (t.visRows || []).slice(), height: t.height,
       };
     },
     // screen position (client coordinates) of the centre of time `t` (ns from the run start) on row `r`

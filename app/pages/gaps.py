@@ -1,39 +1,42 @@
-"""Gaps & findings page: /gaps?run=ID. Gaps sorted by duration with cause and evidence, findings with
-evidence; clicking a gap (table row or chart point) or a finding opens the timeline at its window. The
-page loads no plotly.js: the chart is an SVG document (tracelab.render.gaps_svg)."""
+"""Gaps & findings page: /gaps?run=ID. Gaps with cause and evidence, findings with evidence; each gap
+(table row or chart point) and each finding links to the timeline at its window. The page loads neither
+plotly.js nor Dash's DataTable (loading and running them was most of its draw time, issue 28): the chart is
+an SVG document (tracelab.render.gaps_svg) and the gaps table plain HTML, a page of PAGE_ROWS rows at a
+time, sorted and filtered by cause on the server (on_gaps_view)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from dash import dcc, html
 
-from tracelab.render.figures import fmt_ns, gaps_table
+from tracelab.analyses.results import CAUSES, GapTable
+from tracelab.render.figures import fmt_ns
+from tracelab.render.format import fmt_count, fmt_ns_many, fmt_rel_many
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.gaps_svg import gaps_svg
 
-from ..components import data_table, run_header
-from ..data import finding_window, findings_table
+from ..components import run_header
+from ..data import FINDING_FIELDS, finding_window
 from ..state import AppState, current_state
 from ..urls import gap_window, timeline_href
 from .common import with_run
 
 PATH = "/gaps"
-MAX_GAP_ROWS = 1000
+PAGE_ROWS = 25  # gaps per page of the table
+SORTS = {"length": "longest first", "start": "earliest first", "cause": "by cause"}
+GAP_COLUMNS = (("rank", "rank"), ("GPU", "device"), ("at (from the run start)", "at"), ("duration", "duration"),
+               ("cause", "cause"), ("evidence", "evidence"))
 
 
 def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
     def body(record) -> html.Div:
         analysis = state.analysis(record.id)
         origin = record.start_ns or 0
-        longest = sorted(analysis.gaps, key=lambda g: -g.duration_ns)
-        top = longest[:MAX_GAP_ROWS]  # evidence is written for the listed gaps only
-        gt = gaps_table(top, origin, gap_evidence(analysis, top))
-        # ns times as strings: epoch nanoseconds do not survive JavaScript numbers
-        shown = gt.astype({"start_ns": str, "end_ns": str})
-        drawn = longest[:5000]
-        ft = findings_table(analysis)
-        total = sum(g.duration_ns for g in analysis.gaps)
+        table = GapTable.of(analysis.gaps)
+        drawn = table.longest(5000)
+        total = int(table.duration.sum()) if len(table) else 0
         finding_items = []
         for i, f in enumerate(analysis.findings):
             w = finding_window(f)
@@ -58,18 +61,10 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     className="finding",
                 )
             )
-        gap_cols = [
-            {"name": n, "id": c}
-            for n, c in (
-                ("rank", "rank"),
-                ("GPU", "device"),
-                ("at (from the run start)", "at"),
-                ("duration", "duration"),
-                ("ns", "duration_ns"),
-                ("cause", "cause"),
-                ("evidence", "evidence"),
-            )
-        ]
+        view = {"sort": "length", "cause": "", "page": 0}
+        rows, label = gaps_page(state, record, view)
+        causes = [CAUSES[k] for k in np.unique(table.column("cause")).tolist()] if len(table) else []
+        counts = np.bincount(table.column("cause").astype(np.int64), minlength=len(CAUSES)) if len(table) else []
         return html.Div(
             [
                 run_header(record, "Gaps & findings"),
@@ -77,7 +72,7 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                 html.H3(f"Findings ({len(analysis.findings)})"),
                 html.Ul(finding_items or [html.Li("No findings.")], id="findings-list"),
                 html.H3(
-                    f"Idle gaps ({len(analysis.gaps)}, {fmt_ns(total)} in total; threshold "
+                    f"Idle gaps ({len(table)}, {fmt_ns(total)} in total; threshold "
                     f"{fmt_ns(analysis.options.gap_threshold_ns)})"
                 ),
                 html.P("Click a gap (row or point) to open the timeline there.", className="hint"),
@@ -92,24 +87,41 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     style={"width": "100%", "height": "320px", "border": "0"},
                     title="idle gaps by start and length",
                 ),
-                html.P(
-                    f"The {MAX_GAP_ROWS:,} longest of {len(longest):,} gaps are listed."
-                    if len(longest) > MAX_GAP_ROWS
-                    else "",
-                    className="hint",
+                html.Div(
+                    [
+                        html.Span("sort:", className="hint"),
+                        *[html.Button(text, id=f"gaps-sort-{key}", n_clicks=0,
+                                      className="gaps-btn")
+                          for key, text in SORTS.items()],
+                        html.Span("cause:", className="hint"),
+                        html.Button("all", id={"type": "gaps-cause", "cause": ""}, n_clicks=0,
+                                    className="gaps-btn"),
+                        *[html.Button(f"{c} ({fmt_count(int(counts[CAUSES.index(c)]))})",
+                                      id={"type": "gaps-cause", "cause": c}, n_clicks=0, className="gaps-btn")
+                          for c in causes],
+                    ],
+                    className="gaps-controls",
                 ),
-                data_table(
-                    "gaps-table",
-                    shown,
-                    gap_cols,
-                    # the evidence is cut to the column width: the whole text is its tooltip
-                    tooltip_data=[{"evidence": {"value": str(e), "type": "text"}} for e in shown["evidence"].head(500)],
+                html.Table(
+                    [html.Thead(html.Tr([html.Th(name) for name, _ in GAP_COLUMNS])),
+                     html.Tbody(rows, id="gaps-rows")],
+                    id="gaps-table",
+                    className="gaps-table",
                 ),
-                html.Details([html.Summary("Findings as a table"), data_table("findings-table", ft)]),
+                html.Div(
+                    [
+                        html.Button("‹ previous", id="gaps-prev", n_clicks=0, className="gaps-btn"),
+                        html.Span(label, id="gaps-page-label", className="hint"),
+                        html.Button("next ›", id="gaps-next", n_clicks=0, className="gaps-btn"),
+                    ],
+                    className="gaps-controls",
+                ),
+                html.Details([html.Summary("Findings as a table"), _findings_table(analysis)]),
                 dcc.Store(
                     id="gaps-run",
                     data={"run": record.id, "lo": str(record.start_ns or 0), "hi": str(record.end_ns or 0)},
                 ),
+                dcc.Store(id="gaps-view", data=view),
             ],
             id="gaps-page",
         )
@@ -117,31 +129,85 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
     return with_run(state, run, body)
 
 
-def gap_click_href(
-    run_info: dict[str, Any],
-    *,
-    active_cell: dict[str, Any] | None = None,
-    rows: list[dict[str, Any]] | None = None,
-    click: dict[str, Any] | None = None,
-) -> str | None:
-    """The timeline URL for a clicked gap (DataTable cell -> its row by id, or a scatter point with
-    customdata [start, end]); None when the click is not on a gap."""
-    start = end = None
-    if active_cell and rows is not None:
-        row_id = active_cell.get("row_id")
-        match = [r for r in rows if r.get("id") == row_id] if row_id is not None else []
-        if not match and isinstance(active_cell.get("row"), int) and 0 <= active_cell["row"] < len(rows):
-            match = [rows[active_cell["row"]]]
-        if match:
-            start, end = match[0]["start_ns"], match[0]["end_ns"]
-    elif click and click.get("points"):
-        cd = click["points"][0].get("customdata")
-        if isinstance(cd, (list, tuple)) and len(cd) >= 2:  # ns from the run's start
-            start, end = int(cd[0]) + int(run_info.get("lo") or 0), int(cd[1]) + int(run_info.get("lo") or 0)
-    if start is None or end is None:
-        return None
-    t0, t1 = gap_window(int(start), int(end), run_info.get("lo"), run_info.get("hi"))
-    return timeline_href(run_info["run"], t0, t1)
+def gap_order(table: GapTable, sort: str = "length", cause: str = "") -> np.ndarray:
+    """Row indices of `table` in the table's order: longest first ("length"), earliest first ("start"),
+    or by cause then longest first ("cause"); only gaps of `cause` when given. Ties keep table order."""
+    dur, start, kind = table.duration, table.column("start"), table.column("cause").astype(np.int64)
+    idx = np.arange(len(table))
+    if cause:
+        idx = idx[kind == CAUSES.index(cause)] if cause in CAUSES else idx[:0]
+    if sort == "start":
+        keys: tuple = (-dur[idx], start[idx])
+    elif sort == "cause":
+        names = np.array([CAUSES[k] for k in range(len(CAUSES))])
+        keys = (-dur[idx], names[kind[idx]])
+    else:
+        keys = (-dur[idx],)
+    return idx[np.lexsort(keys)] if idx.size else idx
+
+
+def gaps_page(state: AppState, record, view: dict[str, Any]) -> tuple[list, str]:
+    """The table rows (html.Tr) of one page of the run's gaps in `view` ({sort, cause, page}) and the line
+    that says which ones they are ("gaps 26–50 of 253"). Evidence is written for the page's gaps only."""
+    analysis = state.analysis(record.id)
+    table = GapTable.of(analysis.gaps)
+    order = gap_order(table, str(view.get("sort") or "length"), str(view.get("cause") or ""))
+    n = int(order.size)
+    pages = max(1, -(-n // PAGE_ROWS))
+    page = min(max(int(view.get("page") or 0), 0), pages - 1)
+    view["page"] = page
+    shown = [table[int(i)] for i in order[page * PAGE_ROWS:(page + 1) * PAGE_ROWS]]
+    origin = record.start_ns or 0
+    starts = np.array([g.start_ns for g in shown], dtype=np.int64)
+    at = fmt_rel_many(starts - int(origin))
+    lengths = fmt_ns_many(np.array([g.duration_ns for g in shown], dtype=np.int64))
+    evidence = gap_evidence(analysis, shown)
+    rows = []
+    for g, a, length, ev in zip(shown, at, lengths, evidence):
+        link = timeline_href(record.id, *gap_window(g.start_ns, g.end_ns, record.start_ns, record.end_ns))
+        text = {"rank": str(g.rank), "device": str(g.device), "at": a, "duration": length, "cause": g.cause,
+                "evidence": ev}
+        cells = [
+            # the row's link (CSS stretches it over the whole row); the whole evidence is its tooltip
+            html.Td(dcc.Link(a, href=link, className="gap-link", title=ev), **{"data-col": col})
+            if col == "at" else html.Td(text[col], **{"data-col": col})
+            for _, col in GAP_COLUMNS
+        ]
+        rows.append(html.Tr(cells, **{"data-start-ns": str(g.start_ns), "data-end-ns": str(g.end_ns)}))
+    if not n:
+        rows = [html.Tr(html.Td("No gaps" + (f" of cause {view.get('cause')}" if view.get("cause") else ""),
+                                colSpan=len(GAP_COLUMNS)))]
+        label = "no gaps"
+    else:
+        label = f"gaps {page * PAGE_ROWS + 1:,}–{min(n, (page + 1) * PAGE_ROWS):,} of {n:,}"
+    label += f" · {SORTS.get(str(view.get('sort')), SORTS['length'])}"
+    label += f" · cause {view['cause']}" if view.get("cause") else ""
+    return rows, label
+
+
+def on_gaps_view(state: AppState, run_info: dict[str, Any], view: dict[str, Any] | None,
+                 trigger: Any) -> tuple[list, str, dict[str, Any]]:
+    """A click on the table's controls (`trigger`: the clicked button's id): the new page of rows, its
+    label and the view. Sorting or filtering goes back to the first page."""
+    view = dict(view or {"sort": "length", "cause": "", "page": 0})
+    if isinstance(trigger, dict) and trigger.get("type") == "gaps-cause":
+        view.update(cause=str(trigger.get("cause") or ""), page=0)
+    elif isinstance(trigger, str) and trigger.startswith("gaps-sort-"):
+        view.update(sort=trigger.removeprefix("gaps-sort-"), page=0)
+    elif trigger == "gaps-next":
+        view["page"] = int(view.get("page") or 0) + 1
+    elif trigger == "gaps-prev":
+        view["page"] = int(view.get("page") or 0) - 1
+    record = state.record(run_info["run"])
+    rows, label = gaps_page(state, record, view)
+    return rows, label, view
+
+
+def _findings_table(analysis) -> html.Table:
+    """The findings as a plain table (as `analyze --json` names the fields)."""
+    head = html.Thead(html.Tr([html.Th(c.replace("_ns", " (ns)")) for c in FINDING_FIELDS]))
+    body = html.Tbody([html.Tr([html.Td(str(getattr(f, c))) for c in FINDING_FIELDS]) for f in analysis.findings])
+    return html.Table([head, body], id="findings-table", className="gaps-table")
 
 
 def layout(run: str | None = None, **_ignored: Any) -> html.Div:

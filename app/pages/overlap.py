@@ -1,6 +1,8 @@
-"""Overlap page: /overlap?run=ID. Per device: compute / copy / comm time and their overlaps, each
-stream's utilization, and the stream x stream overlap matrix of the streams that overlap another, one
-device per collapsible section (the first open): a multi-rank run is a list of one-line summaries."""
+"""Overlap page: /overlap?run=ID. A run of several GPUs starts with one row per rank · GPU (busy, compute,
+copy, comm, compute ∩ comm, streams with work and how many overlap another); then per device: compute /
+copy / comm time and their overlaps, each stream's utilization, and the stream x stream overlap matrix of
+the streams that overlap another, one device per collapsible section (collapsed when there are several
+devices, the only one open otherwise): a multi-rank run is a list of one-line summaries."""
 
 from __future__ import annotations
 
@@ -25,8 +27,12 @@ def overlap_layout(state: AppState, run: str | None = None) -> html.Div:
     def body(record) -> html.Div:
         analysis = state.analysis(record.id)
         timeline = state.timeline(record.id)
-        parts: list[Any] = [
-            run_header(record, "Overlap"),
+        sections = [_device_matrix(timeline, d.rank, d.device, open_=len(analysis.devices) == 1)
+                    for d in analysis.devices]
+        parts: list[Any] = [run_header(record, "Overlap")]
+        if len(analysis.devices) > 1:  # the ranks side by side first (issue 28: the page was 4,857 px tall)
+            parts += [html.H3("Ranks at a glance"), _rank_summary(analysis.devices, [n for _, n in sections])]
+        parts += [
             html.H3("Compute, copy and communication"),
             dcc.Graph(
                 id="overlap-bars", figure=overlap_bars_figure(analysis.devices), config={"displaylogo": False}
@@ -39,8 +45,7 @@ def overlap_layout(state: AppState, run: str | None = None) -> html.Div:
             ),
         ]
         parts.append(html.H3("Stream × stream overlap"))
-        for i, d in enumerate(analysis.devices):
-            parts.append(_device_matrix(timeline, d.rank, d.device, open_=i == 0))
+        parts += [section for section, _ in sections]
         return html.Div(parts, id="overlap-page")
 
     return with_run(state, run, body)
@@ -56,9 +61,9 @@ def overlapping_streams(m: pd.DataFrame) -> pd.DataFrame:
     return m.loc[keep, keep]
 
 
-def _device_matrix(timeline: Any, rank: int, device: int, *, open_: bool) -> html.Details:
-    """One device's matrix, collapsed under a one-line summary (expand on click) but for the first device;
-    streams that never overlap another are left out and counted in the summary."""
+def _device_matrix(timeline: Any, rank: int, device: int, *, open_: bool) -> tuple[html.Details, int]:
+    """One device's matrix, collapsed under a one-line summary (expand on click) unless `open_`; streams
+    that never overlap another are left out and counted in the summary. Also: how many streams overlap."""
     m = stream_overlap_matrix(timeline, rank, device)
     sub = overlapping_streams(m)
     left_out = len(m) - len(sub)
@@ -79,7 +84,40 @@ def _device_matrix(timeline: Any, rank: int, device: int, *, open_: bool) -> htm
         body = html.P("Every stream runs alone: nothing to draw.", className="hint")
     note = (html.P(f"{left_out} stream(s) that never run at the same time as another are left out.",
                    className="hint") if left_out and len(sub) else "")
-    return html.Details([html.Summary(summary), note, body], open=open_, id=f"overlap-device-{rank}-{device}")
+    section = html.Details([html.Summary(summary), note, body], open=open_, id=f"overlap-device-{rank}-{device}")
+    return section, len(sub)
+
+
+RANK_COLUMNS = ("rank · GPU", "busy", "kernels (compute+comm)", "copy", "comm", "compute ∩ comm", "streams with work",
+                "streams overlapping")
+
+
+def rank_summary_rows(devices: Any, overlapping: list[int]) -> list[dict[str, str]]:
+    """One row per device of the run: its busy time (and share of its span), kernels (compute and comm), copy
+    (memcpy), communication, compute ∩ comm, its streams with work and how many of them overlap another."""
+    out = []
+    for d, n_over in zip(devices, overlapping):
+        share = f" ({100 * d.busy_ns / d.span_ns:.0f}%)" if d.span_ns else ""
+        out.append({
+            "rank · GPU": f"rank {d.rank} · GPU {d.device}",
+            "busy": fmt_ns(d.busy_ns) + share,
+            "kernels (compute+comm)": fmt_ns(d.kernel_ns),
+            "copy": fmt_ns(d.memcpy_ns),
+            "comm": fmt_ns(d.comm_ns),
+            "compute ∩ comm": fmt_ns(d.overlap.compute_comm_ns),
+            "streams with work": str(sum(1 for s in d.streams if s.busy_ns > 0)),
+            "streams overlapping": str(n_over),
+        })
+    return out
+
+
+def _rank_summary(devices: Any, overlapping: list[int]) -> html.Table:
+    rows = rank_summary_rows(devices, overlapping)
+    return html.Table(
+        [html.Thead(html.Tr([html.Th(c) for c in RANK_COLUMNS])),
+         html.Tbody([html.Tr([html.Td(r[c]) for c in RANK_COLUMNS]) for r in rows])],
+        id="overlap-ranks", className="runs-table",
+    )
 
 
 def layout(run: str | None = None, **_ignored: Any) -> html.Div:

@@ -135,3 +135,112 @@ def test_no_lone_arrow_at_whole_run_and_labels_never_overlap(browser, server, sh
         row.sort()
         assert all(a[1] <= b[0] for a, b in pairwise(row)), row
     shoot(browser, shots, "timeline_zoomed_labels_arrows")
+
+
+def test_gaps_table_pages_and_filters_without_a_datatable(browser, server, shots):
+    """Issue 28: the Gaps page draws without Dash's DataTable (its ~0.3 s of script): a plain table of 25
+    rows; "next ›" and a cause button bring other rows from the server."""
+    rid = run_named(server, "sync_pitfalls/item_every_step/torch")
+    browser.get(server["url"] + f"/gaps?run={rid}")
+    wait_for(browser, lambda: _gaps_drawn(browser), what="the gaps chart and table")
+    scripts = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert not [s for s in scripts if "async-table" in s or "plotly" in s], scripts
+    gaps = _gaps_of(server, rid)
+    rows = css(browser, "#gaps-table tbody tr")
+    assert len(rows) == 25 < len(gaps)
+    longest = sorted((g.duration_ns for g in gaps), reverse=True)
+    got = [int(r.get_attribute("data-end-ns")) - int(r.get_attribute("data-start-ns")) for r in rows]
+    assert got == longest[:25]
+    label = css(browser, "#gaps-page-label")[0].text
+    assert label.startswith(f"gaps 1–25 of {len(gaps)}")
+    css(browser, "#gaps-next")[0].click()
+    wait_for(browser, lambda: css(browser, "#gaps-page-label")[0].text.startswith("gaps 26–50"), what="page 2")
+    rows = css(browser, "#gaps-table tbody tr")
+    got = [int(r.get_attribute("data-end-ns")) - int(r.get_attribute("data-start-ns")) for r in rows]
+    assert got == longest[25:50]
+    cause = min({g.cause for g in gaps}, key=lambda c: sum(g.cause == c for g in gaps))
+    n = sum(g.cause == cause for g in gaps)
+    button = next(b for b in css(browser, ".gaps-controls button") if b.text.startswith(cause + " ("))
+    button.click()
+    wait_for(browser, lambda: f"cause {cause}" in css(browser, "#gaps-page-label")[0].text, what="the filter")
+    assert f"of {n}" in css(browser, "#gaps-page-label")[0].text
+    cells = {c.text for c in css(browser, "#gaps-table tbody td[data-col='cause']")}
+    assert cells == {cause}
+    shoot(browser, shots, "gaps_table_filtered")
+
+
+@pytest.fixture(scope="module")
+def ddp2(server, tmp_path_factory):
+    """The 2-rank DDP recording (tests/data/multigpu/ddp2_sleep_torch) in the dashboard's store, and the
+    ranks its raw Kineto files name (distributedInfo.rank)."""
+    import gzip
+    import json
+
+    from multigpu_util import MULTI, run_dir
+
+    from tracelab.api import import_trace
+    from tracelab.errors import DuplicateRun
+
+    ranks = sorted(
+        json.loads(gzip.decompress(f.read_bytes()))["distributedInfo"]["rank"]
+        for f in (MULTI / "ddp2_sleep_torch" / "ranks").glob("*.json.gz")
+    )
+    try:
+        rid = import_trace(run_dir("ddp2_sleep_torch", tmp_path_factory.mktemp("ddp2")), server["store"]).run_id
+    except DuplicateRun as exc:
+        rid = exc.run_id
+    return rid, ranks
+
+
+def _page_height(browser) -> int:
+    return browser.execute_script("return document.documentElement.scrollHeight")
+
+
+def test_multi_rank_timeline_opens_with_ranks_collapsed_and_expands_on_click(browser, server, shots, ddp2):
+    """Issue 28: a 2-rank DDP timeline was four screens tall. Every rank but the first is one summary row
+    (its GPU's idle row); a click on it shows the rank's rows, a click on a rank's header folds it."""
+    rid, ranks = ddp2
+    assert ranks == [0, 1]
+    browser.get(server["url"] + f"/timeline?run={rid}")
+    st = wait_timeline(browser)
+    rows, kinds, of = st["rows"], st["rowKinds"], st["rowRanks"]
+    assert sorted(set(of) - {-1}) == ranks
+    assert st["collapsed"] == ranks[1:]
+    labels = [e.text for e in css(browser, "#tl-canvas-root .tl-row-label")]
+    summary = css(browser, "#tl-canvas-root .tl-row-collapsed")
+    assert len(summary) == 1 and summary[0].text.startswith("▸ rank 1 · GPU 1")
+    # rank 1's rows: all there in the meta; only its idle row is shown, as the summary
+    shown = st["shownRows"]
+    assert [i for i in range(len(rows)) if of[i] == 1 and i in shown] == [kinds.index("idle", rows.index(
+        next(lab for i, lab in enumerate(rows) if of[i] == 1)))]
+    assert st["hiddenRows"] == of.count(1) - 1 > 20
+    assert len(labels) == len(shown)
+    assert [kinds[i] for i in shown].count("idle") == 2  # rank 0's idle row and rank 1's summary
+    collapsed_h, page_collapsed = st["height"], _page_height(browser)
+    shoot(browser, shots, "timeline_ddp2_collapsed")
+    # expand rank 1 with a real click on its summary row (the labels are rebuilt when the steps arrive:
+    # find it again until the click lands)
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-collapsed", "▸ rank 1"), what="a click on the summary")
+    wait_for(browser, lambda: tl_state(browser)["collapsed"] == [], what="rank 1 expanded")
+    st2 = tl_state(browser)
+    assert st2["hiddenRows"] == 0 and len(st2["shownRows"]) == len(rows)
+    assert len(css(browser, "#tl-canvas-root .tl-row-label")) == len(rows)
+    page_expanded = _page_height(browser)
+    assert st2["height"] > 1.6 * collapsed_h and page_expanded - page_collapsed == st2["height"] - collapsed_h
+    # the summary saves more than a third of the page (1,202 of 1,953 px when measured)
+    assert page_collapsed <= 0.65 * page_expanded, (page_collapsed, page_expanded)
+    # fold rank 0 by its header: both ranks are one row each
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-expanded", "▾ rank 0 · GPU 0"), what="a click on rank 0")
+    wait_for(browser, lambda: tl_state(browser)["collapsed"] == [0], what="rank 0 folded")
+    shoot(browser, shots, "timeline_ddp2_rank0_folded")
+    print(f"timeline heights: collapsed {page_collapsed} px, expanded {page_expanded} px")
+
+
+def _click_label(browser, cls: str, start: str) -> bool:
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        next(e for e in css(browser, f"#tl-canvas-root {cls}") if e.text.startswith(start)).click()
+        return True
+    except (StaleElementReferenceException, StopIteration):
+        return False

@@ -152,18 +152,28 @@ def test_bad_run_gives_clear_page(browser, server, screenshots):
 def test_gap_click_changes_timeline_range(browser, server, screenshots):
     rec = server["store"].get_run(server["a"])
     open_page(browser, server, f"/gaps?run={server['a']}", "#gaps-table td")
-    first_row = "#gaps-table tbody tr:nth-child(3)"  # header, filter row, then the longest gap
+    first_row = "#gaps-table tbody tr:nth-child(1)"  # the longest gap (plain HTML table, issue 28)
     from tracelab.analyses import analyze
     from tracelab.render.format import fmt_ns, fmt_offset
 
     gap = max(analyze(server["store"].load(server["a"])).gaps, key=lambda g: (g.duration_ns, -g.start_ns))
     # the position and length read as the CLI and the reports write them (the one formatter)
-    assert css(browser, f"{first_row} td[data-dash-column='at']")[0].text == fmt_offset(gap.start_ns, rec.start_ns)
-    assert css(browser, f"{first_row} td[data-dash-column='duration']")[0].text == fmt_ns(gap.duration_ns)
-    length = int(css(browser, f"{first_row} td[data-dash-column='duration_ns']")[0].text)
+    assert css(browser, f"{first_row} td[data-col='at']")[0].text == fmt_offset(gap.start_ns, rec.start_ns)
+    assert css(browser, f"{first_row} td[data-col='duration']")[0].text == fmt_ns(gap.duration_ns)
+    row = css(browser, first_row)[0]
+    length = int(row.get_attribute("data-end-ns")) - int(row.get_attribute("data-start-ns"))
     assert length == gap.duration_ns
     gap_start = gap.start_ns
-    css(browser, f"{first_row} td[data-dash-column='cause']")[0].click()
+    # a real mouse click on the row's cause cell: the row's link covers the whole row
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    x, y = browser.execute_script(
+        "var b = arguments[0].getBoundingClientRect(); return [b.left + b.width / 2, b.top + b.height / 2]",
+        css(browser, f"{first_row} td[data-col='cause']")[0],
+    )
+    actions = ActionBuilder(browser)
+    actions.pointer_action.move_to_location(int(x), int(y)).click()
+    actions.perform()
     wait_for(
         browser, lambda: urlparse(browser.current_url).path == "/timeline", what="navigation to the timeline"
     )

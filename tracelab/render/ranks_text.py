@@ -29,12 +29,13 @@ def _pct(part: int, whole: int) -> str:
 
 
 def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str:
-    """The Ranks section as text ending in a newline, every line at most `width` (>= 98) characters ('' for a
-    single-rank run): the rank table (98 columns), then the collectives and stragglers wrapped with a
-    hanging indent."""
+    """The Ranks section as text ending in a newline, every line at most `width` characters, held between
+    98 and 100 whatever the terminal ('' for a single-rank run): the rank table (98 columns), then the
+    collectives and stragglers wrapped with a hanging indent (a wide terminal made 150-200 character
+    lines of them, issue 28)."""
     if not ra.multi_rank:
         return ""
-    width = max(width, 98)
+    width = min(max(width, 98), 100)
     lines = ["Ranks"]
     head = (f"{'rank':>4}  {'span':>9}  {'busy':>6}  {'idle: main cause':<33}  {'comm':>9}  {'comm∥comp':>9}  "
             f"{'coll. wait':>10}  {'last':>4}")

@@ -141,6 +141,21 @@ def nvtx_depths(data: RunData, run_id: str) -> dict[int, int]:
     return data.cached(("nvtx_depths", run_id), make)
 
 
+def empty_lanes(data: RunData, run_id: str) -> list[int]:
+    """The run's lanes that hold no event at all (cached): a stream a library created and never used, a
+    thread that only existed. They get no timeline row."""
+
+    def make() -> list[int]:
+        lanes = data.lanes(run_id)["lane"].to_numpy(dtype=np.int64)
+        if not lanes.size:
+            return []
+        used = np.bincount(data.timeline(run_id).events["lane"].to_numpy(dtype=np.int64).clip(0),
+                           minlength=int(lanes.max()) + 1)
+        return [int(x) for x in lanes[used[lanes] == 0]]
+
+    return data.cached(("empty_lanes", run_id), make)
+
+
 def rows_for(data: RunData, run_id: str, show: Sequence[str], step_ranks: Sequence[int] | None) -> pd.DataFrame:
     """The timeline's rows for the lane groups in `show` (`timeline_rows`). `step_ranks`: the ranks
     that get a steps lane; None: every rank with host lanes (a big run's steps come later, and no row
@@ -153,6 +168,9 @@ def rows_for(data: RunData, run_id: str, show: Sequence[str], step_ranks: Sequen
     }
     lanes = data.lanes(run_id)
     ranks = lanes["rank"].astype(int).tolist() if step_ranks is None else list(step_ranks)
+    empty = set(empty_lanes(data, run_id))
+    if empty:  # streams / threads that hold no event in the run get no row (issue 28); the meta counts them
+        lanes = lanes[~lanes["lane"].isin(empty)]
     return timeline_rows(
         lanes,
         data.strings(run_id),
