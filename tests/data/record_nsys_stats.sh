@@ -41,7 +41,6 @@ recipe() {  # recipe REP NAME: the recipe's output folder (its CSV / parquet / n
   done
   xz -dc tests/data/nsys_mixed_small.sqlite.xz > "$W/nsys_mixed_small.sqlite" && stats "$W/nsys_mixed_small.sqlite" nsys_mixed_small
   cp tests/data/nsys_mixed_small.nsys-rep "$W/mixed_rep.nsys-rep" && stats "$W/mixed_rep.nsys-rep" nsys_mixed_small_rep
-  recipe "$W/mixed_rep.nsys-rep" nsys_mixed_small
 
   # a fresh recording under this nsys: cuda + nvtx only, no sampling, the measured window only
   R=$W/recorded; mkdir -p "$R"
@@ -53,10 +52,12 @@ recipe() {  # recipe REP NAME: the recipe's output folder (its CSV / parquet / n
   echo "rc=$?"
   if [ -f "$R/trace.sqlite" ]; then
     stats "$R/trace.sqlite" recorded
-    recipe "$R/trace.nsys-rep" recorded
     xz -9 -c "$R/trace.sqlite" > "$D/recorded.sqlite.xz"
     cp "$R/meta.json" "$D/recorded.meta.json" 2>/dev/null
   fi
+  # last (they may need Python packages the machine lacks, and take longest): the recipe on both reports
+  recipe "$W/mixed_rep.nsys-rep" nsys_mixed_small
+  [ -f "$R/trace.nsys-rep" ] && recipe "$R/trace.nsys-rep" recorded
   "$NSYS" stats --help-reports nvtx_gpu_proj_sum 2>&1 | head -60
   ls -la "$D"
 } > "$OUT/nsys_stats.log" 2>&1
