@@ -20,6 +20,9 @@ W=$(mktemp -d /tmp/nsys_stats.XXXX)
 D=$W/nsys_stats
 mkdir -p "$D" "$OUT"
 RUNS="sync_pitfalls-item_every_step-nsys graphs-eager-nsys"
+pack() { tar -C "$W" -cJf "$OUT/nsys_stats.tar.xz" nsys_stats; ls -la "$OUT"; }
+trap pack EXIT  # also when a timeout stops the script: what was made so far comes back
+trap 'exit 143' TERM INT
 
 stats() {  # stats INPUT NAME: both projection reports as CSV, D/NAME_<report>.csv
   echo "== nsys stats $2 ($1)"
@@ -61,5 +64,3 @@ recipe() {  # recipe REP NAME: the recipe's output folder (its CSV / parquet / n
   "$NSYS" stats --help-reports nvtx_gpu_proj_sum 2>&1 | head -60
   ls -la "$D"
 } > "$OUT/nsys_stats.log" 2>&1
-tar -C "$W" -cJf "$OUT/nsys_stats.tar.xz" nsys_stats
-ls -la "$OUT"
