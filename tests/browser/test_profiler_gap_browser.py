@@ -13,7 +13,7 @@ import pytest
 from test_pages import HAVE_BROWSER, TIMELINE, open_page, severe_console_errors, shoot, wait_timeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_health import nsys_profiler_gaps  # noqa: E402
+from test_health import nsys_profiler_gaps
 
 RUN = "sync_pitfalls-item_every_step-nsys"
 
