@@ -547,7 +547,7 @@ def thread_first_seen(timeline: Timeline) -> FirstSeen:
 
 
 
-# ---- the profiler's own work (nsys PROFILER_OVERHEAD) ------------------------------------------------------------
+# ---- the profiler's own work (nsys PROFILER_OVERHEAD, Kineto "overhead" events) --------------------------------
 @dataclass(frozen=True)
 class Overhead:
     """The profiler-overhead intervals of one rank's processes, in start order: name (index into
