@@ -147,8 +147,10 @@ def test_memory_variant_torch_grows_by_the_kept_logits_each_step() -> None:
     carried = [s.start_bytes for s in m.steps]
     # on average over the measured steps (one step's boundary may still hold a batch whose free waits for its
     # stream: the caching allocator frees record_stream'ed blocks late; the loss blocks are 512 bytes a step)
+    # the caching allocator hands out large blocks (> 1 MiB) in multiples of 2 MiB, and Total Allocated counts blocks
+    block = -(-kept // 2**21) * 2**21
     growth = (carried[-1] - carried[1]) / (len(carried) - 2)
-    assert len(carried) >= 4 and abs(growth - kept) <= 0.1 * kept, (carried, kept)
+    assert len(carried) >= 4 and abs(growth - block) <= 0.01 * block, (carried, kept, block)
     assert max(e["args"]["Total Allocated"] for _, e in mem) >= carried[-1] + kept
 
 
