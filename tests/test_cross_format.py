@@ -30,7 +30,8 @@ PAIRS = _pairs()
 def test_every_workload_variant_has_both_backends():
     # 5 workloads with 4 + 4 + 2 + 3 + 3 variants, plus green_ctx with the instrumented Triton matmul;
     # issue 14: fusion 5, default_stream 3, priorities 2, graphs 2 more
-    assert len(PAIRS) == 17 + 12 + 3 + 2  # issue 25: comm_overlap (3 variants, two H200s); issue 29: input_pipeline (2)
+    # issue 25: comm_overlap (3 variants, two H200s); issue 29: input_pipeline (2); issue 27: sync_pitfalls keep_outputs
+    assert len(PAIRS) == 17 + 12 + 3 + 2 + 1
 
 
 @pytest.mark.parametrize(("nsys_run", "torch_run"), PAIRS, ids=[p[0].replace("-nsys", "") for p in PAIRS])

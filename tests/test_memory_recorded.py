@@ -12,7 +12,6 @@ torch: the same from the `[memory]` instants' Total Allocated / Total Reserved (
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -146,9 +145,12 @@ def test_memory_variant_torch_grows_by_the_kept_logits_each_step() -> None:
     m = api.memory(tl, api.analyze(tl))
     kept = int(meta["params"]["batch"]) * int(meta["params"]["classes"]) * 4
     carried = [s.start_bytes for s in m.steps]
-    # (besides the logits: one 512-byte loss block a step kept until the every-log_every-steps read, freed then)
-    assert len(carried) >= 3 and all(abs(b - a - kept) < 2**16 for a, b in itertools.pairwise(carried[1:])), (
-        carried, kept)
+    # on average over the measured steps (one step's boundary may still hold a batch whose free waits for its
+    # stream: the caching allocator frees record_stream'ed blocks late; the loss blocks are 512 bytes a step)
+    # the caching allocator hands out large blocks (> 1 MiB) in multiples of 2 MiB, and Total Allocated counts blocks
+    block = -(-kept // 2**21) * 2**21
+    growth = (carried[-1] - carried[1]) / (len(carried) - 2)
+    assert len(carried) >= 4 and abs(growth - block) <= 0.01 * block, (carried, kept, block)
     assert max(e["args"]["Total Allocated"] for _, e in mem) >= carried[-1] + kept
 
 

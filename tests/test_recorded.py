@@ -22,9 +22,9 @@ BACKENDS = ("nsys", "torch")
 # issue 29's workload, written without a GPU: the lead records it (`tracelab record input_pipeline --variant all
 # --backend nsys|torch --quick`) and bundles the runs, then removes it from here
 NOT_RECORDED_YET: set[str] = set()
-# variants added since the last bundling (issue 27: sync_pitfalls keep_outputs, recorded by
-# tests/data/record_multigpu.sh JOBS=memwl; empty this once tests/data/bundle_runs.py has packed them)
-NOT_RECORDED_YET_VARIANTS: set[str] = {"sync_pitfalls-keep_outputs"}
+# variants added since the last bundling (issue 27's sync_pitfalls keep_outputs is bundled: recorded by
+# tests/data/record_multigpu.sh JOBS=memwl, packed by tests/data/bundle_runs.py)
+NOT_RECORDED_YET_VARIANTS: set[str] = set()
 
 
 @pytest.fixture(scope="session")

@@ -200,7 +200,7 @@ def build_server(db: Path) -> Any:
     def gaps(run: str, limit: int = 50, cause: str | None = None, steps: str | None = None,
              window: str | None = None) -> Any:
         """The run's GPU idle gaps, longest first (at most `limit`), each with its cause and evidence text;
-        cause: dependency_wait | host_sync | launch_latency | no_work | unknown."""
+        cause: dependency_wait | host_sync | input_wait | launch_latency | no_work | unknown | profiler."""
         return service.gaps(run, limit, cause, steps, window)
 
     def findings(run: str, steps: str | None = None, window: str | None = None) -> Any:

@@ -20,6 +20,9 @@ W=$(mktemp -d /tmp/nsys_stats.XXXX)
 D=$W/nsys_stats
 mkdir -p "$D" "$OUT"
 RUNS="sync_pitfalls-item_every_step-nsys graphs-eager-nsys"
+pack() { tar -C "$W" -cJf "$OUT/nsys_stats.tar.xz" nsys_stats; ls -la "$OUT"; }
+trap pack EXIT  # also when a timeout stops the script: what was made so far comes back
+trap 'exit 143' TERM INT
 
 stats() {  # stats INPUT NAME: both projection reports as CSV, D/NAME_<report>.csv
   echo "== nsys stats $2 ($1)"
@@ -41,7 +44,6 @@ recipe() {  # recipe REP NAME: the recipe's output folder (its CSV / parquet / n
   done
   xz -dc tests/data/nsys_mixed_small.sqlite.xz > "$W/nsys_mixed_small.sqlite" && stats "$W/nsys_mixed_small.sqlite" nsys_mixed_small
   cp tests/data/nsys_mixed_small.nsys-rep "$W/mixed_rep.nsys-rep" && stats "$W/mixed_rep.nsys-rep" nsys_mixed_small_rep
-  recipe "$W/mixed_rep.nsys-rep" nsys_mixed_small
 
   # a fresh recording under this nsys: cuda + nvtx only, no sampling, the measured window only
   R=$W/recorded; mkdir -p "$R"
@@ -53,12 +55,12 @@ recipe() {  # recipe REP NAME: the recipe's output folder (its CSV / parquet / n
   echo "rc=$?"
   if [ -f "$R/trace.sqlite" ]; then
     stats "$R/trace.sqlite" recorded
-    recipe "$R/trace.nsys-rep" recorded
     xz -9 -c "$R/trace.sqlite" > "$D/recorded.sqlite.xz"
     cp "$R/meta.json" "$D/recorded.meta.json" 2>/dev/null
   fi
+  # last (they may need Python packages the machine lacks, and take longest): the recipe on both reports
+  recipe "$W/mixed_rep.nsys-rep" nsys_mixed_small
+  [ -f "$R/trace.nsys-rep" ] && recipe "$R/trace.nsys-rep" recorded
   "$NSYS" stats --help-reports nvtx_gpu_proj_sum 2>&1 | head -60
   ls -la "$D"
 } > "$OUT/nsys_stats.log" 2>&1
-tar -C "$W" -cJf "$OUT/nsys_stats.tar.xz" nsys_stats
-ls -la "$OUT"

@@ -12,8 +12,8 @@ launched the next GPU operation (the one that ends the gap; found by correlation
    Already launched without such evidence: `unknown`.
 2. profiler — the profiler's own work covers at least half of the gap: nsys PROFILER_OVERHEAD intervals
    (CUPTI buffer flushes, the flush at cudaProfilerStop, CUPTI set-up) on the rank's processes (every process
-   of a one-rank trace). The host was held up by the profiler, not by itself (TraceLens#728, nsys-ai#599).
-   Kineto traces record no such intervals.
+   of a one-rank trace), or Kineto's CUPTI "overhead" events (pid -1: every process of the rank). The host
+   was held up by the profiler, not by itself (TraceLens#728, nsys-ai#599).
 3. host_sync — the host was blocked waiting for the GPU, in a wait made by the launching thread or
    on this device: a blocking call (stream / device / event synchronize, a synchronous memcpy that
    really blocks, a profiler sync record, or a device-to-host memcpy into pageable memory, which
@@ -185,7 +185,8 @@ class _InputEvidence:
 
 @dataclass(frozen=True)
 class _ProfilerEvidence:
-    """Per gap, the profiler's own work on the rank's processes (nsys PROFILER_OVERHEAD) inside it."""
+    """Per gap, the profiler's own work on the rank's processes (nsys PROFILER_OVERHEAD, Kineto "overhead"
+    events) inside it."""
 
     frac: np.ndarray  # share of the gap the overhead intervals cover
     name: np.ndarray  # the interval that names it (index into overhead_names; -1: none), its start and end
@@ -208,7 +209,7 @@ def _profiler_evidence(ov: Overhead, a: np.ndarray, b: np.ndarray, details: bool
     ic = np.maximum(i, 0)
     at_mid = (i >= 0) & (ov.runmax[ic] > mid)
     j = np.where(at_mid, ov.arg[ic], -1)
-    # else the longest overlapping: among the intervals starting before b, the last whose end is past a
+    # else, of the intervals starting before b, the one reaching furthest, if it reaches past a
     k = np.searchsorted(ov.start, b, side="left") - 1
     kc = np.maximum(k, 0)
     j = np.where(~at_mid & (k >= 0) & (ov.runmax[kc] > a), ov.arg[kc], j)
@@ -367,8 +368,7 @@ def _classify(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle,
     # the profiler's own work (nsys PROFILER_OVERHEAD: buffer flushes, CUPTI set-up) on the rank's processes
     # covers at least half of the gap: the profiler's doing, not a host cause (unless the next op was queued
     # before the gap began: then the host did not hold it back)
-    pids = distinct(host.api_pid) if host.api_pid.size else np.zeros(0, dtype=_I64)
-    prof = _profiler_evidence(rank_overhead(timeline, dr.rank, pids), a, b, details)
+    prof = _profiler_evidence(rank_overhead(timeline, host), a, b, details)
     profiler = prof.frac >= PROFILER_COVERAGE
     cause = np.select(
         [dep, queued, profiler, covered, input_wait, os_blocked, ~found, absent, host_idle],

@@ -547,7 +547,7 @@ def thread_first_seen(timeline: Timeline) -> FirstSeen:
 
 
 
-# ---- the profiler's own work (nsys PROFILER_OVERHEAD) ------------------------------------------------------------
+# ---- the profiler's own work (nsys PROFILER_OVERHEAD, Kineto "overhead" events) --------------------------------
 @dataclass(frozen=True)
 class Overhead:
     """The profiler-overhead intervals of one rank's processes, in start order: name (index into
@@ -615,11 +615,12 @@ def overhead_names(timeline: Timeline) -> tuple[str, ...]:
     return () if t is None else tuple(t[5].tolist())
 
 
-def rank_overhead(timeline: Timeline, rank: int, pids: np.ndarray) -> Overhead:
-    """The profiler-overhead intervals of `rank`: those of its own file in a run merged from rank files, else
-    those of the processes `pids` (the rank's processes; every process when the run has one rank). Memoized
-    per rank (`pids` must be the rank's own)."""
-    return memo(timeline, ("profiler_overhead", rank), lambda: _rank_overhead(timeline, rank, pids))
+def rank_overhead(timeline: Timeline, host: HostView) -> Overhead:
+    """The profiler-overhead intervals of `host`'s rank: those of its own file in a run merged from rank files,
+    else those of its processes (the processes of its CUDA calls; every process when the run has one rank).
+    Memoized per rank."""
+    return memo(timeline, ("profiler_overhead", host.rank), lambda: _rank_overhead(
+        timeline, host.rank, distinct(host.api_pid) if host.api_pid.size else np.zeros(0, dtype=_I64)))
 
 
 def _rank_overhead(timeline: Timeline, rank: int, pids: np.ndarray) -> Overhead:
