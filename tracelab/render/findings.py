@@ -8,10 +8,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from tracelab.text_format import fmt_bytes, fmt_ns
+
 from ..analyses.names import short_name
 from ..analyses.results import Analysis, Finding
 from ..analyses.rules import RULES
-from ..analyses.units import fmt_bytes, fmt_ns
 from .findings_workloads import RENDERERS as WORKLOAD_RENDERERS
 
 Prose = tuple[str, str]  # (message, where)

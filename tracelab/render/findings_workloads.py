@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tracelab.text_format import fmt_ns
+
 from ..analyses.names import short_name
 from ..analyses.results import Finding
-from ..analyses.units import fmt_ns
 
 Prose = tuple[str, str]
 
