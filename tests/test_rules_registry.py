@@ -156,8 +156,10 @@ def test_typed_data_a_renamed_key_raises():
     rule = rules.rule_by_id("pageable_memcpy")
     check_data(rule, f.data)
     assert describe(f) == (
-        "3 memcpys (3.0 MiB, 3.00 ms) use pageable host memory (2 HTOD, 1 DTOH); pin it (pin_memory=True, "
-        "cudaHostAlloc) so copies run at full speed and can overlap with compute.",
+        (
+            "3 memcpys (3.0 MiB, 3.00 ms) use pageable host memory (2 HTOD, 1 DTOH); pin it (pin_memory=True, "
+            "cudaHostAlloc) so copies run at full speed and can overlap with compute."
+        ),
         "rank 0 device 0 stream 7: 3 pageable copies",
     )
     renamed = {("nbytes" if k == "bytes" else k): v for k, v in f.data.items()}

@@ -172,7 +172,9 @@ def generic_prose(f: Finding, title: str) -> Prose:
     """Prose from the title and the data alone (a rule may use it as its `describe`; render uses it for a
     finding whose rule is not registered): title, count, GPU time and the data's scalar values; where =
     the ranks its data lists."""
-    facts = ", ".join(f"{k} {_value(k, v)}" for k, v in f.data.items() if _scalar(v) and k not in ("start_ns", "end_ns"))
+    facts = ", ".join(
+        f"{k} {_value(k, v)}" for k, v in f.data.items() if _scalar(v) and k not in ("start_ns", "end_ns")
+    )
     msg = f"{title}: {f.count} occurrences, {fmt_ns(f.wasted_ns)} of GPU time" + (f" ({facts})" if facts else "")
     places = []
     for v in f.data.values():

@@ -188,7 +188,10 @@ def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
     places = [f"r{c['rank']} GPU {c['device']} stream {c['stream']}" for c in chains]
     data: UnfusedElementwiseData = {
         "chains": [
-            cast(Chain, {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} | {"start_ns": int(start[c["rows"][0]])})
+            cast(
+                Chain,
+                {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} | {"start_ns": int(start[c["rows"][0]])},
+            )
             for c in chains[:20]
         ],
         "n_chains": len(chains),
