@@ -23,6 +23,7 @@ class SyncMemcpyData(Window):
     ranks: list[int]
     non_blocking_excluded: int  # device-to-device / device-memset calls that do not block the host
 
+
 MEMCPY_NAME = re.compile(r"Memcpy", re.IGNORECASE)
 
 

@@ -57,6 +57,7 @@ class SyncPerIterationData(Window):
     steps_with_sync: int
     example: Example
 
+
 _NONE = np.zeros(0, dtype=np.int64)
 
 
