@@ -75,7 +75,7 @@ def compare_runs(a: Analysis, b: Analysis, a_tl: Timeline | None = None, b_tl: T
 
 
 def _pct(p: float | None) -> str:
-    from tracelab.render.format import fmt_pct
+    from tracelab.text_format import fmt_pct
 
     return "" if p is None else fmt_pct(p)
 

@@ -9,7 +9,7 @@ server (so the Host / Origin guard of `app.guards` runs before each of them):
 - GET /api/timeline/matches?run=ID&show=G,..&q=TEXT&t0=NS&t1=NS: the search matches in a window (ns
   from the run start; JSON, the longest 3,000);
 - GET /api/timeline/hover?run=ID&event=POS | &gap=INDEX: a tooltip's lines (JSON), times formatted
-  by `tracelab.render.format`.
+  by `tracelab.text_format`.
 
 A run is named by its id or name in the store (never a path). Every bad request gets 400 and one line.
 """

@@ -512,7 +512,7 @@ def with_memory_rows(rows: pd.DataFrame, mem) -> pd.DataFrame:
 def memory_on_rows(state: AppState, record: RunRecord, rows: pd.DataFrame) -> dict[str, Any]:
     """The meta's `memory`: per memory row, the device's allocated bytes over time (ns from the run start,
     at most MEMORY_POINTS points) and its peak."""
-    from tracelab.render.format import fmt_bytes
+    from tracelab.text_format import fmt_bytes
 
     lane = rows[rows["kind"] == "memory"]
     mem = run_memory(state, record.id) if len(lane) else None

@@ -16,7 +16,7 @@ from tracelab.analyses.step_time import steady_step_time
 from tracelab.api import analyze
 from tracelab.demo import demo_run
 from tracelab.parsers.rundir import load_run_dir
-from tracelab.render.format import fmt_ns
+from tracelab.text_format import fmt_ns
 
 
 def main() -> None:

@@ -357,7 +357,7 @@ def test_timeline_lanes_labels_and_escaping(env):
 
 def test_hover_text_is_formatted_on_the_server(env):
     """An event's tooltip: its whole name, kind and place, length and start from the run start
-    (tracelab.render.format), launch configuration; a gap's: cause, length, start, whole evidence."""
+    (tracelab.text_format), launch configuration; a gap's: cause, length, start, whole evidence."""
     from app import create_app
 
     state, a, _ = env
@@ -500,7 +500,7 @@ def test_gap_click_opens_timeline_at_gap(env):
     # one formatter (durations, offsets from the run start), never Plotly's "10k" or bare log ticks
     from html.parser import HTMLParser
 
-    from tracelab.render.format import fmt_ns, fmt_rel
+    from tracelab.text_format import fmt_ns, fmt_rel
 
     class Svg(HTMLParser):
         def __init__(self):
@@ -967,7 +967,7 @@ def test_run_header_says_trace_not_span(env):
     """The page header's length is the whole trace's (host events included), as `tracelab runs` names
     it; "span" is the GPU's span of the figures (issue 28: "span 62.30 ms" beside figures of 57.92 ms)."""
     from app.components import run_header
-    from tracelab.render.format import fmt_ns
+    from tracelab.text_format import fmt_ns
 
     state, a, _ = env
     rec = state.record(a)
@@ -981,7 +981,7 @@ def test_green_ctx_gaps_page_shows_the_idle_partition(tmp_path):
     """green_contexts/green_ctx/nsys: the whole GPU idles 209.8 µs, but the 116-SM partition is busy ~70%
     and leaves about a quarter of the GPU's SM-time idle. The Gaps page's findings say so (issue 28: it
     read "Findings (0)"), with the partition's numbers written one way (1,006.6 SM-ms, the span by
-    render.format)."""
+    text_format)."""
     from app.pages import gaps
     from app.state import AppState
     from tracelab.analyses import sm
@@ -1058,7 +1058,7 @@ def test_gaps_page_states_the_set_up(tmp_path):
     ev = tl.events
     gpu = ev[ev["kind"].isin([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)])]
     spans = [first[r] - int(gpu[gpu["rank"] == r]["start"].min()) for r in first]
-    from tracelab.render.format import fmt_ns
+    from tracelab.text_format import fmt_ns
 
     assert text.startswith("Set-up (before the first step): " + fmt_ns(max(spans)))
 

@@ -1,5 +1,6 @@
-"""The one formatter (tracelab/render/format.py): expected strings worked out by hand, and the same
-gap reading the same in the CLI, the Markdown and HTML reports and the dashboard's gap table."""
+"""The one formatter (tracelab/text_format.py; the run origin: tracelab/render/format.py): expected
+strings worked out by hand, and the same gap reading the same in the CLI, the Markdown and HTML reports
+and the dashboard's gap table."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab.analyses import units
+from tracelab import text_format as F
 from tracelab.analyses.results import Analysis, AnalysisOptions, DeviceSummary, Overlap, TraceInfo
 from tracelab.api import analyze
-from tracelab.render import format as F
+from tracelab.render.format import run_origin
 
 
 @pytest.mark.parametrize(
@@ -80,13 +81,12 @@ def test_sizes_percentages_counts():
 
 
 def test_old_names_are_aliases():
-    """analyses.units and render.compare_text keep their names for other modules; the text is the same."""
+    """render.compare_text and render.figures keep their names for other modules; the text is the same."""
     from tracelab.render import compare_text, figures
 
     for ns in (850, 12_345, 4_560_000, 1_234_000_000):
-        assert units.fmt_ns(ns) == units.fmt_ns(ns, units.SIG4) == F.fmt_ns(ns)
         assert compare_text.fmt_ns(ns) == figures.fmt_ns(ns) == F.fmt_ns(ns)
-    assert units.fmt_rel_many(np.array([9_300])) == ["+9.3 µs"]
+    assert F.fmt_rel_many(np.array([9_300])) == ["+9.3 µs"]
 
 
 def _device(start: int) -> DeviceSummary:
@@ -97,10 +97,10 @@ def _device(start: int) -> DeviceSummary:
 
 def test_run_origin_is_the_run_start():
     with_start = Analysis(TraceInfo("x", "kineto", (0,), start_ns=100), (_device(500),), (), ())
-    assert F.run_origin(with_start) == 100
+    assert run_origin(with_start) == 100
     without = Analysis(TraceInfo("x", "kineto", (0,)), (_device(500), _device(300)), (), ())
-    assert F.run_origin(without) == 300
-    assert F.run_origin(Analysis(TraceInfo("x", "kineto", (0,)), (), (), ())) == 0
+    assert run_origin(without) == 300
+    assert run_origin(Analysis(TraceInfo("x", "kineto", (0,)), (), (), ())) == 0
 
 
 # ---- the same gap, everywhere ------------------------------------------------------------------

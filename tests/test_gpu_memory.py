@@ -67,7 +67,7 @@ def test_text_section():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACELAB_DB": "/nonexistent/t.db", "COLUMNS": "120"}
     r = subprocess.run([sys.executable, "-m", "tracelab", "analyze", str(CORPUS / TRACES[1])], capture_output=True,
                        text=True, env=env, timeout=600, check=False)
-    from tracelab.render.format import fmt_bytes
+    from tracelab.text_format import fmt_bytes
 
     top = max(e["args"]["Total Allocated"] for e in _events(CORPUS / TRACES[1])
                if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tracelab.cli import main
 from tracelab.demo import demo_run
-from tracelab.render.format import fmt_ns
+from tracelab.text_format import fmt_ns
 
 
 def _raw(run):

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+from rule_contract import check_findings
 from trace_builder import Program
 
 from tracelab.analyses.rules.unfused_elementwise import op_label, period
@@ -29,7 +30,9 @@ def analyze_doc(request, tmp_path, monkeypatch):
         path = p.kineto(tmp_path / f"t{n}.json") if fmt == "kineto" else p.nsys(tmp_path / f"t{n}.sqlite")
         r = CliRunner().invoke(main, ["analyze", str(path), "--json"], catch_exceptions=False)
         assert r.exit_code == 0, r.output
-        return {f["rule"]: f for f in json.loads(r.stdout)["findings"]}
+        findings = json.loads(r.stdout)["findings"]
+        check_findings(findings)  # the rules' data contract and prose (tests/golden/rule_contract.py)
+        return {f["rule"]: f for f in findings}
 
     return run
 

@@ -409,7 +409,7 @@ def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
 
 
 def _human_ns(ns: int) -> str:
-    from .render.format import fmt_ns
+    from tracelab.text_format import fmt_ns
 
     return fmt_ns(ns)
 

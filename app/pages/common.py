@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dash import dcc, html
 
 from tracelab.errors import BadInput, MissingDependency
-from tracelab.render.format import fmt_ns
 from tracelab.store import RunRecord
+from tracelab.text_format import fmt_ns
 
 from ..components import error_page
 from ..state import AppState, describe_error

@@ -11,8 +11,8 @@ from dash import dcc, html
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
-from tracelab.render.format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
 from tracelab.store import RunRecord
+from tracelab.text_format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
 
 from ..components import data_table, run_options
 from ..data import compare_runs, comparison_tables
@@ -38,7 +38,7 @@ def _columns(df) -> list[dict[str, str]]:
 
 
 def _fmt_delta_table(df, time_cols: list[str]):
-    """Times written by render.format (deltas signed, a plain 0 for no change), counts with thousands
+    """Times written by text_format (deltas signed, a plain 0 for no change), counts with thousands
     separators (deltas signed)."""
     out = df.copy()
     for c in out.columns:

@@ -13,7 +13,7 @@ import pandas as pd
 from dash import dcc, html
 
 from tracelab.render.figures import overlap_bars_figure, overlap_matrix_figure, stream_utilization_figure
-from tracelab.render.format import fmt_ns
+from tracelab.text_format import fmt_ns
 
 from ..components import run_header
 from ..data import stream_overlap_matrix

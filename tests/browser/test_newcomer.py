@@ -13,7 +13,7 @@ from test_pages import HAVE_BROWSER, TIMELINE, css, open_page, tl_state, wait_fo
 from test_timeline_nav import run_named, shoot
 from tl_hygiene import missing_browser, screenshots_path
 
-from tracelab.render.format import fmt_ns
+from tracelab.text_format import fmt_ns
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not HAVE_BROWSER, reason=str(missing_browser()))]
 

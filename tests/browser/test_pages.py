@@ -154,7 +154,7 @@ def test_gap_click_changes_timeline_range(browser, server, screenshots):
     open_page(browser, server, f"/gaps?run={server['a']}", "#gaps-table td")
     first_row = "#gaps-table tbody tr:nth-child(1)"  # the longest gap (plain HTML table, issue 28)
     from tracelab.analyses import analyze
-    from tracelab.render.format import fmt_ns, fmt_offset
+    from tracelab.text_format import fmt_ns, fmt_offset
 
     gap = max(analyze(server["store"].load(server["a"])).gaps, key=lambda g: (g.duration_ns, -g.start_ns))
     # the position and length read as the CLI and the reports write them (the one formatter)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rule_contract import check_findings
 from trace_builder import Program
 
 from tracelab.cli import main
@@ -16,7 +17,9 @@ from tracelab.cli import main
 def analyze_cli(path: Path, *args: str) -> dict:
     r = CliRunner().invoke(main, ["analyze", str(path), "--json", *args], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    return json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    check_findings(doc["findings"])  # every finding keeps its rule's data contract and prose
+    return doc
 
 
 @pytest.fixture(params=["kineto", "nsys"])

@@ -1,6 +1,7 @@
 """Findings: the rules of `tracelab.analyses.rules` (one module per rule) run over a Timeline plus its
-gaps. One Finding per rule for the whole run (all ranks and devices); `data` holds the details, the
-prose is built by `tracelab.render.findings`. This module keeps the entry points other code imports
+gaps. One Finding per rule for the whole run (all ranks and devices); `data` holds the details (typed
+by the rule's TypedDict), the prose is written by the rule's own `describe` (dispatched by
+`tracelab.render.findings`). This module keeps the entry points other code imports
 (`find_all`, `FindingContext`); steps are in `tracelab.analyses.steps`."""
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from tracelab.model import EventKind, Timeline
+from tracelab.text_format import fmt_ns
 
 from .sm_estimate import _estimate
 from .sm_measured import _instrumented
@@ -22,7 +23,6 @@ from .sm_partitions import (
     kernel_columns,
 )
 from .sm_time import _sm_time, _without_blocks
-from .units import fmt_ns
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -287,7 +287,7 @@ def rank_document_of(ra: RankAnalysis) -> dict[str, Any]:
 
 def _cause_doc(ra: RankAnalysis, rank: int) -> dict[str, Any]:
     """A straggler's own cause (comm_steps.StragglerCause) for its `stragglers` entry; {} when not explained."""
-    from ..render.format import fmt_ns
+    from tracelab.text_format import fmt_ns
 
     for c in ra.straggler_causes:
         if c.rank == rank:

@@ -21,12 +21,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tracelab.text_format import fmt_ns
+
 from ..errors import BadInput
 from ..model import Timeline
 from ..model.grouping import sorted_unique
 from .step_table import StepRow
 from .steps import Steps, find_steps
-from .units import fmt_ns
 
 _INT_RANGE = re.compile(r"^\s*(\d*)\s*(:\s*(\d*)\s*)?$")
 _NUM = r"(\d+(?:\.\d*)?|\.\d+)?"

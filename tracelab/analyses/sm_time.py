@@ -9,6 +9,7 @@ import numpy as np
 
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.model import Timeline
+from tracelab.text_format import fmt_ns
 
 from ..model.grouping import sorted_unique
 from .distinct import distinct_codes
@@ -25,7 +26,6 @@ from .sm_partitions import (
     _partitions,
     select_kernels,
 )
-from .units import fmt_ns
 
 if TYPE_CHECKING:
     import pandas as pd

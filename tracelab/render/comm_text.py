@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from tracelab.text_format import fmt_ns
+
 from ..analyses.comm_partition import CommOverlapExplanation, RankComm
-from .format import fmt_ns
 
 
 def _pct(x: float) -> str:

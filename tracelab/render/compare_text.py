@@ -14,7 +14,7 @@ from typing import Any
 from tracelab.analyses.compare import Comparison, Delta, DeviceComparison, GapCauseDelta, Verdict
 from tracelab.analyses.results import TraceInfo
 from tracelab.render.comm_text import explain_comm_overlap
-from tracelab.render.format import (
+from tracelab.text_format import (
     fmt_count,
     fmt_fraction,
     fmt_ns,
@@ -26,7 +26,7 @@ from tracelab.render.format import (
     fmt_signed_ns,
 )
 
-# re-exported for the report writers and older callers (the formatting itself is in render/format.py)
+# re-exported for the report writers and older callers (the formatting itself is in tracelab/text_format.py)
 __all__ = ["fmt_fraction", "fmt_ns", "fmt_pct", "fmt_signed_ns", "shorten", "term_safe"]
 
 # ---- shared formatting ------------------------------------------------------------------------------

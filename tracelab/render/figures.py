@@ -17,8 +17,8 @@ import plotly.graph_objects as go
 
 from tracelab.analyses.kernels import KERNEL_TABLE_COLUMNS, kernel_table  # noqa: F401  (moved to the analyses)
 from tracelab.analyses.results import Analysis, DeviceSummary, Gap
+from tracelab.text_format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_pct, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
 
-from .format import fmt_bytes, fmt_ns, fmt_ns_many, fmt_pct, fmt_rel_many  # noqa: F401 - the one formatter; re-exported
 from .gaps_svg import duration_ticks, offset_ticks
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ SVG_MAX_POINTS = 3000
 def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None) -> go.Figure:
     """Idle gaps on a time axis, coloured by cause (each point carries customdata [start, end] in ns
     from `origin_ns`); `evidence`: each gap's evidence text in the order of `gaps`, for the hover. Both
-    axes are in ns and labelled by render.format: the start as an offset from the run start (`+12.0 ms`),
+    axes are in ns and labelled by text_format: the start as an offset from the run start (`+12.0 ms`),
     the length on a log axis (`10.0 µs`, `100.0 µs`, `1.00 ms`)."""
     if not gaps:
         return empty_figure("no idle gaps above the threshold")

@@ -9,7 +9,7 @@ pieces are joined with numpy object-array concatenation (runs in C), so the evid
 large trace (`analyze --json`) costs a few vectorized passes, not a Python format call per gap.
 Points in time inside the evidence are said from the gap's start ("2.63 ms into the gap", "41 ns before
 the gap"), never as a signed offset that could be read as one from the run start ("+8.27 ms", which is
-how the gap's own start is written); the durations come from render.format.
+how the gap's own start is written); the durations come from text_format.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from tracelab.text_format import fmt_ns_many
+
 from ..analyses.distinct import distinct_codes
 from ..analyses.names import short_name
 from ..analyses.results import CAUSES, HOST_DATA, Analysis, Gap, GapDetails, GapTable
 from ..model import EventKind
-from .format import fmt_ns_many
 
 __all__ = ["HOST_DATA_WORDS", "evidence_texts", "gap_evidence"]
 
@@ -239,7 +240,7 @@ def _factorize(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _rel(ns: np.ndarray) -> np.ndarray:
     """A time from the gap's start, per element: '12.3 µs into the gap', '41 ns before the gap' (durations
-    from render.format), formatted once per distinct value."""
+    from text_format), formatted once per distinct value."""
     ns = np.asarray(ns, dtype=np.int64)
     uniq, inverse = np.unique(ns, return_inverse=True)
     words = [f"{t} before the gap" if v < 0 else f"{t} into the gap"

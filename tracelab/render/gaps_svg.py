@@ -1,7 +1,7 @@
 """The Gaps page's chart as one self-contained SVG document (no plotly.js: loading and running it took
 most of the page's draw time, issue 28): each idle gap a point at (start, length) on a log length axis,
 coloured by cause, with its cause, length, offset and evidence as a native tooltip (`<title>`) and, when
-`links` are given, a link that opens the timeline there. Axis labels come from render.format: offsets
+`links` are given, a link that opens the timeline there. Axis labels come from text_format: offsets
 from the run start (`+20.00 ms`) and durations (`10.0 µs`, `1.00 ms`). Every text is XML-escaped.
 
     gaps_svg(gaps, origin_ns, evidence=None, links=None) -> str    an HTML document holding the SVG
@@ -14,8 +14,9 @@ from html import escape
 
 import numpy as np
 
+from tracelab.text_format import fmt_ns_many, fmt_rel_many
+
 from ..analyses.results import Gap
-from .format import fmt_ns_many, fmt_rel_many
 
 __all__ = ["CAUSE_COLORS", "gaps_svg"]
 
@@ -42,7 +43,7 @@ def offset_ticks(hi_ns: float, n: int = 6) -> list[float]:
 
 def duration_ticks(lo_ns: float, hi_ns: float) -> tuple[list[float], list[str]]:
     """Log-axis ticks for durations from lo_ns to hi_ns: 1, 2, 5 × each power of ten (only 1× when the
-    range spans more than three decades), labelled by render.format (`10.0 µs`, `2.00 ms`), in ns."""
+    range spans more than three decades), labelled by text_format (`10.0 µs`, `2.00 ms`), in ns."""
     lo, hi = max(float(lo_ns), 1.0), max(float(hi_ns), 1.0)
     first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
     steps = (1,) if last - first > 3 else (1, 2, 5)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
+from tracelab.text_format import fmt_bytes, fmt_ns
+
 from ..analyses.gpu_memory import MemoryTimeline
 from .compare_text import term_safe
-from .format import fmt_bytes, fmt_ns
 
 MAX_STEPS = 12
 

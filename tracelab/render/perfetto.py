@@ -33,9 +33,10 @@ from tracelab.analyses.results import Analysis
 from tracelab.errors import BadInput
 from tracelab.model import Flag, LaneKind, Timeline
 from tracelab.model.kinds import GPU_ACTIVITY_KINDS, EventKind
-from tracelab.render.format import fmt_ns, run_origin
+from tracelab.render.format import run_origin
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.reports import atomic_file
+from tracelab.text_format import fmt_ns
 
 TRACELAB_PID = 1
 FINDINGS_TID = 1

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
+from tracelab.text_format import fmt_ns
+
 from ..analyses.range_projection import RangeProjection
 from .compare_text import term_safe
-from .format import fmt_ns
 
 TOP = 10
 

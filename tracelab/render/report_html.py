@@ -42,9 +42,10 @@ from tracelab.render.compare_text import (
     verdict_detail,
     verdict_line,
 )
-from tracelab.render.format import fmt_offset, run_origin
+from tracelab.render.format import run_origin
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.reports import metadata_rows, report_title
+from tracelab.text_format import fmt_offset
 
 NAME_LIMIT = 160
 
@@ -493,7 +494,7 @@ def _ranges_html(p) -> list[str]:
 def _memory_html(mem, analysis: Analysis) -> list[str]:
     if mem is None:
         return []
-    from tracelab.render.format import fmt_bytes
+    from tracelab.text_format import fmt_bytes
 
     origin = run_origin(analysis)
     rows = "".join(

@@ -30,9 +30,10 @@ from tracelab.render.compare_text import (
     verdict_detail,
     verdict_line,
 )
-from tracelab.render.format import fmt_offset, run_origin
+from tracelab.render.format import run_origin
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.reports import metadata_rows, report_title
+from tracelab.text_format import fmt_offset
 
 TOP_GAPS = 10
 TOP_FINDINGS = 30
@@ -312,7 +313,7 @@ def _ranges_and_memory_md(p, mem, analysis: Analysis) -> list[str]:
                 f"{p.reference}. Top {min(TOP_RANGES, len(p.stats))} of {len(p.stats)} names (the .json report has all)."),
                 "", md_table(["range", "kind", "calls", "GPU time", "kernels", "span", "share"], rows, "llrrrrr"), ""]
     if mem is not None:
-        from tracelab.render.format import fmt_bytes
+        from tracelab.text_format import fmt_bytes
 
         rows = [[f"r{q.rank}/d{q.device}", fmt_bytes(q.peak_bytes), fmt_offset(q.at_ns, run_origin(analysis)),
                  fmt_bytes(q.allocation_bytes), md_escape(q.op, 120),

@@ -24,7 +24,7 @@ from tracelab.analyses.results import Analysis
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.model import Timeline
 from tracelab.render.document import to_document
-from tracelab.render.format import fmt_ranks
+from tracelab.text_format import fmt_ranks
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 

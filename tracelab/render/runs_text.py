@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tracelab.render.compare_text import term_safe
-from tracelab.render.format import fmt_count, fmt_ns
+from tracelab.text_format import fmt_count, fmt_ns
 
 ELLIPSIS = "…"
 _BOUNDARY = re.compile(r"[/\-_.=\s:,]")

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from tracelab.text_format import fmt_ns, fmt_offset
+
 from ..analyses.results import Analysis
-from .format import fmt_ns, fmt_offset
 
 
 def setup_sentence(analysis: Analysis, origin: int) -> str | None:

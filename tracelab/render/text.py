@@ -14,11 +14,13 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from tracelab.render.format import run_origin
+from tracelab.text_format import fmt_ns, fmt_offset, fmt_share
+
 from ..analyses.results import Analysis, DeviceSummary, Finding, GapTable, cause_totals, longest_gaps
 from ..analyses.step_time import SteadyStepTime, steady_step_time
 from .compare_text import term_safe
 from .findings import describe
-from .format import fmt_ns, fmt_offset, fmt_share, run_origin
 from .gap_evidence import gap_evidence
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

@@ -5,10 +5,11 @@ graph). Runs of other workloads, and plain traces, get nothing."""
 
 from __future__ import annotations
 
+from tracelab.text_format import fmt_ns
+
 from ..analyses.fusion import fusion_figures
 from ..analyses.queue_delay import graph_overlap, kernel_latency, stream_delays
 from ..model import Timeline
-from .format import fmt_ns
 
 
 def workload_lines(timeline: Timeline) -> list[str]:

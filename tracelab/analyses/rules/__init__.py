@@ -1,5 +1,7 @@
-"""The finding rules, one module per rule (`<id>.py` exporting `RULE`), found automatically: adding a
-rule is one new file here plus its test, no registry edit. See `base.py` for the contract."""
+"""The finding rules, one module per rule (`<id>.py` exporting `RULE`: detection, data TypedDict, prose
+and declaration), found automatically: adding a rule is one new file here plus its golden test, no
+registry, render or docs edit (DESIGN.md's rule table is generated: `python -m tracelab.analyses.rules
+--design-table`). See `base.py` for the contract."""
 
 from __future__ import annotations
 
@@ -12,7 +14,18 @@ from typing import Any
 from ..results import Finding
 from .base import FindingContext, NotEvaluated, Rule
 
-__all__ = ["RULES", "FindingContext", "NotEvaluated", "Rule", "collect", "evaluate_all", "rule_ids", "rule_tasks"]
+__all__ = [
+    "RULES",
+    "FindingContext",
+    "NotEvaluated",
+    "Rule",
+    "collect",
+    "design_table",
+    "evaluate_all",
+    "rule_by_id",
+    "rule_ids",
+    "rule_tasks",
+]
 
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -35,6 +48,31 @@ RULES: tuple[Rule, ...] = _discover()
 
 def rule_ids() -> tuple[str, ...]:
     return tuple(r.id for r in RULES)
+
+
+def rule_by_id(rule_id: str) -> Rule | None:
+    """The registered rule of that id (None for a finding of a rule that is not registered)."""
+    return next((r for r in RULES if r.id == rule_id), None)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _options(options: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in options.items()) or "—"
+
+
+def design_table(rules: Sequence[Rule] | None = None) -> str:
+    """DESIGN.md's rule table (Markdown), from the rules' declarations, in registry order."""
+    lines = [
+        "| rule | detects | fires when | severity | count / wasted_ns | options (defaults) | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in RULES if rules is None else rules:
+        cells = (f"`{r.id}`", r.title, r.fires_when, r.severity, r.counts, _options(r.options), r.source)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def evaluate_all(

@@ -1,13 +1,17 @@
-"""The rule contract: a `Rule` is an id, a one-line title, its thresholds (`options`, with defaults),
-the reference its definition follows (`source`) and an `evaluate(ctx, options)` that returns a
-`Finding` (it fired), a `NotEvaluated` (the trace lacks what the rule needs: the reason is reported
-in the analysis notes) or None (evaluated, nothing found).
+"""The rule contract. A rule is one module `<id>.py` exporting `RULE = Rule(...)`: its id, a one-line
+title (what it detects), its declaration for DESIGN.md's rule table (`fires_when`, `severity`,
+`counts`, the thresholds `options` with their defaults, the reference `source`), the `TypedDict` of
+its finding's `data`, an `evaluate(ctx, options)` that returns a `Finding` (it fired), a
+`NotEvaluated` (the trace lacks what the rule needs: the reason is reported in the analysis notes)
+or None (evaluated, nothing found), and a `describe(finding)` that writes its prose.
 
-Rules return structure: `Finding.data` holds the numbers, event references and time windows; the
-prose shown to people is built in `tracelab.render.findings` (one renderer per rule, a generic
-fallback for rules without one). `FindingContext` is what every rule reads: the timeline, the device
-rows, the host views per rank, the device summaries, the displayed gaps, the steps and the device
-idle intervals with their causes (independent of the display threshold).
+Rules return structure: `Finding.data` holds the numbers, event references and time windows, typed by
+the rule's `data` TypedDict and read by its own `describe` with plain `data["key"]` (a key the rule
+stopped writing raises, it never prints a default). `describe` returns (message, where) as plain
+strings, numbers written by `tracelab.text_format` (the one formatter, below the analyses);
+`tracelab.render.findings` only dispatches to it. `FindingContext` is what every rule reads: the
+timeline, the device rows, the host views per rank, the device summaries, the displayed gaps, the
+steps and the device idle intervals with their causes (independent of the display threshold).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
 
 import numpy as np
+
+from tracelab.text_format import fmt_ns
 
 from ...model import EventKind, Timeline
 from ...model.grouping import group_rows
@@ -94,11 +100,26 @@ class NotEvaluated:
     reason: str
 
 
+Prose = tuple[str, str]  # (message, where) of a finding, as people read it
+
+
+class Window(TypedDict):
+    """The time window every finding's data points at (its first or worst occurrence): `window()`."""
+
+    start_ns: int
+    end_ns: int
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
-    title: str  # one line, for docs and renderers
+    title: str  # one line: what the rule detects (docs, the generic prose)
     evaluate: Callable[[FindingContext, Mapping[str, Any]], Finding | NotEvaluated | None]
+    describe: Callable[[Finding], Prose]  # the finding's (message, where)
+    data: type  # the TypedDict of Finding.data (a subclass of Window)
+    fires_when: str  # the condition, in words (DESIGN.md's rule table)
+    severity: str  # how the severity is chosen, in words
+    counts: str  # what `count` / `wasted_ns` are, in words
     options: Mapping[str, Any] = field(default_factory=dict)  # thresholds, with their defaults
     source: str = ""  # CUDA docs section / reference for the definition
     # the rule does long work of its own (classifies idle intervals): when the rules run on several
@@ -107,6 +128,65 @@ class Rule:
 
 
 # ---- helpers shared by rules ------------------------------------------------------------------
+def data_keys(data_type: type) -> frozenset[str]:
+    """The keys a finding's data must have: those of the rule's TypedDict (with Window's)."""
+    return frozenset(get_type_hints(data_type))
+
+
+def _check(where: str, value: Any, hint: Any) -> None:
+    """Raise KeyError where value (read from JSON or built by a rule) lacks a key of the TypedDict hint,
+    or has one it does not declare; lists and dict values are checked item by item."""
+    if is_typeddict(hint):
+        if not isinstance(value, Mapping):
+            raise KeyError(f"{where}: expected a mapping, got {type(value).__name__}")
+        hints = get_type_hints(hint)
+        want, have = frozenset(hints), frozenset(value)
+        if want != have:
+            raise KeyError(f"{where}: keys missing {sorted(want - have)}, undeclared {sorted(have - want)}")
+        for k, h in hints.items():
+            _check(f"{where}.{k}", value[k], h)
+    elif get_origin(hint) is list and isinstance(value, list):
+        for i, item in enumerate(value):
+            _check(f"{where}[{i}]", item, get_args(hint)[0])
+    elif get_origin(hint) is dict and isinstance(value, Mapping):
+        for k, item in value.items():
+            _check(f"{where}[{k!r}]", item, get_args(hint)[1])
+
+
+def check_data(rule: Rule, data: Mapping[str, Any]) -> None:
+    """Raise KeyError when a finding's data (or a record inside it) lacks a key of the rule's TypedDicts
+    or has one they do not declare (tests run every rule's findings through it: a renamed key fails,
+    never prints 0)."""
+    _check(rule.id, data, rule.data)
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (int, float, str)) and not isinstance(v, bool)
+
+
+def _value(key: str, v: Any) -> str:
+    return fmt_ns(v) if key.endswith("_ns") and isinstance(v, (int, float)) else str(v)
+
+
+def generic_prose(f: Finding, title: str) -> Prose:
+    """Prose from the title and the data alone (a rule may use it as its `describe`; render uses it for a
+    finding whose rule is not registered): title, count, GPU time and the data's scalar values; where =
+    the ranks its data lists."""
+    facts = ", ".join(
+        f"{k} {_value(k, v)}" for k, v in f.data.items() if _scalar(v) and k not in ("start_ns", "end_ns")
+    )
+    msg = f"{title}: {f.count} occurrences, {fmt_ns(f.wasted_ns)} of GPU time" + (f" ({facts})" if facts else "")
+    places = []
+    for v in f.data.values():
+        if isinstance(v, list):
+            for item in v:
+                if isinstance(item, dict) and "rank" in item:
+                    extra = ", ".join(f"{k.removesuffix('_ns')} {_value(k, x)}" for k, x in item.items()
+                                      if k != "rank" and _scalar(x))
+                    places.append(f"rank {item['rank']}" + (f": {extra}" if extra else ""))
+    return msg + ".", join_places(places)
+
+
 def severity(wasted: int, span: int, base: str = "info") -> str:
     """critical when wasted ≥ 20% of the span, warning when ≥ 1%, else `base`."""
     if span > 0 and wasted >= CRITICAL_FRACTION * span:
@@ -121,7 +201,7 @@ def join_places(places: list[str], limit: int = 4) -> str:
     return "; ".join(places[:limit]) + (f"; and {more} more" if more > 0 else "")
 
 
-def window(start: int, end: int) -> dict[str, int]:
+def window(start: int, end: int) -> Window:
     """The time window a finding points at (its first or worst occurrence), for `Finding.data`: the
     dashboard's "show in timeline" link opens it."""
     return {"start_ns": int(start), "end_ns": int(end)}

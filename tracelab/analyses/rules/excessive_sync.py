@@ -4,19 +4,32 @@ GPU several times per step: every wait drains the queue)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from ..results import Finding
-from .base import FindingContext, Rule, severity, step_of, window
+from .base import FindingContext, Prose, Rule, Window, generic_prose, severity, step_of, window
 from .waits import idle_during
+
+
+class RankSyncs(TypedDict):
+    rank: int
+    steps: int
+    syncs: int
+    idle_ns: int
+
+
+class ExcessiveSyncData(Window):
+    ranks: list[RankSyncs]
+    syncs: int
+    steps: int
 
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     count = wasted = steps_total = 0
     longest = (-1, 0, 0)  # (duration, start, end) of the longest sync call
-    ranks: list[dict[str, int]] = []
+    ranks: list[RankSyncs] = []
     for rank, host in ctx.hosts.items():
         s_start, s_end = ctx.step_bounds(rank)
         n_steps = int(s_start.size)
@@ -38,19 +51,32 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         steps_total += n_steps
     if not count:
         return None
+    data: ExcessiveSyncData = {
+        "ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])
+    }
     return Finding(
         rule=RULE.id,
         severity=severity(wasted, ctx.span_ns(), "info"),
         count=count,
         wasted_ns=wasted,
-        data={"ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])},
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    """The generic prose: the title, count, GPU time and the data's scalars; where = its ranks."""
+    return generic_prose(f, RULE.title)
 
 
 RULE = Rule(
     id="excessive_sync",
     title="more blocking host syncs inside the training steps than steps",
     evaluate=evaluate,
+    describe=describe,
+    data=ExcessiveSyncData,
+    fires_when="more blocking sync calls inside the steps than syncs_per_step × steps (≥ min_steps steps)",
+    severity="critical / warning by the share of the span wasted, else info",
+    counts="calls / GPU idle during them",
     options={"min_steps": 3, "syncs_per_step": 1.0},
     source='CUDA Runtime API, "API synchronization behavior" (which calls block the host)',
 )

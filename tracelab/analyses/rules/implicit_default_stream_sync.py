@@ -23,15 +23,18 @@ with ≥ `min_handoffs` handoffs on a device.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
+
+from tracelab.text_format import fmt_ns
 
 from ...model import EventKind
 from ...model.grouping import sorted_unique
 from ..intervals import union_length
+from ..names import short_name
 from ..results import Finding
-from .base import FindingContext, Rule, join_places, window
+from .base import FindingContext, Prose, Rule, Window, join_places, window
 
 OPTIONS: dict[str, Any] = {
     "legacy_streams": (7,),
@@ -56,6 +59,32 @@ _FIELDS = (
     "rank", "device", "legacy_row", "legacy_stream", "waited_for_stream", "held_stream",
     "x_start", "x_end", "y_end", "z_start", "held_from", "held_ns", "name_x", "name_z",
 )  # fmt: skip
+
+
+class Handoff(TypedDict):
+    """x on the legacy stream waited for y (another stream) and held z (a third stream) back."""
+
+    rank: int
+    device: int
+    legacy_row: int
+    legacy_stream: int
+    waited_for_stream: int
+    held_stream: int
+    x_start: int
+    x_end: int
+    y_end: int
+    z_start: int
+    held_from: int
+    held_ns: int
+    legacy_op: str  # x's name
+    held_op: str  # z's name
+
+
+class ImplicitDefaultStreamSyncData(Window):
+    handoffs: list[Handoff]  # the first 20
+    legacy_streams: list[int]
+    held_streams: list[int]
+    waited_for_streams: list[int]
 
 
 def handoffs(ctx: FindingContext, options: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -135,32 +164,63 @@ def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
     span = ctx.span_ns()
     name = ctx.timeline.name
     evidence = [
-        {f: int(h[f][i]) for f in _FIELDS if not f.startswith("name_")}
-        | {"legacy_op": name(int(h["name_x"][i])), "held_op": name(int(h["name_z"][i]))}
+        cast(
+            Handoff,
+            {f: int(h[f][i]) for f in _FIELDS if not f.startswith("name_")}
+            | {"legacy_op": name(int(h["name_x"][i])), "held_op": name(int(h["name_z"][i]))},
+        )
         for i in range(min(n, 20))  # the first 20 as evidence
     ]
     keys = np.unique(np.stack([h["rank"], h["device"], h["legacy_stream"]], axis=1), axis=0)
     places = [f"r{r} GPU {d} stream {s}" for r, d, s in keys.tolist()]  # one per (rank, device, stream)
+    data: ImplicitDefaultStreamSyncData = {
+        "handoffs": evidence,
+        "legacy_streams": sorted_unique(h["legacy_stream"]).tolist(),
+        "held_streams": sorted_unique(h["held_stream"]).tolist(),
+        "waited_for_streams": sorted_unique(h["waited_for_stream"]).tolist(),
+        **window(int(h["y_end"][0]), int(h["z_start"][0])),
+    }
     return Finding(
         rule=RULE.id,
         severity="warning" if span > 0 and wasted >= opts["warning_fraction"] * span else "info",
         count=n,
         wasted_ns=int(wasted),
         where=join_places(places),
-        data={
-            "handoffs": evidence,
-            "legacy_streams": sorted_unique(h["legacy_stream"]).tolist(),
-            "held_streams": sorted_unique(h["held_stream"]).tolist(),
-            "waited_for_streams": sorted_unique(h["waited_for_stream"]).tolist(),
-            **window(int(h["y_end"][0]), int(h["z_start"][0])),
-        },
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(ImplicitDefaultStreamSyncData, f.data)
+    h = d["handoffs"][0]
+    held = ", ".join(map(str, d["held_streams"]))
+    msg = (
+        f"{f.count} operations on the legacy default stream {h['legacy_stream']} waited for other streams' "
+        f"work and then held work of stream(s) {held} back, with no cudaStreamWaitEvent issued: e.g. "
+        f"{short_name(h['legacy_op'], 50)} started {fmt_ns(h['x_start'] - h['y_end'])} after "
+        f"stream {h['waited_for_stream']}'s work ended, and {short_name(h['held_op'], 50)} on stream "
+        f"{h['held_stream']} started {fmt_ns(h['z_start'] - h['x_end'])} after it, having been "
+        f"ready {fmt_ns(h['held_ns'])} earlier. That is the implicit synchronization of blocking streams "
+        f"with the legacy default stream; ready work was held {fmt_ns(f.wasted_ns)} in all. Create the streams "
+        "non-blocking (cudaStreamNonBlocking; torch.cuda.Stream does), or keep that op off the legacy default "
+        "stream (its own stream, or the per-thread default stream)."
+    )
+    return msg, f.where
 
 
 RULE = Rule(
     id="implicit_default_stream_sync",
     title="work on the legacy default stream that serializes blocking streams",
     evaluate=evaluate,
+    describe=describe,
+    data=ImplicitDefaultStreamSyncData,
+    fires_when=(
+        "≥ min_handoffs operations on a legacy default stream (legacy_streams) that waited ≤ max_handoff_ns for "
+        "another stream's work and held ready work of a blocking stream back, with no cudaStreamWaitEvent "
+        "(module docstring)"
+    ),
+    severity="warning when the held time is ≥ warning_fraction of the span, else info",
+    counts="handoffs / union of the time ready work was held",
     options=OPTIONS,
     source='CUDA C++ Programming Guide, "Default Stream" and "Implicit Synchronization" (streams section)',
 )

@@ -12,16 +12,51 @@ launching threads were in: tracelab.analyses.input_wait) so the text can say wha
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.text_format import fmt_ns
+
 from ..intervals import merge
+from ..names import short_name
 from ..results import CAUSES, Finding
-from .base import FindingContext, Rule, severity, window
+from .base import FindingContext, Prose, Rule, Window, join_places, severity, window
 
 INPUT_WAIT = CAUSES.index("input_wait")
 MAX_STEPS_LISTED = 20
+
+
+class InputStep(TypedDict):
+    rank: int
+    step: int  # -1: the rank has no steps (its GPU span is the window)
+    start_ns: int
+    end_ns: int
+    input_wait_ns: int
+    share: float
+
+
+class RankInput(TypedDict):
+    rank: int
+    steps: int
+    input_bound_steps: int
+    input_wait_ns: int
+    mean_share: float
+    scoped_to_steps: bool
+
+
+class LoaderOp(TypedDict):
+    count: int
+    total_ns: int
+
+
+class InputBoundData(Window):
+    steps: list[InputStep]  # the worst MAX_STEPS_LISTED, by rank and start
+    input_bound_steps: int
+    total_steps: int
+    ranks: list[RankInput]
+    loader_ops: dict[str, LoaderOp]  # the loader's ranges the launching threads were in, most time first
+    step_share: float
 
 
 def _input_idle(ctx: FindingContext, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -40,9 +75,9 @@ def _input_idle(ctx: FindingContext, rank: int) -> tuple[np.ndarray, np.ndarray]
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     share_min, min_wait = float(opt["step_share"]), int(opt["min_wait_ns"])
-    steps: list[dict[str, Any]] = []
-    ranks: list[dict[str, Any]] = []
-    loader_ops: dict[str, dict[str, int]] = {}
+    steps: list[InputStep] = []
+    ranks: list[RankInput] = []
+    loader_ops: dict[str, LoaderOp] = {}
     total_steps = wasted = 0
     for rank, host in ctx.hosts.items():
         us, ue = _input_idle(ctx, rank)
@@ -78,27 +113,56 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     if not steps:
         return None
     worst = sorted(steps, key=lambda s: -s["input_wait_ns"])
+    data: InputBoundData = {
+        "steps": sorted(worst[:MAX_STEPS_LISTED], key=lambda s: (s["rank"], s["start_ns"])),
+        "input_bound_steps": len(steps),
+        "total_steps": total_steps,
+        "ranks": ranks,
+        "loader_ops": dict(sorted(loader_ops.items(), key=lambda kv: -kv[1]["total_ns"])[:10]),
+        "step_share": share_min,
+        **window(worst[0]["start_ns"], worst[0]["end_ns"]),
+    }
     return Finding(
         rule=RULE.id,
         severity=severity(wasted, ctx.span_ns(), "warning"),
         count=len(steps),
         wasted_ns=wasted,
-        data={
-            "steps": sorted(worst[:MAX_STEPS_LISTED], key=lambda s: (s["rank"], s["start_ns"])),
-            "input_bound_steps": len(steps),
-            "total_steps": total_steps,
-            "ranks": ranks,
-            "loader_ops": dict(sorted(loader_ops.items(), key=lambda kv: -kv[1]["total_ns"])[:10]),
-            "step_share": share_min,
-            **window(worst[0]["start_ns"], worst[0]["end_ns"]),
-        },
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(InputBoundData, f.data)
+    ops = d["loader_ops"]
+    top = next(iter(ops), "")
+    by = (f" (the launching thread in {short_name(top, 70)}, {ops[top]['count']}×)" if top else
+          " (the launching thread blocked in OS waits for data)")
+    msg = (
+        f"the GPU waited {fmt_ns(f.wasted_ns)} for input data in {d['input_bound_steps']} of "
+        f"{d['total_steps']} steps (≥ {d['step_share']:.0%} of each step){by}: the data pipeline "
+        "cannot keep up with the GPU. Give the DataLoader more num_workers, use pin_memory=True with "
+        ".to(device, non_blocking=True), raise prefetch_factor, keep workers alive with persistent_workers=True, "
+        "and move decoding / augmentation to the GPU (e.g. DALI, torchvision.io.decode_jpeg on cuda)."
+    )
+    where = join_places([
+        f"rank {s['rank']} " + (f"step {s['step']}" if s["step"] >= 0 else "(whole run)")
+        + f": {fmt_ns(s['input_wait_ns'])} ({s['share']:.0%})" for s in d["steps"]
+    ])
+    return msg, where
 
 
 RULE = Rule(
     id="input_bound",
     title="training steps whose GPU waits for input data",
     evaluate=evaluate,
+    describe=describe,
+    data=InputBoundData,
+    fires_when=(
+        "steps whose GPU idle of cause input_wait is ≥ step_share of the step, adding up to ≥ min_wait_ns on "
+        "a rank (without steps: the rank's GPU span as one window)"
+    ),
+    severity="critical / warning by the share of the span wasted, else warning",
+    counts="input-bound steps / their input_wait idle",
     options={"step_share": 0.1, "min_wait_ns": 100_000},
     long=True,
     source=(

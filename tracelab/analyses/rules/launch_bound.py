@@ -4,17 +4,43 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
+
+from tracelab.text_format import fmt_ns
 
 from ...model import EventKind, Flag
 from ..intervals import covered_length
 from ..results import Finding
 from ..rows import device_union
-from .base import FindingContext, Rule, severity, string_ids, window
+from .base import FindingContext, Prose, Rule, Window, join_places, severity, string_ids, window
 
 GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
+
+
+class DeviceStretches(TypedDict):
+    rank: int
+    device: int
+    stretches: int
+    kernels: int
+    idle_ns: int
+
+
+class Stretch(TypedDict):
+    rank: int
+    device: int
+    start_ns: int
+    end_ns: int
+    kernels: int
+    idle_ns: int
+
+
+class LaunchBoundData(Window):
+    stretches: list[Stretch]  # the 20 with the most idle time
+    n_stretches: int
+    devices: list[DeviceStretches]
+    tiny_kernel_ns: int
 
 
 def _graph_kernels(ctx: FindingContext, rows: np.ndarray, rank: int) -> np.ndarray:
@@ -32,8 +58,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     tiny_ns, max_gap = int(opt["tiny_kernel_ns"]), int(opt["max_launch_gap_ns"])
     min_kernels, idle_frac = int(opt["min_stretch_kernels"]), float(opt["stretch_idle_fraction"])
     count = wasted = kernels_in = 0
-    devices: list[dict[str, int]] = []
-    stretches: list[dict[str, int]] = []
+    devices: list[DeviceStretches] = []
+    stretches: list[Stretch] = []
     for dr, dev in zip(ctx.rows, ctx.devices):
         rows = dr.rows[ctx.col("kind")[dr.rows] == int(EventKind.KERNEL)]
         rows = rows[~_graph_kernels(ctx, rows, dr.rank)]
@@ -79,25 +105,51 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     if not count:
         return None
     worst = sorted(stretches, key=lambda x: -x["idle_ns"])[:20]
+    data: LaunchBoundData = {
+        "stretches": worst,
+        "n_stretches": count,
+        "devices": devices,
+        "tiny_kernel_ns": tiny_ns,
+        **window(worst[0]["start_ns"], worst[0]["end_ns"]),
+    }
     return Finding(
         rule=RULE.id,
         severity=severity(wasted, ctx.span_ns(), "warning"),
         count=kernels_in,
         wasted_ns=wasted,
-        data={
-            "stretches": worst,
-            "n_stretches": count,
-            "devices": devices,
-            "tiny_kernel_ns": tiny_ns,
-            **window(worst[0]["start_ns"], worst[0]["end_ns"]),
-        },
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(LaunchBoundData, f.data)
+    msg = (
+        f"{d['n_stretches']} stretches of {f.count} tiny kernels (< {fmt_ns(d['tiny_kernel_ns'])} "
+        f"each) with the GPU idle {fmt_ns(f.wasted_ns)} between launches: the host cannot launch fast enough. "
+        "Capture them in a CUDA graph (torch.cuda.graphs, torch.compile mode='reduce-overhead') or fuse them."
+    )
+    where = join_places(
+        [
+            f"rank {x['rank']} device {x['device']}: {x['stretches']} stretches, {x['kernels']} kernels, "
+            f"{fmt_ns(x['idle_ns'])} idle"
+            for x in d["devices"]
+        ]
+    )
+    return msg, where
 
 
 RULE = Rule(
     id="launch_bound",
     title="stretches of tiny kernels with the GPU idle between launches",
     evaluate=evaluate,
+    describe=describe,
+    data=LaunchBoundData,
+    fires_when=(
+        "runs of ≥ min_stretch_kernels tiny kernels (< tiny_kernel_ns, not from a graph, ≤ max_launch_gap_ns "
+        "apart) with the GPU idle ≥ stretch_idle_fraction of the run, idle ≥ min_span_fraction of the span"
+    ),
+    severity="critical / warning by the share of the span wasted, else warning",
+    counts="kernels / idle inside the runs",
     options={
         "tiny_kernel_ns": 10_000,
         "max_launch_gap_ns": 100_000,

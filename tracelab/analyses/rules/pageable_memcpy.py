@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
+
+from tracelab.text_format import fmt_bytes, fmt_ns
 
 from ...model import CopyKind, MemKind
 from ...model.grouping import sorted_unique
 from ..results import Finding
-from .base import FindingContext, Rule, count_places, memcpy_rows, severity, window
+from .base import (
+    FindingContext,
+    Prose,
+    Rule,
+    Window,
+    count_places,
+    join_places,
+    memcpy_rows,
+    severity,
+    window,
+)
+
+
+class StreamCopies(TypedDict):
+    rank: int
+    device: int
+    stream: int
+    copies: int
+
+
+class PageableMemcpyData(Window):
+    bytes: int
+    by_kind: dict[str, int]  # CopyKind name -> copies
+    copy_ns: int
+    places: list[StreamCopies]  # most copies first
 
 
 def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes: np.ndarray, min_bytes: int) -> int:
@@ -49,25 +75,46 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     nb = ctx.col("bytes")[pos]
     wasted = _pageable_cost(ctx, dur, ck, nb, min_bytes)
     longest = int(np.argmax(dur))
+    data: PageableMemcpyData = {
+        "bytes": int(nb.sum()),
+        "by_kind": {k.name: int((ck == int(k)).sum()) for k in CopyKind if (ck == int(k)).any()},
+        "copy_ns": int(dur.sum()),
+        "places": cast(list[StreamCopies], count_places(ctx, pos, "copies")),
+        **window(ctx.col("start")[pos[longest]], ctx.col("end")[pos[longest]]),  # the longest
+    }
     return Finding(
         rule=RULE.id,
         severity=severity(wasted, ctx.span_ns()),
         count=int(pos.size),
         wasted_ns=wasted,
-        data={
-            "bytes": int(nb.sum()),
-            "by_kind": {k.name: int((ck == int(k)).sum()) for k in CopyKind if (ck == int(k)).any()},
-            "copy_ns": int(dur.sum()),
-            "places": count_places(ctx, pos, "copies"),
-            **window(ctx.col("start")[pos[longest]], ctx.col("end")[pos[longest]]),  # the longest
-        },
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(PageableMemcpyData, f.data)
+    dirs = ", ".join(f"{v} {k}" for k, v in d["by_kind"].items())
+    msg = (
+        f"{f.count} memcpys ({fmt_bytes(d['bytes'])}, {fmt_ns(d['copy_ns'])}) use pageable host memory "
+        f"({dirs}); pin it (pin_memory=True, cudaHostAlloc) so copies run at full speed and can overlap with compute."
+    )
+    where = join_places(
+        [f"rank {p['rank']} device {p['device']} stream {p['stream']}: {p['copies']} pageable copies" for p in d["places"]]
+    )
+    return msg, where
 
 
 RULE = Rule(
     id="pageable_memcpy",
     title="large memcpys use pageable host memory",
     evaluate=evaluate,
+    describe=describe,
+    data=PageableMemcpyData,
+    fires_when="copies ≥ min_bytes with a pageable host side",
+    severity="critical / warning by the share of the span wasted, else info",
+    counts=(
+        "copies / duration minus the time at the trace's pinned bandwidth (whole duration without pinned copies)"
+    ),
     options={"min_bytes": 64 * 1024},
     source=(
         'CUDA C++ Best Practices Guide, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior" '

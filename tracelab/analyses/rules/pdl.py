@@ -5,16 +5,36 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.text_format import fmt_ns
+
 from ...model import EventKind, Flag
+from ..names import short_name
 from ..results import Finding
-from .base import FindingContext, Rule, string_ids, window
+from .base import FindingContext, Prose, Rule, Window, join_places, string_ids, window
 
 AMD_GPU = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.IGNORECASE)
 HIP_API = re.compile(r"^hip[A-Z]")
+
+
+class DevicePdl(TypedDict):
+    rank: int
+    device: int
+    kernels: int
+    overlap_ns: int
+    most_often: str  # the kernel name seen most often among them
+
+
+class PdlData(Window):
+    kernels: int
+    flagged: int  # flagged PDL at launch
+    overlapping_pairs: int
+    overlap_ns: int
+    mean_overlap_ns: int
+    devices: list[DevicePdl]
 
 
 def _hip_rank(ctx: FindingContext, rank: int) -> bool:
@@ -28,7 +48,7 @@ def _hip_rank(ctx: FindingContext, rank: int) -> bool:
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     total = flagged_total = pairs_total = overlap_total = 0
-    devices: list[dict[str, Any]] = []
+    devices: list[DevicePdl] = []
     win: dict[str, int] = {}
     best = 0  # largest overlap of two kernels seen so far
     for dr in ctx.rows:
@@ -71,27 +91,49 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     if not total:
         return None
     mean = overlap_total / pairs_total if pairs_total else 0
-    return Finding(
-        rule=RULE.id,
-        severity="info",
-        count=total,
-        wasted_ns=0,
-        data={
-            "kernels": total,
-            "flagged": flagged_total,
-            "overlapping_pairs": pairs_total,
-            "overlap_ns": overlap_total,
-            "mean_overlap_ns": int(mean),
-            "devices": devices,
-            **win,
-        },
+    data: PdlData = {
+        "kernels": total,
+        "flagged": flagged_total,
+        "overlapping_pairs": pairs_total,
+        "overlap_ns": overlap_total,
+        "mean_overlap_ns": int(mean),
+        "devices": devices,
+        "start_ns": win["start_ns"],
+        "end_ns": win["end_ns"],
+    }
+    return Finding(rule=RULE.id, severity="info", count=total, wasted_ns=0, data=dict(data))
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(PdlData, f.data)
+    msg = (
+        f"{f.count} kernels start before their predecessor on the same stream has finished "
+        f"(Programmatic Dependent Launch; {d['flagged']} flagged at launch): {d['overlapping_pairs']} "
+        f"overlaps bought {fmt_ns(d['overlap_ns'])} in total ({fmt_ns(d['mean_overlap_ns'])} each on "
+        "average)."
     )
+    where = join_places(
+        [
+            f"rank {x['rank']} device {x['device']}: {x['kernels']} kernels (most often "
+            f"{short_name(x['most_often'], 50)}), {fmt_ns(x['overlap_ns'])} overlap"
+            for x in d["devices"]
+        ]
+    )
+    return msg, where
 
 
 RULE = Rule(
     id="pdl",
     title="kernels overlap their predecessor on the same stream (Programmatic Dependent Launch)",
     evaluate=evaluate,
+    describe=describe,
+    data=PdlData,
+    fires_when=(
+        "kernels flagged PDL, or ≥ min_overlaps starting before their predecessor on the stream ends "
+        "(cc ≥ min_cc_major, not AMD)"
+    ),
+    severity="info (PDL is a gain: the finding says how much it bought)",
+    counts="kernels / 0",
     options={"min_overlaps": 2, "min_cc_major": 9},
     source='CUDA C++ Programming Guide, "Programmatic Dependent Launch and Synchronization" (compute capability 9.0+)',
 )

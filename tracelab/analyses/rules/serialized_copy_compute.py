@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
+
+from tracelab.text_format import fmt_ns
 
 from ...model import CopyKind, EventKind
 from ..distinct import distinct
 from ..intervals import covered_length, merge
 from ..results import Finding
-from .base import FindingContext, Rule, severity, window
+from .base import FindingContext, Prose, Rule, Window, join_places, severity, window
+
+
+class StreamCopies(TypedDict):
+    rank: int
+    device: int
+    stream: int
+    copies: int
+    copy_ns: int
+    unoverlapped_ns: int
+
+
+class SerializedCopyComputeData(Window):
+    streams: list[StreamCopies]
 
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     min_bytes, min_copies = int(opt["min_bytes"]), int(opt["min_copies"])
     min_frac, unov_frac = float(opt["min_span_fraction"]), float(opt["unoverlapped_fraction"])
     count = wasted = 0
-    details: list[dict[str, int]] = []
+    details: list[StreamCopies] = []
     worst = (-1, 0, 0)  # (not-overlapped ns, start, end) of the worst copy
     lanes_stream = ctx.timeline.lane_col("stream")
     for dr, dev in zip(ctx.rows, ctx.devices):
@@ -62,19 +77,45 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         wasted += min(dev_wasted, compute_ns)
     if not count:
         return None
+    data: SerializedCopyComputeData = {"streams": details, **window(worst[1], worst[2])}
     return Finding(
         rule=RULE.id,
         severity=severity(wasted, ctx.span_ns(), "warning"),
         count=count,
         wasted_ns=wasted,
-        data={"streams": details, **window(worst[1], worst[2])},
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(SerializedCopyComputeData, f.data)
+    msg = (
+        f"{f.count} host<->device copies run in line with the kernels of their stream and overlap no compute "
+        f"({fmt_ns(f.wasted_ns)}); issue them on a side stream from pinned memory (non_blocking=True) and prefetch "
+        "the next batch while this one computes."
+    )
+    where = join_places(
+        [
+            f"rank {x['rank']} device {x['device']} stream {x['stream']}: {x['copies']} copies, "
+            f"{fmt_ns(x['unoverlapped_ns'])} not overlapped"
+            for x in d["streams"]
+        ]
+    )
+    return msg, where
 
 
 RULE = Rule(
     id="serialized_copy_compute",
     title="host<->device copies run in line with the kernels of their stream",
     evaluate=evaluate,
+    describe=describe,
+    data=SerializedCopyComputeData,
+    fires_when=(
+        "a stream with kernels and ≥ min_copies HtoD/DtoH copies ≥ min_bytes taking ≥ min_span_fraction of the "
+        "span, ≥ unoverlapped_fraction not overlapped"
+    ),
+    severity="critical / warning by the share of the span wasted, else warning",
+    counts="copies mostly alone / not-overlapped time capped by compute",
     options={"min_bytes": 64 * 1024, "min_copies": 3, "min_span_fraction": 0.05, "unoverlapped_fraction": 0.8},
     source=(
         'CUDA C++ Best Practices Guide, "Asynchronous and Overlapping Transfers with Computation"; CUDA C++ '

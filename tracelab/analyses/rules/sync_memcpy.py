@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+
+from tracelab.text_format import fmt_ns
 
 from ...model import SyncKind
 from ..results import Finding
 from ..rows import names_matching
-from .base import FindingContext, Rule, severity, window
+from .base import FindingContext, Prose, Rule, Window, join_places, severity, window
 from .waits import idle_during
+
+
+class SyncMemcpyData(Window):
+    calls: dict[str, int]  # call name -> calls, most first
+    host_blocked_ns: int
+    ranks: list[int]
+    non_blocking_excluded: int  # device-to-device / device-memset calls that do not block the host
+
 
 MEMCPY_NAME = re.compile(r"Memcpy", re.IGNORECASE)
 
@@ -48,25 +58,48 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
             worst = (int(e[j] - s[j]), int(s[j]), int(e[j]))
     if not count:
         return None
+    data: SyncMemcpyData = {
+        "calls": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
+        "host_blocked_ns": blocked,
+        "ranks": ranks,
+        "non_blocking_excluded": excluded,
+        **window(worst[1], worst[2]),  # the longest call
+    }
     return Finding(
         rule=RULE.id,
         severity=severity(wasted, ctx.span_ns()),
         count=count,
         wasted_ns=wasted,
-        data={
-            "calls": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
-            "host_blocked_ns": blocked,
-            "ranks": ranks,
-            "non_blocking_excluded": excluded,
-            **window(worst[1], worst[2]),  # the longest call
-        },
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(SyncMemcpyData, f.data)
+    calls = ", ".join(f"{c}× {n}" for n, c in list(d["calls"].items())[:3])
+    excluded = d["non_blocking_excluded"]
+    note = (
+        f" ({excluded} device-to-device or device-memset calls that do not block the host are not counted)"
+        if excluded
+        else ""
+    )
+    msg = (
+        f"{f.count} synchronous memcpy calls ({calls}) block the host for {fmt_ns(d['host_blocked_ns'])}, "
+        f"{fmt_ns(f.wasted_ns)} of it with the GPU idle{note}; use the Async variants with pinned memory on a "
+        "stream and sync only where the data is needed."
+    )
+    return msg, join_places([f"rank {r}" for r in d["ranks"]])
 
 
 RULE = Rule(
     id="sync_memcpy",
     title="synchronous memcpy calls block the host",
     evaluate=evaluate,
+    describe=describe,
+    data=SyncMemcpyData,
+    fires_when="synchronous memcpy calls that really block",
+    severity="critical / warning by the share of the span wasted, else info",
+    counts="calls / GPU idle during them",
     options={},
     source=(
         'CUDA Runtime API, "API synchronization behavior": synchronous memcpys to or from host memory block; '

@@ -4,16 +4,59 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
+
+from tracelab.text_format import fmt_ns
 
 from ...model import CopyKind, MemKind
 from ...model.grouping import sorted_unique
 from ..results import Finding
 from ..rows import positions_by
-from .base import FindingContext, NotEvaluated, Rule, memcpy_rows, severity, step_of, window
+from .base import (
+    FindingContext,
+    NotEvaluated,
+    Prose,
+    Rule,
+    Window,
+    join_places,
+    memcpy_rows,
+    severity,
+    step_of,
+    window,
+)
 from .waits import host_sync_idle
+
+
+class RankSyncs(TypedDict):
+    rank: int
+    steps: int
+    steps_with_sync: int
+    wasted_ns: int
+    steps_with_dtoh_copy: int
+    steps_with_sync_call: int
+    first_step: int  # as the trace numbers the steps (`--steps A:B` keeps A's number)
+    last_step: int
+
+
+class Example(TypedDict):
+    """The first wait found: a DtoH copy into pageable memory (`call` "" / `tid` -1 when its launching
+    call is not in the trace) or a blocking call."""
+
+    call: str
+    tid: int
+    what: str  # "dtoh_pageable_copy" | "sync_call"
+    rank: int
+    step: int
+
+
+class SyncPerIterationData(Window):
+    ranks: list[RankSyncs]
+    steps: int
+    steps_with_sync: int
+    example: Example
+
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -27,9 +70,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
     ]
     dtoh_of = {r: dtoh[p] for r, p in positions_by(ctx.col("rank")[dtoh]).items()}
     total_steps = total_sync = wasted = 0
-    per_rank: list[dict[str, Any]] = []
-    example: dict[str, Any] = {}
-    win: dict[str, int] = {}
+    per_rank: list[RankSyncs] = []
+    example: Example | None = None
+    win: Window | None = None
     unevaluated: list[str] = []
     for rank, host in ctx.hosts.items():
         s_start, s_end = ctx.step_bounds(rank)
@@ -73,9 +116,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
             "first_step": int(steps_with[0]) + ctx.step_base,
             "last_step": int(steps_with[-1]) + ctx.step_base,
         })
-        if not win:  # the first step that waits
+        if win is None:  # the first step that waits
             win = window(s_start[steps_with[0]], s_end[steps_with[0]])
-        if not example:
+        if example is None:
             hit = np.flatnonzero(step_copy >= 0)
             if hit.size:
                 j = int(hit[0])
@@ -95,23 +138,59 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
                     "rank": rank,
                     "step": int(step_blk[j]) + ctx.step_base,
                 }
-    if not total_sync:
+    if not total_sync or example is None or win is None:
         if unevaluated:
             return NotEvaluated(RULE.id, "; ".join(unevaluated))
         return None
+    data: SyncPerIterationData = {
+        "ranks": per_rank, "steps": total_steps, "steps_with_sync": total_sync, "example": example, **win
+    }
     return Finding(
         rule=RULE.id,
         severity=severity(wasted, ctx.span_ns(), "warning" if wasted else "info"),
         count=total_sync,
         wasted_ns=wasted,
-        data={"ranks": per_rank, "steps": total_steps, "steps_with_sync": total_sync, "example": example, **win},
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(SyncPerIterationData, f.data)
+    ex = d["example"]
+    if ex["what"] == "dtoh_pageable_copy":
+        call = ex["call"] or "a copy"
+        tid = f" on thread {ex['tid']}" if ex["tid"] >= 0 else ""
+        example = f"{call} device-to-host into pageable memory{tid} in step {ex['step']}"
+    else:
+        example = f"{ex['call']} on thread {ex['tid']} in step {ex['step']}"
+    msg = (
+        f"{f.count} of {d['steps']} steps make the host wait for the GPU (e.g. {example}); the GPU "
+        f"queue drains every step ({fmt_ns(f.wasted_ns)} idle after those waits). Typical causes: print(loss), "
+        ".item(), .cpu() or torch.cuda.synchronize() every step; keep values on the GPU and read them back "
+        "every N steps."
+    )
+    where = join_places(
+        [
+            f"rank {v['rank']}: {v['steps_with_sync']} of {v['steps']} steps (step {v['first_step']} … "
+            f"step {v['last_step']})"
+            for v in d["ranks"]
+        ]
+    )
+    return msg, where
 
 
 RULE = Rule(
     id="sync_per_iteration",
     title="the host waits for the GPU in most training steps",
     evaluate=evaluate,
+    describe=describe,
+    data=SyncPerIterationData,
+    fires_when=(
+        "≥ step_fraction of ≥ min_steps steps contain a wait (a blocking call, or a DtoH copy into pageable "
+        "memory)"
+    ),
+    severity="critical / warning by the share of the span wasted, else warning (info when nothing is wasted)",
+    counts="steps that wait / host_sync idle starting in them",
     options={"min_steps": 3, "step_fraction": 0.8},
     long=True,
     source=(

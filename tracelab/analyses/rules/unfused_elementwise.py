@@ -21,15 +21,17 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
+
+from tracelab.text_format import fmt_ns
 
 from ...model import EventKind
 from ..names import short_name
 from ..results import Finding
 from ..rows import names_matching
-from .base import FindingContext, Rule, join_places, window
+from .base import FindingContext, Prose, Rule, Window, join_places, window
 
 OPTIONS: dict[str, Any] = {
     "min_chain": 3,
@@ -42,6 +44,28 @@ ELEMENTWISE = re.compile(r"(?:vectorized_|unrolled_)?elementwise_kernel|^triton_
 _KERNEL_CUDA = re.compile(r"(\w+?)_kernel_(?:cuda|impl)\b")
 _FUNCTOR = re.compile(r"[A-Za-z_]*Functor[A-Za-z_]*")
 _WRAPPERS = {"AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor", "UnaryFunctor"}
+
+
+class Chain(TypedDict):
+    rank: int
+    device: int
+    stream: int
+    rows: int  # kernels in the chain
+    period: int  # ops per repetition
+    repetitions: int
+    kernels_ns: int
+    fused_kernel_ns: int  # the estimate of one fused kernel: the chain's shortest kernel
+    saved_ns: int
+    ops: list[str]  # one repetition's ops
+    grid: list[int]
+    block: list[int]
+    start_ns: int
+
+
+class UnfusedElementwiseData(Window):
+    chains: list[Chain]  # the 20 that save most, most first
+    n_chains: int
+    kernels_ns: int
 
 
 @functools.lru_cache(maxsize=4096)
@@ -162,28 +186,56 @@ def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
     best = chains[0]
     start = ctx.col("start")
     places = [f"r{c['rank']} GPU {c['device']} stream {c['stream']}" for c in chains]
+    data: UnfusedElementwiseData = {
+        "chains": [
+            cast(
+                Chain,
+                {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} | {"start_ns": int(start[c["rows"][0]])},
+            )
+            for c in chains[:20]
+        ],
+        "n_chains": len(chains),
+        "kernels_ns": int(sum(c["kernels_ns"] for c in chains)),
+        **window(int(start[best["rows"][0]]), int(ctx.col("end")[best["rows"][best["period"] - 1]])),
+    }
     return Finding(
         rule=RULE.id,
         severity="warning" if saved >= opts["warning_fraction"] * span else "info",
         count=kernels,
         wasted_ns=int(saved),
         where=join_places(sorted(set(places))),
-        data={
-            "chains": [
-                {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} | {"start_ns": int(start[c["rows"][0]])}
-                for c in chains[:20]
-            ],
-            "n_chains": len(chains),
-            "kernels_ns": int(sum(c["kernels_ns"] for c in chains)),
-            **window(int(start[best["rows"][0]]), int(ctx.col("end")[best["rows"][best["period"] - 1]])),
-        },
+        data=dict(data),
     )
+
+
+def describe(f: Finding) -> Prose:
+    d = cast(UnfusedElementwiseData, f.data)
+    best = d["chains"][0]
+    ops = " → ".join(best["ops"])
+    msg = (
+        f"{f.count} elementwise kernels in {d['n_chains']} chain(s) run {fmt_ns(d['kernels_ns'])}; "
+        f"the largest repeats {best['period']} ops ({ops}) {best['repetitions']}× on stream "
+        f"{best['stream']} with grid {tuple(best['grid'])} × block {tuple(best['block'])}. "
+        f"Each repetition could be one fused kernel that reads the input once and writes the output once: at "
+        f"the chain's own bandwidth it moves the bytes of the chain's lightest kernel, ≈ "
+        f"{fmt_ns(best['fused_kernel_ns'])}, saving ≈ {fmt_ns(f.wasted_ns)} in all (torch.compile, a "
+        "fused op such as F.gelu, or a Triton / CUDA kernel)."
+    )
+    return msg, f.where
 
 
 RULE = Rule(
     id="unfused_elementwise",
     title="chains of elementwise kernels that one fused kernel would replace",
     evaluate=evaluate,
+    describe=describe,
+    data=UnfusedElementwiseData,
+    fires_when=(
+        "chains of ≥ min_chain elementwise kernels on one stream, same grid and block, ≤ max_gap_ns apart, whose "
+        "names repeat with a period of 2..max_period ops, saving ≥ min_fraction of the span (module docstring)"
+    ),
+    severity="warning when the saving is ≥ warning_fraction of the span, else info",
+    counts="kernels in the chains / Σ durations − repetitions × shortest duration",
     options=OPTIONS,
     source='CUDA C++ Best Practices Guide, "Memory Optimizations"; Stanford CS336 lecture 6 (kernel fusion)',
 )
