@@ -21,11 +21,12 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
+if TYPE_CHECKING:  # nothing heavy at import: the facade (tracelab.api) imports this module
+    import numpy as np
 
-from ..model import Timeline
+    from ..model import Timeline
 
 T = TypeVar("T")
 
