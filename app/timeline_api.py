@@ -26,11 +26,10 @@ import numpy as np
 import pandas as pd
 
 from tracelab.errors import BadInput
-from tracelab.model.kinds import EventKind
+from tracelab.api.types import EventKind, RunRecord
 from tracelab.render.figures import fmt_bytes, fmt_ns
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.timeline import stream_label, style
-from tracelab.store import RunRecord
 
 from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab.analyses.steps import find_steps
+from tracelab.api import critical_path, critical_path_categories, find_steps
+from tracelab.api.types import EventKind, RunRecord
 from tracelab.errors import BadInput, StoreError
 from tracelab.render import timeline_tiles as tiles
 from tracelab.render.timeline import TileParts, encode_tile, gaps_frame, lane_depth_cap, lane_to_row
@@ -38,7 +39,6 @@ from tracelab.render.timeline_tiles import (  # noqa: F401 - part of this module
     sm_lanes_for,
     window_view,
 )
-from tracelab.store import RunRecord
 
 from .state import AppState
 
@@ -98,7 +98,7 @@ def run_steps(state: AppState, run_id: str) -> pd.DataFrame:
     ranges, per rank): rank, start, end, label ("step N", numbered per rank from 0). Cached."""
 
     def make() -> pd.DataFrame:
-        steps = find_steps(state.timeline(run_id)).steps
+        steps = find_steps(state.timeline(run_id), state.context(run_id)).steps
         return pd.DataFrame(
             {
                 "rank": np.array([s.rank for s in steps], dtype=np.int64),
@@ -148,7 +148,9 @@ def shown_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, 
 
 def view_rows(state: AppState, record: RunRecord, show: list[str] | tuple[str, ...]) -> tuple[pd.DataFrame, list[SmLanes]]:
     """The rows for `show` (`shown_rows`) and the SM lanes drawn on its SM rows."""
-    return shown_rows(state, record, show), tiles.shown_sm_lanes(state, record.id, show)
+    rows = shown_rows(state, record, show)
+    with state.context(record.id).active():  # the SM lanes leave their estimate for the run's analysis
+        return rows, tiles.shown_sm_lanes(state, record.id, show)
 
 
 def run_gaps(state: AppState, record: RunRecord, *, start: bool = True) -> tuple[pd.DataFrame, bool]:
@@ -177,10 +179,8 @@ def run_critical_path(state: AppState, record: RunRecord) -> pd.DataFrame | None
         return None
 
     def make() -> pd.DataFrame:
-        from tracelab.analyses.critical_path import CATEGORIES, critical_path_for
-
         tl = state.timeline(run_id)
-        cp = critical_path_for(tl, analysis if analysis is not None else state.analysis(run_id))
+        cp = critical_path(tl, analysis if analysis is not None else state.analysis(run_id), context=state.context(run_id))
         paths = cp.steps
         if not paths:
             return pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(category="", label="")
@@ -191,7 +191,7 @@ def run_critical_path(state: AppState, record: RunRecord) -> pd.DataFrame | None
         name = np.concatenate([p.seg_name for p in paths]).astype(np.int64)
         keep = np.sort(np.argsort(-(end - start), kind="stable")[:CRITICAL_MAX_SEGMENTS])
         strings = tl.strings
-        cats = np.array(CATEGORIES, dtype=object)[cat[keep]]
+        cats = np.array(critical_path_categories(), dtype=object)[cat[keep]]
         labels = [
             f"{c} · {strings[n]}" if 0 <= n < len(strings) else str(c) for c, n in zip(cats.tolist(), name[keep].tolist())
         ]
@@ -399,11 +399,10 @@ def run_ranges(state: AppState, run_id: str) -> pd.DataFrame:
     (the projected range: first enclosed GPU op's start to the last one's end), label (the range's name)."""
 
     def make() -> pd.DataFrame:
-        from tracelab.analyses.range_projection import project_ranges
-        from tracelab.model.kinds import EventKind
+        from tracelab.api import ranges
 
         tl = state.timeline(run_id)
-        p = project_ranges(tl)
+        p = ranges(tl, None, state.context(run_id))
         keep = (p.gpu_ops > 0) & (tl.col("kind")[p.rows] == EventKind.NVTX_RANGE)
         rows, depth = p.rows[keep], p.depth[keep]
         rank = tl.col("rank")[rows].astype(np.int64)
@@ -475,7 +474,7 @@ def run_memory(state: AppState, run_id: str):
     def make():
         from tracelab.api import memory
 
-        return memory(state.timeline(run_id))  # the lane needs no analysis (per-step peaks are analyze's)
+        return memory(state.timeline(run_id), None, state.context(run_id))  # the lane needs no analysis (per-step peaks are analyze's)
 
     return state.cached(("memory", run_id), make)
 

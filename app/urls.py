@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from tracelab.errors import BadInput
-from tracelab.store import RunRecord
+from tracelab.api.types import RunRecord
 
 MIN_SPAN_NS = 1_000  # the narrowest window the timeline zooms into
 

@@ -9,7 +9,7 @@ import pandas as pd
 from dash import dash_table, dcc, html
 
 from tracelab.render.figures import fmt_ns
-from tracelab.store import RunRecord
+from tracelab.api.types import RunRecord
 
 from ..urls import href
 

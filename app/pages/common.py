@@ -9,7 +9,7 @@ from dash import dcc, html
 
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.format import fmt_ns
-from tracelab.store import RunRecord
+from tracelab.api.types import RunRecord
 
 from ..components import error_page
 from ..state import AppState, describe_error

@@ -12,7 +12,7 @@ from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
 from tracelab.render.format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
-from tracelab.store import RunRecord
+from tracelab.api.types import RunRecord
 
 from ..components import data_table, run_options
 from ..data import compare_runs, comparison_tables
@@ -140,9 +140,9 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
 
 def _variant_order(workload: str) -> list[str]:
     try:
-        from tracelab.workloads import WORKLOADS
+        from tracelab.api import workloads
 
-        return [v.name for v in WORKLOADS[workload].variants]
+        return [v.name for v in {w.name: w for w in workloads()}[workload].variants]
     except (ImportError, KeyError):
         return []
 

@@ -20,9 +20,8 @@ from dash import dcc, html
 
 from tracelab.errors import BadInput, DuplicateRun, TracelabError
 from tracelab.render.figures import fmt_ns
-from tracelab.sandbox import SandboxError
-from tracelab.sandbox import import_upload as import_upload_limited
-from tracelab.store import RunRecord
+from tracelab.api import import_upload as import_upload_limited
+from tracelab.api.types import RunRecord, SandboxError
 
 from ..state import AppState, current_state, describe_error
 from ..urls import href

@@ -12,7 +12,7 @@
     api.report("out.html", analysis, timeline)
 
 One-way flow: parsers -> model -> analyses -> render -> (this facade) -> cli/app. The functions live in
-small modules (runs, analysis, report, sql, tools); the types they take and return are in
+small modules (runs, imports, analysis, report, sql, tools); the types they take and return are in
 `tracelab.api.types`. Heavy modules are imported inside the functions, so importing this is cheap.
 """
 
@@ -44,14 +44,13 @@ from .analysis import (
     stream_overlap_matrix,
     to_json,
 )
+from .imports import import_path, import_upload
 from .report import report, report_parts
 from .runs import (
     Imported,
     default_db_path,
     demo_run_paths,
-    import_path,
     import_trace,
-    import_upload,
     load,
     open_store,
     resolve,

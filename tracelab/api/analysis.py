@@ -127,11 +127,9 @@ def document_extras(
     return out
 
 
-def rank_analysis(timeline: Timeline, analysis: Analysis, context: AnalysisContext | None = None) -> RankAnalysis | None:
-    """The cross-rank part of a multi-rank run (tracelab/analyses/ranks.py: per-rank figures, collectives,
-    stragglers), for `timeline` = the analysed range; None for a single-rank run."""
-    if len(analysis.trace.ranks) <= 1:
-        return None
+def rank_analysis(timeline: Timeline, analysis: Analysis, context: AnalysisContext | None = None) -> RankAnalysis:
+    """The cross-rank part of a run (tracelab/analyses/ranks.py: per-rank figures, collectives,
+    stragglers; `multi_rank` False for one rank), for `timeline` = the analysed range."""
     from ..analyses.ranks import rank_analysis as ranks_of
 
     with using(timeline, context):

@@ -3,10 +3,9 @@ sets), resolve a run reference, and where the store lives."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..errors import BadInput
@@ -67,32 +66,6 @@ def import_trace(
     except DuplicateRun as e:  # imported concurrently by another process
         return Imported(e.run_id, False)
     return Imported(rid, True)
-
-
-def import_path(
-    store: Store,
-    path: str | Path,
-    name: str | None = None,
-    *,
-    replace: bool = False,
-    phase: Callable[[str], Progress | None] = lambda _label: None,
-    workers: int | None = None,
-    scheduler: str | None = None,
-) -> Imported:
-    """Import one trace (file or directory) through `import_trace`, or a directory / glob of per-rank
-    traces as one multi-rank run (`tracelab.distributed`: parsed on `workers` local Dask processes or on
-    `scheduler`). `phase(label)` gives the progress callback of each phase (parsing, storing)."""
-    from .. import distributed
-
-    if distributed.is_rank_set(path):
-        rid, new = distributed.import_rank_set(
-            Path(path), store, name, replace=replace, parse_progress=phase("parsing ranks"),
-            store_progress=phase("storing"), workers=workers, scheduler=scheduler,
-        )
-        return Imported(rid, new)
-    return import_trace(
-        path, store, name, replace=replace, parse_progress=phase("parsing"), store_progress=phase("storing")
-    )
 
 
 def store_timeline(
@@ -190,11 +163,3 @@ def demo_run_paths() -> list[Path]:
     from ..demo import demo_run_paths as paths
 
     return list(paths())
-
-
-def import_upload(db: str | Path, path: str | Path, **limits: Any) -> dict[str, Any]:
-    """Size-check, parse and import an uploaded file in a child process under a budget
-    (`tracelab.sandbox.import_upload`: name, source, max_expanded_bytes, budget)."""
-    from ..sandbox import import_upload as limited
-
-    return limited(db, path, **limits)
