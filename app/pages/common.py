@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from dash import dcc, html
 
+from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.format import fmt_ns
-from tracelab.api.types import RunRecord
 
 from ..components import error_page
 from ..state import AppState, describe_error

@@ -8,11 +8,11 @@ from typing import Any
 
 from dash import dcc, html
 
+from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
 from tracelab.render.format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
-from tracelab.api.types import RunRecord
 
 from ..components import data_table, run_options
 from ..data import compare_runs, comparison_tables

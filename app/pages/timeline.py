@@ -22,8 +22,8 @@ from typing import Any
 
 from dash import dcc, html
 
-from tracelab.errors import BadInput
 from tracelab.api.types import EventKind, RunRecord
+from tracelab.errors import BadInput
 from tracelab.render.figures import fmt_bytes, fmt_ns
 from tracelab.render.timeline import stream_label
 from tracelab.render.timeline_tiles import default_show as show_for_devices
