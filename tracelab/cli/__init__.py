@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from . import analysis_cmds, run_cmds, store_cmds  # noqa: F401 - each registers its commands on `main`
 from .common import _store_error
-from .group import main
+from .group import TracelabGroup, main
 from .startup import _one_blas_thread, allow_quick_exit
 
-__all__ = ["_one_blas_thread", "_store_error", "entry", "main"]
+__all__ = ["TracelabGroup", "_one_blas_thread", "_store_error", "entry", "main"]
 
 
 def entry() -> None:
