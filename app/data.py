@@ -8,10 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from tracelab.analyses.occupancy import launch_occupancy as kernel_occupancy
-from tracelab.analyses.overlap import stream_overlap_matrix
-from tracelab.analyses.results import Analysis, Finding
-from tracelab.model.timeline import Timeline
+from tracelab.api import launch_occupancy as kernel_occupancy
+from tracelab.api import stream_overlap_matrix
+from tracelab.api.types import Analysis, Finding, Timeline
 
 
 def finding_window(finding: Finding) -> tuple[int, int] | None:
@@ -69,7 +68,7 @@ _DEVICE_METRICS = (
 
 def compare_runs(a: Analysis, b: Analysis, a_tl: Timeline | None = None, b_tl: Timeline | None = None):
     """The comparison of baseline `a` and variant `b` (engineer F's `compare`)."""
-    from tracelab.analyses.compare import compare
+    from tracelab.api import compare
 
     return compare(a, b, a_tl, b_tl)
 

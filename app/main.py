@@ -12,8 +12,7 @@ from typing import Any
 import dash
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from tracelab.sandbox import Budget
-from tracelab.store import Store
+from tracelab.api.types import Budget, Store
 
 from . import page_callbacks, timeline_api, timeline_callbacks
 from .components import PAGES

@@ -10,12 +10,9 @@ from dataclasses import dataclass
 import pandas as pd
 from dash import html
 
-from tracelab.analyses.results import Analysis
-from tracelab.analyses.scope import run_start
-from tracelab.api import analyze, scoped_timeline
-from tracelab.model.kinds import EventKind
+from tracelab.api import analyze, run_start, scoped_timeline
+from tracelab.api.types import Analysis, EventKind, RunRecord
 from tracelab.render.figures import fmt_ns
-from tracelab.store import RunRecord
 
 from .state import AppState
 from .timeline_view import run_steps

@@ -22,12 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab.analyses.results import Analysis, AnalysisOptions
+from tracelab.api.types import Analysis, AnalysisContext, AnalysisOptions, Budget, RunRecord, Store, Timeline
 from tracelab.errors import BadInput, MissingDependency, UnknownRun
 from tracelab.memory import inherit
-from tracelab.model.timeline import Timeline
-from tracelab.sandbox import Budget
-from tracelab.store import RunRecord, Store
 
 STATE_KEY = "TRACELAB_APP_STATE"
 DEFAULT_OPTIONS = AnalysisOptions()
@@ -211,8 +208,23 @@ class AppState:
         rid = self.store.resolve(str(run))
         return self.store.get_run(rid)
 
+    def _loaded(self, run_id: str) -> tuple[Timeline, AnalysisContext]:
+        """The run's timeline and its analysis context, cached together: what the analyses of the run
+        derive from its timeline (device rows, SM time, ...) is kept while the run is loaded."""
+
+        def load() -> tuple[Timeline, AnalysisContext]:
+            tl = self.store.load(run_id)
+            return tl, AnalysisContext(tl)
+
+        return self._timelines.get(run_id, load)
+
     def timeline(self, run_id: str) -> Timeline:
-        return self._timelines.get(run_id, lambda: self.store.load(run_id))
+        return self._loaded(run_id)[0]
+
+    def context(self, run_id: str) -> AnalysisContext:
+        """The analysis context of the run's timeline (`tracelab.api.AnalysisContext`): pass it to the api
+        calls about this run, or make it active around render code that runs analyses (the SM lanes)."""
+        return self._loaded(run_id)[1]
 
     def lanes(self, run_id: str) -> pd.DataFrame:
         return self.cached(("lanes", run_id), lambda: self.store.lanes(run_id))
@@ -227,7 +239,9 @@ class AppState:
         """The run's analysis (cached), through the library facade (findings with their prose)."""
         from tracelab.api import analyze
 
-        return self._analyses.get((run_id, options), lambda: analyze(self.timeline(run_id), options))
+        return self._analyses.get(
+            (run_id, options), lambda: analyze(self.timeline(run_id), options, context=self.context(run_id))
+        )
 
     def analyse_in_background(self, run_id: str) -> None:
         """Start the run's analysis in a daemon thread (once); `cached_analysis` has it when done."""

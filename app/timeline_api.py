@@ -25,22 +25,20 @@ import flask
 import numpy as np
 import pandas as pd
 
+from tracelab.api.types import EventKind, RunRecord
 from tracelab.errors import BadInput
-from tracelab.model.kinds import EventKind
 from tracelab.render.figures import fmt_bytes, fmt_ns
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.timeline import stream_label, style
-from tracelab.store import RunRecord
 
 from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state
+from .timeline_lanes import memory_on_rows, ranges_on_rows
 from .timeline_view import (
     critical_on_rows,
     hidden_lane_count,
     initial_window,
     max_level,
-    memory_on_rows,
-    ranges_on_rows,
     run_critical_path,
     run_gaps,
     search_matches_in_window,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput
-from tracelab.store import RunRecord
 
 MIN_SPAN_NS = 1_000  # the narrowest window the timeline zooms into
 

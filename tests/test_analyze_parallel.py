@@ -14,7 +14,7 @@ import pytest
 
 from tracelab import api
 from tracelab.analyses import parallel
-from tracelab.analyses.memo import memo
+from tracelab.analyses.memo import AnalysisContext, memo
 from tracelab.model import EventKind, RunMeta, build_timeline
 from tracelab.parsers.nsys import load_nsys_sqlite
 
@@ -132,12 +132,33 @@ def test_memo_computes_a_key_once_when_threads_ask_together():
         return "value"
 
     other: list[str] = []
-    t = threading.Thread(target=lambda: other.append(memo(timeline, "k", compute)))
+    ctx = AnalysisContext(timeline)
+    t = threading.Thread(target=lambda: other.append(ctx.memo("k", compute)))
     t.start()
     entered.wait(5)
-    assert memo(timeline, "k", compute) == "value"  # waits for the other thread's result
+    assert ctx.memo("k", compute) == "value"  # waits for the other thread's result
     t.join(5)
     assert other == ["value"] and len(calls) == 1
+
+
+def test_memo_without_an_active_context_keeps_nothing():
+    """No process-wide cache: outside an active context memo() computes each time; inside one the value
+    is kept in that context only, and a second context of the same timeline starts empty."""
+    timeline = build_timeline({"start": [0], "end": [1], "kind": [int(EventKind.RUNTIME)]}, [""], RunMeta(source="m", format="test"))
+    calls: list[int] = []
+
+    def compute():
+        calls.append(1)
+        return len(calls)
+
+    assert memo(timeline, "k", compute) == 1 and memo(timeline, "k", compute) == 2
+    a, b = AnalysisContext(timeline), AnalysisContext(timeline)
+    with a.active():
+        assert memo(timeline, "k", compute) == 3 and memo(timeline, "k", compute) == 3
+    with b.active():
+        assert memo(timeline, "k", compute) == 4
+    with a.active():
+        assert memo(timeline, "k", compute) == 3
 
 
 def test_memo_recomputes_when_the_first_thread_fails():
@@ -151,9 +172,11 @@ def test_memo_recomputes_when_the_first_thread_fails():
 
     errors: list[BaseException] = []
 
+    ctx = AnalysisContext(timeline)
+
     def first():
         try:
-            memo(timeline, "f", failing)
+            ctx.memo("f", failing)
         except RuntimeError as e:
             errors.append(e)
 
@@ -161,6 +184,6 @@ def test_memo_recomputes_when_the_first_thread_fails():
     t.start()
     entered.wait(5)
     threading.Timer(0.1, release.set).start()
-    assert memo(timeline, "f", lambda: 42) == 42
+    assert ctx.memo("f", lambda: 42) == 42
     t.join(5)
     assert len(errors) == 1

@@ -603,7 +603,7 @@ def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
     for r, x in enumerate(sections):  # one stream per rank here: nothing overlaps, said in one line
         assert x.children[0].children.startswith(f"rank {r} · GPU 0: no two of its")
     # the ranks side by side first: one row per rank, busy / comm from the events (units of µs here)
-    from tracelab.render.format import fmt_ns
+    from tracelab.text_format import fmt_ns
 
     table = find(page, "overlap-ranks")
     head = [c.children for c in table.children[0].children.children]

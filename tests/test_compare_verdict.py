@@ -147,7 +147,7 @@ def test_cli_compare_names_runs_and_fits_100_columns(runs, tmp_path, monkeypatch
 
 
 def test_reports_with_a_baseline_open_with_the_verdict(runs, tmp_path):
-    from tracelab.render.reports import write_report
+    from tracelab.api import report as write_report
 
     _, tl_a, an_a = runs["sync_pitfalls-item_every_step-torch"]
     _, tl_b, an_b = runs["sync_pitfalls-deferred_sync-torch"]

@@ -385,7 +385,7 @@ def test_cli_analyze_json_has_the_new_fields(two_ranks) -> None:
 def test_reports_show_the_critical_path(two_ranks, tmp_path: Path) -> None:
     """The Markdown report's Critical path table: across ranks, each category's share of the steps is
     the one known by construction (rank 1's gemm, its transfer, its launch, the sync and the idle rest)."""
-    from tracelab.render.reports import write_report
+    from tracelab.api import report as write_report
 
     d, raw = two_ranks
     tl = load_trace(d)

@@ -128,7 +128,7 @@ def test_the_longest_gap_reads_the_same_in_cli_reports_and_dashboard(item_every_
 
     from tracelab.cli import main
     from tracelab.render.figures import gaps_table
-    from tracelab.render.reports import write_report
+    from tracelab.api import report as write_report
 
     path, tl, an = item_every_step
     gap = max(an.gaps, key=lambda g: g.duration_ns)
@@ -158,7 +158,7 @@ def test_the_longest_gap_reads_the_same_in_cli_reports_and_dashboard(item_every_
 
 
 def test_reports_label_offsets_from_the_run_start(item_every_step, tmp_path):
-    from tracelab.render.reports import write_report
+    from tracelab.api import report as write_report
 
     _, tl, an = item_every_step
     write_report(tmp_path / "r.md", an, tl)

@@ -13,7 +13,7 @@ from test_reports import CORPUS, HOSTILE, analysis_of, hostile_analysis, synthet
 from tl_hygiene import missing_browser, screenshots_path
 
 from tracelab.errors import BadInput
-from tracelab.render.reports import write_report
+from tracelab.api import report as write_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

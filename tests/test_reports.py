@@ -22,7 +22,7 @@ from tracelab.model import CopyKind, DeviceInfo, EventKind, Flag, RunMeta, Strin
 from tracelab.render.compare_text import shorten
 from tracelab.render.document import to_document
 from tracelab.render.report_md import md_escape
-from tracelab.render.reports import write_report
+from tracelab.api import report as write_report
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 

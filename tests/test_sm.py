@@ -579,21 +579,29 @@ def test_kernel_agreement_shares_a_contended_partition():
 
 @pytest.mark.parametrize("probe", [False, True])
 def test_sm_time_after_the_lanes_equals_sm_time_alone(probe):
-    """The dashboard's SM lanes hand their estimate to the analysis's SM time (memo.hand_over): the
-    summary is the one computed from scratch on another copy of the timeline, and the estimate is
-    taken once (not kept for the timeline's life)."""
-    from tracelab.analyses import memo
+    """The dashboard's SM lanes leave their estimate in the run's analysis context for the analysis's
+    SM time (AnalysisContext.put / take): the summary is the one computed from scratch on another copy of
+    the timeline without any context, and the estimate is taken once (not kept for the context's life)."""
+    from tracelab.analyses.memo import AnalysisContext
 
     first, alone = green_run(probe=probe), green_run(probe=probe)
     for tl in (first, alone):
         assert tl.devices
     d = first.devices[0]
-    key = ("hand_over", ("sm_estimated", d.rank, d.device, "auto"))
-    lanes, src = sm.sm_lanes(first, d.rank, d.device)
-    assert src == ("measured" if probe else "estimated")
-    assert len(lanes) and (key in memo._memos_of(first)) == (src == "estimated")
-    assert sm.sm_summary(first, d.rank, d.device) == sm.sm_summary(alone, d.rank, d.device)
-    assert key not in memo._memos_of(first)
-    # lanes asked for after the SM time leave nothing behind
-    sm.sm_lanes(first, d.rank, d.device)
-    assert key not in memo._memos_of(first)
+    key = ("kept", ("sm_estimated", d.rank, d.device, "auto"))
+    ctx = AnalysisContext(first)
+    with ctx.active():
+        lanes, src = sm.sm_lanes(first, d.rank, d.device)
+        assert src == ("measured" if probe else "estimated")
+        assert len(lanes) and (key in ctx._values) == (src == "estimated")
+        assert sm.sm_summary(first, d.rank, d.device) == sm.sm_summary(alone, d.rank, d.device)
+        assert key not in ctx._values
+        # lanes asked for after the SM time leave nothing behind
+        sm.sm_lanes(first, d.rank, d.device)
+        assert key not in ctx._values
+    # the other order (SM time first, then the lanes) gives the same summary
+    other = green_run(probe=probe)
+    with AnalysisContext(other).active():
+        summary = sm.sm_summary(other, d.rank, d.device)
+        sm.sm_lanes(other, d.rank, d.device)
+        assert sm.sm_summary(other, d.rank, d.device) == summary == sm.sm_summary(alone, d.rank, d.device)

@@ -161,7 +161,7 @@ def import_rank_set(
     """Parse a rank set (in parallel as `load_rank_set` says) and save it as one run of `store` in one
     transaction: (run id, newly imported). Content already in the store (same fingerprint) is not parsed
     again: its run id comes back with False, unless `replace`."""
-    from .api import store_timeline
+    from .api.runs import store_timeline
     from .errors import DuplicateRun
 
     fp = rank_set_fingerprint(spec)

@@ -83,7 +83,7 @@ class Service:
 
     def _analysis(self, run: str, steps: str | None, window: str | None):
         key = (*self._key(run), steps, window)
-        from .api import analyze
+        from .api.analysis import analyze
 
         return self._remember(self._docs, ("analysis", *key), lambda: analyze(self.timeline(run), steps=steps, window_us=window))
 
@@ -94,7 +94,7 @@ class Service:
         key = ("doc", *self._key(run), steps, window)
 
         def make() -> dict[str, Any]:
-            from .api import scoped_timeline
+            from .api.analysis import scoped_timeline
             from .render.document import to_document
 
             an = self._analysis(run, steps, window)
@@ -105,7 +105,7 @@ class Service:
                 from .analyses.ranks import rank_analysis
 
                 ranks = rank_analysis(scoped, an)
-            from .api import document_extras
+            from .api.analysis import document_extras
 
             doc.update(document_extras(scoped, an, ranks))
             return doc
@@ -115,7 +115,7 @@ class Service:
     def compare(self, a: str, b: str, steps: str | None = None, window: str | None = None,
                 fail_if_slower: float | None = None) -> dict[str, Any]:
         from .analyses.results import SCHEMA_VERSION
-        from .api import compare, scoped_timeline
+        from .api.analysis import compare, scoped_timeline
         from .render.compare_text import comparison_document
         from .render.document import to_document
 
@@ -151,7 +151,7 @@ class Service:
         return {"run": self._key(run)[0], "findings": doc["findings"], "notes": doc["notes"]}
 
     def sql(self, query: str, runs: list[str] | None = None, max_rows: int = 1000) -> dict[str, Any]:
-        from .api import sql
+        from .api.sql import sql
 
         with self._lock:  # one in-memory database at a time; the view cache is shared
             return sql(query, self.store, runs or None, cache=self._views, max_rows=max_rows).to_dict()

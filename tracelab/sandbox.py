@@ -215,7 +215,7 @@ def import_trace_file(
 ) -> dict[str, Any]:
     """Parse one trace and import it into the store at `db` through the library facade
     (`tracelab.api.import_trace`, the one import workflow). {"run_id", "new", "events"}."""
-    from .api import import_trace
+    from .api.runs import import_trace
     from .store import Store
 
     store = Store(db)

@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 from dash import dash_table, dcc, html
 
+from tracelab.api.types import RunRecord
 from tracelab.render.figures import fmt_ns
-from tracelab.store import RunRecord
 
 from ..urls import href
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from dash import dcc, html
 
+from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput, MissingDependency
-from tracelab.store import RunRecord
 from tracelab.text_format import fmt_ns
 
 from ..components import error_page

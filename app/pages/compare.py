@@ -8,10 +8,10 @@ from typing import Any
 
 from dash import dcc, html
 
+from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.compare_text import green_context_rows, green_context_title
 from tracelab.render.figures import compare_bars_figure, fmt_ns
-from tracelab.store import RunRecord
 from tracelab.text_format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
 
 from ..components import data_table, run_options
@@ -140,9 +140,9 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
 
 def _variant_order(workload: str) -> list[str]:
     try:
-        from tracelab.workloads import WORKLOADS
+        from tracelab.api import workloads
 
-        return [v.name for v in WORKLOADS[workload].variants]
+        return [v.name for v in {w.name: w for w in workloads()}[workload].variants]
     except (ImportError, KeyError):
         return []
 

@@ -11,11 +11,10 @@ from typing import Any
 import numpy as np
 from dash import dcc, html
 
-from tracelab.analyses.results import CAUSES, GapTable
-from tracelab.render.figures import fmt_ns
-from tracelab.render.format import fmt_count, fmt_ns_many, fmt_rel_many
+from tracelab.api.types import CAUSES, GapTable
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.gaps_svg import gaps_svg
+from tracelab.text_format import fmt_count, fmt_ns, fmt_ns_many, fmt_rel_many
 
 from ..components import run_header
 from ..data import FINDING_FIELDS, finding_window

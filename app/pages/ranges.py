@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
-from tracelab.analyses.range_projection import tree_order
+from tracelab.api import range_tree_order as tree_order
 from tracelab.render.figures import fmt_ns
 
 from ..components import data_table, run_header
@@ -26,7 +26,7 @@ def ranges_frame(state: AppState, run_id: str) -> tuple[pd.DataFrame, Any]:
         from tracelab.api import ranges
 
         tl = state.timeline(run_id)
-        p = ranges(tl, state.analysis(run_id))
+        p = ranges(tl, state.analysis(run_id), state.context(run_id))
         rows = []
         for i, (level, s) in enumerate(tree_order(p.stats)):
             rows.append({

@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
-from tracelab.analyses.ranks import RankAnalysis, rank_analysis, rank_heatmap
+from tracelab.api import rank_analysis, rank_heatmap
+from tracelab.api.types import RankAnalysis
 from tracelab.render.figures import fmt_ns
 from tracelab.render.rank_figures import rank_heatmap_figure
 
@@ -23,7 +24,8 @@ PATH = "/ranks"
 
 def ranks_of(state: AppState, run_id: str) -> RankAnalysis:
     return state.cached(
-        ("ranks", run_id), lambda: rank_analysis(state.timeline(run_id), state.analysis(run_id))
+        ("ranks", run_id),
+        lambda: rank_analysis(state.timeline(run_id), state.analysis(run_id), state.context(run_id)),
     )
 
 
@@ -81,9 +83,7 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
             return html.Div(parts, id="ranks-page")
         heat = state.cached(
             ("rank-heatmap", record.id),
-            lambda: rank_heatmap(
-                state.timeline(record.id), ra.collectives, steps=state.analysis(record.id).steps
-            ),
+            lambda: rank_heatmap(state.timeline(record.id), ra, state.analysis(record.id), state.context(record.id)),
         )
         c = ra.collectives
         def why(rank: int) -> str:  # the straggler's own main idle cause (e.g. input_wait: starved by its loader)

@@ -22,12 +22,11 @@ from typing import Any
 
 from dash import dcc, html
 
+from tracelab.api.types import EventKind, RunRecord
 from tracelab.errors import BadInput
-from tracelab.model.kinds import EventKind
 from tracelab.render.figures import fmt_bytes, fmt_ns
 from tracelab.render.timeline import stream_label
 from tracelab.render.timeline_tiles import default_show as show_for_devices
-from tracelab.store import RunRecord
 
 from ..components import error_page, run_header
 from ..range_stats import range_panel, range_stats

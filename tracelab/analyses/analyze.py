@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -10,6 +11,7 @@ from ..model import Flag, Timeline
 from .devices import device_rows, device_summaries
 from .findings import finding_notes
 from .gaps import Classification, FirstSeen, host_views, thread_first_seen
+from .memo import using
 from .parallel import run_each, threads_for
 from .results import Analysis, AnalysisOptions, Finding, StepInfo, TraceInfo
 from .rows import ranks_of
@@ -44,6 +46,17 @@ def analyze_scoped(
     """`analyze` restricted to `--steps A:B` or `--window START_US:END_US` (tracelab.analyses.scope):
     every figure covers that range; a note says what the figures cover (without a scope: how many steps
     and how much warm-up they include). BadInput for a bad or empty range."""
+    with using(timeline):
+        return _analyze_scoped(timeline, options, rule_options, steps, window_us)
+
+
+def _analyze_scoped(
+    timeline: Timeline,
+    options: AnalysisOptions,
+    rule_options: Mapping[str, Mapping[str, Any]] | None,
+    steps: str | None,
+    window_us: str | None,
+) -> Analysis:
     from .scope import scope_timeline, whole_run_note
 
     if steps is None and window_us is None:  # the whole run: its steps are found with the other analyses
@@ -71,7 +84,26 @@ def analyze(
     (DESIGN.md definitions). `rule_options` overrides rule thresholds by rule id; `steps` (default:
     find_steps), `scope_note`, `first_seen` (host threads' first activity in the unscoped trace) and
     `run_start` (the unscoped trace's first event) come from `analyze_scoped`; so does `steps_note`, a note
-    made from the steps once they are found, placed where `scope_note` goes."""
+    made from the steps once they are found, placed where `scope_note` goes. The analyses share what
+    they derive from the timeline through its active analysis context (one is made when none is)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(using(timeline))
+        return _analyze(
+            stack, timeline, options, rule_options, steps, scope_note, first_seen, run_start, steps_note
+        )
+
+
+def _analyze(
+    stack: contextlib.ExitStack,
+    timeline: Timeline,
+    options: AnalysisOptions,
+    rule_options: Mapping[str, Mapping[str, Any]] | None,
+    steps: Steps | None,
+    scope_note: str | None,
+    first_seen: FirstSeen | None,
+    run_start: int | None,
+    steps_note: Callable[[Steps], str] | None,
+) -> Analysis:
     notes = list(timeline.meta.notes)
     if scope_note:
         notes.append(scope_note)
@@ -82,6 +114,7 @@ def analyze(
         run_start = int(timeline.col("start").min()) if timeline.n_events else None
     if options.exclude_orphans:
         timeline, dropped = drop_orphans(timeline)
+        stack.enter_context(using(timeline))  # the analyses below share the orphan-free timeline's rows
         notes.append(
             f"excluded {dropped} GPU events whose correlation matches no host launch (TraceLens-compatible mode)"
         )

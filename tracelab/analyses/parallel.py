@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from ..memory import inherit
 from ..settings import usable_cores
+from .memo import bound
 
 T = TypeVar("T")
 
@@ -47,6 +48,7 @@ def run_each(tasks: Sequence[Callable[[], T]], threads: int, first: Sequence[boo
     n = len(tasks)
     if threads <= 1 or n <= 1:
         return [task() for task in tasks]
+    tasks = [bound(task) for task in tasks]  # the analysis contexts active here, on every thread
     order = sorted(range(n), key=lambda i: not first[i]) if first is not None else list(range(n))
     results: list[Any] = [None] * n
     errors: list[BaseException] = []
@@ -90,6 +92,7 @@ def in_background(fn: Callable[[], T]) -> Callable[[], T]:
     A caller that fails before asking leaves the thread to finish on its own."""
     done = threading.Event()
     box: list[Any] = []
+    fn = bound(fn)  # the analysis contexts active here
 
     def run() -> None:
         try:

@@ -13,7 +13,7 @@ from tracelab.text_format import fmt_ns
 
 from ..model.grouping import sorted_unique
 from .distinct import distinct_codes
-from .memo import hand_over, known, memo, take_over
+from .memo import context_of, memo
 from .sm_estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
 from .sm_measured import _empty_lane_columns, _empty_lanes, _instrumented, _measured_rows, _merge_intervals
 from .sm_partitions import (
@@ -44,8 +44,9 @@ def _lanes(
     """The device's SM lanes; `ordered=False` skips the final sort by start (the SM-time integrals
     sort the times themselves) and, for estimated lanes only, returns them as numpy columns (a dict:
     the SM-time summary of a trace without probe data needs no pandas)."""
-    if not ordered:  # the estimate the dashboard's SM lanes made on their way (same timeline and source)
-        got = take_over(tl, ("sm_estimated", rank, device, source))
+    ctx = context_of(tl)
+    if not ordered and ctx is not None:  # the estimate the dashboard's SM lanes made on their way (same context)
+        got = ctx.take(("sm_estimated", rank, device, source))
         if got is not None:
             return got
     dev = _device(tl, rank, device)
@@ -62,9 +63,9 @@ def _lanes(
         columns = _estimated_columns(est, parts)
         if not ordered:  # the SM-time integrals need neither a DataFrame nor the order
             return columns, "estimated", dev, parts, est
-        if not known(tl, ("sm_time", rank, device, source)):
-            # the analysis's SM time, when it comes, starts from these (nothing writes into them)
-            hand_over(tl, ("sm_estimated", rank, device, source), (columns, "estimated", dev, parts, est))
+        if ctx is not None and not ctx.holds(("sm_time", rank, device, source)):
+            # the analysis's SM time, when it comes in this context, starts from these (nothing writes into them)
+            ctx.put(("sm_estimated", rank, device, source), (columns, "estimated", dev, parts, est))
         frames = [_estimated_rows(est, parts, columns)]
     else:
         frames = [_measured_rows(dev)]
@@ -282,7 +283,7 @@ class _SmTime:
 
 
 def _sm_time(timeline: Timeline, rank: int, device: int, source: str = "auto") -> _SmTime:
-    """SM-time of a device and its partitions, memoized per Timeline object (analyze asks for the
+    """SM-time of a device and its partitions, once per analysis context (analyze asks for the
     summary and the findings of every device)."""
     return memo(timeline, ("sm_time", rank, device, source), lambda: _compute_sm_time(timeline, rank, device, source))
 

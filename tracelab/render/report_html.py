@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,7 +45,7 @@ from tracelab.render.compare_text import (
 )
 from tracelab.render.format import run_origin
 from tracelab.render.gap_evidence import gap_evidence
-from tracelab.render.reports import metadata_rows, report_title
+from tracelab.render.report_meta import metadata_rows, report_title
 from tracelab.text_format import fmt_offset
 
 NAME_LIMIT = 160
@@ -363,9 +364,12 @@ def render_html(
     comparison: Comparison | None = None,
     limits: Limits = FULL,
     labels: tuple[str, str] | None = None,
+    extras: tuple | None = None,
+    critical_path: Any = None,
 ) -> str:
     """The whole report as one HTML string. `kernels` is `kernel_summary(timeline)`; `labels` name the
-    compared runs (A, B)."""
+    compared runs (A, B); `extras` (health, range projection, memory) and `critical_path` are computed by
+    the caller (`tracelab.api.report_parts`)."""
     figs = _Figures()
     title = f"tracelab report: {_e(report_title(analysis, timeline), 160)}"
     body = [
@@ -375,7 +379,7 @@ def render_html(
          + (" · compact report (less detail, to stay under the size budget; the .json report has every figure)"
             if limits.compact else "") + "</p>"),
         '<h2 id="summary">Summary</h2>', _narrative(analysis), _device_cards(analysis),
-        *_health_html(analysis, timeline),
+        *_health_html(analysis, extras),
         '<h2 id="run">Run</h2>', _metadata(analysis, timeline),
         '<h2 id="devices">Devices</h2>', _devices_table(analysis),
     ]
@@ -394,9 +398,9 @@ def render_html(
                  _gaps(analysis, limits)]
     else:
         body.append("<p>No gaps.</p>")
-    from .critical_path_text import critical_path_table, report_critical_path
+    from .critical_path_text import critical_path_table
 
-    cpath = report_critical_path(analysis, timeline)
+    cpath = critical_path
     if cpath is not None:
         header, rows = critical_path_table(cpath)
         body += [
@@ -457,14 +461,12 @@ def render_html(
     )
 
 
-def _health_html(analysis: Analysis, timeline: Timeline | None) -> list[str]:
+def _health_html(analysis: Analysis, extras: tuple | None) -> list[str]:
     """The trace health section (tracelab/analyses/health.py), then GPU time by range and GPU memory (the
-    report's summary area: what the trace supports, where the GPU time went); nothing without the timeline."""
-    if timeline is None:
+    report's summary area: what the trace supports, where the GPU time went); nothing without them."""
+    if extras is None:
         return []
-    from tracelab.render.report_extras import extras
-
-    h, projection, mem = extras(timeline, analysis)
+    h, projection, mem = extras
     rows = "".join(
         f"<tr><td>{html.escape(c.status)}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.summary)}</td></tr>"
         for c in h.checks

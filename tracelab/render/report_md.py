@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -32,7 +33,7 @@ from tracelab.render.compare_text import (
 )
 from tracelab.render.format import run_origin
 from tracelab.render.gap_evidence import gap_evidence
-from tracelab.render.reports import metadata_rows, report_title
+from tracelab.render.report_meta import metadata_rows, report_title
 from tracelab.text_format import fmt_offset
 
 TOP_GAPS = 10
@@ -248,15 +249,15 @@ def render_markdown(
     kernels: pd.DataFrame | None = None,
     comparison: Comparison | None = None,
     labels: tuple[str, str] | None = None,
+    extras: tuple | None = None,
+    critical_path: Any = None,
 ) -> str:
-    """The whole Markdown report. `kernels` is `kernel_summary(timeline)` (computed by the caller)."""
+    """The whole Markdown report. `kernels` is `kernel_summary(timeline)`, `extras` (health, range
+    projection, memory) and `critical_path` are computed by the caller (`tracelab.api.report_parts`)."""
     src = md_escape(report_title(analysis, timeline), 160)
     out = [f"# tracelab report: {src}", "", "## Summary", "", *_narrative(analysis), ""]
-    extra = None
-    if timeline is not None:
-        from tracelab.render.report_extras import extras
-
-        extra = extras(timeline, analysis)
+    extra = extras
+    if extra is not None:
         h = extra[0]
         out += ["## Trace health", "", md_table(["status", "check", ""], [[c.status, c.name, md_escape(c.summary, 300)]
                                                                            for c in h.checks], "lll"), ""]
@@ -277,9 +278,9 @@ def render_markdown(
         out += [_gap_causes_table(analysis), "", _gaps_table(analysis), ""]
     else:
         out += ["No gaps.", ""]
-    from .critical_path_text import critical_path_table, report_critical_path
+    from .critical_path_text import critical_path_table
 
-    cpath = report_critical_path(analysis, timeline)
+    cpath = critical_path
     if cpath is not None:
         header, rows = critical_path_table(cpath)
         out += ["## Critical path", "", "What sets each step's length (share of the path in each category).", ""]

@@ -3,7 +3,9 @@
 .html / .htm -> self-contained HTML (report_html), .md / .markdown -> Markdown (report_md),
 .json -> the `analyze --json` document (plus a "comparison" key with --against).
 With `against=(baseline_analysis, baseline_timeline)` the report also compares: baseline = A, this run = B.
-The file is written atomically: rendered in memory, written to a temporary file next to the target,
+What the report shows besides the analysis (comparison, kernel table, health, ranges, memory, critical
+path) is computed by the api (`tracelab.api.report_parts`) and handed in as `ReportParts`: nothing here
+runs an analysis. The file is written atomically: rendered in memory, written to a temporary file next to the target,
 then renamed over it, so a failure never leaves a half-written report.
 """
 
@@ -13,67 +15,47 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from tracelab.analyses.compare import Comparison, compare
-from tracelab.analyses.kernels import kernel_summary
+from tracelab.analyses.compare import Comparison
 from tracelab.analyses.results import Analysis
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.model import Timeline
 from tracelab.render.document import to_document
-from tracelab.text_format import fmt_ranks
+from tracelab.render.report_meta import metadata_rows, report_title
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tracelab.analyses.critical_path import CriticalPath
+    from tracelab.analyses.gpu_memory import MemoryTimeline
+    from tracelab.analyses.health import Health
+    from tracelab.analyses.range_projection import RangeProjection
+
+__all__ = ["ReportParts", "check_output_path", "metadata_rows", "render_report", "report_format", "report_title",
+           "write_report"]
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 
 
-MAX_EXTRA_ROWS = 12
 HTML_BUDGET_BYTES = 5_000_000  # an HTML report over this is re-rendered with less detail (plotly.js alone is ~4.8 MB)
 
 
-def report_title(analysis: Analysis, timeline: Timeline | None) -> str:
-    """What the report is about, raw (escape it): 'workload · variant (backend, GPU)' for recorded
-    runs, else the trace's file or directory name (the full path is in the metadata)."""
-    m = timeline.meta if timeline is not None else None
-    if m is not None and m.workload:
-        detail = ", ".join(x for x in (m.backend, m.gpu) if x)
-        return " · ".join(x for x in (m.workload, m.variant) if x) + (f" ({detail})" if detail else "")
-    source = analysis.trace.source.rstrip("/\\")
-    return Path(source).name or source or "trace"
+@dataclass(frozen=True)
+class ReportParts:
+    """What a report shows besides the analysis, computed by the api: the comparison with a baseline and
+    the runs' labels (A, B), the kernel table (html / md), the trace health, GPU time by range and GPU
+    memory (`extras`), and the critical path (None without one)."""
 
-
-def metadata_rows(analysis: Analysis, timeline: Timeline | None) -> list[tuple[str, str]]:
-    """(label, value) rows describing the run, raw (untrusted: the caller escapes them): trace, run
-    metadata, parser statistics, scalar metadata of `meta.extra` (one level deep), notes."""
-    rows = [
-        ("source", analysis.trace.source),
-        ("format", analysis.trace.format),
-        ("ranks", fmt_ranks(analysis.trace.ranks)),
-        ("gap threshold", f"{analysis.options.gap_threshold_ns / 1e3:g} µs"),
-    ]
-    notes = list(analysis.notes)
-    if timeline is not None:
-        m = timeline.meta
-        for label, value in (("workload", m.workload), ("variant", m.variant), ("backend", m.backend),
-                             ("GPU", m.gpu), ("schema", m.schema_version)):
-            if value:
-                rows.append((label, str(value)))
-        rows.append(("events", f"{len(timeline.events):,}"))
-        if m.stats:
-            rows.append(("parser statistics", " · ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
-                                                          for k, v in m.stats.items())))
-        extra: list[tuple[str, str]] = []
-        for key, value in m.extra.items():
-            if isinstance(value, (str, int, float, bool)):
-                extra.append((str(key), str(value)))
-            elif isinstance(value, dict) and len(value) <= 8:
-                extra += [(f"{key}.{k}", str(v)) for k, v in value.items() if isinstance(v, (str, int, float, bool))]
-        rows += extra[:MAX_EXTRA_ROWS]
-        notes += [n for n in m.notes if n not in notes]
-    rows += [("note", n) for n in notes]
-    return rows
+    comparison: Comparison | None = None
+    labels: tuple[str, str] | None = None
+    kernels: pd.DataFrame | None = None
+    extras: tuple[Health, RangeProjection, MemoryTimeline | None] | None = None
+    critical_path: CriticalPath | None = None
 
 
 def report_format(path: str | Path) -> str:
@@ -95,39 +77,26 @@ def report_document(analysis: Analysis, comparison: Comparison | None = None) ->
     return doc
 
 
-def render_report(
-    fmt: str,
-    analysis: Analysis,
-    timeline: Timeline | None,
-    *,
-    against: tuple[Analysis, Timeline | None] | None = None,
-) -> bytes:
+def render_report(fmt: str, analysis: Analysis, timeline: Timeline | None, parts: ReportParts = ReportParts()) -> bytes:
     """The report's bytes in format `fmt` ('html' | 'md' | 'json')."""
-    comparison = None
-    labels: tuple[str, str] | None = None
-    if against is not None:
-        base_analysis, base_timeline = against
-        comparison = compare(base_analysis, analysis, base_timeline, timeline)
-        labels = (report_title(base_analysis, base_timeline), report_title(analysis, timeline))
+    comparison, labels, kernels = parts.comparison, parts.labels, parts.kernels
     if fmt == "json":
         doc = report_document(analysis, comparison)
-        if timeline is not None:  # the trace health, GPU time by range and GPU memory of `analyze --json`
-            from tracelab.render.report_extras import extras_doc
+        if parts.extras is not None:  # the trace health, GPU time by range and GPU memory of `analyze --json`
+            from tracelab.render.report_extras import ranges_doc
 
-            doc.update(extras_doc(timeline, analysis))
-        from tracelab.render.critical_path_text import report_critical_path
-
-        cpath = report_critical_path(analysis, timeline)
-        if cpath is not None:
+            h, p, m = parts.extras
+            doc.update({"health": h.to_dict(), "ranges": ranges_doc(p), "memory": None if m is None else m.to_dict()})
+        if parts.critical_path is not None:
             from tracelab.analyses.critical_path import critical_path_document
 
-            doc["critical_path"] = critical_path_document(cpath)
+            doc["critical_path"] = critical_path_document(parts.critical_path)
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
-    kernels = kernel_summary(timeline) if timeline is not None else None
     if fmt == "md":
         from tracelab.render.report_md import render_markdown
 
-        return render_markdown(analysis, timeline, kernels, comparison, labels=labels).encode("utf-8")
+        return render_markdown(analysis, timeline, kernels, comparison, labels=labels, extras=parts.extras,
+                               critical_path=parts.critical_path).encode("utf-8")
     if fmt == "html":
         try:
             from tracelab.render.report_html import render_html
@@ -137,9 +106,10 @@ def render_report(
             ) from exc
         from tracelab.render.report_html import COMPACT
 
-        data = render_html(analysis, timeline, kernels, comparison, labels=labels).encode("utf-8")
+        more = {"labels": labels, "extras": parts.extras, "critical_path": parts.critical_path}
+        data = render_html(analysis, timeline, kernels, comparison, **more).encode("utf-8")
         if len(data) > HTML_BUDGET_BYTES:  # keep the promise: less detail rather than a huge file
-            data = render_html(analysis, timeline, kernels, comparison, limits=COMPACT, labels=labels).encode("utf-8")
+            data = render_html(analysis, timeline, kernels, comparison, limits=COMPACT, **more).encode("utf-8")
         return data
     raise BadInput(f"unknown report format {fmt!r}; use html, md or json")
 
@@ -230,17 +200,10 @@ def write_atomic(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
-def write_report(
-    path: str | Path,
-    analysis: Analysis,
-    timeline: Timeline | None,
-    *,
-    against: tuple[Analysis, Timeline | None] | None = None,
-) -> Path:
-    """Write the report of `analysis` (and `timeline`, for kernels and utilization over time) to `path`,
-    in the format its extension names. Returns the path written."""
+def write_report(path: str | Path, analysis: Analysis, timeline: Timeline | None, parts: ReportParts = ReportParts()) -> Path:
+    """Write the report of `analysis` (and `timeline`, for utilization over time; `parts`: what the api
+    computed for it) to `path`, in the format its extension names. Returns the path written."""
     path = Path(path)
     fmt = report_format(path)
-    data = render_report(fmt, analysis, timeline, against=against)
-    write_atomic(path, data)
+    write_atomic(path, render_report(fmt, analysis, timeline, parts))
     return path

@@ -1,0 +1,254 @@
+"""Analysing timelines: the analysis, its scope, the extras of `analyze --json`, comparisons, the
+cross-rank part, and the smaller analyses the dashboard's pages show. Every function that runs analyses
+takes an optional `context` (`AnalysisContext` of the timeline, held by the caller): what the analyses
+derive from the timeline is computed once per context (without one, once per call)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..analyses.memo import AnalysisContext, using
+
+if TYPE_CHECKING:
+    from ..analyses.compare import Comparison
+    from ..analyses.gate import Gate
+    from ..analyses.ranks import RankAnalysis
+    from ..analyses.results import Analysis, AnalysisOptions
+    from ..model import Timeline
+
+__all__ = ["AnalysisContext"]
+
+
+def analyze(
+    timeline: Timeline,
+    options: AnalysisOptions | None = None,
+    rule_options: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    steps: str | None = None,
+    window_us: str | None = None,
+    context: AnalysisContext | None = None,
+) -> Analysis:
+    """Analyze a timeline and fill in the findings' prose. `steps="A:B"` (step indices, a Python slice)
+    or `window_us="START:END"` (µs from the run start) restrict every figure to that range (BadInput
+    when the range is bad or empty); without them the figures cover the whole trace."""
+    from ..analyses.analyze import analyze_scoped
+    from ..analyses.results import AnalysisOptions
+    from ..render.findings import with_prose
+
+    with using(timeline, context):
+        return with_prose(analyze_scoped(timeline, options or AnalysisOptions(), rule_options, steps=steps, window_us=window_us))
+
+
+def scoped_timeline(timeline: Timeline, steps: str | None = None, window_us: str | None = None) -> Timeline:
+    """The timeline restricted to `--steps` / `--window` (the whole timeline without them): what reports and
+    comparisons draw their timeline figures from, so they cover the same range as the analysis."""
+    if steps is None and window_us is None:
+        return timeline
+    from ..analyses.scope import scope_timeline
+
+    return scope_timeline(timeline, steps, window_us)[0]
+
+
+def to_json(analysis: Analysis) -> dict[str, Any]:
+    """The `analyze --json` document (schema 2, DESIGN.md)."""
+    from ..render.document import to_document
+
+    return to_document(analysis)
+
+
+def compare(
+    a: Analysis, b: Analysis, timeline_a: Timeline | None = None, timeline_b: Timeline | None = None
+) -> Comparison:
+    """Deltas between two analyses, b - a (per device, gaps by cause, findings, top kernels when the
+    timelines are given)."""
+    from ..analyses.compare import compare as _compare
+
+    return _compare(a, b, timeline_a, timeline_b)
+
+
+def health(timeline: Timeline, analysis: Analysis | None = None, context: AnalysisContext | None = None) -> Any:
+    """The trace health section (tracelab/analyses/health.py): what the trace can and cannot support."""
+    from ..analyses.health import trace_health
+
+    with using(timeline, context):
+        return trace_health(timeline, analysis)
+
+
+def ranges(timeline: Timeline, analysis: Analysis | None = None, context: AnalysisContext | None = None) -> Any:
+    """GPU time by host range (NVTX, record_function, Kineto cpu_op / user_annotation) projected through
+    launch correlation (tracelab/analyses/range_projection.py): a `RangeProjection`. Shares are of the
+    analysis' total step time when it has steps, else of the GPU span."""
+    from ..analyses.range_projection import project_ranges
+
+    ref = sum(s.end_ns - s.start_ns for s in analysis.steps) if analysis is not None else 0
+    with using(timeline, context):
+        return project_ranges(timeline, ref, "steps" if ref else "gpu span")
+
+
+def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
+    """The `ranges` part of `analyze --json` (every name; `top` keeps the largest only)."""
+    from dataclasses import replace
+
+    from ..render.report_extras import ranges_doc
+
+    return ranges_doc(projection if top is None else replace(projection, stats=projection.stats[:top]))
+
+
+def memory(timeline: Timeline, analysis: Analysis | None = None, context: AnalysisContext | None = None) -> Any:
+    """The GPU memory timeline (tracelab/analyses/gpu_memory.py), or None without memory events."""
+    from ..analyses.gpu_memory import memory_timeline
+
+    with using(timeline, context):
+        return memory_timeline(timeline, analysis)
+
+
+def document_extras(
+    timeline: Timeline, analysis: Analysis, ranks: RankAnalysis | None = None, context: AnalysisContext | None = None
+) -> dict[str, Any]:
+    """What `analyze --json` (and the MCP server's analyze) adds after the analysis document, for
+    `timeline` = the analysed range (`scoped_timeline`): a multi-rank run's `ranks`, `collectives`,
+    `stragglers`, … (`ranks` = its `rank_analysis`), the `critical_path` of the steps (issue 24), then
+    `health`, `ranges` and `memory` (issue 27; memory null without memory events)."""
+    from ..analyses.critical_path import critical_path_document, critical_path_for
+    from ..render.report_extras import ranges_doc
+
+    out: dict[str, Any] = {}
+    with using(timeline, context):
+        if ranks:
+            from ..analyses.ranks import rank_document_of
+
+            out.update(rank_document_of(ranks))
+        out["critical_path"] = critical_path_document(
+            critical_path_for(timeline, analysis, ranks.collectives if ranks else None)
+        )
+        h, p, m = health(timeline, analysis), ranges(timeline, analysis), memory(timeline, analysis)
+    out.update({"health": h.to_dict(), "ranges": ranges_doc(p), "memory": None if m is None else m.to_dict()})
+    return out
+
+
+def rank_analysis(timeline: Timeline, analysis: Analysis, context: AnalysisContext | None = None) -> RankAnalysis:
+    """The cross-rank part of a run (tracelab/analyses/ranks.py: per-rank figures, collectives,
+    stragglers; `multi_rank` False for one rank), for `timeline` = the analysed range."""
+    from ..analyses.ranks import rank_analysis as ranks_of
+
+    with using(timeline, context):
+        return ranks_of(timeline, analysis)
+
+
+def rank_heatmap(
+    timeline: Timeline, ranks: RankAnalysis, analysis: Analysis, context: AnalysisContext | None = None
+) -> Any:
+    """Busy fraction and collective wait per rank and step (or time bin) of a multi-rank run
+    (tracelab/analyses/ranks.py: `RankHeatmap`), from its cross-rank analysis and the analysis's steps."""
+    from ..analyses.ranks import rank_heatmap as heatmap
+
+    with using(timeline, context):
+        return heatmap(timeline, ranks.collectives, steps=analysis.steps)
+
+
+def critical_path(
+    timeline: Timeline, analysis: Analysis, ranks: RankAnalysis | None = None, context: AnalysisContext | None = None
+) -> Any:
+    """The critical path of each step (tracelab/analyses/critical_path.py), across ranks through the
+    collectives of `ranks` when given."""
+    from ..analyses.critical_path import critical_path_for
+
+    with using(timeline, context):
+        return critical_path_for(timeline, analysis, ranks.collectives if ranks else None)
+
+
+def critical_path_categories() -> tuple[str, ...]:
+    """The categories a critical path's time falls into, in display order."""
+    from ..analyses.critical_path import CATEGORIES
+
+    return tuple(CATEGORIES)
+
+
+def gate(a: Analysis, b: Analysis, fail_pct: float, comparison: Comparison) -> Gate:
+    """The CI gate of `compare --fail-if-slower PCT`: whether B's steady-state step time is slower than
+    A's by more than PCT % (one-sided Mann-Whitney U on the per-step times)."""
+    from ..analyses.gate import gate as decide
+
+    v = comparison.verdict
+    return decide(a, b, fail_pct, v.a_ns if v else 0, v.b_ns if v else 0, v.basis if v else "span")
+
+
+def comparison_json(a: Analysis, b: Analysis, comparison: Comparison, decision: Gate | None = None) -> dict[str, Any]:
+    """The `compare --json` document: both analyses, the comparison and the gate's decision when asked."""
+    from ..analyses.results import SCHEMA_VERSION
+    from ..render.compare_text import comparison_document
+
+    doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "a": to_json(a), "b": to_json(b),
+                           "comparison": comparison_document(comparison)}
+    if decision is not None:
+        doc["gate"] = decision.to_dict()
+    return doc
+
+
+def options(
+    gap_threshold_us: float | None = None, exclude_orphans: bool = False, input_words: tuple[str, ...] = ()
+) -> AnalysisOptions:
+    """AnalysisOptions from the command-line settings (None / empty: the defaults)."""
+    from dataclasses import replace
+
+    from ..analyses.results import AnalysisOptions
+
+    if gap_threshold_us is None:
+        opts = AnalysisOptions(exclude_orphans=exclude_orphans)
+    else:
+        opts = AnalysisOptions(gap_threshold_ns=round(gap_threshold_us * 1000), exclude_orphans=exclude_orphans)
+    return replace(opts, input_words=tuple(input_words)) if input_words else opts
+
+
+def check_scope(steps: str | None, window_us: str | None) -> None:
+    """BadInput for bad --steps / --window syntax (before any file is read)."""
+    if steps is not None or window_us is not None:
+        from ..analyses.scope import parse_scope
+
+        parse_scope(steps, window_us)
+
+
+def check_gap_threshold_us(value: str) -> float:
+    """A --gap-threshold-us value as a float; BadInput for nan, inf, huge or negative values."""
+    from ..analyses.scope import check_gap_threshold_us as check
+
+    return check(value)
+
+
+def run_start(timeline: Timeline) -> int:
+    """The run's first event time (ns): what offsets 'from the run start' count from."""
+    from ..analyses.scope import run_start as start
+
+    return start(timeline)
+
+
+def find_steps(timeline: Timeline, context: AnalysisContext | None = None) -> Any:
+    """The training steps of each rank (tracelab/analyses/steps.py: `Steps`)."""
+    from ..analyses.steps import find_steps as steps_of
+
+    with using(timeline, context):
+        return steps_of(timeline)
+
+
+def range_tree_order(stats: Any) -> Any:
+    """The ranges of a projection in tree order (parents before their children)."""
+    from ..analyses.range_projection import tree_order
+
+    return tree_order(stats)
+
+
+def launch_occupancy(timeline: Timeline, context: AnalysisContext | None = None) -> Any:
+    """Per-kernel launch occupancy (tracelab/analyses/occupancy.py)."""
+    from ..analyses.occupancy import launch_occupancy as occupancy
+
+    with using(timeline, context):
+        return occupancy(timeline)
+
+
+def stream_overlap_matrix(timeline: Timeline, rank: int, device: int, context: AnalysisContext | None = None) -> Any:
+    """How long each pair of streams of one device ran at the same time (tracelab/analyses/overlap.py)."""
+    from ..analyses.overlap import stream_overlap_matrix as matrix
+
+    with using(timeline, context):
+        return matrix(timeline, rank, device)

@@ -1,0 +1,31 @@
+"""The types the facade's functions take and return, for callers that name them (the dashboard, type
+annotations). Importing this loads the store (sqlite-utils, pandas): the command line imports it only
+for type checking."""
+
+from __future__ import annotations
+
+from ..analyses.compare import Comparison
+from ..analyses.memo import AnalysisContext
+from ..analyses.ranks import RankAnalysis
+from ..analyses.results import CAUSES, SCHEMA_VERSION, Analysis, AnalysisOptions, Finding, GapTable
+from ..model import EventKind, Timeline
+from ..sandbox import Budget, SandboxError
+from ..store import RunRecord, Store
+
+__all__ = [
+    "CAUSES",
+    "SCHEMA_VERSION",
+    "Analysis",
+    "AnalysisContext",
+    "AnalysisOptions",
+    "Budget",
+    "Comparison",
+    "EventKind",
+    "Finding",
+    "GapTable",
+    "RankAnalysis",
+    "RunRecord",
+    "SandboxError",
+    "Store",
+    "Timeline",
+]
