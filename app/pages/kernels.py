@@ -7,7 +7,8 @@ from typing import Any
 
 from dash import dash_table, dcc, html
 
-from tracelab.render.figures import fmt_ns, kernel_table
+from tracelab.api import kernel_table
+from tracelab.text_format import fmt_ns
 
 from ..components import data_table, run_header
 from ..data import kernel_occupancy

@@ -246,6 +246,15 @@ def launch_occupancy(timeline: Timeline, context: AnalysisContext | None = None)
         return occupancy(timeline)
 
 
+def kernel_table(timeline: Timeline, occupancy: Any = None, context: AnalysisContext | None = None) -> Any:
+    """The kernels grouped by name: calls, total / mean / max time, share, occupancy when given
+    (tracelab/analyses/kernels.py)."""
+    from ..analyses.kernels import kernel_table as table
+
+    with using(timeline, context):
+        return table(timeline, occupancy)
+
+
 def stream_overlap_matrix(timeline: Timeline, rank: int, device: int, context: AnalysisContext | None = None) -> Any:
     """How long each pair of streams of one device ran at the same time (tracelab/analyses/overlap.py)."""
     from ..analyses.overlap import stream_overlap_matrix as matrix
