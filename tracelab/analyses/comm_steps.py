@@ -12,8 +12,8 @@ last, how late (median of last arrival − the previous arrival), in how many st
 before arriving: the longest idle gap of that rank (the analysis's gaps) between its previous collective
 and the late one, its median length and its most frequent cause ("no_work": the host was not launching).
 
-Steps come through `step_windows` only: today the steps' host ranges; when steps carry a GPU window
-(`gpu_start_ns` / `gpu_end_ns`) that window is taken instead.
+Steps come through `step_windows` only: the step table's rows, each step's GPU window (`gpu_start_ns` /
+`gpu_end_ns`), its host range only when it launched no GPU work.
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ time `h` (when that predecessor let it go):
   autograd thread, DDP for its communication thread).
 - gloo / MPI collectives are c10d's host ranges: they join the host calls of their thread, as collectives.
 
-The walk. A step's window is `step_windows.step_windows` (the host range today; a GPU window when steps
-have one). The path starts at the node of the rank that reaches furthest into the window (its end,
+The walk. A step's window is `step_windows.step_windows`: its GPU window (the step table's
+`gpu_start_ns`/`gpu_end_ns`: first start to last end of the GPU work its host range launched), its host
+range only when it launched no GPU work. The path starts at the node of the rank that reaches furthest into the window (its end,
 cut at the window's end) and follows predecessors back until a hand-over falls at or before the window
 start. The time from the window start to its end is cut into segments, each in one category:
 - `compute`: a GPU operation that is not communication runs (kernels, copies, memsets);
@@ -729,11 +730,12 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 
 def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = None) -> CriticalPath:
-    """The critical path of an analysis's steps (`comm_steps.step_windows`); a run without steps is one
-    window per rank (said in a note)."""
+    """The critical path of an analysis's steps, each over its GPU window (`step_windows.step_windows` of
+    the step table's rows, which carry it; a step that launched no GPU work keeps its host range); a run
+    without steps is one window per rank (said in a note)."""
     from .step_windows import step_windows
 
-    windows = step_windows(analysis.steps)
+    windows = step_windows(analysis.step_rows or analysis.steps)
     notes: tuple[str, ...] = ()
     if not windows:
         windows = whole_run_windows(tl)

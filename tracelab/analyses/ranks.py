@@ -134,7 +134,7 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
     from .comm_steps import comm_by_step, step_windows, straggler_causes
 
     collectives = steps_stragglers(match_collectives(timeline), analysis)
-    windows = step_windows(analysis.steps)
+    windows = step_windows(analysis.step_rows or analysis.steps)  # the steps' GPU windows
     return RankAnalysis(
         ranks=rank_summaries(analysis, collectives),
         collectives=collectives,

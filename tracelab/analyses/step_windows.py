@@ -1,5 +1,6 @@
-"""The window of each step: the one place it is chosen (issue 24). Today a step is its host range; when
-steps carry a GPU window (`gpu_start_ns` / `gpu_end_ns`), that window is taken instead."""
+"""The window of each step: the one place it is chosen (issue 24). A step's window is its GPU window
+(`gpu_start_ns` / `gpu_end_ns` of the step table's rows: the GPU work its host range launched), its host
+range when it launched no GPU work (or when given bare steps without a GPU window)."""
 
 from __future__ import annotations
 
