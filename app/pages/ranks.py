@@ -82,7 +82,8 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
         heat = state.cached(
             ("rank-heatmap", record.id),
             lambda: rank_heatmap(
-                state.timeline(record.id), ra.collectives, steps=state.analysis(record.id).steps
+                state.timeline(record.id), ra.collectives,
+                steps=state.analysis(record.id).step_rows or state.analysis(record.id).steps,  # GPU windows
             ),
         )
         c = ra.collectives

@@ -215,12 +215,16 @@ def _steps_figures(
         np.add.at(tot, inv, clipped)
         sums = {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), tot.tolist())}
     w_lo, w_hi = _per_rank_bounds(collectives.wait_rank, spans)
-    w_in = (collectives.wait_start >= w_lo) & (collectives.wait_start < w_hi)
     w_len = np.maximum(0, np.minimum(collectives.wait_end, w_hi) - np.maximum(collectives.wait_start, w_lo))
     w_keys, w_inv = distinct_codes(collectives.wait_rank.astype(np.int64))
     w_sum = np.bincount(w_inv, weights=w_len, minlength=w_keys.size).astype(np.int64)
-    w_cnt = np.bincount(w_inv, weights=w_in, minlength=w_keys.size).astype(np.int64)
     w_at = {int(k): i for i, k in enumerate(w_keys.tolist())}
+    # matched calls arriving inside the span, each collective once per rank (its last arrival names it)
+    c_rank, c_start = column(timeline, "rank")[collectives.call_rows], start[collectives.call_rows]
+    c_lo, c_hi = _per_rank_bounds(c_rank, spans)
+    c_in = (c_start >= c_lo) & (c_start < c_hi)
+    pairs = np.unique(np.stack([c_rank[c_in].astype(np.int64), collectives.call_last_start[c_in]]), axis=1)
+    calls_of = dict(zip(*np.unique(pairs[0], return_counts=True))) if pairs.size else {}
     idle_by: dict[int, dict[str, int]] = {}
     for (rr, c), ns in sums.items():
         if ns > 0:
@@ -230,7 +234,7 @@ def _steps_figures(
         f["idle_of"] = idle_by.get(r, {})
         i = w_at.get(r)
         f["wait"] = int(w_sum[i]) if i is not None else 0
-        f["calls"] = int(w_cnt[i]) if i is not None else 0
+        f["calls"] = int(calls_of.get(r, 0))
     return out
 
 
@@ -389,16 +393,19 @@ def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int,
 def _found_steps(
     timeline: Timeline, ranks: list[int], steps: Sequence[Any] | None
 ) -> dict[int, dict[int, tuple[int, int]]] | None:
-    """{rank: {step index: (start, end)}} from the analysis's steps (`Analysis.steps`), or else from
+    """{rank: {step index: (start, end)}} from the analysis's steps (`Analysis.step_rows`: each step's GPU
+    window, `Analysis.steps`: host ranges), or else from
     `analyses.steps.find_steps`, when every rank has the same number (≥ 2) of steps; None otherwise."""
     if steps is None:
         from .steps import find_steps
 
         steps = find_steps(timeline).steps
     per_rank: dict[int, list[tuple[int, int]]] = {r: [] for r in ranks}
-    for s in steps:  # one entry per step: a handful per rank
+    for s in steps:  # one entry per step: a handful per rank; its GPU window when the step table gives it
         if s.rank in per_rank:
-            per_rank[s.rank].append((int(s.start_ns), int(s.end_ns)))
+            g0, g1 = getattr(s, "gpu_start_ns", -1), getattr(s, "gpu_end_ns", -1)
+            w = (int(g0), int(g1)) if g0 >= 0 and g1 > g0 else (int(s.start_ns), int(s.end_ns))
+            per_rank[s.rank].append(w)
     counts = {len(v) for v in per_rank.values()}
     if len(counts) != 1 or counts.pop() < 2:
         return None
