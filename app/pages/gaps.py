@@ -8,6 +8,7 @@ from typing import Any
 
 from dash import dcc, html
 
+from tracelab.analyses.setup import in_setup_mask, steps_gaps_first
 from tracelab.render.figures import fmt_ns, gaps_table
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.gaps_svg import gaps_svg
@@ -27,8 +28,11 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
         analysis = state.analysis(record.id)
         origin = record.start_ns or 0
         longest = sorted(analysis.gaps, key=lambda g: -g.duration_ns)
-        top = longest[:MAX_GAP_ROWS]  # evidence is written for the listed gaps only
-        gt = gaps_table(top, origin, gap_evidence(analysis, top))
+        # the steps' gaps lead, the set-up's after them, marked (issue 24; the CLI's gap list does the same)
+        top = steps_gaps_first(analysis.gaps, analysis.setup, MAX_GAP_ROWS)  # evidence for the listed gaps only
+        setup = in_setup_mask(top, analysis.setup)
+        parts = ["set-up" if x else ("steps" if analysis.setup else "") for x in setup.tolist()]
+        gt = gaps_table(top, origin, gap_evidence(analysis, top), parts)
         # ns times as strings: epoch nanoseconds do not survive JavaScript numbers
         shown = gt.astype({"start_ns": str, "end_ns": str})
         drawn = longest[:5000]
@@ -67,6 +71,7 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                 ("duration", "duration"),
                 ("ns", "duration_ns"),
                 ("cause", "cause"),
+                ("part", "part"),
                 ("evidence", "evidence"),
             )
         ]
@@ -80,7 +85,13 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     f"Idle gaps ({len(analysis.gaps)}, {fmt_ns(total)} in total; threshold "
                     f"{fmt_ns(analysis.options.gap_threshold_ns)})"
                 ),
-                html.P("Click a gap (row or point) to open the timeline there.", className="hint"),
+                html.P(
+                    "Click a gap (row or point) to open the timeline there."
+                    + (" The steps' gaps come first, longest first; the set-up's (before each rank's first step) "
+                       "after them, marked set-up." if analysis.setup else ""),
+                    className="hint",
+                    id="gaps-order-hint",
+                ),
                 # one SVG document, no plotly.js (which took most of this page's draw time): each point a
                 # link to the timeline at its gap, its evidence as the tooltip
                 html.Iframe(
@@ -93,7 +104,7 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     title="idle gaps by start and length",
                 ),
                 html.P(
-                    f"The {MAX_GAP_ROWS:,} longest of {len(longest):,} gaps are listed."
+                    f"{MAX_GAP_ROWS:,} of {len(longest):,} gaps are listed (the steps' longest first)."
                     if len(longest) > MAX_GAP_ROWS
                     else "",
                     className="hint",

@@ -1,0 +1,102 @@
+"""Issue 24: the dashboard's Gaps page leads with the steps' gaps, the set-up's after them and marked, as the
+CLI's gap list does. In a real headless Chromium over a real store holding the bundled comm_overlap-streams
+torch run (2 H200s; rank 1 idles ~58 ms in the set-up's barrier). Expected gaps come from the raw Kineto files:
+per rank, the idle time between the merged GPU intervals (kernels, copies, memsets) of at least the analysis's
+gap threshold; a gap is the set-up's when it ends at or before the rank's first `step N` range."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+from test_pages import HAVE_BROWSER, css, open_page, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not HAVE_BROWSER, reason="chromium not installed")]
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def _raw_gaps(path: Path, threshold_ns: int) -> list[tuple[int, int, bool]]:
+    """(rank, duration ns, in set-up) of every GPU idle gap of at least the threshold."""
+    out = []
+    for f in sorted((path / "ranks").glob("rank*.json.gz")):
+        with gzip.open(f, "rt") as fh:
+            doc = json.load(fh)
+        rank = doc["distributedInfo"]["rank"]
+        ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+        first_step = min(_ns(e["ts"]) for e in ev if str(e.get("name", "")).startswith("step "))
+        merged: list[list[int]] = []
+        for a, b in sorted((_ns(e["ts"]), _ns(e["ts"] + e.get("dur", 0))) for e in ev if e.get("cat") in GPU_CATS):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for (_, prev_end), (nxt, _) in zip(merged, merged[1:]):
+            if nxt - prev_end >= threshold_ns:
+                out.append((rank, nxt - prev_end, nxt <= first_step))
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_server(tmp_path_factory):
+    from werkzeug.serving import make_server
+
+    from app import create_app
+    from tracelab.demo import demo_run
+    from tracelab.parsers import load_trace, trace_fingerprint
+    from tracelab.store import Store
+
+    root = tmp_path_factory.mktemp("gaps-dashboard")
+    path = demo_run("comm_overlap-streams-torch", root / "runs")
+    store = Store(root / "store.db")
+    rid = store.import_timeline(load_trace(path), source_path=str(path), fingerprint=trace_fingerprint(path), name="co")
+    app = create_app(store, import_dir=root / "imports")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield {"url": f"http://127.0.0.1:{srv.server_port}", "run": rid, "path": path}
+    srv.shutdown()
+    store.close()
+
+
+def _rows(browser) -> list[dict[str, str]]:
+    out = []
+    for tr in css(browser, "#gaps-table tbody tr"):
+        cells = {td.get_attribute("data-dash-column"): td.text for td in tr.find_elements("css selector", "td")}
+        if cells.get("duration_ns"):
+            out.append(cells)
+    return out
+
+
+def test_gaps_page_leads_with_the_steps_gaps(browser, run_server):
+    from tracelab.analyses.results import AnalysisOptions
+
+    raw = _raw_gaps(run_server["path"], AnalysisOptions().gap_threshold_ns)
+    steps = sorted((g for g in raw if not g[2]), key=lambda g: -g[1])
+    setup = sorted((g for g in raw if g[2]), key=lambda g: -g[1])
+    # the order matters here: the set-up holds the run's longest gap (rank 1 waiting in the barrier)
+    assert steps and setup and setup[0][1] > steps[0][1] > 0
+    open_page(browser, run_server, f"/gaps?run={run_server['run']}", "#gaps-table td")
+    assert "The steps' gaps come first" in css(browser, "#gaps-order-hint")[0].text
+    rows = _rows(browser)
+    parts = [r["part"] for r in rows]
+    # steps' gaps first (longest first), then the set-up's, marked
+    assert parts == ["steps"] * min(len(steps), len(rows)) + ["set-up"] * (len(rows) - min(len(steps), len(rows)))
+    n = min(len(steps), len(rows))
+    assert [int(r["duration_ns"]) for r in rows[:n]] == pytest.approx([g[1] for g in steps[:n]], abs=2)
+    assert [int(r["rank"]) for r in rows[:n]] == [g[0] for g in steps[:n]]
+    # the set-up's gaps, filtered in the table's own filter row: the barrier wait leads them
+    box = css(browser, "#gaps-table .dash-filter[data-dash-column='part'] input")[0]
+    box.send_keys("set-up\n")
+    wait_for(browser, lambda: _rows(browser) and all(r["part"] == "set-up" for r in _rows(browser)),
+             what="the set-up filter")
+    first = _rows(browser)[0]
+    assert int(first["duration_ns"]) == pytest.approx(setup[0][1], abs=2) and int(first["rank"]) == setup[0][0]
