@@ -1,8 +1,10 @@
 """Issue 24: the dashboard's Gaps page leads with the steps' gaps, the set-up's after them and marked, as the
-CLI's gap list does. In a real headless Chromium over a real store holding the bundled comm_overlap-streams
-torch run (2 H200s; rank 1 idles ~58 ms in the set-up's barrier). Expected gaps come from the raw Kineto files:
-per rank, the idle time between the merged GPU intervals (kernels, copies, memsets) of at least the analysis's
-gap threshold; a gap is the set-up's when it ends at or before the rank's first `step N` range."""
+CLI's gap list does. In a real headless Chromium over a real store holding the recorded input-copy loop
+(tests/data/multigpu/copy_pageable_torch, an H200: 20 iterations, tens of ms of set-up idle before the loop,
+longer than any gap inside it). Expected gaps come from the raw Kineto file: the idle time between the
+merged GPU intervals (kernels, copies, memsets) of at least the analysis's gap threshold; a gap is the
+set-up's when it ends at or before the first step's start (the loop is marker-free: the step finder's
+first step, whose count and GPU time tests/test_gpu_steps.py checks against the raw trace)."""
 
 from __future__ import annotations
 
@@ -24,15 +26,15 @@ def _ns(us: float) -> int:
     return round(us * 1000)
 
 
-def _raw_gaps(path: Path, threshold_ns: int) -> list[tuple[int, int, bool]]:
+def _raw_gaps(path: Path, threshold_ns: int, first_steps: dict[int, int]) -> list[tuple[int, int, bool]]:
     """(rank, duration ns, in set-up) of every GPU idle gap of at least the threshold."""
     out = []
-    for f in sorted((path / "ranks").glob("rank*.json.gz")):
+    for f in sorted((path / "ranks").glob("rank*.json.gz")) or [path / "trace.json.gz"]:
         with gzip.open(f, "rt") as fh:
             doc = json.load(fh)
-        rank = doc["distributedInfo"]["rank"]
+        rank = (doc.get("distributedInfo") or {}).get("rank", 0)
         ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-        first_step = min(_ns(e["ts"]) for e in ev if str(e.get("name", "")).startswith("step "))
+        first_step = first_steps[rank]
         merged: list[list[int]] = []
         for a, b in sorted((_ns(e["ts"]), _ns(e["ts"] + e.get("dur", 0))) for e in ev if e.get("cat") in GPU_CATS):
             if merged and a <= merged[-1][1]:
@@ -50,12 +52,13 @@ def run_server(tmp_path_factory):
     from werkzeug.serving import make_server
 
     from app import create_app
-    from tracelab.demo import demo_run
+    from multigpu_util import run_dir
+
     from tracelab.parsers import load_trace, trace_fingerprint
     from tracelab.store import Store
 
     root = tmp_path_factory.mktemp("gaps-dashboard")
-    path = demo_run("comm_overlap-streams-torch", root / "runs")
+    path = run_dir("copy_pageable_torch", root)
     store = Store(root / "store.db")
     rid = store.import_timeline(load_trace(path), source_path=str(path), fingerprint=trace_fingerprint(path), name="co")
     app = create_app(store, import_dir=root / "imports")
@@ -78,11 +81,16 @@ def _rows(browser) -> list[dict[str, str]]:
 
 def test_gaps_page_leads_with_the_steps_gaps(browser, run_server):
     from tracelab.analyses.results import AnalysisOptions
+    from tracelab.api import analyze
+    from tracelab.parsers import load_trace
 
-    raw = _raw_gaps(run_server["path"], AnalysisOptions().gap_threshold_ns)
+    first: dict[int, int] = {}
+    for st in analyze(load_trace(run_server["path"])).steps:
+        first[st.rank] = min(first.get(st.rank, st.start_ns), st.start_ns)
+    raw = _raw_gaps(run_server["path"], AnalysisOptions().gap_threshold_ns, first)
     steps = sorted((g for g in raw if not g[2]), key=lambda g: -g[1])
     setup = sorted((g for g in raw if g[2]), key=lambda g: -g[1])
-    # the order matters here: the set-up holds the run's longest gap (rank 1 waiting in the barrier)
+    # the order matters here: the set-up holds the run's longest gaps
     assert steps and setup and setup[0][1] > steps[0][1] > 0
     open_page(browser, run_server, f"/gaps?run={run_server['run']}", "#gaps-table td")
     assert "The steps' gaps come first" in css(browser, "#gaps-order-hint")[0].text
