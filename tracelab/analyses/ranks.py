@@ -25,7 +25,7 @@ from ..model import EventKind, Timeline
 from ..model.grouping import sorted_unique
 from .collectives import Collectives, match_collectives, rank_stragglers
 from .distinct import distinct_codes
-from .intervals import covered_length, merge, union_length
+from .intervals import covered_length, intersection_length, merge, union_length
 from .results import CAUSES as GAP_CAUSES
 from .results import Analysis, GapTable
 
@@ -171,12 +171,10 @@ def _steps_figures(
     (its devices' GPU work, its gaps, its waits in matched collectives). Vectorized per device."""
     from .devices import device_rows
     from .memo import column
-    from .overlap import device_overlap
     from .rows import comm_kernels
     from .scope import _per_rank_bounds
 
     kind, start, end = column(timeline, "kind"), column(timeline, "start"), column(timeline, "end")
-    lane = column(timeline, "lane")
     out: dict[int, dict[str, Any]] = {}
     for dr in device_rows(timeline):  # per device (a few to a few hundred), vectorized inside
         if dr.rank not in spans:
@@ -198,7 +196,9 @@ def _steps_figures(
         f["busy"] += busy
         f["idle"] += (d_hi - d_lo) - busy
         f["comm"] += union_length(s[comm], e[comm], assume_sorted=True)
-        f["overlap"] += device_overlap(k, s, e, lane[rows].astype(np.int64), comm).compute_comm_ns
+        # compute/comm overlap as device_overlap defines it (kernels that are not communication ∩ comm kernels)
+        compute = (k == int(EventKind.KERNEL)) & ~comm
+        f["overlap"] += intersection_length(s[compute], e[compute], s[comm], e[comm])
     for r in spans:
         if r in out:
             out[r]["span"] = max(0, out[r]["span_hi"] - out[r]["span_lo"])
