@@ -28,7 +28,7 @@ def _raw_windows(path: Path, backend: str, host: dict[int, list[tuple[int, int]]
             rank, launches, gpu = kineto_launches_gpu(f)
             # Kineto's µs to integer ns (a step inferred at a batch upload starts at that copy's launch
             # exactly: compared in float µs the launch may fall on either side of the boundary)
-            ns = lambda us: round(us * 1000)  # noqa: E731
+            ns = lambda us: round(us * 1000)
             per[rank] = ({c: ns(t) for c, t in launches.items()}, [(c, ns(a), ns(b)) for c, a, b in gpu])
     else:
         per = nsys_launches_gpu(path / "trace.sqlite")

@@ -119,7 +119,7 @@ def test_dlrm_rank_table_matches_an_independent_computation():
     waits: dict[int, int] = {}
     intervals: dict[int, list] = {}
     expected_calls = _expected_collectives(raw, waits, intervals)
-    ns = lambda us: round(us * 1000)  # noqa: E731
+    ns = lambda us: round(us * 1000)
     for rank, events in raw.items():
         steps = [(ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in events
                  if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
@@ -133,7 +133,7 @@ def test_dlrm_rank_table_matches_an_independent_computation():
         )
         lo, hi = min(w[0] for w in wins), max(w[1] for w in wins)
 
-        def inside(evs):
+        def inside(evs, lo=lo, hi=hi):
             return [(max(ns(e["ts"]), lo), min(ns(e["ts"] + e["dur"]), hi)) for e in evs
                     if ns(e["ts"] + e["dur"]) > lo and ns(e["ts"]) < hi]
 

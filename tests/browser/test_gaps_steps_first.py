@@ -9,6 +9,7 @@ first step, whose count and GPU time tests/test_gpu_steps.py checks against the 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import logging
 import threading
@@ -41,7 +42,7 @@ def _raw_gaps(path: Path, threshold_ns: int, first_steps: dict[int, int]) -> lis
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
-        for (_, prev_end), (nxt, _) in zip(merged, merged[1:]):
+        for (_, prev_end), (nxt, _) in itertools.pairwise(merged):
             if nxt - prev_end >= threshold_ns:
                 out.append((rank, nxt - prev_end, nxt <= first_step))
     return out
@@ -49,11 +50,10 @@ def _raw_gaps(path: Path, threshold_ns: int, first_steps: dict[int, int]) -> lis
 
 @pytest.fixture(scope="module")
 def run_server(tmp_path_factory):
+    from multigpu_util import run_dir
     from werkzeug.serving import make_server
 
     from app import create_app
-    from multigpu_util import run_dir
-
     from tracelab.parsers import load_trace, trace_fingerprint
     from tracelab.store import Store
 
