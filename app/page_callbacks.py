@@ -40,6 +40,7 @@ def register(app: Dash) -> None:
         Input("gaps-next", "n_clicks"),
         *[Input(f"gaps-sort-{key}", "n_clicks") for key in gaps.SORTS],
         Input({"type": "gaps-cause", "cause": ALL}, "n_clicks"),
+        Input({"type": "gaps-part", "part": ALL}, "n_clicks"),
         State("gaps-view", "data"),
         State("gaps-run", "data"),
         prevent_initial_call=True,

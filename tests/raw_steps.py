@@ -97,3 +97,50 @@ def steady(windows: list[tuple[float, float]]) -> float:
     lengths = [hi - lo for lo, hi in windows if lo is not None]
     later = lengths[1:] or lengths
     return float(median(later))
+
+
+def windows_of_ranges(ranges, launches, gpu):
+    """The GPU window of each given host range (`_windows`: the GPU work whose launch call starts in it),
+    in the order of the sorted ranges; (None, None) for a range that launched none."""
+    return _windows(list(ranges), launches, gpu)
+
+
+def kineto_launches_gpu(path: Path) -> tuple[int, dict, list]:
+    """(rank, {correlation: launch start µs}, [(correlation, start µs, end µs)] of GPU work) of one Kineto file."""
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
+        doc = json.load(f)
+    launches, gpu = {}, []
+    for ev in doc["traceEvents"]:
+        if ev.get("ph") != "X":
+            continue
+        cat, args = ev.get("cat", ""), ev.get("args") or {}
+        ts, dur = float(ev["ts"]), float(ev.get("dur", 0))
+        if cat in GPU_CATS and "correlation" in args:
+            gpu.append((args["correlation"], ts, ts + dur))
+        elif cat in API_CATS and "correlation" in args:
+            launches.setdefault(args["correlation"], ts)
+    return (doc.get("distributedInfo") or {}).get("rank", 0), launches, gpu
+
+
+def nsys_launches_gpu(path: Path) -> dict[int, tuple[dict, list]]:
+    """rank -> ({correlation: launch start ns}, [(correlation, start, end)] of GPU work) of an nsys export
+    of several processes; a process's rank is the "Rank" of its ncclCommInitRank* payload (NVTX jsonText)."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    rank_of = {}
+    for gtid, text in db.execute(
+        "SELECT e.globalTid, e.jsonText FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+        "WHERE s.value LIKE 'ncclCommInitRank%' AND e.jsonText IS NOT NULL"
+    ):
+        rank_of[(gtid >> 24) & 0xFFFFFF] = json.loads(text)["Rank"]
+    launches, gpu = defaultdict(dict), defaultdict(list)
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+        if table in tables:
+            for s, corr, gtid in db.execute(f"SELECT start, correlationId, globalTid FROM {table} ORDER BY start"):
+                launches[(gtid >> 24) & 0xFFFFFF].setdefault(corr, s)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if table in tables:
+            for s, e, corr, gpid in db.execute(f"SELECT start, end, correlationId, globalPid FROM {table}"):
+                gpu[(gpid >> 24) & 0xFFFFFF].append((corr, s, e))
+    db.close()
+    return {rank_of[p]: (launches[p], gpu[p]) for p in rank_of}

@@ -83,26 +83,26 @@ def test_one_rank_known_path(tmp_path: Path) -> None:
     e = _by_name(ONE)
     s0, s1 = cp.steps
     got0 = s0.by_category()
-    # step 0: k3 runs (compute), the sync returns after it (sync), the rest is host: launch calls, the
-    # launch-to-start of k3, CPU ops in the gaps; the sleep and the uncovered ends are idle
+    # issue 24: a step's path spans its GPU window, the GPU work its host range launched: step 0 from k1's
+    # start to k3's end (the sync returns after the GPU work is over: outside the window)
+    assert (s0.start_ns, s0.end_ns) == (_ns(e["k1"]["ts"]), _ns(e["k3"]["ts"] + e["k3"]["dur"]))
+    # k3 runs (compute); before it the host: launch 3's start to k3's start, CPU ops in the gap between
+    # launch 2 and launch 3 (aten::b), the part of launch 2 inside the window; the rest of that gap is idle
     assert got0["compute"] == _ns(e["k3"]["dur"])
-    assert got0["sync"] == _ns(62 + 19 - (e["k3"]["ts"] + e["k3"]["dur"]))
+    assert got0["sync"] == 0
     host = (
-        (5 - 1)  # aten::a covers [1, 5) before the first launch
-        + 3 + (9 - 8) + 2  # launch 1, aten::a between the launches, launch 2
+        (64 - 60)  # launch 3's start to k3's start
         + 8  # aten::b in the sleep gap [11, 60)
-        + (64 - 60)  # launch 3's start to k3's start
-        + 13  # aten::c after the sync returned
+        + (11 - 10)  # launch 2 [9, 11) from the window start
     )
     assert got0["host"] == _ns(host)
-    assert got0["idle"] == _ns(100) - sum(v for k, v in got0.items() if k != "idle")
-    assert got0["idle"] == _ns(1 + (60 - 11 - 8) + (100 - 81 - 13))
-    # step 1: k4 then k5 on the stream set the length; the first launch's start to k4's start is host
+    assert got0["idle"] == _ns(60 - 11 - 8)
+    assert sum(got0.values()) == s0.length_ns == _ns(80 - 10)
+    # step 1: k4 then k5 on the stream fill the GPU window [k4 start, k5 end)
     got1 = s1.by_category()
-    assert got1["compute"] == _ns(e["k4"]["dur"] + e["k5"]["dur"])
-    assert got1["sync"] == _ns(105 + 86 - 190)
-    assert got1["host"] == _ns(104 - 101)
-    assert got1["idle"] == _ns((101 - 100) + (200 - 191))
+    assert (s1.start_ns, s1.end_ns) == (_ns(e["k4"]["ts"]), _ns(e["k5"]["ts"] + e["k5"]["dur"]))
+    assert got1["compute"] == _ns(e["k4"]["dur"] + e["k5"]["dur"]) == s1.length_ns
+    assert got1["sync"] == got1["host"] == got1["idle"] == 0
     # the segments tile each step, in time order
     for p in cp.steps:
         assert p.segments[0].start_ns == p.start_ns and p.segments[-1].end_ns == p.end_ns
@@ -360,7 +360,10 @@ def test_cli_analyze_json_has_the_new_fields(two_ranks) -> None:
     assert sum(cp["bound_by"].values()) == pytest.approx(1.0)
     assert {(s["rank"], s["step"]) for s in cp["steps"]} == {(r, k) for r in (0, 1) for k in range(3)}
     for s in cp["steps"]:
-        assert s["length_ns"] == _ns(STEP_US)
+        # each step's GPU window: its gemm's start to its NCCL kernel's end (issue 24)
+        gemm = sorted((e for e in _raw[s["rank"]] if e["name"] == "gemm"), key=lambda e: e["ts"])[s["step"]]
+        nccl = _nccl(_raw[s["rank"]])[s["step"]]
+        assert s["length_ns"] == _ns(nccl["ts"] + nccl["dur"]) - _ns(gemm["ts"])
         assert sum(x["end_ns"] - x["start_ns"] for x in s["segments"]) == s["length_ns"]
     text = subprocess.run(
         [sys.executable, "-m", "tracelab", "analyze", str(d)], capture_output=True, env=env, text=True, timeout=300, check=True
@@ -384,7 +387,7 @@ def test_cli_analyze_json_has_the_new_fields(two_ranks) -> None:
 
 def test_reports_show_the_critical_path(two_ranks, tmp_path: Path) -> None:
     """The Markdown report's Critical path table: across ranks, each category's share of the steps is
-    the one known by construction (rank 1's gemm, its transfer, its launch, the sync and the idle rest)."""
+    the one known by construction (rank 1's GPU window: its gemm, the idle rest, its transfer)."""
     from tracelab.api import report as write_report
 
     d, raw = two_ranks
@@ -395,16 +398,17 @@ def test_reports_show_the_critical_path(two_ranks, tmp_path: Path) -> None:
     assert "## Critical path" in md
     row = next(line for line in md.splitlines() if line.startswith("| across ranks |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    gemm = next(e for e in raw[1] if e["name"] == "gemm")["dur"]
-    nccl = _nccl(raw[1])[0]["dur"]
-    launch_to_gemm = 10  # the launch at +410 µs, the gemm at +420 µs
-    sync_tail = 735 - (630 + nccl)
+    # across ranks each step ends with rank 1's NCCL kernel (both ranks' end together; rank 1 arrived last):
+    # its GPU window from its gemm's start: the gemm, the idle wait for the NCCL stream, the transfer
+    g = next(e for e in raw[1] if e["name"] == "gemm")
+    n = _nccl(raw[1])[0]
+    window = n["ts"] + n["dur"] - g["ts"]
     want = {
-        "compute": gemm / STEP_US,
-        "comm": nccl / STEP_US,
+        "compute": g["dur"] / window,
+        "comm": n["dur"] / window,
         "wait": 0.0,
-        "host": launch_to_gemm / STEP_US,
-        "sync": sync_tail / STEP_US,
+        "host": 0.0,
+        "sync": 0.0,
     }
     want["idle"] = 1 - sum(want.values())
     assert cells[1] == "3"

@@ -48,9 +48,12 @@ def _raw_ranks() -> dict[int, list[dict]]:
     return ranks
 
 
-def _expected_collectives(raw: dict[int, list[dict]], waits: dict[int, int] | None = None) -> list[dict]:
+def _expected_collectives(
+    raw: dict[int, list[dict]], waits: dict[int, int] | None = None, spans: dict[int, list] | None = None
+) -> list[dict]:
     """k-th NCCL kernel of each operation on each rank = one collective; arrival = kernel ts.
-    `waits` (filled when given): per rank, the time from its arrival to the last arrival, summed."""
+    `waits` (filled when given): per rank, the time from its arrival to the last arrival, summed;
+    `spans` (filled when given): per rank, each of those waits as (arrival, last arrival)."""
     calls: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
     for rank, events in raw.items():
         nccl = sorted(
@@ -69,6 +72,8 @@ def _expected_collectives(raw: dict[int, list[dict]], waits: dict[int, int] | No
         for r, t in arrivals.items():
             if waits is not None:
                 waits[r] = waits.get(r, 0) + last - t
+            if spans is not None:
+                spans.setdefault(r, []).append((t, last))
         out.append(
             {
                 "name": op,
@@ -102,32 +107,48 @@ def test_dlrm_collectives_match_an_independent_computation():
 
 @needs_dlrm
 def test_dlrm_rank_table_matches_an_independent_computation():
+    """Issue 24: the table covers each rank's steps on the GPU (its ProfilerStep's GPU window: the GPU work
+    launched inside it, by correlation), set-up and teardown apart; whole-run collective wait kept aside."""
+    from raw_steps import windows_of_ranges
+
     raw = _raw_ranks()
     tl = load_trace(DLRM)
     doc = rank_document(tl, analyze(tl))
     by_rank = {r["rank"]: r for r in doc["ranks"]}
     assert sorted(by_rank) == list(range(8))
     waits: dict[int, int] = {}
-    expected_calls = _expected_collectives(raw, waits)
+    intervals: dict[int, list] = {}
+    expected_calls = _expected_collectives(raw, waits, intervals)
+    ns = lambda us: round(us * 1000)
     for rank, events in raw.items():
-        gpu = [
-            (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
-            for e in events
-            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-        ]
-        comm = [
-            (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
-            for e in events
-            if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_")
-        ]
+        steps = [(ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in events
+                 if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+        launches = {}
+        for e in sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")), key=lambda e: e["ts"]):
+            if "correlation" in (e.get("args") or {}):
+                launches.setdefault(e["args"]["correlation"], ns(e["ts"]))
+        gpu_all = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        wins = windows_of_ranges(
+            steps, launches, [(e["args"].get("correlation"), ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in gpu_all]
+        )
+        lo, hi = min(w[0] for w in wins), max(w[1] for w in wins)
+
+        def inside(evs, lo=lo, hi=hi):
+            return [(max(ns(e["ts"]), lo), min(ns(e["ts"] + e["dur"]), hi)) for e in evs
+                    if ns(e["ts"] + e["dur"]) > lo and ns(e["ts"]) < hi]
+
+        gpu = inside(gpu_all)
+        comm = inside(e for e in events if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_"))
         busy = sum(e - s for s, e in _union(gpu))
         span = max(e for _, e in gpu) - min(s for s, _ in gpu)
         r = by_rank[rank]
+        assert r["scope"] == "steps"
         assert r["busy_ns"] == busy and r["span_ns"] == span and r["idle_ns"] == span - busy
         assert r["comm_ns"] == sum(e - s for s, e in _union(comm))
         assert sum(r["idle_by_cause_ns"].values()) == r["idle_ns"]
-        assert r["collectives"] == len(comm) == 8
-        assert r["collective_wait_ns"] == waits[rank]
+        assert r["collectives"] == sum(1 for t, _ in intervals[rank] if lo <= t < hi)
+        assert r["collective_wait_ns"] == sum(max(0, min(b, hi) - max(a, lo)) for a, b in intervals[rank])
+        assert r["whole_collective_wait_ns"] == waits[rank]
         assert r["times_last"] == sum(1 for c in expected_calls if c["last_rank"] == rank)
 
 
@@ -138,8 +159,10 @@ def test_dlrm_heatmap_busy_equals_rank_busy():
     h = rank_heatmap(tl, ra.collectives, bins=25)
     assert h.column_kind == "time" and h.busy_fraction.shape == (8, 25)  # one ProfilerStep per rank
     busy = np.round(h.busy_fraction * (h.ends - h.starts)).sum(axis=1)
-    assert busy.tolist() == [float(r.busy_ns) for r in ra.ranks]
-    assert h.wait_ns.sum(axis=1).tolist() == [r.collective_wait_ns for r in ra.ranks]
+    # time bins cover the whole run: the whole run's busy and wait (the rank table covers the steps)
+    an = analyze(tl)
+    assert busy.tolist() == [float(sum(d.busy_ns for d in an.devices if d.rank == r.rank)) for r in ra.ranks]
+    assert h.wait_ns.sum(axis=1).tolist() == [r.whole_collective_wait_ns for r in ra.ranks]
 
 
 # ---- small hand-made runs ---------------------------------------------------------------------------
@@ -273,7 +296,7 @@ def test_cli_analyze_prints_ranks_section_and_json_parts():
     runner = CliRunner()
     r = runner.invoke(main, ["analyze", str(DLRM)])
     assert r.exit_code == 0, r.output
-    section = r.stdout[r.stdout.index("\nRanks\n") :]
+    section = r.stdout[r.stdout.index("\nRanks (over the steps on the GPU") :]  # issue 24: over the steps
     assert "Collectives matched across ranks: 8 (SendRecv ×5, AllReduce ×3)" in section
     assert "Stragglers: rank 7 last 5×" in section
     j = runner.invoke(main, ["analyze", str(DLRM), "--json"])

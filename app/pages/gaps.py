@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from dash import dcc, html
 
+from tracelab.api import gaps_in_setup
 from tracelab.api.types import CAUSES, GapTable
 from tracelab.render.gap_evidence import gap_evidence
 from tracelab.render.gaps_svg import gaps_svg
@@ -74,7 +75,13 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     f"Idle gaps ({len(table)}, {fmt_ns(total)} in total; threshold "
                     f"{fmt_ns(analysis.options.gap_threshold_ns)})"
                 ),
-                html.P("Click a gap (row or point) to open the timeline there.", className="hint"),
+                html.P(
+                    "Click a gap (row or point) to open the timeline there."
+                    + (" The steps' gaps come first, longest first; the set-up's (before each rank's first step) "
+                       "after them, marked set-up." if analysis.setup else ""),
+                    className="hint",
+                    id="gaps-order-hint",
+                ),
                 # one SVG document, no plotly.js (which took most of this page's draw time): each point a
                 # link to the timeline at its gap, its evidence as the tooltip
                 html.Iframe(
@@ -98,11 +105,17 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                         *[html.Button(f"{c} ({fmt_count(int(counts[CAUSES.index(c)]))})",
                                       id={"type": "gaps-cause", "cause": c}, n_clicks=0, className="gaps-btn")
                           for c in causes],
+                        *([html.Span("part:", className="hint")]
+                          + [html.Button(text or "all", id={"type": "gaps-part", "part": text}, n_clicks=0,
+                                         className="gaps-btn") for text in ("", *PARTS)]
+                          if analysis.setup else []),
                     ],
                     className="gaps-controls",
                 ),
                 html.Table(
-                    [html.Thead(html.Tr([html.Th(name) for name, _ in GAP_COLUMNS])),
+                    [html.Thead(html.Tr([html.Th(name) for name, _ in (
+                        GAP_COLUMNS if not analysis.setup else (*GAP_COLUMNS[:-1], ("part", "part"), GAP_COLUMNS[-1])
+                    )])),
                      html.Tbody(rows, id="gaps-rows")],
                     id="gaps-table",
                     className="gaps-table",
@@ -128,20 +141,29 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
     return with_run(state, run, body)
 
 
-def gap_order(table: GapTable, sort: str = "length", cause: str = "") -> np.ndarray:
+PARTS = {"steps": False, "set-up": True}
+
+
+def gap_order(table: GapTable, sort: str = "length", cause: str = "", setup: np.ndarray | None = None,
+              part: str = "") -> np.ndarray:
     """Row indices of `table` in the table's order: longest first ("length"), earliest first ("start"),
-    or by cause then longest first ("cause"); only gaps of `cause` when given. Ties keep table order."""
+    or by cause then longest first ("cause"); only gaps of `cause` when given. With `setup` (per gap: in its
+    rank's set-up) the steps' gaps lead, the set-up's after them (issue 24; "start" stays in time order),
+    and `part` ("steps" / "set-up") keeps one of the two. Ties keep table order."""
     dur, start, kind = table.duration, table.column("start"), table.column("cause").astype(np.int64)
+    setup = np.zeros(len(table), dtype=bool) if setup is None else np.asarray(setup, dtype=bool)
     idx = np.arange(len(table))
     if cause:
-        idx = idx[kind == CAUSES.index(cause)] if cause in CAUSES else idx[:0]
+        idx = idx[kind[idx] == CAUSES.index(cause)] if cause in CAUSES else idx[:0]
+    if part in PARTS:
+        idx = idx[setup[idx] == PARTS[part]]
     if sort == "start":
         keys: tuple = (-dur[idx], start[idx])
     elif sort == "cause":
         names = np.array([CAUSES[k] for k in range(len(CAUSES))])
-        keys = (-dur[idx], names[kind[idx]])
+        keys = (-dur[idx], setup[idx], names[kind[idx]])
     else:
-        keys = (-dur[idx],)
+        keys = (-dur[idx], setup[idx])
     return idx[np.lexsort(keys)] if idx.size else idx
 
 
@@ -150,7 +172,10 @@ def gaps_page(state: AppState, record, view: dict[str, Any]) -> tuple[list, str]
     that says which ones they are ("gaps 26–50 of 253"). Evidence is written for the page's gaps only."""
     analysis = state.analysis(record.id)
     table = GapTable.of(analysis.gaps)
-    order = gap_order(table, str(view.get("sort") or "length"), str(view.get("cause") or ""))
+    setup = gaps_in_setup(analysis) if analysis.setup else None
+    order = gap_order(table, str(view.get("sort") or "length"), str(view.get("cause") or ""), setup,
+                      str(view.get("part") or ""))
+    columns = GAP_COLUMNS if setup is None else (*GAP_COLUMNS[:-1], ("part", "part"), GAP_COLUMNS[-1])
     n = int(order.size)
     pages = max(1, -(-n // PAGE_ROWS))
     page = min(max(int(view.get("page") or 0), 0), pages - 1)
@@ -162,25 +187,27 @@ def gaps_page(state: AppState, record, view: dict[str, Any]) -> tuple[list, str]
     lengths = fmt_ns_many(np.array([g.duration_ns for g in shown], dtype=np.int64))
     evidence = gap_evidence(analysis, shown)
     rows = []
-    for g, a, length, ev in zip(shown, at, lengths, evidence):
+    in_setup = setup[order[page * PAGE_ROWS:(page + 1) * PAGE_ROWS]] if setup is not None else [False] * len(shown)
+    for g, a, length, ev, su in zip(shown, at, lengths, evidence, in_setup):
         link = timeline_href(record.id, *gap_window(g.start_ns, g.end_ns, record.start_ns, record.end_ns))
         text = {"rank": str(g.rank), "device": str(g.device), "at": a, "duration": length, "cause": g.cause,
-                "evidence": ev}
+                "part": "set-up" if su else "steps", "evidence": ev}
         cells = [
             # the row's link (CSS stretches it over the whole row); the whole evidence is its tooltip
             html.Td(dcc.Link(a, href=link, className="gap-link", title=ev), **{"data-col": col})
             if col == "at" else html.Td(text[col], **{"data-col": col})
-            for _, col in GAP_COLUMNS
+            for _, col in columns
         ]
         rows.append(html.Tr(cells, **{"data-start-ns": str(g.start_ns), "data-end-ns": str(g.end_ns)}))
     if not n:
         rows = [html.Tr(html.Td("No gaps" + (f" of cause {view.get('cause')}" if view.get("cause") else ""),
-                                colSpan=len(GAP_COLUMNS)))]
+                                colSpan=len(columns)))]
         label = "no gaps"
     else:
         label = f"gaps {page * PAGE_ROWS + 1:,}–{min(n, (page + 1) * PAGE_ROWS):,} of {n:,}"
     label += f" · {SORTS.get(str(view.get('sort')), SORTS['length'])}"
     label += f" · cause {view['cause']}" if view.get("cause") else ""
+    label += f" · {view['part']} only" if view.get("part") in PARTS else ""
     return rows, label
 
 
@@ -191,6 +218,8 @@ def on_gaps_view(state: AppState, run_info: dict[str, Any], view: dict[str, Any]
     view = dict(view or {"sort": "length", "cause": "", "page": 0})
     if isinstance(trigger, dict) and trigger.get("type") == "gaps-cause":
         view.update(cause=str(trigger.get("cause") or ""), page=0)
+    elif isinstance(trigger, dict) and trigger.get("type") == "gaps-part":
+        view.update(part=str(trigger.get("part") or ""), page=0)
     elif isinstance(trigger, str) and trigger.startswith("gaps-sort-"):
         view.update(sort=trigger.removeprefix("gaps-sort-"), page=0)
     elif trigger == "gaps-next":

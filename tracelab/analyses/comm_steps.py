@@ -16,8 +16,8 @@ the cause with the most idle time over all of them ("no_work": the host was not 
 it waited for its data loader). By time, not by count: a rank starved by its loader in a few steps idles
 far longer there than in the launch gaps every step has (issue 29).
 
-Steps come through `step_windows` only: today the steps' host ranges; when steps carry a GPU window
-(`gpu_start_ns` / `gpu_end_ns`) that window is taken instead.
+Steps come through `step_windows` only: the step table's rows, each step's GPU window (`gpu_start_ns` /
+`gpu_end_ns`), its host range only when it launched no GPU work.
 """
 
 from __future__ import annotations

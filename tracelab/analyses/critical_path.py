@@ -20,8 +20,9 @@ time `h` (when that predecessor let it go):
   autograd thread, DDP for its communication thread).
 - gloo / MPI collectives are c10d's host ranges: they join the host calls of their thread, as collectives.
 
-The walk. A step's window is `step_windows.step_windows` (the host range today; a GPU window when steps
-have one). The path starts at the node of the rank that reaches furthest into the window (its end,
+The walk. A step's window is `step_windows.step_windows`: its GPU window (the step table's
+`gpu_start_ns`/`gpu_end_ns`: first start to last end of the GPU work its host range launched), its host
+range only when it launched no GPU work. The path starts at the node of the rank that reaches furthest into the window (its end,
 cut at the window's end) and follows predecessors back until a hand-over falls at or before the window
 start. The time from the window start to its end is cut into segments, each in one category:
 - `compute`: a GPU operation that is not communication runs (kernels, copies, memsets);
@@ -379,24 +380,35 @@ def _latest_end_before(g_rank: np.ndarray, g_end: np.ndarray, q_rank: np.ndarray
 
 
 def _heads(gr: _Graph, windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> dict[int, np.ndarray]:
-    """Per rank, the node that reaches furthest into each window (-1 none)."""
+    """Per rank, the node that reaches furthest into each window (-1 none): the GPU operation that reaches
+    its end when there is one (a step's GPU window ends where its last GPU operation ends: a host call
+    still running then, a sync returning or the next step's launches, does not set the step's length),
+    else any node."""
     out = {}
-    order = np.lexsort((gr.start, gr.rank))
-    rs = gr.rank[order]
+    every = np.lexsort((gr.start, gr.rank))
+    gpu = every[gr.is_gpu[every]]
+    r_every, r_gpu = gr.rank[every], gr.rank[gpu]
     for r, (a, b) in windows.items():
-        lo, hi = np.searchsorted(rs, r, "left"), np.searchsorted(rs, r, "right")
-        mine = order[lo:hi]
-        heads = np.full(a.size, -1, dtype=np.int64)
-        if mine.size:
-            ends = gr.end[mine]
-            runmax = np.maximum.accumulate(ends)
-            pos = np.arange(mine.size)
-            arg = np.maximum.accumulate(np.where(ends == runmax, pos, 0))
-            i = np.searchsorted(gr.start[mine], b, "left") - 1
-            ok = (i >= 0) & (runmax[np.maximum(i, 0)] > a)
-            heads[ok] = mine[arg[i[ok]]]
-        out[r] = heads
+        heads = _reach(gr, every[np.searchsorted(r_every, r, "left") : np.searchsorted(r_every, r, "right")], a, b)
+        on_gpu = _reach(gr, gpu[np.searchsorted(r_gpu, r, "left") : np.searchsorted(r_gpu, r, "right")], a, b)
+        ok = (on_gpu >= 0) & (gr.end[np.maximum(on_gpu, 0)] >= b)
+        out[r] = np.where(ok, on_gpu, heads)
     return out
+
+
+def _reach(gr: _Graph, mine: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per window [a, b), the node of `mine` (nodes in start order) that started before b and ends last,
+    the latest-starting one among equals; -1 when none ends after a."""
+    heads = np.full(a.size, -1, dtype=np.int64)
+    if mine.size:
+        ends = gr.end[mine]
+        runmax = np.maximum.accumulate(ends)
+        pos = np.arange(mine.size)
+        arg = np.maximum.accumulate(np.where(ends == runmax, pos, 0))
+        i = np.searchsorted(gr.start[mine], b, "left") - 1
+        ok = (i >= 0) & (runmax[np.maximum(i, 0)] > a)
+        heads[ok] = mine[arg[i[ok]]]
+    return heads
 
 
 def _walk(lists: tuple, runs: tuple, head: int, w0: int, w1: int, across: bool, chain: int, acc: list, rng: list) -> None:
@@ -729,11 +741,12 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 
 def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = None) -> CriticalPath:
-    """The critical path of an analysis's steps (`comm_steps.step_windows`); a run without steps is one
-    window per rank (said in a note)."""
+    """The critical path of an analysis's steps, each over its GPU window (`step_windows.step_windows` of
+    the step table's rows, which carry it; a step that launched no GPU work keeps its host range); a run
+    without steps is one window per rank (said in a note)."""
     from .step_windows import step_windows
 
-    windows = step_windows(analysis.steps)
+    windows = step_windows(analysis.step_rows or analysis.steps)
     notes: tuple[str, ...] = ()
     if not windows:
         windows = whole_run_windows(tl)

@@ -1,7 +1,9 @@
 """Cross-rank view of a multi-rank run: one row per rank, the matched collectives, stragglers, and a
 rank × step (or rank × time bin) heatmap of GPU busy and of collective wait.
 
-Per rank (sums over the rank's GPUs, from the same per-device summaries and gaps as `analyze`):
+Per rank (sums over the rank's GPUs, same definitions as `analyze`'s per-device summaries and gaps),
+over the rank's steps when the run has steps (issue 24: set-up apart — the span of its steps' GPU windows,
+`step_windows.steps_spans`, every figure clipped to it; `scope` says "steps"), else over the whole run:
 span (first start to last end of GPU activity on any of its GPUs), busy, idle, idle by gap cause
 (gaps of at least the threshold; `short` = idle in shorter gaps), comm (union of communication
 kernels), compute/comm overlap, the time it waited in matched collectives for the last rank, and
@@ -23,7 +25,7 @@ from ..model import EventKind, Timeline
 from ..model.grouping import sorted_unique
 from .collectives import Collectives, match_collectives, rank_stragglers
 from .distinct import distinct_codes
-from .intervals import covered_length, merge
+from .intervals import covered_length, intersection_length, merge, union_length
 from .results import CAUSES as GAP_CAUSES
 from .results import Analysis, GapTable
 
@@ -47,6 +49,11 @@ class RankSummary:
     collectives: int  # matched collectives this rank took part in
     collective_wait_ns: int  # time it waited in them for the last arrival
     times_last: int
+    # what the figures cover (issue 24): "steps" = the rank's steps on the GPU (step_windows.steps_spans:
+    # from its first step's GPU start to its last step's GPU end; set-up and teardown apart), "whole" = the
+    # whole run (a run, or a rank, without steps)
+    scope: str = "whole"
+    whole_collective_wait_ns: int = 0  # its collective wait over the whole run (set-up included)
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,39 +106,141 @@ def _idle_by_rank_cause(gaps: GapTable) -> dict[tuple[int, str], int]:
     return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
 
 
-def rank_summaries(analysis: Analysis, collectives: Collectives) -> tuple[RankSummary, ...]:
-    """One RankSummary per rank with GPU activity, in rank order."""
+def rank_summaries(
+    analysis: Analysis, collectives: Collectives, timeline: Timeline | None = None
+) -> tuple[RankSummary, ...]:
+    """One RankSummary per rank with GPU activity, in rank order: over the rank's steps on the GPU when the
+    analysis has steps and the timeline is given (module docstring), else over the whole run."""
     out = []
     devices_of: dict[int, list] = {}
     for d in analysis.devices:
         devices_of.setdefault(d.rank, []).append(d)
-    idle_of = _idle_by_rank_cause(GapTable.of(analysis.gaps))  # from the gap columns, not one pass per rank
+    spans: dict[int, tuple[int, int]] = {}
+    if timeline is not None and analysis.step_rows:
+        from .step_windows import steps_spans
+
+        spans = {r: (v[0], v[1]) for r, v in steps_spans(analysis.step_rows).items()}
+    table = GapTable.of(analysis.gaps)
+    idle_of = _idle_by_rank_cause(table)  # from the gap columns, not one pass per rank
+    in_steps = _steps_figures(timeline, analysis, collectives, spans) if spans else {}
     last_of = {s.rank: s.times_last for s in collectives.stragglers}
     for r in sorted(devices_of):
         devs = devices_of[r]
-        by_cause = {c: idle_of.get((r, c), 0) for c in CAUSES}
-        by_cause.update({c: ns for (rr, c), ns in idle_of.items() if rr == r and c not in by_cause})
-        idle = sum(d.idle_ns for d in devs)
-        causes = (
-            *by_cause.items(),
-            ("short", idle - sum(by_cause.values())),
-        )  # CAUSES first, any new one after
+        whole_wait = collectives.wait_of(r)
+        if r in in_steps:
+            f = in_steps[r]
+            out.append(
+                _summary(r, len(devs), f["span"], f["busy"], f["idle"], f["idle_of"], f["comm"], f["overlap"],
+                         f["calls"], f["wait"], last_of.get(r, 0), "steps", whole_wait)
+            )
+            continue
         out.append(
-            RankSummary(
-                rank=r,
-                devices=len(devs),
-                span_ns=max(d.end_ns for d in devs) - min(d.start_ns for d in devs),
-                busy_ns=sum(d.busy_ns for d in devs),
-                idle_ns=idle,
-                idle_by_cause=causes,
-                comm_ns=sum(d.comm_ns for d in devs),
-                compute_comm_overlap_ns=sum(d.overlap.compute_comm_ns for d in devs),
-                collectives=collectives.calls_of(r),
-                collective_wait_ns=collectives.wait_of(r),
-                times_last=last_of.get(r, 0),
+            _summary(
+                r, len(devs),
+                max(d.end_ns for d in devs) - min(d.start_ns for d in devs),
+                sum(d.busy_ns for d in devs),
+                sum(d.idle_ns for d in devs),
+                {c: ns for (rr, c), ns in idle_of.items() if rr == r},
+                sum(d.comm_ns for d in devs),
+                sum(d.overlap.compute_comm_ns for d in devs),
+                collectives.calls_of(r), whole_wait, last_of.get(r, 0), "whole", whole_wait,
             )
         )
     return tuple(out)
+
+
+def _summary(rank, devices, span, busy, idle, idle_of, comm, overlap, calls, wait, last, scope, whole_wait):
+    by_cause = {c: idle_of.get(c, 0) for c in CAUSES}
+    by_cause.update({c: ns for c, ns in idle_of.items() if c not in by_cause})
+    return RankSummary(
+        rank=rank,
+        devices=devices,
+        span_ns=int(span),
+        busy_ns=int(busy),
+        idle_ns=int(idle),
+        idle_by_cause=(*by_cause.items(), ("short", int(idle) - sum(by_cause.values()))),  # CAUSES first
+        comm_ns=int(comm),
+        compute_comm_overlap_ns=int(overlap),
+        collectives=int(calls),
+        collective_wait_ns=int(wait),
+        times_last=last,
+        scope=scope,
+        whole_collective_wait_ns=int(whole_wait),
+    )
+
+
+def _steps_figures(
+    timeline: Timeline, analysis: Analysis, collectives: Collectives, spans: dict[int, tuple[int, int]]
+) -> dict[int, dict[str, Any]]:
+    """Per rank with steps: the table's figures with every interval clipped to the rank's steps' GPU span
+    (its devices' GPU work, its gaps, its waits in matched collectives). Vectorized per device."""
+    from .devices import device_rows
+    from .memo import column
+    from .rows import comm_kernels
+    from .scope import _per_rank_bounds
+
+    kind, start, end = column(timeline, "kind"), column(timeline, "start"), column(timeline, "end")
+    out: dict[int, dict[str, Any]] = {}
+    for dr in device_rows(timeline):  # per device (a few to a few hundred), vectorized inside
+        if dr.rank not in spans:
+            continue
+        lo, hi = spans[dr.rank]
+        rows = dr.rows
+        s, e = start[rows], end[rows]
+        keep = (e > lo) & (s < hi)
+        f = out.setdefault(dr.rank, {"span_lo": hi, "span_hi": lo, "busy": 0, "idle": 0, "comm": 0, "overlap": 0})
+        if not keep.any():
+            continue
+        rows = rows[keep]
+        s, e = np.maximum(s[keep], lo), np.minimum(e[keep], hi)  # start order kept
+        k = kind[rows]
+        comm = comm_kernels(timeline, rows)
+        busy = union_length(s, e, assume_sorted=True)
+        d_lo, d_hi = int(s.min()), int(e.max())
+        f["span_lo"], f["span_hi"] = min(f["span_lo"], d_lo), max(f["span_hi"], d_hi)
+        f["busy"] += busy
+        f["idle"] += (d_hi - d_lo) - busy
+        f["comm"] += union_length(s[comm], e[comm], assume_sorted=True)
+        # compute/comm overlap as device_overlap defines it (kernels that are not communication ∩ comm kernels)
+        compute = (k == int(EventKind.KERNEL)) & ~comm
+        f["overlap"] += intersection_length(s[compute], e[compute], s[comm], e[comm])
+    for r in spans:
+        if r in out:
+            out[r]["span"] = max(0, out[r]["span_hi"] - out[r]["span_lo"])
+    # gaps and waits clipped to their rank's span
+    table = GapTable.of(analysis.gaps)
+    g_rank = table.column("rank")
+    lo, hi = _per_rank_bounds(g_rank, spans)
+    clipped = np.maximum(0, np.minimum(table.column("end"), hi) - np.maximum(table.column("start"), lo))
+    n = len(GAP_CAUSES)
+    sums: dict[tuple[int, str], int] = {}
+    if clipped.size:
+        keys, inv = distinct_codes(g_rank * n + table.column("cause"))
+        tot = np.zeros(keys.size, dtype=np.int64)
+        np.add.at(tot, inv, clipped)
+        sums = {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), tot.tolist())}
+    w_lo, w_hi = _per_rank_bounds(collectives.wait_rank, spans)
+    w_len = np.maximum(0, np.minimum(collectives.wait_end, w_hi) - np.maximum(collectives.wait_start, w_lo))
+    w_keys, w_inv = distinct_codes(collectives.wait_rank.astype(np.int64))
+    w_sum = np.bincount(w_inv, weights=w_len, minlength=w_keys.size).astype(np.int64)
+    w_at = {int(k): i for i, k in enumerate(w_keys.tolist())}
+    # matched calls arriving inside the span, each collective once per rank (its last arrival names it)
+    c_rank, c_start = column(timeline, "rank")[collectives.call_rows], start[collectives.call_rows]
+    c_lo, c_hi = _per_rank_bounds(c_rank, spans)
+    c_in = (c_start >= c_lo) & (c_start < c_hi)
+    pairs = np.unique(np.stack([c_rank[c_in].astype(np.int64), collectives.call_last_start[c_in]]), axis=1)
+    calls_of = dict(zip(*np.unique(pairs[0], return_counts=True))) if pairs.size else {}
+    idle_by: dict[int, dict[str, int]] = {}
+    for (rr, c), ns in sums.items():
+        if ns > 0:
+            idle_by.setdefault(rr, {})[c] = ns
+    for r, f in out.items():
+        f.setdefault("span", 0)
+        f["idle_of"] = idle_by.get(r, {})
+        i = w_at.get(r)
+        f["wait"] = int(w_sum[i]) if i is not None else 0
+        f["calls"] = int(calls_of.get(r, 0))
+    return out
 
 
 def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
@@ -139,9 +248,9 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
     from .comm_steps import comm_by_step, step_windows, straggler_causes
 
     collectives = steps_stragglers(match_collectives(timeline), analysis)
-    windows = step_windows(analysis.steps)
+    windows = step_windows(analysis.step_rows or analysis.steps)  # the steps' GPU windows
     return RankAnalysis(
-        ranks=rank_summaries(analysis, collectives),
+        ranks=rank_summaries(analysis, collectives, timeline),
         collectives=collectives,
         step_comm=comm_by_step(timeline, collectives, windows),
         straggler_causes=straggler_causes(collectives, analysis, step_windows(loop_steps(analysis.steps))),
@@ -239,6 +348,8 @@ def rank_document_of(ra: RankAnalysis) -> dict[str, Any]:
                 "collectives": r.collectives,
                 "collective_wait_ns": r.collective_wait_ns,
                 "times_last": r.times_last,
+                "scope": r.scope,
+                "whole_collective_wait_ns": r.whole_collective_wait_ns,
             }
             for r in ra.ranks
         ],
@@ -338,16 +449,19 @@ def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int,
 def _found_steps(
     timeline: Timeline, ranks: list[int], steps: Sequence[Any] | None
 ) -> dict[int, dict[int, tuple[int, int]]] | None:
-    """{rank: {step index: (start, end)}} from the analysis's steps (`Analysis.steps`), or else from
+    """{rank: {step index: (start, end)}} from the analysis's steps (`Analysis.step_rows`: each step's GPU
+    window, `Analysis.steps`: host ranges), or else from
     `analyses.steps.find_steps`, when every rank has the same number (≥ 2) of steps; None otherwise."""
     if steps is None:
         from .steps import find_steps
 
         steps = find_steps(timeline).steps
     per_rank: dict[int, list[tuple[int, int]]] = {r: [] for r in ranks}
-    for s in steps:  # one entry per step: a handful per rank
+    for s in steps:  # one entry per step: a handful per rank; its GPU window when the step table gives it
         if s.rank in per_rank:
-            per_rank[s.rank].append((int(s.start_ns), int(s.end_ns)))
+            g0, g1 = getattr(s, "gpu_start_ns", -1), getattr(s, "gpu_end_ns", -1)
+            w = (int(g0), int(g1)) if g0 >= 0 and g1 > g0 else (int(s.start_ns), int(s.end_ns))
+            per_rank[s.rank].append(w)
     counts = {len(v) for v in per_rank.values()}
     if len(counts) != 1 or counts.pop() < 2:
         return None

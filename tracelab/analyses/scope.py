@@ -2,8 +2,12 @@
 
 `--steps A:B` is a Python slice of each rank's steps (tracelab.analyses.steps): steps A, A+1, ...,
 B-1; either side may be left out (`1:` drops the first step, `:5` keeps steps 0-4) and a single `A`
-means step A alone. The range of a rank runs from the start of its first chosen step to the end of
-its last one (each rank its own range: ranks do not step in lockstep).
+means step A alone. The range of a rank is the chosen steps' span on the GPU (issue 24): from the first
+chosen step's GPU start to the latest end of their GPU windows (a step's GPU window: the GPU work its
+host range launched, step_table.gpu_windows; its host range when it launched none); host events are
+kept over that span widened to the steps' host ranges (step_windows.steps_spans; each rank its own
+range: ranks do not step in lockstep). On asynchronous code the host enqueues a step long before its GPU
+work runs: the host range alone would miss most of the step's GPU work and take the previous steps'.
 `--window START_US:END_US` is one range for every rank, in microseconds from the run start (the
 earliest event of the trace); either side may be left out.
 
@@ -18,15 +22,19 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
 from tracelab.text_format import fmt_ns
 
 from ..errors import BadInput
-from ..model import Timeline
+from ..model import EventKind, Timeline
 from ..model.grouping import sorted_unique
-from .step_table import StepRow
+from ..model.kinds import GPU_ACTIVITY_KINDS
+from .rows import rank_rows
+from .step_table import StepRow, gpu_windows
+from .step_windows import steps_spans
 from .steps import Steps, find_steps
 
 _INT_RANGE = re.compile(r"^\s*(\d*)\s*(:\s*(\d*)\s*)?$")
@@ -105,23 +113,38 @@ def run_start(timeline: Timeline) -> int:
     return int(start.min()) if start.size else 0
 
 
-def step_ranges(scope: Scope, steps: Steps) -> dict[int, tuple[int, int, int, int]]:
-    """Per rank: (range start ns, range end ns, first step, stop step) of `scope.steps`."""
+class _Window(NamedTuple):
+    """A step with its GPU window (the fields of step_table.StepRow that step_windows reads)."""
+
+    rank: int
+    index: int
+    start_ns: int
+    end_ns: int
+    gpu_start_ns: int
+    gpu_end_ns: int
+
+
+def chosen_steps(timeline: Timeline, scope: Scope, steps: Steps) -> list[_Window]:
+    """The steps `scope.steps` chooses on every rank, each with its GPU window (step_table.gpu_windows:
+    the GPU work its host range launched); BadInput when a rank has fewer steps than the first chosen."""
     assert scope.steps is not None
     first, stop = scope.steps
     ranks = steps.ranks()
     if not ranks:
         why = "; ".join(steps.notes) or "the trace has no steps"
         raise BadInput(f"--steps {first}:{_stop_text(stop)}: no steps found ({why})")
-    out: dict[int, tuple[int, int, int, int]] = {}
+    gpu_of = rank_rows(timeline)
+    empty = np.zeros(0, dtype=np.int64)
+    out: list[_Window] = []
     for rank in ranks:
         s, e = steps.of_rank(rank)
         if first >= s.size:
             raise BadInput(
                 f"--steps {first}:{_stop_text(stop)}: rank {rank} has {s.size} steps (0..{s.size - 1})"
             )
-        last = min(stop, s.size) - 1
-        out[rank] = (int(s[first]), int(e[first : last + 1].max()), first, last + 1)
+        g0, g1 = gpu_windows(timeline, rank, gpu_of.get(rank, empty), s, e)
+        for i in range(first, min(stop, s.size)):  # one entry per chosen step
+            out.append(_Window(rank, i, int(s[i]), int(e[i]), int(g0[i]), int(g1[i])))
     return out
 
 
@@ -132,35 +155,58 @@ def _stop_text(stop: int) -> str:
 def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[Timeline, str]:
     """The timeline restricted to the scope (events overlapping the range, clipped at its edges)
     and a note saying what the figures cover. Scope None: the whole timeline, and a note saying how
-    many steps and how much warm-up the figures include."""
+    many steps and how much warm-up the figures include. A `--steps` range is the chosen steps' GPU
+    span (`step_windows.steps_spans`: GPU work inside their GPU windows, host events inside those
+    widened to the steps' host ranges), as `steps_span_timeline` clips a run to all its steps."""
     if scope is None:
         return timeline, whole_run_note(steps)
     rank = timeline.col("rank")
     origin = run_start(timeline)
     if scope.window_ns is not None:
         lo_rel, hi_rel = scope.window_ns
-        lo = np.full(rank.size, origin + lo_rel, dtype=np.int64)
-        hi = np.full(rank.size, origin + min(hi_rel, OPEN_END), dtype=np.int64)
-        ranges = {int(r): (origin + lo_rel, origin + hi_rel) for r in sorted_unique(rank).tolist()}
-        clipped = _clip(timeline, lo, hi)
+        lo, hi = origin + lo_rel, origin + min(hi_rel, OPEN_END)
+        ranges = {int(r): (lo, hi) for r in sorted_unique(rank).tolist()}
+        clipped = clip_spans(timeline, {r: (a, b, a, b) for r, (a, b) in ranges.items()})
         inside = _steps_inside(steps, ranges)
         end_text = "the end" if hi_rel >= OPEN_END else f"+{fmt_ns(hi_rel)}"
         note = f"figures cover the window +{fmt_ns(lo_rel)} … {end_text} from the run start ({inside})"
         return _with_scope(clipped, scope, ranges), note
-    per_rank = step_ranges(scope, steps)
-    clipped = _clip(timeline, *_per_rank_bounds(rank, {r: (v[0], v[1]) for r, v in per_rank.items()}))
+    chosen = chosen_steps(timeline, scope, steps)
+    spans = steps_spans(chosen)
+    clipped = clip_spans(timeline, spans)
     parts = []
-    for r in sorted(per_rank):
-        s_lo, s_hi, a, b = per_rank[r]
+    for r in sorted(spans):
+        g0, g1 = spans[r][0], spans[r][1]
+        idx = [w.index for w in chosen if w.rank == r]
         n_all = steps.of_rank(r)[0].size
         parts.append(
-            f"rank {r}: steps {a}–{b - 1} of 0–{n_all - 1} ({fmt_ns(s_hi - s_lo)}, "
-            f"+{fmt_ns(s_lo - origin)} … +{fmt_ns(s_hi - origin)})"
+            f"rank {r}: steps {min(idx)}–{max(idx)} of 0–{n_all - 1} ({fmt_ns(g1 - g0)} on the GPU, "
+            f"+{fmt_ns(g0 - origin)} … +{fmt_ns(g1 - origin)})"
         )
     source = _source_text(steps)
     note = "figures cover " + "; ".join(parts) + (f" ({source} steps)" if source else "")
-    ranges = {r: (v[0], v[1]) for r, v in per_rank.items()}
-    return _with_scope(clipped, scope, ranges), note
+    ranges = {r: (v[0], v[1]) for r, v in spans.items()}
+    out = _with_scope(clipped, scope, ranges)
+    extra = dict(out.meta.extra)
+    extra["scope"] = {**extra["scope"], "host_ranges_ns": {str(r): [v[2], v[3]] for r, v in spans.items()},
+                      "chosen": {str(r): [w.index for w in chosen if w.rank == r] for r in spans}}
+    return out.with_meta(extra=extra), note
+
+
+_GPU_SIDE = np.array([*(int(k) for k in GPU_ACTIVITY_KINDS), int(EventKind.GPU_ANNOTATION)], dtype=np.int64)
+
+
+def clip_spans(timeline: Timeline, spans: Mapping[int, tuple[int, int, int, int]]) -> Timeline:
+    """The timeline clipped per rank to `spans` {rank: (gpu_lo, gpu_hi, host_lo, host_hi)}
+    (`step_windows.steps_spans`): GPU work (kernels, copies, memsets, GPU annotations, SM blocks) to
+    [gpu_lo, gpu_hi), every other event to [host_lo, host_hi); a rank without a span keeps nothing."""
+    rank = timeline.col("rank")
+    g_lo, g_hi = _per_rank_bounds(rank, {r: (v[0], v[1]) for r, v in spans.items()})
+    h_lo, h_hi = _per_rank_bounds(rank, {r: (v[2], v[3]) for r, v in spans.items()})
+    gpu = np.isin(timeline.col("kind"), _GPU_SIDE)
+    return _clip(
+        timeline, np.where(gpu, g_lo, h_lo), np.where(gpu, g_hi, h_hi), {r: (v[0], v[1]) for r, v in spans.items()}
+    )
 
 
 def _per_rank_bounds(rank: np.ndarray, ranges: Mapping[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -176,9 +222,12 @@ def _per_rank_bounds(rank: np.ndarray, ranges: Mapping[int, tuple[int, int]]) ->
     return np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0)
 
 
-def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray) -> Timeline:
-    """Events overlapping [lo, hi) (per event), clipped to it; instantaneous events inside it. By
-    columns: no pandas unless the timeline carries SM blocks."""
+def _clip(
+    timeline: Timeline, lo: np.ndarray, hi: np.ndarray, gpu_ranges: Mapping[int, tuple[int, int]]
+) -> Timeline:
+    """Events overlapping [lo, hi) (per event), clipped to it; instantaneous events inside it; SM blocks
+    overlapping their rank's `gpu_ranges` entry, clipped to it. By columns: no pandas unless the
+    timeline carries SM blocks."""
     start, end = timeline.col("start"), timeline.col("end")
     keep = ((end > lo) & (start < hi)) | ((end == start) & (start >= lo) & (start < hi))
     cols = {k: np.asarray(v)[keep] for k, v in timeline.cols.items()}
@@ -186,17 +235,9 @@ def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray) -> Timeline:
     cols["end"] = np.minimum(end[keep], hi[keep]).astype(np.int64)
     blocks = timeline.sm_blocks
     if blocks is not None and len(blocks):
-        b_rank = blocks["rank"].to_numpy()
-        ranks = timeline.col("rank")
-        # per rank, the range of its events (all events of a rank share one range)
-        table, first = np.unique(ranks, return_index=True)
-        j = np.searchsorted(table, b_rank)
-        ok = (j < table.size) & (table[np.minimum(j, table.size - 1)] == b_rank)
-        jj = np.minimum(j, table.size - 1)
-        b_lo = np.where(ok, lo[first][jj], 0)
-        b_hi = np.where(ok, hi[first][jj], 0)
+        b_lo, b_hi = _per_rank_bounds(blocks["rank"].to_numpy(), gpu_ranges)
         bs, be = blocks["start"].to_numpy(), blocks["end"].to_numpy()
-        bkeep = ok & (be > b_lo) & (bs < b_hi)
+        bkeep = (be > b_lo) & (bs < b_hi)
         blocks = blocks[bkeep].copy()
         blocks["start"] = np.maximum(bs[bkeep], b_lo[bkeep])
         blocks["end"] = np.minimum(be[bkeep], b_hi[bkeep])
@@ -266,26 +307,27 @@ def scope_timeline(
     timeline: Timeline, steps_option: str | None, window_option: str | None
 ) -> tuple[Timeline, Steps, str]:
     """What `--steps` / `--window` do, in one call: the timeline restricted to the scope, its steps
-    (those inside the range, clipped, with their original indices) and the note on what the figures
-    cover. Without either option: the whole timeline, all its steps, and the warm-up note."""
+    (`--steps`: the chosen ones, whole; `--window`: those inside the range, clipped; with their original
+    indices) and the note on what the figures cover. Without either option: the whole timeline, all its
+    steps, and the warm-up note."""
     steps = find_steps(timeline)
     scope = parse_scope(steps_option, window_option)
     scoped, note = apply_scope(timeline, scope, steps)
     if scope is None:
         return scoped, steps, note
-    ranges = {int(r): (int(v[0]), int(v[1])) for r, v in scoped.meta.extra["scope"]["ranges_ns"].items()}
+    info = scoped.meta.extra["scope"]
+    if "chosen" in info:
+        chosen = {(int(r), i) for r, idx in info["chosen"].items() for i in idx}
+        return scoped, Steps(tuple(s for s in steps.steps if (s.rank, s.index) in chosen), steps.notes), note
+    ranges = {int(r): (int(v[0]), int(v[1])) for r, v in info["ranges_ns"].items()}
     return scoped, steps_in_ranges(steps, ranges), note
 
 
 def steps_span_timeline(timeline: Timeline, rows: Sequence[StepRow]) -> Timeline:
-    """The timeline clipped, per rank, to its steps: from the first step's start to the later of the
-    last step's end and the end of its GPU work (asynchronous work outlives the host range). What
-    set-up and teardown did stays out. The whole timeline when `rows` is empty."""
+    """The timeline clipped, per rank, to its steps (`step_windows.steps_spans`): GPU work to the steps'
+    GPU windows (from the first step's GPU start to the last GPU end: asynchronous work outlives the
+    host range), host events to that span widened to the steps' host ranges. What set-up and teardown
+    did stays out. The whole timeline when `rows` is empty. `apply_scope` clips `--steps A:B` the same way."""
     if not rows:
         return timeline
-    per_rank: dict[int, list[int]] = {}
-    for r in rows:
-        span = per_rank.setdefault(r.rank, [r.start_ns, r.end_ns])
-        span[0] = min(span[0], r.start_ns)
-        span[1] = max(span[1], r.end_ns, r.gpu_end_ns)
-    return _clip(timeline, *_per_rank_bounds(timeline.col("rank"), {r: (a, b) for r, (a, b) in per_rank.items()}))
+    return clip_spans(timeline, steps_spans(rows))

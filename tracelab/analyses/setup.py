@@ -128,3 +128,29 @@ def setup_document(setups: tuple[RankSetup, ...]) -> dict[str, Any] | None:
             for s in setups
         ],
     }
+
+
+def in_setup_mask(gaps: Sequence[Gap], setups: Sequence[RankSetup]) -> np.ndarray:
+    """Per gap (in the order of `gaps`): whether it ends in its rank's set-up (at or before the first step)."""
+    table = GapTable.of(gaps)
+    ends = {s.rank: s.end_ns for s in setups}
+    if not ends or not len(table):
+        return np.zeros(len(table), dtype=bool)
+    ranks = np.array(sorted(ends), dtype=np.int64)
+    stop = np.array([ends[r] for r in ranks.tolist()], dtype=np.int64)
+    g_rank = table.column("rank")
+    i = np.minimum(np.searchsorted(ranks, g_rank), ranks.size - 1)
+    known = ranks[i] == g_rank
+    return known & (table.column("end") <= np.where(known, stop[i], -1))
+
+
+def steps_gaps_first(gaps: Sequence[Gap], setups: Sequence[RankSetup], k: int | None = None) -> list[Gap]:
+    """The gaps to list (issue 24: "the idle-gap list leads with the steps' gaps"): the steps' gaps, longest
+    first, then the set-up's, longest first; the first k of them (all when k is None). One order for the
+    CLI's gap list and the dashboard's Gaps page."""
+    table = GapTable.of(gaps)
+    setup = in_setup_mask(table, setups)
+    order = np.lexsort((np.arange(len(table)), -table.duration, setup))  # ties keep their order
+    if k is not None:
+        order = order[:k]
+    return table._rows(order) if isinstance(table, GapTable) else [table[i] for i in order.tolist()]

@@ -1,5 +1,6 @@
-"""The window of each step: the one place it is chosen (issue 24). Today a step is its host range; when
-steps carry a GPU window (`gpu_start_ns` / `gpu_end_ns`), that window is taken instead."""
+"""The window of each step: the one place it is chosen (issue 24). A step's window is its GPU window
+(`gpu_start_ns` / `gpu_end_ns` of the step table's rows: the GPU work its host range launched), its host
+range when it launched no GPU work (or when given bare steps without a GPU window)."""
 
 from __future__ import annotations
 
@@ -21,4 +22,24 @@ def step_windows(steps: Sequence[Any]) -> dict[int, tuple[np.ndarray, np.ndarray
     for r, ws in per.items():
         ws.sort()
         out[r] = (np.array([a for a, _ in ws], dtype=np.int64), np.array([b for _, b in ws], dtype=np.int64))
+    return out
+
+
+def steps_spans(steps: Sequence[Any]) -> dict[int, tuple[int, int, int, int]]:
+    """{rank: (gpu_lo, gpu_hi, host_lo, host_hi)} of a run of steps (all of a rank's steps, or the chosen
+    ones of `--steps A:B`): the one place the time a set of steps covers is chosen (issue 24).
+    [gpu_lo, gpu_hi) runs from the first step's window start to the latest window end (`step_windows`:
+    the GPU window, else the host range) and bounds the GPU work (kernels, copies, memsets, SM blocks);
+    [host_lo, host_hi) is the same range widened to the steps' host ranges, which bounds the host events
+    (on asynchronous code the host enqueues a step before its GPU work starts: its launch calls lie before
+    gpu_lo, and they stay, so that a step's GPU window can still be found from them)."""
+    wins = step_windows(steps)
+    host: dict[int, list[int]] = {}
+    for s in steps:  # one entry per step
+        h = host.setdefault(int(s.rank), [int(s.start_ns), int(s.end_ns)])
+        h[0], h[1] = min(h[0], int(s.start_ns)), max(h[1], int(s.end_ns))
+    out = {}
+    for r, (a, b) in wins.items():
+        g0, g1 = int(a.min()), int(b.max())
+        out[r] = (g0, g1, min(g0, host[r][0]), max(g1, host[r][1]))
     return out

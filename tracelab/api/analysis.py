@@ -140,11 +140,12 @@ def rank_heatmap(
     timeline: Timeline, ranks: RankAnalysis, analysis: Analysis, context: AnalysisContext | None = None
 ) -> Any:
     """Busy fraction and collective wait per rank and step (or time bin) of a multi-rank run
-    (tracelab/analyses/ranks.py: `RankHeatmap`), from its cross-rank analysis and the analysis's steps."""
+    (tracelab/analyses/ranks.py: `RankHeatmap`), from its cross-rank analysis and the analysis's steps (their
+    GPU windows where the step table has them, issue 24)."""
     from ..analyses.ranks import rank_heatmap as heatmap
 
     with using(timeline, context):
-        return heatmap(timeline, ranks.collectives, steps=analysis.steps)
+        return heatmap(timeline, ranks.collectives, steps=analysis.step_rows or analysis.steps)
 
 
 def critical_path(
@@ -244,6 +245,14 @@ def launch_occupancy(timeline: Timeline, context: AnalysisContext | None = None)
 
     with using(timeline, context):
         return occupancy(timeline)
+
+
+def gaps_in_setup(analysis: Analysis) -> Any:
+    """Per gap of `analysis.gaps` (in its order): whether it lies in its rank's set-up, before the first step
+    (tracelab/analyses/setup.py: `in_setup_mask`; all False when the run has no steps)."""
+    from ..analyses.setup import in_setup_mask
+
+    return in_setup_mask(analysis.gaps, analysis.setup)
 
 
 def kernel_table(timeline: Timeline, occupancy: Any = None, context: AnalysisContext | None = None) -> Any:

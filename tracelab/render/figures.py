@@ -259,20 +259,28 @@ GAPS_TABLE_COLUMNS = (
 )
 
 
-def gaps_table(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None) -> pd.DataFrame:
+def gaps_table(
+    gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None, parts: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Gaps sorted by duration (longest first); `at` is the gap's start from the run origin and
     `duration` its length, written by the one formatter (`+8.27 ms`, `384.3 µs`) as the CLI and the
     reports write them; `evidence`: each gap's evidence text, in the order of `gaps`
-    (tracelab.render.gap_evidence; '' without it)."""
+    (tracelab.render.gap_evidence; '' without it). With `parts` (one per gap: "steps" / "set-up", issue 24)
+    the gaps keep the order given (analyses.setup.steps_gaps_first: the steps' gaps lead) and a `part`
+    column says which part of the run each lies in."""
+    columns = [*GAPS_TABLE_COLUMNS, *(["part"] if parts is not None else [])]
     if not gaps:
-        return pd.DataFrame(columns=list(GAPS_TABLE_COLUMNS))
+        return pd.DataFrame(columns=columns)
     df = pd.DataFrame([g.__dict__ for g in gaps])
     df["evidence"] = list(evidence) if evidence is not None else ""
-    df = df.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
+    if parts is not None:
+        df["part"] = list(parts)
+    else:
+        df = df.sort_values("duration_ns", ascending=False, kind="stable").reset_index(drop=True)
     df["id"] = [f"gap-{i}" for i in range(len(df))]
     df["at"] = fmt_rel_many(df["start_ns"].to_numpy(dtype=np.int64) - int(origin_ns))
     df["duration"] = fmt_ns_many(df["duration_ns"].to_numpy())
-    return df[list(GAPS_TABLE_COLUMNS)]
+    return df[columns]
 
 
 def analysis_origin(analysis: Analysis) -> int:

@@ -36,7 +36,9 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str
     if not ra.multi_rank:
         return ""
     width = min(max(width, 98), 100)
-    lines = ["Ranks"]
+    over_steps = any(r.scope == "steps" for r in ra.ranks)
+    # issue 24: the table covers each rank's steps on the GPU, set-up apart (as the Set-up line does)
+    lines = ["Ranks (over the steps on the GPU; set-up and teardown apart)" if over_steps else "Ranks"]
     head = (f"{'rank':>4}  {'span':>9}  {'busy':>6}  {'idle: main cause':<33}  {'comm':>9}  {'comm∥comp':>9}  "
             f"{'coll. wait':>10}  {'last':>4}")
     lines.append(head)
@@ -52,6 +54,12 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str
         )
     if len(ra.ranks) > len(shown):
         lines.append(f"  ({len(ra.ranks) - len(shown)} more ranks with less collective wait not shown)")
+    outside = [(r.rank, r.whole_collective_wait_ns - r.collective_wait_ns) for r in ra.ranks if r.scope == "steps"]
+    outside = sorted((x for x in outside if x[1] > 0), key=lambda x: -x[1])
+    if outside:
+        each = ", ".join(f"rank {r} {fmt_ns(ns)}" for r, ns in outside[:4])
+        more = f" (+{len(outside) - 4} ranks)" if len(outside) > 4 else ""
+        lines += _wrap(f"outside the steps (set-up, teardown) ranks also waited in collectives: {each}{more}")
     wrap = lambda text: textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)
     c = ra.collectives
     if c.calls:

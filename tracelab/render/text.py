@@ -120,14 +120,12 @@ def sm_line(d: DeviceSummary) -> Text | None:
 
 def _steps_gaps_first(analysis: Analysis, table: GapTable, top: int) -> list:
     """The gaps to list: the longest ones after each rank's set-up first (the steps' gaps), then the
-    set-up's when room is left."""
-    ends = {s.rank: s.end_ns for s in analysis.setup}
-    if not ends:
+    set-up's when room is left (analyses.setup.steps_gaps_first, as the dashboard's Gaps page lists them)."""
+    from ..analyses.setup import steps_gaps_first
+
+    if not analysis.setup:
         return longest_gaps(table, top)
-    ordered = longest_gaps(table, None)
-    later = [g for g in ordered if g.end_ns > ends.get(g.rank, -1)]
-    before = [g for g in ordered if g.end_ns <= ends.get(g.rank, -1)]
-    return (later + before)[:top]
+    return steps_gaps_first(table, analysis.setup, top)
 
 
 def setup_line(analysis: Analysis) -> Text | None:
