@@ -225,32 +225,6 @@ def _options(gap_threshold_us: float | None, exclude_orphans: bool) -> AnalysisO
     return AnalysisOptions(gap_threshold_ns=round(gap_threshold_us * 1000), exclude_orphans=exclude_orphans)
 
 
-_ANALYSIS_MODULES = ("tracelab.analyses.analyze", "tracelab.render.findings", "tracelab.render.document")
-
-
-def prefetch(*modules: str) -> None:
-    """Import `modules` on a background thread while the main thread reads the trace: the C scanner
-    and the file reads release the GIL, so on a second core the analyses are loaded by the time the
-    parse ends. Errors are left to the main thread's own import. The thread
-    is joined at exit, so the interpreter never shuts down in the middle of an import."""
-    import atexit
-    import importlib
-    import threading
-
-    def run() -> None:
-        for m in modules:
-            try:
-                importlib.import_module(m)
-            except Exception:  # noqa: BLE001, S110 - the main thread imports it again and reports
-                pass
-
-    from .memory import inherit
-
-    thread = threading.Thread(target=inherit(run), name="tracelab-prefetch", daemon=True)
-    thread.start()
-    atexit.register(thread.join)
-
-
 @contextlib.contextmanager
 def _one_blas_thread() -> Iterator[None]:
     """numpy's OpenBLAS starts a thread per core when numpy is first imported (~50 ms of a 0.2 s start-up
@@ -266,53 +240,12 @@ def _one_blas_thread() -> Iterator[None]:
         os.environ.pop(_BLAS_THREADS, None)
 
 
-def reuse_pages() -> None:
-    """The batch commands (import, analyze, compare, report, export) keep the pages of freed big numpy
-    arrays for the next ones (`tracelab.memory`; not `serve`, a long-lived process that would hold them)."""
-    with _one_blas_thread():
-        from .memory import install
-
-        install()
-
-
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"
-_quick_exit = False  # set by `entry`, the `tracelab` command: `quick_exit` may end the process
 
 
 def entry() -> None:
-    """The `tracelab` command (and `python -m tracelab`): `main`, allowed to skip the interpreter's
-    teardown once a read-only command has written everything (`quick_exit`)."""
-    global _quick_exit
-    _quick_exit = True
+    """The `tracelab` command (and `python -m tracelab`)."""
     main(prog_name="tracelab")
-
-
-def quick_exit() -> None:
-    """End the process now, with exit status 0, when run as the `tracelab` command: stdout and stderr are
-    flushed, then the interpreter's teardown (freeing every module and array: ~60 ms after an `analyze`
-    of a 54 MB trace) is skipped with os._exit. Only for commands that wrote no file and hold no store:
-    nothing is left half-done. In-process callers (tests, `main()` from Python) are unaffected."""
-    if not _quick_exit:
-        return
-    store = sys.modules.get("tracelab.store.store")
-    if store is not None and getattr(store, "OPENED", False):
-        return  # a store's connections (one per thread that read it) close at the normal exit: no -wal/-shm left
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def no_cycle_collection() -> None:
-    """As the `tracelab` command (`quick_exit` ends it), `analyze` of a trace file runs without the
-    cyclic garbage collector: its passes over every object the imports made were ~2-3 % of `analyze` on
-    the 53.7 MB trace, and the command makes next to no reference cycles (arrays, lists and strings are
-    freed by reference counting as before). Not for a run in the store: its read-only connection sits
-    in a cycle, and only the collector closes it at exit (SQLite then removes the -wal / -shm files).
-    In-process callers keep theirs."""
-    if _quick_exit:
-        import gc
-
-        gc.disable()
 
 
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
@@ -323,30 +256,18 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     _not_empty(ref)
     path = Path(ref)
     if path.exists():
-        from .parsers import block_reader, early_scan
-
-        # a Kineto trace is read and scanned on another core while numpy loads (decode workers read the
-        # file themselves); else a gzip file (an nsys export?) is inflated meanwhile
-        if os.environ.get("TRACELAB_DECODE_WORKERS", "").strip() or not early_scan.start(path):
-            block_reader.start_early(path)
-        try:
-            with _one_blas_thread():
-                from .parsers import detect, kineto  # noqa: F401 - what the parse needs first, before the prefetch
-            reuse_pages()
-            prefetch(*_ANALYSIS_MODULES)
-            with _Progress(path.name) as bar:
-                return _parse(path, bar.phase("parsing")), str(path)
-        finally:
-            early_scan.discard()
-            block_reader.discard_early()
-    from .store import Store
+        with _one_blas_thread():
+            from .parsers import detect  # noqa: F401 - numpy loads with one BLAS thread
+        with _Progress(path.name) as bar:
+            return _parse(path, bar.phase("parsing")), str(path)
+    with _one_blas_thread():
+        from .store import Store
 
     db = _db_path(ctx)
     if not db.exists():
         raise BadInput(
             f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
         )
-    reuse_pages()
     return resolve(ref, Store(db, create=False, read_only=True))
 
 
@@ -492,7 +413,6 @@ def import_cmd(
         raise click.UsageError("--name needs a single PATH")
     store = open_store(ctx)
     ctx.meta[_IMPORTING] = True
-    reuse_pages()
     try:
         failed = _import_each(store, paths, name, replace, workers=workers, scheduler=scheduler)
     except BaseException:
@@ -677,8 +597,6 @@ def analyze(
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
-    if Path(run_or_path).exists():  # a file: no store whose connection must be closed at exit
-        no_cycle_collection()
     _check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
     options = _options(gap_threshold_us, exclude_orphans)
@@ -738,7 +656,6 @@ def analyze(
         from .render.critical_path_text import format_critical_path
 
         click.echo(format_critical_path(cpath), nl=False)
-    quick_exit()  # everything is written; the store, if any, was only read
 
 
 @main.command()

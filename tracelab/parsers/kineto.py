@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,7 @@ from tracelab.model.api_names import classify_api_ids, comm_mask
 from tracelab.model.grouping import member, sorted_unique
 from tracelab.model.kinds import NO_STREAM
 
-from . import early_scan
-from .background import OneWorker
 from .block_reader import is_compressed
-from .early_scan import Piece
 from .kineto_columns import ColumnAssembler, assemble
 from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
 from .kineto_rows import (
@@ -57,7 +55,6 @@ from .kineto_rows import (
     StructRows,
     scan,
     scan_rest,
-    scanned_rows,
     scanner_available,
 )
 from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, candidate_cut
@@ -138,10 +135,7 @@ def load_kineto(
     with open(path, "rb") as f:
         plain = not is_compressed(f.read(4))  # the inflated size of gzip / zstd is unknown
     parsed = _Parsed(pipeline=True, input_bytes=path.stat().st_size if plain else 0)
-    early = early_scan.take(path, BLOCK_SIZE)  # pieces the command line scanned while it loaded this parser
-    chunks = EventChunks(
-        path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress, early=early, scanned=parsed.add_scanned
-    )
+    chunks = EventChunks(path, parsed.add_chunk, block_size=BLOCK_SIZE, progress=progress)
     try:
         for _ in chunks:
             pass
@@ -226,15 +220,13 @@ class _Parsed:
     chunks are still processed one by one in file order, so the result is the same."""
 
     def __init__(self, pipeline: bool = False, input_bytes: int = 0) -> None:
-        self._pool: OneWorker | None = None
-        self._pool2: OneWorker | None = None  # scans the second half of a big piece beside _pool
-        self._halves = pipeline  # big pieces are scanned in two halves until halving fails twice
+        self._pool: ThreadPoolExecutor | None = None  # scans pieces (two halves of a big one at once)
+        two = (os.cpu_count() or 1) > 1
+        self._halves = pipeline and two  # big pieces are scanned in two halves until halving fails twice
         self._halves_failed = 0
         self._pending: list[Rows] = []  # the last piece read (or its halves), not yet turned into columns
         if pipeline and scanner_available():
-            self._pool = OneWorker("tracelab-scan")
-            if (os.cpu_count() or 1) > 1:
-                self._pool2 = OneWorker("tracelab-scan-2")
+            self._pool = ThreadPoolExecutor(2 if two else 1, thread_name_prefix="tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
@@ -292,26 +284,17 @@ class _Parsed:
             rows = self._read(piece, scan(piece))
             self._process(rows)
             return rows.n
-        if self._halves and self._pool2 is not None and len(piece) >= SPLIT_MIN:
+        if self._halves and len(piece) >= SPLIT_MIN:
             halves = self._scan_halves(piece)
             if halves is not None:
                 self._pending = halves
                 return halves[0].n
-        self._pool.submit(scan, piece)
+        job = self._pool.submit(scan, piece)
         try:
             self._flush()  # the previous chunk's columns, while this one is scanned
         finally:
-            got = self._pool.wait()  # always waited for: the caller reuses the piece's buffer
-        rows = self._read(piece, got)
-        self._pending = [rows]
-        return rows.n
-
-    def add_scanned(self, piece: Piece) -> int:
-        """A piece the early scanner read (`early_scan`): kept to be turned into columns next."""
-        rows = scanned_rows(piece.scanned)
-        assert rows is not None
-        self._piece_bytes = piece.length
-        self._flush()
+            wait((job,))  # always waited for: the caller reuses the piece's buffer
+        rows = self._read(piece, job.result())
         self._pending = [rows]
         return rows.n
 
@@ -322,7 +305,7 @@ class _Parsed:
         so the columns and string ids are the whole piece's. None when the cut or a half is declined (a
         cut inside a string leaves the first half unterminated, which the strict scanner refuses): the
         whole piece then goes the usual way, and after two such pieces halving stops for this file."""
-        assert self._pool is not None and self._pool2 is not None
+        assert self._pool is not None
         cut = _middle_boundary(piece)
         got: list[Any] = [None, None]
         if cut > 0:
@@ -331,16 +314,13 @@ class _Parsed:
             try:
                 # the second half: the elements after that ',' up to the piece's closing ']' (scan_rest)
                 with piece[: cut + 2] as first, piece[cut + 2 :] as second:
-                    self._pool.submit(scan, first)
-                    self._pool2.submit(scan_rest, second)
+                    jobs = (self._pool.submit(scan, first), self._pool.submit(scan_rest, second))
                     try:
                         self._flush()
                     finally:
-                        for i, pool in enumerate((self._pool, self._pool2)):
-                            try:
-                                got[i] = pool.wait()
-                            except Exception:  # noqa: BLE001 - a half the scanner refuses: the whole piece decides
-                                got[i] = None
+                        wait(jobs)
+                    # a half the scanner refuses (an error): the whole piece decides
+                    got = [None if job.exception() is not None else job.result() for job in jobs]
             finally:
                 piece[cut + 1] = keep
         if got[0] is not None and got[1] is not None:
@@ -364,10 +344,9 @@ class _Parsed:
             self._process(rows)
 
     def close(self) -> None:
-        for pool in (self._pool, self._pool2):
-            if pool is not None:
-                pool.close()
-        self._pool = self._pool2 = None
+        if self._pool is not None:
+            self._pool.shutdown()
+        self._pool = None
 
     def _process(self, rows: Rows) -> None:
         n = rows.n

@@ -23,8 +23,6 @@ from typing import TypeVar
 import numpy as np
 
 from .block_reader import BLOCK_SIZE, BlockReader, ChunkError, open_blocks
-from .early_scan import EarlyScan, Piece
-from .piece_cuts import MAX_EVENT_BYTES, _cut, _grow, _skip_ws, candidate_cut, with_brackets
 
 MAX_HEADER = 256 << 20  # a traceEvents key further into the file than this is not a Kineto trace
 _KEY = b'"traceEvents"'
@@ -32,6 +30,64 @@ _WS = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
 
 T = TypeVar("T")
+MAX_EVENT_BYTES = 64 << 20  # one element of traceEvents larger than this is refused
+_WS_RUN = re.compile(rb"[ \t\r\n]*")
+
+
+def _skip_ws(buf: bytes | bytearray, i: int) -> int:
+    """Index of the first non-whitespace byte at or after i (C speed: no Python loop per byte)."""
+    m = _WS_RUN.match(buf, i)
+    return m.end() if m else i
+
+
+def candidate_cut(buf: bytes | bytearray, lo: int, tries: int = 64) -> int:
+    """Index of the last '}' followed by ',' and then '{' (whitespace allowed): a likely boundary
+    between two events; -1 if none. The decoder confirms it."""
+    hi = len(buf)
+    for _ in range(tries):
+        cut = buf.rfind(b"},", lo, hi)
+        if cut < 0:
+            return -1
+        j = _skip_ws(buf, cut + 2)
+        if j < len(buf) and buf[j] == 0x7B:
+            return cut
+        hi = cut + 1
+    return -1
+
+
+def _cut(buf: bytearray, a: int, b: int) -> bytearray:
+    """del buf[a:b]; if a view of buf is still alive somewhere (a BufferError), a trimmed copy instead."""
+    try:
+        del buf[a:b]
+        return buf
+    except BufferError:
+        out = bytearray(buf)
+        del out[a:b]
+        return out
+
+
+def _grow(buf: bytearray, data: bytes) -> bytearray:
+    """buf += data, or a grown copy when a live view pins buf (see _cut); a block read into an empty
+    buf is taken as it is (the reader's bytearrays are the parser's)."""
+    if not buf and isinstance(data, bytearray):
+        return data
+    try:
+        buf += data
+        return buf
+    except BufferError:
+        return bytearray(buf) + data
+
+
+def with_brackets(buf: bytearray, lo: int, hi: int, fn: Callable[[memoryview], T]) -> T:
+    """fn(view of buf[lo:hi+1]) with buf[lo] set to '[' and buf[hi] to ']' for the call (the ',' or
+    '[' before the first element and the ',' after the last one): a piece decoded in place."""
+    keep_lo, keep_hi = buf[lo], buf[hi]
+    buf[lo], buf[hi] = 0x5B, 0x5D
+    try:
+        with memoryview(buf) as mv, mv[lo : hi + 1] as piece:
+            return fn(piece)
+    finally:
+        buf[lo], buf[hi] = keep_lo, keep_hi
 
 _LUT = np.zeros(256, dtype=np.int8)
 _LUT[ord("{")] = _LUT[ord("[")] = 1
@@ -174,15 +230,8 @@ class EventChunks:
         decode: Callable[[memoryview], T],
         block_size: int = BLOCK_SIZE,
         progress: Callable[[int, int], None] | None = None,
-        early: EarlyScan | None = None,
-        scanned: Callable[[Piece], T] | None = None,
     ) -> None:
-        """`early` (with `scanned`, which takes its pieces): an early scan of this file
-        (`early_scan.take`), whose pieces come first; the rest of the file is then read on from where it
-        stopped."""
         self.path = Path(path)
-        self.early = early if scanned is not None else None
-        self.scanned = scanned
         self.progress = progress
         self.size = self.path.stat().st_size
         self.decode = decode
@@ -192,24 +241,12 @@ class EventChunks:
         self.comm_args: dict[str, list] | None = None  # NCCL kernels' collective metadata (kineto_comm_args)
 
     def __iter__(self) -> Iterator[T]:
-        early = self.early
-        reader = early.reader if early is not None else open_blocks(self.path, self.block_size)
+        reader = open_blocks(self.path, self.block_size)
         try:
-            yield from self._after_early(early, reader) if early is not None else self._chunks(reader)
+            yield from self._chunks(reader)
             self.comm_args = reader.comm_args.result()
         finally:
             reader.close()
-
-    def _after_early(self, early: EarlyScan, reader: BlockReader) -> Iterator[T]:
-        assert self.scanned is not None
-        for item in early.take():
-            if isinstance(item, Piece):
-                self._advanced(item.length, item.position)
-                yield self.scanned(item)
-            elif item.start is None:
-                yield from self._chunks(reader, item.buf, item.eof)
-            else:
-                yield from self._elements(reader, item.buf, item.sep, item.eof, item.prefix)
 
     def _advanced(self, n: int, position: int) -> None:
         """n more bytes of the trace read, `position` reached in the file."""
@@ -228,19 +265,15 @@ class EventChunks:
         self._advanced(got, reader.position)
         return out, not got
 
-    def _chunks(self, reader: BlockReader, read: bytearray | None = None, eof: bool = False) -> Iterator[T]:
-        """The whole array: its start found, then `_elements`. `read`: bytes from the start of the file
-        already taken from `reader` (by the early scanner), `eof` whether they were all of it."""
+    def _chunks(self, reader: BlockReader) -> Iterator[T]:
+        """The whole array: its start found, then `_elements`."""
         buf = bytearray()
         at_file_start = True
         scanner: _KeyScanner | None = None
         header = 0  # bytes read before the traceEvents array (after leading whitespace)
         while True:
-            if read is not None:  # (the early scanner may have read the end of the file: no read after it)
-                data, read = read, None
-            else:
-                data = self._more(reader)
-                eof = not data
+            data = self._more(reader)
+            eof = not data
             if scanner is None:
                 buf = _grow(buf, data)
                 if at_file_start and len(buf) >= len(_BOM) or eof:

@@ -43,7 +43,6 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
-from ..memory import pool_initializer
 from .nsys_btree import page_plan, read_pages
 
 try:  # the optional C reader (setup.py builds it; without a compiler the reference path reads alone)
@@ -295,7 +294,7 @@ class QueryPool:
         self._local = threading.local()
         self._conns: list[tuple[sqlite3.Connection, object | None]] = []
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-sql", initializer=pool_initializer())
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-sql")
 
     def _conn(self) -> tuple[sqlite3.Connection, object | None]:
         conns = getattr(self._local, "conns", None)

@@ -11,7 +11,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..memory import pool_initializer
 from ..model import EVENT_COLUMNS
 from ..model.timeline import DEFAULTS
 from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
@@ -96,7 +95,7 @@ def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     workers = min(os.cpu_count() or 1, 4)
     if workers > 1 and n >= PARALLEL_MIN_ROWS:
         with ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix="nsys-merge", initializer=pool_initializer()
+            max_workers=workers, thread_name_prefix="nsys-merge"
         ) as pool:
             cols = list(pool.map(fill, keys))
     else:
@@ -141,7 +140,7 @@ def read_tables(
 
         try:
             with ThreadPoolExecutor(
-                max_workers=len(tasks), thread_name_prefix="nsys-table", initializer=pool_initializer()
+                max_workers=len(tasks), thread_name_prefix="nsys-table"
             ) as readers:
                 # biggest tables first, so their row ranges are queued first
                 order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
