@@ -13,9 +13,7 @@ of the run (computed from the events, stored with them).
 that code too, alternating with this checkout `--repeats` times, and prints, stage by stage, the best
 wall and CPU seconds of each side and their ratios, then the ratios of the best totals.
 
-The parse reads integer columns with the optional C reader (tracelab/parsers/_sqlite_columns.c, built
-by `python setup.py build_ext --inplace`) when it is built; `TRACELAB_NSYS_C_READER=0` in the
-environment (passed on to the children) measures the pure-Python reference path instead.
+The parse reads integer columns through the stdlib sqlite3 (group_concat per rowid range, parsed by numpy).
 """
 
 from __future__ import annotations
@@ -40,14 +38,7 @@ def _cpu() -> float:
 
 
 def child(path: Path) -> dict:
-    """The stages, in this process, with the code on sys.path[0]; with the reused pages of big arrays
-    when that code has them (`tracelab.memory`, installed by the `tracelab` command's import and analyze)."""
-    try:
-        from tracelab.memory import install
-    except ImportError:  # a baseline from before it
-        pass
-    else:
-        install()
+    """The stages, in this process, with the code on sys.path[0]."""
     from tracelab.analyses import analyze
     from tracelab.api import store_timeline
     from tracelab.model import EventKind

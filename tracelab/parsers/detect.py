@@ -61,22 +61,7 @@ def _load_file(path: Path, kind: str, progress: Progress | None = None) -> Timel
         return _load_nsys_rep(path)
     from . import kineto
 
-    workers = decode_workers()
-    if workers > 1:  # opt-in: decode the chunks in parallel processes (same Timeline)
-        from .kineto_parallel import load_kineto_parallel
-
-        return load_kineto_parallel(path, workers=workers, progress=progress)
     return kineto.load_kineto(path, progress=progress)
-
-
-def decode_workers() -> int:
-    """Processes that decode one Kineto file (TRACELAB_DECODE_WORKERS; default 1 = this process)."""
-    value = os.environ.get("TRACELAB_DECODE_WORKERS", "").strip()
-    if not value:
-        return 1
-    if not value.isdigit() or int(value) < 1:
-        raise BadInput(f"TRACELAB_DECODE_WORKERS must be a positive integer (got {value!r})")
-    return int(value)
 
 
 def check_input_path(path: Path) -> str:

@@ -12,11 +12,8 @@ Every query runs under a time budget (a SQLite progress handler), so no file can
 Identifiers are always quoted with `quote_ident`; text that is not valid UTF-8 is decoded with
 replacement characters.
 
-Integer columns are read by the optional C reader (`_sqlite_columns.c`, built by setup.py) when it is
-there: it runs the same query on its own read-only connection to the same URI, with the same deadline,
-and hands back int64 buffers; it declines any range that is not plain integers or that fails, and that
-range is then read by the reference path (group_concat + numpy), which gives the reference result or
-error. TRACELAB_NSYS_C_READER=0 (or `_fast = None`) forces the reference path.
+Integer columns are read by the stdlib sqlite3 module, vectorized: SQLite joins each column of a rowid
+range into one string (group_concat) and numpy parses it, with no Python object per value.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,14 +40,6 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
-from .nsys_btree import page_plan, read_pages
-
-try:  # the optional C reader (setup.py builds it; without a compiler the reference path reads alone)
-    from . import _sqlite_columns as _fast
-except ImportError:  # pragma: no cover - depends on the build
-    _fast = None
-if os.environ.get("TRACELAB_NSYS_C_READER") == "0":
-    _fast = None
 
 T = TypeVar("T")
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -106,7 +95,6 @@ class NsysDb:
     deadline: float = 0.0
     private_dir: str | None = field(default=None, compare=False)
     pool: QueryPool | None = field(default=None, compare=False)  # runs chunk queries in parallel
-    fast: object | None = field(default=None, compare=False)  # the C reader's connection, if any
     notes: tuple[str, ...] = field(default=(), compare=False)  # what opening it found doubtful
 
     def reopen(self) -> NsysDb:
@@ -122,7 +110,6 @@ class NsysDb:
             self.deadline,
             None,
             self.pool,
-            _fast_connect(self.uri),
             self.notes,
         )
 
@@ -160,7 +147,6 @@ class NsysDb:
 
     def close(self) -> None:
         self.conn.close()
-        _fast_close(self.fast)
         if self.private_dir is not None:
             shutil.rmtree(self.private_dir, ignore_errors=True)
 
@@ -257,17 +243,6 @@ def _private_copy(path: Path, head: bytes) -> tuple[Path, str]:
     return out, tmp
 
 
-def _fast_connect(uri: str) -> object | None:
-    """The C reader's own read-only connection to `uri` (None without the reader, or when it cannot
-    open the file: the reference path then reads, and reports the error)."""
-    return _fast.connect(uri) if _fast is not None and uri else None
-
-
-def _fast_close(handle: object | None) -> None:
-    if handle is not None and _fast is not None:
-        _fast.close(handle)
-
-
 def _connect(uri: str, path: Path, deadline: float) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
@@ -292,29 +267,28 @@ class QueryPool:
     def __init__(self, db: NsysDb, workers: int) -> None:
         self._db = db
         self._local = threading.local()
-        self._conns: list[tuple[sqlite3.Connection, object | None]] = []
+        self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-sql")
 
-    def _conn(self) -> tuple[sqlite3.Connection, object | None]:
-        conns = getattr(self._local, "conns", None)
-        if conns is None:
-            conns = (_connect(self._db.uri, self._db.path, self._db.deadline), _fast_connect(self._db.uri))
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self._db.uri, self._db.path, self._db.deadline)
             with self._lock:
-                self._conns.append(conns)
-            self._local.conns = conns
-        return conns
+                self._conns.append(conn)
+            self._local.conn = conn
+        return conn
 
-    def submit(self, fn: Callable[[sqlite3.Connection, object | None], T]) -> Future[T]:
-        """Runs fn(connection, C reader connection or None) on a pool thread."""
-        return self._pool.submit(lambda: fn(*self._conn()))
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+        """Runs fn(connection) on a pool thread."""
+        return self._pool.submit(lambda: fn(self._conn()))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
-            for conn, fast in self._conns:
+            for conn in self._conns:
                 conn.close()
-                _fast_close(fast)
             self._conns.clear()
 
 
@@ -377,7 +351,7 @@ def open_export(path: str | Path) -> NsysDb:
     except BaseException:
         db.close()
         raise
-    return NsysDb(p, conn, tables, source, uri, deadline, private, None, _fast_connect(uri), notes)
+    return NsysDb(p, conn, tables, source, uri, deadline, private, None, notes)
 
 
 def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFormatError:
@@ -427,16 +401,15 @@ def _parse_ints(text: str | None, n: int, db: NsysDb, table: str) -> np.ndarray:
     return arr
 
 
-def _constant(db: NsysDb, table: str, expr: str, where: str, probe: bool = True) -> int | None:
+def _constant(db: NsysDb, table: str, expr: str, where: str) -> int | None:
     """The value an expression takes on every row, when that is known without reading the rows: an
-    integer literal, or (with `probe`) col_or's coalesce over a column holding no value at all (nsys
-    leaves whole columns NULL, e.g. greenContextId and graphNodeId without green contexts or graphs;
-    one probe finds out, and stops at the first value). The C reader reads such a column for less than
-    the probe costs (a probe of an all-NULL column scans the table), so it does not probe."""
+    integer literal, or col_or's coalesce over a column holding no value at all (nsys leaves whole
+    columns NULL, e.g. greenContextId and graphNodeId without green contexts or graphs; one probe finds
+    out, and stops at the first value)."""
     if _LITERAL.match(expr):
         return int(expr)
     m = _NULLABLE.match(expr)
-    if m is None or not probe:
+    if m is None:
         return None
     cond = f" AND ({where})" if where else ""
     found = db.conn.execute(f"SELECT 1 FROM {quote_ident(table)} WHERE {m.group(1)} IS NOT NULL{cond} LIMIT 1")
@@ -454,43 +427,23 @@ def fetch_int_columns(
     NOT INDEXED keeps that order the rowid order whatever indexes a post-processed file carries;
     tables are read in rowid ranges of CHUNK_ROWS, so no string grows past SQLite's limits, and the
     ranges run on `db.pool`'s threads when it has one. Expressions that are constant (a literal, or
-    a column that is NULL on every row) are not read row by row.
-
-    With the C reader (module docstring), each range is first read by it with the same expressions,
-    table, NOT INDEXED, WHERE and bounds as plain rows (same rows in the same rowid order, no text in
-    between); a range it declines is read as above. Before it, when nsys_btree.page_plan finds the
-    query simple enough (plain integer columns, no WHERE), the b-tree page reader decodes the range from
-    the file's pages itself; a range it declines goes to the C reader."""
-    use_fast = _fast is not None and db.fast is not None
-    consts = {name: _constant(db, table, e, where, probe=not use_fast) for name, e in zip(names, exprs)}
+    a column that is NULL on every row) are not read row by row."""
+    consts = {name: _constant(db, table, e, where) for name, e in zip(names, exprs)}
     live = [(name, e) for name, e in zip(names, exprs) if consts[name] is None]
     aggs = "".join(f", group_concat(coalesce({e}, -1))" for _, e in live)
-    cols, nulls = _fast_select(e for _, e in live)
     cond = f"({where})" if where else "1"
     t = quote_ident(table)
     try:
         lo, hi = rowid_bounds(db.conn, t)
         ranges = _rowid_ranges(db, t, lo, hi)
         sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
-        rows_sql = f"SELECT {cols} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
-        plan = page_plan(db.conn, str(db.source) if db.source else None, table, [e for _, e in live], where) if use_fast else None
     except sqlite3.OperationalError as exc:  # a table without rowid: one pass
         if "interrupted" in str(exc):
             raise
-        plan = None
         ranges = [(0, 0)]
         sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
-        rows_sql = f"SELECT {cols} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
 
-    def chunk(conn: sqlite3.Connection, fast: object | None, a: int, b: int) -> tuple[int, list[np.ndarray]]:
-        if plan is not None:
-            got = read_pages(plan, a, b, db.deadline, max(1, min(b - a + 1, CHUNK_ROWS)))
-            if got is not None:
-                return got
-        if fast is not None and live and _fast is not None:
-            got = _fast.read(fast, rows_sql, a, b, nulls, db.deadline, max(1, min(b - a + 1, CHUNK_ROWS)))
-            if got is not None:
-                return got[0], [np.frombuffer(buf, dtype=np.int64) for buf in got[1]]
+    def chunk(conn: sqlite3.Connection, a: int, b: int) -> tuple[int, list[np.ndarray]]:
         row = conn.execute(sql, (a, b)).fetchone()
         n = int(row[0])
         return n, [_parse_ints(row[i + 1], n, db, table) for i in range(len(live))]
@@ -499,7 +452,7 @@ def fetch_int_columns(
         futures = [db.pool.submit(functools.partial(chunk, a=a, b=b)) for a, b in ranges]
         results = [f.result() for f in futures]
     else:
-        results = [chunk(db.conn, db.fast, a, b) for a, b in ranges]
+        results = [chunk(db.conn, a, b) for a, b in ranges]
     n = sum(r[0] for r in results)
     out: dict[str, np.ndarray] = {}
     for name in names:
@@ -514,18 +467,6 @@ def fetch_int_columns(
         for r in results:  # drop each chunk once joined
             r[1][i] = None
     return {name: out[name] for name in names}
-
-
-def _fast_select(exprs: Iterable[str]) -> tuple[str, bytes]:
-    """The C reader's select list for `coalesce(e, -1)` of each expression, and the value of a NULL
-    per column: col_or's `coalesce("c", d)` is selected as "c" with NULL read as d, anything else as
-    itself with NULL read as -1 (the same values, fewer VM steps per row)."""
-    cols, nulls = [], []
-    for e in exprs:
-        m = _NULLABLE.match(e)
-        cols.append(m.group(1) if m else e)
-        nulls.append(int(m.group(2)) if m else -1)
-    return ", ".join(cols), np.array(nulls, dtype=np.int64).tobytes()
 
 
 _SEP = "\x1e"  # record separator: joins text values inside SQLite
