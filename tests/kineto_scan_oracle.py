@@ -1,4 +1,4 @@
-"""The differential oracle for the C scanner (tracelab/parsers/_kineto_scan.c) against msgspec.
+"""The differential oracle for the C scanner (tracelab/_native/_kineto_scan.c) against msgspec.
 
 `check(piece, got)` takes one piece of `traceEvents` and what `_kineto_scan.scan(piece)` returned for it.
 A decline (None) is always allowed: the parser then decodes the piece with msgspec. An accepted piece

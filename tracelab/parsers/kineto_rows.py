@@ -24,8 +24,8 @@ from tracelab.model.strings import remap_into
 from .kineto_columns import checked_int, col, stream_from_tid, strs, take, triples
 
 try:  # the optional C fast path (setup.py builds it; without a compiler the parser uses msgspec alone)
-    from ._kineto_scan import scan as _scan
-    from ._kineto_scan import scan_rest as _scan_rest
+    from tracelab._native._kineto_scan import scan as _scan
+    from tracelab._native._kineto_scan import scan_rest as _scan_rest
 except ImportError:  # pragma: no cover - depends on the build
     _scan = _scan_rest = None
 

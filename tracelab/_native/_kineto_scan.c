@@ -699,7 +699,7 @@ static PySequenceMethods COLUMN_SEQUENCE = {.sq_length = column_length};
 
 static PyTypeObject COLUMN_TYPE = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracelab.parsers._kineto_scan.Column",
+    .tp_name = "tracelab._native._kineto_scan.Column",
     .tp_basicsize = sizeof(Column),
     .tp_dealloc = column_dealloc,
     .tp_as_buffer = &COLUMN_BUFFER,
