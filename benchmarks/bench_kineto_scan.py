@@ -45,7 +45,7 @@ def compile_scanner(source: Path, out_dir: Path, label: str) -> ModuleType:
 
 def pieces_of(trace: Path) -> list[bytes]:
     sys.path.insert(0, str(ROOT))
-    from tracelab.parsers.kineto_stream import EventChunks
+    from tracelab.io.kineto.stream import EventChunks
 
     chunks = EventChunks(trace, lambda piece: bytes(piece))
     return list(chunks)

@@ -41,9 +41,9 @@ def child(path: Path) -> dict:
     """The stages, in this process, with the code on sys.path[0]."""
     from tracelab.analyses import analyze
     from tracelab.api import store_timeline
+    from tracelab.io import trace_fingerprint
+    from tracelab.io.nsys.load import load_nsys_sqlite
     from tracelab.model import EventKind
-    from tracelab.parsers import trace_fingerprint
-    from tracelab.parsers.nsys import load_nsys_sqlite
     from tracelab.store import Store
 
     with path.open("rb") as fh:  # warm the page cache so the first stage does not pay for the disk
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.path.exists():
         print(f"{args.path}: not found (run benchmarks/make_big_nsys.py first)", file=sys.stderr)
         return 2
-    if args.baseline is not None and not (args.baseline / "tracelab" / "parsers" / "nsys.py").is_file():
+    if args.baseline is not None and not (args.baseline / "tracelab" / "io" / "nsys.py").is_file():
         print(f"{args.baseline}: not a tracelab checkout", file=sys.stderr)
         return 2
     print(f"{args.path.name}: {args.path.stat().st_size / 1e6:.0f} MB; {os.cpu_count()} cores, "

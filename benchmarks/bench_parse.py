@@ -13,7 +13,7 @@ alternates (this checkout, baseline, HTA, then the reverse), and the best wall t
   to this checkout, or to `git archive BASELINE` unpacked in a temporary directory (`--baseline main`;
   `--baseline ''` leaves it out).
 - start-up: wall seconds from the interpreter's start (`python -c pass`, best of 5) plus the imports until the
-  parser is first called (a probe wraps `tracelab.parsers.kineto.load_kineto`; best of 7), on the
+  parser is first called (a probe wraps `tracelab.io.kineto.load.load_kineto`; best of 7), on the
   smallest trace; also the process's CPU seconds by then (steadier on a loaded machine).
 - HTA (PyPI `traceinsight` 0.6.1, in its own venv: `python -m venv V && V/bin/pip install
   traceinsight==0.6.1`): TraceAnalysis (parse) + temporal breakdown + idle time breakdown +
@@ -43,7 +43,7 @@ LAUNCH = ["-m", "tracelab"]  # what the `tracelab` command runs (each tree's own
 PROBE = r"""
 import sys, time
 t0 = time.perf_counter()
-import tracelab.parsers.kineto as _k
+import tracelab.io.kineto.load as _k
 _orig = _k.load_kineto
 def _probe(*a, **kw):
     sys.stderr.write(f"@@startup {time.perf_counter() - t0:.6f} {time.process_time():.6f}\n")
@@ -122,7 +122,7 @@ def uncompressed_size(path: Path) -> int:
 def count_events(path: Path) -> int:
     """Elements of traceEvents, counted with tracelab's own parser stats (this checkout)."""
     sys.path.insert(0, str(ROOT))
-    from tracelab.parsers.detect import load_trace
+    from tracelab.io.detect import load_trace
 
     return int(load_trace(path).meta.stats.get("trace_events", 0))
 

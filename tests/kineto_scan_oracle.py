@@ -23,8 +23,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from tracelab.io.kineto import load as kineto
+from tracelab.io.kineto import rows as kineto_rows
+from tracelab.io.kineto import structs as kineto_structs
 from tracelab.model import EventKind
-from tracelab.parsers import kineto, kineto_rows, kineto_structs
 
 _WIDTH = {"ph": 1, "cat": 4, "name": 4, "sync": 4, "pid_s": 4, "tid_s": 4, "grid": 24, "block": 24}
 _INT_ARGS = ("device", "stream", "correlation", "context", "bytes", "registers", "shared")

@@ -25,7 +25,8 @@ from hostile_util import (
 )
 
 from tracelab.errors import TraceFormatError
-from tracelab.parsers import load_trace, nsys_db
+from tracelab.io import load_trace
+from tracelab.io.nsys import db as nsys_db
 
 
 def _body() -> bytes:

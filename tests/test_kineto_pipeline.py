@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from tl_hygiene import CORPUS
 
-from tracelab.parsers import kineto
-from tracelab.parsers.kineto_columns import _KERNEL, _MAIN, _SPARSE, ColumnAssembler
-from tracelab.parsers.kineto_stream import EventChunks
+from tracelab.io.kineto import load as kineto
+from tracelab.io.kineto.columns import _KERNEL, _MAIN, _SPARSE, ColumnAssembler
+from tracelab.io.kineto.stream import EventChunks
 
 TRACES = [
     CORPUS / "hta" / "critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz",

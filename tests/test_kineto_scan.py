@@ -22,8 +22,8 @@ import sanitized
 from timeline_compare import assert_same_timeline
 
 from tracelab.errors import TracelabError
-from tracelab.parsers import kineto_rows
-from tracelab.parsers.detect import load_trace
+from tracelab.io.detect import load_trace
+from tracelab.io.kineto import rows as kineto_rows
 
 needs_scanner = pytest.mark.skipif(not kineto_rows.scanner_available(), reason="C scanner not built")
 BOTH_PATHS = [pytest.param(True, id="scanner", marks=needs_scanner), pytest.param(False, id="msgspec")]

@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from tl_hygiene import CORPUS
 
 from tracelab.cli import main
+from tracelab.io.kineto import blocks as block_reader
+from tracelab.io.kineto.blocks import BlockReader, ChunkError
 from tracelab.model.grouping import member, sorted_unique
-from tracelab.parsers import block_reader
-from tracelab.parsers.block_reader import BlockReader, ChunkError
 
 SMALL_TRACE = CORPUS / "hta" / "critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz"
 ROOT = Path(__file__).resolve().parents[1]

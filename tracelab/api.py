@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tracelab.io.detect import Progress
+
     from .analyses.compare import Comparison
     from .analyses.results import Analysis, AnalysisOptions
     from .model import Timeline
-    from .parsers.detect import Progress
     from .store import Store
 
 __all__ = [
@@ -50,7 +51,7 @@ __all__ = [
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
     """Parse a trace file or run directory into a Timeline (format detected from the content).
     Raises tracelab.errors.BadInput (one line naming the file) for input it cannot read."""
-    from .parsers.detect import load_trace
+    from tracelab.io.detect import load_trace
 
     return load_trace(path, progress)
 
@@ -75,8 +76,9 @@ def import_trace(
     CLI's `import` and the dashboard's upload page both call this). Content already in the store (same
     fingerprint) is not parsed again: its run id comes back with new=False, unless `replace`.
     `source_path` is what the store records as the source (default: the absolute path)."""
+    from tracelab.io import trace_fingerprint
+
     from .errors import BadInput, DuplicateRun
-    from .parsers import trace_fingerprint
 
     p = Path(path)
     if not p.exists():

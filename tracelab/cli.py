@@ -257,7 +257,7 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     path = Path(ref)
     if path.exists():
         with _one_blas_thread():
-            from .parsers import detect  # noqa: F401 - numpy loads with one BLAS thread
+            from tracelab.io import detect  # noqa: F401 - numpy loads with one BLAS thread
         with _Progress(path.name) as bar:
             return _parse(path, bar.phase("parsing")), str(path)
     with _one_blas_thread():
@@ -914,7 +914,7 @@ def record(
 
 def _default_backend() -> str:
     try:
-        from .parsers.nsys import find_nsys
+        from tracelab.io.nsys.load import find_nsys
     except ImportError:
         return "torch"
     return "nsys" if find_nsys() else "torch"

@@ -5,8 +5,8 @@ holds them equal:
 
 - `_kineto_scan` (`_kineto_scan.c`): the Kineto scanner, which writes the fields the parser reads
   from one piece of `traceEvents` straight into column buffers (350-450 MB/s against ~100 MB/s for
-  msgspec). Twin: the msgspec decode of `tracelab.parsers.kineto_structs`, through the one interface of
-  `tracelab.parsers.kineto_rows`. Differential test: tests/test_kineto_scan.py (plus its fuzzer,
+  msgspec). Twin: the msgspec decode of `tracelab.io.kineto.structs`, through the one interface of
+  `tracelab.io.kineto.rows`. Differential test: tests/test_kineto_scan.py (plus its fuzzer,
   tests/fuzz/).
 
 setup.py builds every module as required where the platform can build it (CPython on Linux or macOS
@@ -17,5 +17,5 @@ such a platform runs without one of them.
 from __future__ import annotations
 
 MODULES: dict[str, str] = {
-    "_kineto_scan": "tracelab.parsers.kineto_structs",  # native module -> its pure-Python twin
+    "_kineto_scan": "tracelab.io.kineto.structs",  # native module -> its pure-Python twin
 }

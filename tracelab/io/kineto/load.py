@@ -32,6 +32,30 @@ import numpy as np
 import orjson
 
 from tracelab.errors import TraceFormatError
+from tracelab.io.kineto.blocks import is_compressed
+from tracelab.io.kineto.columns import ColumnAssembler, assemble
+from tracelab.io.kineto.devices import copy_info, devices_from_properties, is_mtia, listed_names
+from tracelab.io.kineto.rows import (
+    PH_FLOW,
+    PH_INSTANT,
+    PH_X,
+    Rows,
+    StructRows,
+    scan,
+    scan_rest,
+    scanner_available,
+)
+from tracelab.io.kineto.stream import BLOCK_SIZE, ChunkError, EventChunks, candidate_cut
+from tracelab.io.validate import (
+    INT32_LIMIT,
+    check_devices,
+    check_rank,
+    json_safe,
+    launch_link_notes,
+    neutralize_names,
+    us_to_ns_checked,
+    validate_columns,
+)
 from tracelab.model import (
     EventKind,
     Flag,
@@ -43,31 +67,6 @@ from tracelab.model import (
 from tracelab.model.api_names import classify_api_ids, comm_mask
 from tracelab.model.grouping import member, sorted_unique
 from tracelab.model.kinds import NO_STREAM
-
-from .block_reader import is_compressed
-from .kineto_columns import ColumnAssembler, assemble
-from .kineto_devices import copy_info, devices_from_properties, is_mtia, listed_names
-from .kineto_rows import (
-    PH_FLOW,
-    PH_INSTANT,
-    PH_X,
-    Rows,
-    StructRows,
-    scan,
-    scan_rest,
-    scanner_available,
-)
-from .kineto_stream import BLOCK_SIZE, ChunkError, EventChunks, candidate_cut
-from .validate import (
-    INT32_LIMIT,
-    check_devices,
-    check_rank,
-    json_safe,
-    launch_link_notes,
-    neutralize_names,
-    us_to_ns_checked,
-    validate_columns,
-)
 
 # Kineto category -> event kind (both schemas). Anything else with ph "X" on a host pid is OTHER.
 _CAT_KIND: dict[str, int] = {
@@ -334,7 +333,7 @@ class _Parsed:
     def _read(piece: memoryview, scanned: Rows | None) -> Rows:
         if scanned is not None:
             return scanned
-        from .kineto_structs import EMPTY_ARGS, Event, decode  # msgspec: loaded only when needed
+        from tracelab.io.kineto.structs import EMPTY_ARGS, Event, decode  # msgspec: loaded only when needed
 
         return StructRows(decode(piece), Event, EMPTY_ARGS)  # declined by the scanner: msgspec decides
 
@@ -626,7 +625,7 @@ class _Parsed:
             if key in top:
                 extra[key] = json_safe(top[key])
         if self.n_dropped_instant:  # instants: maybe [memory] ones (profile_memory=True)
-            from .kineto_memory import read_memory
+            from tracelab.io.kineto.memory import read_memory
 
             memory = read_memory(path)
             if memory is not None:

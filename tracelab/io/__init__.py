@@ -2,7 +2,7 @@
 
 `load_trace(path)` picks the parser by content; `trace_fingerprint(path)` is the content hash the store
 uses to detect a second import of the same trace. Parser modules are imported lazily, this package too:
-`tracelab.parsers.block_reader` (no numpy) can start reading a file before numpy is imported.
+`tracelab.io.kineto.blocks` (no numpy) can start reading a file before numpy is imported.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .detect import load_trace, trace_fingerprint
+    from tracelab.io.detect import load_trace, trace_fingerprint
 
 __all__ = ["load_trace", "trace_fingerprint"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import detect
+        from tracelab.io import detect
 
         return getattr(detect, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,13 +11,13 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..model import EVENT_COLUMNS
-from ..model.timeline import DEFAULTS
-from .nsys_activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
-from .nsys_db import NsysDb, QueryPool
-from .nsys_host import read_driver, read_nvtx, read_runtime
-from .nsys_osrt import OSRT, read_osrt
-from .nsys_strings import NsysStrings
+from tracelab.io.nsys.activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
+from tracelab.io.nsys.db import NsysDb, QueryPool
+from tracelab.io.nsys.host import read_driver, read_nvtx, read_runtime
+from tracelab.io.nsys.osrt import OSRT, read_osrt
+from tracelab.io.nsys.strings import NsysStrings
+from tracelab.model import EVENT_COLUMNS
+from tracelab.model.timeline import DEFAULTS
 
 # columns the parser itself works on after the merge (the others may stay absent)
 _ALWAYS = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..model import ContextInfo, DeviceInfo
-from .nsys_db import NsysDb, quote_ident
-from .nsys_strings import NsysStrings
+from tracelab.io.nsys.db import NsysDb, quote_ident
+from tracelab.io.nsys.strings import NsysStrings
+from tracelab.model import ContextInfo, DeviceInfo
 
 KNOWN_SCHEMA_MAJOR = 3
 

@@ -19,9 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tracelab.io.kineto.columns import checked_int, col, stream_from_tid, strs, take, triples
 from tracelab.model.strings import remap_into
-
-from .kineto_columns import checked_int, col, stream_from_tid, strs, take, triples
 
 try:  # the optional C fast path (setup.py builds it; without a compiler the parser uses msgspec alone)
     from tracelab._native._kineto_scan import scan as _scan

@@ -20,8 +20,8 @@ import json
 
 import numpy as np
 
-from .nsys_db import NsysDb
-from .nsys_host import host_of, pid_of
+from tracelab.io.nsys.db import NsysDb
+from tracelab.io.nsys.host import host_of, pid_of
 
 INIT_RANGE_PREFIX = "ncclCommInitRank"
 
@@ -57,7 +57,7 @@ def _payload_rank(text: str) -> tuple[int, int] | None:
 
 def nccl_ranks(db: NsysDb) -> dict[int, int]:
     """Process id -> rank from NCCL's `ncclCommInitRank*` payloads ({} when the export has none)."""
-    from .nsys_nccl import payload_rows
+    from tracelab.io.nsys.nccl import payload_rows
 
     best: dict[int, tuple[int, int]] = {}  # pid -> (nranks, rank): the largest communicator wins
     for _start, _end, gtid, _name, text in payload_rows(db, INIT_RANGE_PREFIX + "%"):

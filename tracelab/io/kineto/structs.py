@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-from .block_reader import ChunkError
-from .kineto_stream import PieceRejected
+from tracelab.io.kineto.blocks import ChunkError
+from tracelab.io.kineto.stream import PieceRejected
 
 # Integer fields take integers only: a float, bool or string sends the piece to the loose decoder,
 # whose values are checked one by one (never truncated or cast silently).

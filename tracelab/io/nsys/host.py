@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import EventKind
-from ..model.api_names import classify_api_ids
-from .nsys_db import NsysDb, col_or, fetch_int_columns, fetch_texts, quote_ident
-from .nsys_strings import NsysStrings
-from .nsys_util import factorize
+from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns, fetch_texts, quote_ident
+from tracelab.io.nsys.strings import NsysStrings
+from tracelab.io.nsys.util import factorize
+from tracelab.model import EventKind
+from tracelab.model.api_names import classify_api_ids
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"

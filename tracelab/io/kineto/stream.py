@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from .block_reader import BLOCK_SIZE, BlockReader, ChunkError, open_blocks
+from tracelab.io.kineto.blocks import BLOCK_SIZE, BlockReader, ChunkError, open_blocks
 
 MAX_HEADER = 256 << 20  # a traceEvents key further into the file than this is not a Kineto trace
 _KEY = b'"traceEvents"'

@@ -5,7 +5,7 @@ green-context partitions, PDL kernels, probe metadata), the raw trace named by `
 (`trace.sqlite` / `trace.nsys-rep` for nsys, `trace.json.gz` for torch.profiler) and optionally
 `sm_probe.npz` (format: tracelab/workloads/probes.py).
 
-`load_run_dir` loads the trace through `tracelab.parsers.load_trace`, then applies what only the
+`load_run_dir` loads the trace through `tracelab.io.load_trace`, then applies what only the
 run knows:
 - RunMeta: backend, workload, variant, gpu, and meta.json under `extra["run"]`;
 - devices: SM count and limits from meta.json where the trace has none;
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import BadInput, TraceFormatError
-from ..model import EVENT_COLUMNS, ContextInfo, DeviceInfo, EventKind, Flag, Timeline, build_timeline
+from tracelab.errors import BadInput, TraceFormatError
+from tracelab.model import EVENT_COLUMNS, ContextInfo, DeviceInfo, EventKind, Flag, Timeline, build_timeline
 
 META_FILE = "meta.json"
 TRACE_CANDIDATES = ("trace.sqlite", "trace.json.gz", "trace.json", "trace.nsys-rep")
@@ -182,7 +182,7 @@ def _unread_traces_note(d: Path, chosen: Path) -> list[str]:
 
 def load_run_dir(path: str | Path) -> Timeline:
     """Load a run directory (meta.json + raw trace + optional probe file) as one Timeline."""
-    from . import load_trace
+    from tracelab.io import load_trace
 
     d = Path(path)
     meta = read_meta(d)
@@ -399,7 +399,7 @@ def _non_default_params(meta: dict) -> str:
     if not isinstance(params, dict) or not meta.get("workload"):
         return ""
     try:
-        from ..workloads import get_workload
+        from tracelab.workloads import get_workload
 
         defaults = get_workload(str(meta["workload"])).parameters(bool(meta.get("quick")), None)
     except (BadInput, KeyError, TypeError, ValueError):  # an unknown or newer workload: no label, no failed import

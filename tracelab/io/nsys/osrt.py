@@ -15,13 +15,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..model import EVENT_COLUMNS, EventKind
-from ..model.grouping import sorted_unique
-from ..model.kinds import OS_CALL_CATEGORY
-from ..model.timeline import DEFAULTS
-from .nsys_db import NsysDb, col_or, fetch_int_columns
-from .nsys_host import pid_of, tid_of
-from .nsys_strings import NsysStrings
+from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns
+from tracelab.io.nsys.host import pid_of, tid_of
+from tracelab.io.nsys.strings import NsysStrings
+from tracelab.model import EVENT_COLUMNS, EventKind
+from tracelab.model.grouping import sorted_unique
+from tracelab.model.kinds import OS_CALL_CATEGORY
+from tracelab.model.timeline import DEFAULTS
 
 OSRT = "OSRT_API"
 

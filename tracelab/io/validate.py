@@ -25,9 +25,9 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from ..errors import TraceFormatError
-from ..model import DeviceInfo
-from ..model.kinds import GPU_ACTIVITY_KINDS
+from tracelab.errors import TraceFormatError
+from tracelab.model import DeviceInfo
+from tracelab.model.kinds import GPU_ACTIVITY_KINDS
 
 TIME_LIMIT_NS = 1 << 62  # |time| below this (year 2116 on an epoch clock): differences fit in int64
 DURATION_LIMIT_NS = 1 << 53  # one event lasts at most ~104 days
@@ -276,7 +276,7 @@ def launch_link_notes(
     sharing one correlation id, GPU work linked to a host call that launches nothing (cudaEventQuery,
     cuProfilerStart), and GPU work starting more than LAUNCH_SKEW_LIMIT_NS before the call that launched
     it (a GPU clock years off). Vectorized: one sort of the host calls' ids, one search per GPU row."""
-    from ..model.kinds import HOST_API_KINDS, Flag
+    from tracelab.model.kinds import HOST_API_KINDS, Flag
 
     api_rows = np.flatnonzero(np.isin(kind, [int(k) for k in HOST_API_KINDS]) & (corr > 0))
     gpu_rows = np.flatnonzero(np.isin(kind, _GPU) & (corr > 0))

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .nsys_db import NsysDb
-from .nsys_host import pid_of, tid_of
+from tracelab.io.nsys.db import NsysDb
+from tracelab.io.nsys.host import pid_of, tid_of
 
 DROPPED = re.compile(r"lost|dropp|overflow|buffer.{0,20}full", re.IGNORECASE)
 INCOMPLETE = re.compile(r"not all .* collected", re.IGNORECASE)

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.api_names import comm_mask
-from ..model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
-from .nsys_db import NsysDb, col_or, fetch_int_columns, quote_ident
-from .nsys_enums import (
+from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns, quote_ident
+from tracelab.io.nsys.enums import (
     COPY_LABEL,
     MEM_LABEL,
     SYNC_LABEL,
@@ -21,8 +19,10 @@ from .nsys_enums import (
     mem_kind_table,
     sync_kind_table,
 )
-from .nsys_strings import NsysStrings
-from .nsys_util import factorize
+from tracelab.io.nsys.strings import NsysStrings
+from tracelab.io.nsys.util import factorize
+from tracelab.model.api_names import comm_mask
+from tracelab.model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"

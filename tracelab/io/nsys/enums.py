@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import CopyKind, MemKind, SyncKind
-from .nsys_db import NsysDb, quote_ident
+from tracelab.io.nsys.db import NsysDb, quote_ident
+from tracelab.model import CopyKind, MemKind, SyncKind
 
 # CUpti_ActivityMemcpyKind (documented values; also the ENUM_CUDA_MEMCPY_OPER ids in every export seen)
 _COPY_BY_NAME = {

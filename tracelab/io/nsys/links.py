@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..model import EventKind, Flag
-from .nsys_db import quote_ident
-from .nsys_strings import NsysStrings
-from .nsys_util import distinct
+from tracelab.io.nsys.db import quote_ident
+from tracelab.io.nsys.strings import NsysStrings
+from tracelab.io.nsys.util import distinct
+from tracelab.model import EventKind, Flag
 
 _GRAPH_LAUNCH = re.compile(r"^(cuda|cu)GraphLaunch", re.IGNORECASE)
 _EX_LAUNCH = re.compile(r"^(cuda|cu)LaunchKernelEx", re.IGNORECASE)

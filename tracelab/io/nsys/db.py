@@ -38,8 +38,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..errors import TraceFormatError
-from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
+from tracelab.errors import TraceFormatError
+from tracelab.hot_journal import RecoveryFailed, hot_journal, recovered_copy
 
 T = TypeVar("T")
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -59,7 +59,7 @@ def _load_file(path: Path, kind: str, progress: Progress | None = None) -> Timel
         return _nsys().load_nsys_sqlite(path)
     if kind == "nsys-rep":
         return _load_nsys_rep(path)
-    from . import kineto
+    from tracelab.io.kineto import load as kineto
 
     return kineto.load_kineto(path, progress=progress)
 
@@ -218,7 +218,7 @@ def merge_rank_parts(source: str, files: list[Path], parts: list[Timeline]) -> T
     """Per-rank timelines of `files` (same order) -> one multi-rank Timeline with ranks chosen as
     `load_trace_dir` documents."""
     ranks, rank_notes = _choose_ranks(files, parts)
-    from .kineto import relabel_rank
+    from tracelab.io.kineto.load import relabel_rank
 
     parts = [tl if tl.meta.ranks == (r,) else relabel_rank(tl, r) for tl, r in zip(parts, ranks)]
     formats = sorted({tl.meta.format for tl in parts})
@@ -336,7 +336,7 @@ def _load_nsys_rep(path: Path) -> Timeline:
 
 def _nsys():
     try:
-        from . import nsys
+        from tracelab.io.nsys import load as nsys
     except ImportError as exc:  # pragma: no cover - only while the nsys parser is absent
         raise MissingDependency(f"nsys trace support is not available ({exc})") from None
     return nsys
@@ -344,7 +344,7 @@ def _nsys():
 
 def _rundir():
     try:
-        from . import rundir
+        from tracelab.io.rundir import load as rundir
     except ImportError as exc:  # pragma: no cover
         raise MissingDependency(f"run-directory support is not available ({exc})") from None
     return rundir

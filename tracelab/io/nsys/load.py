@@ -18,22 +18,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceFormatError
-from ..model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
-from ..model.timeline import is_constant
-from .nsys_activity import NULL_END, missing_column_notes
-from .nsys_db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
-from .nsys_export import export_nsys_rep, find_nsys
-from .nsys_health import read_health
-from .nsys_host import host_of, pid_of
-from .nsys_links import fill_graph_ids, link_host_and_gpu, separate_processes
-from .nsys_memory import read_memory
-from .nsys_nccl import nccl_collective_args
-from .nsys_osrt import OS_CALL_CATEGORY, OSRT, keep_os_calls_of_host_threads
-from .nsys_ranks import assign_process_ranks
-from .nsys_read import distinct_pairs, merge_sorted, read_tables
-from .nsys_strings import NsysStrings, compact
-from .nsys_target import (
+from tracelab.errors import TraceFormatError
+from tracelab.io.nsys.activity import NULL_END, missing_column_notes
+from tracelab.io.nsys.db import ACTIVITY_TABLES, NsysDb, open_export, sqlite_error
+from tracelab.io.nsys.export import export_nsys_rep, find_nsys
+from tracelab.io.nsys.health import read_health
+from tracelab.io.nsys.host import host_of, pid_of
+from tracelab.io.nsys.links import fill_graph_ids, link_host_and_gpu, separate_processes
+from tracelab.io.nsys.memory import read_memory
+from tracelab.io.nsys.nccl import nccl_collective_args
+from tracelab.io.nsys.osrt import OS_CALL_CATEGORY, OSRT, keep_os_calls_of_host_threads
+from tracelab.io.nsys.ranks import assign_process_ranks
+from tracelab.io.nsys.read import distinct_pairs, merge_sorted, read_tables
+from tracelab.io.nsys.strings import NsysStrings, compact
+from tracelab.io.nsys.target import (
     KNOWN_SCHEMA_MAJOR,
     export_meta,
     green_streams,
@@ -44,8 +42,16 @@ from .nsys_target import (
     schema_version,
     thread_names,
 )
-from .nsys_util import distinct
-from .validate import check_devices, json_safe, launch_link_notes, neutralize_names, validate_columns
+from tracelab.io.nsys.util import distinct
+from tracelab.io.validate import (
+    check_devices,
+    json_safe,
+    launch_link_notes,
+    neutralize_names,
+    validate_columns,
+)
+from tracelab.model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
+from tracelab.model.timeline import is_constant
 
 __all__ = ["export_nsys_rep", "find_nsys", "load_nsys_sqlite"]
 

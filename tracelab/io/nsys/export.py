@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..errors import MissingDependency, TraceFormatError
+from tracelab.errors import MissingDependency, TraceFormatError
 
 NSYS_ENV = "TRACELAB_NSYS"
 _SEARCH_GLOBS = (

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .nsys_db import NsysDb
+from tracelab.io.nsys.db import NsysDb
 
 TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 MAX_EVENTS = 1_000_000

@@ -138,7 +138,7 @@ class BlockReader:
         self._stop = False
         self.position = 0
         # NCCL kernels' collective metadata, found in the text as it is read (kineto_comm_args)
-        from .kineto_comm_args import CommArgs
+        from tracelab.io.kineto.comm_args import CommArgs
 
         self.comm_args = CommArgs()
         self._thread = threading.Thread(target=self._run, name="tracelab-read", daemon=True)

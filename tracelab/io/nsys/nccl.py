@@ -19,9 +19,9 @@ import sqlite3
 
 import numpy as np
 
-from ..model import EventKind
-from .nsys_db import NsysDb
-from .nsys_host import pid_of, tid_of
+from tracelab.io.nsys.db import NsysDb
+from tracelab.io.nsys.host import pid_of, tid_of
+from tracelab.model import EventKind
 
 OPS = {
     "ncclAllReduce": "allreduce",

@@ -11,9 +11,9 @@ import threading
 
 import numpy as np
 
-from ..model import StringInterner
-from .nsys_db import NsysDb
-from .nsys_util import distinct
+from tracelab.io.nsys.db import NsysDb
+from tracelab.io.nsys.util import distinct
+from tracelab.model import StringInterner
 
 
 class NsysStrings:
