@@ -120,21 +120,7 @@ def validate_columns(
         )
         notes.append(_example(strings, names, rows, what))
 
-    if "device" in cols and np.ndim(cols["device"]):
-        device = np.asarray(cols["device"])
-        bad_dev = (device < -1) | (device >= INT32_LIMIT)
-        if kind is not None:
-            bad_dev &= np.isin(kind, _GPU) | (device != -1)
-        bad_dev &= ~drop
-        if bad_dev.any():
-            rows = np.flatnonzero(bad_dev)
-            what = (
-                f"{len(rows)} events on a device id outside 0 … 2^31-1 (first: {int(device[rows[0]])}) "
-                "were dropped"
-            )
-            notes.append(_example(strings, names, rows, what))
-            drop |= bad_dev
-
+    drop |= _bad_devices(cols, kind, drop, strings, names, notes)
     if "rank" in cols and np.ndim(cols["rank"]):
         rank = np.asarray(cols["rank"])
         bad = (rank < 0) | (rank >= INT32_LIMIT)
@@ -154,6 +140,38 @@ def validate_columns(
             f"event durations add up to {total:.3g} ns, more than tracelab can sum exactly (2^62 ns)", path
         )
 
+    _unknown_out_of_int32(cols, notes)
+    return cols, notes
+
+
+def _bad_devices(
+    cols: dict[str, np.ndarray],
+    kind: np.ndarray | None,
+    drop: np.ndarray,
+    strings: Sequence[str],
+    names: np.ndarray | None,
+    notes: list[str],
+) -> np.ndarray | bool:
+    """The rows (not dropped already) on a device id outside 0 … 2^31-1, said in `notes`."""
+    if "device" not in cols or not np.ndim(cols["device"]):
+        return False
+    device = np.asarray(cols["device"])
+    bad_dev = (device < -1) | (device >= INT32_LIMIT)
+    if kind is not None:
+        bad_dev &= np.isin(kind, _GPU) | (device != -1)
+    bad_dev &= ~drop
+    if bad_dev.any():
+        rows = np.flatnonzero(bad_dev)
+        what = (
+            f"{len(rows)} events on a device id outside 0 … 2^31-1 (first: {int(device[rows[0]])}) "
+            "were dropped"
+        )
+        notes.append(_example(strings, names, rows, what))
+    return bad_dev
+
+
+def _unknown_out_of_int32(cols: dict[str, np.ndarray], notes: list[str]) -> None:
+    """Attributes outside the int32 range become unknown (-1), said in `notes`."""
     for c in _INT32_ATTRS:
         if c not in cols or not np.ndim(cols[c]):
             continue
@@ -168,7 +186,6 @@ def validate_columns(
                 "were treated as unknown"
             )
             cols[c] = np.where(bad, -1, arr)
-    return cols, notes
 
 
 _DEVICE_INT_LIMIT = {"total_memory": 1 << 63}

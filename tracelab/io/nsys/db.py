@@ -19,17 +19,14 @@ range into one string (group_concat) and numpy parses it, with no Python object 
 from __future__ import annotations
 
 import functools
-import gzip
 import itertools
 import os
 import re
 import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 import warnings
-import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,11 +37,10 @@ import numpy as np
 
 from tracelab.errors import TraceFormatError
 from tracelab.hot_journal import RecoveryFailed, hot_journal, recovered_copy
+from tracelab.io.nsys import files
+from tracelab.io.nsys.files import GZIP_MAGIC, _check_header, _private_copy, _read_head
 
 T = TypeVar("T")
-SQLITE_MAGIC = b"SQLite format 3\x00"
-GZIP_MAGIC = b"\x1f\x8b"
-MAX_PRIVATE_COPY = 64 << 30  # a private (inflated) copy larger than this is refused
 BUDGET_ENV = "TRACELAB_SQLITE_BUDGET_S"
 _PROGRESS_OPS = 20_000  # SQLite VM steps between budget checks
 
@@ -151,14 +147,6 @@ class NsysDb:
             shutil.rmtree(self.private_dir, ignore_errors=True)
 
 
-def _read_head(path: Path, n: int = 100) -> bytes:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(n)
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read ({exc.strerror or exc})", path) from None
-
-
 _READ_OTHER = (
     "StringIds",
     "ThreadNames",
@@ -176,71 +164,6 @@ def _is_read(name: object) -> bool:
     if not isinstance(name, str):
         return False
     return name in ACTIVITY_TABLES or name in _READ_OTHER or name.startswith(("ENUM_", "TARGET_INFO_"))
-
-
-def _check_header(path: Path, head: bytes, size: int) -> None:
-    if size == 0:
-        raise TraceFormatError("empty file, not an Nsight Systems SQLite export", path)
-    if not head.startswith(SQLITE_MAGIC):
-        raise TraceFormatError("not an SQLite database (expected an Nsight Systems SQLite export)", path)
-    if size < 512 or size % 512:
-        raise TraceFormatError(f"truncated SQLite file ({size} bytes is not a whole number of pages)", path)
-
-
-# a gzip'd export may inflate to INFLATE_RATIO times its size (real exports: 3-9x), and always to
-# MIN_INFLATE_LIMIT: an 8.4 MB file of zeros wrote 8 GiB into the temp directory before this bound
-INFLATE_RATIO = 64
-MIN_INFLATE_LIMIT = 256 << 20
-
-
-def inflate_limit(compressed_size: int) -> int:
-    """The most bytes a gzip'd export of this size is inflated to (see INFLATE_RATIO)."""
-    return min(MAX_PRIVATE_COPY, max(MIN_INFLATE_LIMIT, INFLATE_RATIO * compressed_size))
-
-
-def _inflate(path: Path, out: Path) -> None:
-    """gunzip path -> out, refusing more than `inflate_limit` bytes."""
-    written = 0
-    size = path.stat().st_size
-    limit = inflate_limit(size)
-    try:
-        with gzip.open(path, "rb") as src, out.open("wb") as dst:
-            while block := src.read(1 << 20):
-                written += len(block)
-                if written > limit:
-                    raise TraceFormatError(
-                        f"gzip'd export inflates to more than {limit >> 20:,} MiB ({INFLATE_RATIO}x its "
-                        f"{size / 1e6:.1f} MB, or {MIN_INFLATE_LIMIT >> 20} MiB): refused as a likely gzip bomb; "
-                        "gunzip it yourself to read it",
-                        path,
-                    )
-                dst.write(block)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(f"corrupt gzip data ({str(exc).splitlines()[0] if str(exc) else exc})", path) from None
-
-
-def _private_copy(path: Path, head: bytes) -> tuple[Path, str]:
-    """A copy of the export in a new private directory (inflated if gzip'd, with its -wal file if it is
-    in WAL mode) and that directory."""
-    tmp = tempfile.mkdtemp(prefix="tracelab-sqlite-")
-    try:
-        out = Path(tmp) / "export.sqlite"
-        if head.startswith(GZIP_MAGIC):
-            _inflate(path, out)
-        else:
-            if path.stat().st_size > MAX_PRIVATE_COPY:
-                raise TraceFormatError(f"WAL-mode export larger than {MAX_PRIVATE_COPY >> 30} GiB (refused)", path)
-            shutil.copyfile(path, out)
-            wal = path.with_name(path.name + "-wal")
-            if wal.is_file():
-                shutil.copyfile(wal, out.with_name(out.name + "-wal"))
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise TraceFormatError(f"cannot make a private copy to read ({exc.strerror or exc})", path) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out, tmp
 
 
 def _connect(uri: str, path: Path, deadline: float) -> sqlite3.Connection:
@@ -313,7 +236,7 @@ def open_export(path: str | Path) -> NsysDb:
     elif private is None and (journal := hot_journal(p)) is not None:
         # a killed (or still running) writer's uncommitted pages are in p: read a rolled-back copy
         try:
-            source, private = recovered_copy(p, MAX_PRIVATE_COPY)
+            source, private = recovered_copy(p, files.MAX_PRIVATE_COPY)
         except RecoveryFailed as exc:
             raise TraceFormatError(
                 f"has a hot journal {journal.name} (uncommitted changes) and {exc}: refused", p

@@ -197,8 +197,73 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     emeta = export_meta(db)
     version = schema_version(emeta)
     notes = list(db.notes) + _schema_notes(db, emeta)
-
     strings = NsysStrings(db)
+    cols, open_ranges = _read_columns(db, strings, kernel_names, notes)
+    kind = cols["kind"]
+    gpu = np.isin(kind, _GPU_KINDS)
+    no_device = gpu & (cols["device"] < 0)
+    if no_device.any():
+        cols["device"] = np.where(no_device, 0, cols["device"])
+        notes.append(f"{int(no_device.sum())} GPU operations have no deviceId: placed on device 0")
+    cols, gpu = _assign_ranks(db, cols, gpu, notes)
+    kind = cols["kind"]
+    notes += separate_processes(cols, gpu)
+    fill_graph_ids(db, cols)
+    stats, link_notes = link_host_and_gpu(
+        cols,
+        strings,
+        gpu,
+        has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")),
+    )
+    notes += link_notes
+    notes += launch_link_notes(kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings)
+    if open_ranges:
+        notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
+    counts = {**_counts(kind, open_ranges), **stats}
+    if OSRT in db.tables:  # OS runtime calls were traced (even if none lasted past the threshold)
+        os_call = (kind == int(EventKind.OTHER)) & (cols["category"] == strings.intern(OS_CALL_CATEGORY))
+        counts["os_calls"] = int(os_call.sum())
+    notes += _syncs_on_the_ranks_gpu(cols, gpu, kind)
+    on_device = (cols["device"] >= 0) & (gpu | (kind == int(EventKind.SYNC)))
+    used_devices = distinct_pairs(cols["rank"][on_device], cols["device"][on_device])
+    devices, described = read_devices(db, used_devices)
+    devices, device_notes = check_devices(devices)
+    notes += device_notes
+    if used_devices and not described:
+        notes.append("no TARGET_INFO_GPU table: GPU names and limits are unknown")
+    rank_of_pid = {}
+    host_pids = cols["pid"] >= 0
+    for r, p in distinct_pairs(cols["rank"][host_pids], cols["pid"][host_pids]):
+        rank_of_pid.setdefault(p, r)
+    contexts = read_contexts(db, rank_of_pid)
+    _green_from_contexts(cols, contexts, green_streams(db), on_device)
+    contexts += _undescribed_green_contexts(cols, contexts, on_device)
+    extra = _extra(db, emeta, strings, cols, host_pids)
+    del cols["_gpid"]
+    table, cols = compact(strings.strings, cols)
+    table, renamed = neutralize_names(table)
+    if renamed:
+        notes.append(
+            f"{renamed} names held Unicode direction controls or were over 1 MiB: shown with them replaced / cut"
+        )
+    names = sorted({d.name for d in devices if d.name})
+    ranks = tuple(int(r) for r in distinct(cols["rank"])) or (0,)
+    meta = RunMeta(
+        source=str(db.path),
+        format="nsys",
+        ranks=ranks,
+        schema_version=version,
+        gpu=", ".join(names),
+        notes=tuple(notes),
+        stats=counts,
+        extra=json_safe(extra),
+    )
+    return build_timeline(cols, table, meta, devices=devices, contexts=contexts)
+
+
+def _read_columns(db: NsysDb, strings: NsysStrings, kernel_names: str, notes: list[str]) -> tuple[dict, int]:
+    """(the events of every table merged in start order and validated, NVTX ranges never ended); what was
+    clamped or dropped goes into `notes`."""
     parts, open_ranges = read_tables(db, strings, kernel_names)
     parts, os_notes = keep_os_calls_of_host_threads(parts, strings.intern(OS_CALL_CATEGORY))
     cols = merge_sorted(parts)
@@ -216,14 +281,12 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     # nsys times are ns since the session start: a NULL (-1) or negative start is not a time
     cols, checks = validate_columns(cols, strings.strings, db.path, min_time_ns=0)
     notes += checks
-    kind = cols["kind"]
-    gpu = np.isin(kind, _GPU_KINDS)
-    no_device = gpu & (cols["device"] < 0)
-    if no_device.any():
-        cols["device"] = np.where(no_device, 0, cols["device"])
-        notes.append(f"{int(no_device.sum())} GPU operations have no deviceId: placed on device 0")
+    return cols, open_ranges
 
-    # ranks: one per host (hardware id) when an export merges several machines
+
+def _assign_ranks(db: NsysDb, cols: dict, gpu: np.ndarray, notes: list[str]) -> tuple[dict, np.ndarray]:
+    """cols["rank"]: one rank per host (hardware id) when an export merges several machines, else one
+    per process that used a GPU; the events of processes left out are dropped (said in `notes`)."""
     hosts = host_of(cols["_gpid"])
     uniq_hosts = distinct(hosts[cols["_gpid"] >= 0])
     if len(uniq_hosts) > 1:
@@ -234,41 +297,14 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         notes += rank_notes
         if not keep.all():
             cols = {k: v[keep] for k, v in cols.items()}
-            kind, gpu = cols["kind"], gpu[keep]
-    notes += separate_processes(cols, gpu)
-    fill_graph_ids(db, cols)
-    stats, link_notes = link_host_and_gpu(
-        cols,
-        strings,
-        gpu,
-        has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")),
-    )
-    notes += link_notes
-    notes += launch_link_notes(kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings)
-    if open_ranges:
-        notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
+            gpu = gpu[keep]
+    return cols, gpu
 
-    counts = {**_counts(kind, open_ranges), **stats}
-    if OSRT in db.tables:  # OS runtime calls were traced (even if none lasted past the threshold)
-        os_call = (kind == int(EventKind.OTHER)) & (cols["category"] == strings.intern(OS_CALL_CATEGORY))
-        counts["os_calls"] = int(os_call.sum())
 
-    notes += _syncs_on_the_ranks_gpu(cols, gpu, kind)
-    on_device = (cols["device"] >= 0) & (gpu | (kind == int(EventKind.SYNC)))
-    used_devices = distinct_pairs(cols["rank"][on_device], cols["device"][on_device])
-    devices, described = read_devices(db, used_devices)
-    devices, device_notes = check_devices(devices)
-    notes += device_notes
-    if used_devices and not described:
-        notes.append("no TARGET_INFO_GPU table: GPU names and limits are unknown")
-    rank_of_pid = {}
-    host_pids = cols["pid"] >= 0
-    for r, p in distinct_pairs(cols["rank"][host_pids], cols["pid"][host_pids]):
-        rank_of_pid.setdefault(p, r)
-    contexts = read_contexts(db, rank_of_pid)
-    _green_from_contexts(cols, contexts, green_streams(db), on_device)
-    contexts += _undescribed_green_contexts(cols, contexts, on_device)
-
+def _extra(db: NsysDb, emeta: dict, strings: NsysStrings, cols: dict, host_pids: np.ndarray) -> dict:
+    """RunMeta.extra: the export's versions, process and thread names, health, memory, and (several
+    ranks) the collectives' sizes from NCCL's payloads."""
+    kind = cols["kind"]
     threads = distinct_pairs(cols["pid"][host_pids], cols["tid"][host_pids])
     pids = {p for p, _ in threads}
     extra = {
@@ -292,26 +328,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         args = nccl_collective_args(db, cols, kern[np.isin(cols["name"][kern], nccl)])
         if args:
             extra["rank_extra"] = args
-    del cols["_gpid"]
-    table, cols = compact(strings.strings, cols)
-    table, renamed = neutralize_names(table)
-    if renamed:
-        notes.append(
-            f"{renamed} names held Unicode direction controls or were over 1 MiB: shown with them replaced / cut"
-        )
-    names = sorted({d.name for d in devices if d.name})
-    ranks = tuple(int(r) for r in distinct(cols["rank"])) or (0,)
-    meta = RunMeta(
-        source=str(db.path),
-        format="nsys",
-        ranks=ranks,
-        schema_version=version,
-        gpu=", ".join(names),
-        notes=tuple(notes),
-        stats=counts,
-        extra=json_safe(extra),
-    )
-    return build_timeline(cols, table, meta, devices=devices, contexts=contexts)
+    return extra
 
 
 def load_nsys_sqlite(path: str | Path, *, kernel_names: str = "demangled") -> Timeline:

@@ -192,39 +192,11 @@ def load_run_dir(path: str | Path) -> Timeline:
     devices = _devices(tl, meta)
     contexts = list(tl.contexts)
     ev = tl.events
-    changed = False
     strings = tl.strings
     name_ids = {s: i for i, s in enumerate(strings)}
 
     # green contexts the trace does not know about (torch.profiler)
-    green_parts = [p for p in meta.get("partitions") or [] if p.get("green")]
-    if green_parts:
-        gc = ev["green_context"].to_numpy().copy()
-        for i, part in enumerate(green_parts):
-            marker = name_ids.get(str(part.get("marker", "")))
-            if marker is None:
-                notes.append(f"green-context partition {part.get('name')}: marker kernel not in the trace")
-                continue
-            on = (ev["kind"].to_numpy() == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == marker)
-            keys = ev.loc[on, ["rank", "device", "stream"]].drop_duplicates()
-            for rank, dev, stream in keys.itertuples(index=False):
-                sel = (
-                    (ev["rank"].to_numpy() == rank)
-                    & (ev["device"].to_numpy() == dev)
-                    & (ev["stream"].to_numpy() == stream)
-                )
-                existing = gc[sel & (gc >= 0)]
-                if len(existing):
-                    gid = int(np.bincount(existing - existing.min()).argmax() + existing.min())
-                else:
-                    gid = int(part.get("context_id", -1))
-                    gid = gid if gid >= 0 else 1_000_000 + i
-                    gc[sel] = gid
-                    changed = True
-                contexts = _with_green(contexts, int(rank), int(dev), gid, int(part.get("sm_count", 0)))
-        if changed:
-            ev = ev.copy()
-            ev["green_context"] = gc
+    ev, contexts, changed = _green_partitions(ev, meta, name_ids, contexts, notes)
 
     pdl_ids = [name_ids[n] for n in meta.get("pdl_kernels") or [] if n in name_ids]
     if pdl_ids:
@@ -263,6 +235,44 @@ def load_run_dir(path: str | Path) -> Timeline:
             cols, strings, run_meta, devices=devices, contexts=contexts, sm_blocks=sm_blocks
         )
     return replace(tl, meta=run_meta, sm_blocks=sm_blocks)
+
+
+def _green_partitions(
+    ev: Any, meta: dict[str, Any], name_ids: dict[str, int], contexts: list, notes: list[str]
+) -> tuple[Any, list, bool]:
+    """The green-context partitions of meta.json marked on the streams of their marker kernels:
+    (events, contexts, whether the events changed); a marker not in the trace is said in `notes`."""
+    changed = False
+    green_parts = [p for p in meta.get("partitions") or [] if p.get("green")]
+    if not green_parts:
+        return ev, contexts, changed
+    gc = ev["green_context"].to_numpy().copy()
+    for i, part in enumerate(green_parts):
+        marker = name_ids.get(str(part.get("marker", "")))
+        if marker is None:
+            notes.append(f"green-context partition {part.get('name')}: marker kernel not in the trace")
+            continue
+        on = (ev["kind"].to_numpy() == int(EventKind.KERNEL)) & (ev["name"].to_numpy() == marker)
+        keys = ev.loc[on, ["rank", "device", "stream"]].drop_duplicates()
+        for rank, dev, stream in keys.itertuples(index=False):
+            sel = (
+                (ev["rank"].to_numpy() == rank)
+                & (ev["device"].to_numpy() == dev)
+                & (ev["stream"].to_numpy() == stream)
+            )
+            existing = gc[sel & (gc >= 0)]
+            if len(existing):
+                gid = int(np.bincount(existing - existing.min()).argmax() + existing.min())
+            else:
+                gid = int(part.get("context_id", -1))
+                gid = gid if gid >= 0 else 1_000_000 + i
+                gc[sel] = gid
+                changed = True
+            contexts = _with_green(contexts, int(rank), int(dev), gid, int(part.get("sm_count", 0)))
+    if changed:
+        ev = ev.copy()
+        ev["green_context"] = gc
+    return ev, contexts, changed
 
 
 def _devices(tl: Timeline, meta: dict[str, Any]) -> list[DeviceInfo]:
