@@ -41,8 +41,12 @@ def child(path: Path) -> dict:
     """The stages, in this process, with the code on sys.path[0]."""
     from tracelab.analyses import analyze
     from tracelab.api import store_timeline
-    from tracelab.io import trace_fingerprint
-    from tracelab.io.nsys.load import load_nsys_sqlite
+    try:
+        from tracelab.io import trace_fingerprint
+        from tracelab.io.nsys.load import load_nsys_sqlite
+    except ImportError:  # a baseline from before issue 26's layout
+        from tracelab.parsers import trace_fingerprint
+        from tracelab.parsers.nsys import load_nsys_sqlite
     from tracelab.model import EventKind
     from tracelab.store import Store
 
@@ -112,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.path.exists():
         print(f"{args.path}: not found (run benchmarks/make_big_nsys.py first)", file=sys.stderr)
         return 2
-    if args.baseline is not None and not (args.baseline / "tracelab" / "io" / "nsys.py").is_file():
+    layouts = ("io/nsys/load.py", "parsers/nsys.py")  # since issue 26, before it
+    if args.baseline is not None and not any((args.baseline / "tracelab" / p).is_file() for p in layouts):
         print(f"{args.baseline}: not a tracelab checkout", file=sys.stderr)
         return 2
     print(f"{args.path.name}: {args.path.stat().st_size / 1e6:.0f} MB; {os.cpu_count()} cores, "

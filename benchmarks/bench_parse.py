@@ -43,7 +43,10 @@ LAUNCH = ["-m", "tracelab"]  # what the `tracelab` command runs (each tree's own
 PROBE = r"""
 import sys, time
 t0 = time.perf_counter()
-import tracelab.io.kineto.load as _k
+try:
+    import tracelab.io.kineto.load as _k
+except ImportError:  # a baseline from before issue 26's layout
+    import tracelab.parsers.kineto as _k
 _orig = _k.load_kineto
 def _probe(*a, **kw):
     sys.stderr.write(f"@@startup {time.perf_counter() - t0:.6f} {time.process_time():.6f}\n")
