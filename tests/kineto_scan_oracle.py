@@ -26,6 +26,7 @@ import numpy as np
 from tracelab.io.kineto import load as kineto
 from tracelab.io.kineto import rows as kineto_rows
 from tracelab.io.kineto import structs as kineto_structs
+from tracelab.io.kineto.kinds import _KIND_OF
 from tracelab.model import EventKind
 
 _WIDTH = {"ph": 1, "cat": 4, "name": 4, "sync": 4, "pid_s": 4, "tid_s": 4, "grid": 24, "block": 24}
@@ -122,8 +123,8 @@ def _rows_same(got: tuple, evs: list) -> None:
     sr = kineto_rows.StructRows(evs, kineto_structs.Event, kineto_structs.EMPTY_ARGS)
     assert cr.n == sr.n
     (k1, u1), (k2, u2) = (
-        cr.kinds(kineto._KIND_OF, int(EventKind.OTHER)),
-        sr.kinds(kineto._KIND_OF, int(EventKind.OTHER)),
+        cr.kinds(_KIND_OF, int(EventKind.OTHER)),
+        sr.kinds(_KIND_OF, int(EventKind.OTHER)),
     )
     _same_array(k1, k2, "kinds")
     assert u1 == u2, "categories used"
