@@ -1,8 +1,9 @@
 """Trace parsers: everything becomes a `tracelab.model.Timeline`.
 
 `load_trace(path)` picks the parser by content; `trace_fingerprint(path)` is the content hash the store
-uses to detect a second import of the same trace. Parser modules are imported lazily, this package too:
-`tracelab.io.kineto.blocks` (no numpy) can start reading a file before numpy is imported.
+uses to detect a second import of the same trace. One sub-package per format: `kineto/` (torch.profiler
+JSON), `nsys/` (Nsight Systems SQLite exports), `rundir/` (recorded run directories). Parser modules are
+imported lazily.
 """
 
 from __future__ import annotations
