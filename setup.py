@@ -1,46 +1,33 @@
-"""The optional C fast paths: the Kineto parser's scanner (tracelab/parsers/_kineto_scan.c) and the nsys
-reader's integer-column readers (tracelab/parsers/_sqlite_columns.c, linked with the system libsqlite3, and
-tracelab/parsers/_sqlite_btree.c, which decodes plain table pages itself), and the numpy allocator that
-reuses the pages of freed big arrays (tracelab/_pages.c), and the gzip inflater of the block reader
-(tracelab/parsers/_inflate.c, linked with the system zlib).
-Everything else is in pyproject.toml. Without a C compiler (or without sqlite3.h / zlib.h) the build goes on
-without them and the parsers use their pure-Python reference paths."""
+"""The native modules, all in tracelab/_native/ (read its __init__.py): the Kineto scanner.
+
+Everything else is in pyproject.toml. Where the platform can build them (CPython on Linux or macOS with
+a C compiler) the build is required: a compiler error fails the install instead of leaving the pure-Python
+twins to run unnoticed. Elsewhere (no compiler, another interpreter) the build is optional."""
+
+import os
+import platform
+import shutil
+import sys
+import sysconfig
 
 from setuptools import Extension, setup
+
+
+def _can_build() -> bool:
+    """CPython on Linux / macOS with the C compiler Python was built with (or $CC) on the PATH."""
+    if platform.python_implementation() != "CPython" or not sys.platform.startswith(("linux", "darwin")):
+        return False
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shutil.which(cc.split()[0]) is not None
+
 
 setup(
     ext_modules=[
         Extension(
-            "tracelab.parsers._kineto_scan",
-            sources=["tracelab/parsers/_kineto_scan.c"],
+            "tracelab._native._kineto_scan",
+            sources=["tracelab/_native/_kineto_scan.c"],
             extra_compile_args=["-O3"],
-            optional=True,
-        ),
-        Extension(
-            "tracelab.parsers._sqlite_columns",
-            sources=["tracelab/parsers/_sqlite_columns.c"],
-            extra_compile_args=["-O2"],
-            libraries=["sqlite3"],
-            optional=True,
-        ),
-        Extension(
-            "tracelab._pages",
-            sources=["tracelab/_pages.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "tracelab.parsers._inflate",
-            sources=["tracelab/parsers/_inflate.c"],
-            extra_compile_args=["-O2"],
-            libraries=["z"],
-            optional=True,
-        ),
-        Extension(
-            "tracelab.parsers._sqlite_btree",
-            sources=["tracelab/parsers/_sqlite_btree.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
+            optional=not _can_build(),
         ),
     ]
 )

@@ -24,7 +24,6 @@ import pandas as pd
 
 from tracelab.api.types import Analysis, AnalysisContext, AnalysisOptions, Budget, RunRecord, Store, Timeline
 from tracelab.errors import BadInput, MissingDependency, UnknownRun
-from tracelab.memory import inherit
 
 STATE_KEY = "TRACELAB_APP_STATE"
 DEFAULT_OPTIONS = AnalysisOptions()
@@ -263,7 +262,7 @@ class AppState:
                 with self._background_lock:
                     self._background.discard(name)
 
-        threading.Thread(target=inherit(run), name=name, daemon=True).start()
+        threading.Thread(target=run, name=name, daemon=True).start()
 
     def peek(self, key: Any) -> Any:
         """A value `cached` holds under `key`, or None (never computes it)."""

@@ -43,11 +43,11 @@ DEFAULT_TRACE = (
 
 def load(path: Path):
     try:
-        from tracelab.parsers import load_trace  # type: ignore[attr-defined]
+        from tracelab.io import load_trace  # type: ignore[attr-defined]
 
         return load_trace(path)
     except ImportError:
-        from tracelab.parsers.kineto import load_kineto
+        from tracelab.io.kineto.load import load_kineto
 
         return load_kineto(path)
 

@@ -121,7 +121,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from tracelab.demo import demo_run
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
     from tracelab.store import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-gaps-"))

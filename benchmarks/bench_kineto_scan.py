@@ -1,4 +1,4 @@
-"""The Kineto C scanner alone (tracelab/parsers/_kineto_scan.c), this checkout's source vs another version's
+"""The Kineto C scanner alone (tracelab/_native/_kineto_scan.c), this checkout's source vs another version's
 (default: the `main` branch), on the traceEvents pieces of a real trace.
 
     python benchmarks/bench_kineto_scan.py ../shared/corpus/hta/df_index_resolver__df_index_resolver.json.gz \\
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = "tracelab/parsers/_kineto_scan.c"
+SOURCE = "tracelab/_native/_kineto_scan.c"
 
 
 def compile_scanner(source: Path, out_dir: Path, label: str) -> ModuleType:
@@ -45,7 +45,7 @@ def compile_scanner(source: Path, out_dir: Path, label: str) -> ModuleType:
 
 def pieces_of(trace: Path) -> list[bytes]:
     sys.path.insert(0, str(ROOT))
-    from tracelab.parsers.kineto_stream import EventChunks
+    from tracelab.io.kineto.stream import EventChunks
 
     chunks = EventChunks(trace, lambda piece: bytes(piece))
     return list(chunks)

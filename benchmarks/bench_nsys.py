@@ -13,9 +13,7 @@ of the run (computed from the events, stored with them).
 that code too, alternating with this checkout `--repeats` times, and prints, stage by stage, the best
 wall and CPU seconds of each side and their ratios, then the ratios of the best totals.
 
-The parse reads integer columns with the optional C reader (tracelab/parsers/_sqlite_columns.c, built
-by `python setup.py build_ext --inplace`) when it is built; `TRACELAB_NSYS_C_READER=0` in the
-environment (passed on to the children) measures the pure-Python reference path instead.
+The parse reads integer columns through the stdlib sqlite3 (group_concat per rowid range, parsed by numpy).
 """
 
 from __future__ import annotations
@@ -40,19 +38,16 @@ def _cpu() -> float:
 
 
 def child(path: Path) -> dict:
-    """The stages, in this process, with the code on sys.path[0]; with the reused pages of big arrays
-    when that code has them (`tracelab.memory`, installed by the `tracelab` command's import and analyze)."""
-    try:
-        from tracelab.memory import install
-    except ImportError:  # a baseline from before it
-        pass
-    else:
-        install()
+    """The stages, in this process, with the code on sys.path[0]."""
     from tracelab.analyses import analyze
     from tracelab.api import store_timeline
+    try:
+        from tracelab.io import trace_fingerprint
+        from tracelab.io.nsys.load import load_nsys_sqlite
+    except ImportError:  # a baseline from before issue 26's layout
+        from tracelab.io import trace_fingerprint
+        from tracelab.io.nsys.load import load_nsys_sqlite
     from tracelab.model import EventKind
-    from tracelab.parsers import trace_fingerprint
-    from tracelab.parsers.nsys import load_nsys_sqlite
     from tracelab.store import Store
 
     with path.open("rb") as fh:  # warm the page cache so the first stage does not pay for the disk
@@ -121,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.path.exists():
         print(f"{args.path}: not found (run benchmarks/make_big_nsys.py first)", file=sys.stderr)
         return 2
-    if args.baseline is not None and not (args.baseline / "tracelab" / "parsers" / "nsys.py").is_file():
+    layouts = ("io/nsys/load.py", "parsers/nsys.py")  # since issue 26, before it
+    if args.baseline is not None and not any((args.baseline / "tracelab" / p).is_file() for p in layouts):
         print(f"{args.baseline}: not a tracelab checkout", file=sys.stderr)
         return 2
     print(f"{args.path.name}: {args.path.stat().st_size / 1e6:.0f} MB; {os.cpu_count()} cores, "

@@ -11,9 +11,9 @@ alternates (this checkout, baseline, HTA, then the reverse), and the best wall t
 
 - tracelab: `python -m tracelab analyze --json TRACE` (the `tracelab` command's path) with PYTHONPATH set
   to this checkout, or to `git archive BASELINE` unpacked in a temporary directory (`--baseline main`;
-  `--baseline ''` leaves it out). `--decode-workers N` adds a row with TRACELAB_DECODE_WORKERS=N.
+  `--baseline ''` leaves it out).
 - start-up: wall seconds from the interpreter's start (`python -c pass`, best of 5) plus the imports until the
-  parser is first called (a probe wraps `tracelab.parsers.kineto.load_kineto`; best of 7), on the
+  parser is first called (a probe wraps `tracelab.io.kineto.load.load_kineto`; best of 7), on the
   smallest trace; also the process's CPU seconds by then (steadier on a loaded machine).
 - HTA (PyPI `traceinsight` 0.6.1, in its own venv: `python -m venv V && V/bin/pip install
   traceinsight==0.6.1`): TraceAnalysis (parse) + temporal breakdown + idle time breakdown +
@@ -43,7 +43,10 @@ LAUNCH = ["-m", "tracelab"]  # what the `tracelab` command runs (each tree's own
 PROBE = r"""
 import sys, time
 t0 = time.perf_counter()
-import tracelab.parsers.kineto as _k
+try:
+    import tracelab.io.kineto.load as _k
+except ImportError:  # a baseline from before issue 26's layout
+    import tracelab.io.kineto.load as _k
 _orig = _k.load_kineto
 def _probe(*a, **kw):
     sys.stderr.write(f"@@startup {time.perf_counter() - t0:.6f} {time.process_time():.6f}\n")
@@ -122,7 +125,7 @@ def uncompressed_size(path: Path) -> int:
 def count_events(path: Path) -> int:
     """Elements of traceEvents, counted with tracelab's own parser stats (this checkout)."""
     sys.path.insert(0, str(ROOT))
-    from tracelab.parsers.detect import load_trace
+    from tracelab.io.detect import load_trace
 
     return int(load_trace(path).meta.stats.get("trace_events", 0))
 
@@ -171,7 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default="main", help="git ref of the tracelab to compare with ('' = none)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool; the best wall time is kept")
     ap.add_argument("--hta-max-mb", type=float, default=1000.0, help="skip HTA above this many MB of JSON")
-    ap.add_argument("--decode-workers", type=int, default=0, help="also run with TRACELAB_DECODE_WORKERS=N")
     ap.add_argument("--timeout", type=float, default=3600)
     args = ap.parse_args(argv)
 
@@ -181,11 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tracelab-baseline-") as tmp:
         variants: list[tuple[str, list[str], dict[str, str]]] = []
         env_here = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
-        env_here.pop("TRACELAB_DECODE_WORKERS", None)
         variants.append(("tracelab (this checkout)", [py, *LAUNCH], env_here))
-        if args.decode_workers > 1:
-            env_par = dict(env_here, TRACELAB_DECODE_WORKERS=str(args.decode_workers))
-            variants.append((f"tracelab, {args.decode_workers} decode procs", [py, *LAUNCH], env_par))
         if args.baseline:
             base = unpack(args.baseline, Path(tmp))
             compile_bytecode(py, base)

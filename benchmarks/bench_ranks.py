@@ -36,7 +36,7 @@ sys.path.insert(0, sys.argv[3])
 if __name__ == "__main__":
     t0 = time.perf_counter()
     from tracelab import distributed
-    from tracelab.parsers.detect import merge_rank_parts
+    from tracelab.io.detect import merge_rank_parts
     from tracelab.store import Store
     t1, c1 = time.perf_counter(), time.process_time()
     workers = int(sys.argv[2])

@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from tracelab.analyses.steps import infer_steps
 from tracelab.demo import demo_run_paths
+from tracelab.io import load_trace
+from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import Timeline
-from tracelab.parsers import load_trace
-from tracelab.parsers.rundir import load_run_dir
 
 Infer = Callable[[Timeline, int], tuple[np.ndarray, np.ndarray, str]]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracelab.parsers import load_trace, trace_fingerprint
+from tracelab.io import load_trace, trace_fingerprint
 from tracelab.store import Store
 
 

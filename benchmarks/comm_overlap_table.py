@@ -15,7 +15,7 @@ from tracelab.analyses.scope import steps_span_timeline
 from tracelab.analyses.step_time import steady_step_time
 from tracelab.api import analyze
 from tracelab.demo import demo_run
-from tracelab.parsers.rundir import load_run_dir
+from tracelab.io.rundir.load import load_run_dir
 from tracelab.text_format import fmt_ns
 
 

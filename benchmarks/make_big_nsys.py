@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracelab.parsers.nsys_db import ACTIVITY_TABLES
+from tracelab.io.nsys.db import ACTIVITY_TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"

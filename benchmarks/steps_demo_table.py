@@ -25,9 +25,9 @@ from bench_steps import Infer, peer_infer
 
 from tracelab.analyses.steps import infer_steps, marked_steps
 from tracelab.demo import demo_run_paths
+from tracelab.io import load_trace
+from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import EventKind, Timeline
-from tracelab.parsers import load_trace
-from tracelab.parsers.rundir import load_run_dir
 
 CORPUS_MARKED = [
     "hta/df_index_resolver__df_index_resolver.json.gz",

@@ -1,4 +1,4 @@
-"""The differential oracle for the C scanner (tracelab/parsers/_kineto_scan.c) against msgspec.
+"""The differential oracle for the C scanner (tracelab/_native/_kineto_scan.c) against msgspec.
 
 `check(piece, got)` takes one piece of `traceEvents` and what `_kineto_scan.scan(piece)` returned for it.
 A decline (None) is always allowed: the parser then decodes the piece with msgspec. An accepted piece
@@ -23,8 +23,11 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from tracelab.io.kineto import load as kineto
+from tracelab.io.kineto import rows as kineto_rows
+from tracelab.io.kineto import structs as kineto_structs
+from tracelab.io.kineto.kinds import _KIND_OF
 from tracelab.model import EventKind
-from tracelab.parsers import kineto, kineto_rows, kineto_structs
 
 _WIDTH = {"ph": 1, "cat": 4, "name": 4, "sync": 4, "pid_s": 4, "tid_s": 4, "grid": 24, "block": 24}
 _INT_ARGS = ("device", "stream", "correlation", "context", "bytes", "registers", "shared")
@@ -120,8 +123,8 @@ def _rows_same(got: tuple, evs: list) -> None:
     sr = kineto_rows.StructRows(evs, kineto_structs.Event, kineto_structs.EMPTY_ARGS)
     assert cr.n == sr.n
     (k1, u1), (k2, u2) = (
-        cr.kinds(kineto._KIND_OF, int(EventKind.OTHER)),
-        sr.kinds(kineto._KIND_OF, int(EventKind.OTHER)),
+        cr.kinds(_KIND_OF, int(EventKind.OTHER)),
+        sr.kinds(_KIND_OF, int(EventKind.OTHER)),
     )
     _same_array(k1, k2, "kinds")
     assert u1 == u2, "categories used"

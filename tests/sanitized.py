@@ -35,24 +35,6 @@ def build(source: Path, out: Path, *extra: str) -> dict[str, str]:
     )
 
 
-def sample_table_child(module: str, name: str) -> str:
-    """The start of a child script: imports the extension `module` built at argv[1] as `name`, and
-    creates the table t (50,000 rows; b mostly NULL, one TEXT value at rowid 40000) in the SQLite file
-    at argv[2] as `path`, committed, with `conn` still open."""
-    return f"""
-import importlib.util, sqlite3, sys, time
-spec = importlib.util.spec_from_file_location({module!r}, sys.argv[1])
-{name} = importlib.util.module_from_spec(spec)
-spec.loader.exec_module({name})
-path = sys.argv[2]
-conn = sqlite3.connect(path)
-conn.execute("CREATE TABLE t (a INTEGER, b, c INTEGER)")
-conn.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, None if i % 3 else i * 7, -i) for i in range(50_000)])
-conn.execute("UPDATE t SET b = 'x' WHERE rowid = 40000")
-conn.commit()
-"""
-
-
 def run_clean(code: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """Run `python -c code *args` under the sanitizers; assert it exited 0 with no report."""
     res = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,

@@ -31,7 +31,7 @@ CAUSES = {"host_sync", "input_wait", "launch_latency", "dependency_wait", "no_wo
 
 
 def _load(rel: str):
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     path = CORPUS / rel
     if not path.exists():

@@ -15,8 +15,8 @@ import pytest
 from tracelab import api
 from tracelab.analyses import parallel
 from tracelab.analyses.memo import AnalysisContext, memo
+from tracelab.io.nsys.load import load_nsys_sqlite
 from tracelab.model import EventKind, RunMeta, build_timeline
-from tracelab.parsers.nsys import load_nsys_sqlite
 
 DATA = Path(__file__).parent / "data"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

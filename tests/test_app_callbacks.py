@@ -986,7 +986,7 @@ def test_green_ctx_gaps_page_shows_the_idle_partition(tmp_path):
     from app.state import AppState
     from tracelab.analyses import sm
     from tracelab.demo import demo_run
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     path = demo_run("green_contexts-green_ctx-nsys", tmp_path / "c")
     store = Store(tmp_path / "g.db")

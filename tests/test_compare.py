@@ -179,7 +179,7 @@ def test_text_and_json_output():
 @pytest.mark.corpus
 @pytest.mark.skipif(not CORPUS.exists(), reason="corpus absent")
 def test_compare_corpus_pair():
-    from tracelab import parsers
+    from tracelab import io as parsers
 
     pa, pb = CORPUS / "hta/trace_compare__base__base.json.gz", CORPUS / "hta/trace_compare__test__test.json.gz"
     ta, tb = parsers.load_trace(pa), parsers.load_trace(pb)
@@ -199,7 +199,7 @@ def test_compare_corpus_pair():
 @pytest.mark.skipif(not CORPUS.exists(), reason="corpus absent")
 def test_compare_corpus_different_ranks_and_gpus():
     """HTA's trace_diff pair: rank 3 on an A100 against rank 1 on a V100 -> devices paired in order."""
-    from tracelab import parsers
+    from tracelab import io as parsers
 
     pa, pb = CORPUS / "hta/trace_diff__control__control.json.gz", CORPUS / "hta/trace_diff__test__test.json.gz"
     ta, tb = parsers.load_trace(pa), parsers.load_trace(pb)
@@ -219,7 +219,7 @@ def test_compare_corpus_different_ranks_and_gpus():
 @pytest.mark.skipif(not CORPUS.exists(), reason="corpus absent")
 def test_compare_corpus_nsys_before_after():
     """nsys-ai's before/after pair (nsys SQLite, 2 GPUs): devices matched by (rank, device), totals add up."""
-    from tracelab import parsers
+    from tracelab import io as parsers
 
     pa = CORPUS / "nsys_ai/tests__fixtures__mfu_2gpu_before.sqlite"
     pb = CORPUS / "nsys_ai/tests__fixtures__mfu_2gpu_after.sqlite"

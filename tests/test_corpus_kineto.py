@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tracelab.errors import BadInput
+from tracelab.io import load_trace
 from tracelab.model import EventKind, Flag
-from tracelab.parsers import load_trace
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")]

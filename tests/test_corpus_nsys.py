@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tracelab.io.nsys.load import load_nsys_sqlite
 from tracelab.model import CopyKind, EventKind, Flag
-from tracelab.parsers.nsys import load_nsys_sqlite
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 EXPORTS = sorted(CORPUS.glob("**/*.sqlite")) if CORPUS.exists() else []

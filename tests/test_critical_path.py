@@ -23,7 +23,7 @@ from tracelab.analyses.collectives import bus_factor, dtype_bytes, match_collect
 from tracelab.analyses.comm_steps import step_windows
 from tracelab.analyses.critical_path import critical_path, critical_path_for
 from tracelab.analyses.ranks import rank_analysis, rank_document_of
-from tracelab.parsers import load_trace
+from tracelab.io import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("TRACELAB_CORPUS") or ROOT.parent / "shared" / "corpus")
@@ -421,7 +421,7 @@ def test_reports_show_the_critical_path(two_ranks, tmp_path: Path) -> None:
 def test_collective_args_scanner_across_block_cuts() -> None:
     """The reader's scan finds every kernel's args however the text is cut into blocks, skips the key
     outside args and the CPU op without a correlation, and survives a '}' inside a string."""
-    from tracelab.parsers.kineto_comm_args import CommArgs
+    from tracelab.io.kineto.comm_args import CommArgs
 
     events = [
         X("cpu_op", "record_param_comms", 1, 1, **COLL_ARGS),  # no correlation: not a kernel

@@ -10,8 +10,8 @@ import pytest
 
 from tracelab.analyses import analyze
 from tracelab.demo import demo_archives, demo_run
+from tracelab.io import load_trace
 from tracelab.model import EventKind
-from tracelab.parsers import load_trace
 
 
 def _pairs() -> list[tuple[str, str]]:

@@ -283,7 +283,7 @@ def test_gzip_bomb_upload_is_refused_after_the_limit(env, tmp_path):
 def test_real_upload_imports_in_the_child(env, tmp_path):
     from app.pages import runs
     from app.state import AppState
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     store, _, _ = env
     state = AppState(store=store, import_dir=None, max_upload_bytes=2**20)

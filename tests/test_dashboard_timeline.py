@@ -128,7 +128,7 @@ def test_recorded_green_ctx_sm_bands_count_each_partitions_sms():
 
     from tracelab.analyses.sm import sm_lanes
     from tracelab.demo import demo_run
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
     from tracelab.render.timeline_rows import sm_partition_map
 
     tl = load_trace(demo_run("green_contexts-green_ctx-nsys", tempfile.mkdtemp()))

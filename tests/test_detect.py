@@ -14,9 +14,9 @@ import pytest
 from test_kineto import current_trace, legacy_trace
 
 from tracelab.errors import BadInput, MissingDependency, TraceFormatError
+from tracelab.io import load_trace, trace_fingerprint
+from tracelab.io.detect import sniff
 from tracelab.model import EventKind
-from tracelab.parsers import load_trace, trace_fingerprint
-from tracelab.parsers.detect import sniff
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
@@ -139,7 +139,7 @@ def test_real_nsys_sqlite_and_rep():
     tl = load_trace(CORPUS / "nvfuser" / "report2.sqlite")
     assert tl.meta.format == "nsys" and (tl.events["kind"] == EventKind.KERNEL).sum() == 19
     rep = CORPUS / "nvfuser" / "report1.nsys-rep"
-    from tracelab.parsers.nsys import find_nsys
+    from tracelab.io.nsys.load import find_nsys
 
     if find_nsys() is None:
         with pytest.raises(MissingDependency) as info:

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from tracelab import distributed
 from tracelab.cli import main
-from tracelab.parsers import load_trace
-from tracelab.parsers.detect import merge_rank_parts
+from tracelab.io import load_trace
+from tracelab.io.detect import merge_rank_parts
 from tracelab.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

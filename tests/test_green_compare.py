@@ -30,7 +30,7 @@ assert HAVE_DEMO, "green_contexts demo runs missing from tracelab/demo_runs"
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """name -> (run dir, timeline, analysis)."""
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     cache = tmp_path_factory.mktemp("demo-cache")
     out = {}

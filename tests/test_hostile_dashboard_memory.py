@@ -35,8 +35,8 @@ def _rss_mb() -> float:
 def demo_store(tmp_path_factory):
     from tracelab.api import store_timeline
     from tracelab.demo import demo_run_paths
-    from tracelab.parsers import load_trace
-    from tracelab.parsers.detect import trace_fingerprint
+    from tracelab.io import load_trace
+    from tracelab.io.detect import trace_fingerprint
     from tracelab.store import Store
 
     root = tmp_path_factory.mktemp("dash-memory")

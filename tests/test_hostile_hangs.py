@@ -14,7 +14,8 @@ import pytest
 from hostile_util import cli, kineto_doc, nsys_copy, one_error_line, sql, two_kernels, write_json
 
 from tracelab.errors import TraceFormatError
-from tracelab.parsers import kineto_stream, load_trace
+from tracelab.io import load_trace
+from tracelab.io.kineto import stream as kineto_stream
 
 BOUND_S = 15.0
 
@@ -65,7 +66,7 @@ def test_event_larger_than_the_limit_is_refused_in_one_pass(tmp_path, monkeypatc
     events = two_kernels()
     events[1]["name"] = "n" * (12 << 20)
     p = write_json(tmp_path / "t.json", kineto_doc(events))
-    monkeypatch.setattr("tracelab.parsers.kineto.BLOCK_SIZE", 256 << 10)
+    monkeypatch.setattr("tracelab.io.kineto.load.BLOCK_SIZE", 256 << 10)
     t0 = time.monotonic()
     with pytest.raises(TraceFormatError, match="larger than 1 MB"):
         load_trace(p)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hostile_util import cli, nsys_copy
 
-from tracelab.parsers import load_trace
+from tracelab.io import load_trace
 
 KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
 

@@ -73,7 +73,7 @@ def test_many_distinct_long_kernel_names_take_time_proportional_to_size(tmp_path
     (dev,) = doc["devices"]
     assert dev["kernels"] == n if "kernels" in dev else True
     # the communication kernels found are exactly those the old regex found (names start with them)
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     tl = load_trace(p)
     kern = tl.events[tl.events["kind"] == 0]
@@ -83,7 +83,7 @@ def test_many_distinct_long_kernel_names_take_time_proportional_to_size(tmp_path
 
 def _real_kernel_names() -> list[str]:
     from tracelab.demo import demo_run_paths
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     names: set[str] = set()
     for p in demo_run_paths():
@@ -119,7 +119,7 @@ def test_rank_directory_beside_a_huge_checkpoint_is_hashed_by_its_traces_only(tm
     took = time.monotonic() - t0
     assert res.exit_code == 0, res.stderr
     assert took < _budget(traces), took
-    from tracelab.parsers.detect import trace_fingerprint
+    from tracelab.io.detect import trace_fingerprint
 
     expected = hashlib.sha256(
         "\n".join(sorted(hashlib.sha256((d / f"rank{r}.json.gz").read_bytes()).hexdigest() for r in (0, 1))).encode()
@@ -166,7 +166,7 @@ def test_sqlite_gz_of_a_real_export_still_reads(tmp_path):
     conn = sqlite3.connect(src)
     n = conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     conn.close()
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     assert int((load_trace(gz).events["kind"] == 0).sum()) == n
 
@@ -184,7 +184,7 @@ def test_zstd_with_leading_skippable_frames_is_read(tmp_path, frames):
     kernels = sum(1 for e in json.loads(raw)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel")
     res = cli(tmp_path / "s.db", "import", str(p))
     assert res.exit_code == 0, res.stderr
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     assert int((load_trace(p).events["kind"] == 0).sum()) == kernels
 

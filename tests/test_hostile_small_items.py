@@ -25,7 +25,8 @@ from hostile_util import (
 )
 
 from tracelab.errors import TraceFormatError
-from tracelab.parsers import load_trace, nsys_db
+from tracelab.io import load_trace
+from tracelab.io.nsys import files as nsys_files
 
 
 def _body() -> bytes:
@@ -173,7 +174,7 @@ def test_directory_of_zstd_ranks(tmp_path):
 def test_gzipped_export_inflating_past_the_limit_is_refused(tmp_path, monkeypatch):
     p = tmp_path / "big.sqlite.gz"
     p.write_bytes(gzip.compress(nsys_copy(tmp_path / "x.sqlite").read_bytes(), 1))
-    monkeypatch.setattr(nsys_db, "MAX_PRIVATE_COPY", 1 << 20)
+    monkeypatch.setattr(nsys_files, "MAX_PRIVATE_COPY", 1 << 20)
     with pytest.raises(TraceFormatError, match="inflates to more than"):
         load_trace(p)
 

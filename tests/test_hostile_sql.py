@@ -7,8 +7,8 @@ import time
 
 from hostile_util import nsys_copy, sql
 
-from tracelab.parsers import load_trace
-from tracelab.parsers.nsys_db import quote_ident
+from tracelab.io import load_trace
+from tracelab.io.nsys.db import quote_ident
 
 RECURSIVE = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
 
@@ -36,7 +36,7 @@ def test_column_name_with_an_injected_query_is_only_a_name(tmp_path):
 def test_table_and_column_names_with_quotes_are_listed(tmp_path):
     p = nsys_copy(tmp_path / "t.sqlite")
     sql(p, 'CREATE TABLE "we""ird" ("co""l" INTEGER); INSERT INTO "we""ird" VALUES (1);')
-    from tracelab.parsers.nsys_db import open_export
+    from tracelab.io.nsys.db import open_export
 
     db = open_export(p)
     try:

@@ -11,8 +11,8 @@ import pytest
 from hostile_util import cli, kineto_doc, listing, nsys_copy, sql, two_kernels, write_json
 
 from tracelab.errors import MissingDependency
-from tracelab.parsers import load_trace
-from tracelab.parsers.nsys_export import export_nsys_rep, find_nsys, free_export_path
+from tracelab.io import load_trace
+from tracelab.io.nsys.export import export_nsys_rep, find_nsys, free_export_path
 
 
 def _digest(directory) -> dict[str, str]:

@@ -21,7 +21,7 @@ from hostile_util import (
     write_json,
 )
 
-from tracelab.parsers import load_trace
+from tracelab.io import load_trace
 
 
 @pytest.mark.parametrize("ts", [1e19, 1e300, 2**64, -1e19])

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("tracelab", "tracelab.errors", "tracelab.settings", "tracelab.text_format", "tracelab.hot_journal", "tracelab.memory",
               "tracelab.model", "tracelab._native")),
-    ("io", ("tracelab.parsers", "tracelab.io", "tracelab.store")),
+    ("io", ("tracelab.io", "tracelab.io", "tracelab.store")),
     ("analyses", ("tracelab.analyses",)),
     ("render", ("tracelab.render",)),
     ("api", ("tracelab.api", "tracelab.distributed", "tracelab.sandbox", "tracelab.record", "tracelab.mcp_server",
@@ -46,14 +46,14 @@ KNOWN_FACADE = {
     ("app.state", "tracelab.memory"),
 }
 KNOWN_UPWARD = {
-    ("tracelab.parsers.rundir", "tracelab.workloads"),  # lead / 26a: the run directory reader
+    ("tracelab.io.rundir.load", "tracelab.workloads"),  # lead / 26a: the run directory reader
 }
 # strongly connected groups of modules known today (each a circle); a new circle, or a known one that grows,
 # fails. Lead: results <-> setup and the steps family; 26a: the parsers (its __init__ and its modules).
 KNOWN_CYCLES = (
     frozenset({"tracelab.analyses.results", "tracelab.analyses.setup"}),
     frozenset({"tracelab.analyses.step_anchor", "tracelab.analyses.step_table", "tracelab.analyses.steps"}),
-    frozenset({"tracelab.parsers", *(f"tracelab.parsers.{m}" for m in (
+    frozenset({"tracelab.io", *(f"tracelab.parsers.{m}" for m in (
         "block_reader", "detect", "early_scan", "kineto", "kineto_parallel", "kineto_rows", "kineto_stream",
         "kineto_structs", "nsys", "nsys_activity", "nsys_btree", "nsys_db", "nsys_enums", "nsys_health",
         "nsys_host", "nsys_links", "nsys_memory", "nsys_nccl", "nsys_osrt", "nsys_ranks", "nsys_read",
@@ -245,8 +245,8 @@ KNOWN_BIG_MODULES: set[str] = {
     "tracelab.analyses.results",
     "tracelab.analyses.sm_time",
     "tracelab.analyses.step_cut",
-    "tracelab.parsers.kineto",
-    "tracelab.parsers.nsys_db",
+    "tracelab.io.kineto.load",
+    "tracelab.io.nsys.db",
     "tracelab.record",
     "tracelab.render.compare_text",
     "tracelab.render.perfetto",
@@ -265,11 +265,11 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "tracelab.analyses.host:__init__",
     "tracelab.analyses.results:document",
     "tracelab.analyses.rules.sync_per_iteration:evaluate",
-    "tracelab.parsers.kineto:_process",
-    "tracelab.parsers.kineto:finish",
-    "tracelab.parsers.nsys:_parse",
-    "tracelab.parsers.rundir:load_run_dir",
-    "tracelab.parsers.validate:validate_columns",
+    "tracelab.io.kineto.load:_process",
+    "tracelab.io.kineto.load:finish",
+    "tracelab.io.nsys.load:_parse",
+    "tracelab.io.rundir.load:load_run_dir",
+    "tracelab.io.validate:validate_columns",
     "tracelab.record:record_command",
     "tracelab.render.gap_evidence:evidence_texts",
     "tracelab.render.report_html:render_html",

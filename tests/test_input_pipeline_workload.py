@@ -29,7 +29,7 @@ def test_variants_and_parameters() -> None:
 def test_cpu_smoke_run_records_the_loader_ops(variant: str, tmp_path) -> None:
     torch = pytest.importorskip("torch")
     from tracelab.analyses.host import HostView
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
     from tracelab.workloads.input_pipeline import smoke
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

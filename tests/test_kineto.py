@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tracelab.errors import TraceFormatError
+from tracelab.io.kineto import stream as kineto_stream
+from tracelab.io.kineto.load import load_kineto, relabel_rank
 from tracelab.model import CopyKind, EventKind, Flag, MemKind, SyncKind
-from tracelab.parsers import kineto_stream
-from tracelab.parsers.kineto import load_kineto, relabel_rank
 
 DEVICE_PROPS = [
     {
@@ -667,7 +667,7 @@ def test_streaming_chunks_match_whole_file(tmp_path, monkeypatch):
     p.write_text(raw)
     whole = load_kineto(p)
     for block in (97, 1000, 4096):
-        monkeypatch.setattr("tracelab.parsers.kineto.BLOCK_SIZE", block)
+        monkeypatch.setattr("tracelab.io.kineto.load.BLOCK_SIZE", block)
         small = load_kineto(p)
         assert small.strings == whole.strings or set(small.strings) == set(whole.strings)
         a = whole.events.drop(columns=["name", "category", "lane"]).reset_index(drop=True)
@@ -726,9 +726,9 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, name):
 def test_traceevents_after_large_metadata_and_header_cap(tmp_path, monkeypatch):
     doc = {"otherData": ["x" * 100] * 2000, **current_trace()}  # ~200 KB before the traceEvents key
     p = write(tmp_path, "late.json", doc)
-    monkeypatch.setattr("tracelab.parsers.kineto.BLOCK_SIZE", 4096)
+    monkeypatch.setattr("tracelab.io.kineto.load.BLOCK_SIZE", 4096)
     assert len(load_kineto(p).events) == 13
-    monkeypatch.setattr("tracelab.parsers.kineto_stream.MAX_HEADER", 64 * 1024)
+    monkeypatch.setattr("tracelab.io.kineto.stream.MAX_HEADER", 64 * 1024)
     with pytest.raises(TraceFormatError, match="no traceEvents array in the first"):
         load_kineto(p)
 

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from tl_hygiene import CORPUS
 
-from tracelab.parsers import kineto
-from tracelab.parsers.kineto_columns import _KERNEL, _MAIN, _SPARSE, ColumnAssembler
-from tracelab.parsers.kineto_stream import EventChunks
+from tracelab.io.kineto import load as kineto
+from tracelab.io.kineto import pieces
+from tracelab.io.kineto.columns import _KERNEL, _MAIN, _SPARSE, ColumnAssembler
+from tracelab.io.kineto.stream import EventChunks
 
 TRACES = [
     CORPUS / "hta" / "critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz",
@@ -119,14 +120,14 @@ def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monke
 
     from timeline_compare import assert_same_timeline
 
-    if not kineto.scanner_available():
+    if not pieces.scanner_available():
         pytest.skip("the C scanner is not built")
     p = tmp_path / "t.json"
     p.write_text(json.dumps(_names_with_cuts(6000, every)))
     monkeypatch.setattr(kineto, "BLOCK_SIZE", 1 << 15)
-    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 40)
+    monkeypatch.setattr(pieces, "SPLIT_MIN", 1 << 40)
     whole = kineto.load_kineto(p)
-    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 12)
+    monkeypatch.setattr(pieces, "SPLIT_MIN", 1 << 12)
     seen = []
     scan_halves = kineto._Parsed._scan_halves
 
@@ -149,11 +150,11 @@ def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monke
 def test_real_traces_scanned_in_halves_give_the_whole_pieces_timeline(monkeypatch, path):
     from timeline_compare import assert_same_timeline
 
-    if not kineto.scanner_available():
+    if not pieces.scanner_available():
         pytest.skip("the C scanner is not built")
     monkeypatch.setattr(kineto, "BLOCK_SIZE", 1 << 15)
-    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 12)
+    monkeypatch.setattr(pieces, "SPLIT_MIN", 1 << 12)
     a = kineto.load_kineto(path)
-    monkeypatch.setattr(kineto, "SPLIT_MIN", 1 << 40)
+    monkeypatch.setattr(pieces, "SPLIT_MIN", 1 << 40)
     b = kineto.load_kineto(path)
     assert_same_timeline(a, b)

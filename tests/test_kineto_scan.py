@@ -1,4 +1,4 @@
-"""The C scanner (`tracelab/parsers/_kineto_scan.c`) against the msgspec reference path.
+"""The C scanner (`tracelab/_native/_kineto_scan.c`) against the msgspec reference path.
 
 The scanner either declines a piece (the parser then decodes it with msgspec) or must give exactly what
 the msgspec path gives. Each check loads the same file twice, with and without the scanner, and
@@ -22,8 +22,8 @@ import sanitized
 from timeline_compare import assert_same_timeline
 
 from tracelab.errors import TracelabError
-from tracelab.parsers import kineto_rows
-from tracelab.parsers.detect import load_trace
+from tracelab.io.detect import load_trace
+from tracelab.io.kineto import rows as kineto_rows
 
 needs_scanner = pytest.mark.skipif(not kineto_rows.scanner_available(), reason="C scanner not built")
 BOTH_PATHS = [pytest.param(True, id="scanner", marks=needs_scanner), pytest.param(False, id="msgspec")]
@@ -152,7 +152,7 @@ def test_truncated_and_corrupt_pieces_give_the_reference_error(
 
 
 # ---- the scanner alone, piece by piece, against the msgspec oracle (tests/kineto_scan_oracle.py) -----
-SCANNER_C = Path(__file__).resolve().parents[1] / "tracelab" / "parsers" / "_kineto_scan.c"
+SCANNER_C = Path(__file__).resolve().parents[1] / "tracelab" / "_native" / "_kineto_scan.c"
 
 # pieces that reach every branch kind of the scanner: empty table / empty strings, escapes, number
 # edges (the strict decoder's own rounding, -0, subnormals, underflow, 18 / 19 digits), growth of the
@@ -195,7 +195,7 @@ def test_scan_rest_reads_the_elements_after_a_comma_as_scan_reads_the_piece() ->
     """`scan_rest` (the second half of a piece cut in two, scanned in place) on the bytes after a piece's
     '[' gives what `scan` gives for the piece; with no element before the ']' it declines, and a piece
     that still has its '[' is declined too (an array is not an event)."""
-    from tracelab.parsers._kineto_scan import scan, scan_rest
+    from tracelab._native._kineto_scan import scan, scan_rest
 
     compared = 0
     for p in EDGE_PIECES:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tracelab.errors import MissingDependency, TraceFormatError
+from tracelab.io.nsys.load import export_nsys_rep, find_nsys, load_nsys_sqlite
 from tracelab.model import CopyKind, EventKind, Flag, MemKind, SyncKind
-from tracelab.parsers.nsys import export_nsys_rep, find_nsys, load_nsys_sqlite
 
 PID, TID, TID2 = 4242, 4243, 4250
 HW_VM = 1 << 48  # vm id 1, as real exports carry
@@ -594,7 +594,7 @@ def test_find_nsys_env_and_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_export_without_nsys_says_how(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRACELAB_NSYS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("tracelab.parsers.nsys_export._SEARCH_GLOBS", ())
+    monkeypatch.setattr("tracelab.io.nsys.export._SEARCH_GLOBS", ())
     rep = tmp_path / "report1.nsys-rep"
     rep.write_bytes(b"rep")
     assert find_nsys() is None
@@ -652,7 +652,7 @@ def test_green_context_from_context_table(tmp_path: Path) -> None:
 def test_chunked_reads_match_single_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = make_export(tmp_path / "c.sqlite")
     whole = load_nsys_sqlite(path)
-    monkeypatch.setattr("tracelab.parsers.nsys_db.CHUNK_ROWS", 2)
+    monkeypatch.setattr("tracelab.io.nsys.db.CHUNK_ROWS", 2)
     chunked = load_nsys_sqlite(path)
     assert whole.events.equals(chunked.events)
     assert whole.strings == chunked.strings
@@ -689,10 +689,10 @@ def test_graph_ids_from_graph_node_table(tmp_path: Path) -> None:
 
 def test_parallel_reads_match_serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = make_export(tmp_path / "p.sqlite")
-    monkeypatch.setattr("tracelab.parsers.nsys_read.PARALLEL_MIN_ROWS", 10**12)
+    monkeypatch.setattr("tracelab.io.nsys.read.PARALLEL_MIN_ROWS", 10**12)
     serial = load_nsys_sqlite(path)
-    monkeypatch.setattr("tracelab.parsers.nsys_read.PARALLEL_MIN_ROWS", 0)
-    monkeypatch.setattr("tracelab.parsers.nsys_read.os.cpu_count", lambda: 4)
+    monkeypatch.setattr("tracelab.io.nsys.read.PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr("tracelab.io.nsys.read.os.cpu_count", lambda: 4)
     parallel = load_nsys_sqlite(path)
     assert serial.events.equals(parallel.events)
     assert serial.strings == parallel.strings

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tracelab.io.nsys.load import load_nsys_sqlite
 from tracelab.model import CopyKind, EventKind, Flag, MemKind, SyncKind
-from tracelab.parsers.nsys import load_nsys_sqlite
 
 DATA = Path(__file__).resolve().parent / "data"
 PROGRAM = DATA / "programs" / "mixed_small.py"
@@ -209,7 +209,7 @@ def test_same_numbers_from_both_formats(timeline) -> None:
     4 MiB copy took 197-427 us under nsys and 285-404 us under torch.profiler), so a 5% bound on it
     would test the PCIe link, not the parsers. Kernel time is what both profilers must agree on."""
     from tracelab.analyses import analyze
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     torch_tl = load_trace(TORCH_TRACE)
 
@@ -244,7 +244,7 @@ REP = next(iter(sorted(DATA.glob("*mixed*.nsys-rep"))), None)
 def test_nsys_rep_exports_to_the_same_timeline(tmp_path: Path, timeline) -> None:
     """Where nsys is installed: exporting the committed .nsys-rep gives the same events as the
     committed SQLite export (same counts per kind and stream)."""
-    from tracelab.parsers.nsys import export_nsys_rep, find_nsys
+    from tracelab.io.nsys.load import export_nsys_rep, find_nsys
 
     assert REP is not None, "the mixed_small .nsys-rep is missing from tests/data"
     if find_nsys() is None:

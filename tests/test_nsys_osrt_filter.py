@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tracelab.io.nsys.osrt import keep_os_calls_of_host_threads
+from tracelab.io.nsys.read import merge_sorted
 from tracelab.model import EventKind
-from tracelab.parsers.nsys_osrt import keep_os_calls_of_host_threads
-from tracelab.parsers.nsys_read import merge_sorted
 
 CAT = 5
 

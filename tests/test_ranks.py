@@ -17,8 +17,8 @@ from tracelab.analyses import analyze
 from tracelab.analyses.collectives import match_collectives, operation
 from tracelab.analyses.ranks import rank_analysis, rank_document, rank_heatmap
 from tracelab.cli import main
+from tracelab.io import load_trace
 from tracelab.model import EventKind, Flag, RunMeta, build_timeline
-from tracelab.parsers import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("TRACELAB_CORPUS") or ROOT.parent / "shared" / "corpus")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tracelab.analyses import analyze
 from tracelab.analyses.ranks import rank_analysis, rank_document_of, rank_heatmap
-from tracelab.parsers import load_trace
+from tracelab.io import load_trace
 
 DDP = Path(__file__).resolve().parent / "data" / "ddp"
 SLEEP_NS = 3_000_000

@@ -11,7 +11,7 @@ import pytest
 
 from tracelab.analyses import analyze
 from tracelab.analyses.collectives import match_collectives
-from tracelab.parsers import load_trace
+from tracelab.io import load_trace
 from tracelab.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

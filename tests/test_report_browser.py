@@ -121,7 +121,7 @@ CORPUS_TRACE = CORPUS / "tracelens" / "h100__google_owlv2-large-patch14-ensemble
 @pytest.mark.skipif(not CORPUS_TRACE.exists(), reason="corpus absent")
 def test_corpus_html_report_renders_in_chromium(browser, tmp_path: Path):
     """A real H100 trace: estimated per-SM lanes, utilization heatmap and kernel figures all draw."""
-    from tracelab import parsers
+    from tracelab import io as parsers
 
     tl = parsers.load_trace(CORPUS_TRACE)
     report = write_report(tmp_path / "owlv2.html", analysis_of(tl), tl)
@@ -138,7 +138,7 @@ def test_demo_report_renders_in_chromium(browser, tmp_path: Path):
     """A bundled run recorded on an H200 (green contexts, measured per-SM lanes) against its sequential
     baseline: every figure draws; the screenshot for the docs is taken from this one."""
     demo = pytest.importorskip("tracelab.demo")
-    parsers = pytest.importorskip("tracelab.parsers")
+    parsers = pytest.importorskip("tracelab.io")
     try:
         run = demo.demo_run("green_contexts-green_ctx-nsys", cache=tmp_path / "cache")
         base = demo.demo_run("green_contexts-sequential-nsys", cache=tmp_path / "cache")

@@ -303,9 +303,9 @@ def test_empty_trace_reports(tmp_path: Path):
 
 
 def _load(path: Path):
-    parsers = pytest.importorskip("tracelab.parsers")
+    parsers = pytest.importorskip("tracelab.io")
     if not hasattr(parsers, "load_trace"):
-        pytest.skip("tracelab.parsers.load_trace not available yet")
+        pytest.skip("tracelab.io.load_trace not available yet")
     return parsers.load_trace(path)
 
 

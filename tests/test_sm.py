@@ -479,7 +479,7 @@ CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
     ],
 )
 def test_estimates_on_real_traces(name, sms):
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     tl = load_trace(CORPUS / name)
     d = next(d for d in tl.devices if len(tl.events[(tl.events.kind == 0) & (tl.events.device == d.device)]))

@@ -80,7 +80,7 @@ GREEN = [
 
 
 def _load(d: Path):
-    from tracelab.parsers.rundir import load_run_dir
+    from tracelab.io.rundir.load import load_run_dir
 
     return load_run_dir(d)
 
@@ -267,7 +267,7 @@ CONCURRENT_RUNS = [(d, m) for d, m in PROBED if m.get("variant") == "concurrent_
 @pytest.mark.skipif(not CONCURRENT_RUNS, reason="no recorded overlap/concurrent_kernels run yet")
 @pytest.mark.parametrize("run", CONCURRENT_RUNS, ids=[_id(p) for p in CONCURRENT_RUNS])
 def test_block_kernels_survive_the_store(run, tmp_path):
-    from tracelab.parsers import trace_fingerprint
+    from tracelab.io import trace_fingerprint
     from tracelab.store import Store
 
     d, _ = run

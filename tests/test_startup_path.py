@@ -1,5 +1,5 @@
-"""The parts of `tracelab analyze`'s start-up path: the gzip block reader (and its early start), the
-quick exit of the `tracelab` command, numpy loaded with one BLAS thread, and the numpy-only helpers
+"""The parts of `tracelab analyze`'s start-up path: the gzip block reader, the `tracelab` command's
+output, numpy loaded with one BLAS thread, and the numpy-only helpers
 that replace np.unique / np.isin on that path. Each is checked against the reference it
 replaces (gzip, np.unique, np.isin) on real data or many random cases."""
 
@@ -19,10 +19,9 @@ from click.testing import CliRunner
 from tl_hygiene import CORPUS
 
 from tracelab.cli import main
+from tracelab.io.kineto import blocks as block_reader
+from tracelab.io.kineto.blocks import BlockReader, ChunkError
 from tracelab.model.grouping import member, sorted_unique
-from tracelab.parsers import block_reader
-from tracelab.parsers.background import OneWorker
-from tracelab.parsers.block_reader import BlockReader, ChunkError
 
 SMALL_TRACE = CORPUS / "hta" / "critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz"
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,15 +45,14 @@ def _payload(n: int = 300_000) -> bytes:
     return b" ".join(words[i] for i in rng.integers(0, len(words), n))
 
 
-@pytest.fixture(params=["C inflater", "zlib"])
+@pytest.fixture(params=["isal", "zlib"])
 def inflater(request, monkeypatch):
-    """Each block-reader test runs with the C extension (`_inflate`: blocks with headroom) and without
-    it (zlib, blocks without)."""
+    """Each block-reader test runs with ISA-L's inflater (the dependency) and with the stdlib's zlib
+    (the fallback where isal has no wheel)."""
     if request.param == "zlib":
-        monkeypatch.setattr(block_reader, "Gunzip", None)
-        monkeypatch.setattr(block_reader, "empty", None)
-    elif block_reader.Gunzip is None:
-        pytest.skip("tracelab.parsers._inflate is not built")
+        monkeypatch.setattr(block_reader, "_inflater", zlib)
+    else:
+        assert block_reader._inflater is not zlib, "isal is a dependency (pyproject.toml)"
     return request.param
 
 
@@ -90,7 +88,7 @@ def test_block_reader_reads_a_real_trace_like_gzip(inflater):
 @pytest.mark.parametrize("compress", [gzip.compress, lambda d: d], ids=["gzip", "plain"])
 def test_read_after_joins_the_tail_and_the_next_block(tmp_path, compress, inflater):
     """`read_after(buf, start)`: the tail buf[start:] + the next block, whatever the tail's length; a tail that fits the block's
-    headroom is written into it (the block's own buffer comes back, not a copy)."""
+    headroom of a plain file's block is written into it (the block's own buffer comes back, not a copy)."""
     data = _payload()
     p = tmp_path / "t.json"
     p.write_bytes(compress(data))
@@ -110,7 +108,7 @@ def test_read_after_joins_the_tail_and_the_next_block(tmp_path, compress, inflat
             pos += n
             fits = 0 < handed[-1][1] and len(tail) <= handed[-1][1]
             assert (buf is handed[-1][0]) == fits
-            assert fits == (inflater == "C inflater" and n > 0 and len(tail) <= block_reader.HEADROOM)
+            assert fits == (compress is not gzip.compress and n > 0 and len(tail) <= block_reader.HEADROOM)
             if not n:
                 break
     finally:
@@ -139,59 +137,6 @@ def test_block_reader_bad_gzip_is_one_chunk_error(tmp_path, make, message, infla
         gzip.decompress(p.read_bytes())
 
 
-def test_early_reader_is_taken_over_once_and_discarded(tmp_path):
-    p = tmp_path / "t.json.gz"
-    data = _payload()
-    p.write_bytes(gzip.compress(data))
-    block_reader.start_early(p)
-    early = block_reader._early[block_reader.file_key(p)]
-    got = block_reader.open_blocks(p, block_reader.BLOCK_SIZE)
-    assert got is early and not block_reader._early
-    assert got._q.maxsize == 2  # back to the parser's read-ahead
-    out = []
-    while d := got.read():
-        out.append(d)
-    got.close()
-    assert b"".join(out) == data
-    # a second open starts afresh; an untaken early reader is stopped by discard_early
-    block_reader.start_early(p)
-    other = block_reader.open_blocks(p, 1 << 16)
-    assert other is not early
-    other.close()
-    block_reader.start_early(p)
-    (left,) = block_reader._early.values()
-    block_reader.discard_early()
-    assert not block_reader._early and not left._thread.is_alive()
-
-
-def test_early_start_leaves_plain_missing_and_special_files_alone(tmp_path):
-    plain = tmp_path / "t.json"
-    plain.write_bytes(b'{"traceEvents": []}')
-    block_reader.start_early(plain)
-    block_reader.start_early(tmp_path / "missing.json.gz")
-    block_reader.start_early(tmp_path)
-    if hasattr(os, "mkfifo"):  # opening a FIFO must not wait for a writer
-        fifo = tmp_path / "pipe.json.gz"
-        os.mkfifo(fifo)
-        block_reader.start_early(fifo)
-    assert not block_reader._early
-
-
-def test_one_worker_returns_results_and_raises_errors():
-    w = OneWorker("t")
-    try:
-        w.submit(sum, [1, 2, 3])
-        assert w.wait() == 6
-        w.submit(int, "x")
-        with pytest.raises(ValueError):
-            w.wait()
-        w.submit(len, "abc")
-        assert w.wait() == 3
-    finally:
-        w.close()
-    assert not w._thread.is_alive()
-
-
 def test_sorted_unique_and_member_equal_numpy():
     rng = np.random.default_rng(3)
     for n in (0, 1, 2, 5, 100, 10_000):
@@ -217,8 +162,8 @@ def _run_command(*args: str, env: dict | None = None) -> subprocess.CompletedPro
 
 
 @pytest.mark.corpus
-def test_the_command_exits_early_with_everything_written(tmp_path):
-    """`python -m tracelab analyze` (the console script's path: quick_exit) writes the same complete
+def test_the_command_writes_everything(tmp_path):
+    """`python -m tracelab analyze` (the console script's path) writes the same complete
     output as the in-process command, and exits 0; text output too."""
     assert SMALL_TRACE.is_file()
     inproc = CliRunner().invoke(main, ["analyze", "--json", str(SMALL_TRACE)])
@@ -268,7 +213,6 @@ def test_numpy_loads_with_one_blas_thread_and_the_setting_does_not_leak():
 NOT_LOADED_BY_ANALYZE = (
     "numpy.ma",  # np.unique's first plain call imports it (~20 ms): sorted_unique instead
     "msgspec",  # the reference decoder: only for pieces the C scanner declines
-    "concurrent.futures",  # and logging: the scan thread is parsers/background.py
     "tempfile",  # only for exporting a .nsys-rep
     "pandas",
     "tracelab.analyses.sm",  # the SM-lane facade: the summary comes from sm_time
@@ -293,50 +237,3 @@ def test_a_one_rank_analyze_loads_only_what_it_uses():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "LOADED []" in done.stderr, done.stderr[-500:]
-
-
-_INFLATE_C = ROOT / "tracelab" / "parsers" / "_inflate.c"
-_SANITIZED_INFLATE = r"""
-import gzip, importlib.util, random, sys, zlib
-spec = importlib.util.spec_from_file_location("_inflate", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-rng = random.Random(3)
-data = bytes(rng.choice(b'{"name": kernel, 0.5}') for _ in range(200_000))
-good = gzip.compress(data)
-cases = [good, good[:-40], good[:5], good[:10] + b"\xff" * 200, good[:-8] + bytes(8)]
-cases += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400))) for _ in range(300)]
-cases += [good[: rng.randrange(len(good))] + bytes(rng.randrange(256) for _ in range(50)) for _ in range(100)]
-for case in cases:
-    g, out, got, src = mod.Gunzip(), [], 0, memoryview(case)
-    try:
-        while src:
-            buf = mod.empty(16 + rng.randrange(1, 70_000))
-            used, made, ended = g.inflate_into(src[: rng.randrange(1, len(src) + 1)], buf, 16)
-            out.append(bytes(buf[16 : 16 + made]))
-            src = src[used:]
-            if ended:
-                break
-            if not used and not made:
-                break
-    except ValueError:
-        continue
-    if ended:
-        assert b"".join(out) == zlib.decompress(case[: len(case) - len(src)], 31)
-print("inflated", len(cases))
-"""
-
-
-def test_sanitized_inflater_on_good_cut_and_random_gzip(tmp_path):
-    """_inflate.c built with AddressSanitizer + UBSan (halting on the first report): whole, cut, corrupt
-    and random gzip streams, fed in random pieces into output buffers of random sizes; what it inflates
-    up to a member's end is what zlib inflates, and bad data is a ValueError, never a crash."""
-    import sanitized
-
-    so = tmp_path / "_inflate.so"
-    env = sanitized.build(_INFLATE_C, so, "-lz")
-    child = [sys.executable, "-c", _SANITIZED_INFLATE, str(so)]
-    res = subprocess.run(child, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0 and "runtime error" not in res.stderr, res.stderr[-3000:]
-    assert "ERROR: AddressSanitizer" not in res.stderr, res.stderr[-3000:]
-    assert "inflated" in res.stdout, res.stdout

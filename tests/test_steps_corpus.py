@@ -33,7 +33,7 @@ UNMARKED = {
 
 
 def _load(rel: str):
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     path = CORPUS / rel
     if not path.exists():

@@ -26,8 +26,8 @@ import pytest
 
 from tracelab.analyses.steps import infer_steps
 from tracelab.demo import demo_archives, demo_run
+from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import EventKind, Timeline
-from tracelab.parsers.rundir import load_run_dir
 
 STEP = re.compile(r"^step \d+$")
 BOUNDARY = 0.05  # of the median marked step length

@@ -48,7 +48,7 @@ PROGRAM = (
 def nsys_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     exe = fake_nsys(tmp_path, HELP_WITH)
     monkeypatch.setenv("TRACELAB_NSYS", str(exe))
-    monkeypatch.setattr("tracelab.parsers.nsys.find_nsys", lambda: exe, raising=False)
+    monkeypatch.setattr("tracelab.io.nsys.load.find_nsys", lambda: exe, raising=False)
     return exe
 
 

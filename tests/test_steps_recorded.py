@@ -18,8 +18,8 @@ from tracelab.analyses.gaps import find_gaps
 from tracelab.analyses.scope import apply_scope, parse_scope
 from tracelab.analyses.step_table import step_rows
 from tracelab.analyses.steps import find_steps
+from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import Timeline
-from tracelab.parsers.rundir import load_run_dir
 
 DATA = Path(__file__).parent / "data"
 SYNC_STEP_FRACTION = 0.8  # sync_per_iteration's rule: ≥ 80% of ≥ 3 steps wait for the GPU

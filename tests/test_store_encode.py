@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab.parsers.detect import load_trace
+from tracelab.io.detect import load_trace
 from tracelab.store.chunks import decode, encode
 from tracelab.store.store import CHUNK_COLUMNS
 

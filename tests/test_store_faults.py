@@ -32,7 +32,7 @@ TRACE = ROOT / "tests" / "data" / "torch_mixed_small"  # a real recorded Kineto 
 
 
 def _parsed_events() -> int:
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     return len(load_trace(TRACE).events)
 

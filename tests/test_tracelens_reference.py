@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from tracelab.analyses import AnalysisOptions, analyze
+from tracelab.io import load_trace
 from tracelab.model import Flag
-from tracelab.parsers import load_trace
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")]

@@ -134,7 +134,7 @@ def test_no_gpu_or_no_nsys_is_a_missing_dependency(tmp_path: Path, monkeypatch: 
     import tracelab.record as rec
 
     monkeypatch.setattr(rec, "NSYS_GLOBS", ())
-    monkeypatch.setattr("tracelab.parsers.nsys.find_nsys", lambda: None, raising=False)
+    monkeypatch.setattr("tracelab.io.nsys.load.find_nsys", lambda: None, raising=False)
     with pytest.raises(MissingDependency, match="nsys"):
         record_workload("pdl", "pdl", "nsys", True, tmp_path)
 

@@ -13,7 +13,7 @@ from trace_builder import Program
 
 from tracelab.analyses.fusion import fusion_figures, speedup
 from tracelab.analyses.queue_delay import graph_overlap, kernel_latency, stream_delays
-from tracelab.parsers import load_trace
+from tracelab.io import load_trace
 
 US = 1000
 

@@ -14,8 +14,8 @@ from tracelab.analyses import analyze
 from tracelab.analyses.fusion import fusion_figures, speedup
 from tracelab.analyses.queue_delay import graph_overlap, kernel_latency, stream_delays
 from tracelab.demo import demo_archives, demo_run
+from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import EventKind
-from tracelab.parsers.rundir import load_run_dir
 
 BACKENDS = ("nsys", "torch")
 HAVE = {a.name.removesuffix(".tar.xz") for a in demo_archives()}

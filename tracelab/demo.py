@@ -3,7 +3,7 @@ nsys and torch.profiler, shipped compressed in `tracelab/demo_runs/*.tar.xz` (on
 each: meta.json, trace.sqlite or trace.json.gz, sm_probe.npz).
 
 `demo_run_paths()` unpacks them once into a cache directory (never touching the package files)
-and returns the run directories, which `tracelab.parsers.load_trace` / `load_run_dir` read.
+and returns the run directories, which `tracelab.io.load_trace` / `load_run_dir` read.
 """
 
 from __future__ import annotations

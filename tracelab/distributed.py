@@ -100,7 +100,7 @@ def peak_rss_bytes() -> int:
 
 def parse_rank_file(path: str) -> RankColumns:
     """The Dask task: parse one rank file into columns. Runs in a worker process."""
-    from .parsers.detect import load_rank_file
+    from tracelab.io.detect import load_rank_file
 
     return RankColumns.of(path, load_rank_file(Path(path)))
 
@@ -121,7 +121,7 @@ def is_rank_set(spec: str | Path) -> bool:
 
 def rank_files(spec: str | Path) -> list[Path]:
     """The trace files a directory or a glob names, in name order; BadInput when there are none."""
-    from .parsers.detect import check_rank_kinds, rank_files_in
+    from tracelab.io.detect import check_rank_kinds, rank_files_in
 
     if not is_glob(spec):
         return rank_files_in(Path(spec))
@@ -136,7 +136,7 @@ def rank_set_fingerprint(spec: str | Path) -> str:
     """The content hash of a rank set: a directory's is `trace_fingerprint`'s; a glob's is the sha256 of
     the sorted hashes of the files it matches (the same rule, so a glob of all the files of a
     directory is the same run as the directory)."""
-    from .parsers.detect import _file_hash, trace_fingerprint
+    from tracelab.io.detect import _file_hash, trace_fingerprint
 
     if not is_glob(spec):
         return trace_fingerprint(spec)
@@ -194,7 +194,7 @@ def load_rank_set(
     `workers`: processes of the local cluster (default: one per core, at most one per file; 1 = serial
     here). `scheduler`: address of an existing Dask scheduler to submit one task per file to instead.
     `progress(done_files, total_files)`."""
-    from .parsers.detect import merge_rank_parts
+    from tracelab.io.detect import merge_rank_parts
 
     files, parts = parse_rank_set(spec, workers=workers, scheduler=scheduler, progress=progress)
     return merge_rank_parts(str(spec), files, [p.timeline() for p in parts])

@@ -3,7 +3,7 @@
 A run directory holds the raw trace (`trace.sqlite` + `trace.nsys-rep` for nsys, `trace.json.gz`
 for torch.profiler), `meta.json` (workload, variant, backend, GPU, driver, versions, parameters,
 wall time per step) and, for the workloads' instrumented kernels, `sm_probe.npz`
-(tracelab/workloads/probes.py documents it). `tracelab.parsers.rundir.load_run_dir` reads one.
+(tracelab/workloads/probes.py documents it). `tracelab.io.rundir.load.load_run_dir` reads one.
 
 Each variant runs in its own subprocess (`python -m tracelab.workloads.runner ...`); under nsys that
 subprocess is the profiled program, under torch.profiler the runner starts the profiler itself.
@@ -53,7 +53,7 @@ class RecordError(TracelabError):
 def find_nsys() -> Path | None:
     """The nsys binary: engineer B's finder when present, else TRACELAB_NSYS, PATH, standard dirs."""
     try:
-        from .parsers.nsys import find_nsys as _b_find
+        from tracelab.io.nsys.load import find_nsys as _b_find
     except ImportError:  # the nsys parser is optional here
         _b_find = None
     found = _b_find() if _b_find is not None else None
@@ -317,7 +317,7 @@ def _finish_nsys(run_dir: Path, nsys: Path) -> None:
     if not rep.exists():
         raise RecordError(f"{run_dir}: nsys wrote no trace.nsys-rep (see record.log)")
     try:
-        from .parsers.nsys import export_nsys_rep
+        from tracelab.io.nsys.load import export_nsys_rep
 
         export_nsys_rep(rep, run_dir)
     except ImportError:

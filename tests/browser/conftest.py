@@ -36,7 +36,7 @@ def recorded_run_paths() -> list[Path]:
 
 def import_recorded_runs(store) -> list[str]:
     from tracelab.errors import DuplicateRun
-    from tracelab.parsers import load_trace, trace_fingerprint
+    from tracelab.io import load_trace, trace_fingerprint
 
     ids = []
     for p in recorded_run_paths():

@@ -54,7 +54,7 @@ def run_server(tmp_path_factory):
     from werkzeug.serving import make_server
 
     from app import create_app
-    from tracelab.parsers import load_trace, trace_fingerprint
+    from tracelab.io import load_trace, trace_fingerprint
     from tracelab.store import Store
 
     root = tmp_path_factory.mktemp("gaps-dashboard")
@@ -86,7 +86,7 @@ def _rows(browser) -> list[dict[str, str]]:
 def test_gaps_page_leads_with_the_steps_gaps(browser, run_server):
     from tracelab.analyses.results import AnalysisOptions
     from tracelab.api import analyze
-    from tracelab.parsers import load_trace
+    from tracelab.io import load_trace
 
     first: dict[int, int] = {}
     for st in analyze(load_trace(run_server["path"])).steps:

@@ -29,7 +29,7 @@ def memory_server(tmp_path_factory):
     from werkzeug.serving import make_server
 
     from app import create_app
-    from tracelab.parsers import load_trace, trace_fingerprint
+    from tracelab.io import load_trace, trace_fingerprint
     from tracelab.store import Store
 
     root = tmp_path_factory.mktemp("memory-dashboard")

@@ -26,7 +26,7 @@ def profiler_server(tmp_path_factory):
 
     from app import create_app
     from tracelab.demo import demo_run
-    from tracelab.parsers import load_trace, trace_fingerprint
+    from tracelab.io import load_trace, trace_fingerprint
     from tracelab.store import Store
 
     root = tmp_path_factory.mktemp("profiler-dashboard")

@@ -1,4 +1,4 @@
-/* libFuzzer target for the Kineto C scanner (tracelab/parsers/_kineto_scan.c), built with
+/* libFuzzer target for the Kineto C scanner (tracelab/_native/_kineto_scan.c), built with
  * AddressSanitizer + UBSan by tests/fuzz/run_kineto_scan_fuzz.py (read that file to run it).
  *
  * Each input is one piece of traceEvents (the bytes as they are). The scanner's source is included
@@ -10,7 +10,7 @@
  *   KSCAN_C_ONLY=1  scan_buffer() alone, no Python at all, so LeakSanitizer checks every decline path
  *                   for leaks (run with -detect_leaks=1).
  */
-#include "../../tracelab/parsers/_kineto_scan.c"
+#include "../../tracelab/_native/_kineto_scan.c"
 
 static PyObject *CHECK = NULL;
 static int C_ONLY = 0;
@@ -25,7 +25,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     Py_Initialize(); /* sys.path from PYTHONPATH: the repository root, tests/ and the venv */
     /* the scanner under test is the copy compiled into this binary: keep the built extension (maybe
      * built with another ASan runtime) out of the process; kineto_rows then imports without it */
-    if (PyRun_SimpleString("import sys; sys.modules['tracelab.parsers._kineto_scan'] = None") < 0) abort();
+    if (PyRun_SimpleString("import sys; sys.modules['tracelab._native._kineto_scan'] = None") < 0) abort();
     PyObject *mod = PyImport_ImportModule("kineto_scan_oracle");
     if (!mod) {
         PyErr_Print();

@@ -186,7 +186,7 @@ def _env(c_only: bool, leaks: bool) -> dict[str, str]:
 
 def build(work: Path, clang: str, coverage: bool = False) -> Path:
     out = work / ("kineto_scan_cov" if coverage else "kineto_scan_fuzz")
-    src = [HERE / "kineto_scan_fuzz.c", ROOT / "tracelab" / "parsers" / "_kineto_scan.c"]
+    src = [HERE / "kineto_scan_fuzz.c", ROOT / "tracelab" / "_native" / "_kineto_scan.c"]
     if out.exists() and out.stat().st_mtime > max(p.stat().st_mtime for p in src):
         return out
     libdir = sysconfig.get_config_var("LIBDIR")
@@ -276,7 +276,7 @@ def coverage(args: argparse.Namespace) -> int:
     env["LLVM_PROFILE_FILE"] = str(raw)
     subprocess.run([str(binary), "-runs=0", str(corpus)], env=env, check=True, capture_output=True)
     subprocess.run([str(tools / "llvm-profdata"), "merge", "-o", str(data), str(raw)], check=True)
-    scanner = ROOT / "tracelab" / "parsers" / "_kineto_scan.c"
+    scanner = ROOT / "tracelab" / "_native" / "_kineto_scan.c"
     show = [str(tools / "llvm-cov"), "show", str(binary), f"-instr-profile={data}", "-show-branches=count"]
     (work / "coverage.txt").write_text(
         subprocess.run([*show, str(scanner)], capture_output=True, text=True, check=True).stdout
@@ -341,7 +341,7 @@ def numbers(args: argparse.Namespace) -> int:
     fallback; the scanner's: strtod)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     from kineto_scan_oracle import check
-    from tracelab.parsers._kineto_scan import scan
+    from tracelab._native._kineto_scan import scan
 
     rng = random.Random(args.seed)
     t0, done, accepted, literals_read = time.process_time(), 0, 0, 0
@@ -377,7 +377,7 @@ def replay(args: argparse.Namespace) -> int:
     """Re-check inputs with the installed extension and the oracle (no sanitizers, no clang)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     from kineto_scan_oracle import check
-    from tracelab.parsers._kineto_scan import scan
+    from tracelab._native._kineto_scan import scan
 
     target = Path(args.replay)
     files = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]

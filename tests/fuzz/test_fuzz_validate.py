@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracelab.errors import TraceFormatError
-from tracelab.parsers.validate import (
+from tracelab.io.validate import (
     DURATION_LIMIT_NS,
     INT32_LIMIT,
     TIME_LIMIT_NS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_golden_input_wait import LOADER, ab
 
-from tracelab.parsers import load_trace
+from tracelab.io import load_trace
 from tracelab.render.timeline import IDLE_COLORS
 from tracelab.store import Store
 

@@ -39,7 +39,7 @@ from .results import CAUSES, Analysis, GapTable
 
 Status = Literal["ok", "warn", "n/a"]
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
-LOG_KEYS = ("WARNING", "ERROR")  # Kineto's log arrays (tracelab.parsers.kineto.LOG_KEYS)
+LOG_KEYS = ("WARNING", "ERROR")  # Kineto's log arrays (tracelab.io.kineto.kinds.LOG_KEYS)
 # Kineto's messages about lost CUPTI records (libkineto CuptiActivityApi.cpp): "Dropped N activity records",
 # "Exceeded max GPU buffer count (N >= M) - terminating tracing"
 KINETO_LOST = re.compile(r"dropped \d+ activity records|exceeded max gpu buffer count|terminating tracing|"
@@ -78,7 +78,7 @@ class Health:
 
 def _records(tl: Timeline) -> list[dict[str, Any]]:
     """The parsers' health records of the run's trace files: meta.extra["health"] of a one-file run, each rank
-    file's in meta.extra["rank_extra"] of a run merged from rank files (tracelab.parsers.nsys_health; the
+    file's in meta.extra["rank_extra"] of a run merged from rank files (tracelab.io.nsys.health; the
     Kineto parser writes "log" and "overhead")."""
     extra = tl.meta.extra if isinstance(tl.meta.extra, dict) else {}
     out = [extra["health"]] if isinstance(extra.get("health"), dict) else []

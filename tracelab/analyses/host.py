@@ -570,7 +570,7 @@ class Overhead:
 def _overhead_parts(timeline: Timeline) -> list[tuple[int | None, dict]]:
     """(rank or None for "every rank of the file", the parser's overhead record) per trace file: a one-file run
     keeps it in meta.extra["health"], a run merged from rank files in meta.extra["rank_extra"][rank]["health"]
-    (tracelab.parsers.nsys_health)."""
+    (tracelab.io.nsys.health)."""
     extra = timeline.meta.extra if isinstance(timeline.meta.extra, dict) else {}
     out: list[tuple[int | None, dict]] = []
     h = extra.get("health")

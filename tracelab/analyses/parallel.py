@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..memory import inherit
 from ..settings import usable_cores
 from .memo import bound
 
@@ -74,7 +73,7 @@ def run_each(tasks: Sequence[Callable[[], T]], threads: int, first: Sequence[boo
                 return
 
     helpers = [
-        threading.Thread(target=inherit(work), name=f"tracelab-analyze-{k}", daemon=True)
+        threading.Thread(target=work, name=f"tracelab-analyze-{k}", daemon=True)
         for k in range(min(threads, n) - 1)
     ]
     for h in helpers:
@@ -102,7 +101,7 @@ def in_background(fn: Callable[[], T]) -> Callable[[], T]:
         finally:
             done.set()
 
-    threading.Thread(target=inherit(run), name="tracelab-background", daemon=True).start()
+    threading.Thread(target=run, name="tracelab-background", daemon=True).start()
 
     def result() -> T:
         done.wait()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .runs import Imported, import_trace
 
 if TYPE_CHECKING:
-    from ..parsers.detect import Progress
+    from ..io.detect import Progress
     from ..store import Store
 
 

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..errors import BadInput
+    from ..io.detect import Progress
     from ..model import Timeline
-    from ..parsers.detect import Progress
     from ..store import Store
 
 
 def load(path: str | Path, progress: Progress | None = None) -> Timeline:
     """Parse a trace file or run directory into a Timeline (format detected from the content).
     Raises tracelab.errors.BadInput (one line naming the file) for input it cannot read."""
-    from ..parsers.detect import load_trace
+    from ..io.detect import load_trace
 
     return load_trace(path, progress)
 
@@ -43,7 +43,7 @@ def import_trace(
     fingerprint) is not parsed again: its run id comes back with new=False, unless `replace`.
     `source_path` is what the store records as the source (default: the absolute path)."""
     from ..errors import BadInput, DuplicateRun
-    from ..parsers import trace_fingerprint
+    from ..io import trace_fingerprint
 
     p = Path(path)
     if not p.exists():

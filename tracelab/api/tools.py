@@ -24,7 +24,7 @@ def check_workload(name: str, variant: str) -> None:
 def default_backend() -> str:
     """The profiler `record` uses without --backend: nsys when installed, else torch."""
     try:
-        from ..parsers.nsys import find_nsys
+        from ..io.nsys.export import find_nsys
     except ImportError:
         return "torch"
     return "nsys" if find_nsys() else "torch"

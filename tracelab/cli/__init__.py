@@ -15,13 +15,11 @@ from __future__ import annotations
 from . import analysis_cmds, run_cmds, store_cmds  # noqa: F401 - each registers its commands on `main`
 from .common import _store_error
 from .group import TracelabGroup, main
-from .startup import _one_blas_thread, allow_quick_exit
+from .startup import _one_blas_thread
 
 __all__ = ["TracelabGroup", "_one_blas_thread", "_store_error", "entry", "main"]
 
 
 def entry() -> None:
-    """The `tracelab` command (and `python -m tracelab`): `main`, allowed to skip the interpreter's
-    teardown once a read-only command has written everything (`startup.quick_exit`)."""
-    allow_quick_exit()
+    """The `tracelab` command (and `python -m tracelab`)."""
     main(prog_name="tracelab")

@@ -27,7 +27,6 @@ from .common import (
     terminal_width,
 )
 from .group import main
-from .startup import no_cycle_collection, quick_exit
 
 if TYPE_CHECKING:
     from ..api.types import Analysis, AnalysisContext, AnalysisOptions, RankAnalysis, Timeline
@@ -82,8 +81,6 @@ def analyze(
 ) -> None:
     """Analyse a run (id, id prefix or name) or a trace file (parsed directly, not stored):
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
-    if Path(run_or_path).exists():  # a file: no store whose connection must be closed at exit
-        no_cycle_collection()
     api.check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
     options = _options(gap_threshold_us, exclude_orphans, input_words)
@@ -99,7 +96,6 @@ def analyze(
         out.flush()
     else:
         _print_analysis_text(analysis, title, scoped, context, ranks, top_gaps, all_ranges)
-    quick_exit()  # everything is written; the store, if any, was only read
 
 
 def _print_analysis_text(

@@ -13,7 +13,7 @@ import click
 
 from .. import api
 from ..errors import BadInput
-from .startup import reading_early, reuse_pages
+from .startup import _one_blas_thread
 
 if TYPE_CHECKING:
     from ..api.types import Analysis, AnalysisOptions, Store, Timeline
@@ -135,15 +135,15 @@ def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:
     _not_empty(ref)
     path = Path(ref)
     if path.exists():
-        with reading_early(path), _Progress(path.name) as bar:
+        with _one_blas_thread(), _Progress(path.name) as bar:
             return api.load(path, bar.phase("parsing")), str(path)
     db = _db_path(ctx)
     if not db.exists():
         raise BadInput(
             f"no such file, and no run with this id or name (the store {db} does not exist yet)", ref
         )
-    reuse_pages()
-    return api.resolve(ref, api.open_store(db, create=False, read_only=True))
+    with _one_blas_thread():
+        return api.resolve(ref, api.open_store(db, create=False, read_only=True))
 
 
 def load_named_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str, str]:

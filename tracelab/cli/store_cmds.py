@@ -25,7 +25,6 @@ from .common import (
     terminal_width,
 )
 from .group import main
-from .startup import reuse_pages
 
 if TYPE_CHECKING:
     from ..api.types import Store
@@ -70,7 +69,6 @@ def import_cmd(
         raise click.UsageError("--name needs a single PATH")
     store = open_store(ctx)
     ctx.meta[_IMPORTING] = True
-    reuse_pages()
     try:
         failed = _import_each(store, paths, name, replace, workers=workers, scheduler=scheduler)
     except BaseException:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..memory import pool_initializer
 from ..model.grouping import sorted_unique
 from ..model.timeline import DEFAULTS, EVENT_COLUMNS
 from ..settings import usable_cores
@@ -140,7 +139,7 @@ def encode(
         payloads: list[list[bytes | None] | None] = []
     elif workers > 1:
         with ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix="store-encode", initializer=pool_initializer()
+            max_workers=workers, thread_name_prefix="store-encode"
         ) as pool:
             payloads = list(pool.map(column, range(ncol)))
     else:

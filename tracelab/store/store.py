@@ -74,9 +74,6 @@ def _store_errors(method: Callable) -> Callable:
     return wrapper
 
 
-OPENED = False  # a Store was opened in this process (its connections must close before exit)
-
-
 class Store:
     """create: make the file when missing (writers). read_only: never write (readers: `runs`,
     `analyze RUN`); a store on read-only media or in a read-only file is opened read-only anyway,
@@ -90,8 +87,6 @@ class Store:
 
             path = default_db_path()
         self.path = Path(path)
-        global OPENED
-        OPENED = True  # cli.quick_exit: a process that opened a store ends the normal way
         self._local = threading.local()
         self._create = create
         self._read_only = read_only

@@ -22,7 +22,7 @@ every probed invocation:
 `invocation` counts every launch of that kernel name that appears in the trace, probed or not, in
 launch order on the host (the recorder counts launches; launches made before the profiler started
 are not counted for torch.profiler runs; nsys sees the whole process, so they are).
-Alignment (tracelab.parsers.rundir): the trace's k-th kernel event with that name (ordered by start)
+Alignment (tracelab.io.rundir.load): the trace's k-th kernel event with that name (ordered by start)
 is invocation k; `offset = trace_start - min(t_start over the invocation's programs)` maps the
 probe clock onto the trace clock, per invocation.
 

@@ -1,0 +1,1 @@
+"""Kineto (torch.profiler) Chrome-trace JSON: `load.load_kineto`."""

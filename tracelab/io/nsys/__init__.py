@@ -1,0 +1,1 @@
+"""Nsight Systems SQLite exports: `load.load_nsys_sqlite`."""

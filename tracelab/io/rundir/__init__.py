@@ -1,0 +1,1 @@
+"""Recorded run directories (`tracelab record`): `load.load_run_dir`."""
