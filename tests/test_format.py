@@ -126,9 +126,9 @@ def _by_hand(ns: int) -> str:
 def test_the_longest_gap_reads_the_same_in_cli_reports_and_dashboard(item_every_step, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
+    from tracelab.api import report as write_report
     from tracelab.cli import main
     from tracelab.render.figures import gaps_table
-    from tracelab.api import report as write_report
 
     path, tl, an = item_every_step
     gap = max(an.gaps, key=lambda g: g.duration_ns)

@@ -17,10 +17,10 @@ from test_reports import HOSTILE, analysis_of, assert_html_safe
 
 from tracelab import demo
 from tracelab.analyses.compare import compare, uses_green_contexts
+from tracelab.api import report as write_report
 from tracelab.model import GPU_ACTIVITY_KINDS, EventKind
 from tracelab.render.compare_text import comparison_document, format_comparison
 from tracelab.render.report_md import md_escape
-from tracelab.api import report as write_report
 
 GREEN, SEQ, STREAMS = (f"green_contexts-{v}-nsys" for v in ("green_ctx", "sequential", "streams"))
 HAVE_DEMO = {a.name.removesuffix(".tar.xz") for a in demo.demo_archives()} >= {GREEN, SEQ, STREAMS}

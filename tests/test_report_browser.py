@@ -12,8 +12,8 @@ import pytest
 from test_reports import CORPUS, HOSTILE, analysis_of, hostile_analysis, synthetic_timeline
 from tl_hygiene import missing_browser, screenshots_path
 
-from tracelab.errors import BadInput
 from tracelab.api import report as write_report
+from tracelab.errors import BadInput
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from tracelab.analyses import analyze
 from tracelab.analyses.kernels import kernel_summary
 from tracelab.analyses.results import Analysis, AnalysisOptions, Finding
+from tracelab.api import report as write_report
 from tracelab.errors import BadInput
 from tracelab.model import CopyKind, DeviceInfo, EventKind, Flag, RunMeta, StringInterner, build_timeline
 from tracelab.render.compare_text import shorten
 from tracelab.render.document import to_document
 from tracelab.render.report_md import md_escape
-from tracelab.api import report as write_report
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
