@@ -1,6 +1,6 @@
 """Data the pages need that is not an analysis result: the compare tables, finding windows. Pure
 functions over Timeline / Analysis / Comparison. The stream x stream overlap matrix and the per-launch
-occupancy are analyses (tracelab.analyses.overlap / .occupancy), re-exported here for the pages."""
+occupancy are analyses (tracelab.analyses.device.overlap / .occupancy), re-exported here for the pages."""
 
 from __future__ import annotations
 

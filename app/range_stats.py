@@ -12,7 +12,7 @@ from dash import html
 
 from tracelab.api import analyze, run_start, scoped_timeline
 from tracelab.api.types import Analysis, EventKind, RunRecord
-from tracelab.render.figures import fmt_ns
+from tracelab.text_format import fmt_ns
 
 from .state import AppState
 from .timeline_view import run_steps

@@ -5,7 +5,7 @@ server (so the Host / Origin guard of `app.guards` runs before each of them):
   colours and the window the URL opens (JSON); t0 / t1 as in the page URL (trace-clock ns); drawn=1:
   the page has drawn its first view (a big run's background work starts then, `start_background`);
 - GET /api/timeline/tile?run=ID&show=G,..&level=L&index=I: tile I of 2^L (binary,
-  `tracelab.render.timeline.pack`);
+  `tracelab.render.timeline.data.pack`);
 - GET /api/timeline/matches?run=ID&show=G,..&q=TEXT&t0=NS&t1=NS: the search matches in a window (ns
   from the run start; JSON, the longest 3,000);
 - GET /api/timeline/hover?run=ID&event=POS | &gap=INDEX: a tooltip's lines (JSON), times formatted
@@ -27,9 +27,9 @@ import pandas as pd
 
 from tracelab.api.types import EventKind, RunRecord
 from tracelab.errors import BadInput
-from tracelab.render.figures import fmt_bytes, fmt_ns
-from tracelab.render.gap_evidence import gap_evidence
-from tracelab.render.timeline import stream_label, style
+from tracelab.render.text.gap_evidence import gap_evidence
+from tracelab.render.timeline.data import stream_label, style
+from tracelab.text_format import fmt_bytes, fmt_ns
 
 from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state

@@ -19,7 +19,7 @@ MAX_RANGE_BOXES = 20_000
 
 
 def run_ranges(state: AppState, run_id: str) -> pd.DataFrame:
-    """The run's NVTX / record_function ranges projected onto the GPU (tracelab.analyses.range_projection):
+    """The run's NVTX / record_function ranges projected onto the GPU (tracelab.analyses.device.range_projection):
     rank, level (dense nesting level of the NVTX ranges of the rank, the first MAX_RANGE_LEVELS), start, end
     (the projected range: first enclosed GPU op's start to the last one's end), label (the range's name)."""
 
@@ -94,7 +94,7 @@ MEMORY_POINTS = 4000
 
 
 def run_memory(state: AppState, run_id: str):
-    """The run's GPU memory timeline (tracelab.analyses.gpu_memory), or None without memory events."""
+    """The run's GPU memory timeline (tracelab.analyses.device.gpu_memory), or None without memory events."""
 
     def make():
         from tracelab.api import memory

@@ -1,11 +1,11 @@
 """What the timeline draws, for the dashboard: the run's rows for the shown lane groups and its tiles
-(level L, index I: the I-th of 2^L equal windows of the run), computed by `tracelab.render.timeline_tiles`
+(level L, index I: the I-th of 2^L equal windows of the run), computed by `tracelab.render.timeline.tiles`
 over the app's cached run data (`AppState`) and encoded for the browser's canvas
-(`tracelab.render.timeline.encode_tile`); plus search matches, correlated events of a selection, the
+(`tracelab.render.timeline.data.encode_tile`); plus search matches, correlated events of a selection, the
 run's steps and gaps. Plain functions over an `AppState`; `app.timeline_api` serves them.
 
 A big run (more than SYNC_ANALYSIS_MAX_EVENTS events) has its first view stored with it at import
-(`tracelab.render.timeline_overview`): its rows and whole-run tile come from a small read of the store,
+(`tracelab.render.timeline.overview`): its rows and whole-run tile come from a small read of the store,
 and its columns, analysis and steps are loaded in the background once the page has drawn that view
 (`start_background`)."""
 
@@ -20,16 +20,16 @@ import pandas as pd
 from tracelab.api import critical_path, critical_path_categories, find_steps
 from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput, StoreError
-from tracelab.render import timeline_tiles as tiles
-from tracelab.render.timeline import TileParts, encode_tile, gaps_frame, lane_depth_cap, lane_to_row
-from tracelab.render.timeline_overview import (
+from tracelab.render.timeline import tiles
+from tracelab.render.timeline.data import TileParts, encode_tile, gaps_frame, lane_depth_cap, lane_to_row
+from tracelab.render.timeline.overview import (
     OVERVIEW_KEYS,
     SYNC_ANALYSIS_MAX_EVENTS,
     Overview,
     decode_overview,
     wants_overview,
 )
-from tracelab.render.timeline_tiles import (  # noqa: F401 - part of this module's interface
+from tracelab.render.timeline.tiles import (  # noqa: F401 - part of this module's interface
     SmLanes,
     device_busy_union,
     event_rows,
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 
 def overview(state: AppState, record: RunRecord) -> Overview | None:
-    """The run's stored overview (`tracelab.render.timeline_overview`), cached; None when the store
+    """The run's stored overview (`tracelab.render.timeline.overview`), cached; None when the store
     has none for it (a small run, or one imported before overviews were stored)."""
     if not wants_overview(record.events):
         return None
@@ -95,7 +95,7 @@ def _store_overview(state: AppState, record: RunRecord) -> bool:
 
 
 def run_steps(state: AppState, run_id: str) -> pd.DataFrame:
-    """The run's steps (`tracelab.analyses.steps.find_steps`: ProfilerStep#N or step-like top-level
+    """The run's steps (`tracelab.analyses.steps.infer.find_steps`: ProfilerStep#N or step-like top-level
     ranges, per rank): rank, start, end, label ("step N", numbered per rank from 0). Cached."""
 
     def make() -> pd.DataFrame:
@@ -179,7 +179,7 @@ CRITICAL_MAX_SEGMENTS = 20_000  # segments of the critical-path lanes sent to th
 
 
 def run_critical_path(state: AppState, record: RunRecord) -> pd.DataFrame | None:
-    """Each rank's critical path of each step (`tracelab.analyses.critical_path`, from the run's
+    """Each rank's critical path of each step (`tracelab.analyses.ranks.critical_path`, from the run's
     analysis: None until it is there) as rank, start, end, category, label; the longest
     CRITICAL_MAX_SEGMENTS segments. Cached."""
     run_id = record.id

@@ -3,7 +3,7 @@ with shifted times and correlation ids), imported into a store; then, server-sid
 HTTP routes (Flask test client, no network) on a fresh app (empty caches):
 
 - first timeline view: the page, the run's meta and its whole-run tile (a big run's are stored with it
-  at import: `tracelab.render.timeline_overview`; the run's columns, analysis and steps load in the
+  at import: `tracelab.render.timeline.overview`; the run's columns, analysis and steps load in the
   background after that, when the page says it has drawn: `meta?drawn=1`);
 - zoom: the tiles of windows from 1/2 down to 1/10000 of the run (each at the level the canvas
   draws it with, none cached before).
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from tracelab.api import store_timeline, store_views
 from tracelab.model.timeline import EVENT_COLUMNS, build_timeline
-from tracelab.render.timeline_overview import OVERVIEW_KEYS
+from tracelab.render.timeline.overview import OVERVIEW_KEYS
 from tracelab.store import Store
 
 DEFAULT_TRACE = (

@@ -1,6 +1,6 @@
 """Gap evidence cost: this checkout beside a baseline checkout (e.g. main), on the same trace.
 
-Since issue 10 the analysis returns structured gap evidence (GapDetails) and tracelab.render.gap_evidence
+Since issue 10 the analysis returns structured gap evidence (GapDetails) and tracelab.render.text.gap_evidence
 writes the sentences: the text output words only the gaps it shows, `analyze --json` all of them. This
 measures, per side, in its own child process (so each peak RSS is its own), on one parsed timeline:
 
@@ -31,12 +31,12 @@ WORKER = r"""
 import json, resource, sys
 sys.path.insert(0, sys.argv[2])
 from tracelab import api
-from tracelab.render.text import format_analysis
+from tracelab.render.text.analysis import format_analysis
 try:
-    from tracelab.render.document import to_document
-    from tracelab.render.gap_evidence import gap_evidence
+    from tracelab.render.export.document import to_document
+    from tracelab.render.text.gap_evidence import gap_evidence
 except ImportError:  # before issue 10's structured evidence
-    from tracelab.analyses.results import to_document
+    from tracelab.render.export.document import to_document
     gap_evidence = None
 
 def cpu():

@@ -55,7 +55,7 @@ if __name__ == "__main__":
            "main_pid": os.getpid(), "pids": sorted(distributed.worker_peak_rss(parts))}
     if sys.argv[4] == "analyze":
         from tracelab import api
-        from tracelab.analyses.ranks import rank_analysis
+        from tracelab.analyses.ranks.view import rank_analysis
         del files, parts
         cpu0, w0 = time.process_time(), time.perf_counter()
         analysis = api.analyze(tl)

@@ -1,5 +1,5 @@
 """Step inference without markers: CPU time and peak memory of `infer_steps`, side by side with the
-previous implementation (`tracelab/analyses/steps.py` at --peer-ref, read with `git show`) in the
+previous implementation (`tracelab/analyses/steps/infer.py` at --peer-ref, read with `git show`) in the
 same run, on
 - every bundled demo run (the largest, and all of them together),
 - a corpus trace (default: hta/df_index_resolver, 123k events, 5 ProfilerSteps, the largest corpus
@@ -33,7 +33,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tracelab.analyses.steps import infer_steps
+from tracelab.analyses.steps.infer import infer_steps
 from tracelab.demo import demo_run_paths
 from tracelab.io import load_trace
 from tracelab.io.rundir.load import load_run_dir
@@ -43,11 +43,11 @@ Infer = Callable[[Timeline, int], tuple[np.ndarray, np.ndarray, str]]
 
 
 def peer_infer(ref: str) -> Infer | None:
-    """`infer_steps` of tracelab/analyses/steps.py at git ref `ref`, loaded as a module of this
+    """`infer_steps` of tracelab/analyses/steps/infer.py at git ref `ref`, loaded as a module of this
     package (its relative imports resolve here)."""
     try:
         src = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{ref}:tracelab/analyses/steps.py"],
+            ["git", "-C", str(ROOT), "show", f"{ref}:tracelab/analyses/steps/infer.py"],
             check=True,
             capture_output=True,
             text=True,

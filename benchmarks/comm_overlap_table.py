@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from tracelab.analyses.scope import steps_span_timeline
-from tracelab.analyses.step_time import steady_step_time
+from tracelab.analyses.steps.steady import steady_step_time
 from tracelab.api import analyze
 from tracelab.demo import demo_run
 from tracelab.io.rundir.load import load_run_dir

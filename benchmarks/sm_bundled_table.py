@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tracelab import api
-from tracelab.analyses.sm_time import sm_summary
+from tracelab.analyses.sm.lanes import sm_summary
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_steps import Infer, peer_infer
 
-from tracelab.analyses.steps import infer_steps, marked_steps
+from tracelab.analyses.steps.infer import infer_steps, marked_steps
 from tracelab.demo import demo_run_paths
 from tracelab.io import load_trace
 from tracelab.io.rundir.load import load_run_dir

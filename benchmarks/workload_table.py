@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tracelab.analyses.fusion import fusion_figures
-from tracelab.analyses.queue_delay import graph_overlap, kernel_latency, stream_delays
+from tracelab.analyses.device.fusion import fusion_figures
+from tracelab.analyses.device.queue_delay import graph_overlap, kernel_latency, stream_delays
 from tracelab.demo import demo_run_paths
 from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import EventKind

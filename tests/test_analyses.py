@@ -10,12 +10,12 @@ from test_analyses_builder import TB, Sim, us
 
 from tracelab.analyses import AnalysisOptions, analyze
 from tracelab.model import ContextInfo, CopyKind, DeviceInfo, Flag, MemKind, SyncKind
-from tracelab.render.document import to_document
-from tracelab.render.gap_evidence import gap_evidence
+from tracelab.render.export.document import to_document
+from tracelab.render.text.gap_evidence import gap_evidence
 
 
 def ev(analysis, gap) -> str:
-    """The evidence text of one gap (tracelab.render.gap_evidence)."""
+    """The evidence text of one gap (tracelab.render.text.gap_evidence)."""
     return gap_evidence(analysis, [gap])[0]
 
 
@@ -278,7 +278,7 @@ def test_exclude_orphans_and_notes():
     full = analyze(tl)
     assert full.devices[0].busy_ns == us(200) and full.devices[0].span_ns == us(600)
     assert full.notes[0] == "parser: 1 GPU event without a matching launch"
-    assert len(full.notes) == 2 and "no training steps" in full.notes[1]  # steps: tracelab.analyses.steps
+    assert len(full.notes) == 2 and "no training steps" in full.notes[1]  # steps: tracelab.analyses.steps.infer
     lens = analyze(tl, AnalysisOptions(exclude_orphans=True))
     assert lens.devices[0].busy_ns == us(100) and lens.devices[0].span_ns == us(100)
     assert lens.notes[0].startswith("parser:") and "excluded 1 GPU events" in lens.notes[1]
@@ -340,7 +340,7 @@ def test_profiler_sync_record_defers_to_its_api_call():
 
 
 def test_host_view_finds_outermost_op_per_thread():
-    from tracelab.analyses.gaps import HostView
+    from tracelab.analyses.gaps.idle import HostView
 
     tb = TB()
     tb.cpu_op("outer", 0, 100, tid=1)

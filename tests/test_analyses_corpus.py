@@ -11,8 +11,8 @@ import pytest
 from tracelab.analyses import AnalysisOptions
 from tracelab.analyses.rules import rule_ids
 from tracelab.api import analyze  # findings with their prose
-from tracelab.render.document import to_document
-from tracelab.render.gap_evidence import gap_evidence
+from tracelab.render.export.document import to_document
+from tracelab.render.text.gap_evidence import gap_evidence
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not CORPUS.exists(), reason="corpus not present")]

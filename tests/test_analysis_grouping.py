@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracelab.analyses.distinct import SortedKeys, distinct, distinct_codes, distinct_counts
-from tracelab.analyses.rows import kind_rows, names_matching, ranks_of, rows_of
+from tracelab.analyses.core.distinct import SortedKeys, distinct, distinct_codes, distinct_counts
+from tracelab.analyses.core.rows import kind_rows, names_matching, ranks_of, rows_of
 from tracelab.model import EventKind, RunMeta, build_timeline
 
 ints = st.lists(st.integers(-(2**40), 2**40) | st.integers(-5, 5), max_size=200)

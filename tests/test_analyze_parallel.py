@@ -14,13 +14,13 @@ import pytest
 
 from tracelab import api
 from tracelab.analyses import parallel
-from tracelab.analyses.memo import AnalysisContext, memo
+from tracelab.analyses.core.memo import AnalysisContext, memo
 from tracelab.io.nsys.load import load_nsys_sqlite
 from tracelab.model import EventKind, RunMeta, build_timeline
 
 DATA = Path(__file__).parent / "data"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
-analyze_module = importlib.import_module("tracelab.analyses.analyze")
+analyze_module = importlib.import_module("tracelab.analyses.pipeline")
 
 
 def _nsys(tmp_path: Path, name: str):
@@ -69,9 +69,9 @@ def test_big_timelines_use_the_cores_small_and_huge_ones_one_thread(monkeypatch)
 def test_whole_run_analysis_has_the_warm_up_note_where_the_scoped_path_puts_it(tmp_path, monkeypatch):
     """analyze_scoped without a scope finds the steps among the other analyses; its notes are those of
     the explicit path (steps found first, whole-run note as the scope note)."""
-    from tracelab.analyses.analyze import analyze, analyze_scoped
+    from tracelab.analyses.pipeline import analyze, analyze_scoped
     from tracelab.analyses.scope import whole_run_note
-    from tracelab.analyses.steps import find_steps
+    from tracelab.analyses.steps.infer import find_steps
 
     timeline = _nsys(tmp_path, "train_plain_nsys")
     steps = find_steps(timeline)

@@ -17,8 +17,8 @@ from tracelab.errors import BadInput
 from tracelab.model import ContextInfo, DeviceInfo, EventKind, RunMeta, StringInterner, build_timeline
 from tracelab.model.api_names import classify_api_ids
 from tracelab.model.kinds import CopyKind
-from tracelab.render.lod import busy_bins, level_of_detail
-from tracelab.render.timeline import CLASS_CODES, unpack
+from tracelab.render.timeline.data import CLASS_CODES, unpack
+from tracelab.render.timeline.lod import busy_bins, level_of_detail
 from tracelab.store import Store
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
@@ -367,7 +367,7 @@ def test_hover_text_is_formatted_on_the_server(env):
     lines = client.get(f"/api/timeline/hover?run={a}&event={gemm['pos']}").get_json()["lines"]
     assert lines[:3] == ["gemm_kernel_1", "kernel · GPU 0 · stream 7", "15.0 µs at +30.0 µs"]
     assert lines[3] == "grid (128,1,1) block (256,1,1)"
-    from tracelab.render.gap_evidence import gap_evidence
+    from tracelab.render.text.gap_evidence import gap_evidence
 
     analysis = state.analysis(a)
     lines = client.get(f"/api/timeline/hover?run={a}&gap=0").get_json()["lines"]
@@ -539,7 +539,7 @@ def test_gap_click_opens_timeline_at_gap(env):
 def test_gaps_chart_escapes_names_and_links():
     """The SVG chart is a document of its own: evidence, causes and links are XML-escaped."""
     from tracelab.analyses.results import Gap
-    from tracelab.render.gaps_svg import gaps_svg
+    from tracelab.render.figures.gaps_svg import gaps_svg
 
     evil = "</title></circle><script>alert(1)</script><b>x</b> & \"q\""
     g = Gap(rank=0, device=0, start_ns=1_000, end_ns=51_000, duration_ns=50_000, cause="host_sync")
@@ -655,7 +655,7 @@ def test_compare_shows_deltas(env):
     gaps_table = find(content, "compare-gaps")
     assert {"count A", "count B", "time Δ (B − A)"} <= {c["name"] for c in gaps_table.columns}
     assert "+0 ns" not in text and "-0%" not in text and "+0.0%" not in text
-    from tracelab.render.figures import compare_bars_figure
+    from tracelab.render.figures.dashboard import compare_bars_figure
 
     bars = compare_bars_figure(cmp).data[1].text  # the variant's bars carry the change
     assert all(re.fullmatch(r"[0-9.]+ (ns|µs|ms|s)( \((0\.0|[+-][0-9.]+)%\))?", x) for x in bars), bars
@@ -887,7 +887,7 @@ def test_idle_lane_shows_gaps_by_cause_at_whole_run_zoom(env):
     from app import create_app
     from app.pages.timeline import default_show
     from app.timeline_view import view_rows
-    from tracelab.render.timeline import CAUSES
+    from tracelab.render.timeline.data import CAUSES
 
     state, a, _ = env
     rec = state.record(a)
@@ -912,7 +912,7 @@ def test_in_memory_cut_draws_what_the_store_window_holds(env):
     """Tiles are cut from the run's columns in memory: they draw exactly what `Store.window` returns
     for the same window (the same items and bins as a level of detail of the store's events)."""
     from app import timeline_view
-    from tracelab.render.figures import lane_to_row, timeline_rows
+    from tracelab.render.timeline.data import lane_to_row, timeline_rows
 
     state, a, _ = env
     rec = state.record(a)
@@ -984,7 +984,7 @@ def test_green_ctx_gaps_page_shows_the_idle_partition(tmp_path):
     text_format)."""
     from app.pages import gaps
     from app.state import AppState
-    from tracelab.analyses import sm
+    from tracelab.analyses.sm import summary as sm
     from tracelab.demo import demo_run
     from tracelab.io import load_trace
 

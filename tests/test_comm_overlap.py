@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.analyses.comm_partition import comm_overlap_explanation, has_comm, rank_comm
+from tracelab.analyses.ranks.comm_partition import comm_overlap_explanation, has_comm, rank_comm
 from tracelab.demo import demo_run
 from tracelab.errors import BadInput
 from tracelab.io.rundir.load import load_run_dir
 from tracelab.record import build_command, check_world
-from tracelab.render.comm_text import explain_comm_overlap, rank_comm_lines
+from tracelab.render.text.comm import explain_comm_overlap, rank_comm_lines
 from tracelab.workloads import get_workload
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -182,9 +182,9 @@ def test_nccl_sms_are_the_grid_clipped_to_the_comm_partition(runs):
 
 
 def test_collectives_match_across_ranks_with_skew_and_last_rank(runs):
-    """The cross-rank matching (tracelab.analyses.collectives) on the synthetic pair: rank 1 is the
+    """The cross-rank matching (tracelab.analyses.ranks.collectives) on the synthetic pair: rank 1 is the
     same run 5 µs later, so every all-reduce has a 5 µs skew and rank 1 arrives last."""
-    from tracelab.analyses.collectives import match_collectives
+    from tracelab.analyses.ranks.collectives import match_collectives
 
     tl = load_run_dir(runs["streams"])
     m = match_collectives(tl)
@@ -314,8 +314,8 @@ def test_compare_explains_compute_and_communication(runs, tmp_path):
     assert "does not pay for itself" in " ".join(res.stdout.split())
     assert all(len(line) <= 100 for line in res.stdout.splitlines())
     # without communication kernels (the gloo runs, or plain green_contexts) there is none
-    from tracelab.analyses.analyze import analyze
     from tracelab.analyses.compare import compare
+    from tracelab.analyses.pipeline import analyze
 
     a = load_run_dir(demo_run("green_contexts-sequential-torch", cache=tmp_path / "c"))
     b = load_run_dir(demo_run("green_contexts-green_ctx-torch", cache=tmp_path / "c"))

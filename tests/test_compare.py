@@ -11,11 +11,13 @@ import orjson
 import pytest
 from test_reports import CORPUS, HOSTILE, analysis_of, hostile_analysis, synthetic_timeline
 
-from tracelab.analyses.compare import Delta, compare
-from tracelab.analyses.kernels import KERNEL_SUMMARY_COLUMNS, kernel_summary
+from tracelab.analyses.compare import compare
+from tracelab.analyses.comparison import Delta
+from tracelab.analyses.device.kernels import KERNEL_SUMMARY_COLUMNS, kernel_summary
 from tracelab.analyses.results import Finding
 from tracelab.model import EventKind, Flag, RunMeta, StringInterner, build_timeline
-from tracelab.render.compare_text import comparison_document, format_comparison, term_safe
+from tracelab.render.export.comparison import comparison_document
+from tracelab.render.text.compare import format_comparison, term_safe
 
 
 def test_delta():
@@ -259,7 +261,7 @@ def test_kernel_names_that_differ_in_the_middle_get_distinct_labels():
     """`compare` cuts long kernel names in the middle; two names that differ only there once gave two
     identical rows (issue 28). Labels stay within the width, distinct names get distinct labels, and a
     label shows the part where its name differs."""
-    from tracelab.render.compare_text import shorten_distinct
+    from tracelab.render.text.compare import shorten_distinct
 
     a = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_kernel__5x_cublas"
     b = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x64x8_stage3_warpsize2x2x1_ffma_aligna4_kernel__5x_cublas"

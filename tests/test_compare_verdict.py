@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tracelab.analyses.compare import compare, verdict
+from tracelab.analyses.compare import compare
+from tracelab.analyses.verdict import verdict
 from tracelab.api import analyze
 from tracelab.cli import main
 from tracelab.model import EventKind
-from tracelab.render.compare_text import format_comparison, verdict_line
+from tracelab.render.text.compare import format_comparison, verdict_line
 
 STEP = re.compile(r"^step \d+$")
 
@@ -113,7 +114,7 @@ def test_verdict_keeps_to_the_width(runs):
 
 
 def test_text_and_json_carry_the_verdict(runs):
-    from tracelab.render.compare_text import comparison_document
+    from tracelab.render.export.comparison import comparison_document
 
     _, tl_a, an_a = runs["sync_pitfalls-item_every_step-torch"]
     _, tl_b, an_b = runs["sync_pitfalls-deferred_sync-torch"]

@@ -233,7 +233,7 @@ def test_step_table_of_a_two_gpu_rank_says_how_idle_and_causes_differ(loaded) ->
     import sqlite3
 
     from tracelab.analyses import analyze
-    from tracelab.render.text import format_analysis
+    from tracelab.render.text.analysis import format_analysis
 
     con = sqlite3.connect(f"file:{CORPUS / 'nsys_ai/tests__fixtures__h100_2gpu_1s.sqlite'}?mode=ro", uri=True)
     per_process = con.execute(

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
-from tracelab.analyses.collectives import bus_factor, dtype_bytes, match_collectives
-from tracelab.analyses.comm_steps import step_windows
-from tracelab.analyses.critical_path import critical_path, critical_path_for
-from tracelab.analyses.ranks import rank_analysis, rank_document_of
+from tracelab.analyses.ranks.collectives import bus_factor, dtype_bytes, match_collectives
+from tracelab.analyses.ranks.comm_steps import step_windows
+from tracelab.analyses.ranks.critical_path import critical_path, critical_path_for
+from tracelab.analyses.ranks.view import rank_analysis, rank_document_of
 from tracelab.io import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ import pytest
 from multigpu_util import run_dir
 from raw_steps import kineto_launches_gpu, nsys_launches_gpu, windows_of_ranges
 
-from tracelab.analyses.critical_path import critical_path_for
-from tracelab.analyses.ranks import rank_analysis
+from tracelab.analyses.ranks.critical_path import critical_path_for
+from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.api import analyze
 from tracelab.io.rundir.load import load_run_dir
 

@@ -1,4 +1,4 @@
-"""The stored first view of a big run (`tracelab.render.timeline_overview`): computed at import from the
+"""The stored first view of a big run (`tracelab.render.timeline.overview`): computed at import from the
 parsed Timeline, it is exactly the view the dashboard computes from the run's stored columns; the
 dashboard serves it (page, meta, whole-run tile) without loading those columns, starts the run's
 background work when the page says it has drawn it, and stores it for runs imported before it existed.
@@ -16,9 +16,9 @@ import pytest
 from test_app_callbacks import as_json, synthetic_timeline
 
 from tracelab.api import store_timeline
-from tracelab.render import timeline_overview
-from tracelab.render.timeline import CLASS_CODES, unpack
-from tracelab.render.timeline_overview import OVERVIEW_KEYS, decode_overview, overview_views
+from tracelab.render.timeline import overview as timeline_overview
+from tracelab.render.timeline.data import CLASS_CODES, unpack
+from tracelab.render.timeline.overview import OVERVIEW_KEYS, decode_overview, overview_views
 from tracelab.store import Store
 
 STEPS = 40

@@ -14,8 +14,7 @@ import pytest
 from app.pages.compare import related_baseline
 from app.range_stats import window_us
 from tracelab.model.kinds import LaneKind
-from tracelab.render.lod import LEVELS, level_of_detail
-from tracelab.render.timeline import (
+from tracelab.render.timeline.data import (
     BOX_PX,
     SmRows,
     TileParts,
@@ -27,6 +26,7 @@ from tracelab.render.timeline import (
     timeline_rows,
     unpack,
 )
+from tracelab.render.timeline.lod import LEVELS, level_of_detail
 from tracelab.store import RunRecord
 
 
@@ -126,10 +126,10 @@ def test_recorded_green_ctx_sm_bands_count_each_partitions_sms():
     import re
     import tempfile
 
-    from tracelab.analyses.sm import sm_lanes
+    from tracelab.analyses.sm.summary import sm_lanes
     from tracelab.demo import demo_run
     from tracelab.io import load_trace
-    from tracelab.render.timeline_rows import sm_partition_map
+    from tracelab.render.timeline.rows import sm_partition_map
 
     tl = load_trace(demo_run("green_contexts-green_ctx-nsys", tempfile.mkdtemp()))
     lanes, source = sm_lanes(tl, 0, 0)

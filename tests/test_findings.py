@@ -3,7 +3,7 @@
 import pytest
 from test_analyses_builder import TB, Sim, us
 
-from tracelab.analyses.steps import marked_steps
+from tracelab.analyses.steps.infer import marked_steps
 from tracelab.api import analyze
 from tracelab.model import CopyKind, DeviceInfo, EventKind, Flag, MemKind
 

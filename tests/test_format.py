@@ -80,15 +80,6 @@ def test_sizes_percentages_counts():
     assert F.fmt_count(700, "kernel") == "700 kernels"
 
 
-def test_old_names_are_aliases():
-    """render.compare_text and render.figures keep their names for other modules; the text is the same."""
-    from tracelab.render import compare_text, figures
-
-    for ns in (850, 12_345, 4_560_000, 1_234_000_000):
-        assert compare_text.fmt_ns(ns) == figures.fmt_ns(ns) == F.fmt_ns(ns)
-    assert F.fmt_rel_many(np.array([9_300])) == ["+9.3 µs"]
-
-
 def _device(start: int) -> DeviceSummary:
     return DeviceSummary(rank=0, device=0, name="", sm_count=0, start_ns=start, end_ns=start + 10, span_ns=10,
                          busy_ns=10, idle_ns=0, kernel_ns=10, memcpy_ns=0, memset_ns=0, comm_ns=0,
@@ -128,7 +119,7 @@ def test_the_longest_gap_reads_the_same_in_cli_reports_and_dashboard(item_every_
 
     from tracelab.api import report as write_report
     from tracelab.cli import main
-    from tracelab.render.figures import gaps_table
+    from tracelab.render.figures.dashboard import gaps_table
 
     path, tl, an = item_every_step
     gap = max(an.gaps, key=lambda g: g.duration_ns)
@@ -167,7 +158,7 @@ def test_reports_label_offsets_from_the_run_start(item_every_step, tmp_path):
 
 
 def test_report_figures_share_the_run_start_axis(item_every_step):
-    from tracelab.render import report_figures as rf
+    from tracelab.render.reports import figures as rf
 
     _, tl, an = item_every_step
     rows, edges = rf.binned_utilization(tl, bins=10)
@@ -182,8 +173,8 @@ def test_report_figures_share_the_run_start_axis(item_every_step):
 
 
 def test_sm_figures_share_the_run_start_axis(item_every_step):
-    from tracelab.analyses.sm import sm_grid, sm_utilization
-    from tracelab.render.sm_figures import partition_utilization_figure, sm_lanes_figure
+    from tracelab.analyses.sm.summary import sm_grid, sm_utilization
+    from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
 
     _, tl, _ = item_every_step
     run_start = int(tl.events["start"].min())

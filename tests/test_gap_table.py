@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
-from tracelab.analyses.devices import device_rows
-from tracelab.analyses.gaps import Classification, host_views, idle_intervals
+from tracelab.analyses.device.devices import device_rows
+from tracelab.analyses.gaps.idle import Classification, host_views, idle_intervals
 from tracelab.analyses.results import CAUSES, AnalysisOptions, GapTable, cause_totals, longest_gaps
 from tracelab.demo import demo_run
 from tracelab.io import load_trace
-from tracelab.render.gap_evidence import gap_evidence
+from tracelab.render.text.gap_evidence import gap_evidence
 
 RUNS = ("sync_pitfalls-item_every_step-nsys", "overlap-streams_pageable-torch")
 

@@ -15,8 +15,8 @@ from multigpu_util import run_dir
 from raw_steps import kineto_step_windows, nsys_step_windows, steady
 
 from tracelab.analyses.compare import compare
-from tracelab.analyses.ranks import rank_analysis
-from tracelab.analyses.step_time import steady_step_time
+from tracelab.analyses.ranks.view import rank_analysis
+from tracelab.analyses.steps.steady import steady_step_time
 from tracelab.api import analyze
 from tracelab.demo import demo_run
 from tracelab.io.rundir.load import load_run_dir

@@ -19,8 +19,10 @@ from tracelab import demo
 from tracelab.analyses.compare import compare, uses_green_contexts
 from tracelab.api import report as write_report
 from tracelab.model import GPU_ACTIVITY_KINDS, EventKind
-from tracelab.render.compare_text import comparison_document, format_comparison
-from tracelab.render.report_md import md_escape
+from tracelab.render.export.comparison import comparison_document
+from tracelab.render.reports.markdown import md_escape
+from tracelab.render.text.compare import format_comparison
+from tracelab.render.text.green import green_context_message
 
 GREEN, SEQ, STREAMS = (f"green_contexts-{v}-nsys" for v in ("green_ctx", "sequential", "streams"))
 HAVE_DEMO = {a.name.removesuffix(".tar.xz") for a in demo.demo_archives()} >= {GREEN, SEQ, STREAMS}
@@ -93,7 +95,7 @@ def test_comparison_carries_the_explanation(runs):
         ex.small_sm_count * ex.variant_span_ns * (1 - ex.small_busy_fraction), abs=2
     )
     assert ex.elementwise_ratio > 1
-    assert ex.message.startswith(f"green_ctx takes {ex.ratio:.2f}x the sequential time")
+    assert green_context_message(ex).startswith(f"green_ctx takes {ex.ratio:.2f}x the sequential time")
 
 
 def test_green_run_as_baseline(runs):
@@ -122,7 +124,7 @@ def test_against_streams_names_the_baseline(runs):
     _, tg, ag = runs[GREEN]
     ex = compare(at, ag, tt, tg).green_contexts
     assert ex is not None and ex.baseline == "streams"
-    assert "the streams time" in ex.message and "sequential" not in ex.message
+    assert "the streams time" in green_context_message(ex) and "sequential" not in green_context_message(ex)
 
 
 def test_text_and_json(runs):
@@ -131,7 +133,7 @@ def test_text_and_json(runs):
     text = format_comparison(c)
     assert "== green contexts: B (green_ctx) against A (sequential)" in text
     flat = " ".join(text.split())
-    assert ex.message in flat  # wrapped over lines
+    assert green_context_message(ex) in flat  # wrapped over lines
     span_row = next(x for x in text.splitlines() if x.startswith("span ") and x.endswith("x"))
     assert span_row.split()[-1] == f"{ex.ratio:.2f}x"
     assert any(x.startswith("matmul SMs") and x.split()[-3:-1] == ["132", "116"] for x in text.splitlines())
@@ -140,7 +142,7 @@ def test_text_and_json(runs):
     assert g["run"] == "b" and g["variant"] == "green_ctx" and g["baseline"] == "sequential"
     assert g["ratio"] == pytest.approx(ex.ratio) and g["verdict"] == "slowdown"
     assert (g["small_sm_count"], g["large_sm_count"], g["matmul_sms_sequential"]) == (16, 116, 132)
-    assert g["variant_span_ns"] == ex.variant_span_ns and g["message"] == ex.message
+    assert g["variant_span_ns"] == ex.variant_span_ns and g["message"] == green_context_message(ex)
 
 
 def test_reports_show_it(runs, tmp_path: Path):
@@ -151,13 +153,13 @@ def test_reports_show_it(runs, tmp_path: Path):
     write_report(md, ag, tg, against=(as_, ts))
     text = md.read_text()
     assert "### Green contexts: B (green\\_ctx) against A (sequential)" in text
-    assert md_escape(ex.message) in text
+    assert md_escape(green_context_message(ex)) in text
     assert "| matmul SMs | 132 | 116 | 0.88x |" in text
     out = tmp_path / "r.html"
     write_report(out, ag, tg, against=(as_, ts))
     page = out.read_text()
     assert "<h3>Green contexts: B (green_ctx) against A (sequential)</h3>" in page
-    assert html.escape(ex.message, quote=True) in page
+    assert html.escape(green_context_message(ex), quote=True) in page
     js = tmp_path / "r.json"
     write_report(js, ag, tg, against=(as_, ts))
     assert json.loads(js.read_text())["comparison"]["green_contexts"]["ratio"] == pytest.approx(ex.ratio)
@@ -176,7 +178,7 @@ def test_hostile_kernel_names_are_escaped(runs, tmp_path: Path):
     ts, tg = rename(ts), rename(tg)
     as_, ag = analysis_of(ts), analysis_of(tg)
     c = compare(as_, ag, ts, tg)
-    assert c.green_contexts is not None and evil in c.green_contexts.message
+    assert c.green_contexts is not None and evil in green_context_message(c.green_contexts)
     assert "\x1b" not in format_comparison(c)
     out = tmp_path / "r.html"
     write_report(out, ag, tg, against=(as_, ts))
@@ -228,7 +230,7 @@ def test_compare_page_shows_it(runs, tmp_path: Path):
     assert section is not None
     text = as_json(section)
     ex = _green_vs_seq(runs).green_contexts
-    assert json.dumps(ex.message) in text  # the message as one text child
+    assert json.dumps(green_context_message(ex)) in text  # the message as one text child
     assert "B (green_ctx) against A (sequential)" in text and '"116"' in text and '"132"' in text
     table = find(section, "compare-green-table")
     rows = table.children[1].children

@@ -18,7 +18,7 @@ from sql_oracle import raw
 from tracelab import api
 from tracelab.analyses.results import CAUSES
 from tracelab.demo import demo_run
-from tracelab.render.gap_evidence import gap_evidence
+from tracelab.render.text.gap_evidence import gap_evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"

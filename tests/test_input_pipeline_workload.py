@@ -28,7 +28,7 @@ def test_variants_and_parameters() -> None:
 @pytest.mark.parametrize("variant", ["slow_loader", "fast_loader"])
 def test_cpu_smoke_run_records_the_loader_ops(variant: str, tmp_path) -> None:
     torch = pytest.importorskip("torch")
-    from tracelab.analyses.host import HostView
+    from tracelab.analyses.core.host import HostView
     from tracelab.io import load_trace
     from tracelab.workloads.input_pipeline import smoke
 

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracelab.analyses import intervals as iv
+from tracelab.analyses.core import intervals as iv
 
 T = 60  # time axis 0..T
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from tracelab.api import analyze, load
-from tracelab.render.document import to_document, write_document
+from tracelab.render.export.document import to_document, write_document
 
 DATA = Path(__file__).parent / "data"
 TRACE = DATA / "torch_mixed_small" / "trace.json.gz"
@@ -37,7 +37,7 @@ def test_cli_json_is_the_whole_dump() -> None:
     timeline = load(TRACE)
     tl = timeline
     analysis = analyze(timeline)
-    from tracelab.analyses.critical_path import critical_path_document, critical_path_for
+    from tracelab.analyses.ranks.critical_path import critical_path_document, critical_path_for
     from tracelab.api import (
         document_extras,
         health,  # issue 27: `analyze --json` ends with the trace health section
@@ -66,9 +66,9 @@ def test_gap_items_are_orjson_bytes_for_odd_values() -> None:
     on the fixture's gaps with odd values put in: float texts orjson writes its own way (exponents,
     -0.0, NaN, infinities), launches missing, and evidence needing escapes or outside ASCII."""
 
-    from tracelab.analyses.results import GapTable, gap_docs
-    from tracelab.render.document import _ITEMS_FROM, _ITEMS_TO, gap_items
-    from tracelab.render.gap_evidence import gap_evidence
+    from tracelab.analyses.results import GapTable
+    from tracelab.render.export.document import _ITEMS_FROM, _ITEMS_TO, gap_docs, gap_items
+    from tracelab.render.text.gap_evidence import gap_evidence
 
     analysis = analyze(load(TRACE))
     gaps = analysis.gaps

@@ -487,7 +487,7 @@ def test_context_sync_on_no_stream_is_device_wide(tmp_path):
     streams = {s.stream for d in analyze(tl).devices for s in d.streams}
     assert -1 not in streams and 4294967295 not in streams
 
-    from tracelab.render.figures import timeline_rows
+    from tracelab.render.timeline.data import timeline_rows
 
     labels = timeline_rows(tl.lanes, tl.strings)["label"].tolist()
     assert "device-wide syncs (no stream)" in labels and not any("4294967295" in x for x in labels)

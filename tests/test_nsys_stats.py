@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tracelab import api
-from tracelab.analyses.range_projection import project_ranges
+from tracelab.analyses.device.range_projection import project_ranges
 from tracelab.demo import demo_archives, demo_run
 
 DATA = Path(__file__).resolve().parent / "data"

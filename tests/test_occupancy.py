@@ -7,7 +7,7 @@ units of 256, 4 sub-partitions, shared-memory granularity 128 B + 1 KB reserved 
 import numpy as np
 import pytest
 
-from tracelab.analyses.occupancy import (
+from tracelab.analyses.sm.occupancy import (
     CC_LIMITS,
     LIMITERS,
     device_sm_count,

@@ -18,8 +18,9 @@ from click.testing import CliRunner
 from tracelab.api import analyze
 from tracelab.cli import main
 from tracelab.model import EventKind, LaneKind
-from tracelab.render.gap_evidence import gap_evidence
-from tracelab.render.perfetto import ROW_TID, overlap_rows, write_perfetto
+from tracelab.render.export.perfetto import write_perfetto
+from tracelab.render.export.perfetto_tracks import ROW_TID, overlap_rows
+from tracelab.render.text.gap_evidence import gap_evidence
 
 STEP = re.compile(r"^step \d+$")
 SM_TRACK = re.compile(r"^SM (\d+) \((measured|estimated)\)( · overlap \d+)?$")
@@ -137,7 +138,7 @@ def test_gaps_findings_and_steps_tracks(exported):
 
 
 def test_sm_lanes_say_measured_or_estimated(exported):
-    from tracelab.analyses.sm import sm_lanes
+    from tracelab.analyses.sm.summary import sm_lanes
 
     tl, _, doc, _summary = exported["green_contexts-green_ctx-nsys"]
     threads = _threads(doc)
@@ -252,7 +253,7 @@ def test_launch_arrows_link_each_launch_to_its_gpu_work(exported):
 
 
 def test_merge_busy_by_hand():
-    from tracelab.render.perfetto import merge_busy
+    from tracelab.render.export.perfetto_tracks import merge_busy
 
     key = np.array([3, 1, 1, 1, 3])
     start = np.array([0, 0, 5, 20, 2])
@@ -264,7 +265,7 @@ def test_merge_busy_by_hand():
 
 
 def test_large_sm_lanes_are_merged_into_busy_stretches(exported, tmp_path):
-    from tracelab.analyses.sm import expand_lanes, sm_lanes
+    from tracelab.analyses.sm.summary import expand_lanes, sm_lanes
 
     tl, an, _, _ = exported["pdl-pdl-nsys"]
     summary = write_perfetto(tmp_path / "m.json", tl, an, max_sm_rows=10_000)

@@ -8,7 +8,7 @@ from test_health import nsys_profiler_gaps
 
 from tracelab import api
 from tracelab.demo import demo_run
-from tracelab.render.timeline import IDLE_COLORS
+from tracelab.render.timeline.data import IDLE_COLORS
 from tracelab.store import Store
 
 RUN = "sync_pitfalls-item_every_step-nsys"

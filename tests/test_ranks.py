@@ -1,4 +1,4 @@
-"""Cross-rank analysis (tracelab.analyses.collectives / ranks) checked against an independent
+"""Cross-rank analysis (tracelab.analyses.ranks.collectives / ranks) checked against an independent
 computation in plain Python over the raw JSON of the corpus 8-rank DLRM set, plus small hand-made
 cases (skew, last rank, wait, partial groups, unaligned clocks) and the CLI's ranks output."""
 
@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from tracelab.analyses import analyze
-from tracelab.analyses.collectives import match_collectives, operation
-from tracelab.analyses.ranks import rank_analysis, rank_document, rank_heatmap
+from tracelab.analyses.ranks.collectives import match_collectives, operation
+from tracelab.analyses.ranks.view import rank_analysis, rank_document, rank_heatmap
 from tracelab.cli import main
 from tracelab.io import load_trace
 from tracelab.model import EventKind, Flag, RunMeta, build_timeline
@@ -244,8 +244,8 @@ def test_ranks_section_fits_the_terminal():
     """analyze's Ranks lines were 105-155 characters wide (issue 28): the table is 98 columns, the
     collectives and stragglers wrap under themselves; the figures are still there."""
     from tracelab.analyses import analyze
-    from tracelab.analyses.ranks import rank_analysis
-    from tracelab.render.ranks_text import format_ranks
+    from tracelab.analyses.ranks.view import rank_analysis
+    from tracelab.render.text.ranks import format_ranks
 
     tl = _run(
         [(r, 0, AR, 1000 + 100 * r, 1500) for r in range(3)] + [(r, 0, AR, 2050 - 20 * r, 2200) for r in range(3)]

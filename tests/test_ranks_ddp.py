@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from tracelab.analyses import analyze
-from tracelab.analyses.ranks import rank_analysis, rank_document_of, rank_heatmap
+from tracelab.analyses.ranks.view import rank_analysis, rank_document_of, rank_heatmap
 from tracelab.io import load_trace
 
 DDP = Path(__file__).resolve().parent / "data" / "ddp"

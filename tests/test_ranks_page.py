@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
-from tracelab.analyses.collectives import match_collectives
+from tracelab.analyses.ranks.collectives import match_collectives
 from tracelab.io import load_trace
 from tracelab.store import Store
 

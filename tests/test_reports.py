@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracelab.analyses import analyze
-from tracelab.analyses.kernels import kernel_summary
+from tracelab.analyses.device.kernels import kernel_summary
 from tracelab.analyses.results import Analysis, AnalysisOptions, Finding
 from tracelab.api import report as write_report
 from tracelab.errors import BadInput
 from tracelab.model import CopyKind, DeviceInfo, EventKind, Flag, RunMeta, StringInterner, build_timeline
-from tracelab.render.compare_text import shorten
-from tracelab.render.document import to_document
-from tracelab.render.report_md import md_escape
+from tracelab.render.export.document import to_document
+from tracelab.render.reports.markdown import md_escape
+from tracelab.render.text.compare import shorten
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
@@ -377,7 +377,7 @@ def test_report_size_is_bounded_for_large_runs(tmp_path: Path, devices: int, str
 def test_html_report_falls_back_to_compact_over_budget(tmp_path: Path, monkeypatch):
     """A report that would pass the size budget is re-rendered with less detail (and says so). The
     budget (5 MB) is lowered here so that a small run crosses it."""
-    from tracelab.render import reports
+    from tracelab.render.reports import write as reports
 
     tl = synthetic_timeline(iterations=5)
     many = tuple(Finding("launch_bound", "warning", i, 1000 + i, f"finding {i} " + "x" * 700, "w" * 700) for i in range(400))

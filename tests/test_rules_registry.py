@@ -16,7 +16,7 @@ from tracelab.analyses import rules
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules import __main__ as rules_main
 from tracelab.analyses.rules.base import FindingContext, NotEvaluated, Rule, Window, check_data, data_keys
-from tracelab.render.findings import describe, with_prose
+from tracelab.render.text.findings import describe, with_prose
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = {"base", "waits", "__main__"}  # modules of the package that are not rules
@@ -131,9 +131,9 @@ def test_a_new_rule_is_one_file(tmp_path, monkeypatch):
 
 
 def _ctx(tl) -> FindingContext:
-    from tracelab.analyses.devices import device_rows, device_summaries
-    from tracelab.analyses.gaps import find_gaps, host_views
-    from tracelab.analyses.steps import find_steps
+    from tracelab.analyses.device.devices import device_rows, device_summaries
+    from tracelab.analyses.gaps.idle import find_gaps, host_views
+    from tracelab.analyses.steps.infer import find_steps
 
     rows = device_rows(tl)
     hosts = host_views(tl)

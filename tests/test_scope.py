@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from test_analyses_builder import TB, us
 
-from tracelab.analyses.devices import device_summaries
-from tracelab.analyses.gaps import find_gaps
+from tracelab.analyses.device.devices import device_summaries
+from tracelab.analyses.gaps.idle import find_gaps
 from tracelab.analyses.scope import OPEN_END, Scope, apply_scope, parse_scope
-from tracelab.analyses.steps import find_steps
+from tracelab.analyses.steps.infer import find_steps
 from tracelab.errors import BadInput
 from tracelab.model import EventKind
 
@@ -218,7 +218,7 @@ def test_no_scope_returns_the_timeline_and_a_warmup_note() -> None:
 
 def test_scope_timeline_keeps_step_indices_and_drops_warmup_flag() -> None:
     from tracelab.analyses.scope import scope_timeline
-    from tracelab.analyses.step_table import step_rows
+    from tracelab.analyses.steps.table import step_rows
 
     tl = stepped_trace().build()
     out, steps, note = scope_timeline(tl, "1:3", None)

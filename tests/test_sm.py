@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.analyses import sm
-from tracelab.analyses.occupancy import CC_LIMITS, max_active_blocks_per_sm
+from tracelab.analyses.sm import summary as sm
+from tracelab.analyses.sm.occupancy import CC_LIMITS, max_active_blocks_per_sm
 from tracelab.model import ContextInfo, DeviceInfo, EventKind, RunMeta, StringInterner, build_timeline
-from tracelab.render.sm_figures import partition_utilization_figure, sm_lanes_figure
+from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
 
 H200 = DeviceInfo(rank=0, device=0, name="NVIDIA H200", sm_count=132, cc_major=9, cc_minor=0)
 SMALL, LARGE = 1, 2
@@ -582,7 +582,7 @@ def test_sm_time_after_the_lanes_equals_sm_time_alone(probe):
     """The dashboard's SM lanes leave their estimate in the run's analysis context for the analysis's
     SM time (AnalysisContext.put / take): the summary is the one computed from scratch on another copy of
     the timeline without any context, and the estimate is taken once (not kept for the context's life)."""
-    from tracelab.analyses.memo import AnalysisContext
+    from tracelab.analyses.core.memo import AnalysisContext
 
     first, alone = green_run(probe=probe), green_run(probe=probe)
     for tl in (first, alone):

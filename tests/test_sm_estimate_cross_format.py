@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tracelab import api
-from tracelab.analyses.sm_time import sm_summary
+from tracelab.analyses.sm.lanes import sm_summary
 
 DEMO = Path(__file__).resolve().parents[1] / "tracelab" / "demo_runs"
 VARIANTS = ("sequential", "streams", "green_ctx")
@@ -285,7 +285,7 @@ def _two_ranks(kernels: list[tuple[int, int, int, str, int, int]]):
 
 
 def test_synthetic_wait_excluded_and_ended_by_other_work():
-    from tracelab.analyses.sm_time import sm_excluded_wait, sm_notes
+    from tracelab.analyses.sm.lanes import sm_excluded_wait, sm_notes
 
     gemm = "gemm"
     tl = _two_ranks([
@@ -318,7 +318,7 @@ def test_synthetic_wait_excluded_and_ended_by_other_work():
 
 
 def test_synthetic_clocks_disagree_keeps_the_wait_and_says_so():
-    from tracelab.analyses.sm_time import sm_excluded_wait, sm_notes
+    from tracelab.analyses.sm.lanes import sm_excluded_wait, sm_notes
 
     # rank 0's collective ends (1 ms) before rank 1's starts (5 ms): on one communicator impossible
     tl = _two_ranks([
@@ -334,7 +334,7 @@ def test_synthetic_clocks_disagree_keeps_the_wait_and_says_so():
 
 
 def test_synthetic_missing_launch_configuration_is_a_note():
-    from tracelab.analyses.sm_time import sm_notes
+    from tracelab.analyses.sm.lanes import sm_notes
 
     tl = _two_ranks([(0, 0, 1 * MS, "k", 0, 7), (0, 1 * MS, 2 * MS, "k", 4, 7), (1, 0, 1 * MS, "k", 4, 7)])
     assert sm_notes(tl) == [
@@ -350,7 +350,7 @@ def test_synthetic_missing_launch_configuration_is_a_note():
 def test_leading_waits_agree_with_the_full_match(runs, variant, fmt):
     """leading_waits finds collective 0 without matching every call: the same arrival and last arrival
     as match_collectives' first call of each participant."""
-    from tracelab.analyses.collectives import leading_waits, match_collectives
+    from tracelab.analyses.ranks.collectives import leading_waits, match_collectives
 
     tl = api.load(runs[(variant, fmt)])
     c = match_collectives(tl)

@@ -42,9 +42,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.analyses import sm
+from tracelab.analyses.sm import summary as sm
 from tracelab.errors import TracelabError
-from tracelab.render.sm_figures import sm_lanes_figure
+from tracelab.render.figures.sm import sm_lanes_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH = (ROOT / "tracelab" / "demo_runs", ROOT / "tests" / "data")

@@ -215,9 +215,9 @@ NOT_LOADED_BY_ANALYZE = (
     "msgspec",  # the reference decoder: only for pieces the C scanner declines
     "tempfile",  # only for exporting a .nsys-rep
     "pandas",
-    "tracelab.analyses.sm",  # the SM-lane facade: the summary comes from sm_time
-    "tracelab.analyses.collectives",  # cross-rank only
-    "tracelab.analyses.ranks",
+    "tracelab.analyses.sm.summary",  # the SM-lane facade: the summary comes from sm_time
+    "tracelab.analyses.ranks.collectives",  # cross-rank only
+    "tracelab.analyses.ranks.view",
 )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_analyses_builder import TB, us
 
-from tracelab.analyses.steps import Steps, find_period, find_steps
+from tracelab.analyses.steps.infer import Steps, find_period, find_steps
 from tracelab.model import EventKind
 
 BODY = [f"k{j}" for j in range(12)]  # the kernels of one training step

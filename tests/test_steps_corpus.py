@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab.analyses.steps import infer_steps, marked_steps
+from tracelab.analyses.steps.infer import infer_steps, marked_steps
 
 CORPUS = Path(
     os.environ.get("TRACELAB_CORPUS", Path(__file__).resolve().parents[1].parent / "shared" / "corpus")

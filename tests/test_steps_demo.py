@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab.analyses.steps import infer_steps
+from tracelab.analyses.steps.infer import infer_steps
 from tracelab.demo import demo_archives, demo_run
 from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import EventKind, Timeline

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from test_analyses_builder import TB, us
 
-from tracelab.analyses.steps import find_steps
+from tracelab.analyses.steps.infer import find_steps
 from tracelab.model import Flag
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
-from tracelab.analyses.gaps import find_gaps
+from tracelab.analyses.gaps.idle import find_gaps
 from tracelab.analyses.scope import apply_scope, parse_scope
-from tracelab.analyses.step_table import step_rows
-from tracelab.analyses.steps import find_steps
+from tracelab.analyses.steps.infer import find_steps
+from tracelab.analyses.steps.table import step_rows
 from tracelab.io.rundir.load import load_run_dir
 from tracelab.model import Timeline
 
@@ -67,7 +67,7 @@ def test_inferred_step_lengths_match_the_programs_own_clock(runs, backend: str) 
 def test_every_step_waits_for_the_gpu(runs, backend: str) -> None:
     """`print(f"... {loss.item()}")` every step: sync_per_iteration's condition holds, with a count
     within 2 of the program's steps (evaluated on the step table: the rule itself reads steps
-    from tracelab.analyses.steps once i10-core wires it)."""
+    from tracelab.analyses.steps.infer once i10-core wires it)."""
     tl, program = runs[backend]
     steps = find_steps(tl)
     rows = step_rows(tl, steps, find_gaps(tl))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from test_analyses_builder import TB, us
 from test_steps import training_loop
 
-from tracelab.analyses.gaps import find_gaps
+from tracelab.analyses.gaps.idle import find_gaps
 from tracelab.analyses.results import Gap
-from tracelab.analyses.step_table import step_rows
-from tracelab.analyses.steps import find_steps
+from tracelab.analyses.steps.infer import find_steps
+from tracelab.analyses.steps.table import step_rows
 from tracelab.model import CopyKind
 
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tracelab.cli import main
-from tracelab.render.runs_text import format_runs_table, truncate
+from tracelab.render.text.runs import format_runs_table, truncate
 
 WIDTH = 100
 ENV = {"COLUMNS": str(WIDTH)}

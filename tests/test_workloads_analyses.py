@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from trace_builder import Program
 
-from tracelab.analyses.fusion import fusion_figures, speedup
-from tracelab.analyses.queue_delay import graph_overlap, kernel_latency, stream_delays
+from tracelab.analyses.device.fusion import fusion_figures, speedup
+from tracelab.analyses.device.queue_delay import graph_overlap, kernel_latency, stream_delays
 from tracelab.io import load_trace
 
 US = 1000

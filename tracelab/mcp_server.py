@@ -94,15 +94,16 @@ class Service:
         key = ("doc", *self._key(run), steps, window)
 
         def make() -> dict[str, Any]:
+            from tracelab.render.export.document import to_document
+
             from .api.analysis import scoped_timeline
-            from .render.document import to_document
 
             an = self._analysis(run, steps, window)
             doc = to_document(an)
             scoped = scoped_timeline(self.timeline(run), steps, window)
             ranks = None
             if len(an.trace.ranks) > 1:  # the cross-rank part, as `analyze --json` adds it
-                from .analyses.ranks import rank_analysis
+                from tracelab.analyses.ranks.view import rank_analysis
 
                 ranks = rank_analysis(scoped, an)
             from .api.analysis import document_extras
@@ -114,10 +115,11 @@ class Service:
 
     def compare(self, a: str, b: str, steps: str | None = None, window: str | None = None,
                 fail_if_slower: float | None = None) -> dict[str, Any]:
-        from .analyses.results import SCHEMA_VERSION
+        from tracelab.analyses.results import SCHEMA_VERSION
+        from tracelab.render.export.comparison import comparison_document
+        from tracelab.render.export.document import to_document
+
         from .api.analysis import compare, scoped_timeline
-        from .render.compare_text import comparison_document
-        from .render.document import to_document
 
         an_a, an_b = self._analysis(a, steps, window), self._analysis(b, steps, window)
         c = compare(an_a, an_b, scoped_timeline(self.timeline(a), steps, window),
@@ -126,7 +128,7 @@ class Service:
             "schema": SCHEMA_VERSION, "a": to_document(an_a), "b": to_document(an_b), "comparison": comparison_document(c)
         }
         if fail_if_slower is not None:
-            from .analyses.gate import gate
+            from tracelab.analyses.gate import gate
 
             if fail_if_slower < 0:
                 from .errors import BadInput

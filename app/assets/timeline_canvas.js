@@ -1,7 +1,7 @@
 // The timeline page's renderer: draws the run on a <canvas> from tiles it keeps in the browser.
 //
 // The server cuts the run into tiles (level L: 2^L equal windows; /api/timeline/tile, binary: a JSON
-// header and typed arrays, see tracelab/render/timeline.py). For a window this draws the tiles of the
+// header and typed arrays, see tracelab/render/timeline/data.py). For a window this draws the tiles of the
 // level whose tiles are 1-2 windows wide; a tile not here yet is drawn from its nearest coarser
 // ancestor (level 0, the whole run, is always fetched first) and fetched. So W/S/A/D, the wheel and
 // drag never wait for the server: they redraw at once from what the browser holds, and the detail

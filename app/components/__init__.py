@@ -9,7 +9,7 @@ import pandas as pd
 from dash import dash_table, dcc, html
 
 from tracelab.api.types import RunRecord
-from tracelab.render.figures import fmt_ns
+from tracelab.text_format import fmt_ns
 
 from ..urls import href
 

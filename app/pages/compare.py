@@ -10,9 +10,10 @@ from dash import dcc, html
 
 from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput, MissingDependency
-from tracelab.render.compare_text import green_context_rows, green_context_title
-from tracelab.render.figures import compare_bars_figure, fmt_ns
-from tracelab.text_format import fmt_count, fmt_pct, fmt_signed_count, fmt_signed_ns
+from tracelab.render.figures.dashboard import compare_bars_figure
+from tracelab.render.text.compare import green_context_rows, green_context_title
+from tracelab.render.text.green import green_context_message
+from tracelab.text_format import fmt_count, fmt_ns, fmt_pct, fmt_signed_count, fmt_signed_ns
 
 from ..components import data_table, run_options
 from ..data import compare_runs, comparison_tables
@@ -61,7 +62,7 @@ def green_contexts_section(cmp: Any) -> Any:
     return html.Div(
         [
             html.H4(f"Green contexts: {green_context_title(cmp)}"),
-            html.P(g.message, className="green-explanation"),
+            html.P(green_context_message(g), className="green-explanation"),
             html.Table([html.Thead(header), html.Tbody(body)], id="compare-green-table"),
         ],
         id="compare-green-contexts",

@@ -1,7 +1,7 @@
 """Gaps & findings page: /gaps?run=ID. Gaps with cause and evidence, findings with evidence; each gap
 (table row or chart point) and each finding links to the timeline at its window. The page loads neither
 plotly.js nor Dash's DataTable (loading and running them was most of its draw time, issue 28): the chart is
-an SVG document (tracelab.render.gaps_svg) and the gaps table plain HTML, a page of PAGE_ROWS rows at a
+an SVG document (tracelab.render.figures.gaps_svg) and the gaps table plain HTML, a page of PAGE_ROWS rows at a
 time, sorted and filtered by cause on the server (on_gaps_view)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dash import dcc, html
 
 from tracelab.api import gaps_in_setup
 from tracelab.api.types import CAUSES, GapTable
-from tracelab.render.gap_evidence import gap_evidence
-from tracelab.render.gaps_svg import gaps_svg
+from tracelab.render.figures.gaps_svg import gaps_svg
+from tracelab.render.text.gap_evidence import gap_evidence
 from tracelab.text_format import fmt_count, fmt_ns, fmt_ns_many, fmt_rel_many
 
 from ..components import run_header
@@ -244,7 +244,7 @@ def layout(run: str | None = None, **_ignored: Any) -> html.Div:
 
 def _setup_paragraph(analysis, origin: int) -> list:
     """The set-up line (issue 24), when the run has steps and something before the first one."""
-    from tracelab.render.setup_text import setup_sentence
+    from tracelab.render.text.setup import setup_sentence
 
     text = setup_sentence(analysis, origin)
     return [html.P(f"Set-up (before the first step): {text}", id="setup-line", className="hint")] if text else []

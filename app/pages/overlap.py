@@ -12,7 +12,11 @@ import numpy as np
 import pandas as pd
 from dash import dcc, html
 
-from tracelab.render.figures import overlap_bars_figure, overlap_matrix_figure, stream_utilization_figure
+from tracelab.render.figures.dashboard import (
+    overlap_bars_figure,
+    overlap_matrix_figure,
+    stream_utilization_figure,
+)
 from tracelab.text_format import fmt_ns
 
 from ..components import run_header

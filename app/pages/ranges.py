@@ -1,5 +1,5 @@
 """Ranges page: /ranges?run=ID. GPU time by host range (NVTX, record_function, Kineto cpu_op /
-user_annotation) projected onto the GPU through launch correlation (tracelab.analyses.range_projection),
+user_annotation) projected onto the GPU through launch correlation (tracelab.analyses.device.range_projection),
 as a tree by nesting (a name under the range that encloses its first instance). Click a row: the timeline on
 that range's first instance, its instances highlighted by search."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 from dash import dcc, html
 
 from tracelab.api import range_tree_order as tree_order
-from tracelab.render.figures import fmt_ns
+from tracelab.text_format import fmt_ns
 
 from ..components import data_table, run_header
 from ..state import AppState, current_state

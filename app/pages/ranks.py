@@ -12,8 +12,8 @@ from dash import dcc, html
 
 from tracelab.api import rank_analysis, rank_heatmap
 from tracelab.api.types import RankAnalysis
-from tracelab.render.figures import fmt_ns
-from tracelab.render.rank_figures import rank_heatmap_figure
+from tracelab.render.figures.ranks import rank_heatmap_figure
+from tracelab.text_format import fmt_ns
 
 from ..components import data_table, run_header
 from ..state import AppState, current_state

@@ -21,7 +21,7 @@ from dash import dcc, html
 from tracelab.api import import_upload as import_upload_limited
 from tracelab.api.types import RunRecord, SandboxError
 from tracelab.errors import BadInput, DuplicateRun, TracelabError
-from tracelab.render.figures import fmt_ns
+from tracelab.text_format import fmt_ns
 
 from ..state import AppState, current_state, describe_error
 from ..urls import href

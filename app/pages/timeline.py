@@ -24,9 +24,9 @@ from dash import dcc, html
 
 from tracelab.api.types import EventKind, RunRecord
 from tracelab.errors import BadInput
-from tracelab.render.figures import fmt_bytes, fmt_ns
-from tracelab.render.timeline import stream_label
-from tracelab.render.timeline_tiles import default_show as show_for_devices
+from tracelab.render.timeline.data import stream_label
+from tracelab.render.timeline.tiles import default_show as show_for_devices
+from tracelab.text_format import fmt_bytes, fmt_ns
 
 from ..components import error_page, run_header
 from ..range_stats import range_panel, range_stats

@@ -379,7 +379,7 @@ def test_hover_shows_the_whole_gap_evidence(browser, server, shots):
     open_page(browser, server, f"/timeline?run={rid}", TIMELINE)
     st = wait_timeline(browser)
     from tracelab.analyses import analyze
-    from tracelab.render.gap_evidence import gap_evidence
+    from tracelab.render.text.gap_evidence import gap_evidence
 
     a = analyze(server["store"].load(rid))
     gap = a.gaps[0]
@@ -437,7 +437,7 @@ def test_critical_path_lane_is_drawn(browser, server, shots):
     """Issue 24: each rank with steps gets a critical-path lane, painted across its steps (the path
     tiles every step: independent check from the run's steps in the store's timeline), with its
     categories in the legend."""
-    from tracelab.analyses.steps import find_steps
+    from tracelab.analyses.steps.infer import find_steps
 
     rid = server["a"]
     rec = server["store"].get_run(rid)

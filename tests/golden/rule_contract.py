@@ -10,7 +10,7 @@ from typing import Any
 from tracelab.analyses import rules
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules.base import check_data
-from tracelab.render.findings import describe
+from tracelab.render.text.findings import describe
 
 SETUP = "In the set-up, before the first step (not counted in the steps' figures): "
 

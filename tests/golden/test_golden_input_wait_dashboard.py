@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_golden_input_wait import LOADER, ab
 
 from tracelab.io import load_trace
-from tracelab.render.timeline import IDLE_COLORS
+from tracelab.render.timeline.data import IDLE_COLORS
 from tracelab.store import Store
 
 

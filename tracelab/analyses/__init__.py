@@ -1,42 +1,31 @@
 """Pure analyses: Timeline -> frozen results (tracelab.analyses.results). No prose: tracelab.render
 writes the words (finding messages, gap evidence, the JSON document).
 
-`analyze`, `Analysis` and `AnalysisOptions` are imported on first use, so importing the
-result types (`tracelab.analyses.results`) does not load every analysis (and pandas with them). As
-before, `tracelab.analyses.analyze` names the function, not its module (which stays importable as
-`from tracelab.analyses.analyze import ...`)."""
+Sub-packages follow the questions asked: `core` (shared machinery), `device` (one GPU), `gaps` (idle and
+its causes), `steps`, `ranks` (several ranks and collectives), `sm` (per-SM lanes) and `rules` (one
+module per finding). `pipeline.analyze` runs them all into one `Analysis`.
+
+`analyze`, `Analysis` and `AnalysisOptions` are imported on first use, so importing the result types
+(`tracelab.analyses.results`) does not load every analysis (and pandas with them)."""
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .analyze import analyze
-    from .results import Analysis, AnalysisOptions
+    from tracelab.analyses.pipeline import analyze
+    from tracelab.analyses.results import Analysis, AnalysisOptions
 
 __all__ = ["Analysis", "AnalysisOptions", "analyze"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "analyze":
-        from .analyze import analyze as fn
+        from tracelab.analyses.pipeline import analyze as fn
 
         return fn
     if name in ("Analysis", "AnalysisOptions"):
-        from . import results
+        from tracelab.analyses import results
 
         return getattr(results, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        # importing the submodule `analyze` must not hide the function of the same name
-        if name == "analyze" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

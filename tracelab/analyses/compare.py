@@ -5,181 +5,33 @@ when no key matches but both runs have the same number of devices (e.g. rank 3 o
 rank 1 of another), they are paired in order and a note says so. Findings are matched by rule id.
 Kernels (by name) need the timelines; without them the kernel part is empty. With both timelines,
 when exactly one run uses green contexts, `green_contexts` explains the green run's slowdown or
-speedup against the other (`tracelab.analyses.sm.green_context_explanation`).
+speedup against the other (`tracelab.analyses.sm.summary.green_context_explanation`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal, get_args
 
-import numpy as np
-
+from tracelab.analyses.comparison import (
+    Comparison,
+    Delta,
+    DeviceComparison,
+    FindingDelta,
+    FindingStatus,
+    GapCauseDelta,
+    KernelDelta,
+)
+from tracelab.analyses.device.kernels import kernel_summary
+from tracelab.analyses.ranks.comm_partition import CommOverlapExplanation, comm_overlap_explanation, has_comm
+from tracelab.analyses.results import Analysis, DeviceSummary, Finding, GapCause
+from tracelab.analyses.sm.green_explain import GreenContextExplanation, green_context_explanation
+from tracelab.analyses.verdict import relatedness_caveats, step_durations, verdict
 from tracelab.model import EventKind, Timeline
 
-from .comm_partition import CommOverlapExplanation, comm_overlap_explanation, has_comm
-from .green_explain import GreenContextExplanation, green_context_explanation
-from .kernels import kernel_summary
-from .results import Analysis, DeviceSummary, Finding, GapCause, TraceInfo
-from .step_time import steady_step_time
-
-FindingStatus = Literal["new", "gone", "changed", "same"]
 GAP_CAUSES: tuple[str, ...] = get_args(GapCause)
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
 TOP_KERNELS = 20
-
-
-@dataclass(frozen=True)
-class Delta:
-    """A figure in A and in B. `delta` = b - a; `pct` = 100 * delta / a (None when a is 0)."""
-
-    a: int
-    b: int
-
-    @property
-    def delta(self) -> int:
-        return self.b - self.a
-
-    @property
-    def pct(self) -> float | None:
-        return None if self.a == 0 else 100.0 * (self.b - self.a) / self.a
-
-
-@dataclass(frozen=True)
-class DeviceComparison:
-    rank: int  # the (rank, device) of A (of B when the device is only in B)
-    device: int
-    b_rank: int  # the (rank, device) of B it was matched with
-    b_device: int
-    name_a: str
-    name_b: str
-    present: Literal["both", "a", "b"]
-    span_ns: Delta
-    busy_ns: Delta
-    idle_ns: Delta
-    kernel_ns: Delta
-    memcpy_ns: Delta
-    memset_ns: Delta
-    comm_ns: Delta
-    compute_compute_ns: Delta
-    compute_copy_ns: Delta
-    compute_comm_ns: Delta
-    copy_copy_ns: Delta
-    kernels: Delta  # counts
-    memcpys: Delta
-    gaps: Delta  # gap count on this device
-    gap_ns: Delta  # total gap time on this device
-    # SM busy fraction (busy SM-time / (SMs x span)) and where it comes from: measured / estimated / none
-    sm_busy_a: float = 0.0
-    sm_busy_b: float = 0.0
-    sm_source_a: str = "none"
-    sm_source_b: str = "none"
-
-    @property
-    def busy_fraction_a(self) -> float:
-        return self.busy_ns.a / self.span_ns.a if self.span_ns.a else 0.0
-
-    @property
-    def busy_fraction_b(self) -> float:
-        return self.busy_ns.b / self.span_ns.b if self.span_ns.b else 0.0
-
-
-@dataclass(frozen=True)
-class GapCauseDelta:
-    cause: str
-    count: Delta
-    total_ns: Delta
-
-
-@dataclass(frozen=True)
-class FindingDelta:
-    rule: str
-    status: FindingStatus
-    severity_a: str | None  # the highest severity of this rule in A (None: absent)
-    severity_b: str | None
-    count: Delta
-    wasted_ns: Delta
-    message_a: str
-    message_b: str
-
-
-@dataclass(frozen=True)
-class KernelDelta:
-    name: str  # untrusted text: escape it when rendering
-    calls: Delta
-    total_ns: Delta
-    mean_ns_a: float
-    mean_ns_b: float
-    status: Literal["both", "a", "b"]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The one-line answer of a comparison, as numbers (the wording is in render/compare_text.py).
-
-    `basis` "gpu_step": `a_ns`/`b_ns` are each run's steady-state GPU step time (step_time: median GPU
-    time of the steps after warm-up, the slowest rank's; both runs have steps that launched GPU work);
-    "step": the mean host step time (steps without GPU work); "span":
-    the GPU span (first to last GPU activity over all devices). `idle_ns` sums GPU idle over the
-    matched devices; `causes` are the gap causes whose total time changed, largest change first."""
-
-    basis: Literal["gpu_step", "step", "span"]
-    a_ns: int
-    b_ns: int
-    steps_a: int
-    steps_b: int
-    idle_ns: Delta
-    idle_fraction_a: float
-    idle_fraction_b: float
-    causes: tuple[GapCauseDelta, ...]
-    new_findings: tuple[str, ...]
-    gone_findings: tuple[str, ...]
-    spread_a: int = 0  # interquartile range of the GPU step times behind a_ns / b_ns (gpu_step basis)
-    spread_b: int = 0
-    warnings: tuple[str, ...] = ()  # step counts or definitions that differ between the runs
-    # why the two runs may not be comparable at all (different GPUs, little work in common); empty when
-    # nothing says so
-    caveats: tuple[str, ...] = ()
-
-    @property
-    def pct(self) -> float | None:
-        """B's time relative to A's, in percent (+: B is slower)."""
-        return None if self.a_ns == 0 else 100.0 * (self.b_ns - self.a_ns) / self.a_ns
-
-
-@dataclass(frozen=True)
-class Comparison:
-    a: TraceInfo
-    b: TraceInfo
-    devices: tuple[DeviceComparison, ...]
-    gaps: tuple[GapCauseDelta, ...]  # one per cause, in GAP_CAUSES order (all devices together)
-    findings: tuple[FindingDelta, ...]  # new first, then changed, gone, same
-    kernels: tuple[KernelDelta, ...]  # top kernels by max(total A, total B); empty without timelines
-    totals: DeviceComparison | None  # matched devices summed (None when nothing to compare)
-    notes: tuple[str, ...] = ()
-    kernels_compared: bool = False
-    # the green-context run explained against the other run (None unless exactly one uses green contexts)
-    green_contexts: GreenContextExplanation | None = None
-    green_contexts_run: Literal["a", "b"] | None = None  # which side is the green-context run
-    verdict: Verdict | None = None  # the one-line answer (None when neither run has GPU activity)
-    # B's compute/communication against A's, when both runs have communication kernels
-    comm_overlap: CommOverlapExplanation | None = None
-
-    @property
-    def new_findings(self) -> int:
-        return sum(f.status == "new" for f in self.findings)
-
-    @property
-    def gone_findings(self) -> int:
-        return sum(f.status == "gone" for f in self.findings)
-
-    @property
-    def changed_findings(self) -> int:
-        return sum(f.status == "changed" for f in self.findings)
-
-    @property
-    def wasted_ns(self) -> Delta:
-        return Delta(sum(f.wasted_ns.a for f in self.findings), sum(f.wasted_ns.b for f in self.findings))
 
 
 # ---- devices ---------------------------------------------------------------------------------------
@@ -386,110 +238,6 @@ def _green_contexts(
 
 # ---- verdict ---------------------------------------------------------------------------------------
 
-VERDICT_CAUSES = 3
-
-
-def step_durations(an: Analysis) -> np.ndarray:
-    """Durations (ns) of the analysis' steps, every rank (empty when the trace marks none)."""
-    return np.array([s.end_ns - s.start_ns for s in an.steps], dtype=np.int64)
-
-
-def _gpu_span(an: Analysis) -> int:
-    if not an.devices:
-        return 0
-    return int(max(d.end_ns for d in an.devices) - min(d.start_ns for d in an.devices))
-
-
-def verdict(
-    a: Analysis,
-    b: Analysis,
-    devices: list[DeviceComparison],
-    gaps: tuple[GapCauseDelta, ...],
-    findings: tuple[FindingDelta, ...],
-    a_steps: np.ndarray | None = None,
-    b_steps: np.ndarray | None = None,
-) -> Verdict | None:
-    """Per-step time when both runs mark steps, else GPU span; idle change; the causes that moved."""
-    if not a.devices and not b.devices:
-        return None
-    na = 0 if a_steps is None else int(a_steps.size)
-    nb = 0 if b_steps is None else int(b_steps.size)
-    sa, sb = steady_step_time(a.step_rows), steady_step_time(b.step_rows)
-    spread_a = spread_b = 0
-    warnings: list[str] = []
-    basis: Literal["gpu_step", "step", "span"]
-    if na and nb and sa is not None and sb is not None:
-        basis, a_ns, b_ns = "gpu_step", sa.ns, sb.ns
-        spread_a, spread_b = sa.spread_ns, sb.spread_ns
-        if sa.total_steps != sb.total_steps:
-            warnings.append(f"step counts differ: A {sa.total_steps}, B {sb.total_steps}")
-        if sa.source != sb.source:
-            warnings.append(f"steps found differently: A {sa.source}, B {sb.source}")
-        if len(sa.per_rank) != len(sb.per_rank):
-            warnings.append(f"rank counts differ: A {len(sa.per_rank)}, B {len(sb.per_rank)}")
-    elif na and nb:
-        basis = "step"
-        a_ns, b_ns = round(float(a_steps.mean())), round(float(b_steps.mean()))  # type: ignore[union-attr]
-    else:
-        basis, a_ns, b_ns = "span", _gpu_span(a), _gpu_span(b)
-        if bool(na) != bool(nb) or (sa is None) != (sb is None):
-            warnings.append("only one run has steps: compared by GPU span")
-    both = [d for d in devices if d.present == "both"] or devices
-    idle = Delta(sum(d.idle_ns.a for d in both), sum(d.idle_ns.b for d in both))
-    span = Delta(sum(d.span_ns.a for d in both), sum(d.span_ns.b for d in both))
-    moved = sorted((g for g in gaps if g.total_ns.delta), key=lambda g: -abs(g.total_ns.delta))
-    return Verdict(
-        basis=basis,
-        a_ns=int(a_ns),
-        b_ns=int(b_ns),
-        steps_a=na,
-        steps_b=nb,
-        idle_ns=idle,
-        idle_fraction_a=idle.a / span.a if span.a else 0.0,
-        idle_fraction_b=idle.b / span.b if span.b else 0.0,
-        causes=tuple(moved[:VERDICT_CAUSES]),
-        new_findings=tuple(f.rule for f in findings if f.status == "new"),
-        gone_findings=tuple(f.rule for f in findings if f.status == "gone"),
-        spread_a=spread_a,
-        spread_b=spread_b,
-        warnings=tuple(warnings),
-    )
-
-
-UNRELATED_SHARE = 0.2  # below this share of kernel time in kernels both runs ran, they are unrelated
-
-
-def relatedness_caveats(
-    devices: list[DeviceComparison], a_timeline: Timeline | None, b_timeline: Timeline | None
-) -> list[str]:
-    """Reasons a verdict between these runs may mean little: matched devices of different GPU models,
-    and (with timelines) runs whose kernel time lies mostly in kernels the other run never ran."""
-    out: list[str] = []
-    pairs = sorted({(d.name_a, d.name_b) for d in devices if d.present == "both" and d.name_a and d.name_b
-                    and d.name_a != d.name_b})
-    if pairs:
-        out.append(f"the runs ran on different GPUs ({pairs[0][0]} vs {pairs[0][1]}): times are not like for like")
-    if a_timeline is None or b_timeline is None:
-        return out
-    wa, wb = a_timeline.meta.workload, b_timeline.meta.workload
-    if wa and wb:  # recorded runs say what they ran: different kernels of one workload are the point
-        if wa != wb:
-            out.append(f"the runs ran different workloads ({wa} vs {wb})")
-    else:
-        ka = kernel_summary(a_timeline).groupby("name")["total_ns"].sum()
-        kb = kernel_summary(b_timeline).groupby("name")["total_ns"].sum()
-        ta, tb = float(ka.sum()), float(kb.sum())
-        if ta > 0 and tb > 0:
-            common = ka.index.intersection(kb.index)
-            share_a, share_b = float(ka[common].sum()) / ta, float(kb[common].sum()) / tb
-            if max(share_a, share_b) < UNRELATED_SHARE:
-                out.append(
-                    f"the runs share little work: {share_a:.0%} of A's and {share_b:.0%} of B's kernel time is in "
-                    "kernels the other run also ran; unless B is the same program with other kernels, this "
-                    "compares different workloads"
-                )
-    return out
-
 
 def compare(
     a: Analysis,
@@ -519,7 +267,7 @@ def compare(
             # over the steps (set-up such as the communicator's warm-up left out) when both runs have
             # them, so that the explanation speaks of the same time as the verdict
             if a.step_rows and b.step_rows:
-                from .scope import steps_span_timeline
+                from tracelab.analyses.scope import steps_span_timeline
 
                 comm = comm_overlap_explanation(
                     steps_span_timeline(b_timeline, b.step_rows), steps_span_timeline(a_timeline, a.step_rows)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .results import Analysis
+from tracelab.analyses.results import Analysis
 
 ALPHA = 0.05
 MIN_STEPS = 3
@@ -33,7 +33,7 @@ def step_times_for_gate(analysis: Analysis) -> np.ndarray:
     """GPU step times (ns, float64) of the analysis' steady-state steps (issue 24): the steps after warm-up
     of the rank that sets the steady-state GPU step time (the slowest; analyses.step_time), the same basis
     as compare's verdict. Host durations where no step launched GPU work; empty without steps."""
-    from .step_time import rank_gpu_times, steady_step_time
+    from tracelab.analyses.steps.steady import rank_gpu_times, steady_step_time
 
     steady = steady_step_time(analysis.step_rows)
     if steady is not None:
@@ -118,7 +118,7 @@ def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, spa
             f"one-sided Mann-Whitney U of B > A x {f:.3f}: U={mw.u:.1f}, p={mw.p_value:.3g} "
             f"({'<' if mw.p_value < ALPHA else '>='} {ALPHA}) over {ta.size} and {tb.size} steady steps"
         )
-        from .step_time import steady_step_time
+        from tracelab.analyses.steps.steady import steady_step_time
 
         on_gpu = steady_step_time(a.step_rows) is not None and steady_step_time(b.step_rows) is not None
         return Gate(threshold_pct, "gpu_step" if on_gpu else "step", "mann_whitney_u_one_sided", ALPHA, int(ta.size),

@@ -8,7 +8,7 @@ Checks (each a `HealthCheck`, status "ok" | "warn" | "n/a"):
   count ... terminating tracing"); a trace without them: "n/a".
 - profiler_overhead: nsys PROFILER_OVERHEAD intervals (buffer flushes, CUPTI initialisation) on the
   application's threads, or Kineto's CUPTI "overhead" events ("Buffer Flush", "Activity Buffer Request");
-  the GPU gaps of cause `profiler` (the overhead covers at least half of them: tracelab.analyses.gaps) are
+  the GPU gaps of cause `profiler` (the overhead covers at least half of them: tracelab.analyses.gaps.idle) are
   counted (`gaps_covered`, their idle time): those gaps are the profiler's doing, not a host cause.
 - graphs: CUDA graph launches whose GPU work is not in the trace (graph-level tracing: no node kernels).
 - correlation: launch calls without a correlation id, launches whose correlation matches no GPU op, and GPU
@@ -30,12 +30,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..model.grouping import member, sorted_unique
-from ..model.kinds import EventKind, Flag
-from ..model.timeline import Timeline
-from .host import overhead_table
-from .intervals import merge
-from .results import CAUSES, Analysis, GapTable
+from tracelab.analyses.core.host import overhead_table
+from tracelab.analyses.core.intervals import merge
+from tracelab.analyses.results import CAUSES, Analysis, GapTable
+from tracelab.model.grouping import member, sorted_unique
+from tracelab.model.kinds import EventKind, Flag
+from tracelab.model.timeline import Timeline
 
 Status = Literal["ok", "warn", "n/a"]
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
@@ -148,7 +148,7 @@ def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
     us, ue = merge(s, e)
     covered_n, covered_ns = 0, 0
     if an is not None and len(an.gaps):
-        # the gaps of cause `profiler` (tracelab.analyses.gaps: the overhead covers >= half of the gap)
+        # the gaps of cause `profiler` (tracelab.analyses.gaps.idle: the overhead covers >= half of the gap)
         if isinstance(an.gaps, GapTable):  # columns: no Gap object per gap
             gs, ge = an.gaps.column("start").astype(np.int64), an.gaps.column("end").astype(np.int64)
             hit = an.gaps.column("cause") == CAUSES.index("profiler")
@@ -219,7 +219,7 @@ def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
 def _clocks(tl: Timeline) -> HealthCheck:
     if len(tl.meta.ranks or ()) < 2:
         return HealthCheck("clocks", "n/a", "one rank")
-    from .collectives import match_collectives
+    from tracelab.analyses.ranks.collectives import match_collectives
 
     c = match_collectives(tl)
     n = len(c.calls)

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..settings import usable_cores
-from .memo import bound
+from tracelab.analyses.core.memo import bound
+from tracelab.settings import usable_cores
 
 T = TypeVar("T")
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .input_wait import DEFAULT_INPUT_WORDS
+from tracelab.analyses.gaps.input_wait import DEFAULT_INPUT_WORDS
 
 if TYPE_CHECKING:
-    from .step_table import StepRow
+    from tracelab.analyses.steps.table import StepRow
 
 SCHEMA_VERSION = 2
 
@@ -31,7 +31,7 @@ class AnalysisOptions:
     # Drop GPU events whose correlation matches no host launch before analysing (TraceLens does).
     exclude_orphans: bool = False
     # user ranges named with a word starting so are data loading (gap cause input_wait;
-    # tracelab.analyses.input_wait.DEFAULT_INPUT_WORDS)
+    # tracelab.analyses.gaps.input_wait.DEFAULT_INPUT_WORDS)
     input_words: tuple[str, ...] = DEFAULT_INPUT_WORDS
 
 
@@ -308,8 +308,8 @@ def longest_gaps(gaps: Sequence[Gap], k: int | None = None) -> list[Gap]:
 class GapDetails:
     """The structured evidence of the gaps of an analysis, as columns: row `Gap.detail` describes that
     gap. Names are ids into `strings` (the timeline's string table, then the names of the profiler-overhead
-    intervals: tracelab.analyses.host.overhead_names); -1 means none / not in the trace.
-    Times are ns on the trace clock. No prose: tracelab.render.gap_evidence writes the sentences.
+    intervals: tracelab.analyses.core.host.overhead_names); -1 means none / not in the trace.
+    Times are ns on the trace clock. No prose: tracelab.render.text.gap_evidence writes the sentences.
 
     What each cause's evidence uses (docs/DESIGN.md, "Gap causes"):
     - the op that ends the gap: next_kind (EventKind), next_name, next_stream, next_graph (a CUDA graph
@@ -325,7 +325,7 @@ class GapDetails:
       thread of its process ran (os_threads of them); os_calls, its OS calls in that window, and the one
       that names it (os_name, os_start, os_end: running halfway through, else the last one);
     - input_wait: input_fraction, the share of [gap start, next launch) the launching thread spent in
-      data-loading ranges or OS waits for data (tracelab.analyses.input_wait); the range or call that names
+      data-loading ranges or OS waits for data (tracelab.analyses.gaps.input_wait); the range or call that names
       it (input_name, input_start, input_end; input_os: an OS call): running halfway, else the last range;
     - no_work, host idle (host_idle; torch.profiler): idle_fraction, the longest stretch of [gap start,
       next launch) with no CPU op or CUDA call on the launching thread, as a share of it;
@@ -410,7 +410,7 @@ class Finding:
     severity: Severity
     count: int
     wasted_ns: int
-    message: str = ""  # prose, filled by tracelab.render.findings (api.analyze does it)
+    message: str = ""  # prose, filled by tracelab.render.text.findings (api.analyze does it)
     where: str = ""  # prose, filled with the message
     # structured details, documented per rule (DESIGN.md "Findings"): numbers, places, windows
     data: dict[str, Any] = field(default_factory=dict)
@@ -420,7 +420,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class StepInfo:
-    """One training step of a rank (tracelab.analyses.steps.Step, as the analysis reports it)."""
+    """One training step of a rank (tracelab.analyses.steps.infer.Step, as the analysis reports it)."""
 
     rank: int
     index: int
@@ -447,160 +447,8 @@ class Analysis:
     notes: tuple[str, ...] = ()
     options: AnalysisOptions = AnalysisOptions()
     steps: tuple[StepInfo, ...] = ()
-    step_rows: tuple[StepRow, ...] = ()  # the per-step table (tracelab.analyses.step_table)
-    # the gaps' structured evidence (row Gap.detail); its prose is built by tracelab.render.gap_evidence
+    step_rows: tuple[StepRow, ...] = ()  # the per-step table (tracelab.analyses.steps.table)
+    # the gaps' structured evidence (row Gap.detail); its prose is built by tracelab.render.text.gap_evidence
     gap_details: GapDetails | None = field(default=None, compare=False, repr=False)
-    setup: tuple[Any, ...] = ()  # per rank: what ran before its first step (tracelab.analyses.setup.RankSetup)
-
-
-def gap_doc(g: Gap, evidence: str) -> dict[str, Any]:
-    """One gap as the document lists it, with its evidence text (tracelab.render.gap_evidence)."""
-    launched = g.launch_start_ns >= 0
-    return {
-        "rank": g.rank,
-        "device": g.device,
-        "start_ns": g.start_ns,
-        "end_ns": g.end_ns,
-        "duration_ns": g.duration_ns,
-        "cause": g.cause,
-        "evidence": evidence,
-        "host_data": g.host_data,
-        "details": {
-            "launch_start_ns": g.launch_start_ns if launched else None,
-            "launch_tid": g.launch_tid if launched else None,
-            "host_active_fraction": g.host_active,
-        },
-    }
-
-
-def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str, Any]:
-    """The `analyze --json` document, schema 2 (DESIGN.md): schema 1 plus `steps`, `notes`,
-    `findings[].data` and each gap's `host_data` and `details`. `gap_evidence` holds each gap's evidence
-    text, in the order of `analysis.gaps` (tracelab.render.document builds it); None: the gaps list left
-    empty (tracelab.render.document.write_document streams it)."""
-
-    def device_doc(d: DeviceSummary) -> dict[str, Any]:
-        return {
-            "rank": d.rank,
-            "device": d.device,
-            "name": d.name,
-            "sm_count": d.sm_count,
-            "span_ns": d.span_ns,
-            "busy_ns": d.busy_ns,
-            "idle_ns": d.idle_ns,
-            "kernel_ns": d.kernel_ns,
-            "memcpy_ns": d.memcpy_ns,
-            "memset_ns": d.memset_ns,
-            "comm_ns": d.comm_ns,
-            "overlap": asdict(d.overlap),
-            "streams": [
-                {
-                    "stream": s.stream,
-                    "context": s.context,
-                    "green_context": s.green_context,
-                    "busy_ns": s.busy_ns,
-                    "kernels": s.kernels,
-                    "memcpys": s.memcpys,
-                }
-                for s in d.streams
-            ],
-            "sm": {
-                "source": d.sm.source,
-                "busy_fraction": d.sm.busy_fraction,
-                "partitions": [asdict(p) for p in d.sm.partitions],
-                "excluded_wait_ns": d.sm.excluded_wait_ns,
-            },
-        }
-
-    rows = {(r.rank, r.index): r for r in analysis.step_rows}
-
-    def step_doc(s: StepInfo) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "rank": s.rank, "index": s.index, "start_ns": s.start_ns, "end_ns": s.end_ns, "source": s.source
-        }
-        r = rows.get((s.rank, s.index))
-        if r is not None:
-            doc.update(
-                duration_ns=r.duration_ns,
-                gpu_busy_ns=r.gpu_busy_ns,
-                gpu_idle_ns=r.gpu_idle_ns,
-                idle_by_cause=dict(r.idle_by_cause),
-                blocking_syncs=r.blocking_syncs,
-                kernels=r.kernels,
-                warmup=r.warmup,
-                outlier=r.outlier,
-                gpu_start_ns=r.gpu_start_ns if r.gpu_start_ns >= 0 else None,
-                gpu_end_ns=r.gpu_end_ns if r.gpu_end_ns >= 0 else None,
-                host_ns=r.host_ns,
-                gpu_ns=r.gpu_ns,
-                gpu_runs_into_next=r.gpu_runs_into_next,
-            )
-        return doc
-
-    return {
-        "schema": SCHEMA_VERSION,
-        "trace": {
-            "source": analysis.trace.source,
-            "format": analysis.trace.format,
-            "ranks": list(analysis.trace.ranks),
-        },
-        "devices": [device_doc(d) for d in analysis.devices],
-        "steps": [step_doc(s) for s in analysis.steps],
-        "setup": _setup_doc(analysis.setup),
-        "gaps": gap_docs(analysis.gaps, gap_evidence) if gap_evidence is not None else [],
-        "findings": [
-            {
-                "rule": f.rule,
-                "severity": f.severity,
-                "count": f.count,
-                "wasted_ns": f.wasted_ns,
-                "message": f.message,
-                "where": f.where,
-                "data": f.data,
-                "scope": f.scope,
-            }
-            for f in analysis.findings
-        ],
-        "notes": list(analysis.notes),
-    }
-
-
-def gap_docs(gaps: Sequence[Gap], evidence: Sequence[str]) -> list[dict[str, Any]]:
-    """The gaps as the document lists them (`gap_doc` each), with their evidence texts; from the columns
-    of a GapTable (no Gap objects)."""
-    with bulk_allocation():
-        if isinstance(gaps, GapTable):
-            return _gap_dicts(gaps, evidence)
-        return [gap_doc(g, text) for g, text in zip(gaps, evidence, strict=True)]
-
-
-def _gap_dicts(gaps: GapTable, evidence: Sequence[str]) -> list[dict[str, Any]]:
-    cols = [gaps.column(n).tolist() for n in ("rank", "device", "start", "end", "launch_start", "launch_tid",
-                                               "host_active")]
-    causes = [CAUSES[k] for k in gaps.column("cause").tolist()]
-    basis = [gaps.host_data_labels[k] for k in gaps.column("host_data").tolist()]
-    return [
-        {
-            "rank": r,
-            "device": d,
-            "start_ns": s,
-            "end_ns": e,
-            "duration_ns": e - s,
-            "cause": k,
-            "evidence": text,
-            "host_data": h,
-            "details": {
-                "launch_start_ns": ls if ls >= 0 else None,
-                "launch_tid": lt if ls >= 0 else None,
-                "host_active_fraction": ha,
-            },
-        }
-        for r, d, s, e, ls, lt, ha, k, h, text in zip(*cols, causes, basis, evidence, strict=True)
-    ]
-
-
-def _setup_doc(setups: tuple[Any, ...]) -> dict[str, Any] | None:
-    from .setup import setup_document
-
-    return setup_document(setups)
+    setup: tuple[Any, ...] = ()  # per rank: what ran before its first step (tracelab.analyses.steps.setup_phase.RankSetup)
 

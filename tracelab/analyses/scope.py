@@ -1,6 +1,6 @@
 """Restricting a Timeline to chosen steps or a time window (`--steps A:B`, `--window START_US:END_US`).
 
-`--steps A:B` is a Python slice of each rank's steps (tracelab.analyses.steps): steps A, A+1, ...,
+`--steps A:B` is a Python slice of each rank's steps (tracelab.analyses.steps.infer): steps A, A+1, ...,
 B-1; either side may be left out (`1:` drops the first step, `:5` keeps steps 0-4) and a single `A`
 means step A alone. The range of a rank is the chosen steps' span on the GPU (issue 24): from the first
 chosen step's GPU start to the latest end of their GPU windows (a step's GPU window: the GPU work its
@@ -26,16 +26,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tracelab.analyses.core.rows import rank_rows
+from tracelab.analyses.steps.infer import Steps, find_steps
+from tracelab.analyses.steps.table import StepRow, gpu_windows
+from tracelab.analyses.steps.windows import steps_spans
+from tracelab.errors import BadInput
+from tracelab.model import EventKind, Timeline
+from tracelab.model.grouping import sorted_unique
+from tracelab.model.kinds import GPU_ACTIVITY_KINDS
 from tracelab.text_format import fmt_ns
-
-from ..errors import BadInput
-from ..model import EventKind, Timeline
-from ..model.grouping import sorted_unique
-from ..model.kinds import GPU_ACTIVITY_KINDS
-from .rows import rank_rows
-from .step_table import StepRow, gpu_windows
-from .step_windows import steps_spans
-from .steps import Steps, find_steps
 
 _INT_RANGE = re.compile(r"^\s*(\d*)\s*(:\s*(\d*)\s*)?$")
 _NUM = r"(\d+(?:\.\d*)?|\.\d+)?"

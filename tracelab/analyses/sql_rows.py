@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..model.kinds import EventKind, Flag
-from ..model.timeline import Timeline
-from .results import CAUSES, Analysis, GapTable
+from tracelab.analyses.results import CAUSES, Analysis, GapTable
+from tracelab.model.kinds import EventKind, Flag
+from tracelab.model.timeline import Timeline
 
 _KIND_NAMES = np.array([k.name.lower() for k in EventKind] + ["other"], dtype=object)
 
@@ -125,7 +125,7 @@ def finding_rows(run_id: str, an: Analysis) -> dict[str, list[Any]]:
 
 
 def range_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
-    from .range_projection import project_ranges
+    from tracelab.analyses.device.range_projection import project_ranges
 
     p = project_ranges(tl)
     r = p.rows
@@ -151,7 +151,7 @@ def range_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
 
 
 def collective_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
-    from .collectives import match_collectives
+    from tracelab.analyses.ranks.collectives import match_collectives
 
     calls = match_collectives(tl).calls
     return {

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..analyses.memo import AnalysisContext, using
+from tracelab.analyses.core.memo import AnalysisContext, using
 
 if TYPE_CHECKING:
-    from ..analyses.compare import Comparison
-    from ..analyses.gate import Gate
-    from ..analyses.ranks import RankAnalysis
-    from ..analyses.results import Analysis, AnalysisOptions
+    from tracelab.analyses.comparison import Comparison
+    from tracelab.analyses.gate import Gate
+    from tracelab.analyses.ranks.view import RankAnalysis
+    from tracelab.analyses.results import Analysis, AnalysisOptions
+
     from ..model import Timeline
 
 __all__ = ["AnalysisContext"]
@@ -32,9 +33,9 @@ def analyze(
     """Analyze a timeline and fill in the findings' prose. `steps="A:B"` (step indices, a Python slice)
     or `window_us="START:END"` (µs from the run start) restrict every figure to that range (BadInput
     when the range is bad or empty); without them the figures cover the whole trace."""
-    from ..analyses.analyze import analyze_scoped
-    from ..analyses.results import AnalysisOptions
-    from ..render.findings import with_prose
+    from tracelab.analyses.pipeline import analyze_scoped
+    from tracelab.analyses.results import AnalysisOptions
+    from tracelab.render.text.findings import with_prose
 
     with using(timeline, context):
         return with_prose(analyze_scoped(timeline, options or AnalysisOptions(), rule_options, steps=steps, window_us=window_us))
@@ -45,14 +46,14 @@ def scoped_timeline(timeline: Timeline, steps: str | None = None, window_us: str
     comparisons draw their timeline figures from, so they cover the same range as the analysis."""
     if steps is None and window_us is None:
         return timeline
-    from ..analyses.scope import scope_timeline
+    from tracelab.analyses.scope import scope_timeline
 
     return scope_timeline(timeline, steps, window_us)[0]
 
 
 def to_json(analysis: Analysis) -> dict[str, Any]:
     """The `analyze --json` document (schema 2, DESIGN.md)."""
-    from ..render.document import to_document
+    from tracelab.render.export.document import to_document
 
     return to_document(analysis)
 
@@ -62,14 +63,14 @@ def compare(
 ) -> Comparison:
     """Deltas between two analyses, b - a (per device, gaps by cause, findings, top kernels when the
     timelines are given)."""
-    from ..analyses.compare import compare as _compare
+    from tracelab.analyses.compare import compare as _compare
 
     return _compare(a, b, timeline_a, timeline_b)
 
 
 def health(timeline: Timeline, analysis: Analysis | None = None, context: AnalysisContext | None = None) -> Any:
     """The trace health section (tracelab/analyses/health.py): what the trace can and cannot support."""
-    from ..analyses.health import trace_health
+    from tracelab.analyses.health import trace_health
 
     with using(timeline, context):
         return trace_health(timeline, analysis)
@@ -77,9 +78,9 @@ def health(timeline: Timeline, analysis: Analysis | None = None, context: Analys
 
 def ranges(timeline: Timeline, analysis: Analysis | None = None, context: AnalysisContext | None = None) -> Any:
     """GPU time by host range (NVTX, record_function, Kineto cpu_op / user_annotation) projected through
-    launch correlation (tracelab/analyses/range_projection.py): a `RangeProjection`. Shares are of the
+    launch correlation (tracelab/analyses/device/range_projection.py): a `RangeProjection`. Shares are of the
     analysis' total step time when it has steps, else of the GPU span."""
-    from ..analyses.range_projection import project_ranges
+    from tracelab.analyses.device.range_projection import project_ranges
 
     ref = sum(s.end_ns - s.start_ns for s in analysis.steps) if analysis is not None else 0
     with using(timeline, context):
@@ -90,14 +91,14 @@ def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
     """The `ranges` part of `analyze --json` (every name; `top` keeps the largest only)."""
     from dataclasses import replace
 
-    from ..render.report_extras import ranges_doc
+    from tracelab.render.reports.extras import ranges_doc
 
     return ranges_doc(projection if top is None else replace(projection, stats=projection.stats[:top]))
 
 
 def memory(timeline: Timeline, analysis: Analysis | None = None, context: AnalysisContext | None = None) -> Any:
-    """The GPU memory timeline (tracelab/analyses/gpu_memory.py), or None without memory events."""
-    from ..analyses.gpu_memory import memory_timeline
+    """The GPU memory timeline (tracelab/analyses/device/gpu_memory.py), or None without memory events."""
+    from tracelab.analyses.device.gpu_memory import memory_timeline
 
     with using(timeline, context):
         return memory_timeline(timeline, analysis)
@@ -110,13 +111,13 @@ def document_extras(
     `timeline` = the analysed range (`scoped_timeline`): a multi-rank run's `ranks`, `collectives`,
     `stragglers`, … (`ranks` = its `rank_analysis`), the `critical_path` of the steps (issue 24), then
     `health`, `ranges` and `memory` (issue 27; memory null without memory events)."""
-    from ..analyses.critical_path import critical_path_document, critical_path_for
-    from ..render.report_extras import ranges_doc
+    from tracelab.analyses.ranks.critical_path import critical_path_document, critical_path_for
+    from tracelab.render.reports.extras import ranges_doc
 
     out: dict[str, Any] = {}
     with using(timeline, context):
         if ranks:
-            from ..analyses.ranks import rank_document_of
+            from tracelab.analyses.ranks.view import rank_document_of
 
             out.update(rank_document_of(ranks))
         out["critical_path"] = critical_path_document(
@@ -128,9 +129,9 @@ def document_extras(
 
 
 def rank_analysis(timeline: Timeline, analysis: Analysis, context: AnalysisContext | None = None) -> RankAnalysis:
-    """The cross-rank part of a run (tracelab/analyses/ranks.py: per-rank figures, collectives,
+    """The cross-rank part of a run (tracelab/analyses/ranks/view.py: per-rank figures, collectives,
     stragglers; `multi_rank` False for one rank), for `timeline` = the analysed range."""
-    from ..analyses.ranks import rank_analysis as ranks_of
+    from tracelab.analyses.ranks.view import rank_analysis as ranks_of
 
     with using(timeline, context):
         return ranks_of(timeline, analysis)
@@ -140,9 +141,9 @@ def rank_heatmap(
     timeline: Timeline, ranks: RankAnalysis, analysis: Analysis, context: AnalysisContext | None = None
 ) -> Any:
     """Busy fraction and collective wait per rank and step (or time bin) of a multi-rank run
-    (tracelab/analyses/ranks.py: `RankHeatmap`), from its cross-rank analysis and the analysis's steps (their
+    (tracelab/analyses/ranks/view.py: `RankHeatmap`), from its cross-rank analysis and the analysis's steps (their
     GPU windows where the step table has them, issue 24)."""
-    from ..analyses.ranks import rank_heatmap as heatmap
+    from tracelab.analyses.ranks.view import rank_heatmap as heatmap
 
     with using(timeline, context):
         return heatmap(timeline, ranks.collectives, steps=analysis.step_rows or analysis.steps)
@@ -151,9 +152,9 @@ def rank_heatmap(
 def critical_path(
     timeline: Timeline, analysis: Analysis, ranks: RankAnalysis | None = None, context: AnalysisContext | None = None
 ) -> Any:
-    """The critical path of each step (tracelab/analyses/critical_path.py), across ranks through the
+    """The critical path of each step (tracelab/analyses/ranks/critical_path.py), across ranks through the
     collectives of `ranks` when given."""
-    from ..analyses.critical_path import critical_path_for
+    from tracelab.analyses.ranks.critical_path import critical_path_for
 
     with using(timeline, context):
         return critical_path_for(timeline, analysis, ranks.collectives if ranks else None)
@@ -161,7 +162,7 @@ def critical_path(
 
 def critical_path_categories() -> tuple[str, ...]:
     """The categories a critical path's time falls into, in display order."""
-    from ..analyses.critical_path import CATEGORIES
+    from tracelab.analyses.ranks.critical_path import CATEGORIES
 
     return tuple(CATEGORIES)
 
@@ -169,7 +170,7 @@ def critical_path_categories() -> tuple[str, ...]:
 def gate(a: Analysis, b: Analysis, fail_pct: float, comparison: Comparison) -> Gate:
     """The CI gate of `compare --fail-if-slower PCT`: whether B's steady-state step time is slower than
     A's by more than PCT % (one-sided Mann-Whitney U on the per-step times)."""
-    from ..analyses.gate import gate as decide
+    from tracelab.analyses.gate import gate as decide
 
     v = comparison.verdict
     return decide(a, b, fail_pct, v.a_ns if v else 0, v.b_ns if v else 0, v.basis if v else "span")
@@ -177,8 +178,8 @@ def gate(a: Analysis, b: Analysis, fail_pct: float, comparison: Comparison) -> G
 
 def comparison_json(a: Analysis, b: Analysis, comparison: Comparison, decision: Gate | None = None) -> dict[str, Any]:
     """The `compare --json` document: both analyses, the comparison and the gate's decision when asked."""
-    from ..analyses.results import SCHEMA_VERSION
-    from ..render.compare_text import comparison_document
+    from tracelab.analyses.results import SCHEMA_VERSION
+    from tracelab.render.export.comparison import comparison_document
 
     doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "a": to_json(a), "b": to_json(b),
                            "comparison": comparison_document(comparison)}
@@ -193,7 +194,7 @@ def options(
     """AnalysisOptions from the command-line settings (None / empty: the defaults)."""
     from dataclasses import replace
 
-    from ..analyses.results import AnalysisOptions
+    from tracelab.analyses.results import AnalysisOptions
 
     if gap_threshold_us is None:
         opts = AnalysisOptions(exclude_orphans=exclude_orphans)
@@ -205,28 +206,28 @@ def options(
 def check_scope(steps: str | None, window_us: str | None) -> None:
     """BadInput for bad --steps / --window syntax (before any file is read)."""
     if steps is not None or window_us is not None:
-        from ..analyses.scope import parse_scope
+        from tracelab.analyses.scope import parse_scope
 
         parse_scope(steps, window_us)
 
 
 def check_gap_threshold_us(value: str) -> float:
     """A --gap-threshold-us value as a float; BadInput for nan, inf, huge or negative values."""
-    from ..analyses.scope import check_gap_threshold_us as check
+    from tracelab.analyses.scope import check_gap_threshold_us as check
 
     return check(value)
 
 
 def run_start(timeline: Timeline) -> int:
     """The run's first event time (ns): what offsets 'from the run start' count from."""
-    from ..analyses.scope import run_start as start
+    from tracelab.analyses.scope import run_start as start
 
     return start(timeline)
 
 
 def find_steps(timeline: Timeline, context: AnalysisContext | None = None) -> Any:
-    """The training steps of each rank (tracelab/analyses/steps.py: `Steps`)."""
-    from ..analyses.steps import find_steps as steps_of
+    """The training steps of each rank (tracelab/analyses/steps/infer.py: `Steps`)."""
+    from tracelab.analyses.steps.infer import find_steps as steps_of
 
     with using(timeline, context):
         return steps_of(timeline)
@@ -234,14 +235,14 @@ def find_steps(timeline: Timeline, context: AnalysisContext | None = None) -> An
 
 def range_tree_order(stats: Any) -> Any:
     """The ranges of a projection in tree order (parents before their children)."""
-    from ..analyses.range_projection import tree_order
+    from tracelab.analyses.device.range_projection import tree_order
 
     return tree_order(stats)
 
 
 def launch_occupancy(timeline: Timeline, context: AnalysisContext | None = None) -> Any:
-    """Per-kernel launch occupancy (tracelab/analyses/occupancy.py)."""
-    from ..analyses.occupancy import launch_occupancy as occupancy
+    """Per-kernel launch occupancy (tracelab/analyses/sm/occupancy.py)."""
+    from tracelab.analyses.sm.occupancy import launch_occupancy as occupancy
 
     with using(timeline, context):
         return occupancy(timeline)
@@ -249,24 +250,24 @@ def launch_occupancy(timeline: Timeline, context: AnalysisContext | None = None)
 
 def gaps_in_setup(analysis: Analysis) -> Any:
     """Per gap of `analysis.gaps` (in its order): whether it lies in its rank's set-up, before the first step
-    (tracelab/analyses/setup.py: `in_setup_mask`; all False when the run has no steps)."""
-    from ..analyses.setup import in_setup_mask
+    (tracelab/analyses/steps/setup_phase.py: `in_setup_mask`; all False when the run has no steps)."""
+    from tracelab.analyses.steps.setup_phase import in_setup_mask
 
     return in_setup_mask(analysis.gaps, analysis.setup)
 
 
 def kernel_table(timeline: Timeline, occupancy: Any = None, context: AnalysisContext | None = None) -> Any:
     """The kernels grouped by name: calls, total / mean / max time, share, occupancy when given
-    (tracelab/analyses/kernels.py)."""
-    from ..analyses.kernels import kernel_table as table
+    (tracelab/analyses/device/kernels.py)."""
+    from tracelab.analyses.device.kernels import kernel_table as table
 
     with using(timeline, context):
         return table(timeline, occupancy)
 
 
 def stream_overlap_matrix(timeline: Timeline, rank: int, device: int, context: AnalysisContext | None = None) -> Any:
-    """How long each pair of streams of one device ran at the same time (tracelab/analyses/overlap.py)."""
-    from ..analyses.overlap import stream_overlap_matrix as matrix
+    """How long each pair of streams of one device ran at the same time (tracelab/analyses/device/overlap.py)."""
+    from tracelab.analyses.device.overlap import stream_overlap_matrix as matrix
 
     with using(timeline, context):
         return matrix(timeline, rank, device)

@@ -79,10 +79,10 @@ def store_timeline(
     replace: bool = False,
 ) -> str:
     """Save a parsed Timeline as a run of `store` in one transaction, with what the dashboard's first
-    view of it reads (`tracelab.render.timeline_overview`: the whole-run timeline of a big run);
+    view of it reads (`tracelab.render.timeline.overview`: the whole-run timeline of a big run);
     returns the run id. DuplicateRun when the store holds this fingerprint already (unless `replace`)."""
-    from ..analyses.parallel import in_background
-    from ..render.timeline_overview import overview_views
+    from tracelab.analyses.parallel import in_background
+    from tracelab.render.timeline.overview import overview_views
 
     return store.import_timeline(
         timeline,
@@ -98,7 +98,7 @@ def store_timeline(
 def store_views(store: Store, run_id: str, timeline: Timeline | None = None) -> bool:
     """Compute and store the views `store_timeline` stores with a run, for a run imported before they
     existed (`timeline`: the run's, when loaded already). Returns whether the run has any."""
-    from ..render.timeline_overview import overview_views
+    from tracelab.render.timeline.overview import overview_views
 
     views = overview_views(timeline if timeline is not None else store.load(run_id))
     if views:

@@ -44,7 +44,7 @@ def sql(
     }
 
     def fill(rid: str, views: frozenset[str]) -> dict[str, Any]:
-        from ..analyses import sql_rows
+        from tracelab.analyses import sql_rows
 
         tl = store.load(rid)
         out: dict[str, Any] = {}
@@ -59,7 +59,7 @@ def sql(
         if views & {"gaps", "steps", "findings"}:
             an = analyze(tl)
             if "gaps" in views:
-                from ..render.gap_evidence import gap_evidence
+                from tracelab.render.text.gap_evidence import gap_evidence
 
                 out["gaps"] = sql_rows.gap_rows(rid, an, gap_evidence(an))
             if "steps" in views:

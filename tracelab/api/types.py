@@ -4,10 +4,11 @@ for type checking."""
 
 from __future__ import annotations
 
-from ..analyses.compare import Comparison
-from ..analyses.memo import AnalysisContext
-from ..analyses.ranks import RankAnalysis
-from ..analyses.results import CAUSES, SCHEMA_VERSION, Analysis, AnalysisOptions, Finding, GapTable
+from tracelab.analyses.comparison import Comparison
+from tracelab.analyses.core.memo import AnalysisContext
+from tracelab.analyses.ranks.view import RankAnalysis
+from tracelab.analyses.results import CAUSES, SCHEMA_VERSION, Analysis, AnalysisOptions, Finding, GapTable
+
 from ..model import EventKind, Timeline
 from ..sandbox import Budget, SandboxError
 from ..store import RunRecord, Store

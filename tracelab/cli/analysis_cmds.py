@@ -86,10 +86,10 @@ def analyze(
     options = _options(gap_threshold_us, exclude_orphans, input_words)
     analysis, scoped, context = _analyzed(timeline, options, steps, window)
     ranks = None
-    if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks.py), same range
+    if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks/view.py), same range
         ranks = api.rank_analysis(scoped, analysis, context)
     if as_json:
-        from ..render.document import write_document
+        from tracelab.render.export.document import write_document
 
         out = _stdout_bytes()
         write_document(analysis, out.write, api.document_extras(scoped, analysis, ranks, context))
@@ -109,7 +109,7 @@ def _print_analysis_text(
 ) -> None:
     """`analyze` for people: trace health, the analysis, workload figures, GPU time by range, GPU memory,
     the cross-rank part and the critical path of each step (issue 24)."""
-    from ..render.health_text import health_lines
+    from tracelab.render.text.health import health_lines
 
     health = api.health(scoped, analysis, context)
     projection = api.ranges(scoped, analysis, context)
@@ -117,27 +117,27 @@ def _print_analysis_text(
 
     click.echo("\n".join(health_lines(health, terminal_width())) + "\n")
     _print_analysis(analysis, title, top_gaps)
-    from ..render.workload_text import workload_lines
+    from tracelab.render.text.workload import workload_lines
 
     lines = workload_lines(scoped)
     if lines:
         click.echo("\nWorkload figures")
         click.echo("\n".join(_safe(x) for x in lines))
-    from ..render.ranges_text import ranges_lines
+    from tracelab.render.text.ranges import ranges_lines
 
     range_table = ranges_lines(projection, None if all_ranges else 10, terminal_width())
     if range_table:
         click.echo("\n" + "\n".join(range_table))
     mem = api.memory(scoped, analysis, context)
     if mem is not None:
-        from ..render.memory_text import memory_lines
+        from tracelab.render.text.memory import memory_lines
 
         click.echo("\n" + "\n".join(memory_lines(mem, analysis.trace.start_ns, terminal_width())))
     if ranks:
-        from ..render.ranks_text import format_ranks
+        from tracelab.render.text.ranks import format_ranks
 
         click.echo(format_ranks(ranks, width=terminal_width()), nl=False)
-    from ..render.critical_path_text import format_critical_path
+    from tracelab.render.text.critical_path import format_critical_path
 
     click.echo(format_critical_path(cpath), nl=False)
 
@@ -184,7 +184,7 @@ def compare(
     if as_json:
         _echo_json(api.comparison_json(an_a, an_b, comparison, decision))
     else:
-        from ..render.compare_text import format_comparison
+        from tracelab.render.text.compare import format_comparison
 
         click.echo(format_comparison(comparison, labels=(label_a, label_b), width=terminal_width()))
         if decision is not None:
@@ -223,7 +223,7 @@ def report(
     """Write a report of a run or trace: .html (works offline), .md or .json, by extension."""
     if output.suffix.lower() not in (".html", ".htm", ".md", ".json"):
         raise BadInput("unknown report format (use a .html, .md or .json file name)", output)
-    from ..render.reports import check_output_path
+    from tracelab.render.reports.write import check_output_path
 
     check_output_path(output, (run_or_path, against, _db_path(ctx)))  # before any parsing or analysis
 
@@ -272,8 +272,8 @@ def export(
     tracks."""
     if output.suffix.lower() != ".json":
         raise BadInput("the export is JSON: use a .json file name (e.g. run.perfetto.json)", output)
-    from ..render.perfetto import write_perfetto
-    from ..render.reports import check_output_path
+    from tracelab.render.export.perfetto import write_perfetto
+    from tracelab.render.reports.write import check_output_path
 
     check_output_path(output, (run_or_path, _db_path(ctx)))  # before any parsing or analysis
     timeline, _ = load_subject(ctx, run_or_path)

@@ -24,7 +24,7 @@ _IMPORTING = "tracelab.importing"  # ctx.meta flag: a store write is under way (
 
 def _one_line(text: object) -> str:
     """An error message as one terminal-safe line (file names and run names are untrusted)."""
-    from ..render.compare_text import term_safe
+    from tracelab.render.text.compare import term_safe
 
     return term_safe(" ".join(str(text).split()))
 
@@ -174,7 +174,7 @@ def _stdout_bytes() -> BinaryIO:
 def _print_analysis(analysis: Analysis, title: str, top_gaps: int = 10) -> None:
     from rich.console import Console, Group
 
-    from ..render.text import analysis_renderables, format_analysis
+    from tracelab.render.text.analysis import analysis_renderables, format_analysis
 
     console = Console(highlight=False, soft_wrap=False)
     if console.is_terminal:
@@ -192,7 +192,7 @@ def terminal_width() -> int:
 
 
 def _safe(text: object, limit: int | None = None) -> str:
-    from ..render.compare_text import term_safe
+    from tracelab.render.text.compare import term_safe
 
     return term_safe(text, limit)
 

@@ -118,7 +118,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
     if not records:
         err(f"no runs in {db} (import a trace with `tracelab import PATH` or run `tracelab demo`)")
         return
-    from ..render.runs_text import format_runs_table
+    from tracelab.render.text.runs import format_runs_table
 
     click.echo(format_runs_table(records, terminal_width()))
 
@@ -141,11 +141,11 @@ def sql_cmd(ctx: click.Context, query: str, as_json: bool, as_csv: bool, runs: t
     if as_json:
         _echo_json(result.to_dict())
     elif as_csv:
-        from ..render.sql_text import format_csv
+        from tracelab.render.text.sql import format_csv
 
         click.echo(format_csv(result.columns, result.rows), nl=False)
     else:
-        from ..render.sql_text import format_table
+        from tracelab.render.text.sql import format_table
 
         click.echo(format_table(result.columns, result.rows), nl=False)
 

@@ -1,6 +1,6 @@
 """A plain, marker-free training loop, as a new user would write it: a small pure-PyTorch
 transformer language model, AdamW, and `print(f"... {loss.item()}")` every step. No ProfilerStep,
-no NVTX, no record_function: tracelab must find the steps by itself (tracelab.analyses.steps).
+no NVTX, no record_function: tracelab must find the steps by itself (tracelab.analyses.steps.infer).
 
     python tests/data/programs/train_plain.py            (uses CUDA when available, else the CPU)
 

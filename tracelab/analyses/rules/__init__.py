@@ -11,8 +11,8 @@ import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..results import Finding
-from .base import FindingContext, NotEvaluated, Rule
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import FindingContext, NotEvaluated, Rule
 
 __all__ = [
     "RULES",

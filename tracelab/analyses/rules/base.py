@@ -9,7 +9,7 @@ Rules return structure: `Finding.data` holds the numbers, event references and t
 the rule's `data` TypedDict and read by its own `describe` with plain `data["key"]` (a key the rule
 stopped writing raises, it never prints a default). `describe` returns (message, where) as plain
 strings, numbers written by `tracelab.text_format` (the one formatter, below the analyses);
-`tracelab.render.findings` only dispatches to it. `FindingContext` is what every rule reads: the
+`tracelab.render.text.findings` only dispatches to it. `FindingContext` is what every rule reads: the
 timeline, the device rows, the host views per rank, the device summaries, the displayed gaps, the
 steps and the device idle intervals with their causes (independent of the display threshold).
 """
@@ -24,21 +24,20 @@ from typing import Any, Protocol, TypedDict, get_args, get_origin, get_type_hint
 
 import numpy as np
 
+from tracelab.analyses.core.memo import column
+from tracelab.analyses.device.devices import DeviceRows
+from tracelab.analyses.gaps.idle import HostView, IdleIntervals, idle_intervals
+from tracelab.analyses.results import DeviceSummary, Finding, Gap
+from tracelab.model import EventKind, Timeline
+from tracelab.model.grouping import group_rows
 from tracelab.text_format import fmt_ns
-
-from ...model import EventKind, Timeline
-from ...model.grouping import group_rows
-from ..devices import DeviceRows
-from ..gaps import HostView, IdleIntervals, idle_intervals
-from ..memo import column
-from ..results import DeviceSummary, Finding, Gap
 
 WARNING_FRACTION = 0.01  # wasted ≥ 1% of the span: warning (else the rule's base severity)
 CRITICAL_FRACTION = 0.2  # wasted ≥ 20% of the span: critical
 
 
 class StepsLike(Protocol):
-    """What rules need from `tracelab.analyses.steps.Steps`."""
+    """What rules need from `tracelab.analyses.steps.infer.Steps`."""
 
     def of_rank(self, rank: int) -> tuple[np.ndarray, np.ndarray]: ...
 

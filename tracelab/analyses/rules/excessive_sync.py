@@ -8,9 +8,18 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from ..results import Finding
-from .base import FindingContext, Prose, Rule, Window, generic_prose, severity, step_of, window
-from .waits import idle_during
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import (
+    FindingContext,
+    Prose,
+    Rule,
+    Window,
+    generic_prose,
+    severity,
+    step_of,
+    window,
+)
+from tracelab.analyses.rules.waits import idle_during
 
 
 class RankSyncs(TypedDict):

@@ -1,16 +1,15 @@
 """idle_partition: a green-context SM partition busy less than half of the device's span (warning), or
-less than three quarters of it (info) (per-SM analysis, tracelab.analyses.sm)."""
+less than three quarters of it (info) (per-SM analysis, tracelab.analyses.sm.summary)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, cast
 
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places
+from tracelab.analyses.sm.lanes import IDLE_PARTITION_INFO, IDLE_PARTITION_THRESHOLD, idle_partition_findings
 from tracelab.text_format import fmt_ns
-
-from ..results import Finding
-from ..sm_time import IDLE_PARTITION_INFO, IDLE_PARTITION_THRESHOLD, idle_partition_findings
-from .base import FindingContext, Prose, Rule, Window, join_places
 
 _ORDER = {"critical": 0, "warning": 1, "info": 2}
 

@@ -27,14 +27,13 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import union_length
+from tracelab.analyses.core.names import short_name
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, window
+from tracelab.model import EventKind
+from tracelab.model.grouping import sorted_unique
 from tracelab.text_format import fmt_ns
-
-from ...model import EventKind
-from ...model.grouping import sorted_unique
-from ..intervals import union_length
-from ..names import short_name
-from ..results import Finding
-from .base import FindingContext, Prose, Rule, Window, join_places, window
 
 OPTIONS: dict[str, Any] = {
     "legacy_streams": (7,),

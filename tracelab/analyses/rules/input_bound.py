@@ -6,7 +6,7 @@ of cause `input_wait` (every idle interval, whatever the display threshold) that
 step whose work waited for the data: the interval may have begun at the end of the previous step's GPU
 work), and its share of the step's length (at most 1). The rule fires on the steps whose share is at least `step_share` when their input
 wait adds up to at least `min_wait_ns`. Its data names the loader's ops (the data-loading ranges the
-launching threads were in: tracelab.analyses.input_wait) so the text can say what to change.
+launching threads were in: tracelab.analyses.gaps.input_wait) so the text can say what to change.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import merge
+from tracelab.analyses.core.names import short_name
+from tracelab.analyses.results import CAUSES, Finding
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
 from tracelab.text_format import fmt_ns
-
-from ..intervals import merge
-from ..names import short_name
-from ..results import CAUSES, Finding
-from .base import FindingContext, Prose, Rule, Window, join_places, severity, window
 
 INPUT_WAIT = CAUSES.index("input_wait")
 MAX_STEPS_LISTED = 20
@@ -167,6 +166,6 @@ RULE = Rule(
     long=True,
     source=(
         "PyTorch docs, torch.utils.data (num_workers, pin_memory, prefetch_factor, persistent_workers); "
-        "gap cause input_wait: tracelab.analyses.input_wait"
+        "gap cause input_wait: tracelab.analyses.gaps.input_wait"
     ),
 )

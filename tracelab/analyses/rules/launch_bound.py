@@ -8,13 +8,21 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import covered_length
+from tracelab.analyses.core.rows import device_union
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import (
+    FindingContext,
+    Prose,
+    Rule,
+    Window,
+    join_places,
+    severity,
+    string_ids,
+    window,
+)
+from tracelab.model import EventKind, Flag
 from tracelab.text_format import fmt_ns
-
-from ...model import EventKind, Flag
-from ..intervals import covered_length
-from ..results import Finding
-from ..rows import device_union
-from .base import FindingContext, Prose, Rule, Window, join_places, severity, string_ids, window
 
 GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
 

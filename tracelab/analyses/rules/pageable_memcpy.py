@@ -7,12 +7,8 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
-from tracelab.text_format import fmt_bytes, fmt_ns
-
-from ...model import CopyKind, MemKind
-from ...model.grouping import sorted_unique
-from ..results import Finding
-from .base import (
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import (
     FindingContext,
     Prose,
     Rule,
@@ -23,6 +19,9 @@ from .base import (
     severity,
     window,
 )
+from tracelab.model import CopyKind, MemKind
+from tracelab.model.grouping import sorted_unique
+from tracelab.text_format import fmt_bytes, fmt_ns
 
 
 class StreamCopies(TypedDict):

@@ -9,12 +9,11 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.analyses.core.names import short_name
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, string_ids, window
+from tracelab.model import EventKind, Flag
 from tracelab.text_format import fmt_ns
-
-from ...model import EventKind, Flag
-from ..names import short_name
-from ..results import Finding
-from .base import FindingContext, Prose, Rule, Window, join_places, string_ids, window
 
 AMD_GPU = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.IGNORECASE)
 HIP_API = re.compile(r"^hip[A-Z]")

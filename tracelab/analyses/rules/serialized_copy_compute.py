@@ -7,13 +7,12 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.analyses.core.distinct import distinct
+from tracelab.analyses.core.intervals import covered_length, merge
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.model import CopyKind, EventKind
 from tracelab.text_format import fmt_ns
-
-from ...model import CopyKind, EventKind
-from ..distinct import distinct
-from ..intervals import covered_length, merge
-from ..results import Finding
-from .base import FindingContext, Prose, Rule, Window, join_places, severity, window
 
 
 class StreamCopies(TypedDict):

@@ -8,13 +8,12 @@ from typing import Any, cast
 
 import numpy as np
 
+from tracelab.analyses.core.rows import names_matching
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.analyses.rules.waits import idle_during
+from tracelab.model import SyncKind
 from tracelab.text_format import fmt_ns
-
-from ...model import SyncKind
-from ..results import Finding
-from ..rows import names_matching
-from .base import FindingContext, Prose, Rule, Window, join_places, severity, window
-from .waits import idle_during
 
 
 class SyncMemcpyData(Window):

@@ -8,13 +8,9 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
-from tracelab.text_format import fmt_ns
-
-from ...model import CopyKind, MemKind
-from ...model.grouping import sorted_unique
-from ..results import Finding
-from ..rows import positions_by
-from .base import (
+from tracelab.analyses.core.rows import positions_by
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import (
     FindingContext,
     NotEvaluated,
     Prose,
@@ -26,7 +22,10 @@ from .base import (
     step_of,
     window,
 )
-from .waits import host_sync_idle
+from tracelab.analyses.rules.waits import host_sync_idle
+from tracelab.model import CopyKind, MemKind
+from tracelab.model.grouping import sorted_unique
+from tracelab.text_format import fmt_ns
 
 
 class RankSyncs(TypedDict):
@@ -195,6 +194,6 @@ RULE = Rule(
     long=True,
     source=(
         'CUDA Runtime API, "API synchronization behavior" (which calls block the host); steps: '
-        "tracelab.analyses.steps (marked or inferred)"
+        "tracelab.analyses.steps.infer (marked or inferred)"
     ),
 )

@@ -25,13 +25,12 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.analyses.core.names import short_name
+from tracelab.analyses.core.rows import names_matching
+from tracelab.analyses.results import Finding
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, window
+from tracelab.model import EventKind
 from tracelab.text_format import fmt_ns
-
-from ...model import EventKind
-from ..names import short_name
-from ..results import Finding
-from ..rows import names_matching
-from .base import FindingContext, Prose, Rule, Window, join_places, window
 
 OPTIONS: dict[str, Any] = {
     "min_chain": 3,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..intervals import covered_length, merge
-from ..results import CAUSES
-from .base import FindingContext
+from tracelab.analyses.core.intervals import covered_length, merge
+from tracelab.analyses.results import CAUSES
+from tracelab.analyses.rules.base import FindingContext
 
 HOST_SYNC = CAUSES.index("host_sync")
 

@@ -6,7 +6,7 @@ a payload: "NCCL communicator ID", "Message size [bytes]", and per operation "Re
 (`NVTX_EVENTS.jsonText`) when exported with `--include-json true` (`tracelab record` does so for torchrun
 launches). Each range is joined to the NCCL kernel its thread launched inside it (same process and
 thread, by correlation) and the result has the shape of the Kineto collective args
-(`RunMeta.extra["rank_extra"][rank]["collective_args"]`, read by analyses/collectives.py), with `bytes`
+(`RunMeta.extra["rank_extra"][rank]["collective_args"]`, read by analyses/ranks/collectives.py), with `bytes`
 given directly: NCCL's message size, times the communicator's ranks for all-gather and reduce-scatter
 (nccl-tests counts the whole gathered / scattered buffer). `group` is the communicator id; dtype is not
 in the payload (`null`).

@@ -6,7 +6,7 @@ clock_nanosleep, pthread_cond_wait, sem_wait, ioctl, ...) that lasted at least `
 (the table's own comments in an export; checked on nsys 2025.3.1 / schema 3.20 and the corpus's
 schema-3.13 export). Each call becomes an EventKind.OTHER event on its thread whose `category` is
 OS_CALL_CATEGORY, so the gap analysis can tell "the thread was blocked in the OS" from "busy on the
-host" (tracelab.analyses.host). Zero-length rows ("OS runtime libraries profiling started" markers)
+host" (tracelab.analyses.core.host). Zero-length rows ("OS runtime libraries profiling started" markers)
 hold no time and are skipped.
 """
 

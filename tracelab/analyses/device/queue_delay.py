@@ -1,0 +1,174 @@
+"""Queue delay: how long GPU work waits between its host launch and its start, per stream and per
+kernel name; and the overlap of kernels inside CUDA graphs.
+
+- queue delay of a kernel / copy = its GPU start − the start of the host API call that launched it
+  (matched by correlation id; both formats put host and GPU on one clock). Work without a launch
+  call in the trace (e.g. kernels of a graph replay, which share one cudaGraphLaunch) is left out
+  of the per-stream figures unless `include_graph=True`.
+- per-stream figures: count, median, p90, max, mean of the queue delay of that stream's kernels.
+- latency distribution of one kernel name: the same figures over the kernels whose name contains a
+  pattern (the priorities workload's `latency_kernel`).
+- graph overlap: over kernels launched by a CUDA graph (Flag.GRAPH, a graph node id, or a
+  correlation with a cudaGraphLaunch call), concurrent_ns = time during which two or more of them
+  run at once, sum_ns = sum of their durations, union_ns = length of their union; the overlap kept
+  = 1 − union / sum (0 when the graph runs its kernels one at a time).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracelab.analyses.core.intervals import coverage_at_least, union_length
+from tracelab.analyses.gaps.idle import HostView
+from tracelab.model import EventKind, Flag, Timeline
+from tracelab.model.grouping import sorted_unique
+
+GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DelayStats:
+    """Queue delays (ns) of a set of GPU operations."""
+
+    count: int
+    median_ns: int
+    p90_ns: int
+    max_ns: int
+    mean_ns: int
+
+    @staticmethod
+    def of(delays: np.ndarray) -> DelayStats:
+        d = np.asarray(delays, dtype=np.int64)
+        if d.size == 0:
+            return DelayStats(0, 0, 0, 0, 0)
+        return DelayStats(
+            count=int(d.size),
+            median_ns=int(np.median(d)),
+            p90_ns=int(np.percentile(d, 90)),
+            max_ns=int(d.max()),
+            mean_ns=int(d.mean()),
+        )
+
+
+@dataclass(frozen=True)
+class StreamDelay:
+    rank: int
+    device: int
+    stream: int
+    stats: DelayStats
+
+
+@dataclass(frozen=True)
+class KernelLatency:
+    """Queue delay (launch → start) and duration of the kernels whose name contains `pattern`."""
+
+    pattern: str
+    delay: DelayStats
+    duration: DelayStats
+    delays_ns: tuple[int, ...]  # in start order
+
+
+@dataclass(frozen=True)
+class GraphOverlap:
+    kernels: int
+    sum_ns: int
+    union_ns: int
+    concurrent_ns: int  # time with ≥ 2 graph kernels running at once
+    streams: int  # distinct streams the graph kernels were reported on
+
+    @property
+    def overlap_fraction(self) -> float:
+        return 0.0 if self.sum_ns <= 0 else 1.0 - self.union_ns / self.sum_ns
+
+
+def _kernels(timeline: Timeline) -> np.ndarray:
+    return np.flatnonzero(timeline.events["kind"].to_numpy() == int(EventKind.KERNEL))
+
+
+def launch_times(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
+    """Start of the host API call that launched each row (-1 where the trace has none)."""
+    from tracelab.analyses.steps.table import launch_starts
+
+    out = np.full(rows.size, -1, dtype=np.int64)
+    rank = timeline.col("rank")[rows]
+    for r in sorted_unique(rank).tolist():  # one per rank
+        sel = rank == r
+        out[sel] = launch_starts(timeline, int(r), rows[sel])
+    return out
+
+
+def graph_kernel_mask(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
+    """Which rows are kernels launched by a CUDA graph."""
+    ev = timeline.events
+    mask = ((ev["flags"].to_numpy()[rows] & Flag.GRAPH) != 0) | (ev["graph_node"].to_numpy()[rows] >= 0)
+    gids = np.array([i for i, s in enumerate(timeline.strings) if GRAPH_LAUNCH.search(s)], dtype=np.int64)
+    if gids.size:
+        rank = ev["rank"].to_numpy()[rows]
+        corr = ev["correlation"].to_numpy()[rows]
+        for r in sorted_unique(rank).tolist():
+            sel = np.flatnonzero(rank == r)
+            host = HostView(timeline, int(r))
+            li = host.launch_index(corr[sel])
+            mask[sel] |= (li >= 0) & np.isin(host.api_name[np.maximum(li, 0)], gids)
+    return mask
+
+
+def queue_delays(timeline: Timeline, include_graph: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel rows, queue delay ns) for every kernel with a launch call in the trace."""
+    rows = _kernels(timeline)
+    t_launch = launch_times(timeline, rows)
+    keep = t_launch >= 0
+    if not include_graph:
+        keep &= ~graph_kernel_mask(timeline, rows)
+    rows = rows[keep]
+    return rows, timeline.events["start"].to_numpy()[rows] - t_launch[keep]
+
+
+def stream_delays(timeline: Timeline) -> tuple[StreamDelay, ...]:
+    """Queue-delay figures per (rank, device, stream), streams in id order."""
+    rows, delay = queue_delays(timeline)
+    ev = timeline.events
+    key = np.stack(
+        [ev["rank"].to_numpy()[rows], ev["device"].to_numpy()[rows], ev["stream"].to_numpy()[rows]], axis=1
+    ).astype(np.int64)
+    if rows.size == 0:
+        return ()
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(inv[order]) != 0, True])
+    out = []
+    for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):  # one per stream
+        r, d, s = uniq[i].tolist()
+        out.append(StreamDelay(r, d, s, DelayStats.of(delay[order[lo:hi]])))
+    return tuple(out)
+
+
+def kernel_latency(timeline: Timeline, pattern: str) -> KernelLatency:
+    """Launch → start delay and duration of the kernels whose name contains `pattern`."""
+    rows, delay = queue_delays(timeline)
+    ids = np.array([i for i, s in enumerate(timeline.strings) if pattern in s], dtype=np.int64)
+    sel = np.isin(timeline.events["name"].to_numpy()[rows], ids)
+    rows, delay = rows[sel], delay[sel]
+    ev = timeline.events
+    dur = ev["end"].to_numpy()[rows] - ev["start"].to_numpy()[rows]
+    return KernelLatency(pattern, DelayStats.of(delay), DelayStats.of(dur), tuple(int(x) for x in delay))
+
+
+def graph_overlap(timeline: Timeline) -> GraphOverlap:
+    """How much the kernels launched by CUDA graphs run at the same time (see the module doc)."""
+    rows = _kernels(timeline)
+    rows = rows[graph_kernel_mask(timeline, rows)]
+    ev = timeline.events
+    s = ev["start"].to_numpy()[rows]
+    e = ev["end"].to_numpy()[rows]
+    return GraphOverlap(
+        kernels=int(rows.size),
+        sum_ns=int((e - s).sum()),
+        union_ns=union_length(s, e),
+        concurrent_ns=coverage_at_least(s, e, np.arange(rows.size), 2),
+        streams=int(sorted_unique(ev["stream"].to_numpy()[rows]).size),
+    )

@@ -1,0 +1,1 @@
+"""Idle gaps on each device and their causes."""

@@ -1,0 +1,1 @@
+"""Per-SM lanes (measured or estimated), SM time, occupancy and green-context partitions."""

@@ -1,0 +1,243 @@
+"""Green contexts: why a variant is slower or faster than `sequential` (see `tracelab.analyses.sm.summary`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from tracelab.analyses.sm.estimate import _estimate
+from tracelab.analyses.sm.lanes import _sm_time, _without_blocks
+from tracelab.analyses.sm.measured import _instrumented
+from tracelab.analyses.sm.partitions import (
+    NONE_PARTITION,
+    LaneSource,
+    Partition,
+    _Device,
+    _device,
+    _partitions,
+    kernel_columns,
+)
+from tracelab.model import EventKind, Timeline
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# ---------------------------------------------------------------------------------------------
+# green contexts: why the variant is slower or faster than `sequential`
+# ---------------------------------------------------------------------------------------------
+_MATMUL = re.compile(r"gemm|matmul|xmma|cutlass|nvjet|_mm_|sm\d+_.*tensorop|cublas", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GreenContextExplanation:
+    """Why a green-context run is slower or faster than `sequential`, in numbers from both runs."""
+
+    variant: str
+    variant_span_ns: int
+    sequential_span_ns: int
+    ratio: float  # variant span / sequential span (> 1: slower)
+    verdict: Literal["slowdown", "speedup", "same"]
+    matmul_name: str  # in `sequential`
+    matmul_name_variant: str  # the same unless the variant runs another GEMM kernel
+    matmul_grid_variant: int  # blocks per launch (0 = unknown)
+    matmul_grid_sequential: int
+    matmul_ns_variant: int  # total matmul kernel time
+    matmul_ns_sequential: int
+    matmul_ratio: float  # variant / sequential
+    matmul_green_context: int | None  # partition the matmul runs on in the variant
+    matmul_sms_variant: int
+    matmul_sms_sequential: int
+    sm_ratio: float  # matmul SMs variant / sequential
+    matmul_waves_variant: int  # waves of one matmul launch (0 = launch configuration unknown)
+    matmul_waves_sequential: int
+    elementwise_ns_variant: int  # the other partition's kernels (probe kernels left out)
+    elementwise_ns_sequential: int  # the same kernel names in `sequential`
+    elementwise_ratio: float
+    starving_green_context: int | None  # the busiest partition: its work sets the span
+    starving_sm_count: int
+    starving_busy_fraction: float
+    small_green_context: int | None  # the smallest partition
+    small_sm_count: int
+    small_busy_fraction: float
+    small_idle_sm_ns: int
+    large_green_context: int | None  # the largest partition
+    large_sm_count: int
+    large_busy_fraction: float
+    large_idle_sm_ns: int
+    source: LaneSource
+    baseline: str = "sequential"  # the run compared against: its variant name, else "baseline"
+    # for the words (tracelab.render.text.green); not in the JSON document
+    elementwise_green_context: int | None = None  # the partition the elementwise kernels run on
+    elementwise_sm_count: int = 0  # its SMs
+    device_sm_count: int = 0  # the variant device's SMs
+    uninstrumented_launches: int = 0  # kernel launches without probe blocks (estimated SM lanes)
+
+
+WORDS_ONLY = ("elementwise_green_context", "elementwise_sm_count", "device_sm_count", "uninstrumented_launches")
+
+
+_PROBE = re.compile(r"^tl_probe_")
+
+
+def _first_device(tl: Timeline) -> tuple[int, int]:
+    k = tl.events[tl.events["kind"] == int(EventKind.KERNEL)]
+    if len(k):
+        r, d = k[["rank", "device"]].iloc[0]
+        return int(r), int(d)
+    return (tl.devices[0].rank, tl.devices[0].device) if tl.devices else (0, 0)
+
+
+def _matmul_id(tl: Timeline, kernels: pd.DataFrame) -> int:
+    """Name id of the matmul: kernels whose names look like a GEMM, the one with the most time; else
+    the kernel name with the most total time."""
+    if not len(kernels):
+        return -1
+    dur = (kernels["end"] - kernels["start"]).groupby(kernels["name"]).sum()
+    looks = np.array([bool(_MATMUL.search(tl.name(int(i)))) for i in dur.index], dtype=bool)
+    pick = dur[looks] if looks.any() else dur
+    return int(pick.idxmax())
+
+
+def _total_ns(k: pd.DataFrame) -> int:
+    return int((k["end"] - k["start"]).sum())
+
+
+def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> GreenContextExplanation:
+    """Explain a green-context variant's slowdown or speedup against `sequential`, from the data:
+    which partition's work sets the span, how much longer the matmul runs on fewer SMs (and in how
+    many waves), how much longer the elementwise work runs on its partition, and how much SM-time
+    each partition leaves idle."""
+    rv, dv = _first_device(variant_tl)
+    rs, ds = _first_device(sequential_tl)
+    var = _device(variant_tl, rv, dv)
+    seq = _device(sequential_tl, rs, ds)
+    v_span = var.span[1] - var.span[0]
+    s_span = seq.span[1] - seq.span[0]
+    ratio = v_span / s_span if s_span else float("inf")
+    verdict: Literal["slowdown", "speedup", "same"] = (
+        "slowdown" if ratio > 1.05 else "speedup" if ratio < 0.95 else "same"
+    )
+
+    # the matmul: picked in `sequential`, found by name in the variant (or its own biggest GEMM)
+    s_mm = _matmul_id(sequential_tl, seq.kernels)
+    mm_name = sequential_tl.name(s_mm)
+    v_ids = [i for i, x in enumerate(variant_tl.strings) if x == mm_name]
+    v_k = var.kernels[np.isin(var.kernels["name"].to_numpy(), v_ids)] if v_ids else var.kernels[:0]
+    if not len(v_k):  # a different GEMM kernel was chosen for the partition
+        v_k = var.kernels[var.kernels["name"].to_numpy() == _matmul_id(variant_tl, var.kernels)]
+    s_k = seq.kernels[seq.kernels["name"].to_numpy() == s_mm]
+    mm_v, mm_s = _total_ns(v_k), _total_ns(s_k)
+
+    v_parts = _partitions(variant_tl, var)
+    s_parts = _partitions(sequential_tl, _without_blocks(seq))
+    mm_gc = int(v_k["green_context"].mode().iloc[0]) if len(v_k) else NONE_PARTITION
+    mm_part = next((p for p in v_parts if p.green_context == mm_gc), None)
+    sms_v = mm_part.sm_count if mm_part else var.sm_count
+    sms_s = seq.sm_count
+
+    def waves(tl: Timeline, dev: _Device, parts: list[Partition], k: pd.DataFrame) -> int:
+        if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
+            return 0
+        return int(_estimate(tl, _without_blocks(dev), parts, kernel_columns(k.iloc[:1])).waves[0])
+
+    w_v = waves(variant_tl, var, v_parts, v_k)
+    w_s = waves(sequential_tl, seq, s_parts, s_k)
+
+    # the elementwise work: the variant's other kernels (not the matmul, not probes) ...
+    names_v = variant_tl.names(var.kernels["name"])
+    not_probe = np.array([not _PROBE.search(n) for n in names_v], dtype=bool)
+    ew_mask = not_probe & ~var.kernels.index.isin(v_k.index)
+    ew_v = var.kernels[ew_mask]
+    # ... and the same kernel names in `sequential`
+    ew_names = set(names_v[ew_mask].tolist())
+    seq_names = sequential_tl.names(seq.kernels["name"])
+    ew_s = seq.kernels[np.isin(seq_names, list(ew_names)) & (seq.kernels["name"].to_numpy() != s_mm)]
+    ew_nv, ew_ns = _total_ns(ew_v), _total_ns(ew_s)
+    ew_gc = int(ew_v["green_context"].mode().iloc[0]) if len(ew_v) else NONE_PARTITION
+    ew_part = next((p for p in v_parts if p.green_context == ew_gc), None)
+
+    st = _sm_time(variant_tl, rv, dv)
+    span = max(v_span, 1)
+    green = [(p, b) for p, b in st.partitions if p.green_context >= 0]
+
+    def frac(pb: tuple[Partition, float]) -> float:
+        return pb[1] / (max(pb[0].sm_count, 1) * span)
+
+    def idle(pb: tuple[Partition, float]) -> int:
+        return round(pb[0].sm_count * span - pb[1])
+
+    if green:
+        starving, small, large = (
+            max(green, key=frac),
+            min(green, key=lambda pb: pb[0].sm_count),
+            max(green, key=lambda pb: pb[0].sm_count),
+        )
+    sm_ratio = sms_v / sms_s if sms_s else 0.0
+    mm_ratio = mm_v / mm_s if mm_s else float("inf")
+    ew_ratio = ew_nv / ew_ns if ew_ns else float("inf")
+    name = variant_tl.meta.variant or "variant"
+    base = sequential_tl.meta.variant or "baseline"
+    mm_name_v = variant_tl.name(int(v_k["name"].iloc[0])) if len(v_k) else ""
+    grid_v, grid_s = _grid(v_k), _grid(s_k)
+    n_est = int((~_instrumented(var)).sum()) if var.blocks is not None else len(var.kernels)
+
+    def part_fields(pb: tuple[Partition, float] | None) -> tuple[int | None, int, float, int]:
+        if pb is None:
+            return None, 0, 0.0, 0
+        return pb[0].green_context, pb[0].sm_count, float(frac(pb)), idle(pb)
+
+    sg, sn, sf, _si = part_fields(starving if green else None)
+    smg, smn, smf, smi = part_fields(small if green else None)
+    lg, ln, lf, li = part_fields(large if green else None)
+    return GreenContextExplanation(
+        variant=name,
+        variant_span_ns=int(v_span),
+        sequential_span_ns=int(s_span),
+        ratio=float(ratio),
+        verdict=verdict,
+        matmul_name=mm_name,
+        matmul_name_variant=mm_name_v,
+        matmul_grid_variant=grid_v,
+        matmul_grid_sequential=grid_s,
+        matmul_ns_variant=mm_v,
+        matmul_ns_sequential=mm_s,
+        matmul_ratio=float(mm_ratio),
+        matmul_green_context=None if mm_gc < 0 else mm_gc,
+        matmul_sms_variant=int(sms_v),
+        matmul_sms_sequential=int(sms_s),
+        sm_ratio=float(sm_ratio),
+        matmul_waves_variant=w_v,
+        matmul_waves_sequential=w_s,
+        elementwise_ns_variant=ew_nv,
+        elementwise_ns_sequential=ew_ns,
+        elementwise_ratio=float(ew_ratio),
+        starving_green_context=sg,
+        starving_sm_count=sn,
+        starving_busy_fraction=sf,
+        small_green_context=smg,
+        small_sm_count=smn,
+        small_busy_fraction=smf,
+        small_idle_sm_ns=smi,
+        large_green_context=lg,
+        large_sm_count=ln,
+        large_busy_fraction=lf,
+        large_idle_sm_ns=li,
+        source=st.source,
+        baseline=base,
+        elementwise_green_context=None if ew_part is None else ew_part.green_context,
+        elementwise_sm_count=0 if ew_part is None else ew_part.sm_count,
+        device_sm_count=int(var.sm_count),
+        uninstrumented_launches=n_est,
+    )
+
+
+def _grid(k: pd.DataFrame) -> int:
+    """Blocks per launch of the first kernel of `k` (0 when unknown)."""
+    if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
+        return 0
+    return int(k["grid_x"].iloc[0]) * max(int(k["grid_y"].iloc[0]), 1) * max(int(k["grid_z"].iloc[0]), 1)
+
+

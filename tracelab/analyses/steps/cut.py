@@ -1,0 +1,621 @@
+"""Cutting a repeating call sequence into steps (docs/DESIGN.md "Steps", steps 3–4): where a step
+boundary lies (the anchor), steps made of a repeated short block (the recurring host pause), and
+steps of one launch each (graph replays, host-paced launches). Used by `steps.infer_steps`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracelab.analyses.core.distinct import distinct_counts
+from tracelab.analyses.core.names import short_name
+from tracelab.analyses.steps.sequence import MAX_TOKENS, MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
+from tracelab.model import Timeline
+
+Cut = tuple[np.ndarray, np.ndarray]  # (start ns, end ns) of the steps, int64
+
+ANCHOR_RHYTHM = 0.8  # an anchor's successive occurrences are P apart this often
+REPEAT_FROM_START = 0.9  # the repetition starts where this share of the next period already repeats
+KGRAM_MAX = 1 << 14  # longest run of calls the trace-start anchor is identified by
+PAUSE_KGRAM_MAX = 256  # ... and a pause anchor (64 was the most any bundled or corpus trace needed)
+
+
+def _empty() -> Cut:
+    e = np.zeros(0, dtype=np.int64)
+    return e, e
+
+
+def host_pauses(seq: LaunchSequence) -> np.ndarray:
+    """Host time between each call and the one before it (0 for the first), int64 ns."""
+    return np.maximum(np.r_[0, seq.start[1:] - seq.end[:-1]], 0).astype(np.int64)
+
+
+# ---- where the repetition is ---------------------------------------------------------------------
+def steady_mask(tokens: np.ndarray, period: int) -> np.ndarray:
+    """Positions in the repeating part: equal to the token one period earlier or later."""
+    n = tokens.size
+    steady = np.zeros(n, dtype=bool)
+    if 0 < period < n:
+        eq = tokens[:-period] == tokens[period:]
+        steady[:-period] |= eq
+        steady[period:] |= eq
+    return steady
+
+
+_BLOCK = 1 << 16  # positions looked at a time by repetition_start
+
+
+def repetition_start(tok: np.ndarray, period: int) -> int:
+    """First position whose token repeats one period later while REPEAT_FROM_START of the next
+    period repeats too: where the repetition begins; -1 when nowhere."""
+    n = tok.size
+    if not 0 < period < n:
+        return -1
+    last = n - period  # windows [i, i + period) inside the sequence
+    # in blocks of positions, first to last (the repetition usually begins near the start of a long
+    # sequence): block [lo, hi) needs the matches up to hi + period only
+    block = max(_BLOCK, 4 * period)
+    for lo in range(0, last, block):
+        hi = min(last, lo + block)
+        eq = tok[lo : min(last, hi + period)] == tok[lo + period : min(last, hi + period) + period]
+        c = np.r_[0, np.cumsum(eq)]
+        idx = np.arange(lo, hi)
+        win = c[np.minimum(idx + period, last) - lo] - c[idx - lo]
+        ok = np.flatnonzero(eq[: hi - lo] & (win >= REPEAT_FROM_START * np.minimum(period, last - idx)))
+        if ok.size:
+            return lo + int(ok[0])
+    return -1
+
+
+def _repeating_run_end(tok: np.ndarray, at: int, period: int) -> int:
+    """Exclusive end of the run from `at` (at most one period long) whose tokens equal the token one
+    period earlier: the last step's launches, before the teardown after the loop."""
+    hi = min(tok.size, at + period)
+    lo = max(at, period)
+    if hi <= lo:
+        return hi
+    bad = np.flatnonzero(tok[lo:hi] != tok[lo - period : hi - period])
+    return lo + int(bad[0]) if bad.size else hi
+
+
+def once_per_period(ids: np.ndarray, period: int, steady: np.ndarray) -> np.ndarray:
+    """Ids (not NO_KGRAM) that occur once per period in rhythm in the repeating part: successive
+    occurrences `period` apart (within 5%) for ANCHOR_RHYTHM of them."""
+    n = int(steady.sum())
+    keep = np.flatnonzero(steady)
+    if keep.size == 0:
+        return ids[:0]
+    ids = ids[keep]
+    order = np.lexsort((keep, ids))
+    srt = ids[order]
+    new = np.r_[True, srt[1:] != srt[:-1]]
+    gid = np.cumsum(new) - 1
+    uniq = srt[new]
+    occ = np.bincount(gid)
+    d = np.diff(keep[order])
+    same = ~new[1:]
+    tol = max(1, period // 20)
+    good = same & (np.abs(d - period) <= tol)
+    n_good = np.bincount(gid[1:][good], minlength=uniq.size)
+    ok = (occ >= MIN_REPEATS) & (n_good >= ANCHOR_RHYTHM * (occ - 1)) & (occ <= n / period + 2)
+    return uniq[ok & (uniq != NO_KGRAM)]
+
+
+def group_quantile(gid: np.ndarray, values: np.ndarray, groups: int, q: float = 0.5) -> np.ndarray:
+    """The q-quantile (lower nearest rank) of `values` per group id (vectorized: one sort)."""
+    order = np.lexsort((values, gid))
+    g, v = gid[order], values[order]
+    counts = np.bincount(g, minlength=groups)
+    first = np.r_[0, np.cumsum(counts)[:-1]]
+    at = first + np.floor(q * np.maximum(counts - 1, 0)).astype(np.int64)
+    out = np.zeros(groups, dtype=np.float64)
+    has = counts > 0
+    out[has] = v[at[has]]
+    return out
+
+
+def group_median(gid: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Median (lower) of `values` per group id."""
+    return group_quantile(gid, values, groups, 0.5)
+
+
+def _segments(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(segment id, position) for every position in [lo[j], hi[j]) of every segment j."""
+    lengths = np.maximum(hi - lo, 0)
+    seg = np.repeat(np.arange(lo.size), lengths)
+    offsets = np.r_[0, np.cumsum(lengths)[:-1]]
+    return seg, lo[seg] + (np.arange(seg.size) - offsets[seg])
+
+
+def in_rhythm(pos: np.ndarray, period: int) -> np.ndarray:
+    """Occurrences with a neighbour occurrence about one period away (drops set-up clusters)."""
+    if pos.size < 2:
+        return pos
+    d = np.diff(pos)
+    near = np.abs(d - period) <= period // 2
+    keep = np.r_[near, False] | np.r_[False, near]
+    return pos[keep]
+
+
+# ---- the anchor ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Anchor:
+    pos: np.ndarray  # positions in the sequence of the step boundaries, in rhythm
+    at_end: bool  # True: a step ends when the call at pos returns; False: it starts at pos
+    name: str  # what the anchor is, for the note
+    how: str  # "trace_start" | "input_copy" | "blocking" | "pause"
+    first: int = -1  # where the first step starts, when known (the trace's start)
+
+
+def _call_name(timeline: Timeline, token: int) -> str:
+    """A token's name as the notes print it (one line: kernel names shortened)."""
+    return short_name(timeline.name(int(token)) or "?")
+
+
+def _anchor_name(timeline: Timeline, tok: np.ndarray, at: int, k: int) -> str:
+    name = _call_name(timeline, tok[at])
+    if k > 1 and at + 1 < tok.size:
+        name = f"{name}, then {_call_name(timeline, tok[at + 1])}"
+        if k > 2:
+            name += f" (and {k - 2} more calls)"
+    return name
+
+
+def _trace_start_anchor(
+    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
+) -> Anchor | None:
+    """When the trace starts with the repetition (the profiler was started between steps:
+    torch.profiler's schedule, cudaProfilerStart), the first repeating call starts a step: the run
+    of k calls from there (the smallest k that occurs once per period) starts every step. When the
+    call before it is, in rhythm, a blocking call, each step ends when that call returns instead.
+    `origin`: start times of every call of the rank (all threads): at most a few may come first."""
+    tok = seq.tokens
+    i0 = repetition_start(tok, period)
+    prologue = max(2, period // 4)
+    if not 0 <= i0 <= prologue or np.searchsorted(origin, seq.start[i0]) > prologue:
+        return None
+    n_steady = int(steady.sum())
+    for k, ids in kgram_levels(tok, min(period, KGRAM_MAX)):
+        if ids[i0] == NO_KGRAM:
+            break
+        at = np.flatnonzero((ids == ids[i0]) & steady)
+        d = np.diff(at)
+        in_time = np.abs(d - period) <= max(1, period // 20)
+        if not (MIN_REPEATS <= at.size <= n_steady / period + 2 and in_time.sum() >= ANCHOR_RHYTHM * d.size):
+            continue  # not once per period, in rhythm (as once_per_period judges every id)
+        pos = in_rhythm(at, period)
+        pos = pos[pos >= i0]
+        if pos.size < MIN_REPEATS:
+            return None
+        before = pos[1:] - 1
+        if before.size and np.mean(seq.blocking[before]) >= ANCHOR_RHYTHM:
+            return Anchor(before, True, _call_name(timeline, tok[before[0]]), "blocking", first=i0)
+        return Anchor(pos, False, _anchor_name(timeline, tok, i0, k), "trace_start", first=i0)
+    return None
+
+
+def _blocking_anchor(
+    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
+) -> Anchor | None:
+    """A blocking call (else a call pair ending in one) once per period, the longest: each step
+    ends when it returns (`loss.item()`'s cudaStreamSynchronize)."""
+    tok = seq.tokens
+    big = np.r_[-1, tok[:-1]] * (int(tok.max()) + 2) + tok  # (previous, this) pairs
+    duration = seq.end - seq.start
+    for ids, label in ((tok, ""), (big, "after its predecessor")):
+        cand = once_per_period(ids, period, steady)
+        if cand.size == 0:
+            continue
+        pos_c = np.isin(ids, cand) & steady
+        cid = np.searchsorted(cand, ids[pos_c])
+        blk = np.bincount(cid, weights=seq.blocking[pos_c], minlength=cand.size) > 0
+        if not blk.any():
+            continue
+        med_dur = group_median(cid, duration[pos_c], cand.size)
+        c = int(np.flatnonzero(blk)[np.argmax(med_dur[blk])])
+        first = int(np.flatnonzero(ids == cand[c])[0])
+        name = _call_name(timeline, tok[first])
+        if label and first:
+            name = f"{name} {label} {_call_name(timeline, tok[first - 1])}"
+        pos = in_rhythm(np.flatnonzero((ids == cand[c]) & steady), period)
+        return Anchor(pos, True, name, "blocking")
+    return None
+
+
+def _pause_anchor(
+    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
+) -> Anchor | None:
+    """The run of k calls once per period (k = 1, 2, 4, ...) after the longest median host pause:
+    each step starts at its first call (the first launch of the forward pass after the data
+    loader)."""
+    tok = seq.tokens
+    pause = host_pauses(seq).astype(np.float64)
+    best: tuple[float, int, np.ndarray, int] | None = None
+    for k, ids in kgram_levels(tok, min(period, PAUSE_KGRAM_MAX)):
+        cand = once_per_period(ids, period, steady)
+        if cand.size == 0:
+            continue
+        pos_c = np.isin(ids, cand) & steady
+        cid = np.searchsorted(cand, ids[pos_c])
+        med_pause = group_median(cid, pause[pos_c], cand.size)
+        c = int(np.argmax(med_pause))
+        if best is None or med_pause[c] > best[0]:
+            best = (float(med_pause[c]), k, ids, int(cand[c]))
+    if best is None:
+        return None
+    _, k, ids, value = best
+    pos = in_rhythm(np.flatnonzero((ids == value) & steady), period)
+    if pos.size == 0:
+        return None
+    pos = _with_warmup_start(ids, value, tok, pos, period)
+    return Anchor(pos, False, _anchor_name(timeline, tok, int(pos[0]), k), "pause")
+
+
+INPUT_COPY = "Memcpy HtoD"  # the token of a host-to-device copy launch (the batch upload)
+
+
+def _input_copy_anchor(
+    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
+) -> Anchor | None:
+    """A host-to-device copy once per period: the upload of the step's batch, where a training
+    iteration begins (its forward pass follows). Each step starts at it; with several, the first in
+    the period."""
+    tok = seq.tokens
+    cand = once_per_period(tok, period, steady)
+    copies = [int(c) for c in cand.tolist() if (timeline.name(int(c)) or "").startswith(INPUT_COPY)]
+    if not copies:
+        return None
+    firsts = {c: int(np.flatnonzero((tok == c) & steady)[0]) for c in copies}
+    value = min(copies, key=lambda c: firsts[c])
+    pos = in_rhythm(np.flatnonzero((tok == value) & steady), period)
+    if pos.size < MIN_REPEATS:
+        return None
+    pos = _with_warmup_start(tok, value, tok, pos, period)
+    return Anchor(pos, False, _call_name(timeline, value), "input_copy")
+
+
+def regular_period(tok: np.ndarray, base: int) -> int:
+    """The period of a loop whose calls repeat a short block (period `base`) many times per
+    iteration: the spacing of the calls that occur once per iteration, in rhythm (a batch copy, the
+    first matmul, a reduction). 0 when no call is rarer than the block and evenly spaced."""
+    n = tok.size
+    if n < 2 * MIN_REPEATS or base <= 0:
+        return 0
+    order = np.lexsort((np.arange(n), tok))
+    srt = tok[order]
+    new = np.r_[True, srt[1:] != srt[:-1]]
+    gid = np.cumsum(new) - 1
+    occ = np.bincount(gid)
+    gaps = np.diff(order)
+    same = ~new[1:]
+    best = 0
+    votes = 0
+    for g in np.flatnonzero((occ >= MIN_REPEATS) & (occ * base * 2 <= n)).tolist():
+        d = gaps[same & (gid[1:] == g)]
+        if d.size == 0:
+            continue
+        p = int(np.median(d))
+        if p <= max(base, SHORT_BLOCK - 1) or np.mean(np.abs(d - p) <= max(1, p // 20)) < ANCHOR_RHYTHM:
+            continue
+        if int(occ[g]) > votes or (int(occ[g]) == votes and p < best):
+            best, votes = p, int(occ[g])
+    if not best or best >= n:
+        return 0
+    match = float(np.mean(tok[:-best] == tok[best:]))
+    return best if match >= REGULAR_MATCH else 0
+
+
+REGULAR_MATCH = 0.75  # a regular period must repeat this share of calls one period later
+
+
+def find_anchor(
+    seq: LaunchSequence, period: int, timeline: Timeline, origin: np.ndarray | None = None
+) -> Anchor | None:
+    """What marks a step boundary, in this order: the trace's start (when the trace starts with
+    the repetition), a host-to-device copy once per period (the batch upload that begins an
+    iteration), a blocking call once per period, the longest recurring host pause. `origin`:
+    start times of every call of the rank (default: the sequence's own)."""
+    steady = steady_mask(seq.tokens, period)
+    origin = seq.start if origin is None else origin
+    for rule in (_trace_start_anchor, _input_copy_anchor, _blocking_anchor, _pause_anchor):
+        anchor = rule(seq, period, steady, timeline, origin)
+        if anchor is not None and anchor.pos.size:
+            return anchor
+    return None
+
+
+def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
+    """Where the first step of an end-anchored sequence starts: at the pair of tokens that steadily
+    follows the anchor, at its last occurrence at least one period before the first anchor (the
+    warm-up step has at least a period's launches, often more) and at most three periods before;
+    else exactly one period before the first anchor."""
+    n = tok.size
+    p0 = int(pos[0])
+    fallback = max(0, p0 - period + 1)
+    nxt = pos[:-1] + 1 if pos.size > 1 else pos[:1] + 1
+    nxt = nxt[nxt + 1 < n]
+    if nxt.size == 0:
+        return fallback
+    pairs = tok[nxt] * (int(tok.max()) + 1) + tok[nxt + 1]
+    vals, cnt = distinct_counts(pairs)
+    follow = vals[np.argmax(cnt)]
+    lo = max(0, p0 - 3 * period)
+    hi = fallback  # inclusive
+    if hi + 1 >= n or hi < lo:
+        return fallback
+    here = tok[lo : hi + 1] * (int(tok.max()) + 1) + tok[lo + 1 : hi + 2]
+    hit = np.flatnonzero(here == follow)
+    return lo + int(hit[-1]) if hit.size else fallback
+
+
+def _with_warmup_start(
+    ids: np.ndarray, value: int, tok: np.ndarray, pos: np.ndarray, period: int
+) -> np.ndarray:
+    """A start anchor's occurrence in a longer warm-up step is not in the repeating part (the next
+    occurrence is more than a period later): take it back when it lies one to three periods before
+    the first steady one and is followed by the token that steadily follows the anchor."""
+    n = tok.size
+    p0 = int(pos[0])
+    tol = max(1, period // 20)
+    lo, hi = max(0, p0 - 3 * period), max(0, p0 - period + tol + 1)
+    if hi <= lo or p0 + 1 >= n:
+        return pos
+    after = pos[pos + 1 < n] + 1
+    vals, cnt = distinct_counts(tok[after])
+    follow = vals[np.argmax(cnt)]
+    prev = lo + np.flatnonzero(ids[lo:hi] == value)
+    prev = prev[(prev + 1 < n) & (tok[np.minimum(prev + 1, n - 1)] == follow)]
+    return np.r_[prev[-1:], pos] if prev.size else pos
+
+
+def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> Cut:
+    """Step (start, end) ns from the anchor's positions. Steps are contiguous; the last one ends
+    with the last call that still repeats the step before it (not the teardown after the loop)."""
+    tok = seq.tokens
+    pos = anchor.pos
+    if anchor.at_end:
+        ends = seq.end[pos]
+        first = anchor.first if anchor.first >= 0 else _first_step_start(tok, pos, period)
+        starts = np.r_[seq.start[first], ends[:-1]]
+        after = int(pos[-1]) + 1  # calls after the last anchor: a last step when ≥ half a period
+        stop = _repeating_run_end(tok, after, period)
+        if stop - after >= max(1, period // 2):
+            starts = np.r_[starts, ends[-1]]
+            ends = np.r_[ends, seq.end[after:stop].max()]
+    else:
+        starts = seq.start[pos]
+        stop = _repeating_run_end(tok, int(pos[-1]), period)
+        ends = np.r_[starts[1:], seq.end[int(pos[-1]) : max(stop, int(pos[-1]) + 1)].max()]
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+# ---- steps made of a repeated short block: the recurring host pause ------------------------------
+PAUSE_RATIO = 3.0  # the step-boundary pause must be this many times the typical pause
+PAUSE_QUANTILE = 25  # per phase, this percentile of the pauses over the periods (robust to set-up)
+PAUSE_NEAR_BEST = 0.7  # the smallest multiple whose ratio is this close to the best one
+MAX_MULTIPLE = 256
+SHORT_BLOCK = 8  # a token period shorter than this is a block inside the step, not a training step
+
+
+@dataclass(frozen=True)
+class PausePeriod:
+    lag: int  # a multiple of the token period
+    ratio: float  # the recurring pause over the typical pause
+    threshold: float  # ns: pauses at least this long are step boundaries
+
+
+def pause_period(seq: LaunchSequence, base: int) -> PausePeriod:
+    """When a step repeats the same short block of launches k times (a loop inside the step; used
+    for token periods under SHORT_BLOCK), the tokens repeat every block, but the host pauses once
+    per step (Python between iterations, the data loader): fold the pauses before each launch at
+    every multiple q of the token period and keep the smallest q at which one phase pauses
+    PAUSE_RATIO times longer than usual in (nearly) every period."""
+    pause = host_pauses(seq).astype(np.float64)[:MAX_TOKENS]
+    n = pause.size
+    typical = max(float(np.median(pause)), 1.0)
+    results = []
+    for m in range(1, min(MAX_MULTIPLE, n // (MIN_REPEATS * base)) + 1):
+        q = m * base
+        k = n // q
+        fold = np.percentile(pause[: k * q].reshape(k, q), PAUSE_QUANTILE, axis=0)
+        results.append((q, float(fold.max()) / typical))
+    if not results:
+        return PausePeriod(base, 0.0, 0.0)
+    best = max(r for _, r in results)
+    if best < PAUSE_RATIO:
+        return PausePeriod(base, best, 0.0)
+    q, ratio = next((q, r) for q, r in results if r >= PAUSE_NEAR_BEST * best)
+    return PausePeriod(q, ratio, typical * np.sqrt(ratio))
+
+
+def _centered_max(x: np.ndarray, h: int) -> np.ndarray:
+    """max(x[i-h : i+h+1]) for every i, in O(n) (van Herk / Gil-Werman: block prefix and suffix
+    maxima)."""
+    w = 2 * h + 1
+    n = x.size
+    lo = np.iinfo(np.int64).min
+    total = -(-(n + 2 * h) // w) * w
+    padded = np.full(total, lo, dtype=np.int64)
+    padded[h : h + n] = x
+    blocks = padded.reshape(-1, w)
+    prefix = np.maximum.accumulate(blocks, axis=1).ravel()
+    suffix = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    i = np.arange(n)
+    return np.maximum(suffix[i], prefix[np.minimum(i + w - 1, total - 1)])
+
+
+def cut_by_pause(seq: LaunchSequence, pp: PausePeriod) -> Cut:
+    """Steps starting at the calls that follow a step-boundary pause (in rhythm); the first step
+    also when the sequence starts with it, without a pause before."""
+    q = pp.lag
+    pause = host_pauses(seq)
+    # boundaries: long pauses that are the longest within half a step on either side
+    peak = pause >= _centered_max(pause, q // 2)
+    pos = in_rhythm(np.flatnonzero((pause >= pp.threshold) & peak), q)
+    if pos.size == 0:
+        return _empty()
+    tol = max(1, q // 20)
+    if pos.size > 2 and pos[1] - pos[0] < q and np.median(np.diff(pos[1:])) == q:
+        # steps of exactly q calls, but a shorter first one (the first call has no pause before it
+        # to tell; a slow first launch makes the second look like a boundary): q calls too
+        pos = np.r_[max(0, int(pos[1]) - q), pos[1:]]
+    elif pos[0] >= q - tol:
+        pos = np.r_[max(0, int(pos[0]) - q), pos]
+    # the teardown after the loop (a final synchronize after a pause) is no step
+    stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
+    if pos.size > 1 and stop - int(pos[-1]) < q // 2:
+        pos = pos[:-1]
+        stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
+    starts = seq.start[pos]
+    ends = np.r_[starts[1:], seq.end[int(pos[-1]) : max(stop, int(pos[-1]) + 1)].max()]
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+# ---- steps of one launch each --------------------------------------------------------------------
+STEADY_CADENCE = 0.5  # interquartile range of the intervals between launches over their median
+HOST_PACED = 6.0  # launches at least this many call durations apart: the host works in between
+
+
+@dataclass(frozen=True)
+class LaunchRun:
+    first: int  # position in the sequence of the run's first launch
+    count: int
+    graph: bool  # CUDA graph replays (else launches of one kernel)
+    interval_ns: float  # median time from launch to launch
+    paced: float  # median interval over the median launch call duration
+
+
+def launch_run(
+    seq: LaunchSequence, graph: bool, min_paced: float = 0.0, min_span: float = 0.0
+) -> LaunchRun | None:
+    """The longest run of ≥ MIN_REPEATS consecutive launches of the same token (nothing else
+    launched or waited for between them) at a steady cadence, of graph launches (graph=True) or of
+    anything else, at least `min_paced` call durations apart and spanning at least `min_span` ns
+    (count × interval); None when there is none. Vectorized over all runs at once."""
+    tok = seq.tokens
+    n = tok.size
+    if n < MIN_REPEATS:
+        return None
+    run_start = np.flatnonzero(np.r_[True, tok[1:] != tok[:-1]])
+    run_len = np.diff(np.r_[run_start, n])
+    keep = run_len >= MIN_REPEATS
+    lo, m = run_start[keep], run_len[keep]
+    if lo.size == 0:
+        return None
+    seg, p = _segments(lo, lo + m)
+    all_launch = np.bincount(seg, weights=~seq.launch[p], minlength=lo.size) == 0
+    is_graph = np.bincount(seg, weights=~seq.graph[p], minlength=lo.size) == 0
+    inner = p > lo[seg]  # intervals: from the launch before, inside the run
+    iv = (seq.start[p] - seq.start[np.maximum(p - 1, 0)]).astype(np.float64)
+    med = group_quantile(seg[inner], iv[inner], lo.size, 0.5)
+    q25 = group_quantile(seg[inner], iv[inner], lo.size, 0.25)
+    q75 = group_quantile(seg[inner], iv[inner], lo.size, 0.75)
+    dur = np.maximum(group_quantile(seg, (seq.end[p] - seq.start[p]).astype(np.float64), lo.size), 1.0)
+    ok = all_launch & (is_graph == graph) & (med > 0) & (q75 - q25 <= STEADY_CADENCE * med)
+    ok &= (med / dur >= min_paced) & (m * med >= min_span)
+    if not ok.any():
+        return None
+    c = int(np.flatnonzero(ok)[np.argmax(m[ok])])  # the longest (the first of equals)
+    return LaunchRun(int(lo[c]), int(m[c]), bool(is_graph[c]), float(med[c]), float(med[c] / dur[c]))
+
+
+def cut_launch_run(seq: LaunchSequence, run: LaunchRun, calls: LaunchSequence) -> Cut:
+    """One step per launch of the run. A step starts at the first call after the longest host
+    pause since the previous launch (e.g. the stream-capture check just before a graph launch),
+    looked up in `calls` (the same thread(s) with every API call); the last one ends at the next
+    call after the loop, at most a median interval after its start."""
+    launch_start = seq.start[run.first : run.first + run.count]
+    launch_end = seq.end[run.first : run.first + run.count]
+    c_start, c_end = calls.start, calls.end
+    at = np.searchsorted(c_start, launch_start)  # the launch itself in `calls`
+    prev_end = np.r_[launch_start[0], launch_end[:-1]]  # the first launch: from itself
+    lo = np.minimum(np.searchsorted(c_start, prev_end, side="left"), at)
+    # the first step: as many calls back as the others have at most, not into the set-up
+    back = int(np.max(at[1:] - lo[1:])) if at.size > 1 else 0
+    after_prev = int(np.searchsorted(c_start, seq.end[run.first - 1], side="left")) if run.first else 0
+    lo[0] = min(at[0], max(at[0] - back, after_prev))
+    pause = np.r_[0, c_start[1:] - c_end[:-1]]
+    seg, idx = _segments(lo, at + 1)
+    order = np.lexsort((-pause[idx], seg))
+    firsts = np.r_[0, np.flatnonzero(np.diff(seg[order])) + 1]
+    starts = c_start[idx[order][firsts]]
+    nxt = int(np.searchsorted(c_start, launch_end[-1], side="left"))
+    cap = int(starts[-1]) + int(run.interval_ns)
+    last_end = min(cap, int(c_start[nxt])) if nxt < c_start.size else cap
+    ends = np.r_[starts[1:], max(last_end, int(launch_end[-1]))]
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+# ---- host activity before a step's first call ----------------------------------------------------
+def refine_starts(
+    starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
+) -> Cut:
+    """Move each step's start back over the host ranges (CPU ops, NVTX / record_function ranges)
+    recorded between the previous call and the step's first call: the step starts after the longest
+    stretch in that window in which the host recorded nothing (the loop's own Python: the iteration,
+    a print); the ranges after it (the data loader, the first ops of the forward) are the step's,
+    those before it the previous step's tail. The first step's window reaches back as far as the
+    longest other one, or to the outermost range that contains its first call. `ranges`: (start,
+    end) of the candidate ranges, sorted by start. Steps stay contiguous."""
+    r_start, r_end = ranges
+    if starts.size == 0 or r_start.size == 0:
+        return starts, ends
+    last_end = np.maximum.accumulate(calls.end)
+    before = np.searchsorted(calls.start, starts, side="left") - 1  # the call before each first call
+    lo = np.where(before >= 0, last_end[np.maximum(before, 0)], np.iinfo(np.int64).min)
+    lo = np.minimum(lo, starts)
+    after_call = int(lo[0])  # the first step: after the call before it (if any) ...
+    if starts.size > 1:
+        lo[0] = max(int(lo[0]), int(starts[0] - np.max(starts[1:] - lo[1:])))
+    elif before[0] < 0:
+        lo[0] = starts[0]
+    width = (starts - lo).astype(np.int64)
+    # the ranges in each window (lo, start]: window ids, ends relative to lo clipped to the window
+    a = np.searchsorted(r_start, lo, side="right")
+    b = np.searchsorted(r_start, starts, side="right")
+    seg, idx = _segments(a, b)
+    new = starts.copy()
+    if idx.size:
+        offset = np.r_[0, np.cumsum(width + 1)[:-1]]
+        rel_s = r_start[idx] - lo[seg]
+        rel_e = np.minimum(r_end[idx] - lo[seg], width[seg])
+        covered = np.maximum.accumulate(rel_e + offset[seg]) - offset[seg]  # per window: cummax
+        first = np.r_[True, seg[1:] != seg[:-1]]
+        before_i = np.where(first, 0, np.r_[0, covered[:-1]])
+        gap = rel_s - np.maximum(before_i, 0)  # idle host time before each range
+        last = np.r_[first[1:], True]  # the last range of its window
+        tail = np.zeros(starts.size, dtype=np.int64)  # idle time between the ranges and the call
+        tail[seg[last]] = width[seg[last]] - np.maximum(covered[last], 0)
+        # per window: the range after the longest gap, unless the gap before the call is longer
+        order = np.lexsort((-gap, seg))
+        heads = np.r_[0, np.flatnonzero(np.diff(seg[order])) + 1]
+        best = order[heads]
+        w = seg[best]
+        take = gap[best] > tail[w]
+        new[w[take]] = r_start[idx[best[take]]]
+    around = (r_start > after_call) & (r_start < starts[0]) & (r_end >= starts[0])  # ... in a range
+    if around.any():
+        new[0] = min(int(new[0]), int(r_start[around].min()))
+        if starts.size > 1:
+            new[0] = _lead_in(int(new[0]), max(after_call, int(new[0]) - int(np.max(starts[1:] - lo[1:]))), r_start, r_end)
+    out_ends = ends.copy()
+    out_ends[:-1] = new[1:]
+    return new.astype(np.int64), out_ends.astype(np.int64)
+
+
+def _lead_in(at: int, lo: int, r_start: np.ndarray, r_end: np.ndarray) -> int:
+    """Where the first step starts when it begins in a range (`at`, the outermost one holding its first
+    call): the ranges just before it belong to it as they do to the other steps (their batch fetch, the
+    loop's first op), so it starts after the longest stretch in (lo, at] in which the host recorded nothing,
+    as refine_starts places the others; `at` itself when that stretch is the one right before `at`.
+    `lo`: as far back as the other steps' windows reach, never before the call before the step."""
+    i, j = int(np.searchsorted(r_start, lo, side="right")), int(np.searchsorted(r_start, at, side="left"))
+    if j <= i:
+        return at
+    s, e = r_start[i:j], np.minimum(r_end[i:j], at)
+    covered = np.maximum.accumulate(e)
+    idle_before = s - np.r_[lo, covered[:-1]]  # idle host time before each range
+    tail = at - int(covered[-1])  # ... and between the last of them and `at`
+    k = int(np.argmax(idle_before))
+    return int(s[k]) if idle_before[k] > tail else at

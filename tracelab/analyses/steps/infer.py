@@ -1,0 +1,374 @@
+"""Training steps (iterations) of a Timeline, per rank: marked when the trace has markers, else
+inferred from the repeating structure of its host call sequence. docs/DESIGN.md ("Steps") documents
+the method, the checks and the failure modes.
+
+Marked: host ranges named `ProfilerStep#N` (torch.profiler schedule), or else NVTX /
+record_function ranges named like a step (`step 3`, `train_step`, `iteration 12`; top-level ones
+only). `source="marked"`.
+
+Inferred (no markers on the rank; `source="inferred"`), in this order:
+1. a loop of CUDA graph replays (consecutive launches of the same graph at a steady cadence): one
+   step per replay;
+2. the repetition of a call sequence (`step_sequence`): the host API calls of the launching threads
+   (every call, then launches and blocking calls only; merged, then per thread), the cleanest
+   repetition among them first; its period P, a boundary anchor (the trace's start, a blocking call
+   once per period, or the longest recurring host pause) and the cut (`step_cut`); a period under
+   SHORT_BLOCK calls is a block inside the step, cut by the recurring host pause;
+3. one host-paced launch of the same kernel over and over, covering most of the trace: one step
+   per launch.
+Each step then starts at the host range that leads to its first call (`step_cut.refine_starts`); the
+note says how much host time right before the steps nothing recorded (where the iteration's own
+boundary cannot be placed). Where no steps are found, `Steps.notes` says why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from tracelab.analyses.core.memo import column
+from tracelab.analyses.core.names import short_name
+from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
+from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at_loader
+from tracelab.analyses.steps.cut import (
+    HOST_PACED,
+    SHORT_BLOCK,
+    cut_by_pause,
+    cut_launch_run,
+    cut_steps,
+    find_anchor,
+    launch_run,
+    pause_period,
+    refine_starts,
+    regular_period,
+)
+from tracelab.analyses.steps.sequence import (
+    MIN_REPEATS,
+    LaunchSequence,
+    Period,
+    find_period,
+    launch_sequences,
+)
+from tracelab.model import EventKind, Timeline
+
+__all__ = [
+    "Step",
+    "StepSource",
+    "Steps",
+    "find_period",
+    "find_steps",
+    "infer_steps",
+    "launch_sequences",
+    "marked_steps",
+    "marked_steps_noted",
+]
+
+StepSource = Literal["marked", "inferred"]
+
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+STEP_LIKE = re.compile(
+    r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    rank: int
+    index: int  # 0-based, per rank, in time order
+    start_ns: int
+    end_ns: int
+    source: StepSource
+
+
+@dataclass(frozen=True)
+class Steps:
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = ()
+
+    def of_rank(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of a rank's steps, int64, sorted by start."""
+        mine = [s for s in self.steps if s.rank == rank]
+        starts = np.array([s.start_ns for s in mine], dtype=np.int64)
+        ends = np.array([s.end_ns for s in mine], dtype=np.int64)
+        order = np.argsort(starts, kind="stable")
+        return starts[order], ends[order]
+
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({s.rank for s in self.steps}))
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+# ---- marked ----------------------------------------------------------------------------------
+def marked_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-level marked steps of a rank: (start, end) sorted by start; empty when none."""
+    s, e, _ = marked_steps_noted(timeline, rank)
+    return s, e
+
+
+def _untangle(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Top-level ranges of (s, e) sorted by start, none overlapping the one before: a range inside an
+    earlier one is dropped; one that begins before the earlier ones end begins where they end (steps
+    follow each other, so their lengths never add up to more than the span). Returns the ranges and how
+    many were clipped."""
+    prev_max = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])
+    top = (e > prev_max) & (e > s)
+    s, e, prev = s[top], e[top], prev_max[top]
+    clipped = s < prev
+    return np.maximum(s, prev).astype(np.int64), e.astype(np.int64), int(clipped.sum())
+
+
+def marked_steps_noted(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """`marked_steps` and a note when marked ranges overlapped (each was clipped to begin where the
+    ranges before it end; '' when none did)."""
+    host_range = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+    names = column(timeline, "name")[host_range]
+    for pattern in (PROFILER_STEP, STEP_LIKE):
+        pos = host_range[names_matching(timeline, pattern)[names]]
+        if pos.size == 0:
+            continue
+        s = column(timeline, "start")[pos]
+        e = column(timeline, "end")[pos]
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        s, e, clipped = _untangle(s, e)
+        note = (
+            f"rank {rank}: {clipped:,} of {len(s):,} marked steps began before the previous one ended "
+            "(overlapping step ranges): each was cut to begin where the one before ends"
+            if clipped
+            else ""
+        )
+        return s, e, note
+    empty = np.zeros(0, dtype=np.int64)
+    return empty, empty, ""
+
+
+# ---- inferred -----------------------------------------------------------------------------------
+UNRECORDED_NOTE = 0.05  # a note when the host time before steps that nothing recorded is this long
+CLEAN = 0.75  # sequences whose best lag repeats this share of calls are tried first, richest first
+RUN_COVERAGE = 0.5  # host-paced single launches must span this share of the launch sequence
+
+
+def _empty() -> tuple[np.ndarray, np.ndarray]:
+    e = np.zeros(0, dtype=np.int64)
+    return e, e
+
+
+def _merged(seqs: list[LaunchSequence]) -> tuple[LaunchSequence, LaunchSequence]:
+    """(launches and blocking calls of all launching threads, every API call of them)."""
+    rich = seqs[0].where.endswith("every API call")
+    launches = seqs[1] if rich else seqs[0]
+    return launches, seqs[0]
+
+
+def _launch_run_steps(
+    seqs: list[LaunchSequence], rank: int, timeline: Timeline, graph: bool
+) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """Steps of one launch each: CUDA graph replays (graph=True), or host-paced launches of one
+    kernel that span most of the launch sequence."""
+    launches, calls = _merged(seqs)
+    only = launches.start[launches.launch]
+    span = max(int(only[-1] - only[0]), 1) if only.size else 1
+    if graph:
+        run = launch_run(launches, graph=True)
+    else:
+        run = launch_run(launches, graph=False, min_paced=HOST_PACED, min_span=RUN_COVERAGE * span)
+    if run is None:
+        return None
+    s, e = cut_launch_run(launches, run, calls)
+    name = short_name(timeline.name(int(launches.tokens[run.first])) or "?")
+    what = (
+        f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
+        if graph
+        else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
+        f"durations apart: the host works between them"
+    )
+    note = (
+        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+        f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)"
+    )
+    return s, e, note
+
+
+def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
+    of a rank, sorted by start, step-like ranges left out."""
+    rows = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+    step_like = names_matching(timeline, PROFILER_STEP, STEP_LIKE)
+    rows = rows[np.isin(column(timeline, "tid")[rows], threads) & ~step_like[column(timeline, "name")[rows]]]
+    start, end = column(timeline, "start")[rows], column(timeline, "end")[rows]
+    order = np.argsort(start, kind="stable")
+    return start[order].astype(np.int64), end[order].astype(np.int64)
+
+
+def unrecorded_before(
+    starts: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
+) -> float:
+    """Median, over the steps after the first, of the host time right before a step's start in
+    which neither a call nor a host range was recorded, ns."""
+    if starts.size < 2:
+        return 0.0
+    s_all = np.r_[calls.start, ranges[0]]
+    e_all = np.r_[calls.end, ranges[1]]
+    order = np.argsort(s_all, kind="stable")
+    run_max = np.maximum.accumulate(e_all[order])  # the latest end of anything started so far
+    k = np.searchsorted(s_all[order], starts[1:], side="left") - 1
+    prev = np.where(k >= 0, run_max[np.maximum(k, 0)], starts[1:])
+    return float(np.median(np.maximum(starts[1:] - prev, 0)))
+
+
+def _repetition_steps(
+    seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, calls: LaunchSequence
+) -> tuple[np.ndarray, np.ndarray, str] | str:
+    """(starts, ends, note) from the repetition of one sequence, or the reason there are none. `calls`:
+    every call of the rank's launching threads (where the trace starts; the batch fetches' threads)."""
+    origin = calls.start
+    base = per.lag or per.smallest
+    if 0 < base < SHORT_BLOCK:
+        # a short block repeating inside each iteration (an elementwise chain): the calls once per
+        # iteration (the batch copy, the first matmul) give the iteration's period
+        regular = regular_period(seq.tokens, base)
+        if regular:
+            match = float(np.mean(seq.tokens[:-regular] == seq.tokens[regular:]))
+            got = _repetition_steps(
+                seq, Period(lag=regular, match=match, best_lag=regular, best_match=match, smallest=regular),
+                rank, timeline, calls,
+            )
+            if not isinstance(got, str):
+                return got
+        pp = pause_period(seq, base)
+        if pp.lag > base:  # the calls repeat inside the step: the recurring pause finds it
+            s, e = cut_by_pause(seq, pp)
+            if s.size >= MIN_REPEATS:
+                return (
+                    s,
+                    e,
+                    (
+                        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
+                        f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
+                        f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause"
+                    ),
+                )
+    if not per.lag:
+        return f"{seq.where}: {per.reason}"
+    anchor = find_anchor(seq, per.lag, timeline, origin)
+    if anchor is None:
+        return f"{seq.where}: period {per.lag} launches but no operation occurs once per period"
+    s, e = cut_steps(seq, per.lag, anchor)
+    if s.size < MIN_REPEATS:
+        return f"{seq.where}: period {per.lag} launches but only {s.size} steps cut"
+    where = "ends when it returns" if anchor.at_end else "starts at its launch"
+    why = {
+        "blocking": "a blocking call once per period",
+        "trace_start": "the trace starts with the repetition",
+        "pause": "the longest recurring host pause is before it",
+        "input_copy": "the batch's host-to-device copy, once per period, begins the iteration",
+    }[anchor.how]
+    note = (
+        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+        f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
+        f"step {where}: {anchor.name} ({why})"
+    )
+    # only a cut at the longest recurring pause (the weakest anchor) moves to the batch fetches (the
+    # DataLoader's iterator op, once per found step), else to the batch uploads
+    fetched = reanchor_at_loader(timeline, rank, s, e, calls) if anchor.how == "pause" else None
+    if fetched is not None and (fetched[0].size != s.size or np.any(fetched[0] != s)):
+        note += (
+            f"; re-anchored at the batch fetches (the DataLoader's iterator op, one in each step): "
+            f"{fetched[0].size} steps (was {s.size})"
+        )
+        return fetched[0], fetched[1], note
+    moved = reanchor_at_input_copies(timeline, rank, s, e) if anchor.how == "pause" else None
+    if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
+        note += (
+            f"; re-anchored at the batch's host-to-device copies, launched once per step: "
+            f"{moved[0].size} steps (was {s.size})"
+        )
+        s, e = moved
+    return s, e, note
+
+
+def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """Inferred steps of a rank: (start, end, note). Empty arrays and a note saying why when none."""
+    seqs = launch_sequences(timeline, rank)
+    if not seqs:
+        s, e = _empty()
+        return (
+            s,
+            e,
+            f"rank {rank}: no training steps found: no step markers and no launches to infer steps from",
+        )
+    calls = seqs[0]
+    ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
+
+    def refined(s: np.ndarray, e: np.ndarray, note: str) -> tuple[np.ndarray, np.ndarray, str]:
+        s2, e2 = refine_starts(s, e, calls, ranges)
+        moved = int(np.count_nonzero(s2 != s))
+        if moved:
+            note += f"; {moved} of the starts moved earlier, to the host range that leads to the step's first call"
+        blind = unrecorded_before(s2, calls, ranges)
+        length = float(np.median(e2 - s2)) if s2.size else 0.0
+        if s2.size > 1 and length > 0 and blind / length >= UNRECORDED_NOTE:
+            note += (
+                f"; before each step's first recorded host activity the host recorded nothing for a "
+                f"median {blind / 1e3:.0f} µs ({blind / length:.0%} of a step): the loop's own boundary "
+                f"lies somewhere in that stretch, which the trace cannot place"
+            )
+        return s2, e2, note
+
+    if seqs[0].where != "GPU ops":
+        found = _launch_run_steps(seqs, rank, timeline, graph=True)
+        if found is not None:
+            return refined(*found)
+    reasons = []
+    noisy: list[tuple[float, int, Period]] = []
+    # clean sequences richest first, as found; the noisier ones after, cleanest first
+    for i, q in enumerate(seqs):
+        per = find_period(q.tokens)
+        if per.best_match < CLEAN:
+            noisy.append((-per.best_match, i, per))
+            continue
+        got = _repetition_steps(q, per, rank, timeline, calls)
+        if not isinstance(got, str):
+            return refined(*got)
+        reasons.append(got)
+    for _, i, per in sorted(noisy, key=lambda t: (t[0], t[1])):
+        got = _repetition_steps(seqs[i], per, rank, timeline, calls)
+        if not isinstance(got, str):
+            return refined(*got)
+        reasons.append(got)
+    if seqs[0].where != "GPU ops":
+        found = _launch_run_steps(seqs, rank, timeline, graph=False)
+        if found is not None:
+            return refined(*found)
+    s, e = _empty()
+    return (
+        s,
+        e,
+        f"rank {rank}: no training steps found: no step markers, and none inferred: "
+        + "; ".join(dict.fromkeys(reasons)),
+    )
+
+
+def find_steps(timeline: Timeline) -> Steps:
+    """Steps of every rank: marked ones where the trace has markers, else inferred ones."""
+    steps: list[Step] = []
+    notes: list[str] = []
+    for rank in ranks_of(timeline):
+        s, e, overlap_note = marked_steps_noted(timeline, rank)
+        source: StepSource = "marked"
+        if overlap_note:
+            notes.append(overlap_note)
+        if s.size == 0:
+            s, e, note = infer_steps(timeline, rank)
+            source = "inferred"
+            notes.append(note)
+        steps.extend(
+            Step(rank=rank, index=i, start_ns=int(a), end_ns=int(b), source=source)
+            for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True))
+        )
+    return Steps(steps=tuple(steps), notes=tuple(notes))

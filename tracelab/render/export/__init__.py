@@ -1,0 +1,1 @@
+"""Machine-readable outputs: the `analyze --json` document and Perfetto / Chrome trace JSON."""

@@ -1,0 +1,1 @@
+"""Plotly figures and SVG for the dashboard's pages."""

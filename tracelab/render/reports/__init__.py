@@ -1,0 +1,1 @@
+"""`tracelab report`: one self-contained HTML file or Markdown, with its figures."""
