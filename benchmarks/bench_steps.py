@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from tracelab.analyses.steps.infer import infer_steps
 from tracelab.demo import demo_run_paths
 from tracelab.io import load_trace
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.model import Timeline
 
 Infer = Callable[[Timeline, int], tuple[np.ndarray, np.ndarray, str]]

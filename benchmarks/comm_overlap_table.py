@@ -15,7 +15,7 @@ from tracelab.analyses.scope import steps_span_timeline
 from tracelab.analyses.steps.steady import steady_step_time
 from tracelab.api import analyze
 from tracelab.demo import demo_run
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.text_format import fmt_ns
 
 

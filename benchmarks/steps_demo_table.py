@@ -26,7 +26,7 @@ from bench_steps import Infer, peer_infer
 from tracelab.analyses.steps.infer import infer_steps, marked_steps
 from tracelab.demo import demo_run_paths
 from tracelab.io import load_trace
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.model import EventKind, Timeline
 
 CORPUS_MARKED = [

@@ -24,7 +24,7 @@ import numpy as np
 from tracelab.analyses.device.fusion import fusion_figures
 from tracelab.analyses.device.queue_delay import graph_overlap, kernel_latency, stream_delays
 from tracelab.demo import demo_run_paths
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.model import EventKind
 
 ORDER = ["overlap", "sync_pitfalls", "pdl", "graphs", "green_contexts", "fusion", "default_stream", "priorities", "input_pipeline", "comm_overlap"]

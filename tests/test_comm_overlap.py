@@ -24,7 +24,7 @@ import pytest
 from tracelab.analyses.ranks.comm_partition import comm_overlap_explanation, has_comm, rank_comm
 from tracelab.demo import demo_run
 from tracelab.errors import BadInput
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.record import build_command, check_world
 from tracelab.render.text.comm import explain_comm_overlap, rank_comm_lines
 from tracelab.workloads import get_workload

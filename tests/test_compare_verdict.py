@@ -24,7 +24,7 @@ STEP = re.compile(r"^step \d+$")
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from tracelab.demo import demo_archives, demo_run
-    from tracelab.io.rundir.load import load_run_dir
+    from tracelab.io.detect import load_run_dir
 
     if not demo_archives():
         pytest.skip("no bundled demo runs")

@@ -15,7 +15,7 @@ from raw_steps import kineto_launches_gpu, nsys_launches_gpu, windows_of_ranges
 from tracelab.analyses.ranks.critical_path import critical_path_for
 from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.api import analyze
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 
 
 def _raw_windows(path: Path, backend: str, host: dict[int, list[tuple[int, int]]]) -> dict[int, list]:

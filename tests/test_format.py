@@ -100,7 +100,7 @@ def test_run_origin_is_the_run_start():
 @pytest.fixture(scope="module")
 def item_every_step(tmp_path_factory):
     from tracelab.demo import demo_archives, demo_run
-    from tracelab.io.rundir.load import load_run_dir
+    from tracelab.io.detect import load_run_dir
 
     if not demo_archives():
         pytest.skip("no bundled demo runs")

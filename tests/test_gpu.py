@@ -72,7 +72,7 @@ def test_pdl_shortens_the_gap_between_dependent_kernels(tmp_path: Path) -> None:
 
 def test_record_torch_then_load_and_analyze(tmp_path: Path) -> None:
     from tracelab.analyses import analyze
-    from tracelab.io.rundir.load import load_run_dir
+    from tracelab.io.detect import load_run_dir
     from tracelab.record import record_workload
 
     (run,) = record_workload("pdl", "pdl", "torch", True, tmp_path)
@@ -82,7 +82,7 @@ def test_record_torch_then_load_and_analyze(tmp_path: Path) -> None:
 
 
 def test_record_nsys_then_load(tmp_path: Path) -> None:
-    from tracelab.io.rundir.load import load_run_dir
+    from tracelab.io.detect import load_run_dir
     from tracelab.record import find_nsys, record_workload
 
     if find_nsys() is None:

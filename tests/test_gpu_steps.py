@@ -19,7 +19,7 @@ from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.analyses.steps.steady import steady_step_time
 from tracelab.api import analyze
 from tracelab.demo import demo_run
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 
 VARIANTS = ("sequential", "streams", "green_ctx")
 

@@ -153,7 +153,7 @@ def test_one_step_per_batch_fetch_in_both_formats(tmp_path: Path) -> None:
     ops, each starting at one (torch.profiler: CPU ops; nsys --pytorch=autograd-nvtx: NVTX ranges). Before the
     steps moved to the fetches, nsys found 13 (its every-call sequence missed the first iteration)."""
     from tracelab.analyses.steps.infer import find_steps
-    from tracelab.io.rundir.load import load_run_dir
+    from tracelab.io.detect import load_run_dir
 
     raw = json.loads(gzip.decompress((TORCH / "trace.json.gz").read_bytes()))["traceEvents"]
     fetch = {"torch": sorted(round(e["ts"] * 1000) for e in raw

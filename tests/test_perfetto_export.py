@@ -29,7 +29,7 @@ SM_TRACK = re.compile(r"^SM (\d+) \((measured|estimated)\)( · overlap \d+)?$")
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     from tracelab.demo import demo_archives, demo_run
-    from tracelab.io.rundir.load import load_run_dir
+    from tracelab.io.detect import load_run_dir
 
     if not demo_archives():
         pytest.skip("no bundled demo runs")

@@ -20,7 +20,7 @@ from raw_steps import GPU_CATS, kineto_step_windows
 from tracelab.analyses.ranks.view import rank_analysis, rank_document_of
 from tracelab.api import analyze
 from tracelab.demo import demo_run
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 
 OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 

@@ -13,7 +13,7 @@ import pytest
 from tracelab.analyses import analyze
 from tracelab.demo import demo_archives, demo_run, demo_run_paths
 from tracelab.io import load_trace
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.model import EventKind
 from tracelab.workloads import WORKLOADS
 

@@ -18,7 +18,7 @@ from raw_steps import GPU_CATS, kineto_step_windows, nsys_step_windows
 
 from tracelab.api import analyze
 from tracelab.demo import demo_run
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 
 FIRST, STOP = 1, 3  # --steps 1:3
 

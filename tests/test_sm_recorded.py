@@ -80,7 +80,7 @@ GREEN = [
 
 
 def _load(d: Path):
-    from tracelab.io.rundir.load import load_run_dir
+    from tracelab.io.detect import load_run_dir
 
     return load_run_dir(d)
 

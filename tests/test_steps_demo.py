@@ -26,7 +26,7 @@ import pytest
 
 from tracelab.analyses.steps.infer import infer_steps
 from tracelab.demo import demo_archives, demo_run
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.model import EventKind, Timeline
 
 STEP = re.compile(r"^step \d+$")

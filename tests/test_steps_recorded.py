@@ -18,7 +18,7 @@ from tracelab.analyses.gaps.idle import find_gaps
 from tracelab.analyses.scope import apply_scope, parse_scope
 from tracelab.analyses.steps.infer import find_steps
 from tracelab.analyses.steps.table import step_rows
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.model import Timeline
 
 DATA = Path(__file__).parent / "data"

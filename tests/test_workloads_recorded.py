@@ -14,7 +14,7 @@ from tracelab.analyses import analyze
 from tracelab.analyses.device.fusion import fusion_figures, speedup
 from tracelab.analyses.device.queue_delay import graph_overlap, kernel_latency, stream_delays
 from tracelab.demo import demo_archives, demo_run
-from tracelab.io.rundir.load import load_run_dir
+from tracelab.io.detect import load_run_dir
 from tracelab.model import EventKind
 
 BACKENDS = ("nsys", "torch")

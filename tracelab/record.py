@@ -3,7 +3,7 @@
 A run directory holds the raw trace (`trace.sqlite` + `trace.nsys-rep` for nsys, `trace.json.gz`
 for torch.profiler), `meta.json` (workload, variant, backend, GPU, driver, versions, parameters,
 wall time per step) and, for the workloads' instrumented kernels, `sm_probe.npz`
-(tracelab/workloads/probes.py documents it). `tracelab.io.rundir.load.load_run_dir` reads one.
+(tracelab/workloads/probes.py documents it). `tracelab.io.detect.load_run_dir` reads one.
 
 Each variant runs in its own subprocess (`python -m tracelab.workloads.runner ...`); under nsys that
 subprocess is the profiled program, under torch.profiler the runner starts the profiler itself.

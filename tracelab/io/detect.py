@@ -3,7 +3,7 @@
 - a file starting with the SQLite header            -> nsys SQLite export (`nsys.load_nsys_sqlite`)
 - a `.nsys-rep` / `.qdrep` report                    -> exported with nsys into a temporary folder, then loaded
 - gzip, or JSON ('{' / '[')                          -> Kineto Chrome trace (`kineto.load_kineto`)
-- a directory with meta.json                         -> a recorded run directory (`rundir.load_run_dir`)
+- a directory with meta.json                         -> a recorded run directory (`load_run_dir`)
 - a directory of per-rank traces                     -> one multi-rank run (`merge_timelines`)
 
 The parser modules are imported only when needed, so a missing optional part never breaks the others.
@@ -49,9 +49,19 @@ def load_trace(path: str | Path, progress: Progress | None = None) -> Timeline:
     path = Path(path)
     if check_input_path(path) == "dir":
         if (path / "meta.json").is_file():
-            return _rundir().load_run_dir(path)
+            return load_run_dir(path)
         return load_trace_dir(path, progress)
     return _load_file(path, sniff(path), progress)
+
+
+def load_run_dir(path: str | Path) -> Timeline:
+    """Load a run directory (meta.json + raw trace + optional probe file) as one Timeline."""
+    from tracelab.io.rundir.load import read_meta, run_dir_timeline, trace_path
+
+    d = Path(path)
+    meta = read_meta(d)
+    chosen = trace_path(d, meta)
+    return run_dir_timeline(d, meta, chosen, load_trace(chosen))
 
 
 def _load_file(path: Path, kind: str, progress: Progress | None = None) -> Timeline:
@@ -340,11 +350,3 @@ def _nsys():
     except ImportError as exc:  # pragma: no cover - only while the nsys parser is absent
         raise MissingDependency(f"nsys trace support is not available ({exc})") from None
     return nsys
-
-
-def _rundir():
-    try:
-        from tracelab.io.rundir import load as rundir
-    except ImportError as exc:  # pragma: no cover
-        raise MissingDependency(f"run-directory support is not available ({exc})") from None
-    return rundir

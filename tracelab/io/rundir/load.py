@@ -180,14 +180,9 @@ def _unread_traces_note(d: Path, chosen: Path) -> list[str]:
     return [f"run directory also holds {shown}: not read (the run's trace is {chosen.name})"]
 
 
-def load_run_dir(path: str | Path) -> Timeline:
-    """Load a run directory (meta.json + raw trace + optional probe file) as one Timeline."""
-    from tracelab.io import load_trace
-
-    d = Path(path)
-    meta = read_meta(d)
-    chosen = trace_path(d, meta)
-    tl = load_trace(chosen)
+def run_dir_timeline(d: Path, meta: dict[str, Any], chosen: Path, tl: Timeline) -> Timeline:
+    """A run directory as one Timeline: its trace `tl` (read from `chosen`, `trace_path(d, meta)`) with what
+    meta.json and the probe file add (tracelab.io.detect.load_run_dir reads the trace)."""
     notes = _unread_traces_note(d, chosen) + list(tl.meta.notes)
     devices = _devices(tl, meta)
     contexts = list(tl.contexts)
