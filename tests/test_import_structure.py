@@ -50,15 +50,7 @@ KNOWN_UPWARD = {
 }
 # strongly connected groups of modules known today (each a circle); a new circle, or a known one that grows,
 # fails. Lead: results <-> setup and the steps family; 26a: the parsers (its __init__ and its modules).
-KNOWN_CYCLES = (
-    frozenset({"tracelab.analyses.results", "tracelab.analyses.steps.setup_phase"}),
-    frozenset({"tracelab.analyses.steps.anchor", "tracelab.analyses.steps.table", "tracelab.analyses.steps.infer"}),
-    frozenset({"tracelab.io", *(f"tracelab.parsers.{m}" for m in (
-        "block_reader", "detect", "early_scan", "kineto", "kineto_parallel", "kineto_rows", "kineto_stream",
-        "kineto_structs", "nsys", "nsys_activity", "nsys_btree", "nsys_db", "nsys_enums", "nsys_health",
-        "nsys_host", "nsys_links", "nsys_memory", "nsys_nccl", "nsys_osrt", "nsys_ranks", "nsys_read",
-        "nsys_strings", "nsys_target", "rundir"))}),
-)
+KNOWN_CYCLES: tuple[frozenset[str], ...] = ()
 
 
 def _module_name(path: Path) -> str:

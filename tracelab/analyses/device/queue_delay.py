@@ -90,7 +90,7 @@ def _kernels(timeline: Timeline) -> np.ndarray:
 
 def launch_times(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     """Start of the host API call that launched each row (-1 where the trace has none)."""
-    from tracelab.analyses.steps.table import launch_starts
+    from tracelab.analyses.core.launches import launch_starts
 
     out = np.full(rows.size, -1, dtype=np.int64)
     rank = timeline.col("rank")[rows]

@@ -38,7 +38,7 @@ COVER = 0.8  # the copies' steps must cover this share of the found steps' time
 def input_copies(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """(GPU start, launch call start) of the rank's host-to-device copies that have a launch call,
     in GPU order (ns)."""
-    from tracelab.analyses.steps.table import launch_starts
+    from tracelab.analyses.core.launches import launch_starts
 
     rows = rows_of(timeline, rank, (EventKind.MEMCPY,))
     rows = rows[timeline.col("copy_kind")[rows] == int(CopyKind.HTOD)]

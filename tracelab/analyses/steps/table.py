@@ -24,14 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.intervals import covered_length, merge
+from tracelab.analyses.core.launches import launch_starts
 from tracelab.analyses.core.rows import positions_by, rank_rows, ranks_of, rows_of
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Gap, GapTable
 from tracelab.analyses.steps.infer import Steps
 from tracelab.model import EventKind, Flag, Timeline
-from tracelab.model.kinds import HOST_API_KINDS
 
 OUTLIER_FACTOR = 3.0
 CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown", "profiler")
@@ -78,22 +77,6 @@ def _count_in(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray
     i = np.searchsorted(starts, t, side="right") - 1
     ok = (i >= 0) & (t < ends[np.maximum(i, 0)])
     return np.bincount(i[ok], minlength=starts.size)
-
-
-def launch_starts(timeline: Timeline, rank: int, rows: np.ndarray) -> np.ndarray:
-    """Start of the host API call of `rank` that launched each GPU row (by correlation id: the first
-    call carrying it, as HostView.launch_index takes it), -1 where the trace holds none."""
-    corr = timeline.col("correlation")
-    api = rows_of(timeline, rank, HOST_API_KINDS)
-    out = np.full(rows.size, -1, dtype=np.int64)
-    api = api[corr[api] >= 0]
-    if api.size == 0 or rows.size == 0:
-        return out
-    c = corr[rows]
-    i = FirstPosition(corr[api]).find(c)
-    hit = (c >= 0) & (i >= 0)
-    out[hit] = timeline.col("start")[api[i[hit]]]
-    return out
 
 
 def gpu_windows(
