@@ -162,7 +162,7 @@ def critical_path(
 
 def critical_path_categories() -> tuple[str, ...]:
     """The categories a critical path's time falls into, in display order."""
-    from tracelab.analyses.ranks.critical_path import CATEGORIES
+    from tracelab.analyses.ranks.path_model import CATEGORIES
 
     return tuple(CATEGORIES)
 
