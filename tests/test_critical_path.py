@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
-from tracelab.analyses.ranks.collectives import bus_factor, dtype_bytes, match_collectives
+from tracelab.analyses.ranks.collective_size import bus_factor, dtype_bytes
+from tracelab.analyses.ranks.collectives import match_collectives
 from tracelab.analyses.ranks.comm_steps import step_windows
 from tracelab.analyses.ranks.critical_path import critical_path, critical_path_for
-from tracelab.analyses.ranks.view import rank_analysis, rank_document_of
+from tracelab.analyses.ranks.rank_document import rank_document_of
+from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.io import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -230,10 +230,6 @@ MAX_FUNCTION_LINES = 80
 # known today; the lead shrinks these lists (a module or function that grows past the limit, or a new one,
 # fails; one listed here that is now within the limit fails too, so the list stays true)
 KNOWN_BIG_MODULES: set[str] = {
-    # lead / the split of the rank family (issue 26)
-    "tracelab.analyses.ranks.collectives",
-    "tracelab.analyses.ranks.critical_path",
-    "tracelab.analyses.ranks.view",
     # lead / the split of the host view and the gap causes
     "tracelab.analyses.core.host",
     "tracelab.analyses.gaps.idle",
@@ -248,8 +244,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "app.pages.gaps:gaps_layout",
     "app.pages.timeline:timeline_layout",
     "app.timeline_callbacks:register",
-    "tracelab.analyses.ranks.collectives:match_collectives",
-    "tracelab.analyses.ranks.critical_path:_build",
     "tracelab.analyses.gaps.idle:_classify",
     "tracelab.analyses.sm.green_explain:green_context_explanation",
     "tracelab.analyses.core.host:__init__",

@@ -15,7 +15,9 @@ from click.testing import CliRunner
 
 from tracelab.analyses import analyze
 from tracelab.analyses.ranks.collectives import match_collectives, operation
-from tracelab.analyses.ranks.view import rank_analysis, rank_document, rank_heatmap
+from tracelab.analyses.ranks.heatmap import rank_heatmap
+from tracelab.analyses.ranks.rank_document import rank_document
+from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.cli import main
 from tracelab.io import load_trace
 from tracelab.model import EventKind, Flag, RunMeta, build_timeline

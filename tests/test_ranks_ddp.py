@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 
 from tracelab.analyses import analyze
-from tracelab.analyses.ranks.view import rank_analysis, rank_document_of, rank_heatmap
+from tracelab.analyses.ranks.heatmap import rank_heatmap
+from tracelab.analyses.ranks.rank_document import rank_document_of
+from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.io import load_trace
 
 DDP = Path(__file__).resolve().parent / "data" / "ddp"

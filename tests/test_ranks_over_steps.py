@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from raw_steps import GPU_CATS, kineto_step_windows
 
-from tracelab.analyses.ranks.view import rank_analysis, rank_document_of
+from tracelab.analyses.ranks.rank_document import rank_document_of
+from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.api import analyze
 from tracelab.demo import demo_run
 from tracelab.io.detect import load_run_dir

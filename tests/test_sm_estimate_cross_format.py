@@ -350,7 +350,8 @@ def test_synthetic_missing_launch_configuration_is_a_note():
 def test_leading_waits_agree_with_the_full_match(runs, variant, fmt):
     """leading_waits finds collective 0 without matching every call: the same arrival and last arrival
     as match_collectives' first call of each participant."""
-    from tracelab.analyses.ranks.collectives import leading_waits, match_collectives
+    from tracelab.analyses.ranks.collectives import match_collectives
+    from tracelab.analyses.ranks.leading_wait import leading_waits
 
     tl = api.load(runs[(variant, fmt)])
     c = match_collectives(tl)

@@ -117,7 +117,7 @@ def document_extras(
     out: dict[str, Any] = {}
     with using(timeline, context):
         if ranks:
-            from tracelab.analyses.ranks.view import rank_document_of
+            from tracelab.analyses.ranks.rank_document import rank_document_of
 
             out.update(rank_document_of(ranks))
         out["critical_path"] = critical_path_document(
@@ -143,7 +143,7 @@ def rank_heatmap(
     """Busy fraction and collective wait per rank and step (or time bin) of a multi-rank run
     (tracelab/analyses/ranks/view.py: `RankHeatmap`), from its cross-rank analysis and the analysis's steps (their
     GPU windows where the step table has them, issue 24)."""
-    from tracelab.analyses.ranks.view import rank_heatmap as heatmap
+    from tracelab.analyses.ranks.heatmap import rank_heatmap as heatmap
 
     with using(timeline, context):
         return heatmap(timeline, ranks.collectives, steps=analysis.step_rows or analysis.steps)
@@ -162,7 +162,7 @@ def critical_path(
 
 def critical_path_categories() -> tuple[str, ...]:
     """The categories a critical path's time falls into, in display order."""
-    from tracelab.analyses.ranks.critical_path import CATEGORIES
+    from tracelab.analyses.ranks.path_model import CATEGORIES
 
     return tuple(CATEGORIES)
 

@@ -22,19 +22,7 @@ caused. Ranks' clocks must be comparable (Kineto writes epoch-based µs; nsys ex
 share a clock): a matched collective whose kernels do not all overlap in time is counted in
 `inconsistent` and said in a note, because on one communicator they must overlap.
 
-Bytes, dtype and process group (issue 24): torch.profiler (PyTorch ≥ 2.1) writes them in each NCCL
-kernel's args (`Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype`, `Process
-Group Name` / `Description`); the Kineto parser keeps them per kernel (`parsers/kineto_comm_args`,
-`RunMeta.extra["collective_args"]`, per rank under `rank_extra` in a rank set) and they are joined to
-the kernels here by (rank, correlation). A collective's `bytes` is NCCL-tests' size: the larger of its
-input and output buffers (max(in, out) nelems × the dtype's size: the whole buffer for all-reduce,
-all-to-all and broadcast, the gathered output of all-gather, the input of reduce-scatter); `null` where
-the trace has no such args (older PyTorch, nsys, gloo). Per participant: `start_ns` (arrival), `wait_ns`
-(last arrival − own arrival) and `transfer_ns` (own end − last arrival: the collective once everyone is
-in). The collective's `transfer_ns` is its duration on the last rank to arrive; `algbw_gbps` = bytes /
-transfer (GB/s, 1e9 bytes), `busbw_gbps` = algbw × NCCL's factor for the operation with n ranks
-(nccl-tests PERFORMANCE.md): all-reduce 2(n−1)/n, all-gather, reduce-scatter and all-to-all (n−1)/n,
-broadcast, reduce and send/recv 1.
+Bytes, dtype, process group and bandwidths of each collective: `collective_size`.
 """
 
 from __future__ import annotations
@@ -45,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracelab.analyses.ranks.collective_size import _args_lookup, _call_info
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.api_names import comm_mask
 from tracelab.model.grouping import sorted_unique
@@ -124,31 +113,6 @@ def operation(kernel_name: str) -> str:
     return kernel_name.split("(", 1)[0].strip() or kernel_name
 
 
-_DTYPE_BYTES = {
-    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
-    "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2, "char": 1, "int8": 1,
-    "byte": 1, "uint8": 1, "bool": 1, "complexfloat": 8, "complexdouble": 16, "complexhalf": 4,
-}  # torch's dtype names as Kineto writes them (lower-cased); float8 variants: 1 byte (below)
-
-
-def dtype_bytes(dtype: str | None) -> int | None:
-    """Bytes per element of a torch dtype name ("Float", "BFloat16", "Float8_e4m3fn", ...); None unknown."""
-    if not dtype:
-        return None
-    d = dtype.strip().lower().removeprefix("torch.")
-    if d.startswith("float8"):
-        return 1
-    return _DTYPE_BYTES.get(d)
-
-
-def _canonical(op: str) -> str:
-    """allreduce / AllReduce / all_reduce / _allgather_base / reduce_scatter_tensor -> one spelling."""
-    o = op.lower().replace("_", "")
-    for suffix in ("base", "coalesced", "intotensor", "tensor"):
-        o = o.removesuffix(suffix)
-    return o
-
-
 def rank_stragglers(calls: Sequence[Collective]) -> tuple[Straggler, ...]:
     """The ranks that arrived last in `calls`, the one the others waited longest for first: after the first
     collective of a step has lined the ranks up, which rank arrives last at the next ones is a toss-up."""
@@ -163,59 +127,6 @@ def rank_stragglers(calls: Sequence[Collective]) -> tuple[Straggler, ...]:
             key=lambda s: (-s.caused_wait_ns, -s.times_last, s.rank),
         )
     )
-
-
-def bus_factor(op: str, n: int) -> float | None:
-    """NCCL's bus-bandwidth factor (nccl-tests PERFORMANCE.md) for an operation over n ranks."""
-    if n < 1:
-        return None
-    o = _canonical(op)
-    if o == "allreduce":
-        return 2 * (n - 1) / n
-    if o in ("allgather", "reducescatter", "alltoall", "alltoallv"):
-        return (n - 1) / n
-    if o in ("broadcast", "reduce", "sendrecv", "send", "recv"):
-        return 1.0
-    return None
-
-
-def _args_tables(timeline: Timeline) -> list[tuple[int, dict]]:
-    """(rank, collective_args) of every rank whose Kineto file had NCCL kernel metadata."""
-    extra = timeline.meta.extra or {}
-    out = []
-    if extra.get("collective_args") and len(timeline.meta.ranks) == 1:
-        out.append((int(timeline.meta.ranks[0]), extra["collective_args"]))
-    for r, e in (extra.get("rank_extra") or {}).items():
-        if isinstance(e, dict) and e.get("collective_args"):
-            try:
-                out.append((int(r), e["collective_args"]))
-            except ValueError:
-                continue
-    return out
-
-
-def _args_lookup(timeline: Timeline, rank: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, list[dict]]:
-    """For calls (rank, correlation): the index into the returned entries of their metadata, -1 none."""
-    found = np.full(rank.size, -1, dtype=np.int64)
-    entries: list[dict] = []
-    for r, table in _args_tables(timeline):
-        c = np.asarray(table.get("correlation", []), dtype=np.int64)
-        if not c.size:
-            continue
-        order = np.argsort(c, kind="stable")
-        mine = np.flatnonzero((rank == r) & (corr >= 0))
-        if not mine.size:
-            continue
-        pos = np.searchsorted(c[order], corr[mine])
-        ok = pos < c.size
-        ok[ok] = c[order][pos[ok]] == corr[mine][ok]
-        hit = order[pos[ok]]
-        base = len(entries)
-        keys = [k for k in table if k != "correlation"]
-        for i in hit.tolist():  # one dict per matched NCCL kernel (a few thousand at most), not per event
-            entries.append({k: table[k][i] if i < len(table[k]) else None for k in keys})
-        found[mine[ok]] = base + np.arange(hit.size)
-    return found, entries
 
 
 def _empty(notes: tuple[str, ...], participants=(), unmatched: int = 0) -> Collectives:
@@ -251,27 +162,64 @@ def _participant_count(timeline: Timeline, rows: np.ndarray) -> int:
     return int(sorted_unique(keys).size)
 
 
-def match_collectives(timeline: Timeline) -> Collectives:
-    """Match the collective calls of all ranks (module docstring): the communication kernels, or, when
-    fewer than two GPUs have any (gloo runs its collectives on the host), c10d's host ranges."""
-    ev = timeline.events
+
+def _collective_rows(timeline: Timeline) -> tuple[np.ndarray, str]:
+    """The rows of the collective calls and what they are: the communication kernels, or, when fewer than
+    two GPUs have any, c10d's host ranges when at least two ranks have them."""
     rows = _comm_kernel_rows(timeline)
     source = "kernels"
     if _participant_count(timeline, rows) < 2:
         host = _host_collective_rows(timeline)
         if _participant_count(timeline, host) >= 2:
             rows, source = host, "host ranges"
+    return rows, source
+
+
+def _operations(timeline: Timeline, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The operation labels (sorted) and each call's label code, from the calls' name ids: once per
+    distinct kernel name, never per event."""
+    uniq_names, name_inv = np.unique(names, return_inverse=True)
+    op_of_name = [operation(timeline.name(int(i))) for i in uniq_names.tolist()]
+    op_labels, op_of_uniq = np.unique(np.array(op_of_name, dtype=object), return_inverse=True)
+    return op_labels, op_of_uniq[name_inv].astype(np.int64)
+
+
+def _sequence(part: np.ndarray, op: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per call: k for the k-th call of its operation on its participant (0-based, in start order)."""
+    order = np.lexsort((start, op, part))
+    part_s, op_s = part[order], op[order]
+    new_run = np.ones(order.size, dtype=bool)
+    new_run[1:] = (part_s[1:] != part_s[:-1]) | (op_s[1:] != op_s[:-1])
+    run_start = np.maximum.accumulate(np.where(new_run, np.arange(order.size), 0))
+    seq = np.empty(order.size, dtype=np.int64)
+    seq[order] = np.arange(order.size) - run_start
+    return seq
+
+
+def _notes(n_incons: int, n_matched: int, unmatched: int) -> list[str]:
+    notes = []
+    if n_incons:
+        notes.append(
+            f"{n_incons} of {n_matched} matched collectives have kernels that do not all overlap in "
+            "time: the ranks' clocks may not be aligned, or their collective sequences differ"
+        )
+    if unmatched:
+        notes.append(f"{unmatched} communication kernels have no counterpart on another rank")
+    return notes
+
+
+def match_collectives(timeline: Timeline) -> Collectives:
+    """Match the collective calls of all ranks (module docstring): the communication kernels, or, when
+    fewer than two GPUs have any (gloo runs its collectives on the host), c10d's host ranges."""
+    ev = timeline.events
+    rows, source = _collective_rows(timeline)
     if rows.size == 0:
         return _empty(("no communication kernels (NCCL / RCCL) or c10d collective ranges in this trace",))
     rank = ev["rank"].to_numpy()[rows].astype(np.int64)
     device = ev["device"].to_numpy()[rows].astype(np.int64)
     start = ev["start"].to_numpy()[rows]
     end = ev["end"].to_numpy()[rows]
-    # operation label per distinct kernel name (once per name, never per event)
-    uniq_names, name_inv = np.unique(ev["name"].to_numpy()[rows], return_inverse=True)
-    op_of_name = [operation(timeline.name(int(i))) for i in uniq_names.tolist()]
-    op_labels, op_of_uniq = np.unique(np.array(op_of_name, dtype=object), return_inverse=True)
-    op = op_of_uniq[name_inv].astype(np.int64)
+    op_labels, op = _operations(timeline, ev["name"].to_numpy()[rows])
     pkeys, part = np.unique(np.stack([rank, device], axis=1), axis=0, return_inverse=True)
     part = part.reshape(-1).astype(np.int64)
     participants = tuple((int(r), int(d)) for r, d in pkeys.tolist())
@@ -282,15 +230,7 @@ def match_collectives(timeline: Timeline) -> Collectives:
             int(rows.size),
         )
 
-    # k-th call of each operation on each participant
-    order = np.lexsort((start, op, part))
-    part_s, op_s = part[order], op[order]
-    new_run = np.ones(order.size, dtype=bool)
-    new_run[1:] = (part_s[1:] != part_s[:-1]) | (op_s[1:] != op_s[:-1])
-    run_start = np.maximum.accumulate(np.where(new_run, np.arange(order.size), 0))
-    seq = np.empty(order.size, dtype=np.int64)
-    seq[order] = np.arange(order.size) - run_start
-
+    seq = _sequence(part, op, start)
     # group by (operation, seq)
     gkeys, group = np.unique(np.stack([op, seq], axis=1), axis=0, return_inverse=True)
     group = group.reshape(-1)
@@ -313,10 +253,61 @@ def match_collectives(timeline: Timeline) -> Collectives:
     matched = count >= 2
     unmatched = int(count[~matched].sum())
     inconsistent_mask = matched & (last > min_end)
+    meta_of, entries = _args_lookup(timeline, rank, ev["correlation"].to_numpy()[rows].astype(np.int64))
+    calls = _calls(
+        _Groups(gkeys, group, count, first, last, max_end, last_row, wait), matched, op_labels,
+        rank, device, start, end, part, meta_of, entries,
+    )
+    in_matched = matched[group] & (waited > 0)
+    strag = rank_stragglers(calls)
+    n_incons = int(inconsistent_mask.sum())
+    notes = _notes(n_incons, int(matched.sum()), unmatched)
+    return Collectives(
+        calls=tuple(calls),
+        stragglers=strag,
+        participants=participants,
+        unmatched=unmatched,
+        inconsistent=n_incons,
+        wait_rank=rank[in_matched],
+        wait_device=device[in_matched],
+        wait_start=start[in_matched],
+        wait_end=last[group][in_matched],
+        notes=tuple(notes),
+        source=source,
+        rank_waits=_sum_by(rank[in_matched], (last[group] - start)[in_matched]),
+        rank_calls=_count_pairs(rank[matched[group]], group[matched[group]]),
+        call_rows=rows[matched[group]].astype(np.int64),
+        call_last_start=last[group][matched[group]].astype(np.int64),
+        call_last_row=rows[last_row[group]][matched[group]].astype(np.int64),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _Groups:
+    """The calls grouped by (operation, seq), one group per collective: per group its key, members'
+    count, first and last arrival, last end and the call of the last arrival, the others' wait; per
+    call its group."""
+
+    keys: np.ndarray
+    of: np.ndarray
+    count: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    max_end: np.ndarray
+    last_row: np.ndarray
+    wait: np.ndarray
+
+
+def _calls(
+    gr: _Groups, matched: np.ndarray, op_labels: np.ndarray, rank: np.ndarray, device: np.ndarray,
+    start: np.ndarray, end: np.ndarray, part: np.ndarray, meta_of: np.ndarray, entries: list[dict],
+) -> list[Collective]:
+    """One Collective per matched group, in order of first arrival."""
+    gkeys, group, count, first, last = gr.keys, gr.of, gr.count, gr.first, gr.last
+    max_end, last_row, wait = gr.max_end, gr.last_row, gr.wait
     calls = []
     by_group = np.argsort(group, kind="stable")  # members of group g: by_group[bounds[g]:bounds[g + 1]]
     bounds = np.concatenate([[0], np.cumsum(count)])
-    meta_of, entries = _args_lookup(timeline, rank, ev["correlation"].to_numpy()[rows].astype(np.int64))
     for g in np.flatnonzero(matched)[np.argsort(first[matched], kind="stable")].tolist():
         members = by_group[bounds[g] : bounds[g + 1]]
         lr = int(last_row[g])
@@ -349,74 +340,7 @@ def match_collectives(timeline: Timeline) -> Collectives:
                 **info,
             )
         )
-
-    in_matched = matched[group] & (waited > 0)
-    strag = rank_stragglers(calls)
-    notes = []
-    n_incons = int(inconsistent_mask.sum())
-    if n_incons:
-        notes.append(
-            f"{n_incons} of {int(matched.sum())} matched collectives have kernels that do not all overlap in "
-            "time: the ranks' clocks may not be aligned, or their collective sequences differ"
-        )
-    if unmatched:
-        notes.append(f"{unmatched} communication kernels have no counterpart on another rank")
-    return Collectives(
-        calls=tuple(calls),
-        stragglers=strag,
-        participants=participants,
-        unmatched=unmatched,
-        inconsistent=n_incons,
-        wait_rank=rank[in_matched],
-        wait_device=device[in_matched],
-        wait_start=start[in_matched],
-        wait_end=last[group][in_matched],
-        notes=tuple(notes),
-        source=source,
-        rank_waits=_sum_by(rank[in_matched], (last[group] - start)[in_matched]),
-        rank_calls=_count_pairs(rank[matched[group]], group[matched[group]]),
-        call_rows=rows[matched[group]].astype(np.int64),
-        call_last_start=last[group][matched[group]].astype(np.int64),
-        call_last_row=rows[last_row[group]][matched[group]].astype(np.int64),
-    )
-
-
-def _call_info(
-    op: str, count: int, transfer: int, meta_of: np.ndarray, entries: list[dict], last: int, members: np.ndarray
-) -> dict:
-    """group, bytes, dtype, group size and bandwidths of one collective from its calls' metadata (the
-    last arrival's, else any participant's)."""
-    idx = int(meta_of[last]) if meta_of.size and meta_of[last] >= 0 else -1
-    if idx < 0 and meta_of.size:
-        have = meta_of[members]
-        have = have[have >= 0]
-        idx = int(have[0]) if have.size else -1
-    out: dict = {}
-    if idx < 0:
-        return out
-    e = entries[idx]
-    group = e.get("group")
-    desc = e.get("group_desc")
-    out["group"] = f"{group} ({desc})" if group is not None and desc else group if group is not None else desc
-    out["dtype"] = e.get("dtype")
-    size = dtype_bytes(e.get("dtype"))
-    nel = [v for v in (e.get("in_nelems"), e.get("out_nelems")) if isinstance(v, int) and v >= 0]
-    nbytes = max(nel) * size if nel and size else None
-    if nbytes is None and isinstance(e.get("bytes"), int) and e["bytes"] >= 0:  # nsys: NCCL's payload
-        nbytes = int(e["bytes"])
-    if nbytes is not None and nbytes >= 1 << 62:  # not a real message size (and past JSON's int64)
-        nbytes = None
-    out["bytes"] = nbytes
-    n = e.get("group_size") if isinstance(e.get("group_size"), int) and e.get("group_size") > 0 else count
-    out["group_size"] = n
-    if nbytes is not None and transfer > 0:
-        algbw = nbytes / transfer  # bytes per ns = GB/s
-        factor = bus_factor(str(e.get("name") or op), n)
-        if factor is None:
-            factor = bus_factor(op, n)
-        out["algbw_gbps"] = algbw
-        out["busbw_gbps"] = algbw * factor if factor is not None else None
-    return out
+    return calls
 
 
 def _sum_by(keys: np.ndarray, values: np.ndarray) -> dict[int, int]:
@@ -432,89 +356,3 @@ def _count_pairs(keys: np.ndarray, groups: np.ndarray) -> dict[int, int]:
     pairs = np.unique(np.stack([keys.astype(np.int64), groups.astype(np.int64)], axis=1), axis=0)
     uniq, counts = np.unique(pairs[:, 0], return_counts=True)
     return {int(k): int(c) for k, c in zip(uniq.tolist(), counts.tolist())}
-
-
-@dataclass(frozen=True)
-class LeadingWait:
-    """A participant's first matched collective when it arrived before the last rank did. Until that
-    collective the ranks have not synchronised once in the recording: how long the early ones wait in
-    it depends on when each rank's work (and its profiler) started, not on the workload (torch.profiler
-    starting 375 ms later on rank 1 left rank 0's first all-reduce waiting 375 ms; the nsys recording
-    of the same run, 0.1 ms)."""
-
-    rank: int
-    device: int
-    row: int  # the collective kernel's row in Timeline.events
-    name: str  # the operation (AllReduce, ...)
-    start_ns: int  # its arrival
-    end_ns: int  # the last arrival: the end of the wait
-    last_rank: int  # the rank that arrived last
-    consistent: bool  # the kernel was still running at the last arrival (else the ranks' clocks disagree)
-
-
-def leading_waits(timeline: Timeline) -> dict[tuple[int, int], LeadingWait]:
-    """Per (rank, device), the wait of its first matched collective (`LeadingWait`), when it waited;
-    once per timeline. The first call of each operation on each participant is that operation's
-    collective 0, as `match_collectives` matches them (here without matching every call: a few sorts,
-    whatever the number of collectives). Empty with fewer than two GPUs or no communication kernel
-    matched across them (host-range collectives, gloo, have no GPU wait)."""
-    from tracelab.analyses.core.memo import column, memo
-    from tracelab.analyses.core.rows import device_rows
-
-    def compute() -> dict[tuple[int, int], LeadingWait]:
-        if len(device_rows(timeline)) < 2:  # one GPU: nothing to match
-            return {}
-        # the columns, not timeline.events: the SM figures of an `analyze` never load pandas
-        kern = np.flatnonzero(column(timeline, "kind") == int(EventKind.KERNEL))
-        names = column(timeline, "name")[kern]
-        is_comm = ((column(timeline, "flags")[kern] & Flag.COMM) != 0) | comm_mask(timeline.strings, names)
-        rows = kern[is_comm]
-        if rows.size < 2:
-            return {}
-        rank = column(timeline, "rank")[rows].astype(np.int64)
-        device = column(timeline, "device")[rows].astype(np.int64)
-        start = column(timeline, "start")[rows].astype(np.int64)
-        end = column(timeline, "end")[rows].astype(np.int64)
-        uniq_names, name_inv = np.unique(names[is_comm], return_inverse=True)
-        op_of_name = [operation(timeline.name(int(i))) for i in uniq_names.tolist()]
-        op_labels, op_of_uniq = np.unique(np.array(op_of_name, dtype=object), return_inverse=True)
-        op = op_of_uniq[name_inv.reshape(-1)].astype(np.int64)
-        _, part = np.unique((rank << 32) | (device & 0xFFFFFFFF), return_inverse=True)  # (rank, device) order
-        part = part.reshape(-1).astype(np.int64)
-        # each participant's first call of each operation (collective 0 of that operation)
-        order = np.lexsort((start, op, part))
-        head = np.ones(order.size, dtype=bool)
-        head[1:] = (part[order][1:] != part[order][:-1]) | (op[order][1:] != op[order][:-1])
-        first = order[head]
-        n_ops = len(op_labels)
-        members = np.bincount(op[first], minlength=n_ops)
-        last = np.full(n_ops, np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(last, op[first], start[first])
-        # the last arrival of each operation's collective 0 (ties: the highest participant)
-        by_arrival = first[np.lexsort((part[first], start[first], op[first]))]
-        tail = np.ones(by_arrival.size, dtype=bool)
-        tail[:-1] = op[by_arrival][1:] != op[by_arrival][:-1]
-        last_of = np.full(n_ops, -1, dtype=np.int64)
-        last_of[op[by_arrival[tail]]] = by_arrival[tail]
-        # each participant's first collective: its earliest call, always collective 0 of its operation
-        o2 = first[np.lexsort((start[first], part[first]))]
-        h2 = np.ones(o2.size, dtype=bool)
-        h2[1:] = part[o2][1:] != part[o2][:-1]
-        out: dict[tuple[int, int], LeadingWait] = {}
-        for i in o2[h2].tolist():  # one per participant
-            k = int(op[i])
-            if members[k] < 2 or last[k] <= start[i]:
-                continue  # not matched on another GPU, or it arrived last: no wait
-            out[(int(rank[i]), int(device[i]))] = LeadingWait(
-                rank=int(rank[i]),
-                device=int(device[i]),
-                row=int(rows[i]),
-                name=str(op_labels[k]),
-                start_ns=int(start[i]),
-                end_ns=int(last[k]),
-                last_rank=int(rank[last_of[k]]),
-                consistent=bool(end[i] >= last[k]),
-            )
-        return out
-
-    return memo(timeline, "leading_waits", compute)

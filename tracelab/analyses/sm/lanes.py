@@ -312,14 +312,14 @@ def _compute_sm_time(timeline: Timeline, rank: int, device: int, source: str) ->
 
 def sm_excluded_wait(timeline: Timeline, rank: int, device: int) -> tuple[int, int] | None:
     """[start, end) the SM figures of a device leave out: the wait of its first matched collective for
-    the last rank to join (`collectives.LeadingWait`: before the ranks first synchronise, the wait
+    the last rank to join (`leading_wait.LeadingWait`: before the ranks first synchronise, the wait
     depends on when each rank's recording started, so the same run recorded twice gives waits of
     0.1 ms and 375 ms, and SM busy 63% and 6%). Only while the device does nothing else: the cut
     ends where other GPU work of the device starts. None when the device did not wait, when the
     ranks' clocks disagree (the collective ended before the last rank arrived), or with one GPU."""
     from tracelab.analyses.core.memo import column
     from tracelab.analyses.core.rows import rows_of_device
-    from tracelab.analyses.ranks.collectives import leading_waits
+    from tracelab.analyses.ranks.leading_wait import leading_waits
 
     w = leading_waits(timeline).get((rank, device))
     if w is None or not w.consistent:
@@ -423,7 +423,7 @@ def sm_notes(timeline: Timeline) -> list[str]:
     configuration the trace lacks (counted on their whole partition). A device without an SM count
     has no SM figures at all, and no note."""
     from tracelab.analyses.core.rows import device_rows
-    from tracelab.analyses.ranks.collectives import leading_waits
+    from tracelab.analyses.ranks.leading_wait import leading_waits
 
     notes: list[str] = []
     waits = leading_waits(timeline)

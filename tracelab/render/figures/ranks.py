@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from tracelab.analyses.ranks.view import RankHeatmap
+from tracelab.analyses.ranks.heatmap import RankHeatmap
 
 
 def rank_heatmap_figure(h: RankHeatmap, what: str = "busy") -> go.Figure:

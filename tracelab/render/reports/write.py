@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tracelab.analyses.device.gpu_memory import MemoryTimeline
     from tracelab.analyses.device.range_projection import RangeProjection
     from tracelab.analyses.health import Health
-    from tracelab.analyses.ranks.critical_path import CriticalPath
+    from tracelab.analyses.ranks.path_model import CriticalPath
 
 __all__ = ["ReportParts", "check_output_path", "metadata_rows", "render_report", "report_format", "report_title",
            "write_report"]

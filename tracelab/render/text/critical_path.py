@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tracelab.analyses.ranks.critical_path import CATEGORIES, CriticalPath
+from tracelab.analyses.ranks.path_model import CATEGORIES, CriticalPath
 from tracelab.render.text.compare import term_safe
 from tracelab.text_format import fmt_ns
 

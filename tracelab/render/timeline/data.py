@@ -73,7 +73,7 @@ CAUSES = tuple(IDLE_COLORS)
 BIN_COLOR = "#4c6a92"
 IDLE_ALL_COLOR = "#f2b8b5"
 STEP_COLORS = ("#0f766e", "#5eead4")
-CRITICAL_COLORS = {  # the critical path's categories (tracelab.analyses.ranks.critical_path.CATEGORIES)
+CRITICAL_COLORS = {  # the critical path's categories (tracelab.analyses.ranks.path_model.CATEGORIES)
     "compute": "#16a34a",
     "comm": "#2563eb",
     "wait": "#dc2626",
