@@ -13,6 +13,8 @@ shape, a field of another type, a name that is not `[memory]`) falls back to the
 from __future__ import annotations
 
 import gzip
+import mmap
+import os
 import re
 from operator import attrgetter
 from pathlib import Path
@@ -27,7 +29,8 @@ MAX_EVENTS = 1_000_000
 _BRACES = re.compile(rb"[{}]")
 
 
-def _raw(path: Path) -> bytes:
+def _raw(path: Path) -> bytes | mmap.mmap:
+    """The trace's JSON text: a read-only map of a plain file (no private copy of it), else the inflated bytes."""
     with open(path, "rb") as f:
         head = f.read(4)
     if head[:2] == b"\x1f\x8b":
@@ -38,10 +41,13 @@ def _raw(path: Path) -> bytes:
 
         with open(path, "rb") as f:
             return zstandard.ZstdDecompressor().stream_reader(f).read()
-    return path.read_bytes()
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _event_at(text: bytes, pos: int) -> dict | None:
+def _event_at(text: bytes | mmap.mmap, pos: int) -> dict | None:
     start = text.rfind(b"{", 0, pos)  # the fields before the name are flat: the event's own brace
     if start < 0:
         return None
@@ -79,7 +85,7 @@ _BEFORE, _AFTER = 128, 384  # bytes around the name in which the usual event's b
 _BATCH = 1 << 15
 
 
-def _marks(text: bytes) -> np.ndarray:
+def _marks(text: bytes | mmap.mmap) -> np.ndarray:
     """Start offsets of MARK in text, ascending (every occurrence, overlapping ones included)."""
     arr = np.frombuffer(text, dtype=np.uint8)
     n = max(len(arr) - len(MARK) + 1, 0)
@@ -129,7 +135,7 @@ def _bounds(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] |
     return np.concatenate(starts), np.concatenate(ends)
 
 
-def _columns_bulk(text: bytes) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+def _columns_bulk(text: bytes | mmap.mmap) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
     """The per-event reader's rows as columns, read in bulk; None when the trace is not of the usual shape
     (the caller then takes the per-event reader, whose result this equals)."""
     pos = _marks(text)
@@ -160,7 +166,7 @@ def _columns_bulk(text: bytes) -> tuple[np.ndarray, dict[str, np.ndarray]] | Non
     return ts, cols
 
 
-def _read_each(text: bytes) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+def _read_each(text: bytes | mmap.mmap) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
     """The per-event reader: each occurrence of the name, its event object decoded alone."""
     rows = []
     pos = text.find(MARK)
@@ -189,7 +195,7 @@ def read_memory(path: str | Path, *, bulk: bool = True) -> dict[str, Any] | None
     converts µs): t, device (-1: host), bytes, allocated, reserved, addr; None when it has none.
     `bulk=False` takes the per-event reader only (the reference the bulk reader is tested against)."""
     text = _raw(Path(path))
-    if MARK not in text:
+    if text.find(MARK) < 0:
         return None
     got = (_columns_bulk(text) if bulk else None) or _read_each(text)
     if got is None:
