@@ -18,7 +18,7 @@ CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "hta
 def _mem(ts, dev=0, dtype=1, nbytes=512, alloc=1024, res=2048, addr=99, tid=7, extra=""):
     return ('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": %s, "ts": %s,'
             ' "args": {"Device Type": %s, "Device Id": %s, "Addr": %s, "Bytes": %s, "Total Allocated": %s,'
-            ' "Total Reserved": %s%s}}' % (tid, ts, dtype, dev, addr, nbytes, alloc, res, extra))
+            ' "Total Reserved": %s%s}}' % (tid, ts, dtype, dev, addr, nbytes, alloc, res, extra))  # noqa: UP031
 
 
 def _trace(tmp_path: Path, events: list[str], name="t.json") -> Path:
