@@ -15,10 +15,17 @@ from tracelab.io.kineto import memory
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "hta" / "df_index_resolver__df_index_resolver.json.gz"
 
 
+_MEM = ('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": TID, "ts": TS,'
+        ' "args": {"Device Type": DTYPE, "Device Id": DEV, "Addr": ADDR, "Bytes": NBYTES, "Total Allocated": ALLOC,'
+        ' "Total Reserved": RES' + 'EXTRA}}')
+
+
 def _mem(ts, dev=0, dtype=1, nbytes=512, alloc=1024, res=2048, addr=99, tid=7, extra=""):
-    return ('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": %s, "ts": %s,'
-            ' "args": {"Device Type": %s, "Device Id": %s, "Addr": %s, "Bytes": %s, "Total Allocated": %s,'
-            ' "Total Reserved": %s%s}}' % (tid, ts, dtype, dev, addr, nbytes, alloc, res, extra))  # noqa: UP031
+    out = _MEM
+    for key, val in (("TID", tid), ("TS", ts), ("DTYPE", dtype), ("DEV", dev), ("ADDR", addr),
+                     ("NBYTES", nbytes), ("ALLOC", alloc), ("RES", res), ("EXTRA", extra)):
+        out = out.replace(key, str(val), 1)
+    return out
 
 
 def _trace(tmp_path: Path, events: list[str], name="t.json") -> Path:
