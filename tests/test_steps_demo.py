@@ -80,7 +80,7 @@ def host_activity(tl: Timeline, rank: int) -> np.ndarray:
 
 
 def test_every_demo_run_is_checked() -> None:
-    assert len(NAMES) == 58 + 4  # + input_pipeline (issue 29)
+    assert len(NAMES) == 58 + 4 + 2  # + input_pipeline (issue 29), sync_pitfalls keep_outputs (issue 27)
     for name in ("overlap-serial-nsys", "graphs-graph-torch", "fusion-compiled-nsys"):
         assert name in NAMES
 
@@ -93,7 +93,15 @@ def test_every_demo_run_is_checked() -> None:
 # steps are 8-42 ms long (a starved loader); the inferred start of marked step 6 lies 0.72 median steps from the
 # marker, with host activity between. Step inference is not yet right on a loop this uneven (the count, 12,
 # is); held as a strict xfail until it is.
-STEP_XFAIL = {"input_pipeline-slow_loader-torch": "step 6's inferred start 0.72 median steps from its marker"}
+# sync_pitfalls-keep_outputs-{nsys,torch} (issue 27's memory-traced variant, recorded 2026-11-28): each step keeps
+# its logits on the GPU, so the caching allocator asks for a new block every few steps and the launch sequence
+# repeats with a period of about two steps: 9 steps inferred for 20 marked, under both profilers (issue 24,
+# "step inference on plain loops", left open for this).
+STEP_XFAIL = {
+    "input_pipeline-slow_loader-torch": "step 6's inferred start 0.72 median steps from its marker",
+    "sync_pitfalls-keep_outputs-nsys": "9 steps inferred for 20 marked: the allocator's calls break the period",
+    "sync_pitfalls-keep_outputs-torch": "9 steps inferred for 20 marked: the allocator's calls break the period",
+}
 
 
 @pytest.mark.parametrize(
