@@ -64,19 +64,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct
-from tracelab.analyses.core.host import (
-    FirstSeen,
-    HostData,
-    HostView,
-    Overhead,
-    WaitSet,
-    host_views,
-    overhead_names,
-    rank_overhead,
-    thread_first_seen,
-)
+from tracelab.analyses.core.host import HostData, HostView, host_views
+from tracelab.analyses.core.host_sets import WaitSet
+from tracelab.analyses.core.host_threads import FirstSeen, thread_first_seen
 from tracelab.analyses.core.intervals import covered_length, running_max_index
 from tracelab.analyses.core.memo import column
+from tracelab.analyses.core.overhead import Overhead, overhead_names, rank_overhead
 from tracelab.analyses.core.rows import device_union
 from tracelab.analyses.device.devices import DeviceRows, device_rows
 from tracelab.analyses.gaps.input_wait import INPUT_FRACTION
