@@ -240,7 +240,6 @@ MAX_FUNCTION_LINES = 80
 KNOWN_BIG_MODULES: set[str] = {
     "tracelab.analyses.compare",
     "tracelab.analyses.ranks.critical_path",
-    "tracelab.analyses.gaps.idle",
     "tracelab.analyses.results",
     "tracelab.analyses.sm.lanes",
     "tracelab.analyses.steps.cut",
@@ -259,7 +258,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "app.timeline_callbacks:register",
     "tracelab.analyses.ranks.collectives:match_collectives",
     "tracelab.analyses.ranks.critical_path:_build",
-    "tracelab.analyses.gaps.idle:_classify",
     "tracelab.analyses.sm.green_explain:green_context_explanation",
     "tracelab.analyses.results:document",
     "tracelab.analyses.rules.sync_per_iteration:evaluate",
