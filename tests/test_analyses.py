@@ -340,7 +340,7 @@ def test_profiler_sync_record_defers_to_its_api_call():
 
 
 def test_host_view_finds_outermost_op_per_thread():
-    from tracelab.analyses.gaps.idle import HostView
+    from tracelab.analyses.core.host import HostView
 
     tb = TB()
     tb.cpu_op("outer", 0, 100, tid=1)

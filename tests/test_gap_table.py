@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
+from tracelab.analyses.core.host import host_views
 from tracelab.analyses.device.devices import device_rows
-from tracelab.analyses.gaps.idle import Classification, host_views, idle_intervals
+from tracelab.analyses.gaps.idle import Classification, idle_intervals
 from tracelab.analyses.results import CAUSES, AnalysisOptions, GapTable, cause_totals, longest_gaps
 from tracelab.demo import demo_run
 from tracelab.io import load_trace

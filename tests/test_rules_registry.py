@@ -131,8 +131,9 @@ def test_a_new_rule_is_one_file(tmp_path, monkeypatch):
 
 
 def _ctx(tl) -> FindingContext:
+    from tracelab.analyses.core.host import host_views
     from tracelab.analyses.device.devices import device_rows, device_summaries
-    from tracelab.analyses.gaps.idle import find_gaps, host_views
+    from tracelab.analyses.gaps.idle import find_gaps
     from tracelab.analyses.steps.infer import find_steps
 
     rows = device_rows(tl)

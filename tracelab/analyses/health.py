@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tracelab.analyses.core.host import overhead_table
 from tracelab.analyses.core.intervals import merge
+from tracelab.analyses.core.overhead import overhead_table
 from tracelab.analyses.results import CAUSES, Analysis, GapTable
 from tracelab.model.grouping import member, sorted_unique
 from tracelab.model.kinds import EventKind, Flag

@@ -7,11 +7,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from tracelab.analyses.core.host import host_views
+from tracelab.analyses.core.host_threads import FirstSeen, thread_first_seen
 from tracelab.analyses.core.memo import using
 from tracelab.analyses.core.rows import ranks_of
 from tracelab.analyses.device.devices import device_rows, device_summaries
 from tracelab.analyses.findings import finding_notes
-from tracelab.analyses.gaps.idle import Classification, FirstSeen, host_views, thread_first_seen
+from tracelab.analyses.gaps.idle import Classification
 from tracelab.analyses.parallel import run_each, threads_for
 from tracelab.analyses.results import Analysis, AnalysisOptions, Finding, StepInfo, TraceInfo
 from tracelab.analyses.rules import RULES, FindingContext, collect, rule_tasks

@@ -308,7 +308,7 @@ def longest_gaps(gaps: Sequence[Gap], k: int | None = None) -> list[Gap]:
 class GapDetails:
     """The structured evidence of the gaps of an analysis, as columns: row `Gap.detail` describes that
     gap. Names are ids into `strings` (the timeline's string table, then the names of the profiler-overhead
-    intervals: tracelab.analyses.core.host.overhead_names); -1 means none / not in the trace.
+    intervals: tracelab.analyses.core.overhead.overhead_names); -1 means none / not in the trace.
     Times are ns on the trace clock. No prose: tracelab.render.text.gap_evidence writes the sentences.
 
     What each cause's evidence uses (docs/DESIGN.md, "Gap causes"):

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition, distinct, distinct_codes
+from tracelab.analyses.core.host_sets import InputSpans, OsCalls, WaitSet
+from tracelab.analyses.core.host_threads import FirstSeen, os_call_rows
 from tracelab.analyses.core.intervals import complement_all, intersect, merge, running_max_index, subtract
-from tracelab.analyses.core.memo import column, memo
+from tracelab.analyses.core.memo import column
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.gaps.input_wait import DATALOADER, DEFAULT_INPUT_WORDS, INPUT_OS_CALLS, words_pattern
 from tracelab.model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from tracelab.model.grouping import member, sorted_unique
-from tracelab.model.kinds import HOST_API_KINDS, OS_CALL_CATEGORY
+from tracelab.model.kinds import HOST_API_KINDS
 
 # OS calls that wait for another thread of the same program, and the calls that wake such a waiter. A
 # wait counts as blocked only until the last wake-up call made in the process while it waited (the
@@ -61,15 +62,6 @@ def _non_blocking_copies(timeline: Timeline, rank: int) -> np.ndarray:
     return corr[corr >= 0]  # repeats allowed: only looked up with np.isin
 
 
-def os_call_rows(timeline: Timeline, rank: int) -> np.ndarray:
-    """Positions (ascending) of the rank's OS runtime calls (nsys --trace=osrt)."""
-    os_cat = memo(timeline, "os_call_category", lambda: _string_id(timeline.strings, OS_CALL_CATEGORY))
-    if os_cat < 0:
-        return np.zeros(0, dtype=_I64)
-    other = rows_of(timeline, rank, (EventKind.OTHER,))
-    return other[column(timeline, "category")[other] == os_cat]
-
-
 def _count_distinct(values: np.ndarray) -> int:
     if values.size == 0:
         return 0
@@ -77,28 +69,6 @@ def _count_distinct(values: np.ndarray) -> int:
     if hi - lo < 1 << 16:
         return int(np.count_nonzero(np.bincount(values.astype(_I64) - lo)))
     return int(distinct(values).size)
-
-
-FEW_THREADS = 16  # up to this many threads, a mask per thread beats sorting every host event by thread
-
-
-def _life_spans(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, tuple[int, int]]:
-    """Per thread: (first start, last end) of its events (in any order)."""
-    if tid.size == 0:
-        return {}
-    threads = distinct(tid)
-    if threads.size <= FEW_THREADS:
-        spans = {}
-        for t in threads.tolist():
-            m = tid == t
-            spans[int(t)] = (int(start[m].min()), int(end[m].max()))
-        return spans
-    order = np.argsort(tid, kind="stable")
-    t = tid[order]
-    first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
-    lo = np.minimum.reduceat(start[order], first)
-    hi = np.maximum.reduceat(end[order], first)
-    return {int(a): (int(b), int(c)) for a, b, c in zip(t[first].tolist(), lo.tolist(), hi.tolist(), strict=True)}
 
 
 class HostView:
@@ -110,33 +80,37 @@ class HostView:
         self._first_seen = first_seen or {}
         # the rank's events come grouped by kind (tracelab.analyses.core.rows.kind_rows, once per timeline):
         # nothing here masks every event of the timeline
-        kind = column(timeline, "kind")
-        start = column(timeline, "start")
-        end = column(timeline, "end")
-        names = column(timeline, "name")
-        flags = column(timeline, "flags")
-        self._flags = flags
-        sync = column(timeline, "sync_kind")
-        tid = column(timeline, "tid")
-        corr = column(timeline, "correlation")
-        device = column(timeline, "device")
+        self._flags = column(timeline, "flags")
+        api = rows_of(timeline, rank, HOST_API_KINDS)  # host API calls (RUNTIME / DRIVER), in start order
+        sync_rows = rows_of(timeline, rank, (EventKind.SYNC,))
+        ranges = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+        self._read_api_calls(timeline, api)
+        self._read_waits(timeline, api, sync_rows)
+        self._read_stream_waits(timeline, api, sync_rows)
+        cpu = self._read_activity(timeline, api)
+        self._read_os_calls(timeline)
+        self._read_threads(timeline, api, ranges)
+        self._read_input_ranges(timeline, ranges, input_words)
+        self._read_cpu_ops(timeline, cpu)
 
-        # host API calls (RUNTIME / DRIVER), in start order
-        api = rows_of(timeline, rank, HOST_API_KINDS)
+    def _read_api_calls(self, timeline: Timeline, api: np.ndarray) -> None:
+        """The host API calls, the device of the GPU op each launched and whether each really blocks."""
+        start, end, names = column(timeline, "start"), column(timeline, "end"), column(timeline, "name")
+        corr, device = column(timeline, "correlation"), column(timeline, "device")
         self.api_rows = api
         self.api_start = start[api]
         self.api_end = end[api]
-        self.api_tid = tid[api]
+        self.api_tid = column(timeline, "tid")[api]
         self.api_name = names[api]
-        self.api_flags = flags[api]
-        self.api_sync = sync[api]
+        self.api_flags = self._flags[api]
+        self.api_sync = column(timeline, "sync_kind")[api]
         api_corr = corr[api]
         has = api_corr >= 0
         self._corr_pos = np.flatnonzero(has)  # index into the api_* arrays
         self._corr_first = FirstPosition(api_corr[has])
 
         # GPU op correlated with each API call (for its device and what it really did)
-        gpu = rows_of(timeline, rank, GPU_ACTIVITY_KINDS)
+        gpu = rows_of(timeline, self.rank, GPU_ACTIVITY_KINDS)
         self.api_device = np.where(device[api] >= 0, device[api], -1).astype(_I64)
         gi = self.launch_index(corr[gpu])
         ok = gi >= 0
@@ -148,14 +122,16 @@ class HostView:
         named = np.flatnonzero(((self.api_flags & Flag.BLOCKING) != 0) & has)
         non_blocking = np.zeros(api.size, dtype=bool)
         if named.size:
-            non_blocking[named] = member(api_corr[named], sorted_unique(_non_blocking_copies(timeline, rank)))
+            non_blocking[named] = member(api_corr[named], sorted_unique(_non_blocking_copies(timeline, self.rank)))
         self.api_blocking = ((self.api_flags & Flag.BLOCKING) != 0) & ~non_blocking
         self.api_nonblocking_sync = ((self.api_flags & Flag.BLOCKING) != 0) & non_blocking
 
-        # intervals during which the host waited for the GPU
+    def _read_waits(self, timeline: Timeline, api: np.ndarray, sync_rows: np.ndarray) -> None:
+        """The intervals during which the host waited for the GPU (wait_* arrays, in start order)."""
+        start, end, names = column(timeline, "start"), column(timeline, "end"), column(timeline, "name")
+        tid, corr, device = column(timeline, "tid"), column(timeline, "correlation"), column(timeline, "device")
         blocking = api[self.api_blocking]
-        sync_rows = rows_of(timeline, rank, (EventKind.SYNC,))
-        sk = sync[sync_rows]
+        sk = column(timeline, "sync_kind")[sync_rows]
         sync_ev = sync_rows[(sk != int(SyncKind.STREAM_WAIT_EVENT)) & (sk != int(SyncKind.EVENT_QUERY))]
         # a profiler sync record (Kineto cuda_sync) stands for its API call when that is in the trace:
         # the call's own classification wins (e.g. an "Event Sync" record made by cudaEventQuery)
@@ -167,7 +143,7 @@ class HostView:
         w_start, w_end, w_name, w_tid, w_dev = [start[plain]], [end[plain]], [names[plain]], [tid[plain]], [plain_dev]
         # A device-to-host copy into pageable memory blocks the calling thread (.item(), .cpu()) from
         # the moment the copy runs until the call returns; before that the call is only launching it.
-        mc = rows_of(timeline, rank, (EventKind.MEMCPY,))
+        mc = rows_of(timeline, self.rank, (EventKind.MEMCPY,))
         mc = mc[(column(timeline, "copy_kind")[mc] == int(CopyKind.DTOH))
                 & (column(timeline, "dst_mem")[mc] == int(MemKind.PAGEABLE))]
         if mc.size:
@@ -187,22 +163,28 @@ class HostView:
         self.wait_tid = np.concatenate(w_tid)[order].astype(_I64)
         self.wait_dev = np.concatenate(w_dev)[order].astype(_I64)
 
-        # GPU-side dependencies issued from the host: cudaStreamWaitEvent calls and sync records
+    def _read_stream_waits(self, timeline: Timeline, api: np.ndarray, sync_rows: np.ndarray) -> None:
+        """GPU-side dependencies issued from the host: cudaStreamWaitEvent calls and sync records."""
+        start, kind = column(timeline, "start"), column(timeline, "kind")
+        sk = column(timeline, "sync_kind")[sync_rows]
         swe = int(SyncKind.STREAM_WAIT_EVENT)  # the few such rows of both, not every call and record merged
         sw = np.sort(np.concatenate([api[self.api_sync == swe], sync_rows[sk == swe]]), kind="stable")
         is_api = kind[sw] != int(EventKind.SYNC)
         order = np.lexsort((is_api, start[sw]))  # on ties the API call (a readable name) comes last
         self.swait_start = start[sw][order]
-        self.swait_name = names[sw][order]
+        self.swait_name = column(timeline, "name")[sw][order]
 
-        # any recorded host activity, per thread: API calls, CPU ops and NVTX ranges (nsys
-        # --pytorch=autograd-nvtx, record_function): host work between CUDA calls; step annotations excluded
-        cpu = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
+    def _read_activity(self, timeline: Timeline, api: np.ndarray) -> np.ndarray:
+        """Any recorded host activity, per thread: API calls, CPU ops and NVTX ranges (nsys
+        --pytorch=autograd-nvtx, record_function): host work between CUDA calls; step annotations excluded.
+        Returns those CPU op / NVTX rows."""
+        start, end, tid = column(timeline, "start"), column(timeline, "end"), column(timeline, "tid")
+        cpu = rows_of(timeline, self.rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
         if cpu.size:
-            cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[names[cpu]]]
+            cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[column(timeline, "name")[cpu]]]
         self.has_cpu_ops = bool(cpu.size)
         # torch.profiler's CPU ops (Kineto cpu_op): between them and the CUDA calls the thread ran no op
-        self.has_op_events = bool(rows_of(timeline, rank, (EventKind.CPU_OP,)).size)
+        self.has_op_events = bool(rows_of(timeline, self.rank, (EventKind.CPU_OP,)).size)
         if cpu.size:
             act = np.sort(np.concatenate([cpu, api]), kind="stable")
             self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
@@ -211,15 +193,18 @@ class HostView:
         self.act_us, self.act_ue = merge(self._act_start, self._act_end, assume_sorted=True)
         self._act_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.host_data: HostData = "cpu_ops" if self.has_cpu_ops else ("cuda_api" if api.size else "none")
+        return cpu
 
-        # OS runtime calls (nsys --trace=osrt; `os_calls` in the run's stats means they were traced)
+    def _read_os_calls(self, timeline: Timeline) -> None:
+        """OS runtime calls (nsys --trace=osrt; `os_calls` in the run's stats means they were traced), per
+        thread in (thread, start) order, the thread waits among them and the wake-up calls per process."""
+        start, end, names, tid = (column(timeline, c) for c in ("start", "end", "name", "tid"))
         self.os_data = "os_calls" in timeline.meta.stats
-        os_rows = os_call_rows(timeline, rank)
+        os_rows = os_call_rows(timeline, self.rank)
         os_rows = os_rows[np.lexsort((start[os_rows], tid[os_rows]))]
         self._os_tid, self._os_start = tid[os_rows].astype(_I64), start[os_rows]
         self._os_end, self._os_name = end[os_rows], names[os_rows]
-        pid = column(timeline, "pid")
-        self._os_pid = pid[os_rows].astype(_I64)
+        self._os_pid = column(timeline, "pid")[os_rows].astype(_I64)
         os_names = distinct(self._os_name)
         kinds = [timeline.name(int(i)) for i in os_names.tolist()]  # a few dozen distinct calls
         self._thread_wait_ids = os_names[[k in THREAD_WAITS for k in kinds]] if kinds else os_names
@@ -231,8 +216,11 @@ class HostView:
         self._waits_for: dict[tuple[int, int], WaitSet] = {}
         self._blocked_by_pid: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self._activity_by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        # the threads that launch GPU work, per process, and each host thread's recorded life span
-        self.api_pid = pid[api].astype(_I64)
+
+    def _read_threads(self, timeline: Timeline, api: np.ndarray, ranges: np.ndarray) -> None:
+        """The threads that launch GPU work, per process, and what each host thread's life span is read from."""
+        start, end, tid = column(timeline, "start"), column(timeline, "end"), column(timeline, "tid")
+        self.api_pid = column(timeline, "pid")[api].astype(_I64)
         lt = (self.api_flags & Flag.LAUNCH) != 0
         pairs = distinct((self.api_pid[lt] << 32) | (self.api_tid[lt].astype(_I64) & 0xFFFFFFFF))
         self._launchers: dict[int, list[int]] = {}
@@ -240,35 +228,39 @@ class HostView:
             self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
         # each host thread's recorded life span, found when asked for (the launching threads only): the
         # (tid, start, end) columns of its API calls, CPU ops and NVTX ranges (step ranges included), OS calls
-        ranges = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
         self._host_parts = ((self.api_tid, self.api_start, self.api_end), (tid[ranges], start[ranges], end[ranges]),
                             (self._os_tid, self._os_start, self._os_end))
         self._life: dict[int, tuple[int, int] | None] = {}
 
-        # data-loading ranges (DataLoader iterator ops, user ranges named for data / batch / load:
-        # tracelab.analyses.gaps.input_wait), per thread in (thread, start) order
+    def _read_input_ranges(self, timeline: Timeline, ranges: np.ndarray, input_words: tuple[str, ...]) -> None:
+        """Data-loading ranges (DataLoader iterator ops, user ranges named for data / batch / load:
+        tracelab.analyses.gaps.input_wait), per thread in (thread, start) order."""
+        start, end, names, tid = (column(timeline, c) for c in ("start", "end", "name", "tid"))
         inp = np.zeros(ranges.size, dtype=bool)
         if ranges.size:
             inp = names_matching(timeline, DATALOADER)[names[ranges]]
             wp = words_pattern(tuple(input_words))
             if wp is not None:
-                inp |= (kind[ranges] == int(EventKind.NVTX_RANGE)) & names_matching(timeline, wp)[names[ranges]]
+                inp |= ((column(timeline, "kind")[ranges] == int(EventKind.NVTX_RANGE))
+                        & names_matching(timeline, wp)[names[ranges]])
         inp_rows = ranges[inp]
         inp_rows = inp_rows[np.lexsort((start[inp_rows], tid[inp_rows]))]
         self._in_tid, self._in_start = tid[inp_rows].astype(_I64), start[inp_rows]
         self._in_end, self._in_name = end[inp_rows], names[inp_rows]
         self._input_by_tid: dict[int, InputSpans] = {}
 
-        # CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
-        # (the rows are in start order already: a stable sort by thread alone, of small codes, by radix)
+    def _read_cpu_ops(self, timeline: Timeline, cpu: np.ndarray) -> None:
+        """CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
+        (the rows are in start order already: a stable sort by thread alone, of small codes, by radix)."""
+        tid = column(timeline, "tid")
         _, thread_code = distinct_codes(tid[cpu])
         if cpu.size and int(thread_code.max()) < 1 << 15:
             thread_code = thread_code.astype(np.int16)
         ops = cpu[np.argsort(thread_code, kind="stable")]
         self.op_tid = tid[ops]
-        self.op_start = start[ops]
-        self.op_end = end[ops]
-        self.op_name = names[ops]
+        self.op_start = column(timeline, "start")[ops]
+        self.op_end = column(timeline, "end")[ops]
+        self.op_name = column(timeline, "name")[ops]
         # segmented running maximum of the ends (per thread): the outermost op that started by t
         self.op_reach = np.empty(ops.size, dtype=_I64)
         self.op_arg = np.empty(ops.size, dtype=_I64)
@@ -470,170 +462,7 @@ class HostView:
         return np.where(i >= 0, self._corr_pos[np.maximum(i, 0)] if self._corr_pos.size else -1, -1)
 
 
-@dataclass(frozen=True)
-class OsCalls:
-    """One thread's OS runtime calls sorted by start (with the running maximum of their ends and which
-    call holds it; their ends sorted, for counting), and the union of the time it was blocked in them
-    outside its CUDA API calls."""
-
-    start: np.ndarray
-    runmax: np.ndarray
-    arg: np.ndarray
-    ends_sorted: np.ndarray
-    name: np.ndarray
-    end: np.ndarray
-    blocked_start: np.ndarray
-    blocked_end: np.ndarray
-    input_start: np.ndarray  # the union of the time blocked in waits for data (INPUT_OS_CALLS)
-    input_end: np.ndarray
-    is_input: np.ndarray  # per call (start order): an INPUT_OS_CALLS call
-
-
-@dataclass(frozen=True)
-class InputSpans:
-    """One thread's data-loading ranges sorted by start (running maximum of their ends and which range
-    holds it, their names and ends) and the union of its input-wait time (ranges and OS waits for data)."""
-
-    start: np.ndarray
-    runmax: np.ndarray
-    arg: np.ndarray
-    name: np.ndarray
-    end: np.ndarray
-    wait_start: np.ndarray
-    wait_end: np.ndarray
-
-
-def _string_id(strings: tuple[str, ...], s: str) -> int:
-    try:
-        return strings.index(s)
-    except ValueError:
-        return -1
-
-
-@dataclass(frozen=True)
-class WaitSet:
-    """A subset of a HostView's waits (positions `idx` into its wait_* arrays), sorted by start, with
-    the running maximum of their ends (and which wait holds it) and their union."""
-
-    idx: np.ndarray
-    start: np.ndarray
-    runmax: np.ndarray
-    arg: np.ndarray  # index into the HostView's wait_* arrays
-    us: np.ndarray
-    ue: np.ndarray
-
 
 def host_views(timeline: Timeline, first_seen: FirstSeen | None = None,
                input_words: tuple[str, ...] = DEFAULT_INPUT_WORDS) -> dict[int, HostView]:
     return {r: HostView(timeline, r, first_seen, input_words) for r in ranks_of(timeline)}
-
-
-FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's first recorded host activity
-
-
-def thread_first_seen(timeline: Timeline) -> FirstSeen:
-    """When each host thread was first recorded (CUDA API calls, CPU ops, NVTX ranges, OS calls), per (rank,
-    tid). Computed on the whole trace before a --steps / --window scope clips it, so "the launching thread
-    was absent" keeps meaning absent from the trace, not from the window."""
-    out: FirstSeen = {}
-    start, tid = column(timeline, "start"), column(timeline, "tid")
-    for rank in ranks_of(timeline):  # the rank's host rows, grouped once per timeline
-        rows = np.concatenate([rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.CPU_OP, EventKind.NVTX_RANGE)),
-                               os_call_rows(timeline, rank)])
-        if rows.size:
-            spans = _life_spans(tid[rows], start[rows], start[rows])
-            out.update({(rank, t): first for t, (first, _) in spans.items()})
-    return out
-
-
-
-# ---- the profiler's own work (nsys PROFILER_OVERHEAD, Kineto "overhead" events) --------------------------------
-@dataclass(frozen=True)
-class Overhead:
-    """The profiler-overhead intervals of one rank's processes, in start order: name (index into
-    `overhead_names(timeline)`), running maximum of the ends (for "the interval running at t") and their union."""
-
-    start: np.ndarray
-    end: np.ndarray
-    name: np.ndarray
-    runmax: np.ndarray
-    arg: np.ndarray
-    us: np.ndarray
-    ue: np.ndarray
-
-    @staticmethod
-    def empty() -> Overhead:
-        e = np.zeros(0, dtype=_I64)
-        return Overhead(e, e, e, e, e, e, e)
-
-
-def _overhead_parts(timeline: Timeline) -> list[tuple[int | None, dict]]:
-    """(rank or None for "every rank of the file", the parser's overhead record) per trace file: a one-file run
-    keeps it in meta.extra["health"], a run merged from rank files in meta.extra["rank_extra"][rank]["health"]
-    (tracelab.io.nsys.health)."""
-    extra = timeline.meta.extra if isinstance(timeline.meta.extra, dict) else {}
-    out: list[tuple[int | None, dict]] = []
-    h = extra.get("health")
-    if isinstance(h, dict) and isinstance(h.get("overhead"), dict):
-        out.append((None, h["overhead"]))
-    for r, e in (extra.get("rank_extra") or {}).items():
-        h = e.get("health") if isinstance(e, dict) else None
-        if isinstance(h, dict) and isinstance(h.get("overhead"), dict) and str(r).lstrip("-").isdigit():
-            out.append((int(r), h["overhead"]))
-    return out
-
-
-def _overhead_table(timeline: Timeline) -> tuple[np.ndarray, ...] | None:
-    """Every profiler-overhead interval of the run: (rank or -1, pid or -1, start, end, name code) and the names."""
-    parts = _overhead_parts(timeline)
-    if not parts:
-        return None
-    names: dict[str, int] = {}
-    cols: list[list[np.ndarray]] = [[], [], [], [], []]
-    for rank, o in parts:
-        s = np.asarray(o.get("start", ()), dtype=_I64)
-        n = s.size
-        cols[0].append(np.full(n, -1 if rank is None else rank, dtype=_I64))
-        cols[1].append(np.asarray(o.get("pid", [-1] * n), dtype=_I64))
-        cols[2].append(s)
-        cols[3].append(np.maximum(np.asarray(o.get("end", ()), dtype=_I64), s))
-        cols[4].append(np.array([names.setdefault(str(x), len(names)) for x in o.get("name", [""] * n)], dtype=_I64))
-    table = tuple(np.concatenate(c) for c in cols)
-    return (*table, np.array(list(names), dtype=object))
-
-
-def overhead_table(timeline: Timeline) -> tuple[np.ndarray, ...] | None:
-    """Every profiler-overhead interval of the run (nsys PROFILER_OVERHEAD, Kineto "overhead" events), as
-    columns: rank (-1: the file holds every rank), pid (-1: unknown), start, end, name code, then the names;
-    None when no trace file of the run records overhead."""
-    return memo(timeline, "profiler_overhead", lambda: _overhead_table(timeline))
-
-
-def overhead_names(timeline: Timeline) -> tuple[str, ...]:
-    """The names of the run's profiler-overhead intervals ("CUPTI Buffer flush", ...): Overhead.name indexes them."""
-    t = overhead_table(timeline)
-    return () if t is None else tuple(t[5].tolist())
-
-
-def rank_overhead(timeline: Timeline, host: HostView) -> Overhead:
-    """The profiler-overhead intervals of `host`'s rank: those of its own file in a run merged from rank files,
-    else those of its processes (the processes of its CUDA calls; every process when the run has one rank).
-    Memoized per rank."""
-    return memo(timeline, ("profiler_overhead", host.rank), lambda: _rank_overhead(
-        timeline, host.rank, distinct(host.api_pid) if host.api_pid.size else np.zeros(0, dtype=_I64)))
-
-
-def _rank_overhead(timeline: Timeline, rank: int, pids: np.ndarray) -> Overhead:
-    t = overhead_table(timeline)
-    if t is None or t[2].size == 0:
-        return Overhead.empty()
-    r, pid, s, e, name = t[:5]
-    one_rank = len(ranks_of(timeline)) <= 1
-    mine = (r == rank) | ((r < 0) & (one_rank | (pid < 0) | member(pid, sorted_unique(np.asarray(pids, dtype=_I64)))))
-    k = np.flatnonzero(mine)
-    if not k.size:
-        return Overhead.empty()
-    k = k[np.argsort(s[k], kind="stable")]
-    runmax, arg = running_max_index(e[k])
-    us, ue = merge(s[k], e[k])
-    return Overhead(s[k], e[k], name[k], runmax, arg, us, ue)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.analyses.core.host import HostView
 from tracelab.analyses.core.intervals import coverage_at_least, union_length
-from tracelab.analyses.gaps.idle import HostView
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.grouping import sorted_unique
 

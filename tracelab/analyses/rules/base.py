@@ -24,9 +24,10 @@ from typing import Any, Protocol, TypedDict, get_args, get_origin, get_type_hint
 
 import numpy as np
 
+from tracelab.analyses.core.host import HostView
 from tracelab.analyses.core.memo import column
 from tracelab.analyses.device.devices import DeviceRows
-from tracelab.analyses.gaps.idle import HostView, IdleIntervals, idle_intervals
+from tracelab.analyses.gaps.idle import IdleIntervals, idle_intervals
 from tracelab.analyses.results import DeviceSummary, Finding, Gap
 from tracelab.model import EventKind, Timeline
 from tracelab.model.grouping import group_rows

@@ -1,6 +1,8 @@
-"""Cutting a repeating call sequence into steps (docs/DESIGN.md "Steps", steps 3–4): where a step
-boundary lies (the anchor), steps made of a repeated short block (the recurring host pause), and
-steps of one launch each (graph replays, host-paced launches). Used by `steps.infer_steps`."""
+"""Cutting a repeating call sequence into steps (docs/DESIGN.md "Steps", steps 3–4): where the repetition
+is, where a step boundary lies (the anchor) and the steps cut there. Steps made of a repeated short block
+(the recurring host pause) are cut by steps.cut_pause, steps of one launch each (graph replays, host-paced
+launches) by steps.cut_launch, and host activity before a step's first call is given to it by steps.lead_in.
+Used by `steps.infer_steps`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_counts
 from tracelab.analyses.core.names import short_name
-from tracelab.analyses.steps.sequence import MAX_TOKENS, MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
+from tracelab.analyses.steps.sequence import MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
 from tracelab.model import Timeline
 
 Cut = tuple[np.ndarray, np.ndarray]  # (start ns, end ns) of the steps, int64
@@ -19,6 +21,7 @@ ANCHOR_RHYTHM = 0.8  # an anchor's successive occurrences are P apart this often
 REPEAT_FROM_START = 0.9  # the repetition starts where this share of the next period already repeats
 KGRAM_MAX = 1 << 14  # longest run of calls the trace-start anchor is identified by
 PAUSE_KGRAM_MAX = 256  # ... and a pause anchor (64 was the most any bundled or corpus trace needed)
+SHORT_BLOCK = 8  # a token period shorter than this is a block inside the step, not a training step
 
 
 def _empty() -> Cut:
@@ -388,234 +391,3 @@ def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> Cut:
         stop = _repeating_run_end(tok, int(pos[-1]), period)
         ends = np.r_[starts[1:], seq.end[int(pos[-1]) : max(stop, int(pos[-1]) + 1)].max()]
     return starts.astype(np.int64), ends.astype(np.int64)
-
-
-# ---- steps made of a repeated short block: the recurring host pause ------------------------------
-PAUSE_RATIO = 3.0  # the step-boundary pause must be this many times the typical pause
-PAUSE_QUANTILE = 25  # per phase, this percentile of the pauses over the periods (robust to set-up)
-PAUSE_NEAR_BEST = 0.7  # the smallest multiple whose ratio is this close to the best one
-MAX_MULTIPLE = 256
-SHORT_BLOCK = 8  # a token period shorter than this is a block inside the step, not a training step
-
-
-@dataclass(frozen=True)
-class PausePeriod:
-    lag: int  # a multiple of the token period
-    ratio: float  # the recurring pause over the typical pause
-    threshold: float  # ns: pauses at least this long are step boundaries
-
-
-def pause_period(seq: LaunchSequence, base: int) -> PausePeriod:
-    """When a step repeats the same short block of launches k times (a loop inside the step; used
-    for token periods under SHORT_BLOCK), the tokens repeat every block, but the host pauses once
-    per step (Python between iterations, the data loader): fold the pauses before each launch at
-    every multiple q of the token period and keep the smallest q at which one phase pauses
-    PAUSE_RATIO times longer than usual in (nearly) every period."""
-    pause = host_pauses(seq).astype(np.float64)[:MAX_TOKENS]
-    n = pause.size
-    typical = max(float(np.median(pause)), 1.0)
-    results = []
-    for m in range(1, min(MAX_MULTIPLE, n // (MIN_REPEATS * base)) + 1):
-        q = m * base
-        k = n // q
-        fold = np.percentile(pause[: k * q].reshape(k, q), PAUSE_QUANTILE, axis=0)
-        results.append((q, float(fold.max()) / typical))
-    if not results:
-        return PausePeriod(base, 0.0, 0.0)
-    best = max(r for _, r in results)
-    if best < PAUSE_RATIO:
-        return PausePeriod(base, best, 0.0)
-    q, ratio = next((q, r) for q, r in results if r >= PAUSE_NEAR_BEST * best)
-    return PausePeriod(q, ratio, typical * np.sqrt(ratio))
-
-
-def _centered_max(x: np.ndarray, h: int) -> np.ndarray:
-    """max(x[i-h : i+h+1]) for every i, in O(n) (van Herk / Gil-Werman: block prefix and suffix
-    maxima)."""
-    w = 2 * h + 1
-    n = x.size
-    lo = np.iinfo(np.int64).min
-    total = -(-(n + 2 * h) // w) * w
-    padded = np.full(total, lo, dtype=np.int64)
-    padded[h : h + n] = x
-    blocks = padded.reshape(-1, w)
-    prefix = np.maximum.accumulate(blocks, axis=1).ravel()
-    suffix = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
-    i = np.arange(n)
-    return np.maximum(suffix[i], prefix[np.minimum(i + w - 1, total - 1)])
-
-
-def cut_by_pause(seq: LaunchSequence, pp: PausePeriod) -> Cut:
-    """Steps starting at the calls that follow a step-boundary pause (in rhythm); the first step
-    also when the sequence starts with it, without a pause before."""
-    q = pp.lag
-    pause = host_pauses(seq)
-    # boundaries: long pauses that are the longest within half a step on either side
-    peak = pause >= _centered_max(pause, q // 2)
-    pos = in_rhythm(np.flatnonzero((pause >= pp.threshold) & peak), q)
-    if pos.size == 0:
-        return _empty()
-    tol = max(1, q // 20)
-    if pos.size > 2 and pos[1] - pos[0] < q and np.median(np.diff(pos[1:])) == q:
-        # steps of exactly q calls, but a shorter first one (the first call has no pause before it
-        # to tell; a slow first launch makes the second look like a boundary): q calls too
-        pos = np.r_[max(0, int(pos[1]) - q), pos[1:]]
-    elif pos[0] >= q - tol:
-        pos = np.r_[max(0, int(pos[0]) - q), pos]
-    # the teardown after the loop (a final synchronize after a pause) is no step
-    stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
-    if pos.size > 1 and stop - int(pos[-1]) < q // 2:
-        pos = pos[:-1]
-        stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
-    starts = seq.start[pos]
-    ends = np.r_[starts[1:], seq.end[int(pos[-1]) : max(stop, int(pos[-1]) + 1)].max()]
-    return starts.astype(np.int64), ends.astype(np.int64)
-
-
-# ---- steps of one launch each --------------------------------------------------------------------
-STEADY_CADENCE = 0.5  # interquartile range of the intervals between launches over their median
-HOST_PACED = 6.0  # launches at least this many call durations apart: the host works in between
-
-
-@dataclass(frozen=True)
-class LaunchRun:
-    first: int  # position in the sequence of the run's first launch
-    count: int
-    graph: bool  # CUDA graph replays (else launches of one kernel)
-    interval_ns: float  # median time from launch to launch
-    paced: float  # median interval over the median launch call duration
-
-
-def launch_run(
-    seq: LaunchSequence, graph: bool, min_paced: float = 0.0, min_span: float = 0.0
-) -> LaunchRun | None:
-    """The longest run of ≥ MIN_REPEATS consecutive launches of the same token (nothing else
-    launched or waited for between them) at a steady cadence, of graph launches (graph=True) or of
-    anything else, at least `min_paced` call durations apart and spanning at least `min_span` ns
-    (count × interval); None when there is none. Vectorized over all runs at once."""
-    tok = seq.tokens
-    n = tok.size
-    if n < MIN_REPEATS:
-        return None
-    run_start = np.flatnonzero(np.r_[True, tok[1:] != tok[:-1]])
-    run_len = np.diff(np.r_[run_start, n])
-    keep = run_len >= MIN_REPEATS
-    lo, m = run_start[keep], run_len[keep]
-    if lo.size == 0:
-        return None
-    seg, p = _segments(lo, lo + m)
-    all_launch = np.bincount(seg, weights=~seq.launch[p], minlength=lo.size) == 0
-    is_graph = np.bincount(seg, weights=~seq.graph[p], minlength=lo.size) == 0
-    inner = p > lo[seg]  # intervals: from the launch before, inside the run
-    iv = (seq.start[p] - seq.start[np.maximum(p - 1, 0)]).astype(np.float64)
-    med = group_quantile(seg[inner], iv[inner], lo.size, 0.5)
-    q25 = group_quantile(seg[inner], iv[inner], lo.size, 0.25)
-    q75 = group_quantile(seg[inner], iv[inner], lo.size, 0.75)
-    dur = np.maximum(group_quantile(seg, (seq.end[p] - seq.start[p]).astype(np.float64), lo.size), 1.0)
-    ok = all_launch & (is_graph == graph) & (med > 0) & (q75 - q25 <= STEADY_CADENCE * med)
-    ok &= (med / dur >= min_paced) & (m * med >= min_span)
-    if not ok.any():
-        return None
-    c = int(np.flatnonzero(ok)[np.argmax(m[ok])])  # the longest (the first of equals)
-    return LaunchRun(int(lo[c]), int(m[c]), bool(is_graph[c]), float(med[c]), float(med[c] / dur[c]))
-
-
-def cut_launch_run(seq: LaunchSequence, run: LaunchRun, calls: LaunchSequence) -> Cut:
-    """One step per launch of the run. A step starts at the first call after the longest host
-    pause since the previous launch (e.g. the stream-capture check just before a graph launch),
-    looked up in `calls` (the same thread(s) with every API call); the last one ends at the next
-    call after the loop, at most a median interval after its start."""
-    launch_start = seq.start[run.first : run.first + run.count]
-    launch_end = seq.end[run.first : run.first + run.count]
-    c_start, c_end = calls.start, calls.end
-    at = np.searchsorted(c_start, launch_start)  # the launch itself in `calls`
-    prev_end = np.r_[launch_start[0], launch_end[:-1]]  # the first launch: from itself
-    lo = np.minimum(np.searchsorted(c_start, prev_end, side="left"), at)
-    # the first step: as many calls back as the others have at most, not into the set-up
-    back = int(np.max(at[1:] - lo[1:])) if at.size > 1 else 0
-    after_prev = int(np.searchsorted(c_start, seq.end[run.first - 1], side="left")) if run.first else 0
-    lo[0] = min(at[0], max(at[0] - back, after_prev))
-    pause = np.r_[0, c_start[1:] - c_end[:-1]]
-    seg, idx = _segments(lo, at + 1)
-    order = np.lexsort((-pause[idx], seg))
-    firsts = np.r_[0, np.flatnonzero(np.diff(seg[order])) + 1]
-    starts = c_start[idx[order][firsts]]
-    nxt = int(np.searchsorted(c_start, launch_end[-1], side="left"))
-    cap = int(starts[-1]) + int(run.interval_ns)
-    last_end = min(cap, int(c_start[nxt])) if nxt < c_start.size else cap
-    ends = np.r_[starts[1:], max(last_end, int(launch_end[-1]))]
-    return starts.astype(np.int64), ends.astype(np.int64)
-
-
-# ---- host activity before a step's first call ----------------------------------------------------
-def refine_starts(
-    starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
-) -> Cut:
-    """Move each step's start back over the host ranges (CPU ops, NVTX / record_function ranges)
-    recorded between the previous call and the step's first call: the step starts after the longest
-    stretch in that window in which the host recorded nothing (the loop's own Python: the iteration,
-    a print); the ranges after it (the data loader, the first ops of the forward) are the step's,
-    those before it the previous step's tail. The first step's window reaches back as far as the
-    longest other one, or to the outermost range that contains its first call. `ranges`: (start,
-    end) of the candidate ranges, sorted by start. Steps stay contiguous."""
-    r_start, r_end = ranges
-    if starts.size == 0 or r_start.size == 0:
-        return starts, ends
-    last_end = np.maximum.accumulate(calls.end)
-    before = np.searchsorted(calls.start, starts, side="left") - 1  # the call before each first call
-    lo = np.where(before >= 0, last_end[np.maximum(before, 0)], np.iinfo(np.int64).min)
-    lo = np.minimum(lo, starts)
-    after_call = int(lo[0])  # the first step: after the call before it (if any) ...
-    if starts.size > 1:
-        lo[0] = max(int(lo[0]), int(starts[0] - np.max(starts[1:] - lo[1:])))
-    elif before[0] < 0:
-        lo[0] = starts[0]
-    width = (starts - lo).astype(np.int64)
-    # the ranges in each window (lo, start]: window ids, ends relative to lo clipped to the window
-    a = np.searchsorted(r_start, lo, side="right")
-    b = np.searchsorted(r_start, starts, side="right")
-    seg, idx = _segments(a, b)
-    new = starts.copy()
-    if idx.size:
-        offset = np.r_[0, np.cumsum(width + 1)[:-1]]
-        rel_s = r_start[idx] - lo[seg]
-        rel_e = np.minimum(r_end[idx] - lo[seg], width[seg])
-        covered = np.maximum.accumulate(rel_e + offset[seg]) - offset[seg]  # per window: cummax
-        first = np.r_[True, seg[1:] != seg[:-1]]
-        before_i = np.where(first, 0, np.r_[0, covered[:-1]])
-        gap = rel_s - np.maximum(before_i, 0)  # idle host time before each range
-        last = np.r_[first[1:], True]  # the last range of its window
-        tail = np.zeros(starts.size, dtype=np.int64)  # idle time between the ranges and the call
-        tail[seg[last]] = width[seg[last]] - np.maximum(covered[last], 0)
-        # per window: the range after the longest gap, unless the gap before the call is longer
-        order = np.lexsort((-gap, seg))
-        heads = np.r_[0, np.flatnonzero(np.diff(seg[order])) + 1]
-        best = order[heads]
-        w = seg[best]
-        take = gap[best] > tail[w]
-        new[w[take]] = r_start[idx[best[take]]]
-    around = (r_start > after_call) & (r_start < starts[0]) & (r_end >= starts[0])  # ... in a range
-    if around.any():
-        new[0] = min(int(new[0]), int(r_start[around].min()))
-        if starts.size > 1:
-            new[0] = _lead_in(int(new[0]), max(after_call, int(new[0]) - int(np.max(starts[1:] - lo[1:]))), r_start, r_end)
-    out_ends = ends.copy()
-    out_ends[:-1] = new[1:]
-    return new.astype(np.int64), out_ends.astype(np.int64)
-
-
-def _lead_in(at: int, lo: int, r_start: np.ndarray, r_end: np.ndarray) -> int:
-    """Where the first step starts when it begins in a range (`at`, the outermost one holding its first
-    call): the ranges just before it belong to it as they do to the other steps (their batch fetch, the
-    loop's first op), so it starts after the longest stretch in (lo, at] in which the host recorded nothing,
-    as refine_starts places the others; `at` itself when that stretch is the one right before `at`.
-    `lo`: as far back as the other steps' windows reach, never before the call before the step."""
-    i, j = int(np.searchsorted(r_start, lo, side="right")), int(np.searchsorted(r_start, at, side="left"))
-    if j <= i:
-        return at
-    s, e = r_start[i:j], np.minimum(r_end[i:j], at)
-    covered = np.maximum.accumulate(e)
-    idle_before = s - np.r_[lo, covered[:-1]]  # idle host time before each range
-    tail = at - int(covered[-1])  # ... and between the last of them and `at`
-    k = int(np.argmax(idle_before))
-    return int(s[k]) if idle_before[k] > tail else at

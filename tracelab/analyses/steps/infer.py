@@ -33,18 +33,10 @@ from tracelab.analyses.core.memo import column
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at_loader
-from tracelab.analyses.steps.cut import (
-    HOST_PACED,
-    SHORT_BLOCK,
-    cut_by_pause,
-    cut_launch_run,
-    cut_steps,
-    find_anchor,
-    launch_run,
-    pause_period,
-    refine_starts,
-    regular_period,
-)
+from tracelab.analyses.steps.cut import SHORT_BLOCK, cut_steps, find_anchor, regular_period
+from tracelab.analyses.steps.cut_launch import HOST_PACED, cut_launch_run, launch_run
+from tracelab.analyses.steps.cut_pause import cut_by_pause, pause_period
+from tracelab.analyses.steps.lead_in import refine_starts
 from tracelab.analyses.steps.sequence import (
     MIN_REPEATS,
     LaunchSequence,

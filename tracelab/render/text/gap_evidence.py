@@ -15,6 +15,7 @@ how the gap's own start is written); the durations come from text_format.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,6 +62,32 @@ def gap_evidence(analysis: Analysis, gaps: Sequence[Gap] | None = None) -> list[
     return out.tolist()
 
 
+@dataclass(frozen=True)
+class _Words:
+    """What every cause's sentence is built from: the rows' columns, the names, and the pieces formatted once
+    for every row (the next op, the launch call, times from the gap's start, what host data was recorded)."""
+
+    d: GapDetails
+    nm: Callable[[int], str]
+    a: np.ndarray
+    b: np.ndarray
+    found: np.ndarray
+    l_start: np.ndarray
+    what: np.ndarray
+    caller: np.ndarray
+    rel_b: np.ndarray
+    rel_l: np.ndarray
+    recorded_all: np.ndarray
+
+    def queued(self, m: np.ndarray) -> list[str]:
+        """'<op> was already launched (<call>, t before the gap) but started only t into the gap'."""
+        return [f"{w} was already launched ({c}, {t}) but started only {e}"
+                for w, c, t, e in zip(self.what[m], self.caller[m], self.rel_l[m], self.rel_b[m])]
+
+    def op_names(self, ids: np.ndarray) -> np.ndarray:
+        return _labels(lambda x: short_name(self.nm(x), 60), ids)
+
+
 def evidence_texts(d: GapDetails) -> list[str]:
     """One evidence sentence per row of `d` (docs/DESIGN.md, "Gap causes", for what each says)."""
     n = len(d)
@@ -69,57 +96,67 @@ def evidence_texts(d: GapDetails) -> list[str]:
     strings = d.strings
     nm = lambda sid: strings[sid] if 0 <= sid < len(strings) else "?"
     a, b = d.start, d.end
-    cause = d.cause
     found = d.launch_found
     l_start = np.where(found, d.launch_start, a)
-    what = _labels(lambda k, m, st: f"{_op_label(k, nm(m))} on stream {st}", d.next_kind, d.next_name, d.next_stream)
-    caller = _labels(lambda x, t: f"{nm(x)} on thread {t}", d.launch_name, d.launch_tid)
-    rel_b = _rel(b - a)
-    rel_l = _rel(l_start - a)
+    w = _Words(
+        d, nm, a, b, found, l_start,
+        what=_labels(lambda k, m, st: f"{_op_label(k, nm(m))} on stream {st}", d.next_kind, d.next_name, d.next_stream),
+        caller=_labels(lambda x, t: f"{nm(x)} on thread {t}", d.launch_name, d.launch_tid),
+        rel_b=_rel(b - a), rel_l=_rel(l_start - a),
+        recorded_all=_HOST_DATA_WORDS[d.host_data.astype(np.int64) + len(HOST_DATA) * d.os_data],
+    )
     out = np.full(n, "", dtype=object)
+    # one sentence per cause; a wait in progress when the gap began is said last, before the sentence of the time
+    # after it
+    for say in (_dependency_wait, _host_sync, _input_wait, _host_idle, _thread_absent, _os_blocked,
+                _launch_latency, _profiler, _after_wait, _unknown):
+        say(w, out)
+    return out.tolist()
 
-    def queued(m: np.ndarray) -> list[str]:
-        """'<op> was already launched (<call>, t before the gap) but started only t into the gap'."""
-        return [f"{w} was already launched ({c}, {t}) but started only {e}"
-                for w, c, t, e in zip(what[m], caller[m], rel_l[m], rel_b[m])]
 
-    def op_names(ids: np.ndarray) -> np.ndarray:
-        return _labels(lambda x: short_name(nm(x), 60), ids)
-
-    m = cause == _CODE["dependency_wait"]
+def _dependency_wait(w: _Words, out: np.ndarray) -> None:
+    d, a = w.d, w.a
+    m = d.cause == _CODE["dependency_wait"]
     if m.any():
-        txt = np.array(queued(m), dtype=object)
+        txt = np.array(w.queued(m), dtype=object)
         k = d.dep_name[m] >= 0
         if k.any():
-            names, at = _labels(nm, d.dep_name[m][k]), _rel(d.dep_start[m][k] - a[m][k])
-            txt[k] = [f"{t}; last {x} {w}" for t, x, w in zip(txt[k], names, at)]
+            names, at = _labels(w.nm, d.dep_name[m][k]), _rel(d.dep_start[m][k] - a[m][k])
+            txt[k] = [f"{t}; last {x} {wh}" for t, x, wh in zip(txt[k], names, at)]
         out[m] = txt
 
-    sync = cause == _CODE["host_sync"]
-    if sync.any():
-        who = np.zeros(n, dtype=object)
-        who[sync] = _labels(lambda x, t: f"{nm(x)} on thread {t}", d.wait_name[sync], d.wait_tid[sync])
-        m = sync & d.wait_covers
-        if m.any():
-            out[m] = [f"{w} from {t} covers {p}% of the gap"
-                      for w, t, p in zip(who[m], _rel(d.wait_start[m] - a[m]), _pct(d.wait_fraction[m]))]
-        m = sync & ~d.wait_covers
-        if m.any():
-            op = d.host_op[m]
-            host = np.full(op.size, "", dtype=object)
-            k = found[m] & (op >= 0)
-            if k.any():
-                host[k] = " (host in " + op_names(op[k]) + ")"
-            out[m] = [
-                f"{w} was waiting when the GPU went idle and returned {r}; "
-                + (f"next launch only {tl} ({c}){h}" if f else f"next {x} {tb}")
-                for w, r, f, tl, c, h, x, tb in zip(
-                    who[m], _rel(d.wait_end[m] - a[m]), found[m].tolist(), rel_l[m], caller[m], host, what[m], rel_b[m]
-                )
-            ]
 
-    recorded_all = _HOST_DATA_WORDS[d.host_data.astype(np.int64) + len(HOST_DATA) * d.os_data]
-    m = cause == _CODE["input_wait"]
+def _host_sync(w: _Words, out: np.ndarray) -> None:
+    d, a, nm, found = w.d, w.a, w.nm, w.found
+    sync = d.cause == _CODE["host_sync"]
+    if not sync.any():
+        return
+    who = np.zeros(len(d), dtype=object)
+    who[sync] = _labels(lambda x, t: f"{nm(x)} on thread {t}", d.wait_name[sync], d.wait_tid[sync])
+    m = sync & d.wait_covers
+    if m.any():
+        out[m] = [f"{wh} from {t} covers {p}% of the gap"
+                  for wh, t, p in zip(who[m], _rel(d.wait_start[m] - a[m]), _pct(d.wait_fraction[m]))]
+    m = sync & ~d.wait_covers
+    if m.any():
+        op = d.host_op[m]
+        host = np.full(op.size, "", dtype=object)
+        k = found[m] & (op >= 0)
+        if k.any():
+            host[k] = " (host in " + w.op_names(op[k]) + ")"
+        out[m] = [
+            f"{wh} was waiting when the GPU went idle and returned {r}; "
+            + (f"next launch only {tl} ({c}){h}" if f else f"next {x} {tb}")
+            for wh, r, f, tl, c, h, x, tb in zip(
+                who[m], _rel(d.wait_end[m] - a[m]), found[m].tolist(), w.rel_l[m], w.caller[m], host, w.what[m],
+                w.rel_b[m]
+            )
+        ]
+
+
+def _input_wait(w: _Words, out: np.ndarray) -> None:
+    d, a, nm = w.d, w.a, w.nm
+    m = d.cause == _CODE["input_wait"]
     if m.any():
         named = d.input_name[m] >= 0
         src = np.full(int(m.sum()), "", dtype=object)
@@ -128,57 +165,74 @@ def evidence_texts(d: GapDetails) -> list[str]:
             src[named] = ("; " + kind + _labels(lambda x: short_name(nm(x), 100), d.input_name[m][named]) + " from "
                           + _rel(d.input_start[m][named] - a[m][named]) + " to " + _rel(d.input_end[m][named] - a[m][named]))
         out[m] = [
-            f"{w} launched only {t} by {c}, which was waiting for input data {p}% of the time up to then "
+            f"{wh} launched only {t} by {c}, which was waiting for input data {p}% of the time up to then "
             f"(data-loading ranges / OS waits for data{s}) {r}"
-            for w, t, c, p, s, r in zip(what[m], rel_l[m], caller[m], _pct(d.input_fraction[m]), src, recorded_all[m])
+            for wh, t, c, p, s, r in zip(w.what[m], w.rel_l[m], w.caller[m], _pct(d.input_fraction[m]), src,
+                                         w.recorded_all[m])
         ]
 
-    m = (cause == _CODE["no_work"]) & d.host_idle
+
+def _host_idle(w: _Words, out: np.ndarray) -> None:
+    d = w.d
+    m = (d.cause == _CODE["no_work"]) & d.host_idle
     if m.any():
         out[m] = [
-            f"{w} launched only {t} by {c}, which, like every launching thread of its process, ran no recorded CPU op or CUDA call for {p}% of "
+            f"{wh} launched only {t} by {c}, which, like every launching thread of its process, ran no recorded CPU op or CUDA call for {p}% of "
             f"the time up to then in one stretch: the host was idle {r}"
-            for w, t, c, p, r in zip(what[m], rel_l[m], caller[m], _pct(d.idle_fraction[m]), recorded_all[m])
+            for wh, t, c, p, r in zip(w.what[m], w.rel_l[m], w.caller[m], _pct(d.idle_fraction[m]), w.recorded_all[m])
         ]
 
-    m = (cause == _CODE["no_work"]) & ~d.os_blocked & ~d.host_idle
+
+def _thread_absent(w: _Words, out: np.ndarray) -> None:
+    d = w.d
+    m = (d.cause == _CODE["no_work"]) & ~d.os_blocked & ~d.host_idle
     if m.any():
-        out[m] = [f"{c} has no recorded activity before its launch {t} ({w}): the launching thread was absent"
-                  for c, t, w in zip(caller[m], rel_l[m], what[m])]
-    m = (cause == _CODE["no_work"]) & d.os_blocked
+        out[m] = [f"{c} has no recorded activity before its launch {t} ({wh}): the launching thread was absent"
+                  for c, t, wh in zip(w.caller[m], w.rel_l[m], w.what[m])]
+
+
+def _os_blocked(w: _Words, out: np.ndarray) -> None:
+    d, a, nm = w.d, w.a, w.nm
+    m = (d.cause == _CODE["no_work"]) & d.os_blocked
     if m.any():
         call = _labels(lambda x: nm(x), d.os_name[m])
         more = np.where(d.os_calls[m] > 1, _labels(lambda k: f", {k} calls", d.os_calls[m]), "")
         threads = _labels(lambda k: "1 launching thread" if k == 1 else f"{k} launching threads", d.os_threads[m])
         out[m] = [
-            f"{w} launched only {t} by {c}, which was blocked in OS calls {ps}% of the time up to "
+            f"{wh} launched only {t} by {c}, which was blocked in OS calls {ps}% of the time up to "
             f"then ({x} from {s} to {e}{k}); no launching thread of the process ran for {pa}% of it ({th}) {r}"
-            for w, t, c, ps, x, s, e, k, pa, th, r in zip(
-                what[m], rel_l[m], caller[m], _pct(d.os_self[m]), call, _rel(d.os_start[m] - a[m]),
-                _rel(d.os_end[m] - a[m]), more, _pct(d.os_all[m]), threads, recorded_all[m],
+            for wh, t, c, ps, x, s, e, k, pa, th, r in zip(
+                w.what[m], w.rel_l[m], w.caller[m], _pct(d.os_self[m]), call, _rel(d.os_start[m] - a[m]),
+                _rel(d.os_end[m] - a[m]), more, _pct(d.os_all[m]), threads, w.recorded_all[m],
             )
         ]
 
-    m = cause == _CODE["launch_latency"]
+
+def _launch_latency(w: _Words, out: np.ndarray) -> None:
+    d, a = w.d, w.a
+    m = d.cause == _CODE["launch_latency"]
     if m.any():
-        recorded = recorded_all[m]
+        recorded = w.recorded_all[m]
         op = d.host_op[m]
         inside = np.full(op.size, "", dtype=object)
         k = op >= 0
         if k.any():
-            inside[k] = " (in " + op_names(op[k]) + ")"
+            inside[k] = " (in " + w.op_names(op[k]) + ")"
         # a launch call that began before the gap and returned inside it: the GPU waited for the call itself
-        inflight = (l_start[m] < a[m]).tolist()
+        inflight = (w.l_start[m] < a[m]).tolist()
         out[m] = [
-            (f"{w} was still being launched when the GPU went idle ({c} began {t}), which was not waiting for "
-             if f else f"{w} launched only {t} by {c}, which was not waiting for ")
+            (f"{wh} was still being launched when the GPU went idle ({c} began {t}), which was not waiting for "
+             if f else f"{wh} launched only {t} by {c}, which was not waiting for ")
             + f"the GPU; host busy {p}% of the time up to the next launch {r}{i}"
-            for w, t, c, p, r, i, f in zip(
-                what[m], rel_l[m], caller[m], _pct(d.host_active[m]), recorded, inside, inflight
+            for wh, t, c, p, r, i, f in zip(
+                w.what[m], w.rel_l[m], w.caller[m], _pct(d.host_active[m]), recorded, inside, inflight
             )
         ]
 
-    m = cause == _CODE["profiler"]
+
+def _profiler(w: _Words, out: np.ndarray) -> None:
+    d, a, nm = w.d, w.a, w.nm
+    m = d.cause == _CODE["profiler"]
     if m.any():
         named = d.profiler_name[m] >= 0
         src = np.full(int(m.sum()), "", dtype=object)
@@ -186,35 +240,41 @@ def evidence_texts(d: GapDetails) -> list[str]:
             src[named] = (" (" + _labels(lambda x: short_name(nm(x), 80), d.profiler_name[m][named]) + " from "
                           + _rel(d.profiler_start[m][named] - a[m][named]) + " to "
                           + _rel(d.profiler_end[m][named] - a[m][named]) + ")")
-        nxt = np.where(found[m], "next launch " + rel_l[m] + " (" + caller[m] + ")", "next " + what[m] + " " + rel_b[m])
+        nxt = np.where(w.found[m], "next launch " + w.rel_l[m] + " (" + w.caller[m] + ")",
+                       "next " + w.what[m] + " " + w.rel_b[m])
         out[m] = [
             f"profiler overhead{s} covers {p}% of the gap: the host was held up by the profiler, not by the "
             f"program; {x}"
             for s, p, x in zip(src, _pct(d.profiler_fraction[m]), nxt)
         ]
 
-    # a wait was in progress when the gap began but did not cover it: the cause is that of the time after it
-    m = d.after_wait & (cause != _CODE["host_sync"]) & (d.wait_name >= 0)
+
+def _after_wait(w: _Words, out: np.ndarray) -> None:
+    """A wait was in progress when the gap began but did not cover it: the cause is that of the time after it."""
+    d, a, b, nm = w.d, w.a, w.b, w.nm
+    m = d.after_wait & (d.cause != _CODE["host_sync"]) & (d.wait_name >= 0)
     if m.any():
         who = _labels(lambda x, t: f"{nm(x)} on thread {t}", d.wait_name[m], d.wait_tid[m])
-        out[m] = [f"{w} returned at {r}, covering {p}% of the gap; after it: {x}" for w, r, p, x in zip(
+        out[m] = [f"{wh} returned at {r}, covering {p}% of the gap; after it: {x}" for wh, r, p, x in zip(
             who, _rel(np.maximum(d.wait_end[m], a[m]) - a[m]), _pct(np.minimum(np.maximum(d.wait_end[m], a[m]) - a[m],
-                                                                              b[m] - a[m]) / np.maximum(b[m] - a[m], 1)),
+                                                                               b[m] - a[m]) / np.maximum(b[m] - a[m], 1)),
             out[m])]
 
-    unknown = cause == _CODE["unknown"]
+
+def _unknown(w: _Words, out: np.ndarray) -> None:
+    d, found = w.d, w.found
+    unknown = d.cause == _CODE["unknown"]
     m = unknown & ~found
     if m.any():
-        out[m] = [f"next {w} {t}; its launch is not in the trace" for w, t in zip(what[m], rel_b[m])]
+        out[m] = [f"next {wh} {t}; its launch is not in the trace" for wh, t in zip(w.what[m], w.rel_b[m])]
     m = unknown & found
     if m.any():
         graph = d.next_graph[m].tolist()
         out[m] = [
             f"{q}; no stream-wait or event record shows what it waited for"
             + (" (a CUDA graph node: its dependencies inside the graph are not in the trace)" if g else "")
-            for q, g in zip(queued(m), graph)
+            for q, g in zip(w.queued(m), graph)
         ]
-    return out.tolist()
 
 
 # ---- column-wise formatting ---------------------------------------------------------------------
