@@ -27,7 +27,7 @@ TRACES = [
     "tracelens/h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",  # orphans
     "tracelens/inference__vllm_decode_full__graph_execution.json.gz",  # AMD, graph replay
 ]
-CAUSES = {"host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown"}
+CAUSES = {"host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "profiler", "unknown"}
 
 
 def _load(rel: str):

@@ -15,6 +15,7 @@ from tracelab.analyses.sm import summary as sm
 from tracelab.analyses.sm.occupancy import CC_LIMITS, max_active_blocks_per_sm
 from tracelab.model import ContextInfo, DeviceInfo, EventKind, RunMeta, StringInterner, build_timeline
 from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
+from tracelab.render.text.green import green_context_message
 
 H200 = DeviceInfo(rank=0, device=0, name="NVIDIA H200", sm_count=132, cc_major=9, cc_minor=0)
 SMALL, LARGE = 1, 2
@@ -364,7 +365,7 @@ def test_green_context_explanation():
     assert ex.small_busy_fraction == pytest.approx(8 * 90_000 / 2_775_000, rel=1e-6)
     assert ex.small_idle_sm_ns == pytest.approx(16 * 2_775_000 - 16 * 8 * 90_000, abs=1)
     for text in ("1.29x", "116 SMs instead of 132", "3 wave(s)", "16-SM partition"):
-        assert text in ex.message
+        assert text in green_context_message(ex)
 
 
 def test_only_probed_launches_count_as_measured():
@@ -415,7 +416,7 @@ def test_green_context_explanation_when_the_small_partition_starves():
     assert ex.matmul_waves_variant == 3 and ex.matmul_waves_sequential == 2
     assert ex.large_busy_fraction == pytest.approx(460_000 / 963_000, rel=1e-9)
     assert ex.large_idle_sm_ns == 116 * (963_000 - 460_000)
-    assert "16-SM partition 1 sets the pace" in ex.message and "(6.00x)" in ex.message
+    assert "16-SM partition 1 sets the pace" in green_context_message(ex) and "(6.00x)" in green_context_message(ex)
 
 
 def test_random_traces_are_consistent():

@@ -45,6 +45,7 @@ import pytest
 from tracelab.analyses.sm import summary as sm
 from tracelab.errors import TracelabError
 from tracelab.render.figures.sm import sm_lanes_figure
+from tracelab.render.text.green import green_context_message
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH = (ROOT / "tracelab" / "demo_runs", ROOT / "tests" / "data")
@@ -209,7 +210,7 @@ def test_green_context_explanation_on_recorded_runs(pair):
     backend, green_dir, seq_dir = pair
     var, seq = _load(green_dir), _load(seq_dir)
     ex = sm.green_context_explanation(var, seq)
-    print(f"\n[{backend}] {ex.message}")
+    print(f"\n[{backend}] {green_context_message(ex)}")
     meta = _meta(green_dir)
     large = max(p["sm_count"] for p in meta["partitions"] if p.get("green"))
     small = min(p["sm_count"] for p in meta["partitions"] if p.get("green"))

@@ -163,7 +163,7 @@ def test_ranks_section_stays_within_100_columns_on_a_wide_terminal(tmp_path):
                            env={"COLUMNS": "200", "TRACELAB_DB": str(tmp_path / "t.db")})
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    start = lines.index("Ranks")
+    start = next(i for i, line in enumerate(lines) if line.startswith("Ranks"))
     section = lines[start:lines.index("", start)] if "" in lines[start:] else lines[start:]
     assert any(line.startswith("Collectives matched across ranks") for line in section), section
     assert max(len(line) for line in section) <= 100, [line for line in section if len(line) > 100]

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelab.analyses.ranks.collectives import operation
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.api_names import comm_mask
 
@@ -42,6 +41,7 @@ def leading_waits(timeline: Timeline) -> dict[tuple[int, int], LeadingWait]:
     def compute() -> dict[tuple[int, int], LeadingWait]:
         if len(device_rows(timeline)) < 2:  # one GPU: nothing to match
             return {}
+        from tracelab.analyses.ranks.collectives import operation
         # the columns, not timeline.events: the SM figures of an `analyze` never load pandas
         kern = np.flatnonzero(column(timeline, "kind") == int(EventKind.KERNEL))
         names = column(timeline, "name")[kern]

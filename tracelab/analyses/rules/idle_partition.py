@@ -24,6 +24,7 @@ class Partition(Window):
     idle_sm_ns: int
     span_ns: int
     source: str  # where the SM use comes from (sm_time's source)
+    excluded_wait_ns: int  # the leading wait for other ranks left out of the span (sm_excluded_wait), 0 when none
 
 
 class IdlePartitionData(Window):

@@ -12,6 +12,7 @@ shape, a field of another type, a name that is not `[memory]`) falls back to the
 
 from __future__ import annotations
 
+import functools
 import gzip
 import mmap
 import os
@@ -20,7 +21,6 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import orjson
 
@@ -63,23 +63,23 @@ def _event_at(text: bytes | mmap.mmap, pos: int) -> dict | None:
     return None
 
 
-class _Args(msgspec.Struct):
-    device_type: int = msgspec.field(name="Device Type", default=1)
-    device_id: int = msgspec.field(name="Device Id", default=-1)
-    nbytes: int = msgspec.field(name="Bytes", default=0)
-    allocated: int = msgspec.field(name="Total Allocated", default=-1)
-    reserved: int = msgspec.field(name="Total Reserved", default=-1)
-    addr: int = msgspec.field(name="Addr", default=0)
+@functools.cache
+def _decoder() -> Any:
+    """msgspec's decoder of a list of the usual [memory] events (msgspec is imported only when a trace has them:
+    a Kineto analyze otherwise never loads it)."""
+    import msgspec
 
-
-class _Ev(msgspec.Struct):
-    name: str
-    ts: float
-    args: _Args
-    tid: int = -1
-
-
-_EVENTS = msgspec.json.Decoder(list[_Ev])
+    f = msgspec.field
+    args = msgspec.defstruct("_Args", [
+        ("device_type", int, f(name="Device Type", default=1)),
+        ("device_id", int, f(name="Device Id", default=-1)),
+        ("nbytes", int, f(name="Bytes", default=0)),
+        ("allocated", int, f(name="Total Allocated", default=-1)),
+        ("reserved", int, f(name="Total Reserved", default=-1)),
+        ("addr", int, f(name="Addr", default=0)),
+    ])
+    ev = msgspec.defstruct("_Ev", [("name", str), ("ts", float), ("args", args), ("tid", int, -1)])
+    return msgspec.json.Decoder(list[ev]), (msgspec.ValidationError, msgspec.DecodeError)
 _CHUNK = 1 << 22
 _BEFORE, _AFTER = 128, 384  # bytes around the name in which the usual event's braces lie
 _BATCH = 1 << 15
@@ -145,9 +145,10 @@ def _columns_bulk(text: bytes | mmap.mmap) -> tuple[np.ndarray, dict[str, np.nda
     if got is None:
         return None
     start, end = got
+    decoder, errors = _decoder()
     try:
-        evs = _EVENTS.decode(b"[" + b",".join(map(text.__getitem__, map(slice, start.tolist(), end.tolist()))) + b"]")
-    except (msgspec.ValidationError, msgspec.DecodeError):
+        evs = decoder.decode(b"[" + b",".join(map(text.__getitem__, map(slice, start.tolist(), end.tolist()))) + b"]")
+    except errors:
         return None
     n = len(evs)
     if any(name != "[memory]" for name in set(map(attrgetter("name"), evs))):
