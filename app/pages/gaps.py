@@ -113,9 +113,7 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
                     className="gaps-controls",
                 ),
                 html.Table(
-                    [html.Thead(html.Tr([html.Th(name) for name, _ in (
-                        GAP_COLUMNS if not analysis.setup else (*GAP_COLUMNS[:-1], ("part", "part"), GAP_COLUMNS[-1])
-                    )])),
+                    [html.Thead(html.Tr([html.Th(name) for name, _ in gap_columns(bool(analysis.setup))])),
                      html.Tbody(rows, id="gaps-rows")],
                     id="gaps-table",
                     className="gaps-table",
@@ -142,6 +140,11 @@ def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
 
 
 PARTS = {"steps": False, "set-up": True}
+
+
+def gap_columns(with_part: bool) -> tuple[tuple[str, str], ...]:
+    """The table's (header, column) pairs; with set-up apart, a "part" column (steps / set-up) before the evidence."""
+    return (*GAP_COLUMNS[:-1], ("part", "part"), GAP_COLUMNS[-1]) if with_part else GAP_COLUMNS
 
 
 def gap_order(table: GapTable, sort: str = "length", cause: str = "", setup: np.ndarray | None = None,
@@ -175,7 +178,7 @@ def gaps_page(state: AppState, record, view: dict[str, Any]) -> tuple[list, str]
     setup = gaps_in_setup(analysis) if analysis.setup else None
     order = gap_order(table, str(view.get("sort") or "length"), str(view.get("cause") or ""), setup,
                       str(view.get("part") or ""))
-    columns = GAP_COLUMNS if setup is None else (*GAP_COLUMNS[:-1], ("part", "part"), GAP_COLUMNS[-1])
+    columns = gap_columns(setup is not None)
     n = int(order.size)
     pages = max(1, -(-n // PAGE_ROWS))
     page = min(max(int(view.get("page") or 0), 0), pages - 1)
