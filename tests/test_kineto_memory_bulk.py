@@ -85,3 +85,50 @@ def test_corpus_trace_bulk_equals_per_event():
     got = memory.read_memory(CORPUS)
     assert orjson.dumps(got) == orjson.dumps(memory.read_memory(CORPUS, bulk=False))
     assert len(got["t"]) == text.count(b'"name": "[memory]"')
+
+
+# ---- the parser reads the [memory] instants piece by piece, in its one pass over the file ----------------
+
+
+_KERNEL = ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": TS, "dur": 1,'
+           ' "args": {"device": 0, "stream": 7, "correlation": 1}}')
+
+
+def _parsed_memory(p: Path) -> dict | None:
+    from tracelab.io.kineto.load import load_kineto
+
+    return load_kineto(p).meta.extra.get("memory")
+
+
+@pytest.mark.parametrize("odd", [None, _mem(5, tid='"main"'), _mem(5, extra=', "Nested": {"a": 1}')])
+def test_parser_reads_the_same_memory_as_the_whole_file_reader(tmp_path, odd):
+    evs = [_mem(1000.5 + (i * 7) % 13, dev=i % 3, nbytes=(-1) ** i * 512 * i, alloc=10 * i, tid=i) for i in range(50)]
+    p = _trace(tmp_path, [_KERNEL.replace("TS", "10")] + evs + ([odd] if odd else []))
+    assert orjson.dumps(_parsed_memory(p)) == orjson.dumps(memory.read_memory(p, bulk=False))
+
+
+def test_parser_joins_memory_instants_of_many_pieces_in_file_order(tmp_path):
+    """~24 MB of JSON (several pieces of the stream, some pieces scanned in halves): [memory] instants in
+    every part of the file, out of time order, with equal timestamps; the parser's columns equal the
+    per-event reader's over the whole file and the JSON read here."""
+    from tracelab.io.kineto.stream import BLOCK_SIZE
+
+    evs, n_mem = [], 0
+    for i in range(6 * BLOCK_SIZE // 120):
+        evs.append(_KERNEL.replace("TS", str(10 + i)))
+        if i % 997 == 0:
+            evs.append(_mem(5000 - (n_mem % 41), dev=n_mem % 2, nbytes=n_mem, alloc=n_mem * 3, addr=n_mem, tid=n_mem))
+            n_mem += 1
+    p = _trace(tmp_path, evs)
+    assert p.stat().st_size > 3 * BLOCK_SIZE
+    got = _parsed_memory(p)
+    assert orjson.dumps(got) == orjson.dumps(memory.read_memory(p, bulk=False))
+    exp = _expected(p)
+    assert {k: got[k] for k in exp} == exp and len(got["t"]) == n_mem
+
+
+@pytest.mark.corpus
+def test_corpus_trace_parser_memory_equals_the_whole_file_reader():
+    if not CORPUS.exists():
+        pytest.skip(f"corpus trace absent: {CORPUS}")
+    assert orjson.dumps(_parsed_memory(CORPUS)) == orjson.dumps(memory.read_memory(CORPUS, bulk=False))

@@ -102,7 +102,7 @@ def finish(parsed: _Parsed, path: Path, top: dict, rank: int | None) -> Timeline
         gpu=", ".join(gpu_names),
         notes=tuple(notes),
         stats=stats,
-        extra=_extra(parsed, top, path, rank_source),
+        extra=_extra(parsed, top, rank_source),
     )
     cols.update(
         rank=np.int32(rank), copy_kind=copy_kind, src_mem=src_mem, dst_mem=dst_mem, sync_kind=cols["sync_kind"],
@@ -210,16 +210,16 @@ def _copy_columns(kind: np.ndarray, names: np.ndarray, strings: list[str]) -> tu
     return copy_kind, src_mem, dst_mem
 
 
-def _extra(parsed: _Parsed, top: dict, path: Path, rank_source: str) -> dict[str, Any]:
+def _extra(parsed: _Parsed, top: dict, rank_source: str) -> dict[str, Any]:
     """RunMeta.extra: the schema, where the rank came from, the top-level keys kept, memory, collectives."""
     extra: dict[str, Any] = {"kineto_schema": "2021" if parsed.legacy else "current", "rank_source": rank_source}
     for key in _TOP_KEYS:
         if key in top:
             extra[key] = json_safe(top[key])
-    if parsed.n_dropped_instant:  # instants: maybe [memory] ones (profile_memory=True)
-        from tracelab.io.kineto.memory import read_memory
+    if parsed.memory_parts:  # [memory] instants (profile_memory=True), read piece by piece
+        from tracelab.io.kineto.memory import memory_document
 
-        memory = read_memory(path)
+        memory = memory_document(parsed.memory_parts)
         if memory is not None:
             extra["memory"] = memory
     health = _health(parsed, top)

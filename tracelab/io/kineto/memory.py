@@ -191,20 +191,41 @@ def _read_each(text: bytes | mmap.mmap) -> tuple[np.ndarray, dict[str, np.ndarra
     return ts, cols
 
 
-def read_memory(path: str | Path, *, bulk: bool = True) -> dict[str, Any] | None:
-    """Columns of the trace's `[memory]` instants sorted by time (ns on the trace clock, as the parser
-    converts µs): t, device (-1: host), bytes, allocated, reserved, addr; None when it has none.
-    `bulk=False` takes the per-event reader only (the reference the bulk reader is tested against)."""
-    text = _raw(Path(path))
-    if text.find(MARK) < 0:
-        return None
-    got = (_columns_bulk(text) if bulk else None) or _read_each(text)
+def read_piece(text: bytes | memoryview | mmap.mmap) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """The `[memory]` instants of one piece of the traceEvents array (whole elements: the parser calls this
+    with each piece whose scan holds instants, while the piece is in memory, so the file is read once):
+    (ts in µs, columns) in file order, or None when it has none."""
+    got = _columns_bulk(text)
     if got is None:
+        plain = text if isinstance(text, (bytes, mmap.mmap)) else bytes(text)  # the rare case: a copy
+        if plain.find(MARK) >= 0:
+            got = _read_each(plain)
+    return got
+
+
+def memory_document(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> dict[str, Any] | None:
+    """Columns of the `[memory]` instants (the pieces' `read_piece` results, in file order) sorted by time
+    (ns on the trace clock, as the parser converts µs): t, device (-1: host), bytes, allocated, reserved,
+    addr, tid; None when there are none. At most MAX_EVENTS, the first in the file ("truncated" says so)."""
+    if not parts:
         return None
-    ts, rest = got
+    ts = np.concatenate([p[0] for p in parts])[:MAX_EVENTS]
+    rest = {k: np.concatenate([p[1][k] for p in parts])[:MAX_EVENTS] for k in parts[0][1]}
+    n = sum(len(p[0]) for p in parts)
     whole = np.floor(ts)
     t = whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64)  # as validate.us_to_ns_checked
     order = np.argsort(t, kind="stable")
     cols = {"t": t} | rest
     return {k: v[order].tolist() for k, v in cols.items()} | {"source": "kineto [memory] instants",
-                                                              "truncated": len(ts) >= MAX_EVENTS}
+                                                              "truncated": n >= MAX_EVENTS}
+
+
+def read_memory(path: str | Path, *, bulk: bool = True) -> dict[str, Any] | None:
+    """`memory_document` of a whole file read at once (the reference the parser's piece by piece reading
+    is tested against). `bulk=False` takes the per-event reader only (the reference the bulk reader is
+    tested against)."""
+    text = _raw(Path(path))
+    if text.find(MARK) < 0:
+        return None
+    got = (_columns_bulk(text) if bulk else None) or _read_each(text)
+    return None if got is None else memory_document([got])

@@ -76,6 +76,7 @@ class _Parsed:
         self._piece_bytes = 0
         self.n_total = 0
         self.n_dropped_instant = 0
+        self.memory_parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # [memory] instants, per piece
         self.n_flows = 0
         # the "overhead" events (few per trace)
         self.overhead_start: list[int] = []
@@ -125,11 +126,13 @@ class _Parsed:
         self._piece_bytes = len(piece)
         if self._pool is None:
             rows = self._read(piece, scan(piece))
+            self._keep_memory(piece, rows)
             self._process(rows)
             return rows.n
         if self._halves and len(piece) >= SPLIT_MIN:
             halves = self._scan_halves(piece)
             if halves is not None:
+                self._keep_memory(piece, halves[0])
                 self._pending = halves
                 return halves[0].n
         job = self._pool.submit(scan, piece)
@@ -138,8 +141,19 @@ class _Parsed:
         finally:
             wait((job,))  # always waited for: the caller reuses the piece's buffer
         rows = self._read(piece, job.result())
+        self._keep_memory(piece, rows)
         self._pending = [rows]
         return rows.n
+
+    def _keep_memory(self, piece: memoryview, rows: Rows) -> None:
+        """The piece's `[memory]` instants (profile_memory=True), read while the piece is in memory: only a
+        piece whose scan holds instants is searched (tracelab.io.kineto.memory)."""
+        if rows.n and bool((rows.phases() == PH_INSTANT).any()):
+            from tracelab.io.kineto.memory import read_piece
+
+            got = read_piece(piece)
+            if got is not None:
+                self.memory_parts.append(got)
 
     def _scan_halves(self, piece: memoryview) -> list[Rows] | None:
         """The piece scanned as two pieces, cut at an element boundary near its middle, on two threads
