@@ -76,6 +76,11 @@ def _scanned_events(got: tuple) -> list[tuple]:
     assert len(set(table)) == len(table), "the string table repeats a string"
     assert table and table[0] == "", "the string table starts with ''"
     for k, v in raw.items():
+        if k == "mem":  # one record (row + the [memory] args) per instant with args, rows ascending
+            rec = np.frombuffer(v, dtype=np.int64).reshape(-1, 1 + len(kineto_rows.MEMORY_ARGS))
+            assert memoryview(v).readonly and len(v) == rec.nbytes
+            assert ((rec[:, 0] >= 0) & (rec[:, 0] < n)).all() and (np.diff(rec[:, 0]) > 0).all(), "[memory] rows"
+            continue
         assert memoryview(v).readonly and memoryview(v).nbytes == len(v) == n * _WIDTH.get(k, 8), (k, len(v), n)
     c = {k: np.frombuffer(v, dtype=kineto_rows._DTYPES.get(k, np.int64)) for k, v in raw.items()}
     for k in ("cat", "name", "sync", "pid_s", "tid_s"):
@@ -120,7 +125,11 @@ def _rows_same(got: tuple, evs: list) -> None:
     )
     cr.cols["grid"] = cr.cols["grid"].reshape(n, 3)
     cr.cols["block"] = cr.cols["block"].reshape(n, 3)
+    cr.cols["mem"] = cr.cols["mem"].reshape(-1, 1 + len(kineto_rows.MEMORY_ARGS))
     sr = kineto_rows.StructRows(evs, kineto_structs.Event, kineto_structs.EMPTY_ARGS)
+    (r1, v1), (r2, v2) = cr.memory(), sr.memory()
+    _same_array(r1.astype(np.int64), r2.astype(np.int64), "[memory] rows")
+    _same_array(v1, v2, "[memory] args")
     assert cr.n == sr.n
     (k1, u1), (k2, u2) = (
         cr.kinds(_KIND_OF, int(EventKind.OTHER)),

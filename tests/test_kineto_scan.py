@@ -169,6 +169,13 @@ EDGE_PIECES = [
     b'[{"ts": 9007199254740993, "pid": 1234567890123456789}]',
     b'[{"args": {"grid": [2147483648, -2147483649, 0], "block": null, "registers per thread": 4294967296}}]',
     b"[" + b",".join([b"{}"] * 1100) + b"]",
+    # [memory] instants: the args kept per instant with args (absent, null, negative, over int32; "I" too)
+    (b'[{"ph": "i", "name": "[memory]", "ts": 1, "args": {"Bytes": -512, "Addr": 140055778689024, "Device Id": null}},'
+    b' {"ph": "X", "name": "k", "ts": 1, "args": {"Bytes": 7}}, {"ph": "I", "name": "m", "args": {}},'
+    b' {"ph": "i", "name": "[memory]"}, {"ph": "i", "args": null},'
+    b' {"ph": "i", "args": {"Total Reserved": 4294967296, "Total Allocated": 1, "Device Type": 0, "x": [1, {}]}}]'),
+    b'[{"ph": "i", "name": "[memory]", "args": {"Bytes": 1.5}}]',
+    b'[{"ph": "i", "name": "[memory]", "args": {"Bytes": 1, "Bytes": 2}}]',
     b"[" + b",".join(b'{"name": "n%d", "pid": "%d", "c": %d}' % (i, i, i % 7) for i in range(700)) + b"]",
     *(b"[" + v.encode() + b"]" for v in VARIANTS if "\xff" not in v and "\xe9" not in v),
 ]

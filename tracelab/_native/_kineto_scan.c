@@ -10,7 +10,10 @@
  *            when absent, pid_s / tid_s the id of a pid / tid given as a string, else -1), pid, tid,
  *            device, stream, correlation, context, bytes, registers, shared, grid (3 per event),
  *            block (3 per event) (int64; -1 when absent or null), ts (float64, NaN when absent), dur
- *            (float64, 0 when absent).
+ *            (float64, 0 when absent); mem: one record of 7 int64 per instant ("ph" "i" / "I") that has
+ *            an args object, in row order: its row, then args "Device Type", "Device Id", "Bytes", "Total
+ *            Allocated", "Total Reserved", "Addr" (the profiler's `[memory]` instants; absent: 1, -1, 0,
+ *            -1, -1, 0; null: -1).
  *
  * It returns None ("declined") for anything outside the common, strictly valid case: the caller then
  * decodes the piece with msgspec (tracelab/parsers/kineto.py), which gives the reference result or the
@@ -145,9 +148,12 @@ enum { C_PID, C_TID, C_DEVICE, C_STREAM, C_CORR, C_CONTEXT, C_BYTES, C_REGS, C_S
 static const char *INT_NAMES[N_INT] = {"pid",   "tid",   "device",    "stream", "correlation",
                                        "context", "bytes", "registers", "shared"};
 
+#define N_MEM 6 /* the [memory] args kept per instant: Device Type, Device Id, Bytes, Total Allocated, ... */
+
 typedef struct {
     Buf ph, cat, name, sync, pid_s, tid_s, ts, dur, grid, block;
     Buf ints[N_INT];
+    Buf mem; /* (row, N_MEM values) per instant with args: few per piece, so not a column of every row */
     Table strings;
     Buf scratch; /* unescaped string */
     int32_t empty_id; /* id of "" (the default ph / cat / name) */
@@ -529,6 +535,8 @@ typedef struct {
     int64_t ints[N_INT];
     int64_t grid[3], block[3];
     double ts, dur;
+    int64_t mem[N_MEM];
+    int8_t has_args;
 } Event;
 
 typedef int (*FieldReader)(Out *o, Cur *c, Event *e, int field);
@@ -572,7 +580,10 @@ static int read_object(Out *o, Cur *c, Event *e, const char *const *names, int c
 
 static const char *const ARG_NAMES[] = {"device", "stream", "correlation", "context", "bytes",
                                         "registers per thread", "shared memory", "grid", "block",
-                                        "cuda_sync_kind"};
+                                        "cuda_sync_kind", "Device Type", "Device Id", "Bytes",
+                                        "Total Allocated", "Total Reserved", "Addr"};
+#define N_ARG_NAMES 16
+#define FIRST_MEM_ARG 10
 static const int ARG_INT[] = {C_DEVICE, C_STREAM, C_CORR, C_CONTEXT, C_BYTES, C_REGS, C_SHARED};
 
 static int read_arg(Out *o, Cur *c, Event *e, int field) {
@@ -582,7 +593,9 @@ static int read_arg(Out *o, Cur *c, Event *e, int field) {
         case 9:
             if (c->p < c->end && *c->p == 'n') return skip_literal(c, "null", 4);
             return read_str_id(o, c, &e->sync);
-        default: return read_int(c, &e->ints[ARG_INT[field]]);
+        default:
+            if (field >= FIRST_MEM_ARG) return read_int(c, &e->mem[field - FIRST_MEM_ARG]);
+            return read_int(c, &e->ints[ARG_INT[field]]);
     }
 }
 
@@ -614,13 +627,16 @@ static int read_field(Out *o, Cur *c, Event *e, int field) {
         case 4: return read_id(o, c, &e->ints[C_TID], &e->tid_s);
         case 5: return read_float(o, c, &e->ts);
         case 6: return read_float(o, c, &e->dur);
-        default: return read_object(o, c, e, ARG_NAMES, 10, read_arg, 1, 2);
+        default:
+            if (c->p < c->end && *c->p == '{') e->has_args = 1;
+            return read_object(o, c, e, ARG_NAMES, N_ARG_NAMES, read_arg, 1, 2);
     }
 }
 
 static int read_event(Out *o, Cur *c) {
     Event e = {.ph = 0, .cat = o->empty_id, .name = o->empty_id, .sync = -1, .pid_s = -1, .tid_s = -1,
-               .grid = {-1, -1, -1}, .block = {-1, -1, -1}, .ts = NAN, .dur = 0.0};
+               .grid = {-1, -1, -1}, .block = {-1, -1, -1}, .ts = NAN, .dur = 0.0,
+               .mem = {1, -1, 0, -1, -1, 0}, .has_args = 0};
     for (int k = 0; k < N_INT; k++) e.ints[k] = -1;
     if (read_object(o, c, &e, EVENT_NAMES, 8, read_field, 0, 1) < 0) return -1;
     if (o->rows == o->cap && out_grow(o, 0) < 0) return -1;
@@ -636,6 +652,11 @@ static int read_event(Out *o, Cur *c) {
     memcpy((int64_t *)o->grid.data + 3 * r, e.grid, 24);
     memcpy((int64_t *)o->block.data + 3 * r, e.block, 24);
     for (int k = 0; k < N_INT; k++) ((int64_t *)o->ints[k].data)[r] = e.ints[k];
+    if (e.ph == 2 && e.has_args) { /* an instant with args: maybe a [memory] one (the parser checks the name) */
+        int64_t rec[1 + N_MEM] = {(int64_t)r};
+        memcpy(rec + 1, e.mem, sizeof e.mem);
+        if (buf_put(&o->mem, rec, sizeof rec) < 0) return -1;
+    }
     return 0;
 }
 
@@ -668,7 +689,7 @@ static int scan_piece(Out *o, Cur *c, int rest, Py_ssize_t *count) {
 
 static void out_free(Out *o) {
     Buf *all[] = {&o->ph, &o->cat, &o->name, &o->sync, &o->pid_s, &o->tid_s, &o->ts, &o->dur, &o->grid, &o->block,
-                  &o->scratch, &o->strings.pool, &o->strings.index};
+                  &o->mem, &o->scratch, &o->strings.pool, &o->strings.index};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]->data);
     for (int k = 0; k < N_INT; k++) free(o->ints[k].data);
     free(o->strings.slots);
@@ -790,7 +811,8 @@ static PyObject *scan_any(PyObject *arg, int rest) {
         put_column(cols, "name", &o.name) < 0 || put_column(cols, "sync", &o.sync) < 0 ||
         put_column(cols, "pid_s", &o.pid_s) < 0 || put_column(cols, "tid_s", &o.tid_s) < 0 ||
         put_column(cols, "ts", &o.ts) < 0 || put_column(cols, "dur", &o.dur) < 0 ||
-        put_column(cols, "grid", &o.grid) < 0 || put_column(cols, "block", &o.block) < 0)
+        put_column(cols, "grid", &o.grid) < 0 || put_column(cols, "block", &o.block) < 0 ||
+        put_column(cols, "mem", &o.mem) < 0)
         goto fail;
     for (int k = 0; k < N_INT; k++)
         if (put_column(cols, INT_NAMES[k], &o.ints[k]) < 0) goto fail;

@@ -219,7 +219,7 @@ def _extra(parsed: _Parsed, top: dict, rank_source: str) -> dict[str, Any]:
     if parsed.memory_parts:  # [memory] instants (profile_memory=True), read piece by piece
         from tracelab.io.kineto.memory import memory_document
 
-        memory = memory_document(parsed.memory_parts)
+        memory = memory_document(parsed.memory_parts, parsed.n_memory)
         if memory is not None:
             extra["memory"] = memory
     health = _health(parsed, top)

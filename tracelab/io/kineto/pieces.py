@@ -77,6 +77,7 @@ class _Parsed:
         self.n_total = 0
         self.n_dropped_instant = 0
         self.memory_parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # [memory] instants, per piece
+        self.n_memory = 0  # [memory] instants seen (the first memory.MAX_EVENTS are kept)
         self.n_flows = 0
         # the "overhead" events (few per trace)
         self.overhead_start: list[int] = []
@@ -126,13 +127,11 @@ class _Parsed:
         self._piece_bytes = len(piece)
         if self._pool is None:
             rows = self._read(piece, scan(piece))
-            self._keep_memory(piece, rows)
             self._process(rows)
             return rows.n
         if self._halves and len(piece) >= SPLIT_MIN:
             halves = self._scan_halves(piece)
             if halves is not None:
-                self._keep_memory(piece, halves[0])
                 self._pending = halves
                 return halves[0].n
         job = self._pool.submit(scan, piece)
@@ -141,19 +140,8 @@ class _Parsed:
         finally:
             wait((job,))  # always waited for: the caller reuses the piece's buffer
         rows = self._read(piece, job.result())
-        self._keep_memory(piece, rows)
         self._pending = [rows]
         return rows.n
-
-    def _keep_memory(self, piece: memoryview, rows: Rows) -> None:
-        """The piece's `[memory]` instants (profile_memory=True), read while the piece is in memory: only a
-        piece whose scan holds instants is searched (tracelab.io.kineto.memory)."""
-        if rows.n and bool((rows.phases() == PH_INSTANT).any()):
-            from tracelab.io.kineto.memory import read_piece
-
-            got = read_piece(piece)
-            if got is not None:
-                self.memory_parts.append(got)
 
     def _scan_halves(self, piece: memoryview) -> list[Rows] | None:
         """The piece scanned as two pieces, cut at an element boundary near its middle, on two threads
@@ -205,6 +193,20 @@ class _Parsed:
             self._pool.shutdown()
         self._pool = None
 
+    def _keep_memory(self, rows: Rows) -> None:
+        """The piece's `[memory]` instants (profile_memory=True): time (µs), thread and the args the scanner
+        (or the msgspec twin) read, until memory.MAX_EVENTS are kept; those without a time are dropped."""
+        from tracelab.io.kineto.memory import MAX_EVENTS, piece_memory
+
+        idx, vals = rows.memory()
+        if not len(idx):
+            return
+        got = piece_memory(rows.select(idx), vals)
+        room = MAX_EVENTS - self.n_memory
+        self.n_memory += len(got[0])
+        if room > 0:
+            self.memory_parts.append((got[0][:room], {k: v[:room] for k, v in got[1].items()}))
+
     def _keep_overhead(self, rows: Rows, idx: np.ndarray) -> None:
         """Keep the "overhead" X events at `idx` (start, end in ns on the trace clock, name); few per trace."""
         room = MAX_OVERHEAD - len(self.overhead_start)
@@ -231,7 +233,10 @@ class _Parsed:
         if ov.any():
             self._keep_overhead(rows, np.flatnonzero(ov & (ph == PH_X)))
             kind[ov] = _DROP
-        self.n_dropped_instant += int(np.count_nonzero(ph == PH_INSTANT))
+        n_instant = int(np.count_nonzero(ph == PH_INSTANT))
+        if n_instant:
+            self.n_dropped_instant += n_instant
+            self._keep_memory(rows)
         self.n_flows += int(np.count_nonzero(ph == PH_FLOW))
         other = (ph != PH_X) & (ph != PH_INSTANT) & (ph != PH_FLOW) & (kind != _DROP)
         if other.any():  # B/E pairs, counters, ...: only complete events are read, so say what is lost

@@ -63,6 +63,12 @@ class Rows(Protocol):
     def cat_ids(self, interner: Interner) -> np.ndarray: ...
     def name(self, i: int) -> str: ...
     def args(self, idx: np.ndarray) -> Args: ...
+    def memory(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+MEMORY_NAME = "[memory]"
+MEMORY_ARGS = ("mem_device_type", "mem_device_id", "mem_bytes", "mem_allocated", "mem_reserved", "mem_addr")
+_NO_MEMORY = (np.zeros(0, dtype=np.int64), np.zeros((0, len(MEMORY_ARGS)), dtype=np.int64))
 
 
 class Args(Protocol):
@@ -133,6 +139,20 @@ class StructRows:
     def name(self, i: int) -> str:
         return self._name_list()[i] if self._names is not None else strs([self.evs[i].name])[0]
 
+    def memory(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the `[memory]` instants that have args, and their MEMORY_ARGS (one row each)."""
+        inst = np.flatnonzero(self.phases() == PH_INSTANT)
+        if not len(inst):
+            return _NO_MEMORY
+        names = np.array(take(self._name_list(), inst), dtype=object)
+        has_args = np.fromiter((e.args is not None for e in take(self.evs, inst)), dtype=bool, count=len(inst))
+        rows = inst[(names == MEMORY_NAME) & has_args]
+        if not len(rows):
+            return _NO_MEMORY
+        args = list(map(attrgetter("args"), take(self.evs, rows)))
+        vals = [col(args, f, checked=self.loose) for f in MEMORY_ARGS]
+        return rows, np.stack(vals, axis=1)
+
     def args(self, idx: np.ndarray) -> StructArgs:
         sub = take(self.evs, idx)
         args = list(map(attrgetter("args"), sub))
@@ -179,6 +199,7 @@ def scanned_rows(got: tuple | None) -> ColumnRows | None:
     cols = {k: np.frombuffer(v, dtype=_DTYPES.get(k, np.int64)) for k, v in raw.items()}
     cols["grid"] = cols["grid"].reshape(n, 3)
     cols["block"] = cols["block"].reshape(n, 3)
+    cols["mem"] = cols["mem"].reshape(-1, 1 + len(MEMORY_ARGS))  # (row, MEMORY_ARGS) per instant with args
     return ColumnRows(n, table, cols)
 
 
@@ -203,6 +224,8 @@ class ColumnRows:
         cols = {}
         for k, x in self.cols.items():
             y = other.cols[k]
+            if k == "mem":  # its first field is a row: other's rows follow these
+                y = np.column_stack([y[:, 0] + self.n, y[:, 1:]]) if len(y) else y
             cols[k] = np.concatenate([x, remap[y] if k in _TEXT_COLUMNS else y])
         return ColumnRows(self.n + other.n, table, cols)
 
@@ -263,6 +286,16 @@ class ColumnRows:
 
     def args(self, idx: np.ndarray) -> ColumnArgs:
         return ColumnArgs(self, idx)
+
+    def memory(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the `[memory]` instants that have args, and their MEMORY_ARGS (the scanner keeps
+        them for every instant with args; the name is checked here)."""
+        assert self.sel is None
+        rec = self.cols["mem"]
+        if not len(rec) or MEMORY_NAME not in self.table:
+            return _NO_MEMORY
+        keep = self.cols["name"][rec[:, 0]] == self.table.index(MEMORY_NAME)
+        return rec[keep, 0], rec[keep, 1:]
 
 
 class ColumnArgs:

@@ -33,6 +33,13 @@ class Args(msgspec.Struct, gc=False):
     grid: _Triple = None
     block: _Triple = None
     sync: str | None = msgspec.field(default=None, name="cuda_sync_kind")
+    # a `[memory]` instant's (profile_memory=True); defaults as the profiler's reader takes them
+    mem_device_type: _Int = msgspec.field(default=1, name="Device Type")
+    mem_device_id: _Int = msgspec.field(default=-1, name="Device Id")
+    mem_bytes: _Int = msgspec.field(default=0, name="Bytes")
+    mem_allocated: _Int = msgspec.field(default=-1, name="Total Allocated")
+    mem_reserved: _Int = msgspec.field(default=-1, name="Total Reserved")
+    mem_addr: _Int = msgspec.field(default=0, name="Addr")
 
 
 class Event(msgspec.Struct, gc=False):
