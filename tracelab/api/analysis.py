@@ -114,16 +114,26 @@ def document_extras(
     from tracelab.analyses.ranks.critical_path import critical_path_document, critical_path_for
     from tracelab.render.reports.extras import ranges_doc
 
+    from tracelab.analyses.parallel import run_each, threads_for
+
     out: dict[str, Any] = {}
     with using(timeline, context):
         if ranks:
             from tracelab.analyses.ranks.rank_document import rank_document_of
 
             out.update(rank_document_of(ranks))
-        out["critical_path"] = critical_path_document(
-            critical_path_for(timeline, analysis, ranks.collectives if ranks else None)
+        # independent of each other: side by side on threads for a big timeline (analyses/parallel.py)
+        path, h, p, m = run_each(
+            [
+                lambda: critical_path_for(timeline, analysis, ranks.collectives if ranks else None),
+                lambda: health(timeline, analysis),
+                lambda: ranges(timeline, analysis),
+                lambda: memory(timeline, analysis),
+            ],
+            threads_for(timeline.n_events),
+            first=[True, False, True, False],
         )
-        h, p, m = health(timeline, analysis), ranges(timeline, analysis), memory(timeline, analysis)
+    out["critical_path"] = critical_path_document(path)
     out.update({"health": h.to_dict(), "ranges": ranges_doc(p), "memory": None if m is None else m.to_dict()})
     return out
 
