@@ -94,13 +94,12 @@ def test_every_demo_run_is_checked() -> None:
 # marker, with host activity between. Step inference is not yet right on a loop this uneven (the count, 12,
 # is); held as a strict xfail until it is.
 # sync_pitfalls-keep_outputs-{nsys,torch} (issue 27's memory-traced variant, recorded 2026-11-28): each step keeps
-# its logits on the GPU, so the caching allocator asks for a new block every few steps and the launch sequence
-# repeats with a period of about two steps: 9 steps inferred for 20 marked, under both profilers (issue 24,
-# "step inference on plain loops", left open for this).
+# its logits on the GPU, so the caching allocator asks for a new block (cudaStreamIsCapturing + cudaMalloc) every
+# second step and the launch sequence repeats with a period of two steps: 9 steps were inferred for 20 marked,
+# under both profilers (a strict xfail until issue 24's third session); the allocator's calls are now left out
+# of the sequence where they break the period (steps.infer._steady): 20 of 20.
 STEP_XFAIL = {
     "input_pipeline-slow_loader-torch": "step 6's inferred start 0.72 median steps from its marker",
-    "sync_pitfalls-keep_outputs-nsys": "9 steps inferred for 20 marked: the allocator's calls break the period",
-    "sync_pitfalls-keep_outputs-torch": "9 steps inferred for 20 marked: the allocator's calls break the period",
 }
 
 

@@ -143,6 +143,7 @@ def marked_steps_noted(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.nd
 UNRECORDED_NOTE = 0.05  # a note when the host time before steps that nothing recorded is this long
 CLEAN = 0.75  # sequences whose best lag repeats this share of calls are tried first, richest first
 RUN_COVERAGE = 0.5  # host-paced single launches must span this share of the launch sequence
+ALLOCATOR_BREAK = 1.5  # the allocator's calls break the period when leaving them out makes it this much shorter
 
 
 def _empty() -> tuple[np.ndarray, np.ndarray]:
@@ -284,9 +285,30 @@ def _repetition_steps(
     return s, e, note
 
 
+def _steady(timeline: Timeline, rank: int, seqs: list[LaunchSequence]) -> tuple[list[LaunchSequence], str]:
+    """The sequences to look for a period in, and a note: `seqs`, or the same with the caching allocator's
+    calls left out where those calls break the period (a loop that keeps each step's outputs asks for a new
+    block every few steps: the calls repeat only once every few steps, and the richest sequence's period is
+    that many steps). Where they do not, the sequences stay as recorded."""
+    if not seqs or seqs[0].where == "GPU ops":
+        return seqs, ""
+    steady = launch_sequences(timeline, rank, steady=True)
+    dropped = seqs[0].tokens.size - steady[0].tokens.size
+    if dropped == 0:
+        return seqs, ""
+    recorded, without = find_period(seqs[0].tokens).lag, find_period(steady[0].tokens).lag
+    if not (recorded and without and recorded >= ALLOCATOR_BREAK * without):
+        return seqs, ""
+    return steady, (
+        f"; the caching allocator's {dropped} calls (cudaMalloc and the like) left out: they recur every few "
+        f"steps, not once a step (with them the sequence repeats every {recorded} calls, without them every "
+        f"{without})"
+    )
+
+
 def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
     """Inferred steps of a rank: (start, end, note). Empty arrays and a note saying why when none."""
-    seqs = launch_sequences(timeline, rank)
+    seqs, allocator_note = _steady(timeline, rank, launch_sequences(timeline, rank))
     if not seqs:
         s, e = _empty()
         return (
@@ -298,6 +320,7 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
 
     def refined(s: np.ndarray, e: np.ndarray, note: str) -> tuple[np.ndarray, np.ndarray, str]:
+        note += allocator_note
         s2, e2 = refine_starts(s, e, calls, ranges)
         moved = int(np.count_nonzero(s2 != s))
         if moved:

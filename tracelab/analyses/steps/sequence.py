@@ -19,6 +19,14 @@ GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
 # polling calls: how often the host asks depends on timing (the caching allocator's event queries),
 # so they are no part of a step's fixed sequence
 POLLING = re.compile(r"^cu(da)?(Event|Stream)Query")
+# the caching allocators' calls: a new block is asked for when the cached ones run out (every few steps
+# when each step keeps its outputs), so they are no part of a step's fixed sequence either; PyTorch's
+# device allocator asks cudaStreamIsCapturing right before each cudaMalloc (cudaMallocMaybeCapturing)
+ALLOCATOR = re.compile(
+    r"^(cu(da)?(Malloc|Free|MemAlloc|MemFree|HostAlloc)(Async|Host|Managed|Pitch)?"
+    r"|cuMem(Create|Map|Unmap|Release|SetAccess|AddressReserve|AddressFree))(_v\d+)?$"
+)
+CAPTURE_QUERY = re.compile(r"^cu(da)?StreamIsCapturing(_v\d+)?$")
 MAX_THREADS = 4  # launching threads tried alone (most launches first)
 
 # ---- the period ----------------------------------------------------------------------------------
@@ -53,7 +61,7 @@ class LaunchSequence:
     threads: tuple[int, ...] = ()  # the host threads the calls are on
 
 
-def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
+def launch_sequences(timeline: Timeline, rank: int, steady: bool = False) -> list[LaunchSequence]:
     """Candidate sequences, richest first:
     1. every host API call of the rank's launching threads merged in time order (launches named by
        the GPU op they issued; event records, stream waits ... by their own name: they mark where a
@@ -82,6 +90,8 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
     threads, counts = distinct_counts(tid[lb])
     polling = names_matching(timeline, POLLING)
     calls = api[np.isin(tid[api], threads) & ~polling[names[api]]]
+    if steady:
+        calls = calls[~_allocator_calls(timeline, calls)]
     # (rows in ascending position are in start order: the Timeline is sorted by start)
     # token of a launch: the name of the GPU op it issued (by correlation id), else its own name
     gpu = gpu_rows[corr[gpu_rows] >= 0]
@@ -120,6 +130,25 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
                 seqs.append(seq(mine, f"thread {int(t)}, every API call"))
             seqs.append(seq(is_lb & mine, f"thread {int(t)}"))
     return seqs
+
+
+def _allocator_calls(timeline: Timeline, calls: np.ndarray) -> np.ndarray:
+    """Which of the calls (rows in start order) the caching allocator made: allocations and frees, and a
+    stream-capture query right before one on the same thread."""
+    names = column(timeline, "name")[calls]
+    alloc = names_matching(timeline, ALLOCATOR)[names]
+    if not alloc.any():
+        return alloc
+    tid = column(timeline, "tid")[calls]
+    order = np.argsort(tid, kind="stable")  # per thread, in start order
+    prev = np.full(calls.size, -1, dtype=np.int64)
+    same = tid[order][1:] == tid[order][:-1]
+    prev[order[1:][same]] = order[:-1][same]
+    before = prev[alloc]
+    before = before[before >= 0]
+    out = alloc.copy()
+    out[before[names_matching(timeline, CAPTURE_QUERY)[names[before]]]] = True
+    return out
 
 
 NO_KGRAM = -1  # the id of a position with fewer than k calls left
