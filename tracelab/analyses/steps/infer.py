@@ -36,7 +36,7 @@ from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at
 from tracelab.analyses.steps.cut import SHORT_BLOCK, cut_steps, find_anchor, regular_period
 from tracelab.analyses.steps.cut_launch import HOST_PACED, cut_launch_run, launch_run
 from tracelab.analyses.steps.cut_pause import cut_by_pause, pause_period
-from tracelab.analyses.steps.lead_in import refine_starts
+from tracelab.analyses.steps.lead_in import HostRanges, refine_starts
 from tracelab.analyses.steps.sequence import (
     MIN_REPEATS,
     LaunchSequence,
@@ -187,20 +187,19 @@ def _launch_run_steps(
     return s, e, note
 
 
-def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
+def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> HostRanges:
+    """(start, end, name) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
     of a rank, sorted by start, step-like ranges left out."""
     rows = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
     step_like = names_matching(timeline, PROFILER_STEP, STEP_LIKE)
     rows = rows[np.isin(column(timeline, "tid")[rows], threads) & ~step_like[column(timeline, "name")[rows]]]
     start, end = column(timeline, "start")[rows], column(timeline, "end")[rows]
     order = np.argsort(start, kind="stable")
-    return start[order].astype(np.int64), end[order].astype(np.int64)
+    names = column(timeline, "name")[rows][order].astype(np.int64)
+    return HostRanges(start[order].astype(np.int64), end[order].astype(np.int64), names)
 
 
-def unrecorded_before(
-    starts: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
-) -> float:
+def unrecorded_before(starts: np.ndarray, calls: LaunchSequence, ranges: HostRanges) -> float:
     """Median, over the steps after the first, of the host time right before a step's start in
     which neither a call nor a host range was recorded, ns."""
     if starts.size < 2:
