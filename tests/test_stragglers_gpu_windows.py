@@ -227,3 +227,59 @@ def test_both_profilers_rank_the_same_straggler(ddp_sleep):
         (s.rank, s.times_last) for s in b.collectives.stragglers
     ]
     assert [r.times_last for r in a.ranks] == [r.times_last for r in b.ranks]
+
+
+# ---- hand-made: a set-up collective that runs after the first step's host start, before its GPU work -------
+
+T0 = 1_700_000_000_000_000.0  # epoch µs, both ranks on one clock
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _ev(cat: str, name: str, ts: float, dur: float, corr: int, gpu: bool = False) -> dict:
+    args = {"correlation": corr, **({"device": 0, "stream": 7} if gpu else {})}
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if gpu else 1, "tid": 7 if gpu else 1,
+            "ts": T0 + ts, "dur": dur, "args": args}
+
+
+def _hand_made_rank(rank: int) -> list[dict]:
+    """Set-up: an all-reduce launched at 0 µs that the GPU runs at 40 µs (rank 1) and 60 µs (rank 0: last),
+    after the first step's host start (20 µs) and before its GPU work (170 µs on). Three steps of 1000 µs:
+    a matmul launched at +10 µs that the GPU runs at +150 µs, an all-reduce launched at +20 µs, where rank 1
+    arrives 100 µs after rank 0 (last)."""
+    out = [_ev("cuda_runtime", "cudaLaunchKernel", 0, 5, 900), _ev("kernel", NCCL, 60 if rank == 0 else 40, 40, 900, True)]
+    for k in range(3):
+        b = 20 + 1000 * k
+        late = 100 if rank == 1 else 0
+        out += [
+            _ev("user_annotation", f"step {k}", b, 1000, -1),
+            _ev("cuda_runtime", "cudaLaunchKernel", b + 10, 5, 10 * k + 1),
+            _ev("kernel", "ampere_sgemm_128x64_nn", b + 150, 450, 10 * k + 1, True),
+            _ev("cuda_runtime", "cudaLaunchKernel", b + 20, 5, 10 * k + 2),
+            _ev("kernel", NCCL, b + 600 + late, 300 - late, 10 * k + 2, True),
+        ]
+    for e in out:
+        if e["args"]["correlation"] < 0:
+            del e["args"]["correlation"]
+    return out
+
+
+def test_a_set_up_collective_before_the_first_gpu_window_is_no_steps_collective(tmp_path):
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for rank in (0, 1):
+        with gzip.open(d / f"rank{rank}.json.gz", "wt") as fh:
+            json.dump({"traceEvents": _hand_made_rank(rank), "distributedInfo": {"rank": rank, "world_size": 2}}, fh)
+    raw = _kineto(tmp_path)
+    want, from_host = _expected(raw)
+    assert want == {1: 3}
+    assert from_host == {1: 3, 0: 1}  # the set-up all-reduce starts after the first step's host start
+    from tracelab.io import load_trace
+
+    tl = load_trace(d)
+    an = analyze(tl)
+    assert {r.rank: r.gpu_start_ns for r in an.step_rows if r.index == 0} == {
+        r: int(T0) * 1000 + 170_000 for r in (0, 1)
+    }
+    ra = rank_analysis(tl, an)
+    assert {s.rank: s.times_last for s in ra.collectives.stragglers} == want
+    assert {r.rank: r.times_last for r in ra.ranks} == {0: 0, 1: 3}
