@@ -149,16 +149,21 @@ def _loop(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return steps
 
 
+def _loop_windows(d: dict) -> list[tuple[int, int]]:
+    """The GPU window of each loop step (its host range when it launched no GPU work)."""
+    steps = _loop(d["steps"])
+    wins = windows_of_ranges(steps, d["launches"], d["gpu"])
+    return [(lo, hi) if lo is not None else h for (lo, hi), h in zip(wins, steps, strict=True)]
+
+
 def _expected(raw: dict[int, dict]) -> tuple[dict[int, int], dict[int, int]]:
     """(times last per rank over the collectives inside the steps on the GPU, the same counted from the earliest
     first loop step's host start on)."""
     span, first_host = {}, []
     for rank, d in raw.items():
-        steps = _loop(d["steps"])
-        wins = windows_of_ranges(steps, d["launches"], d["gpu"])
-        wins = [(lo, hi) if lo is not None else h for (lo, hi), h in zip(wins, steps, strict=True)]
+        wins = _loop_windows(d)
         span[rank] = (min(w[0] for w in wins), max(w[1] for w in wins))
-        first_host.append(steps[0][0])
+        first_host.append(_loop(d["steps"])[0][0])
     since = min(first_host)
     gpu: dict[int, int] = {}
     host: dict[int, int] = {}
@@ -186,6 +191,16 @@ def test_stragglers_count_the_collectives_inside_the_gpu_windows(tmp_path, varia
     doc = rank_document_of(ra)
     assert {x["rank"]: x["times_last"] for x in doc["ranks"]} == {r: want.get(r, 0) for r in raw}
     assert any("inside the steps on the GPU" in n for n in ra.collectives.notes)
+    # the straggler's cause: the loop steps (GPU windows) in which it took part in a collective, and those in
+    # which it arrived last (on the host ranges, asynchronous launches put most arrivals in no step: 0 or 1 of 3)
+    calls = _matched(raw)
+    assert ra.straggler_causes
+    for cause in ra.straggler_causes:
+        wins = _loop_windows(raw[cause.rank])
+        mine = [t for op, t in raw[cause.rank]["nccl"]]
+        late = [c["last_at"] for c in calls if c["last_rank"] == cause.rank]
+        assert cause.steps == sum(any(a <= t < b for t in mine) for a, b in wins) == 3
+        assert cause.steps_late == sum(any(a <= t < b for t in late) for a, b in wins)
 
 
 @pytest.fixture(scope="module")
