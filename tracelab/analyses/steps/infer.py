@@ -43,6 +43,7 @@ from tracelab.analyses.steps.sequence import (
     Period,
     find_period,
     launch_sequences,
+    sequence_variants,
 )
 from tracelab.model import EventKind, Timeline
 
@@ -284,30 +285,30 @@ def _repetition_steps(
     return s, e, note
 
 
-def _steady(timeline: Timeline, rank: int, seqs: list[LaunchSequence]) -> tuple[list[LaunchSequence], str]:
-    """The sequences to look for a period in, and a note: `seqs`, or the same with the caching allocator's
-    calls left out where those calls break the period (a loop that keeps each step's outputs asks for a new
-    block every few steps: the calls repeat only once every few steps, and the richest sequence's period is
-    that many steps). Where they do not, the sequences stay as recorded."""
-    if not seqs or seqs[0].where == "GPU ops":
-        return seqs, ""
-    steady = launch_sequences(timeline, rank, steady=True)
-    dropped = seqs[0].tokens.size - steady[0].tokens.size
-    if dropped == 0:
-        return seqs, ""
-    recorded, without = find_period(seqs[0].tokens).lag, find_period(steady[0].tokens).lag
-    if not (recorded and without and recorded >= ALLOCATOR_BREAK * without):
-        return seqs, ""
-    return steady, (
+def _steady(
+    recorded: list[LaunchSequence], without: list[LaunchSequence] | None
+) -> tuple[list[LaunchSequence], str, Period | None]:
+    """The sequences to look for a period in, a note and the period of the first (None when not found
+    here): `recorded`, or `without` (the caching allocator's calls left out) where those calls break the
+    period (a loop that keeps each step's outputs asks for a new block every few steps: the calls repeat
+    only once every few steps, and the richest sequence's period is that many steps). Where they do not,
+    the sequences stay as recorded."""
+    if not recorded or without is None or not without:
+        return recorded, "", None
+    dropped = recorded[0].tokens.size - without[0].tokens.size
+    was, now = find_period(recorded[0].tokens), find_period(without[0].tokens)
+    if not (dropped > 0 and was.lag and now.lag and was.lag >= ALLOCATOR_BREAK * now.lag):
+        return recorded, "", was
+    return without, (
         f"; the caching allocator's {dropped} calls (cudaMalloc and the like) left out: they recur every few "
-        f"steps, not once a step (with them the sequence repeats every {recorded} calls, without them every "
-        f"{without})"
-    )
+        f"steps, not once a step (with them the sequence repeats every {was.lag} calls, without them every "
+        f"{now.lag})"
+    ), now
 
 
 def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
     """Inferred steps of a rank: (start, end, note). Empty arrays and a note saying why when none."""
-    seqs, allocator_note = _steady(timeline, rank, launch_sequences(timeline, rank))
+    seqs, allocator_note, first_period = _steady(*sequence_variants(timeline, rank))
     if not seqs:
         s, e = _empty()
         return (
@@ -342,7 +343,7 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     noisy: list[tuple[float, int, Period]] = []
     # clean sequences richest first, as found; the noisier ones after, cleanest first
     for i, q in enumerate(seqs):
-        per = find_period(q.tokens)
+        per = first_period if i == 0 and first_period is not None else find_period(q.tokens)
         if per.best_match < CLEAN:
             noisy.append((-per.best_match, i, per))
             continue
