@@ -201,3 +201,26 @@ def test_allocator_calls_at_start_up_only_leave_the_sequence_as_recorded() -> No
     s, _e, note = starts_ends(tb)
     assert s == truth[1:]
     assert "allocator" not in note
+
+
+def test_a_step_starts_where_the_others_start_when_its_fetch_was_quicker() -> None:
+    """slow_loader-like: each step fetches its batch (a "load batch" range of 1-6 ms, 65 µs after the step
+    before ends), then uploads it ("h2d", 40 µs after the fetch) and runs 10 kernels. In step 5 the upload
+    comes 77 µs after the fetch, more than the 65 µs before the fetch: still the step starts at its fetch,
+    as the other 7 do."""
+    tb = TB()
+    h = 0.0
+    truth = []
+    for i in range(8):
+        h += 65.0
+        truth.append(us(h))
+        tb.cpu_op("load batch", h, 1000.0 + 2500.0 * (i % 3))
+        h += 1000.0 + 2500.0 * (i % 3) + (77.0 if i == 5 else 40.0)
+        tb.cpu_op("h2d", h, 30.0)
+        tb.kernel(h + 8, 10.0, name="copy", launch_at=h + 5, launch_dur=10.0)
+        h += 30.0
+        for j in range(10):
+            tb.kernel(h + 3, 2.0, name=f"k{j}", launch_at=h, launch_dur=3.0)
+            h += 5.0
+    s, _e, _note = starts_ends(tb)
+    assert s == truth
