@@ -90,18 +90,17 @@ def test_every_demo_run_is_checked() -> None:
 # a strict xfail) until the first step took in the ranges before it as the other steps do
 # (step_cut._lead_in): 0.05 ms from its marker now.
 # input_pipeline-slow_loader-torch, re-recorded on 2026-11-28 21:04 UTC (the cause-share pair of issue 29): its
-# steps are 8-42 ms long (a starved loader); the inferred start of marked step 6 lies 0.72 median steps from the
-# marker, with host activity between. Step inference is not yet right on a loop this uneven (the count, 12,
-# is); held as a strict xfail until it is.
+# steps are 8-42 ms long (a starved loader); the inferred start of marked step 6 lay 0.72 median steps from the
+# marker, with host activity between (a strict xfail until issue 24's third session): its batch fetch ("load
+# batch") had 11 µs less idle host time before it than its upload ("h2d"), so the step started at the upload
+# while the other 11 start at the fetch. A step now starts at the range most steps start at, where three in four
+# do (steps.lead_in._same_head): 0.001 median steps from its marker.
 # sync_pitfalls-keep_outputs-{nsys,torch} (issue 27's memory-traced variant, recorded 2026-11-28): each step keeps
-# its logits on the GPU, so the caching allocator asks for a new block every few steps and the launch sequence
-# repeats with a period of about two steps: 9 steps inferred for 20 marked, under both profilers (issue 24,
-# "step inference on plain loops", left open for this).
-STEP_XFAIL = {
-    "input_pipeline-slow_loader-torch": "step 6's inferred start 0.72 median steps from its marker",
-    "sync_pitfalls-keep_outputs-nsys": "9 steps inferred for 20 marked: the allocator's calls break the period",
-    "sync_pitfalls-keep_outputs-torch": "9 steps inferred for 20 marked: the allocator's calls break the period",
-}
+# its logits on the GPU, so the caching allocator asks for a new block (cudaStreamIsCapturing + cudaMalloc) every
+# second step and the launch sequence repeats with a period of two steps: 9 steps were inferred for 20 marked,
+# under both profilers (a strict xfail until issue 24's third session); the allocator's calls are now left out
+# of the sequence where they break the period (steps.infer._steady): 20 of 20.
+STEP_XFAIL: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -161,3 +161,66 @@ def test_a_step_starts_at_the_host_work_that_leads_to_it() -> None:
     # all 6 start at their data op; before each of the last 5, 150 µs that the trace does not record
     assert "6 of the starts moved earlier, to the host range that leads to the step's first call" in note
     assert "the host recorded nothing for a median 150 µs" in note
+
+
+def _allocating_loop(alloc_every: int, steps: int = 12) -> tuple[TB, list[int]]:
+    """keep_outputs-like: an event record then 10 kernels a step; every `alloc_every`-th step (0: only the
+    first) the caching allocator asks for a block first (cudaStreamIsCapturing, then cudaMalloc)."""
+    tb = TB()
+    h = 0.0
+    truth = []
+    for i in range(steps):
+        truth.append(us(h))
+        tb.api("cudaEventRecord", h, 1.0)
+        h += 6.0
+        if (alloc_every and i % alloc_every == 0) or (not alloc_every and i == 0):
+            tb.api("cudaStreamIsCapturing", h, 1.0)
+            tb.api("cudaMalloc", h + 2, 30.0)
+            h += 40.0
+        for j in range(10):
+            tb.kernel(h + 3, 2.0, name=f"k{j}", launch_at=h, launch_dur=3.0)
+            h += 5.0
+        h += 60.0
+    return tb, truth
+
+
+def test_allocator_calls_every_few_steps_do_not_set_the_period() -> None:
+    """A new block every second step makes the every-call sequence repeat every two steps; left out,
+    it repeats every step: 12 steps, each starting at its event record, the note saying why."""
+    tb, truth = _allocating_loop(2)
+    s, _e, note = starts_ends(tb)
+    assert s == truth
+    assert "caching allocator's 12 calls (cudaMalloc and the like) left out" in note
+    assert f"repeats every {2 * 11 + 2} calls, without them every 11" in note  # two steps and one block
+
+
+def test_allocator_calls_at_start_up_only_leave_the_sequence_as_recorded() -> None:
+    """A block asked for in the first step only: the sequence stays as recorded, no note (the first step,
+    whose calls differ from the others', is left to the set-up, as before)."""
+    tb, truth = _allocating_loop(0)
+    s, _e, note = starts_ends(tb)
+    assert s == truth[1:]
+    assert "allocator" not in note
+
+
+def test_a_step_starts_where_the_others_start_when_its_fetch_was_quicker() -> None:
+    """slow_loader-like: each step fetches its batch (a "load batch" range of 1-6 ms, 65 µs after the step
+    before ends), then uploads it ("h2d", 40 µs after the fetch) and runs 10 kernels. In step 5 the upload
+    comes 77 µs after the fetch, more than the 65 µs before the fetch: still the step starts at its fetch,
+    as the other 7 do."""
+    tb = TB()
+    h = 0.0
+    truth = []
+    for i in range(8):
+        h += 65.0
+        truth.append(us(h))
+        tb.cpu_op("load batch", h, 1000.0 + 2500.0 * (i % 3))
+        h += 1000.0 + 2500.0 * (i % 3) + (77.0 if i == 5 else 40.0)
+        tb.cpu_op("h2d", h, 30.0)
+        tb.kernel(h + 8, 10.0, name="copy", launch_at=h + 5, launch_dur=10.0)
+        h += 30.0
+        for j in range(10):
+            tb.kernel(h + 3, 2.0, name=f"k{j}", launch_at=h, launch_dur=3.0)
+            h += 5.0
+    s, _e, _note = starts_ends(tb)
+    assert s == truth

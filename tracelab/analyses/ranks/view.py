@@ -232,11 +232,12 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
 
     collectives = steps_stragglers(match_collectives(timeline), analysis)
     windows = step_windows(analysis.step_rows or analysis.steps)  # the steps' GPU windows
+    # the straggler's cause: its late arrivals (GPU times) in the loop steps' GPU windows, as it is ranked
     return RankAnalysis(
         ranks=rank_summaries(analysis, collectives, timeline),
         collectives=collectives,
         step_comm=comm_by_step(timeline, collectives, windows),
-        straggler_causes=straggler_causes(collectives, analysis, step_windows(loop_steps(analysis.steps))),
+        straggler_causes=straggler_causes(collectives, analysis, step_windows(loop_steps(analysis.step_rows or analysis.steps))),
         loop_idle=_loop_idle(analysis),
     )
 
@@ -293,19 +294,30 @@ def steps_stragglers(collectives: Collectives, analysis: Analysis) -> Collective
     """The stragglers ranked over the collectives inside the steps (issue 24: set-up apart): the set-up's
     collectives (the communicator's creation, DDP's parameter broadcast) wait for whichever rank finished
     building its model last, which says nothing about the training loop; nor does a warm-up first step
-    (`loop_steps`). Unchanged without steps, or when no collective starts after every rank's first step."""
+    (`loop_steps`), nor a collective after the loop (a closing barrier). A collective is inside the steps
+    when its last arrival (what makes its rank the last one) lies inside that rank's steps on the GPU: from
+    its first loop step's GPU start to its last one's GPU end (`windows.steps_spans`; the host range for a
+    step that launched no GPU work). On asynchronous code a step's host range begins before its GPU work:
+    the GPU work still running from before it (set-up's collectives) is no part of it. Collectives of a rank
+    without steps count. Unchanged without steps, or when every collective is inside."""
     if not analysis.steps or not collectives.calls:
         return collectives
-    first: dict[int, int] = {}
-    for st in loop_steps(analysis.steps):
-        first[st.rank] = min(first.get(st.rank, st.start_ns), st.start_ns)
-    since = min(first.values())  # the earliest first step: ranks' clocks and loop starts differ a little
-    inside = [c for c in collectives.calls if c.start_ns >= since]
+    from tracelab.analyses.steps.windows import steps_spans
+
+    spans = steps_spans(loop_steps(analysis.step_rows or analysis.steps))
+    inside = [c for c in collectives.calls if _inside(c.last_rank, c.last_start_ns, spans)]
     if not inside or len(inside) == len(collectives.calls):
         return collectives
     ranked = rank_stragglers(inside)
     note = (
         f"stragglers ranked over the {len(inside)} of {len(collectives.calls)} matched collectives inside the steps "
-        "(set-up's and a warm-up first step's collectives left out)"
+        "on the GPU (set-up's, a warm-up first step's and those after the last step left out)"
     )
     return replace(collectives, stragglers=ranked, notes=(*collectives.notes, note))
+
+
+def _inside(rank: int, at: int, spans: dict[int, tuple[int, int, int, int]]) -> bool:
+    """Whether `at` lies in the rank's steps' GPU span ([gpu_lo, gpu_hi) of `steps_spans`); True for a rank
+    without steps."""
+    span = spans.get(rank)
+    return span is None or span[0] <= at < span[1]

@@ -36,13 +36,14 @@ from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at
 from tracelab.analyses.steps.cut import SHORT_BLOCK, cut_steps, find_anchor, regular_period
 from tracelab.analyses.steps.cut_launch import HOST_PACED, cut_launch_run, launch_run
 from tracelab.analyses.steps.cut_pause import cut_by_pause, pause_period
-from tracelab.analyses.steps.lead_in import refine_starts
+from tracelab.analyses.steps.lead_in import HostRanges, refine_starts
 from tracelab.analyses.steps.sequence import (
     MIN_REPEATS,
     LaunchSequence,
     Period,
     find_period,
     launch_sequences,
+    sequence_variants,
 )
 from tracelab.model import EventKind, Timeline
 
@@ -143,6 +144,7 @@ def marked_steps_noted(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.nd
 UNRECORDED_NOTE = 0.05  # a note when the host time before steps that nothing recorded is this long
 CLEAN = 0.75  # sequences whose best lag repeats this share of calls are tried first, richest first
 RUN_COVERAGE = 0.5  # host-paced single launches must span this share of the launch sequence
+ALLOCATOR_BREAK = 1.5  # the allocator's calls break the period when leaving them out makes it this much shorter
 
 
 def _empty() -> tuple[np.ndarray, np.ndarray]:
@@ -186,20 +188,19 @@ def _launch_run_steps(
     return s, e, note
 
 
-def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
+def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> HostRanges:
+    """(start, end, name) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
     of a rank, sorted by start, step-like ranges left out."""
     rows = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
     step_like = names_matching(timeline, PROFILER_STEP, STEP_LIKE)
     rows = rows[np.isin(column(timeline, "tid")[rows], threads) & ~step_like[column(timeline, "name")[rows]]]
     start, end = column(timeline, "start")[rows], column(timeline, "end")[rows]
     order = np.argsort(start, kind="stable")
-    return start[order].astype(np.int64), end[order].astype(np.int64)
+    names = column(timeline, "name")[rows][order].astype(np.int64)
+    return HostRanges(start[order].astype(np.int64), end[order].astype(np.int64), names)
 
 
-def unrecorded_before(
-    starts: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
-) -> float:
+def unrecorded_before(starts: np.ndarray, calls: LaunchSequence, ranges: HostRanges) -> float:
     """Median, over the steps after the first, of the host time right before a step's start in
     which neither a call nor a host range was recorded, ns."""
     if starts.size < 2:
@@ -284,9 +285,30 @@ def _repetition_steps(
     return s, e, note
 
 
+def _steady(
+    recorded: list[LaunchSequence], without: list[LaunchSequence] | None
+) -> tuple[list[LaunchSequence], str, Period | None]:
+    """The sequences to look for a period in, a note and the period of the first (None when not found
+    here): `recorded`, or `without` (the caching allocator's calls left out) where those calls break the
+    period (a loop that keeps each step's outputs asks for a new block every few steps: the calls repeat
+    only once every few steps, and the richest sequence's period is that many steps). Where they do not,
+    the sequences stay as recorded."""
+    if not recorded or without is None or not without:
+        return recorded, "", None
+    dropped = recorded[0].tokens.size - without[0].tokens.size
+    was, now = find_period(recorded[0].tokens), find_period(without[0].tokens)
+    if not (dropped > 0 and was.lag and now.lag and was.lag >= ALLOCATOR_BREAK * now.lag):
+        return recorded, "", was
+    return without, (
+        f"; the caching allocator's {dropped} calls (cudaMalloc and the like) left out: they recur every few "
+        f"steps, not once a step (with them the sequence repeats every {was.lag} calls, without them every "
+        f"{now.lag})"
+    ), now
+
+
 def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, str]:
     """Inferred steps of a rank: (start, end, note). Empty arrays and a note saying why when none."""
-    seqs = launch_sequences(timeline, rank)
+    seqs, allocator_note, first_period = _steady(*sequence_variants(timeline, rank))
     if not seqs:
         s, e = _empty()
         return (
@@ -298,6 +320,7 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
 
     def refined(s: np.ndarray, e: np.ndarray, note: str) -> tuple[np.ndarray, np.ndarray, str]:
+        note += allocator_note
         s2, e2 = refine_starts(s, e, calls, ranges)
         moved = int(np.count_nonzero(s2 != s))
         if moved:
@@ -320,7 +343,7 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     noisy: list[tuple[float, int, Period]] = []
     # clean sequences richest first, as found; the noisier ones after, cleanest first
     for i, q in enumerate(seqs):
-        per = find_period(q.tokens)
+        per = first_period if i == 0 and first_period is not None else find_period(q.tokens)
         if per.best_match < CLEAN:
             noisy.append((-per.best_match, i, per))
             continue

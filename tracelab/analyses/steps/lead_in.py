@@ -3,23 +3,38 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from tracelab.analyses.steps.cut import Cut, _segments
 from tracelab.analyses.steps.sequence import LaunchSequence
 
 
-def refine_starts(
-    starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, ranges: tuple[np.ndarray, np.ndarray]
-) -> Cut:
+class HostRanges(NamedTuple):
+    """Host ranges (CPU ops, NVTX / record_function ranges) of a rank's launching threads, sorted by start."""
+
+    start: np.ndarray  # int64 ns
+    end: np.ndarray  # int64 ns
+    name: np.ndarray | None = None  # string ids; None where not known
+
+
+MIN_HEADS = 3  # steps that must start at a range for the most common one to set the others' start ...
+COMMON_HEAD = 0.75  # ... and the share of them that start at a range of one name
+
+
+def refine_starts(starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, ranges: HostRanges) -> Cut:
     """Move each step's start back over the host ranges (CPU ops, NVTX / record_function ranges)
     recorded between the previous call and the step's first call: the step starts after the longest
     stretch in that window in which the host recorded nothing (the loop's own Python: the iteration,
     a print); the ranges after it (the data loader, the first ops of the forward) are the step's,
     those before it the previous step's tail. The first step's window reaches back as far as the
     longest other one, or to the outermost range that contains its first call. `ranges`: (start,
-    end) of the candidate ranges, sorted by start. Steps stay contiguous."""
-    r_start, r_end = ranges
+    end) of the candidate ranges, sorted by start, and their names: where three in four steps start at a
+    range of one name, a step whose window holds a top-level range of that name starts there too (an iteration starts
+    at the same place in each: a few µs more idle host time before another of its ranges does not move it).
+    Steps stay contiguous."""
+    r_start, r_end = ranges.start, ranges.end
     if starts.size == 0 or r_start.size == 0:
         return starts, ends
     last_end = np.maximum.accumulate(calls.end)
@@ -55,6 +70,9 @@ def refine_starts(
         w = seg[best]
         take = gap[best] > tail[w]
         new[w[take]] = r_start[idx[best[take]]]
+        if ranges.name is not None:
+            moved_w, moved_at = _same_head(ranges.name, seg, idx, gap, w[take], idx[best[take]])
+            new[moved_w] = r_start[moved_at]
     around = (r_start > after_call) & (r_start < starts[0]) & (r_end >= starts[0])  # ... in a range
     if around.any():
         new[0] = min(int(new[0]), int(r_start[around].min()))
@@ -63,6 +81,31 @@ def refine_starts(
     out_ends = ends.copy()
     out_ends[:-1] = new[1:]
     return new.astype(np.int64), out_ends.astype(np.int64)
+
+
+def _same_head(
+    names: np.ndarray, seg: np.ndarray, idx: np.ndarray, gap: np.ndarray, heads_w: np.ndarray, heads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(windows, range positions): the steps that start at a range of another name than three in four steps
+    (COMMON_HEAD) do, and the first top-level range of that name (idle host time before it) in their window
+    to start at instead (none where fewer agree: on nsys's emit_nvtx ranges, named with their op_id, the
+    steps that agree start at the previous iteration's last range as often as not).
+    `seg`, `idx`, `gap`: window, range position and idle time before it of every range in the windows;
+    `heads_w`, `heads`: the windows that start at a range and that range."""
+    none = np.zeros(0, dtype=np.int64)
+    if heads.size < MIN_HEADS:
+        return none, none
+    kinds, counts = np.unique(names[heads], return_counts=True)
+    top = int(np.argmax(counts))
+    if int(counts[top]) < COMMON_HEAD * heads.size:
+        return none, none
+    common = kinds[top]
+    odd = heads_w[names[heads] != common]
+    cand = np.flatnonzero((names[idx] == common) & (gap > 0) & np.isin(seg, odd))
+    if cand.size == 0:
+        return none, none
+    w, first = np.unique(seg[cand], return_index=True)  # the earliest of the window's (idx rises with seg)
+    return w, idx[cand[first]]
 
 
 def _lead_in(at: int, lo: int, r_start: np.ndarray, r_end: np.ndarray) -> int:

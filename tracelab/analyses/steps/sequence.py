@@ -19,6 +19,15 @@ GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
 # polling calls: how often the host asks depends on timing (the caching allocator's event queries),
 # so they are no part of a step's fixed sequence
 POLLING = re.compile(r"^cu(da)?(Event|Stream)Query")
+# the caching allocators' calls: a new block is asked for when the cached ones run out (every few steps
+# when each step keeps its outputs), so they are no part of a step's fixed sequence either; PyTorch's
+# device allocator asks cudaStreamIsCapturing right before each cudaMalloc (cudaMallocMaybeCapturing)
+ALLOCATOR = re.compile(
+    r"^(cu(da)?(Malloc|Free|MemAlloc|MemFree|HostAlloc)(Async|Host|Managed|Pitch)?"
+    r"|cuMem(Create|Map|Unmap|Release|SetAccess|AddressReserve|AddressFree))(_v\d+)?$"
+)
+CAPTURE_QUERY = re.compile(r"^cu(da)?StreamIsCapturing(_v\d+)?$")
+ALLOCATOR_SPREAD = 4  # the allocator's calls are left out only when some lie in each of this many parts of the run
 MAX_THREADS = 4  # launching threads tried alone (most launches first)
 
 # ---- the period ----------------------------------------------------------------------------------
@@ -62,6 +71,12 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
        pass from its autograd thread while the main thread waits);
     3. and 4. the same per launching thread (at most MAX_THREADS, most launches first);
     or the rank's GPU ops in start order when the trace has no host API calls."""
+    return sequence_variants(timeline, rank)[0]
+
+
+def sequence_variants(timeline: Timeline, rank: int) -> tuple[list[LaunchSequence], list[LaunchSequence] | None]:
+    """(`launch_sequences`, the same with the caching allocator's calls left out; None when the launching
+    threads made none): one pass over the calls for both."""
     flags = column(timeline, "flags")
     names = column(timeline, "name")
     start = column(timeline, "start")
@@ -75,10 +90,10 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
     if lb.size == 0:
         gpu = gpu_rows
         if gpu.size == 0:
-            return []
+            return [], None
         gpu = gpu[np.argsort(start[gpu], kind="stable")]
         none = np.zeros(gpu.size, dtype=bool)
-        return [LaunchSequence(names[gpu].astype(np.int64), start[gpu], end[gpu], none, none, none, "GPU ops")]
+        return [LaunchSequence(names[gpu].astype(np.int64), start[gpu], end[gpu], none, none, none, "GPU ops")], None
     threads, counts = distinct_counts(tid[lb])
     polling = names_matching(timeline, POLLING)
     calls = api[np.isin(tid[api], threads) & ~polling[names[api]]]
@@ -98,28 +113,72 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
         tokens[hit] = names[g]
         graph[hit] |= (flags[g] & Flag.GRAPH) != 0
     by_count = threads[np.argsort(-counts, kind="stable")]
-    listed = ", ".join(str(int(t)) for t in by_count)
+    arrays = _CallArrays(tokens, start[calls], end[calls], tid[calls], blocking, launch, graph)
+    alloc = _allocator_calls(timeline, calls)
+    recorded = _sequences(arrays, by_count)
+    # only allocator calls all through the run can break its period (most runs make them at start-up and
+    # teardown only): some in each quarter of the calls
+    spread = np.unique(np.flatnonzero(alloc) * ALLOCATOR_SPREAD // max(alloc.size, 1)).size == ALLOCATOR_SPREAD
+    return recorded, (_sequences(arrays.subset(~alloc), by_count) if spread else None)
 
-    c_start, c_end, c_tid = start[calls], end[calls], tid[calls]
+
+@dataclass(frozen=True)
+class _CallArrays:
+    tokens: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    tid: np.ndarray
+    blocking: np.ndarray
+    launch: np.ndarray
+    graph: np.ndarray
+
+    def subset(self, m: np.ndarray) -> _CallArrays:
+        return _CallArrays(*(getattr(self, f)[m] for f in ("tokens", "start", "end", "tid", "blocking", "launch", "graph")))
+
+
+def _sequences(c: _CallArrays, by_count: np.ndarray) -> list[LaunchSequence]:
+    """The candidate sequences of `launch_sequences` from the calls' arrays (threads: most launches first)."""
+    listed = ", ".join(str(int(t)) for t in by_count)
 
     def seq(m: np.ndarray | None, where: str) -> LaunchSequence:
         if m is None:  # every call
-            on = tuple(int(t) for t in distinct(c_tid))
-            return LaunchSequence(tokens, c_start, c_end, blocking, launch, graph, where, on)
-        on = tuple(int(t) for t in distinct(c_tid[m]))
-        return LaunchSequence(tokens[m], c_start[m], c_end[m], blocking[m], launch[m], graph[m], where, on)
+            on = tuple(int(t) for t in distinct(c.tid))
+            return LaunchSequence(c.tokens, c.start, c.end, c.blocking, c.launch, c.graph, where, on)
+        on = tuple(int(t) for t in distinct(c.tid[m]))
+        return LaunchSequence(
+            c.tokens[m], c.start[m], c.end[m], c.blocking[m], c.launch[m], c.graph[m], where, on
+        )
 
-    is_lb = launch | blocking
+    is_lb = c.launch | c.blocking
     rich = not is_lb.all()  # some calls neither launch nor block: a richer sequence exists
     seqs = [seq(None, f"threads {listed}, every API call")] if rich else []
     seqs.append(seq(None if not rich else is_lb, f"threads {listed}"))
-    if threads.size > 1:
+    if by_count.size > 1:
         for t in by_count[:MAX_THREADS]:
-            mine = c_tid == t
+            mine = c.tid == t
             if rich:
                 seqs.append(seq(mine, f"thread {int(t)}, every API call"))
             seqs.append(seq(is_lb & mine, f"thread {int(t)}"))
     return seqs
+
+
+def _allocator_calls(timeline: Timeline, calls: np.ndarray) -> np.ndarray:
+    """Which of the calls (rows in start order) the caching allocator made: allocations and frees, and a
+    stream-capture query right before one on the same thread."""
+    names = column(timeline, "name")[calls]
+    alloc = names_matching(timeline, ALLOCATOR)[names]
+    if not alloc.any():
+        return alloc
+    tid = column(timeline, "tid")[calls]
+    order = np.argsort(tid, kind="stable")  # per thread, in start order
+    prev = np.full(calls.size, -1, dtype=np.int64)
+    same = tid[order][1:] == tid[order][:-1]
+    prev[order[1:][same]] = order[:-1][same]
+    before = prev[alloc]
+    before = before[before >= 0]
+    out = alloc.copy()
+    out[before[names_matching(timeline, CAPTURE_QUERY)[names[before]]]] = True
+    return out
 
 
 NO_KGRAM = -1  # the id of a position with fewer than k calls left
