@@ -4,7 +4,7 @@
         [--quick] [--seed N] [--param KEY=VALUE ...] [--no-probe]
 
 `--backend torch` starts torch.profiler (CPU + CUDA activities, shapes, CUDA sync events) after
-warm-up and writes `trace.json.gz`; `--backend nsys` expects to run under `nsys profile` (record.py
+warm-up and writes `trace.json.gz`; `--backend nsys` expects to run under `nsys profile` (record/workload.py
 builds that command) and writes only meta.json and the probe file. Always writes `meta.json`
 (workload, variant, backend, GPU, driver, versions, parameters, wall time per step) and, when
 probes ran, `sm_probe.npz` (format: probes.py).
