@@ -237,8 +237,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "app.timeline_callbacks:register",
     "tracelab.analyses.sm.green_explain:green_context_explanation",
     "tracelab.analyses.rules.sync_per_iteration:evaluate",
-    "tracelab.workloads.green_contexts:run",
-    "tracelab.workloads.runner:run_variant",
 }
 
 
