@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -33,16 +34,8 @@ WORKLOAD = Workload(
         ),
     ),
     module="tracelab.workloads.green_contexts",
-    params={
-        "size": 8192,
-        "matmuls": 4,
-        "elements": 1 << 26,
-        "elementwise": 16,
-        "small_sms": 16,
-        "steps": 5,
-        "matmul": "cublas",
-    },
-    quick={"steps": 3},  # the effect needs the full sizes; quick only runs fewer steps
+    params=WORKLOAD_PARAMS["green_contexts"].full,
+    quick=WORKLOAD_PARAMS["green_contexts"].quick,
 )
 
 
