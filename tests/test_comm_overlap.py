@@ -25,7 +25,8 @@ from tracelab.analyses.ranks.comm_partition import comm_overlap_explanation, has
 from tracelab.demo import demo_run
 from tracelab.errors import BadInput
 from tracelab.io.detect import load_run_dir
-from tracelab.record import build_command, check_world
+from tracelab.record.process import check_world
+from tracelab.record.workload import build_command
 from tracelab.render.text.comm import explain_comm_overlap, rank_comm_lines
 from tracelab.workloads import get_workload
 
@@ -73,9 +74,9 @@ def test_two_rank_workload_refuses_one_gpu_unless_gloo():
 
 
 def test_multicast_stays_off_in_recorded_programs():
-    from tracelab.record import _env
+    from tracelab.record.process import program_env
 
-    env = _env(None)
+    env = program_env(None)
     assert env["NCCL_NVLS_ENABLE"] == "0"
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert env["NVSHMEM_DISABLE_NVLS"] == "1"

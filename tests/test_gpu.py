@@ -73,7 +73,7 @@ def test_pdl_shortens_the_gap_between_dependent_kernels(tmp_path: Path) -> None:
 def test_record_torch_then_load_and_analyze(tmp_path: Path) -> None:
     from tracelab.analyses import analyze
     from tracelab.io.detect import load_run_dir
-    from tracelab.record import record_workload
+    from tracelab.record.workload import record_workload
 
     (run,) = record_workload("pdl", "pdl", "torch", True, tmp_path)
     tl = load_run_dir(run)
@@ -83,7 +83,8 @@ def test_record_torch_then_load_and_analyze(tmp_path: Path) -> None:
 
 def test_record_nsys_then_load(tmp_path: Path) -> None:
     from tracelab.io.detect import load_run_dir
-    from tracelab.record import find_nsys, record_workload
+    from tracelab.record.nsys import find_nsys
+    from tracelab.record.workload import record_workload
 
     if find_nsys() is None:
         pytest.skip("no nsys on this machine")

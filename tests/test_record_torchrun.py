@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tracelab.errors import BadInput
-from tracelab.record import torchrun_split
+from tracelab.record.torchrun import torchrun_split
 
 
 def test_torchrun_with_options_and_script_args():

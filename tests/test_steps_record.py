@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.record import NSYS_PYTORCH_HOST, is_python_command, pytorch_host_flags, record_command
+from tracelab.record.command import record_command
+from tracelab.record.nsys import NSYS_PYTORCH_HOST, is_python_command, pytorch_host_flags
 
 HELP_WITH = "\t--pytorch=\n\n            Possible values are 'autograd-nvtx', 'autograd-shapes-nvtx', 'functions-trace' or 'none'."
 
@@ -111,7 +112,8 @@ def test_os_runtime_calls_are_traced_by_default(tmp_path: Path, nsys_with_pytorc
 def test_workloads_get_the_pytorch_host_flag_under_nsys(tmp_path: Path) -> None:
     """A built-in workload runs as a Python program (tracelab.workloads.runner): under nsys it gets the same
     host ranges as any Python program, so its nsys and torch.profiler runs see the same host data."""
-    from tracelab.record import build_command, workload_host_flags
+    from tracelab.record.nsys import workload_host_flags
+    from tracelab.record.workload import build_command
 
     exe = fake_nsys(tmp_path, HELP_WITH)
     flags, note = workload_host_flags(exe)

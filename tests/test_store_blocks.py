@@ -16,6 +16,7 @@ from test_store import _fp, _timeline
 from tracelab.errors import BadInput
 from tracelab.store import STORE_SCHEMA_VERSION, Store
 from tracelab.store.chunks import decode_columns, encode_columns
+from tracelab.store.writes import insert_blocks
 
 
 def _version(db) -> int:
@@ -111,7 +112,7 @@ def test_blocks_stored_as_rows_by_an_older_tracelab_still_load(tmp_path):
         c.close()
     old = Store(db)
     with old._transaction():
-        old._insert_blocks(rid, tl.sm_blocks)
+        insert_blocks(old.conn, rid, tl.sm_blocks)
     assert _version(db) == 2
     pd.testing.assert_frame_equal(Store(db).load(rid).sm_blocks, tl.sm_blocks, check_exact=True)
     other = st.import_timeline(replace(_timeline(n=200, seed=2), sm_blocks=_blocks(10, seed=2)), source_path="b",

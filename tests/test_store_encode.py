@@ -11,7 +11,7 @@ import pytest
 
 from tracelab.io.detect import load_trace
 from tracelab.store.chunks import decode, encode
-from tracelab.store.store import CHUNK_COLUMNS
+from tracelab.store.schema import CHUNK_COLUMNS
 
 DATA = Path(__file__).parent / "data"
 

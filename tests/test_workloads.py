@@ -9,14 +9,10 @@ from pathlib import Path
 import pytest
 
 from tracelab.errors import BadInput, MissingDependency
-from tracelab.record import (
-    NSYS_FLAGS,
-    build_command,
-    check_backend,
-    nsys_command,
-    record_command,
-    record_workload,
-)
+from tracelab.record.command import record_command
+from tracelab.record.nsys import NSYS_FLAGS, nsys_command
+from tracelab.record.process import check_backend
+from tracelab.record.workload import build_command, record_workload
 from tracelab.workloads import WORKLOADS, get_workload
 
 CONTRACT = {
@@ -131,7 +127,7 @@ def test_no_gpu_or_no_nsys_is_a_missing_dependency(tmp_path: Path, monkeypatch: 
         record_workload("pdl", "pdl", "torch", True, tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("TRACELAB_NSYS", raising=False)
-    import tracelab.record as rec
+    import tracelab.record.nsys as rec
 
     monkeypatch.setattr(rec, "NSYS_GLOBS", ())
     monkeypatch.setattr("tracelab.io.nsys.load.find_nsys", lambda: None, raising=False)

@@ -5,7 +5,7 @@ out=${1:?outdir}; mkdir -p "$out"
 python3 - "$out" <<'PY'
 import sys
 from pathlib import Path
-from tracelab.record import record_command
+from tracelab.record.command import record_command
 out = Path(sys.argv[1])
 for backend in ("nsys", "torch"):
     try:

@@ -38,7 +38,7 @@ for st in $STAGES; do
   ctl)
     timeout $(left) python3 - $W/ctl > $W/logs/ctl.log 2>&1 <<'PY'
 import sys
-from tracelab.record import record_workload
+from tracelab.record.workload import record_workload
 for v in ("item_every_step", "synchronize_in_loop"):
     print(record_workload("sync_pitfalls", v, "nsys", True, sys.argv[1], pytorch_host=False))
 PY
@@ -61,7 +61,7 @@ PY
           TRAIN_PLAIN_STEPS=40 HOST_BLOCKED_STEPS=40 timeout $(left) python3 - $W/ovh/$prog-r$rep-osrt$osrt $osrt $prog <<'PY'
 import sys, time
 from pathlib import Path
-from tracelab.record import record_command
+from tracelab.record.command import record_command
 t = time.perf_counter()
 run = record_command(["python3", f"tests/data/programs/{sys.argv[3]}.py"], "nsys", Path(sys.argv[1]),
                      pytorch_host=False, os_calls=sys.argv[2] == "1")

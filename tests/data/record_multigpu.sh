@@ -40,7 +40,7 @@ job() {  # job NAME CMD...: one recording, its log, its exit code and time
     loaderddp) for b in torch nsys; do job loaderddp_$b env LOADER_DDP=1 $TL --backend $b --out $W/runs/loaderddp -- torchrun --standalone --nproc-per-node=2 $P/loader_stall.py; done ;;
     gpt2) for b in torch nsys; do job gpt2_$b $TL --backend $b --out $W/runs/gpt2 -- python3 $P/gpt2_loop.py --steps 10; done ;;
     memory) job memory_torch env TRACELAB_PROFILE_MEMORY=1 $TL --backend torch --out $W/runs/memory -- python3 $P/train_plain.py
-            job memory_nsys python3 -c "from tracelab.record import record_command as r; print(r(['python3','$P/train_plain.py'],'nsys','$W/runs/memory',nsys_extra=('--cuda-memory-usage=true',)))" ;;
+            job memory_nsys python3 -c "from tracelab.record.command import record_command as r; print(r(['python3','$P/train_plain.py'],'nsys','$W/runs/memory',nsys_extra=('--cuda-memory-usage=true',)))" ;;
     ncclpayload) job ncclpayload_record $TL --backend nsys --out $W/runs/ncclpayload -- torchrun --standalone --nproc-per-node=2 $P/ddp_straggler.py --steps 4
        { nsys export --help | grep -i -B1 -A3 json; r=$(ls $W/runs/ncclpayload/*/trace.nsys-rep | head -1);
          nsys export --type sqlite --include-json true --force-overwrite true -o $W/runs/ncclpayload/payload.sqlite "$r"; echo rc=$?;

@@ -26,7 +26,7 @@ PROG=tests/data/programs/train_plain.py
     TRAIN_PLAIN_STEPS=10 timeout $(left) python3 -m tracelab record --backend $b --out $W/fix -- python3 $PROG
     rc=$?; echo "== fixture $b rc=$rc $(( $(date +%s) - s ))s"
     if [ $rc -ne 0 ] && [ $b = nsys ]; then  # keep a fixture even if the host flag broke nsys
-      TRAIN_PLAIN_STEPS=10 timeout $(left) python3 -c "from tracelab.record import record_command as r; print(r(['python3','$PROG'],'nsys','$W/fix',pytorch_host=False))"
+      TRAIN_PLAIN_STEPS=10 timeout $(left) python3 -c "from tracelab.record.command import record_command as r; print(r(['python3','$PROG'],'nsys','$W/fix',pytorch_host=False))"
       echo "== fixture nsys without host flag rc=$?"
     fi
   done
@@ -41,7 +41,7 @@ PROG=tests/data/programs/train_plain.py
       TRAIN_PLAIN_STEPS=40 timeout $(left) python3 - $W/ovh/r$rep-h$host $host <<'PY'
 import sys, time
 from pathlib import Path
-from tracelab.record import record_command
+from tracelab.record.command import record_command
 t = time.perf_counter()
 run = record_command(["python3", "tests/data/programs/train_plain.py"], "nsys", Path(sys.argv[1]),
                      pytorch_host=sys.argv[2] == "1")

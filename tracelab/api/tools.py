@@ -32,14 +32,14 @@ def default_backend() -> str:
 
 def record_workload(name: str, variant: str, backend: str, quick: bool, out: Path) -> list[Path]:
     """Run a built-in workload on the GPU under a profiler: the run directories written."""
-    from ..record import record_workload as record
+    from ..record.workload import record_workload as record
 
     return [Path(p) for p in record(name, variant, backend, quick, out)]
 
 
 def record_command(cmd: Sequence[str], backend: str, out: Path) -> Path:
     """Profile any program the same way: the run directory written."""
-    from ..record import record_command as record
+    from ..record.command import record_command as record
 
     return Path(record(list(cmd), backend, out))
 

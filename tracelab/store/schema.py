@@ -57,6 +57,7 @@ SM_BLOCK_COLUMNS: dict[str, str] = {
 }
 
 EVENT_FIELDS: tuple[str, ...] = tuple(c for c in EVENT_COLUMNS if c != "lane")
+CHUNK_COLUMNS = ("seq", *EVENT_FIELDS)  # what each event chunk holds, in order (the lane is the row's)
 
 
 def quote(name: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 NO_MULTICAST_ENV = {
@@ -41,17 +42,8 @@ WORKLOAD = Workload(
         Variant("green_ctx", "matmuls on all SMs but comm_sms, NCCL on a comm_sms green context"),
     ),
     module="tracelab.workloads.comm_overlap",
-    params={
-        "size": 8192,
-        "matmuls": 4,
-        # 0: sized on the recording GPUs so that one all-reduce takes about as long as the matmuls
-        # (size_all_reduce); meta.json's facts say the size and both measured durations
-        "comm_elements": 0,
-        "comm_sms": 24,
-        "steps": 5,
-        "dist_backend": "nccl",  # "gloo" runs the plumbing with two ranks on one GPU (no NCCL kernels)
-    },
-    quick={"steps": 3},
+    params=WORKLOAD_PARAMS["comm_overlap"].full,
+    quick=WORKLOAD_PARAMS["comm_overlap"].quick,
     world_size=2,
 )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -38,11 +39,8 @@ WORKLOAD = Workload(
         ),
     ),
     module="tracelab.workloads.default_stream",
-    # each worker kernel must outlast the host's launches (~0.1-0.3 ms a Triton launch under a
-    # profiler) or the host, not the streams, serializes them: 50k iterations (~0.18 ms on an H100,
-    # first recording) left the GPU waiting for launches in every variant; 500k run ~1.8 ms
-    params={"pairs": 4, "programs": 16, "iters": 500000, "steps": 20},
-    quick={"steps": 6},
+    params=WORKLOAD_PARAMS["default_stream"].full,
+    quick=WORKLOAD_PARAMS["default_stream"].quick,
 )
 
 CUDA_STREAM_PER_THREAD = 0x2  # cudaStreamPerThread / CU_STREAM_PER_THREAD

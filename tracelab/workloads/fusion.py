@@ -15,6 +15,7 @@ import math
 import os
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -29,8 +30,8 @@ WORKLOAD = Workload(
         Variant("cuda", "a CUDA C++ GeLU kernel built with torch.utils.cpp_extension.load_inline"),
     ),
     module="tracelab.workloads.fusion",
-    params={"elements": 1 << 26, "steps": 20},
-    quick={"elements": 1 << 24, "steps": 10},
+    params=WORKLOAD_PARAMS["fusion"].full,
+    quick=WORKLOAD_PARAMS["fusion"].quick,
 )
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

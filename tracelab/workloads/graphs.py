@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -39,17 +40,8 @@ WORKLOAD = Workload(
         ),
     ),
     module="tracelab.workloads.graphs",
-    params={
-        "elements": 4096,
-        "ops": 200,
-        "steps": 20,
-        "branch_kernels": 4,
-        "branch_programs": 16,
-        # ~0.35 ms a kernel on an H100: longer than a Triton launch under a profiler, so the eager
-        # version overlaps too (20k iterations, ~70 µs, left it launch-bound: 12-32% overlap)
-        "branch_iters": 100000,
-    },
-    quick={"ops": 100, "steps": 10},
+    params=WORKLOAD_PARAMS["graphs"].full,
+    quick=WORKLOAD_PARAMS["graphs"].quick,
 )
 
 CUDA_SRC = r"""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -33,16 +34,8 @@ WORKLOAD = Workload(
         ),
     ),
     module="tracelab.workloads.green_contexts",
-    params={
-        "size": 8192,
-        "matmuls": 4,
-        "elements": 1 << 26,
-        "elementwise": 16,
-        "small_sms": 16,
-        "steps": 5,
-        "matmul": "cublas",
-    },
-    quick={"steps": 3},  # the effect needs the full sizes; quick only runs fewer steps
+    params=WORKLOAD_PARAMS["green_contexts"].full,
+    quick=WORKLOAD_PARAMS["green_contexts"].quick,
 )
 
 
@@ -105,27 +98,14 @@ def make_partitions(small_sms: int) -> dict[str, Any]:
     return out
 
 
-def run(ctx: RunContext, variant: str) -> dict[str, Any]:
+def _streams(variant: str, small_sms: int, sms: int, main: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The matmul and elementwise streams of a variant and the facts about its partitions: two green
+    contexts (green_ctx), two plain streams (streams), or the one current stream (sequential)."""
     import torch
 
-    from . import kernels as K
-    from .probes import bracket_probe
-    from .ranges import phase
-
-    p = ctx.params
-    torch.manual_seed(ctx.seed)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    a = torch.randn(p["size"], p["size"], device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(p["size"], p["size"], device="cuda", dtype=torch.bfloat16)
-    c = torch.empty_like(a)
-    x = torch.randn(p["elements"], device="cuda")
-    y = torch.empty_like(x)
-    block = 16384
-    programs = (p["elements"] + block - 1) // block
-    main = torch.cuda.current_stream()
     facts: dict[str, Any] = {"device_sms": sms}
     if variant == "green_ctx":
-        parts = make_partitions(p["small_sms"])
+        parts = make_partitions(small_sms)
         mm_stream, ew_stream = parts["partitions"][0]["_stream"], parts["partitions"][1]["_stream"]
         facts.update({k: v for k, v in parts.items() if k != "partitions"})
         facts["partitions"] = [
@@ -149,42 +129,78 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
         ]
     for part in facts["partitions"]:
         part["stream_role"] = "matmul" if part["marker"] == "tl_probe_large_partition" else "elementwise"
+    return mm_stream, ew_stream, facts
+
+
+def _matmul_phase(ctx: RunContext, stream: Any, main: Any, a: Any, b: Any, c: Any, bracket_n: int) -> None:
+    """The matmuls on their stream (partition 0), bracketed by probes."""
+    import torch
+
+    from . import kernels as K
+    from .probes import bracket_probe
+    from .ranges import phase
+
+    p = ctx.params
+    with torch.cuda.stream(stream), phase("matmul"):
+        stream.wait_stream(main)
+        bracket_probe(ctx.recorder, "tl_probe_large_partition", bracket_n, partition=0)
+        for _ in range(p["matmuls"]):
+            if p["matmul"] == "triton":
+                K.matmul(ctx.recorder, a, b, c, partition=0)
+            else:
+                torch.matmul(a, b, out=c)
+        bracket_probe(ctx.recorder, "tl_probe_large_partition", bracket_n, partition=0)
+
+
+def _elementwise_phase(
+    ctx: RunContext, stream: Any, main: Any, x: Any, y: Any, part: int, bracket_n: int, block: int
+) -> None:
+    """The elementwise kernels (sigmoid, x -> y -> x ...) on their stream, bracketed by probes."""
+    import torch
+
+    from . import kernels as K
+    from .probes import bracket_probe
+    from .ranges import phase
+
+    p = ctx.params
+    programs = (p["elements"] + block - 1) // block
+    with torch.cuda.stream(stream), phase("elementwise"):
+        stream.wait_stream(main)
+        bracket_probe(ctx.recorder, "tl_probe_small_partition", bracket_n, partition=part)
+        for i in range(p["elementwise"]):
+            src, dst = (x, y) if i % 2 == 0 else (y, x)
+            K.launch(
+                ctx.recorder,
+                K.sigmoid_kernel,
+                programs,
+                src,
+                dst,
+                p["elements"],
+                BLOCK=block,
+                num_warps=8,
+                partition=part,
+            )
+        bracket_probe(ctx.recorder, "tl_probe_small_partition", bracket_n, partition=part)
+
+
+def run(ctx: RunContext, variant: str) -> dict[str, Any]:
+    import torch
+
+    p = ctx.params
+    torch.manual_seed(ctx.seed)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a = torch.randn(p["size"], p["size"], device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(p["size"], p["size"], device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    x = torch.randn(p["elements"], device="cuda")
+    y = torch.empty_like(x)
+    main = torch.cuda.current_stream()
+    mm_stream, ew_stream, facts = _streams(variant, p["small_sms"], sms, main)
     bracket_n = 4 * sms
-
-    def matmul_phase() -> None:
-        with torch.cuda.stream(mm_stream), phase("matmul"):
-            mm_stream.wait_stream(main)
-            bracket_probe(ctx.recorder, "tl_probe_large_partition", bracket_n, partition=0)
-            for _ in range(p["matmuls"]):
-                if p["matmul"] == "triton":
-                    K.matmul(ctx.recorder, a, b, c, partition=0)
-                else:
-                    torch.matmul(a, b, out=c)
-            bracket_probe(ctx.recorder, "tl_probe_large_partition", bracket_n, partition=0)
-
-    def elementwise_phase() -> None:
-        part = 1 if variant != "sequential" else 0
-        with torch.cuda.stream(ew_stream), phase("elementwise"):
-            ew_stream.wait_stream(main)
-            bracket_probe(ctx.recorder, "tl_probe_small_partition", bracket_n, partition=part)
-            for i in range(p["elementwise"]):
-                src, dst = (x, y) if i % 2 == 0 else (y, x)
-                K.launch(
-                    ctx.recorder,
-                    K.sigmoid_kernel,
-                    programs,
-                    src,
-                    dst,
-                    p["elements"],
-                    BLOCK=block,
-                    num_warps=8,
-                    partition=part,
-                )
-            bracket_probe(ctx.recorder, "tl_probe_small_partition", bracket_n, partition=part)
-
+    ew_part = 1 if variant != "sequential" else 0
     for _s, _m in ctx.loop():
-        matmul_phase()
-        elementwise_phase()
+        _matmul_phase(ctx, mm_stream, main, a, b, c, bracket_n)
+        _elementwise_phase(ctx, ew_stream, main, x, y, ew_part, bracket_n, block=16384)
         main.wait_stream(mm_stream)
         main.wait_stream(ew_stream)
     facts["matmul_impl"] = (

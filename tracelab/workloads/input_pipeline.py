@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -28,19 +29,8 @@ WORKLOAD = Workload(
         Variant("fast_loader", "enough workers, pin_memory + non_blocking, prefetch_factor, persistent_workers"),
     ),
     module="tracelab.workloads.input_pipeline",
-    params={
-        "batch": 8,
-        "sample_ms": 5.0,
-        "sample_rows": 64,
-        "width": 1024,
-        "layers": 4,
-        "gpu_step_ms": 4.0,
-        "slow_workers": 2,
-        "fast_workers": 12,
-        "prefetch_factor": 4,
-        "steps": 24,
-    },
-    quick={"steps": 12},
+    params=WORKLOAD_PARAMS["input_pipeline"].full,
+    quick=WORKLOAD_PARAMS["input_pipeline"].quick,
 )
 
 

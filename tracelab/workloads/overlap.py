@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -26,19 +27,8 @@ WORKLOAD = Workload(
         Variant("concurrent_kernels", "independent small kernels on several streams share the SMs"),
     ),
     module="tracelab.workloads.overlap",
-    # small kernels must outlast the host's launch cost (~20 µs a Triton launch) or nothing overlaps:
-    # with 5000 iterations (~10 µs) the first recording showed no kernel-kernel overlap at all
-    params={
-        "chunk_mb": 64,
-        "chunks": 8,
-        "iters": 2000,
-        "steps": 10,
-        "streams": 8,
-        "small_programs": 16,
-        "small_iters": 400000,
-    },
-    # 8 MB chunks were host-bound under nsys (one recording: 16% of copy time overlapped, the next 52%)
-    quick={"chunk_mb": 32, "chunks": 4, "steps": 6, "small_iters": 200000},
+    params=WORKLOAD_PARAMS["overlap"].full,
+    quick=WORKLOAD_PARAMS["overlap"].quick,
 )
 
 

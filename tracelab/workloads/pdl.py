@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -28,8 +29,8 @@ WORKLOAD = Workload(
         Variant("pdl", "the same kernels with launch_pdl=True and gdc_wait/gdc_launch_dependents"),
     ),
     module="tracelab.workloads.pdl",
-    params={"elements": 1 << 20, "chain": 32, "iters": 1000, "steps": 20},
-    quick={"chain": 16, "steps": 10},
+    params=WORKLOAD_PARAMS["pdl"].full,
+    quick=WORKLOAD_PARAMS["pdl"].quick,
 )
 
 

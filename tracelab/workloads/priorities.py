@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -25,8 +26,8 @@ WORKLOAD = Workload(
         Variant("high_priority", "small kernel on a high-priority stream: dispatched as soon as SMs free up"),
     ),
     module="tracelab.workloads.priorities",
-    params={"big_kernels": 4, "waves": 8, "iters": 1500, "small_iters": 200, "steps": 20},
-    quick={"steps": 10},
+    params=WORKLOAD_PARAMS["priorities"].full,
+    quick=WORKLOAD_PARAMS["priorities"].quick,
 )
 
 

@@ -4,7 +4,7 @@
         [--quick] [--seed N] [--param KEY=VALUE ...] [--no-probe]
 
 `--backend torch` starts torch.profiler (CPU + CUDA activities, shapes, CUDA sync events) after
-warm-up and writes `trace.json.gz`; `--backend nsys` expects to run under `nsys profile` (record.py
+warm-up and writes `trace.json.gz`; `--backend nsys` expects to run under `nsys profile` (record/workload.py
 builds that command) and writes only meta.json and the probe file. Always writes `meta.json`
 (workload, variant, backend, GPU, driver, versions, parameters, wall time per step) and, when
 probes ran, `sm_probe.npz` (format: probes.py).
@@ -153,11 +153,11 @@ def run_variant(
     probe: bool = True,
     trace_file: str | None = None,
 ) -> Path:
+    """Run one variant in this process (one rank of it under torchrun) under `backend` and write its run
+    directory: the torch.profiler trace, meta.json, the probe file. Returns `out`."""
     import importlib
 
     import torch
-
-    from .ranges import nvtx_backend
 
     wl = get_workload(workload)
     wl.resolve_variants(variant)
@@ -179,30 +179,8 @@ def run_variant(
                 f"workload {workload!r} runs in one process; it was started with WORLD_SIZE={world}"
             )
     torch.manual_seed(seed)
-    steps = int(params["steps"])
-    recorder = ProbeRecorder(enabled=probe, max_rows=int(os.environ.get("TRACELAB_PROBE_ROWS", "2000000")))
-    recorder.prepare()
-    ctx = RunContext(
-        workload=workload,
-        variant=variant,
-        params=params,
-        seed=seed,
-        recorder=recorder,
-        steps=steps,
-        warmup=2,
-        probe_steps=tuple(range(max(0, steps - 2), steps)),
-    )
-    prof = None
-    prof_note = ""
-    if backend == "torch":
-        prof, prof_note = _profiler(wl.traces_memory(variant))
-
-        ctx.on_measure_start = prof.start
-    elif backend == "nsys":
-        # recorded with --capture-range=cudaProfilerApi: nsys sees the measured window only
-        ctx.on_measure_start = torch.cuda.profiler.start
-    if world > 1 and ctx.on_measure_start is not None:
-        ctx.on_measure_start = _together(ctx.on_measure_start)
+    ctx = _context(workload, variant, params, seed, probe)
+    prof, prof_note = _open_window(ctx, backend, wl.traces_memory(variant), world)
     module = importlib.import_module(wl.module)
     t0 = time.time()
     facts = module.run(ctx, variant)
@@ -213,36 +191,9 @@ def run_variant(
         return _finish_rank(
             out, rank, world, prof, backend, trace_file, module, wl, ctx, facts, params, quick, seed
         )
-    meta: dict[str, Any] = {
-        "tracelab_run": 1,
-        "workload": workload,
-        "variant": variant,
-        "backend": backend,
-        "quick": quick,
-        "seed": seed,
-        "params": params,
-        "steps": steps,
-        "warmup": ctx.warmup,
-        "description": wl.description,
-        "variant_description": {v.name: v.description for v in wl.variants}[variant],
-        "gpu": gpu_facts(),
-        "nvtx": nvtx_backend(),
-        "step_wall_ms": [round(x, 4) for x in ctx.step_wall_ms],
-        "loop_wall_ms": round(sum(ctx.step_wall_ms), 4),
-        "mean_step_ms": round(sum(ctx.step_wall_ms) / max(1, len(ctx.step_wall_ms)), 4),
-        "facts": facts,
-        "partitions": facts.get("partitions", []),
-        "pdl_kernels": facts.get("pdl_kernels", []),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
-        "command": [sys.executable, "-m", "tracelab.workloads.runner", *sys.argv[1:]],
-    }
+    meta = _variant_meta(wl, ctx, backend, quick, facts, t0)
     if prof is not None:
-        prof.stop()
-        tmp = out / "trace.json"
-        prof.export_chrome_trace(str(tmp))
-        with open(tmp, "rb") as src, gzip.open(out / TORCH_TRACE, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst)
-        tmp.unlink()
+        _write_torch_trace(prof, out / "trace.json", out / TORCH_TRACE)
         meta["trace_file"] = TORCH_TRACE
         meta["profiler"] = {
             "tool": "torch.profiler",
@@ -254,23 +205,110 @@ def run_variant(
     elif backend == "nsys":
         meta["trace_file"] = trace_file or NSYS_TRACE
         meta["profiler"] = {"tool": "nsys", "cuda_memory_usage": wl.traces_memory(variant)}
-    from .kernels import TRACE_NAMES
-
-    if recorder._pending or recorder.kinds:
-        rows = recorder.save(out / PROBE_FILE)
-        meta["probe"] = {
-            "file": PROBE_FILE,
-            "rows": rows,
-            "kernels": recorder.kinds,
-            "trace_names": {k: TRACE_NAMES.get(k, k) for k in recorder.kinds},
-            "probe_steps": list(ctx.probe_steps),
-            "invocation_base": "profiler window start (torch.profiler start / cudaProfilerStart)",
-            "timer": "globaltimer",
-        }
-        if backend == "torch" and any(v == "triton-instrumented" for v in recorder.kinds.values()):
-            meta["probe"]["overhead"] = measure_overhead()
+    probe_meta = _save_probes(ctx, out, backend)
+    if probe_meta is not None:
+        meta["probe"] = probe_meta
     (out / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
     return out
+
+
+def _context(workload: str, variant: str, params: dict[str, Any], seed: int, probe: bool) -> RunContext:
+    """The run's context: its probe recorder (prepared), two warm-up steps, probes in the last two steps."""
+    steps = int(params["steps"])
+    recorder = ProbeRecorder(enabled=probe, max_rows=int(os.environ.get("TRACELAB_PROBE_ROWS", "2000000")))
+    recorder.prepare()
+    return RunContext(
+        workload=workload,
+        variant=variant,
+        params=params,
+        seed=seed,
+        recorder=recorder,
+        steps=steps,
+        warmup=2,
+        probe_steps=tuple(range(max(0, steps - 2), steps)),
+    )
+
+
+def _open_window(ctx: RunContext, backend: str, memory: bool, world: int) -> tuple[Any, str]:
+    """What opens the measured window after warm-up (ctx.on_measure_start): torch.profiler's start (the
+    profiler and a note on its options are returned), cudaProfilerStart under nsys; with several ranks,
+    followed by a barrier."""
+    import torch
+
+    prof = None
+    prof_note = ""
+    if backend == "torch":
+        prof, prof_note = _profiler(memory)
+
+        ctx.on_measure_start = prof.start
+    elif backend == "nsys":
+        # recorded with --capture-range=cudaProfilerApi: nsys sees the measured window only
+        ctx.on_measure_start = torch.cuda.profiler.start
+    if world > 1 and ctx.on_measure_start is not None:
+        ctx.on_measure_start = _together(ctx.on_measure_start)
+    return prof, prof_note
+
+
+def _variant_meta(
+    wl: Any, ctx: RunContext, backend: str, quick: bool, facts: dict[str, Any], t0: float
+) -> dict[str, Any]:
+    """meta.json of a one-process run: what ran, on which GPU, how long each step took, the facts."""
+    from .ranges import nvtx_backend
+
+    return {
+        "tracelab_run": 1,
+        "workload": ctx.workload,
+        "variant": ctx.variant,
+        "backend": backend,
+        "quick": quick,
+        "seed": ctx.seed,
+        "params": ctx.params,
+        "steps": ctx.steps,
+        "warmup": ctx.warmup,
+        "description": wl.description,
+        "variant_description": {v.name: v.description for v in wl.variants}[ctx.variant],
+        "gpu": gpu_facts(),
+        "nvtx": nvtx_backend(),
+        "step_wall_ms": [round(x, 4) for x in ctx.step_wall_ms],
+        "loop_wall_ms": round(sum(ctx.step_wall_ms), 4),
+        "mean_step_ms": round(sum(ctx.step_wall_ms) / max(1, len(ctx.step_wall_ms)), 4),
+        "facts": facts,
+        "partitions": facts.get("partitions", []),
+        "pdl_kernels": facts.get("pdl_kernels", []),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+        "command": [sys.executable, "-m", "tracelab.workloads.runner", *sys.argv[1:]],
+    }
+
+
+def _write_torch_trace(prof: Any, tmp: Path, dst: Path) -> None:
+    """Stop the profiler and write its trace gzipped to `dst` (through `tmp`, removed after)."""
+    prof.stop()
+    prof.export_chrome_trace(str(tmp))
+    with open(tmp, "rb") as src, gzip.open(dst, "wb", compresslevel=6) as out:
+        shutil.copyfileobj(src, out)
+    tmp.unlink()
+
+
+def _save_probes(ctx: RunContext, out: Path, backend: str) -> dict[str, Any] | None:
+    """Write the probe file when probes recorded anything; its entry of meta.json (None: no probes)."""
+    from .kernels import TRACE_NAMES
+
+    recorder = ctx.recorder
+    if not (recorder._pending or recorder.kinds):
+        return None
+    rows = recorder.save(out / PROBE_FILE)
+    probe: dict[str, Any] = {
+        "file": PROBE_FILE,
+        "rows": rows,
+        "kernels": recorder.kinds,
+        "trace_names": {k: TRACE_NAMES.get(k, k) for k in recorder.kinds},
+        "probe_steps": list(ctx.probe_steps),
+        "invocation_base": "profiler window start (torch.profiler start / cudaProfilerStart)",
+        "timer": "globaltimer",
+    }
+    if backend == "torch" and any(v == "triton-instrumented" for v in recorder.kinds.values()):
+        probe["overhead"] = measure_overhead()
+    return probe
 
 
 def _together(start):
@@ -342,12 +380,7 @@ def _finish_rank(
     ranks = out / RANKS_DIR
     if prof is not None:
         ranks.mkdir(parents=True, exist_ok=True)
-        prof.stop()
-        tmp = ranks / f"rank{rank}.json"
-        prof.export_chrome_trace(str(tmp))
-        with open(tmp, "rb") as src, gzip.open(ranks / f"rank{rank}.json.gz", "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst)
-        tmp.unlink()
+        _write_torch_trace(prof, ranks / f"rank{rank}.json", ranks / f"rank{rank}.json.gz")
     per_rank = {
         "rank": rank,
         "world_size": world,

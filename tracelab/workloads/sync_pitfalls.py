@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..workload_params import WORKLOAD_PARAMS
 from .base import RunContext, Variant, Workload
 
 WORKLOAD = Workload(
@@ -33,16 +34,8 @@ WORKLOAD = Workload(
                 "allocated memory grows each step)", memory=True),
     ),
     module="tracelab.workloads.sync_pitfalls",
-    params={
-        "batch": 8192,
-        "width": 4096,
-        "layers": 4,
-        "classes": 1000,
-        "steps": 30,
-        "log_every": 10,
-        "batches": 4,
-    },
-    quick={"batch": 2048, "width": 1024, "steps": 20},
+    params=WORKLOAD_PARAMS["sync_pitfalls"].full,
+    quick=WORKLOAD_PARAMS["sync_pitfalls"].quick,
 )
 
 

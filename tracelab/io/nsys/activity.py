@@ -186,52 +186,50 @@ def _memcpy_names(strings: NsysStrings, copy: np.ndarray, src: np.ndarray, dst: 
     return ids[inverse] if len(uniq) else np.zeros(0, dtype=np.int32)
 
 
-def read_memcpys(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
-    if MEMCPY not in db.tables:
-        return None
-    names, exprs = _common(db, MEMCPY)
-    extra = {
-        "bytes": col_or(db, MEMCPY, "bytes"),
-        "_copy": col_or(db, MEMCPY, "copyKind", "0"),
-        "_src": col_or(db, MEMCPY, "srcKind", "-1"),
-        "_dst": col_or(db, MEMCPY, "dstKind", "-1"),
-        "graph_node": col_or(db, MEMCPY, "graphNodeId"),
-    }
-    cols = _finish_common(_select(db, MEMCPY, names + list(extra), exprs + list(extra.values())))
+def _copy_rows(db: NsysDb, table: str, kind: EventKind, extra: dict[str, str]) -> dict[str, np.ndarray]:
+    """The rows of a memcpy or memset table: the common columns, `extra` (name -> SQL expression) and
+    graphNodeId, then their kind and the GRAPH flag of those launched as graph nodes."""
+    names, exprs = _common(db, table)
+    extra = {**extra, "graph_node": col_or(db, table, "graphNodeId")}
+    cols = _finish_common(_select(db, table, names + list(extra), exprs + list(extra.values())))
     n = len(cols["start"])
-    mem = mem_kind_table(db)
-    cols["copy_kind"] = apply_lookup(copy_kind_table(db), cols.pop("_copy"))
-    cols["src_mem"] = apply_lookup(mem, cols.pop("_src"))
-    cols["dst_mem"] = apply_lookup(mem, cols.pop("_dst"))
-    cols["kind"] = np.full(n, int(EventKind.MEMCPY), dtype=np.int8)
-    cols["name"] = _memcpy_names(strings, cols["copy_kind"], cols["src_mem"], cols["dst_mem"])
+    cols["kind"] = np.full(n, int(kind), dtype=np.int8)
     flags = np.zeros(n, dtype=np.int16)
     flags[cols["graph_node"] > 0] |= Flag.GRAPH
     cols["flags"] = flags
     return cols
 
 
+def read_memcpys(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
+    if MEMCPY not in db.tables:
+        return None
+    extra = {
+        "bytes": col_or(db, MEMCPY, "bytes"),
+        "_copy": col_or(db, MEMCPY, "copyKind", "0"),
+        "_src": col_or(db, MEMCPY, "srcKind", "-1"),
+        "_dst": col_or(db, MEMCPY, "dstKind", "-1"),
+    }
+    cols = _copy_rows(db, MEMCPY, EventKind.MEMCPY, extra)
+    mem = mem_kind_table(db)
+    cols["copy_kind"] = apply_lookup(copy_kind_table(db), cols.pop("_copy"))
+    cols["src_mem"] = apply_lookup(mem, cols.pop("_src"))
+    cols["dst_mem"] = apply_lookup(mem, cols.pop("_dst"))
+    cols["name"] = _memcpy_names(strings, cols["copy_kind"], cols["src_mem"], cols["dst_mem"])
+    return cols
+
+
 def read_memsets(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
     if MEMSET not in db.tables:
         return None
-    names, exprs = _common(db, MEMSET)
-    extra = {
-        "bytes": col_or(db, MEMSET, "bytes"),
-        "_mem": col_or(db, MEMSET, "memKind", "-1"),
-        "graph_node": col_or(db, MEMSET, "graphNodeId"),
-    }
-    cols = _finish_common(_select(db, MEMSET, names + list(extra), exprs + list(extra.values())))
+    extra = {"bytes": col_or(db, MEMSET, "bytes"), "_mem": col_or(db, MEMSET, "memKind", "-1")}
+    cols = _copy_rows(db, MEMSET, EventKind.MEMSET, extra)
     n = len(cols["start"])
     cols["dst_mem"] = apply_lookup(mem_kind_table(db), cols.pop("_mem"))
-    cols["kind"] = np.full(n, int(EventKind.MEMSET), dtype=np.int8)
     uniq, inverse = factorize(cols["dst_mem"])
     ids = np.array(
         [strings.intern(f"Memset ({MEM_LABEL[MemKind(int(m))]})") for m in uniq.tolist()], dtype=np.int32
     )
     cols["name"] = ids[inverse] if n else np.zeros(0, dtype=np.int32)
-    flags = np.zeros(n, dtype=np.int16)
-    flags[cols["graph_node"] > 0] |= Flag.GRAPH
-    cols["flags"] = flags
     return cols
 
 

@@ -34,6 +34,7 @@ import pandas as pd
 
 from tracelab.errors import BadInput, TraceFormatError
 from tracelab.model import EVENT_COLUMNS, ContextInfo, DeviceInfo, EventKind, Flag, Timeline, build_timeline
+from tracelab.workload_params import WORKLOAD_PARAMS
 
 META_FILE = "meta.json"
 TRACE_CANDIDATES = ("trace.sqlite", "trace.json.gz", "trace.json", "trace.nsys-rep")
@@ -404,9 +405,7 @@ def _non_default_params(meta: dict) -> str:
     if not isinstance(params, dict) or not meta.get("workload"):
         return ""
     try:
-        from tracelab.workloads import get_workload
-
-        defaults = get_workload(str(meta["workload"])).parameters(bool(meta.get("quick")), None)
-    except (BadInput, KeyError, TypeError, ValueError):  # an unknown or newer workload: no label, no failed import
+        defaults = WORKLOAD_PARAMS[str(meta["workload"])].defaults(bool(meta.get("quick")))
+    except (KeyError, TypeError, ValueError):  # an unknown or newer workload: no label, no failed import
         return ""
     return ",".join(f"{k}={v}" for k, v in sorted(params.items()) if k in defaults and defaults[k] != v)

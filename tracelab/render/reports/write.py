@@ -104,7 +104,7 @@ def render_report(fmt: str, analysis: Analysis, timeline: Timeline | None, parts
             raise MissingDependency(
                 f"HTML reports need plotly ({exc.name} is missing): pip install 'tracelab[app]'"
             ) from exc
-        from tracelab.render.reports.html import COMPACT
+        from tracelab.render.reports.html_page import COMPACT
 
         more = {"labels": labels, "extras": parts.extras, "critical_path": parts.critical_path}
         data = render_html(analysis, timeline, kernels, comparison, **more).encode("utf-8")
