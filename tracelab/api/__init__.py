@@ -45,6 +45,7 @@ from .analysis import (
     scoped_timeline,
     stream_overlap_matrix,
     to_json,
+    warm_up,
 )
 from .imports import import_path, import_upload
 from .report import report, report_parts
@@ -112,5 +113,6 @@ __all__ = [
     "store_views",
     "stream_overlap_matrix",
     "to_json",
+    "warm_up",
     "workloads",
 ]

@@ -41,6 +41,19 @@ def analyze(
         return with_prose(analyze_scoped(timeline, options or AnalysisOptions(), rule_options, steps=steps, window_us=window_us))
 
 
+def warm_up() -> None:
+    """Import what the first analysis of a run imports (the pipeline, its rules, the findings' prose), so a
+    server that calls this at start answers its first analysis without paying for the imports (about 0.3 s
+    of a cold Gaps page without bytecode caches, issue 28)."""
+    import tracelab.analyses.pipeline
+    import tracelab.analyses.ranks.leading_wait
+    import tracelab.analyses.results
+    import tracelab.analyses.scope
+    import tracelab.analyses.steps.setup_phase
+    import tracelab.analyses.steps.windows
+    import tracelab.render.text.findings  # noqa: F401
+
+
 def scoped_timeline(timeline: Timeline, steps: str | None = None, window_us: str | None = None) -> Timeline:
     """The timeline restricted to `--steps` / `--window` (the whole timeline without them): what reports and
     comparisons draw their timeline figures from, so they cover the same range as the analysis."""
