@@ -37,7 +37,9 @@ GAPS_DRAWN = """
   function drawn() {
     var f = document.querySelector('#gaps-graph');
     var points;
-    if (f && f.tagName === 'IFRAME') {  // the SVG chart (this version): its points in the iframe's document
+    if (f && f.hasAttribute('data-svg')) {  // the SVG chart in the page (this version): its points drawn
+      points = f.querySelector('circle');
+    } else if (f && f.tagName === 'IFRAME') {  // the SVG chart in an iframe (01ab8c7): its points there
       points = f.contentDocument && f.contentDocument.querySelector('circle');
     } else {  // the Plotly chart (older versions): drawn with its points
       var gd = document.querySelector('#gaps-graph .js-plotly-plot');

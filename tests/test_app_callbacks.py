@@ -520,7 +520,7 @@ def test_gap_click_opens_timeline_at_gap(env):
             (self.titles if self._title else self.texts).append(data)
 
     doc = Svg()
-    doc.feed(find(page, "gaps-graph").srcDoc)
+    doc.feed(getattr(find(page, "gaps-graph"), "data-svg"))
     gaps_of_run = sorted(state.analysis(a).gaps, key=lambda g: g.start_ns)
     assert len(doc.links) == len(gaps_of_run) == len(rows)
     origin = int(run_info["lo"])
