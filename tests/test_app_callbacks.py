@@ -402,6 +402,30 @@ def test_zoom_requeries_store_window_and_updates_link(env):
         timeline.on_window(state, new_view, {"t0": "abc", "t1": 5})
 
 
+def test_ranks_unfolded_travel_in_the_url(env):
+    """Issue 28: which ranks are unfolded (?open=1,3; none: all folded) reaches the canvas (data-open) and
+    the permalink; a bad value is one clear error page."""
+    from app.pages import timeline
+
+    state, a, _ = env
+    root = find(timeline.timeline_layout(state, a), "tl-canvas-root")
+    assert "data-open" not in root.to_plotly_json()["props"]  # no parameter: the canvas' default
+    page = timeline.timeline_layout(state, a, open_ranks="3,1,1")
+    assert getattr(find(page, "tl-canvas-root"), "data-open") == "1,3"
+    assert parse_qs(urlparse(find(page, "tl-permalink").href).query)["open"] == ["1,3"]
+    assert getattr(find(timeline.timeline_layout(state, a, open_ranks=""), "tl-canvas-root"), "data-open") == "none"
+    view = find(page, "tl-view").data
+    link, _ = timeline.on_links(state, view, {"query": "", "match": -1}, None, "0,2")
+    assert parse_qs(urlparse(link).query)["open"] == ["0,2"]
+    link, _ = timeline.on_links(state, view, {"query": "", "match": -1}, None, None)
+    assert "open" not in parse_qs(urlparse(link).query)
+    for bad in ("1;2", "-1", "x", "1,,2"):
+        page = timeline.timeline_layout(state, a, open_ranks=bad)
+        assert page.id == "error" and "Bad ranks to unfold" in as_json(page), bad
+    with pytest.raises(BadInput):
+        timeline.on_links(state, view, {"query": "", "match": -1}, None, "<script>")
+
+
 def test_search_state_steps_to_each_match(env):
     """39 gemm kernels (8 steps x 5 kernels, kernel j is gemm_kernel_{j % 2}, one hostile name): a new
     search has no current match; match 1 is step 0's kernel 1 (+30 µs .. +45 µs), shown in the middle

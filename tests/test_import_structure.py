@@ -236,8 +236,6 @@ KNOWN_BIG_MODULES: set[str] = {
     "tracelab.store.store",
 }
 KNOWN_LONG_FUNCTIONS: set[str] = {
-    "app.pages.timeline:timeline_layout",
-    "app.timeline_callbacks:register",
     "tracelab.analyses.sm.green_explain:green_context_explanation",
     "tracelab.analyses.rules.sync_per_iteration:evaluate",
     "tracelab.record:record_command",

@@ -224,6 +224,43 @@ def test_multi_rank_timeline_opens_with_ranks_collapsed_and_expands_on_click(bro
     print(f"timeline heights: collapsed {page_collapsed} px, expanded {page_expanded} px")
 
 
+def test_rank_folds_are_kept_in_the_url_across_a_reload(browser, server, shots, ddp2):
+    """Issue 28: which ranks are unfolded is in the URL (?open=0,1), so a reload or a shared link shows
+    the same folds; the ranks are the ones the raw Kineto files name."""
+    rid, ranks = ddp2
+    browser.get(server["url"] + f"/timeline?run={rid}")
+    assert wait_timeline(browser)["collapsed"] == ranks[1:]
+    assert "open" not in parse_qs(urlparse(browser.current_url).query)  # the default: no parameter
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-collapsed", f"▸ rank {ranks[1]}"), what="a click")
+    opened = ",".join(map(str, ranks))
+    wait_for(browser, lambda: parse_qs(urlparse(browser.current_url).query).get("open") == [opened],
+             what=f"open={opened} in the address bar")
+    assert parse_qs(urlparse(css(browser, "#tl-permalink")[0].get_attribute("href")).query)["open"] == [opened]
+    browser.refresh()
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("complete") and tl_state(browser)["collapsed"] == [],
+             what="every rank unfolded after the reload")
+    assert len(tl_state(browser)["shownRows"]) == len(tl_state(browser)["rows"])
+    # fold rank 0: the URL names rank 1 only; a fresh load of that URL (a shared link) shows rank 0 folded
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-expanded", f"▾ rank {ranks[0]} · GPU"), what="a click")
+    wait_for(browser, lambda: parse_qs(urlparse(browser.current_url).query).get("open") == [str(ranks[1])],
+             what="open=1 in the address bar")
+    shared = browser.current_url
+    browser.get(server["url"] + "/")
+    browser.get(shared)
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("complete") and tl_state(browser)["collapsed"] == [ranks[0]],
+             what="rank 0 folded from the link")
+    labels = [e.text for e in css(browser, "#tl-canvas-root .tl-row-collapsed")]
+    assert len(labels) == 1 and labels[0].startswith(f"▸ rank {ranks[0]} · GPU"), labels
+    shoot(browser, shots, "timeline_ddp2_open_from_url")
+    # every rank folded: open=none
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-expanded", f"▾ rank {ranks[1]} · GPU"), what="a click")
+    wait_for(browser, lambda: parse_qs(urlparse(browser.current_url).query).get("open") == ["none"],
+             what="open=none in the address bar")
+    browser.refresh()
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("complete") and tl_state(browser)["collapsed"] == ranks,
+             what="both ranks folded after the reload")
+
+
 def _click_label(browser, cls: str, start: str) -> bool:
     from selenium.common.exceptions import StaleElementReferenceException
 
