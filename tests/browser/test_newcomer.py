@@ -261,6 +261,33 @@ def test_rank_folds_are_kept_in_the_url_across_a_reload(browser, server, shots, 
              what="both ranks folded after the reload")
 
 
+def test_ranks_page_starts_with_who_waited_for_whom(browser, server, shots, ddp2):
+    """Issue 28: "one rank × rank summary first". The Ranks page's first table, on the first screen: row i,
+    column j = the time rank i waited in collectives for rank j; checked against the raw Kineto files."""
+    from multigpu_util import MULTI
+    from test_rank_wait_matrix import _raw_calls, _raw_matrix
+
+    rid, ranks = ddp2
+    want_wait, want_count = _raw_matrix(_raw_calls(MULTI / "ddp2_sleep_torch" / "ranks"))
+    open_page(browser, server, f"/ranks?run={rid}", "#wait-matrix td")
+    matrix, table = css(browser, "#wait-matrix")[0], css(browser, "#ranks-table")[0]
+    assert matrix.rect["y"] + matrix.rect["height"] < min(table.rect["y"], 1000)  # first, on the first screen
+    cells = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#wait-matrix tbody tr')).map(r => [r.dataset.rank,"
+        " Array.from(r.querySelectorAll('td[data-wait-ns]')).map(c => [+c.dataset.waitNs, +c.dataset.count, c.innerText])])"
+    )
+    assert [int(r) for r, _ in cells] == ranks
+    for a, row in cells:
+        for b, (ns, n, text) in enumerate(row):
+            # over the steps (set-up left out): at most the whole run's raw wait
+            assert 0 <= ns <= want_wait.get((int(a), b), 0) + 20 and n <= want_count.get((int(a), b), 0)
+            assert text == (f"{fmt_ns(ns)} · {n}×" if ns else "–")
+    # rank 1 is the straggler: rank 0's wait for it is most of the waiting, in most of its calls
+    assert cells[0][1][1][0] > 0.9 * sum(ns for _, row in cells for ns, _, _ in row)
+    assert cells[0][1][1][1] >= 0.9 * want_count[(0, 1)]
+    shoot(browser, shots, "ranks_who_waited_for_whom")
+
+
 def _click_label(browser, cls: str, start: str) -> bool:
     from selenium.common.exceptions import StaleElementReferenceException
 

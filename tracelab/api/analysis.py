@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tracelab.analyses.comparison import Comparison
     from tracelab.analyses.gate import Gate
     from tracelab.analyses.ranks.view import RankAnalysis
+    from tracelab.analyses.ranks.wait_matrix import WaitMatrix
     from tracelab.analyses.results import Analysis, AnalysisOptions
 
     from ..model import Timeline
@@ -148,6 +149,22 @@ def rank_analysis(timeline: Timeline, analysis: Analysis, context: AnalysisConte
 
     with using(timeline, context):
         return ranks_of(timeline, analysis)
+
+
+def rank_wait_matrix(
+    timeline: Timeline, analysis: Analysis, ranks: RankAnalysis, context: AnalysisContext | None = None
+) -> WaitMatrix:
+    """Who waited for whom in the run's collectives, rank × rank (tracelab/analyses/ranks/wait_matrix.py),
+    over the steps like the Ranks table (row i sums to rank i's "waited in collectives") or the whole run."""
+    from tracelab.analyses.ranks.wait_matrix import wait_matrix
+
+    spans = None
+    if analysis.step_rows:
+        from tracelab.analyses.steps.windows import steps_spans
+
+        spans = steps_spans(analysis.step_rows)
+    with using(timeline, context):
+        return wait_matrix(timeline, ranks.collectives, [r.rank for r in ranks.ranks], spans)
 
 
 def rank_heatmap(
