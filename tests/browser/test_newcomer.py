@@ -53,6 +53,33 @@ def test_green_ctx_gaps_page_shows_the_idle_partition_and_draws_without_plotly(b
     shoot(browser, shots, "gaps_green_ctx")
 
 
+def test_gaps_chart_in_the_page_keeps_hostile_names_as_text(browser, tmp_path):
+    """The chart is put in the page from its data-svg (app/assets/gaps_chart.js, innerHTML): names in the
+    evidence and links stay text in real Chromium: no element, no handler runs."""
+    from html import escape
+    from pathlib import Path
+
+    from tracelab.analyses.results import Gap
+    from tracelab.render.figures.gaps_svg import gaps_svg_element
+
+    evil = "</title></circle><img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>"
+    g = Gap(rank=0, device=0, start_ns=1_000, end_ns=51_000, duration_ns=50_000, cause="host_sync")
+    svg = gaps_svg_element([g], 0, [evil], ['/timeline?run=a"><img src=x onerror="window.__pwned=3">'])
+    script = (Path(__file__).resolve().parents[2] / "app" / "assets" / "gaps_chart.js").read_text()
+    page = tmp_path / "chart.html"
+    page.write_text(f"<!DOCTYPE html><html><body><script>{script}</script>"
+                    f"<div id='gaps-graph' data-svg=\"{escape(svg)}\"></div></body></html>")
+    browser.get(page.as_uri())
+    wait_for(browser, lambda: css(browser, "#gaps-graph svg circle"), what="the chart put in the page")
+    time.sleep(0.3)
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert not css(browser, "#gaps-graph img") and not css(browser, "#gaps-graph script")
+    title = browser.execute_script("return document.querySelector('#gaps-graph a title').textContent")
+    assert title.endswith(evil)
+    href = browser.execute_script("return document.querySelector('#gaps-graph a').getAttribute('href')")
+    assert href.endswith('onerror="window.__pwned=3">')
+
+
 def test_gaps_chart_point_opens_the_timeline_there(browser, server, shots):
     rid = run_named(server, "sync_pitfalls/item_every_step/torch")
     browser.get(server["url"] + f"/gaps?run={rid}")
