@@ -2,9 +2,10 @@
 analysis of the run, after the browser had loaded and started Dash and asked for the page's content):
 
 - at start, the analysis' imports (`tracelab.api.warm_up`, in a background thread);
-- on a page request (the HTML of /gaps?run=ID, /overlap, /ranks, /ranges), the run's analysis, in a background
-  thread: it runs while the browser loads Dash's scripts, and the page's callback takes it from the cache
-  (`AppState.analysis` computes a key once: the callback waits for the running one instead of starting another).
+- on a page request (the HTML of /gaps?run=ID, /overlap, /ranks, /ranges), the run's analysis (and the Gaps
+  page's content), in a background thread: it runs while the browser loads Dash's scripts, and the page's
+  callback takes it from the cache (the caches compute a key once: the callback waits for the running one
+  instead of starting another).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 
 import flask
 
-from tracelab.errors import BadInput
+from tracelab.errors import BadInput, MissingDependency
 
 from .state import AppState
 
@@ -28,13 +29,18 @@ def page_of(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def analyse_early(state: AppState, run: str) -> None:
-    """The run's analysis, cached in `state`; an unknown run is left to the page (it says so)."""
+def analyse_early(state: AppState, run: str, page: str = "") -> None:
+    """The run's analysis, cached in `state`, and the Gaps page's content when that is the page asked for;
+    an unknown run is left to the page (it says so)."""
     try:
         record = state.record(run)
-    except BadInput:
+        state.analysis(record.id)
+        if page == "gaps":
+            from .pages.gaps import cached_body
+
+            cached_body(state, record)
+    except (BadInput, MissingDependency):  # the page says why, when it is asked for
         return
-    state.analysis(record.id)
 
 
 def install_early_work(server: flask.Flask, state: AppState) -> None:
@@ -46,5 +52,6 @@ def install_early_work(server: flask.Flask, state: AppState) -> None:
     @server.before_request
     def _start_analysis() -> None:
         run = flask.request.args.get("run")
-        if flask.request.method == "GET" and run and page_of(flask.request.path) in ANALYSED_PAGES:
-            state.in_background(f"early-{run}", lambda: analyse_early(state, run))
+        page = page_of(flask.request.path)
+        if flask.request.method == "GET" and run and page in ANALYSED_PAGES:
+            state.in_background(f"early-{page}-{run}", lambda: analyse_early(state, run, page))

@@ -31,7 +31,13 @@ GAP_COLUMNS = (("rank", "rank"), ("GPU", "device"), ("at (from the run start)", 
 
 
 def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
-    return with_run(state, run, lambda record: gaps_body(state, record))
+    return with_run(state, run, lambda record: cached_body(state, record))
+
+
+def cached_body(state: AppState, record) -> html.Div:
+    """The run's page (`gaps_body`), made once per run while its analysis is cached: the server starts it
+    when the browser asks for the page's HTML (app/early.py), before Dash asks for the content."""
+    return state.cached(("gaps-page", record.id, record.created), lambda: gaps_body(state, record))
 
 
 def gaps_body(state: AppState, record) -> html.Div:
