@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -883,6 +884,33 @@ def test_upload_real_trace_then_pages(env):
 
 
 # ---- the app itself -------------------------------------------------------------------------------------------
+
+
+def test_the_gaps_page_request_starts_the_analysis_before_dash_asks(env, tmp_path):
+    """Issue 28 (a cold Gaps page was the server's first analysis, after Dash's start-up): the request for
+    the page's HTML starts the run's analysis and the page's content in the background; an unknown run or a
+    refused request starts nothing."""
+    from app import create_app
+    from app.pages.gaps import gaps_body
+    from app.state import STATE_KEY
+
+    state, a, b = env
+    app = create_app(state.store, import_dir=tmp_path / "up", max_upload_bytes=1024)
+    served = app.server.config[STATE_KEY]
+    client = app.server.test_client()
+    assert client.get(f"/gaps?run={b}", headers={"Host": "evil.example"}).status_code == 403
+    assert client.get("/gaps?run=nope").status_code == 200
+    assert client.get(f"/kernels?run={b}").status_code == 200  # a page that needs no analysis
+    rec = served.record(a)
+    assert client.get(f"/gaps?run={a}").status_code == 200  # the HTML only: no callback runs
+    deadline = time.time() + 60
+    while served.peek(("gaps-page", a, rec.created)) is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert served.cached_analysis(a) is not None
+    page = served.peek(("gaps-page", a, rec.created))
+    assert page is not None and as_json(page) == as_json(gaps_body(served, rec))
+    time.sleep(0.3)
+    assert served.cached_analysis(b) is None  # neither the refused request nor the kernels page analysed b
 
 
 def test_create_app_serves_pages(env, tmp_path):
