@@ -96,13 +96,14 @@ def gaps_drawn(driver, url: str) -> float:
 
 
 def measure(
-    label: str, src: Path, db: Path, ids: dict[str, str], repeats: int
+    label: str, src: Path, db: Path, ids: dict[str, str], repeats: int, browser_warmup: int = 1
 ) -> dict[str, tuple[float, float]]:
     proc, base = start_server(src, db)
     driver = browser(Path(tempfile.mkdtemp(prefix="bench-chromium-")))
     out = {}
     try:
-        driver.get(base + "/")  # the browser's own start-up is not the page's
+        for _ in range(browser_warmup):  # the browser's own start-up is not the page's
+            driver.get(base + "/")
         for name, rid in ids.items():
             url = f"{base}/gaps?run={rid}"
             load = os.getloadavg()[0]
@@ -126,6 +127,9 @@ def main() -> None:
     ap.add_argument("--baseline-commit", default="896d260", help="the version to compare with")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3, help="servers started per version, alternating")
+    ap.add_argument("--browser-warmup", type=int, default=1,
+                    help="loads of the Runs page before the first Gaps page (Chromium compiles Dash's scripts on "
+                         "the first two loads of them and reuses its code cache from the third)")
     ap.add_argument("--skip-baseline", action="store_true")
     args = ap.parse_args()
 
@@ -150,7 +154,7 @@ def main() -> None:
     rounds: dict[str, list[dict[str, tuple[float, float]]]] = {label: [] for label, _ in versions}
     for r in range(args.rounds):
         for label, src in versions if r % 2 == 0 else versions[::-1]:
-            rounds[label].append(measure(label, src, db, ids, args.repeats))
+            rounds[label].append(measure(label, src, db, ids, args.repeats, args.browser_warmup))
     print()
     print(f"median over {args.rounds} round(s), each a freshly started server (cold: its first load of the run)")
     print(f"{'run':40} " + "  ".join(f"{label + ' cold':>12} {label + ' warm':>12}" for label, _ in versions))
