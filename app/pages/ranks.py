@@ -69,6 +69,15 @@ def collectives_frame(ra: RankAnalysis) -> pd.DataFrame:
     )
 
 
+def wait_matrix_of(state: AppState, run_id: str) -> WaitMatrix:
+    """Who waited for whom in the run's collectives (cached; shared by the Ranks and Overlap pages)."""
+    return state.cached(
+        ("rank-wait-matrix", run_id),
+        lambda: rank_wait_matrix(state.timeline(run_id), state.analysis(run_id), ranks_of(state, run_id),
+                                 state.context(run_id)),
+    )
+
+
 def wait_matrix_section(m: WaitMatrix) -> list[Any]:
     """The rank × rank summary: row i, column j = the time rank i waited in collectives for rank j (the last
     to arrive) and in how many calls; a row's total is the rank's wait, a column's the wait it caused. The
@@ -135,10 +144,7 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
                 + (f"; stragglers: {strag}" if strag else ""),
                 id="ranks-summary",
             ),
-            *wait_matrix_section(state.cached(
-                ("rank-wait-matrix", record.id),
-                lambda: rank_wait_matrix(state.timeline(record.id), state.analysis(record.id), ra, state.context(record.id)),
-            )),
+            *wait_matrix_section(wait_matrix_of(state, record.id)),
             data_table("ranks-table", rank_frame(ra), page_size=32),
             dcc.Graph(
                 id="ranks-busy", figure=rank_heatmap_figure(heat, "busy"), config={"displaylogo": False}

@@ -313,6 +313,15 @@ def test_ranks_page_starts_with_who_waited_for_whom(browser, server, shots, ddp2
     assert cells[0][1][1][0] > 0.9 * sum(ns for _, row in cells for ns, _, _ in row)
     assert cells[0][1][1][1] >= 0.9 * want_count[(0, 1)]
     shoot(browser, shots, "ranks_who_waited_for_whom")
+    # the Overlap page of the run has the same summary, right after its ranks at a glance
+    open_page(browser, server, f"/overlap?run={rid}", "#wait-matrix td")
+    again = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#wait-matrix td[data-wait-ns]')).map(c => +c.dataset.waitNs)"
+    )
+    assert again == [ns for _, row in cells for ns, _, _ in row]
+    heads = [h.text for h in css(browser, "#overlap-page h3")]
+    assert heads[:2] == ["Ranks at a glance", "Who waited for whom"], heads
+    shoot(browser, shots, "overlap_ddp2_who_waited_for_whom")
 
 
 def _click_label(browser, cls: str, start: str) -> bool:
