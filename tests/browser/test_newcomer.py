@@ -161,6 +161,11 @@ def test_gaps_table_pages_and_filters_without_a_datatable(browser, server, shots
     scripts = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert not [s for s in scripts if "async-table" in s or "plotly" in s], scripts
     gaps = _gaps_of(server, rid)
+    # reached by the page's own links (Dash renders it, no page load): the chart is put in the page too
+    open_page(browser, server, f"/kernels?run={rid}", "#kernels-page")
+    css(browser, "#nav-gaps")[0].click()
+    wait_for(browser, lambda: _gaps_drawn(browser), what="the gaps chart after a link")
+    assert len(css(browser, "#gaps-graph a circle")) == len(gaps)
     rows = css(browser, "#gaps-table tbody tr")
     assert len(rows) == 25 < len(gaps)
     longest = sorted((g.duration_ns for g in gaps), reverse=True)
