@@ -16,6 +16,7 @@ from tracelab.api.types import Budget, Store
 
 from . import page_callbacks, timeline_api, timeline_callbacks
 from .components import PAGES
+from .early import install_early_work
 from .guards import allowed_hosts, guarded, install_request_guards
 from .pages import compare, gaps, kernels, overlap, ranges, ranks, runs, timeline
 from .state import STATE_KEY, AppState, current_state
@@ -160,6 +161,7 @@ def create_app(
     app.server.config["MAX_CONTENT_LENGTH"] = int(max_upload_bytes * 4 / 3) + 1_000_000
     install_request_guards(app.server, allowed_hosts(bind_host, allow_hosts))
     timeline_api.register(app.server)  # after the guards: every route of the server passes them
+    install_early_work(app.server, state)  # after the guards: a refused request starts nothing
     _register_pages()
     app.layout = _shell
     _register_callbacks(app)

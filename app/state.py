@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import sys
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import plotly
+from dash.development.base_component import Component
 
 from tracelab.api.types import Analysis, AnalysisContext, AnalysisOptions, Budget, RunRecord, Store, Timeline
 from tracelab.errors import BadInput, MissingDependency, UnknownRun
@@ -49,8 +52,9 @@ def cache_budget_bytes() -> int:
 
 
 def approx_bytes(value: Any, depth: int = 0) -> int:
-    """About how many bytes `value` holds: numpy buffers, frames, strings, bytes exactly; containers and
-    dataclasses by their items (at most 3 levels deep; long sequences from a sample of 256 items)."""
+    """About how many bytes `value` holds: numpy buffers, frames, strings, bytes exactly, a Dash layout as its
+    JSON; containers and dataclasses by their items (at most 3 levels deep; long sequences from a sample of
+    256 items)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return len(value)
     if isinstance(value, str):
@@ -61,6 +65,8 @@ def approx_bytes(value: Any, depth: int = 0) -> int:
         return int(value.memory_usage(index=True, deep=len(value) <= 100_000).sum())
     if isinstance(value, pd.Series):
         return int(value.memory_usage(index=True, deep=len(value) <= 100_000))
+    if isinstance(value, Component):  # a page's content (the Gaps page's, cached per run): as Dash sends it
+        return len(json.dumps(value.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder))
     if isinstance(value, Timeline):
         cols = sum(int(a.nbytes) for a in value.cols.values()) + sum(int(a.nbytes) for a in value.lane_cols.values())
         return cols + approx_bytes(value.strings, depth + 1) + approx_bytes(value.sm_blocks, depth + 1)

@@ -1,7 +1,7 @@
 """The timeline page's Dash callbacks: thin wrappers over `app.pages.timeline`'s plain functions, and the
 clientside bridges that hand the page's buttons and the callbacks' answers to the canvas
 (`window.tracelabTimeline`, app/assets/timeline_canvas.js). The canvas reports back through
-`dash_clientside.set_props` on the stores tl-window, tl-click and tl-range-sel."""
+`dash_clientside.set_props` on the stores tl-window, tl-click, tl-range-sel and tl-open."""
 
 from __future__ import annotations
 
@@ -51,6 +51,20 @@ def _own(view: dict[str, Any], keys: tuple[str, ...]) -> Patch:
 
 
 def register(app: Dash) -> None:
+    _register_window_and_search(app)
+    _register_links_and_selection(app)
+    _bridge(app, "setShow", Input("tl-show", "value"))
+    _bridge(app, "setFlows", Input("tl-flows", "value"))
+    _bridge(app, "zoomOut", Input("tl-zoom-out", "n_clicks"))
+    _bridge(app, "wholeRun", Input("tl-full", "n_clicks"))
+    _bridge(app, "goto", Input("tl-goto", "data"))
+    _bridge(app, "setHighlight", Input("tl-highlight", "data"))
+    _bridge(app, "setQuery", Input("tl-query", "data"))
+
+
+def _register_window_and_search(app: Dash) -> None:
+    """The window in view (its info line), the search, stepping its matches and going to one."""
+
     @app.callback(
         Output("tl-view", "data"),
         Output("tl-info", "children"),
@@ -99,17 +113,22 @@ def register(app: Dash) -> None:
         goto = timeline.on_step(current_state(), view or {}, find)
         return goto if goto is not None else no_update
 
+
+def _register_links_and_selection(app: Dash) -> None:
+    """The permalink (window, search, ranks unfolded) and match count, the clicked event, the dragged range."""
+
     @app.callback(
         Output("tl-permalink", "href"),
         Output("tl-match", "children"),
         Input("tl-view", "data"),
         Input("tl-find", "data"),
         Input("tl-show", "value"),
+        Input("tl-open", "data"),
         prevent_initial_call=True,
     )
     @guarded(lambda message: (no_update, message))
-    def _links(view, find, show):
-        return timeline.on_links(current_state(), view or {}, find, show)
+    def _links(view, find, show, open_ranks):
+        return timeline.on_links(current_state(), view or {}, find, show, open_ranks)
 
     @app.callback(
         Output("tl-view", "data", allow_duplicate=True),
@@ -144,11 +163,3 @@ def register(app: Dash) -> None:
         return timeline.on_range_select(
             current_state(), view or {}, selected, full=ctx.triggered_id == "tl-analyze-range"
         )
-
-    _bridge(app, "setShow", Input("tl-show", "value"))
-    _bridge(app, "setFlows", Input("tl-flows", "value"))
-    _bridge(app, "zoomOut", Input("tl-zoom-out", "n_clicks"))
-    _bridge(app, "wholeRun", Input("tl-full", "n_clicks"))
-    _bridge(app, "goto", Input("tl-goto", "data"))
-    _bridge(app, "setHighlight", Input("tl-highlight", "data"))
-    _bridge(app, "setQuery", Input("tl-query", "data"))

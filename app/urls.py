@@ -17,10 +17,14 @@ def href(page: str, **params: object) -> str:
     return f"{path}?{query}" if query else path
 
 
-def timeline_href(run_id: str, t0: int | None = None, t1: int | None = None, q: str | None = None) -> str:
-    """The timeline of a run, on [t0, t1) when given, with search `q` (highlighted, counted)."""
+def timeline_href(
+    run_id: str, t0: int | None = None, t1: int | None = None, q: str | None = None, open_ranks: str | None = None
+) -> str:
+    """The timeline of a run, on [t0, t1) when given, with search `q` (highlighted, counted) and, for a run
+    of several ranks, the ranks shown unfolded (`open_ranks`: "1,3", "none"; the first rank without it)."""
     return href(
-        "timeline", run=run_id, t0=None if t0 is None else int(t0), t1=None if t1 is None else int(t1), q=q
+        "timeline", run=run_id, t0=None if t0 is None else int(t0), t1=None if t1 is None else int(t1), q=q,
+        open=open_ranks,
     )
 
 

@@ -9,12 +9,16 @@ drawn with its points and the gaps table's first rows there (measured in the pag
 performance.now(), the frame after both are in the DOM). "cold": the first load of the run after the
 server started (the server analyses the run then); "warm": reloads after that (median of --repeats).
 
-    /work/venv/bin/python benchmarks/bench_gaps_page.py [--baseline-commit 896d260] [--repeats 5]
+    /work/venv/bin/python benchmarks/bench_gaps_page.py [--baseline-commit 896d260] [--repeats 5] [--rounds 3]
+
+The versions alternate, one freshly started server each (A B, B A, ...: a shared machine's load changes),
+and each line gives the 1-minute load average before and after it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -33,7 +37,9 @@ GAPS_DRAWN = """
   function drawn() {
     var f = document.querySelector('#gaps-graph');
     var points;
-    if (f && f.tagName === 'IFRAME') {  // the SVG chart (this version): its points in the iframe's document
+    if (f && f.hasAttribute('data-svg')) {  // the SVG chart in the page (this version): its points drawn
+      points = f.querySelector('circle');
+    } else if (f && f.tagName === 'IFRAME') {  // the SVG chart in an iframe (01ab8c7): its points there
       points = f.contentDocument && f.contentDocument.querySelector('circle');
     } else {  // the Plotly chart (older versions): drawn with its points
       var gd = document.querySelector('#gaps-graph .js-plotly-plot');
@@ -90,20 +96,23 @@ def gaps_drawn(driver, url: str) -> float:
 
 
 def measure(
-    label: str, src: Path, db: Path, ids: dict[str, str], repeats: int
+    label: str, src: Path, db: Path, ids: dict[str, str], repeats: int, browser_warmup: int = 1
 ) -> dict[str, tuple[float, float]]:
     proc, base = start_server(src, db)
     driver = browser(Path(tempfile.mkdtemp(prefix="bench-chromium-")))
     out = {}
     try:
-        driver.get(base + "/")  # the browser's own start-up is not the page's
+        for _ in range(browser_warmup):  # the browser's own start-up is not the page's
+            driver.get(base + "/")
         for name, rid in ids.items():
             url = f"{base}/gaps?run={rid}"
+            load = os.getloadavg()[0]
             cold = gaps_drawn(driver, url)
             warm = statistics.median(gaps_drawn(driver, url) for _ in range(repeats))
             out[name] = (cold, warm)
             print(
-                f"{label:>10}  {name:40} cold {cold:5.2f} s   warm {warm:5.2f} s (median of {repeats})",
+                f"{label:>10}  {name:40} cold {cold:5.2f} s   warm {warm:5.2f} s (median of {repeats})"
+                f"   load {load:4.1f} -> {os.getloadavg()[0]:4.1f}",
                 flush=True,
             )
     finally:
@@ -117,6 +126,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-commit", default="896d260", help="the version to compare with")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3, help="servers started per version, alternating")
+    ap.add_argument("--browser-warmup", type=int, default=1,
+                    help="loads of the Runs page before the first Gaps page (default 1; with 2 the first Gaps page "
+                         "was 0.2-0.8 s faster for both versions at load 10: Chromium's script caching)")
     ap.add_argument("--skip-baseline", action="store_true")
     args = ap.parse_args()
 
@@ -137,17 +150,21 @@ def main() -> None:
     versions = [("this", ROOT)]
     if not args.skip_baseline:
         versions.insert(0, (args.baseline_commit, release_tree(args.baseline_commit, tmp / "baseline")))
-    results = {label: measure(label, src, db, ids, args.repeats) for label, src in versions}
+    # the versions alternate (A B, B A, A B, ...): a shared machine's load changes during a run
+    rounds: dict[str, list[dict[str, tuple[float, float]]]] = {label: [] for label, _ in versions}
+    for r in range(args.rounds):
+        for label, src in versions if r % 2 == 0 else versions[::-1]:
+            rounds[label].append(measure(label, src, db, ids, args.repeats, args.browser_warmup))
     print()
+    print(f"median over {args.rounds} round(s), each a freshly started server (cold: its first load of the run)")
     print(f"{'run':40} " + "  ".join(f"{label + ' cold':>12} {label + ' warm':>12}" for label, _ in versions))
     for name in RUNS:
-        print(
-            f"{name:40} "
-            + "  ".join(
-                f"{results[label][name][0]:>10.2f} s {results[label][name][1]:>10.2f} s"
-                for label, _ in versions
-            )
-        )
+        cells = []
+        for label, _ in versions:
+            cold = statistics.median(m[name][0] for m in rounds[label])
+            warm = statistics.median(m[name][1] for m in rounds[label])
+            cells.append(f"{cold:>10.2f} s {warm:>10.2f} s")
+        print(f"{name:40} " + "  ".join(cells))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -402,6 +403,30 @@ def test_zoom_requeries_store_window_and_updates_link(env):
         timeline.on_window(state, new_view, {"t0": "abc", "t1": 5})
 
 
+def test_ranks_unfolded_travel_in_the_url(env):
+    """Issue 28: which ranks are unfolded (?open=1,3; none: all folded) reaches the canvas (data-open) and
+    the permalink; a bad value is one clear error page."""
+    from app.pages import timeline
+
+    state, a, _ = env
+    root = find(timeline.timeline_layout(state, a), "tl-canvas-root")
+    assert "data-open" not in root.to_plotly_json()["props"]  # no parameter: the canvas' default
+    page = timeline.timeline_layout(state, a, open_ranks="3,1,1")
+    assert getattr(find(page, "tl-canvas-root"), "data-open") == "1,3"
+    assert parse_qs(urlparse(find(page, "tl-permalink").href).query)["open"] == ["1,3"]
+    assert getattr(find(timeline.timeline_layout(state, a, open_ranks=""), "tl-canvas-root"), "data-open") == "none"
+    view = find(page, "tl-view").data
+    link, _ = timeline.on_links(state, view, {"query": "", "match": -1}, None, "0,2")
+    assert parse_qs(urlparse(link).query)["open"] == ["0,2"]
+    link, _ = timeline.on_links(state, view, {"query": "", "match": -1}, None, None)
+    assert "open" not in parse_qs(urlparse(link).query)
+    for bad in ("1;2", "-1", "x", "1,,2"):
+        page = timeline.timeline_layout(state, a, open_ranks=bad)
+        assert page.id == "error" and "Bad ranks to unfold" in as_json(page), bad
+    with pytest.raises(BadInput):
+        timeline.on_links(state, view, {"query": "", "match": -1}, None, "<script>")
+
+
 def test_search_state_steps_to_each_match(env):
     """39 gemm kernels (8 steps x 5 kernels, kernel j is gemm_kernel_{j % 2}, one hostile name): a new
     search has no current match; match 1 is step 0's kernel 1 (+30 µs .. +45 µs), shown in the middle
@@ -520,7 +545,7 @@ def test_gap_click_opens_timeline_at_gap(env):
             (self.titles if self._title else self.texts).append(data)
 
     doc = Svg()
-    doc.feed(find(page, "gaps-graph").srcDoc)
+    doc.feed(getattr(find(page, "gaps-graph"), "data-svg"))
     gaps_of_run = sorted(state.analysis(a).gaps, key=lambda g: g.start_ns)
     assert len(doc.links) == len(gaps_of_run) == len(rows)
     origin = int(run_info["lo"])
@@ -859,6 +884,33 @@ def test_upload_real_trace_then_pages(env):
 
 
 # ---- the app itself -------------------------------------------------------------------------------------------
+
+
+def test_the_gaps_page_request_starts_the_analysis_before_dash_asks(env, tmp_path):
+    """Issue 28 (a cold Gaps page was the server's first analysis, after Dash's start-up): the request for
+    the page's HTML starts the run's analysis and the page's content in the background; an unknown run or a
+    refused request starts nothing."""
+    from app import create_app
+    from app.pages.gaps import gaps_body
+    from app.state import STATE_KEY
+
+    state, a, b = env
+    app = create_app(state.store, import_dir=tmp_path / "up", max_upload_bytes=1024)
+    served = app.server.config[STATE_KEY]
+    client = app.server.test_client()
+    assert client.get(f"/gaps?run={b}", headers={"Host": "evil.example"}).status_code == 403
+    assert client.get("/gaps?run=nope").status_code == 200
+    assert client.get(f"/kernels?run={b}").status_code == 200  # a page that needs no analysis
+    rec = served.record(a)
+    assert client.get(f"/gaps?run={a}").status_code == 200  # the HTML only: no callback runs
+    deadline = time.time() + 60
+    while served.peek(("gaps-page", a, rec.created)) is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert served.cached_analysis(a) is not None
+    page = served.peek(("gaps-page", a, rec.created))
+    assert page is not None and as_json(page) == as_json(gaps_body(served, rec))
+    time.sleep(0.3)
+    assert served.cached_analysis(b) is None  # neither the refused request nor the kernels page analysed b
 
 
 def test_create_app_serves_pages(env, tmp_path):

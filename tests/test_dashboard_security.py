@@ -134,6 +134,7 @@ def _search_requests(view: dict, find: object) -> list[dict]:
                 {"id": "tl-view", "property": "data", "value": view},
                 {"id": "tl-find", "property": "data", "value": find},
                 {"id": "tl-show", "property": "value", "value": ["stream", "host"]},
+                {"id": "tl-open", "property": "data", "value": None},  # the ranks unfolded (issue 28)
             ],
             "changedPropIds": ["tl-find.data"],
         },
@@ -158,6 +159,12 @@ def test_stale_and_tampered_timeline_callbacks_never_500(env):
         for req in _search_requests(good, find):
             r = client.post("/_dash-update-component", json=req)
             assert r.status_code in (200, 204), (find, r.get_data(as_text=True)[:300])
+    for unfolded in ("<script>", ["1"], 10**30, "1,x"):  # a tampered list of ranks unfolded: a message, no 500
+        req = _search_requests(good, good_find)[1]
+        req["inputs"][-1]["value"] = unfolded
+        r = client.post("/_dash-update-component", json=req)
+        assert r.status_code == 200, (unfolded, r.get_data(as_text=True)[:300])
+        assert "open must name ranks" in r.get_json()["response"]["tl-match"]["children"], unfolded
 
     store.delete_run(a)  # the page still shows run a: its next callback is stale
     stale = client.post("/_dash-update-component", json=_timeline_request(good))

@@ -120,6 +120,9 @@ def test_approx_bytes_counts_what_the_caches_hold():
     frame = pd.DataFrame({"a": np.arange(10_000, dtype=np.int64)})
     assert approx_bytes(frame) >= 80_000
     assert approx_bytes({"k": np.zeros(100, dtype=np.int8), "j": [np.zeros(10)] * 1000}) >= 100 + 80_000
+    from dash import html  # a page's content (the Gaps page's is cached per run): its strings count
+
+    assert approx_bytes(html.Div([html.P("x" * 30_000), html.Div(**{"data-svg": "y" * 50_000})])) >= 80_000
     lru = _Lru(100, max_bytes=10_000)
     for i in range(10):
         lru.get(i, lambda: b"x" * 3000)

@@ -366,8 +366,17 @@
     }, delay === undefined ? 2000 : delay);
   };
 
+  // which ranks the page asks unfolded: its root's data-open, else the URL's ?open= (the early root),
+  // "1,3" or "none"; null: none asked (the first rank unfolded)
+  function openSpec(root) {
+    if (root.dataset.open !== undefined) { return root.dataset.open; }
+    var q = new URLSearchParams(location.search);
+    return /\/timeline\/?$/.test(location.pathname) && q.has("open") ? q.get("open") : null;
+  }
+
   // a run of several ranks starts with every rank but the first collapsed to one summary row (its GPUs'
-  // idle rows: busy / idle with the gaps by cause); a click on a rank's header or summary toggles it
+  // idle rows: busy / idle with the gaps by cause), or with the ranks the URL names (?open=1,3) unfolded;
+  // a click on a rank's header or summary toggles it, and the URL keeps which are unfolded (tl-open)
   Timeline.prototype.initCollapse = function () {
     var rows = this.meta.rows, ranks = [];
     for (var r = 0; r < rows.rank.length; r++) {
@@ -376,7 +385,9 @@
     this.ranks = ranks;
     if (this.collapsed === undefined) {
       this.collapsed = {};
-      if (ranks.length > 1) { ranks.slice(1).forEach(function (k) { this.collapsed[k] = true; }, this); }
+      var spec = openSpec(this.root);
+      var open = spec === null ? ranks.slice(0, 1) : spec.split(",").filter(function (v) { return /^\d+$/.test(v); }).map(Number);
+      if (ranks.length > 1) { ranks.forEach(function (k) { if (open.indexOf(k) < 0) { this.collapsed[k] = true; } }, this); }
     }
   };
 
@@ -384,6 +395,8 @@
     this.collapsed[rank] = !this.collapsed[rank];
     this.layout();
     this.requestDraw();
+    var self = this, open = this.ranks.filter(function (k) { return !self.collapsed[k]; });
+    setProps("tl-open", open.length ? open.join(",") : "none");
   };
 
   Timeline.prototype.layout = function () {

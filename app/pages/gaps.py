@@ -1,7 +1,7 @@
 """Gaps & findings page: /gaps?run=ID. Gaps with cause and evidence, findings with evidence; each gap
 (table row or chart point) and each finding links to the timeline at its window. The page loads neither
 plotly.js nor Dash's DataTable (loading and running them was most of its draw time, issue 28): the chart is
-an SVG document (tracelab.render.figures.gaps_svg) and the gaps table plain HTML, a page of PAGE_ROWS rows at a
+an SVG element (tracelab.render.figures.gaps_svg, put in the page by app/assets/gaps_chart.js) and the gaps table plain HTML, a page of PAGE_ROWS rows at a
 time, sorted and filtered by cause on the server (on_gaps_view)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dash import dcc, html
 
 from tracelab.api import gaps_in_setup
 from tracelab.api.types import CAUSES, GapTable
-from tracelab.render.figures.gaps_svg import gaps_svg
+from tracelab.render.figures.gaps_svg import gaps_svg_element
 from tracelab.render.text.gap_evidence import gap_evidence
 from tracelab.text_format import fmt_count, fmt_ns, fmt_ns_many, fmt_rel_many
 
@@ -31,112 +31,131 @@ GAP_COLUMNS = (("rank", "rank"), ("GPU", "device"), ("at (from the run start)", 
 
 
 def gaps_layout(state: AppState, run: str | None = None) -> html.Div:
-    def body(record) -> html.Div:
-        analysis = state.analysis(record.id)
-        origin = record.start_ns or 0
-        table = GapTable.of(analysis.gaps)
-        drawn = table.longest(5000)
-        total = int(table.duration.sum()) if len(table) else 0
-        finding_items = []
-        for i, f in enumerate(analysis.findings):
-            w = finding_window(f)
-            link = (
-                timeline_href(record.id, *gap_window(w[0], w[1], record.start_ns, record.end_ns))
-                if w
-                else timeline_href(record.id)
-            )
-            finding_items.append(
-                html.Li(
-                    [
-                        html.Span(f.severity.upper(), className=f"sev sev-{f.severity}"),
-                        " ",
-                        html.B(f.rule),
-                        " — ",
-                        f.message,
-                        html.Br(),
-                        html.Small(f"{f.count} occurrence(s) · wasted {fmt_ns(f.wasted_ns)} · {f.where}"),
-                        " ",
-                        dcc.Link("show in timeline", href=link, id=f"finding-link-{i}"),
-                    ],
-                    className="finding",
-                )
-            )
-        view = {"sort": "length", "cause": "", "page": 0}
-        rows, label = gaps_page(state, record, view)
-        causes = [CAUSES[k] for k in np.unique(table.column("cause")).tolist()] if len(table) else []
-        counts = np.bincount(table.column("cause").astype(np.int64), minlength=len(CAUSES)) if len(table) else []
-        return html.Div(
-            [
-                run_header(record, "Gaps & findings"),
-                *_setup_paragraph(analysis, record.start_ns),
-                html.H3(f"Findings ({len(analysis.findings)})"),
-                html.Ul(finding_items or [html.Li("No findings.")], id="findings-list"),
-                html.H3(
-                    f"Idle gaps ({len(table)}, {fmt_ns(total)} in total; threshold "
-                    f"{fmt_ns(analysis.options.gap_threshold_ns)})"
-                ),
-                html.P(
-                    "Click a gap (row or point) to open the timeline there."
-                    + (" The steps' gaps come first, longest first; the set-up's (before each rank's first step) "
-                       "after them, marked set-up." if analysis.setup else ""),
-                    className="hint",
-                    id="gaps-order-hint",
-                ),
-                # one SVG document, no plotly.js (which took most of this page's draw time): each point a
-                # link to the timeline at its gap, its evidence as the tooltip
-                html.Iframe(
-                    id="gaps-graph",
-                    srcDoc=gaps_svg(drawn, origin, gap_evidence(analysis, drawn), [
-                        timeline_href(record.id, *gap_window(g.start_ns, g.end_ns, record.start_ns, record.end_ns))
-                        for g in drawn
-                    ]),
-                    style={"width": "100%", "height": "320px", "border": "0"},
-                    title="idle gaps by start and length",
-                ),
-                html.Div(
-                    [
-                        html.Span("sort:", className="hint"),
-                        *[html.Button(text, id=f"gaps-sort-{key}", n_clicks=0,
-                                      className="gaps-btn")
-                          for key, text in SORTS.items()],
-                        html.Span("cause:", className="hint"),
-                        html.Button("all", id={"type": "gaps-cause", "cause": ""}, n_clicks=0,
-                                    className="gaps-btn"),
-                        *[html.Button(f"{c} ({fmt_count(int(counts[CAUSES.index(c)]))})",
-                                      id={"type": "gaps-cause", "cause": c}, n_clicks=0, className="gaps-btn")
-                          for c in causes],
-                        *([html.Span("part:", className="hint")]
-                          + [html.Button(text or "all", id={"type": "gaps-part", "part": text}, n_clicks=0,
-                                         className="gaps-btn") for text in ("", *PARTS)]
-                          if analysis.setup else []),
-                    ],
-                    className="gaps-controls",
-                ),
-                html.Table(
-                    [html.Thead(html.Tr([html.Th(name) for name, _ in gap_columns(bool(analysis.setup))])),
-                     html.Tbody(rows, id="gaps-rows")],
-                    id="gaps-table",
-                    className="gaps-table",
-                ),
-                html.Div(
-                    [
-                        html.Button("‹ previous", id="gaps-prev", n_clicks=0, className="gaps-btn"),
-                        html.Span(label, id="gaps-page-label", className="hint"),
-                        html.Button("next ›", id="gaps-next", n_clicks=0, className="gaps-btn"),
-                    ],
-                    className="gaps-controls",
-                ),
-                html.Details([html.Summary("Findings as a table"), _findings_table(analysis)]),
-                dcc.Store(
-                    id="gaps-run",
-                    data={"run": record.id, "lo": str(record.start_ns or 0), "hi": str(record.end_ns or 0)},
-                ),
-                dcc.Store(id="gaps-view", data=view),
-            ],
-            id="gaps-page",
-        )
+    return with_run(state, run, lambda record: cached_body(state, record))
 
-    return with_run(state, run, body)
+
+def cached_body(state: AppState, record) -> html.Div:
+    """The run's page (`gaps_body`), made once per run while its analysis is cached: the server starts it
+    when the browser asks for the page's HTML (app/early.py), before Dash asks for the content."""
+    return state.cached(("gaps-page", record.id, record.created), lambda: gaps_body(state, record))
+
+
+def gaps_body(state: AppState, record) -> html.Div:
+    """The page of one run: findings, the gaps chart, the first page of the gaps table and its controls."""
+    analysis = state.analysis(record.id)
+    table = GapTable.of(analysis.gaps)
+    total = int(table.duration.sum()) if len(table) else 0
+    view = {"sort": "length", "cause": "", "page": 0}
+    rows, label = gaps_page(state, record, view)
+    return html.Div(
+        [
+            run_header(record, "Gaps & findings"),
+            *_setup_paragraph(analysis, record.start_ns),
+            html.H3(f"Findings ({len(analysis.findings)})"),
+            findings_list(record, analysis),
+            html.H3(
+                f"Idle gaps ({len(table)}, {fmt_ns(total)} in total; threshold "
+                f"{fmt_ns(analysis.options.gap_threshold_ns)})"
+            ),
+            html.P(
+                "Click a gap (row or point) to open the timeline there."
+                + (" The steps' gaps come first, longest first; the set-up's (before each rank's first step) "
+                   "after them, marked set-up." if analysis.setup else ""),
+                className="hint",
+                id="gaps-order-hint",
+            ),
+            gaps_chart(record, analysis, table.longest(5000)),
+            gaps_controls(table, bool(analysis.setup)),
+            html.Table(
+                [html.Thead(html.Tr([html.Th(name) for name, _ in gap_columns(bool(analysis.setup))])),
+                 html.Tbody(rows, id="gaps-rows")],
+                id="gaps-table",
+                className="gaps-table",
+            ),
+            gaps_pager(label),
+            html.Details([html.Summary("Findings as a table"), _findings_table(analysis)]),
+            dcc.Store(
+                id="gaps-run",
+                data={"run": record.id, "lo": str(record.start_ns or 0), "hi": str(record.end_ns or 0)},
+            ),
+            dcc.Store(id="gaps-view", data=view),
+        ],
+        id="gaps-page",
+    )
+
+
+def findings_list(record, analysis) -> html.Ul:
+    """The findings, each with its severity, rule, message, count, waste and a link to its window."""
+    items = []
+    for i, f in enumerate(analysis.findings):
+        w = finding_window(f)
+        link = (
+            timeline_href(record.id, *gap_window(w[0], w[1], record.start_ns, record.end_ns))
+            if w
+            else timeline_href(record.id)
+        )
+        items.append(
+            html.Li(
+                [
+                    html.Span(f.severity.upper(), className=f"sev sev-{f.severity}"),
+                    " ",
+                    html.B(f.rule),
+                    " — ",
+                    f.message,
+                    html.Br(),
+                    html.Small(f"{f.count} occurrence(s) · wasted {fmt_ns(f.wasted_ns)} · {f.where}"),
+                    " ",
+                    dcc.Link("show in timeline", href=link, id=f"finding-link-{i}"),
+                ],
+                className="finding",
+            )
+        )
+    return html.Ul(items or [html.Li("No findings.")], id="findings-list")
+
+
+def gaps_chart(record, analysis, drawn: list) -> html.Div:
+    """The chart of the `drawn` gaps: one SVG element (no plotly.js, no iframe: loading plotly.js, then
+    an iframe's document, were most of this page's draw time, issue 28) that app/assets/gaps_chart.js puts
+    in the page from `data-svg`; each point a link to the timeline at its gap, its evidence the tooltip."""
+    links = [timeline_href(record.id, *gap_window(g.start_ns, g.end_ns, record.start_ns, record.end_ns))
+             for g in drawn]
+    svg = gaps_svg_element(drawn, record.start_ns or 0, gap_evidence(analysis, drawn), links)
+    return html.Div(id="gaps-graph", role="figure", title="idle gaps by start and length", **{"data-svg": svg})
+
+
+def gaps_controls(table: GapTable, with_part: bool) -> html.Div:
+    """The table's sort buttons, one button per cause present (with its count) and, with set-up apart,
+    the part buttons (steps / set-up)."""
+    kinds = table.column("cause").astype(np.int64) if len(table) else np.zeros(0, dtype=np.int64)
+    counts = np.bincount(kinds, minlength=len(CAUSES))
+    causes = [CAUSES[k] for k in np.unique(kinds).tolist()]
+    parts = ([html.Span("part:", className="hint")]
+             + [html.Button(text or "all", id={"type": "gaps-part", "part": text}, n_clicks=0, className="gaps-btn")
+                for text in ("", *PARTS)]) if with_part else []
+    return html.Div(
+        [
+            html.Span("sort:", className="hint"),
+            *[html.Button(text, id=f"gaps-sort-{key}", n_clicks=0, className="gaps-btn") for key, text in SORTS.items()],
+            html.Span("cause:", className="hint"),
+            html.Button("all", id={"type": "gaps-cause", "cause": ""}, n_clicks=0, className="gaps-btn"),
+            *[html.Button(f"{c} ({fmt_count(int(counts[CAUSES.index(c)]))})", id={"type": "gaps-cause", "cause": c},
+                          n_clicks=0, className="gaps-btn") for c in causes],
+            *parts,
+        ],
+        className="gaps-controls",
+    )
+
+
+def gaps_pager(label: str) -> html.Div:
+    """Previous / next page of the table, and which gaps the page shows."""
+    return html.Div(
+        [
+            html.Button("‹ previous", id="gaps-prev", n_clicks=0, className="gaps-btn"),
+            html.Span(label, id="gaps-page-label", className="hint"),
+            html.Button("next ›", id="gaps-next", n_clicks=0, className="gaps-btn"),
+        ],
+        className="gaps-controls",
+    )
 
 
 PARTS = {"steps": False, "set-up": True}

@@ -1,5 +1,6 @@
 """Overlap page: /overlap?run=ID. A run of several GPUs starts with one row per rank · GPU (busy, compute,
-copy, comm, compute ∩ comm, streams with work and how many overlap another); then per device: compute /
+copy, comm, compute ∩ comm, streams with work and how many overlap another) and, with several ranks, who
+waited for whom in collectives (rank × rank, as on the Ranks page); then per device: compute /
 copy / comm time and their overlaps, each stream's utilization, and the stream x stream overlap matrix of
 the streams that overlap another, one device per collapsible section (collapsed when there are several
 devices, the only one open otherwise): a multi-rank run is a list of one-line summaries."""
@@ -23,6 +24,7 @@ from ..components import run_header
 from ..data import stream_overlap_matrix
 from ..state import AppState, current_state
 from .common import with_run
+from .ranks import wait_matrix_of, wait_matrix_section
 
 PATH = "/overlap"
 
@@ -36,6 +38,8 @@ def overlap_layout(state: AppState, run: str | None = None) -> html.Div:
         parts: list[Any] = [run_header(record, "Overlap")]
         if len(analysis.devices) > 1:  # the ranks side by side first (issue 28: the page was 4,857 px tall)
             parts += [html.H3("Ranks at a glance"), _rank_summary(analysis.devices, [n for _, n in sections])]
+        if len({d.rank for d in analysis.devices}) > 1:  # and who waited for whom (rank × rank)
+            parts += wait_matrix_section(wait_matrix_of(state, record.id))
         parts += [
             html.H3("Compute, copy and communication"),
             dcc.Graph(

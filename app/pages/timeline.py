@@ -1,4 +1,4 @@
-"""Timeline page: /timeline?run=ID&t0=NS&t1=NS&q=TEXT.
+"""Timeline page: /timeline?run=ID&t0=NS&t1=NS&q=TEXT&open=RANKS (the ranks shown unfolded, e.g. 1,3).
 
 The timeline itself is drawn in the browser on a canvas (`app/assets/timeline_canvas.js`) from tiles the
 page fetches from `app.timeline_api` and keeps: zoom, pan, hover and drag never wait for a callback.
@@ -197,15 +197,15 @@ def on_step(state: AppState, view: dict[str, Any], find: Any) -> dict[str, int] 
 
 
 def on_links(
-    state: AppState, view: dict[str, Any], find: Any, show: list[str] | None = None
+    state: AppState, view: dict[str, Any], find: Any, show: list[str] | None = None, open_ranks: Any = None
 ) -> tuple[str, str]:
-    """(the permalink of the view and its search, the search box's match count) — one place computes
-    both from the page's current state, so no late answer can leave them on an older view."""
+    """(the permalink of the view, its search and the ranks unfolded, the search box's match count) — one
+    place computes both from the page's current state, so no late answer can leave them on an older view."""
     view = decode_view(view)
     record = state.record(view["run"])
     find = decode_find(state, record, find)
     t0, t1 = int(view["t0"]), int(view["t1"])
-    link = timeline_href(record.id, t0, t1, q=find["query"] or None)
+    link = timeline_href(record.id, t0, t1, q=find["query"] or None, open_ranks=parse_open(open_ranks))
     text = match_text(state, record, find["query"], find["match"], (t0, t1), parse_show(show or []))
     return link, text
 
@@ -296,8 +296,23 @@ def selection_panel(state: AppState, record: RunRecord, selected: dict[str, Any]
 # ---- layout ----------------------------------------------------------------------------------------
 
 
+def parse_open(value: Any) -> str | None:
+    """The ranks to show unfolded, as the URL gives them (`?open=1,3`; `none`: every rank folded), in
+    rank order; None without one (the first rank unfolded). BadInput for anything else."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text in ("", "none"):
+        return "none"
+    items = [v.strip() for v in text.split(",")]
+    if len(items) > 4096 or not all(v.isdigit() and len(v) <= 6 for v in items):
+        raise BadInput(f"open must name ranks as 0,1,..., got {text[:40]!r}")
+    return ",".join(str(v) for v in sorted({int(v) for v in items}))
+
+
 def timeline_layout(
-    state: AppState, run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None
+    state: AppState, run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None,
+    open_ranks: Any = None,
 ) -> html.Div:
     record = resolve_run(state, run, pick="timeline")  # no run named: ask which (issue 28)
     if not isinstance(record, RunRecord):
@@ -307,6 +322,10 @@ def timeline_layout(
         a, b, match = initial_window(state, record, t0, t1, query)
     except BadInput as exc:
         return error_page("Bad time window", f"{describe_error(exc)} — open the whole run: {timeline_href(record.id)}")
+    try:
+        unfolded = parse_open(open_ranks)
+    except BadInput as exc:
+        return error_page("Bad ranks to unfold", f"{describe_error(exc)} — open the run: {timeline_href(record.id)}")
     show = default_show(record)
     origin = int(record.start_ns or 0)
     view: dict[str, Any] = {
@@ -316,6 +335,7 @@ def timeline_layout(
     try:
         info = window_info(state, record, a, b)
         matches = match_text(state, record, query, match, (a, b), show)
+        find = find_state(state, record, query, match)
     except BadInput as exc:
         return error_page("Cannot show this run", describe_error(exc))
     except Exception as exc:  # noqa: BLE001 - see internal_error_page
@@ -323,60 +343,10 @@ def timeline_layout(
     return html.Div(
         [
             run_header(record, "Timeline"),
-            html.Div(
-                [
-                    dcc.Checklist(
-                        id="tl-show",
-                        options=[{"label": lbl, "value": v} for lbl, v in LANE_GROUPS],
-                        value=show,
-                        inline=True,
-                        className="tl-show",
-                    ),
-                    html.Button("Zoom out ×3", id="tl-zoom-out", n_clicks=0),
-                    html.Button("Whole run", id="tl-full", n_clicks=0),
-                    html.Button("Clear selection", id="tl-clear", n_clicks=0),
-                    dcc.Checklist(
-                        id="tl-flows",
-                        options=[{"label": "launch → GPU arrows", "value": "flows"}],
-                        value=["flows"],
-                        inline=True,
-                    ),
-                    dcc.Link("Permalink to this view", id="tl-permalink", href=timeline_href(record.id, a, b, q=query or None)),
-                ],
-                className="tl-controls",
-            ),
-            html.Div(
-                [
-                    dcc.Input(
-                        id="tl-search",
-                        type="search",
-                        value=query,
-                        placeholder="search kernels, NVTX ranges, API calls…",
-                        debounce=True,
-                        className="tl-search",
-                    ),
-                    html.Button("◀", id="tl-prev", n_clicks=0, title="previous match"),
-                    html.Button("▶", id="tl-next", n_clicks=0, title="next match"),
-                    html.Span(matches, id="tl-match", className="tl-match"),
-                    html.Span(
-                        "keys: W/S zoom · A/D pan · wheel zooms · drag to select a range · click an event",
-                        className="hint tl-keys",
-                    ),
-                ],
-                className="tl-controls",
-            ),
+            view_controls(record, a, b, show, query, unfolded),
+            search_controls(query, matches),
             html.Div(info, id="tl-info", className="tl-info"),
-            html.Div(
-                id="tl-canvas-root",
-                className="tl-canvas-root",
-                **{
-                    "data-run": record.id,
-                    "data-t0": str(a - origin),
-                    "data-t1": str(b - origin),
-                    "data-show": ",".join(show),
-                    "data-q": query,
-                },
-            ),
+            canvas_root(record, a - origin, b - origin, show, query, unfolded),
             html.Div(
                 [
                     html.Div(on_range_select(state, encode_view(view), None), id="tl-range", className="tl-range"),
@@ -385,19 +355,88 @@ def timeline_layout(
                 className="tl-range-box",
             ),
             html.Div(selection_panel(state, record, None), id="tl-selection", className="tl-selection"),
-            dcc.Store(id="tl-view", data=encode_view(view)),
-            dcc.Store(id="tl-window"),  # the canvas writes the window in view here
-            dcc.Store(id="tl-click"),  # ... the clicked event
-            dcc.Store(id="tl-range-sel"),  # ... the dragged range
-            dcc.Store(id="tl-goto"),  # the callbacks move the canvas to a window
-            dcc.Store(id="tl-highlight"),  # ... outline the selection's linked events
-            dcc.Store(id="tl-query", data=query),  # ... and highlight a search
-            dcc.Store(id="tl-find", data=find_state(state, record, query, match)),  # the search and its current match
-            dcc.Store(id="tl-js-sink"),
+            *page_stores(view, query, find, unfolded),
         ],
         id="timeline-page",
     )
 
 
-def layout(run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None, **_ignored: Any) -> html.Div:
-    return timeline_layout(current_state(), run, t0, t1, q)
+def view_controls(record: RunRecord, a: int, b: int, show: list[str], query: str, unfolded: str | None) -> html.Div:
+    """The lane groups, zoom and selection buttons, the arrows switch and the permalink."""
+    return html.Div(
+        [
+            dcc.Checklist(
+                id="tl-show",
+                options=[{"label": lbl, "value": v} for lbl, v in LANE_GROUPS],
+                value=show,
+                inline=True,
+                className="tl-show",
+            ),
+            html.Button("Zoom out ×3", id="tl-zoom-out", n_clicks=0),
+            html.Button("Whole run", id="tl-full", n_clicks=0),
+            html.Button("Clear selection", id="tl-clear", n_clicks=0),
+            dcc.Checklist(
+                id="tl-flows",
+                options=[{"label": "launch → GPU arrows", "value": "flows"}],
+                value=["flows"],
+                inline=True,
+            ),
+            dcc.Link("Permalink to this view", id="tl-permalink",
+                     href=timeline_href(record.id, a, b, q=query or None, open_ranks=unfolded)),
+        ],
+        className="tl-controls",
+    )
+
+
+def search_controls(query: str, matches: str) -> html.Div:
+    """The search box, previous / next match, the match count and the keys' hint."""
+    return html.Div(
+        [
+            dcc.Input(
+                id="tl-search",
+                type="search",
+                value=query,
+                placeholder="search kernels, NVTX ranges, API calls…",
+                debounce=True,
+                className="tl-search",
+            ),
+            html.Button("◀", id="tl-prev", n_clicks=0, title="previous match"),
+            html.Button("▶", id="tl-next", n_clicks=0, title="next match"),
+            html.Span(matches, id="tl-match", className="tl-match"),
+            html.Span(
+                "keys: W/S zoom · A/D pan · wheel zooms · drag to select a range · click an event",
+                className="hint tl-keys",
+            ),
+        ],
+        className="tl-controls",
+    )
+
+
+def canvas_root(record: RunRecord, t0: int, t1: int, show: list[str], query: str, unfolded: str | None) -> html.Div:
+    """Where app/assets/timeline_canvas.js draws the timeline: the run, the window (ns from the run start),
+    the lane groups, the search and, when the URL names them, the ranks unfolded (`data-open`)."""
+    data = {"data-run": record.id, "data-t0": str(t0), "data-t1": str(t1), "data-show": ",".join(show), "data-q": query}
+    if unfolded is not None:
+        data["data-open"] = unfolded
+    return html.Div(id="tl-canvas-root", className="tl-canvas-root", **data)
+
+
+def page_stores(view: dict[str, Any], query: str, find: dict[str, Any], unfolded: str | None) -> list[dcc.Store]:
+    """The page state the callbacks and the canvas share (each store has one writer)."""
+    return [
+        dcc.Store(id="tl-view", data=encode_view(view)),
+        dcc.Store(id="tl-window"),  # the canvas writes the window in view here
+        dcc.Store(id="tl-click"),  # ... the clicked event
+        dcc.Store(id="tl-range-sel"),  # ... the dragged range
+        dcc.Store(id="tl-open", data=unfolded),  # ... the ranks unfolded ("0,2"; "none")
+        dcc.Store(id="tl-goto"),  # the callbacks move the canvas to a window
+        dcc.Store(id="tl-highlight"),  # ... outline the selection's linked events
+        dcc.Store(id="tl-query", data=query),  # ... and highlight a search
+        dcc.Store(id="tl-find", data=find),  # the search and its current match
+        dcc.Store(id="tl-js-sink"),
+    ]
+
+
+def layout(run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None, open: Any = None,
+           **_ignored: Any) -> html.Div:
+    return timeline_layout(current_state(), run, t0, t1, q, open)

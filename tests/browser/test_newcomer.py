@@ -26,15 +26,8 @@ def shots():
 
 
 def _gaps_drawn(browser) -> bool:
-    frame = css(browser, "iframe#gaps-graph")
-    return (
-        bool(frame)
-        and browser.execute_script(
-            "var f = document.querySelector('iframe#gaps-graph');"
-            "return !!(f.contentDocument && f.contentDocument.querySelectorAll('circle').length)"
-        )
-        and bool(css(browser, "#gaps-table td"))
-    )
+    # the chart is an SVG element in the page (no iframe: its document cost a cold page 0.1-0.3 s)
+    return bool(css(browser, "#gaps-graph svg circle")) and bool(css(browser, "#gaps-table td"))
 
 
 def test_green_ctx_gaps_page_shows_the_idle_partition_and_draws_without_plotly(browser, server, shots):
@@ -53,12 +46,38 @@ def test_green_ctx_gaps_page_shows_the_idle_partition_and_draws_without_plotly(b
     assert scripts == [], scripts
     # one point per gap; each a link to the timeline around its gap
     hrefs = browser.execute_script(
-        "var d = document.querySelector('iframe#gaps-graph').contentDocument;"
-        "return Array.from(d.querySelectorAll('a')).map(a => a.getAttribute('href'))"
+        "return Array.from(document.querySelectorAll('#gaps-graph a')).map(a => a.getAttribute('href'))"
     )
     assert len(hrefs) == len(_gaps_of(server, rid)) >= 1
     assert all(h.startswith(f"/timeline?run={rid}&t0=") for h in hrefs)
     shoot(browser, shots, "gaps_green_ctx")
+
+
+def test_gaps_chart_in_the_page_keeps_hostile_names_as_text(browser, tmp_path):
+    """The chart is put in the page from its data-svg (app/assets/gaps_chart.js, innerHTML): names in the
+    evidence and links stay text in real Chromium: no element, no handler runs."""
+    from html import escape
+    from pathlib import Path
+
+    from tracelab.analyses.results import Gap
+    from tracelab.render.figures.gaps_svg import gaps_svg_element
+
+    evil = "</title></circle><img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>"
+    g = Gap(rank=0, device=0, start_ns=1_000, end_ns=51_000, duration_ns=50_000, cause="host_sync")
+    svg = gaps_svg_element([g], 0, [evil], ['/timeline?run=a"><img src=x onerror="window.__pwned=3">'])
+    script = (Path(__file__).resolve().parents[2] / "app" / "assets" / "gaps_chart.js").read_text()
+    page = tmp_path / "chart.html"
+    page.write_text(f"<!DOCTYPE html><html><body><script>{script}</script>"
+                    f"<div id='gaps-graph' data-svg=\"{escape(svg)}\"></div></body></html>")
+    browser.get(page.as_uri())
+    wait_for(browser, lambda: css(browser, "#gaps-graph svg circle"), what="the chart put in the page")
+    time.sleep(0.3)
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert not css(browser, "#gaps-graph img") and not css(browser, "#gaps-graph script")
+    title = browser.execute_script("return document.querySelector('#gaps-graph a title').textContent")
+    assert title.endswith(evil)
+    href = browser.execute_script("return document.querySelector('#gaps-graph a').getAttribute('href')")
+    assert href.endswith('onerror="window.__pwned=3">')
 
 
 def test_gaps_chart_point_opens_the_timeline_there(browser, server, shots):
@@ -66,14 +85,10 @@ def test_gaps_chart_point_opens_the_timeline_there(browser, server, shots):
     browser.get(server["url"] + f"/gaps?run={rid}")
     wait_for(browser, lambda: _gaps_drawn(browser), what="the gaps chart and table")
     shoot(browser, shots, "gaps_sync_pitfalls")
-    frame = css(browser, "iframe#gaps-graph")[0]
-    browser.switch_to.frame(frame)
-    try:
-        point = css(browser, "a circle")[-1]  # the longest gap: drawn last, on top
-        title = css(browser, "a title")[-1].get_attribute("textContent")
-        browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", point)
-    finally:
-        browser.switch_to.default_content()
+    assert not css(browser, "iframe"), "the chart is drawn in the page"
+    point = css(browser, "#gaps-graph a circle")[-1]  # the longest gap: drawn last, on top
+    title = css(browser, "#gaps-graph a title")[-1].get_attribute("textContent")
+    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", point)
     wait_for(browser, lambda: urlparse(browser.current_url).path == "/timeline", what="the timeline")
     q = parse_qs(urlparse(browser.current_url).query)
     assert q["run"] == [rid]
@@ -146,6 +161,11 @@ def test_gaps_table_pages_and_filters_without_a_datatable(browser, server, shots
     scripts = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert not [s for s in scripts if "async-table" in s or "plotly" in s], scripts
     gaps = _gaps_of(server, rid)
+    # reached by the page's own links (Dash renders it, no page load): the chart is put in the page too
+    open_page(browser, server, f"/kernels?run={rid}", "#kernels-page")
+    css(browser, "#nav-gaps")[0].click()
+    wait_for(browser, lambda: _gaps_drawn(browser), what="the gaps chart after a link")
+    assert len(css(browser, "#gaps-graph a circle")) == len(gaps)
     rows = css(browser, "#gaps-table tbody tr")
     assert len(rows) == 25 < len(gaps)
     longest = sorted((g.duration_ns for g in gaps), reverse=True)
@@ -234,6 +254,79 @@ def test_multi_rank_timeline_opens_with_ranks_collapsed_and_expands_on_click(bro
     wait_for(browser, lambda: tl_state(browser)["collapsed"] == [0], what="rank 0 folded")
     shoot(browser, shots, "timeline_ddp2_rank0_folded")
     print(f"timeline heights: collapsed {page_collapsed} px, expanded {page_expanded} px")
+
+
+def test_rank_folds_are_kept_in_the_url_across_a_reload(browser, server, shots, ddp2):
+    """Issue 28: which ranks are unfolded is in the URL (?open=0,1), so a reload or a shared link shows
+    the same folds; the ranks are the ones the raw Kineto files name."""
+    rid, ranks = ddp2
+    browser.get(server["url"] + f"/timeline?run={rid}")
+    assert wait_timeline(browser)["collapsed"] == ranks[1:]
+    assert "open" not in parse_qs(urlparse(browser.current_url).query)  # the default: no parameter
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-collapsed", f"▸ rank {ranks[1]}"), what="a click")
+    opened = ",".join(map(str, ranks))
+    wait_for(browser, lambda: parse_qs(urlparse(browser.current_url).query).get("open") == [opened],
+             what=f"open={opened} in the address bar")
+    assert parse_qs(urlparse(css(browser, "#tl-permalink")[0].get_attribute("href")).query)["open"] == [opened]
+    browser.refresh()
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("complete") and tl_state(browser)["collapsed"] == [],
+             what="every rank unfolded after the reload")
+    assert len(tl_state(browser)["shownRows"]) == len(tl_state(browser)["rows"])
+    # fold rank 0: the URL names rank 1 only; a fresh load of that URL (a shared link) shows rank 0 folded
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-expanded", f"▾ rank {ranks[0]} · GPU"), what="a click")
+    wait_for(browser, lambda: parse_qs(urlparse(browser.current_url).query).get("open") == [str(ranks[1])],
+             what="open=1 in the address bar")
+    shared = browser.current_url
+    browser.get(server["url"] + "/")
+    browser.get(shared)
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("complete") and tl_state(browser)["collapsed"] == [ranks[0]],
+             what="rank 0 folded from the link")
+    labels = [e.text for e in css(browser, "#tl-canvas-root .tl-row-collapsed")]
+    assert len(labels) == 1 and labels[0].startswith(f"▸ rank {ranks[0]} · GPU"), labels
+    shoot(browser, shots, "timeline_ddp2_open_from_url")
+    # every rank folded: open=none
+    wait_for(browser, lambda: _click_label(browser, ".tl-row-expanded", f"▾ rank {ranks[1]} · GPU"), what="a click")
+    wait_for(browser, lambda: parse_qs(urlparse(browser.current_url).query).get("open") == ["none"],
+             what="open=none in the address bar")
+    browser.refresh()
+    wait_for(browser, lambda: (tl_state(browser) or {}).get("complete") and tl_state(browser)["collapsed"] == ranks,
+             what="both ranks folded after the reload")
+
+
+def test_ranks_page_starts_with_who_waited_for_whom(browser, server, shots, ddp2):
+    """Issue 28: "one rank × rank summary first". The Ranks page's first table, on the first screen: row i,
+    column j = the time rank i waited in collectives for rank j; checked against the raw Kineto files."""
+    from multigpu_util import MULTI
+    from test_rank_wait_matrix import _raw_calls, _raw_matrix
+
+    rid, ranks = ddp2
+    want_wait, want_count = _raw_matrix(_raw_calls(MULTI / "ddp2_sleep_torch" / "ranks"))
+    open_page(browser, server, f"/ranks?run={rid}", "#wait-matrix td")
+    matrix, table = css(browser, "#wait-matrix")[0], css(browser, "#ranks-table")[0]
+    assert matrix.rect["y"] + matrix.rect["height"] < min(table.rect["y"], 1000)  # first, on the first screen
+    cells = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#wait-matrix tbody tr')).map(r => [r.dataset.rank,"
+        " Array.from(r.querySelectorAll('td[data-wait-ns]')).map(c => [+c.dataset.waitNs, +c.dataset.count, c.innerText])])"
+    )
+    assert [int(r) for r, _ in cells] == ranks
+    for a, row in cells:
+        for b, (ns, n, text) in enumerate(row):
+            # over the steps (set-up left out): at most the whole run's raw wait
+            assert 0 <= ns <= want_wait.get((int(a), b), 0) + 20 and n <= want_count.get((int(a), b), 0)
+            assert text == (f"{fmt_ns(ns)} · {n}×" if ns else "–")
+    # rank 1 is the straggler: rank 0's wait for it is most of the waiting, in most of its calls
+    assert cells[0][1][1][0] > 0.9 * sum(ns for _, row in cells for ns, _, _ in row)
+    assert cells[0][1][1][1] >= 0.9 * want_count[(0, 1)]
+    shoot(browser, shots, "ranks_who_waited_for_whom")
+    # the Overlap page of the run has the same summary, right after its ranks at a glance
+    open_page(browser, server, f"/overlap?run={rid}", "#wait-matrix td")
+    again = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#wait-matrix td[data-wait-ns]')).map(c => +c.dataset.waitNs)"
+    )
+    assert again == [ns for _, row in cells for ns, _, _ in row]
+    heads = [h.text for h in css(browser, "#overlap-page h3")]
+    assert heads[:2] == ["Ranks at a glance", "Who waited for whom"], heads
+    shoot(browser, shots, "overlap_ddp2_who_waited_for_whom")
 
 
 def _click_label(browser, cls: str, start: str) -> bool:

@@ -41,10 +41,12 @@ from .analysis import (
     ranges_document,
     rank_analysis,
     rank_heatmap,
+    rank_wait_matrix,
     run_start,
     scoped_timeline,
     stream_overlap_matrix,
     to_json,
+    warm_up,
 )
 from .imports import import_path, import_upload
 from .report import report, report_parts
@@ -97,6 +99,7 @@ __all__ = [
     "ranges_document",
     "rank_analysis",
     "rank_heatmap",
+    "rank_wait_matrix",
     "record_command",
     "record_workload",
     "report",
@@ -112,5 +115,6 @@ __all__ = [
     "store_views",
     "stream_overlap_matrix",
     "to_json",
+    "warm_up",
     "workloads",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tracelab.analyses.comparison import Comparison
 from tracelab.analyses.core.memo import AnalysisContext
 from tracelab.analyses.ranks.view import RankAnalysis
+from tracelab.analyses.ranks.wait_matrix import WaitMatrix
 from tracelab.analyses.results import CAUSES, SCHEMA_VERSION, Analysis, AnalysisOptions, Finding, GapTable
 
 from ..model import EventKind, Timeline
@@ -29,4 +30,5 @@ __all__ = [
     "SandboxError",
     "Store",
     "Timeline",
+    "WaitMatrix",
 ]

@@ -5,6 +5,7 @@ coloured by cause, with its cause, length, offset and evidence as a native toolt
 from the run start (`+20.00 ms`) and durations (`10.0 µs`, `1.00 ms`). Every text is XML-escaped.
 
     gaps_svg(gaps, origin_ns, evidence=None, links=None) -> str    an HTML document holding the SVG
+    gaps_svg_element(...) -> str                                  the <svg> element alone, for a page
 """
 
 from __future__ import annotations
@@ -59,9 +60,25 @@ def gaps_svg(
     links: Sequence[str] | None = None,
 ) -> str:
     """The chart of `gaps` (see the module docstring) as an HTML document for an iframe's srcdoc."""
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><style>a circle:hover{stroke:#000;stroke-width:2}"
+        "html,body{margin:0;height:100%;overflow:hidden}</style></head><body>"
+        + gaps_svg_element(gaps, origin_ns, evidence, links)
+        + "</body></html>"
+    )
+
+
+def gaps_svg_element(
+    gaps: Sequence[Gap],
+    origin_ns: int,
+    evidence: Sequence[str] | None = None,
+    links: Sequence[str] | None = None,
+) -> str:
+    """The chart of `gaps` as one `<svg>` element (a `<p>` when there are none) to put in a page (the
+    Gaps page: no iframe, whose document cost a cold page 0.1-0.3 s, issue 28). Its links target the top
+    page; points get a hover outline from the page's CSS (`a circle:hover`)."""
     if not len(gaps):
-        body = f'<p style="{_FONT}color:#666">no idle gaps above the threshold</p>'
-        return f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body style='margin:0'>{body}</body></html>"
+        return f'<p style="{_FONT}color:#666">no idle gaps above the threshold</p>'
     start = np.fromiter((g.start_ns for g in gaps), dtype=np.int64, count=len(gaps)) - int(origin_ns)
     dur = np.fromiter((g.duration_ns for g in gaps), dtype=np.int64, count=len(gaps))
     causes = [g.cause for g in gaps]
@@ -126,12 +143,7 @@ def gaps_svg(
         )
         out.append(f'<a href="{escape(hrefs[i])}" target="_top">{dot}</a>' if hrefs[i] else dot)
     out.append("</svg>")
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><style>a circle:hover{stroke:#000;stroke-width:2}"
-        "html,body{margin:0;height:100%;overflow:hidden}</style></head><body>"
-        + "".join(out)
-        + "</body></html>"
-    )
+    return "".join(out)
 
 
 _FONT = "font-family:sans-serif;font-size:12px;"
