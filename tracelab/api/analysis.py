@@ -125,10 +125,9 @@ def document_extras(
     `timeline` = the analysed range (`scoped_timeline`): a multi-rank run's `ranks`, `collectives`,
     `stragglers`, … (`ranks` = its `rank_analysis`), the `critical_path` of the steps (issue 24), then
     `health`, `ranges` and `memory` (issue 27; memory null without memory events)."""
+    from tracelab.analyses.parallel import run_each, threads_for
     from tracelab.analyses.ranks.critical_path import critical_path_document, critical_path_for
     from tracelab.render.reports.extras import ranges_doc
-
-    from tracelab.analyses.parallel import run_each, threads_for
 
     out: dict[str, Any] = {}
     with using(timeline, context):
