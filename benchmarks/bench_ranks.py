@@ -36,7 +36,10 @@ sys.path.insert(0, sys.argv[3])
 if __name__ == "__main__":
     t0 = time.perf_counter()
     from tracelab import distributed
-    from tracelab.io.detect import merge_rank_parts
+    try:
+        from tracelab.io.detect import merge_rank_parts
+    except ImportError:  # a baseline from before issue 26's layout
+        from tracelab.parsers.detect import merge_rank_parts
     from tracelab.store import Store
     t1, c1 = time.perf_counter(), time.process_time()
     workers = int(sys.argv[2])
@@ -54,12 +57,25 @@ if __name__ == "__main__":
            "workers": sorted(distributed.worker_peak_rss(parts).values()),
            "main_pid": os.getpid(), "pids": sorted(distributed.worker_peak_rss(parts))}
     if sys.argv[4] == "analyze":
+        import io
         from tracelab import api
-        from tracelab.analyses.ranks.view import rank_analysis
+        try:
+            from tracelab.analyses.ranks.view import rank_analysis
+            from tracelab.render.export.document import write_document
+        except ImportError:  # a baseline from before issue 26's layout
+            from tracelab.analyses.ranks import rank_analysis
+            from tracelab.render.document import write_document
         del files, parts
         cpu0, w0 = time.process_time(), time.perf_counter()
+        # what `analyze --json` does with the run: the analysis, the cross-rank part, the extras, the document
         analysis = api.analyze(tl)
         ranks = rank_analysis(tl, analysis)
+        if hasattr(api, "document_extras"):
+            extras = api.document_extras(tl, analysis, ranks)
+        else:  # the baseline's analyze --json: the rank document
+            from tracelab.analyses.ranks import rank_document_of
+            extras = rank_document_of(ranks)
+        write_document(analysis, io.BytesIO().write, extras)
         out.update({"analyze_s": time.perf_counter() - w0, "analyze_cpu_s": time.process_time() - cpu0,
                     "gaps": len(analysis.gaps), "collectives": len(ranks.collectives.calls),
                     "analyze_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
