@@ -240,7 +240,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "app.pages.gaps:gaps_layout",
     "app.pages.timeline:timeline_layout",
     "app.timeline_callbacks:register",
-    "tracelab.analyses.rules.sync_per_iteration:evaluate",
     "tracelab.record:record_command",
     "tracelab.render.reports.html:render_html",
     "tracelab.store.chunks:encode",
