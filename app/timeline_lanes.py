@@ -47,6 +47,16 @@ def run_ranges(state: AppState, run_id: str) -> pd.DataFrame:
     return state.cached(("ranges_lane", run_id), make)
 
 
+def _renumber(new: pd.DataFrame, attrs: dict) -> pd.DataFrame:
+    """`new` (rows with lanes added) numbered again: its "row" and the "y" of each row's middle, from the
+    heights; `attrs` (the rows' own) kept."""
+    new["row"] = np.arange(len(new), dtype=np.int32)
+    heights = new["height"].to_numpy(dtype=float)
+    new["y"] = np.cumsum(heights) - heights / 2 if len(new) else np.zeros(0)
+    new.attrs.update(attrs)
+    return new
+
+
 def with_range_rows(rows: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """`rows` with a "ranges" row per level of each rank's projected ranges, after the rank's steps row (or
     its host header): the NVTX ranges drawn where their GPU work ran."""
@@ -65,12 +75,7 @@ def with_range_rows(rows: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
                 row = {**r, "kind": "ranges", "label": "GPU ranges (NVTX, projected)" if lv == 0 else f"  ↳ level {lv}",
                        "lane": -1, "depth": lv, "height": 1.0}
                 out.append(row)
-    new = pd.DataFrame(out, columns=rows.columns)
-    new["row"] = np.arange(len(new), dtype=np.int32)
-    heights = new["height"].to_numpy(dtype=float)
-    new["y"] = np.cumsum(heights) - heights / 2 if len(new) else np.zeros(0)
-    new.attrs.update(rows.attrs)
-    return new
+    return _renumber(pd.DataFrame(out, columns=rows.columns), rows.attrs)
 
 
 def ranges_on_rows(state: AppState, record: RunRecord, rows: pd.DataFrame) -> pd.DataFrame:
@@ -102,14 +107,6 @@ def run_memory(state: AppState, run_id: str):
         return memory(state.timeline(run_id), None, state.context(run_id))  # the lane needs no analysis (per-step peaks are analyze's)
 
     return state.cached(("memory", run_id), make)
-
-
-def _renumber(new: pd.DataFrame, attrs: dict) -> pd.DataFrame:
-    new["row"] = np.arange(len(new), dtype=np.int32)
-    heights = new["height"].to_numpy(dtype=float)
-    new["y"] = np.cumsum(heights) - heights / 2 if len(new) else np.zeros(0)
-    new.attrs.update(attrs)
-    return new
 
 
 def with_memory_rows(rows: pd.DataFrame, mem) -> pd.DataFrame:

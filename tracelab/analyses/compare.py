@@ -24,7 +24,7 @@ from tracelab.analyses.comparison import (
 )
 from tracelab.analyses.device.kernels import kernel_summary
 from tracelab.analyses.ranks.comm_partition import CommOverlapExplanation, comm_overlap_explanation, has_comm
-from tracelab.analyses.results import Analysis, DeviceSummary, Finding, GapCause
+from tracelab.analyses.results import Analysis, DeviceSummary, Finding, GapCause, cause_totals
 from tracelab.analyses.sm.green_explain import GreenContextExplanation, green_context_explanation
 from tracelab.analyses.verdict import relatedness_caveats, step_durations, verdict
 from tracelab.model import EventKind, Timeline
@@ -127,11 +127,7 @@ def _totals(devices: list[DeviceComparison]) -> DeviceComparison | None:
 
 def _gap_causes(a: Analysis, b: Analysis) -> tuple[GapCauseDelta, ...]:
     def tally(an: Analysis) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
-        for g in an.gaps:
-            n, t = out.get(g.cause, (0, 0))
-            out[g.cause] = (n + 1, t + int(g.duration_ns))
-        return out
+        return {c: (n, t) for c, n, t in cause_totals(an.gaps)}
 
     ta, tb = tally(a), tally(b)
     causes = list(GAP_CAUSES) + sorted((set(ta) | set(tb)) - set(GAP_CAUSES))

@@ -281,12 +281,14 @@ class GapTable(Sequence[Gap]):
         return self._rows(order)
 
 
-def cause_totals(gaps: GapTable) -> list[tuple[str, int, int]]:
+def cause_totals(gaps: Sequence[Gap], ties: Literal["longest", "table"] = "longest") -> list[tuple[str, int, int]]:
     """(cause, gaps, total ns) of every cause present, most time first; equal totals in the order in
-    which the causes first appear among the gaps sorted longest first."""
-    dur = gaps.duration
-    cause = gaps.column("cause")
-    order = np.argsort(-dur, kind="stable")
+    which the causes first appear among the gaps sorted longest first (`ties="longest"`: the text
+    summary), or in the gaps' own order (`"table"`: the reports' table and figure)."""
+    table = GapTable.of(gaps)
+    dur = table.duration
+    cause = table.column("cause")
+    order = np.argsort(-dur, kind="stable") if ties == "longest" else np.arange(dur.size)
     first = np.full(len(CAUSES), dur.size, dtype=np.int64)
     np.minimum.at(first, cause[order].astype(np.int64), np.arange(dur.size, dtype=np.int64))
     rows = [(int(first[k]), c, int(np.count_nonzero(cause == k)), int(dur[cause == k].sum()))

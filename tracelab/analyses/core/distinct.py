@@ -15,6 +15,15 @@ SMALL = 4096  # below this np.unique is as fast
 IMPORT_PANDAS_AT = 4_000_000  # np.unique sorts this many int64 in ~0.4 s, about the cost of importing pandas
 
 
+def _table_find(direct: tuple[int, np.ndarray], q: np.ndarray) -> np.ndarray:
+    """Look-ups in a direct table (`base`, `table`: the answer for key base + i at i): the answer for
+    each q, -1 outside the table."""
+    base, table = direct
+    i = q - base
+    inside = (i >= 0) & (i < table.size)
+    return np.where(inside, table[np.where(inside, i, 0)], -1)
+
+
 class SortedKeys:
     """Look-ups in sorted integer keys (repeats allowed): `find(q)` is the position of the first key
     equal to each q, or -1, as a binary search finds it. Keys that are dense (a range of at most 4x
@@ -38,10 +47,7 @@ class SortedKeys:
         if k.size == 0:
             return np.full(q.shape, -1, dtype=np.int64)
         if self._table is not None:
-            base, table = self._table
-            i = q - base
-            inside = (i >= 0) & (i < table.size)
-            return np.where(inside, table[np.where(inside, i, 0)], -1)
+            return _table_find(self._table, q)
         i = np.searchsorted(k, q)
         ic = np.minimum(i, k.size - 1)
         return np.where(k[ic] == q, ic, -1)
@@ -70,10 +76,7 @@ class FirstPosition:
     def find(self, queries: np.ndarray) -> np.ndarray:
         q = np.asarray(queries, dtype=np.int64)
         if self._direct is not None:
-            base, table = self._direct
-            i = q - base
-            inside = (i >= 0) & (i < table.size)
-            return np.where(inside, table[np.where(inside, i, 0)], -1)
+            return _table_find(self._direct, q)
         i = self._sorted.find(q)
         return np.where(i >= 0, self._pos[np.maximum(i, 0)] if self._pos.size else -1, -1)
 

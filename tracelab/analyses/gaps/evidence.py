@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelab.analyses.core.host import HostView
+from tracelab.analyses.core.host_sets import InputSpans, OsCalls
 from tracelab.analyses.core.intervals import covered_length, running_max_index
 from tracelab.analyses.core.overhead import Overhead
 
@@ -102,16 +103,22 @@ def _os_evidence(host: HostView, tid: int, pid: int, q: np.ndarray, a: np.ndarra
     if oc.start.size == 0:
         return
     out.calls[q] = np.searchsorted(oc.start, w, side="left") - np.searchsorted(oc.ends_sorted, a, side="right")
-    # the call that names it: the one running halfway through the window, else the last one in it
+    _, out.name[q], out.start[q], out.end[q] = _naming_interval(oc, a, w)  # the call that names it
+
+
+def _naming_interval(
+    iv: OsCalls | InputSpans, a: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per window [a, w), the interval of `iv` (sorted by start, with the running maximum of the ends) that
+    names it: the one running halfway through the window, else the last one starting in it. Returns whether
+    there is one overlapping the window, and its name (-1: none), start and end (0: none)."""
     mid = a + (w - a) // 2
-    i = np.searchsorted(oc.start, mid, side="right") - 1
+    i = np.searchsorted(iv.start, mid, side="right") - 1
     ic = np.maximum(i, 0)
-    j = np.where((i >= 0) & (oc.runmax[ic] > mid), oc.arg[ic], np.searchsorted(oc.start, w, side="left") - 1)
+    j = np.where((i >= 0) & (iv.runmax[ic] > mid), iv.arg[ic], np.searchsorted(iv.start, w, side="left") - 1)
     jc = np.maximum(j, 0)
-    ok = (j >= 0) & (oc.end[jc] > a) & (oc.start[jc] < w)
-    out.name[q] = np.where(ok, oc.name[jc], -1)
-    out.start[q] = np.where(ok, oc.start[jc], 0)
-    out.end[q] = np.where(ok, oc.end[jc], 0)
+    ok = (j >= 0) & (iv.end[jc] > a) & (iv.start[jc] < w)
+    return ok, np.where(ok, iv.name[jc], -1), np.where(ok, iv.start[jc], 0), np.where(ok, iv.end[jc], 0)
 
 
 def _input_evidence(host: HostView, tid: int, q: np.ndarray, a: np.ndarray, w: np.ndarray,
@@ -131,14 +138,8 @@ def _input_evidence(host: HostView, tid: int, q: np.ndarray, a: np.ndarray, w: n
     en = np.zeros(q.size, dtype=_I64)
     is_os = np.zeros(q.size, dtype=bool)
     if sp.start.size:
-        i = np.searchsorted(sp.start, mid, side="right") - 1
-        ic = np.maximum(i, 0)
-        j = np.where((i >= 0) & (sp.runmax[ic] > mid), sp.arg[ic], np.searchsorted(sp.start, w, side="left") - 1)
-        jc = np.maximum(j, 0)
-        ok = (j >= 0) & (sp.end[jc] > a) & (sp.start[jc] < w)
-        name = np.where(ok, sp.name[jc], -1)
-        st, en = np.where(ok, sp.start[jc], 0), np.where(ok, sp.end[jc], 0)
-        at_mid = ok & (sp.start[jc] <= mid) & (sp.end[jc] > mid)
+        ok, name, st, en = _naming_interval(sp, a, w)
+        at_mid = ok & (st <= mid) & (en > mid)
     else:
         at_mid = np.zeros(q.size, dtype=bool)
     if host.os_data:

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from tracelab.analyses.core.host import HostView
 from tracelab.analyses.core.rows import positions_by
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules.base import (
@@ -60,89 +62,52 @@ class SyncPerIterationData(Window):
 _NONE = np.zeros(0, dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class _RankWaits:
+    """One rank's waits, each with the step it falls in (-1: outside every step)."""
+
+    s_start: np.ndarray  # the rank's steps
+    s_end: np.ndarray
+    copy_call: np.ndarray  # per pageable DtoH copy: the host call that launched it (0 when not found) ...
+    copy_found: np.ndarray  # ... and whether it was found
+    step_copy: np.ndarray
+    blk: np.ndarray  # host calls that block
+    step_blk: np.ndarray
+    steps_with: np.ndarray  # the steps with any wait, sorted
+
+
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvaluated | None:
     min_steps = int(opt["min_steps"])
-    # device-to-host copies into pageable memory, grouped by rank once (no full mask per rank)
-    mc = memcpy_rows(ctx)
-    dtoh = mc[
-        (ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
-    ]
-    dtoh_of = {r: dtoh[p] for r, p in positions_by(ctx.col("rank")[dtoh]).items()}
-    total_steps = total_sync = wasted = 0
+    dtoh_of = _pageable_dtoh_by_rank(ctx)
     per_rank: list[RankSyncs] = []
     example: Example | None = None
     win: Window | None = None
     unevaluated: list[str] = []
     for rank, host in ctx.hosts.items():
         s_start, s_end = ctx.step_bounds(rank)
-        n_steps = int(s_start.size)
-        n_block = int(host.api_blocking.sum())
-        if n_steps < min_steps:
-            if n_block >= min_steps:
-                unevaluated.append(
-                    f"rank {rank}: {n_block} blocking host syncs but "
-                    + (f"only {n_steps} training step(s)" if n_steps else "no training steps found")
-                    + f" (at least {min_steps} needed)"
-                )
+        if s_start.size < min_steps:
+            too_few = _too_few_steps(rank, int(s_start.size), int(host.api_blocking.sum()), min_steps)
+            if too_few:
+                unevaluated.append(too_few)
             continue
-        # (a) device-to-host copies into pageable memory: the call blocks (.item(), .cpu())
-        dtoh = dtoh_of.get(rank, _NONE)
-        li = host.launch_index(ctx.col("correlation")[dtoh])
-        found = li >= 0
-        lic = np.maximum(li, 0)
-        t_copy = np.where(found, host.api_start[lic] if host.api_start.size else 0, ctx.col("start")[dtoh])
-        step_copy = step_of(s_start, s_end, t_copy)
-        # (b) calls that really block: synchronize calls, synchronous copies that wait
-        blk = np.flatnonzero(host.api_blocking)
-        step_blk = step_of(s_start, s_end, host.api_start[blk])
-        steps_with = sorted_unique(np.concatenate([step_copy[step_copy >= 0], step_blk[step_blk >= 0]]))
-        if steps_with.size == 0 or steps_with.size < float(opt["step_fraction"]) * n_steps:
+        waits = _rank_waits(ctx, host, dtoh_of.get(rank, _NONE), s_start, s_end)
+        steps_with = waits.steps_with
+        if steps_with.size == 0 or steps_with.size < float(opt["step_fraction"]) * s_start.size:
             continue
-        # GPU idle caused by host syncs, inside the steps that sync (every idle interval, any length)
-        in_steps = np.zeros(n_steps, dtype=bool)
-        in_steps[steps_with] = True
-        w = host_sync_idle(ctx, rank, s_start[in_steps], s_end[in_steps])
-        total_steps += n_steps
-        total_sync += int(steps_with.size)
-        wasted += w
-        per_rank.append({
-            "rank": rank,
-            "steps": n_steps,
-            "steps_with_sync": int(steps_with.size),
-            "wasted_ns": w,
-            "steps_with_dtoh_copy": int(sorted_unique(step_copy[step_copy >= 0]).size),
-            "steps_with_sync_call": int(sorted_unique(step_blk[step_blk >= 0]).size),
-            "first_step": int(steps_with[0]) + ctx.step_base,
-            "last_step": int(steps_with[-1]) + ctx.step_base,
-        })
+        per_rank.append(_rank_syncs(ctx, rank, waits))
         if win is None:  # the first step that waits
             win = window(s_start[steps_with[0]], s_end[steps_with[0]])
         if example is None:
-            hit = np.flatnonzero(step_copy >= 0)
-            if hit.size:
-                j = int(hit[0])
-                example = {
-                    "call": ctx.timeline.name(int(host.api_name[lic[j]])) if found[j] else "",
-                    "tid": int(host.api_tid[lic[j]]) if found[j] else -1,
-                    "what": "dtoh_pageable_copy",
-                    "rank": rank,
-                    "step": int(step_copy[j]) + ctx.step_base,
-                }
-            else:
-                j = int(np.flatnonzero(step_blk >= 0)[0])
-                example = {
-                    "call": ctx.timeline.name(int(host.api_name[blk[j]])),
-                    "tid": int(host.api_tid[blk[j]]),
-                    "what": "sync_call",
-                    "rank": rank,
-                    "step": int(step_blk[j]) + ctx.step_base,
-                }
+            example = _example(ctx, rank, host, waits)
+    total_sync = sum(r["steps_with_sync"] for r in per_rank)
     if not total_sync or example is None or win is None:
         if unevaluated:
             return NotEvaluated(RULE.id, "; ".join(unevaluated))
         return None
+    wasted = sum(r["wasted_ns"] for r in per_rank)
     data: SyncPerIterationData = {
-        "ranks": per_rank, "steps": total_steps, "steps_with_sync": total_sync, "example": example, **win
+        "ranks": per_rank, "steps": sum(r["steps"] for r in per_rank), "steps_with_sync": total_sync,
+        "example": example, **win,
     }
     return Finding(
         rule=RULE.id,
@@ -151,6 +116,83 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
         wasted_ns=wasted,
         data=dict(data),
     )
+
+
+def _pageable_dtoh_by_rank(ctx: FindingContext) -> dict[int, np.ndarray]:
+    """Rows of the device-to-host copies into pageable memory, grouped by rank once (no full mask per rank)."""
+    mc = memcpy_rows(ctx)
+    dtoh = mc[
+        (ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
+    ]
+    return {r: dtoh[p] for r, p in positions_by(ctx.col("rank")[dtoh]).items()}
+
+
+def _too_few_steps(rank: int, n_steps: int, n_block: int, min_steps: int) -> str | None:
+    """Why a rank with blocking host syncs but too few steps is not evaluated (None: nothing to say)."""
+    if n_block < min_steps:
+        return None
+    return (
+        f"rank {rank}: {n_block} blocking host syncs but "
+        + (f"only {n_steps} training step(s)" if n_steps else "no training steps found")
+        + f" (at least {min_steps} needed)"
+    )
+
+
+def _rank_waits(
+    ctx: FindingContext, host: HostView, dtoh: np.ndarray, s_start: np.ndarray, s_end: np.ndarray
+) -> _RankWaits:
+    """The rank's waits placed in its steps: (a) device-to-host copies into pageable memory (the call blocks:
+    .item(), .cpu()), at their launching call (else at the copy); (b) calls that really block: synchronize
+    calls, synchronous copies that wait."""
+    li = host.launch_index(ctx.col("correlation")[dtoh])
+    found = li >= 0
+    lic = np.maximum(li, 0)
+    t_copy = np.where(found, host.api_start[lic] if host.api_start.size else 0, ctx.col("start")[dtoh])
+    step_copy = step_of(s_start, s_end, t_copy)
+    blk = np.flatnonzero(host.api_blocking)
+    step_blk = step_of(s_start, s_end, host.api_start[blk])
+    steps_with = sorted_unique(np.concatenate([step_copy[step_copy >= 0], step_blk[step_blk >= 0]]))
+    return _RankWaits(s_start, s_end, lic, found, step_copy, blk, step_blk, steps_with)
+
+
+def _rank_syncs(ctx: FindingContext, rank: int, w: _RankWaits) -> RankSyncs:
+    """The rank's line of the finding; its wasted time is the GPU idle caused by host syncs inside the steps
+    that wait (every idle interval, any length)."""
+    in_steps = np.zeros(w.s_start.size, dtype=bool)
+    in_steps[w.steps_with] = True
+    return {
+        "rank": rank,
+        "steps": int(w.s_start.size),
+        "steps_with_sync": int(w.steps_with.size),
+        "wasted_ns": host_sync_idle(ctx, rank, w.s_start[in_steps], w.s_end[in_steps]),
+        "steps_with_dtoh_copy": int(sorted_unique(w.step_copy[w.step_copy >= 0]).size),
+        "steps_with_sync_call": int(sorted_unique(w.step_blk[w.step_blk >= 0]).size),
+        "first_step": int(w.steps_with[0]) + ctx.step_base,
+        "last_step": int(w.steps_with[-1]) + ctx.step_base,
+    }
+
+
+def _example(ctx: FindingContext, rank: int, host: HostView, w: _RankWaits) -> Example:
+    """The rank's first wait: its first pageable DtoH copy inside a step, else its first blocking call."""
+    hit = np.flatnonzero(w.step_copy >= 0)
+    if hit.size:
+        j = int(hit[0])
+        found = bool(w.copy_found[j])
+        return {
+            "call": ctx.timeline.name(int(host.api_name[w.copy_call[j]])) if found else "",
+            "tid": int(host.api_tid[w.copy_call[j]]) if found else -1,
+            "what": "dtoh_pageable_copy",
+            "rank": rank,
+            "step": int(w.step_copy[j]) + ctx.step_base,
+        }
+    j = int(np.flatnonzero(w.step_blk >= 0)[0])
+    return {
+        "call": ctx.timeline.name(int(host.api_name[w.blk[j]])),
+        "tid": int(host.api_tid[w.blk[j]]),
+        "what": "sync_call",
+        "rank": rank,
+        "step": int(w.step_blk[j]) + ctx.step_base,
+    }
 
 
 def describe(f: Finding) -> Prose:

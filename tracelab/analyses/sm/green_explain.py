@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -105,6 +105,24 @@ def _total_ns(k: pd.DataFrame) -> int:
     return int((k["end"] - k["start"]).sum())
 
 
+class _PartitionLoad(TypedDict):
+    """How busy the variant's green-context partitions keep their SMs: the busiest one (its work sets the
+    span), the smallest and the largest (None / 0 without green contexts)."""
+
+    starving_green_context: int | None
+    starving_sm_count: int
+    starving_busy_fraction: float
+    small_green_context: int | None
+    small_sm_count: int
+    small_busy_fraction: float
+    small_idle_sm_ns: int
+    large_green_context: int | None
+    large_sm_count: int
+    large_busy_fraction: float
+    large_idle_sm_ns: int
+    source: LaneSource
+
+
 def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> GreenContextExplanation:
     """Explain a green-context variant's slowdown or speedup against `sequential`, from the data:
     which partition's work sets the span, how much longer the matmul runs on fewer SMs (and in how
@@ -112,126 +130,121 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
     each partition leaves idle."""
     rv, dv = _first_device(variant_tl)
     rs, ds = _first_device(sequential_tl)
-    var = _device(variant_tl, rv, dv)
-    seq = _device(sequential_tl, rs, ds)
-    v_span = var.span[1] - var.span[0]
-    s_span = seq.span[1] - seq.span[0]
-    ratio = v_span / s_span if s_span else float("inf")
-    verdict: Literal["slowdown", "speedup", "same"] = (
-        "slowdown" if ratio > 1.05 else "speedup" if ratio < 0.95 else "same"
+    var, seq = _device(variant_tl, rv, dv), _device(sequential_tl, rs, ds)
+    v_span, s_span = var.span[1] - var.span[0], seq.span[1] - seq.span[0]
+    ratio = _ratio(v_span, s_span)
+    s_mm, v_k, s_k = _matmul_kernels(variant_tl, var, sequential_tl, seq)
+    v_parts = _partitions(variant_tl, var)
+    mm_gc, mm_part = _partition_of(v_k, v_parts)
+    ew_v, ew_s = _elementwise_kernels(variant_tl, var, v_k, sequential_tl, seq, s_mm)
+    _, ew_part = _partition_of(ew_v, v_parts)
+    load = _partition_load(variant_tl, rv, dv, v_span)
+    mm_v, mm_s = _total_ns(v_k), _total_ns(s_k)
+    ew_nv, ew_ns = _total_ns(ew_v), _total_ns(ew_s)
+    sms_v, sms_s = mm_part.sm_count if mm_part else var.sm_count, seq.sm_count
+    return GreenContextExplanation(
+        variant=variant_tl.meta.variant or "variant",
+        variant_span_ns=int(v_span),
+        sequential_span_ns=int(s_span),
+        ratio=float(ratio),
+        verdict="slowdown" if ratio > 1.05 else "speedup" if ratio < 0.95 else "same",
+        matmul_name=sequential_tl.name(s_mm),
+        matmul_name_variant=variant_tl.name(int(v_k["name"].iloc[0])) if len(v_k) else "",
+        matmul_grid_variant=_grid(v_k),
+        matmul_grid_sequential=_grid(s_k),
+        matmul_ns_variant=mm_v,
+        matmul_ns_sequential=mm_s,
+        matmul_ratio=float(_ratio(mm_v, mm_s)),
+        matmul_green_context=None if mm_gc < 0 else mm_gc,
+        matmul_sms_variant=int(sms_v),
+        matmul_sms_sequential=int(sms_s),
+        sm_ratio=float(sms_v / sms_s if sms_s else 0.0),
+        matmul_waves_variant=_waves(variant_tl, var, v_parts, v_k),
+        matmul_waves_sequential=_waves(sequential_tl, seq, _partitions(sequential_tl, _without_blocks(seq)), s_k),
+        elementwise_ns_variant=ew_nv,
+        elementwise_ns_sequential=ew_ns,
+        elementwise_ratio=float(_ratio(ew_nv, ew_ns)),
+        baseline=sequential_tl.meta.variant or "baseline",
+        elementwise_green_context=None if ew_part is None else ew_part.green_context,
+        elementwise_sm_count=0 if ew_part is None else ew_part.sm_count,
+        device_sm_count=int(var.sm_count),
+        uninstrumented_launches=int((~_instrumented(var)).sum()) if var.blocks is not None else len(var.kernels),
+        **load,
     )
 
-    # the matmul: picked in `sequential`, found by name in the variant (or its own biggest GEMM)
+
+def _ratio(a: float, b: float) -> float:
+    """a / b, infinite when b is 0."""
+    return a / b if b else float("inf")
+
+
+def _matmul_kernels(
+    variant_tl: Timeline, var: _Device, sequential_tl: Timeline, seq: _Device
+) -> tuple[int, pd.DataFrame, pd.DataFrame]:
+    """The matmul: picked in `sequential` (its name id there), found by name in the variant (or the
+    variant's own biggest GEMM, when a different kernel was chosen for the partition); the launches of each."""
     s_mm = _matmul_id(sequential_tl, seq.kernels)
     mm_name = sequential_tl.name(s_mm)
     v_ids = [i for i, x in enumerate(variant_tl.strings) if x == mm_name]
     v_k = var.kernels[np.isin(var.kernels["name"].to_numpy(), v_ids)] if v_ids else var.kernels[:0]
-    if not len(v_k):  # a different GEMM kernel was chosen for the partition
+    if not len(v_k):
         v_k = var.kernels[var.kernels["name"].to_numpy() == _matmul_id(variant_tl, var.kernels)]
-    s_k = seq.kernels[seq.kernels["name"].to_numpy() == s_mm]
-    mm_v, mm_s = _total_ns(v_k), _total_ns(s_k)
+    return s_mm, v_k, seq.kernels[seq.kernels["name"].to_numpy() == s_mm]
 
-    v_parts = _partitions(variant_tl, var)
-    s_parts = _partitions(sequential_tl, _without_blocks(seq))
-    mm_gc = int(v_k["green_context"].mode().iloc[0]) if len(v_k) else NONE_PARTITION
-    mm_part = next((p for p in v_parts if p.green_context == mm_gc), None)
-    sms_v = mm_part.sm_count if mm_part else var.sm_count
-    sms_s = seq.sm_count
 
-    def waves(tl: Timeline, dev: _Device, parts: list[Partition], k: pd.DataFrame) -> int:
-        if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
-            return 0
-        return int(_estimate(tl, _without_blocks(dev), parts, kernel_columns(k.iloc[:1])).waves[0])
-
-    w_v = waves(variant_tl, var, v_parts, v_k)
-    w_s = waves(sequential_tl, seq, s_parts, s_k)
-
-    # the elementwise work: the variant's other kernels (not the matmul, not probes) ...
+def _elementwise_kernels(
+    variant_tl: Timeline, var: _Device, v_k: pd.DataFrame, sequential_tl: Timeline, seq: _Device, s_mm: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The elementwise work: the variant's other kernels (not the matmul `v_k`, not probes), and the
+    same kernel names in `sequential` (not its matmul `s_mm`)."""
     names_v = variant_tl.names(var.kernels["name"])
     not_probe = np.array([not _PROBE.search(n) for n in names_v], dtype=bool)
     ew_mask = not_probe & ~var.kernels.index.isin(v_k.index)
-    ew_v = var.kernels[ew_mask]
-    # ... and the same kernel names in `sequential`
     ew_names = set(names_v[ew_mask].tolist())
     seq_names = sequential_tl.names(seq.kernels["name"])
     ew_s = seq.kernels[np.isin(seq_names, list(ew_names)) & (seq.kernels["name"].to_numpy() != s_mm)]
-    ew_nv, ew_ns = _total_ns(ew_v), _total_ns(ew_s)
-    ew_gc = int(ew_v["green_context"].mode().iloc[0]) if len(ew_v) else NONE_PARTITION
-    ew_part = next((p for p in v_parts if p.green_context == ew_gc), None)
+    return var.kernels[ew_mask], ew_s
 
-    st = _sm_time(variant_tl, rv, dv)
+
+def _partition_of(k: pd.DataFrame, parts: list[Partition]) -> tuple[int, Partition | None]:
+    """The green context most of the kernels `k` run on (NONE_PARTITION without kernels), and its partition."""
+    gc = int(k["green_context"].mode().iloc[0]) if len(k) else NONE_PARTITION
+    return gc, next((p for p in parts if p.green_context == gc), None)
+
+
+def _waves(tl: Timeline, dev: _Device, parts: list[Partition], k: pd.DataFrame) -> int:
+    """Waves of the first launch of `k` (0 when its launch configuration is unknown)."""
+    if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
+        return 0
+    return int(_estimate(tl, _without_blocks(dev), parts, kernel_columns(k.iloc[:1])).waves[0])
+
+
+def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -> _PartitionLoad:
+    """The busiest, the smallest and the largest green-context partition of the variant's device over its span."""
+    st = _sm_time(variant_tl, rank, device)
     span = max(v_span, 1)
     green = [(p, b) for p, b in st.partitions if p.green_context >= 0]
 
     def frac(pb: tuple[Partition, float]) -> float:
         return pb[1] / (max(pb[0].sm_count, 1) * span)
 
-    def idle(pb: tuple[Partition, float]) -> int:
-        return round(pb[0].sm_count * span - pb[1])
-
-    if green:
-        starving, small, large = (
-            max(green, key=frac),
-            min(green, key=lambda pb: pb[0].sm_count),
-            max(green, key=lambda pb: pb[0].sm_count),
-        )
-    sm_ratio = sms_v / sms_s if sms_s else 0.0
-    mm_ratio = mm_v / mm_s if mm_s else float("inf")
-    ew_ratio = ew_nv / ew_ns if ew_ns else float("inf")
-    name = variant_tl.meta.variant or "variant"
-    base = sequential_tl.meta.variant or "baseline"
-    mm_name_v = variant_tl.name(int(v_k["name"].iloc[0])) if len(v_k) else ""
-    grid_v, grid_s = _grid(v_k), _grid(s_k)
-    n_est = int((~_instrumented(var)).sum()) if var.blocks is not None else len(var.kernels)
-
-    def part_fields(pb: tuple[Partition, float] | None) -> tuple[int | None, int, float, int]:
+    def fields(pb: tuple[Partition, float] | None) -> tuple[int | None, int, float, int]:
         if pb is None:
             return None, 0, 0.0, 0
-        return pb[0].green_context, pb[0].sm_count, float(frac(pb)), idle(pb)
+        return pb[0].green_context, pb[0].sm_count, float(frac(pb)), round(pb[0].sm_count * span - pb[1])
 
-    sg, sn, sf, _si = part_fields(starving if green else None)
-    smg, smn, smf, smi = part_fields(small if green else None)
-    lg, ln, lf, li = part_fields(large if green else None)
-    return GreenContextExplanation(
-        variant=name,
-        variant_span_ns=int(v_span),
-        sequential_span_ns=int(s_span),
-        ratio=float(ratio),
-        verdict=verdict,
-        matmul_name=mm_name,
-        matmul_name_variant=mm_name_v,
-        matmul_grid_variant=grid_v,
-        matmul_grid_sequential=grid_s,
-        matmul_ns_variant=mm_v,
-        matmul_ns_sequential=mm_s,
-        matmul_ratio=float(mm_ratio),
-        matmul_green_context=None if mm_gc < 0 else mm_gc,
-        matmul_sms_variant=int(sms_v),
-        matmul_sms_sequential=int(sms_s),
-        sm_ratio=float(sm_ratio),
-        matmul_waves_variant=w_v,
-        matmul_waves_sequential=w_s,
-        elementwise_ns_variant=ew_nv,
-        elementwise_ns_sequential=ew_ns,
-        elementwise_ratio=float(ew_ratio),
-        starving_green_context=sg,
-        starving_sm_count=sn,
-        starving_busy_fraction=sf,
-        small_green_context=smg,
-        small_sm_count=smn,
-        small_busy_fraction=smf,
-        small_idle_sm_ns=smi,
-        large_green_context=lg,
-        large_sm_count=ln,
-        large_busy_fraction=lf,
-        large_idle_sm_ns=li,
-        source=st.source,
-        baseline=base,
-        elementwise_green_context=None if ew_part is None else ew_part.green_context,
-        elementwise_sm_count=0 if ew_part is None else ew_part.sm_count,
-        device_sm_count=int(var.sm_count),
-        uninstrumented_launches=n_est,
-    )
+    def sms(pb: tuple[Partition, float]) -> int:
+        return pb[0].sm_count
+
+    sg, sn, sf, _ = fields(max(green, key=frac) if green else None)
+    smg, smn, smf, smi = fields(min(green, key=sms) if green else None)
+    lg, ln, lf, li = fields(max(green, key=sms) if green else None)
+    return {
+        "starving_green_context": sg, "starving_sm_count": sn, "starving_busy_fraction": sf,
+        "small_green_context": smg, "small_sm_count": smn, "small_busy_fraction": smf, "small_idle_sm_ns": smi,
+        "large_green_context": lg, "large_sm_count": ln, "large_busy_fraction": lf, "large_idle_sm_ns": li,
+        "source": st.source,
+    }
 
 
 def _grid(k: pd.DataFrame) -> int:

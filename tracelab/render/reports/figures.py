@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from tracelab.analyses.comparison import Comparison
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.device.devices import comm_kernels
-from tracelab.analyses.results import Analysis
+from tracelab.analyses.results import Analysis, cause_totals
 from tracelab.model import GPU_ACTIVITY_KINDS, EventKind, Timeline
 from tracelab.render.format import run_origin
 from tracelab.render.text.compare import shorten
@@ -217,15 +217,11 @@ def sm_partitions_figure(analysis: Analysis) -> go.Figure:
 
 def gaps_by_cause_figure(analysis: Analysis) -> go.Figure:
     """Total idle time per gap cause (horizontal bars, the count in the label)."""
-    tally: dict[str, list[int]] = {}
-    for g in analysis.gaps:
-        t = tally.setdefault(g.cause, [0, 0])
-        t[0] += 1
-        t[1] += int(g.duration_ns)
-    causes = sorted(tally, key=lambda c: -tally[c][1])
+    totals = cause_totals(analysis.gaps, ties="table")
+    causes = [c for c, _, _ in totals]
     fig = go.Figure(
         go.Bar(
-            y=causes, x=[tally[c][1] / 1e6 for c in causes], text=[f"{tally[c][0]} gaps" for c in causes],
+            y=causes, x=[t / 1e6 for _, _, t in totals], text=[f"{n} gaps" for _, n, _ in totals],
             orientation="h", marker_color=[COLORS.get(c, "#888") for c in causes], textposition="auto",
             hovertemplate="%{y}: %{x:.3f} ms (%{text})<extra></extra>",
         )

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from tracelab.analyses.comparison import Comparison
-from tracelab.analyses.results import Analysis, DeviceSummary
+from tracelab.analyses.results import Analysis, DeviceSummary, cause_totals
 from tracelab.model import Timeline
 from tracelab.render.format import run_origin
 from tracelab.render.reports.meta import metadata_rows, report_title
@@ -179,12 +179,7 @@ def _gaps_table(analysis: Analysis) -> str:
 
 
 def _gap_causes_table(analysis: Analysis) -> str:
-    tally: dict[str, list[int]] = {}
-    for g in analysis.gaps:
-        t = tally.setdefault(g.cause, [0, 0])
-        t[0] += 1
-        t[1] += int(g.duration_ns)
-    rows = [[md_code(c), str(n), fmt_ns(t)] for c, (n, t) in sorted(tally.items(), key=lambda kv: -kv[1][1])]
+    rows = [[md_code(c), str(n), fmt_ns(t)] for c, n, t in cause_totals(analysis.gaps, ties="table")]
     return md_table(["cause", "gaps", "total"], rows)
 
 
