@@ -111,11 +111,12 @@ def _names_with_cuts(n: int, every: int) -> dict:
     return {"schemaVersion": 1, "traceEvents": ev, "deviceProperties": [{"id": 0, "name": "GPU"}]}
 
 
+@pytest.mark.parametrize("parts", [2, 3, 4])
 @pytest.mark.parametrize("every", [1, 3, 10_000])
-def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monkeypatch, every):
-    """Pieces cut in two near the middle and scanned on two threads (joined back by
-    ColumnRows.followed_by), against each piece scanned whole; names full of `},{` make the middle cut
-    land inside strings, where the halves are refused and the whole piece decides."""
+def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monkeypatch, every, parts):
+    """Pieces cut in `parts` near 1/parts, 2/parts, ... and scanned on as many threads (joined back by
+    ColumnRows.joined), against each piece scanned whole; names full of `},{` make the cuts land inside
+    strings, where the parts are refused and the whole piece decides."""
     import json
 
     from timeline_compare import assert_same_timeline
@@ -128,6 +129,7 @@ def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monke
     monkeypatch.setattr(pieces, "SPLIT_MIN", 1 << 40)
     whole = kineto.load_kineto(p)
     monkeypatch.setattr(pieces, "SPLIT_MIN", 1 << 12)
+    monkeypatch.setattr(pieces, "usable_cores", lambda: parts)
     seen = []
     scan_halves = kineto._Parsed._scan_halves
 

@@ -4,7 +4,8 @@ the Timeline."""
 
 from __future__ import annotations
 
-import os
+import contextlib
+import itertools
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from tracelab.io.kineto.rows import (
     PH_FLOW,
     PH_INSTANT,
     PH_X,
+    ColumnRows,
     Rows,
     StructRows,
     scan,
@@ -38,19 +40,29 @@ from tracelab.io.kineto.stream import candidate_cut
 from tracelab.io.validate import INT32_LIMIT, us_to_ns_checked
 from tracelab.model import EventKind, SyncKind, Timeline
 from tracelab.model.kinds import NO_STREAM
+from tracelab.settings import usable_cores
 
-SPLIT_MIN = 1 << 20  # pieces at least this long are scanned in two halves on two threads
+SPLIT_MIN = 1 << 20  # pieces at least this long are scanned in parts, one thread each
+MAX_PARTS = 4  # parts of a piece (threads scanning at once): 2 on a 2-core machine
 
 
-def _middle_boundary(piece: memoryview) -> int:
-    """Index of the '}' of the last `},` + '{' (whitespace allowed) in the 64 kB before the middle of the
-    piece: a likely boundary between two events, found as the stream's own cuts are (the scanner
-    confirms it); -1 if none."""
-    mid = len(piece) // 2
-    lo = max(1, mid - (1 << 16))
-    window = bytes(piece[lo:mid])
+def _boundary_before(piece: memoryview, at: int) -> int:
+    """Index of the '}' of the last `},` + '{' (whitespace allowed) in the 64 kB before `at`: a likely
+    boundary between two events, found as the stream's own cuts are (the scanner confirms it); -1 if none."""
+    lo = max(1, at - (1 << 16))
+    window = bytes(piece[lo:at])
     cut = candidate_cut(window, 0, tries=len(window))
     return lo + cut if cut >= 0 else -1
+
+
+def _part_cuts(piece: memoryview, parts: int) -> list[int]:
+    """Boundaries near 1/parts, 2/parts, ... of the piece, ascending and apart; [] when none is found."""
+    cuts: list[int] = []
+    for i in range(1, parts):
+        cut = _boundary_before(piece, len(piece) * i // parts)
+        if cut > (cuts[-1] + 2 if cuts else 0):
+            cuts.append(cut)
+    return cuts
 
 
 class _Parsed:
@@ -59,13 +71,13 @@ class _Parsed:
     chunks are still processed one by one in file order, so the result is the same."""
 
     def __init__(self, pipeline: bool = False, input_bytes: int = 0) -> None:
-        self._pool: ThreadPoolExecutor | None = None  # scans pieces (two halves of a big one at once)
-        two = (os.cpu_count() or 1) > 1
-        self._halves = pipeline and two  # big pieces are scanned in two halves until halving fails twice
+        self._pool: ThreadPoolExecutor | None = None  # scans pieces (the parts of a big one at once)
+        self._parts = min(MAX_PARTS, usable_cores())
+        self._halves = pipeline and self._parts > 1  # big pieces are scanned in parts until cutting fails twice
         self._halves_failed = 0
         self._pending: list[Rows] = []  # the last piece read (or its halves), not yet turned into columns
         if pipeline and scanner_available():
-            self._pool = ThreadPoolExecutor(2 if two else 1, thread_name_prefix="tracelab-scan")
+            self._pool = ThreadPoolExecutor(max(self._parts, 1), thread_name_prefix="tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
@@ -144,33 +156,38 @@ class _Parsed:
         return rows.n
 
     def _scan_halves(self, piece: memoryview) -> list[Rows] | None:
-        """The piece scanned as two pieces, cut at an element boundary near its middle, on two threads
-        while this one turns the previous piece into columns: the scanner is the slower side of the
-        pipeline on 2 cores. The halves' rows are joined back into the piece's (`ColumnRows.followed_by`),
-        so the columns and string ids are the whole piece's. None when the cut or a half is declined (a
-        cut inside a string leaves the first half unterminated, which the strict scanner refuses): the
-        whole piece then goes the usual way, and after two such pieces halving stops for this file."""
+        """The piece scanned as `self._parts` pieces (two on a 2-core machine), cut at element boundaries,
+        on as many threads while this one turns the previous piece into columns: the scanner is the slower
+        side of the pipeline. The parts' rows are joined back into the piece's (`ColumnRows.joined`), so the
+        columns and string ids are the whole piece's. None when no cut is found or a part is declined (a cut
+        inside a string leaves a part unterminated, which the strict scanner refuses): the whole piece then
+        goes the usual way, and after two such pieces cutting stops for this file."""
         assert self._pool is not None
-        cut = _middle_boundary(piece)
-        got: list[Any] = [None, None]
-        if cut > 0:
-            keep = piece[cut + 1]
-            piece[cut + 1] = 0x5D  # the ',' after the first half's last element ends it, for the scan
+        cuts = _part_cuts(piece, self._parts)
+        got: list[Any] = [None]
+        if cuts:
+            keep = [piece[c + 1] for c in cuts]
+            for c in cuts:
+                piece[c + 1] = 0x5D  # the ',' after a part's last element ends it, for the scan
             try:
-                # the second half: the elements after that ',' up to the piece's closing ']' (scan_rest)
-                with piece[: cut + 2] as first, piece[cut + 2 :] as second:
-                    jobs = (self._pool.submit(scan, first), self._pool.submit(scan_rest, second))
+                # the first part keeps the '['; each later one starts after the ',' that ends the one before
+                # it (scan_rest) and ends at the next patched ']' (the last: the piece's own)
+                bounds = [0, *(c + 2 for c in cuts), len(piece)]
+                with contextlib.ExitStack() as views:
+                    parts = [views.enter_context(piece[a:b]) for a, b in itertools.pairwise(bounds)]
+                    jobs = [self._pool.submit(scan if k == 0 else scan_rest, v) for k, v in enumerate(parts)]
                     try:
                         self._flush()
                     finally:
                         wait(jobs)
-                    # a half the scanner refuses (an error): the whole piece decides
+                    # a part the scanner refuses (an error): the whole piece decides
                     got = [None if job.exception() is not None else job.result() for job in jobs]
             finally:
-                piece[cut + 1] = keep
-        if got[0] is not None and got[1] is not None:
+                for c, b in zip(cuts, keep):
+                    piece[c + 1] = b
+        if all(g is not None for g in got):
             self._halves_failed = 0
-            return [got[0].followed_by(got[1])]  # one piece again: strings interned as the whole piece's
+            return [ColumnRows.joined(got)]  # one piece again: strings interned as the whole piece's
         self._halves_failed += 1
         self._halves = self._halves_failed < 2
         return None

@@ -214,20 +214,26 @@ class ColumnRows:
         self.n, self.table, self.cols, self.sel = n, table, cols, sel
         self._read: dict[str, np.ndarray] = {}
 
-    def followed_by(self, other: ColumnRows) -> ColumnRows:
-        """These rows then `other`'s (two consecutive pieces, both fresh from the scanner) as one piece's:
-        the columns concatenated, `other`'s string ids moved into this table (its new strings appended).
-        The parser reads ids only through the table, so this is the piece the two came from."""
-        assert self.sel is None and other.sel is None
-        table = list(self.table)
-        remap = remap_into(other.table, {t: i for i, t in enumerate(table)}, table)
-        cols = {}
-        for k, x in self.cols.items():
-            y = other.cols[k]
-            if k == "mem":  # its first field is a row: other's rows follow these
-                y = np.column_stack([y[:, 0] + self.n, y[:, 1:]]) if len(y) else y
-            cols[k] = np.concatenate([x, remap[y] if k in _TEXT_COLUMNS else y])
-        return ColumnRows(self.n + other.n, table, cols)
+    @staticmethod
+    def joined(parts: list[ColumnRows]) -> ColumnRows:
+        """The rows of consecutive pieces (each fresh from the scanner) as one piece's: the columns
+        concatenated once, each later part's string ids moved into the first part's table (its new strings
+        appended) and its `mem` rows shifted by the rows before it. The parser reads ids only through the
+        table, so this is the piece the parts came from."""
+        assert all(p.sel is None for p in parts)
+        first = parts[0]
+        table = list(first.table)
+        index = {t: i for i, t in enumerate(table)}
+        pieces: dict[str, list[np.ndarray]] = {k: [x] for k, x in first.cols.items()}
+        rows = first.n
+        for other in parts[1:]:
+            remap = remap_into(other.table, index, table)
+            for k, y in other.cols.items():
+                if k == "mem" and len(y):  # its first field is a row: other's rows follow these
+                    y = np.column_stack([y[:, 0] + rows, y[:, 1:]])
+                pieces[k].append(remap[y] if k in _TEXT_COLUMNS else y)
+            rows += other.n
+        return ColumnRows(rows, table, {k: np.concatenate(v) for k, v in pieces.items()})
 
     def col(self, field: str) -> np.ndarray:
         """One column over the current rows (gathered once)."""
