@@ -12,16 +12,26 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir $D/wh
 python3 -m pip install -q --no-deps --no-build-isolation -e . > $OUT/install.log 2>&1 || { tail -20 $OUT/install.log; exit 4; }
 mkdir -p /tmp/b896 && tar xzf $D/base896.tar.gz -C /tmp/b896 && (cd /tmp/b896 && python3 setup.py build_ext --inplace > $OUT/b896_build.log 2>&1; ls tracelab/*.so >> $OUT/b896_build.log)
 nproc; uptime; python3 -V
+STAGES=${STAGES:-"54 x4 x16 x64 nsys"}
+has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 T=$D/df_index_resolver__df_index_resolver.json.gz
-python3 benchmarks/bench_parse.py $T --hta-python python3 --repeat 5 --baseline '' 2>&1 | tee $OUT/bench54.txt | tail -5
+has 54 && python3 benchmarks/bench_parse.py $T --hta-python python3 --repeat 5 --baseline '' 2>&1 | tee $OUT/bench54.txt | tail -5
+if has x4; then
 python3 benchmarks/make_big_kineto.py $T /tmp/x4.json --copies 4 > /dev/null
 python3 benchmarks/bench_parse.py /tmp/x4.json --hta-python python3 --repeat 2 --baseline '' 2>&1 | tee $OUT/bench_x4.txt | tail -5
+fi
+if has x16; then
 python3 benchmarks/make_big_kineto.py $T /tmp/x16.json --copies 16 > /dev/null
 python3 benchmarks/ab_analyze.py /tmp/x16.json /tmp/b896 $PWD 2 2>&1 | tee $OUT/ab_x16.txt
+fi
 rm -f /tmp/x4.json /tmp/x16.json
+if has x64; then
 python3 benchmarks/make_big_kineto.py $T /tmp/x64.json --copies 64 > /dev/null
 python3 benchmarks/bench_parse.py /tmp/x64.json --repeat 1 --baseline '' 2>&1 | tee $OUT/bench_x64.txt | tail -4
 rm -f /tmp/x64.json
+fi
+if has nsys; then
 python3 benchmarks/make_big_nsys.py --source $D/perlmutter-cloverleaf-cuda.sqlite --out /tmp/big_nsys.sqlite > $OUT/make_nsys.log 2>&1
 python3 benchmarks/bench_nsys.py /tmp/big_nsys.sqlite --repeats 1 2>&1 | tee $OUT/bench_nsys.txt | tail -12
+fi
 uptime
