@@ -9,6 +9,7 @@ import numpy as np
 
 from tracelab.analyses.steps.cut import Cut, _segments
 from tracelab.analyses.steps.sequence import LaunchSequence
+from tracelab.model.grouping import member, sorted_unique, unique_inverse
 
 
 class HostRanges(NamedTuple):
@@ -95,17 +96,23 @@ def _same_head(
     none = np.zeros(0, dtype=np.int64)
     if heads.size < MIN_HEADS:
         return none, none
-    kinds, counts = np.unique(names[heads], return_counts=True)
+    kinds, inverse = unique_inverse(names[heads])  # np.unique would import numpy.ma
+    counts = np.bincount(inverse, minlength=kinds.size)
     top = int(np.argmax(counts))
     if int(counts[top]) < COMMON_HEAD * heads.size:
         return none, none
     common = kinds[top]
     odd = heads_w[names[heads] != common]
-    cand = np.flatnonzero((names[idx] == common) & (gap > 0) & np.isin(seg, odd))
+    cand = np.flatnonzero((names[idx] == common) & (gap > 0) & member(seg, sorted_unique(odd)))
     if cand.size == 0:
         return none, none
-    w, first = np.unique(seg[cand], return_index=True)  # the earliest of the window's (idx rises with seg)
-    return w, idx[cand[first]]
+    # each window once, with its first candidate (the earliest: idx rises with seg), as np.unique's
+    # return_index gives (np.unique would import numpy.ma)
+    wins = seg[cand]
+    order = np.argsort(wins, kind="stable")
+    ws = wins[order]
+    first = order[np.concatenate([[True], ws[1:] != ws[:-1]])]
+    return wins[first], idx[cand[first]]
 
 
 def _lead_in(at: int, lo: int, r_start: np.ndarray, r_end: np.ndarray) -> int:

@@ -118,7 +118,8 @@ def sequence_variants(timeline: Timeline, rank: int) -> tuple[list[LaunchSequenc
     recorded = _sequences(arrays, by_count)
     # only allocator calls all through the run can break its period (most runs make them at start-up and
     # teardown only): some in each quarter of the calls
-    spread = np.unique(np.flatnonzero(alloc) * ALLOCATOR_SPREAD // max(alloc.size, 1)).size == ALLOCATOR_SPREAD
+    quarters = np.flatnonzero(alloc) * ALLOCATOR_SPREAD // max(alloc.size, 1)
+    spread = np.count_nonzero(np.bincount(quarters, minlength=ALLOCATOR_SPREAD)) == ALLOCATOR_SPREAD
     return recorded, (_sequences(arrays.subset(~alloc), by_count) if spread else None)
 
 
