@@ -119,13 +119,7 @@ def _same_array(a: np.ndarray, b: np.ndarray, what: str) -> None:
 
 
 def _rows_same(got: tuple, evs: list) -> None:
-    n, table, raw = got
-    cr = kineto_rows.ColumnRows(
-        n, table, {k: np.frombuffer(v, dtype=kineto_rows._DTYPES.get(k, np.int64)) for k, v in raw.items()}
-    )
-    cr.cols["grid"] = cr.cols["grid"].reshape(n, 3)
-    cr.cols["block"] = cr.cols["block"].reshape(n, 3)
-    cr.cols["mem"] = cr.cols["mem"].reshape(-1, 1 + len(kineto_rows.MEMORY_ARGS))
+    cr = kineto_rows.scanned_rows(got)  # the rows the parser makes of the scan
     sr = kineto_rows.StructRows(evs, kineto_structs.Event, kineto_structs.EMPTY_ARGS)
     (r1, v1), (r2, v2) = cr.memory(), sr.memory()
     _same_array(r1.astype(np.int64), r2.astype(np.int64), "[memory] rows")
@@ -142,7 +136,7 @@ def _rows_same(got: tuple, evs: list) -> None:
         _same_array(cr.floats(f), sr.floats(f), f)
     for f in ("pid", "tid"):
         _same_array(cr.ints(f), sr.ints(f), f)
-    every = np.arange(n)
+    every = np.arange(cr.n)
     ca, sa = cr.args(every), sr.args(every)
     for f in _INT_ARGS:
         _same_array(ca.ints(f), sa.ints(f), f)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ..errors import BadInput, StoreError
 from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
+from ..model.sm_blocks import SM_BLOCK_COLUMNS
 from ..model.timeline import EVENT_COLUMNS, LANE_COLUMNS
 
 STORE_SCHEMA_VERSION = 3  # the newest this tracelab writes (see above)
@@ -45,16 +46,6 @@ READABLE_VERSIONS = (2, 3)
 CREATED_VERSION = 2  # a new store: version 3 once it holds SM blocks as columns
 APPLICATION_ID = 0x54524C42  # "TRLB": marks the file as a tracelab store (PRAGMA application_id)
 
-# the measured per-block SM records a Timeline may carry (Timeline.sm_blocks); other columns are kept too
-SM_BLOCK_COLUMNS: dict[str, str] = {
-    "rank": "int32",
-    "device": "int32",
-    "green_context": "int64",
-    "sm": "int32",
-    "start": "int64",
-    "end": "int64",
-    "name": "int32",
-}
 
 EVENT_FIELDS: tuple[str, ...] = tuple(c for c in EVENT_COLUMNS if c != "lane")
 CHUNK_COLUMNS = ("seq", *EVENT_FIELDS)  # what each event chunk holds, in order (the lane is the row's)

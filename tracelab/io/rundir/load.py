@@ -34,20 +34,13 @@ import pandas as pd
 
 from tracelab.errors import BadInput, TraceFormatError
 from tracelab.model import EVENT_COLUMNS, ContextInfo, DeviceInfo, EventKind, Flag, Timeline, build_timeline
+from tracelab.model.sm_blocks import SM_BLOCK_COLUMNS
 from tracelab.workload_params import WORKLOAD_PARAMS
 
 META_FILE = "meta.json"
 TRACE_CANDIDATES = ("trace.sqlite", "trace.json.gz", "trace.json", "trace.nsys-rep")
-SM_BLOCK_COLUMNS = {
-    "rank": "int32",
-    "device": "int32",
-    "green_context": "int64",
-    "sm": "int32",
-    "start": "int64",
-    "end": "int64",
-    "name": "int32",
-    "kernel": "int64",  # row of the block's kernel event in Timeline.events; -1 unknown
-}
+# the model's SM block columns and the kernel each probe record names (its row in the events; -1 unknown)
+PROBE_BLOCK_COLUMNS = {**SM_BLOCK_COLUMNS, "kernel": "int64"}
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -395,7 +388,7 @@ def _probe_blocks(d: Path, meta: dict[str, Any], ev: pd.DataFrame, strings: tupl
     if not frames:
         return None, notes, overhead
     blocks = pd.concat(frames, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
-    return blocks.astype(SM_BLOCK_COLUMNS), notes, overhead
+    return blocks.astype(PROBE_BLOCK_COLUMNS), notes, overhead
 
 
 def _non_default_params(meta: dict) -> str:
