@@ -17,6 +17,7 @@ for m in numpy pandas click hta networkx pydot pyparsing plotly narwhals dateuti
   [ -e $SP/$m ] && python3 -m compileall -q -j 0 $SP/$m > /dev/null 2>&1; done
 python3 -m pip install -q --no-deps --no-build-isolation -e . > $OUT/install.log 2>&1 || { tail -20 $OUT/install.log; exit 4; }
 mkdir -p /tmp/b896 && tar xzf $D/base896.tar.gz -C /tmp/b896 && (cd /tmp/b896 && python3 setup.py build_ext --inplace > $OUT/b896_build.log 2>&1; ls tracelab/*.so >> $OUT/b896_build.log)
+python3 -m compileall -q /tmp/b896/tracelab tracelab > /dev/null  # both versions start from .pyc
 nproc; uptime; python3 -V
 STAGES=${STAGES:-"54 x4 x16 x64 nsys"}
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
