@@ -275,7 +275,7 @@ def _repetition_steps(
             f"{fetched[0].size} steps (was {s.size})"
         )
         return fetched[0], fetched[1], note
-    moved = reanchor_at_input_copies(timeline, rank, s, e) if anchor.how == "pause" else None
+    moved = reanchor_at_input_copies(timeline, rank, s, e, calls) if anchor.how == "pause" else None
     if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
         note += (
             f"; re-anchored at the batch's host-to-device copies, launched once per step: "
