@@ -4,7 +4,8 @@ the method, the checks and the failure modes.
 
 Marked: host ranges named `ProfilerStep#N` (torch.profiler schedule), or else NVTX /
 record_function ranges named like a step (`step 3`, `train_step`, `iteration 12`; top-level ones
-only). `source="marked"`.
+only). `source="marked"`. Under nsys `--pytorch=autograd-nvtx` such a range is named
+"step 3, op_id = 1234" (maybe with ", sizes = ..." after it): its name is read up to ", op_id = ".
 
 Inferred (no markers on the rank; `source="inferred"`), in this order:
 1. a loop of CUDA graph replays (consecutive launches of the same graph at a steady cadence): one
@@ -61,9 +62,13 @@ __all__ = [
 
 StepSource = Literal["marked", "inferred"]
 
-PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+# nsys `--pytorch=autograd-nvtx` (torch's emit_nvtx) names the NVTX range of a record_function / ProfilerStep
+# "step 3, op_id = 1234" (and ", sizes = [...]", ", input_op_ids = [...]" after it): the marker's name is the
+# part before ", op_id = "
+NVTX_OP_ID = r"(?:, op_id = \d+(?:, .*)?)?"
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+" + NVTX_OP_ID + "$")
 STEP_LIKE = re.compile(
-    r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE
+    r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*" + NVTX_OP_ID + "$", re.IGNORECASE
 )
 
 
