@@ -66,10 +66,14 @@ StepSource = Literal["marked", "inferred"]
 # "step 3, op_id = 1234" (and ", sizes = [...]", ", input_op_ids = [...]" after it): the marker's name is the
 # part before ", op_id = "
 NVTX_OP_ID = r"(?:, op_id = \d+(?:, .*)?)?"
-PROFILER_STEP = re.compile(r"^ProfilerStep#\d+" + NVTX_OP_ID + "$")
-STEP_LIKE = re.compile(
-    r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*" + NVTX_OP_ID + "$", re.IGNORECASE
-)
+_PROFILER_STEP = r"^ProfilerStep#\d+"
+_STEP_LIKE = r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*"
+PROFILER_STEP = re.compile(_PROFILER_STEP + NVTX_OP_ID + "$")  # step markers (marked_steps)
+STEP_LIKE = re.compile(_STEP_LIKE + NVTX_OP_ID + "$", re.IGNORECASE)
+# the host ranges step inference leaves out (`host_ranges`): the markers' own names only (an autograd-nvtx range
+# inside a marker stays a host range, as before: it is only a marker where no plain marker holds it)
+PROFILER_STEP_NAME = re.compile(_PROFILER_STEP + "$")
+STEP_LIKE_NAME = re.compile(_STEP_LIKE + "$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,7 @@ def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> HostRange
     """(start, end, name) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
     of a rank, sorted by start, step-like ranges left out."""
     rows = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
-    step_like = names_matching(timeline, PROFILER_STEP, STEP_LIKE)
+    step_like = names_matching(timeline, PROFILER_STEP_NAME, STEP_LIKE_NAME)
     rows = rows[np.isin(column(timeline, "tid")[rows], threads) & ~step_like[column(timeline, "name")[rows]]]
     start, end = column(timeline, "start")[rows], column(timeline, "end")[rows]
     order = np.argsort(start, kind="stable")
