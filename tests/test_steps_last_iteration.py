@@ -1,11 +1,12 @@
 """Issue 24: the last inferred step covers its whole iteration (forward, backward with its gradient all-reduces,
 optimizer), on the host and on the GPU.
 
-The marker-free 2-rank DDP run (tests/data/multigpu/ddp2_sleep_*, tests/data/programs/ddp_straggler.py; both
-profilers) cuts its steps at each iteration's batch upload. Each step but the last ends where the next begins; the
-last used to end one median step length after its start, and rank 0's last iteration ran longer (torch.profiler:
-51.1 ms against a 48.6 ms median): its backward pass's all-reduces and its optimizer were launched after that end,
-so neither the step's host range nor its GPU window held them.
+The marker-free 2- and 4-rank DDP runs (tests/data/multigpu/ddp{2,4}_sleep_*, tests/data/programs/ddp_straggler.py;
+both profilers) cut their steps at each iteration's batch upload. Each step but the last ends where the next begins;
+the last used to end one median step length after its start, and where the last iteration ran longer (rank 0 of
+ddp2_sleep from torch.profiler: 51.1 ms against a 48.6 ms median; rank 3 of ddp4_sleep from both) its backward
+pass's all-reduces and its optimizer were launched after that end, so neither the step's host range nor its GPU
+window held them.
 
 Expected values come from the raw traces (Kineto JSON / nsys SQLite read here with json / sqlite3), never through
 tracelab's step code: per rank, the loop's thread is the one that launches the batch uploads (host-to-device
@@ -124,19 +125,20 @@ def _nsys(db_path: Path) -> dict[int, LastIteration]:
     }
 
 
-@pytest.fixture(scope="module", params=["torch", "nsys"])
+@pytest.fixture(scope="module", params=["ddp2_sleep_torch", "ddp2_sleep_nsys", "ddp4_sleep_torch", "ddp4_sleep_nsys"])
 def recorded(request, tmp_path_factory):
-    name = f"ddp2_sleep_{request.param}"
-    path = run_dir(name, tmp_path_factory.mktemp(request.param))
-    raw = _nsys(path / "trace.sqlite") if request.param == "nsys" else _kineto(path)
+    name = request.param
+    path = run_dir(name, tmp_path_factory.mktemp(name))
+    raw = _nsys(path / "trace.sqlite") if name.endswith("nsys") else _kineto(path)
     an = analyze(load_run_dir(path))
     return name, raw, an
 
 
 def test_last_step_covers_its_iteration(recorded) -> None:
     name, raw, an = recorded
-    assert set(raw) == {0, 1}
-    program_steps = json.loads((MULTI / name / "program_meta.json").read_text())["steps"]
+    program = json.loads((MULTI / name / "program_meta.json").read_text())
+    assert set(raw) == set(range(program["world_size"]))
+    program_steps = program["steps"]
     for rank, it in raw.items():
         rows = sorted((r for r in an.step_rows if r.rank == rank), key=lambda r: r.start_ns)
         assert abs(len(rows) - program_steps) <= 1
