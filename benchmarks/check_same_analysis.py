@@ -4,9 +4,10 @@ diffs the documents (a speed-up of the analyses must not change one number or wo
     python benchmarks/check_same_analysis.py --baseline DIR [--big] [--jobs 2] [--only SUBSTR]
 
 DIR is another checkout, e.g. `git archive main | tar -x -C DIR`. Inputs: every bundled demo run
-(tracelab/demo.py), the recorded fixtures of tests/data (the .sqlite.xz ones unpacked into run
-directories; tests/data/multigpu's run directories too: `--only multigpu`), every Kineto / nsys trace of
-../shared/corpus and its 8-rank DLRM set as one run; with `--big` also the 1M-kernel nsys export of `make_big_nsys.py` and a 64-rank copy of the DLRM set. Each
+(tracelab/demo.py; unpacked into .scratch/check/demo/: `--only /check/demo/`), the recorded fixtures of
+tests/data (the .sqlite.xz ones unpacked into run directories; tests/data/multigpu's run directories too:
+`--only multigpu`), every Kineto / nsys trace of ../shared/corpus and its 8-rank DLRM set as one run; with
+`--big` also the 1M-kernel nsys export of `make_big_nsys.py` and a 64-rank copy of the DLRM set. Each
 input is analysed with `analyze --json`, and the small ones also with `--steps 1:`, with
 `--gap-threshold-us 0 --exclude-orphans` and as text (`analyze --top 50`). Both sides run in child
 processes with their own code first on sys.path, the same interpreter and a throw-away store. The
