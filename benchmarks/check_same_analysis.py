@@ -4,8 +4,9 @@ diffs the documents (a speed-up of the analyses must not change one number or wo
     python benchmarks/check_same_analysis.py --baseline DIR [--big] [--jobs 2] [--only SUBSTR]
 
 DIR is another checkout, e.g. `git archive main | tar -x -C DIR`. Inputs: every bundled demo run
-(tracelab/demo.py), the recorded fixtures of tests/data (the .sqlite.xz ones unpacked into run
-directories), every Kineto / nsys trace of ../shared/corpus and its 8-rank DLRM set as one run; with
+(tracelab/demo.py; unpacked into .scratch/check/demo/: `--only /check/demo/`), the recorded fixtures of
+tests/data (the .sqlite.xz ones unpacked into run directories; tests/data/multigpu's run directories too:
+`--only multigpu`), every Kineto / nsys trace of ../shared/corpus and its 8-rank DLRM set as one run; with
 `--big` also the 1M-kernel nsys export of `make_big_nsys.py` and a 64-rank copy of the DLRM set. Each
 input is analysed with `analyze --json`, and the small ones also with `--steps 1:`, with
 `--gap-threshold-us 0 --exclude-orphans` and as text (`analyze --top 50`). Both sides run in child
@@ -56,7 +57,26 @@ def _run_dirs_from_fixtures(out: Path) -> list[Path]:
             tar.extractall(tmp, filter="data")
         tmp.rename(gloo)
     inputs += sorted(p for p in gloo.iterdir() if p.is_dir())
-    return inputs
+    return inputs + _multigpu_run_dirs(out / "multigpu")
+
+
+def _multigpu_run_dirs(out: Path) -> list[Path]:
+    """The run directories of tests/data/multigpu (issue 24's multi-GPU and loop recordings), their
+    `trace.sqlite.xz` unpacked (the record logs left out, as tests/multigpu_util.run_dir does)."""
+    runs = []
+    out.mkdir(parents=True, exist_ok=True)
+    for src in sorted(p for p in (DATA / "multigpu").iterdir() if p.is_dir()):
+        d = out / src.name
+        if not d.is_dir():
+            tmp = Path(tempfile.mkdtemp(dir=out))
+            shutil.copytree(src, tmp / src.name, ignore=shutil.ignore_patterns("*.xz", "record.log"))
+            if (src / "trace.sqlite.xz").exists():
+                with lzma.open(src / "trace.sqlite.xz") as a, open(tmp / src.name / "trace.sqlite", "wb") as b:
+                    shutil.copyfileobj(a, b)
+            (tmp / src.name).rename(d)
+            tmp.rmdir()
+        runs.append(d)
+    return runs
 
 
 def _rank_copy(src: Path, n: int, out: Path) -> Path:

@@ -71,11 +71,33 @@ def _chain(t: np.ndarray, step: float) -> tuple[int, int]:
     return best_lo, best_hi + 1
 
 
+def last_iteration_end(starts: np.ndarray, calls: LaunchSequence, step: float) -> int:
+    """When the last of the steps `starts` (contiguous: each ends where the next starts) ends: when the last
+    launch of its iteration returns. Its iteration launches as many calls as the median step before it (the
+    first, a warm-up, left out when there are others), the first that many launches from its start on, none
+    later than the longest step the rhythm allows (RHYTHM × `step` from its start: the teardown after the loop
+    is not the iteration's). The other steps end where the next one starts, after their last launch; the last
+    has no next start (DDP: the backward pass's gradient all-reduces and the optimizer are launched after the
+    found step length). `calls`: every call of the rank's launching threads. -1 when it launched nothing."""
+    at = np.sort(calls.start[calls.launch])
+    end = calls.end[calls.launch][np.argsort(calls.start[calls.launch], kind="stable")]
+    idx = np.searchsorted(at, starts, "left")
+    per = np.diff(idx)  # launches in each step but the last
+    if per.size == 0:
+        return -1
+    count = int(np.median(per[1:] if per.size > 1 else per))
+    lo = int(idx[-1])
+    hi = min(lo + count, int(np.searchsorted(at, starts[-1] + RHYTHM[1] * step, "left")))
+    return int(end[lo:hi].max()) if hi > lo else -1
+
+
 def reanchor_at_input_copies(
-    timeline: Timeline, rank: int, starts: np.ndarray, ends: np.ndarray
+    timeline: Timeline, rank: int, starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Steps starting at the launches of the rank's batch uploads, or None when the copies do not
-    keep the rhythm of the found steps on the GPU, cover them, and give at least as many steps."""
+    keep the rhythm of the found steps on the GPU, cover them, and give at least as many steps. With
+    `calls` (every call of the rank's launching threads), the last step lasts at least until the last
+    launch of its iteration returns (`last_iteration_end`)."""
     if starts.size < 2:
         return None
     step = float(np.median(ends - starts))
@@ -93,6 +115,8 @@ def reanchor_at_input_copies(
     if np.any(np.diff(chain) <= 0):
         return None
     last_end = max(int(ends[-1]), int(chain[-1] + step))
+    if calls is not None:
+        last_end = max(last_end, last_iteration_end(chain, calls, step))
     new_s = chain.astype(np.int64)
     new_e = np.r_[chain[1:], last_end].astype(np.int64)
     a, b = max(int(starts[0]), int(new_s[0])), min(int(ends[-1]), int(new_e[-1]))

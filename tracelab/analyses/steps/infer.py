@@ -4,7 +4,8 @@ the method, the checks and the failure modes.
 
 Marked: host ranges named `ProfilerStep#N` (torch.profiler schedule), or else NVTX /
 record_function ranges named like a step (`step 3`, `train_step`, `iteration 12`; top-level ones
-only). `source="marked"`.
+only). `source="marked"`. Under nsys `--pytorch=autograd-nvtx` such a range is named
+"step 3, op_id = 1234" (maybe with ", sizes = ..." after it): its name is read up to ", op_id = ".
 
 Inferred (no markers on the rank; `source="inferred"`), in this order:
 1. a loop of CUDA graph replays (consecutive launches of the same graph at a steady cadence): one
@@ -61,10 +62,18 @@ __all__ = [
 
 StepSource = Literal["marked", "inferred"]
 
-PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
-STEP_LIKE = re.compile(
-    r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE
-)
+# nsys `--pytorch=autograd-nvtx` (torch's emit_nvtx) names the NVTX range of a record_function / ProfilerStep
+# "step 3, op_id = 1234" (and ", sizes = [...]", ", input_op_ids = [...]" after it): the marker's name is the
+# part before ", op_id = "
+NVTX_OP_ID = r"(?:, op_id = \d+(?:, .*)?)?"
+_PROFILER_STEP = r"^ProfilerStep#\d+"
+_STEP_LIKE = r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*"
+PROFILER_STEP = re.compile(_PROFILER_STEP + NVTX_OP_ID + "$")  # step markers (marked_steps)
+STEP_LIKE = re.compile(_STEP_LIKE + NVTX_OP_ID + "$", re.IGNORECASE)
+# the host ranges step inference leaves out (`host_ranges`): the markers' own names only (an autograd-nvtx range
+# inside a marker stays a host range, as before: it is only a marker where no plain marker holds it)
+PROFILER_STEP_NAME = re.compile(_PROFILER_STEP + "$")
+STEP_LIKE_NAME = re.compile(_STEP_LIKE + "$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -192,7 +201,7 @@ def host_ranges(timeline: Timeline, rank: int, threads: np.ndarray) -> HostRange
     """(start, end, name) of the host ranges (CPU ops, NVTX / record_function ranges) of the given threads
     of a rank, sorted by start, step-like ranges left out."""
     rows = rows_of(timeline, rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
-    step_like = names_matching(timeline, PROFILER_STEP, STEP_LIKE)
+    step_like = names_matching(timeline, PROFILER_STEP_NAME, STEP_LIKE_NAME)
     rows = rows[np.isin(column(timeline, "tid")[rows], threads) & ~step_like[column(timeline, "name")[rows]]]
     start, end = column(timeline, "start")[rows], column(timeline, "end")[rows]
     order = np.argsort(start, kind="stable")
@@ -275,7 +284,7 @@ def _repetition_steps(
             f"{fetched[0].size} steps (was {s.size})"
         )
         return fetched[0], fetched[1], note
-    moved = reanchor_at_input_copies(timeline, rank, s, e) if anchor.how == "pause" else None
+    moved = reanchor_at_input_copies(timeline, rank, s, e, calls) if anchor.how == "pause" else None
     if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
         note += (
             f"; re-anchored at the batch's host-to-device copies, launched once per step: "
