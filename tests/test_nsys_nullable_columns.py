@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tracelab.errors import TraceFormatError
 from tracelab.io.nsys.db import col_or, fetch_int_columns, open_export
 
 ROWS = [  # (start, green, node, stream)
@@ -71,3 +72,21 @@ def test_nullable_columns_match_a_row_by_row_read(
     for i, name in enumerate(names):
         assert got[name].dtype == np.int64
         assert got[name].tolist() == want[:, i].tolist(), name
+
+
+def test_text_with_commas_beside_a_null_is_refused(tmp_path: Path) -> None:
+    """A text value '1,2' and a NULL in one range join to '1,2', two numbers for two rows: the count of
+    values tells them apart, and the file is refused as it was with coalesce ('1,2,-1')."""
+    path = tmp_path / "t.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, greenContextId)")
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?)", [(1, "1,2"), (2, None)])
+    con.commit()
+    con.close()
+    db = open_export(path)
+    try:
+        table = "CUPTI_ACTIVITY_KIND_KERNEL"
+        with pytest.raises(TraceFormatError, match="non-integer"):
+            fetch_int_columns(db, table, ["start", "green"], ['"start"', col_or(db, table, "greenContextId")])
+    finally:
+        db.close()

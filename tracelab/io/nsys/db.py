@@ -340,13 +340,15 @@ def _ints_or_none(text: str, n: int) -> np.ndarray | None:
 
 def _column_aggregates(expr: str) -> tuple[str, int | None]:
     """The aggregate that reads one expression in a range query, and the default of a nullable column
-    (col_or's coalesce over a column): such a column is read as `group_concat(col)`, which passes over
-    NULLs, so a range where it holds no value (nsys leaves whole columns NULL, e.g. greenContextId and
-    graphNodeId without green contexts or graphs) builds no string at all and is the default on every row."""
+    (col_or's coalesce over a column): such a column is read as `count(col), group_concat(col)`;
+    group_concat passes over NULLs, so a range where it holds no value (nsys leaves whole columns NULL, e.g.
+    greenContextId and graphNodeId without green contexts or graphs) builds no string at all and is the
+    default on every row. The count says whether every row held a value (a text value holding commas
+    cannot stand in for a NULL)."""
     m = _NULLABLE.match(expr)
     if m is None:
         return f", group_concat(coalesce({expr}, -1))", None
-    return f", group_concat({m.group(1)})", int(m.group(2))
+    return f", count({m.group(1)}), group_concat({m.group(1)})", int(m.group(2))
 
 
 def fetch_int_columns(
@@ -380,15 +382,19 @@ def fetch_int_columns(
 
     def chunk(conn: sqlite3.Connection, a: int, b: int) -> tuple[int, list[np.ndarray]]:
         row = conn.execute(sql, (a, b)).fetchone()
-        n = int(row[0])
+        n, j = int(row[0]), 1
         cols: list[np.ndarray | None] = []
-        for (_, default), text in zip(reads, row[1:]):
+        for _, default in reads:
             if default is None:
-                cols.append(_parse_ints(text, n, db, table))
-            elif text is None:  # no value in the range: the default on every row
+                cols.append(_parse_ints(row[j], n, db, table))
+                j += 1
+                continue
+            held, text = int(row[j]), row[j + 1]
+            j += 2
+            if not held:  # no value in the range: the default on every row
                 cols.append(np.full(n, default, dtype=np.int64))
             else:  # a value on every row: as read; else read again below, with the default for NULL
-                cols.append(_ints_or_none(text, n))
+                cols.append(_ints_or_none(text, n) if held == n else None)
         mixed = [i for i, c in enumerate(cols) if c is None]
         if mixed:
             again = conn.execute(shape.format("".join(f", group_concat({live[i][1]})" for i in mixed)), (a, b))
