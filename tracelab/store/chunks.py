@@ -72,7 +72,9 @@ def _cut(ev: pd.DataFrame, size: int) -> _Cut:
     lane = ev["lane"].to_numpy()
     start = ev["start"].to_numpy()
     if n and bool(np.all(start[1:] >= start[:-1])):
-        order = np.argsort(lane, kind="stable")  # a Timeline is sorted by start: stable by lane suffices
+        # a Timeline is sorted by start: stable by lane suffices (as int16 when the lanes fit: a radix sort)
+        narrow = n and 0 <= int(lane.min()) and int(lane.max()) < 1 << 15
+        order = np.argsort(lane.astype(np.int16) if narrow else lane, kind="stable")
     else:
         order = np.lexsort((start, lane))
     lane_s = lane[order]
@@ -112,11 +114,16 @@ def _encode_column(
     if not len(present):
         return mn, w, None
     out: list[bytes | None] = [None] * len(cut.bounds)
-    rel = a.view(unsigned) - np.repeat(mn, cut.counts).view(unsigned)
-    for width in present.tolist():
-        narrow = rel if rel.dtype.itemsize == width else rel.astype(_UINT[width])
-        for i in np.flatnonzero(w == width).tolist():
-            out[i] = narrow[cut.bounds[i] : cut.ends[i]].tobytes()
+    # chunk by chunk into one chunk-sized buffer: the offsets of the whole column (np.repeat of the
+    # bases, a subtraction, a narrowing copy) cost 10x more on 4.5M events
+    values, bases = a.view(unsigned), mn.view(unsigned)
+    scratch = np.empty(int(cut.counts.max()), dtype=unsigned)
+    bounds, ends, widths = cut.bounds.tolist(), cut.ends.tolist(), w.tolist()
+    for i in np.flatnonzero(w).tolist():
+        rel = scratch[: ends[i] - bounds[i]]
+        np.subtract(values[bounds[i] : ends[i]], bases[i], out=rel)
+        width = widths[i]
+        out[i] = (rel if width == rel.itemsize else rel.astype(_UINT[width])).tobytes()
     return mn, w, out
 
 

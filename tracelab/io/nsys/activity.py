@@ -20,7 +20,7 @@ from tracelab.io.nsys.enums import (
     sync_kind_table,
 )
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.io.nsys.util import factorize
+from tracelab.io.nsys.util import any_of, factorize
 from tracelab.model.api_names import comm_mask
 from tracelab.model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
 
@@ -248,7 +248,7 @@ def read_syncs(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None
         [strings.intern(SYNC_LABEL.get(SyncKind(int(k)), "Sync")) for k in uniq.tolist()], dtype=np.int32
     )
     cols["name"] = ids[inverse] if n else np.zeros(0, dtype=np.int32)
-    blocking = np.isin(cols["sync_kind"], [int(SyncKind.STREAM), int(SyncKind.DEVICE), int(SyncKind.EVENT)])
+    blocking = any_of(cols["sync_kind"], [int(SyncKind.STREAM), int(SyncKind.DEVICE), int(SyncKind.EVENT)])
     cols["flags"] = np.where(blocking, Flag.BLOCKING, 0).astype(np.int16)
     return cols
 

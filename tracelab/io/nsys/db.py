@@ -305,7 +305,10 @@ def col_or(db: NsysDb, table: str, column: str, default: str = "-1") -> str:
     return default
 
 
-CHUNK_ROWS = 1 << 18  # rows per query: bounds the strings SQLite builds, and balances the threads
+# rows per query: bounds the strings SQLite builds, and balances the threads: a range of the 19-column
+# kernel table is ~0.17 s of CPU at 2^16 rows (0.7 s at 2^18, when 4 ranges held up 16 cores); the
+# CPU of the whole read is the same at both (7.5 s serial for the 1M-kernel export)
+CHUNK_ROWS = 1 << 16
 _LITERAL = re.compile(r"^-?[0-9]+$")
 _NULLABLE = re.compile(r'^coalesce\(("(?:[^"]|"")+"), (-?[0-9]+)\)$')  # what col_or writes
 
@@ -324,19 +327,28 @@ def _parse_ints(text: str | None, n: int, db: NsysDb, table: str) -> np.ndarray:
     return arr
 
 
-def _constant(db: NsysDb, table: str, expr: str, where: str) -> int | None:
-    """The value an expression takes on every row, when that is known without reading the rows: an
-    integer literal, or col_or's coalesce over a column holding no value at all (nsys leaves whole
-    columns NULL, e.g. greenContextId and graphNodeId without green contexts or graphs; one probe finds
-    out, and stops at the first value)."""
-    if _LITERAL.match(expr):
-        return int(expr)
+def _ints_or_none(text: str, n: int) -> np.ndarray | None:
+    """The n integers of a joined string, or None when it holds some other number of values."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            arr = np.fromstring(text, dtype=np.int64, sep=",")
+    except (ValueError, TypeError):
+        return None
+    return arr if len(arr) == n else None
+
+
+def _column_aggregates(expr: str) -> tuple[str, int | None]:
+    """The aggregate that reads one expression in a range query, and the default of a nullable column
+    (col_or's coalesce over a column): such a column is read as `count(col), group_concat(col)`;
+    group_concat passes over NULLs, so a range where it holds no value (nsys leaves whole columns NULL, e.g.
+    greenContextId and graphNodeId without green contexts or graphs) builds no string at all and is the
+    default on every row. The count says whether every row held a value (a text value holding commas
+    cannot stand in for a NULL)."""
     m = _NULLABLE.match(expr)
     if m is None:
-        return None
-    cond = f" AND ({where})" if where else ""
-    found = db.conn.execute(f"SELECT 1 FROM {quote_ident(table)} WHERE {m.group(1)} IS NOT NULL{cond} LIMIT 1")
-    return int(m.group(2)) if found.fetchone() is None else None
+        return f", group_concat(coalesce({expr}, -1))", None
+    return f", count({m.group(1)}), group_concat({m.group(1)})", int(m.group(2))
 
 
 def fetch_int_columns(
@@ -349,27 +361,49 @@ def fetch_int_columns(
     All aggregates of one query visit the rows in the same order, so the columns stay aligned;
     NOT INDEXED keeps that order the rowid order whatever indexes a post-processed file carries;
     tables are read in rowid ranges of CHUNK_ROWS, so no string grows past SQLite's limits, and the
-    ranges run on `db.pool`'s threads when it has one. Expressions that are constant (a literal, or
-    a column that is NULL on every row) are not read row by row."""
-    consts = {name: _constant(db, table, e, where) for name, e in zip(names, exprs)}
-    live = [(name, e) for name, e in zip(names, exprs) if consts[name] is None]
-    aggs = "".join(f", group_concat(coalesce({e}, -1))" for _, e in live)
+    ranges run on `db.pool`'s threads when it has one. An integer literal is not read row by row; a
+    nullable column (see _column_aggregates) is its default where a range holds none of its values,
+    and is read again with its default in place of NULL where a range holds some but not all."""
+    consts = {name: int(e) for name, e in zip(names, exprs) if _LITERAL.match(e)}
+    live = [(name, e) for name, e in zip(names, exprs) if name not in consts]
+    reads = [_column_aggregates(e) for _, e in live]
     cond = f"({where})" if where else "1"
     t = quote_ident(table)
     try:
         lo, hi = rowid_bounds(db.conn, t)
         ranges = _rowid_ranges(db, t, lo, hi)
-        sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
+        shape = f"SELECT count(*){{}} FROM {t} NOT INDEXED WHERE rowid >= ? AND rowid <= ? AND {cond}"
     except sqlite3.OperationalError as exc:  # a table without rowid: one pass
         if "interrupted" in str(exc):
             raise
         ranges = [(0, 0)]
-        sql = f"SELECT count(*){aggs} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
+        shape = f"SELECT count(*){{}} FROM {t} NOT INDEXED WHERE {cond} AND ? = ?"
+    sql = shape.format("".join(aggs for aggs, _ in reads))
 
     def chunk(conn: sqlite3.Connection, a: int, b: int) -> tuple[int, list[np.ndarray]]:
         row = conn.execute(sql, (a, b)).fetchone()
-        n = int(row[0])
-        return n, [_parse_ints(row[i + 1], n, db, table) for i in range(len(live))]
+        n, j = int(row[0]), 1
+        cols: list[np.ndarray | None] = []
+        for _, default in reads:
+            if default is None:
+                cols.append(_parse_ints(row[j], n, db, table))
+                j += 1
+                continue
+            held, text = int(row[j]), row[j + 1]
+            j += 2
+            if not held:  # no value in the range: the default on every row
+                cols.append(np.full(n, default, dtype=np.int64))
+            else:  # a value on every row: as read; else read again below, with the default for NULL
+                cols.append(_ints_or_none(text, n) if held == n else None)
+        mixed = [i for i, c in enumerate(cols) if c is None]
+        if mixed:
+            again = conn.execute(shape.format("".join(f", group_concat({live[i][1]})" for i in mixed)), (a, b))
+            row = again.fetchone()
+            if int(row[0]) != n:  # pragma: no cover - the file is immutable while it is read
+                raise TraceFormatError(f"table {table} changed while it was read", db.path)
+            for k, i in enumerate(mixed):
+                cols[i] = _parse_ints(row[k + 1], n, db, table)
+        return n, cols
 
     if db.pool is not None and len(ranges) > 1:
         futures = [db.pool.submit(functools.partial(chunk, a=a, b=b)) for a, b in ranges]
@@ -378,9 +412,8 @@ def fetch_int_columns(
         results = [chunk(db.conn, a, b) for a, b in ranges]
     n = sum(r[0] for r in results)
     out: dict[str, np.ndarray] = {}
-    for name in names:
-        if consts[name] is not None:
-            out[name] = np.full(n, consts[name], dtype=np.int64)
+    for name, value in consts.items():
+        out[name] = np.full(n, value, dtype=np.int64)
     for i, (name, _) in enumerate(live):
         parts = [r[1][i] for r in results]
         if len(parts) == 1:

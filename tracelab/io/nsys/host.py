@@ -10,7 +10,7 @@ import numpy as np
 
 from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns, fetch_texts, quote_ident
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.io.nsys.util import factorize
+from tracelab.io.nsys.util import any_of, factorize
 from tracelab.model import EventKind
 from tracelab.model.api_names import classify_api_ids
 
@@ -119,7 +119,7 @@ def read_nvtx(db: NsysDb, strings: NsysStrings) -> tuple[dict[str, np.ndarray] |
         name[has_text] = strings.intern_array(texts)
     etype = cols.pop("_type")
     end = cols.pop("_end")
-    mark = np.isin(etype, NVTX_MARK_TYPES)
+    mark = any_of(etype, NVTX_MARK_TYPES)
     open_range = ~mark & (end < cols["start"])
     cols["end"] = np.where(mark | open_range, cols["start"], end)
     cols["kind"] = np.where(mark, int(EventKind.NVTX_MARK), int(EventKind.NVTX_RANGE)).astype(np.int8)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from tracelab.io.nsys.db import quote_ident
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.io.nsys.util import distinct
+from tracelab.io.nsys.util import any_of, distinct
 from tracelab.model import EventKind, Flag
 
 _GRAPH_LAUNCH = re.compile(r"^(cuda|cu)GraphLaunch", re.IGNORECASE)
@@ -101,7 +101,7 @@ def link_host_and_gpu(
     kind = cols["kind"]
     corr = cols["correlation"]
     flags = cols["flags"]
-    api = np.isin(kind, _API_KINDS) & (corr >= 0)
+    api = any_of(kind, _API_KINDS) & (corr >= 0)
     orphan = gpu.copy()
     if api.any():  # GPU work whose correlation id no launch carries (looked up for the GPU rows only)
         rows = np.flatnonzero(gpu)

@@ -18,6 +18,7 @@ import pandas as pd
 from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns
 from tracelab.io.nsys.host import pid_of, tid_of
 from tracelab.io.nsys.strings import NsysStrings
+from tracelab.io.nsys.util import any_of
 from tracelab.model import EVENT_COLUMNS, EventKind
 from tracelab.model.grouping import sorted_unique
 from tracelab.model.kinds import OS_CALL_CATEGORY
@@ -73,15 +74,16 @@ def keep_os_calls_of_host_threads(
     removed, as read_tables does."""
     calls = []
     for part in parts:
-        kind = part["kind"]
-        os_call = (kind == int(EventKind.OTHER)) & (_column(part, "category") == category)
+        os_call = part["kind"] == int(EventKind.OTHER)
+        if os_call.any():  # the category only of parts holding OTHER events (GPU and API tables hold none)
+            os_call &= _column(part, "category") == category
         calls.append(os_call if os_call.any() else None)
     if all(c is None for c in calls):
         return parts, []
     host_keys = [
         pd.unique(_thread_key(part, host))
         for part in parts
-        if (host := np.isin(part["kind"], _HOST_KINDS)).any()
+        if (host := any_of(part["kind"], _HOST_KINDS)).any()
     ]
     host_threads = np.concatenate(host_keys) if host_keys else np.zeros(0, dtype=np.int64)
     out: list[dict[str, np.ndarray]] = []

@@ -22,6 +22,7 @@ import numpy as np
 
 from tracelab.io.nsys.db import NsysDb
 from tracelab.io.nsys.host import host_of, pid_of
+from tracelab.io.nsys.util import distinct
 
 INIT_RANGE_PREFIX = "ncclCommInitRank"
 
@@ -93,10 +94,10 @@ def assign_process_ranks(db: NsysDb, cols: dict[str, np.ndarray], gpu: np.ndarra
     gpid = cols["_gpid"]
     keep = np.ones(len(gpid), dtype=bool)
     known = gpid >= 0
-    if len(np.unique(host_of(gpid[known]))) > 1:
+    if len(distinct(host_of(distinct(gpid[known])))) > 1:
         return keep, []
     proc = pid_of(gpid)
-    procs = np.unique(proc[gpu & (proc >= 0)])
+    procs = distinct(proc[gpu & (proc >= 0)])
     if len(procs) <= 1:
         return keep, []
     from_nccl = nccl_ranks(db)
@@ -116,7 +117,7 @@ def assign_process_ranks(db: NsysDb, cols: dict[str, np.ndarray], gpu: np.ndarra
     notes = [f"{len(procs)} processes used GPUs: one rank each, ranks {how}"]
     dropped = int((~keep).sum())
     if dropped:
-        others = len(np.unique(proc[~keep]))
+        others = len(distinct(proc[~keep]))
         notes.append(
             f"{dropped} host events of {others} process{'es' if others > 1 else ''} that used no GPU (launcher, "
             "data-loader workers, profiler) are in no rank: left out"
