@@ -172,7 +172,7 @@ def strongly_connected(graph: dict[str, frozenset[str]]) -> list[frozenset[str]]
     on: set[str] = set()
     out: list[frozenset[str]] = []
     counter = [0]
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    limit = sys.getrecursionlimit()  # restored after: other tests rely on the default (hostile JSON depth)
 
     def visit(v: str) -> None:
         index[v] = low[v] = counter[0]
@@ -196,9 +196,13 @@ def strongly_connected(graph: dict[str, frozenset[str]]) -> list[frozenset[str]]
             if len(group) > 1:
                 out.append(frozenset(group))
 
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
     return out
 
 
