@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
+from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model.grouping import sorted_unique, unique_inverse
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
@@ -79,38 +80,6 @@ def _is(kind: np.ndarray, kinds: tuple) -> np.ndarray:
     for k in kinds:
         out |= kind == int(k)
     return out
-
-
-def _thread_codes(*keys: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """A small int per (rank, pid, tid), consistent over several row sets: each column factorized alone
-    (1-D unique), the codes combined into one integer, that factorized again."""
-    sizes = [r.size for r, _p, _t in keys]
-    if not sum(sizes):
-        return [np.zeros(0, _I64) for _ in keys]
-    combined = np.zeros(sum(sizes), _I64)
-    for j in range(3):
-        col = np.concatenate([k[j].astype(_I64) for k in keys])
-        uniq, inv = unique_inverse(col)
-        combined = combined * (uniq.size + 1) + inv
-    inv = unique_inverse(combined)[1]
-    out, at = [], 0
-    for n in sizes:
-        out.append(inv[at : at + n])
-        at += n
-    return out
-
-
-def _threads(timeline: Timeline, *rows: np.ndarray) -> list[np.ndarray]:
-    """`_thread_codes` of each row set: through the lane table (a host thread's or NVTX lane's rank, pid and
-    tid are its events'), one code per lane and one gather per row; from the events' own columns when
-    the lanes do not hold them."""
-    lane = timeline.col("lane")
-    lrank, lpid, ltid = (timeline.lane_col(c) for c in ("rank", "pid", "tid"))
-    if lrank.size == 0 or not all(r.size == 0 or (lane[r].min() >= 0 and lane[r].max() < lrank.size) for r in rows):
-        cols = [timeline.col(c) for c in ("rank", "pid", "tid")]
-        return _thread_codes(*[tuple(c[r] for c in cols) for r in rows])
-    (per_lane,) = _thread_codes((lrank, lpid, ltid))
-    return [per_lane[lane[r]] for r in rows]
 
 
 def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -231,7 +200,7 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
     if reference_ns <= 0:
         reference_ns, reference = gpu_span, ("gpu span" if gpu_span else "none")
-    r_thread, l_thread = _threads(timeline, rr, lr)
+    r_thread, l_thread = thread_codes(timeline, rr, lr)
     # the ranges by (thread, start): every search below takes its keys in order; results go back to rr order
     by = _thread_order(r_thread, start[rr])
     r_thread, rs, re_ = r_thread[by], start[rr[by]], end[rr[by]]

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model import EventKind, Flag, Timeline
-from tracelab.model.grouping import group_codes, sorted_unique
+from tracelab.model.grouping import sorted_unique
 
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 _API_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
@@ -86,7 +87,7 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     hand = np.zeros(n, dtype=np.int64)
     edge = np.zeros(n, dtype=np.int8)
     _gpu_edges(c, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
-    thread, alt_pred, alt_hand = _host_edges(c, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
+    thread, alt_pred, alt_hand = _host_edges(tl, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
     # a hand-over never falls after the node starts, except a sync's, which lies inside the call
     hand = np.where(edge == SYNC, np.minimum(np.maximum(hand, start), end), np.minimum(hand, start))
     last_start, last_node = _collective_edges(collectives, rows, start)
@@ -140,12 +141,13 @@ def _gpu_edges(
 
 
 def _host_edges(
-    c: Any, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
+    tl: Timeline, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
     pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A host call's predecessor: the previous call of its thread, or of another thread it waited for;
     a blocking call that waited: the GPU operation it waited for (in place). Returns each node's thread
     and a sync's host predecessor and hand-over (when the sync edge does not apply)."""
+    c = tl.cols
     kind, flags = c["kind"], c["flags"]
     ng = gpu_rows.size
     n = ng + host_rows.size
@@ -157,11 +159,7 @@ def _host_edges(
     if host_rows.size:
         h = slice(ng, n)
         cpu = np.flatnonzero(kind == int(EventKind.CPU_OP))
-        both = np.concatenate([host_rows, cpu])
-        tid_dense, _ = group_codes(iter((c["rank"][both], c["pid"][both], c["tid"][both])))
-        tid_dense = np.asarray(tid_dense, dtype=np.int64)
-        thread[h] = tid_dense[: host_rows.size]
-        cpu_thread = tid_dense[host_rows.size :]
+        thread[h], cpu_thread = thread_codes(tl, host_rows, cpu)
         hp = _prev_in_group([thread[h]], start[h])
         hp_node = np.where(hp >= 0, ng + hp, -1)
         hp_end = np.where(hp >= 0, end[np.maximum(hp_node, 0)], 0)
