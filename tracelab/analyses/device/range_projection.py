@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model.grouping import sorted_unique, unique_inverse
@@ -138,14 +139,11 @@ def _launch_of_ops(rank, corr, lrows, gr) -> tuple[np.ndarray, np.ndarray, np.nd
     ckey_l = rank[lrows].astype(_I64) << 40 | (corr[lrows] & ((1 << 40) - 1))
     gcorr = corr[gr]
     ckey_g = rank[gr].astype(_I64) << 40 | (gcorr & ((1 << 40) - 1))
-    corder = np.argsort(ckey_l, kind="stable")
-    sorted_c = ckey_l[corder]
-    at = np.searchsorted(sorted_c, ckey_g)
-    ok = (gcorr >= 0) & (at < sorted_c.size)
-    ok[ok] &= sorted_c[at[ok]] == ckey_g[ok]
+    at = FirstPosition(ckey_l).find(ckey_g)  # a table when the ids are packed (one rank), else a sort
+    ok = (gcorr >= 0) & (at >= 0)
     unlaunched = int((~ok).sum())
     ops = gr[ok]
-    op_pos = corder[at[ok]]  # position in the (thread, start) launch order
+    op_pos = at[ok]  # position in the (thread, start) launch order
     oo = np.argsort(op_pos, kind="stable")
     return ops[oo], op_pos[oo], oo, unlaunched
 
@@ -170,8 +168,12 @@ def _union_by_group(group: np.ndarray, op_rank: np.ndarray, s_by_rank: np.ndarra
     if n_groups * m >= 1 << 62:
         g, r = (group, op_rank) if not unique else _distinct(group, op_rank)
         return grouped_union_lengths(s_by_rank[r], e_by_rank[r], g, n_groups), g, r
-    key = sorted_unique(group * m + op_rank) if unique else np.sort(group * m + op_rank)
-    g, r = key // m, key % m
+    key = group * m + op_rank
+    if unique:
+        key = sorted_unique(key)
+    elif key.size > 1 and (key[1:] < key[:-1]).any():  # a range's ops mostly come in start order already
+        key = np.sort(key)
+    g, r = np.divmod(key, m)
     return grouped_union_lengths(s_by_rank[r], e_by_rank[r], g, n_groups, presorted=True), g, r
 
 
@@ -188,11 +190,11 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     """Project every host range of the timeline onto the GPU (see the module doc). `reference_ns`: what
     each name's `share` divides its GPU time by (the steps' total time; 0: the GPU span is used)."""
     kind = timeline.col("kind")
-    start = timeline.col("start").astype(_I64)
-    end = timeline.col("end").astype(_I64)
+    start = timeline.col("start").astype(_I64, copy=False)
+    end = timeline.col("end").astype(_I64, copy=False)
     rank = timeline.col("rank")
     tid = timeline.col("tid")
-    corr = timeline.col("correlation").astype(_I64)
+    corr = timeline.col("correlation").astype(_I64, copy=False)
     rr = np.flatnonzero(_is(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
     lr = np.flatnonzero(_is(kind, LAUNCH_KINDS) & (corr >= 0))
     gr = np.flatnonzero(_is(kind, GPU_KINDS))
