@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.grouping import sorted_unique
@@ -119,12 +120,11 @@ def _gpu_edges(
     if ng and hl.size:
         launch_nodes = ng + np.searchsorted(host_rows, hl)
         key_h = (c["rank"][hl].astype(np.int64) << 40) | (c["correlation"][hl] & ((1 << 40) - 1))
-        order = np.argsort(key_h, kind="stable")
-        key_s = key_h[order]
         key_g = (rank[g] << 40) | (corr_g & ((1 << 40) - 1))
-        pos = np.minimum(np.searchsorted(key_s, key_g), key_s.size - 1)
-        ok = (key_s[pos] == key_g) & (corr_g >= 0) & (c["correlation"][hl][order][pos] >= 0)
-        launch[ok] = launch_nodes[order[pos[ok]]]
+        pos = FirstPosition(key_h).find(key_g)  # the first launch call with the key (a table for packed ids)
+        ok = (pos >= 0) & (corr_g >= 0)
+        ok[ok] &= c["correlation"][hl[pos[ok]]] >= 0
+        launch[ok] = launch_nodes[pos[ok]]
     la_t = np.where(launch >= 0, start[np.maximum(launch, 0)], np.iinfo(np.int64).min)
     # another stream's operation that ended after both (an event wait between streams, NCCL waiting
     # for the compute stream): the latest end at or before the start, on the rank's GPUs
