@@ -16,7 +16,9 @@ materialised once (ops x nesting depth) for the unions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -63,16 +65,22 @@ class RangeProjection:
     gpu_ops: np.ndarray  # ops launched inside
     gpu_start: np.ndarray  # projected start (-1 when no op)
     gpu_end: np.ndarray  # projected end (-1 when no op)
-    gpu_ns: np.ndarray  # union of its ops
     kernel_ns: np.ndarray
     stats: tuple[RangeStat, ...]
     reference_ns: int  # what `share` divides by
     reference: str  # "steps" or "gpu span" or "none"
     unlaunched_ops: int  # GPU ops whose launch call is not in the trace (belong to no range)
+    unions: Callable[[], np.ndarray] = field(repr=False)  # computes `gpu_ns`
 
     @property
     def n(self) -> int:
         return int(self.rows.size)
+
+    @cached_property
+    def gpu_ns(self) -> np.ndarray:
+        """The union of each instance's ops, computed when first asked for: the per-name figures (`stats`,
+        all that `analyze --json` lists) do not need it."""
+        return self.unions()
 
 
 def _is(kind: np.ndarray, kinds: tuple) -> np.ndarray:
@@ -229,7 +237,7 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     by_rank[op_rank] = np.arange(op_rank.size, dtype=op_rank.dtype)
     s_rank, e_rank, k_rank = os_[by_rank], oe[by_rank], kdur[by_rank]
     pair_range, pair_op = _pairs(olo, count)
-    gpu_ns, _, _ = _union_by_group(pair_range, op_rank[pair_op], s_rank, e_rank, n)
+    pair_rank = op_rank[pair_op]
     gpu_start = np.full(n, -1, _I64)
     gpu_end = np.full(n, -1, _I64)
     has = count > 0
@@ -244,13 +252,24 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
 
     depth, count, gpu_start, gpu_end = original(depth), original(count), original(gpu_start), original(gpu_end)
     parent = original(np.where(parent >= 0, by[np.maximum(parent, 0)], -1))
-    pairs = (by[pair_range], op_rank[pair_op], s_rank, e_rank, k_rank)
+    pairs = (by[pair_range], pair_rank, s_rank, e_rank, k_rank)
     stats = _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, reference_ns, parent)
     return RangeProjection(
         rows=rr, depth=depth, parent=parent, gpu_ops=count, gpu_start=gpu_start, gpu_end=gpu_end,
-        gpu_ns=original(gpu_ns), kernel_ns=original(kernel_ns.astype(_I64)), stats=stats,
-        reference_ns=int(reference_ns), reference=reference, unlaunched_ops=unlaunched,
+        kernel_ns=original(kernel_ns.astype(_I64)), stats=stats, reference_ns=int(reference_ns),
+        reference=reference, unlaunched_ops=unlaunched, unions=partial(_range_unions, pair_range, pair_rank, s_rank,
+                                                                         e_rank, by),
     )
+
+
+def _range_unions(pair_range: np.ndarray, pair_rank: np.ndarray, s_rank: np.ndarray, e_rank: np.ndarray,
+                  by: np.ndarray) -> np.ndarray:
+    """Per instance (timeline row order): the union of its ops' GPU intervals, from the (range, op) pairs
+    of the ranges in `by` order."""
+    lengths = _union_by_group(pair_range, pair_rank, s_rank, e_rank, by.size)[0]
+    out = np.empty_like(lengths)
+    out[by] = lengths
+    return out
 
 
 def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, reference_ns,
