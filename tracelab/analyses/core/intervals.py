@@ -77,16 +77,18 @@ def intersection_length(a_starts, a_ends, b_starts, b_ends) -> int:
     return length(*intersect(au, ae, bu, be))
 
 
-def merge_grouped(starts, ends, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Union of the intervals within each group: (starts, ends, group) sorted by (group, start)."""
+def merge_grouped(starts, ends, groups, presorted: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of the intervals within each group: (starts, ends, group) sorted by (group, start).
+    `presorted`: the intervals come sorted by (group, start) already (no sort here)."""
     s = _as_i64(starts)
     e = _as_i64(ends)
     g = _as_i64(groups)
     n = s.size
     if n == 0:
         return _EMPTY, _EMPTY, _EMPTY
-    order = _by_group_then_start(s, g)
-    s, e, g = s[order], e[order], g[order]
+    if not presorted:
+        order = _by_group_then_start(s, g)
+        s, e, g = s[order], e[order], g[order]
     boundary = np.empty(n, dtype=bool)
     boundary[0] = True
     np.not_equal(g[1:], g[:-1], out=boundary[1:])
@@ -124,9 +126,10 @@ def _by_group_then_start(s: np.ndarray, g: np.ndarray) -> np.ndarray:
     return order[np.argsort(g, kind="stable")]
 
 
-def grouped_union_lengths(starts, ends, groups, n_groups: int | None = None) -> np.ndarray:
-    """Union length per group id (groups are small non-negative ints); an array of n_groups."""
-    gs, ge, gg = merge_grouped(starts, ends, groups)
+def grouped_union_lengths(starts, ends, groups, n_groups: int | None = None, presorted: bool = False) -> np.ndarray:
+    """Union length per group id (groups are small non-negative ints); an array of n_groups. `presorted`:
+    the intervals come sorted by (group, start)."""
+    gs, ge, gg = merge_grouped(starts, ends, groups, presorted)
     size = n_groups if n_groups is not None else (int(gg.max()) + 1 if gg.size else 0)
     return np.bincount(gg, weights=(ge - gs), minlength=size).astype(np.int64)
 

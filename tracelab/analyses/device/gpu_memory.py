@@ -106,8 +106,9 @@ def memory_timeline(tl: Timeline, analysis: Analysis | None = None) -> MemoryTim
     alloc = np.asarray(mem["allocated"], dtype=_I64)[gpu]
     reserved = np.asarray(mem["reserved"], dtype=_I64)[gpu]
     size = np.asarray(mem["bytes"], dtype=_I64)[gpu]
-    tid = np.asarray(mem.get("tid", [-1] * int(gpu.size)), dtype=_I64)[gpu]
-    corr = np.asarray(mem.get("correlation", [-1] * int(gpu.size)), dtype=_I64)[gpu]
+    absent = np.full(gpu.size, -1, dtype=_I64)  # a column the memory events do not hold
+    tid = (np.asarray(mem["tid"], dtype=_I64) if "tid" in mem else absent)[gpu]
+    corr = (np.asarray(mem["correlation"], dtype=_I64) if "correlation" in mem else absent)[gpu]
     order = np.lexsort((t, dev))
     t, dev, alloc, reserved, size, tid, corr = (a[order] for a in (t, dev, alloc, reserved, size, tid, corr))
     rank = int(tl.meta.ranks[0]) if tl.meta.ranks else 0

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.distinct import FirstPosition
+from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model import EventKind, Flag, Timeline
-from tracelab.model.grouping import group_codes, sorted_unique
+from tracelab.model.grouping import sorted_unique
 
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 _API_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
@@ -86,7 +88,7 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     hand = np.zeros(n, dtype=np.int64)
     edge = np.zeros(n, dtype=np.int8)
     _gpu_edges(c, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
-    thread, alt_pred, alt_hand = _host_edges(c, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
+    thread, alt_pred, alt_hand = _host_edges(tl, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
     # a hand-over never falls after the node starts, except a sync's, which lies inside the call
     hand = np.where(edge == SYNC, np.minimum(np.maximum(hand, start), end), np.minimum(hand, start))
     last_start, last_node = _collective_edges(collectives, rows, start)
@@ -118,12 +120,11 @@ def _gpu_edges(
     if ng and hl.size:
         launch_nodes = ng + np.searchsorted(host_rows, hl)
         key_h = (c["rank"][hl].astype(np.int64) << 40) | (c["correlation"][hl] & ((1 << 40) - 1))
-        order = np.argsort(key_h, kind="stable")
-        key_s = key_h[order]
         key_g = (rank[g] << 40) | (corr_g & ((1 << 40) - 1))
-        pos = np.minimum(np.searchsorted(key_s, key_g), key_s.size - 1)
-        ok = (key_s[pos] == key_g) & (corr_g >= 0) & (c["correlation"][hl][order][pos] >= 0)
-        launch[ok] = launch_nodes[order[pos[ok]]]
+        pos = FirstPosition(key_h).find(key_g)  # the first launch call with the key (a table for packed ids)
+        ok = (pos >= 0) & (corr_g >= 0)
+        ok[ok] &= c["correlation"][hl[pos[ok]]] >= 0
+        launch[ok] = launch_nodes[pos[ok]]
     la_t = np.where(launch >= 0, start[np.maximum(launch, 0)], np.iinfo(np.int64).min)
     # another stream's operation that ended after both (an event wait between streams, NCCL waiting
     # for the compute stream): the latest end at or before the start, on the rank's GPUs
@@ -140,12 +141,13 @@ def _gpu_edges(
 
 
 def _host_edges(
-    c: Any, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
+    tl: Timeline, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
     pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A host call's predecessor: the previous call of its thread, or of another thread it waited for;
     a blocking call that waited: the GPU operation it waited for (in place). Returns each node's thread
     and a sync's host predecessor and hand-over (when the sync edge does not apply)."""
+    c = tl.cols
     kind, flags = c["kind"], c["flags"]
     ng = gpu_rows.size
     n = ng + host_rows.size
@@ -157,11 +159,7 @@ def _host_edges(
     if host_rows.size:
         h = slice(ng, n)
         cpu = np.flatnonzero(kind == int(EventKind.CPU_OP))
-        both = np.concatenate([host_rows, cpu])
-        tid_dense, _ = group_codes(iter((c["rank"][both], c["pid"][both], c["tid"][both])))
-        tid_dense = np.asarray(tid_dense, dtype=np.int64)
-        thread[h] = tid_dense[: host_rows.size]
-        cpu_thread = tid_dense[host_rows.size :]
+        thread[h], cpu_thread = thread_codes(tl, host_rows, cpu)
         hp = _prev_in_group([thread[h]], start[h])
         hp_node = np.where(hp >= 0, ng + hp, -1)
         hp_end = np.where(hp >= 0, end[np.maximum(hp_node, 0)], 0)
