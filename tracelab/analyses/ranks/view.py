@@ -22,6 +22,7 @@ import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
 from tracelab.analyses.core.intervals import intersection_length, union_length
+from tracelab.analyses.core.rows import positions_by
 from tracelab.analyses.ranks.collectives import Collectives, match_collectives, rank_stragglers
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Analysis, GapTable
@@ -255,12 +256,17 @@ def _loop_idle(analysis: Analysis) -> dict[tuple[int, str], int] | None:
     per: dict[int, list[tuple[int, int]]] = {}
     for st in loop_steps(analysis.steps):
         per.setdefault(int(st.rank), []).append((int(st.start_ns), int(st.end_ns)))
-    for r, ws in per.items():  # per rank (a few to a few hundred), vectorized over the gaps
+    by_rank = positions_by(rank)  # the gaps grouped by rank once: each rank reads its own slice
+    for r, ws in per.items():  # per rank (a few to a few hundred), vectorized over the rank's gaps
+        mine = by_rank.get(r)
+        if mine is None:
+            continue
         ws.sort()
         a = np.array([x for x, _ in ws], dtype=np.int64)
         b = np.array([y for _, y in ws], dtype=np.int64)
-        k = np.searchsorted(a, end, "right") - 1
-        keep |= (rank == r) & (k >= 0) & (end <= b[np.maximum(k, 0)])
+        e = end[mine]
+        k = np.searchsorted(a, e, "right") - 1
+        keep[mine] = (k >= 0) & (e <= b[np.maximum(k, 0)])
     n = len(GAP_CAUSES)
     sel = np.flatnonzero(keep)
     if not sel.size:
