@@ -48,3 +48,12 @@ def group_index(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nd
         return np.zeros(values.size, dtype=np.int64), np.zeros(values.size, dtype=bool)
     i = np.minimum(np.searchsorted(keys, values), keys.size - 1)
     return i.astype(np.int64), keys[i] == values
+
+
+def band_sums(bands: Bands, starts: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per band (0 .. n_groups-1), the sum of `values` of the intervals whose shifted `starts` (sorted, as
+    a union or an intersection gives them) lie in it: exact integer sums by one cumulative sum."""
+    cum = np.zeros(starts.size + 1, dtype=np.int64)
+    np.cumsum(values, out=cum[1:])
+    cut = np.searchsorted(starts, np.arange(n_groups + 1, dtype=np.int64) * bands.width, side="left")
+    return cum[cut[1:]] - cum[cut[:-1]]

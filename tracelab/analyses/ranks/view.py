@@ -24,6 +24,7 @@ from tracelab.analyses.core.distinct import distinct_codes
 from tracelab.analyses.core.intervals import intersection_length, union_length
 from tracelab.analyses.core.rows import positions_by
 from tracelab.analyses.ranks.collectives import Collectives, match_collectives, rank_stragglers
+from tracelab.analyses.ranks.device_figures import device_figures
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Analysis, GapTable
 from tracelab.model import EventKind, Timeline
@@ -159,35 +160,25 @@ def _steps_figures(
     """Per rank with steps: the table's figures with every interval clipped to the rank's steps' GPU span
     (its devices' GPU work, its gaps, its waits in matched collectives). Vectorized per device."""
     from tracelab.analyses.core.memo import column
-    from tracelab.analyses.core.rows import comm_kernels
     from tracelab.analyses.device.devices import device_rows
     from tracelab.analyses.scope import _per_rank_bounds
 
-    kind, start, end = column(timeline, "kind"), column(timeline, "start"), column(timeline, "end")
+    start = column(timeline, "start")
+    devices = [dr for dr in device_rows(timeline) if dr.rank in spans]
+    figures = device_figures(timeline, devices, spans)  # every device at once (None: too wide for bands)
     out: dict[int, dict[str, Any]] = {}
-    for dr in device_rows(timeline):  # per device (a few to a few hundred), vectorized inside
-        if dr.rank not in spans:
-            continue
+    for i, dr in enumerate(devices):  # per device (a few to a few hundred): its figures summed into its rank's
         lo, hi = spans[dr.rank]
-        rows = dr.rows
-        s, e = start[rows], end[rows]
-        keep = (e > lo) & (s < hi)
         f = out.setdefault(dr.rank, {"span_lo": hi, "span_hi": lo, "busy": 0, "idle": 0, "comm": 0, "overlap": 0})
-        if not keep.any():
+        got = figures[i] if figures is not None else _device_figure(timeline, dr, lo, hi)
+        if got is None:
             continue
-        rows = rows[keep]
-        s, e = np.maximum(s[keep], lo), np.minimum(e[keep], hi)  # start order kept
-        k = kind[rows]
-        comm = comm_kernels(timeline, rows)
-        busy = union_length(s, e, assume_sorted=True)
-        d_lo, d_hi = int(s.min()), int(e.max())
+        d_lo, d_hi, busy, idle, comm, overlap = got
         f["span_lo"], f["span_hi"] = min(f["span_lo"], d_lo), max(f["span_hi"], d_hi)
         f["busy"] += busy
-        f["idle"] += (d_hi - d_lo) - busy
-        f["comm"] += union_length(s[comm], e[comm], assume_sorted=True)
-        # compute/comm overlap as device_overlap defines it (kernels that are not communication ∩ comm kernels)
-        compute = (k == int(EventKind.KERNEL)) & ~comm
-        f["overlap"] += intersection_length(s[compute], e[compute], s[comm], e[comm])
+        f["idle"] += idle
+        f["comm"] += comm
+        f["overlap"] += overlap
     for r in spans:
         if r in out:
             out[r]["span"] = max(0, out[r]["span_hi"] - out[r]["span_lo"])
@@ -225,6 +216,29 @@ def _steps_figures(
         f["wait"] = int(w_sum[i]) if i is not None else 0
         f["calls"] = int(calls_of.get(r, 0))
     return out
+
+
+def _device_figure(timeline: Timeline, dr: Any, lo: int, hi: int) -> tuple[int, int, int, int, int, int] | None:
+    """One device's GPU work clipped to [lo, hi): (first start, last end, busy, idle, comm, compute/comm
+    overlap), None when none lies inside (`device_figures` one device at a time)."""
+    from tracelab.analyses.core.memo import column
+    from tracelab.analyses.core.rows import comm_kernels
+
+    kind, start, end = column(timeline, "kind"), column(timeline, "start"), column(timeline, "end")
+    rows = dr.rows
+    s, e = start[rows], end[rows]
+    keep = (e > lo) & (s < hi)
+    if not keep.any():
+        return None
+    rows = rows[keep]
+    s, e = np.maximum(s[keep], lo), np.minimum(e[keep], hi)  # start order kept
+    comm = comm_kernels(timeline, rows)
+    busy = union_length(s, e, assume_sorted=True)
+    d_lo, d_hi = int(s.min()), int(e.max())
+    # compute/comm overlap as device_overlap defines it (kernels that are not communication ∩ comm kernels)
+    compute = (kind[rows] == int(EventKind.KERNEL)) & ~comm
+    return (d_lo, d_hi, busy, (d_hi - d_lo) - busy, union_length(s[comm], e[comm], assume_sorted=True),
+            intersection_length(s[compute], e[compute], s[comm], e[comm]))
 
 
 def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
