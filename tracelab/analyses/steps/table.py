@@ -191,6 +191,8 @@ def _banded_figures(
     (tracelab.analyses.core.bands); None when the bands would be too wide (the caller goes rank by rank)."""
     start, end, g_start, g_end, g_cause, g_dev, g_rank = columns
     ranks = list(mine_of)
+    if not ranks:  # no steps: no rows
+        return {}
     keys = np.array(ranks, dtype=np.int64)
     n_steps = [len(mine_of[r]) for r in ranks]
     s = np.array([st.start_ns for r in ranks for st in mine_of[r]], dtype=np.int64)
