@@ -4,7 +4,7 @@ rules that pick the cause from that evidence (tracelab.analyses.gaps.evidence)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -69,6 +69,17 @@ class _Classified:
     os: _OsEvidence
     inp: _InputEvidence
     prof: _ProfilerEvidence
+
+    def take(self, m: np.ndarray) -> _Classified:
+        """The classification of the intervals m (every column is per interval; each interval's cause and
+        evidence depend on it alone, so this is what classifying those intervals alone gives)."""
+        return _take(self, m)
+
+
+def _take(x: object, m: np.ndarray) -> object:
+    if isinstance(x, np.ndarray):
+        return x[m]
+    return type(x)(*(_take(getattr(x, f.name), m) for f in fields(x)))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

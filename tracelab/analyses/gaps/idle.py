@@ -73,6 +73,8 @@ from tracelab.model import Timeline
 __all__ = ["Classification", "IdleIntervals", "find_gaps", "find_gaps_with_details", "idle_intervals"]
 
 _I64 = np.int64
+# a device with at most this many idle intervals has them all classified in one pass (with the gaps' details)
+ONE_PASS_MAX = 1 << 14
 
 
 
@@ -170,13 +172,23 @@ class Classification:
         self.rows = device_rows(timeline) if rows is None else rows
         self.hosts = host_views(timeline) if hosts is None else hosts
         self._parts: list[tuple[DeviceRows, _Idle | None, np.ndarray, _Classified | None]] = []
+        self._whole: dict[tuple[int, int], _Classified] = {}  # devices whose every interval is classified
         for dr in self.rows:
             idle = _idle_of(timeline, dr)
             if idle is None:
                 self._parts.append((dr, None, np.zeros(0, dtype=bool), None))
                 continue
             sel = (idle.b - idle.a) >= max(int(threshold_ns), 1)
-            self._parts.append((dr, idle, sel, _classify(timeline, dr, self.hosts[dr.rank], idle.take(sel))))
+            host = self.hosts[dr.rank]
+            if idle.a.size <= ONE_PASS_MAX:
+                # a small device: every interval at once (the findings ask for the short ones' causes too),
+                # one classification instead of two (many devices: the fixed cost of each pass is most of it)
+                whole = _classify(timeline, dr, host, idle)
+                assert whole is not None
+                self._whole[(dr.rank, dr.device)] = whole
+                self._parts.append((dr, idle, sel, whole.take(sel) if sel.any() else None))
+                continue
+            self._parts.append((dr, idle, sel, _classify(timeline, dr, host, idle.take(sel))))
         self._idle: dict[tuple[int, int], IdleIntervals] | None = None
 
     def gaps(self) -> tuple[GapTable, GapDetails]:
@@ -214,7 +226,10 @@ class Classification:
                     ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
         known = np.full(idle.a.size, -1, dtype=np.int8)  # the causes classified already (the gaps' first)
         drained = np.zeros(idle.a.size, dtype=bool)
-        if c is not None:
+        whole = self._whole.get((dr.rank, dr.device))
+        if whole is not None:
+            known, drained = whole.cause.copy(), whole.drained.copy()
+        elif c is not None:
             known[sel] = c.cause
             drained[sel] = c.drained
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.analyses.core.bands import Bands, group_index
 from tracelab.analyses.core.intervals import covered_length, merge, subtract
 from tracelab.analyses.ranks.collectives import Collectives
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
@@ -61,12 +62,52 @@ class StepComm:
 def comm_by_step(
     timeline: Timeline, collectives: Collectives, windows: dict[int, tuple[np.ndarray, np.ndarray]]
 ) -> tuple[StepComm, ...]:
-    """Communication, exposed communication and waiting per step of every rank (module docstring)."""
+    """Communication, exposed communication and waiting per step of every rank (module docstring): every
+    rank at once, each in its own band of the number line (tracelab.analyses.core.bands)."""
     ev = timeline.cols
     kind = ev["kind"]
     gpu = np.flatnonzero(np.isin(kind, _GPU_KINDS))
     if not gpu.size or not windows:
         return ()
+    ranks = sorted(windows)
+    keys = np.array(ranks, dtype=np.int64)
+    band, mine = group_index(keys, ev["rank"][gpu].astype(np.int64))
+    gpu, band = gpu[mine], band[mine]
+    w_band, w_mine = group_index(keys, collectives.wait_rank.astype(np.int64))
+    ws0, we0, w_band = collectives.wait_start[w_mine], collectives.wait_end[w_mine], w_band[w_mine]
+    a0 = np.concatenate([windows[r][0] for r in ranks])
+    b0 = np.concatenate([windows[r][1] for r in ranks])
+    win_band = np.repeat(np.arange(len(ranks), dtype=np.int64), [windows[r][0].size for r in ranks])
+    start, end = ev["start"][gpu], ev["end"][gpu]
+    bands = Bands.of(len(ranks), start, end, ws0, we0, a0, b0)
+    if bands is None:  # a time range too wide for one band per rank: rank by rank
+        return _comm_by_step_ranks(timeline, collectives, windows)
+    s, e = bands.shift(start, band), bands.shift(end, band)
+    is_comm = (kind[gpu] == int(EventKind.KERNEL)) & ((ev["flags"][gpu] & Flag.COMM) != 0)
+    cs, ce = merge(s[is_comm], e[is_comm])
+    ks, ke = merge(s[~is_comm], e[~is_comm])
+    xs, xe = subtract(cs, ce, ks, ke)
+    ws, we = merge(bands.shift(ws0, w_band), bands.shift(we0, w_band))
+    a, b = bands.shift(a0, win_band), bands.shift(b0, win_band)
+    comm = covered_length(cs, ce, a, b).tolist()
+    exposed = covered_length(xs, xe, a, b).tolist()
+    wait = covered_length(ws, we, a, b).tolist()
+    out = []
+    k = 0
+    for r in ranks:
+        for i, (lo, hi) in enumerate(zip(windows[r][0].tolist(), windows[r][1].tolist(), strict=True)):  # per step
+            out.append(StepComm(r, i, lo, hi, int(comm[k]), int(exposed[k]), int(wait[k])))
+            k += 1
+    return tuple(out)
+
+
+def _comm_by_step_ranks(
+    timeline: Timeline, collectives: Collectives, windows: dict[int, tuple[np.ndarray, np.ndarray]]
+) -> tuple[StepComm, ...]:
+    """comm_by_step rank by rank (for times too far apart for one band per rank)."""
+    ev = timeline.cols
+    kind = ev["kind"]
+    gpu = np.flatnonzero(np.isin(kind, _GPU_KINDS))
     is_comm = (kind[gpu] == int(EventKind.KERNEL)) & ((ev["flags"][gpu] & Flag.COMM) != 0)
     rank = ev["rank"][gpu]
     start, end = ev["start"][gpu], ev["end"][gpu]

@@ -22,7 +22,9 @@ import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
 from tracelab.analyses.core.intervals import intersection_length, union_length
+from tracelab.analyses.core.rows import positions_by
 from tracelab.analyses.ranks.collectives import Collectives, match_collectives, rank_stragglers
+from tracelab.analyses.ranks.device_figures import device_figures
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Analysis, GapTable
 from tracelab.model import EventKind, Timeline
@@ -158,35 +160,25 @@ def _steps_figures(
     """Per rank with steps: the table's figures with every interval clipped to the rank's steps' GPU span
     (its devices' GPU work, its gaps, its waits in matched collectives). Vectorized per device."""
     from tracelab.analyses.core.memo import column
-    from tracelab.analyses.core.rows import comm_kernels
     from tracelab.analyses.device.devices import device_rows
     from tracelab.analyses.scope import _per_rank_bounds
 
-    kind, start, end = column(timeline, "kind"), column(timeline, "start"), column(timeline, "end")
+    start = column(timeline, "start")
+    devices = [dr for dr in device_rows(timeline) if dr.rank in spans]
+    figures = device_figures(timeline, devices, spans)  # every device at once (None: too wide for bands)
     out: dict[int, dict[str, Any]] = {}
-    for dr in device_rows(timeline):  # per device (a few to a few hundred), vectorized inside
-        if dr.rank not in spans:
-            continue
+    for i, dr in enumerate(devices):  # per device (a few to a few hundred): its figures summed into its rank's
         lo, hi = spans[dr.rank]
-        rows = dr.rows
-        s, e = start[rows], end[rows]
-        keep = (e > lo) & (s < hi)
         f = out.setdefault(dr.rank, {"span_lo": hi, "span_hi": lo, "busy": 0, "idle": 0, "comm": 0, "overlap": 0})
-        if not keep.any():
+        got = figures[i] if figures is not None else _device_figure(timeline, dr, lo, hi)
+        if got is None:
             continue
-        rows = rows[keep]
-        s, e = np.maximum(s[keep], lo), np.minimum(e[keep], hi)  # start order kept
-        k = kind[rows]
-        comm = comm_kernels(timeline, rows)
-        busy = union_length(s, e, assume_sorted=True)
-        d_lo, d_hi = int(s.min()), int(e.max())
+        d_lo, d_hi, busy, idle, comm, overlap = got
         f["span_lo"], f["span_hi"] = min(f["span_lo"], d_lo), max(f["span_hi"], d_hi)
         f["busy"] += busy
-        f["idle"] += (d_hi - d_lo) - busy
-        f["comm"] += union_length(s[comm], e[comm], assume_sorted=True)
-        # compute/comm overlap as device_overlap defines it (kernels that are not communication ∩ comm kernels)
-        compute = (k == int(EventKind.KERNEL)) & ~comm
-        f["overlap"] += intersection_length(s[compute], e[compute], s[comm], e[comm])
+        f["idle"] += idle
+        f["comm"] += comm
+        f["overlap"] += overlap
     for r in spans:
         if r in out:
             out[r]["span"] = max(0, out[r]["span_hi"] - out[r]["span_lo"])
@@ -226,6 +218,29 @@ def _steps_figures(
     return out
 
 
+def _device_figure(timeline: Timeline, dr: Any, lo: int, hi: int) -> tuple[int, int, int, int, int, int] | None:
+    """One device's GPU work clipped to [lo, hi): (first start, last end, busy, idle, comm, compute/comm
+    overlap), None when none lies inside (`device_figures` one device at a time)."""
+    from tracelab.analyses.core.memo import column
+    from tracelab.analyses.core.rows import comm_kernels
+
+    kind, start, end = column(timeline, "kind"), column(timeline, "start"), column(timeline, "end")
+    rows = dr.rows
+    s, e = start[rows], end[rows]
+    keep = (e > lo) & (s < hi)
+    if not keep.any():
+        return None
+    rows = rows[keep]
+    s, e = np.maximum(s[keep], lo), np.minimum(e[keep], hi)  # start order kept
+    comm = comm_kernels(timeline, rows)
+    busy = union_length(s, e, assume_sorted=True)
+    d_lo, d_hi = int(s.min()), int(e.max())
+    # compute/comm overlap as device_overlap defines it (kernels that are not communication ∩ comm kernels)
+    compute = (kind[rows] == int(EventKind.KERNEL)) & ~comm
+    return (d_lo, d_hi, busy, (d_hi - d_lo) - busy, union_length(s[comm], e[comm], assume_sorted=True),
+            intersection_length(s[compute], e[compute], s[comm], e[comm]))
+
+
 def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
     """The per-rank table and the matched collectives of a run (any number of ranks)."""
     from tracelab.analyses.ranks.comm_steps import comm_by_step, step_windows, straggler_causes
@@ -255,12 +270,17 @@ def _loop_idle(analysis: Analysis) -> dict[tuple[int, str], int] | None:
     per: dict[int, list[tuple[int, int]]] = {}
     for st in loop_steps(analysis.steps):
         per.setdefault(int(st.rank), []).append((int(st.start_ns), int(st.end_ns)))
-    for r, ws in per.items():  # per rank (a few to a few hundred), vectorized over the gaps
+    by_rank = positions_by(rank)  # the gaps grouped by rank once: each rank reads its own slice
+    for r, ws in per.items():  # per rank (a few to a few hundred), vectorized over the rank's gaps
+        mine = by_rank.get(r)
+        if mine is None:
+            continue
         ws.sort()
         a = np.array([x for x, _ in ws], dtype=np.int64)
         b = np.array([y for _, y in ws], dtype=np.int64)
-        k = np.searchsorted(a, end, "right") - 1
-        keep |= (rank == r) & (k >= 0) & (end <= b[np.maximum(k, 0)])
+        e = end[mine]
+        k = np.searchsorted(a, e, "right") - 1
+        keep[mine] = (k >= 0) & (e <= b[np.maximum(k, 0)])
     n = len(GAP_CAUSES)
     sel = np.flatnonzero(keep)
     if not sel.size:

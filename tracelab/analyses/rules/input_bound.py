@@ -58,18 +58,27 @@ class InputBoundData(Window):
     step_share: float
 
 
-def _input_idle(ctx: FindingContext, rank: int) -> tuple[np.ndarray, np.ndarray]:
+def _input_idle(by_rank: dict[int, list[Any]], rank: int) -> tuple[np.ndarray, np.ndarray]:
     """The union of the rank's GPU idle intervals of cause input_wait (all its devices), sorted."""
     starts, ends = [], []
-    for (r, _), idle in ctx.idle.items():
-        if r == rank and idle.start.size:
-            m = idle.cause == INPUT_WAIT
-            starts.append(idle.start[m])
-            ends.append(idle.end[m])
+    for idle in by_rank.get(rank, ()):
+        m = idle.cause == INPUT_WAIT
+        starts.append(idle.start[m])
+        ends.append(idle.end[m])
     if not starts:
         z = np.zeros(0, dtype=np.int64)
         return z, z
     return merge(np.concatenate(starts), np.concatenate(ends))
+
+
+def _idle_by_rank(ctx: FindingContext) -> dict[int, list[Any]]:
+    """The devices' idle intervals (those with any) grouped by rank, in ctx.idle's order: one pass over
+    the devices, not one per rank."""
+    by_rank: dict[int, list[Any]] = {}
+    for (r, _), idle in ctx.idle.items():
+        if idle.start.size:
+            by_rank.setdefault(r, []).append(idle)
+    return by_rank
 
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
@@ -78,8 +87,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     ranks: list[RankInput] = []
     loader_ops: dict[str, LoaderOp] = {}
     total_steps = wasted = 0
+    idle_by_rank = _idle_by_rank(ctx)
     for rank, host in ctx.hosts.items():
-        us, ue = _input_idle(ctx, rank)
+        us, ue = _input_idle(idle_by_rank, rank)
         if us.size == 0:
             continue
         s_start, s_end = ctx.step_bounds(rank)

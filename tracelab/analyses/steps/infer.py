@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -90,9 +91,17 @@ class Steps:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
 
+    @cached_property
+    def _by_rank(self) -> dict[int, list[Step]]:
+        """The steps grouped by rank (in their order), once: `of_rank` of every rank is one pass, not one each."""
+        out: dict[int, list[Step]] = {}
+        for s in self.steps:
+            out.setdefault(s.rank, []).append(s)
+        return out
+
     def of_rank(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of a rank's steps, int64, sorted by start."""
-        mine = [s for s in self.steps if s.rank == rank]
+        mine = self._by_rank.get(rank, [])
         starts = np.array([s.start_ns for s in mine], dtype=np.int64)
         ends = np.array([s.end_ns for s in mine], dtype=np.int64)
         order = np.argsort(starts, kind="stable")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.analyses.core.bands import Bands, group_index
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.core.launches import launch_starts
 from tracelab.analyses.core.rows import positions_by, rank_rows, ranks_of, rows_of
@@ -115,37 +116,40 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[St
     g_rank, g_dev = table.column("rank"), table.column("device")
     g_start, g_end = table.column("start"), table.column("end")
     g_cause = _STEP_CAUSE[table.column("cause")]
-    # the gaps grouped by (rank, cause), then by device; each group keeps the gaps' order
-    gaps_of: dict[tuple[int, int], dict[int, np.ndarray]] = {}
-    for key, pos in positions_by(g_rank * (len(CAUSES) + 1) + g_cause).items():
-        by_dev = {d: pos[p] for d, p in positions_by(g_dev[pos]).items()}
-        gaps_of[divmod(key, len(CAUSES) + 1)] = by_dev
     steps_of: dict[int, list] = {}
     for st in steps.steps:
         steps_of.setdefault(st.rank, []).append(st)
     empty = np.zeros(0, dtype=np.int64)
     rows: list[StepRow] = []
     by_rank = {s.rank: s.source for s in steps.steps}
+    mine_of = {rank: sorted(steps_of[rank], key=lambda st: st.start_ns) for rank in steps.ranks()}
+    columns = (start, end, g_start, g_end, g_cause, g_dev, g_rank)
+    banded = _banded_figures(timeline, columns, mine_of, gpu_of, blocking_of, kernel_of)
+    gaps_of: dict[tuple[int, int], dict[int, np.ndarray]] = {}
     for rank in steps.ranks():
-        mine = sorted(steps_of[rank], key=lambda st: st.start_ns)
+        mine = mine_of[rank]
         s = np.array([st.start_ns for st in mine], dtype=np.int64)
         e = np.array([st.end_ns for st in mine], dtype=np.int64)
         index = [st.index for st in mine]
         dur = e - s
         g = gpu_of.get(rank, empty)
-        us, ue = merge(start[g], end[g])
-        busy = covered_length(us, ue, s, e)
-        syncs = _count_in(s, e, start[blocking_of.get(rank, empty)])
-        kernels = _count_in(s, e, start[kernel_of.get(rank, empty)])
-        idle = {}
-        for ci, cause in enumerate(CAUSES):
-            total = np.zeros(s.size, dtype=np.int64)
-            for dev in sorted(gaps_of.get((rank, ci), {})):
-                sel = gaps_of[(rank, ci)][dev]
-                gs, ge = merge(g_start[sel], g_end[sel])
-                total += covered_length(gs, ge, s, e)
-            idle[cause] = total
-        g_lo, g_hi = gpu_windows(timeline, rank, g, s, e)
+        if banded is not None:
+            busy, syncs, kernels, idle, (g_lo, g_hi) = banded[rank]
+        else:  # times too far apart for one band per rank: rank by rank
+            gaps_of = gaps_of or _gaps_by_rank_cause(g_rank, g_cause, g_dev)
+            us, ue = merge(start[g], end[g])
+            busy = covered_length(us, ue, s, e)
+            syncs = _count_in(s, e, start[blocking_of.get(rank, empty)])
+            kernels = _count_in(s, e, start[kernel_of.get(rank, empty)])
+            g_lo, g_hi = gpu_windows(timeline, rank, g, s, e)
+            idle = {}
+            for ci, cause in enumerate(CAUSES):
+                total = np.zeros(s.size, dtype=np.int64)
+                for dev in sorted(gaps_of.get((rank, ci), {})):
+                    sel = gaps_of[(rank, ci)][dev]
+                    gs, ge = merge(g_start[sel], g_end[sel])
+                    total += covered_length(gs, ge, s, e)
+                idle[cause] = total
         into_next = np.zeros(s.size, dtype=bool)
         if s.size > 1:
             into_next[:-1] = (g_hi[:-1] >= 0) & (g_lo[1:] >= 0) & (g_hi[:-1] > g_lo[1:])
@@ -172,3 +176,82 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[St
                 )
             )
     return tuple(rows)
+
+
+def _banded_figures(
+    timeline: Timeline,
+    columns: tuple[np.ndarray, ...],
+    mine_of: dict[int, list],
+    gpu_of: dict[int, np.ndarray],
+    blocking_of: dict[int, np.ndarray],
+    kernel_of: dict[int, np.ndarray],
+) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]] | None:
+    """Per rank with steps: its steps' GPU busy time, blocking syncs, kernels, idle time by cause (summed
+    over its devices) and GPU windows (`gpu_windows`), for every rank at once, each rank's times in its own band of the number line
+    (tracelab.analyses.core.bands); None when the bands would be too wide (the caller goes rank by rank)."""
+    start, end, g_start, g_end, g_cause, g_dev, g_rank = columns
+    ranks = list(mine_of)
+    if not ranks:  # no steps: no rows
+        return {}
+    keys = np.array(ranks, dtype=np.int64)
+    n_steps = [len(mine_of[r]) for r in ranks]
+    s = np.array([st.start_ns for r in ranks for st in mine_of[r]], dtype=np.int64)
+    e = np.array([st.end_ns for r in ranks for st in mine_of[r]], dtype=np.int64)
+    s_band = np.repeat(np.arange(len(ranks), dtype=np.int64), n_steps)
+    empty = np.zeros(0, dtype=np.int64)
+
+    def rows_banded(of: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        parts = [of.get(r, empty) for r in ranks]
+        return np.concatenate(parts), np.repeat(np.arange(len(ranks), dtype=np.int64), [p.size for p in parts])
+
+    gpu, gpu_band = rows_banded(gpu_of)
+    blocking, b_band = rows_banded(blocking_of)
+    kernel, k_band = rows_banded(kernel_of)
+    gap_band, gap_mine = group_index(keys, g_rank.astype(np.int64))
+    launch = np.concatenate([launch_starts(timeline, r, gpu_of.get(r, empty)) for r in ranks])
+    launched = launch >= 0
+    bands = Bands.of(len(ranks), s, e, start[gpu], end[gpu], start[blocking], start[kernel],
+                     g_start[gap_mine], g_end[gap_mine], launch[launched])
+    if bands is None:
+        return None
+    a, b = bands.shift(s, s_band), bands.shift(e, s_band)
+    busy = covered_length(*merge(bands.shift(start[gpu], gpu_band), bands.shift(end[gpu], gpu_band)), a, b)
+    syncs = _count_in(a, b, bands.shift(start[blocking], b_band))
+    kernels = _count_in(a, b, bands.shift(start[kernel], k_band))
+    gs, ge = bands.shift(g_start, gap_band), bands.shift(g_end, gap_band)
+    idle = {cause: np.zeros(s.size, dtype=np.int64) for cause in CAUSES}
+    # per (cause, device) (a few dozen at most): the union of those gaps of every rank, over every step
+    dev_lo = int(g_dev.min()) if g_dev.size else 0
+    span = (int(g_dev.max()) - dev_lo + 1) if g_dev.size else 1
+    for key, pos in positions_by(g_cause.astype(np.int64) * span + (g_dev.astype(np.int64) - dev_lo)).items():
+        pos = pos[gap_mine[pos]]
+        if pos.size:
+            idle[CAUSES[key // span]] += covered_length(*merge(gs[pos], ge[pos]), a, b)
+    windows = _gpu_windows_banded(bands.shift(launch, gpu_band), launched, a, b, start[gpu], end[gpu])
+    cut = np.cumsum([0, *n_steps]).tolist()
+    return {
+        r: (busy[lo:hi], syncs[lo:hi], kernels[lo:hi], {c: v[lo:hi] for c, v in idle.items()},
+            (windows[0][lo:hi], windows[1][lo:hi]))
+        for r, lo, hi in zip(ranks, cut[:-1], cut[1:], strict=True)
+    }
+
+
+def _gpu_windows_banded(t: np.ndarray, launched: np.ndarray, a: np.ndarray, b: np.ndarray, g_start: np.ndarray,
+                        g_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`gpu_windows` of every step at once: t the GPU rows' launch times, steps [a, b), all in bands."""
+    lo = np.full(a.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(a.size, -1, dtype=np.int64)
+    i = np.searchsorted(a, t, side="right") - 1
+    ok = launched & (i >= 0) & (t < b[np.maximum(i, 0)])
+    np.minimum.at(lo, i[ok], g_start[ok])
+    np.maximum.at(hi, i[ok], g_end[ok])
+    return np.where(hi >= 0, lo, -1), hi
+
+
+def _gaps_by_rank_cause(g_rank: np.ndarray, g_cause: np.ndarray, g_dev: np.ndarray) -> dict[tuple[int, int], dict[int, np.ndarray]]:
+    """The gaps grouped by (rank, cause), then by device; each group keeps the gaps' order."""
+    gaps_of: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+    for key, pos in positions_by(g_rank * (len(CAUSES) + 1) + g_cause).items():
+        by_dev = {d: pos[p] for d, p in positions_by(g_dev[pos]).items()}
+        gaps_of[divmod(key, len(CAUSES) + 1)] = by_dev
+    return gaps_of
