@@ -94,11 +94,30 @@ def ranges(timeline: Timeline, analysis: Analysis | None = None, context: Analys
     """GPU time by host range (NVTX, record_function, Kineto cpu_op / user_annotation) projected through
     launch correlation (tracelab/analyses/device/range_projection.py): a `RangeProjection`. Shares are of the
     analysis' total step time when it has steps, else of the GPU span."""
-    from tracelab.analyses.device.range_projection import project_ranges
+    from tracelab.analyses.device.range_projection import with_reference
 
     ref = sum(s.end_ns - s.start_ns for s in analysis.steps) if analysis is not None else 0
-    with using(timeline, context):
-        return project_ranges(timeline, ref, "steps" if ref else "gpu span")
+    with using(timeline, context) as ctx:
+        projection = _projection(timeline, ctx)
+    return with_reference(projection, ref, "steps") if ref else projection
+
+
+def _projection(timeline: Timeline, ctx: AnalysisContext) -> Any:
+    """GPU time by range with the GPU span as reference, once per context (`start_ranges` may have begun it)."""
+    from tracelab.analyses.device.range_projection import project_ranges
+
+    return ctx.memo(("range projection",), lambda: project_ranges(timeline))
+
+
+def start_ranges(timeline: Timeline, context: AnalysisContext) -> None:
+    """Begin GPU time by range of a big timeline on a helper thread now (it does not depend on the
+    analysis): `ranges` then takes it from `context`, waiting for it if needed. A small timeline (one
+    analysis thread, `analyses/parallel.threads_for`) starts nothing."""
+    from tracelab.analyses.parallel import in_background, threads_for
+
+    if threads_for(timeline.n_events) > 1:
+        with using(timeline, context) as ctx:
+            in_background(lambda: _projection(timeline, ctx))
 
 
 def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:

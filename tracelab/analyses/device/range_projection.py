@@ -17,7 +17,7 @@ materialised once (ops x nesting depth) for the unions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 
 import numpy as np
@@ -260,6 +260,14 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
         reference=reference, unlaunched_ops=unlaunched, unions=partial(_range_unions, pair_range, pair_rank, s_rank,
                                                                          e_rank, by),
     )
+
+
+def with_reference(projection: RangeProjection, reference_ns: int, reference: str) -> RangeProjection:
+    """The same projection with each name's `share` of `reference_ns` (> 0) instead: what
+    `project_ranges(timeline, reference_ns, reference)` gives, without projecting again (the projection
+    may start before the steps that give the reference are known)."""
+    stats = tuple(replace(s, share=float(s.gpu_ns) / reference_ns) for s in projection.stats)
+    return replace(projection, stats=stats, reference_ns=int(reference_ns), reference=reference)
 
 
 def _range_unions(pair_range: np.ndarray, pair_rank: np.ndarray, s_rank: np.ndarray, e_rank: np.ndarray,
