@@ -142,11 +142,11 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     """Project every host range of the timeline onto the GPU (see the module doc). `reference_ns`: what
     each name's `share` divides its GPU time by (the steps' total time; 0: the GPU span is used)."""
     kind = timeline.col("kind")
-    start = timeline.col("start").astype(_I64)
-    end = timeline.col("end").astype(_I64)
+    start = timeline.col("start").astype(_I64, copy=False)
+    end = timeline.col("end").astype(_I64, copy=False)
     rank = timeline.col("rank")
     pid, tid = timeline.col("pid"), timeline.col("tid")
-    corr = timeline.col("correlation").astype(_I64)
+    corr = timeline.col("correlation").astype(_I64, copy=False)
     rr = np.flatnonzero(_is(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
     lr = np.flatnonzero(_is(kind, LAUNCH_KINDS) & (corr >= 0))
     gr = np.flatnonzero(_is(kind, GPU_KINDS))
