@@ -86,7 +86,12 @@ def _events(p: Path) -> list[dict]:
 
 
 def _parsed(p: Path) -> dict | None:
-    return load_kineto(p).meta.extra.get("memory")
+    """extra["memory"] with its columns as lists (the parser keeps int64 arrays)."""
+    got = load_kineto(p).meta.extra.get("memory")
+    if got is not None:
+        assert all(got[k].dtype == "int64" for k in ("t", "device", "bytes", "allocated", "reserved", "addr", "tid"))
+        got = {k: v.tolist() if hasattr(v, "tolist") else v for k, v in got.items()}
+    return got
 
 
 def _check(p: Path) -> dict:

@@ -179,11 +179,11 @@ def _launch_rows(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
 def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
     lr, gr = _launch_rows(tl)
     corr = tl.col("correlation")
-    rank = tl.col("rank").astype(np.int64)
+    rank = tl.col("rank")  # a broadcast column of a one-rank trace: no int64 copy of every event
     lc = corr[lr]
     no_corr = int((lc < 0).sum())
-    gkey = sorted_unique((rank[gr] << 40) | (corr[gr] & ((1 << 40) - 1)))
-    lkey = (rank[lr] << 40) | (lc & ((1 << 40) - 1))
+    gkey = sorted_unique((rank[gr].astype(np.int64) << 40) | (corr[gr] & ((1 << 40) - 1)))
+    lkey = (rank[lr].astype(np.int64) << 40) | (lc & ((1 << 40) - 1))
     found = member(lkey, gkey) & (lc >= 0)
     unmatched = (~found) & (lc >= 0)
     orphans = int(tl.meta.stats.get("orphan_gpu_events", 0))

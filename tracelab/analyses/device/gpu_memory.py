@@ -95,7 +95,7 @@ def _call_of(tl: Timeline, corr: int) -> tuple[int, int]:
 def memory_timeline(tl: Timeline, analysis: Analysis | None = None) -> MemoryTimeline | None:
     """The run's GPU memory timeline, or None when the trace recorded no memory events."""
     mem = tl.meta.extra.get("memory") if isinstance(tl.meta.extra, dict) else None
-    if not mem or not mem.get("t"):
+    if not mem or len(mem.get("t", ())) == 0:  # lists (nsys, the store) or int64 arrays (Kineto)
         return None
     t = np.asarray(mem["t"], dtype=_I64)
     dev = np.asarray(mem["device"], dtype=_I64)

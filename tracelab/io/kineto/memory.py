@@ -36,7 +36,7 @@ def piece_memory(rows: Rows, vals: np.ndarray) -> tuple[np.ndarray, dict[str, np
 def memory_document(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], total: int) -> dict[str, Any] | None:
     """Columns of the `[memory]` instants (the pieces' `piece_memory`, in file order, at most MAX_EVENTS
     of the `total` seen) sorted by time (ns on the trace clock, as the parser converts µs): t, device
-    (-1: host), bytes, allocated, reserved, addr, tid; None when there are none. "truncated" says whether
+    (-1: host), bytes, allocated, reserved, addr, tid, as int64 arrays; None when there are none. "truncated" says whether
     the trace held more than were kept."""
     if not parts or not sum(len(p[0]) for p in parts):
         return None
@@ -46,5 +46,7 @@ def memory_document(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], total
     t = whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64)  # as validate.us_to_ns_checked
     order = np.argsort(t, kind="stable")
     cols = {"t": t} | rest
-    return {k: v[order].tolist() for k, v in cols.items()} | {"source": "kineto [memory] instants",
-                                                              "truncated": total >= MAX_EVENTS}
+    # int64 arrays, not lists: a million instants as Python ints took ~220 MB (issue 26); the store writes
+    # them as JSON lists (orjson's numpy option) and every reader takes either
+    return {k: np.ascontiguousarray(v[order]) for k, v in cols.items()} | {"source": "kineto [memory] instants",
+                                                                           "truncated": total >= MAX_EVENTS}
