@@ -92,3 +92,52 @@ def test_gap_items_are_orjson_bytes_for_odd_values() -> None:
     want = orjson.dumps({"gaps": gap_docs(part, texts[2:9])}, option=orjson.OPT_INDENT_2)
     assert gap_items(part, texts[2:9]) == want[_ITEMS_FROM:-_ITEMS_TO]
     assert gap_items(table.rows(0, 0), []) == b""
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_extras_given_as_a_call_are_asked_for_after_the_gaps(chunk: int) -> None:
+    """`analyze --json` of a big timeline computes its extras on a helper thread while the gaps are written:
+    the bytes are the same, and the extras are asked for only once every gap is out."""
+    analysis = analyze(load(TRACE))
+    extra = {"ranks": [{"rank": 0, "note": '"gaps": [],\n'}], "critical_path": {"steps": []}}
+    whole = orjson.dumps({**to_document(analysis), **extra}, option=OPTIONS)
+    out = io.BytesIO()
+    written_when_asked: list[bytes] = []
+
+    def later() -> dict:
+        written_when_asked.append(out.getvalue())
+        return extra
+
+    write_document(analysis, out.write, later, chunk=chunk)
+    assert out.getvalue() == whole
+    assert len(written_when_asked) == 1
+    written = written_when_asked[0]
+    # by then: the document up to the end of the last gap, and nothing after it
+    assert whole.startswith(written) and whole[len(written):].startswith(b"\n  ],\n")
+    gaps_part = written[written.index(b'\n  "gaps": ['):]
+    assert gaps_part.count(b'"duration_ns": ') == len(analysis.gaps)
+
+
+def test_extras_as_a_call_may_not_change_what_precedes_the_gaps() -> None:
+    analysis = analyze(load(TRACE))
+    with pytest.raises(ValueError, match="before its gaps"):
+        write_document(analysis, io.BytesIO().write, lambda: {"steps": []})
+
+
+def test_started_extras_and_ranges_equal_the_direct_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the helper threads on (as for a timeline of 200k+ events on 2+ cores), `start_ranges` and
+    `start_document_extras` give what `document_extras` computes on this thread."""
+    from tracelab import api
+    from tracelab.analyses import parallel
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_EVENTS", 0)
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
+    timeline = load(TRACE)
+    direct_analysis = analyze(timeline)
+    direct = api.document_extras(timeline, direct_analysis)
+    context = api.AnalysisContext(timeline)
+    api.start_ranges(timeline, context)
+    analysis = api.analyze(timeline, context=context)
+    started = api.start_document_extras(timeline, analysis, None, context)
+    assert callable(started)
+    assert orjson.dumps(started(), option=OPTIONS) == orjson.dumps(direct, option=OPTIONS)
