@@ -29,7 +29,7 @@ python3 benchmarks/bench_parse.py /tmp/x4.json --hta-python python3 --repeat 2 -
 fi
 if has x16; then
 python3 benchmarks/make_big_kineto.py $T /tmp/x16.json --copies 16 > /dev/null
-python3 benchmarks/ab_analyze.py /tmp/x16.json /tmp/b896 $PWD 2 2>&1 | tee $OUT/ab_x16.txt
+python3 benchmarks/ab_analyze.py /tmp/x16.json /tmp/b896 $PWD ${X16_ROUNDS:-2} 2>&1 | tee $OUT/ab_x16.txt
 fi
 rm -f /tmp/x4.json /tmp/x16.json
 if has x64; then
