@@ -5,7 +5,7 @@ derive from the timeline is computed once per context (without one, once per cal
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracelab.analyses.core.memo import AnalysisContext, using
@@ -168,20 +168,6 @@ def document_extras(
     out["critical_path"] = critical_path_document(path)
     out.update({"health": h.to_dict(), "ranges": ranges_doc(p), "memory": None if m is None else m.to_dict()})
     return out
-
-
-def start_document_extras(
-    timeline: Timeline, analysis: Analysis, ranks: RankAnalysis | None = None, context: AnalysisContext | None = None
-) -> dict[str, Any] | Callable[[], dict[str, Any]]:
-    """`document_extras`, begun now on a helper thread for a big timeline: a call that waits for them
-    (`write_document` makes it once the gaps are written, so the two overlap); for a small one (one
-    analysis thread, `analyses/parallel.threads_for`) the extras themselves."""
-    from tracelab.analyses.parallel import in_background, threads_for
-
-    if threads_for(timeline.n_events) <= 1:
-        return document_extras(timeline, analysis, ranks, context)
-    with using(timeline, context) as ctx:
-        return in_background(lambda: document_extras(timeline, analysis, ranks, ctx))
 
 
 def rank_analysis(timeline: Timeline, analysis: Analysis, context: AnalysisContext | None = None) -> RankAnalysis:

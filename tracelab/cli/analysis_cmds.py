@@ -94,7 +94,7 @@ def analyze(
         from tracelab.render.export.document import write_document
 
         out = _stdout_bytes()
-        write_document(analysis, out.write, api.start_document_extras(scoped, analysis, ranks, context))
+        write_document(analysis, out.write, api.document_extras(scoped, analysis, ranks, context))
         out.flush()
     else:
         _print_analysis_text(analysis, title, scoped, context, ranks, top_gaps, all_ranges)

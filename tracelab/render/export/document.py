@@ -41,27 +41,17 @@ _ITEMS_TO = len(b"\n  ]\n}")
 
 
 def write_document(
-    analysis: Analysis,
-    write: Callable[[bytes], Any],
-    extra: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
-    chunk: int = 32768,
+    analysis: Analysis, write: Callable[[bytes], Any], extra: dict[str, Any] | None = None, chunk: int = 32768
 ) -> None:
     """Write `{**to_document(analysis), **extra}` as indented JSON (orjson, 2 spaces, a final newline)
     through `write`, byte for byte what one `orjson.dumps` of the whole document gives, but with the
     gaps (and their evidence text) built and encoded `chunk` at a time: no dict or sentence per gap for
-    the whole list at once, no copy of the whole text in memory. `extra` may be a call that gives it: it
-    is made once the gaps are written (the extras may be computed on other threads meanwhile: `analyze
-    --json` of a big timeline); its keys then come after the gaps' (a key of the document before the
-    gaps is refused)."""
+    the whole list at once, no copy of the whole text in memory."""
     import orjson
 
     options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
-    doc = document(analysis, None)
+    head = orjson.dumps({**document(analysis, None), **(extra or {})}, option=options)
     gaps = analysis.gaps
-    later = extra if callable(extra) and gaps else None
-    if callable(extra) and not gaps:
-        extra = extra()
-    head = orjson.dumps({**doc, **(extra or {})} if later is None else doc, option=options)
     if not gaps:
         write(head + b"\n")
         return
@@ -79,20 +69,7 @@ def write_document(
         # the items already indented as the document has them (no pass to re-indent every line)
         body = memoryview(orjson.dumps({"gaps": gap_docs(part, texts)}, option=options))
         write(body[_ITEMS_FROM:-_ITEMS_TO])
-    if later is not None:
-        head = orjson.dumps(_after_gaps(doc, later()), option=options)
-        cut = head.index(_GAPS_EMPTY)
     write(b"\n  ],\n" + head[cut + len(_GAPS_EMPTY) :] + b"\n")
-
-
-def _after_gaps(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`{**doc, **extra}`, whose part before the gaps was written from `doc` alone: `extra` may not
-    change it."""
-    before = list(doc)[: list(doc).index("gaps")]
-    clash = sorted(set(before) & set(extra))
-    if clash:
-        raise ValueError(f"extras would change the document before its gaps: {clash}")
-    return {**doc, **extra}
 
 
 # One gap as orjson (OPT_INDENT_2) writes it as an item of the top-level "gaps" list (integers as %d
