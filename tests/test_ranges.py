@@ -67,3 +67,27 @@ def test_the_text_table_and_all_ranges():
     assert f"GPU time by range (all {n}" in every
     section = every.split("GPU time by range", 1)[1].splitlines()
     assert len([x for x in section[3:] if x.strip() and not x.startswith("(")]) >= n
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_ranges_started_before_the_analysis_equal_the_direct_projection(name, monkeypatch):
+    """`api.start_ranges` (a big timeline's projection on a helper thread, begun before the steps are known)
+    then `api.ranges` gives what `project_ranges` gives with the steps' total as reference, share for share.
+    Helper threads are forced on (they start from 200k events on 2+ cores) for these small runs."""
+    from tracelab import api
+    from tracelab.analyses import parallel
+    from tracelab.analyses.device.range_projection import project_ranges
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_EVENTS", 0)
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
+    timeline = api.load(demo_run(name))
+    context = api.AnalysisContext(timeline)
+    api.start_ranges(timeline, context)
+    analysis = api.analyze(timeline, context=context)
+    got = api.ranges(timeline, analysis, context)
+    ref = sum(s.end_ns - s.start_ns for s in analysis.steps)
+    assert ref > 0
+    want = project_ranges(timeline, ref, "steps")
+    assert got.stats == want.stats and (got.reference_ns, got.reference) == (ref, "steps")
+    assert [s.share for s in got.stats] == [s.gpu_ns / ref for s in want.stats]
+    assert (got.rows == want.rows).all() and (got.gpu_ns == want.gpu_ns).all()
