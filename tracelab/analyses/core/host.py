@@ -9,7 +9,6 @@ All lookups are vectorized (searchsorted over sorted arrays); loops run only ove
 from __future__ import annotations
 
 import itertools
-import re
 from typing import Literal
 
 import numpy as np
@@ -20,6 +19,7 @@ from tracelab.analyses.core.host_threads import FirstSeen, os_call_rows
 from tracelab.analyses.core.intervals import complement_all, intersect, merge, running_max_index, subtract
 from tracelab.analyses.core.memo import column
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
+from tracelab.analyses.core.step_names import PROFILER_STEP_NAME, STEP_LIKE_NAME
 from tracelab.analyses.gaps.input_wait import DATALOADER, DEFAULT_INPUT_WORDS, INPUT_OS_CALLS, words_pattern
 from tracelab.model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
 from tracelab.model.grouping import member, sorted_unique
@@ -37,8 +37,6 @@ THREAD_WAITS = frozenset({
 })
 WAKE_CALLS = frozenset({"pthread_cond_signal", "pthread_cond_broadcast", "sem_post", "pthread_mutex_unlock",
                         "pthread_rwlock_unlock", "pthread_barrier_wait"})
-STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
-STEP_LIKE = re.compile(r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*$", re.IGNORECASE)
 
 _I64 = np.int64
 
@@ -181,7 +179,7 @@ class HostView:
         start, end, tid = column(timeline, "start"), column(timeline, "end"), column(timeline, "tid")
         cpu = rows_of(timeline, self.rank, (EventKind.CPU_OP, EventKind.NVTX_RANGE))
         if cpu.size:
-            cpu = cpu[~names_matching(timeline, STEP_NAME, STEP_LIKE)[column(timeline, "name")[cpu]]]
+            cpu = cpu[~names_matching(timeline, PROFILER_STEP_NAME, STEP_LIKE_NAME)[column(timeline, "name")[cpu]]]
         self.has_cpu_ops = bool(cpu.size)
         # torch.profiler's CPU ops (Kineto cpu_op): between them and the CUDA calls the thread ran no op
         self.has_op_events = bool(rows_of(timeline, self.rank, (EventKind.CPU_OP,)).size)

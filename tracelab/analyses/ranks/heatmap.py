@@ -4,7 +4,6 @@ else equal time bins of the run's GPU span."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from tracelab.analyses.core.intervals import covered_length, merge
+from tracelab.analyses.core.step_names import PROFILER_STEP_NAME
 from tracelab.analyses.ranks.collectives import Collectives, match_collectives
 from tracelab.model import EventKind, Timeline
 from tracelab.model.grouping import sorted_unique
 
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GPU_KINDS = [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]
 
 
@@ -36,7 +35,7 @@ class RankHeatmap:
 def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int, tuple[int, int]]] | None:
     """{rank: {step number: (start, end)}} from ProfilerStep#N ranges when every rank has the same ≥ 2
     step numbers; None otherwise."""
-    ids = [i for i, s in enumerate(timeline.strings) if _PROFILER_STEP.match(s)]
+    ids = [i for i, s in enumerate(timeline.strings) if PROFILER_STEP_NAME.match(s)]
     if not ids:
         return None
     ev = timeline.events
@@ -52,7 +51,7 @@ def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int,
         ev["end"].to_numpy()[sel].tolist(),
     ):  # one row per step marker (a handful per rank), not per event
         if r in steps:
-            k = int(_PROFILER_STEP.match(timeline.strings[n]).group(1))
+            k = int(PROFILER_STEP_NAME.match(timeline.strings[n]).group(1))
             old = steps[r].get(k)
             steps[r][k] = (min(s, old[0]), max(e, old[1])) if old else (s, e)
     keys = {frozenset(v) for v in steps.values()}

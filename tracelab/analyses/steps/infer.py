@@ -24,7 +24,6 @@ boundary cannot be placed). Where no steps are found, `Steps.notes` says why.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -34,6 +33,7 @@ import numpy as np
 from tracelab.analyses.core.memo import column
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
+from tracelab.analyses.core.step_names import PROFILER_STEP, PROFILER_STEP_NAME, STEP_LIKE, STEP_LIKE_NAME
 from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at_loader
 from tracelab.analyses.steps.cut import SHORT_BLOCK, cut_steps, find_anchor, regular_period
 from tracelab.analyses.steps.cut_launch import HOST_PACED, cut_launch_run, launch_run
@@ -63,18 +63,6 @@ __all__ = [
 
 StepSource = Literal["marked", "inferred"]
 
-# nsys `--pytorch=autograd-nvtx` (torch's emit_nvtx) names the NVTX range of a record_function / ProfilerStep
-# "step 3, op_id = 1234" (and ", sizes = [...]", ", input_op_ids = [...]" after it): the marker's name is the
-# part before ", op_id = "
-NVTX_OP_ID = r"(?:, op_id = \d+(?:, .*)?)?"
-_PROFILER_STEP = r"^ProfilerStep#\d+"
-_STEP_LIKE = r"^\s*(train(ing)?[\s_-]?)?(step|iter|iteration)(\s*[#_:-]?\s*\d+)?\s*"
-PROFILER_STEP = re.compile(_PROFILER_STEP + NVTX_OP_ID + "$")  # step markers (marked_steps)
-STEP_LIKE = re.compile(_STEP_LIKE + NVTX_OP_ID + "$", re.IGNORECASE)
-# the host ranges step inference leaves out (`host_ranges`): the markers' own names only (an autograd-nvtx range
-# inside a marker stays a host range, as before: it is only a marker where no plain marker holds it)
-PROFILER_STEP_NAME = re.compile(_PROFILER_STEP + "$")
-STEP_LIKE_NAME = re.compile(_STEP_LIKE + "$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
