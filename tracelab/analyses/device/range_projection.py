@@ -25,7 +25,7 @@ import numpy as np
 from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
-from tracelab.model.grouping import sorted_unique, unique_inverse
+from tracelab.model.grouping import any_of, sorted_unique, unique_inverse
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
 
@@ -81,14 +81,6 @@ class RangeProjection:
         """The union of each instance's ops, computed when first asked for: the per-name figures (`stats`,
         all that `analyze --json` lists) do not need it."""
         return self.unions()
-
-
-def _is(kind: np.ndarray, kinds: tuple) -> np.ndarray:
-    """np.isin for a few kinds, without np.isin's np.unique (it imports numpy.ma)."""
-    out = np.zeros(kind.shape, dtype=bool)
-    for k in kinds:
-        out |= kind == int(k)
-    return out
 
 
 def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -203,9 +195,9 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     rank = timeline.col("rank")
     tid = timeline.col("tid")
     corr = timeline.col("correlation").astype(_I64, copy=False)
-    rr = np.flatnonzero(_is(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
-    lr = np.flatnonzero(_is(kind, LAUNCH_KINDS) & (corr >= 0))
-    gr = np.flatnonzero(_is(kind, GPU_KINDS))
+    rr = np.flatnonzero(any_of(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
+    lr = np.flatnonzero(any_of(kind, LAUNCH_KINDS) & (corr >= 0))
+    gr = np.flatnonzero(any_of(kind, GPU_KINDS))
     n = rr.size
     gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
     if reference_ns <= 0:

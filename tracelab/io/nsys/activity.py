@@ -20,8 +20,9 @@ from tracelab.io.nsys.enums import (
     sync_kind_table,
 )
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.io.nsys.util import any_of, factorize
+from tracelab.io.nsys.util import factorize
 from tracelab.model.api_names import comm_mask
+from tracelab.model.grouping import any_of
 from tracelab.model.kinds import NO_STREAM, CopyKind, EventKind, Flag, MemKind, SyncKind
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"

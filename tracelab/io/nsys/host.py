@@ -10,9 +10,10 @@ import numpy as np
 
 from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns, fetch_texts, quote_ident
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.io.nsys.util import any_of, factorize
+from tracelab.io.nsys.util import factorize
 from tracelab.model import EventKind
 from tracelab.model.api_names import classify_api_ids
+from tracelab.model.grouping import any_of
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"

@@ -10,8 +10,9 @@ import pandas as pd
 
 from tracelab.io.nsys.db import quote_ident
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.io.nsys.util import any_of, distinct
+from tracelab.io.nsys.util import distinct
 from tracelab.model import EventKind, Flag
+from tracelab.model.grouping import any_of
 
 _GRAPH_LAUNCH = re.compile(r"^(cuda|cu)GraphLaunch", re.IGNORECASE)
 _EX_LAUNCH = re.compile(r"^(cuda|cu)LaunchKernelEx", re.IGNORECASE)

@@ -42,7 +42,7 @@ from tracelab.io.nsys.target import (
     schema_version,
     thread_names,
 )
-from tracelab.io.nsys.util import any_of, distinct
+from tracelab.io.nsys.util import distinct
 from tracelab.io.validate import (
     check_devices,
     json_safe,
@@ -51,6 +51,7 @@ from tracelab.io.validate import (
     validate_columns,
 )
 from tracelab.model import ContextInfo, EventKind, RunMeta, Timeline, build_timeline
+from tracelab.model.grouping import any_of
 from tracelab.model.timeline import is_constant
 
 __all__ = ["export_nsys_rep", "find_nsys", "load_nsys_sqlite"]

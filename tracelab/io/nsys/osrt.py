@@ -18,9 +18,8 @@ import pandas as pd
 from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns
 from tracelab.io.nsys.host import pid_of, tid_of
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.io.nsys.util import any_of
 from tracelab.model import EVENT_COLUMNS, EventKind
-from tracelab.model.grouping import sorted_unique
+from tracelab.model.grouping import any_of, sorted_unique
 from tracelab.model.kinds import OS_CALL_CATEGORY
 from tracelab.model.timeline import DEFAULTS
 
