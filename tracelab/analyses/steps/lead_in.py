@@ -9,7 +9,7 @@ import numpy as np
 
 from tracelab.analyses.steps.cut import Cut, _segments
 from tracelab.analyses.steps.sequence import LaunchSequence
-from tracelab.model.grouping import member, sorted_unique, unique_inverse
+from tracelab.model.grouping import first_rows, member, sorted_unique, unique_inverse
 
 
 class HostRanges(NamedTuple):
@@ -106,13 +106,9 @@ def _same_head(
     cand = np.flatnonzero((names[idx] == common) & (gap > 0) & member(seg, sorted_unique(odd)))
     if cand.size == 0:
         return none, none
-    # each window once, with its first candidate (the earliest: idx rises with seg), as np.unique's
-    # return_index gives (np.unique would import numpy.ma)
-    wins = seg[cand]
-    order = np.argsort(wins, kind="stable")
-    ws = wins[order]
-    first = order[np.concatenate([[True], ws[1:] != ws[:-1]])]
-    return wins[first], idx[cand[first]]
+    # each window once, with its first candidate (the earliest: idx rises with seg)
+    w, inverse = unique_inverse(seg[cand])
+    return w, idx[cand[first_rows(inverse, w.size)]]
 
 
 def _lead_in(at: int, lo: int, r_start: np.ndarray, r_end: np.ndarray) -> int:

@@ -85,18 +85,23 @@ def gpu_windows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(gpu_start, gpu_end) of each step [s, e) (sorted, disjoint): the first start and last end of
     the GPU rows whose launch call starts inside the step; -1 for a step that launched none."""
-    n = s.size
-    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(n, -1, dtype=np.int64)
-    if n == 0 or gpu.size == 0:
-        return np.full(n, -1, dtype=np.int64), hi
+    if s.size == 0 or gpu.size == 0:
+        return np.full(s.size, -1, dtype=np.int64), np.full(s.size, -1, dtype=np.int64)
     t = launch_starts(timeline, rank, gpu)
+    return _windows(t, t >= 0, s, e, timeline.col("start")[gpu], timeline.col("end")[gpu])
+
+
+def _windows(t: np.ndarray, launched: np.ndarray, s: np.ndarray, e: np.ndarray, g_start: np.ndarray,
+             g_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first start, last end) of the GPU rows whose launch (at t, where `launched`) lies in each step
+    [s, e) (sorted, disjoint, at least one); -1 for a step that launched none."""
+    lo = np.full(s.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(s.size, -1, dtype=np.int64)
     i = np.searchsorted(s, t, side="right") - 1
-    ok = (t >= 0) & (i >= 0) & (t < e[np.maximum(i, 0)])
-    np.minimum.at(lo, i[ok], timeline.col("start")[gpu][ok])
-    np.maximum.at(hi, i[ok], timeline.col("end")[gpu][ok])
-    lo = np.where(hi >= 0, lo, -1)
-    return lo, hi
+    ok = launched & (i >= 0) & (t < e[np.maximum(i, 0)])
+    np.minimum.at(lo, i[ok], g_start[ok])
+    np.maximum.at(hi, i[ok], g_end[ok])
+    return np.where(hi >= 0, lo, -1), hi
 
 
 def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[StepRow, ...]:
@@ -187,7 +192,8 @@ def _banded_figures(
     kernel_of: dict[int, np.ndarray],
 ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]] | None:
     """Per rank with steps: its steps' GPU busy time, blocking syncs, kernels, idle time by cause (summed
-    over its devices) and GPU windows (`gpu_windows`), for every rank at once, each rank's times in its own band of the number line
+    over its devices) and GPU windows (`_windows`, as `gpu_windows`), for every rank at once, each rank's times
+    in its own band of the number line
     (tracelab.analyses.core.bands); None when the bands would be too wide (the caller goes rank by rank)."""
     start, end, g_start, g_end, g_cause, g_dev, g_rank = columns
     ranks = list(mine_of)
@@ -227,25 +233,13 @@ def _banded_figures(
         pos = pos[gap_mine[pos]]
         if pos.size:
             idle[CAUSES[key // span]] += covered_length(*merge(gs[pos], ge[pos]), a, b)
-    windows = _gpu_windows_banded(bands.shift(launch, gpu_band), launched, a, b, start[gpu], end[gpu])
+    windows = _windows(bands.shift(launch, gpu_band), launched, a, b, start[gpu], end[gpu])
     cut = np.cumsum([0, *n_steps]).tolist()
     return {
         r: (busy[lo:hi], syncs[lo:hi], kernels[lo:hi], {c: v[lo:hi] for c, v in idle.items()},
             (windows[0][lo:hi], windows[1][lo:hi]))
         for r, lo, hi in zip(ranks, cut[:-1], cut[1:], strict=True)
     }
-
-
-def _gpu_windows_banded(t: np.ndarray, launched: np.ndarray, a: np.ndarray, b: np.ndarray, g_start: np.ndarray,
-                        g_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`gpu_windows` of every step at once: t the GPU rows' launch times, steps [a, b), all in bands."""
-    lo = np.full(a.size, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(a.size, -1, dtype=np.int64)
-    i = np.searchsorted(a, t, side="right") - 1
-    ok = launched & (i >= 0) & (t < b[np.maximum(i, 0)])
-    np.minimum.at(lo, i[ok], g_start[ok])
-    np.maximum.at(hi, i[ok], g_end[ok])
-    return np.where(hi >= 0, lo, -1), hi
 
 
 def _gaps_by_rank_cause(g_rank: np.ndarray, g_cause: np.ndarray, g_dev: np.ndarray) -> dict[tuple[int, int], dict[int, np.ndarray]]:
