@@ -25,6 +25,14 @@ def any_of(values: np.ndarray, choices: Iterable[int]) -> np.ndarray:
     return out
 
 
+def stable_order(codes: np.ndarray) -> np.ndarray:
+    """np.argsort(codes, kind="stable"), as a radix sort of int16 when the codes fit in [0, 2^15) (small
+    codes: threads, lanes, levels; several times faster than the int64 merge sort on millions of rows)."""
+    if codes.size and 0 <= int(codes.min()) and int(codes.max()) < 1 << 15:
+        return np.argsort(codes.astype(np.int16), kind="stable")
+    return np.argsort(codes, kind="stable")
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """np.unique(values), by one sort for integers and booleans: without np.unique's check for a masked
     array, which imports numpy.ma (~0.1 s, once per process)."""

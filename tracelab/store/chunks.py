@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..model.grouping import sorted_unique
+from ..model.grouping import sorted_unique, stable_order
 from ..model.timeline import DEFAULTS, EVENT_COLUMNS
 from ..settings import usable_cores
 
@@ -72,9 +72,7 @@ def _cut(ev: pd.DataFrame, size: int) -> _Cut:
     lane = ev["lane"].to_numpy()
     start = ev["start"].to_numpy()
     if n and bool(np.all(start[1:] >= start[:-1])):
-        # a Timeline is sorted by start: stable by lane suffices (as int16 when the lanes fit: a radix sort)
-        narrow = n and 0 <= int(lane.min()) and int(lane.max()) < 1 << 15
-        order = np.argsort(lane.astype(np.int16) if narrow else lane, kind="stable")
+        order = stable_order(lane)  # a Timeline is sorted by start: stable by lane suffices
     else:
         order = np.lexsort((start, lane))
     lane_s = lane[order]

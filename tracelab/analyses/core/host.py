@@ -22,7 +22,7 @@ from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.core.step_names import PROFILER_STEP_NAME, STEP_LIKE_NAME
 from tracelab.analyses.gaps.input_wait import DATALOADER, DEFAULT_INPUT_WORDS, INPUT_OS_CALLS, words_pattern
 from tracelab.model import GPU_ACTIVITY_KINDS, CopyKind, EventKind, Flag, MemKind, SyncKind, Timeline
-from tracelab.model.grouping import member, sorted_unique
+from tracelab.model.grouping import member, sorted_unique, stable_order
 from tracelab.model.kinds import HOST_API_KINDS
 
 # OS calls that wait for another thread of the same program, and the calls that wake such a waiter. A
@@ -252,9 +252,7 @@ class HostView:
         (the rows are in start order already: a stable sort by thread alone, of small codes, by radix)."""
         tid = column(timeline, "tid")
         _, thread_code = distinct_codes(tid[cpu])
-        if cpu.size and int(thread_code.max()) < 1 << 15:
-            thread_code = thread_code.astype(np.int16)
-        ops = cpu[np.argsort(thread_code, kind="stable")]
+        ops = cpu[stable_order(thread_code)]
         self.op_tid = tid[ops]
         self.op_start = column(timeline, "start")[ops]
         self.op_end = column(timeline, "end")[ops]

@@ -25,7 +25,7 @@ import numpy as np
 from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
-from tracelab.model.grouping import any_of, sorted_unique, unique_inverse
+from tracelab.model.grouping import any_of, sorted_unique, stable_order, unique_inverse
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
 
@@ -88,9 +88,7 @@ def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
     by thread alone, by radix on 16-bit codes when they allow."""
     if start.size > 1 and (start[1:] < start[:-1]).any():
         return np.lexsort((start, thread))
-    if thread.size and int(thread.max()) < 1 << 15:
-        return np.argsort(thread.astype(np.int16), kind="stable")
-    return np.argsort(thread, kind="stable")
+    return stable_order(thread)
 
 
 def _depths(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -120,7 +118,7 @@ def _parents(thread: np.ndarray, depth: np.ndarray, start: np.ndarray) -> np.nda
     levels = int(depth.max()) + 2
     level = thread * levels + depth
     # by (thread, depth, start): a stable sort by (thread, depth) of rows in (thread, start) order
-    order = np.argsort(level.astype(np.int16) if int(level.max()) < 1 << 15 else level, kind="stable")
+    order = stable_order(level)
     sk = level[order] * width + (start[order] - t0)
     at_sorted = np.searchsorted(sk, sk - width, side="right") - 1  # one level up, in key order
     at = np.empty(n, _I64)
