@@ -71,7 +71,7 @@ def test_the_text_table_and_all_ranges():
 
 @pytest.mark.parametrize("name", RUNS)
 def test_ranges_started_before_the_analysis_equal_the_direct_projection(name, monkeypatch):
-    """`api.start_ranges` (a big timeline's projection on a helper thread, begun before the steps are known)
+    """`api.start_extras` (a big timeline's projection on a helper thread, begun before the steps are known)
     then `api.ranges` gives what `project_ranges` gives with the steps' total as reference, share for share.
     Helper threads are forced on (they start from 200k events on 2+ cores) for these small runs."""
     from tracelab import api
@@ -82,7 +82,7 @@ def test_ranges_started_before_the_analysis_equal_the_direct_projection(name, mo
     monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
     timeline = api.load(demo_run(name))
     context = api.AnalysisContext(timeline)
-    api.start_ranges(timeline, context)
+    api.start_extras(timeline, context)
     analysis = api.analyze(timeline, context=context)
     got = api.ranges(timeline, analysis, context)
     ref = sum(s.end_ns - s.start_ns for s in analysis.steps)

@@ -103,21 +103,24 @@ def ranges(timeline: Timeline, analysis: Analysis | None = None, context: Analys
 
 
 def _projection(timeline: Timeline, ctx: AnalysisContext) -> Any:
-    """GPU time by range with the GPU span as reference, once per context (`start_ranges` may have begun it)."""
+    """GPU time by range with the GPU span as reference, once per context (`start_extras` may have begun it)."""
     from tracelab.analyses.device.range_projection import project_ranges
 
     return ctx.memo(("range projection",), lambda: project_ranges(timeline))
 
 
-def start_ranges(timeline: Timeline, context: AnalysisContext) -> None:
-    """Begin GPU time by range of a big timeline on a helper thread now (it does not depend on the
-    analysis): `ranges` then takes it from `context`, waiting for it if needed. A small timeline (one
-    analysis thread, `analyses/parallel.threads_for`) starts nothing."""
+def start_extras(timeline: Timeline, context: AnalysisContext) -> None:
+    """Begin, on helper threads now, what `analyze --json`'s extras need of a big timeline that does not
+    depend on the analysis: GPU time by range (`ranges` then takes it from `context`, waiting for it if
+    needed) and the per-rank edges of the critical path's graph (`critical_path` takes them likewise). A
+    small timeline (one analysis thread, `analyses/parallel.threads_for`) starts nothing."""
     from tracelab.analyses.parallel import in_background, threads_for
+    from tracelab.analyses.ranks.path_graph import per_rank_edges
 
     if threads_for(timeline.n_events) > 1:
         with using(timeline, context) as ctx:
             in_background(lambda: _projection(timeline, ctx))
+            in_background(lambda: per_rank_edges(timeline))
 
 
 def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def _analyzed(
     the analysis context of that range (what the command's other parts are computed with)."""
     context = api.AnalysisContext(timeline)
     if steps is None and window is None:  # the whole timeline is the analysed range: its ranges can start now
-        api.start_ranges(timeline, context)
+        api.start_extras(timeline, context)
     analysis = api.analyze(timeline, options, steps=steps, window_us=window, context=context)
     scoped = api.scoped_timeline(timeline, steps, window)
     return analysis, scoped, context if scoped is timeline else api.AnalysisContext(scoped)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
+from tracelab.analyses.core.memo import memo
 from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.grouping import sorted_unique
@@ -61,27 +62,72 @@ def _prev_in_group(keys: list[np.ndarray], start: np.ndarray) -> np.ndarray:
     return prev
 
 
+@dataclass(frozen=True, eq=False)
+class _Edges:
+    """The per-rank part of the graph (no collective edges): what `_build` finishes with a run's collectives."""
+
+    rows: np.ndarray
+    ng: int
+    rank: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    comm: np.ndarray
+    pred: np.ndarray
+    hand: np.ndarray
+    edge: np.ndarray
+    thread: np.ndarray
+    alt_pred: np.ndarray
+    alt_hand: np.ndarray
+
+
+def per_rank_edges(tl: Timeline) -> _Edges:
+    """The per-rank part of the graph of `tl` without c10d host-range collectives (every run but a gloo /
+    MPI one), once per analysis context: `api.start_extras` begins it on a helper thread before the
+    analysis, which the critical path does not need for it."""
+    return memo(tl, ("critical path edges",), lambda: _edges(tl, np.zeros(0, dtype=np.int64)))
+
+
 def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     """The graph of a timeline's GPU operations and launching / blocking host calls, with the collective
     edges of `collectives` (`critical_path`'s module docstring)."""
+    if collectives is not None and getattr(collectives, "source", "") == "host ranges":
+        # gloo / MPI: the collectives are c10d's host ranges; they join the host calls of their thread
+        e = _edges(tl, sorted_unique(collectives.call_rows))
+    else:
+        e = per_rank_edges(tl)
+    n, ng = e.rows.size, e.ng
+    is_gpu = np.zeros(n, dtype=bool)
+    is_gpu[:ng] = True
+    last_start, last_node = _collective_edges(collectives, e.rows, e.start)
+    pred, thread, alt_pred = e.pred, e.thread, e.alt_pred
+    host_order, host_pos, run_first = _host_runs(thread, e.start, pred, e.hand, e.edge, last_node, ng, n)
+    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns
+        pred, alt_pred, last_node, thread, host_order, host_pos, run_first = (
+            x.astype(np.int32) for x in (pred, alt_pred, last_node, thread, host_order, host_pos, run_first)
+        )
+    return _Graph(
+        e.rows, is_gpu, e.rank, e.start, e.end, e.comm, pred, e.hand, e.edge, last_start, last_node, thread,
+        alt_pred, e.alt_hand, host_order, host_pos, run_first,
+    )
+
+
+def _edges(tl: Timeline, coll_host: np.ndarray) -> _Edges:
+    """Nodes, predecessors and hand-overs of the graph within each rank; `coll_host` = the rows of c10d
+    host-range collectives (they join the host calls of their thread, as communication)."""
     c = tl.cols
     kind, flags = c["kind"], c["flags"]
     gpu_rows = np.flatnonzero(np.isin(kind, _GPU_KINDS))
     host_rows = np.flatnonzero(np.isin(kind, _API_KINDS) & ((flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0))
-    coll_host = np.zeros(0, dtype=np.int64)
-    if collectives is not None and getattr(collectives, "source", "") == "host ranges":
-        # gloo / MPI: the collectives are c10d's host ranges; they join the host calls of their thread
-        coll_host = sorted_unique(collectives.call_rows)
+    if coll_host.size:
         host_rows = np.union1d(host_rows, coll_host)
     ng = gpu_rows.size
     rows = np.concatenate([gpu_rows, host_rows])
     n = rows.size
-    is_gpu = np.zeros(n, dtype=bool)
-    is_gpu[:ng] = True
     rank = c["rank"][rows].astype(np.int64)
     start = c["start"][rows]
     end = c["end"][rows]
-    comm = is_gpu & (kind[rows] == int(EventKind.KERNEL)) & ((flags[rows] & Flag.COMM) != 0)
+    comm = np.zeros(n, dtype=bool)
+    comm[:ng] = (kind[gpu_rows] == int(EventKind.KERNEL)) & ((flags[gpu_rows] & Flag.COMM) != 0)
     if coll_host.size:
         comm[ng:] = np.isin(host_rows, coll_host)
     pred = np.full(n, -1, dtype=np.int64)
@@ -91,16 +137,7 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     thread, alt_pred, alt_hand = _host_edges(tl, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
     # a hand-over never falls after the node starts, except a sync's, which lies inside the call
     hand = np.where(edge == SYNC, np.minimum(np.maximum(hand, start), end), np.minimum(hand, start))
-    last_start, last_node = _collective_edges(collectives, rows, start)
-    host_order, host_pos, run_first = _host_runs(thread, start, pred, hand, edge, last_node, ng, n)
-    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns
-        pred, alt_pred, last_node, thread, host_order, host_pos, run_first = (
-            x.astype(np.int32) for x in (pred, alt_pred, last_node, thread, host_order, host_pos, run_first)
-        )
-    return _Graph(
-        rows, is_gpu, rank, start, end, comm, pred, hand, edge, last_start, last_node, thread, alt_pred, alt_hand,
-        host_order, host_pos, run_first,
-    )
+    return _Edges(rows, ng, rank, start, end, comm, pred, hand, edge, thread, alt_pred, alt_hand)
 
 
 def _gpu_edges(
