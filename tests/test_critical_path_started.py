@@ -83,3 +83,31 @@ def test_gloo_path_does_not_use_the_edges_started_early(monkeypatch):
     assert set(coll_rows.tolist()) <= set(graph.row.tolist())
     assert graph.comm[np.isin(graph.row, coll_rows)].all()
     assert not set(coll_rows.tolist()) & set(per_rank_edges(tl).rows.tolist())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sync_pitfalls-item_every_step-nsys", "input_pipeline-slow_loader-torch", "graphs-graph-torch", "copy_pageable_torch"],
+)
+def test_one_rank_path_begun_with_the_steps_is_the_one_taken(tmp_path, name, monkeypatch):
+    """A one-rank run: `start_path` (begun before the analysis) finds the steps' windows the analysis's step
+    table gives (`step_windows` of its rows), and that path is the one `critical_path` returns, equal to the
+    path computed from scratch (marked steps, inferred steps, a CUDA-graph loop, a marker-free copy loop)."""
+    from tracelab.analyses.ranks import critical_path as cp_module
+    from tracelab.analyses.steps.windows import step_windows
+    from tracelab.demo import demo_run
+
+    tl = load_run_dir(run_dir(name, tmp_path)) if name.startswith("copy_") else api.load(demo_run(name))
+    started, fresh, ranks = _started_and_fresh(tl, monkeypatch)
+    assert ranks is None
+    _same_paths(started, fresh)
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
+    context = api.AnalysisContext(tl)
+    api.start_extras(tl, context)
+    an = api.analyze(tl, context=context)
+    with context.active():
+        begun = cp_module._started(tl)
+    assert begun is not None
+    want = step_windows(an.step_rows)
+    assert want and cp_module._same_windows(begun[0], want)
+    assert api.critical_path(tl, an, None, context) is not None

@@ -110,17 +110,26 @@ def _projection(timeline: Timeline, ctx: AnalysisContext) -> Any:
 
 
 def start_extras(timeline: Timeline, context: AnalysisContext) -> None:
-    """Begin, on helper threads now, what `analyze --json`'s extras need of a big timeline that does not
-    depend on the analysis: GPU time by range (`ranges` then takes it from `context`, waiting for it if
-    needed) and the per-rank edges of the critical path's graph (`critical_path` takes them likewise). A
-    small timeline (one analysis thread, `analyses/parallel.threads_for`) starts nothing."""
+    """Begin, on helper threads now, what `analyze --json`'s extras need of a big timeline before the
+    analysis is done: GPU time by range (it needs the steps only for its shares: `ranges` takes it from
+    `context`, waiting for it if needed), the per-rank edges of the critical path's graph and, on a one-rank
+    timeline, the critical path of the steps as soon as they are found (`critical_path` takes it when the
+    analysis's step windows are the same). A small timeline (one analysis thread,
+    `analyses/parallel.threads_for`) starts nothing; a very big one (over `EARLY_PATH_MAX_EVENTS`) does not
+    begin its critical path early (its temporaries would add to the analysis's peak memory)."""
     from tracelab.analyses.parallel import in_background, threads_for
+    from tracelab.analyses.ranks.critical_path import start_path
     from tracelab.analyses.ranks.path_graph import per_rank_edges
 
     if threads_for(timeline.n_events) > 1:
         with using(timeline, context) as ctx:
             in_background(lambda: _projection(timeline, ctx))
             in_background(lambda: per_rank_edges(timeline))
+            if timeline.n_events <= EARLY_PATH_MAX_EVENTS:
+                in_background(lambda: start_path(timeline))
+
+
+EARLY_PATH_MAX_EVENTS = 4_000_000
 
 
 def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.memo import context_of, memo
 from tracelab.analyses.ranks.path_graph import _API_KINDS, _GPU_KINDS, _build
 from tracelab.analyses.ranks.path_model import CATEGORIES, CriticalPath, StepPath
 from tracelab.analyses.ranks.path_segments import _segments
@@ -171,7 +172,8 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = None) -> CriticalPath:
     """The critical path of an analysis's steps, each over its GPU window (`step_windows.step_windows` of
     the step table's rows, which carry it; a step that launched no GPU work keeps its host range); a run
-    without steps is one window per rank (said in a note)."""
+    without steps is one window per rank (said in a note). The path `start_path` began for the same
+    windows is taken when there is one (a one-rank run: no collectives)."""
     from tracelab.analyses.steps.windows import step_windows
 
     windows = step_windows(analysis.step_rows or analysis.steps)
@@ -179,5 +181,43 @@ def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = Non
     if not windows:
         windows = whole_run_windows(tl)
         notes = ("no steps found: the critical path of the whole run, one window per rank",)
-    cp = critical_path(tl, windows, collectives)
+    started = _started(tl) if collectives is None else None
+    if started is not None and _same_windows(started[0], windows):
+        cp = started[1]
+    else:
+        cp = critical_path(tl, windows, collectives)
     return CriticalPath(cp.steps, cp.across, cp.notes + notes)
+
+
+_STARTED = ("critical path", "started")
+
+
+def start_path(tl: Timeline) -> None:
+    """The critical path of a one-rank timeline's steps (`find_steps`, the step table's windows), computed
+    here as soon as the steps are found, for `critical_path_for` to take when its windows are the same.
+    Run on a helper thread before the analysis (`api.start_extras`), with the analysis context active."""
+    from tracelab.analyses.core.rows import ranks_of
+    from tracelab.analyses.steps.infer import find_steps
+    from tracelab.analyses.steps.table import windows_of_steps
+
+    def path() -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], CriticalPath] | None:
+        if len(ranks_of(tl)) != 1:
+            return None
+        windows = windows_of_steps(tl, find_steps(tl))
+        return (windows, critical_path(tl, windows)) if windows else None
+
+    memo(tl, _STARTED, path)
+
+
+def _started(tl: Timeline) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], CriticalPath] | None:
+    """What `start_path` found (waiting for it while it runs), or None when it was not begun or failed."""
+    ctx = context_of(tl)
+    if ctx is None or not ctx.holds(_STARTED):
+        return None
+    return ctx.memo(_STARTED, lambda: None)
+
+
+def _same_windows(a: dict[int, tuple[np.ndarray, np.ndarray]], b: dict[int, tuple[np.ndarray, np.ndarray]]) -> bool:
+    return a.keys() == b.keys() and all(
+        np.array_equal(a[r][0], b[r][0]) and np.array_equal(a[r][1], b[r][1]) for r in a
+    )

@@ -30,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from tracelab.analyses.core.memo import column
+from tracelab.analyses.core.memo import column, memo
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.core.step_names import PROFILER_STEP, PROFILER_STEP_NAME, STEP_LIKE, STEP_LIKE_NAME
@@ -376,7 +376,12 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def find_steps(timeline: Timeline) -> Steps:
-    """Steps of every rank: marked ones where the trace has markers, else inferred ones."""
+    """Steps of every rank: marked ones where the trace has markers, else inferred ones (once per analysis
+    context: the critical path begun before the analysis ends asks for them too)."""
+    return memo(timeline, ("steps",), lambda: _find_steps(timeline))
+
+
+def _find_steps(timeline: Timeline) -> Steps:
     steps: list[Step] = []
     notes: list[str] = []
     for rank in ranks_of(timeline):

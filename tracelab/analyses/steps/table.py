@@ -31,6 +31,7 @@ from tracelab.analyses.core.rows import positions_by, rank_rows, ranks_of, rows_
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Gap, GapTable
 from tracelab.analyses.steps.infer import Steps
+from tracelab.analyses.steps.windows import chosen_windows
 from tracelab.model import EventKind, Flag, Timeline
 
 OUTLIER_FACTOR = 3.0
@@ -89,6 +90,23 @@ def gpu_windows(
         return np.full(s.size, -1, dtype=np.int64), np.full(s.size, -1, dtype=np.int64)
     t = launch_starts(timeline, rank, gpu)
     return _windows(t, t >= 0, s, e, timeline.col("start")[gpu], timeline.col("end")[gpu])
+
+
+def windows_of_steps(timeline: Timeline, steps: Steps) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The windows (`windows.chosen_windows`) of `steps` without the rest of the step table: per rank, its
+    steps' GPU windows (`gpu_windows`, as the table's rows carry them) or host ranges, sorted."""
+    gpu_of = rank_rows(timeline)
+    empty = np.zeros(0, dtype=np.int64)
+    of: dict[int, list] = {}
+    for st in steps.steps:
+        of.setdefault(st.rank, []).append(st)
+    out = {}
+    for rank in sorted(of):
+        mine = sorted(of[rank], key=lambda st: st.start_ns)
+        s = np.array([st.start_ns for st in mine], dtype=np.int64)
+        e = np.array([st.end_ns for st in mine], dtype=np.int64)
+        out[rank] = chosen_windows(*gpu_windows(timeline, rank, gpu_of.get(rank, empty), s, e), s, e)
+    return out
 
 
 def _windows(t: np.ndarray, launched: np.ndarray, s: np.ndarray, e: np.ndarray, g_start: np.ndarray,

@@ -13,16 +13,21 @@ import numpy as np
 def step_windows(steps: Sequence[Any]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """{rank: (starts, ends)} of the steps, sorted by start: the one place a step's window is chosen
     (its GPU window `gpu_start_ns`/`gpu_end_ns` when it has one, else its host range)."""
-    per: dict[int, list[tuple[int, int]]] = {}
+    per: dict[int, list[tuple[int, int, int, int]]] = {}
     for s in steps:  # one entry per step
         g0, g1 = getattr(s, "gpu_start_ns", None), getattr(s, "gpu_end_ns", None)
-        w = (int(g0), int(g1)) if g0 is not None and g1 is not None and g1 > g0 else (int(s.start_ns), int(s.end_ns))
-        per.setdefault(int(s.rank), []).append(w)
-    out = {}
-    for r, ws in per.items():
-        ws.sort()
-        out[r] = (np.array([a for a, _ in ws], dtype=np.int64), np.array([b for _, b in ws], dtype=np.int64))
-    return out
+        gpu = (int(g0), int(g1)) if g0 is not None and g1 is not None else (0, 0)
+        per.setdefault(int(s.rank), []).append((*gpu, int(s.start_ns), int(s.end_ns)))
+    return {r: chosen_windows(*np.array(v, dtype=np.int64).T) for r, v in per.items()}
+
+
+def chosen_windows(g0: np.ndarray, g1: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of steps with GPU windows [g0, g1) and host ranges [s, e): the GPU window where it is
+    not empty (g1 > g0), else the host range; sorted by (start, end)."""
+    gpu = g1 > g0
+    a, b = np.where(gpu, g0, s), np.where(gpu, g1, e)
+    order = np.lexsort((b, a))
+    return a[order], b[order]
 
 
 def steps_spans(steps: Sequence[Any]) -> dict[int, tuple[int, int, int, int]]:
