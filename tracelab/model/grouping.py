@@ -71,9 +71,17 @@ def _table_limit(n: int) -> int:
 
 
 def _by_table(offset: np.ndarray, width: int) -> tuple[np.ndarray, int]:
-    """Dense codes of int64 offsets in 0..width-1 through a table of `width` flags."""
+    """Dense codes of int64 offsets in 0..width-1 through a table of `width` flags. Few distinct offsets
+    (lanes, threads) are numbered by writing their ranks into the table's seen slots alone (no running
+    sum over the whole table: 0.06 s of a 9M-slot table for the 4.5M events' lane keys)."""
     present = np.zeros(width, dtype=bool)
     present[offset] = True
+    seen = np.flatnonzero(present)
+    if seen.size <= width >> 6:
+        del present
+        rank = np.empty(width, dtype=np.int64)  # only the seen slots are written, and only they are read
+        rank[seen] = np.arange(seen.size, dtype=np.int64)
+        return rank[offset], int(seen.size)
     rank = np.cumsum(present, dtype=np.int64) - 1
     return rank[offset], int(rank[-1]) + 1
 
@@ -119,7 +127,7 @@ def group_codes(keys: Iterable[np.ndarray]) -> tuple[np.ndarray, int]:
             continue  # a constant column splits nothing
         limit = _table_limit(n)
         if hi - lo < limit:
-            c, m = k.astype(np.int64) - lo, hi - lo + 1
+            c, m = np.subtract(k, lo, dtype=np.int64), hi - lo + 1  # one pass (astype then subtract: two)
         else:
             c, m = dense_codes(k)
         if bound > 1 and bound * m > limit:  # keep the folded key narrow: make it dense first (then bound <= n)

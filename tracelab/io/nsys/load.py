@@ -13,7 +13,10 @@ meta.notes. Host launches and GPU work are linked by correlationId (made unique 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -66,6 +69,7 @@ _MISSING_NOTES = {
     "CUPTI_ACTIVITY_KIND_MEMSET": "no CUPTI_ACTIVITY_KIND_MEMSET table: no memsets were recorded",
     "NVTX_EVENTS": "no NVTX_EVENTS table: no NVTX ranges were recorded",
 }
+T = TypeVar("T")
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 
 
@@ -138,6 +142,15 @@ def _syncs_on_the_ranks_gpu(cols: dict[str, np.ndarray], gpu: np.ndarray, kind: 
         return []
     cols["device"] = np.where(move, want, cols["device"]).astype(cols["device"].dtype)
     return [f"{int(move.sum())} synchronization records named a GPU their rank ran no work on: placed on the rank's GPU"]
+
+
+def _in_background(fn: Callable[..., T], *args: Any) -> Future[T]:
+    """fn(*args) started on a thread of its own; `.result()` waits for it (and raises its error)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-check")
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _check_is_nsys(db: NsysDb) -> None:
@@ -218,7 +231,12 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")),
     )
     notes += link_notes
-    notes += launch_link_notes(kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings)
+    # checked on a thread of its own while the rest is parsed (sorts and searches: numpy releases the GIL);
+    # no column it reads is written in place below. Its notes go where they were always placed.
+    link_checks = _in_background(
+        launch_link_notes, kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings
+    )
+    link_checks_at = len(notes)
     if open_ranges:
         notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
     counts = {**_counts(kind, open_ranges), **stats}
@@ -241,6 +259,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     _green_from_contexts(cols, contexts, green_streams(db), on_device)
     contexts += _undescribed_green_contexts(cols, contexts, on_device)
     extra = _extra(db, emeta, strings, cols, host_pids)
+    notes[link_checks_at:link_checks_at] = link_checks.result()
     del cols["_gpid"]
     table, cols = compact(strings.strings, cols)
     table, renamed = neutralize_names(table)
