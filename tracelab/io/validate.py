@@ -98,11 +98,7 @@ def validate_columns(
     kind = np.asarray(cols["kind"]) if "kind" in cols and np.ndim(cols["kind"]) else None
 
     lo = -TIME_LIMIT_NS + 1 if min_time_ns is None else max(-TIME_LIMIT_NS + 1, min_time_ns)
-    bad_time = (start < lo) | (start >= TIME_LIMIT_NS) | (end <= -TIME_LIMIT_NS) | (end >= TIME_LIMIT_NS)
-    # end - start can only overflow when the times are out of range, which bad_time already catches
-    with np.errstate(over="ignore"):
-        length = np.where(bad_time, 0, end - start)
-    bad_len = ~bad_time & ((length < 0) | (length > DURATION_LIMIT_NS))
+    bad_time, bad_len, length = _time_checks(start, end, lo)
     drop = bad_time | bad_len
     if bad_time.any():
         rows = np.flatnonzero(bad_time)
@@ -143,6 +139,24 @@ def validate_columns(
 
     _unknown_out_of_int32(cols, notes)
     return cols, notes
+
+
+def _time_checks(start: np.ndarray, end: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a time outside lo … 2^62, an impossible duration, each row's duration: 0 where its time is bad).
+    When the columns' extremes are in range (every real trace), four reductions and one subtraction
+    say so without the dozen full-column masks the row-by-row test makes."""
+    n = len(start)
+    if (int(start.min()) >= lo and int(start.max()) < TIME_LIMIT_NS and int(end.min()) > -TIME_LIMIT_NS
+            and int(end.max()) < TIME_LIMIT_NS):
+        length = end - start  # both in range: no overflow
+        if int(length.min()) >= 0 and int(length.max()) <= DURATION_LIMIT_NS:
+            return np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), length
+    bad_time = (start < lo) | (start >= TIME_LIMIT_NS) | (end <= -TIME_LIMIT_NS) | (end >= TIME_LIMIT_NS)
+    # end - start can only overflow when the times are out of range, which bad_time already catches
+    with np.errstate(over="ignore"):
+        length = np.where(bad_time, 0, end - start)
+    bad_len = ~bad_time & ((length < 0) | (length > DURATION_LIMIT_NS))
+    return bad_time, bad_len, length
 
 
 def _bad_devices(

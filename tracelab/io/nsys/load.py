@@ -136,11 +136,15 @@ def _syncs_on_the_ranks_gpu(cols: dict[str, np.ndarray], gpu: np.ndarray, kind: 
         return []
     rk = cols["rank"]
     target = np.array([only.get(int(r), -2) for r in range(int(rk.max()) + 1)], dtype=np.int64)
-    want = np.where(sync & (rk >= 0), target[np.clip(rk, 0, target.size - 1)], -2)
-    move = sync & (want >= 0) & (cols["device"] != want)
+    rows = np.flatnonzero(sync)  # the sync records alone (not a mask over every event per step)
+    r = rk[rows]
+    want = np.where(r >= 0, target[np.clip(r, 0, target.size - 1)], -2)
+    move = (want >= 0) & (cols["device"][rows] != want)
     if not move.any():
         return []
-    cols["device"] = np.where(move, want, cols["device"]).astype(cols["device"].dtype)
+    device = cols["device"].copy()
+    device[rows[move]] = want[move]
+    cols["device"] = device
     return [f"{int(move.sum())} synchronization records named a GPU their rank ran no work on: placed on the rank's GPU"]
 
 
