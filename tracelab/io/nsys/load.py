@@ -224,9 +224,9 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     if no_device.any():
         cols["device"] = np.where(no_device, 0, cols["device"])
         notes.append(f"{int(no_device.sum())} GPU operations have no deviceId: placed on device 0")
-    cols, gpu = _assign_ranks(db, cols, gpu, notes)
+    cols, gpu, processes = _assign_ranks(db, cols, gpu, notes)
     kind = cols["kind"]
-    notes += separate_processes(cols, gpu)
+    notes += separate_processes(cols, gpu, processes)
     fill_graph_ids(db, cols)
     stats, link_notes = link_host_and_gpu(
         cols,
@@ -309,21 +309,26 @@ def _read_columns(db: NsysDb, strings: NsysStrings, kernel_names: str, notes: li
     return cols, open_ranges
 
 
-def _assign_ranks(db: NsysDb, cols: dict, gpu: np.ndarray, notes: list[str]) -> tuple[dict, np.ndarray]:
+def _assign_ranks(
+    db: NsysDb, cols: dict, gpu: np.ndarray, notes: list[str]
+) -> tuple[dict, np.ndarray, np.ndarray | None]:
     """cols["rank"]: one rank per host (hardware id) when an export merges several machines, else one
-    per process that used a GPU; the events of processes left out are dropped (said in `notes`)."""
+    per process that used a GPU; the events of processes left out are dropped (said in `notes`). Also
+    the distinct globalPids of the columns returned (None when rows were dropped: the caller finds them)."""
     gpid = cols["_gpid"]
-    uniq_hosts = distinct(host_of(distinct(gpid[gpid >= 0])))  # the hosts of the few distinct processes
+    processes = distinct(gpid[gpid >= 0])  # one hash pass over the events, shared with the steps below
+    uniq_hosts = distinct(host_of(processes))  # the hosts of the few distinct processes
     if len(uniq_hosts) > 1:
         cols["rank"] = np.searchsorted(uniq_hosts, host_of(gpid)).astype(np.int32)
         notes.append(f"export spans {len(uniq_hosts)} hosts: one rank per host")
     else:  # one host: one rank per process that used a GPU (nsys profile torchrun ...)
-        keep, rank_notes = assign_process_ranks(db, cols, gpu)
+        keep, rank_notes = assign_process_ranks(db, cols, gpu, processes)
         notes += rank_notes
         if not keep.all():
             cols = {k: v[keep] for k, v in cols.items()}
             gpu = gpu[keep]
-    return cols, gpu
+            return cols, gpu, None
+    return cols, gpu, processes
 
 
 def _extra(db: NsysDb, emeta: dict, strings: NsysStrings, cols: dict, host_pids: np.ndarray) -> dict:
