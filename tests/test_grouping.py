@@ -86,3 +86,39 @@ def test_sorted_unique_is_np_unique():
         got = sorted_unique(a)
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(lambda k: st.lists(st.tuples(*[VALUES] * k), min_size=1, max_size=40)),
+    st.integers(1, 4),
+)
+def test_group_codes_of_on_worker_threads_numbers_like_the_reference(rows, workers):
+    """group_codes_of (key columns made on worker threads, folded in order) numbers the tuples as the
+    sorted distinct tuples do, whatever the number of workers."""
+    from tracelab.model.grouping import group_codes_of
+
+    cols = [np.array(c, dtype=np.int64) for c in zip(*rows)]
+    ids, k = group_codes_of([lambda c=c: c for c in cols], len(rows), workers)
+    want_ids, want_first = reference(cols)
+    assert ids.tolist() == want_ids
+    assert k == len(want_first)
+
+
+def test_group_codes_of_few_keys_among_many_rows():
+    """The path a big timeline's lanes take: 300,000 rows (worker threads by default), few distinct
+    tuples over a narrow and a wide column, a constant one, and a table of few keys in a wide range."""
+    from tracelab.model.grouping import PARALLEL_KEYS, group_codes_of
+
+    rng = np.random.default_rng(7)
+    n = PARALLEL_KEYS + 100_000
+    narrow = rng.integers(-1, 3, n)
+    wide = rng.choice(np.array([-1, 1_701_896, 1 << 40]), n)
+    const = np.full(n, -1)
+    sparse = rng.choice(np.array([0, 5_000_000]), n)
+    cols = [narrow, const, wide, sparse]
+    ids, k = group_codes_of([lambda c=c: c for c in cols], n)
+    tuples = list(zip(*[c.tolist() for c in cols]))
+    number = {t: i for i, t in enumerate(sorted(set(tuples)))}
+    assert k == len(number)
+    assert ids.tolist() == [number[t] for t in tuples]

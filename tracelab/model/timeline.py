@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .grouping import first_rows, group_codes, sorted_unique
+from .grouping import any_of, first_rows, group_codes_of, sorted_unique
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
 from .strings import remap_into
 
@@ -225,7 +225,7 @@ class Timeline:
 
     # ---- convenience views -------------------------------------------------------------------
     def gpu_mask(self) -> np.ndarray:
-        return np.isin(self.cols["kind"], [int(k) for k in GPU_ACTIVITY_KINDS])
+        return any_of(self.cols["kind"], GPU_ACTIVITY_KINDS)
 
     def gpu_events(self) -> pd.DataFrame:
         return self.events[self.gpu_mask()]
@@ -364,7 +364,8 @@ def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns
         return np.zeros(0, dtype=np.int32), {c: np.zeros(0, dtype=t) for c, t in LANE_COLUMNS.items()}
     lane_kind = _lane_kind(cols)
     gpu_side = _gpu_side(lane_kind)
-    ids, k = group_codes(_lane_key(cols, lane_kind, name, gpu_side) for name in _LANE_KEYS)
+    # a big timeline's key columns are made on worker threads (this thread folds them in, in order)
+    ids, k = group_codes_of([lambda name=name, g=gpu_side: _lane_key(cols, lane_kind, name, g) for name in _LANE_KEYS], n)
     del gpu_side
     first = first_rows(ids, k)
     firsts = {c: np.asarray(cols[c])[first] for c in _LANE_KEYS if c != "lane_kind"}

@@ -177,7 +177,7 @@ def encode(
         bases[:, j] = base
         if width is not None:
             widths[:, j] = width
-    kind_bits = np.left_shift(1, kind_bit(ev["kind"].to_numpy()[cut.order].astype(np.int64)))
+    kind_bits = _kind_bits(ev["kind"].to_numpy(), cut.order)
     return Chunks(
         lane=cut.lane[bounds],
         start_min=cut.start[bounds],
@@ -188,6 +188,17 @@ def encode(
         kinds=np.bitwise_or.reduceat(kind_bits, bounds),
         blobs=_join_blobs([p for _, _, p in encoded], bases, widths, compress),
     )
+
+
+_KIND_BITS = np.left_shift(1, np.minimum(np.arange(256, dtype=np.int64), 62))  # per byte value of an int8 kind
+
+
+def _kind_bits(kind: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """1 << kind_bit(kind) of each event in `order`: for the int8 kind column one lookup in a 256-entry table
+    (a byte read as unsigned is 128..255 when negative: bit 62 too), not four passes over int64 copies."""
+    if kind.dtype == np.int8:
+        return _KIND_BITS[kind.view(np.uint8)[order]]
+    return np.left_shift(1, kind_bit(kind[order].astype(np.int64)))
 
 
 def kind_bit(kind):

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.analyses.core.distinct import distinct_codes
 from tracelab.analyses.core.intervals import merge
 from tracelab.analyses.core.memo import column, memo
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.api_names import is_comm_name
-from tracelab.model.grouping import sorted_unique
+from tracelab.model.grouping import any_of, sorted_unique, stable_order
 
 _GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
 
@@ -37,7 +38,7 @@ def device_rows(timeline: Timeline) -> list[DeviceRows]:
 
 
 def _device_rows(timeline: Timeline) -> tuple[DeviceRows, ...]:
-    pos = np.flatnonzero(np.isin(column(timeline, "kind"), _GPU_KINDS))
+    pos = np.flatnonzero(any_of(column(timeline, "kind"), _GPU_KINDS.tolist()))
     if pos.size == 0:
         return ()
     rank = column(timeline, "rank")[pos].astype(np.int64)
@@ -107,11 +108,15 @@ def positions_by(keys: np.ndarray) -> dict[int, np.ndarray]:
     keys = np.asarray(keys)
     if keys.size == 0:
         return {}
-    order = np.argsort(keys, kind="stable")
-    sk = keys[order]
-    cut = np.flatnonzero(sk[1:] != sk[:-1]) + 1
-    bounds = [0, *cut.tolist(), sk.size]
-    return {int(sk[a]): order[a:b] for a, b in itertools.pairwise(bounds)}
+    # the keys' order-preserving codes (a count or a hash, no sort of the rows), then a stable sort of
+    # the codes (a radix sort when they are few): the order of a stable sort of the keys
+    uniq, codes = distinct_codes(keys)
+    if uniq.size == 1:
+        return {int(uniq[0]): np.arange(keys.size)}
+    order = stable_order(codes)
+    bounds = np.zeros(uniq.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(codes, minlength=uniq.size), out=bounds[1:])
+    return {int(u): order[a:b] for u, (a, b) in zip(uniq.tolist(), itertools.pairwise(bounds.tolist()))}
 
 
 def rank_rows(timeline: Timeline) -> dict[int, np.ndarray]:

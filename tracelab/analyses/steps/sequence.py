@@ -13,6 +13,7 @@ from tracelab.analyses.core.distinct import FirstPosition, distinct, distinct_co
 from tracelab.analyses.core.memo import column
 from tracelab.analyses.core.rows import names_matching, rows_of
 from tracelab.model import GPU_ACTIVITY_KINDS, Flag, Timeline
+from tracelab.model.grouping import stable_order
 from tracelab.model.kinds import HOST_API_KINDS
 
 GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
@@ -171,7 +172,7 @@ def _allocator_calls(timeline: Timeline, calls: np.ndarray) -> np.ndarray:
     if not alloc.any():
         return alloc
     tid = column(timeline, "tid")[calls]
-    order = np.argsort(tid, kind="stable")  # per thread, in start order
+    order = stable_order(distinct_codes(tid)[1])  # per thread, in start order (a radix sort of thread codes)
     prev = np.full(calls.size, -1, dtype=np.int64)
     same = tid[order][1:] == tid[order][:-1]
     prev[order[1:][same]] = order[:-1][same]

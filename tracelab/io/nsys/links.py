@@ -19,14 +19,15 @@ _EX_LAUNCH = re.compile(r"^(cuda|cu)LaunchKernelEx", re.IGNORECASE)
 _API_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
 
 
-def separate_processes(cols: dict[str, np.ndarray], gpu: np.ndarray) -> list[str]:
+def separate_processes(cols: dict[str, np.ndarray], gpu: np.ndarray, processes: np.ndarray | None = None) -> list[str]:
     """CUPTI correlation ids (and context ids) are per process. With several processes in one
     export, correlation becomes (process index << 32) | correlationId so that a join on
     correlation alone never pairs a launch with another process's kernel; contexts that two
-    processes number alike on one GPU get the same prefix."""
+    processes number alike on one GPU get the same prefix. `processes`: the distinct globalPids
+    (>= 0) of cols["_gpid"] when the caller has them."""
     notes: list[str] = []
     gpid = cols["_gpid"]
-    procs = distinct(gpid[gpid >= 0])
+    procs = distinct(gpid[gpid >= 0]) if processes is None else processes
     if len(procs) <= 1:
         return notes
     index = np.searchsorted(procs, gpid)

@@ -13,7 +13,10 @@ meta.notes. Host launches and GPU work are linked by correlationId (made unique 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -66,6 +69,7 @@ _MISSING_NOTES = {
     "CUPTI_ACTIVITY_KIND_MEMSET": "no CUPTI_ACTIVITY_KIND_MEMSET table: no memsets were recorded",
     "NVTX_EVENTS": "no NVTX_EVENTS table: no NVTX ranges were recorded",
 }
+T = TypeVar("T")
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 
 
@@ -132,12 +136,25 @@ def _syncs_on_the_ranks_gpu(cols: dict[str, np.ndarray], gpu: np.ndarray, kind: 
         return []
     rk = cols["rank"]
     target = np.array([only.get(int(r), -2) for r in range(int(rk.max()) + 1)], dtype=np.int64)
-    want = np.where(sync & (rk >= 0), target[np.clip(rk, 0, target.size - 1)], -2)
-    move = sync & (want >= 0) & (cols["device"] != want)
+    rows = np.flatnonzero(sync)  # the sync records alone (not a mask over every event per step)
+    r = rk[rows]
+    want = np.where(r >= 0, target[np.clip(r, 0, target.size - 1)], -2)
+    move = (want >= 0) & (cols["device"][rows] != want)
     if not move.any():
         return []
-    cols["device"] = np.where(move, want, cols["device"]).astype(cols["device"].dtype)
+    device = cols["device"].copy()
+    device[rows[move]] = want[move]
+    cols["device"] = device
     return [f"{int(move.sum())} synchronization records named a GPU their rank ran no work on: placed on the rank's GPU"]
+
+
+def _in_background(fn: Callable[..., T], *args: Any) -> Future[T]:
+    """fn(*args) started on a thread of its own; `.result()` waits for it (and raises its error)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-check")
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _check_is_nsys(db: NsysDb) -> None:
@@ -207,9 +224,9 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     if no_device.any():
         cols["device"] = np.where(no_device, 0, cols["device"])
         notes.append(f"{int(no_device.sum())} GPU operations have no deviceId: placed on device 0")
-    cols, gpu = _assign_ranks(db, cols, gpu, notes)
+    cols, gpu, processes = _assign_ranks(db, cols, gpu, notes)
     kind = cols["kind"]
-    notes += separate_processes(cols, gpu)
+    notes += separate_processes(cols, gpu, processes)
     fill_graph_ids(db, cols)
     stats, link_notes = link_host_and_gpu(
         cols,
@@ -218,7 +235,12 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
         has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")),
     )
     notes += link_notes
-    notes += launch_link_notes(kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings)
+    # checked on a thread of its own while the rest is parsed (sorts and searches: numpy releases the GIL);
+    # no column it reads is written in place below. Its notes go where they were always placed.
+    link_checks = _in_background(
+        launch_link_notes, kind, cols["start"], cols["correlation"], cols["flags"], cols["name"], strings.strings
+    )
+    link_checks_at = len(notes)
     if open_ranges:
         notes.append(f"{open_ranges} NVTX ranges never ended; shown with zero length")
     counts = {**_counts(kind, open_ranges), **stats}
@@ -241,6 +263,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     _green_from_contexts(cols, contexts, green_streams(db), on_device)
     contexts += _undescribed_green_contexts(cols, contexts, on_device)
     extra = _extra(db, emeta, strings, cols, host_pids)
+    notes[link_checks_at:link_checks_at] = link_checks.result()
     del cols["_gpid"]
     table, cols = compact(strings.strings, cols)
     table, renamed = neutralize_names(table)
@@ -286,21 +309,26 @@ def _read_columns(db: NsysDb, strings: NsysStrings, kernel_names: str, notes: li
     return cols, open_ranges
 
 
-def _assign_ranks(db: NsysDb, cols: dict, gpu: np.ndarray, notes: list[str]) -> tuple[dict, np.ndarray]:
+def _assign_ranks(
+    db: NsysDb, cols: dict, gpu: np.ndarray, notes: list[str]
+) -> tuple[dict, np.ndarray, np.ndarray | None]:
     """cols["rank"]: one rank per host (hardware id) when an export merges several machines, else one
-    per process that used a GPU; the events of processes left out are dropped (said in `notes`)."""
+    per process that used a GPU; the events of processes left out are dropped (said in `notes`). Also
+    the distinct globalPids of the columns returned (None when rows were dropped: the caller finds them)."""
     gpid = cols["_gpid"]
-    uniq_hosts = distinct(host_of(distinct(gpid[gpid >= 0])))  # the hosts of the few distinct processes
+    processes = distinct(gpid[gpid >= 0])  # one hash pass over the events, shared with the steps below
+    uniq_hosts = distinct(host_of(processes))  # the hosts of the few distinct processes
     if len(uniq_hosts) > 1:
         cols["rank"] = np.searchsorted(uniq_hosts, host_of(gpid)).astype(np.int32)
         notes.append(f"export spans {len(uniq_hosts)} hosts: one rank per host")
     else:  # one host: one rank per process that used a GPU (nsys profile torchrun ...)
-        keep, rank_notes = assign_process_ranks(db, cols, gpu)
+        keep, rank_notes = assign_process_ranks(db, cols, gpu, processes)
         notes += rank_notes
         if not keep.all():
             cols = {k: v[keep] for k, v in cols.items()}
             gpu = gpu[keep]
-    return cols, gpu
+            return cols, gpu, None
+    return cols, gpu, processes
 
 
 def _extra(db: NsysDb, emeta: dict, strings: NsysStrings, cols: dict, host_pids: np.ndarray) -> dict:

@@ -55,7 +55,9 @@ def _column(part: dict[str, np.ndarray], key: str) -> np.ndarray:
 
 
 def _thread_key(part: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
-    pid, tid = _column(part, "pid")[rows], _column(part, "tid")[rows]
+    pid, tid = _column(part, "pid"), _column(part, "tid")
+    if not rows.all():  # (a table of host calls only: its columns as they are, no gather)
+        pid, tid = pid[rows], tid[rows]
     return (pid.astype(np.int64) << 32) | (tid.astype(np.int64) & 0xFFFFFFFF)
 
 

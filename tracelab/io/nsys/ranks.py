@@ -87,14 +87,18 @@ def _device_order(procs: np.ndarray, proc: np.ndarray, device: np.ndarray, gpu: 
     return {p: r for r, p in enumerate(ranked)}
 
 
-def assign_process_ranks(db: NsysDb, cols: dict[str, np.ndarray], gpu: np.ndarray) -> tuple[np.ndarray, list[str]]:
+def assign_process_ranks(
+    db: NsysDb, cols: dict[str, np.ndarray], gpu: np.ndarray, processes: np.ndarray | None = None
+) -> tuple[np.ndarray, list[str]]:
     """Give each GPU process of a one-host export its rank (cols["rank"], in place). Returns the rows
     to keep (False for host events of processes that used no GPU) and notes. A one-process export,
-    or one of several hosts (a rank per host, set before), is left as it is."""
+    or one of several hosts (a rank per host, set before), is left as it is. `processes`: the distinct
+    globalPids (>= 0) of cols["_gpid"] when the caller has them."""
     gpid = cols["_gpid"]
     keep = np.ones(len(gpid), dtype=bool)
-    known = gpid >= 0
-    if len(distinct(host_of(distinct(gpid[known])))) > 1:
+    if processes is None:
+        processes = distinct(gpid[gpid >= 0])
+    if len(distinct(host_of(processes))) > 1:
         return keep, []
     proc = pid_of(gpid)
     procs = distinct(proc[gpu & (proc >= 0)])

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the drawing code loads only for a run that gets an overview
     import pandas as pd
 
     from tracelab.model.timeline import Timeline
-    from tracelab.render.timeline.tiles import RunData
+    from tracelab.render.timeline.tiles import RunData, TimelineData
 
 SYNC_ANALYSIS_MAX_EVENTS = 300_000  # bigger runs: analysed in the dashboard's background, overview stored
 OVERVIEW_VERSION = 1  # bump when what a tile or a row holds changes: stored overviews are then ignored
@@ -95,7 +95,37 @@ def overview_views(timeline: Timeline) -> dict[str, bytes]:
     from tracelab.render.timeline.tiles import TimelineData
 
     start, end = int(ev["start"].min()), int(ev["end"].max())
-    return encode_overview(compute_overview(TimelineData(timeline), "", len(timeline.devices), start, end))
+    data = TimelineData(timeline)
+    _warm(data, len(timeline.devices), len(ev))
+    return encode_overview(compute_overview(data, "", len(timeline.devices), start, end))
+
+
+def _warm(data: TimelineData, n_devices: int, n_events: int) -> None:
+    """Compute the view's cached parts that do not depend on each other side by side (the SM lanes, the
+    devices' busy union, the lanes' nesting and emptiness): compute_overview then finds them. An import
+    computes the overview beside its encoding, so this shortens the import's longest thread."""
+    from tracelab.analyses.parallel import run_each, threads_for
+    from tracelab.render.timeline.tiles import (
+        default_show,
+        device_busy_union,
+        empty_lanes,
+        nvtx_depths,
+        sm_lanes_for,
+    )
+
+    threads = threads_for(n_events)
+    if threads <= 1:
+        return
+
+    def rest() -> None:
+        device_busy_union(data, "")
+        nvtx_depths(data, "")
+        empty_lanes(data, "")
+
+    tasks = [rest]
+    if "sm" in default_show(n_devices):
+        tasks.insert(0, lambda: sm_lanes_for(data, ""))
+    run_each(tasks, min(threads, 2))
 
 
 # ---- as stored ------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.analyses.core.intervals import merge_grouped
+from tracelab.analyses.parallel import run_each, threads_for
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import LANE_COLUMNS, Timeline
 from tracelab.render.timeline.data import MIN_TILE_NS, TileParts, gaps_in_window
@@ -424,8 +425,15 @@ def tile_parts(
     n_lanes = len(data.lanes(run_id))
     table = lane_to_row(rows, n_lanes)
     shown = np.flatnonzero(table >= 0)
-    view = window_view(data, run_id, t0, t1, table, shown, len(rows), depth_cap=lane_depth_cap(rows, n_lanes))
-    sm_view = _sm_view(data, sm, rows, t0, t1) if sm else None
+    # the events' view and the SM rows' view side by side for a big run (numpy releases the GIL in both)
+    threads = min(threads_for(data.timeline(run_id).n_events), 2) if sm else 1
+    view, sm_view = run_each(
+        [
+            lambda: window_view(data, run_id, t0, t1, table, shown, len(rows), depth_cap=lane_depth_cap(rows, n_lanes)),
+            lambda: _sm_view(data, sm, rows, t0, t1) if sm else None,
+        ],
+        threads,
+    )
     return TileParts(
         level=level, index=index, t0=t0, t1=t1, origin=int(start_ns), view=view, sm_view=sm_view,
         idle=idle_bins(data, run_id, rows, t0, t1), gaps=gaps_in_window(gaps.frame, rows, t0, t1, view.ns_per_px),
