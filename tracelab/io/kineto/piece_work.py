@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracelab.io.kineto.columns import dense_part
 from tracelab.io.kineto.kinds import (
     _DROP,
     _HAS_ARGS,
@@ -60,8 +61,9 @@ class PieceWork:
     sel: Rows | None = None
 
 
-def piece_work(rows: Rows) -> PieceWork:
-    """The columns and counts of one piece's rows (`PieceWork`); thread-safe (reads only `rows`)."""
+def piece_work(rows: Rows, dense: bool = False) -> PieceWork:
+    """The columns and counts of one piece's rows (`PieceWork`); thread-safe (reads only `rows`). `dense`:
+    the columns as `dense_part` gives them (every column of the rows: a copy each to merge)."""
     out = PieceWork(n_total=rows.n)
     if not rows.n:
         return out
@@ -85,6 +87,8 @@ def piece_work(rows: Rows) -> PieceWork:
     idx = np.flatnonzero(kind != _DROP)
     if len(idx):
         _complete(out, rows.select(idx), kind[idx])
+        if dense and out.cols is not None:
+            out.cols = dense_part(out.cols)
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tracelab.io.kineto.columns import ColumnAssembler
+from tracelab.io.kineto.columns import ColumnAssembler, populate
 from tracelab.io.kineto.kinds import MAX_OVERHEAD
 from tracelab.io.kineto.memory import MAX_EVENTS
 from tracelab.io.kineto.piece_work import PieceWork, piece_work
@@ -138,7 +138,7 @@ class _Parsed:
         """The parts of a piece turned into columns on the scan threads (`piece_work`), merged by the
         next `_flush`: the piece's buffer is no longer needed (the rows are copies)."""
         assert self._pool is not None
-        self._pending = [self._pool.submit(piece_work, p) for p in parts]
+        self._pending = [self._pool.submit(piece_work, p, True) for p in parts]
         self._pending_bytes = piece_bytes
 
     def _scan_halves(self, piece: memoryview) -> list[Rows] | None:
@@ -248,6 +248,12 @@ class _Parsed:
             self.columns.expected = int(rows * (self.input_bytes / piece_bytes) * 1.15) + 1024
         for p in parts:
             self.columns.add(p)
+        if self._pool is not None and parts:
+            # the pages the next pieces' rows will fill, mapped meanwhile on a scan thread (about two
+            # pieces ahead): copying them in then does not fault on this thread
+            views = self.columns.ahead(3 * sum(len(p["kind"]) for p in parts))
+            if views:
+                self._pool.submit(populate, views)
 
     # -------------------------------------------------------------------------------------------
 
