@@ -44,10 +44,10 @@ _TOP_KEYS = (
 def finish(parsed: _Parsed, path: Path, top: dict, rank: int | None) -> Timeline:
     """The Timeline of everything `parsed` accumulated; `top` is the JSON outside traceEvents."""
     parsed._flush()
-    parsed.close()
     if "traceEvents" not in top and top:
         raise TraceFormatError("no traceEvents array (not a Kineto / Chrome trace)", path)
-    cols = parsed.columns.result() if parsed.columns is not None else assemble(parsed.parts)
+    cols = parsed.columns.result(*parsed.pool) if parsed.columns is not None else assemble(parsed.parts)
+    parsed.close()
     parsed.parts = []
     notes: list[str] = []
     strings, renamed = neutralize_names(parsed.strings)
@@ -184,7 +184,8 @@ def _flags(cols: dict[str, np.ndarray], strings: list[str], stats: dict[str, int
     stats["orphan_gpu_events"] = int(orphan.sum())
     graph_names = np.array([i for i, s in enumerate(strings) if "GraphLaunch" in s], dtype=np.int32)
     if len(graph_names):
-        graph_corr = sorted_unique(corr[is_api & np.isin(cols["name"], graph_names)])
+        api_rows = np.flatnonzero(is_api)
+        graph_corr = sorted_unique(corr[api_rows[member(cols["name"][api_rows], graph_names)]])
         graph_corr = graph_corr[graph_corr >= 0]
         flags[gpu_rows[member(corr[gpu_rows], graph_corr)]] |= Flag.GRAPH
         if len(graph_corr):

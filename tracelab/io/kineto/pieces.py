@@ -190,6 +190,11 @@ class _Parsed:
         if pending:
             self._merge([job.result() for job in pending], self._pending_bytes)
 
+    @property
+    def pool(self) -> tuple[ThreadPoolExecutor | None, int]:
+        """The scan threads (None without the pipeline) and how many, for the last steps (`finish`)."""
+        return self._pool, self._parts
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
