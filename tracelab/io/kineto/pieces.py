@@ -58,7 +58,8 @@ class _Parsed:
         self._pending: list[Future[PieceWork]] = []  # the last piece's parts, being turned into columns
         self._pending_bytes = 0  # that piece's length
         if pipeline and scanner_available():
-            self._pool = ThreadPoolExecutor(max(self._parts, 1), thread_name_prefix="tracelab-scan")
+            # twice the parts: the next piece's parts are scanned while the last one's are turned into columns
+            self._pool = ThreadPoolExecutor(2 * max(self._parts, 1), thread_name_prefix="tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.parts: list[dict[str, np.ndarray]] = []
