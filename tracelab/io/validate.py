@@ -27,6 +27,7 @@ import numpy as np
 
 from tracelab.errors import TraceFormatError
 from tracelab.model import DeviceInfo
+from tracelab.model.grouping import any_of
 from tracelab.model.kinds import GPU_ACTIVITY_KINDS
 
 TIME_LIMIT_NS = 1 << 62  # |time| below this (year 2116 on an epoch clock): differences fit in int64
@@ -158,7 +159,7 @@ def _bad_devices(
     device = np.asarray(cols["device"])
     bad_dev = (device < -1) | (device >= INT32_LIMIT)
     if kind is not None:
-        bad_dev &= np.isin(kind, _GPU) | (device != -1)
+        bad_dev &= any_of(kind, _GPU) | (device != -1)
     bad_dev &= ~drop
     if bad_dev.any():
         rows = np.flatnonzero(bad_dev)
@@ -295,8 +296,8 @@ def launch_link_notes(
     it (a GPU clock years off). Vectorized: one sort of the host calls' ids, one search per GPU row."""
     from tracelab.model.kinds import HOST_API_KINDS, Flag
 
-    api_rows = np.flatnonzero(np.isin(kind, [int(k) for k in HOST_API_KINDS]) & (corr > 0))
-    gpu_rows = np.flatnonzero(np.isin(kind, _GPU) & (corr > 0))
+    api_rows = np.flatnonzero(any_of(kind, HOST_API_KINDS) & (corr > 0))
+    gpu_rows = np.flatnonzero(any_of(kind, _GPU) & (corr > 0))
     if not len(api_rows) or not len(gpu_rows):
         return []
     notes: list[str] = []

@@ -50,8 +50,17 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(values, return_inverse=True) for integers, without importing numpy.ma (see sorted_unique):
-    the distinct values sorted, and each value's index among them."""
+    the distinct values sorted, and each value's index among them. Values that span a narrow range (string
+    ids, kinds, small codes) through a table of flags over the range, without a sort."""
     v = np.asarray(values).reshape(-1)
+    if v.size and (v.dtype.kind == "i" or (v.dtype.kind == "u" and v.dtype.itemsize < 8)):
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < _table_limit(v.size):
+            offset = v.astype(np.int64) - lo
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[offset] = True
+            rank = np.cumsum(present, dtype=np.int64) - 1
+            return (np.flatnonzero(present) + lo).astype(v.dtype), rank[offset]
     u = sorted_unique(v)
     return u, np.searchsorted(u, v).astype(np.int64)
 

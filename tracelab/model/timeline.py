@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .grouping import first_rows, group_codes, sorted_unique
+from .grouping import any_of, first_rows, group_codes, sorted_unique
 from .kinds import GPU_ACTIVITY_KINDS, EventKind, LaneKind
 from .strings import remap_into
 
@@ -225,7 +225,7 @@ class Timeline:
 
     # ---- convenience views -------------------------------------------------------------------
     def gpu_mask(self) -> np.ndarray:
-        return np.isin(self.cols["kind"], [int(k) for k in GPU_ACTIVITY_KINDS])
+        return any_of(self.cols["kind"], GPU_ACTIVITY_KINDS)
 
     def gpu_events(self) -> pd.DataFrame:
         return self.events[self.gpu_mask()]
