@@ -164,27 +164,25 @@ def _flags(cols: dict[str, np.ndarray], strings: list[str], stats: dict[str, int
     GPU work without a launch, GRAPH work of graph launches); stats gets orphan_gpu_events."""
     kind = cols["kind"]
     n = len(kind)
-    gpu = _IS_GPU[kind.view(np.uint8)]
-    is_api = _IS_API[kind.view(np.uint8)]
+    api_rows = np.flatnonzero(_IS_API[kind.view(np.uint8)])  # rows, not masks: each use is a gather
     flags = np.zeros(n, dtype=np.int16)
     sync_kind = cols["sync_kind"]
-    if is_api.any():
-        s, f = classify_api_ids(strings, cols["name"][is_api])
-        sync_kind[is_api] = s
-        flags[is_api] = f
-    kern = kind == int(EventKind.KERNEL)
-    if kern.any():
+    if len(api_rows):
+        s, f = classify_api_ids(strings, cols["name"][api_rows])
+        sync_kind[api_rows] = s
+        flags[api_rows] = f
+    kern = np.flatnonzero(kind == int(EventKind.KERNEL))
+    if len(kern):
         flags[kern] |= np.where(comm_mask(strings, cols["name"][kern]), Flag.COMM, 0).astype(np.int16)
     corr = cols["correlation"]
-    launches = sorted_unique(corr[is_api & (corr >= 0)])
-    gpu_rows = np.flatnonzero(gpu)
-    orphan = np.zeros(n, dtype=bool)
-    orphan[gpu_rows] = ~member(corr[gpu_rows], launches)
+    api_corr = corr[api_rows]
+    launches = sorted_unique(api_corr[api_corr >= 0])
+    gpu_rows = np.flatnonzero(_IS_GPU[kind.view(np.uint8)])
+    orphan = gpu_rows[~member(corr[gpu_rows], launches)]
     flags[orphan] |= Flag.ORPHAN
-    stats["orphan_gpu_events"] = int(orphan.sum())
+    stats["orphan_gpu_events"] = len(orphan)
     graph_names = np.array([i for i, s in enumerate(strings) if "GraphLaunch" in s], dtype=np.int32)
     if len(graph_names):
-        api_rows = np.flatnonzero(is_api)
         graph_corr = sorted_unique(corr[api_rows[member(cols["name"][api_rows], graph_names)]])
         graph_corr = graph_corr[graph_corr >= 0]
         flags[gpu_rows[member(corr[gpu_rows], graph_corr)]] |= Flag.GRAPH
