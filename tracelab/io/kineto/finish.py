@@ -46,7 +46,11 @@ def finish(parsed: _Parsed, path: Path, top: dict, rank: int | None) -> Timeline
     parsed._flush()
     if "traceEvents" not in top and top:
         raise TraceFormatError("no traceEvents array (not a Kineto / Chrome trace)", path)
-    cols = parsed.columns.result(*parsed.pool) if parsed.columns is not None else assemble(parsed.parts)
+    pool, threads = parsed.pool
+    # the [memory] instants' columns meanwhile on a scan thread (numpy: mostly without the GIL)
+    memory = pool.submit(_memory, parsed) if pool is not None and parsed.memory_parts else None
+    cols = parsed.columns.result(pool, threads) if parsed.columns is not None else assemble(parsed.parts)
+    memory = memory.result() if memory is not None else _memory(parsed)
     parsed.close()
     parsed.parts = []
     notes: list[str] = []
@@ -102,7 +106,7 @@ def finish(parsed: _Parsed, path: Path, top: dict, rank: int | None) -> Timeline
         gpu=", ".join(gpu_names),
         notes=tuple(notes),
         stats=stats,
-        extra=_extra(parsed, top, rank_source),
+        extra=_extra(parsed, top, rank_source, memory),
     )
     cols.update(
         rank=np.int32(rank), copy_kind=copy_kind, src_mem=src_mem, dst_mem=dst_mem, sync_kind=cols["sync_kind"],
@@ -209,18 +213,23 @@ def _copy_columns(kind: np.ndarray, names: np.ndarray, strings: list[str]) -> tu
     return copy_kind, src_mem, dst_mem
 
 
-def _extra(parsed: _Parsed, top: dict, rank_source: str) -> dict[str, Any]:
+def _memory(parsed: _Parsed) -> dict[str, Any] | None:
+    """The `[memory]` instants (profile_memory=True) read piece by piece, as RunMeta.extra["memory"]."""
+    if not parsed.memory_parts:
+        return None
+    from tracelab.io.kineto.memory import memory_document
+
+    return memory_document(parsed.memory_parts, parsed.n_memory)
+
+
+def _extra(parsed: _Parsed, top: dict, rank_source: str, memory: dict[str, Any] | None) -> dict[str, Any]:
     """RunMeta.extra: the schema, where the rank came from, the top-level keys kept, memory, collectives."""
     extra: dict[str, Any] = {"kineto_schema": "2021" if parsed.legacy else "current", "rank_source": rank_source}
     for key in _TOP_KEYS:
         if key in top:
             extra[key] = json_safe(top[key])
-    if parsed.memory_parts:  # [memory] instants (profile_memory=True), read piece by piece
-        from tracelab.io.kineto.memory import memory_document
-
-        memory = memory_document(parsed.memory_parts, parsed.n_memory)
-        if memory is not None:
-            extra["memory"] = memory
+    if memory is not None:
+        extra["memory"] = memory
     health = _health(parsed, top)
     if health:
         extra["health"] = health
