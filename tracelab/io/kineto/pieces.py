@@ -97,12 +97,14 @@ class _Parsed:
             self.strings.append(v)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
 
-    def intern_table(self, ids: np.ndarray, table: list[str]) -> np.ndarray:
+    def intern_table(self, ids: np.ndarray, table: list[str], used: np.ndarray | None = None) -> np.ndarray:
         """`intern([table[i] for i in ids])` without the per-event list: the new strings are interned in
-        the order of their first occurrence in `ids`, so the string ids are those `intern` gives."""
+        the order of their first occurrence in `ids`, so the string ids are those `intern` gives. `used`:
+        the entries of `table` that `ids` holds, ascending, when the caller has them."""
         if not len(ids):
             return np.zeros(0, dtype=np.int32)
-        used = np.flatnonzero(np.bincount(ids, minlength=len(table)))
+        if used is None:
+            used = np.flatnonzero(np.bincount(ids, minlength=len(table)))
         known = self.ids
         got = [known.get(table[i], -1) for i in used.tolist()]
         if -1 not in got:  # nothing new (most pieces): no first-occurrence order to find

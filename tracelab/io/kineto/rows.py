@@ -45,7 +45,7 @@ def scanner_available() -> bool:
 
 class Interner(Protocol):
     def intern(self, values: list) -> np.ndarray: ...
-    def intern_table(self, ids: np.ndarray, table: list[str]) -> np.ndarray: ...
+    def intern_table(self, ids: np.ndarray, table: list[str], used: np.ndarray | None = None) -> np.ndarray: ...
 
 
 class Rows(Protocol):
@@ -218,6 +218,7 @@ class ColumnRows:
     ) -> None:
         self.n, self.table, self.cols, self.sel = n, table, cols, sel
         self._read: dict[str, np.ndarray] = {}
+        self._used: dict[str, np.ndarray] = {}  # table entries used by the rows' names / categories
 
     def col(self, field: str) -> np.ndarray:
         """One column over the current rows (gathered once)."""
@@ -266,16 +267,17 @@ class ColumnRows:
         return v
 
     def name_ids(self, interner: Interner) -> np.ndarray:
-        return interner.intern_table(self.col("name"), self.table)
+        return interner.intern_table(self.col("name"), self.table, self._used.get("name"))
 
     def cat_ids(self, interner: Interner) -> np.ndarray:
-        return interner.intern_table(self.col("cat"), self.table)
+        return interner.intern_table(self.col("cat"), self.table, self._used.get("cat"))
 
     def gather_text(self) -> None:
-        """Gather the names and categories of the rows now (a worker thread), so name_ids / cat_ids only
-        intern."""
-        self.col("name")
-        self.col("cat")
+        """Gather the names and categories of the rows now (a worker thread), and which strings of the
+        table they use, so name_ids / cat_ids only intern."""
+        for field in ("name", "cat"):
+            v = self.col(field)
+            self._used[field] = np.flatnonzero(np.bincount(v, minlength=len(self.table))) if len(v) else v
 
     def name(self, i: int) -> str:
         return self.table[int(self.at("name", np.array([i]))[0])]
