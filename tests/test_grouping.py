@@ -122,3 +122,24 @@ def test_group_codes_of_few_keys_among_many_rows():
     number = {t: i for i, t in enumerate(sorted(set(tuples)))}
     assert k == len(number)
     assert ids.tolist() == [number[t] for t in tuples]
+
+
+def test_unique_inverse_is_np_unique():
+    """Narrow ranges go through a table of flags, wide ones through a sort: both as np.unique says."""
+    from tracelab.model.grouping import unique_inverse
+
+    rng = np.random.default_rng(4)
+    for a in (
+        np.array([7], np.int32),
+        rng.integers(-5, 5, 1000).astype(np.int8),
+        rng.integers(0, 3000, 5000).astype(np.int32),  # string ids: a table
+        rng.integers(-(1 << 40), 1 << 40, 1000),  # wide: a sort
+        rng.choice([0, 70_000, 140_001], 10).astype(np.int64),  # few values over a range past the table's
+        rng.integers(0, 200, 1000).astype(np.uint8),
+        rng.choice([0, 2**64 - 1], 50).astype(np.uint64),
+    ):
+        want, want_inv = np.unique(a, return_inverse=True)
+        got, inv = unique_inverse(a)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(inv, want_inv.reshape(-1))
+        assert got.dtype == want.dtype and inv.dtype == np.int64

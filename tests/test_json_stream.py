@@ -92,3 +92,8 @@ def test_gap_items_are_orjson_bytes_for_odd_values() -> None:
     want = orjson.dumps({"gaps": gap_docs(part, texts[2:9])}, option=orjson.OPT_INDENT_2)
     assert gap_items(part, texts[2:9]) == want[_ITEMS_FROM:-_ITEMS_TO]
     assert gap_items(table.rows(0, 0), []) == b""
+    # a text that ends in '",' (or is '","') puts '","' inside an item of orjson's text of the list
+    for odd_text in ('ends in ",', '","', '\\",'):
+        cut = [*texts[:7], odd_text, *texts[8:]]
+        want = orjson.dumps({"gaps": gap_docs(table, cut)}, option=orjson.OPT_INDENT_2)
+        assert gap_items(table, cut) == want[_ITEMS_FROM:-_ITEMS_TO]

@@ -114,8 +114,8 @@ def _names_with_cuts(n: int, every: int) -> dict:
 @pytest.mark.parametrize("parts", [2, 3, 4])
 @pytest.mark.parametrize("every", [1, 3, 10_000])
 def test_pieces_scanned_in_halves_give_the_whole_pieces_timeline(tmp_path, monkeypatch, every, parts):
-    """Pieces cut in `parts` near 1/parts, 2/parts, ... and scanned on as many threads (joined back by
-    ColumnRows.joined), against each piece scanned whole; names full of `},{` make the cuts land inside
+    """Pieces cut in `parts` near 1/parts, 2/parts, ... and scanned on as many threads (merged back as the
+    whole piece by `_Parsed._merge`), against each piece scanned whole; names full of `},{` make the cuts land inside
     strings, where the parts are refused and the whole piece decides."""
     import json
 

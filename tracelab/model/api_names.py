@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 
+from .grouping import unique_inverse
 from .kinds import Flag, SyncKind
 
 _SYNC_PATTERNS: tuple[tuple[re.Pattern[str], SyncKind], ...] = (
@@ -45,7 +46,7 @@ def classify_api_name(name: str) -> tuple[SyncKind, int]:
 
 def classify_api_ids(strings: list[str] | tuple[str, ...], name_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Vectorized: classify each distinct name id once, then map back onto the rows."""
-    uniq, inverse = np.unique(name_ids, return_inverse=True)
+    uniq, inverse = unique_inverse(name_ids)
     sync = np.zeros(len(uniq), dtype=np.int8)
     flags = np.zeros(len(uniq), dtype=np.int16)
     for i, sid in enumerate(uniq.tolist()):
@@ -83,6 +84,6 @@ def is_comm_name(name: str) -> bool:
 
 
 def comm_mask(strings: list[str] | tuple[str, ...], name_ids: np.ndarray) -> np.ndarray:
-    uniq, inverse = np.unique(name_ids, return_inverse=True)
+    uniq, inverse = unique_inverse(name_ids)
     hit = np.array([0 <= s < len(strings) and is_comm_name(strings[s]) for s in uniq.tolist()], dtype=bool)
     return hit[inverse] if len(uniq) else np.zeros(len(name_ids), dtype=bool)

@@ -38,11 +38,18 @@ def stable_order(codes: np.ndarray) -> np.ndarray:
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """np.unique(values), by one sort for integers and booleans: without np.unique's check for a masked
-    array, which imports numpy.ma (~0.1 s, once per process)."""
+    """np.unique(values), by one sort for integers and booleans (integers over a narrow range: a table of
+    flags instead): without np.unique's check for a masked array, which imports numpy.ma (~0.1 s, once per
+    process)."""
     v = np.asarray(values).reshape(-1)
     if v.dtype.kind not in "iub":
         return np.unique(v)
+    if v.size > 64 and (v.dtype.kind == "i" or (v.dtype.kind == "u" and v.dtype.itemsize < 8)):
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < _table_limit(v.size):  # a narrow range (ids, codes): flags over it, no sort
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[v.astype(np.int64) - lo] = True
+            return (np.flatnonzero(present) + lo).astype(v.dtype)
     s = np.sort(v)
     if s.size < 2:
         return s
@@ -54,8 +61,17 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(values, return_inverse=True) for integers, without importing numpy.ma (see sorted_unique):
-    the distinct values sorted, and each value's index among them."""
+    the distinct values sorted, and each value's index among them. Values that span a narrow range (string
+    ids, kinds, small codes) through a table of flags over the range, without a sort."""
     v = np.asarray(values).reshape(-1)
+    if v.size and (v.dtype.kind == "i" or (v.dtype.kind == "u" and v.dtype.itemsize < 8)):
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < _table_limit(v.size):
+            offset = v.astype(np.int64) - lo
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[offset] = True
+            rank = np.cumsum(present, dtype=np.int64) - 1
+            return (np.flatnonzero(present) + lo).astype(v.dtype), rank[offset]
     u = sorted_unique(v)
     return u, np.searchsorted(u, v).astype(np.int64)
 

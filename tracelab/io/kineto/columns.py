@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from concurrent.futures import Executor
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -155,6 +156,40 @@ def _trim() -> None:
 
 
 _malloc_trim = None
+_madvise = None
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+: map pages writable, as a write would, without changing their bytes
+_PAGE = 4096
+
+
+def populate(arrays: list[np.ndarray]) -> None:
+    """Map the pages that hold `arrays` (madvise MADV_POPULATE_WRITE, run without the GIL), so that the first
+    writes into them do not fault: a thread that fills big new buffers leaves their page faults to the
+    thread that calls this. The bytes are left as they are (the arrays may be written meanwhile); where
+    the kernel lacks it (before Linux 5.14) or there is no glibc, nothing happens."""
+    global _madvise
+    if _madvise is None:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL("libc.so.6", use_errno=True).madvise
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _madvise = fn
+        except (OSError, AttributeError):
+            _madvise = False
+    if not _madvise:
+        return
+    for a in arrays:
+        if not a.nbytes:
+            continue
+        lo = a.ctypes.data & ~(_PAGE - 1)
+        hi = (a.ctypes.data + a.nbytes + _PAGE - 1) & ~(_PAGE - 1)
+        if _madvise(lo, hi - lo, _MADV_POPULATE_WRITE) != 0:
+            import ctypes
+            import errno
+
+            if ctypes.get_errno() == errno.EINVAL:  # not supported by this kernel
+                _madvise = False
+                return
 
 
 class ColumnAssembler:
@@ -182,6 +217,7 @@ class ColumnAssembler:
         self.cap = 0
         self.expected = max(int(expected), 0)
         self.cols: dict[str, np.ndarray] = {}
+        self._ahead = 0  # rows up to which the buffers' pages were populated (`ahead`)
 
     def _reserve(self, need: int) -> None:
         if need <= self.cap:
@@ -195,14 +231,31 @@ class ColumnAssembler:
             self.cols[c] = new
             del old
         self.cap = cap
+        self._ahead = self.n
+
+    def ahead(self, rows: int) -> list[np.ndarray]:
+        """Views of the columns' next `rows` rows not yet given by `ahead` (for `populate`, on another
+        thread: the views keep their buffers alive)."""
+        lo, hi = max(self._ahead, self.n), min(self.cap, self.n + rows)
+        if hi <= lo:
+            return []
+        self._ahead = hi
+        return [self.cols[c][lo:hi] for c, _t in self._COLUMNS]
 
     def add(self, part: dict[str, np.ndarray]) -> None:
+        """Append a piece's columns: sparse (`rows` + `a_*`, `k_rows` + `k_*`, as the parser makes them) or
+        dense (every column, `dense_part`: then one copy per column)."""
         k = len(part["kind"])
         if not k:
             return
         self._reserve(self.n + k)
         lo, hi = self.n, self.n + k
         cols = self.cols
+        if "device" in part:  # dense
+            for c, _t in self._COLUMNS:
+                cols[c][lo:hi] = part[c]
+            self.n = hi
+            return
         for c in _MAIN:
             cols[c][lo:hi] = part[c]
         rows = part.get("rows")
@@ -225,8 +278,10 @@ class ColumnAssembler:
                         cols[f"{g}_{axis}"][at] = tri[:, j]
         self.n = hi
 
-    def result(self) -> dict[str, np.ndarray]:
-        """The columns sorted by start (stable); the assembler is empty afterwards."""
+    def result(self, pool: Executor | None = None, threads: int = 1) -> dict[str, np.ndarray]:
+        """The columns sorted by start (stable); the assembler is empty afterwards. With `pool` (of
+        `threads` threads) the columns are reordered `threads` at a time on it (a gather runs without the
+        GIL)."""
         n = self.n
         if not self.cap:
             out = {c: np.zeros(0, dtype=t) for c, t in self._COLUMNS}
@@ -236,10 +291,49 @@ class ColumnAssembler:
         start = out["start"]
         if n and not (start[1:] >= start[:-1]).all():
             order = np.argsort(start, kind="stable")
-            for c in list(out):
-                out[c] = out[c][order]  # one column at a time: its old buffer is freed as it is replaced
+            names = list(out)
+            step = max(threads, 1) if pool is not None else 1
+            for i in range(0, len(names), step):
+                batch = names[i : i + step]  # a few columns at a time: their old buffers are freed as replaced
+                if pool is None or len(batch) == 1:
+                    got = [out[c][order] for c in batch]
+                else:
+                    got = list(pool.map(lambda c: out[c][order], batch))
+                for c, v in zip(batch, got):
+                    out[c] = v
+                del got
                 _trim()
         return out
+
+
+def dense_part(part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A piece's sparse columns (`rows` + `a_*`, `k_rows` + `k_*`) as every column of its rows (those of
+    ColumnAssembler, their dtypes; what `ColumnAssembler.add` fills them with), so that adding it is one copy
+    per column: made on a scan thread, it leaves the parser's thread only those copies. `name` and
+    `category` are passed through when there."""
+    k = len(part["kind"])
+    out = {c: part[c] for c in _MAIN if c in part}
+    rows = part.get("rows")
+    for c, (key, t) in _SPARSE.items():
+        col = np.full(k, 0 if c == "sync_kind" else -1, dtype=t)
+        if rows is not None and key in part:
+            col[rows] = part[key]
+        out[c] = col
+    krows = part.get("k_rows")
+    scatter = krows is not None and len(krows) > 0
+    for c, (key, t) in _KERNEL.items():
+        col = np.full(k, -1, dtype=t)
+        if scatter and key in part:
+            col[krows] = part[key]
+        out[c] = col
+    for g in ("grid", "block"):
+        tri = part.get("k_" + g)
+        for j, axis in enumerate("xyz"):
+            col = np.full(k, -1, dtype=np.int32)
+            if scatter and tri is not None:
+                col[krows] = tri[:, j]
+            out[f"{g}_{axis}"] = col
+    return out
 
 
 def assemble(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

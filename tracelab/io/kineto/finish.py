@@ -44,10 +44,14 @@ _TOP_KEYS = (
 def finish(parsed: _Parsed, path: Path, top: dict, rank: int | None) -> Timeline:
     """The Timeline of everything `parsed` accumulated; `top` is the JSON outside traceEvents."""
     parsed._flush()
-    parsed.close()
     if "traceEvents" not in top and top:
         raise TraceFormatError("no traceEvents array (not a Kineto / Chrome trace)", path)
-    cols = parsed.columns.result() if parsed.columns is not None else assemble(parsed.parts)
+    pool, threads = parsed.pool
+    # the [memory] instants' columns meanwhile on a scan thread (numpy: mostly without the GIL)
+    memory = pool.submit(_memory, parsed) if pool is not None and parsed.memory_parts else None
+    cols = parsed.columns.result(pool, threads) if parsed.columns is not None else assemble(parsed.parts)
+    memory = memory.result() if memory is not None else _memory(parsed)
+    parsed.close()
     parsed.parts = []
     notes: list[str] = []
     strings, renamed = neutralize_names(parsed.strings)
@@ -102,7 +106,7 @@ def finish(parsed: _Parsed, path: Path, top: dict, rank: int | None) -> Timeline
         gpu=", ".join(gpu_names),
         notes=tuple(notes),
         stats=stats,
-        extra=_extra(parsed, top, rank_source),
+        extra=_extra(parsed, top, rank_source, memory),
     )
     cols.update(
         rank=np.int32(rank), copy_kind=copy_kind, src_mem=src_mem, dst_mem=dst_mem, sync_kind=cols["sync_kind"],
@@ -164,27 +168,26 @@ def _flags(cols: dict[str, np.ndarray], strings: list[str], stats: dict[str, int
     GPU work without a launch, GRAPH work of graph launches); stats gets orphan_gpu_events."""
     kind = cols["kind"]
     n = len(kind)
-    gpu = _IS_GPU[kind.view(np.uint8)]
-    is_api = _IS_API[kind.view(np.uint8)]
+    api_rows = np.flatnonzero(_IS_API[kind.view(np.uint8)])  # rows, not masks: each use is a gather
     flags = np.zeros(n, dtype=np.int16)
     sync_kind = cols["sync_kind"]
-    if is_api.any():
-        s, f = classify_api_ids(strings, cols["name"][is_api])
-        sync_kind[is_api] = s
-        flags[is_api] = f
-    kern = kind == int(EventKind.KERNEL)
-    if kern.any():
+    if len(api_rows):
+        s, f = classify_api_ids(strings, cols["name"][api_rows])
+        sync_kind[api_rows] = s
+        flags[api_rows] = f
+    kern = np.flatnonzero(kind == int(EventKind.KERNEL))
+    if len(kern):
         flags[kern] |= np.where(comm_mask(strings, cols["name"][kern]), Flag.COMM, 0).astype(np.int16)
     corr = cols["correlation"]
-    launches = sorted_unique(corr[is_api & (corr >= 0)])
-    gpu_rows = np.flatnonzero(gpu)
-    orphan = np.zeros(n, dtype=bool)
-    orphan[gpu_rows] = ~member(corr[gpu_rows], launches)
+    api_corr = corr[api_rows]
+    launches = sorted_unique(api_corr[api_corr >= 0])
+    gpu_rows = np.flatnonzero(_IS_GPU[kind.view(np.uint8)])
+    orphan = gpu_rows[~member(corr[gpu_rows], launches)]
     flags[orphan] |= Flag.ORPHAN
-    stats["orphan_gpu_events"] = int(orphan.sum())
+    stats["orphan_gpu_events"] = len(orphan)
     graph_names = np.array([i for i, s in enumerate(strings) if "GraphLaunch" in s], dtype=np.int32)
     if len(graph_names):
-        graph_corr = sorted_unique(corr[is_api & np.isin(cols["name"], graph_names)])
+        graph_corr = sorted_unique(corr[api_rows[member(cols["name"][api_rows], graph_names)]])
         graph_corr = graph_corr[graph_corr >= 0]
         flags[gpu_rows[member(corr[gpu_rows], graph_corr)]] |= Flag.GRAPH
         if len(graph_corr):
@@ -210,18 +213,23 @@ def _copy_columns(kind: np.ndarray, names: np.ndarray, strings: list[str]) -> tu
     return copy_kind, src_mem, dst_mem
 
 
-def _extra(parsed: _Parsed, top: dict, rank_source: str) -> dict[str, Any]:
+def _memory(parsed: _Parsed) -> dict[str, Any] | None:
+    """The `[memory]` instants (profile_memory=True) read piece by piece, as RunMeta.extra["memory"]."""
+    if not parsed.memory_parts:
+        return None
+    from tracelab.io.kineto.memory import memory_document
+
+    return memory_document(parsed.memory_parts, parsed.n_memory)
+
+
+def _extra(parsed: _Parsed, top: dict, rank_source: str, memory: dict[str, Any] | None) -> dict[str, Any]:
     """RunMeta.extra: the schema, where the rank came from, the top-level keys kept, memory, collectives."""
     extra: dict[str, Any] = {"kineto_schema": "2021" if parsed.legacy else "current", "rank_source": rank_source}
     for key in _TOP_KEYS:
         if key in top:
             extra[key] = json_safe(top[key])
-    if parsed.memory_parts:  # [memory] instants (profile_memory=True), read piece by piece
-        from tracelab.io.kineto.memory import memory_document
-
-        memory = memory_document(parsed.memory_parts, parsed.n_memory)
-        if memory is not None:
-            extra["memory"] = memory
+    if memory is not None:
+        extra["memory"] = memory
     health = _health(parsed, top)
     if health:
         extra["health"] = health

@@ -2,9 +2,9 @@
 or free by the caching allocator, args "Bytes" (+ allocated, - freed), "Total Allocated", "Total Reserved",
 "Addr", "Device Id", "Device Type" (1 = CUDA, 0 = CPU). They are read in the parser's one pass: the C scanner
 (or its msgspec twin, tracelab/io/kineto/structs.py) keeps these args for every instant that has args, and
-the parser keeps the instants named `[memory]` (`_Parsed._keep_memory`). Integer args follow the parser's
-rule (an integer, or a numeric string; anything else is unknown, -1; null is -1); an absent arg takes the
-profiler's default (Device Type 1, Device Id -1, Bytes 0, Addr 0, the totals -1); an instant without a time
+the parser keeps the instants named `[memory]` (`piece_work._memory`, bounded by `_Parsed._merge`). Integer
+args follow the parser's rule (an integer, or a numeric string; anything else is unknown, -1; null is -1); an
+absent arg takes the profiler's default (Device Type 1, Device Id -1, Bytes 0, Addr 0, the totals -1); an instant without a time
 is dropped. Kept in `RunMeta.extra["memory"]` (stored with the run)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - `StructRows`: the msgspec structs (strict or loose decode): the reference, used whenever the scanner
   declines a piece or is not built.
 
-`kineto._Parsed._process` asks both the same questions (categories, phases, one field over a subset of
+`piece_work.piece_work` asks both the same questions (categories, phases, one field over a subset of
 rows), so a piece gives the same columns whichever source read it (tests/test_kineto_scan.py).
 """
 
@@ -20,7 +20,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from tracelab.io.kineto.columns import checked_int, col, stream_from_tid, strs, take, triples
-from tracelab.model.strings import remap_into
 
 try:  # the optional C fast path (setup.py builds it; without a compiler the parser uses msgspec alone)
     from tracelab._native._kineto_scan import scan as _scan
@@ -46,7 +45,7 @@ def scanner_available() -> bool:
 
 class Interner(Protocol):
     def intern(self, values: list) -> np.ndarray: ...
-    def intern_table(self, ids: np.ndarray, table: list[str]) -> np.ndarray: ...
+    def intern_table(self, ids: np.ndarray, table: list[str], used: np.ndarray | None = None) -> np.ndarray: ...
 
 
 class Rows(Protocol):
@@ -61,6 +60,7 @@ class Rows(Protocol):
     def ints(self, field: str) -> np.ndarray: ...
     def name_ids(self, interner: Interner) -> np.ndarray: ...
     def cat_ids(self, interner: Interner) -> np.ndarray: ...
+    def gather_text(self) -> None: ...
     def name(self, i: int) -> str: ...
     def args(self, idx: np.ndarray) -> Args: ...
     def memory(self) -> tuple[np.ndarray, np.ndarray]: ...
@@ -135,6 +135,11 @@ class StructRows:
 
     def cat_ids(self, interner: Interner) -> np.ndarray:
         return interner.intern(self._cat_list())
+
+    def gather_text(self) -> None:
+        """Read the names and categories now (a worker thread), so name_ids / cat_ids only intern."""
+        self._name_list()
+        self._cat_list()
 
     def name(self, i: int) -> str:
         return self._name_list()[i] if self._names is not None else strs([self.evs[i].name])[0]
@@ -213,27 +218,7 @@ class ColumnRows:
     ) -> None:
         self.n, self.table, self.cols, self.sel = n, table, cols, sel
         self._read: dict[str, np.ndarray] = {}
-
-    @staticmethod
-    def joined(parts: list[ColumnRows]) -> ColumnRows:
-        """The rows of consecutive pieces (each fresh from the scanner) as one piece's: the columns
-        concatenated once, each later part's string ids moved into the first part's table (its new strings
-        appended) and its `mem` rows shifted by the rows before it. The parser reads ids only through the
-        table, so this is the piece the parts came from."""
-        assert all(p.sel is None for p in parts)
-        first = parts[0]
-        table = list(first.table)
-        index = {t: i for i, t in enumerate(table)}
-        pieces: dict[str, list[np.ndarray]] = {k: [x] for k, x in first.cols.items()}
-        rows = first.n
-        for other in parts[1:]:
-            remap = remap_into(other.table, index, table)
-            for k, y in other.cols.items():
-                if k == "mem" and len(y):  # its first field is a row: other's rows follow these
-                    y = np.column_stack([y[:, 0] + rows, y[:, 1:]])
-                pieces[k].append(remap[y] if k in _TEXT_COLUMNS else y)
-            rows += other.n
-        return ColumnRows(rows, table, {k: np.concatenate(v) for k, v in pieces.items()})
+        self._used: dict[str, np.ndarray] = {}  # table entries used by the rows' names / categories
 
     def col(self, field: str) -> np.ndarray:
         """One column over the current rows (gathered once)."""
@@ -282,10 +267,17 @@ class ColumnRows:
         return v
 
     def name_ids(self, interner: Interner) -> np.ndarray:
-        return interner.intern_table(self.col("name"), self.table)
+        return interner.intern_table(self.col("name"), self.table, self._used.get("name"))
 
     def cat_ids(self, interner: Interner) -> np.ndarray:
-        return interner.intern_table(self.col("cat"), self.table)
+        return interner.intern_table(self.col("cat"), self.table, self._used.get("cat"))
+
+    def gather_text(self) -> None:
+        """Gather the names and categories of the rows now (a worker thread), and which strings of the
+        table they use, so name_ids / cat_ids only intern."""
+        for field in ("name", "cat"):
+            v = self.col(field)
+            self._used[field] = np.flatnonzero(np.bincount(v, minlength=len(self.table))) if len(v) else v
 
     def name(self, i: int) -> str:
         return self.table[int(self.at("name", np.array([i]))[0])]
