@@ -58,7 +58,10 @@ and launching threads.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +70,7 @@ from tracelab.analyses.core.overhead import overhead_names
 from tracelab.analyses.device.devices import DeviceRows, device_rows
 from tracelab.analyses.gaps.causes import _CODE, _HOST_SYNC, _Classified, _classify, _Idle, _idle_of
 from tracelab.analyses.gaps.details import _details, _device_gaps
+from tracelab.analyses.parallel import run_each, threads_for
 from tracelab.analyses.results import GapDetails, GapTable
 from tracelab.model import Timeline
 
@@ -75,6 +79,8 @@ __all__ = ["Classification", "IdleIntervals", "find_gaps", "find_gaps_with_detai
 _I64 = np.int64
 # a device with at most this many idle intervals has them all classified in one pass (with the gaps' details)
 ONE_PASS_MAX = 1 << 14
+# intervals classified in parts side by side (a big timeline, `threads_for`) when each part has at least this many
+PART_MIN = 1 << 15
 
 
 
@@ -156,6 +162,31 @@ def find_gaps_with_details(
     return Classification(timeline, threshold_ns, rows, hosts).gaps()
 
 
+def _classify_in_parts(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle, rows: np.ndarray,
+                       details: bool = True) -> _Classified | None:
+    """`_classify` of the intervals `rows` (indices into `idle`, ascending), in up to `threads_for` parts side
+    by side when there are many (each interval's cause and evidence depend on it alone, so the parts joined
+    in order are what one pass gives)."""
+    parts = min(threads_for(timeline.n_events), rows.size // PART_MIN)
+    if parts <= 1:
+        return _classify(timeline, dr, host, idle.take(rows), details)
+    cuts = np.linspace(0, rows.size, parts + 1).astype(np.int64).tolist()
+    done = run_each(
+        [lambda lo=lo, hi=hi: _classify(timeline, dr, host, idle.take(rows[lo:hi]), details)
+         for lo, hi in itertools.pairwise(cuts)],
+        parts,
+    )
+    return _joined(done)
+
+
+def _joined(parts: list) -> Any:
+    """The parts' classifications (dataclasses of per-interval arrays, nested) joined in order."""
+    first = parts[0]
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts)
+    return type(first)(*(_joined([getattr(p, f.name) for p in parts]) for f in fields(first)))
+
+
 class Classification:
     """The idle intervals of every device, the causes of the gaps (those of at least the threshold)
     classified once, and the causes of the shorter intervals classified on first use (`idle`, what the
@@ -188,7 +219,7 @@ class Classification:
                 self._whole[(dr.rank, dr.device)] = whole
                 self._parts.append((dr, idle, sel, whole.take(sel) if sel.any() else None))
                 continue
-            self._parts.append((dr, idle, sel, _classify(timeline, dr, host, idle.take(sel))))
+            self._parts.append((dr, idle, sel, _classify_in_parts(timeline, dr, host, idle, np.flatnonzero(sel))))
         self._idle: dict[tuple[int, int], IdleIntervals] | None = None
 
     def gaps(self) -> tuple[GapTable, GapDetails]:
@@ -238,7 +269,7 @@ class Classification:
             todo = out < 0
             if todo.any():
                 rows = np.flatnonzero(m)[todo]
-                rest = _classify(self.timeline, dr, self.hosts[dr.rank], idle.take(rows), details=False)
+                rest = _classify_in_parts(self.timeline, dr, self.hosts[dr.rank], idle, rows, details=False)
                 assert rest is not None
                 out[todo] = known[rows] = rest.cause
                 drained[rows] = rest.drained
