@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from tracelab.analyses.core.distinct import FirstPosition, distinct, distinct_codes, distinct_counts
+from tracelab.analyses.core.distinct import FirstPosition, distinct_codes, distinct_counts
 from tracelab.analyses.core.memo import column
 from tracelab.analyses.core.rows import names_matching, rows_of
 from tracelab.model import GPU_ACTIVITY_KINDS, Flag, Timeline
-from tracelab.model.grouping import stable_order
+from tracelab.model.grouping import member, stable_order
 from tracelab.model.kinds import HOST_API_KINDS
 
 GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
@@ -97,7 +97,7 @@ def sequence_variants(timeline: Timeline, rank: int) -> tuple[list[LaunchSequenc
         return [LaunchSequence(names[gpu].astype(np.int64), start[gpu], end[gpu], none, none, none, "GPU ops")], None
     threads, counts = distinct_counts(tid[lb])
     polling = names_matching(timeline, POLLING)
-    calls = api[np.isin(tid[api], threads) & ~polling[names[api]]]
+    calls = api[member(tid[api], threads) & ~polling[names[api]]]
     # (rows in ascending position are in start order: the Timeline is sorted by start)
     # token of a launch: the name of the GPU op it issued (by correlation id), else its own name
     gpu = gpu_rows[corr[gpu_rows] >= 0]
@@ -114,14 +114,16 @@ def sequence_variants(timeline: Timeline, rank: int) -> tuple[list[LaunchSequenc
         tokens[hit] = names[g]
         graph[hit] |= (flags[g] & Flag.GRAPH) != 0
     by_count = threads[np.argsort(-counts, kind="stable")]
-    arrays = _CallArrays(tokens, start[calls], end[calls], tid[calls], blocking, launch, graph)
+    c_tid = tid[calls]
+    arrays = _CallArrays(tokens, start[calls], end[calls], c_tid, blocking, launch, graph,
+                         np.searchsorted(threads, c_tid))  # every call's thread is one of `threads`
     alloc = _allocator_calls(timeline, calls)
-    recorded = _sequences(arrays, by_count)
+    recorded = _sequences(arrays, by_count, threads)
     # only allocator calls all through the run can break its period (most runs make them at start-up and
     # teardown only): some in each quarter of the calls
     quarters = np.flatnonzero(alloc) * ALLOCATOR_SPREAD // max(alloc.size, 1)
     spread = np.count_nonzero(np.bincount(quarters, minlength=ALLOCATOR_SPREAD)) == ALLOCATOR_SPREAD
-    return recorded, (_sequences(arrays.subset(~alloc), by_count) if spread else None)
+    return recorded, (_sequences(arrays.subset(~alloc), by_count, threads) if spread else None)
 
 
 @dataclass(frozen=True)
@@ -133,20 +135,25 @@ class _CallArrays:
     blocking: np.ndarray
     launch: np.ndarray
     graph: np.ndarray
+    thread: np.ndarray  # each call's thread as an index into the sorted launching threads
 
     def subset(self, m: np.ndarray) -> _CallArrays:
-        return _CallArrays(*(getattr(self, f)[m] for f in ("tokens", "start", "end", "tid", "blocking", "launch", "graph")))
+        return _CallArrays(*(getattr(self, f.name)[m] for f in fields(self)))
 
 
-def _sequences(c: _CallArrays, by_count: np.ndarray) -> list[LaunchSequence]:
-    """The candidate sequences of `launch_sequences` from the calls' arrays (threads: most launches first)."""
+def _sequences(c: _CallArrays, by_count: np.ndarray, threads: np.ndarray) -> list[LaunchSequence]:
+    """The candidate sequences of `launch_sequences` from the calls' arrays (`threads`: the launching
+    threads, sorted; `by_count`: the same, most launches first)."""
     listed = ", ".join(str(int(t)) for t in by_count)
+
+    def on_threads(codes: np.ndarray) -> tuple[int, ...]:  # the distinct threads of some calls, sorted
+        return tuple(int(t) for t in threads[np.bincount(codes, minlength=threads.size) > 0])
 
     def seq(m: np.ndarray | None, where: str) -> LaunchSequence:
         if m is None:  # every call
-            on = tuple(int(t) for t in distinct(c.tid))
+            on = on_threads(c.thread)
             return LaunchSequence(c.tokens, c.start, c.end, c.blocking, c.launch, c.graph, where, on)
-        on = tuple(int(t) for t in distinct(c.tid[m]))
+        on = on_threads(c.thread[m])
         return LaunchSequence(
             c.tokens[m], c.start[m], c.end[m], c.blocking[m], c.launch[m], c.graph[m], where, on
         )
