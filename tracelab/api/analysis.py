@@ -115,8 +115,9 @@ def start_extras(timeline: Timeline, context: AnalysisContext) -> None:
     `context`, waiting for it if needed), the per-rank edges of the critical path's graph and, on a one-rank
     timeline, the critical path of the steps as soon as they are found (`critical_path` takes it when the
     analysis's step windows are the same). A small timeline (one analysis thread,
-    `analyses/parallel.threads_for`) starts nothing; a very big one (over `EARLY_PATH_MAX_EVENTS`) does not
-    begin its critical path early (its temporaries would add to the analysis's peak memory)."""
+    `analyses/parallel.threads_for`) starts nothing; a very big one (over `EARLY_PATH_MAX_EVENTS`) begins
+    nothing of its critical path early (its graph's temporaries would add to the analysis's peak memory: at
+    ×64, 7.9 M events, the graph build peaks near 0.5 GiB)."""
     from tracelab.analyses.parallel import in_background, threads_for
     from tracelab.analyses.ranks.critical_path import start_path
     from tracelab.analyses.ranks.path_graph import per_rank_edges
@@ -124,8 +125,8 @@ def start_extras(timeline: Timeline, context: AnalysisContext) -> None:
     if threads_for(timeline.n_events) > 1:
         with using(timeline, context) as ctx:
             in_background(lambda: _projection(timeline, ctx))
-            in_background(lambda: per_rank_edges(timeline))
             if timeline.n_events <= EARLY_PATH_MAX_EVENTS:
+                in_background(lambda: per_rank_edges(timeline))
                 in_background(lambda: start_path(timeline))
 
 

@@ -95,8 +95,12 @@ def critical_path(
         if hd >= 0:
             _walk(lists, runs, hd, w0, w1, across, k, acc, rng)
     walked = [np.asarray(x, dtype=np.int64) for x in acc]
+    del acc  # the walk's Python lists and arrays go before the segments' temporaries come
     more = _expand_runs(gr, rng)
-    paths = _segments(tl, gr, chains, [np.concatenate([a, b]) for a, b in zip(walked, more)])
+    del rng
+    nodes = [np.concatenate([a, b]) for a, b in zip(walked, more)]
+    del walked, more
+    paths = _segments(tl, gr, chains, nodes)
     steps = tuple(p for p in paths if not p.across_ranks)
     across = tuple(p for p in paths if p.across_ranks)
     return CriticalPath(steps, across)
