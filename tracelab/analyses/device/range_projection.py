@@ -25,7 +25,7 @@ import numpy as np
 from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
-from tracelab.model.grouping import any_of, sorted_unique, stable_order, unique_inverse
+from tracelab.model.grouping import any_of, first_rows, stable_order, unique_inverse
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
 
@@ -33,6 +33,7 @@ _I64 = np.int64
 RANGE_KINDS = (EventKind.NVTX_RANGE, EventKind.CPU_OP)
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 LAUNCH_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
+BLOCK = 1 << 18  # (range, op) pairs materialised at once: their temporaries stay bounded on big traces
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,14 @@ def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
     return stable_order(thread)
 
 
+def _keys(thread: np.ndarray, width: int, t: np.ndarray, t0: int) -> np.ndarray:
+    """thread * width + (t - t0) as one new int64 array, built in place (int64 wraps alike either way)."""
+    k = thread * width
+    k += t
+    k -= t0
+    return k
+
+
 def _depths(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Nesting depth of each range on its thread, for ranges sorted by (thread, start): the other ranges of
     the thread that contain its start (count of starts <= s minus ends <= s, less itself)."""
@@ -98,12 +107,14 @@ def _depths(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
         return np.zeros(0, _I64)
     t0 = int(min(start.min(), end.min()))
     width = int(max(start.max(), end.max())) - t0 + 1
-    q = thread * width + (start - t0)  # sorted: the searches below take the keys in order
-    ke = np.sort(thread * width + (end - t0))
-    opened = np.searchsorted(q, q, side="right")
-    closed = np.searchsorted(ke, q, side="right")
-    # ranges of earlier threads: all opened and all closed; they cancel out
-    return np.maximum(opened - closed - 1, 0).astype(_I64)
+    q = _keys(thread, width, start, t0)  # sorted: the searches below take the keys in order
+    ke = _keys(thread, width, end, t0)
+    ke.sort()
+    d = np.searchsorted(q, q, side="right").astype(_I64, copy=False)
+    d -= np.searchsorted(ke, q, side="right")  # ranges of earlier threads: all opened and all closed
+    del q, ke
+    d -= 1
+    return np.maximum(d, 0, out=d)
 
 
 def _parents(thread: np.ndarray, depth: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -115,16 +126,22 @@ def _parents(thread: np.ndarray, depth: np.ndarray, start: np.ndarray) -> np.nda
         return out
     t0 = int(start.min())
     width = int(start.max()) - t0 + 1
-    levels = int(depth.max()) + 2
-    level = thread * levels + depth
+    level = thread * (int(depth.max()) + 2)
+    level += depth
     # by (thread, depth, start): a stable sort by (thread, depth) of rows in (thread, start) order
     order = stable_order(level)
-    sk = level[order] * width + (start[order] - t0)
-    at_sorted = np.searchsorted(sk, sk - width, side="right") - 1  # one level up, in key order
+    sk = _keys(level[order], width, start[order], t0)
+    del level
+    up = sk - width
+    pos = np.searchsorted(sk, up, side="right")  # one level up, in key order
+    del sk, up
+    pos -= 1
     at = np.empty(n, _I64)
-    at[order] = at_sorted
+    at[order] = pos
+    del pos
     ok = (depth > 0) & (at >= 0)
-    cand = order[np.maximum(at, 0)]
+    cand = order[np.maximum(at, 0, out=at)]
+    del at, order
     ok &= (thread[cand] == thread) & (depth[cand] == depth - 1)
     out[ok] = cand[ok]
     return out
@@ -138,6 +155,7 @@ def _launch_of_ops(rank, corr, lrows, gr) -> tuple[np.ndarray, np.ndarray, np.nd
     gcorr = corr[gr]
     ckey_g = rank[gr].astype(_I64) << 40 | (gcorr & ((1 << 40) - 1))
     at = FirstPosition(ckey_l).find(ckey_g)  # a table when the ids are packed (one rank), else a sort
+    del ckey_l, ckey_g
     ok = (gcorr >= 0) & (at >= 0)
     unlaunched = int((~ok).sum())
     ops = gr[ok]
@@ -146,42 +164,115 @@ def _launch_of_ops(rank, corr, lrows, gr) -> tuple[np.ndarray, np.ndarray, np.nd
     return ops[oo], op_pos[oo], oo, unlaunched
 
 
-def _pairs(olo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (range, op) pairs: range i with ops olo[i] .. olo[i] + count[i] - 1."""
-    total = int(count.sum())
-    pair_range = np.repeat(np.arange(count.size, dtype=_I64), count)
-    offs = np.arange(total, dtype=_I64) - np.repeat(np.cumsum(count) - count, count)
-    return pair_range, np.repeat(olo.astype(_I64), count) + offs
+def _op_slices(timeline: Timeline, lr: np.ndarray, l_thread: np.ndarray, gr: np.ndarray, r_thread: np.ndarray,
+               rs: np.ndarray, re_: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The launched GPU ops sorted by their launch's place in the (thread, start) order of the launches, and
+    each range's ops as one slice [olo, ohi) of them (ranges sorted by (thread, start)): (ops, each op's
+    place among the launched ops in row order, olo, ohi, how many ops have no launch)."""
+    start = timeline.col("start").astype(_I64, copy=False)
+    end = timeline.col("end").astype(_I64, copy=False)
+    t0 = int(start.min()) if start.size else 0
+    width = int(max(int(end.max()) if end.size else 0, int(start.max()) if start.size else 0)) - t0 + 2
+    lorder = _thread_order(l_thread, start[lr])
+    lrows = lr[lorder]
+    lkey = _keys(l_thread[lorder], width, start[lrows], t0)
+    del lorder
+    corr = timeline.col("correlation").astype(_I64, copy=False)
+    ops, op_pos, op_rank, unlaunched = _launch_of_ops(timeline.col("rank"), corr, lrows, gr)
+    del lrows
+    # each range's launches [lo, hi), then its ops [olo, ohi)
+    olo = np.searchsorted(op_pos, np.searchsorted(lkey, _keys(r_thread, width, rs, t0), side="left"), side="left")
+    ohi = np.searchsorted(op_pos, np.searchsorted(lkey, _keys(r_thread, width, re_, t0), side="left"), side="left")
+    return ops, op_rank, olo, ohi, unlaunched
 
 
-def _union_by_group(group: np.ndarray, op_rank: np.ndarray, s_by_rank: np.ndarray, e_by_rank: np.ndarray,
-                    n_groups: int, unique: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Union length per group of the ops of (group, op) pairs, ops named by their rank in start order
-    (`s_by_rank`, `e_by_rank` their intervals in that order): the pairs sorted by (group, start) through
-    one sort of an int64 key, not a sort by start and one by group. With `unique`, equal pairs count
-    once. Returns (lengths, the pairs' groups and op ranks in that order)."""
-    m = int(s_by_rank.size)
-    if group.size == 0:
-        return np.zeros(n_groups, _I64), group, op_rank
+def _blocks(sizes: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive index ranges [a, b) of `sizes` (non-negative) that sum to at most `BLOCK` each, or hold
+    one item that alone is more: the (range, op) pairs are materialised one such block at a time."""
+    limit = BLOCK
+    cum = np.cumsum(sizes)
+    out: list[tuple[int, int]] = []
+    a = done = 0
+    while a < sizes.size:
+        b = max(int(np.searchsorted(cum, done + limit, side="right")), a + 1)
+        out.append((a, b))
+        done, a = int(cum[b - 1]), b
+    return out
+
+
+def _expand(lo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (i, item) pairs: item lo[i] .. lo[i] + count[i] - 1 of every i, in order."""
+    which = np.repeat(np.arange(count.size, dtype=_I64), count)
+    item = np.arange(which.size, dtype=_I64)
+    item -= (np.cumsum(count, dtype=_I64) - count)[which]
+    item += lo[which]
+    return which, item
+
+
+def _unions(which: np.ndarray, op_rank: np.ndarray, s_rank: np.ndarray, e_rank: np.ndarray,
+            n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union length per group of the (group, op) pairs (no pair twice), ops named by their place in start
+    order (`s_rank`, `e_rank` their intervals in that order): the pairs sorted by (group, start) through
+    one sort of an int64 key. Returns (lengths, the pairs' groups and op places in that order)."""
+    m = int(s_rank.size)
+    if which.size == 0:
+        return np.zeros(n_groups, _I64), which, op_rank
     if n_groups * m >= 1 << 62:
-        g, r = (group, op_rank) if not unique else _distinct(group, op_rank)
-        return grouped_union_lengths(s_by_rank[r], e_by_rank[r], g, n_groups), g, r
-    key = group * m + op_rank
-    if unique:
-        key = sorted_unique(key)
-    elif key.size > 1 and (key[1:] < key[:-1]).any():  # a range's ops mostly come in start order already
-        key = np.sort(key)
+        order = np.lexsort((op_rank, which))
+        g, r = which[order], op_rank[order]
+        return grouped_union_lengths(s_rank[r], e_rank[r], g, n_groups), g, r
+    key = which * m
+    key += op_rank
+    if key.size > 1 and (key[1:] < key[:-1]).any():  # a range's ops mostly come in start order already
+        key.sort()
     g, r = np.divmod(key, m)
-    return grouped_union_lengths(s_by_rank[r], e_by_rank[r], g, n_groups, presorted=True), g, r
+    del key
+    return grouped_union_lengths(s_rank[r], e_rank[r], g, n_groups, presorted=True), g, r
 
 
-def _distinct(group: np.ndarray, op_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (group, op) pairs (when group * ops does not fit an int64 key)."""
-    keys = np.stack([group, op_rank], axis=1)
-    keys = keys[np.lexsort((op_rank, group))]
-    keep = np.ones(len(keys), dtype=bool)
-    keep[1:] = (keys[1:] != keys[:-1]).any(axis=1)
-    return keys[keep, 0], keys[keep, 1]
+@dataclass(frozen=True, eq=False)
+class _Ops:
+    """The launched GPU ops: `op_rank[i]` is the place in start (row) order of the i-th op in launch order;
+    s/e/k_rank: their start, end and kernel time in start order; each range (in (thread, start) order)
+    holds the ops olo[j] .. olo[j] + count[j] - 1 of the launch order."""
+
+    op_rank: np.ndarray
+    s_rank: np.ndarray
+    e_rank: np.ndarray
+    k_rank: np.ndarray
+    olo: np.ndarray
+    count: np.ndarray
+
+
+def _instances(timeline: Timeline, ops: np.ndarray, op_rank: np.ndarray, olo: np.ndarray, ohi: np.ndarray,
+               ) -> tuple[_Ops, np.ndarray, np.ndarray, np.ndarray]:
+    """Per range (in (thread, start) order): kernel time, projected start and end (-1 without ops); and
+    the ops' figures in start order (`_Ops`)."""
+    start, end, kind = timeline.col("start"), timeline.col("end"), timeline.col("kind")
+    n = olo.size
+    os_, oe = start[ops].astype(_I64, copy=False), end[ops].astype(_I64, copy=False)
+    kdur = (oe - os_) * (kind[ops] == EventKind.KERNEL).astype(_I64)
+    kcum = np.concatenate([[0], np.cumsum(kdur)])
+    kernel_ns = (kcum[ohi] - kcum[olo]).astype(_I64)
+    del kcum
+    count = ohi - olo
+    # the ops by start: op_rank[i] is op i's place among them (the launched GPU rows, in start order)
+    by_rank = np.empty_like(op_rank)
+    by_rank[op_rank] = np.arange(op_rank.size, dtype=op_rank.dtype)
+    narrow = np.int32 if max(ops.size, n) < 2**31 - 1 else _I64  # positions: half the memory they keep
+    o = _Ops(op_rank.astype(narrow), os_[by_rank], oe[by_rank], kdur[by_rank], olo.astype(narrow),
+             count.astype(narrow))
+    del by_rank, kdur
+    gpu_start = np.full(n, -1, _I64)
+    gpu_end = np.full(n, -1, _I64)
+    for a, b in _blocks(count):
+        item = _expand(olo[a:b], count[a:b])[1]
+        if item.size:
+            has = count[a:b] > 0
+            bounds = (np.cumsum(count[a:b]) - count[a:b])[has]
+            gpu_start[a:b][has] = np.minimum.reduceat(os_[item], bounds)
+            gpu_end[a:b][has] = np.maximum.reduceat(oe[item], bounds)
+    return o, kernel_ns, gpu_start, gpu_end
 
 
 def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "steps") -> RangeProjection:
@@ -190,65 +281,39 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     kind = timeline.col("kind")
     start = timeline.col("start").astype(_I64, copy=False)
     end = timeline.col("end").astype(_I64, copy=False)
-    rank = timeline.col("rank")
     tid = timeline.col("tid")
-    corr = timeline.col("correlation").astype(_I64, copy=False)
+    corr = timeline.col("correlation")
     rr = np.flatnonzero(any_of(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
     lr = np.flatnonzero(any_of(kind, LAUNCH_KINDS) & (corr >= 0))
     gr = np.flatnonzero(any_of(kind, GPU_KINDS))
-    n = rr.size
     gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
     if reference_ns <= 0:
         reference_ns, reference = gpu_span, ("gpu span" if gpu_span else "none")
     r_thread, l_thread = thread_codes(timeline, rr, lr)
     # the ranges by (thread, start): every search below takes its keys in order; results go back to rr order
     by = _thread_order(r_thread, start[rr])
-    r_thread, rs, re_ = r_thread[by], start[rr[by]], end[rr[by]]
+    r_thread = r_thread[by]
+    rs, re_ = start[rr[by]], end[rr[by]]
     depth = _depths(r_thread, rs, re_)
     parent = _parents(r_thread, depth, rs)
-    # launches by (thread, start)
-    t0 = int(start.min()) if start.size else 0
-    width = int(max(int(end.max()) if end.size else 0, int(start.max()) if start.size else 0)) - t0 + 2
-    lorder = _thread_order(l_thread, start[lr])
-    lkey = l_thread[lorder] * width + (start[lr[lorder]] - t0)
-    ops, op_pos, op_rank, unlaunched = _launch_of_ops(rank, corr, lr[lorder], gr)
-    # each range's launches [lo, hi), then its ops [olo, ohi)
-    lo = np.searchsorted(lkey, r_thread * width + (rs - t0), side="left")
-    hi = np.searchsorted(lkey, r_thread * width + (re_ - t0), side="left")
-    olo = np.searchsorted(op_pos, lo, side="left")
-    ohi = np.searchsorted(op_pos, hi, side="left")
-    count = (ohi - olo).astype(_I64)
-    os_, oe = start[ops], end[ops]
-    kdur = (oe - os_) * (kind[ops] == EventKind.KERNEL).astype(_I64)
-    kcum = np.concatenate([[0], np.cumsum(kdur)])
-    kernel_ns = kcum[ohi] - kcum[olo]
-    # the ops by start: op_rank[i] is op i's place among them (the launched GPU rows, in start order)
-    by_rank = np.empty_like(op_rank)
-    by_rank[op_rank] = np.arange(op_rank.size, dtype=op_rank.dtype)
-    s_rank, e_rank, k_rank = os_[by_rank], oe[by_rank], kdur[by_rank]
-    pair_range, pair_op = _pairs(olo, count)
-    pair_rank = op_rank[pair_op]
-    gpu_start = np.full(n, -1, _I64)
-    gpu_end = np.full(n, -1, _I64)
-    has = count > 0
-    if pair_op.size:
-        bounds = (np.cumsum(count) - count)[has]
-        gpu_start[has] = np.minimum.reduceat(os_[pair_op], bounds)
-        gpu_end[has] = np.maximum.reduceat(oe[pair_op], bounds)
+    ops, op_rank, olo, ohi, unlaunched = _op_slices(timeline, lr, l_thread, gr, r_thread, rs, re_)
+    del r_thread, l_thread, rs, re_, lr, gr
+    o, kernel_ns, gpu_start, gpu_end = _instances(timeline, ops, op_rank, olo, ohi)
+    del ops, op_rank, olo, ohi
+
     def original(a: np.ndarray) -> np.ndarray:
-        out = np.empty_like(a)
+        out = np.empty(a.shape, _I64)
         out[by] = a
         return out
 
-    depth, count, gpu_start, gpu_end = original(depth), original(count), original(gpu_start), original(gpu_end)
+    depth, count, gpu_start, gpu_end = original(depth), original(o.count), original(gpu_start), original(gpu_end)
+    kernel_ns = original(kernel_ns)
     parent = original(np.where(parent >= 0, by[np.maximum(parent, 0)], -1))
-    pairs = (by[pair_range], pair_rank, s_rank, e_rank, k_rank)
-    stats = _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, reference_ns, parent)
+    stats = _by_name(timeline, rr, by, depth, count, gpu_start, gpu_end, o, start, end, reference_ns, parent)
     return RangeProjection(
         rows=rr, depth=depth, parent=parent, gpu_ops=count, gpu_start=gpu_start, gpu_end=gpu_end,
-        kernel_ns=original(kernel_ns.astype(_I64)), stats=stats, reference_ns=int(reference_ns),
-        reference=reference, unlaunched_ops=unlaunched, unions=partial(_range_unions, pair_range, pair_rank, s_rank,
-                                                                         e_rank, by),
+        kernel_ns=kernel_ns, stats=stats, reference_ns=int(reference_ns), reference=reference,
+        unlaunched_ops=unlaunched, unions=partial(_range_unions, o, by),
     )
 
 
@@ -260,43 +325,79 @@ def with_reference(projection: RangeProjection, reference_ns: int, reference: st
     return replace(projection, stats=stats, reference_ns=int(reference_ns), reference=reference)
 
 
-def _range_unions(pair_range: np.ndarray, pair_rank: np.ndarray, s_rank: np.ndarray, e_rank: np.ndarray,
-                  by: np.ndarray) -> np.ndarray:
-    """Per instance (timeline row order): the union of its ops' GPU intervals, from the (range, op) pairs
-    of the ranges in `by` order."""
-    lengths = _union_by_group(pair_range, pair_rank, s_rank, e_rank, by.size)[0]
+def _range_unions(o: _Ops, by: np.ndarray) -> np.ndarray:
+    """Per instance (timeline row order): the union of its ops' GPU intervals, ranges a block at a time."""
+    lengths = np.zeros(by.size, _I64)
+    for a, b in _blocks(o.count):
+        which, item = _expand(o.olo[a:b], o.count[a:b])
+        lengths[a:b] = _unions(which, o.op_rank[item], o.s_rank, o.e_rank, b - a)[0]
     out = np.empty_like(lengths)
     out[by] = lengths
     return out
 
 
-def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, reference_ns,
+def _name_ops(o: _Ops, inv_by: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per name: its distinct ops (an op once however many of its instances hold it), their GPU union and
+    summed kernel time. A name's instances hold slices of the ops in launch order, so its distinct ops are
+    the union of those slices (merged as intervals of positions). Names are taken a block at a time: their
+    instances, then their ops (`BLOCK`)."""
+    ops_n = np.zeros(g, _I64)
+    gpu = np.zeros(g, _I64)
+    kern = np.zeros(g, np.float64)
+    inst = np.flatnonzero(o.count > 0)  # the instances with ops, by name
+    group = inv_by[inst]
+    order = stable_order(group)
+    inst, group = inst[order], group[order]
+    del order
+    cut = np.searchsorted(group, np.arange(g + 1))
+    for a, b in _blocks(np.diff(cut)):
+        sel = inst[cut[a] : cut[b]]
+        lo = o.olo[sel].astype(_I64)
+        ma, mb, mg = merge_grouped(lo, lo + o.count[sel], group[cut[a] : cut[b]])
+        del sel, lo
+        size = mb - ma
+        ops_n[a:b] = np.bincount(mg - a, weights=size, minlength=b - a)
+        at = np.searchsorted(mg, np.arange(a, b + 1))
+        for a2, b2 in _blocks(ops_n[a:b]):
+            which, item = _expand(ma[at[a2] : at[b2]], size[at[a2] : at[b2]])
+            pair_group = mg[at[a2] : at[b2]][which]
+            pair_group -= a + a2
+            del which
+            lengths, pg, pr = _unions(pair_group, o.op_rank[item], o.s_rank, o.e_rank, b2 - a2)
+            del pair_group, item
+            gpu[a + a2 : a + b2] = lengths
+            kern[a + a2 : a + b2] = np.bincount(pg, weights=o.k_rank[pr], minlength=b2 - a2)
+    return ops_n, gpu, kern
+
+
+def _by_name(timeline, rr, by, depth, count, gpu_start, gpu_end, o, start, end, reference_ns,
              parent) -> tuple[RangeStat, ...]:
     if rr.size == 0:
         return ()
-    pair_range, pair_rank, s_rank, e_rank, k_rank = pairs
     names = timeline.col("name")[rr].astype(_I64)
-    kinds = timeline.col("kind")[rr]
     # a name's key: (name id, kind), so an NVTX range and a CPU op of the same name stay apart
-    key = names * 16 + kinds.astype(_I64)
+    key = names * 16
+    key += timeline.col("kind")[rr]
     ukeys, inv = unique_inverse(key)
+    del key
     g = ukeys.size
     calls = np.bincount(inv, minlength=g)
-    rs, re_ = start[rr], end[rr]
-    host = np.bincount(inv, weights=(re_ - rs), minlength=g)
+    host = end[rr]
+    host -= start[rr]
+    host = np.bincount(inv, weights=host, minlength=g)
     has = count > 0
     span = np.bincount(inv[has], weights=(gpu_end - gpu_start)[has], minlength=g)
+    del has
     min_depth = np.full(g, np.iinfo(_I64).max, _I64)
     np.minimum.at(min_depth, inv, depth)
-    # distinct (name, op) pairs
-    gpu, pg_u, pr_u = _union_by_group(inv[pair_range], pair_rank, s_rank, e_rank, g, unique=True)
-    ops_n = np.bincount(pg_u, minlength=g)
-    kern = np.bincount(pg_u, weights=k_rank[pr_u], minlength=g) if pr_u.size else np.zeros(g, _I64)
+    first = first_rows(inv, g)  # each name's first instance (rows in start order)
+    ops_n, gpu, kern = _name_ops(o, inv[by], g)
+    del inv
+    pf = parent[first]
+    pname = np.where(pf >= 0, names[np.maximum(pf, 0)], -1)
+    first_start = start[rr[first]]
+    first_end = np.maximum(end[rr[first]], gpu_end[first])
     strings = timeline.strings
-    first = np.full(g, rr.size, _I64)
-    np.minimum.at(first, inv, np.arange(rr.size, dtype=_I64))  # each name's first instance (rows in start order)
-    pname = np.where(parent >= 0, names[np.maximum(parent, 0)], -1)
-    first_end = np.maximum(re_, gpu_end)
 
     def text(nid: int) -> str:
         return strings[nid] if 0 <= nid < len(strings) else ""
@@ -316,9 +417,9 @@ def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, 
                 span_ns=int(span[i]),
                 share=float(gpu[i]) / reference_ns if reference_ns > 0 else 0.0,
                 depth=int(min_depth[i]),
-                parent=text(int(pname[first[i]])),
-                first_start_ns=int(rs[first[i]]),
-                first_end_ns=int(first_end[first[i]]),
+                parent=text(int(pname[i])),
+                first_start_ns=int(first_start[i]),
+                first_end_ns=int(first_end[i]),
             )
         )
     return tuple(out)
