@@ -95,7 +95,7 @@ def test_ranges_started_before_the_analysis_equal_the_direct_projection(name, mo
 
 @pytest.mark.parametrize("name", [r for r in RUNS if r.endswith("nsys")])
 def test_ranges_made_in_small_blocks_match_the_raw_trace(name, monkeypatch):
-    """The (range, op) pairs are made a block at a time (`range_projection.BLOCK`: ranges, names, pairs):
+    """The (range, op) pairs are made a block at a time (`range_pairs.BLOCK`: ranges, names, pairs):
     with blocks of 2 every NVTX name's calls, distinct ops, GPU union, kernel time and span, and every
     instance's ops, GPU union and kernel time are what the raw nsys records give (exact ns), recomputed
     here in one pass over the SQLite rows (tests/sql_oracle.raw)."""
@@ -104,6 +104,7 @@ def test_ranges_made_in_small_blocks_match_the_raw_trace(name, monkeypatch):
     from sql_oracle import raw, union_length
 
     from tracelab import api
+    from tracelab.analyses.device import range_pairs
     from tracelab.analyses.device import range_projection as rp
 
     run = demo_run(name)
@@ -127,7 +128,7 @@ def test_ranges_made_in_small_blocks_match_the_raw_trace(name, monkeypatch):
         instances.setdefault(n, []).append(
             (len(mine), union_length([(a, b) for a, b, _, _ in mine]), sum(b - a for a, b, k, _ in mine if k)))
     timeline = api.load(run)
-    monkeypatch.setattr(rp, "BLOCK", 2)
+    monkeypatch.setattr(range_pairs, "BLOCK", 2)
     p = rp.project_ranges(timeline)
     by_name = {s.name: s for s in p.stats if s.kind == "nvtx"}
     assert want and set(want) <= set(by_name)

@@ -23,8 +23,9 @@ from functools import cached_property, partial
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
-from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
+from tracelab.analyses.core.intervals import merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
+from tracelab.analyses.device.range_pairs import PairOps, instance_figures, instance_unions, name_ops
 from tracelab.model.grouping import any_of, first_rows, stable_order, unique_inverse
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
@@ -33,7 +34,6 @@ _I64 = np.int64
 RANGE_KINDS = (EventKind.NVTX_RANGE, EventKind.CPU_OP)
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 LAUNCH_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
-BLOCK = 1 << 18  # (range, op) pairs materialised at once: their temporaries stay bounded on big traces
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,8 @@ class RangeStat:
 
 
 @dataclass(frozen=True, eq=False)
-class RangeProjection:
-    """Per instance (arrays, one row per host range, in timeline row order) and per name (`stats`,
-    largest GPU time first)."""
+class RangeInstances:
+    """Per instance: arrays, one row per host range, in timeline row order."""
 
     rows: np.ndarray  # timeline rows of the range instances
     depth: np.ndarray  # nesting depth on its thread
@@ -67,21 +66,63 @@ class RangeProjection:
     gpu_start: np.ndarray  # projected start (-1 when no op)
     gpu_end: np.ndarray  # projected end (-1 when no op)
     kernel_ns: np.ndarray
+    unions: Callable[[], np.ndarray] = field(repr=False)  # computes `gpu_ns`
+
+    @cached_property
+    def gpu_ns(self) -> np.ndarray:
+        """The union of each instance's ops, computed when first asked for."""
+        return self.unions()
+
+
+@dataclass(frozen=True, eq=False)
+class RangeProjection:
+    """Per name (`stats`, largest GPU time first) and per instance (`RangeInstances`' arrays: `rows`,
+    `depth`, `parent`, `gpu_ops`, `gpu_start`, `gpu_end`, `kernel_ns`, `gpu_ns`). The per-instance arrays
+    are made when first asked for, unless `project_ranges` was asked to keep them: the per-name figures
+    (all that `analyze --json` lists) do not need them, and on a big trace they are hundreds of MB."""
+
     stats: tuple[RangeStat, ...]
     reference_ns: int  # what `share` divides by
     reference: str  # "steps" or "gpu span" or "none"
     unlaunched_ops: int  # GPU ops whose launch call is not in the trace (belong to no range)
-    unions: Callable[[], np.ndarray] = field(repr=False)  # computes `gpu_ns`
-
-    @property
-    def n(self) -> int:
-        return int(self.rows.size)
+    n: int  # range instances
+    instances: Callable[[], RangeInstances] = field(repr=False)  # makes (or returns) the per-instance arrays
 
     @cached_property
+    def per_instance(self) -> RangeInstances:
+        return self.instances()
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self.per_instance.rows
+
+    @property
+    def depth(self) -> np.ndarray:
+        return self.per_instance.depth
+
+    @property
+    def parent(self) -> np.ndarray:
+        return self.per_instance.parent
+
+    @property
+    def gpu_ops(self) -> np.ndarray:
+        return self.per_instance.gpu_ops
+
+    @property
+    def gpu_start(self) -> np.ndarray:
+        return self.per_instance.gpu_start
+
+    @property
+    def gpu_end(self) -> np.ndarray:
+        return self.per_instance.gpu_end
+
+    @property
+    def kernel_ns(self) -> np.ndarray:
+        return self.per_instance.kernel_ns
+
+    @property
     def gpu_ns(self) -> np.ndarray:
-        """The union of each instance's ops, computed when first asked for: the per-name figures (`stats`,
-        all that `analyze --json` lists) do not need it."""
-        return self.unions()
+        return self.per_instance.gpu_ns
 
 
 def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -186,98 +227,29 @@ def _op_slices(timeline: Timeline, lr: np.ndarray, l_thread: np.ndarray, gr: np.
     return ops, op_rank, olo, ohi, unlaunched
 
 
-def _blocks(sizes: np.ndarray) -> list[tuple[int, int]]:
-    """Consecutive index ranges [a, b) of `sizes` (non-negative) that sum to at most `BLOCK` each, or hold
-    one item that alone is more: the (range, op) pairs are materialised one such block at a time."""
-    limit = BLOCK
-    cum = np.cumsum(sizes)
-    out: list[tuple[int, int]] = []
-    a = done = 0
-    while a < sizes.size:
-        b = max(int(np.searchsorted(cum, done + limit, side="right")), a + 1)
-        out.append((a, b))
-        done, a = int(cum[b - 1]), b
-    return out
-
-
-def _expand(lo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (i, item) pairs: item lo[i] .. lo[i] + count[i] - 1 of every i, in order."""
-    which = np.repeat(np.arange(count.size, dtype=_I64), count)
-    item = np.arange(which.size, dtype=_I64)
-    item -= (np.cumsum(count, dtype=_I64) - count)[which]
-    item += lo[which]
-    return which, item
-
-
-def _unions(which: np.ndarray, op_rank: np.ndarray, s_rank: np.ndarray, e_rank: np.ndarray,
-            n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Union length per group of the (group, op) pairs (no pair twice), ops named by their place in start
-    order (`s_rank`, `e_rank` their intervals in that order): the pairs sorted by (group, start) through
-    one sort of an int64 key. Returns (lengths, the pairs' groups and op places in that order)."""
-    m = int(s_rank.size)
-    if which.size == 0:
-        return np.zeros(n_groups, _I64), which, op_rank
-    if n_groups * m >= 1 << 62:
-        order = np.lexsort((op_rank, which))
-        g, r = which[order], op_rank[order]
-        return grouped_union_lengths(s_rank[r], e_rank[r], g, n_groups), g, r
-    key = which * m
-    key += op_rank
-    if key.size > 1 and (key[1:] < key[:-1]).any():  # a range's ops mostly come in start order already
-        key.sort()
-    g, r = np.divmod(key, m)
-    del key
-    return grouped_union_lengths(s_rank[r], e_rank[r], g, n_groups, presorted=True), g, r
-
-
 @dataclass(frozen=True, eq=False)
-class _Ops:
-    """The launched GPU ops: `op_rank[i]` is the place in start (row) order of the i-th op in launch order;
-    s/e/k_rank: their start, end and kernel time in start order; each range (in (thread, start) order)
-    holds the ops olo[j] .. olo[j] + count[j] - 1 of the launch order."""
+class _Projected:
+    """project_ranges' arrays: per instance in timeline row order, and what the per-name figures need."""
 
-    op_rank: np.ndarray
-    s_rank: np.ndarray
-    e_rank: np.ndarray
-    k_rank: np.ndarray
-    olo: np.ndarray
+    rows: np.ndarray
+    by: np.ndarray  # the instances in (thread, start) order
+    depth: np.ndarray
+    parent: np.ndarray
     count: np.ndarray
+    gpu_start: np.ndarray
+    gpu_end: np.ndarray
+    kernel_ns: np.ndarray
+    ops: PairOps
+    unlaunched: int
+    gpu_span: int
+
+    def instances(self) -> RangeInstances:
+        return RangeInstances(self.rows, self.depth, self.parent, self.count, self.gpu_start, self.gpu_end,
+                              self.kernel_ns, partial(instance_unions, self.ops, self.by))
 
 
-def _instances(timeline: Timeline, ops: np.ndarray, op_rank: np.ndarray, olo: np.ndarray, ohi: np.ndarray,
-               ) -> tuple[_Ops, np.ndarray, np.ndarray, np.ndarray]:
-    """Per range (in (thread, start) order): kernel time, projected start and end (-1 without ops); and
-    the ops' figures in start order (`_Ops`)."""
-    start, end, kind = timeline.col("start"), timeline.col("end"), timeline.col("kind")
-    n = olo.size
-    os_, oe = start[ops].astype(_I64, copy=False), end[ops].astype(_I64, copy=False)
-    kdur = (oe - os_) * (kind[ops] == EventKind.KERNEL).astype(_I64)
-    kcum = np.concatenate([[0], np.cumsum(kdur)])
-    kernel_ns = (kcum[ohi] - kcum[olo]).astype(_I64)
-    del kcum
-    count = ohi - olo
-    # the ops by start: op_rank[i] is op i's place among them (the launched GPU rows, in start order)
-    by_rank = np.empty_like(op_rank)
-    by_rank[op_rank] = np.arange(op_rank.size, dtype=op_rank.dtype)
-    narrow = np.int32 if max(ops.size, n) < 2**31 - 1 else _I64  # positions: half the memory they keep
-    o = _Ops(op_rank.astype(narrow), os_[by_rank], oe[by_rank], kdur[by_rank], olo.astype(narrow),
-             count.astype(narrow))
-    del by_rank, kdur
-    gpu_start = np.full(n, -1, _I64)
-    gpu_end = np.full(n, -1, _I64)
-    for a, b in _blocks(count):
-        item = _expand(olo[a:b], count[a:b])[1]
-        if item.size:
-            has = count[a:b] > 0
-            bounds = (np.cumsum(count[a:b]) - count[a:b])[has]
-            gpu_start[a:b][has] = np.minimum.reduceat(os_[item], bounds)
-            gpu_end[a:b][has] = np.maximum.reduceat(oe[item], bounds)
-    return o, kernel_ns, gpu_start, gpu_end
-
-
-def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "steps") -> RangeProjection:
-    """Project every host range of the timeline onto the GPU (see the module doc). `reference_ns`: what
-    each name's `share` divides its GPU time by (the steps' total time; 0: the GPU span is used)."""
+def _project(timeline: Timeline) -> _Projected:
+    """Every host range of the timeline projected onto the GPU, per instance (module doc)."""
     kind = timeline.col("kind")
     start = timeline.col("start").astype(_I64, copy=False)
     end = timeline.col("end").astype(_I64, copy=False)
@@ -287,8 +259,6 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     lr = np.flatnonzero(any_of(kind, LAUNCH_KINDS) & (corr >= 0))
     gr = np.flatnonzero(any_of(kind, GPU_KINDS))
     gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
-    if reference_ns <= 0:
-        reference_ns, reference = gpu_span, ("gpu span" if gpu_span else "none")
     r_thread, l_thread = thread_codes(timeline, rr, lr)
     # the ranges by (thread, start): every search below takes its keys in order; results go back to rr order
     by = _thread_order(r_thread, start[rr])
@@ -298,7 +268,7 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     parent = _parents(r_thread, depth, rs)
     ops, op_rank, olo, ohi, unlaunched = _op_slices(timeline, lr, l_thread, gr, r_thread, rs, re_)
     del r_thread, l_thread, rs, re_, lr, gr
-    o, kernel_ns, gpu_start, gpu_end = _instances(timeline, ops, op_rank, olo, ohi)
+    o, kernel_ns, gpu_start, gpu_end = instance_figures(timeline, ops, op_rank, olo, ohi)
     del ops, op_rank, olo, ohi
 
     def original(a: np.ndarray) -> np.ndarray:
@@ -306,14 +276,35 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
         out[by] = a
         return out
 
-    depth, count, gpu_start, gpu_end = original(depth), original(o.count), original(gpu_start), original(gpu_end)
-    kernel_ns = original(kernel_ns)
-    parent = original(np.where(parent >= 0, by[np.maximum(parent, 0)], -1))
-    stats = _by_name(timeline, rr, by, depth, count, gpu_start, gpu_end, o, start, end, reference_ns, parent)
+    return _Projected(
+        rr, by, original(depth), original(np.where(parent >= 0, by[np.maximum(parent, 0)], -1)), original(o.count),
+        original(gpu_start), original(gpu_end), original(kernel_ns), o, unlaunched, gpu_span,
+    )
+
+
+def _made(instances: RangeInstances) -> RangeInstances:
+    return instances
+
+
+def _instances_of(timeline: Timeline) -> RangeInstances:
+    return _project(timeline).instances()
+
+
+def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "steps",
+                   keep_instances: bool = False) -> RangeProjection:
+    """Project every host range of the timeline onto the GPU (see the module doc). `reference_ns`: what
+    each name's `share` divides its GPU time by (the steps' total time; 0: the GPU span is used).
+    `keep_instances`: keep the per-instance arrays (else they are projected again when first asked for)."""
+    x = _project(timeline)
+    if reference_ns <= 0:
+        reference_ns, reference = x.gpu_span, ("gpu span" if x.gpu_span else "none")
+    start = timeline.col("start").astype(_I64, copy=False)
+    end = timeline.col("end").astype(_I64, copy=False)
+    stats = _by_name(timeline, x.rows, x.by, x.depth, x.count, x.gpu_start, x.gpu_end, x.ops, start, end,
+                     reference_ns, x.parent)
     return RangeProjection(
-        rows=rr, depth=depth, parent=parent, gpu_ops=count, gpu_start=gpu_start, gpu_end=gpu_end,
-        kernel_ns=kernel_ns, stats=stats, reference_ns=int(reference_ns), reference=reference,
-        unlaunched_ops=unlaunched, unions=partial(_range_unions, o, by),
+        stats=stats, reference_ns=int(reference_ns), reference=reference, unlaunched_ops=x.unlaunched,
+        n=int(x.rows.size), instances=partial(_made, x.instances()) if keep_instances else partial(_instances_of, timeline),
     )
 
 
@@ -323,51 +314,6 @@ def with_reference(projection: RangeProjection, reference_ns: int, reference: st
     may start before the steps that give the reference are known)."""
     stats = tuple(replace(s, share=float(s.gpu_ns) / reference_ns) for s in projection.stats)
     return replace(projection, stats=stats, reference_ns=int(reference_ns), reference=reference)
-
-
-def _range_unions(o: _Ops, by: np.ndarray) -> np.ndarray:
-    """Per instance (timeline row order): the union of its ops' GPU intervals, ranges a block at a time."""
-    lengths = np.zeros(by.size, _I64)
-    for a, b in _blocks(o.count):
-        which, item = _expand(o.olo[a:b], o.count[a:b])
-        lengths[a:b] = _unions(which, o.op_rank[item], o.s_rank, o.e_rank, b - a)[0]
-    out = np.empty_like(lengths)
-    out[by] = lengths
-    return out
-
-
-def _name_ops(o: _Ops, inv_by: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per name: its distinct ops (an op once however many of its instances hold it), their GPU union and
-    summed kernel time. A name's instances hold slices of the ops in launch order, so its distinct ops are
-    the union of those slices (merged as intervals of positions). Names are taken a block at a time: their
-    instances, then their ops (`BLOCK`)."""
-    ops_n = np.zeros(g, _I64)
-    gpu = np.zeros(g, _I64)
-    kern = np.zeros(g, np.float64)
-    inst = np.flatnonzero(o.count > 0)  # the instances with ops, by name
-    group = inv_by[inst]
-    order = stable_order(group)
-    inst, group = inst[order], group[order]
-    del order
-    cut = np.searchsorted(group, np.arange(g + 1))
-    for a, b in _blocks(np.diff(cut)):
-        sel = inst[cut[a] : cut[b]]
-        lo = o.olo[sel].astype(_I64)
-        ma, mb, mg = merge_grouped(lo, lo + o.count[sel], group[cut[a] : cut[b]])
-        del sel, lo
-        size = mb - ma
-        ops_n[a:b] = np.bincount(mg - a, weights=size, minlength=b - a)
-        at = np.searchsorted(mg, np.arange(a, b + 1))
-        for a2, b2 in _blocks(ops_n[a:b]):
-            which, item = _expand(ma[at[a2] : at[b2]], size[at[a2] : at[b2]])
-            pair_group = mg[at[a2] : at[b2]][which]
-            pair_group -= a + a2
-            del which
-            lengths, pg, pr = _unions(pair_group, o.op_rank[item], o.s_rank, o.e_rank, b2 - a2)
-            del pair_group, item
-            gpu[a + a2 : a + b2] = lengths
-            kern[a + a2 : a + b2] = np.bincount(pg, weights=o.k_rank[pr], minlength=b2 - a2)
-    return ops_n, gpu, kern
 
 
 def _by_name(timeline, rr, by, depth, count, gpu_start, gpu_end, o, start, end, reference_ns,
@@ -391,7 +337,7 @@ def _by_name(timeline, rr, by, depth, count, gpu_start, gpu_end, o, start, end, 
     min_depth = np.full(g, np.iinfo(_I64).max, _I64)
     np.minimum.at(min_depth, inv, depth)
     first = first_rows(inv, g)  # each name's first instance (rows in start order)
-    ops_n, gpu, kern = _name_ops(o, inv[by], g)
+    ops_n, gpu, kern = name_ops(o, inv[by], g)
     del inv
     pf = parent[first]
     pname = np.where(pf >= 0, names[np.maximum(pf, 0)], -1)
@@ -452,4 +398,4 @@ def projected_intervals(p: RangeProjection) -> tuple[np.ndarray, np.ndarray, np.
     return p.rows[has], p.gpu_start[has], p.gpu_end[has]
 
 
-__all__ = ["RangeProjection", "RangeStat", "merge_grouped", "project_ranges", "projected_intervals"]
+__all__ = ["RangeInstances", "RangeProjection", "RangeStat", "merge_grouped", "project_ranges", "projected_intervals"]
