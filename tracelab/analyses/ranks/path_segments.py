@@ -14,10 +14,11 @@ from tracelab.model.grouping import sorted_unique
 from tracelab.model.kinds import OS_CALL_CATEGORY
 
 
-def _host_activity(tl: Timeline, rank: int) -> tuple[np.ndarray, bool]:
-    """Rows of a rank's recorded CPU activity: CPU ops and API calls (Kineto), or OS calls (nsys, where a
-    thread's time outside OS calls counts as host work); and which of the two. From the per-(rank, kind)
-    rows the analysis already grouped (`analyses.rows`), not a pass over every event."""
+def _host_activity(tl: Timeline, rank: int) -> tuple[list[np.ndarray], bool]:
+    """Rows of a rank's recorded CPU activity, per kind (ascending): CPU ops and API calls (Kineto), or OS
+    calls (nsys, where a thread's time outside OS calls counts as host work); and which of the two. From
+    the per-(rank, kind) rows the analysis already grouped (`analyses.rows`), not a pass over every event
+    (and not their merge into one array: `_merged` takes them a block at a time)."""
     from tracelab.analyses.core.rows import rows_of
 
     kind_cpu = int(EventKind.CPU_OP)
@@ -25,10 +26,10 @@ def _host_activity(tl: Timeline, rank: int) -> tuple[np.ndarray, bool]:
     # where a thread waited)
     has_cpu_ops = tl.meta.format == "kineto" or rows_of(tl, rank, (kind_cpu,)).size > 0
     if has_cpu_ops:
-        return rows_of(tl, rank, (kind_cpu, *_API_KINDS)), True
+        return [rows_of(tl, rank, (k,)) for k in (kind_cpu, *_API_KINDS)], True
     os_id = [i for i, s in enumerate(tl.strings) if s == OS_CALL_CATEGORY]
     other = rows_of(tl, rank, (int(EventKind.OTHER),))
-    return (other[np.isin(tl.cols["category"][other], os_id)] if os_id else other[:0]), False
+    return [other[np.isin(tl.cols["category"][other], os_id)] if os_id else other[:0]], False
 
 
 SEGMENT_BLOCK = 1 << 16  # walked nodes turned into segments at once (chains are independent)
@@ -199,12 +200,19 @@ def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm, host: dict | None = 
     return cols[0][ok], cat2[ok], cols[1][ok], a2[ok], b2[ok], nm2[ok]
 
 
-def _merged(start: np.ndarray, end: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of the intervals of rows `sel` (ascending: in start order), MERGE_BLOCK rows at a time
-    (the union of the blocks' unions: the same disjoint intervals, without temporaries of every row)."""
-    block = MERGE_BLOCK
-    if sel.size <= block:
-        return merge(start[sel], end[sel], assume_sorted=True)
-    parts = [merge(start[sel[i : i + block]], end[sel[i : i + block]], assume_sorted=True)
-             for i in range(0, sel.size, block)]
+def _merged(start: np.ndarray, end: np.ndarray, sels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals of the rows of `sels` (each ascending, so in start order), a block of
+    timeline positions at a time (about MERGE_BLOCK rows of the largest): the union of the blocks' unions
+    is the same disjoint intervals, without temporaries of every row."""
+    sels = [x for x in sels if x.size]
+    if len(sels) <= 1 and sum(x.size for x in sels) <= MERGE_BLOCK:
+        rows = sels[0] if sels else np.zeros(0, dtype=np.int64)
+        return merge(start[rows], end[rows], assume_sorted=True)
+    cuts = max(sels, key=len)[MERGE_BLOCK::MERGE_BLOCK]  # the positions where blocks begin
+    at = [np.concatenate([[0], np.searchsorted(x, cuts), [x.size]]) for x in sels]
+    parts = []
+    for j in range(cuts.size + 1):
+        rows = np.concatenate([x[k[j] : k[j + 1]] for x, k in zip(sels, at)])
+        rows.sort()
+        parts.append(merge(start[rows], end[rows], assume_sorted=True))
     return merge(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), assume_sorted=True)
