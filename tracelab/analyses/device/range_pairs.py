@@ -76,23 +76,20 @@ class PairOps:
 
 
 def instance_figures(timeline: Timeline, ops: np.ndarray, op_rank: np.ndarray, olo: np.ndarray, ohi: np.ndarray,
-                     ) -> tuple[PairOps, np.ndarray, np.ndarray, np.ndarray]:
-    """Per range (in (thread, start) order): kernel time, projected start and end (-1 without ops); and
-    the ops' figures in start order (`PairOps`)."""
+                     ) -> tuple[PairOps, np.ndarray, np.ndarray]:
+    """Per range (in (thread, start) order): projected start and end (-1 without ops); and the ops'
+    figures in start order (`PairOps`)."""
     start, end, kind = timeline.col("start"), timeline.col("end"), timeline.col("kind")
     n = olo.size
     os_, oe = start[ops].astype(_I64, copy=False), end[ops].astype(_I64, copy=False)
     kdur = (oe - os_) * (kind[ops] == EventKind.KERNEL).astype(_I64)
-    kcum = np.concatenate([[0], np.cumsum(kdur)])
-    kernel_ns = (kcum[ohi] - kcum[olo]).astype(_I64)
-    del kcum
     count = ohi - olo
     # the ops by start: op_rank[i] is op i's place among them (the launched GPU rows, in start order)
     by_rank = np.empty_like(op_rank)
     by_rank[op_rank] = np.arange(op_rank.size, dtype=op_rank.dtype)
     narrow = np.int32 if max(ops.size, n) < 2**31 - 1 else _I64  # positions: half the memory they keep
     o = PairOps(op_rank.astype(narrow), os_[by_rank], oe[by_rank], kdur[by_rank], olo.astype(narrow),
-             count.astype(narrow))
+                count.astype(narrow))
     del by_rank, kdur
     gpu_start = np.full(n, -1, _I64)
     gpu_end = np.full(n, -1, _I64)
@@ -103,7 +100,14 @@ def instance_figures(timeline: Timeline, ops: np.ndarray, op_rank: np.ndarray, o
             bounds = (np.cumsum(count[a:b]) - count[a:b])[has]
             gpu_start[a:b][has] = np.minimum.reduceat(os_[item], bounds)
             gpu_end[a:b][has] = np.maximum.reduceat(oe[item], bounds)
-    return o, kernel_ns, gpu_start, gpu_end
+    return o, gpu_start, gpu_end
+
+
+def instance_kernel_ns(o: PairOps) -> np.ndarray:
+    """Per range (in (thread, start) order): the summed duration of its ops that are kernels."""
+    kcum = np.concatenate([[0], np.cumsum(o.k_rank[o.op_rank])])  # kernel time in launch order, summed
+    lo = o.olo.astype(_I64)
+    return kcum[lo + o.count] - kcum[lo]
 
 
 def instance_unions(o: PairOps, by: np.ndarray) -> np.ndarray:

@@ -25,7 +25,13 @@ import numpy as np
 from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.intervals import merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
-from tracelab.analyses.device.range_pairs import PairOps, instance_figures, instance_unions, name_ops
+from tracelab.analyses.device.range_pairs import (
+    PairOps,
+    instance_figures,
+    instance_kernel_ns,
+    instance_unions,
+    name_ops,
+)
 from tracelab.model.grouping import any_of, first_rows, stable_order, unique_inverse
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
@@ -229,23 +235,33 @@ def _op_slices(timeline: Timeline, lr: np.ndarray, l_thread: np.ndarray, gr: np.
 
 @dataclass(frozen=True, eq=False)
 class _Projected:
-    """project_ranges' arrays: per instance in timeline row order, and what the per-name figures need."""
+    """project_ranges' arrays, per instance in (thread, start) order (`by`: their timeline row order
+    positions), and `rows`: the instances' timeline rows (row order)."""
 
     rows: np.ndarray
-    by: np.ndarray  # the instances in (thread, start) order
+    by: np.ndarray  # the instances in (thread, start) order, as positions in `rows`
     depth: np.ndarray
-    parent: np.ndarray
-    count: np.ndarray
+    parent: np.ndarray  # (thread, start) position of the innermost enclosing instance, -1 at the top
     gpu_start: np.ndarray
     gpu_end: np.ndarray
-    kernel_ns: np.ndarray
     ops: PairOps
     unlaunched: int
     gpu_span: int
 
     def instances(self) -> RangeInstances:
-        return RangeInstances(self.rows, self.depth, self.parent, self.count, self.gpu_start, self.gpu_end,
-                              self.kernel_ns, partial(instance_unions, self.ops, self.by))
+        """The per-instance arrays, in timeline row order."""
+        by = self.by
+
+        def original(a: np.ndarray) -> np.ndarray:
+            out = np.empty(a.shape, _I64)
+            out[by] = a
+            return out
+
+        parent = original(np.where(self.parent >= 0, by[np.maximum(self.parent, 0)], -1))
+        return RangeInstances(
+            self.rows, original(self.depth), parent, original(self.ops.count), original(self.gpu_start),
+            original(self.gpu_end), original(instance_kernel_ns(self.ops)), partial(instance_unions, self.ops, by),
+        )
 
 
 def _project(timeline: Timeline) -> _Projected:
@@ -260,7 +276,7 @@ def _project(timeline: Timeline) -> _Projected:
     gr = np.flatnonzero(any_of(kind, GPU_KINDS))
     gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
     r_thread, l_thread = thread_codes(timeline, rr, lr)
-    # the ranges by (thread, start): every search below takes its keys in order; results go back to rr order
+    # the ranges by (thread, start): every search below takes its keys in order
     by = _thread_order(r_thread, start[rr])
     r_thread = r_thread[by]
     rs, re_ = start[rr[by]], end[rr[by]]
@@ -268,18 +284,8 @@ def _project(timeline: Timeline) -> _Projected:
     parent = _parents(r_thread, depth, rs)
     ops, op_rank, olo, ohi, unlaunched = _op_slices(timeline, lr, l_thread, gr, r_thread, rs, re_)
     del r_thread, l_thread, rs, re_, lr, gr
-    o, kernel_ns, gpu_start, gpu_end = instance_figures(timeline, ops, op_rank, olo, ohi)
-    del ops, op_rank, olo, ohi
-
-    def original(a: np.ndarray) -> np.ndarray:
-        out = np.empty(a.shape, _I64)
-        out[by] = a
-        return out
-
-    return _Projected(
-        rr, by, original(depth), original(np.where(parent >= 0, by[np.maximum(parent, 0)], -1)), original(o.count),
-        original(gpu_start), original(gpu_end), original(kernel_ns), o, unlaunched, gpu_span,
-    )
+    o, gpu_start, gpu_end = instance_figures(timeline, ops, op_rank, olo, ohi)
+    return _Projected(rr, by, depth, parent, gpu_start, gpu_end, o, unlaunched, gpu_span)
 
 
 def _made(instances: RangeInstances) -> RangeInstances:
@@ -300,8 +306,7 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
         reference_ns, reference = x.gpu_span, ("gpu span" if x.gpu_span else "none")
     start = timeline.col("start").astype(_I64, copy=False)
     end = timeline.col("end").astype(_I64, copy=False)
-    stats = _by_name(timeline, x.rows, x.by, x.depth, x.count, x.gpu_start, x.gpu_end, x.ops, start, end,
-                     reference_ns, x.parent)
+    stats = _by_name(timeline, x, start, end, reference_ns)
     return RangeProjection(
         stats=stats, reference_ns=int(reference_ns), reference=reference, unlaunched_ops=x.unlaunched,
         n=int(x.rows.size), instances=partial(_made, x.instances()) if keep_instances else partial(_instances_of, timeline),
@@ -316,33 +321,38 @@ def with_reference(projection: RangeProjection, reference_ns: int, reference: st
     return replace(projection, stats=stats, reference_ns=int(reference_ns), reference=reference)
 
 
-def _by_name(timeline, rr, by, depth, count, gpu_start, gpu_end, o, start, end, reference_ns,
-             parent) -> tuple[RangeStat, ...]:
+def _by_name(timeline: Timeline, x: _Projected, start: np.ndarray, end: np.ndarray, reference_ns: int,
+             ) -> tuple[RangeStat, ...]:
+    rr, by = x.rows, x.by
     if rr.size == 0:
         return ()
-    names = timeline.col("name")[rr].astype(_I64)
     # a name's key: (name id, kind), so an NVTX range and a CPU op of the same name stay apart
-    key = names * 16
+    key = timeline.col("name")[rr].astype(_I64)
+    key *= 16
     key += timeline.col("kind")[rr]
-    ukeys, inv = unique_inverse(key)
+    ukeys, inv = unique_inverse(key)  # rows in start order
     del key
     g = ukeys.size
     calls = np.bincount(inv, minlength=g)
-    host = end[rr]
-    host -= start[rr]
-    host = np.bincount(inv, weights=host, minlength=g)
-    has = count > 0
-    span = np.bincount(inv[has], weights=(gpu_end - gpu_start)[has], minlength=g)
-    del has
-    min_depth = np.full(g, np.iinfo(_I64).max, _I64)
-    np.minimum.at(min_depth, inv, depth)
+    w = end[rr]
+    w -= start[rr]
+    host = np.bincount(inv, weights=w, minlength=g)
+    w[by] = x.gpu_end - x.gpu_start  # 0 (-1 - -1) without ops: adds nothing
+    span = np.bincount(inv, weights=w, minlength=g)
     first = first_rows(inv, g)  # each name's first instance (rows in start order)
-    ops_n, gpu, kern = name_ops(o, inv[by], g)
+    w[by] = np.arange(rr.size)
+    first_at = w[first]  # ... and its place in (thread, start) order
+    del w
+    inv_by = inv[by]
     del inv
-    pf = parent[first]
-    pname = np.where(pf >= 0, names[np.maximum(pf, 0)], -1)
+    min_depth = np.full(g, np.iinfo(_I64).max, _I64)
+    np.minimum.at(min_depth, inv_by, x.depth)
+    ops_n, gpu, kern = name_ops(x.ops, inv_by, g)
+    del inv_by
+    pf = x.parent[first_at]
+    pname = np.where(pf >= 0, timeline.col("name")[rr[by[np.maximum(pf, 0)]]], -1)
     first_start = start[rr[first]]
-    first_end = np.maximum(end[rr[first]], gpu_end[first])
+    first_end = np.maximum(end[rr[first]], x.gpu_end[first_at])
     strings = timeline.strings
 
     def text(nid: int) -> str:

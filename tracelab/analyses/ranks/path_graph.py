@@ -97,6 +97,8 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
         pred, alt_pred, last_node, thread, host_order, host_pos, run_first = (
             x.astype(np.int32) for x in (pred, alt_pred, last_node, thread, host_order, host_pos, run_first)
         )
+    if tl.n_events < 2**31 - 1:  # timeline rows and ranks (an int32 column) as int32 too
+        rows, rank = rows.astype(np.int32), rank.astype(np.int32)
     return _Graph(
         rows, is_gpu, rank, start, end, comm, pred, hand, edge, last_start, last_node, thread, alt_pred, alt_hand,
         host_order, host_pos, run_first,
@@ -125,6 +127,8 @@ def _gpu_edges(
         ok = (pos >= 0) & (corr_g >= 0)
         ok[ok] &= c["correlation"][hl[pos[ok]]] >= 0
         launch[ok] = launch_nodes[pos[ok]]
+        del launch_nodes, key_h, key_g, pos, ok
+    del corr_g, hl
     la_t = np.where(launch >= 0, start[np.maximum(launch, 0)], np.iinfo(np.int64).min)
     # another stream's operation that ended after both (an event wait between streams, NCCL waiting
     # for the compute stream): the latest end at or before the start, on the rank's GPUs
@@ -168,7 +172,11 @@ def _host_edges(
         edge[h] = np.where(hp >= 0, HOST, NONE)
         alt_pred[h] = hp_node
         alt_hand[h] = np.minimum(hp_end, start[h])
-        _other_threads(rank, start, end, thread, cpu_thread, c["start"][cpu], pred, hand, edge, ng, n)
+        del hp, hp_node, hp_end
+        cpu_start = c["start"][cpu]
+        del cpu
+        _other_threads(rank, start, end, thread, cpu_thread, cpu_start, pred, hand, edge, ng, n)
+        del cpu_thread, cpu_start
         blocking = np.flatnonzero((flags[host_rows] & Flag.BLOCKING) != 0)
         if blocking.size and ng:
             b_nodes = ng + blocking
@@ -244,16 +252,21 @@ def _other_threads(
     o = ng + np.where(ok, other, 0)
     own_from = np.where(pred[h] >= 0, hand[h], np.iinfo(np.int64).min // 4)
     later = ok & (thread[o] != thread[h]) & (end[o] > own_from)
+    del other, ok
     if not later.any():
         return
     cand, src = h[later], o[later]
+    del o
     busy = np.zeros(cand.size, dtype=bool)
     if cpu_start.size:
         # CPU ops of the waiting thread starting between its own hand-over and the other call's end:
         # one sorted key per op, thread in the high bits, time (from the earliest) in the low 44
         t0 = int(min(start.min(), cpu_start.min()))
         span = 1 << 44
-        key = np.sort(cpu_thread * span + np.clip(cpu_start - t0, 0, span - 1))
+        key = cpu_start - t0
+        np.clip(key, 0, span - 1, out=key)
+        key += cpu_thread * span
+        key.sort()
         lo_t = np.clip(np.maximum(own_from[later], t0) - t0, 0, span - 1)
         hi_t = np.clip(end[src] - t0, 0, span - 1)
         lo = np.searchsorted(key, thread[cand] * span + lo_t, "left")
