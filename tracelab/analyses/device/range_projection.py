@@ -25,6 +25,7 @@ import numpy as np
 from tracelab.analyses.core.distinct import FirstPosition
 from tracelab.analyses.core.intervals import merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
+from tracelab.analyses.device import range_pairs
 from tracelab.analyses.device.range_pairs import (
     PairOps,
     instance_figures,
@@ -147,28 +148,38 @@ def _keys(thread: np.ndarray, width: int, t: np.ndarray, t0: int) -> np.ndarray:
     return k
 
 
+def _index_type(n: int) -> type:
+    """int32 for positions into n items when they fit (half the memory of int64), else int64."""
+    return np.int32 if n < 2**31 - 1 else _I64
+
+
 def _depths(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Nesting depth of each range on its thread, for ranges sorted by (thread, start): the other ranges of
-    the thread that contain its start (count of starts <= s minus ends <= s, less itself)."""
-    if thread.size == 0:
-        return np.zeros(0, _I64)
+    the thread that contain its start (count of starts <= s minus ends <= s, less itself); searched
+    BLOCK ranges at a time."""
+    n = thread.size
+    d = np.zeros(n, _index_type(n))
+    if n == 0:
+        return d
     t0 = int(min(start.min(), end.min()))
     width = int(max(start.max(), end.max())) - t0 + 1
     q = _keys(thread, width, start, t0)  # sorted: the searches below take the keys in order
     ke = _keys(thread, width, end, t0)
     ke.sort()
-    d = np.searchsorted(q, q, side="right").astype(_I64, copy=False)
-    d -= np.searchsorted(ke, q, side="right")  # ranges of earlier threads: all opened and all closed
-    del q, ke
-    d -= 1
-    return np.maximum(d, 0, out=d)
+    block = range_pairs.BLOCK
+    for a in range(0, n, block):
+        qa = q[a : a + block]
+        # ranges of earlier threads: all opened and all closed
+        x = np.searchsorted(q, qa, side="right") - np.searchsorted(ke, qa, side="right") - 1
+        d[a : a + block] = np.maximum(x, 0, out=x)
+    return d
 
 
 def _parents(thread: np.ndarray, depth: np.ndarray, start: np.ndarray) -> np.ndarray:
     """The innermost enclosing range of each range, for ranges sorted by (thread, start): the last range of
     the same thread one level up that starts at or before it (ranges of one thread nest)."""
     n = thread.size
-    out = np.full(n, -1, _I64)
+    out = np.full(n, -1, _index_type(n))
     if n == 0:
         return out
     t0 = int(start.min())
@@ -179,13 +190,11 @@ def _parents(thread: np.ndarray, depth: np.ndarray, start: np.ndarray) -> np.nda
     order = stable_order(level)
     sk = _keys(level[order], width, start[order], t0)
     del level
-    up = sk - width
-    pos = np.searchsorted(sk, up, side="right")  # one level up, in key order
-    del sk, up
-    pos -= 1
     at = np.empty(n, _I64)
-    at[order] = pos
-    del pos
+    block = range_pairs.BLOCK
+    for a in range(0, n, block):  # one level up, in key order
+        at[order[a : a + block]] = np.searchsorted(sk, sk[a : a + block] - width, side="right") - 1
+    del sk
     ok = (depth > 0) & (at >= 0)
     cand = order[np.maximum(at, 0, out=at)]
     del at, order
@@ -211,11 +220,11 @@ def _launch_of_ops(rank, corr, lrows, gr) -> tuple[np.ndarray, np.ndarray, np.nd
     return ops[oo], op_pos[oo], oo, unlaunched
 
 
-def _op_slices(timeline: Timeline, lr: np.ndarray, l_thread: np.ndarray, gr: np.ndarray, r_thread: np.ndarray,
-               rs: np.ndarray, re_: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """The launched GPU ops sorted by their launch's place in the (thread, start) order of the launches, and
-    each range's ops as one slice [olo, ohi) of them (ranges sorted by (thread, start)): (ops, each op's
-    place among the launched ops in row order, olo, ohi, how many ops have no launch)."""
+def _launches(timeline: Timeline, lr: np.ndarray, l_thread: np.ndarray, gr: np.ndarray,
+              ) -> tuple[np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The launch calls by (thread, start) as keys (thread * width + start - t0, and width, t0), and the
+    launched GPU ops sorted by their launch's place in that order: (keys, width, t0, ops, their launches'
+    places, each op's place among the launched ops in row order, how many ops have no launch)."""
     start = timeline.col("start").astype(_I64, copy=False)
     end = timeline.col("end").astype(_I64, copy=False)
     t0 = int(start.min()) if start.size else 0
@@ -226,11 +235,25 @@ def _op_slices(timeline: Timeline, lr: np.ndarray, l_thread: np.ndarray, gr: np.
     del lorder
     corr = timeline.col("correlation").astype(_I64, copy=False)
     ops, op_pos, op_rank, unlaunched = _launch_of_ops(timeline.col("rank"), corr, lrows, gr)
-    del lrows
-    # each range's launches [lo, hi), then its ops [olo, ohi)
-    olo = np.searchsorted(op_pos, np.searchsorted(lkey, _keys(r_thread, width, rs, t0), side="left"), side="left")
-    ohi = np.searchsorted(op_pos, np.searchsorted(lkey, _keys(r_thread, width, re_, t0), side="left"), side="left")
-    return ops, op_rank, olo, ohi, unlaunched
+    return lkey, width, t0, ops, op_pos, op_rank, unlaunched
+
+
+def _slices(lkey: np.ndarray, width: int, t0: int, op_pos: np.ndarray, r_thread: np.ndarray, rs: np.ndarray,
+            re_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each range's ops (ranges sorted by (thread, start)) as one slice [olo, ohi) of the launched ops:
+    its launches [lo, hi) by its thread and host interval, then the ops of those launches; BLOCK ranges at
+    a time."""
+    n = r_thread.size
+    olo = np.empty(n, _I64)
+    ohi = np.empty(n, _I64)
+    block = range_pairs.BLOCK
+    for a in range(0, n, block):
+        th = r_thread[a : a + block]
+        lo = np.searchsorted(lkey, _keys(th, width, rs[a : a + block], t0), side="left")
+        olo[a : a + block] = np.searchsorted(op_pos, lo, side="left")
+        hi = np.searchsorted(lkey, _keys(th, width, re_[a : a + block], t0), side="left")
+        ohi[a : a + block] = np.searchsorted(op_pos, hi, side="left")
+    return olo, ohi
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,14 +299,19 @@ def _project(timeline: Timeline) -> _Projected:
     gr = np.flatnonzero(any_of(kind, GPU_KINDS))
     gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
     r_thread, l_thread = thread_codes(timeline, rr, lr)
+    # the launches and their ops first (before the ranges' arrays: their temporaries do not add up)
+    lkey, width, t0, ops, op_pos, op_rank, unlaunched = _launches(timeline, lr, l_thread, gr)
+    del lr, l_thread, gr
     # the ranges by (thread, start): every search below takes its keys in order
-    by = _thread_order(r_thread, start[rr])
+    by = _thread_order(r_thread, start[rr]).astype(_index_type(rr.size), copy=False)
     r_thread = r_thread[by]
-    rs, re_ = start[rr[by]], end[rr[by]]
+    sorted_rows = rr[by]
+    rs, re_ = start[sorted_rows], end[sorted_rows]
+    del sorted_rows
     depth = _depths(r_thread, rs, re_)
     parent = _parents(r_thread, depth, rs)
-    ops, op_rank, olo, ohi, unlaunched = _op_slices(timeline, lr, l_thread, gr, r_thread, rs, re_)
-    del r_thread, l_thread, rs, re_, lr, gr
+    olo, ohi = _slices(lkey, width, t0, op_pos, r_thread, rs, re_)
+    del lkey, op_pos, r_thread, rs, re_
     o, gpu_start, gpu_end = instance_figures(timeline, ops, op_rank, olo, ohi)
     return _Projected(rr, by, depth, parent, gpu_start, gpu_end, o, unlaunched, gpu_span)
 
