@@ -93,10 +93,12 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     hand = np.where(edge == SYNC, np.minimum(np.maximum(hand, start), end), np.minimum(hand, start))
     last_start, last_node = _collective_edges(collectives, rows, start)
     host_order, host_pos, run_first = _host_runs(thread, start, pred, hand, edge, last_node, ng, n)
-    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns
-        pred, alt_pred, last_node, thread, host_order, host_pos, run_first = (
-            x.astype(np.int32) for x in (pred, alt_pred, last_node, thread, host_order, host_pos, run_first)
-        )
+    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns (one at a time)
+        pred = pred.astype(np.int32)
+        alt_pred = alt_pred.astype(np.int32)
+        last_node = last_node.astype(np.int32)
+        thread = thread.astype(np.int32)
+        host_order, host_pos, run_first = host_order.astype(np.int32), host_pos.astype(np.int32), run_first.astype(np.int32)
     if tl.n_events < 2**31 - 1:  # timeline rows and ranks (an int32 column) as int32 too
         rows, rank = rows.astype(np.int32), rank.astype(np.int32)
     return _Graph(
@@ -246,16 +248,17 @@ def _other_threads(
     rank finished a call (or a collective's range) later than that: the thread waited for that one (a
     `backward()` waiting for the autograd thread, DDP waiting for its communication thread). Its
     predecessor becomes that call (edge "host"). In place."""
-    h = np.arange(ng, n)
+    h = slice(ng, n)  # the host nodes: views, not copies
     other = _latest_end_before(rank[h], end[h], rank[h], start[h])
     ok = other >= 0
     o = ng + np.where(ok, other, 0)
+    del other
     own_from = np.where(pred[h] >= 0, hand[h], np.iinfo(np.int64).min // 4)
     later = ok & (thread[o] != thread[h]) & (end[o] > own_from)
-    del other, ok
+    del ok
     if not later.any():
         return
-    cand, src = h[later], o[later]
+    cand, src = ng + np.flatnonzero(later), o[later]
     del o
     busy = np.zeros(cand.size, dtype=bool)
     if cpu_start.size:
