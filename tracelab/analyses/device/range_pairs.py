@@ -14,7 +14,7 @@ from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
 
 _I64 = np.int64
-BLOCK = 1 << 18  # (range, op) pairs materialised at once
+BLOCK = 1 << 17  # (range, op) pairs materialised at once
 
 
 def blocks(sizes: np.ndarray) -> list[tuple[int, int]]:

@@ -282,7 +282,7 @@ class _Projected:
 
         parent = original(np.where(self.parent >= 0, by[np.maximum(self.parent, 0)], -1))
         return RangeInstances(
-            self.rows, original(self.depth), parent, original(self.ops.count), original(self.gpu_start),
+            self.rows.astype(_I64), original(self.depth), parent, original(self.ops.count), original(self.gpu_start),
             original(self.gpu_end), original(instance_kernel_ns(self.ops)), partial(instance_unions, self.ops, by),
         )
 
@@ -299,6 +299,7 @@ def _project(timeline: Timeline) -> _Projected:
     gr = np.flatnonzero(any_of(kind, GPU_KINDS))
     gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
     r_thread, l_thread = thread_codes(timeline, rr, lr)
+    rr = rr.astype(_index_type(timeline.n_events))  # kept: int32 when it fits (int64 when the rows are asked for)
     # the launches and their ops first (before the ranges' arrays: their temporaries do not add up)
     lkey, width, t0, ops, op_pos, op_rank, unlaunched = _launches(timeline, lr, l_thread, gr)
     del lr, l_thread, gr
@@ -371,7 +372,7 @@ def _by_name(timeline: Timeline, x: _Projected, start: np.ndarray, end: np.ndarr
     w[by] = np.arange(rr.size)
     first_at = w[first]  # ... and its place in (thread, start) order
     del w
-    inv_by = inv[by]
+    inv_by = inv[by].astype(_index_type(g))
     del inv
     min_depth = np.full(g, np.iinfo(_I64).max, _I64)
     np.minimum.at(min_depth, inv_by, x.depth)
