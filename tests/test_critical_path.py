@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
+from tracelab.analyses.ranks import path_segments
 from tracelab.analyses.ranks.collective_size import bus_factor, dtype_bytes
 from tracelab.analyses.ranks.collectives import match_collectives
 from tracelab.analyses.ranks.comm_steps import step_windows
@@ -77,7 +78,11 @@ def _by_name(events: list[dict]) -> dict[str, dict]:
     return {e["name"]: e for e in events}
 
 
-def test_one_rank_known_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("blocks", [False, True])
+def test_one_rank_known_path(tmp_path: Path, blocks: bool, monkeypatch) -> None:
+    if blocks:  # the segments one chain at a time, the host activity merged two rows at a time
+        monkeypatch.setattr(path_segments, "SEGMENT_BLOCK", 1)
+        monkeypatch.setattr(path_segments, "MERGE_BLOCK", 2)
     tl = load_trace(_write(tmp_path / "one.json", ONE))
     an = analyze(tl)
     cp = critical_path_for(tl, an)
@@ -213,7 +218,11 @@ def test_comm_per_step_and_straggler_cause(two_ranks) -> None:
     assert strag["explanation"].startswith("rank 1 arrives 400.0 µs late in 3 of 3 steps; before each, its GPU is idle")
 
 
-def test_two_ranks_critical_path(two_ranks) -> None:
+@pytest.mark.parametrize("blocks", [False, True])
+def test_two_ranks_critical_path(two_ranks, blocks: bool, monkeypatch) -> None:
+    if blocks:  # the segments one chain at a time, the host activity merged two rows at a time
+        monkeypatch.setattr(path_segments, "SEGMENT_BLOCK", 1)
+        monkeypatch.setattr(path_segments, "MERGE_BLOCK", 2)
     d, raw = two_ranks
     tl = load_trace(d)
     an = analyze(tl)

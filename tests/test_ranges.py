@@ -91,3 +91,57 @@ def test_ranges_started_before_the_analysis_equal_the_direct_projection(name, mo
     assert got.stats == want.stats and (got.reference_ns, got.reference) == (ref, "steps")
     assert [s.share for s in got.stats] == [s.gpu_ns / ref for s in want.stats]
     assert (got.rows == want.rows).all() and (got.gpu_ns == want.gpu_ns).all()
+
+
+@pytest.mark.parametrize("name", [r for r in RUNS if r.endswith("nsys")])
+def test_ranges_made_in_small_blocks_match_the_raw_trace(name, monkeypatch):
+    """The (range, op) pairs are made a block at a time (`range_pairs.BLOCK`: ranges, names, pairs):
+    with blocks of 2 every NVTX name's calls, distinct ops, GPU union, kernel time and span, and every
+    instance's ops, GPU union and kernel time are what the raw nsys records give (exact ns), recomputed
+    here in one pass over the SQLite rows (tests/sql_oracle.raw)."""
+    import bisect
+
+    from sql_oracle import raw, union_length
+
+    from tracelab import api
+    from tracelab.analyses.device import range_pairs
+    from tracelab.analyses.device import range_projection as rp
+
+    run = demo_run(name)
+    r = raw(run)
+    by_corr: dict[int, list[tuple[int, int, int, int]]] = {}
+    for i, (s, e, k, c) in enumerate(r["ops"]):
+        by_corr.setdefault(c, []).append((s, e, k, i))
+    launches: dict[int, list[tuple[int, int]]] = {}
+    for t, ls, c in sorted(r["launches"]):
+        launches.setdefault(t, []).append((ls, c))
+    want: dict[str, dict] = {}
+    instances: dict[str, list[tuple[int, int, int]]] = {}
+    for t, s, e, n in sorted(r["ranges"], key=lambda x: x[1]):
+        mine_l = launches.get(t, [])
+        lo, hi = bisect.bisect_left(mine_l, (s, -1)), bisect.bisect_left(mine_l, (e, -1))
+        mine = [op for _ls, c in mine_l[lo:hi] for op in by_corr.get(c, [])]
+        w = want.setdefault(n, {"calls": 0, "ops": set(), "span": 0})
+        w["calls"] += 1
+        w["ops"].update(mine)
+        w["span"] += max(b for _, b, _, _ in mine) - min(a for a, _, _, _ in mine) if mine else 0
+        instances.setdefault(n, []).append(
+            (len(mine), union_length([(a, b) for a, b, _, _ in mine]), sum(b - a for a, b, k, _ in mine if k)))
+    timeline = api.load(run)
+    monkeypatch.setattr(range_pairs, "BLOCK", 2)
+    p = rp.project_ranges(timeline)
+    by_name = {s.name: s for s in p.stats if s.kind == "nvtx"}
+    assert want and set(want) <= set(by_name)
+    row_name = [timeline.strings[i] for i in timeline.col("name")[p.rows]]
+    got_instances: dict[str, list[tuple[int, int, int]]] = {}
+    for i, n in enumerate(row_name):  # rows in start order, as the instances above
+        if n in want:
+            got_instances.setdefault(n, []).append((int(p.gpu_ops[i]), int(p.gpu_ns[i]), int(p.kernel_ns[i])))
+    for rname, w in want.items():
+        got = by_name[rname]
+        ops = w["ops"]
+        assert (got.calls, got.gpu_ops, got.gpu_ns, got.kernel_ns, got.span_ns) == (
+            w["calls"], len(ops), union_length([(a, b) for a, b, _, _ in ops]),
+            sum(b - a for a, b, k, _ in ops if k), w["span"]), rname
+    assert got_instances == instances
+    assert sum(len(w["ops"]) > 0 for w in want.values()) >= 2

@@ -127,7 +127,7 @@ def finding_rows(run_id: str, an: Analysis) -> dict[str, list[Any]]:
 def range_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     from tracelab.analyses.device.range_projection import project_ranges
 
-    p = project_ranges(tl)
+    p = project_ranges(tl, keep_instances=True)
     r = p.rows
     c = tl.col
     has = p.gpu_ops > 0

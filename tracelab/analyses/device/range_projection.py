@@ -23,9 +23,17 @@ from functools import cached_property, partial
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
-from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
+from tracelab.analyses.core.intervals import merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
-from tracelab.model.grouping import any_of, sorted_unique, stable_order, unique_inverse
+from tracelab.analyses.device import range_pairs
+from tracelab.analyses.device.range_pairs import (
+    PairOps,
+    instance_figures,
+    instance_kernel_ns,
+    instance_unions,
+    name_ops,
+)
+from tracelab.model.grouping import any_of, first_rows, stable_order, unique_inverse
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
 
@@ -55,9 +63,8 @@ class RangeStat:
 
 
 @dataclass(frozen=True, eq=False)
-class RangeProjection:
-    """Per instance (arrays, one row per host range, in timeline row order) and per name (`stats`,
-    largest GPU time first)."""
+class RangeInstances:
+    """Per instance: arrays, one row per host range, in timeline row order."""
 
     rows: np.ndarray  # timeline rows of the range instances
     depth: np.ndarray  # nesting depth on its thread
@@ -66,21 +73,63 @@ class RangeProjection:
     gpu_start: np.ndarray  # projected start (-1 when no op)
     gpu_end: np.ndarray  # projected end (-1 when no op)
     kernel_ns: np.ndarray
+    unions: Callable[[], np.ndarray] = field(repr=False)  # computes `gpu_ns`
+
+    @cached_property
+    def gpu_ns(self) -> np.ndarray:
+        """The union of each instance's ops, computed when first asked for."""
+        return self.unions()
+
+
+@dataclass(frozen=True, eq=False)
+class RangeProjection:
+    """Per name (`stats`, largest GPU time first) and per instance (`RangeInstances`' arrays: `rows`,
+    `depth`, `parent`, `gpu_ops`, `gpu_start`, `gpu_end`, `kernel_ns`, `gpu_ns`). The per-instance arrays
+    are made when first asked for, unless `project_ranges` was asked to keep them: the per-name figures
+    (all that `analyze --json` lists) do not need them, and on a big trace they are hundreds of MB."""
+
     stats: tuple[RangeStat, ...]
     reference_ns: int  # what `share` divides by
     reference: str  # "steps" or "gpu span" or "none"
     unlaunched_ops: int  # GPU ops whose launch call is not in the trace (belong to no range)
-    unions: Callable[[], np.ndarray] = field(repr=False)  # computes `gpu_ns`
-
-    @property
-    def n(self) -> int:
-        return int(self.rows.size)
+    n: int  # range instances
+    instances: Callable[[], RangeInstances] = field(repr=False)  # makes (or returns) the per-instance arrays
 
     @cached_property
+    def per_instance(self) -> RangeInstances:
+        return self.instances()
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self.per_instance.rows
+
+    @property
+    def depth(self) -> np.ndarray:
+        return self.per_instance.depth
+
+    @property
+    def parent(self) -> np.ndarray:
+        return self.per_instance.parent
+
+    @property
+    def gpu_ops(self) -> np.ndarray:
+        return self.per_instance.gpu_ops
+
+    @property
+    def gpu_start(self) -> np.ndarray:
+        return self.per_instance.gpu_start
+
+    @property
+    def gpu_end(self) -> np.ndarray:
+        return self.per_instance.gpu_end
+
+    @property
+    def kernel_ns(self) -> np.ndarray:
+        return self.per_instance.kernel_ns
+
+    @property
     def gpu_ns(self) -> np.ndarray:
-        """The union of each instance's ops, computed when first asked for: the per-name figures (`stats`,
-        all that `analyze --json` lists) do not need it."""
-        return self.unions()
+        return self.per_instance.gpu_ns
 
 
 def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -91,40 +140,64 @@ def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
     return stable_order(thread)
 
 
+def _keys(thread: np.ndarray, width: int, t: np.ndarray, t0: int) -> np.ndarray:
+    """thread * width + (t - t0) as one new int64 array, built in place (int64 wraps alike either way)."""
+    k = thread * width
+    k += t
+    k -= t0
+    return k
+
+
+def _index_type(n: int) -> type:
+    """int32 for positions into n items when they fit (half the memory of int64), else int64."""
+    return np.int32 if n < 2**31 - 1 else _I64
+
+
 def _depths(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Nesting depth of each range on its thread, for ranges sorted by (thread, start): the other ranges of
-    the thread that contain its start (count of starts <= s minus ends <= s, less itself)."""
-    if thread.size == 0:
-        return np.zeros(0, _I64)
+    the thread that contain its start (count of starts <= s minus ends <= s, less itself); searched
+    BLOCK ranges at a time."""
+    n = thread.size
+    d = np.zeros(n, _index_type(n))
+    if n == 0:
+        return d
     t0 = int(min(start.min(), end.min()))
     width = int(max(start.max(), end.max())) - t0 + 1
-    q = thread * width + (start - t0)  # sorted: the searches below take the keys in order
-    ke = np.sort(thread * width + (end - t0))
-    opened = np.searchsorted(q, q, side="right")
-    closed = np.searchsorted(ke, q, side="right")
-    # ranges of earlier threads: all opened and all closed; they cancel out
-    return np.maximum(opened - closed - 1, 0).astype(_I64)
+    q = _keys(thread, width, start, t0)  # sorted: the searches below take the keys in order
+    ke = _keys(thread, width, end, t0)
+    ke.sort()
+    block = range_pairs.BLOCK
+    for a in range(0, n, block):
+        qa = q[a : a + block]
+        # ranges of earlier threads: all opened and all closed
+        x = np.searchsorted(q, qa, side="right") - np.searchsorted(ke, qa, side="right") - 1
+        d[a : a + block] = np.maximum(x, 0, out=x)
+    return d
 
 
 def _parents(thread: np.ndarray, depth: np.ndarray, start: np.ndarray) -> np.ndarray:
     """The innermost enclosing range of each range, for ranges sorted by (thread, start): the last range of
     the same thread one level up that starts at or before it (ranges of one thread nest)."""
     n = thread.size
-    out = np.full(n, -1, _I64)
+    out = np.full(n, -1, _index_type(n))
     if n == 0:
         return out
     t0 = int(start.min())
     width = int(start.max()) - t0 + 1
-    levels = int(depth.max()) + 2
-    level = thread * levels + depth
+    level = thread * (int(depth.max()) + 2)
+    level += depth
     # by (thread, depth, start): a stable sort by (thread, depth) of rows in (thread, start) order
     order = stable_order(level)
-    sk = level[order] * width + (start[order] - t0)
-    at_sorted = np.searchsorted(sk, sk - width, side="right") - 1  # one level up, in key order
+    sk = _keys(level[order], width, start[order], t0)
+    del level
     at = np.empty(n, _I64)
-    at[order] = at_sorted
+    block = range_pairs.BLOCK
+    for a in range(0, n, block):  # one level up, in key order
+        at[order[a : a + block]] = np.searchsorted(sk, sk[a : a + block] - width, side="right") - 1
+    del sk
     ok = (depth > 0) & (at >= 0)
-    cand = order[np.maximum(at, 0)]
+    cand = order[np.maximum(at, 0, out=at)]
+    del at, order
     ok &= (thread[cand] == thread) & (depth[cand] == depth - 1)
     out[ok] = cand[ok]
     return out
@@ -138,6 +211,7 @@ def _launch_of_ops(rank, corr, lrows, gr) -> tuple[np.ndarray, np.ndarray, np.nd
     gcorr = corr[gr]
     ckey_g = rank[gr].astype(_I64) << 40 | (gcorr & ((1 << 40) - 1))
     at = FirstPosition(ckey_l).find(ckey_g)  # a table when the ids are packed (one rank), else a sort
+    del ckey_l, ckey_g
     ok = (gcorr >= 0) & (at >= 0)
     unlaunched = int((~ok).sum())
     ops = gr[ok]
@@ -146,109 +220,125 @@ def _launch_of_ops(rank, corr, lrows, gr) -> tuple[np.ndarray, np.ndarray, np.nd
     return ops[oo], op_pos[oo], oo, unlaunched
 
 
-def _pairs(olo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (range, op) pairs: range i with ops olo[i] .. olo[i] + count[i] - 1."""
-    total = int(count.sum())
-    pair_range = np.repeat(np.arange(count.size, dtype=_I64), count)
-    offs = np.arange(total, dtype=_I64) - np.repeat(np.cumsum(count) - count, count)
-    return pair_range, np.repeat(olo.astype(_I64), count) + offs
-
-
-def _union_by_group(group: np.ndarray, op_rank: np.ndarray, s_by_rank: np.ndarray, e_by_rank: np.ndarray,
-                    n_groups: int, unique: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Union length per group of the ops of (group, op) pairs, ops named by their rank in start order
-    (`s_by_rank`, `e_by_rank` their intervals in that order): the pairs sorted by (group, start) through
-    one sort of an int64 key, not a sort by start and one by group. With `unique`, equal pairs count
-    once. Returns (lengths, the pairs' groups and op ranks in that order)."""
-    m = int(s_by_rank.size)
-    if group.size == 0:
-        return np.zeros(n_groups, _I64), group, op_rank
-    if n_groups * m >= 1 << 62:
-        g, r = (group, op_rank) if not unique else _distinct(group, op_rank)
-        return grouped_union_lengths(s_by_rank[r], e_by_rank[r], g, n_groups), g, r
-    key = group * m + op_rank
-    if unique:
-        key = sorted_unique(key)
-    elif key.size > 1 and (key[1:] < key[:-1]).any():  # a range's ops mostly come in start order already
-        key = np.sort(key)
-    g, r = np.divmod(key, m)
-    return grouped_union_lengths(s_by_rank[r], e_by_rank[r], g, n_groups, presorted=True), g, r
-
-
-def _distinct(group: np.ndarray, op_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (group, op) pairs (when group * ops does not fit an int64 key)."""
-    keys = np.stack([group, op_rank], axis=1)
-    keys = keys[np.lexsort((op_rank, group))]
-    keep = np.ones(len(keys), dtype=bool)
-    keep[1:] = (keys[1:] != keys[:-1]).any(axis=1)
-    return keys[keep, 0], keys[keep, 1]
-
-
-def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "steps") -> RangeProjection:
-    """Project every host range of the timeline onto the GPU (see the module doc). `reference_ns`: what
-    each name's `share` divides its GPU time by (the steps' total time; 0: the GPU span is used)."""
-    kind = timeline.col("kind")
+def _launches(timeline: Timeline, lr: np.ndarray, l_thread: np.ndarray, gr: np.ndarray,
+              ) -> tuple[np.ndarray, int, int, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The launch calls by (thread, start) as keys (thread * width + start - t0, and width, t0), and the
+    launched GPU ops sorted by their launch's place in that order: (keys, width, t0, ops, their launches'
+    places, each op's place among the launched ops in row order, how many ops have no launch)."""
     start = timeline.col("start").astype(_I64, copy=False)
     end = timeline.col("end").astype(_I64, copy=False)
-    rank = timeline.col("rank")
-    tid = timeline.col("tid")
-    corr = timeline.col("correlation").astype(_I64, copy=False)
-    rr = np.flatnonzero(any_of(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
-    lr = np.flatnonzero(any_of(kind, LAUNCH_KINDS) & (corr >= 0))
-    gr = np.flatnonzero(any_of(kind, GPU_KINDS))
-    n = rr.size
-    gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
-    if reference_ns <= 0:
-        reference_ns, reference = gpu_span, ("gpu span" if gpu_span else "none")
-    r_thread, l_thread = thread_codes(timeline, rr, lr)
-    # the ranges by (thread, start): every search below takes its keys in order; results go back to rr order
-    by = _thread_order(r_thread, start[rr])
-    r_thread, rs, re_ = r_thread[by], start[rr[by]], end[rr[by]]
-    depth = _depths(r_thread, rs, re_)
-    parent = _parents(r_thread, depth, rs)
-    # launches by (thread, start)
     t0 = int(start.min()) if start.size else 0
     width = int(max(int(end.max()) if end.size else 0, int(start.max()) if start.size else 0)) - t0 + 2
     lorder = _thread_order(l_thread, start[lr])
-    lkey = l_thread[lorder] * width + (start[lr[lorder]] - t0)
-    ops, op_pos, op_rank, unlaunched = _launch_of_ops(rank, corr, lr[lorder], gr)
-    # each range's launches [lo, hi), then its ops [olo, ohi)
-    lo = np.searchsorted(lkey, r_thread * width + (rs - t0), side="left")
-    hi = np.searchsorted(lkey, r_thread * width + (re_ - t0), side="left")
-    olo = np.searchsorted(op_pos, lo, side="left")
-    ohi = np.searchsorted(op_pos, hi, side="left")
-    count = (ohi - olo).astype(_I64)
-    os_, oe = start[ops], end[ops]
-    kdur = (oe - os_) * (kind[ops] == EventKind.KERNEL).astype(_I64)
-    kcum = np.concatenate([[0], np.cumsum(kdur)])
-    kernel_ns = kcum[ohi] - kcum[olo]
-    # the ops by start: op_rank[i] is op i's place among them (the launched GPU rows, in start order)
-    by_rank = np.empty_like(op_rank)
-    by_rank[op_rank] = np.arange(op_rank.size, dtype=op_rank.dtype)
-    s_rank, e_rank, k_rank = os_[by_rank], oe[by_rank], kdur[by_rank]
-    pair_range, pair_op = _pairs(olo, count)
-    pair_rank = op_rank[pair_op]
-    gpu_start = np.full(n, -1, _I64)
-    gpu_end = np.full(n, -1, _I64)
-    has = count > 0
-    if pair_op.size:
-        bounds = (np.cumsum(count) - count)[has]
-        gpu_start[has] = np.minimum.reduceat(os_[pair_op], bounds)
-        gpu_end[has] = np.maximum.reduceat(oe[pair_op], bounds)
-    def original(a: np.ndarray) -> np.ndarray:
-        out = np.empty_like(a)
-        out[by] = a
-        return out
+    lrows = lr[lorder]
+    lkey = _keys(l_thread[lorder], width, start[lrows], t0)
+    del lorder
+    corr = timeline.col("correlation").astype(_I64, copy=False)
+    ops, op_pos, op_rank, unlaunched = _launch_of_ops(timeline.col("rank"), corr, lrows, gr)
+    return lkey, width, t0, ops, op_pos, op_rank, unlaunched
 
-    depth, count, gpu_start, gpu_end = original(depth), original(count), original(gpu_start), original(gpu_end)
-    parent = original(np.where(parent >= 0, by[np.maximum(parent, 0)], -1))
-    pairs = (by[pair_range], pair_rank, s_rank, e_rank, k_rank)
-    stats = _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, reference_ns, parent)
+
+def _slices(lkey: np.ndarray, width: int, t0: int, op_pos: np.ndarray, r_thread: np.ndarray, rs: np.ndarray,
+            re_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each range's ops (ranges sorted by (thread, start)) as one slice [olo, ohi) of the launched ops:
+    its launches [lo, hi) by its thread and host interval, then the ops of those launches; BLOCK ranges at
+    a time."""
+    n = r_thread.size
+    olo = np.empty(n, _I64)
+    ohi = np.empty(n, _I64)
+    block = range_pairs.BLOCK
+    for a in range(0, n, block):
+        th = r_thread[a : a + block]
+        lo = np.searchsorted(lkey, _keys(th, width, rs[a : a + block], t0), side="left")
+        olo[a : a + block] = np.searchsorted(op_pos, lo, side="left")
+        hi = np.searchsorted(lkey, _keys(th, width, re_[a : a + block], t0), side="left")
+        ohi[a : a + block] = np.searchsorted(op_pos, hi, side="left")
+    return olo, ohi
+
+
+@dataclass(frozen=True, eq=False)
+class _Projected:
+    """project_ranges' arrays, per instance in (thread, start) order (`by`: their timeline row order
+    positions), and `rows`: the instances' timeline rows (row order)."""
+
+    rows: np.ndarray
+    by: np.ndarray  # the instances in (thread, start) order, as positions in `rows`
+    depth: np.ndarray
+    parent: np.ndarray  # (thread, start) position of the innermost enclosing instance, -1 at the top
+    gpu_start: np.ndarray
+    gpu_end: np.ndarray
+    ops: PairOps
+    unlaunched: int
+    gpu_span: int
+
+    def instances(self) -> RangeInstances:
+        """The per-instance arrays, in timeline row order."""
+        by = self.by
+
+        def original(a: np.ndarray) -> np.ndarray:
+            out = np.empty(a.shape, _I64)
+            out[by] = a
+            return out
+
+        parent = original(np.where(self.parent >= 0, by[np.maximum(self.parent, 0)], -1))
+        return RangeInstances(
+            self.rows.astype(_I64), original(self.depth), parent, original(self.ops.count), original(self.gpu_start),
+            original(self.gpu_end), original(instance_kernel_ns(self.ops)), partial(instance_unions, self.ops, by),
+        )
+
+
+def _project(timeline: Timeline) -> _Projected:
+    """Every host range of the timeline projected onto the GPU, per instance (module doc)."""
+    kind = timeline.col("kind")
+    start = timeline.col("start").astype(_I64, copy=False)
+    end = timeline.col("end").astype(_I64, copy=False)
+    tid = timeline.col("tid")
+    corr = timeline.col("correlation")
+    rr = np.flatnonzero(any_of(kind, RANGE_KINDS) & (tid >= 0) & (end > start))
+    lr = np.flatnonzero(any_of(kind, LAUNCH_KINDS) & (corr >= 0))
+    gr = np.flatnonzero(any_of(kind, GPU_KINDS))
+    gpu_span = int(end[gr].max() - start[gr].min()) if gr.size else 0
+    r_thread, l_thread = thread_codes(timeline, rr, lr)
+    rr = rr.astype(_index_type(timeline.n_events))  # kept: int32 when it fits (int64 when the rows are asked for)
+    # the launches and their ops first (before the ranges' arrays: their temporaries do not add up)
+    lkey, width, t0, ops, op_pos, op_rank, unlaunched = _launches(timeline, lr, l_thread, gr)
+    del lr, l_thread, gr
+    # the ranges by (thread, start): every search below takes its keys in order
+    by = _thread_order(r_thread, start[rr]).astype(_index_type(rr.size), copy=False)
+    r_thread = r_thread[by]
+    sorted_rows = rr[by]
+    rs, re_ = start[sorted_rows], end[sorted_rows]
+    del sorted_rows
+    depth = _depths(r_thread, rs, re_)
+    parent = _parents(r_thread, depth, rs)
+    olo, ohi = _slices(lkey, width, t0, op_pos, r_thread, rs, re_)
+    del lkey, op_pos, r_thread, rs, re_
+    o, gpu_start, gpu_end = instance_figures(timeline, ops, op_rank, olo, ohi)
+    return _Projected(rr, by, depth, parent, gpu_start, gpu_end, o, unlaunched, gpu_span)
+
+
+def _made(instances: RangeInstances) -> RangeInstances:
+    return instances
+
+
+def _instances_of(timeline: Timeline) -> RangeInstances:
+    return _project(timeline).instances()
+
+
+def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "steps",
+                   keep_instances: bool = False) -> RangeProjection:
+    """Project every host range of the timeline onto the GPU (see the module doc). `reference_ns`: what
+    each name's `share` divides its GPU time by (the steps' total time; 0: the GPU span is used).
+    `keep_instances`: keep the per-instance arrays (else they are projected again when first asked for)."""
+    x = _project(timeline)
+    if reference_ns <= 0:
+        reference_ns, reference = x.gpu_span, ("gpu span" if x.gpu_span else "none")
+    start = timeline.col("start").astype(_I64, copy=False)
+    end = timeline.col("end").astype(_I64, copy=False)
+    stats = _by_name(timeline, x, start, end, reference_ns)
     return RangeProjection(
-        rows=rr, depth=depth, parent=parent, gpu_ops=count, gpu_start=gpu_start, gpu_end=gpu_end,
-        kernel_ns=original(kernel_ns.astype(_I64)), stats=stats, reference_ns=int(reference_ns),
-        reference=reference, unlaunched_ops=unlaunched, unions=partial(_range_unions, pair_range, pair_rank, s_rank,
-                                                                         e_rank, by),
+        stats=stats, reference_ns=int(reference_ns), reference=reference, unlaunched_ops=x.unlaunched,
+        n=int(x.rows.size), instances=partial(_made, x.instances()) if keep_instances else partial(_instances_of, timeline),
     )
 
 
@@ -260,43 +350,39 @@ def with_reference(projection: RangeProjection, reference_ns: int, reference: st
     return replace(projection, stats=stats, reference_ns=int(reference_ns), reference=reference)
 
 
-def _range_unions(pair_range: np.ndarray, pair_rank: np.ndarray, s_rank: np.ndarray, e_rank: np.ndarray,
-                  by: np.ndarray) -> np.ndarray:
-    """Per instance (timeline row order): the union of its ops' GPU intervals, from the (range, op) pairs
-    of the ranges in `by` order."""
-    lengths = _union_by_group(pair_range, pair_rank, s_rank, e_rank, by.size)[0]
-    out = np.empty_like(lengths)
-    out[by] = lengths
-    return out
-
-
-def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, reference_ns,
-             parent) -> tuple[RangeStat, ...]:
+def _by_name(timeline: Timeline, x: _Projected, start: np.ndarray, end: np.ndarray, reference_ns: int,
+             ) -> tuple[RangeStat, ...]:
+    rr, by = x.rows, x.by
     if rr.size == 0:
         return ()
-    pair_range, pair_rank, s_rank, e_rank, k_rank = pairs
-    names = timeline.col("name")[rr].astype(_I64)
-    kinds = timeline.col("kind")[rr]
     # a name's key: (name id, kind), so an NVTX range and a CPU op of the same name stay apart
-    key = names * 16 + kinds.astype(_I64)
-    ukeys, inv = unique_inverse(key)
+    key = timeline.col("name")[rr].astype(_I64)
+    key *= 16
+    key += timeline.col("kind")[rr]
+    ukeys, inv = unique_inverse(key)  # rows in start order
+    del key
     g = ukeys.size
     calls = np.bincount(inv, minlength=g)
-    rs, re_ = start[rr], end[rr]
-    host = np.bincount(inv, weights=(re_ - rs), minlength=g)
-    has = count > 0
-    span = np.bincount(inv[has], weights=(gpu_end - gpu_start)[has], minlength=g)
+    w = end[rr]
+    w -= start[rr]
+    host = np.bincount(inv, weights=w, minlength=g)
+    w[by] = x.gpu_end - x.gpu_start  # 0 (-1 - -1) without ops: adds nothing
+    span = np.bincount(inv, weights=w, minlength=g)
+    first = first_rows(inv, g)  # each name's first instance (rows in start order)
+    w[by] = np.arange(rr.size)
+    first_at = w[first]  # ... and its place in (thread, start) order
+    del w
+    inv_by = inv[by].astype(_index_type(g))
+    del inv
     min_depth = np.full(g, np.iinfo(_I64).max, _I64)
-    np.minimum.at(min_depth, inv, depth)
-    # distinct (name, op) pairs
-    gpu, pg_u, pr_u = _union_by_group(inv[pair_range], pair_rank, s_rank, e_rank, g, unique=True)
-    ops_n = np.bincount(pg_u, minlength=g)
-    kern = np.bincount(pg_u, weights=k_rank[pr_u], minlength=g) if pr_u.size else np.zeros(g, _I64)
+    np.minimum.at(min_depth, inv_by, x.depth)
+    ops_n, gpu, kern = name_ops(x.ops, inv_by, g)
+    del inv_by
+    pf = x.parent[first_at]
+    pname = np.where(pf >= 0, timeline.col("name")[rr[by[np.maximum(pf, 0)]]], -1)
+    first_start = start[rr[first]]
+    first_end = np.maximum(end[rr[first]], x.gpu_end[first_at])
     strings = timeline.strings
-    first = np.full(g, rr.size, _I64)
-    np.minimum.at(first, inv, np.arange(rr.size, dtype=_I64))  # each name's first instance (rows in start order)
-    pname = np.where(parent >= 0, names[np.maximum(parent, 0)], -1)
-    first_end = np.maximum(re_, gpu_end)
 
     def text(nid: int) -> str:
         return strings[nid] if 0 <= nid < len(strings) else ""
@@ -316,9 +402,9 @@ def _by_name(timeline, rr, depth, count, gpu_start, gpu_end, pairs, start, end, 
                 span_ns=int(span[i]),
                 share=float(gpu[i]) / reference_ns if reference_ns > 0 else 0.0,
                 depth=int(min_depth[i]),
-                parent=text(int(pname[first[i]])),
-                first_start_ns=int(rs[first[i]]),
-                first_end_ns=int(first_end[first[i]]),
+                parent=text(int(pname[i])),
+                first_start_ns=int(first_start[i]),
+                first_end_ns=int(first_end[i]),
             )
         )
     return tuple(out)
@@ -351,4 +437,4 @@ def projected_intervals(p: RangeProjection) -> tuple[np.ndarray, np.ndarray, np.
     return p.rows[has], p.gpu_start[has], p.gpu_end[has]
 
 
-__all__ = ["RangeProjection", "RangeStat", "merge_grouped", "project_ranges", "projected_intervals"]
+__all__ = ["RangeInstances", "RangeProjection", "RangeStat", "merge_grouped", "project_ranges", "projected_intervals"]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
-from tracelab.analyses.core.memo import memo
+from tracelab.analyses.core.memo import context_of, memo
 from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.grouping import sorted_unique
@@ -84,7 +84,10 @@ def per_rank_edges(tl: Timeline) -> _Edges:
     """The per-rank part of the graph of `tl` without c10d host-range collectives (every run but a gloo /
     MPI one), once per analysis context: `api.start_extras` begins it on a helper thread before the
     analysis, which the critical path does not need for it."""
-    return memo(tl, ("critical path edges",), lambda: _edges(tl, np.zeros(0, dtype=np.int64)))
+    return memo(tl, _EDGES, lambda: _edges(tl, np.zeros(0, dtype=np.int64)))
+
+
+_EDGES = ("critical path edges",)
 
 
 def _build(tl: Timeline, collectives: Any | None) -> _Graph:
@@ -93,18 +96,18 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     if collectives is not None and getattr(collectives, "source", "") == "host ranges":
         # gloo / MPI: the collectives are c10d's host ranges; they join the host calls of their thread
         e = _edges(tl, sorted_unique(collectives.call_rows))
-    else:
-        e = per_rank_edges(tl)
+    else:  # begun early (`per_rank_edges`), else made here and not kept
+        ctx = context_of(tl)
+        e = per_rank_edges(tl) if ctx is not None and ctx.holds(_EDGES) else _edges(tl, np.zeros(0, dtype=np.int64))
     n, ng = e.rows.size, e.ng
     is_gpu = np.zeros(n, dtype=bool)
     is_gpu[:ng] = True
     last_start, last_node = _collective_edges(collectives, e.rows, e.start)
     pred, thread, alt_pred = e.pred, e.thread, e.alt_pred
     host_order, host_pos, run_first = _host_runs(thread, e.start, pred, e.hand, e.edge, last_node, ng, n)
-    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns
-        pred, alt_pred, last_node, thread, host_order, host_pos, run_first = (
-            x.astype(np.int32) for x in (pred, alt_pred, last_node, thread, host_order, host_pos, run_first)
-        )
+    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns (one at a time)
+        last_node = last_node.astype(np.int32)
+        host_order, host_pos, run_first = host_order.astype(np.int32), host_pos.astype(np.int32), run_first.astype(np.int32)
     return _Graph(
         e.rows, is_gpu, e.rank, e.start, e.end, e.comm, pred, e.hand, e.edge, last_start, last_node, thread,
         alt_pred, e.alt_hand, host_order, host_pos, run_first,
@@ -137,6 +140,12 @@ def _edges(tl: Timeline, coll_host: np.ndarray) -> _Edges:
     thread, alt_pred, alt_hand = _host_edges(tl, gpu_rows, host_rows, rank, start, end, pred, hand, edge)
     # a hand-over never falls after the node starts, except a sync's, which lies inside the call
     hand = np.where(edge == SYNC, np.minimum(np.maximum(hand, start), end), np.minimum(hand, start))
+    if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns (one at a time)
+        pred = pred.astype(np.int32)
+        alt_pred = alt_pred.astype(np.int32)
+        thread = thread.astype(np.int32)
+    if tl.n_events < 2**31 - 1:  # timeline rows and ranks (an int32 column) as int32 too
+        rows, rank = rows.astype(np.int32), rank.astype(np.int32)
     return _Edges(rows, ng, rank, start, end, comm, pred, hand, edge, thread, alt_pred, alt_hand)
 
 
@@ -162,6 +171,8 @@ def _gpu_edges(
         ok = (pos >= 0) & (corr_g >= 0)
         ok[ok] &= c["correlation"][hl[pos[ok]]] >= 0
         launch[ok] = launch_nodes[pos[ok]]
+        del launch_nodes, key_h, key_g, pos, ok
+    del corr_g, hl
     la_t = np.where(launch >= 0, start[np.maximum(launch, 0)], np.iinfo(np.int64).min)
     # another stream's operation that ended after both (an event wait between streams, NCCL waiting
     # for the compute stream): the latest end at or before the start, on the rank's GPUs
@@ -205,7 +216,11 @@ def _host_edges(
         edge[h] = np.where(hp >= 0, HOST, NONE)
         alt_pred[h] = hp_node
         alt_hand[h] = np.minimum(hp_end, start[h])
-        _other_threads(rank, start, end, thread, cpu_thread, c["start"][cpu], pred, hand, edge, ng, n)
+        del hp, hp_node, hp_end
+        cpu_start = c["start"][cpu]
+        del cpu
+        _other_threads(rank, start, end, thread, cpu_thread, cpu_start, pred, hand, edge, ng, n)
+        del cpu_thread, cpu_start
         blocking = np.flatnonzero((flags[host_rows] & Flag.BLOCKING) != 0)
         if blocking.size and ng:
             b_nodes = ng + blocking
@@ -275,22 +290,28 @@ def _other_threads(
     rank finished a call (or a collective's range) later than that: the thread waited for that one (a
     `backward()` waiting for the autograd thread, DDP waiting for its communication thread). Its
     predecessor becomes that call (edge "host"). In place."""
-    h = np.arange(ng, n)
+    h = slice(ng, n)  # the host nodes: views, not copies
     other = _latest_end_before(rank[h], end[h], rank[h], start[h])
     ok = other >= 0
     o = ng + np.where(ok, other, 0)
+    del other
     own_from = np.where(pred[h] >= 0, hand[h], np.iinfo(np.int64).min // 4)
     later = ok & (thread[o] != thread[h]) & (end[o] > own_from)
+    del ok
     if not later.any():
         return
-    cand, src = h[later], o[later]
+    cand, src = ng + np.flatnonzero(later), o[later]
+    del o
     busy = np.zeros(cand.size, dtype=bool)
     if cpu_start.size:
         # CPU ops of the waiting thread starting between its own hand-over and the other call's end:
         # one sorted key per op, thread in the high bits, time (from the earliest) in the low 44
         t0 = int(min(start.min(), cpu_start.min()))
         span = 1 << 44
-        key = np.sort(cpu_thread * span + np.clip(cpu_start - t0, 0, span - 1))
+        key = cpu_start - t0
+        np.clip(key, 0, span - 1, out=key)
+        key += cpu_thread * span
+        key.sort()
         lo_t = np.clip(np.maximum(own_from[later], t0) - t0, 0, span - 1)
         hi_t = np.clip(end[src] - t0, 0, span - 1)
         lo = np.searchsorted(key, thread[cand] * span + lo_t, "left")
@@ -305,6 +326,14 @@ def _other_threads(
 def _latest_end_before(g_rank: np.ndarray, g_end: np.ndarray, q_rank: np.ndarray, q_t: np.ndarray) -> np.ndarray:
     """For each query (rank, t): the GPU node of that rank with the latest end ≤ t; -1 none."""
     out = np.full(q_rank.size, -1, dtype=np.int64)
+    if g_rank.size and q_rank.size and int(g_rank.min()) == int(g_rank.max()) == int(q_rank.min()) == int(q_rank.max()):
+        # one rank (most traces): one sort by end, without the per-rank slices' copies
+        order = np.argsort(g_end, kind="stable")
+        pos = np.searchsorted(g_end[order], q_t, "right")
+        pos -= 1
+        ok = pos >= 0
+        out[ok] = order[pos[ok]]
+        return out
     order = np.lexsort((g_end, g_rank))
     rs, es = g_rank[order], g_end[order]
     q_order = np.argsort(q_rank, kind="stable")  # each rank's queries as one slice (no mask per rank)

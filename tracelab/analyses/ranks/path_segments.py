@@ -14,10 +14,11 @@ from tracelab.model.grouping import sorted_unique
 from tracelab.model.kinds import OS_CALL_CATEGORY
 
 
-def _host_activity(tl: Timeline, rank: int) -> tuple[np.ndarray, bool]:
-    """Rows of a rank's recorded CPU activity: CPU ops and API calls (Kineto), or OS calls (nsys, where a
-    thread's time outside OS calls counts as host work); and which of the two. From the per-(rank, kind)
-    rows the analysis already grouped (`analyses.rows`), not a pass over every event."""
+def _host_activity(tl: Timeline, rank: int) -> tuple[list[np.ndarray], bool]:
+    """Rows of a rank's recorded CPU activity, per kind (ascending): CPU ops and API calls (Kineto), or OS
+    calls (nsys, where a thread's time outside OS calls counts as host work); and which of the two. From
+    the per-(rank, kind) rows the analysis already grouped (`analyses.rows`), not a pass over every event
+    (and not their merge into one array: `_merged` takes them a block at a time)."""
     from tracelab.analyses.core.rows import rows_of
 
     kind_cpu = int(EventKind.CPU_OP)
@@ -25,14 +26,52 @@ def _host_activity(tl: Timeline, rank: int) -> tuple[np.ndarray, bool]:
     # where a thread waited)
     has_cpu_ops = tl.meta.format == "kineto" or rows_of(tl, rank, (kind_cpu,)).size > 0
     if has_cpu_ops:
-        return rows_of(tl, rank, (kind_cpu, *_API_KINDS)), True
+        return [rows_of(tl, rank, (k,)) for k in (kind_cpu, *_API_KINDS)], True
     os_id = [i for i, s in enumerate(tl.strings) if s == OS_CALL_CATEGORY]
     other = rows_of(tl, rank, (int(EventKind.OTHER),))
-    return (other[np.isin(tl.cols["category"][other], os_id)] if os_id else other[:0]), False
+    return [other[np.isin(tl.cols["category"][other], os_id)] if os_id else other[:0]], False
+
+
+SEGMENT_BLOCK = 1 << 16  # walked nodes turned into segments at once (chains are independent)
+MERGE_BLOCK = 1 << 18  # rows of a rank's CPU activity merged at once
 
 
 def _segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray]) -> list[StepPath]:
-    """The walked nodes -> each chain's segments, with numpy (module docstring: bodies and links)."""
+    """The walked nodes -> each chain's segments, with numpy (module docstring: bodies and links), for
+    blocks of whole chains of at most SEGMENT_BLOCK nodes (or one longer chain) at a time: a chain's
+    segments depend on its own nodes only, so the blocks' temporaries stay bounded on big traces. Within
+    a chain the nodes keep their order in `acc`."""
+    per_chain = np.bincount(acc[0], minlength=len(chains)) if acc[0].size else np.zeros(len(chains), np.int64)
+    blocks = _chain_blocks(per_chain, SEGMENT_BLOCK)
+    host: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}  # per rank: its merged CPU activity
+    if len(blocks) <= 1:
+        return _block_segments(tl, gr, chains, acc, host)
+    order = np.argsort(acc[0], kind="stable")  # by chain, acc order within one
+    cut = np.concatenate([[0], np.cumsum(per_chain)])
+    out: list[StepPath] = []
+    for k0, k1 in blocks:
+        sel = order[cut[k0] : cut[k1]]
+        part = [x[sel] for x in acc]
+        part[0] -= k0
+        out += _block_segments(tl, gr, chains[k0:k1], part, host)
+    return out
+
+
+def _chain_blocks(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive chains [k0, k1) of at most `limit` nodes in all, or one chain that alone has more."""
+    cum = np.cumsum(sizes)
+    out: list[tuple[int, int]] = []
+    a = done = 0
+    while a < sizes.size:
+        b = max(int(np.searchsorted(cum, done + limit, side="right")), a + 1)
+        out.append((a, b))
+        done, a = int(cum[b - 1]), b
+    return out
+
+
+def _block_segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray],
+                    host: dict[int, tuple[np.ndarray, np.ndarray, bool]]) -> list[StepPath]:
+    """`_segments` of some chains (acc's chain column numbers them from 0)."""
     chain, y, e, h, out = acc
     nch = len(chains)
     w0 = np.array([c[2] for c in chains], dtype=np.int64)
@@ -69,7 +108,7 @@ def _segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray]) -> 
     a = np.maximum(a, w0[ch])
     keep = b > a
     ch, cat, rk, a, b, nm = ch[keep], cat[keep], rk[keep], a[keep], b[keep], nm[keep]
-    ch, cat, rk, a, b, nm = _resolve_host_gaps(tl, ch, cat, rk, a, b, nm)
+    ch, cat, rk, a, b, nm = _resolve_host_gaps(tl, ch, cat, rk, a, b, nm, host)
     order = np.lexsort((a, ch))
     ch, cat, rk, a, b, nm = ch[order], cat[order], rk[order], a[order], b[order], nm[order]
     top = _top_names(tl, ch, cat, nm, b - a, nch)
@@ -124,10 +163,11 @@ def _top_names(tl: Timeline, ch: np.ndarray, cat: np.ndarray, nm: np.ndarray, ln
     return top
 
 
-def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm) -> tuple[np.ndarray, ...]:
+def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm, host: dict | None = None) -> tuple[np.ndarray, ...]:
     """Host gaps and tails become `host` where the rank recorded CPU activity and `idle` where not
     (Kineto: CPU ops and API calls; nsys, which has no CPU ops: everything but OS calls is host work);
-    the host part first (the order inside a gap is not known)."""
+    the host part first (the order inside a gap is not known). `host` keeps each rank's merged activity
+    for the next call."""
     gap = cat == _HOSTGAP
     if not gap.any():
         return ch, cat, rk, a, b, nm
@@ -137,9 +177,12 @@ def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm) -> tuple[np.ndarray,
     busy = np.zeros(ga.size, dtype=np.int64)
     g_order = np.argsort(gr_, kind="stable")
     g_rs = gr_[g_order]
+    host = {} if host is None else host
     for r in sorted_unique(gr_).tolist():  # the ranks with gaps (threads of a rank pooled)
-        sel, has_cpu_ops = _host_activity(tl, int(r))
-        us, ue = merge(c["start"][sel], c["end"][sel], assume_sorted=True)  # rows in start order
+        if r not in host:
+            sel, has_cpu_ops = _host_activity(tl, int(r))
+            host[r] = (*_merged(c["start"], c["end"], sel), has_cpu_ops)
+        us, ue, has_cpu_ops = host[r]
         m = g_order[np.searchsorted(g_rs, r, "left") : np.searchsorted(g_rs, r, "right")]
         covered[m] = covered_length(us, ue, ga[m], gb[m])
         busy[m] = covered[m] if has_cpu_ops else (gb[m] - ga[m]) - covered[m]
@@ -157,3 +200,19 @@ def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm) -> tuple[np.ndarray,
     return cols[0][ok], cat2[ok], cols[1][ok], a2[ok], b2[ok], nm2[ok]
 
 
+def _merged(start: np.ndarray, end: np.ndarray, sels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals of the rows of `sels` (each ascending, so in start order), a block of
+    timeline positions at a time (about MERGE_BLOCK rows of the largest): the union of the blocks' unions
+    is the same disjoint intervals, without temporaries of every row."""
+    sels = [x for x in sels if x.size]
+    if len(sels) <= 1 and sum(x.size for x in sels) <= MERGE_BLOCK:
+        rows = sels[0] if sels else np.zeros(0, dtype=np.int64)
+        return merge(start[rows], end[rows], assume_sorted=True)
+    cuts = max(sels, key=len)[MERGE_BLOCK::MERGE_BLOCK]  # the positions where blocks begin
+    at = [np.concatenate([[0], np.searchsorted(x, cuts), [x.size]]) for x in sels]
+    parts = []
+    for j in range(cuts.size + 1):
+        rows = np.concatenate([x[k[j] : k[j + 1]] for x, k in zip(sels, at)])
+        rows.sort()
+        parts.append(merge(start[rows], end[rows], assume_sorted=True))
+    return merge(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), assume_sorted=True)
