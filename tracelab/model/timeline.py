@@ -348,12 +348,6 @@ def _lane_key(
     return out.astype(np.int32) if name == "device" else out
 
 
-def lane_keys(cols: Mapping[str, np.ndarray]) -> Columns:
-    """The lane key columns of every event (LANE_COLUMNS but `lane`)."""
-    lane_kind = _lane_kind(cols)
-    return {k: _lane_key(cols, lane_kind, k) for k in _LANE_KEYS}
-
-
 def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns]:
     """Lane id for every event, and the lane table, numbered in (lane_kind, rank, device, context,
     green context, stream, pid, tid, category) order. numpy only: a few O(n) passes, one key column

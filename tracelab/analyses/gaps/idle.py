@@ -65,7 +65,7 @@ import numpy as np
 from tracelab.analyses.core.host import HostView, host_views
 from tracelab.analyses.core.overhead import overhead_names
 from tracelab.analyses.device.devices import DeviceRows, device_rows
-from tracelab.analyses.gaps.causes import _CODE, _HOST_SYNC, _Classified, _classify, _Idle, _idle_of
+from tracelab.analyses.gaps.causes import _HOST_SYNC, _Classified, _classify, _Idle, _idle_of
 from tracelab.analyses.gaps.details import _details, _device_gaps
 from tracelab.analyses.results import GapDetails, GapTable
 from tracelab.model import Timeline
@@ -108,10 +108,6 @@ class IdleIntervals:
         if self._cause is not None or self._classify is None:
             return self.cause[m]
         return self._classify(m)
-
-    def of_cause(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
-        m = self.cause == _CODE[cause]
-        return self.start[m], self.end[m]
 
     def sync_caused_of(self, m: np.ndarray) -> np.ndarray:
         """Whether each interval m (a boolean mask) is the GPU idle a host sync caused: host_sync (a wait

@@ -89,15 +89,6 @@ def term_safe(text: object, limit: int | None = None) -> str:
     return shorten(_CONTROL.sub("?", str(text)), limit)
 
 
-def fmt_delta_ns(d: Delta) -> str:
-    """'+1.20 ms (+12.0%)'."""
-    return f"{fmt_signed_ns(d.delta)} ({fmt_pct(d.pct)})"
-
-
-def fmt_delta_count(d: Delta) -> str:
-    return f"{fmt_signed_count(d.delta)} ({fmt_pct(d.pct)})" if d.delta else "0"
-
-
 def device_label(d: DeviceComparison) -> str:
     if d.rank < 0:
         return "total"
