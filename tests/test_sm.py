@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tracelab.analyses.sm import summary as sm
-from tracelab.analyses.sm.occupancy import CC_LIMITS, max_active_blocks_per_sm
+from tracelab.analyses.sm.occupancy import CC_LIMITS, occupancy
 from tracelab.model import ContextInfo, DeviceInfo, EventKind, RunMeta, StringInterner, build_timeline
 from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
 from tracelab.render.text.green import green_context_message
@@ -54,7 +54,7 @@ class Trace:
         )
         if probe_ids is not None:
             ids = np.asarray(probe_ids)
-            bps = max_active_blocks_per_sm(threads, regs, smem, CC_LIMITS[(9, 0)])
+            bps = int(occupancy(threads, regs, smem, CC_LIMITS[(9, 0)]).blocks_per_sm[0])
             per_wave = bps * len(ids)
             waves = -(-grid // per_wave)
             t = dur / waves
