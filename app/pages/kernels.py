@@ -7,11 +7,10 @@ from typing import Any
 
 from dash import dash_table, dcc, html
 
-from tracelab.api import kernel_table
+from tracelab.api import kernel_table, launch_occupancy
 from tracelab.text_format import fmt_ns
 
 from ..components import data_table, run_header
-from ..data import kernel_occupancy
 from ..state import AppState, current_state
 from ..urls import timeline_href
 from .common import with_run
@@ -22,7 +21,7 @@ PATH = "/kernels"
 def kernels_frame(state: AppState, run_id: str):
     def make():
         tl = state.timeline(run_id)
-        table = kernel_table(tl, kernel_occupancy(tl))
+        table = kernel_table(tl, launch_occupancy(tl))
         table["total"] = [fmt_ns(v) for v in table["total_ns"].tolist()]
         table["mean"] = [fmt_ns(v) for v in table["mean_ns"].tolist()]
         table["max"] = [fmt_ns(v) for v in table["max_ns"].tolist()]

@@ -15,9 +15,8 @@ from tracelab.render.format import run_origin
 from tracelab.render.reports import figures as rf
 from tracelab.render.reports.html_page import NAME_LIMIT, Figures, Limits, code_cell, esc, html_table
 from tracelab.render.reports.meta import metadata_rows
-from tracelab.render.text.compare import fmt_fraction
 from tracelab.render.text.gap_evidence import gap_evidence
-from tracelab.text_format import fmt_ns, fmt_offset
+from tracelab.text_format import fmt_fraction, fmt_ns, fmt_offset
 
 
 def metadata_table(analysis: Analysis, timeline: Timeline | None) -> str:

@@ -23,9 +23,6 @@ from tracelab.text_format import (
     fmt_signed_ns,
 )
 
-# re-exported for the report writers and older callers (the formatting itself is in tracelab/text_format.py)
-__all__ = ["fmt_fraction", "fmt_ns", "fmt_pct", "fmt_signed_ns", "shorten", "term_safe"]
-
 # ---- shared formatting ------------------------------------------------------------------------------
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
