@@ -70,7 +70,7 @@ from tracelab.analyses.gaps.details import _details, _device_gaps
 from tracelab.analyses.results import GapDetails, GapTable
 from tracelab.model import Timeline
 
-__all__ = ["Classification", "IdleIntervals", "find_gaps", "find_gaps_with_details", "idle_intervals"]
+__all__ = ["Classification", "IdleIntervals", "idle_intervals"]
 
 _I64 = np.int64
 # a device with at most this many idle intervals has them all classified in one pass (with the gaps' details)
@@ -131,27 +131,6 @@ def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIn
 
 
 # ---- gaps ------------------------------------------------------------------------------------
-def find_gaps(
-    timeline: Timeline,
-    threshold_ns: int = 10_000,
-    rows: list[DeviceRows] | None = None,
-    hosts: dict[int, HostView] | None = None,
-) -> GapTable:
-    """All idle gaps of at least threshold_ns on every device, with their causes, in time order per
-    device (devices in (rank, device) order)."""
-    return find_gaps_with_details(timeline, threshold_ns, rows, hosts)[0]
-
-
-def find_gaps_with_details(
-    timeline: Timeline,
-    threshold_ns: int = 10_000,
-    rows: list[DeviceRows] | None = None,
-    hosts: dict[int, HostView] | None = None,
-) -> tuple[GapTable, GapDetails]:
-    """`find_gaps` and the gaps' structured evidence (row `Gap.detail` of the GapDetails)."""
-    return Classification(timeline, threshold_ns, rows, hosts).gaps()
-
-
 class Classification:
     """The idle intervals of every device, the causes of the gaps (those of at least the threshold)
     classified once, and the causes of the shorter intervals classified on first use (`idle`, what the
