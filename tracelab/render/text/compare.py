@@ -190,10 +190,6 @@ def kernel_rows(c: Comparison, name: Callable[[str], str]) -> list[list[str]]:
     ]
 
 
-def _ratio(a: float, b: float) -> str:
-    return fmt_ratio(a, b)
-
-
 def green_context_title(c: Comparison) -> str:
     """'B (green_ctx) against A (sequential)': which side is the green-context run (raw text)."""
     g, run = c.green_contexts, c.green_contexts_run
@@ -212,7 +208,7 @@ def green_context_rows(c: Comparison) -> list[list[str]]:
 
     def row(label: str, green: float, base: float, fmt: Callable[[float], str]) -> list[str]:
         a, b = (base, green) if run == "b" else (green, base)
-        return [label, fmt(a), fmt(b), _ratio(a, b)]
+        return [label, fmt(a), fmt(b), fmt_ratio(a, b)]
 
     def only_green(label: str, value: str) -> list[str]:
         return [label, "-", value, ""] if run == "b" else [label, value, "-", ""]
