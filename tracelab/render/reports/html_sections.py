@@ -144,11 +144,9 @@ def sm_section(analysis: Analysis, timeline: Timeline | None, figs: Figures, lim
     parts = [figs.place(rf.sm_partitions_figure(analysis))]
     if timeline is None:
         return "".join(parts)
-    try:
-        from tracelab.analyses.sm.summary import sm_grid, sm_utilization
-        from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
-    except ImportError:  # per-SM lanes not available in this build
-        return "".join(parts)
+    from tracelab.analyses.sm.summary import sm_grid, sm_utilization
+    from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
+
     for d in with_sm[:limits.max_sm_devices]:
         grid = sm_grid(timeline, d.rank, d.device, bins=limits.sm_bins)
         if grid.busy.size:
