@@ -369,12 +369,6 @@ def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns
     return ids.astype(np.int32), lanes
 
 
-def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
-    """Lane id for every event of a DataFrame, and the lane table as a DataFrame."""
-    ids, lanes = assign_lane_ids(_frame_columns(events))
-    return ids, _frame(lanes)
-
-
 def _gpu_devices(cols: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
     dev = cols["device"]
     used = dev >= 0

@@ -43,10 +43,9 @@ This module is the public face: import from here.
 
 from __future__ import annotations
 
-from tracelab.analyses.sm.green_explain import GreenContextExplanation, green_context_explanation
+from tracelab.analyses.sm.green_explain import green_context_explanation
 from tracelab.analyses.sm.heatmap import SmGrid, _range_bin_coverage, sm_grid
 from tracelab.analyses.sm.lanes import (
-    IDLE_PARTITION_CRITICAL,
     IDLE_PARTITION_INFO,
     IDLE_PARTITION_THRESHOLD,
     _sm_time,
@@ -56,17 +55,10 @@ from tracelab.analyses.sm.lanes import (
     sm_summary,
     sm_utilization,
 )
-from tracelab.analyses.sm.partitions import NONE_PARTITION, SM_LANE_COLUMNS, LaneSource, Partition
 
 __all__ = [
-    "IDLE_PARTITION_CRITICAL",
     "IDLE_PARTITION_INFO",
     "IDLE_PARTITION_THRESHOLD",
-    "NONE_PARTITION",
-    "SM_LANE_COLUMNS",
-    "GreenContextExplanation",
-    "LaneSource",
-    "Partition",
     "SmGrid",
     "_range_bin_coverage",
     "_sm_time",
