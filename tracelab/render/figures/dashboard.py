@@ -179,8 +179,6 @@ def stream_utilization_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
 # tables
 
 
-
-
 GAPS_TABLE_COLUMNS = (
     "id", "rank", "device", "at", "duration", "duration_ns", "cause", "evidence", "start_ns", "end_ns",
 )

@@ -372,8 +372,3 @@ def format_comparison(
         out += ["", "== top kernels by total time"]
         out += _table(header, rows or [["(no kernels)", "0", "0", "-", "-", "0", ""]])
     return "\n".join(out)
-
-
-# ---- JSON ------------------------------------------------------------------------------------------
-
-
