@@ -140,12 +140,8 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
             ),
             *wait_matrix_section(wait_matrix_of(state, record.id)),
             data_table("ranks-table", rank_frame(ra), page_size=32),
-            dcc.Graph(
-                id="ranks-busy", figure=rank_heatmap_figure(heat, "busy"), config={"displaylogo": False}
-            ),
-            dcc.Graph(
-                id="ranks-wait", figure=rank_heatmap_figure(heat, "wait"), config={"displaylogo": False}
-            ),
+            *(dcc.Graph(id=f"ranks-{k}", figure=rank_heatmap_figure(heat, k), config={"displaylogo": False})
+              for k in ("busy", "wait")),
         ]
         if c.calls:
             parts += [
