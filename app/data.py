@@ -1,6 +1,5 @@
 """Data the pages need that is not an analysis result: the compare tables, finding windows. Pure
-functions over Timeline / Analysis / Comparison. The stream x stream overlap matrix and the per-launch
-occupancy are analyses (tracelab.analyses.device.overlap / .occupancy), re-exported here for the pages."""
+functions over Timeline / Analysis / Comparison."""
 
 from __future__ import annotations
 
@@ -8,9 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracelab.api import launch_occupancy as kernel_occupancy
-from tracelab.api import stream_overlap_matrix
-from tracelab.api.types import Analysis, Finding, Timeline
+from tracelab.api.types import Analysis, Finding
 
 
 def finding_window(finding: Finding) -> tuple[int, int] | None:
@@ -64,13 +61,6 @@ _DEVICE_METRICS = (
     ("gaps (count)", "gaps"),
     ("gap time", "gap_ns"),
 )
-
-
-def compare_runs(a: Analysis, b: Analysis, a_tl: Timeline | None = None, b_tl: Timeline | None = None):
-    """The comparison of baseline `a` and variant `b` (engineer F's `compare`)."""
-    from tracelab.api import compare
-
-    return compare(a, b, a_tl, b_tl)
 
 
 def _pct(p: float | None) -> str:
@@ -154,5 +144,3 @@ def comparison_tables(cmp) -> dict[str, pd.DataFrame]:
         "kernels": pd.DataFrame(kernels),
     }
 
-
-__all__ = ["kernel_occupancy", "stream_overlap_matrix"]

@@ -192,20 +192,14 @@ def _register_callbacks(app: Dash) -> None:
     page_callbacks.register(app)
 
     # keep the address bar on the current view (shareable) without re-rendering the page
-    app.clientside_callback(
-        """function(h) { if (h && window.location.pathname.endsWith('/timeline')) {
+    for page, link in (("timeline", "tl-permalink"), ("compare", "compare-permalink")):
+        app.clientside_callback(
+            "function(h) { if (h && window.location.pathname.endsWith('/" + page + """')) {
                window.history.replaceState(null, '', h); } return ''; }""",
-        Output("history-sink", "children", allow_duplicate=True),
-        Input("tl-permalink", "href"),
-        prevent_initial_call=True,
-    )
-    app.clientside_callback(
-        """function(h) { if (h && window.location.pathname.endsWith('/compare')) {
-               window.history.replaceState(null, '', h); } return ''; }""",
-        Output("history-sink", "children", allow_duplicate=True),
-        Input("compare-permalink", "href"),
-        prevent_initial_call=True,
-    )
+            Output("history-sink", "children", allow_duplicate=True),
+            Input(link, "href"),
+            prevent_initial_call=True,
+        )
 
     @app.callback(
         Output("compare-content", "children"),

@@ -287,7 +287,7 @@ class AppState:
             )
         }
 
-    def forget(self, run_id: str | None = None) -> None:
+    def forget(self) -> None:
         for cache in (self._timelines, self._analyses, self._misc, self._tiles):
             cache.clear()
 

@@ -31,12 +31,8 @@ from tracelab.render.timeline.overview import (
 )
 from tracelab.render.timeline.tiles import (  # noqa: F401 - part of this module's interface
     SmLanes,
-    device_busy_union,
     event_rows,
     idle_bins,
-    nvtx_depths,
-    nvtx_event_depth,
-    sm_lanes_for,
     window_view,
 )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracelab.analyses import AnalysisOptions
-from tracelab.analyses.rules import rule_ids
+from tracelab.analyses.rules import RULES
 from tracelab.api import analyze  # findings with their prose
 from tracelab.render.export.document import to_document
 from tracelab.render.text.gap_evidence import gap_evidence
@@ -69,7 +69,7 @@ def test_invariants_on_real_traces(rel):
         for g, evidence in zip(a.gaps, gap_evidence(a), strict=True):
             assert g.duration_ns >= options.gap_threshold_ns and g.cause in CAUSES and evidence
         for f in a.findings:
-            assert f.rule in rule_ids() and f.count > 0 and f.wasted_ns >= 0 and f.message
+            assert f.rule in {r.id for r in RULES} and f.count > 0 and f.wasted_ns >= 0 and f.message
         json.dumps(to_document(a))
 
 

@@ -579,8 +579,8 @@ def test_gaps_chart_escapes_names_and_links():
 
 
 def test_overlap_matrix_and_kernel_table(env):
-    from app.data import stream_overlap_matrix
     from app.pages import kernels, overlap
+    from tracelab.api import stream_overlap_matrix
 
     state, a, _ = env
     tl = state.timeline(a)
@@ -650,8 +650,9 @@ def test_multi_rank_overlap_page_is_one_line_per_device(tmp_path):
 
 
 def test_compare_shows_deltas(env):
-    from app.data import compare_runs, comparison_tables
+    from app.data import comparison_tables
     from app.pages import compare
+    from tracelab.api import compare as compare_runs
 
     state, a, b = env
     cmp = compare_runs(state.analysis(a), state.analysis(b), state.timeline(a), state.timeline(b))

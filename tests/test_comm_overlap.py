@@ -27,7 +27,7 @@ from tracelab.errors import BadInput
 from tracelab.io.detect import load_run_dir
 from tracelab.record.process import check_world
 from tracelab.record.workload import build_command
-from tracelab.render.text.comm import explain_comm_overlap, rank_comm_lines
+from tracelab.render.text.comm import explain_comm_overlap
 from tracelab.workloads import get_workload
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -221,7 +221,6 @@ def test_explanation_green_ctx_against_streams(runs):
     assert "green_ctx is" in text and "slower than streams" in text
     assert "does not pay for itself" in text and "comm side sets the pace" in text
     assert "116 SMs compute / 16 SMs communication" in text
-    assert all(len(line) <= 100 for line in rank_comm_lines(vr))
 
 
 def test_explanation_of_sequential_against_itself_is_the_same(runs):

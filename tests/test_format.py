@@ -71,7 +71,6 @@ def test_sizes_percentages_counts():
     assert F.fmt_ranks([0]) == "rank 0" and F.fmt_ranks([]) == "no rank" and F.fmt_ranks([1, 0]) == "ranks 0, 1"
     assert F.fmt_ranks(range(8)) == "8 ranks (0-7)" and F.fmt_ranks([0, 2, 5, 6, 9]) == "ranks 0, 2, 5, 6, 9"
     assert F.fmt_signed_count(0) == "0" and F.fmt_signed_count(-18) == "-18" and F.fmt_signed_count(1234) == "+1,234"
-    assert F.fmt_delta_pct(60.63, 71.22) == "+17.5%"
     assert F.fmt_points(-0.076) == "-7.6 pt"
     assert F.fmt_ratio(2, 3) == "1.50x"
     assert F.fmt_ratio(0, 3) == "n/a"

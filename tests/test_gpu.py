@@ -13,8 +13,14 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from tracelab.workloads import WORKLOADS
-from tracelab.workloads.probes import load_probe_file
 from tracelab.workloads.runner import run_variant
+
+
+def load_probe_file(path: Path) -> dict[str, np.ndarray]:
+    """sm_probe.npz as plain arrays (format: tracelab/workloads/probes.py)."""
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
 
 CASES = [(w, v) for w, wl in WORKLOADS.items() for v in wl.variant_names()]
 

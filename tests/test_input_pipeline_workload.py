@@ -30,10 +30,13 @@ def test_cpu_smoke_run_records_the_loader_ops(variant: str, tmp_path) -> None:
     torch = pytest.importorskip("torch")
     from tracelab.analyses.core.host import HostView
     from tracelab.io import load_trace
-    from tracelab.workloads.input_pipeline import smoke
+    from tracelab.workloads.input_pipeline import WORKLOAD, train
 
+    # the variant's loop on CPU-only torch (no GPU): small and quick
+    p = {**WORKLOAD.params, "steps": 3, "sample_ms": 1.0, "width": 64, "sample_rows": 4, "fast_workers": 2,
+         "prefetch_factor": 2}
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        facts = smoke(variant, steps=3)
+        facts = train(variant, p, 0, ((i, i >= 1) for i in range(3)), "cpu")
     path = tmp_path / "cpu.json"
     prof.export_chrome_trace(str(path))
     assert facts["num_workers"] == 2 and facts["persistent_workers"] == (variant == "fast_loader")

@@ -83,24 +83,11 @@ def test_grouped_union_lengths(items):
 @given(
     intervals_strategy(),
     st.lists(st.tuples(st.integers(0, T), st.integers(0, T)), max_size=10),
-    st.integers(1, 5),
 )
-def test_complement_and_covered_length(items, windows, min_len):
+def test_covered_length(items, windows):
     s, e, _ = arrays(items)
     us, ue = iv.merge(s, e)
     c = cells(s, e)
-    gs, ge = iv.complement(us, ue, min_len)
-    if s.size:
-        lo, hi = s.min(), e.max()
-        # gaps cover exactly the idle cells inside the span that belong to long-enough idle runs
-        gap_cells = cells(gs, ge)
-        assert not (gap_cells & c).any()
-        assert (gap_cells[:lo] == 0).all() and (gap_cells[hi:] == 0).all()
-        assert ((ge - gs) >= min_len).all()
-        if min_len == 1:
-            busy_or_point = c.copy()
-            idle_in_span = ~busy_or_point[lo:hi]
-            assert gap_cells[lo:hi].sum() == idle_in_span.sum()
     if windows:
         a = np.array([min(x) for x in windows], dtype=np.int64)
         b = np.array([max(x) for x in windows], dtype=np.int64)
@@ -109,13 +96,11 @@ def test_complement_and_covered_length(items, windows, min_len):
         assert got.tolist() == want
 
 
-def test_points_split_gaps_but_add_no_length():
+def test_points_add_no_length():
     s = np.array([0, 50, 100], dtype=np.int64)
     e = np.array([10, 50, 120], dtype=np.int64)
     us, ue = iv.merge(s, e)
     assert iv.length(us, ue) == 30
-    gs, ge = iv.complement(us, ue)
-    assert gs.tolist() == [10, 50] and ge.tolist() == [50, 100]
 
 
 def test_merge_return_index_points_at_opening_interval():

@@ -14,8 +14,8 @@ import pytest
 from tl_hygiene import CORPUS
 
 from tracelab.model import EVENT_COLUMNS, LANE_COLUMNS, EventKind, RunMeta, build_timeline
+from tracelab.model import timeline as tm
 from tracelab.model.grouping import dense_codes, group_codes
-from tracelab.model.timeline import lane_keys
 
 DATA = Path(__file__).parent / "data"
 
@@ -41,7 +41,8 @@ def _random_columns(n: int, seed: int) -> dict[str, np.ndarray]:
 def test_lanes_numbered_as_sorted_groupby(n: int, seed: int) -> None:
     cols = _random_columns(n, seed)
     tl = build_timeline(cols, [], RunMeta(source="x", format="kineto"), validate=False)
-    keys = pd.DataFrame(lane_keys(tl.cols))
+    lane_kind = tm._lane_kind(tl.cols)  # the lane key columns of every event (LANE_COLUMNS but `lane`)
+    keys = pd.DataFrame({k: tm._lane_key(tl.cols, lane_kind, k) for k in tm._LANE_KEYS})
     expected = keys.groupby(list(keys.columns), sort=True).ngroup().to_numpy()
     np.testing.assert_array_equal(tl.col("lane"), expected)
     first = np.unique(expected, return_index=True)[1]

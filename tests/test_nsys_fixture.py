@@ -184,7 +184,9 @@ def test_graph_kernels(sqlite_path: Path, timeline) -> None:
 
 def test_findings_fire(sqlite_path: Path, timeline) -> None:
     from tracelab.analyses import analyze
-    from tracelab.analyses.findings import PAGEABLE_MIN_BYTES
+    from tracelab.analyses.rules.pageable_memcpy import RULE as PAGEABLE
+
+    PAGEABLE_MIN_BYTES = int(PAGEABLE.options["min_bytes"])
 
     result = analyze(timeline)
     by_rule = {f.rule: f for f in result.findings}

@@ -12,13 +12,17 @@ from tracelab.analyses.sm.occupancy import (
     LIMITERS,
     device_sm_count,
     limits_for,
-    max_active_blocks_per_sm,
     occupancy,
 )
 from tracelab.model import DeviceInfo
 
 A100 = CC_LIMITS[(8, 0)]
 H100 = CC_LIMITS[(9, 0)]
+
+
+def blocks_per_sm(threads: int, regs: int, smem: int, limits) -> int:
+    """One launch configuration, like cudaOccupancyMaxActiveBlocksPerMultiprocessor."""
+    return int(occupancy(threads, regs, smem, limits).blocks_per_sm[0])
 
 
 @pytest.mark.parametrize("limits", [A100, H100], ids=["cc8.0", "cc9.0"])
@@ -38,26 +42,26 @@ def test_known_configurations(limits, threads, regs, smem, blocks, occ):
     r = occupancy(threads, regs, smem, limits)
     assert int(r.blocks_per_sm[0]) == blocks
     assert float(r.occupancy[0]) == pytest.approx(occ)
-    assert max_active_blocks_per_sm(threads, regs, smem, limits) == blocks
+    assert blocks_per_sm(threads, regs, smem, limits) == blocks
 
 
 def test_shared_memory_limit_differs_by_cc():
     # 48 KB + 1 KB reserved = 50176 B per block: 164 KB / 50176 = 3 on A100, 228 KB / 50176 = 4 on H100
-    assert max_active_blocks_per_sm(256, 32, 48 * 1024, A100) == 3
-    assert max_active_blocks_per_sm(256, 32, 48 * 1024, H100) == 4
+    assert blocks_per_sm(256, 32, 48 * 1024, A100) == 3
+    assert blocks_per_sm(256, 32, 48 * 1024, H100) == 4
     r = occupancy(256, 32, 48 * 1024, H100)
     assert LIMITERS[r.limiter[0]] == "shared_mem"
     # granularity: 100 B + 1 KB reserved rounds to 1152 B -> 228 KB / 1152 = 202, capped by 32 blocks
-    assert max_active_blocks_per_sm(32, 16, 100, H100) == 32
+    assert blocks_per_sm(32, 16, 100, H100) == 32
     # 7 KB + 1 KB = 8 KB per block: 228 / 8 = 28 blocks
-    assert max_active_blocks_per_sm(64, 16, 7 * 1024, H100) == 28
+    assert blocks_per_sm(64, 16, 7 * 1024, H100) == 28
 
 
 def test_invalid_configurations_fit_zero_blocks():
     r = occupancy([2048, 256, 256], [32, 300, 32], [0, 0, 300 * 1024], H100)
     assert r.blocks_per_sm.tolist() == [0, 0, 0]
     # per-block register limit: 1024 threads x 128 regs = 131072 > 65536
-    assert max_active_blocks_per_sm(1024, 128, 0, H100) == 0
+    assert blocks_per_sm(1024, 128, 0, H100) == 0
 
 
 def test_vectorized_matches_scalar():
@@ -67,7 +71,7 @@ def test_vectorized_matches_scalar():
     smem = rng.integers(0, 100_000, 500)
     r = occupancy(threads, regs, smem, H100)
     for i in range(0, 500, 25):
-        assert r.blocks_per_sm[i] == max_active_blocks_per_sm(
+        assert r.blocks_per_sm[i] == blocks_per_sm(
             int(threads[i]), int(regs[i]), int(smem[i]), H100
         )
     assert ((r.occupancy >= 0) & (r.occupancy <= 1)).all()
@@ -90,6 +94,6 @@ def test_limits_from_trace_and_defaults():
     assert (v100.cc_major, v100.reserved_shared_mem_per_block, v100.shared_mem_granularity) == (7, 0, 256)
     assert limits_for(DeviceInfo(0, 0, "", cc_major=10, cc_minor=0)).sm_count == 148
     # cc 8.6: 1536 threads, 16 blocks -> 256 threads x 32 regs fits 6 blocks (48 warps)
-    assert max_active_blocks_per_sm(256, 32, 0, CC_LIMITS[(8, 6)]) == 6
+    assert blocks_per_sm(256, 32, 0, CC_LIMITS[(8, 6)]) == 6
     assert device_sm_count(DeviceInfo(0, 0, "NVIDIA H100 PCIe")) == 114
     assert device_sm_count(DeviceInfo(0, 0, "mystery")) == 0

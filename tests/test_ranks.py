@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tracelab.analyses import analyze
 from tracelab.analyses.ranks.collectives import match_collectives, operation
 from tracelab.analyses.ranks.heatmap import rank_heatmap
-from tracelab.analyses.ranks.rank_document import rank_document
+from tracelab.analyses.ranks.rank_document import rank_document_of
 from tracelab.analyses.ranks.view import rank_analysis
 from tracelab.cli import main
 from tracelab.io import load_trace
@@ -95,7 +95,7 @@ def test_dlrm_collectives_match_an_independent_computation():
     raw = _raw_ranks()
     expected = _expected_collectives(raw)
     tl = load_trace(DLRM)
-    doc = rank_document(tl, analyze(tl))
+    doc = rank_document_of(rank_analysis(tl, analyze(tl)))
     # issue 24 added fields to each collective (bytes, per_rank, ...: tests/test_critical_path.py); these are
     # the ones computed here
     assert [{k: c[k] for k in expected[0]} for c in doc["collectives"]] == expected
@@ -115,7 +115,7 @@ def test_dlrm_rank_table_matches_an_independent_computation():
 
     raw = _raw_ranks()
     tl = load_trace(DLRM)
-    doc = rank_document(tl, analyze(tl))
+    doc = rank_document_of(rank_analysis(tl, analyze(tl)))
     by_rank = {r["rank"]: r for r in doc["ranks"]}
     assert sorted(by_rank) == list(range(8))
     waits: dict[int, int] = {}

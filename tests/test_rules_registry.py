@@ -24,7 +24,7 @@ HELPERS = {"base", "waits", "__main__"}  # modules of the package that are not r
 
 def test_every_rule_module_is_discovered_with_its_contract():
     modules = {m.name for m in pkgutil.iter_modules(rules.__path__)} - HELPERS
-    assert set(rules.rule_ids()) == modules  # one module per rule, named by its id, all registered
+    assert {r.id for r in rules.RULES} == modules  # one module per rule, named by its id, all registered
     assert len(rules.RULES) == len(modules) >= 11
     for r in rules.RULES:
         assert isinstance(r, Rule) and r.source
@@ -117,7 +117,7 @@ def test_a_new_rule_is_one_file(tmp_path, monkeypatch):
     tb = TB()
     tb.kernel(0, 10, launch_at=-5)
     ctx = _ctx(tb.build())
-    findings, skipped = rules.evaluate_all(ctx, {"always_one": {"n": 3}})
+    findings, skipped = rules.collect([task() for task in rules.rule_tasks(ctx, {"always_one": {"n": 3}})])
     (f,) = [f for f in findings if f.rule == "always_one"]
     assert f.count == 3 and skipped == ()
     check_data(rules.rule_by_id("always_one"), f.data)
@@ -133,12 +133,12 @@ def test_a_new_rule_is_one_file(tmp_path, monkeypatch):
 def _ctx(tl) -> FindingContext:
     from tracelab.analyses.core.host import host_views
     from tracelab.analyses.device.devices import device_rows, device_summaries
-    from tracelab.analyses.gaps.idle import find_gaps
+    from tracelab.analyses.gaps.idle import Classification
     from tracelab.analyses.steps.infer import find_steps
 
     rows = device_rows(tl)
     hosts = host_views(tl)
-    return FindingContext(tl, rows, hosts, device_summaries(tl, rows), find_gaps(tl, rows=rows, hosts=hosts), find_steps(tl))
+    return FindingContext(tl, rows, hosts, device_summaries(tl, rows), Classification(tl, rows=rows, hosts=hosts).gaps()[0], find_steps(tl))
 
 
 def _pageable() -> Finding:

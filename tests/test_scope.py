@@ -11,7 +11,7 @@ import pytest
 from test_analyses_builder import TB, us
 
 from tracelab.analyses.device.devices import device_summaries
-from tracelab.analyses.gaps.idle import find_gaps
+from tracelab.analyses.gaps.idle import Classification
 from tracelab.analyses.scope import OPEN_END, Scope, apply_scope, parse_scope
 from tracelab.analyses.steps.infer import find_steps
 from tracelab.errors import BadInput
@@ -98,7 +98,7 @@ def test_window_clips_events_at_its_edges() -> None:
     # the figures of the range, by hand: busy 150 + 20, span from 150 to 420, idle 100
     (dev,) = device_summaries(out)
     assert (dev.busy_ns, dev.span_ns, dev.idle_ns) == (us(170), us(270), us(100))
-    gaps = find_gaps(out, threshold_ns=us(10))
+    gaps = Classification(out, threshold_ns=us(10)).gaps()[0]
     assert [(g.start_ns, g.end_ns) for g in gaps] == [(o + us(300), o + us(400))]
     assert "+120.0 µs" in note.replace("120.00", "120.0") or "120" in note
     assert out.meta.extra["scope"]["window_ns"] == [us(120), us(420)]

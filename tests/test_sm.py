@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from sm_agreement import estimate_agreement, kernel_sm_agreement
 
 from tracelab.analyses.sm import summary as sm
-from tracelab.analyses.sm.occupancy import CC_LIMITS, max_active_blocks_per_sm
+from tracelab.analyses.sm.occupancy import CC_LIMITS, occupancy
 from tracelab.model import ContextInfo, DeviceInfo, EventKind, RunMeta, StringInterner, build_timeline
 from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
 from tracelab.render.text.green import green_context_message
@@ -54,7 +55,7 @@ class Trace:
         )
         if probe_ids is not None:
             ids = np.asarray(probe_ids)
-            bps = max_active_blocks_per_sm(threads, regs, smem, CC_LIMITS[(9, 0)])
+            bps = int(occupancy(threads, regs, smem, CC_LIMITS[(9, 0)]).blocks_per_sm[0])
             per_wave = bps * len(ids)
             waves = -(-grid // per_wave)
             t = dur / waves
@@ -189,7 +190,7 @@ def test_measured_partition_busy_fractions_come_from_the_blocks():
 
 def test_estimate_agrees_with_measurement_within_10_percent():
     tl = green_run()
-    agree = sm.estimate_agreement(tl, 0, 0)
+    agree = estimate_agreement(tl, 0, 0)
     assert agree is not None and agree.kernels == 64
     assert abs(agree.relative_error) < 0.10, agree
     # and the whole-device busy fraction, measured vs fully estimated
@@ -386,7 +387,7 @@ def test_only_probed_launches_count_as_measured():
     est = lanes[~lanes["measured"]]
     assert sorted(set(est["start"].tolist())) == [100_000, 300_000, 500_000]
     assert set(sm.expand_lanes(est)["sm"].tolist()) == set(SMALL_IDS.tolist())
-    assert sm.estimate_agreement(tl, 0, 0).kernels == 3
+    assert estimate_agreement(tl, 0, 0).kernels == 3
     # measured and estimated launches together keep the partition busy 6 x 50 us of its span
     part = {p.green_context: p for p in sm.sm_summary(tl, 0, 0).partitions}[SMALL]
     assert part.busy_fraction == pytest.approx(6 * 50_000 / 550_000, rel=0.01)
@@ -543,23 +544,23 @@ def test_kernel_agreement_exact_where_concurrent_kernels_stack_on_shared_sms():
     t.kernel("b", 1_010, 100_000, grid=16, threads=128, stream=8)
     tl = t.build()
     tl = dataclasses.replace(tl, sm_blocks=_blocks_of(tl, [("a", range(16), 0, 0), ("b", range(16), 0, 0)]))
-    k = sm.kernel_sm_agreement(tl, 0, 0)
+    k = kernel_sm_agreement(tl, 0, 0)
     assert k is not None and k.kernels == 2
     assert k.measured_sm_ns == k.estimated_sm_ns == 2 * 16 * 100_000
     assert k.relative_error == 0.0 and k.worst_relative_error == 0.0
     assert k.shared_estimated_sm_ns == k.estimated_sm_ns and k.contended_kernels == 0  # 32 of 132 SMs
-    u = sm.estimate_agreement(tl, 0, 0)
+    u = estimate_agreement(tl, 0, 0)
     assert u.measured_sm_ns == 16 * 100_010  # union over SMs 0-15
     assert u.relative_error == pytest.approx(2 * 100_000 / 100_010 - 1)  # ~ +100%
     # blocks are clipped to their kernel; blocks of unknown kernels and timelines without the
     # column do not count
     b = _blocks_of(tl, [("a", range(16), -50, 0), ("b", range(8), 0, 40_000)])
     b.loc[b.index[-1], "kernel"] = -1
-    k2 = sm.kernel_sm_agreement(dataclasses.replace(tl, sm_blocks=b), 0, 0)
+    k2 = kernel_sm_agreement(dataclasses.replace(tl, sm_blocks=b), 0, 0)
     assert k2.measured_sm_ns == 16 * 100_000 + 7 * 60_000
     assert k2.worst_kernel == int(np.flatnonzero(tl.names(tl.events["name"]) == "b")[0])
     assert k2.worst_relative_error == pytest.approx(16 * 100_000 / (7 * 60_000) - 1)
-    assert sm.kernel_sm_agreement(dataclasses.replace(tl, sm_blocks=b.drop(columns="kernel")), 0, 0) is None
+    assert kernel_sm_agreement(dataclasses.replace(tl, sm_blocks=b.drop(columns="kernel")), 0, 0) is None
 
 
 def test_kernel_agreement_shares_a_contended_partition():
@@ -571,7 +572,7 @@ def test_kernel_agreement_shares_a_contended_partition():
     t.kernel("gemm", 0, 10_000, grid=132, threads=256, stream=8)  # uninstrumented
     tl = t.build()
     tl = dataclasses.replace(tl, sm_blocks=_blocks_of(tl, [("waves", range(66), 0, 0)]))
-    k = sm.kernel_sm_agreement(tl, 0, 0)
+    k = kernel_sm_agreement(tl, 0, 0)
     assert k.kernels == 1 and k.contended_kernels == 1
     assert k.measured_sm_ns == 66 * 10_000 and k.estimated_sm_ns == 132 * 10_000
     assert k.relative_error == pytest.approx(1.0)

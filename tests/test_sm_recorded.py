@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from sm_agreement import estimate_agreement, kernel_sm_agreement
 
 from tracelab.analyses.sm import summary as sm
 from tracelab.errors import TracelabError
@@ -169,7 +170,7 @@ def test_estimate_agrees_with_measurement(run):
         pytest.skip("probe file present but no block could be aligned to the trace")
     keys = tl.sm_blocks[["rank", "device"]].drop_duplicates().to_numpy()
     for rank, device in keys:
-        agree = sm.estimate_agreement(tl, int(rank), int(device))
+        agree = estimate_agreement(tl, int(rank), int(device))
         conc = kernel_concurrency(tl, int(rank), int(device))
         assert agree is not None and agree.kernels > 0
         print(
@@ -243,7 +244,7 @@ def test_estimate_agrees_kernel_by_kernel(run):
     assert (b["start"].to_numpy() >= ev["start"].to_numpy()).all()
     assert (b["end"].to_numpy() <= ev["end"].to_numpy()).all()
     for rank, device in b[["rank", "device"]].drop_duplicates().to_numpy():
-        k = sm.kernel_sm_agreement(tl, int(rank), int(device))
+        k = kernel_sm_agreement(tl, int(rank), int(device))
         on = (b["rank"] == rank) & (b["device"] == device)
         assert k is not None and k.kernels == b.loc[on, "kernel"].nunique() > 0
         worst = tl.name(int(tl.events["name"].iloc[k.worst_kernel]))
@@ -277,4 +278,4 @@ def test_block_kernels_survive_the_store(run, tmp_path):
     back = st.load(st.import_timeline(tl, source_path=d, fingerprint=trace_fingerprint(d)))
     assert "kernel" in back.sm_blocks.columns
     pd.testing.assert_frame_equal(back.sm_blocks, tl.sm_blocks, check_exact=True)
-    assert sm.kernel_sm_agreement(back, 0, 0) == sm.kernel_sm_agreement(tl, 0, 0)
+    assert kernel_sm_agreement(back, 0, 0) == kernel_sm_agreement(tl, 0, 0)

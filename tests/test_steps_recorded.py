@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
-from tracelab.analyses.gaps.idle import find_gaps
+from tracelab.analyses.gaps.idle import Classification
 from tracelab.analyses.scope import apply_scope, parse_scope
 from tracelab.analyses.steps.infer import find_steps
 from tracelab.analyses.steps.table import step_rows
@@ -70,7 +70,7 @@ def test_every_step_waits_for_the_gpu(runs, backend: str) -> None:
     from tracelab.analyses.steps.infer once i10-core wires it)."""
     tl, program = runs[backend]
     steps = find_steps(tl)
-    rows = step_rows(tl, steps, find_gaps(tl))
+    rows = step_rows(tl, steps, Classification(tl).gaps()[0])
     syncing = sum(1 for r in rows if r.blocking_syncs >= 1)
     assert len(rows) >= 3 and syncing >= SYNC_STEP_FRACTION * len(rows)
     assert abs(syncing - program["steps"]) <= 2
@@ -84,7 +84,7 @@ def test_every_step_waits_for_the_gpu(runs, backend: str) -> None:
 def test_both_recordings_find_the_same_step_structure(runs) -> None:
     per = {}
     for backend, (tl, _) in runs.items():
-        rows = step_rows(tl, find_steps(tl), find_gaps(tl))
+        rows = step_rows(tl, find_steps(tl), Classification(tl).gaps()[0])
         per[backend] = [r.kernels for r in rows]
     assert per["nsys"] == per["torch"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from test_analyses_builder import TB, us
 from test_steps import training_loop
 
-from tracelab.analyses.gaps.idle import find_gaps
+from tracelab.analyses.gaps.idle import Classification
 from tracelab.analyses.results import Gap
 from tracelab.analyses.steps.infer import find_steps
 from tracelab.analyses.steps.table import step_rows
@@ -65,7 +65,7 @@ def test_rows_match_hand_sums() -> None:
 def test_rows_of_inferred_steps() -> None:
     tb, truth = training_loop(steps=6, warmup_extra=4)
     tl = tb.build()
-    rows = step_rows(tl, find_steps(tl), find_gaps(tl))
+    rows = step_rows(tl, find_steps(tl), Classification(tl).gaps()[0])
     assert len(rows) == 6 and {r.source for r in rows} == {"inferred"}
     # 12 kernels a step, 4 more in the warm-up step; one blocking sync each
     assert [r.kernels for r in rows] == [16, 12, 12, 12, 12, 12]

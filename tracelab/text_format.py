@@ -24,7 +24,6 @@ import numpy as np
 __all__ = [
     "fmt_bytes",
     "fmt_count",
-    "fmt_delta_pct",
     "fmt_fraction",
     "fmt_ns",
     "fmt_ns_many",
@@ -128,11 +127,6 @@ def fmt_pct(pct: float | None) -> str:
     if pct is None:
         return "n/a"
     return "0.0%" if round(float(pct), 1) == 0 else f"{pct:+.1f}%"
-
-
-def fmt_delta_pct(a: float, b: float) -> str:
-    """The change from a to b in percent of a: +17.5%; 'n/a' when a is 0."""
-    return fmt_pct(100.0 * (b - a) / a if a else None)
 
 
 def fmt_points(delta_fraction: float) -> str:

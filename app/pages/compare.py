@@ -8,6 +8,7 @@ from typing import Any
 
 from dash import dcc, html
 
+from tracelab.api import compare
 from tracelab.api.types import RunRecord
 from tracelab.errors import BadInput, MissingDependency
 from tracelab.render.figures.dashboard import compare_bars_figure
@@ -16,7 +17,7 @@ from tracelab.render.text.green import green_context_message
 from tracelab.text_format import fmt_count, fmt_ns, fmt_pct, fmt_signed_count, fmt_signed_ns
 
 from ..components import data_table, run_options
-from ..data import compare_runs, comparison_tables
+from ..data import comparison_tables
 from ..state import AppState, current_state, describe_error
 from ..urls import href
 
@@ -83,7 +84,7 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     try:
         ra, rb = state.record(a), state.record(b)
         an_a, an_b = state.analysis(ra.id), state.analysis(rb.id)
-        cmp = compare_runs(an_a, an_b, state.timeline(ra.id), state.timeline(rb.id))
+        cmp = compare(an_a, an_b, state.timeline(ra.id), state.timeline(rb.id))
     except (BadInput, MissingDependency) as exc:
         return html.Div(describe_error(exc), id="compare-result", className="error-message")
     t = comparison_tables(cmp)

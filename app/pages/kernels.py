@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import dash_table, dcc, html
+from dash import dcc, html
 
-from tracelab.api import kernel_table
+from tracelab.api import kernel_table, launch_occupancy
 from tracelab.text_format import fmt_ns
 
 from ..components import data_table, run_header
-from ..data import kernel_occupancy
 from ..state import AppState, current_state
 from ..urls import timeline_href
 from .common import with_run
@@ -22,10 +21,9 @@ PATH = "/kernels"
 def kernels_frame(state: AppState, run_id: str):
     def make():
         tl = state.timeline(run_id)
-        table = kernel_table(tl, kernel_occupancy(tl))
-        table["total"] = [fmt_ns(v) for v in table["total_ns"].tolist()]
-        table["mean"] = [fmt_ns(v) for v in table["mean_ns"].tolist()]
-        table["max"] = [fmt_ns(v) for v in table["max_ns"].tolist()]
+        table = kernel_table(tl, launch_occupancy(tl))
+        for c in ("total", "mean", "max"):
+            table[c] = [fmt_ns(v) for v in table[f"{c}_ns"].tolist()]
         table["occupancy"] = (table["occupancy"] * 100).round(1)
         table.insert(0, "id", [f"k{i}" for i in range(len(table))])
         return table
@@ -36,7 +34,6 @@ def kernels_frame(state: AppState, run_id: str):
 def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
     def body(record) -> html.Div:
         table = kernels_frame(state, record.id)
-        fmt = dash_table.FormatTemplate
         cols = [
             {"name": "name", "id": "name"},
             {"name": "count", "id": "count", "type": "numeric"},
@@ -50,7 +47,6 @@ def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
             {"name": "block", "id": "block"},
             {"name": "occupancy %", "id": "occupancy", "type": "numeric"},
         ]
-        del fmt
         return html.Div(
             [
                 run_header(record, "Kernels"),

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from dash import dcc, html
 
+from tracelab.api import stream_overlap_matrix
 from tracelab.render.figures.dashboard import (
     overlap_bars_figure,
     overlap_matrix_figure,
@@ -21,7 +22,6 @@ from tracelab.render.figures.dashboard import (
 from tracelab.text_format import fmt_ns
 
 from ..components import run_header
-from ..data import stream_overlap_matrix
 from ..state import AppState, current_state
 from .common import with_run
 from .ranks import wait_matrix_of, wait_matrix_section

@@ -14,6 +14,7 @@ from dash import dcc, html
 from tracelab.api import rank_analysis, rank_heatmap, rank_wait_matrix
 from tracelab.api.types import RankAnalysis, WaitMatrix
 from tracelab.render.figures.ranks import rank_heatmap_figure
+from tracelab.render.text.ranks import stragglers_text
 from tracelab.text_format import fmt_ns
 
 from ..components import data_table, run_header
@@ -130,14 +131,7 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
             lambda: rank_heatmap(state.timeline(record.id), ra, state.analysis(record.id), state.context(record.id)),
         )
         c = ra.collectives
-        def why(rank: int) -> str:  # the straggler's own main idle cause (e.g. input_wait: starved by its loader)
-            cause = ra.idle_cause(rank)
-            return f"; its GPU idle mostly {cause[0]} {fmt_ns(cause[1])}" if cause else ""
-
-        strag = ", ".join(
-            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)}{why(s.rank)})"
-            for s in c.stragglers[:5]
-        )
+        strag = stragglers_text(ra, 5)
         parts += [
             html.P(
                 f"{len(ra.ranks)} ranks; {len(c.calls)} collectives matched across ranks"
@@ -146,12 +140,8 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
             ),
             *wait_matrix_section(wait_matrix_of(state, record.id)),
             data_table("ranks-table", rank_frame(ra), page_size=32),
-            dcc.Graph(
-                id="ranks-busy", figure=rank_heatmap_figure(heat, "busy"), config={"displaylogo": False}
-            ),
-            dcc.Graph(
-                id="ranks-wait", figure=rank_heatmap_figure(heat, "wait"), config={"displaylogo": False}
-            ),
+            *(dcc.Graph(id=f"ranks-{k}", figure=rank_heatmap_figure(heat, k), config={"displaylogo": False})
+              for k in ("busy", "wait")),
         ]
         if c.calls:
             parts += [

@@ -27,9 +27,6 @@ from ..state import AppState, current_state, describe_error
 from ..urls import href
 
 PATH = "/"
-ACCEPTED_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
-
-
 def runs_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
     return [
         {

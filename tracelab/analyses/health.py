@@ -149,13 +149,9 @@ def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
     covered_n, covered_ns = 0, 0
     if an is not None and len(an.gaps):
         # the gaps of cause `profiler` (tracelab.analyses.gaps.idle: the overhead covers >= half of the gap)
-        if isinstance(an.gaps, GapTable):  # columns: no Gap object per gap
-            gs, ge = an.gaps.column("start").astype(np.int64), an.gaps.column("end").astype(np.int64)
-            hit = an.gaps.column("cause") == CAUSES.index("profiler")
-        else:
-            gs = np.fromiter((g.start_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
-            ge = np.fromiter((g.end_ns for g in an.gaps), dtype=np.int64, count=len(an.gaps))
-            hit = np.fromiter((g.cause == "profiler" for g in an.gaps), dtype=bool, count=len(an.gaps))
+        table = GapTable.of(an.gaps)  # columns: no Gap object per gap
+        gs, ge = table.column("start").astype(np.int64), table.column("end").astype(np.int64)
+        hit = table.column("cause") == CAUSES.index("profiler")
         covered_n, covered_ns = int(hit.sum()), int((ge - gs)[hit].sum())
     source = "nsys PROFILER_OVERHEAD" if nsys_table else "Kineto CUPTI overhead events"
     data = {"intervals": int(s.size), "total_ns": int((ue - us).sum()), "by_name": by_name, "source": source,

@@ -60,37 +60,22 @@ def kernel_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
 
 
 def gap_rows(run_id: str, an: Analysis, evidence: Sequence[str]) -> dict[str, list[Any]]:
-    gaps = an.gaps
-    if isinstance(gaps, GapTable):
-        col = gaps.column
-        start, end = col("start").astype(np.int64), col("end").astype(np.int64)
-        ls = col("launch_start").astype(np.int64)
-        return {
-            "run_id": [run_id] * len(gaps),
-            "rank": col("rank").tolist(),
-            "device": col("device").tolist(),
-            "start_ns": start.tolist(),
-            "end_ns": end.tolist(),
-            "duration_ns": (end - start).tolist(),
-            "cause": [CAUSES[k] for k in col("cause").tolist()],
-            "evidence": list(evidence),
-            "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
-            "launch_start_ns": [x if x >= 0 else None for x in ls.tolist()],
-            "host_active_fraction": col("host_active").tolist(),
-        }
-    gl = list(gaps)
+    gaps = GapTable.of(an.gaps)  # an analysis' gaps are a GapTable: columns, no Gap objects
+    col = gaps.column
+    start, end = col("start").astype(np.int64), col("end").astype(np.int64)
+    ls = col("launch_start").astype(np.int64)
     return {
-        "run_id": [run_id] * len(gl),
-        "rank": [g.rank for g in gl],
-        "device": [g.device for g in gl],
-        "start_ns": [g.start_ns for g in gl],
-        "end_ns": [g.end_ns for g in gl],
-        "duration_ns": [g.duration_ns for g in gl],
-        "cause": [g.cause for g in gl],
+        "run_id": [run_id] * len(gaps),
+        "rank": col("rank").tolist(),
+        "device": col("device").tolist(),
+        "start_ns": start.tolist(),
+        "end_ns": end.tolist(),
+        "duration_ns": (end - start).tolist(),
+        "cause": [CAUSES[k] for k in col("cause").tolist()],
         "evidence": list(evidence),
-        "host_data": [g.host_data for g in gl],
-        "launch_start_ns": [g.launch_start_ns if g.launch_start_ns >= 0 else None for g in gl],
-        "host_active_fraction": [g.host_active for g in gl],
+        "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
+        "launch_start_ns": [x if x >= 0 else None for x in ls.tolist()],
+        "host_active_fraction": col("host_active").tolist(),
     }
 
 

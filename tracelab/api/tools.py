@@ -23,10 +23,8 @@ def check_workload(name: str, variant: str) -> None:
 
 def default_backend() -> str:
     """The profiler `record` uses without --backend: nsys when installed, else torch."""
-    try:
-        from ..io.nsys.export import find_nsys
-    except ImportError:
-        return "torch"
+    from ..io.nsys.export import find_nsys
+
     return "nsys" if find_nsys() else "torch"
 
 

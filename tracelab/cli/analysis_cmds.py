@@ -3,8 +3,9 @@ timeline it analyses, so the parts of its output share what the analyses derive 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,7 +16,6 @@ from .common import (
     _db_path,
     _echo_json,
     _gap_option,
-    _options,
     _orphan_option,
     _print_analysis,
     _safe,
@@ -43,6 +43,11 @@ def _analyzed(
     analysis = api.analyze(timeline, options, steps=steps, window_us=window, context=context)
     scoped = api.scoped_timeline(timeline, steps, window)
     return analysis, scoped, context if scoped is timeline else api.AnalysisContext(scoped)
+
+
+def _output_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """-o/--output FILE (required; the path is checked by check_output_path: one line)."""
+    return click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help=help)
 
 
 @main.command()
@@ -85,7 +90,7 @@ def analyze(
     busy/idle per device, overlap, idle gaps with their causes, steps, findings."""
     api.check_scope(steps, window)
     timeline, title = load_subject(ctx, run_or_path)
-    options = _options(gap_threshold_us, exclude_orphans, input_words)
+    options = api.options(gap_threshold_us, exclude_orphans, input_words)
     analysis, scoped, context = _analyzed(timeline, options, steps, window)
     ranks = None
     if len(analysis.trace.ranks) > 1:  # cross-rank part (tracelab/analyses/ranks/view.py), same range
@@ -176,7 +181,7 @@ def compare(
     """Compare run/trace B (variant) against A (baseline): deltas of span, busy, idle, overlap,
     gaps by cause, findings and top kernels."""
     api.check_scope(steps, window)
-    options = _options(gap_threshold_us, exclude_orphans)
+    options = api.options(gap_threshold_us, exclude_orphans)
     tl_a, _, label_a = load_named_subject(ctx, a)
     tl_b, _, label_b = load_named_subject(ctx, b)
     an_a, scoped_a, _ = _analyzed(tl_a, options, steps, window)
@@ -198,14 +203,7 @@ def compare(
 
 @main.command()
 @click.argument("run_or_path")
-@click.option(
-    "-o",
-    "--output",
-    "output",
-    required=True,
-    type=click.Path(path_type=Path),  # checked by check_output_path: one line
-    help="Report file: .html (self-contained), .md or .json.",
-)
+@_output_option("Report file: .html (self-contained), .md or .json.")
 @click.option("--against", help="Baseline run or trace to compare with.")
 @_gap_option
 @_orphan_option
@@ -230,7 +228,7 @@ def report(
     check_output_path(output, (run_or_path, against, _db_path(ctx)))  # before any parsing or analysis
 
     api.check_scope(steps, window)
-    options = _options(gap_threshold_us, exclude_orphans)
+    options = api.options(gap_threshold_us, exclude_orphans)
     timeline, _ = load_subject(ctx, run_or_path)
     analysis, scoped, context = _analyzed(timeline, options, steps, window)
     base = None
@@ -244,14 +242,7 @@ def report(
 
 @main.command()
 @click.argument("run_or_path")
-@click.option(
-    "-o",
-    "--output",
-    "output",
-    required=True,
-    type=click.Path(path_type=Path),  # checked by check_output_path: one line
-    help="Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).",
-)
+@_output_option("Trace-event JSON file, e.g. run.perfetto.json (opens in Perfetto and chrome://tracing).")
 @click.option(
     "--sm-lanes/--no-sm-lanes",
     default=False,
@@ -280,7 +271,7 @@ def export(
     check_output_path(output, (run_or_path, _db_path(ctx)))  # before any parsing or analysis
     timeline, _ = load_subject(ctx, run_or_path)
     context = api.AnalysisContext(timeline)
-    analysis = api.analyze(timeline, _options(gap_threshold_us, exclude_orphans), context=context)
+    analysis = api.analyze(timeline, api.options(gap_threshold_us, exclude_orphans), context=context)
     with context.active():  # the export's SM lanes and steps share what the analysis derived
         summary = write_perfetto(output, timeline, analysis, sm_lanes=sm_lanes)
     for note in summary.notes:

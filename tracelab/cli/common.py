@@ -16,7 +16,7 @@ from ..errors import BadInput
 from .startup import _one_blas_thread
 
 if TYPE_CHECKING:
-    from ..api.types import Analysis, AnalysisOptions, Store, Timeline
+    from ..api.types import Analysis, Store, Timeline
 
 DEBUG_ENV = "TRACELAB_DEBUG"
 _IMPORTING = "tracelab.importing"  # ctx.meta flag: a store write is under way (for the Ctrl-C line)
@@ -123,10 +123,6 @@ def import_path(
     with _Progress(path.name) as bar:
         done = api.import_path(store, path, name, replace=replace, phase=bar.phase, **parallel)
     return done.run_id, done.new
-
-
-def _options(gap_threshold_us: float | None, exclude_orphans: bool, input_words: tuple[str, ...] = ()) -> AnalysisOptions:
-    return api.options(gap_threshold_us, exclude_orphans, input_words)
 
 
 def load_subject(ctx: click.Context, ref: str) -> tuple[Timeline, str]:

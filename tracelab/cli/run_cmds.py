@@ -13,7 +13,6 @@ from .common import (
     _db_option,
     _echo_json,
     _one_line,
-    _options,
     _print_analysis,
     _safe,
     err,
@@ -106,7 +105,7 @@ def record(
         click.echo(rid)
         err(f"{_safe(p)}: run {rid}")
         run = store.get_run(rid)
-        _print_analysis(api.analyze(store.load(rid), _options(None, False)), f"run {rid} · {run.name}")
+        _print_analysis(api.analyze(store.load(rid), api.options(None, False)), f"run {rid} · {run.name}")
 
 
 @main.command()

@@ -17,7 +17,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from tracelab.errors import BadInput, MissingDependency, TraceFormatError
+from tracelab.errors import BadInput, TraceFormatError
 from tracelab.model import RunMeta, Timeline, merge_timelines
 
 Progress = Callable[[int, int], None]  # progress(done_bytes, total_bytes) over the input files
@@ -66,7 +66,9 @@ def load_run_dir(path: str | Path) -> Timeline:
 
 def _load_file(path: Path, kind: str, progress: Progress | None = None) -> Timeline:
     if kind in ("sqlite", "sqlite-gz"):
-        return _nsys().load_nsys_sqlite(path)
+        from tracelab.io.nsys.load import load_nsys_sqlite
+
+        return load_nsys_sqlite(path)
     if kind == "nsys-rep":
         return _load_nsys_rep(path)
     from tracelab.io.kineto import load as kineto
@@ -335,18 +337,11 @@ def _file_hash(path: Path) -> str:
 
 
 def _load_nsys_rep(path: Path) -> Timeline:
-    nsys = _nsys()
     import tempfile
+
+    from tracelab.io.nsys import load as nsys
 
     with tempfile.TemporaryDirectory(prefix="tracelab-nsys-") as tmp:
         sqlite_path = nsys.export_nsys_rep(path, Path(tmp))
         tl = nsys.load_nsys_sqlite(sqlite_path)
     return tl.with_meta(source=str(path))
-
-
-def _nsys():
-    try:
-        from tracelab.io.nsys import load as nsys
-    except ImportError as exc:  # pragma: no cover - only while the nsys parser is absent
-        raise MissingDependency(f"nsys trace support is not available ({exc})") from None
-    return nsys

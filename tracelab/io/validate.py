@@ -20,7 +20,7 @@ itself is where 1e19 µs would wrap.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import fields, replace
 
 import numpy as np
@@ -264,10 +264,6 @@ def neutralize_names(strings: Sequence[str]) -> tuple[tuple[str, ...], int]:
             changed += 1
         out.append(t)
     return tuple(out), changed
-
-
-def neutralize_mapping(values: Mapping[str, str]) -> dict[str, str]:
-    return {k: _BIDI_RE.sub("\ufffd", v) if isinstance(v, str) else v for k, v in values.items()}
 
 
 _BIDI_RE = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")

@@ -10,7 +10,6 @@ from .timeline import (
     ModelError,
     RunMeta,
     Timeline,
-    assign_lanes,
     build_timeline,
     merge_timelines,
 )
@@ -31,7 +30,6 @@ __all__ = [
     "StringInterner",
     "SyncKind",
     "Timeline",
-    "assign_lanes",
     "build_timeline",
     "merge_timelines",
 ]

@@ -45,11 +45,6 @@ class StringInterner:
         return len(self._strings)
 
 
-def ids_matching(strings: Sequence[str], predicate) -> np.ndarray:
-    """Ids of the strings for which predicate(s) is true (evaluated once per distinct string)."""
-    return np.fromiter((i for i, s in enumerate(strings) if predicate(s)), dtype=np.int32)
-
-
 def remap_into(table: Sequence[str], index: dict[str, int], strings: list[str]) -> np.ndarray:
     """The ids of `table`'s strings in a growing string table (`strings`, `index` its string -> id), the
     new ones appended in `table`'s order; one more slot, the last, holds -1, so `remap[ids]` keeps an

@@ -348,12 +348,6 @@ def _lane_key(
     return out.astype(np.int32) if name == "device" else out
 
 
-def lane_keys(cols: Mapping[str, np.ndarray]) -> Columns:
-    """The lane key columns of every event (LANE_COLUMNS but `lane`)."""
-    lane_kind = _lane_kind(cols)
-    return {k: _lane_key(cols, lane_kind, k) for k in _LANE_KEYS}
-
-
 def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns]:
     """Lane id for every event, and the lane table, numbered in (lane_kind, rank, device, context,
     green context, stream, pid, tid, category) order. numpy only: a few O(n) passes, one key column
@@ -374,12 +368,6 @@ def assign_lane_ids(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Columns
     for c in _LANE_KEYS:
         lanes[c] = _lane_key(firsts, lane_kind, c).astype(LANE_COLUMNS[c])
     return ids.astype(np.int32), lanes
-
-
-def assign_lanes(events: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
-    """Lane id for every event of a DataFrame, and the lane table as a DataFrame."""
-    ids, lanes = assign_lane_ids(_frame_columns(events))
-    return ids, _frame(lanes)
 
 
 def _gpu_devices(cols: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:

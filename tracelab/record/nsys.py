@@ -38,12 +38,10 @@ NSYS_GLOBS = (
 
 
 def find_nsys() -> Path | None:
-    """The nsys binary: engineer B's finder when present, else TRACELAB_NSYS, PATH, standard dirs."""
-    try:
-        from tracelab.io.nsys.load import find_nsys as _b_find
-    except ImportError:  # the nsys parser is optional here
-        _b_find = None
-    found = _b_find() if _b_find is not None else None
+    """The nsys binary: the nsys parser's finder (tracelab.io.nsys), else TRACELAB_NSYS, PATH, standard dirs."""
+    from tracelab.io.nsys.load import find_nsys as _b_find
+
+    found = _b_find()
     if found:
         return Path(found)
     env = os.environ.get("TRACELAB_NSYS")
@@ -140,7 +138,7 @@ def require_nsys() -> Path:
     return nsys
 
 
-def finish_nsys(run_dir: Path, nsys: Path) -> None:
+def finish_nsys(run_dir: Path) -> None:
     """Make sure trace.sqlite exists (export the .nsys-rep when nsys did not)."""
     sqlite = run_dir / "trace.sqlite"
     rep = run_dir / "trace.nsys-rep"
@@ -148,26 +146,9 @@ def finish_nsys(run_dir: Path, nsys: Path) -> None:
         return
     if not rep.exists():
         raise RecordError(f"{run_dir}: nsys wrote no trace.nsys-rep (see record.log)")
-    try:
-        from tracelab.io.nsys.load import export_nsys_rep
+    from tracelab.io.nsys.load import export_nsys_rep
 
-        export_nsys_rep(rep, run_dir)
-    except ImportError:
-        subprocess.run(
-            [
-                str(nsys),
-                "export",
-                "--type",
-                "sqlite",
-                "--force-overwrite",
-                "true",
-                "-o",
-                str(sqlite),
-                str(rep),
-            ],
-            check=True,
-            capture_output=True,
-        )
+    export_nsys_rep(rep, run_dir)
     if not sqlite.exists():
         raise RecordError(f"{run_dir}: exporting {rep.name} to SQLite failed")
 
@@ -241,7 +222,7 @@ def record_nsys(
         run_dir,
         timeout,
     )
-    finish_nsys(run_dir, nsys)
+    finish_nsys(run_dir)
     if torchrun_split(cmd) is not None:  # several processes: NCCL's payloads name each one's rank
         export_payloads(run_dir, nsys)
     return run_dir, {"flags": list(host_flags), "note": host_note, "os_calls": os_calls}

@@ -124,7 +124,7 @@ def record_workload(
         )
         run_logged(cmd, run_dir, timeout)
         if backend == "nsys":
-            finish_nsys(run_dir, nsys)
+            finish_nsys(run_dir)
             note_nsys_host(run_dir, host_flags, host_note, os_calls)
         runs.append(run_dir)
     return runs

@@ -19,7 +19,7 @@ from . import (
     priorities,
     sync_pitfalls,
 )
-from .base import RunContext, Variant, Workload
+from .base import Workload
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -46,4 +46,4 @@ def get_workload(name: str) -> Workload:
         raise BadInput(f"unknown workload {name!r} (choose from: {', '.join(WORKLOADS)})") from None
 
 
-__all__ = ["WORKLOADS", "RunContext", "Variant", "Workload", "get_workload"]
+__all__ = ["WORKLOADS", "Workload", "get_workload"]

@@ -109,8 +109,6 @@ class RunContext:
     step_wall_ms: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # variant facts for meta.json
     on_measure_start: Any = None  # callback: the runner starts torch.profiler here
-    measuring: bool = False
-    _t0: float = 0.0
 
     def loop(self, setup: Callable[[], None] | None = None) -> Iterator[tuple[int, bool]]:
         """Yields (step index, measured?) for warm-up then measured steps. Between them it opens
@@ -133,14 +131,12 @@ class RunContext:
         if self.on_measure_start is not None:
             self.on_measure_start()
         self.recorder.reset_counts()
-        self.measuring = True
         if setup is not None:
             self.recorder.active = False
             with rng("setup"):
                 setup()
             torch.cuda.synchronize()
         last = time.perf_counter()
-        self._t0 = last
         for i in range(self.steps):
             self.recorder.active = i in self.probe_steps
             with rng(f"step {i}"):
@@ -151,7 +147,6 @@ class RunContext:
             self.step_wall_ms.append((now - last) * 1e3)
             last = now
         self.recorder.active = False
-        self.measuring = False
 
     @contextmanager
     def note(self, key: str) -> Iterator[dict[str, Any]]:

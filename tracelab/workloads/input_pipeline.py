@@ -141,9 +141,3 @@ def run(ctx: RunContext, variant: str) -> dict[str, Any]:
     torch.manual_seed(ctx.seed)
     return train(variant, ctx.params, ctx.seed, ctx.loop(), "cuda")
 
-
-def smoke(variant: str, steps: int = 3, **overrides: Any) -> dict[str, Any]:
-    """Run the variant's loop on CPU-only torch (no GPU, no profiler): small and quick, for a smoke test."""
-    p = {**WORKLOAD.params, "steps": steps, "sample_ms": 1.0, "width": 64, "sample_rows": 4, "fast_workers": 2,
-         "prefetch_factor": 2, **overrides}
-    return train(variant, p, 0, ((i, i >= 1) for i in range(steps)), "cpu")

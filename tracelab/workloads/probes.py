@@ -216,8 +216,3 @@ def bracket_probe(
     buf, on = recorder.launch(name, n_programs, kind="bracket", partition=partition)
     SPIN_KERNELS[name][(n_programs,)](buf, spin_ns, PROBE=on, num_warps=1)
 
-
-def load_probe_file(path: Path) -> dict[str, np.ndarray]:
-    """Read sm_probe.npz into plain arrays (see the module docstring)."""
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}

@@ -151,24 +151,6 @@ def coverage_at_least(starts, ends, groups, k: int = 2) -> int:
     return int(seg[depth[:-1] >= k].sum())
 
 
-def complement(us: np.ndarray, ue: np.ndarray, min_length: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Gaps between consecutive intervals of a union (inside its span), at least min_length long."""
-    if us.size < 2:
-        return _EMPTY, _EMPTY
-    gs = ue[:-1]
-    ge = us[1:]
-    keep = (ge - gs) >= max(min_length, 1)
-    return gs[keep], ge[keep]
-
-
-def measure_before(us: np.ndarray, ue: np.ndarray, t) -> np.ndarray:
-    """For each time t, the length of the union (us, ue) that lies before t."""
-    t = _as_i64(t)
-    if us.size == 0:
-        return np.zeros(t.shape, dtype=np.int64)
-    return _measure_before(us, ue, _prefix(us, ue), t)
-
-
 def _prefix(us: np.ndarray, ue: np.ndarray) -> np.ndarray:
     """Lengths of the union's intervals summed before each one (and all of them, last)."""
     cum = np.empty(us.size + 1, dtype=np.int64)

@@ -68,13 +68,13 @@ import numpy as np
 from tracelab.analyses.core.host import HostView, host_views
 from tracelab.analyses.core.overhead import overhead_names
 from tracelab.analyses.device.devices import DeviceRows, device_rows
-from tracelab.analyses.gaps.causes import _CODE, _HOST_SYNC, _Classified, _classify, _Idle, _idle_of
+from tracelab.analyses.gaps.causes import _HOST_SYNC, _Classified, _classify, _Idle, _idle_of
 from tracelab.analyses.gaps.details import _details, _device_gaps
 from tracelab.analyses.parallel import run_each, threads_for
 from tracelab.analyses.results import GapDetails, GapTable
 from tracelab.model import Timeline
 
-__all__ = ["Classification", "IdleIntervals", "find_gaps", "find_gaps_with_details", "idle_intervals"]
+__all__ = ["Classification", "IdleIntervals", "idle_intervals"]
 
 _I64 = np.int64
 # a device with at most this many idle intervals has them all classified in one pass (with the gaps' details)
@@ -115,10 +115,6 @@ class IdleIntervals:
             return self.cause[m]
         return self._classify(m)
 
-    def of_cause(self, cause: str) -> tuple[np.ndarray, np.ndarray]:
-        m = self.cause == _CODE[cause]
-        return self.start[m], self.end[m]
-
     def sync_caused_of(self, m: np.ndarray) -> np.ndarray:
         """Whether each interval m (a boolean mask) is the GPU idle a host sync caused: host_sync (a wait
         covers most of it), or it began while the host waited and the host was only relaunching after the
@@ -141,27 +137,6 @@ def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIn
 
 
 # ---- gaps ------------------------------------------------------------------------------------
-def find_gaps(
-    timeline: Timeline,
-    threshold_ns: int = 10_000,
-    rows: list[DeviceRows] | None = None,
-    hosts: dict[int, HostView] | None = None,
-) -> GapTable:
-    """All idle gaps of at least threshold_ns on every device, with their causes, in time order per
-    device (devices in (rank, device) order)."""
-    return find_gaps_with_details(timeline, threshold_ns, rows, hosts)[0]
-
-
-def find_gaps_with_details(
-    timeline: Timeline,
-    threshold_ns: int = 10_000,
-    rows: list[DeviceRows] | None = None,
-    hosts: dict[int, HostView] | None = None,
-) -> tuple[GapTable, GapDetails]:
-    """`find_gaps` and the gaps' structured evidence (row `Gap.detail` of the GapDetails)."""
-    return Classification(timeline, threshold_ns, rows, hosts).gaps()
-
-
 def _classify_in_parts(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle, rows: np.ndarray,
                        details: bool = True) -> _Classified | None:
     """`_classify` of the intervals `rows` (indices into `idle`, ascending), in up to `threads_for` parts side

@@ -13,6 +13,7 @@ import numpy as np
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.core.step_names import PROFILER_STEP_NAME
 from tracelab.analyses.ranks.collectives import Collectives, match_collectives
+from tracelab.analyses.steps.windows import step_windows
 from tracelab.model import EventKind, Timeline
 from tracelab.model.grouping import sorted_unique
 
@@ -70,16 +71,13 @@ def _found_steps(
         from tracelab.analyses.steps.infer import find_steps
 
         steps = find_steps(timeline).steps
-    per_rank: dict[int, list[tuple[int, int]]] = {r: [] for r in ranks}
-    for s in steps:  # one entry per step: a handful per rank; its GPU window when the step table gives it
-        if s.rank in per_rank:
-            g0, g1 = getattr(s, "gpu_start_ns", -1), getattr(s, "gpu_end_ns", -1)
-            w = (int(g0), int(g1)) if g0 >= 0 and g1 > g0 else (int(s.start_ns), int(s.end_ns))
-            per_rank[s.rank].append(w)
+    # each step's window (its GPU window when the step table gives it), sorted: step_windows chooses it
+    wins = step_windows([s for s in steps if s.rank in ranks])
+    per_rank = {r: list(zip(*(w.tolist() for w in wins[r]))) if r in wins else [] for r in ranks}
     counts = {len(v) for v in per_rank.values()}
     if len(counts) != 1 or counts.pop() < 2:
         return None
-    return {r: dict(enumerate(sorted(v))) for r, v in per_rank.items()}
+    return {r: dict(enumerate(v)) for r, v in per_rank.items()}
 
 
 def _rows_by_rank(rank_col: np.ndarray, ranks: list[int]) -> list[np.ndarray]:

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracelab.analyses.ranks.view import RankAnalysis, rank_analysis
-from tracelab.analyses.results import Analysis
-from tracelab.model import Timeline
-
-
-def rank_document(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:
-    """`ranks` and `collectives` for the `analyze --json` document (schema 2)."""
-    return rank_document_of(rank_analysis(timeline, analysis))
+from tracelab.analyses.ranks.view import RankAnalysis
 
 
 def rank_document_of(ra: RankAnalysis) -> dict[str, Any]:
+    """`ranks` and `collectives` for the `analyze --json` document (schema 2)."""
     return {
         "ranks": [
             {

@@ -9,7 +9,7 @@ span (first start to last end of GPU activity on any of its GPUs), busy, idle, i
 kernels), compute/comm overlap, the time it waited in matched collectives for the last rank, and
 how often it was the last one (`tracelab.analyses.ranks.collectives`).
 
-`rank_document.rank_document` gives the `ranks` and `collectives` parts of the `analyze --json` document.
+`rank_document.rank_document_of` gives the `ranks` and `collectives` parts of the `analyze --json` document.
 """
 
 from __future__ import annotations

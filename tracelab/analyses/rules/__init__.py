@@ -21,9 +21,7 @@ __all__ = [
     "Rule",
     "collect",
     "design_table",
-    "evaluate_all",
     "rule_by_id",
-    "rule_ids",
     "rule_tasks",
 ]
 
@@ -44,10 +42,6 @@ def _discover() -> tuple[Rule, ...]:
 
 
 RULES: tuple[Rule, ...] = _discover()
-
-
-def rule_ids() -> tuple[str, ...]:
-    return tuple(r.id for r in RULES)
 
 
 def rule_by_id(rule_id: str) -> Rule | None:
@@ -75,14 +69,6 @@ def design_table(rules: Sequence[Rule] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def evaluate_all(
-    ctx: FindingContext, overrides: Mapping[str, Mapping[str, Any]] | None = None
-) -> tuple[tuple[Finding, ...], tuple[NotEvaluated, ...]]:
-    """Every rule on ctx: the findings (most severe first, then by GPU time wasted) and the rules that
-    could not be evaluated with why. `overrides` maps a rule id to option values replacing defaults."""
-    return collect([task() for task in rule_tasks(ctx, overrides)])
-
-
 def rule_tasks(
     ctx: FindingContext, overrides: Mapping[str, Mapping[str, Any]] | None = None
 ) -> list[Callable[[], Finding | NotEvaluated | None]]:
@@ -97,7 +83,8 @@ def rule_tasks(
 def collect(
     outcomes: Sequence[Finding | NotEvaluated | None],
 ) -> tuple[tuple[Finding, ...], tuple[NotEvaluated, ...]]:
-    """The rules' outcomes (in registry order) as evaluate_all's (findings, not evaluated)."""
+    """The rules' outcomes (in registry order) as (findings, not evaluated): the findings most severe first,
+    then by GPU time wasted; the rules that could not be evaluated with why."""
     findings = [out for out in outcomes if isinstance(out, Finding)]
     skipped = [out for out in outcomes if isinstance(out, NotEvaluated)]
     findings.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -f.wasted_ns, f.rule))

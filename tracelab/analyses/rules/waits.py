@@ -5,10 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracelab.analyses.core.intervals import covered_length, merge
-from tracelab.analyses.results import CAUSES
 from tracelab.analyses.rules.base import FindingContext
-
-HOST_SYNC = CAUSES.index("host_sync")
 
 
 def host_sync_idle(ctx: FindingContext, rank: int, starts: np.ndarray, ends: np.ndarray) -> int:

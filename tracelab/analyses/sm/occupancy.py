@@ -258,15 +258,6 @@ def occupancy(
     )
 
 
-def max_active_blocks_per_sm(
-    threads_per_block: int, registers_per_thread: int, shared_mem_per_block: int, limits: DeviceLimits
-) -> int:
-    """Scalar form, like cudaOccupancyMaxActiveBlocksPerMultiprocessor."""
-    return int(
-        occupancy(threads_per_block, registers_per_thread, shared_mem_per_block, limits).blocks_per_sm[0]
-    )
-
-
 def launch_occupancy(timeline: Timeline) -> pd.Series:
     """Theoretical occupancy (0..1) of each kernel launch, indexed like timeline.events (kernels
     only); NaN where the block size or registers are unknown. One vectorized call per device."""

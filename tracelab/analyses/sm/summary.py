@@ -12,7 +12,7 @@ Two sources, always labelled:
   multi-wave kernel, G > B x S with B blocks per SM, keeps all S busy: wave tails are not modelled —
   persistent GEMMs hand out their tiles dynamically). Unknown grids occupy the whole partition.
   W = ceil(G / (B x S)) waves is reported by the green-context explanation. Checked against the
-  probes on an H200 (`estimate_agreement`, tests/test_sm_recorded.py): +0.7% to +8.9% SM-time for
+  probes on an H200 (tests/sm_agreement.py, tests/test_sm_recorded.py): +0.7% to +8.9% SM-time for
   kernels that run alone on their partition; kernels running at the same time on one partition
   share SMs in a way no trace records (8 streams of 16-block kernels ran packed 4 blocks per SM on
   32-64 SMs, not on 128), so there the estimate is an upper bound (+9% to +253%).
@@ -36,23 +36,16 @@ run (`sm_time.sm_excluded_wait`: its first collective waiting for the last rank 
 when each rank's profiler started), left out of the busy SM-time too and named in the analysis notes.
 
 Modules: `sm_partitions` (green contexts and the SMs outside them), `sm_measured` (probe blocks ->
-per-SM intervals), `sm_estimate` (occupancy estimate), `sm_time` (lanes, SM-time, summary, findings,
-agreement), `sm_heatmap` (per-SM grid for figures), `green_explain` (green context explanation).
+per-SM intervals), `sm_estimate` (occupancy estimate), `sm_time` (lanes, SM-time, summary,
+findings), `sm_heatmap` (per-SM grid for figures), `green_explain` (green context explanation).
 This module is the public face: import from here.
 """
 
 from __future__ import annotations
 
-from tracelab.analyses.sm.agreement import (
-    KernelSmAgreement,
-    SmAgreement,
-    estimate_agreement,
-    kernel_sm_agreement,
-)
-from tracelab.analyses.sm.green_explain import GreenContextExplanation, green_context_explanation
+from tracelab.analyses.sm.green_explain import green_context_explanation
 from tracelab.analyses.sm.heatmap import SmGrid, _range_bin_coverage, sm_grid
 from tracelab.analyses.sm.lanes import (
-    IDLE_PARTITION_CRITICAL,
     IDLE_PARTITION_INFO,
     IDLE_PARTITION_THRESHOLD,
     _sm_time,
@@ -62,27 +55,16 @@ from tracelab.analyses.sm.lanes import (
     sm_summary,
     sm_utilization,
 )
-from tracelab.analyses.sm.partitions import NONE_PARTITION, SM_LANE_COLUMNS, LaneSource, Partition
 
 __all__ = [
-    "IDLE_PARTITION_CRITICAL",
     "IDLE_PARTITION_INFO",
     "IDLE_PARTITION_THRESHOLD",
-    "NONE_PARTITION",
-    "SM_LANE_COLUMNS",
-    "GreenContextExplanation",
-    "KernelSmAgreement",
-    "LaneSource",
-    "Partition",
-    "SmAgreement",
     "SmGrid",
     "_range_bin_coverage",
     "_sm_time",
-    "estimate_agreement",
     "expand_lanes",
     "green_context_explanation",
     "idle_partition_findings",
-    "kernel_sm_agreement",
     "sm_grid",
     "sm_lanes",
     "sm_summary",

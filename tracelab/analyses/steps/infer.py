@@ -44,7 +44,6 @@ from tracelab.analyses.steps.sequence import (
     LaunchSequence,
     Period,
     find_period,
-    launch_sequences,
     sequence_variants,
 )
 from tracelab.model import EventKind, Timeline
@@ -56,7 +55,6 @@ __all__ = [
     "find_period",
     "find_steps",
     "infer_steps",
-    "launch_sequences",
     "marked_steps",
     "marked_steps_noted",
 ]

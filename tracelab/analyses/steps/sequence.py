@@ -63,8 +63,9 @@ class LaunchSequence:
     threads: tuple[int, ...] = ()  # the host threads the calls are on
 
 
-def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
-    """Candidate sequences, richest first:
+def sequence_variants(timeline: Timeline, rank: int) -> tuple[list[LaunchSequence], list[LaunchSequence] | None]:
+    """(the candidate sequences, the same with the caching allocator's calls left out; None when the
+    launching threads made none): one pass over the calls for both. The candidates, richest first:
     1. every host API call of the rank's launching threads merged in time order (launches named by
        the GPU op they issued; event records, stream waits ... by their own name: they mark where a
        step ends even when its launches repeat a shorter block; polling calls left out);
@@ -72,12 +73,6 @@ def launch_sequences(timeline: Timeline, rank: int) -> list[LaunchSequence]:
        pass from its autograd thread while the main thread waits);
     3. and 4. the same per launching thread (at most MAX_THREADS, most launches first);
     or the rank's GPU ops in start order when the trace has no host API calls."""
-    return sequence_variants(timeline, rank)[0]
-
-
-def sequence_variants(timeline: Timeline, rank: int) -> tuple[list[LaunchSequence], list[LaunchSequence] | None]:
-    """(`launch_sequences`, the same with the caching allocator's calls left out; None when the launching
-    threads made none): one pass over the calls for both."""
     flags = column(timeline, "flags")
     names = column(timeline, "name")
     start = column(timeline, "start")
@@ -142,7 +137,7 @@ class _CallArrays:
 
 
 def _sequences(c: _CallArrays, by_count: np.ndarray, threads: np.ndarray) -> list[LaunchSequence]:
-    """The candidate sequences of `launch_sequences` from the calls' arrays (`threads`: the launching
+    """The candidate sequences of `sequence_variants` from the calls' arrays (`threads`: the launching
     threads, sorted; `by_count`: the same, most launches first)."""
     listed = ", ".join(str(int(t)) for t in by_count)
 

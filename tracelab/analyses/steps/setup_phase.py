@@ -153,4 +153,4 @@ def steps_gaps_first(gaps: Sequence[Gap], setups: Sequence[RankSetup], k: int | 
     order = np.lexsort((np.arange(len(table)), -table.duration, setup))  # ties keep their order
     if k is not None:
         order = order[:k]
-    return table._rows(order) if isinstance(table, GapTable) else [table[i] for i in order.tolist()]
+    return table._rows(order)

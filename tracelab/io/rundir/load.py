@@ -43,11 +43,6 @@ TRACE_CANDIDATES = ("trace.sqlite", "trace.json.gz", "trace.json", "trace.nsys-r
 PROBE_BLOCK_COLUMNS = {**SM_BLOCK_COLUMNS, "kernel": "int64"}
 
 
-def is_run_dir(path: str | Path) -> bool:
-    p = Path(path)
-    return p.is_dir() and (p / META_FILE).is_file()
-
-
 def read_meta(path: str | Path) -> dict[str, Any]:
     p = Path(path) / META_FILE
     try:

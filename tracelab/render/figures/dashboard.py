@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from tracelab.analyses.results import Analysis, DeviceSummary, Gap
-from tracelab.render.figures.gaps_svg import duration_ticks, offset_ticks
+from tracelab.analyses.results import DeviceSummary, Gap
 from tracelab.text_format import fmt_ns, fmt_ns_many, fmt_pct, fmt_rel_many
 
 # ---------------------------------------------------------------------------------------------
@@ -176,68 +175,8 @@ def stream_utilization_figure(devices: Sequence[DeviceSummary]) -> go.Figure:
     return fig
 
 
-# Up to this many points the gaps chart is SVG: a WebGL context costs more to start than SVG draws a few
-# thousand markers, and far more in a browser without a GPU (headless Chromium renders WebGL in software).
-SVG_MAX_POINTS = 3000
-
-
-def gaps_figure(gaps: Sequence[Gap], origin_ns: int, evidence: Sequence[str] | None = None) -> go.Figure:
-    """Idle gaps on a time axis, coloured by cause (each point carries customdata [start, end] in ns
-    from `origin_ns`); `evidence`: each gap's evidence text in the order of `gaps`, for the hover. Both
-    axes are in ns and labelled by text_format: the start as an offset from the run start (`+12.0 ms`),
-    the length on a log axis (`10.0 µs`, `100.0 µs`, `1.00 ms`)."""
-    if not gaps:
-        return empty_figure("no idle gaps above the threshold")
-    start = np.fromiter((g.start_ns for g in gaps), dtype=np.int64, count=len(gaps)) - int(origin_ns)
-    end = np.fromiter((g.end_ns for g in gaps), dtype=np.int64, count=len(gaps)) - int(origin_ns)
-    dur = end - start
-    causes = np.array([g.cause for g in gaps], dtype=object)
-    ev = np.array(list(evidence) if evidence is not None else [""] * len(gaps), dtype=object)
-    fig = go.Figure()
-    colors = {
-        "host_sync": "#d62728",
-        "input_wait": "#17becf",
-        "launch_latency": "#ff7f0e",
-        "dependency_wait": "#9467bd",
-        "no_work": "#7f7f7f",
-        "unknown": "#bcbd22",
-        "profiler": "#e377c2",
-    }
-    scatter = go.Scatter if len(gaps) <= SVG_MAX_POINTS else go.Scattergl
-    for cause in sorted(set(causes.tolist())):
-        m = causes == cause
-        fig.add_trace(
-            scatter(
-                x=start[m],
-                y=dur[m],
-                mode="markers",
-                name=str(cause),
-                marker={"color": colors.get(str(cause), "#333"), "size": 8},
-                customdata=np.column_stack([start[m], end[m]]).tolist(),
-                hovertext=[
-                    f"{plotly_text(cause)} · {d} at {t}<br>{plotly_text(e)}"
-                    for d, t, e in zip(fmt_ns_many(dur[m]), fmt_rel_many(start[m]), ev[m].tolist())
-                ],
-                hoverinfo="text",
-            )
-        )
-    x_hi = max(int(end.max()), 1)
-    x_vals = offset_ticks(x_hi)
-    y_vals, y_text = duration_ticks(float(dur.min()), float(dur.max()))
-    fig.update_layout(
-        xaxis={"title": "gap start (from the run start)", "tickvals": x_vals,
-               "ticktext": ["0", *fmt_rel_many(x_vals[1:])], "range": [-0.02 * x_hi, 1.02 * x_hi]},
-        yaxis={"title": "gap length", "type": "log", "tickvals": y_vals, "ticktext": y_text},
-        height=320,
-        margin={"l": 10, "r": 10, "t": 30, "b": 40},
-    )
-    return fig
-
-
 # ---------------------------------------------------------------------------------------------
 # tables
-
-
 
 
 GAPS_TABLE_COLUMNS = (
@@ -267,13 +206,6 @@ def gaps_table(
     df["at"] = fmt_rel_many(df["start_ns"].to_numpy(dtype=np.int64) - int(origin_ns))
     df["duration"] = fmt_ns_many(df["duration_ns"].to_numpy())
     return df[columns]
-
-
-def analysis_origin(analysis: Analysis) -> int:
-    """The run start (tracelab.render.format.run_origin): the one time origin of every view."""
-    from tracelab.render.format import run_origin
-
-    return run_origin(analysis)
 
 
 _COMPARE_BARS = (

@@ -28,7 +28,3 @@ def ranges_doc(p: RangeProjection) -> dict[str, Any]:
     return {"reference": p.reference, "reference_ns": p.reference_ns, "nested_subtracted": False, "instances": p.n,
             "unlaunched_gpu_ops": p.unlaunched_ops, "names": len(p.stats), "ranges": [asdict(s) for s in p.stats]}
 
-
-def extras_doc(timeline: Timeline, analysis: Analysis) -> dict[str, Any]:
-    h, p, m = extras(timeline, analysis)
-    return {"health": h.to_dict(), "ranges": ranges_doc(p), "memory": None if m is None else m.to_dict()}

@@ -15,9 +15,8 @@ from tracelab.render.format import run_origin
 from tracelab.render.reports import figures as rf
 from tracelab.render.reports.html_page import NAME_LIMIT, Figures, Limits, code_cell, esc, html_table
 from tracelab.render.reports.meta import metadata_rows
-from tracelab.render.text.compare import fmt_fraction
 from tracelab.render.text.gap_evidence import gap_evidence
-from tracelab.text_format import fmt_ns, fmt_offset
+from tracelab.text_format import fmt_fraction, fmt_ns, fmt_offset
 
 
 def metadata_table(analysis: Analysis, timeline: Timeline | None) -> str:
@@ -145,11 +144,9 @@ def sm_section(analysis: Analysis, timeline: Timeline | None, figs: Figures, lim
     parts = [figs.place(rf.sm_partitions_figure(analysis))]
     if timeline is None:
         return "".join(parts)
-    try:
-        from tracelab.analyses.sm.summary import sm_grid, sm_utilization
-        from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
-    except ImportError:  # per-SM lanes not available in this build
-        return "".join(parts)
+    from tracelab.analyses.sm.summary import sm_grid, sm_utilization
+    from tracelab.render.figures.sm import partition_utilization_figure, sm_lanes_figure
+
     for d in with_sm[:limits.max_sm_devices]:
         grid = sm_grid(timeline, d.rank, d.device, bins=limits.sm_bins)
         if grid.busy.size:

@@ -21,7 +21,6 @@ from tracelab.render.text.compare import (
     device_label,
     device_rows,
     finding_rows,
-    fmt_fraction,
     gap_rows,
     green_context_rows,
     green_context_title,
@@ -33,7 +32,7 @@ from tracelab.render.text.compare import (
 )
 from tracelab.render.text.gap_evidence import gap_evidence
 from tracelab.render.text.green import green_context_message
-from tracelab.text_format import fmt_ns, fmt_offset, fmt_pct
+from tracelab.text_format import fmt_fraction, fmt_ns, fmt_offset, fmt_pct
 
 TOP_GAPS = 10
 TOP_FINDINGS = 30

@@ -27,10 +27,6 @@ CAUSE_STYLE = {"host_sync": "red", "launch_latency": "yellow", "dependency_wait"
                "profiler": "blue"}
 
 
-def _pct(part: int, whole: int) -> str:
-    return fmt_share(part, whole)
-
-
 def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
@@ -59,12 +55,12 @@ def device_table(d: DeviceSummary) -> Table:
     ov = d.overlap
     left = [
         ("span", d.span_ns, ""),
-        ("busy", d.busy_ns, _pct(d.busy_ns, d.span_ns)),
-        ("idle", d.idle_ns, _pct(d.idle_ns, d.span_ns)),
-        (f"kernels ({d.kernels})", d.kernel_ns, _pct(d.kernel_ns, d.span_ns)),
-        (f"memcpy ({d.memcpys})", d.memcpy_ns, _pct(d.memcpy_ns, d.span_ns)),
-        (f"memset ({d.memsets})", d.memset_ns, _pct(d.memset_ns, d.span_ns)),
-        ("comm", d.comm_ns, _pct(d.comm_ns, d.span_ns)),
+        ("busy", d.busy_ns, fmt_share(d.busy_ns, d.span_ns)),
+        ("idle", d.idle_ns, fmt_share(d.idle_ns, d.span_ns)),
+        (f"kernels ({d.kernels})", d.kernel_ns, fmt_share(d.kernel_ns, d.span_ns)),
+        (f"memcpy ({d.memcpys})", d.memcpy_ns, fmt_share(d.memcpy_ns, d.span_ns)),
+        (f"memset ({d.memsets})", d.memset_ns, fmt_share(d.memset_ns, d.span_ns)),
+        ("comm", d.comm_ns, fmt_share(d.comm_ns, d.span_ns)),
     ]
     right = [
         ("compute/compute", ov.compute_compute_ns),
@@ -80,7 +76,7 @@ def device_table(d: DeviceSummary) -> Table:
             pct,
             r[0] if r else "",
             fmt_ns(r[1]) if r else "",
-            _pct(r[1], d.span_ns) if r else "",
+            fmt_share(r[1], d.span_ns) if r else "",
         )
     return t
 
@@ -102,7 +98,7 @@ def stream_lines(d: DeviceSummary) -> Text:
         if s.memsets:
             work.append(_count(s.memsets, "memset"))
         out.append(f"  stream {s.stream}{loc}: ", style="bold")
-        out.append(f"busy {fmt_ns(s.busy_ns)} ({_pct(s.busy_ns, d.span_ns)} of span), {', '.join(work)}")
+        out.append(f"busy {fmt_ns(s.busy_ns)} ({fmt_share(s.busy_ns, d.span_ns)} of span), {', '.join(work)}")
     return out
 
 
@@ -248,7 +244,7 @@ def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:
             flag = (flag + ", " if flag else "") + "GPU runs into next"
         t.add_row(
             f"r{r.rank} #{r.index}", fmt_ns(r.gpu_ns) if r.gpu_start_ns >= 0 else "-", fmt_ns(r.duration_ns),
-            _pct(r.gpu_busy_ns, r.duration_ns), fmt_ns(r.gpu_idle_ns),
+            fmt_share(r.gpu_busy_ns, r.duration_ns), fmt_ns(r.gpu_idle_ns),
             causes or "-", str(r.blocking_syncs), str(r.kernels), Text(flag, style="yellow" if flag else ""),
         )
     steady = steady_step_time(rows)

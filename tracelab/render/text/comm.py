@@ -1,8 +1,8 @@
-"""Words for `tracelab.analyses.ranks.comm_partition`: the compute/comm explanation and the per-rank table."""
+"""Words for `tracelab.analyses.ranks.comm_partition`: the compute/comm explanation."""
 
 from __future__ import annotations
 
-from tracelab.analyses.ranks.comm_partition import CommOverlapExplanation, RankComm
+from tracelab.analyses.ranks.comm_partition import CommOverlapExplanation
 from tracelab.text_format import fmt_ns
 
 
@@ -48,15 +48,3 @@ def explain_comm_overlap(e: CommOverlapExplanation) -> str:
         )
     return " ".join(parts)
 
-
-def rank_comm_lines(rows: tuple[RankComm, ...]) -> list[str]:
-    """A small per-rank table (≤ 100 columns)."""
-    out = [
-        f"{'rank':>4} {'dev':>3} {'compute':>10} {'comm':>10} {'overlap':>10} {'of comm':>7} {'NCCL SMs':>8}"
-    ]
-    for r in rows:
-        out.append(
-            f"{r.rank:>4} {r.device:>3} {fmt_ns(r.compute_ns):>10} {fmt_ns(r.comm_ns):>10}"
-            f" {fmt_ns(r.overlap_ns):>10} {_pct(r.comm_overlapped):>7} {r.comm_sms:>8}"
-        )
-    return out

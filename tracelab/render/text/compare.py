@@ -23,9 +23,6 @@ from tracelab.text_format import (
     fmt_signed_ns,
 )
 
-# re-exported for the report writers and older callers (the formatting itself is in tracelab/text_format.py)
-__all__ = ["fmt_fraction", "fmt_ns", "fmt_pct", "fmt_signed_ns", "shorten", "term_safe"]
-
 # ---- shared formatting ------------------------------------------------------------------------------
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -87,15 +84,6 @@ def term_safe(text: object, limit: int | None = None) -> str:
     """Untrusted text (kernel names, file names) made safe for a terminal: control characters
     (ANSI escapes, newlines, bidi overrides) become '?', long text is cut in the middle."""
     return shorten(_CONTROL.sub("?", str(text)), limit)
-
-
-def fmt_delta_ns(d: Delta) -> str:
-    """'+1.20 ms (+12.0%)'."""
-    return f"{fmt_signed_ns(d.delta)} ({fmt_pct(d.pct)})"
-
-
-def fmt_delta_count(d: Delta) -> str:
-    return f"{fmt_signed_count(d.delta)} ({fmt_pct(d.pct)})" if d.delta else "0"
 
 
 def device_label(d: DeviceComparison) -> str:
@@ -202,10 +190,6 @@ def kernel_rows(c: Comparison, name: Callable[[str], str]) -> list[list[str]]:
     ]
 
 
-def _ratio(a: float, b: float) -> str:
-    return fmt_ratio(a, b)
-
-
 def green_context_title(c: Comparison) -> str:
     """'B (green_ctx) against A (sequential)': which side is the green-context run (raw text)."""
     g, run = c.green_contexts, c.green_contexts_run
@@ -224,7 +208,7 @@ def green_context_rows(c: Comparison) -> list[list[str]]:
 
     def row(label: str, green: float, base: float, fmt: Callable[[float], str]) -> list[str]:
         a, b = (base, green) if run == "b" else (green, base)
-        return [label, fmt(a), fmt(b), _ratio(a, b)]
+        return [label, fmt(a), fmt(b), fmt_ratio(a, b)]
 
     def only_green(label: str, value: str) -> list[str]:
         return [label, "-", value, ""] if run == "b" else [label, value, "-", ""]
@@ -388,8 +372,3 @@ def format_comparison(
         out += ["", "== top kernels by total time"]
         out += _table(header, rows or [["(no kernels)", "0", "0", "-", "-", "0", ""]])
     return "\n".join(out)
-
-
-# ---- JSON ------------------------------------------------------------------------------------------
-
-

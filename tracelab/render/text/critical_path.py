@@ -101,18 +101,3 @@ def critical_path_table(cp: CriticalPath, max_rows: int = 32) -> tuple[list[str]
         )
     return header, rows
 
-
-def report_critical_path(analysis, timeline) -> CriticalPath | None:
-    """The critical path the reports show (across ranks through the collectives when the run has
-    several ranks); None without a timeline or a path."""
-    if timeline is None:
-        return None
-    from tracelab.analyses.ranks.critical_path import critical_path_for
-
-    collectives = None
-    if len(analysis.trace.ranks) > 1:
-        from tracelab.analyses.ranks.collectives import match_collectives
-
-        collectives = match_collectives(timeline)
-    cp = critical_path_for(timeline, analysis, collectives)
-    return cp if cp.steps else None

@@ -49,10 +49,7 @@ def gap_evidence(analysis: Analysis, gaps: Sequence[Gap] | None = None) -> list[
     details = analysis.gap_details
     if details is None or not len(gaps):
         return [""] * len(gaps)
-    if isinstance(gaps, GapTable):  # the details column: no Gap objects
-        rows = gaps.column("detail")
-    else:
-        rows = np.fromiter((g.detail for g in gaps), dtype=np.int64, count=len(gaps))
+    rows = GapTable.of(gaps).column("detail")  # the details column: no Gap objects
     ok = (rows >= 0) & (rows < len(details))
     if ok.all() and rows.size == len(details) and (rows == np.arange(rows.size)).all():
         return evidence_texts(details)  # all of them, in table order: no copy

@@ -29,6 +29,20 @@ def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
+def stragglers_text(ra: RankAnalysis, k: int) -> str:
+    """The first k stragglers: how often each was last, how long the others waited, and the straggler's own
+    main GPU idle cause (e.g. input_wait: starved by its loader)."""
+
+    def why(rank: int) -> str:
+        cause = ra.idle_cause(rank)
+        return f"; its GPU idle mostly {cause[0]} {fmt_ns(cause[1])}" if cause else ""
+
+    return ", ".join(
+        f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)}{why(s.rank)})"
+        for s in ra.collectives.stragglers[:k]
+    )
+
+
 def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str:
     """The Ranks section as text ending in a newline, every line at most `width` characters, held between
     98 and 100 whatever the terminal ('' for a single-rank run): the rank table (98 columns), then the
@@ -73,15 +87,7 @@ def format_ranks(ra: RankAnalysis, max_ranks: int = 32, width: int = 100) -> str
             f"in them for the last arrival; worst skew {fmt_ns(worst.skew_ns)} "
             f"({term_safe(worst.name, 40)} #{worst.seq}, last rank {worst.last_rank})"
         )
-        def why(rank: int) -> str:
-            cause = ra.idle_cause(rank)
-            return f"; its GPU idle mostly {cause[0]} {fmt_ns(cause[1])}" if cause else ""
-
-        strag = ", ".join(
-            f"rank {s.rank} last {s.times_last}× (others waited {fmt_ns(s.caused_wait_ns)}{why(s.rank)})"
-            for s in c.stragglers[:3]
-        )
-        lines += wrap(f"Stragglers: {strag}")
+        lines += wrap(f"Stragglers: {stragglers_text(ra, 3)}")
         for late in ra.straggler_causes[:1]:
             lines += _wrap(term_safe(late.sentence(fmt_ns), 300))
         sized = [x for x in c.calls if x.bytes is not None]

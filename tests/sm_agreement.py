@@ -1,4 +1,5 @@
-"""Do the estimated SM lanes agree with the measured ones? Per device and per kernel, where a run has both."""
+"""Do the estimated SM lanes agree with the measured ones? Per device and per kernel, where a run has both
+(tests/test_sm.py, tests/test_sm_recorded.py: docs/DECISIONS.md "Per-SM lanes", judged per kernel)."""
 
 from __future__ import annotations
 
