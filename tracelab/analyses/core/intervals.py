@@ -225,3 +225,16 @@ def subtract(a_starts, a_ends, b_starts, b_ends) -> tuple[np.ndarray, np.ndarray
     """(union A) minus (union B), both unions as `merge` returns them."""
     cs, ce = complement_all(b_starts, b_ends)
     return intersect(a_starts, a_ends, cs, ce)
+
+
+def bounded_blocks(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive index ranges [a, b) of `sizes` (non-negative) whose sizes sum to at most `limit` each, or
+    that hold one item which alone is more: work done a bounded block of items at a time."""
+    cum = np.cumsum(sizes)
+    out: list[tuple[int, int]] = []
+    a = done = 0
+    while a < sizes.size:
+        b = max(int(np.searchsorted(cum, done + limit, side="right")), a + 1)
+        out.append((a, b))
+        done, a = int(cum[b - 1]), b
+    return out

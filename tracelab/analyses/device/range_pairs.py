@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelab.analyses.core.intervals import grouped_union_lengths, merge_grouped
+from tracelab.analyses.core.intervals import bounded_blocks, grouped_union_lengths, merge_grouped
 from tracelab.model.grouping import stable_order
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
@@ -18,17 +18,8 @@ BLOCK = 1 << 17  # (range, op) pairs materialised at once
 
 
 def blocks(sizes: np.ndarray) -> list[tuple[int, int]]:
-    """Consecutive index ranges [a, b) of `sizes` (non-negative) that sum to at most `BLOCK` each, or hold
-    one item that alone is more: the (range, op) pairs are materialised one such block at a time."""
-    limit = BLOCK
-    cum = np.cumsum(sizes)
-    out: list[tuple[int, int]] = []
-    a = done = 0
-    while a < sizes.size:
-        b = max(int(np.searchsorted(cum, done + limit, side="right")), a + 1)
-        out.append((a, b))
-        done, a = int(cum[b - 1]), b
-    return out
+    """`bounded_blocks` of `sizes` under `BLOCK`: the (range, op) pairs are materialised one block at a time."""
+    return bounded_blocks(sizes, BLOCK)
 
 
 def expand(lo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracelab.analyses.core.intervals import covered_length, merge
+from tracelab.analyses.core.intervals import bounded_blocks, covered_length, merge
 from tracelab.analyses.ranks.path_graph import _API_KINDS, COLL, HOST, LAUNCH, NONE, SYNC, _Graph
 from tracelab.analyses.ranks.path_model import _HOSTGAP, CAT, CATEGORIES, StepPath
 from tracelab.model import EventKind, Timeline
@@ -42,7 +42,7 @@ def _segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray]) -> 
     segments depend on its own nodes only, so the blocks' temporaries stay bounded on big traces. Within
     a chain the nodes keep their order in `acc`."""
     per_chain = np.bincount(acc[0], minlength=len(chains)) if acc[0].size else np.zeros(len(chains), np.int64)
-    blocks = _chain_blocks(per_chain, SEGMENT_BLOCK)
+    blocks = bounded_blocks(per_chain, SEGMENT_BLOCK)  # whole chains, at most SEGMENT_BLOCK nodes each
     host: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}  # per rank: its merged CPU activity
     if len(blocks) <= 1:
         return _block_segments(tl, gr, chains, acc, host)
@@ -54,18 +54,6 @@ def _segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray]) -> 
         part = [x[sel] for x in acc]
         part[0] -= k0
         out += _block_segments(tl, gr, chains[k0:k1], part, host)
-    return out
-
-
-def _chain_blocks(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
-    """Consecutive chains [k0, k1) of at most `limit` nodes in all, or one chain that alone has more."""
-    cum = np.cumsum(sizes)
-    out: list[tuple[int, int]] = []
-    a = done = 0
-    while a < sizes.size:
-        b = max(int(np.searchsorted(cum, done + limit, side="right")), a + 1)
-        out.append((a, b))
-        done, a = int(cum[b - 1]), b
     return out
 
 
