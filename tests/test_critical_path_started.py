@@ -93,6 +93,7 @@ def test_one_rank_path_begun_with_the_steps_is_the_one_taken(tmp_path, name, mon
     """A one-rank run: `start_path` (begun before the analysis) finds the steps' windows the analysis's step
     table gives (`step_windows` of its rows), and that path is the one `critical_path` returns, equal to the
     path computed from scratch (marked steps, inferred steps, a CUDA-graph loop, a marker-free copy loop)."""
+    from tracelab.analyses.core import memo as memo_module
     from tracelab.analyses.ranks import critical_path as cp_module
     from tracelab.analyses.steps.windows import step_windows
     from tracelab.demo import demo_run
@@ -106,7 +107,7 @@ def test_one_rank_path_begun_with_the_steps_is_the_one_taken(tmp_path, name, mon
     api.start_extras(tl, context)
     an = api.analyze(tl, context=context)
     with context.active():
-        begun = cp_module._started(tl)
+        begun = memo_module.begun(tl, cp_module._STARTED)
     assert begun is not None
     want = step_windows(an.step_rows)
     assert want and cp_module._same_windows(begun[0], want)

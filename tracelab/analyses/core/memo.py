@@ -133,6 +133,15 @@ def memo(timeline: Timeline, key: Hashable, compute: Callable[[], T]) -> T:
     return compute() if ctx is None else ctx.memo(key, compute)
 
 
+def begun(timeline: Timeline, key: Hashable) -> Any:
+    """What a helper thread began under `key` in the active context of `timeline` (waiting for it while it
+    runs), or None when nothing was begun there or it failed."""
+    ctx = context_of(timeline)
+    if ctx is None or not ctx.holds(key):
+        return None
+    return ctx.memo(key, lambda: None)
+
+
 def column(timeline: Timeline, name: str) -> np.ndarray:
     """An event column as a numpy array (the Timeline holds numpy columns: no pandas, no copy)."""
     return timeline.col(name)

@@ -60,8 +60,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import fields
-from typing import Any
 
 import numpy as np
 
@@ -151,15 +149,7 @@ def _classify_in_parts(timeline: Timeline, dr: DeviceRows, host: HostView, idle:
          for lo, hi in itertools.pairwise(cuts)],
         parts,
     )
-    return _joined(done)
-
-
-def _joined(parts: list) -> Any:
-    """The parts' classifications (dataclasses of per-interval arrays, nested) joined in order."""
-    first = parts[0]
-    if isinstance(first, np.ndarray):
-        return np.concatenate(parts)
-    return type(first)(*(_joined([getattr(p, f.name) for p in parts]) for f in fields(first)))
+    return _Classified.joined(done)
 
 
 class Classification:

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from tracelab.analyses.core.memo import context_of, memo
+from tracelab.analyses.core.memo import begun, memo
 from tracelab.analyses.ranks.path_graph import _API_KINDS, _GPU_KINDS, _build
 from tracelab.analyses.ranks.path_model import CATEGORIES, CriticalPath, StepPath
 from tracelab.analyses.ranks.path_segments import _segments
@@ -185,7 +185,7 @@ def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = Non
     if not windows:
         windows = whole_run_windows(tl)
         notes = ("no steps found: the critical path of the whole run, one window per rank",)
-    started = _started(tl) if collectives is None else None
+    started = begun(tl, _STARTED) if collectives is None else None  # what start_path found
     if started is not None and _same_windows(started[0], windows):
         cp = started[1]
     else:
@@ -211,14 +211,6 @@ def start_path(tl: Timeline) -> None:
         return (windows, critical_path(tl, windows)) if windows else None
 
     memo(tl, _STARTED, path)
-
-
-def _started(tl: Timeline) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], CriticalPath] | None:
-    """What `start_path` found (waiting for it while it runs), or None when it was not begun or failed."""
-    ctx = context_of(tl)
-    if ctx is None or not ctx.holds(_STARTED):
-        return None
-    return ctx.memo(_STARTED, lambda: None)
 
 
 def _same_windows(a: dict[int, tuple[np.ndarray, np.ndarray]], b: dict[int, tuple[np.ndarray, np.ndarray]]) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
-from tracelab.analyses.core.memo import context_of, memo
+from tracelab.analyses.core.memo import begun, memo
 from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.model import EventKind, Flag, Timeline
 from tracelab.model.grouping import sorted_unique
@@ -97,8 +97,7 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
         # gloo / MPI: the collectives are c10d's host ranges; they join the host calls of their thread
         e = _edges(tl, sorted_unique(collectives.call_rows))
     else:  # begun early (`per_rank_edges`), else made here and not kept
-        ctx = context_of(tl)
-        e = per_rank_edges(tl) if ctx is not None and ctx.holds(_EDGES) else _edges(tl, np.zeros(0, dtype=np.int64))
+        e = begun(tl, _EDGES) or _edges(tl, np.zeros(0, dtype=np.int64))
     n, ng = e.rows.size, e.ng
     is_gpu = np.zeros(n, dtype=bool)
     is_gpu[:ng] = True

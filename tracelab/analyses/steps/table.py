@@ -97,16 +97,20 @@ def windows_of_steps(timeline: Timeline, steps: Steps) -> dict[int, tuple[np.nda
     steps' GPU windows (`gpu_windows`, as the table's rows carry them) or host ranges, sorted."""
     gpu_of = rank_rows(timeline)
     empty = np.zeros(0, dtype=np.int64)
-    of: dict[int, list] = {}
-    for st in steps.steps:
-        of.setdefault(st.rank, []).append(st)
     out = {}
-    for rank in sorted(of):
-        mine = sorted(of[rank], key=lambda st: st.start_ns)
+    for rank, mine in _steps_of_ranks(steps).items():
         s = np.array([st.start_ns for st in mine], dtype=np.int64)
         e = np.array([st.end_ns for st in mine], dtype=np.int64)
         out[rank] = chosen_windows(*gpu_windows(timeline, rank, gpu_of.get(rank, empty), s, e), s, e)
     return out
+
+
+def _steps_of_ranks(steps: Steps) -> dict[int, list]:
+    """Each rank's steps in start order, ranks in order."""
+    of: dict[int, list] = {}
+    for st in steps.steps:
+        of.setdefault(st.rank, []).append(st)
+    return {rank: sorted(of[rank], key=lambda st: st.start_ns) for rank in sorted(of)}
 
 
 def _windows(t: np.ndarray, launched: np.ndarray, s: np.ndarray, e: np.ndarray, g_start: np.ndarray,
@@ -139,13 +143,10 @@ def step_rows(timeline: Timeline, steps: Steps, gaps: Sequence[Gap]) -> tuple[St
     g_rank, g_dev = table.column("rank"), table.column("device")
     g_start, g_end = table.column("start"), table.column("end")
     g_cause = _STEP_CAUSE[table.column("cause")]
-    steps_of: dict[int, list] = {}
-    for st in steps.steps:
-        steps_of.setdefault(st.rank, []).append(st)
     empty = np.zeros(0, dtype=np.int64)
     rows: list[StepRow] = []
     by_rank = {s.rank: s.source for s in steps.steps}
-    mine_of = {rank: sorted(steps_of[rank], key=lambda st: st.start_ns) for rank in steps.ranks()}
+    mine_of = _steps_of_ranks(steps)
     columns = (start, end, g_start, g_end, g_cause, g_dev, g_rank)
     banded = _banded_figures(timeline, columns, mine_of, gpu_of, blocking_of, kernel_of)
     gaps_of: dict[tuple[int, int], dict[int, np.ndarray]] = {}
