@@ -215,6 +215,7 @@ NOT_LOADED_BY_ANALYZE = (
     "numpy.ma",  # np.unique's first plain call imports it (~20 ms): sorted_unique instead
     "msgspec",  # the reference decoder: only for pieces the C scanner declines
     "tempfile",  # only for exporting a .nsys-rep
+    "gzip",  # the sniff inflates a .json.gz's first bytes with zlib; the reader uses isal
     "pandas",
     "tracelab.analyses.sm.summary",  # the SM-lane facade: the summary comes from sm_time
     "tracelab.analyses.ranks.collectives",  # cross-rank only
