@@ -199,3 +199,52 @@ def test_progress_over_directory(tmp_path):
     total = sum(p.stat().st_size for p in d.iterdir())
     assert seen[-1] == (total, total)
     assert all(a <= b for (a, _), (b, _) in itertools.pairwise(seen))
+
+
+def zlib_raw(data: bytes) -> bytes:
+    """Raw deflate data (no zlib / gzip wrapper) followed by a gzip trailer (CRC-32, size)."""
+    import struct
+    import zlib
+
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush() + struct.pack("<II", zlib.crc32(data), len(data))
+
+
+def _gzip_module_head(path: Path, n: int = 16) -> bytes:
+    """The reference: what the `gzip` module reads first from the file (b'' when it cannot)."""
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as g:
+            return g.read(n)
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(gzip.compress(b"SQLite format 3\x00" + b"x" * 5000), id="sqlite header"),
+        pytest.param(gzip.compress(b'{"traceEvents": []}'), id="json"),
+        pytest.param(gzip.compress(b"") + gzip.compress(b"SQLite format 3\x00rest"), id="empty first member"),
+        pytest.param(gzip.compress(b"SQLite") + gzip.compress(b" format 3\x00rest"), id="header over two members"),
+        pytest.param(gzip.compress(b"short"), id="fewer than 16 bytes"),
+        pytest.param(gzip.compress(b"SQLite format 3\x00" * 100)[:30], id="truncated"),
+        pytest.param(gzip.compress(b"SQLite format 3\x00")[:12] + b"\xff" * 40, id="corrupt deflate data"),
+        pytest.param(b"\x1f\x8b\x09" + gzip.compress(b"abc" * 20)[3:], id="unknown method"),
+        pytest.param(b"\x1f\x8b" + b"\x00" * 30, id="bad header"),
+        pytest.param(
+            b"\x1f\x8b\x08\x02" + b"\x00" * 6 + b"\xde\xad" + zlib_raw(b"SQLite format 3\x00tail"), id="header CRC (wrong)"
+        ),
+    ],
+)
+def test_gzip_sniff_reads_what_the_gzip_module_reads(tmp_path, data):
+    """The sniff's first bytes of a gzip file (zlib on the first member's start, `gzip` when that gives too
+    few) are those the `gzip` module reads, for odd members and broken files too; the kind follows."""
+    from tracelab.io.detect import _gzip_head
+
+    p = tmp_path / "t.gz"
+    p.write_bytes(data)
+    assert _gzip_head(p) == _gzip_module_head(p)
+    assert _gzip_head(p, 4) == _gzip_module_head(p, 4)
+

@@ -154,9 +154,19 @@ def _skippable_zstd(head: bytes) -> bool:
 
 
 def _gzip_head(path: Path, n: int = 16) -> bytes:
-    """The first n bytes inside a gzip file (b'' when it cannot be inflated)."""
-    import gzip
+    """The first n bytes inside a gzip file (b'' when it cannot be inflated). The start of the first member
+    is inflated by zlib directly (the `gzip` module is not imported on `analyze`'s path); a first member
+    that gives fewer than n bytes from its first 64 KiB, or that zlib refuses, is read with `gzip`."""
     import zlib
+
+    try:
+        with open(path, "rb") as f:
+            head = zlib.decompressobj(31).decompress(f.read(1 << 16), n)
+        if len(head) == n:
+            return head
+    except (OSError, zlib.error):
+        pass
+    import gzip
 
     try:
         with gzip.open(path, "rb") as g:

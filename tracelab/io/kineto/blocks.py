@@ -8,7 +8,9 @@ and zero padding after a member are read as `gzip` reads them.
 
 A plain file's blocks are bytearrays with HEADROOM free bytes in front of the data: `read_after(buf,
 start)` puts the unfinished end of the previous block there and hands back one contiguous buffer
-without copying the new block (the parser scans pieces in place).
+without copying the new block (the parser scans pieces in place). An inflated block is copied into
+such a bytearray on the reading thread (`_with_headroom`): the parser's thread neither copies it nor
+faults its pages in.
 """
 
 from __future__ import annotations
@@ -103,6 +105,17 @@ def _zlib_blocks(raw, block: int):
         pending = rest
 
 
+def _with_headroom(blocks):
+    """(data, HEADROOM) of each inflated block: copied here, on the reading thread, into a bytearray after
+    HEADROOM free bytes (as `_plain_blocks` reads a plain file), so that `read_after` on the parser's thread
+    writes the previous block's tail in front of it instead of copying the block."""
+    for data in blocks:
+        out = bytearray(HEADROOM)
+        out += data
+        del data
+        yield out, HEADROOM
+
+
 def _plain_blocks(raw, block: int):
     """(data, HEADROOM): a file's bytes in blocks of `block` bytes (the last may be shorter, none is
     empty), each read into a bytearray after HEADROOM free bytes."""
@@ -150,10 +163,10 @@ class BlockReader:
                 magic = raw.read(4)
                 raw.seek(0)
                 if is_gzip(magic):
-                    blocks = ((data, 0) for data in _zlib_blocks(raw, self.block))
+                    blocks = _with_headroom(_zlib_blocks(raw, self.block))
                 elif is_zstd(magic):
                     f = _zstd_reader(raw)
-                    blocks = ((data, 0) for data in iter(lambda: f.read(self.block), b""))
+                    blocks = _with_headroom(iter(lambda: f.read(self.block), b""))
                 else:
                     blocks = _plain_blocks(raw, self.block)
                 for data, head in blocks:
