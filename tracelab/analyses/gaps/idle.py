@@ -229,12 +229,16 @@ class Classification:
             known[sel] = c.cause
             drained[sel] = c.drained
 
+        # the closures hold what they need, not self: self holds them (through `_idle`), and a reference cycle
+        # would keep the host views and the classifications alive until the garbage collector's next full pass
+        timeline, host = self.timeline, self.hosts[dr.rank]
+
         def classify(m: np.ndarray) -> np.ndarray:
             out = known[m]
             todo = out < 0
             if todo.any():
                 rows = np.flatnonzero(m)[todo]
-                rest = _classify_in_parts(self.timeline, dr, self.hosts[dr.rank], idle, rows, details=False)
+                rest = _classify_in_parts(timeline, dr, host, idle, rows, details=False)
                 assert rest is not None
                 out[todo] = known[rows] = rest.cause
                 drained[rows] = rest.drained
