@@ -14,7 +14,7 @@ from tracelab.analyses.core.rows import ranks_of
 from tracelab.analyses.device.devices import device_rows, device_summaries
 from tracelab.analyses.findings import finding_notes
 from tracelab.analyses.gaps.idle import Classification
-from tracelab.analyses.parallel import run_each, threads_for
+from tracelab.analyses.parallel import memory_first, run_each, threads_for
 from tracelab.analyses.results import Analysis, AnalysisOptions, Finding, StepInfo, TraceInfo
 from tracelab.analyses.rules import RULES, FindingContext, collect, rule_tasks
 from tracelab.analyses.sm.lanes import sm_notes, sm_summary
@@ -124,6 +124,7 @@ def _analyze(
     if not rows:
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace")
     threads = threads_for(timeline.n_events)
+    release = memory_first(timeline.n_events)  # the allocator's free memory given back after each task
     given_steps = steps
 
     def host_side() -> tuple[dict, Classification, tuple]:
@@ -146,6 +147,7 @@ def _analyze(
         ],
         threads,
         first=[False, True, False, True],
+        release=release,
     )
     if steps_note is not None:
         notes.insert(steps_note_at, steps_note(steps))
@@ -156,6 +158,7 @@ def _analyze(
         [lambda: step_rows(timeline, steps, gaps), *rule_tasks(ctx, rule_options)],
         threads,
         first=[False, *(rule.long for rule in RULES)],
+        release=release,
     )
     findings, skipped = collect(outcomes)
     notes.extend(finding_notes(skipped))
