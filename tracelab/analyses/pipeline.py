@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from tracelab.analyses.core.host import host_views
@@ -123,8 +124,8 @@ def _analyze(
     rows = device_rows(timeline)
     if not rows:
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace")
-    threads = threads_for(timeline.n_events)
-    release = memory_first(timeline.n_events)  # the allocator's free memory given back after each task
+    # on threads for a big timeline; memory first (the allocator's free memory given back after each task) on the biggest
+    each = partial(run_each, threads=threads_for(timeline.n_events), release=memory_first(timeline.n_events))
     given_steps = steps
 
     def host_side() -> tuple[dict, Classification, tuple]:
@@ -138,27 +139,23 @@ def _analyze(
 
     # on one thread in this order (the steps' temporaries are gone before the rest, as the peak memory
     # of the biggest traces wants); on several, the SM time and the host side start first
-    steps, _, devices, (hosts, classified, (gaps, gap_details)) = run_each(
+    steps, _, devices, (hosts, classified, (gaps, gap_details)) = each(
         [
             lambda: given_steps if given_steps is not None else find_steps(steps_of or timeline),
             sm_time,
             lambda: device_summaries(timeline, rows),
             host_side,
         ],
-        threads,
         first=[False, True, False, True],
-        release=release,
     )
     if steps_note is not None:
         notes.insert(steps_note_at, steps_note(steps))
     notes.extend(steps.notes)
     notes.extend(sm_notes(timeline))  # what the SM figures leave out or cannot know
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps, idle_source=classified.idle)
-    table, *outcomes = run_each(
+    table, *outcomes = each(
         [lambda: step_rows(timeline, steps, gaps), *rule_tasks(ctx, rule_options)],
-        threads,
         first=[False, *(rule.long for rule in RULES)],
-        release=release,
     )
     findings, skipped = collect(outcomes)
     notes.extend(finding_notes(skipped))
