@@ -1,6 +1,6 @@
-"""The idle intervals of a big timeline are classified in parts side by side (`gaps/idle._classify_in_parts`):
+"""The idle intervals of a big timeline are classified in bounded blocks, side by side (`gaps/idle._in_blocks`):
 each interval's cause and evidence depend on it alone, so the parts joined in order must give what one pass
-gives. Forced here on small recordings (parts of 2+ intervals on 2 threads): the whole analysis document
+gives. Forced here on small recordings (blocks of at most 3 intervals on 2 threads): the whole analysis document
 (gaps, their causes and evidence, per-step idle by cause, findings whose waste sums short intervals' causes)
 and every device's idle-interval causes equal the single-pass ones."""
 
@@ -34,6 +34,7 @@ def test_parts_give_what_one_pass_gives(tmp_path, name, monkeypatch):
     monkeypatch.setattr(parallel, "PARALLEL_MIN_EVENTS", 0)
     monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
     monkeypatch.setattr(idle_module, "PART_MIN", 2)
+    monkeypatch.setattr(idle_module, "BLOCK", 3)  # and in blocks of at most 3 intervals (more blocks than threads)
     monkeypatch.setattr(idle_module, "ONE_PASS_MAX", 0)  # every device through the gaps-then-the-rest path
     calls = []
     real = idle_module._classify

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from tracelab.analyses.core.host import host_views
@@ -14,7 +15,7 @@ from tracelab.analyses.core.rows import ranks_of
 from tracelab.analyses.device.devices import device_rows, device_summaries
 from tracelab.analyses.findings import finding_notes
 from tracelab.analyses.gaps.idle import Classification
-from tracelab.analyses.parallel import run_each, threads_for
+from tracelab.analyses.parallel import memory_first, run_each, threads_for
 from tracelab.analyses.results import Analysis, AnalysisOptions, Finding, StepInfo, TraceInfo
 from tracelab.analyses.rules import RULES, FindingContext, collect, rule_tasks
 from tracelab.analyses.sm.lanes import sm_notes, sm_summary
@@ -123,7 +124,8 @@ def _analyze(
     rows = device_rows(timeline)
     if not rows:
         notes.append("no GPU activity (kernels, memcpys, memsets) in this trace")
-    threads = threads_for(timeline.n_events)
+    # on threads for a big timeline; memory first (the allocator's free memory given back after each task) on the biggest
+    each = partial(run_each, threads=threads_for(timeline.n_events), release=memory_first(timeline.n_events))
     given_steps = steps
 
     def host_side() -> tuple[dict, Classification, tuple]:
@@ -137,14 +139,13 @@ def _analyze(
 
     # on one thread in this order (the steps' temporaries are gone before the rest, as the peak memory
     # of the biggest traces wants); on several, the SM time and the host side start first
-    steps, _, devices, (hosts, classified, (gaps, gap_details)) = run_each(
+    steps, _, devices, (hosts, classified, (gaps, gap_details)) = each(
         [
             lambda: given_steps if given_steps is not None else find_steps(steps_of or timeline),
             sm_time,
             lambda: device_summaries(timeline, rows),
             host_side,
         ],
-        threads,
         first=[False, True, False, True],
     )
     if steps_note is not None:
@@ -152,9 +153,8 @@ def _analyze(
     notes.extend(steps.notes)
     notes.extend(sm_notes(timeline))  # what the SM figures leave out or cannot know
     ctx = FindingContext(timeline, rows, hosts, devices, gaps, steps, idle_source=classified.idle)
-    table, *outcomes = run_each(
+    table, *outcomes = each(
         [lambda: step_rows(timeline, steps, gaps), *rule_tasks(ctx, rule_options)],
-        threads,
         first=[False, *(rule.long for rule in RULES)],
     )
     findings, skipped = collect(outcomes)

@@ -115,22 +115,18 @@ def start_extras(timeline: Timeline, context: AnalysisContext) -> None:
     `context`, waiting for it if needed), the per-rank edges of the critical path's graph and, on a one-rank
     timeline, the critical path of the steps as soon as they are found (`critical_path` takes it when the
     analysis's step windows are the same). A small timeline (one analysis thread,
-    `analyses/parallel.threads_for`) starts nothing; a very big one (over `EARLY_PATH_MAX_EVENTS`) begins
-    nothing of its critical path early (its graph's temporaries would add to the analysis's peak memory: at
-    ×64, 7.9 M events, the graph build peaks near 0.5 GiB)."""
-    from tracelab.analyses.parallel import in_background, threads_for
+    `analyses/parallel.threads_for`) starts nothing, nor does a very big one (`analyses/parallel.memory_first`:
+    their temporaries would add to the analysis's peak memory; at ×64, 7.9 M events, the range projection's
+    and the graph build's are near 0.25 and 0.5 GiB): its extras run after the analysis."""
+    from tracelab.analyses.parallel import in_background, memory_first, threads_for
     from tracelab.analyses.ranks.critical_path import start_path
     from tracelab.analyses.ranks.path_graph import per_rank_edges
 
-    if threads_for(timeline.n_events) > 1:
+    if threads_for(timeline.n_events) > 1 and not memory_first(timeline.n_events):
         with using(timeline, context) as ctx:
             in_background(lambda: _projection(timeline, ctx))
-            if timeline.n_events <= EARLY_PATH_MAX_EVENTS:
-                in_background(lambda: per_rank_edges(timeline))
-                in_background(lambda: start_path(timeline))
-
-
-EARLY_PATH_MAX_EVENTS = 4_000_000
+            in_background(lambda: per_rank_edges(timeline))
+            in_background(lambda: start_path(timeline))
 
 
 def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
@@ -157,7 +153,7 @@ def document_extras(
     `timeline` = the analysed range (`scoped_timeline`): a multi-rank run's `ranks`, `collectives`,
     `stragglers`, … (`ranks` = its `rank_analysis`), the `critical_path` of the steps (issue 24), then
     `health`, `ranges` and `memory` (issue 27; memory null without memory events)."""
-    from tracelab.analyses.parallel import run_each, threads_for
+    from tracelab.analyses.parallel import memory_first, run_each, threads_for
     from tracelab.analyses.ranks.critical_path import critical_path_document, critical_path_for
     from tracelab.render.reports.extras import ranges_doc
 
@@ -177,6 +173,7 @@ def document_extras(
             ],
             threads_for(timeline.n_events),
             first=[True, False, True, False],
+            release=memory_first(timeline.n_events),
         )
     out["critical_path"] = critical_path_document(path)
     out.update({"health": h.to_dict(), "ranges": ranges_doc(p), "memory": None if m is None else m.to_dict()})

@@ -39,6 +39,12 @@ WAKE_CALLS = frozenset({"pthread_cond_signal", "pthread_cond_broadcast", "sem_po
                         "pthread_rwlock_unlock", "pthread_barrier_wait"})
 
 _I64 = np.int64
+_NARROW = 1 << 31  # positions below this are kept as int32
+
+
+def _narrow(rows: np.ndarray, n: int) -> np.ndarray:
+    """Row positions (below n) as int32 when every one fits."""
+    return rows.astype(np.int32) if n < _NARROW else rows
 
 HostData = Literal["cpu_ops", "cuda_api", "none"]
 
@@ -185,10 +191,13 @@ class HostView:
         self.has_op_events = bool(rows_of(timeline, self.rank, (EventKind.CPU_OP,)).size)
         if cpu.size:
             act = np.sort(np.concatenate([cpu, api]), kind="stable")
-            self._act_start, self._act_end, self._act_tid = start[act], end[act], tid[act].astype(_I64)
+            self.act_us, self.act_ue = merge(start[act], end[act], assume_sorted=True)
         else:  # the API calls alone: their columns are gathered already
-            self._act_start, self._act_end, self._act_tid = self.api_start, self.api_end, self.api_tid.astype(_I64)
-        self.act_us, self.act_ue = merge(self._act_start, self._act_end, assume_sorted=True)
+            act = api
+            self.act_us, self.act_ue = merge(self.api_start, self.api_end, assume_sorted=True)
+        # the activity's rows (narrow when they fit), not its columns: a thread's part is gathered when asked for
+        self._act_rows = _narrow(act, timeline.n_events)
+        self._cols = (start, end, tid)
         self._act_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.host_data: HostData = "cpu_ops" if self.has_cpu_ops else ("cuda_api" if api.size else "none")
         return cpu
@@ -217,7 +226,6 @@ class HostView:
 
     def _read_threads(self, timeline: Timeline, api: np.ndarray, ranges: np.ndarray) -> None:
         """The threads that launch GPU work, per process, and what each host thread's life span is read from."""
-        start, end, tid = column(timeline, "start"), column(timeline, "end"), column(timeline, "tid")
         self.api_pid = column(timeline, "pid")[api].astype(_I64)
         lt = (self.api_flags & Flag.LAUNCH) != 0
         pairs = distinct((self.api_pid[lt] << 32) | (self.api_tid[lt].astype(_I64) & 0xFFFFFFFF))
@@ -225,9 +233,11 @@ class HostView:
         for k in pairs.tolist():
             self._launchers.setdefault(k >> 32, []).append(k & 0xFFFFFFFF)
         # each host thread's recorded life span, found when asked for (the launching threads only): the
-        # (tid, start, end) columns of its API calls, CPU ops and NVTX ranges (step ranges included), OS calls
-        self._host_parts = ((self.api_tid, self.api_start, self.api_end), (tid[ranges], start[ranges], end[ranges]),
+        # (tid, start, end) columns of its API calls, CPU ops and NVTX ranges (step ranges included; their rows,
+        # gathered when asked for), OS calls
+        self._host_parts = ((self.api_tid, self.api_start, self.api_end), None,
                             (self._os_tid, self._os_start, self._os_end))
+        self._range_rows = ranges
         self._life: dict[int, tuple[int, int] | None] = {}
 
     def _read_input_ranges(self, timeline: Timeline, ranges: np.ndarray, input_words: tuple[str, ...]) -> None:
@@ -251,21 +261,25 @@ class HostView:
         """CPU ops per thread, for "what was the launching thread doing": sorted by (thread, start)
         (the rows are in start order already: a stable sort by thread alone, of small codes, by radix)."""
         tid = column(timeline, "tid")
-        _, thread_code = distinct_codes(tid[cpu])
-        ops = cpu[stable_order(thread_code)]
-        self.op_tid = tid[ops]
+        threads, thread_code = distinct_codes(tid[cpu])
+        order = stable_order(thread_code)
+        # the ops of thread threads[k] are op_*[op_bounds[k]:op_bounds[k + 1]]
+        self.op_threads = threads
+        self.op_bounds = np.searchsorted(thread_code[order], np.arange(threads.size + 1))
+        del thread_code
+        ops = cpu[order]
+        del order
         self.op_start = column(timeline, "start")[ops]
-        self.op_end = column(timeline, "end")[ops]
+        op_end = column(timeline, "end")[ops]
         self.op_name = column(timeline, "name")[ops]
+        del ops
         # segmented running maximum of the ends (per thread): the outermost op that started by t
-        self.op_reach = np.empty(ops.size, dtype=_I64)
-        self.op_arg = np.empty(ops.size, dtype=_I64)
-        if ops.size:
-            bounds = np.flatnonzero(np.r_[True, self.op_tid[1:] != self.op_tid[:-1], True])
-            for lo, hi in itertools.pairwise(bounds.tolist()):  # one per host thread
-                r, g = running_max_index(self.op_end[lo:hi])
-                self.op_reach[lo:hi] = r
-                self.op_arg[lo:hi] = g + lo
+        self.op_reach = np.empty(op_end.size, dtype=_I64)
+        self.op_arg = np.empty(op_end.size, dtype=np.int32 if op_end.size < _NARROW else _I64)
+        for lo, hi in itertools.pairwise(self.op_bounds.tolist()):  # one per host thread
+            r, g = running_max_index(op_end[lo:hi])
+            self.op_reach[lo:hi] = r
+            self.op_arg[lo:hi] = g + lo
 
     def flags_of(self, rows: np.ndarray) -> np.ndarray:
         """The flags column at event rows."""
@@ -285,7 +299,12 @@ class HostView:
         """(first start, last end) of the thread's host events in this timeline; None without any."""
         if tid not in self._life:
             lo, hi = [], []
-            for t, s, e in self._host_parts:
+            for part in self._host_parts:
+                if part is None:  # the CPU ops and NVTX ranges
+                    start, end, tids = self._cols
+                    rows = self._range_rows[tids[self._range_rows] == tid]
+                    part = (np.full(rows.size, tid), start[rows], end[rows])
+                t, s, e = part
                 m = t == tid
                 if m.any():
                     lo.append(int(s[m].min()))
@@ -296,10 +315,12 @@ class HostView:
     def thread_activity(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """Merged recorded activity (CUDA API calls and CPU ops) of one host thread."""
         if tid not in self._act_by_tid:
-            m = self._act_tid == tid
+            start, end, tids = self._cols
+            m = tids[self._act_rows] == tid
+            rows = self._act_rows[m]
             # one thread has all the activity (a single-threaded program): its union is the rank's, merged already
             self._act_by_tid[tid] = (
-                (self.act_us, self.act_ue) if m.all() else merge(self._act_start[m], self._act_end[m], assume_sorted=True)
+                (self.act_us, self.act_ue) if m.all() else merge(start[rows], end[rows], assume_sorted=True)
             )
         return self._act_by_tid[tid]
 
@@ -440,8 +461,10 @@ class HostView:
         out = np.full(t.shape, -1, dtype=_I64)
         if self.op_start.size == 0:
             return out
-        lo = np.searchsorted(self.op_tid, tid, side="left")
-        hi = np.searchsorted(self.op_tid, tid, side="right")
+        k = np.minimum(np.searchsorted(self.op_threads, tid), self.op_threads.size - 1)
+        known = self.op_threads[k] == tid
+        lo = np.where(known, self.op_bounds[k], 0)
+        hi = np.where(known, self.op_bounds[k + 1], 0)
         for th in distinct(tid[hi > lo]).tolist():  # one searchsorted per host thread
             q = np.flatnonzero(tid == th)
             a, b = int(lo[q[0]]), int(hi[q[0]])

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -75,10 +76,13 @@ from tracelab.model import Timeline
 __all__ = ["Classification", "IdleIntervals", "idle_intervals"]
 
 _I64 = np.int64
+R = TypeVar("R")
 # a device with at most this many idle intervals has them all classified in one pass (with the gaps' details)
 ONE_PASS_MAX = 1 << 14
 # intervals classified in parts side by side (a big timeline, `threads_for`) when each part has at least this many
 PART_MIN = 1 << 15
+# at most this many intervals are classified in one pass (their columns and temporaries at once)
+BLOCK = 1 << 16
 
 
 
@@ -135,27 +139,41 @@ def idle_intervals(timeline: Timeline, dr: DeviceRows, host: HostView) -> IdleIn
 
 
 # ---- gaps ------------------------------------------------------------------------------------
-def _classify_in_parts(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle, rows: np.ndarray,
-                       details: bool = True) -> _Classified | None:
-    """`_classify` of the intervals `rows` (indices into `idle`, ascending), in up to `threads_for` parts side
-    by side when there are many (each interval's cause and evidence depend on it alone, so the parts joined
-    in order are what one pass gives)."""
-    parts = min(threads_for(timeline.n_events), rows.size // PART_MIN)
-    if parts <= 1:
-        return _classify(timeline, dr, host, idle.take(rows), details)
-    cuts = np.linspace(0, rows.size, parts + 1).astype(np.int64).tolist()
-    done = run_each(
-        [lambda lo=lo, hi=hi: _classify(timeline, dr, host, idle.take(rows[lo:hi]), details)
-         for lo, hi in itertools.pairwise(cuts)],
-        parts,
-    )
-    return _Classified.joined(done)
+def _in_blocks(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle, rows: np.ndarray, details: bool,
+               reduce: Callable[[_Classified, int], R]) -> list[R]:
+    """`reduce(classification, first)` of consecutive runs of the intervals `rows` (indices into `idle`,
+    ascending; `first`: where the run begins in `rows`), in order. Each run holds at most BLOCK intervals (the
+    classification's columns and temporaries are bounded: each run's is reduced, then freed), and the runs
+    go side by side on up to `threads_for` threads when there are many intervals (each interval's cause and
+    evidence depend on it alone, so the runs give what one pass gives)."""
+    n = rows.size
+    if n == 0:
+        return []
+    threads = max(1, min(threads_for(timeline.n_events), n // PART_MIN))
+    cuts = np.linspace(0, n, max(threads, -(-n // BLOCK)) + 1).astype(np.int64).tolist()
+
+    def run(lo: int, hi: int) -> R:
+        c = _classify(timeline, dr, host, idle.take(rows[lo:hi]), details)
+        assert c is not None
+        return reduce(c, lo)
+
+    return run_each([lambda lo=lo, hi=hi: run(lo, hi) for lo, hi in itertools.pairwise(cuts)], threads)
+
+
+def _causes(c: _Classified, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """What the lazy causes keep of a classification: the causes and which intervals a sync drained."""
+    return c.cause, c.drained
+
+
+def _joined_causes(got: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
 
 
 class Classification:
     """The idle intervals of every device, the causes of the gaps (those of at least the threshold)
     classified once, and the causes of the shorter intervals classified on first use (`idle`, what the
-    findings' wasted_ns is computed from): no interval is classified twice."""
+    findings' wasted_ns is computed from): no interval is classified twice. The gaps' table rows and evidence
+    are made as their classification goes (a block of gaps at a time); only the causes are kept."""
 
     def __init__(
         self,
@@ -167,8 +185,12 @@ class Classification:
         self.timeline = timeline
         self.rows = device_rows(timeline) if rows is None else rows
         self.hosts = host_views(timeline) if hosts is None else hosts
-        self._parts: list[tuple[DeviceRows, _Idle | None, np.ndarray, _Classified | None]] = []
-        self._whole: dict[tuple[int, int], _Classified] = {}  # devices whose every interval is classified
+        # per device: its idle intervals, which of them are gaps, the gaps' (causes, drained)
+        self._parts: list[tuple[DeviceRows, _Idle | None, np.ndarray, tuple[np.ndarray, np.ndarray] | None]] = []
+        self._whole: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # devices classified whole
+        self._tables: list[GapTable] = []
+        self._details: list[dict[str, np.ndarray]] = []
+        self._gaps: tuple[GapTable, GapDetails] | None = None
         for dr in self.rows:
             idle = _idle_of(timeline, dr)
             if idle is None:
@@ -176,31 +198,39 @@ class Classification:
                 continue
             sel = (idle.b - idle.a) >= max(int(threshold_ns), 1)
             host = self.hosts[dr.rank]
+            row = sum(t.column("start").size for t in self._tables)  # the device's first gap's row in the table
+
+            def gap_rows(c: _Classified, first: int, dr: DeviceRows = dr, host: HostView = host, row: int = row
+                         ) -> tuple[GapTable, dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+                return _device_gaps(dr, host, c, row + first), _details(timeline, host, c), _causes(c)
+
             if idle.a.size <= ONE_PASS_MAX:
                 # a small device: every interval at once (the findings ask for the short ones' causes too),
                 # one classification instead of two (many devices: the fixed cost of each pass is most of it)
                 whole = _classify(timeline, dr, host, idle)
                 assert whole is not None
-                self._whole[(dr.rank, dr.device)] = whole
-                self._parts.append((dr, idle, sel, whole.take(sel) if sel.any() else None))
-                continue
-            self._parts.append((dr, idle, sel, _classify_in_parts(timeline, dr, host, idle, np.flatnonzero(sel))))
+                self._whole[(dr.rank, dr.device)] = _causes(whole)
+                got = [gap_rows(whole.take(sel), 0)] if sel.any() else []
+            else:
+                got = _in_blocks(timeline, dr, host, idle, np.flatnonzero(sel), True, gap_rows)
+            self._tables.extend(g[0] for g in got)
+            self._details.extend(g[1] for g in got)
+            gap_causes = _joined_causes([g[2] for g in got]) if got else None
+            self._parts.append((dr, idle, sel, gap_causes))
         self._idle: dict[tuple[int, int], IdleIntervals] | None = None
 
     def gaps(self) -> tuple[GapTable, GapDetails]:
         """The gaps (in time order per device, devices in the order of `rows`) and their evidence."""
-        tables: list[GapTable] = []
-        parts: list[dict[str, np.ndarray]] = []
-        row = 0
-        for dr, _, _, c in self._parts:
-            if c is not None:
-                host = self.hosts[dr.rank]
-                tables.append(_device_gaps(dr, host, c, row))
-                parts.append(_details(self.timeline, host, c))
-                row += c.a.size
-        # profiler-overhead names follow the timeline's strings (GapDetails.profiler_name)
-        strings = self.timeline.strings + overhead_names(self.timeline)
-        return GapTable.concat(tables), GapDetails.concat(strings, parts)
+        if self._gaps is None:
+            # profiler-overhead names follow the timeline's strings (GapDetails.profiler_name)
+            strings = self.timeline.strings + overhead_names(self.timeline)
+            parts, self._details = self._details, []
+            # column by column, each part's column dropped once joined (not every column twice at once)
+            cols = {name: np.concatenate([p.pop(name) for p in parts]) if parts else np.zeros(0, dtype=_I64)
+                    for name in GapDetails.column_names()}
+            self._gaps = GapTable.concat(self._tables), GapDetails(strings=strings, **cols)
+            self._tables = []
+        return self._gaps
 
     def idle(self) -> dict[tuple[int, int], IdleIntervals]:
         """Every idle interval (> 0 ns) of every device; the causes of those shorter than the threshold
@@ -218,26 +248,28 @@ class Classification:
             self._idle = out
         return self._idle
 
-    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray, c: _Classified | None
+    def _classifier(self, dr: DeviceRows, idle: _Idle, sel: np.ndarray, c: tuple[np.ndarray, np.ndarray] | None
                     ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
         known = np.full(idle.a.size, -1, dtype=np.int8)  # the causes classified already (the gaps' first)
         drained = np.zeros(idle.a.size, dtype=bool)
         whole = self._whole.get((dr.rank, dr.device))
         if whole is not None:
-            known, drained = whole.cause.copy(), whole.drained.copy()
+            known, drained = whole[0].copy(), whole[1].copy()
         elif c is not None:
-            known[sel] = c.cause
-            drained[sel] = c.drained
+            known[sel] = c[0]
+            drained[sel] = c[1]
+        # the closures hold what they need, not self: self holds them (through `_idle`), and a reference cycle
+        # would keep the host views and the classifications alive until the garbage collector's next full pass
+        timeline, host = self.timeline, self.hosts[dr.rank]
 
         def classify(m: np.ndarray) -> np.ndarray:
             out = known[m]
             todo = out < 0
             if todo.any():
                 rows = np.flatnonzero(m)[todo]
-                rest = _classify_in_parts(self.timeline, dr, self.hosts[dr.rank], idle, rows, details=False)
-                assert rest is not None
-                out[todo] = known[rows] = rest.cause
-                drained[rows] = rest.drained
+                cause, rest_drained = _joined_causes(_in_blocks(timeline, dr, host, idle, rows, False, _causes))
+                out[todo] = known[rows] = cause
+                drained[rows] = rest_drained
             return out
 
         def drained_of(m: np.ndarray) -> np.ndarray:
