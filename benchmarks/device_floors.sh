@@ -22,7 +22,7 @@ nproc; uptime; python3 -V
 STAGES=${STAGES:-"54 x4 x16 x64 nsys"}
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 T=$D/df_index_resolver__df_index_resolver.json.gz
-has 54 && python3 benchmarks/bench_parse.py $T --hta-python python3 --repeat 5 --baseline '' 2>&1 | tee $OUT/bench54.txt | tail -5
+has 54 && python3 benchmarks/bench_parse.py $T --hta-python python3 --repeat ${REPEAT54:-5} --baseline '' 2>&1 | tee $OUT/bench54.txt | tail -5
 if has x4; then
 python3 benchmarks/make_big_kineto.py $T /tmp/x4.json --copies 4 > /dev/null
 python3 benchmarks/bench_parse.py /tmp/x4.json --hta-python python3 --repeat 2 --baseline '' 2>&1 | tee $OUT/bench_x4.txt | tail -5

@@ -4,6 +4,7 @@ machine gives (the cores this process may use)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -29,3 +30,26 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def release_memory() -> None:
+    """Give the free memory the C allocator holds back to the system (glibc's malloc_trim; elsewhere nothing):
+    memory freed on the loader's and the analysis's threads stays resident otherwise. Results never depend on it."""
+    global _trim
+    if _trim is None:
+        _trim = _malloc_trim()
+    _trim()
+
+
+def _malloc_trim() -> Callable[[], object]:
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+_trim: Callable[[], object] | None = None

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.settings import release_memory
+
 
 def checked_int(v: object) -> int:
     """An exact integer in int64 range, else -1: bools, fractions, NaN, huge values and non-numeric
@@ -140,22 +142,6 @@ _SPARSE = {
 _KERNEL = {"registers": ("k_registers", np.int32), "shared_mem": ("k_shared", np.int64)}
 
 
-def _trim() -> None:
-    """Give freed heap memory back to the OS (glibc): the chunk parts are small arrays on the heap, and
-    without this their pages stay resident under the full columns built from them."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            import ctypes
-
-            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim = None
 _madvise = None
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+: map pages writable, as a write would, without changing their bytes
 _PAGE = 4096
@@ -302,7 +288,7 @@ class ColumnAssembler:
                 for c, v in zip(batch, got):
                     out[c] = v
                 del got
-                _trim()
+                release_memory()
         return out
 
 
