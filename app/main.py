@@ -3,6 +3,7 @@ callbacks are the pages' plain functions, wrapped thinly so the tests can call t
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterable
 from html import escape as html_escape
@@ -18,7 +19,7 @@ from . import page_callbacks, timeline_api, timeline_callbacks
 from .components import PAGES
 from .early import install_early_work
 from .guards import allowed_hosts, guarded, install_request_guards
-from .pages import compare, gaps, kernels, overlap, ranges, ranks, runs, timeline
+from .pages import compare, runs
 from .state import STATE_KEY, AppState, current_state
 from .urls import href
 
@@ -33,26 +34,10 @@ def _not_found(**_ignored: Any) -> html.Div:
 
 
 def _register_pages() -> None:
-    for order, (module, path, name) in enumerate(
-        (
-            (runs, "/", "Runs"),
-            (timeline, "/timeline", "Timeline"),
-            (gaps, "/gaps", "Gaps & findings"),
-            (overlap, "/overlap", "Overlap"),
-            (kernels, "/kernels", "Kernels"),
-            (ranges, "/ranges", "Ranges"),
-            (ranks, "/ranks", "Ranks"),
-            (compare, "/compare", "Compare"),
-        )
-    ):
-        dash.register_page(
-            module.__name__,
-            path=path,
-            name=name,
-            title=f"tracelab · {name}",
-            layout=module.layout,
-            order=order,
-        )
+    for order, (name, p) in enumerate(PAGES):
+        module = importlib.import_module(f"app.pages.{p}")
+        dash.register_page(module.__name__, path="/" if p == "runs" else f"/{p}", name=name,
+                           title=f"tracelab · {name}", layout=module.layout, order=order)
     dash.register_page("app.pages.not_found_404", path="/404", name="Not found", layout=_not_found, order=99)
 
 

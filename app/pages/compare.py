@@ -21,9 +21,6 @@ from ..data import comparison_tables
 from ..state import AppState, current_state, describe_error
 from ..urls import href
 
-PATH = "/compare"
-
-
 _HEADER_WORDS = (("_delta_pct", " Δ %"), ("delta_pct", "Δ %"), ("_delta", " Δ (B − A)"), ("_a", " A"), ("_b", " B"))
 
 

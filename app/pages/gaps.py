@@ -23,7 +23,6 @@ from ..state import AppState, current_state
 from ..urls import gap_window, timeline_href
 from .common import with_run
 
-PATH = "/gaps"
 PAGE_ROWS = 25  # gaps per page of the table
 SORTS = {"length": "longest first", "start": "earliest first", "cause": "by cause"}
 GAP_COLUMNS = (("rank", "rank"), ("GPU", "device"), ("at (from the run start)", "at"), ("duration", "duration"),

@@ -15,8 +15,6 @@ from ..state import AppState, current_state
 from ..urls import timeline_href
 from .common import clicked_row, with_run
 
-PATH = "/kernels"
-
 
 def kernels_frame(state: AppState, run_id: str):
     def make():

@@ -26,8 +26,6 @@ from ..state import AppState, current_state
 from .common import with_run
 from .ranks import wait_matrix_of, wait_matrix_section
 
-PATH = "/overlap"
-
 
 def overlap_layout(state: AppState, run: str | None = None) -> html.Div:
     def body(record) -> html.Div:

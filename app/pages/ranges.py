@@ -18,8 +18,6 @@ from ..state import AppState, current_state
 from ..urls import gap_window, timeline_href
 from .common import clicked_row, with_run
 
-PATH = "/ranges"
-
 
 def ranges_frame(state: AppState, run_id: str) -> tuple[pd.DataFrame, Any]:
     def make():

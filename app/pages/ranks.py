@@ -21,8 +21,6 @@ from ..components import data_table, run_header
 from ..state import AppState, current_state
 from .common import with_run
 
-PATH = "/ranks"
-
 
 def ranks_of(state: AppState, run_id: str) -> RankAnalysis:
     return state.cached(

@@ -26,7 +26,7 @@ from tracelab.text_format import fmt_ns
 from ..state import AppState, current_state, describe_error
 from ..urls import href
 
-PATH = "/"
+
 def runs_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
     return [
         {

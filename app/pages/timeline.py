@@ -45,7 +45,6 @@ from ..timeline_view import (
 from ..urls import timeline_href
 from .common import internal_error_page, resolve_run
 
-PATH = "/timeline"
 LANE_GROUPS = (
     ("GPU streams", "stream"),
     ("SM lanes", "sm"),
