@@ -154,20 +154,12 @@ def create_app(
 
 
 def _register_callbacks(app: Dash) -> None:
-    @app.callback(
-        [Output(f"nav-{p}", "href") for _, p in PAGES],
-        Input("_pages_location", "search"),
-    )
+    @app.callback([Output(f"nav-{p}", "href") for _, p in PAGES], Input("_pages_location", "search"))
     def _nav(search):
         return nav_hrefs(search)
 
-    @app.callback(
-        Output("upload-message", "children"),
-        Output("runs-list", "children"),
-        Input("upload", "contents"),
-        State("upload", "filename"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("upload-message", "children"), Output("runs-list", "children"),
+                  Input("upload", "contents"), State("upload", "filename"), prevent_initial_call=True)
     @guarded(lambda message: (html.Div(message, className="upload-error", id="upload-result"), no_update))
     def _upload(contents, filename):
         message, listing = runs.on_upload(current_state(), contents, filename)
@@ -186,13 +178,8 @@ def _register_callbacks(app: Dash) -> None:
             prevent_initial_call=True,
         )
 
-    @app.callback(
-        Output("compare-content", "children"),
-        Output("compare-permalink", "href"),
-        Input("compare-a", "value"),
-        Input("compare-b", "value"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("compare-content", "children"), Output("compare-permalink", "href"),
+                  Input("compare-a", "value"), Input("compare-b", "value"), prevent_initial_call=True)
     @guarded(lambda message: (html.Div(message, className="upload-error"), no_update))
     def _compare(a, b):
         return compare.on_compare(current_state(), a, b)
