@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracelab.api.types import Analysis, Finding
+from tracelab.api.types import Finding
 
 
 def finding_window(finding: Finding) -> tuple[int, int] | None:
@@ -23,11 +23,7 @@ def finding_window(finding: Finding) -> tuple[int, int] | None:
             first = v[0]
             if isinstance(first, dict) and "start_ns" in first and "end_ns" in first:
                 return int(first["start_ns"]), int(first["end_ns"])
-            if (
-                isinstance(first, (list, tuple))
-                and len(first) == 2
-                and all(isinstance(x, int) for x in first)
-            ):
+            if isinstance(first, (list, tuple)) and len(first) == 2 and all(isinstance(x, int) for x in first):
                 return int(first[0]), int(first[1])
     return None
 
@@ -35,31 +31,14 @@ def finding_window(finding: Finding) -> tuple[int, int] | None:
 FINDING_FIELDS = ("rule", "severity", "count", "wasted_ns", "message", "where")  # as in `analyze --json`
 
 
-def findings_table(analysis: Analysis) -> pd.DataFrame:
-    rows = [
-        {"id": f"finding-{i}", **{c: getattr(f, c) for c in FINDING_FIELDS}} for i, f in enumerate(analysis.findings)
-    ]
-    return pd.DataFrame(rows, columns=["id", *FINDING_FIELDS])
-
-
 # ---- compare --------------------------------------------------------------------------------------
 
 _DEVICE_METRICS = (
-    ("span", "span_ns"),
-    ("busy", "busy_ns"),
-    ("idle", "idle_ns"),
-    ("kernels (time)", "kernel_ns"),
-    ("memcpy (time)", "memcpy_ns"),
-    ("memset (time)", "memset_ns"),
-    ("comm (time)", "comm_ns"),
-    ("compute ∩ compute", "compute_compute_ns"),
-    ("compute ∩ copy", "compute_copy_ns"),
-    ("compute ∩ comm", "compute_comm_ns"),
-    ("copy ∩ copy", "copy_copy_ns"),
-    ("kernels (count)", "kernels"),
-    ("memcpys (count)", "memcpys"),
-    ("gaps (count)", "gaps"),
-    ("gap time", "gap_ns"),
+    ("span", "span_ns"), ("busy", "busy_ns"), ("idle", "idle_ns"), ("kernels (time)", "kernel_ns"),
+    ("memcpy (time)", "memcpy_ns"), ("memset (time)", "memset_ns"), ("comm (time)", "comm_ns"),
+    ("compute ∩ compute", "compute_compute_ns"), ("compute ∩ copy", "compute_copy_ns"),
+    ("compute ∩ comm", "compute_comm_ns"), ("copy ∩ copy", "copy_copy_ns"), ("kernels (count)", "kernels"),
+    ("memcpys (count)", "memcpys"), ("gaps (count)", "gaps"), ("gap time", "gap_ns"),
 )
 
 
@@ -69,76 +48,36 @@ def _pct(p: float | None) -> str:
     return "" if p is None else fmt_pct(p)
 
 
+def _ab(prefix: str, d: Any, delta: bool = True, pct: bool = False) -> dict[str, Any]:
+    """{prefix_a, prefix_b[, prefix_delta][, prefix_delta_pct]} of a Delta."""
+    out = {f"{prefix}_a": d.a, f"{prefix}_b": d.b}
+    if delta:
+        out[f"{prefix}_delta"] = d.delta
+    if pct:
+        out[f"{prefix}_delta_pct"] = _pct(d.pct)
+    return out
+
+
 def comparison_tables(cmp) -> dict[str, pd.DataFrame]:
     """Flat tables (metric, baseline, variant, delta, delta %) for the compare page."""
     dev_rows = []
     parts = ([("all devices", cmp.totals)] if cmp.totals is not None and len(cmp.devices) > 1 else []) + [
-        (
-            f"rank {d.rank} · GPU {d.device}"
-            + ("" if d.present == "both" else f" (only in {d.present.upper()})"),
-            d,
-        )
+        (f"rank {d.rank} · GPU {d.device}" + ("" if d.present == "both" else f" (only in {d.present.upper()})"), d)
         for d in cmp.devices
     ]
     for label, d in parts:
         for metric, attr in _DEVICE_METRICS:
             delta = getattr(d, attr)
-            is_time = attr.endswith("_ns")
-            dev_rows.append(
-                {
-                    "device": label,
-                    "metric": metric,
-                    "baseline": delta.a,
-                    "variant": delta.b,
-                    "delta": delta.delta,
-                    "delta_pct": _pct(delta.pct),
-                    "unit": "ns" if is_time else "count",
-                }
-            )
-    gaps = [
-        {
-            "cause": g.cause,
-            "count_a": g.count.a,
-            "count_b": g.count.b,
-            "count_delta": g.count.delta,
-            "time_a": g.total_ns.a,
-            "time_b": g.total_ns.b,
-            "time_delta": g.total_ns.delta,
-            "time_delta_pct": _pct(g.total_ns.pct),
-        }
-        for g in cmp.gaps
-    ]
-    findings = [
-        {
-            "rule": f.rule,
-            "status": f.status,
-            "severity_a": f.severity_a or "",
-            "severity_b": f.severity_b or "",
-            "count_a": f.count.a,
-            "count_b": f.count.b,
-            "wasted_a": f.wasted_ns.a,
-            "wasted_b": f.wasted_ns.b,
-            "wasted_delta": f.wasted_ns.delta,
-        }
-        for f in cmp.findings
-    ]
-    kernels = [
-        {
-            "name": k.name,
-            "status": k.status,
-            "calls_a": k.calls.a,
-            "calls_b": k.calls.b,
-            "total_a": k.total_ns.a,
-            "total_b": k.total_ns.b,
-            "total_delta": k.total_ns.delta,
-            "total_delta_pct": _pct(k.total_ns.pct),
-        }
-        for k in cmp.kernels
-    ]
+            dev_rows.append({"device": label, "metric": metric, "baseline": delta.a, "variant": delta.b,
+                             "delta": delta.delta, "delta_pct": _pct(delta.pct),
+                             "unit": "ns" if attr.endswith("_ns") else "count"})
+    gaps = [{"cause": g.cause, **_ab("count", g.count), **_ab("time", g.total_ns, pct=True)} for g in cmp.gaps]
+    findings = [{"rule": f.rule, "status": f.status, "severity_a": f.severity_a or "", "severity_b": f.severity_b or "",
+                 **_ab("count", f.count, delta=False), **_ab("wasted", f.wasted_ns)} for f in cmp.findings]
+    kernels = [{"name": k.name, "status": k.status, **_ab("calls", k.calls, delta=False),
+                **_ab("total", k.total_ns, pct=True)} for k in cmp.kernels]
     return {
-        "devices": pd.DataFrame(
-            dev_rows, columns=["device", "metric", "baseline", "variant", "delta", "delta_pct", "unit"]
-        ),
+        "devices": pd.DataFrame(dev_rows, columns=["device", "metric", "baseline", "variant", "delta", "delta_pct", "unit"]),
         "gaps": pd.DataFrame(gaps),
         "findings": pd.DataFrame(findings),
         "kernels": pd.DataFrame(kernels),

@@ -3,6 +3,7 @@ callbacks are the pages' plain functions, wrapped thinly so the tests can call t
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterable
 from html import escape as html_escape
@@ -18,7 +19,7 @@ from . import page_callbacks, timeline_api, timeline_callbacks
 from .components import PAGES
 from .early import install_early_work
 from .guards import allowed_hosts, guarded, install_request_guards
-from .pages import compare, gaps, kernels, overlap, ranges, ranks, runs, timeline
+from .pages import compare, runs
 from .state import STATE_KEY, AppState, current_state
 from .urls import href
 
@@ -33,26 +34,10 @@ def _not_found(**_ignored: Any) -> html.Div:
 
 
 def _register_pages() -> None:
-    for order, (module, path, name) in enumerate(
-        (
-            (runs, "/", "Runs"),
-            (timeline, "/timeline", "Timeline"),
-            (gaps, "/gaps", "Gaps & findings"),
-            (overlap, "/overlap", "Overlap"),
-            (kernels, "/kernels", "Kernels"),
-            (ranges, "/ranges", "Ranges"),
-            (ranks, "/ranks", "Ranks"),
-            (compare, "/compare", "Compare"),
-        )
-    ):
-        dash.register_page(
-            module.__name__,
-            path=path,
-            name=name,
-            title=f"tracelab · {name}",
-            layout=module.layout,
-            order=order,
-        )
+    for order, (name, p) in enumerate(PAGES):
+        module = importlib.import_module(f"app.pages.{p}")
+        dash.register_page(module.__name__, path="/" if p == "runs" else f"/{p}", name=name,
+                           title=f"tracelab · {name}", layout=module.layout, order=order)
     dash.register_page("app.pages.not_found_404", path="/404", name="Not found", layout=_not_found, order=99)
 
 
@@ -169,20 +154,12 @@ def create_app(
 
 
 def _register_callbacks(app: Dash) -> None:
-    @app.callback(
-        [Output(f"nav-{p}", "href") for _, p in PAGES],
-        Input("_pages_location", "search"),
-    )
+    @app.callback([Output(f"nav-{p}", "href") for _, p in PAGES], Input("_pages_location", "search"))
     def _nav(search):
         return nav_hrefs(search)
 
-    @app.callback(
-        Output("upload-message", "children"),
-        Output("runs-list", "children"),
-        Input("upload", "contents"),
-        State("upload", "filename"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("upload-message", "children"), Output("runs-list", "children"),
+                  Input("upload", "contents"), State("upload", "filename"), prevent_initial_call=True)
     @guarded(lambda message: (html.Div(message, className="upload-error", id="upload-result"), no_update))
     def _upload(contents, filename):
         message, listing = runs.on_upload(current_state(), contents, filename)
@@ -201,13 +178,8 @@ def _register_callbacks(app: Dash) -> None:
             prevent_initial_call=True,
         )
 
-    @app.callback(
-        Output("compare-content", "children"),
-        Output("compare-permalink", "href"),
-        Input("compare-a", "value"),
-        Input("compare-b", "value"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("compare-content", "children"), Output("compare-permalink", "href"),
+                  Input("compare-a", "value"), Input("compare-b", "value"), prevent_initial_call=True)
     @guarded(lambda message: (html.Div(message, className="upload-error"), no_update))
     def _compare(a, b):
         return compare.on_compare(current_state(), a, b)

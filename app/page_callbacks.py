@@ -10,27 +10,13 @@ from .state import current_state
 
 
 def register(app: Dash) -> None:
-    @app.callback(
-        Output("nav-location", "href", allow_duplicate=True),
-        Input("kernels-table", "active_cell"),
-        State("kernels-table", "data"),
-        State("kernels-run", "data"),
-        prevent_initial_call=True,
-    )
-    @guarded(lambda _message: no_update)
-    def _kernel_click(active_cell, rows, run_id):
-        return kernels.kernel_click_href(run_id, active_cell, rows) or no_update
+    for page, href in (("kernels", kernels.kernel_click_href), ("ranges", ranges.range_click_href)):
 
-    @app.callback(
-        Output("nav-location", "href", allow_duplicate=True),
-        Input("ranges-table", "active_cell"),
-        State("ranges-table", "data"),
-        State("ranges-run", "data"),
-        prevent_initial_call=True,
-    )
-    @guarded(lambda _message: no_update)
-    def _range_click(active_cell, rows, run_id):
-        return ranges.range_click_href(run_id, active_cell, rows) or no_update
+        @app.callback(Output("nav-location", "href", allow_duplicate=True), Input(f"{page}-table", "active_cell"),
+                      State(f"{page}-table", "data"), State(f"{page}-run", "data"), prevent_initial_call=True)
+        @guarded(lambda _message: no_update)
+        def _row_click(active_cell, rows, run_id, href=href):
+            return href(run_id, active_cell, rows) or no_update
 
     @app.callback(
         Output("gaps-rows", "children"),

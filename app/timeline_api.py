@@ -35,10 +35,10 @@ from .pages.timeline import MAX_QUERY, default_show, offset_ns, parse_show
 from .state import AppState, current_state
 from .timeline_lanes import memory_on_rows, ranges_on_rows
 from .timeline_view import (
-    critical_on_rows,
     hidden_lane_count,
     initial_window,
     max_level,
+    on_lane_rows,
     run_critical_path,
     run_gaps,
     search_matches_in_window,
@@ -46,7 +46,6 @@ from .timeline_view import (
     shown_rows,
     start_background,
     steps_if_ready,
-    steps_on_rows,
     tile_bytes,
 )
 
@@ -120,6 +119,13 @@ def _json(data: Any) -> flask.Response:
     return _no_store(flask.jsonify(data))
 
 
+def _spans(frame: pd.DataFrame, origin: int, *text: str) -> dict[str, list]:
+    """start / end (from the run's start), row, then the text columns `text` of spans drawn on rows."""
+    return {"start": [int(v) - origin for v in frame["start"].tolist()],
+            "end": [int(v) - origin for v in frame["end"].tolist()],
+            "row": frame["row"].astype(int).tolist(), **{c: frame[c].astype(str).tolist() for c in text}}
+
+
 @bp.get("/meta")
 @_answers_400
 def meta() -> Any:
@@ -135,12 +141,12 @@ def meta() -> Any:
         start_background(state, record)
     gaps, ready = run_gaps(state, record, start=False)
     found = steps_if_ready(state, record, start=False)
-    steps = steps_on_rows(found, rows)
+    steps = on_lane_rows(found, rows, "steps", ("label",))
     projected = ranges_on_rows(state, record, rows)  # the projected ranges lane, drawn like steps
     if len(projected):
         steps = pd.concat([steps[["start", "end", "row", "label"]], projected], ignore_index=True)
     cpath = run_critical_path(state, record) if ready else None
-    crit = critical_on_rows(cpath, rows)
+    crit = on_lane_rows(cpath, rows, "critical", ("category", "label"))
     labels = rows["label"].astype(str).tolist()
     if found is not None:  # a steps lane whose rank has none says so
         with_steps = set(found["rank"].astype(int).tolist())
@@ -163,20 +169,9 @@ def meta() -> Any:
                 "height": rows["height"].astype(float).tolist(),
                 "rank": rows["rank"].astype(int).tolist(),
             },
-            "steps": {
-                "start": [int(v) - origin for v in steps["start"].tolist()],
-                "end": [int(v) - origin for v in steps["end"].tolist()],
-                "row": steps["row"].astype(int).tolist(),
-                "label": steps["label"].astype(str).tolist(),
-            },
+            "steps": _spans(steps, origin, "label"),
             "memory": memory_on_rows(state, record, rows),
-            "critical": {
-                "start": [int(v) - origin for v in crit["start"].tolist()],
-                "end": [int(v) - origin for v in crit["end"].tolist()],
-                "row": crit["row"].astype(int).tolist(),
-                "category": crit["category"].astype(str).tolist(),
-                "label": crit["label"].astype(str).tolist(),
-            },
+            "critical": _spans(crit, origin, "category", "label"),
             # lanes with no event in the run (no row; the canvas says how many)
             "hidden_lanes": hidden_lane_count(state, record, show),
             "gaps_ready": ready,
@@ -207,15 +202,8 @@ def matches() -> Any:
     if t1 <= t0:
         raise BadInput("the window is empty or reversed")
     found = search_matches_in_window(state, record, query, t0, t1, show, limit=MAX_MATCHES)
-    return _json(
-        {
-            "count": len(search_positions(state, record.id, query)),
-            "in_view": len(found),
-            "start": [int(v) - origin for v in found["start"].tolist()],
-            "end": [int(v) - origin for v in found["end"].tolist()],
-            "row": found["row"].astype(int).tolist(),
-        }
-    )
+    return _json({"count": len(search_positions(state, record.id, query)), "in_view": len(found),
+                  **_spans(found, origin)})
 
 
 @bp.get("/hover")

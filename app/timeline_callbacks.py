@@ -65,13 +65,8 @@ def register(app: Dash) -> None:
 def _register_window_and_search(app: Dash) -> None:
     """The window in view (its info line), the search, stepping its matches and going to one."""
 
-    @app.callback(
-        Output("tl-view", "data"),
-        Output("tl-info", "children"),
-        Input("tl-window", "data"),
-        State("tl-view", "data"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("tl-view", "data"), Output("tl-info", "children"), Input("tl-window", "data"),
+                  State("tl-view", "data"), prevent_initial_call=True)
     @guarded(lambda message: (no_update, message))
     def _window(window, view):
         out = timeline.on_window(current_state(), view or {}, window)
@@ -80,14 +75,9 @@ def _register_window_and_search(app: Dash) -> None:
         new_view, info = out
         return _own(new_view, WINDOW_KEYS), info
 
-    @app.callback(
-        Output("tl-find", "data"),
-        Output("tl-query", "data"),
-        Output("tl-match", "children", allow_duplicate=True),
-        Input("tl-search", "value"),
-        State("tl-view", "data"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("tl-find", "data"), Output("tl-query", "data"),
+                  Output("tl-match", "children", allow_duplicate=True), Input("tl-search", "value"),
+                  State("tl-view", "data"), prevent_initial_call=True)
     @guarded(lambda message: (no_update, no_update, message))
     def _search(query, view):
         find, highlight = timeline.on_search(current_state(), view or {}, query)
@@ -102,12 +92,8 @@ def _register_window_and_search(app: Dash) -> None:
         prevent_initial_call=True,
     )
 
-    @app.callback(
-        Output("tl-goto", "data"),
-        Input("tl-find", "data"),
-        State("tl-view", "data"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("tl-goto", "data"), Input("tl-find", "data"), State("tl-view", "data"),
+                  prevent_initial_call=True)
     @guarded(lambda message: no_update)
     def _step(find, view):
         goto = timeline.on_step(current_state(), view or {}, find)
@@ -117,29 +103,16 @@ def _register_window_and_search(app: Dash) -> None:
 def _register_links_and_selection(app: Dash) -> None:
     """The permalink (window, search, ranks unfolded) and match count, the clicked event, the dragged range."""
 
-    @app.callback(
-        Output("tl-permalink", "href"),
-        Output("tl-match", "children"),
-        Input("tl-view", "data"),
-        Input("tl-find", "data"),
-        Input("tl-show", "value"),
-        Input("tl-open", "data"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("tl-permalink", "href"), Output("tl-match", "children"), Input("tl-view", "data"),
+                  Input("tl-find", "data"), Input("tl-show", "value"), Input("tl-open", "data"),
+                  prevent_initial_call=True)
     @guarded(lambda message: (no_update, message))
     def _links(view, find, show, open_ranks):
         return timeline.on_links(current_state(), view or {}, find, show, open_ranks)
 
-    @app.callback(
-        Output("tl-view", "data", allow_duplicate=True),
-        Output("tl-selection", "children"),
-        Output("tl-highlight", "data"),
-        Input("tl-click", "data"),
-        Input("tl-clear", "n_clicks"),
-        Input("tl-show", "value"),
-        State("tl-view", "data"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("tl-view", "data", allow_duplicate=True), Output("tl-selection", "children"),
+                  Output("tl-highlight", "data"), Input("tl-click", "data"), Input("tl-clear", "n_clicks"),
+                  Input("tl-show", "value"), State("tl-view", "data"), prevent_initial_call=True)
     @guarded(lambda message: (no_update, [html.Span(message, className="error-message")], no_update))
     def _select(click, _clear, show, view):
         view = dict(view or {})
@@ -151,13 +124,8 @@ def _register_links_and_selection(app: Dash) -> None:
         new_view, panel, highlight = timeline.on_select(current_state(), view, click, show)
         return _own(new_view, SELECT_KEYS), panel, highlight
 
-    @app.callback(
-        Output("tl-range", "children"),
-        Input("tl-range-sel", "data"),
-        Input("tl-analyze-range", "n_clicks"),
-        State("tl-view", "data"),
-        prevent_initial_call=True,
-    )
+    @app.callback(Output("tl-range", "children"), Input("tl-range-sel", "data"),
+                  Input("tl-analyze-range", "n_clicks"), State("tl-view", "data"), prevent_initial_call=True)
     @guarded(lambda message: [html.Span(message, className="error-message")])
     def _range(selected, _analyze, view):
         return timeline.on_range_select(

@@ -207,24 +207,14 @@ def run_critical_path(state: AppState, record: RunRecord) -> pd.DataFrame | None
     return state.cached(("critical_path", run_id), make)
 
 
-def critical_on_rows(path: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
-    """The critical path's segments (`run_critical_path`) with the row of their rank's critical lane."""
-    if path is None:
-        path = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(category="", label="")
-    lane_rows = rows[rows["kind"] == "critical"]
+def on_lane_rows(spans: pd.DataFrame | None, rows: pd.DataFrame, kind: str, text: tuple[str, ...]) -> pd.DataFrame:
+    """Spans of ranks (`run_steps`, `run_critical_path`: rank, start, end, the `text` columns; None: not
+    there yet) with the row of their rank's lane of `kind` (none when that lane is not shown)."""
+    if spans is None:
+        spans = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(**dict.fromkeys(text, ""))
+    lane_rows = rows[rows["kind"] == kind]
     row_of = dict(zip(lane_rows["rank"].astype(int), lane_rows["row"].astype(int)))
-    out = path.assign(row=[row_of.get(int(r), -1) for r in path["rank"]])
-    return out[out["row"] >= 0]
-
-
-def steps_on_rows(steps: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
-    """The steps (`run_steps`: rank, start, end, label; None: not there yet) with the row of their
-    rank's steps lane (none when the lane is not shown)."""
-    if steps is None:
-        steps = pd.DataFrame({c: np.zeros(0, np.int64) for c in ("rank", "start", "end")}).assign(label="")
-    step_rows = rows[rows["kind"] == "steps"]
-    row_of = dict(zip(step_rows["rank"].astype(int), step_rows["row"].astype(int)))
-    out = steps.assign(row=[row_of.get(int(r), -1) for r in steps["rank"]])
+    out = spans.assign(row=[row_of.get(int(r), -1) for r in spans["rank"]])
     return out[out["row"] >= 0]
 
 

@@ -127,9 +127,6 @@ def test_no_gpu_or_no_nsys_is_a_missing_dependency(tmp_path: Path, monkeypatch: 
         record_workload("pdl", "pdl", "torch", True, tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("TRACELAB_NSYS", raising=False)
-    import tracelab.record.nsys as rec
-
-    monkeypatch.setattr(rec, "NSYS_GLOBS", ())
     monkeypatch.setattr("tracelab.io.nsys.load.find_nsys", lambda: None, raising=False)
     with pytest.raises(MissingDependency, match="nsys"):
         record_workload("pdl", "pdl", "nsys", True, tmp_path)

@@ -88,9 +88,13 @@ class Service:
         return self._remember(self._docs, ("analysis", *key), lambda: analyze(self.timeline(run), steps=steps, window_us=window))
 
     def list_runs(self) -> list[dict[str, Any]]:
+        """The runs in the store (as `tracelab runs --json`): id, name, format, backend, GPU, events, span."""
         return [r.to_dict() for r in self.store.runs()]
 
     def analyze(self, run: str, steps: str | None = None, window: str | None = None) -> dict[str, Any]:
+        """The analysis of a run (id, id prefix or name), as `tracelab analyze RUN --json`: devices, steps,
+        gaps with evidence, findings, notes. steps="A:B" (step indices) or window="START_US:END_US"
+        restrict every figure."""
         key = ("doc", *self._key(run), steps, window)
 
         def make() -> dict[str, Any]:
@@ -115,6 +119,8 @@ class Service:
 
     def compare(self, a: str, b: str, steps: str | None = None, window: str | None = None,
                 fail_if_slower: float | None = None) -> dict[str, Any]:
+        """Run b against baseline a, as `tracelab compare A B --json`; fail_if_slower=PCT adds the CI gate's
+        decision (`gate`: one-sided Mann-Whitney U on the steady-state step times)."""
         from tracelab.analyses.results import SCHEMA_VERSION
         from tracelab.render.export.comparison import comparison_document
         from tracelab.render.export.document import to_document
@@ -141,6 +147,8 @@ class Service:
 
     def gaps(self, run: str, limit: int = 50, cause: str | None = None, steps: str | None = None,
              window: str | None = None) -> dict[str, Any]:
+        """The run's GPU idle gaps, longest first (at most `limit`), each with its cause and evidence text;
+        cause: dependency_wait | host_sync | input_wait | launch_latency | no_work | unknown | profiler."""
         gaps = self.analyze(run, steps, window)["gaps"]
         if cause:
             gaps = [g for g in gaps if g["cause"] == cause]
@@ -149,10 +157,13 @@ class Service:
                 "gaps": longest}
 
     def findings(self, run: str, steps: str | None = None, window: str | None = None) -> dict[str, Any]:
+        """The run's findings (rule, severity, count, wasted_ns, message, where, data) and the analysis notes."""
         doc = self.analyze(run, steps, window)
         return {"run": self._key(run)[0], "findings": doc["findings"], "notes": doc["notes"]}
 
     def sql(self, query: str, runs: list[str] | None = None, max_rows: int = 1000) -> dict[str, Any]:
+        """One read-only SELECT over the views runs, events, kernels, gaps, steps, findings, ranges,
+        collectives (as `tracelab sql QUERY --json`); runs limits the per-run views to those runs."""
         from .api.sql import sql
 
         with self._lock:  # one in-memory database at a time; the view cache is shared
@@ -183,38 +194,7 @@ def build_server(db: Path) -> Any:
         call.__signature__ = inspect.signature(fn).replace(return_annotation=str)  # type: ignore[attr-defined]
         server.tool(name=fn.__name__, structured_output=False)(call)
 
-    def list_runs() -> Any:
-        """The runs in the store (as `tracelab runs --json`): id, name, format, backend, GPU, events, span."""
-        return service.list_runs()
-
-    def analyze(run: str, steps: str | None = None, window: str | None = None) -> Any:
-        """The analysis of a run (id, id prefix or name), as `tracelab analyze RUN --json`: devices, steps,
-        gaps with evidence, findings, notes. steps="A:B" (step indices) or window="START_US:END_US"
-        restrict every figure."""
-        return service.analyze(run, steps, window)
-
-    def compare(a: str, b: str, steps: str | None = None, window: str | None = None,
-                fail_if_slower: float | None = None) -> Any:
-        """Run b against baseline a, as `tracelab compare A B --json`; fail_if_slower=PCT adds the CI gate's
-        decision (`gate`: one-sided Mann-Whitney U on the steady-state step times)."""
-        return service.compare(a, b, steps, window, fail_if_slower)
-
-    def gaps(run: str, limit: int = 50, cause: str | None = None, steps: str | None = None,
-             window: str | None = None) -> Any:
-        """The run's GPU idle gaps, longest first (at most `limit`), each with its cause and evidence text;
-        cause: dependency_wait | host_sync | input_wait | launch_latency | no_work | unknown | profiler."""
-        return service.gaps(run, limit, cause, steps, window)
-
-    def findings(run: str, steps: str | None = None, window: str | None = None) -> Any:
-        """The run's findings (rule, severity, count, wasted_ns, message, where, data) and the analysis notes."""
-        return service.findings(run, steps, window)
-
-    def sql(query: str, runs: list[str] | None = None, max_rows: int = 1000) -> Any:
-        """One read-only SELECT over the views runs, events, kernels, gaps, steps, findings, ranges,
-        collectives (as `tracelab sql QUERY --json`); runs limits the per-run views to those runs."""
-        return service.sql(query, runs, max_rows)
-
-    for fn in (list_runs, analyze, compare, gaps, findings, sql):
+    for fn in (service.list_runs, service.analyze, service.compare, service.gaps, service.findings, service.sql):
         tool(fn)
     return server
 

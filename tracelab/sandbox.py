@@ -64,23 +64,12 @@ class SandboxFailed(SandboxError):
 def run_limited(target: str, kwargs: dict[str, Any], budget: Budget = Budget()) -> Any:
     """Call `module:function(**kwargs)` in a child process under `budget`; its JSON result, or the
     typed error (see the module docstring). kwargs and the result must be JSON values."""
-    request = json.dumps(
-        {
-            "target": target,
-            "kwargs": kwargs,
-            "memory_bytes": int(budget.memory_bytes),
-            "seconds": budget.seconds,
-        }
-    )
+    request = json.dumps({"target": target, "kwargs": kwargs, "memory_bytes": int(budget.memory_bytes),
+                          "seconds": budget.seconds})
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tracelab.sandbox"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,  # its own process group: a timeout kills its children too
-    )
+    # start_new_session: its own process group, so a timeout kills its children too
+    proc = subprocess.Popen([sys.executable, "-m", "tracelab.sandbox"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
     try:
         out, err = proc.communicate(request.encode(), timeout=budget.seconds)
     except subprocess.TimeoutExpired:
@@ -123,9 +112,7 @@ def _result(returncode: int, out: bytes, err: bytes, budget: Budget) -> Any:
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     if "MemoryError" in tail[0] or "Cannot allocate memory" in tail[0]:
         raise SandboxMemory(f"needed more than its memory budget of {budget.memory_bytes / 2**30:g} GiB")
-    raise SandboxFailed(
-        f"the worker process ended without a result (exit {returncode}) {tail[0][:200]}".rstrip()
-    )
+    raise SandboxFailed(f"the worker process ended without a result (exit {returncode}) {tail[0][:200]}".rstrip())
 
 
 # ---- the child ------------------------------------------------------------------------------------
@@ -172,11 +159,7 @@ def _child_main() -> int:
 
 # ---- the dashboard's upload job -------------------------------------------------------------------
 
-_OPENERS = (
-    (b"\x1f\x8b", gzip.open, "gzip"),
-    (b"\xfd7zXZ\x00", lzma.open, "xz"),
-    (b"BZh", bz2.open, "bzip2"),
-)
+_OPENERS = ((b"\x1f\x8b", gzip.open, "gzip"), (b"\xfd7zXZ\x00", lzma.open, "xz"), (b"BZh", bz2.open, "bzip2"))
 
 
 def check_expanded_size(path: str | Path, limit_bytes: int, shown: str | None = None) -> int:
@@ -195,12 +178,9 @@ def check_expanded_size(path: str | Path, limit_bytes: int, shown: str | None = 
                     while block := z.read(_CHUNK):
                         total += len(block)
                         if total > limit_bytes:
-                            raise BadInput(
-                                f"expands to more than {limit_bytes:,} bytes ({kind}); the limit for an "
-                                "upload after decompression is "
-                                f"{limit_bytes:,} bytes: import it with `tracelab import` instead",
-                                label,
-                            )
+                            raise BadInput(f"expands to more than {limit_bytes:,} bytes ({kind}); the limit for an "
+                                           f"upload after decompression is {limit_bytes:,} bytes: import it with "
+                                           "`tracelab import` instead", label)
             except (OSError, EOFError, lzma.LZMAError, ValueError) as e:
                 raise BadInput(f"corrupt {kind} data ({e})", label) from None
             return total
@@ -210,14 +190,13 @@ def check_expanded_size(path: str | Path, limit_bytes: int, shown: str | None = 
     return size
 
 
-def import_trace_file(
-    db: str, path: str, name: str | None = None, source: str | None = None
-) -> dict[str, Any]:
-    """Parse one trace and import it into the store at `db` through the library facade
+def _import_upload_job(db: str, path: str, name: str, source: str, max_expanded_bytes: int) -> dict[str, Any]:
+    """Size-check one trace, parse it and import it into the store at `db` through the library facade
     (`tracelab.api.import_trace`, the one import workflow). {"run_id", "new", "events"}."""
     from .api.runs import import_trace
     from .store import Store
 
+    check_expanded_size(path, max_expanded_bytes, name)
     store = Store(db)
     try:
         done = import_trace(path, store, name, source_path=source)
@@ -226,26 +205,12 @@ def import_trace_file(
         store.close()
 
 
-def _import_upload_job(db: str, path: str, name: str, source: str, max_expanded_bytes: int) -> dict[str, Any]:
-    check_expanded_size(path, max_expanded_bytes, name)
-    return import_trace_file(db, path, name=name, source=source)
-
-
 def import_upload(
     db: str | Path, path: str | Path, *, name: str, source: str, max_expanded_bytes: int, budget: Budget
 ) -> dict[str, Any]:
-    """Size-check, parse and import an uploaded file in a child under `budget`; see import_trace_file."""
-    return run_limited(
-        "tracelab.sandbox:_import_upload_job",
-        {
-            "db": str(db),
-            "path": str(path),
-            "name": name,
-            "source": source,
-            "max_expanded_bytes": int(max_expanded_bytes),
-        },
-        budget,
-    )
+    """Size-check, parse and import an uploaded file in a child under `budget`; see _import_upload_job."""
+    return run_limited("tracelab.sandbox:_import_upload_job", {"db": str(db), "path": str(path), "name": name,
+                       "source": source, "max_expanded_bytes": int(max_expanded_bytes)}, budget)
 
 
 if __name__ == "__main__":

@@ -24,31 +24,15 @@ class WorkloadParams:
 
 
 WORKLOAD_PARAMS: dict[str, WorkloadParams] = {
+    # small kernels must outlast the host's launch cost (~20 µs a Triton launch) or nothing overlaps;
+    # 8 MB chunks were host-bound under nsys
     "overlap": WorkloadParams(
-        # small kernels must outlast the host's launch cost (~20 µs a Triton launch) or nothing overlaps:
-        # with 5000 iterations (~10 µs) the first recording showed no kernel-kernel overlap at all
-        full={
-            "chunk_mb": 64,
-            "chunks": 8,
-            "iters": 2000,
-            "steps": 10,
-            "streams": 8,
-            "small_programs": 16,
-            "small_iters": 400000,
-        },
-        # 8 MB chunks were host-bound under nsys (one recording: 16% of copy time overlapped, the next 52%)
+        full={"chunk_mb": 64, "chunks": 8, "iters": 2000, "steps": 10, "streams": 8, "small_programs": 16,
+              "small_iters": 400000},
         quick={"chunk_mb": 32, "chunks": 4, "steps": 6, "small_iters": 200000},
     ),
     "sync_pitfalls": WorkloadParams(
-        full={
-            "batch": 8192,
-            "width": 4096,
-            "layers": 4,
-            "classes": 1000,
-            "steps": 30,
-            "log_every": 10,
-            "batches": 4,
-        },
+        full={"batch": 8192, "width": 4096, "layers": 4, "classes": 1000, "steps": 30, "log_every": 10, "batches": 4},
         quick={"batch": 2048, "width": 1024, "steps": 20},
     ),
     "pdl": WorkloadParams(
@@ -56,28 +40,15 @@ WORKLOAD_PARAMS: dict[str, WorkloadParams] = {
         quick={"chain": 16, "steps": 10},
     ),
     "graphs": WorkloadParams(
-        full={
-            "elements": 4096,
-            "ops": 200,
-            "steps": 20,
-            "branch_kernels": 4,
-            "branch_programs": 16,
-            # ~0.35 ms a kernel on an H100: longer than a Triton launch under a profiler, so the eager
-            # version overlaps too (20k iterations, ~70 µs, left it launch-bound: 12-32% overlap)
-            "branch_iters": 100000,
-        },
+        # branch_iters: ~0.35 ms a kernel on an H100, longer than a Triton launch under a profiler, so the
+        # eager version overlaps too
+        full={"elements": 4096, "ops": 200, "steps": 20, "branch_kernels": 4, "branch_programs": 16,
+              "branch_iters": 100000},
         quick={"ops": 100, "steps": 10},
     ),
     "green_contexts": WorkloadParams(
-        full={
-            "size": 8192,
-            "matmuls": 4,
-            "elements": 1 << 26,
-            "elementwise": 16,
-            "small_sms": 16,
-            "steps": 5,
-            "matmul": "cublas",
-        },
+        full={"size": 8192, "matmuls": 4, "elements": 1 << 26, "elementwise": 16, "small_sms": 16, "steps": 5,
+              "matmul": "cublas"},
         quick={"steps": 3},  # the effect needs the full sizes; quick only runs fewer steps
     ),
     "fusion": WorkloadParams(
@@ -85,9 +56,8 @@ WORKLOAD_PARAMS: dict[str, WorkloadParams] = {
         quick={"elements": 1 << 24, "steps": 10},
     ),
     "default_stream": WorkloadParams(
-        # each worker kernel must outlast the host's launches (~0.1-0.3 ms a Triton launch under a
-        # profiler) or the host, not the streams, serializes them: 50k iterations (~0.18 ms on an H100,
-        # first recording) left the GPU waiting for launches in every variant; 500k run ~1.8 ms
+        # each worker kernel (~1.8 ms on an H100) must outlast the host's launches (~0.1-0.3 ms a Triton
+        # launch under a profiler) or the host, not the streams, serializes them
         full={"pairs": 4, "programs": 16, "iters": 500000, "steps": 20},
         quick={"steps": 6},
     ),
@@ -96,31 +66,15 @@ WORKLOAD_PARAMS: dict[str, WorkloadParams] = {
         quick={"steps": 10},
     ),
     "comm_overlap": WorkloadParams(
-        full={
-            "size": 8192,
-            "matmuls": 4,
-            # 0: sized on the recording GPUs so that one all-reduce takes about as long as the matmuls
-            # (size_all_reduce); meta.json's facts say the size and both measured durations
-            "comm_elements": 0,
-            "comm_sms": 24,
-            "steps": 5,
-            "dist_backend": "nccl",  # "gloo" runs the plumbing with two ranks on one GPU (no NCCL kernels)
-        },
+        # comm_elements 0: sized on the recording GPUs so that one all-reduce takes about as long as the
+        # matmuls (size_all_reduce; meta.json's facts say the size and both durations); dist_backend "gloo"
+        # runs the plumbing with two ranks on one GPU (no NCCL kernels)
+        full={"size": 8192, "matmuls": 4, "comm_elements": 0, "comm_sms": 24, "steps": 5, "dist_backend": "nccl"},
         quick={"steps": 3},
     ),
     "input_pipeline": WorkloadParams(
-        full={
-            "batch": 8,
-            "sample_ms": 5.0,
-            "sample_rows": 64,
-            "width": 1024,
-            "layers": 4,
-            "gpu_step_ms": 4.0,
-            "slow_workers": 2,
-            "fast_workers": 12,
-            "prefetch_factor": 4,
-            "steps": 24,
-        },
+        full={"batch": 8, "sample_ms": 5.0, "sample_rows": 64, "width": 1024, "layers": 4, "gpu_step_ms": 4.0,
+              "slow_workers": 2, "fast_workers": 12, "prefetch_factor": 4, "steps": 24},
         quick={"steps": 12},
     ),
 }

@@ -13,19 +13,12 @@ from tracelab.text_format import fmt_ns
 
 from ..urls import href
 
-PAGES = (
-    ("Runs", "runs"),
-    ("Timeline", "timeline"),
-    ("Gaps & findings", "gaps"),
-    ("Overlap", "overlap"),
-    ("Kernels", "kernels"),
-    ("Ranges", "ranges"),
-    ("Ranks", "ranks"),
-    ("Compare", "compare"),
-)
+# (name, path) of every page, in the navigation bar's order; the page's module is app.pages.<path>
+PAGES = (("Runs", "runs"), ("Timeline", "timeline"), ("Gaps & findings", "gaps"), ("Overlap", "overlap"),
+         ("Kernels", "kernels"), ("Ranges", "ranges"), ("Ranks", "ranks"), ("Compare", "compare"))
 
 
-def error_page(title: str, message: str, *, page_id: str = "error") -> html.Div:
+def error_page(title: str, message: str) -> html.Div:
     """A clear page for a bad run id / window / file: what is wrong, and where to go instead."""
     return html.Div(
         [
@@ -33,7 +26,7 @@ def error_page(title: str, message: str, *, page_id: str = "error") -> html.Div:
             html.P(message, id="error-message", className="error-message"),
             html.P([dcc.Link("Back to the list of runs", href="/")]),
         ],
-        id=page_id,
+        id="error",
         className="error-page",
     )
 
@@ -51,7 +44,7 @@ def run_header(record: RunRecord, page: str) -> html.Div:
                     " · ",
                     f"{record.events:,} events",
                     # the whole trace, host events included (as `tracelab runs` says it); the figures' "span"
-                    # is the GPU's, shorter: one word for each (issue 28: "span" 62.30 ms vs 57.92 ms)
+                    # is the GPU's, shorter: one word for each
                     " · trace ",
                     fmt_ns(record.span_ns),
                 ],
@@ -81,15 +74,8 @@ def data_table(table_id: str, df: pd.DataFrame, columns: Sequence[dict[str, Any]
         filter_action="native",
         page_size=kw.pop("page_size", 25),
         style_table={"overflowX": "auto"},
-        style_cell={
-            "fontFamily": "monospace",
-            "fontSize": 12,
-            "textAlign": "left",
-            "maxWidth": 640,
-            "overflow": "hidden",
-            "textOverflow": "ellipsis",
-            "whiteSpace": "nowrap",
-        },
+        style_cell={"fontFamily": "monospace", "fontSize": 12, "textAlign": "left", "maxWidth": 640, "overflow": "hidden",
+                    "textOverflow": "ellipsis", "whiteSpace": "nowrap"},
         style_header={"fontWeight": "bold"},
         tooltip_duration=None,
         **kw,

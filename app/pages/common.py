@@ -74,3 +74,15 @@ def with_run(state: AppState, run: str | None, body: Callable[[RunRecord], html.
         return error_page("Cannot analyse this run", describe_error(exc))
     except Exception as exc:  # noqa: BLE001 - see internal_error_page
         return internal_error_page(exc, f"run {record.id}")
+
+
+def clicked_row(active_cell: dict | None, rows: list[dict] | None, *, by_index: bool = False) -> dict | None:
+    """The table row of a click (by its row id; with `by_index`, else by its position) when it has a name."""
+    if not active_cell or not rows:
+        return None
+    row_id = active_cell.get("row_id")
+    row = next((r for r in rows if r.get("id") == row_id), None) if row_id is not None else None
+    if row is None and by_index:
+        i = active_cell.get("row")
+        row = rows[i] if isinstance(i, int) and 0 <= i < len(rows) else None
+    return row if row is not None and row.get("name") else None

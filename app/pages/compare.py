@@ -21,9 +21,6 @@ from ..data import comparison_tables
 from ..state import AppState, current_state, describe_error
 from ..urls import href
 
-PATH = "/compare"
-
-
 _HEADER_WORDS = (("_delta_pct", " Δ %"), ("delta_pct", "Δ %"), ("_delta", " Δ (B − A)"), ("_a", " A"), ("_b", " B"))
 
 
@@ -39,17 +36,17 @@ def _columns(df) -> list[dict[str, str]]:
     return [{"name": _header(c), "id": c} for c in df.columns if c != "id"]
 
 
-def _fmt_delta_table(df, time_cols: list[str]):
-    """Times written by text_format (deltas signed, a plain 0 for no change), counts with thousands
-    separators (deltas signed)."""
+def _delta_table(table_id: str, df, time: str):
+    """A table of A / B / delta columns: the `time`_a, _b, _delta columns written by text_format (deltas
+    signed, a plain 0 for no change), counts with thousands separators (deltas signed)."""
     out = df.copy()
     for c in out.columns:
         values = out[c].tolist()
-        if c in time_cols:
+        if c in (f"{time}_a", f"{time}_b", f"{time}_delta"):
             out[c] = [fmt_signed_ns(v) if c.endswith("_delta") else fmt_ns(v) for v in values]
         elif c.startswith(("count", "calls")):
             out[c] = [fmt_signed_count(v) if c.endswith("_delta") else fmt_count(v) for v in values]
-    return out
+    return data_table(table_id, out, _columns(out))
 
 
 def green_contexts_section(cmp: Any) -> Any:
@@ -60,26 +57,18 @@ def green_contexts_section(cmp: Any) -> Any:
         return ""
     header = html.Tr([html.Th(h) for h in ("", "A (baseline)", "B (variant)", "B / A")])
     body = [html.Tr([html.Td(r[0])] + [html.Td(x, className="n") for x in r[1:]]) for r in green_context_rows(cmp)]
-    return html.Div(
-        [
-            html.H4(f"Green contexts: {green_context_title(cmp)}"),
-            html.P(green_context_message(g), className="green-explanation"),
-            html.Table([html.Thead(header), html.Tbody(body)], id="compare-green-table"),
-        ],
-        id="compare-green-contexts",
-    )
+    return html.Div([html.H4(f"Green contexts: {green_context_title(cmp)}"),
+                     html.P(green_context_message(g), className="green-explanation"),
+                     html.Table([html.Thead(header), html.Tbody(body)], id="compare-green-table")],
+                    id="compare-green-contexts")
 
 
 def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     """The comparison of runs a (baseline) and b (variant), or a line saying what is missing."""
     if not a or not b:
         named = a or b
-        text = (
-            "No run of the same workload or program to compare it with: pick the "
-            + ("variant (B)." if a else "baseline (A).")
-            if named
-            else "Pick a baseline and a variant run."
-        )
+        text = ("No run of the same workload or program to compare it with: pick the "
+                + ("variant (B)." if a else "baseline (A).") if named else "Pick a baseline and a variant run.")
         return html.Div(text, id="compare-result", className="hint")
     try:
         ra, rb = state.record(a), state.record(b)
@@ -97,12 +86,8 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
     if cmp.totals is not None:
         span, idle = cmp.totals.span_ns, cmp.totals.idle_ns
         headline = [
-            html.Span(
-                f"span {fmt_ns(span.a)} → {fmt_ns(span.b)}" + ("" if span.pct is None else f" ({fmt_pct(span.pct)})")
-            ),
-            " · ",
-            html.Span(f"idle {fmt_ns(idle.a)} → {fmt_ns(idle.b)}"),
-            " · ",
+            html.Span(f"span {fmt_ns(span.a)} → {fmt_ns(span.b)}" + ("" if span.pct is None else f" ({fmt_pct(span.pct)})")),
+            " · ", html.Span(f"idle {fmt_ns(idle.a)} → {fmt_ns(idle.b)}"), " · ",
             html.Span(f"busy {cmp.totals.busy_fraction_a:.1%} → {cmp.totals.busy_fraction_b:.1%}"),
         ]
     parts: list[Any] = [
@@ -110,33 +95,17 @@ def compare_content(state: AppState, a: str | None, b: str | None) -> html.Div:
         html.Div(headline, id="compare-headline", className="compare-headline"),
         html.Ul([html.Li(n) for n in cmp.notes], className="notes") if cmp.notes else "",
         green_contexts_section(cmp),
-        dcc.Graph(
-            id="compare-bars",
-            figure=compare_bars_figure(cmp, a_label=f"A: {ra.name}", b_label=f"B: {rb.name}"),
-            config={"displaylogo": False},
-        ),
+        dcc.Graph(id="compare-bars", figure=compare_bars_figure(cmp, a_label=f"A: {ra.name}", b_label=f"B: {rb.name}"),
+                  config={"displaylogo": False}),
         html.H4("Devices"),
         data_table("compare-devices", dev.drop(columns=["unit"]), _columns(dev.drop(columns=["unit"])), page_size=40),
         html.H4("Idle gaps by cause"),
-        data_table("compare-gaps", g := _fmt_delta_table(t["gaps"], ["time_a", "time_b", "time_delta"]), _columns(g)),
-        html.H4(
-            f"Findings ({cmp.new_findings} new, {cmp.gone_findings} gone, {cmp.changed_findings} changed)"
-        ),
-        data_table(
-            "compare-findings",
-            f := _fmt_delta_table(t["findings"], ["wasted_a", "wasted_b", "wasted_delta"]),
-            _columns(f),
-        ),
+        _delta_table("compare-gaps", t["gaps"], "time"),
+        html.H4(f"Findings ({cmp.new_findings} new, {cmp.gone_findings} gone, {cmp.changed_findings} changed)"),
+        _delta_table("compare-findings", t["findings"], "wasted"),
     ]
     if cmp.kernels_compared:
-        parts += [
-            html.H4("Top kernels"),
-            data_table(
-                "compare-kernels",
-                k := _fmt_delta_table(t["kernels"], ["total_a", "total_b", "total_delta"]),
-                _columns(k),
-            ),
-        ]
+        parts += [html.H4("Top kernels"), _delta_table("compare-kernels", t["kernels"], "total")]
     return html.Div(parts, id="compare-result")
 
 
@@ -192,7 +161,7 @@ def default_pair(state: AppState, a: str | None, b: str | None) -> tuple[str | N
     """(baseline, variant) to show: what the URL names; with only one run named, that run and its
     related baseline (`related_baseline`); with none, the newest run and its related baseline. A run of
     another workload or program is never pre-selected: without a related run the other side is None and
-    the page asks for it (issue 28: a DDP run against default_stream/legacy_blocking read "+63959 %")."""
+    the page asks for it (a DDP run against another workload's run reads nothing useful)."""
     records = state.runs()
     ids = [r.id for r in records]
 
@@ -223,15 +192,9 @@ def compare_layout(state: AppState, a: str | None = None, b: str | None = None) 
     return html.Div(
         [
             html.H2("Compare runs"),
-            html.Div(
-                [
-                    html.Label("baseline (A)"),
-                    dcc.Dropdown(id="compare-a", options=opts, value=a_id, clearable=False),
-                    html.Label("variant (B)"),
-                    dcc.Dropdown(id="compare-b", options=opts, value=b_id, clearable=False),
-                ],
-                className="compare-pickers",
-            ),
+            html.Div([html.Label("baseline (A)"), dcc.Dropdown(id="compare-a", options=opts, value=a_id, clearable=False),
+                      html.Label("variant (B)"), dcc.Dropdown(id="compare-b", options=opts, value=b_id, clearable=False)],
+                     className="compare-pickers"),
             dcc.Link("Permalink", id="compare-permalink", href=href("compare", a=a_id, b=b_id)),
             dcc.Loading(html.Div(compare_content(state, a_id, b_id), id="compare-content"), type="dot"),
         ],

@@ -1,6 +1,6 @@
 """Gaps & findings page: /gaps?run=ID. Gaps with cause and evidence, findings with evidence; each gap
 (table row or chart point) and each finding links to the timeline at its window. The page loads neither
-plotly.js nor Dash's DataTable (loading and running them was most of its draw time, issue 28): the chart is
+plotly.js nor Dash's DataTable (loading and running them was most of its draw time): the chart is
 an SVG element (tracelab.render.figures.gaps_svg, put in the page by app/assets/gaps_chart.js) and the gaps table plain HTML, a page of PAGE_ROWS rows at a
 time, sorted and filtered by cause on the server (on_gaps_view)."""
 
@@ -23,7 +23,6 @@ from ..state import AppState, current_state
 from ..urls import gap_window, timeline_href
 from .common import with_run
 
-PATH = "/gaps"
 PAGE_ROWS = 25  # gaps per page of the table
 SORTS = {"length": "longest first", "start": "earliest first", "cause": "by cause"}
 GAP_COLUMNS = (("rank", "rank"), ("GPU", "device"), ("at (from the run start)", "at"), ("duration", "duration"),
@@ -53,10 +52,8 @@ def gaps_body(state: AppState, record) -> html.Div:
             *_setup_paragraph(analysis, record.start_ns),
             html.H3(f"Findings ({len(analysis.findings)})"),
             findings_list(record, analysis),
-            html.H3(
-                f"Idle gaps ({len(table)}, {fmt_ns(total)} in total; threshold "
-                f"{fmt_ns(analysis.options.gap_threshold_ns)})"
-            ),
+            html.H3(f"Idle gaps ({len(table)}, {fmt_ns(total)} in total; threshold "
+                    f"{fmt_ns(analysis.options.gap_threshold_ns)})"),
             html.P(
                 "Click a gap (row or point) to open the timeline there."
                 + (" The steps' gaps come first, longest first; the set-up's (before each rank's first step) "
@@ -66,18 +63,11 @@ def gaps_body(state: AppState, record) -> html.Div:
             ),
             gaps_chart(record, analysis, table.longest(5000)),
             gaps_controls(table, bool(analysis.setup)),
-            html.Table(
-                [html.Thead(html.Tr([html.Th(name) for name, _ in gap_columns(bool(analysis.setup))])),
-                 html.Tbody(rows, id="gaps-rows")],
-                id="gaps-table",
-                className="gaps-table",
-            ),
+            html.Table([html.Thead(html.Tr([html.Th(name) for name, _ in gap_columns(bool(analysis.setup))])),
+                        html.Tbody(rows, id="gaps-rows")], id="gaps-table", className="gaps-table"),
             gaps_pager(label),
             html.Details([html.Summary("Findings as a table"), _findings_table(analysis)]),
-            dcc.Store(
-                id="gaps-run",
-                data={"run": record.id, "lo": str(record.start_ns or 0), "hi": str(record.end_ns or 0)},
-            ),
+            dcc.Store(id="gaps-run", data={"run": record.id, "lo": str(record.start_ns or 0), "hi": str(record.end_ns or 0)}),
             dcc.Store(id="gaps-view", data=view),
         ],
         id="gaps-page",
@@ -89,33 +79,18 @@ def findings_list(record, analysis) -> html.Ul:
     items = []
     for i, f in enumerate(analysis.findings):
         w = finding_window(f)
-        link = (
-            timeline_href(record.id, *gap_window(w[0], w[1], record.start_ns, record.end_ns))
-            if w
-            else timeline_href(record.id)
-        )
-        items.append(
-            html.Li(
-                [
-                    html.Span(f.severity.upper(), className=f"sev sev-{f.severity}"),
-                    " ",
-                    html.B(f.rule),
-                    " — ",
-                    f.message,
-                    html.Br(),
-                    html.Small(f"{f.count} occurrence(s) · wasted {fmt_ns(f.wasted_ns)} · {f.where}"),
-                    " ",
-                    dcc.Link("show in timeline", href=link, id=f"finding-link-{i}"),
-                ],
-                className="finding",
-            )
-        )
+        link = timeline_href(record.id, *gap_window(w[0], w[1], record.start_ns, record.end_ns)) if w else timeline_href(record.id)
+        items.append(html.Li([
+            html.Span(f.severity.upper(), className=f"sev sev-{f.severity}"), " ", html.B(f.rule), " — ", f.message,
+            html.Br(), html.Small(f"{f.count} occurrence(s) · wasted {fmt_ns(f.wasted_ns)} · {f.where}"), " ",
+            dcc.Link("show in timeline", href=link, id=f"finding-link-{i}"),
+        ], className="finding"))
     return html.Ul(items or [html.Li("No findings.")], id="findings-list")
 
 
 def gaps_chart(record, analysis, drawn: list) -> html.Div:
     """The chart of the `drawn` gaps: one SVG element (no plotly.js, no iframe: loading plotly.js, then
-    an iframe's document, were most of this page's draw time, issue 28) that app/assets/gaps_chart.js puts
+    an iframe's document, were most of this page's draw time) that app/assets/gaps_chart.js puts
     in the page from `data-svg`; each point a link to the timeline at its gap, its evidence the tooltip."""
     links = [timeline_href(record.id, *gap_window(g.start_ns, g.end_ns, record.start_ns, record.end_ns))
              for g in drawn]
@@ -148,14 +123,9 @@ def gaps_controls(table: GapTable, with_part: bool) -> html.Div:
 
 def gaps_pager(label: str) -> html.Div:
     """Previous / next page of the table, and which gaps the page shows."""
-    return html.Div(
-        [
-            html.Button("‹ previous", id="gaps-prev", n_clicks=0, className="gaps-btn"),
-            html.Span(label, id="gaps-page-label", className="hint"),
-            html.Button("next ›", id="gaps-next", n_clicks=0, className="gaps-btn"),
-        ],
-        className="gaps-controls",
-    )
+    return html.Div([html.Button("‹ previous", id="gaps-prev", n_clicks=0, className="gaps-btn"),
+                     html.Span(label, id="gaps-page-label", className="hint"),
+                     html.Button("next ›", id="gaps-next", n_clicks=0, className="gaps-btn")], className="gaps-controls")
 
 
 PARTS = {"steps": False, "set-up": True}
@@ -170,7 +140,7 @@ def gap_order(table: GapTable, sort: str = "length", cause: str = "", setup: np.
               part: str = "") -> np.ndarray:
     """Row indices of `table` in the table's order: longest first ("length"), earliest first ("start"),
     or by cause then longest first ("cause"); only gaps of `cause` when given. With `setup` (per gap: in its
-    rank's set-up) the steps' gaps lead, the set-up's after them (issue 24; "start" stays in time order),
+    rank's set-up) the steps' gaps lead, the set-up's after them ("start" stays in time order),
     and `part` ("steps" / "set-up") keeps one of the two. Ties keep table order."""
     dur, start, kind = table.duration, table.column("start"), table.column("cause").astype(np.int64)
     setup = np.zeros(len(table), dtype=bool) if setup is None else np.asarray(setup, dtype=bool)
@@ -265,7 +235,7 @@ def layout(run: str | None = None, **_ignored: Any) -> html.Div:
 
 
 def _setup_paragraph(analysis, origin: int) -> list:
-    """The set-up line (issue 24), when the run has steps and something before the first one."""
+    """The set-up line, when the run has steps and something before the first one."""
     from tracelab.render.text.setup import setup_sentence
 
     text = setup_sentence(analysis, origin)

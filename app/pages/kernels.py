@@ -13,9 +13,7 @@ from tracelab.text_format import fmt_ns
 from ..components import data_table, run_header
 from ..state import AppState, current_state
 from ..urls import timeline_href
-from .common import with_run
-
-PATH = "/kernels"
+from .common import clicked_row, with_run
 
 
 def kernels_frame(state: AppState, run_id: str):
@@ -77,14 +75,8 @@ def kernels_layout(state: AppState, run: str | None = None) -> html.Div:
 def kernel_click_href(run_id: str | None, active_cell: dict[str, Any] | None, rows: list[dict] | None) -> str | None:
     """The timeline of the clicked kernel row's kernel: its instances found by name (search), the
     first one in view, all highlighted and counted."""
-    if not run_id or not active_cell or not rows:
-        return None
-    row_id = active_cell.get("row_id")
-    row = next((r for r in rows if r.get("id") == row_id), None) if row_id is not None else None
-    if row is None:
-        i = active_cell.get("row")
-        row = rows[i] if isinstance(i, int) and 0 <= i < len(rows) else None
-    if row is None or not row.get("name"):
+    row = clicked_row(active_cell, rows, by_index=True)
+    if not run_id or row is None:
         return None
     return timeline_href(run_id, q=str(row["name"]))
 

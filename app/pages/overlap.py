@@ -26,8 +26,6 @@ from ..state import AppState, current_state
 from .common import with_run
 from .ranks import wait_matrix_of, wait_matrix_section
 
-PATH = "/overlap"
-
 
 def overlap_layout(state: AppState, run: str | None = None) -> html.Div:
     def body(record) -> html.Div:
@@ -36,24 +34,17 @@ def overlap_layout(state: AppState, run: str | None = None) -> html.Div:
         sections = [_device_matrix(timeline, d.rank, d.device, open_=len(analysis.devices) == 1)
                     for d in analysis.devices]
         parts: list[Any] = [run_header(record, "Overlap")]
-        if len(analysis.devices) > 1:  # the ranks side by side first (issue 28: the page was 4,857 px tall)
+        if len(analysis.devices) > 1:  # the ranks side by side first (a page of one matrix per device is tall)
             parts += [html.H3("Ranks at a glance"), _rank_summary(analysis.devices, [n for _, n in sections])]
         if len({d.rank for d in analysis.devices}) > 1:  # and who waited for whom (rank × rank)
             parts += wait_matrix_section(wait_matrix_of(state, record.id))
         parts += [
             html.H3("Compute, copy and communication"),
-            dcc.Graph(
-                id="overlap-bars", figure=overlap_bars_figure(analysis.devices), config={"displaylogo": False}
-            ),
+            dcc.Graph(id="overlap-bars", figure=overlap_bars_figure(analysis.devices), config={"displaylogo": False}),
             html.H3("Stream utilization"),
-            dcc.Graph(
-                id="stream-util",
-                figure=stream_utilization_figure(analysis.devices),
-                config={"displaylogo": False},
-            ),
+            dcc.Graph(id="stream-util", figure=stream_utilization_figure(analysis.devices), config={"displaylogo": False}),
+            html.H3("Stream × stream overlap"), *(section for section, _ in sections),
         ]
-        parts.append(html.H3("Stream × stream overlap"))
-        parts += [section for section, _ in sections]
         return html.Div(parts, id="overlap-page")
 
     return with_run(state, run, body)
@@ -82,11 +73,8 @@ def _device_matrix(timeline: Any, rank: int, device: int, *, open_: bool) -> tup
         summary = (f"rank {rank} · GPU {device}: {len(sub)} of {len(m)} streams run at the same time as another "
                    f"(the most between two: {most})")
         title = f"rank {rank} · GPU {device}: stream × stream overlap (diagonal: busy time)"
-        body: Any = dcc.Graph(
-            id=f"overlap-matrix-{rank}-{device}",
-            figure=overlap_matrix_figure(sub, title=title),
-            config={"displaylogo": False},
-        )
+        body: Any = dcc.Graph(id=f"overlap-matrix-{rank}-{device}", figure=overlap_matrix_figure(sub, title=title),
+                              config={"displaylogo": False})
     else:
         summary = f"rank {rank} · GPU {device}: no two of its {len(m)} streams run at the same time"
         body = html.P("Every stream runs alone: nothing to draw.", className="hint")
@@ -106,16 +94,10 @@ def rank_summary_rows(devices: Any, overlapping: list[int]) -> list[dict[str, st
     out = []
     for d, n_over in zip(devices, overlapping):
         share = f" ({100 * d.busy_ns / d.span_ns:.0f}%)" if d.span_ns else ""
-        out.append({
-            "rank · GPU": f"rank {d.rank} · GPU {d.device}",
-            "busy": fmt_ns(d.busy_ns) + share,
-            "kernels (compute+comm)": fmt_ns(d.kernel_ns),
-            "copy": fmt_ns(d.memcpy_ns),
-            "comm": fmt_ns(d.comm_ns),
-            "compute ∩ comm": fmt_ns(d.overlap.compute_comm_ns),
-            "streams with work": str(sum(1 for s in d.streams if s.busy_ns > 0)),
-            "streams overlapping": str(n_over),
-        })
+        out.append(dict(zip(RANK_COLUMNS, (
+            f"rank {d.rank} · GPU {d.device}", fmt_ns(d.busy_ns) + share, fmt_ns(d.kernel_ns), fmt_ns(d.memcpy_ns),
+            fmt_ns(d.comm_ns), fmt_ns(d.overlap.compute_comm_ns), str(sum(1 for s in d.streams if s.busy_ns > 0)),
+            str(n_over)))))
     return out
 
 

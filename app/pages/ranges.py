@@ -16,9 +16,7 @@ from tracelab.text_format import fmt_ns
 from ..components import data_table, run_header
 from ..state import AppState, current_state
 from ..urls import gap_window, timeline_href
-from .common import with_run
-
-PATH = "/ranges"
+from .common import clicked_row, with_run
 
 
 def ranges_frame(state: AppState, run_id: str) -> tuple[pd.DataFrame, Any]:
@@ -88,11 +86,8 @@ def ranges_layout(state: AppState, run: str | None = None) -> html.Div:
 
 def range_click_href(run_id: str | None, active_cell: dict[str, Any] | None, rows: list[dict] | None) -> str | None:
     """The timeline on the clicked range's first instance, its instances found by name (search)."""
-    if not run_id or not active_cell or not rows:
-        return None
-    row_id = active_cell.get("row_id")
-    row = next((r for r in rows if r.get("id") == row_id), None) if row_id is not None else None
-    if row is None or not row.get("name"):
+    row = clicked_row(active_cell, rows)
+    if not run_id or row is None:
         return None
     t0, t1 = int(row.get("t0", -1)), int(row.get("t1", -1))
     if t0 >= 0 and t1 > t0:

@@ -21,53 +21,33 @@ from ..components import data_table, run_header
 from ..state import AppState, current_state
 from .common import with_run
 
-PATH = "/ranks"
-
 
 def ranks_of(state: AppState, run_id: str) -> RankAnalysis:
-    return state.cached(
-        ("ranks", run_id),
-        lambda: rank_analysis(state.timeline(run_id), state.analysis(run_id), state.context(run_id)),
-    )
+    return state.cached(("ranks", run_id),
+                        lambda: rank_analysis(state.timeline(run_id), state.analysis(run_id), state.context(run_id)))
 
 
 def rank_frame(ra: RankAnalysis) -> pd.DataFrame:
     rows = []
     for r in ra.ranks:
         causes = dict(r.idle_by_cause)
-        rows.append(
-            {
-                "rank": r.rank,
-                "span": fmt_ns(r.span_ns),
-                "busy %": round(100.0 * r.busy_ns / r.span_ns, 1) if r.span_ns else 0.0,
-                "idle": fmt_ns(r.idle_ns),
-                **{f"idle {c}": fmt_ns(ns) for c, ns in causes.items() if ns},
-                "comm": fmt_ns(r.comm_ns),
-                "comm∥compute": fmt_ns(r.compute_comm_overlap_ns),
-                "waited in collectives": fmt_ns(r.collective_wait_ns),
-                "waited (ns)": r.collective_wait_ns,
-                "times last": r.times_last,
-            }
-        )
+        rows.append({
+            "rank": r.rank, "span": fmt_ns(r.span_ns), "busy %": round(100.0 * r.busy_ns / r.span_ns, 1) if r.span_ns else 0.0,
+            "idle": fmt_ns(r.idle_ns), **{f"idle {c}": fmt_ns(ns) for c, ns in causes.items() if ns},
+            "comm": fmt_ns(r.comm_ns), "comm∥compute": fmt_ns(r.compute_comm_overlap_ns),
+            "waited in collectives": fmt_ns(r.collective_wait_ns), "waited (ns)": r.collective_wait_ns,
+            "times last": r.times_last,
+        })
     return pd.DataFrame(rows).fillna("0 ns") if rows else pd.DataFrame()
 
 
 def collectives_frame(ra: RankAnalysis) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "collective": f"{c.name} #{c.seq}",
-                "ranks": c.count,
-                "first arrival": fmt_ns(c.start_ns - ra.collectives.calls[0].start_ns),
-                "skew": fmt_ns(c.skew_ns),
-                "skew (ns)": c.skew_ns,
-                "last rank": c.last_rank,
-                "others waited": fmt_ns(c.wait_ns),
-                "waited (ns)": c.wait_ns,
-            }
-            for c in ra.collectives.calls
-        ]
-    )
+    return pd.DataFrame([
+        {"collective": f"{c.name} #{c.seq}", "ranks": c.count,
+         "first arrival": fmt_ns(c.start_ns - ra.collectives.calls[0].start_ns), "skew": fmt_ns(c.skew_ns),
+         "skew (ns)": c.skew_ns, "last rank": c.last_rank, "others waited": fmt_ns(c.wait_ns), "waited (ns)": c.wait_ns}
+        for c in ra.collectives.calls
+    ])
 
 
 def wait_matrix_of(state: AppState, run_id: str) -> WaitMatrix:
@@ -118,13 +98,8 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
         ra = ranks_of(state, record.id)
         parts: list[Any] = [run_header(record, "Ranks")]
         if not ra.multi_rank:
-            parts.append(
-                html.P(
-                    "This run has one rank. Import a directory (or a glob) of per-rank traces to compare ranks.",
-                    id="ranks-single",
-                    className="hint",
-                )
-            )
+            parts.append(html.P("This run has one rank. Import a directory (or a glob) of per-rank traces to compare ranks.",
+                                id="ranks-single", className="hint"))
             return html.Div(parts, id="ranks-page")
         heat = state.cached(
             ("rank-heatmap", record.id),
@@ -133,23 +108,16 @@ def ranks_layout(state: AppState, run: str | None = None) -> html.Div:
         c = ra.collectives
         strag = stragglers_text(ra, 5)
         parts += [
-            html.P(
-                f"{len(ra.ranks)} ranks; {len(c.calls)} collectives matched across ranks"
-                + (f"; stragglers: {strag}" if strag else ""),
-                id="ranks-summary",
-            ),
+            html.P(f"{len(ra.ranks)} ranks; {len(c.calls)} collectives matched across ranks"
+                   + (f"; stragglers: {strag}" if strag else ""), id="ranks-summary"),
             *wait_matrix_section(wait_matrix_of(state, record.id)),
             data_table("ranks-table", rank_frame(ra), page_size=32),
             *(dcc.Graph(id=f"ranks-{k}", figure=rank_heatmap_figure(heat, k), config={"displaylogo": False})
               for k in ("busy", "wait")),
         ]
         if c.calls:
-            parts += [
-                html.H3("Collectives"),
-                data_table("collectives-table", collectives_frame(ra), page_size=20),
-            ]
-        for n in c.notes:
-            parts.append(html.P(n, className="hint"))
+            parts += [html.H3("Collectives"), data_table("collectives-table", collectives_frame(ra), page_size=20)]
+        parts += [html.P(n, className="hint") for n in c.notes]
         return html.Div(parts, id="ranks-page")
 
     return with_run(state, run, body)

@@ -19,43 +19,19 @@ from typing import Any
 from dash import dcc, html
 
 from tracelab.api import import_upload as import_upload_limited
-from tracelab.api.types import RunRecord, SandboxError
+from tracelab.api.types import SandboxError
 from tracelab.errors import BadInput, DuplicateRun, TracelabError
 from tracelab.text_format import fmt_ns
 
 from ..state import AppState, current_state, describe_error
 from ..urls import href
 
-PATH = "/"
-def runs_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": r.id,
-            "name": r.name,
-            "workload": r.workload,
-            "variant": r.variant,
-            "backend": r.backend,
-            "gpu": r.gpu,
-            "format": r.format,
-            "events": r.events,
-            "span": fmt_ns(r.span_ns),
-            "created": r.created,
-            "source": r.source,
-        }
-        for r in records
-    ]
-
 
 def runs_list(state: AppState) -> html.Div:
     records = state.runs()
     if not records:
-        return html.Div(
-            [html.P("No runs in the store yet. Import a trace below, or run `tracelab demo`.")],
-            id="runs-list",
-        )
-    head = html.Tr(
-        [html.Th(h) for h in ("run", "id", "workload · variant · backend", "GPU", "events", "span", "")]
-    )
+        return html.Div([html.P("No runs in the store yet. Import a trace below, or run `tracelab demo`.")], id="runs-list")
+    head = html.Tr([html.Th(h) for h in ("run", "id", "workload · variant · backend", "GPU", "events", "span", "")])
     body = [
         html.Tr(
             [
@@ -65,28 +41,17 @@ def runs_list(state: AppState) -> html.Div:
                 html.Td(r.gpu or ""),
                 html.Td(f"{r.events:,}", className="n"),
                 html.Td(fmt_ns(r.span_ns), className="n"),
-                html.Td(
-                    [
-                        dcc.Link("timeline", href=href("timeline", run=r.id)),
-                        " · ",
-                        dcc.Link("gaps & findings", href=href("gaps", run=r.id)),
-                        " · ",
-                        dcc.Link("overlap", href=href("overlap", run=r.id)),
-                        " · ",
-                        dcc.Link("kernels", href=href("kernels", run=r.id)),
-                        " · ",
-                        dcc.Link("compare", href=href("compare", b=r.id)),
-                    ]
-                ),
+                html.Td([dcc.Link("timeline", href=href("timeline", run=r.id)), " · ",
+                         dcc.Link("gaps & findings", href=href("gaps", run=r.id)), " · ",
+                         dcc.Link("overlap", href=href("overlap", run=r.id)), " · ",
+                         dcc.Link("kernels", href=href("kernels", run=r.id)), " · ",
+                         dcc.Link("compare", href=href("compare", b=r.id))]),
             ],
             className="run-item",
         )
         for r in records
     ]
-    return html.Div(
-        html.Table([html.Thead(head), html.Tbody(body)], className="runs-table", id="runs-table"),
-        id="runs-list",
-    )
+    return html.Div(html.Table([html.Thead(head), html.Tbody(body)], className="runs-table", id="runs-table"), id="runs-list")
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -105,18 +70,13 @@ def decode_upload(contents: str | None, filename: str | None, max_bytes: int) ->
         raise BadInput("the upload is empty or malformed", filename or "upload")
     b64 = contents.split(",", 1)[1]
     if len(b64) * 3 // 4 > max_bytes + 3:
-        raise BadInput(
-            f"file too large: {len(b64) * 3 // 4:,} bytes, the limit is {max_bytes:,} bytes",
-            filename or "upload",
-        )
+        raise BadInput(f"file too large: {len(b64) * 3 // 4:,} bytes, the limit is {max_bytes:,} bytes", filename or "upload")
     try:
         data = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
         raise BadInput("the upload is not valid base64 data", filename or "upload") from None
     if len(data) > max_bytes:
-        raise BadInput(
-            f"file too large: {len(data):,} bytes, the limit is {max_bytes:,} bytes", filename or "upload"
-        )
+        raise BadInput(f"file too large: {len(data):,} bytes, the limit is {max_bytes:,} bytes", filename or "upload")
     if not data:
         raise BadInput("the file is empty", filename or "upload")
     return data
@@ -159,14 +119,8 @@ def _import_data(state: AppState, data: bytes, shown: str) -> tuple[bool, str, s
         path.write_bytes(data)
         # kept uploads are named by their file; a temporary directory's path means nothing later
         source = str(path) if tmp_dir is None else f"upload:{shown}"
-        result = import_upload_limited(
-            state.store.path,
-            path,
-            name=shown,
-            source=source,
-            max_expanded_bytes=state.max_expanded_bytes,
-            budget=state.upload_budget,
-        )
+        result = import_upload_limited(state.store.path, path, name=shown, source=source,
+                                       max_expanded_bytes=state.max_expanded_bytes, budget=state.upload_budget)
         run_id = str(result["run_id"])
         state.forget()
         if not result.get("new", True):
@@ -223,9 +177,7 @@ def on_upload(state: AppState, contents: str | None, filename: str | None) -> tu
     children: list[Any] = [message]
     if run_id:
         children += [" — ", dcc.Link("open its timeline", href=href("timeline", run=run_id))]
-    return html.Div(children, className="upload-ok" if ok else "upload-error", id="upload-result"), runs_list(
-        state
-    )
+    return html.Div(children, className="upload-ok" if ok else "upload-error", id="upload-result"), runs_list(state)
 
 
 def runs_layout(state: AppState) -> html.Div:
@@ -238,29 +190,12 @@ def runs_layout(state: AppState) -> html.Div:
             html.Div(
                 dcc.Upload(
                     id="upload",
-                    children=html.Div(
-                        [
-                            "Drop a trace here or ",
-                            html.A("choose a file"),
-                            f" (Kineto .json / .json.gz, nsys .sqlite; up to {limit // 2**20} MiB)",
-                        ]
-                    ),
-                    max_size=limit,
-                    multiple=False,
-                    className="upload-box",
-                    style={
-                        "border": "2px dashed #999",
-                        "borderRadius": "6px",
-                        "padding": "18px",
-                        "textAlign": "center",
-                    },
-                    style_reject={
-                        "border": "2px dashed #c00",
-                        "borderRadius": "6px",
-                        "padding": "18px",
-                        "textAlign": "center",
-                        "background": "#fee",
-                    },
+                    children=html.Div(["Drop a trace here or ", html.A("choose a file"),
+                                       f" (Kineto .json / .json.gz, nsys .sqlite; up to {limit // 2**20} MiB)"]),
+                    max_size=limit, multiple=False, className="upload-box",
+                    style={"border": "2px dashed #999", "borderRadius": "6px", "padding": "18px", "textAlign": "center"},
+                    style_reject={"border": "2px dashed #c00", "borderRadius": "6px", "padding": "18px",
+                                  "textAlign": "center", "background": "#fee"},
                 ),
                 id="upload-zone",
                 **{"data-max-bytes": str(limit)},

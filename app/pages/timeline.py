@@ -45,13 +45,7 @@ from ..timeline_view import (
 from ..urls import timeline_href
 from .common import internal_error_page, resolve_run
 
-PATH = "/timeline"
-LANE_GROUPS = (
-    ("GPU streams", "stream"),
-    ("SM lanes", "sm"),
-    ("NVTX ranges", "nvtx"),
-    ("host threads", "host"),
-)
+LANE_GROUPS = (("GPU streams", "stream"), ("SM lanes", "sm"), ("NVTX ranges", "nvtx"), ("host threads", "host"))
 MAX_QUERY = 200
 
 
@@ -89,26 +83,22 @@ def offset_ns(value: Any, what: str) -> int:
 _NS_KEYS = ("t0", "t1", "lo", "hi", "origin")
 
 
+def _times(view: dict[str, Any], to: Any) -> dict[str, Any]:
+    """`view` with its nanosecond times (and its selection's start / end) converted by `to`."""
+    out = {k: to(int(v)) if k in _NS_KEYS else v for k, v in view.items()}
+    if out.get("selected"):
+        out["selected"] = {k: (to(int(v)) if k in ("start", "end") else v) for k, v in out["selected"].items()}
+    return out
+
+
 def encode_view(view: dict[str, Any]) -> dict[str, Any]:
     """The view state as the browser keeps it: nanosecond times as strings, because trace clocks
     (epoch ns, ~1.7e18) do not survive a round trip through JavaScript numbers (2^53)."""
-    out = dict(view)
-    for k in _NS_KEYS:
-        if k in out:
-            out[k] = str(int(out[k]))
-    if out.get("selected"):
-        out["selected"] = {k: (str(int(v)) if k in ("start", "end") else v) for k, v in out["selected"].items()}
-    return out
+    return _times(view, str)
 
 
 def decode_view(view: dict[str, Any]) -> dict[str, Any]:
-    out = dict(view)
-    for k in _NS_KEYS:
-        if k in out:
-            out[k] = int(out[k])
-    if out.get("selected"):
-        out["selected"] = {k: (int(v) if k in ("start", "end") else v) for k, v in out["selected"].items()}
-    return out
+    return _times(view, int)
 
 
 # ---- callbacks (plain functions) ------------------------------------------------------------------
@@ -225,11 +215,9 @@ def on_select(
     if selected:
         linked = linked_on_rows(state, record, selected, show)
         origin = int(record.start_ns or 0)
-        highlight = {
-            "start": [int(v) - origin for v in linked["start"].tolist()],
-            "end": [int(v) - origin for v in linked["end"].tolist()],
-            "row": [int(v) for v in linked["row"].tolist()],
-        }
+        highlight = {"start": [int(v) - origin for v in linked["start"].tolist()],
+                     "end": [int(v) - origin for v in linked["end"].tolist()],
+                     "row": [int(v) for v in linked["row"].tolist()]}
     return encode_view(view), selection_panel(state, record, selected), highlight
 
 
@@ -278,16 +266,8 @@ def selection_panel(state: AppState, record: RunRecord, selected: dict[str, Any]
             extra.append(f"grid ({r.grid_x},{r.grid_y},{r.grid_z}) block ({r.block_x},{r.block_y},{r.block_z})")
         if r.bytes >= 0:
             extra.append(fmt_bytes(r.bytes))
-        items.append(
-            html.Li(
-                [
-                    html.B(kind),
-                    f" {where} · +{fmt_ns(r.start - origin)} · {fmt_ns(r.end - r.start)} · ",
-                    html.Code(name),
-                    (" · " + " · ".join(extra)) if extra else "",
-                ]
-            )
-        )
+        items.append(html.Li([html.B(kind), f" {where} · +{fmt_ns(r.start - origin)} · {fmt_ns(r.end - r.start)} · ",
+                              html.Code(name), (" · " + " · ".join(extra)) if extra else ""]))
     corr = selected.get("correlation", -1)
     head = f"correlation {corr}: {len(linked)} linked event(s)" if corr >= 0 else "selected event (no correlation id)"
     return [html.Div(head, className="selection-head"), html.Ul(items, id="tl-selection-list")]
@@ -314,7 +294,7 @@ def timeline_layout(
     state: AppState, run: str | None = None, t0: Any = None, t1: Any = None, q: str | None = None,
     open_ranks: Any = None,
 ) -> html.Div:
-    record = resolve_run(state, run, pick="timeline")  # no run named: ask which (issue 28)
+    record = resolve_run(state, run, pick="timeline")  # no run named: ask which
     if not isinstance(record, RunRecord):
         return record
     query = (q or "").strip()[:MAX_QUERY]
@@ -347,13 +327,8 @@ def timeline_layout(
             search_controls(query, matches),
             html.Div(info, id="tl-info", className="tl-info"),
             canvas_root(record, a - origin, b - origin, show, query, unfolded),
-            html.Div(
-                [
-                    html.Div(on_range_select(state, encode_view(view), None), id="tl-range", className="tl-range"),
-                    html.Button("analyze this range", id="tl-analyze-range", n_clicks=0),
-                ],
-                className="tl-range-box",
-            ),
+            html.Div([html.Div(on_range_select(state, encode_view(view), None), id="tl-range", className="tl-range"),
+                      html.Button("analyze this range", id="tl-analyze-range", n_clicks=0)], className="tl-range-box"),
             html.Div(selection_panel(state, record, None), id="tl-selection", className="tl-selection"),
             *page_stores(view, query, find, unfolded),
         ],
@@ -365,22 +340,13 @@ def view_controls(record: RunRecord, a: int, b: int, show: list[str], query: str
     """The lane groups, zoom and selection buttons, the arrows switch and the permalink."""
     return html.Div(
         [
-            dcc.Checklist(
-                id="tl-show",
-                options=[{"label": lbl, "value": v} for lbl, v in LANE_GROUPS],
-                value=show,
-                inline=True,
-                className="tl-show",
-            ),
+            dcc.Checklist(id="tl-show", options=[{"label": lbl, "value": v} for lbl, v in LANE_GROUPS], value=show,
+                          inline=True, className="tl-show"),
             html.Button("Zoom out ×3", id="tl-zoom-out", n_clicks=0),
             html.Button("Whole run", id="tl-full", n_clicks=0),
             html.Button("Clear selection", id="tl-clear", n_clicks=0),
-            dcc.Checklist(
-                id="tl-flows",
-                options=[{"label": "launch → GPU arrows", "value": "flows"}],
-                value=["flows"],
-                inline=True,
-            ),
+            dcc.Checklist(id="tl-flows", options=[{"label": "launch → GPU arrows", "value": "flows"}], value=["flows"],
+                          inline=True),
             dcc.Link("Permalink to this view", id="tl-permalink",
                      href=timeline_href(record.id, a, b, q=query or None, open_ranks=unfolded)),
         ],
@@ -392,21 +358,13 @@ def search_controls(query: str, matches: str) -> html.Div:
     """The search box, previous / next match, the match count and the keys' hint."""
     return html.Div(
         [
-            dcc.Input(
-                id="tl-search",
-                type="search",
-                value=query,
-                placeholder="search kernels, NVTX ranges, API calls…",
-                debounce=True,
-                className="tl-search",
-            ),
+            dcc.Input(id="tl-search", type="search", value=query, placeholder="search kernels, NVTX ranges, API calls…",
+                      debounce=True, className="tl-search"),
             html.Button("◀", id="tl-prev", n_clicks=0, title="previous match"),
             html.Button("▶", id="tl-next", n_clicks=0, title="next match"),
             html.Span(matches, id="tl-match", className="tl-match"),
-            html.Span(
-                "keys: W/S zoom · A/D pan · wheel zooms · drag to select a range · click an event",
-                className="hint tl-keys",
-            ),
+            html.Span("keys: W/S zoom · A/D pan · wheel zooms · drag to select a range · click an event",
+                      className="hint tl-keys"),
         ],
         className="tl-controls",
     )

@@ -18,11 +18,9 @@ def record_command(
     cmd: Sequence[str],
     backend: str = "nsys",
     out_dir: str | Path | None = None,
-    timeout: float | None = None,
     *,
     pytorch_host: bool = True,
     os_calls: bool = True,
-    nsys_extra: Sequence[str] = (),
 ) -> Path:
     """Profile any program: nsys wraps any command; torch.profiler wraps a Python script
     (`python script.py ...` or `script.py ...`). Returns the run directory.
@@ -40,10 +38,10 @@ def record_command(
         out_dir = runs_dir()
     nsys_host = None
     if backend == "nsys":
-        run_dir, nsys_host = record_nsys(cmd, Path(out_dir), timeout, pytorch_host, os_calls, nsys_extra)
+        run_dir, nsys_host = record_nsys(cmd, Path(out_dir), pytorch_host, os_calls)
         trace = "trace.sqlite"
     else:
-        run_dir, trace = record_torch(cmd, Path(out_dir), timeout)
+        run_dir, trace = record_torch(cmd, Path(out_dir))
     write_command_meta(run_dir, cmd, backend, trace, nsys_host)
     return run_dir
 

@@ -4,10 +4,7 @@ under it (`record_nsys`)."""
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -28,33 +25,14 @@ NSYS_FLAGS = (
     "--export=sqlite",
     "--force-overwrite=true",
 )
-NSYS_GLOBS = (
-    "/opt/nvidia/nsight-systems/*/bin/nsys",
-    "/opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
-    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
-    "/usr/local/cuda/bin/nsys",
-    "/usr/local/cuda*/bin/nsys",
-)
 
 
 def find_nsys() -> Path | None:
-    """The nsys binary: the nsys parser's finder (tracelab.io.nsys), else TRACELAB_NSYS, PATH, standard dirs."""
-    from tracelab.io.nsys.load import find_nsys as _b_find
+    """The nsys binary (tracelab.io.nsys's finder: TRACELAB_NSYS, PATH, the standard install directories)."""
+    from tracelab.io.nsys import load
 
-    found = _b_find()
-    if found:
-        return Path(found)
-    env = os.environ.get("TRACELAB_NSYS")
-    if env and Path(env).is_file():
-        return Path(env)
-    which = shutil.which("nsys")
-    if which:
-        return Path(which)
-    for pattern in NSYS_GLOBS:
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return Path(hits[-1])
-    return None
+    found = load.find_nsys()
+    return Path(found) if found else None
 
 
 # workloads open their measured window with cudaProfilerStart/Stop (warm-up and set-up stay out)
@@ -79,16 +57,7 @@ def nsys_command(
     `window`: record only between cudaProfilerStart and cudaProfilerStop; `extra`: more flags;
     `os_calls`: trace OS runtime calls (osrt: what tells "blocked in the OS" from "busy" in gap causes)."""
     flags = NSYS_FLAGS if os_calls else tuple("cuda,nvtx" if f == NSYS_TRACE else f for f in NSYS_FLAGS)
-    return [
-        str(nsys),
-        "profile",
-        *flags,
-        *(NSYS_WINDOW if window else ()),
-        *extra,
-        "-o",
-        str(out_prefix),
-        *cmd,
-    ]
+    return [str(nsys), "profile", *flags, *(NSYS_WINDOW if window else ()), *extra, "-o", str(out_prefix), *cmd]
 
 
 def is_python_command(cmd: Sequence[str]) -> bool:
@@ -98,12 +67,10 @@ def is_python_command(cmd: Sequence[str]) -> bool:
     )
 
 
-def nsys_supports(nsys: str | Path, option: str) -> bool:
-    """Whether `nsys profile --help` lists `option` (e.g. "--pytorch"); False when it cannot run."""
+def nsys_supports(nsys: str | Path, option: str, command: str = "profile") -> bool:
+    """Whether `nsys COMMAND --help` lists `option` (e.g. "--pytorch"); False when it cannot run."""
     try:
-        out = subprocess.run(
-            [str(nsys), "profile", "--help"], capture_output=True, text=True, timeout=60, check=False
-        )
+        out = subprocess.run([str(nsys), command, "--help"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError):
         return False
     return option in (out.stdout + out.stderr)
@@ -160,7 +127,7 @@ def export_payloads(run_dir: Path, nsys: Path) -> None:
     rep, sqlite = run_dir / "trace.nsys-rep", run_dir / "trace.sqlite"
     tmp = run_dir / "trace.payloads.sqlite"
     note = "exported with --include-json true (NCCL payloads)"
-    if not rep.exists() or not nsys_supports_export(nsys, "--include-json"):
+    if not rep.exists() or not nsys_supports(nsys, "--include-json", "export"):
         note = "this nsys has no export --include-json: ranks from device order"
     else:
         res = subprocess.run(
@@ -177,15 +144,6 @@ def export_payloads(run_dir: Path, nsys: Path) -> None:
     (run_dir / "nsys_payloads.txt").write_text(note + "\n")
 
 
-def nsys_supports_export(nsys: str | Path, option: str) -> bool:
-    """Whether `nsys export --help` lists `option`; False when it cannot run."""
-    try:
-        out = subprocess.run([str(nsys), "export", "--help"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return option in (out.stdout + out.stderr)
-
-
 def note_nsys_host(run_dir: Path, flags: Sequence[str], note: str, os_calls: bool) -> None:
     """Record in meta.json which host-side data nsys was asked for (PyTorch ranges, OS calls)."""
     meta_path = run_dir / "meta.json"
@@ -198,30 +156,15 @@ def note_nsys_host(run_dir: Path, flags: Sequence[str], note: str, os_calls: boo
         meta_path.write_text(json.dumps(meta, indent=1, default=str))
 
 
-
-def record_nsys(
-    cmd: list[str],
-    out_dir: Path,
-    timeout: float | None,
-    pytorch_host: bool,
-    os_calls: bool,
-    nsys_extra: Sequence[str],
-) -> tuple[Path, dict[str, Any]]:
+def record_nsys(cmd: list[str], out_dir: Path, pytorch_host: bool, os_calls: bool) -> tuple[Path, dict[str, Any]]:
     """Profile `cmd` under nsys into a fresh run directory (`cmd-NAME-nsys`) with trace.sqlite; a torchrun
     launch is exported again with NCCL's payloads. Returns the directory and meta.json's "nsys_host"."""
     nsys = require_nsys()
     base = Path(cmd[0]).name if not cmd[0].endswith(".py") else Path(cmd[0]).stem
     run_dir = fresh_dir(out_dir / f"cmd-{safe_name(base)}-nsys")
     run_dir.mkdir(parents=True)
-    if pytorch_host:
-        host_flags, host_note = pytorch_host_flags(nsys, cmd)
-    else:
-        host_flags, host_note = (), "PyTorch host ranges not requested"
-    run_logged(
-        nsys_command(nsys, run_dir / "trace", cmd, extra=(*host_flags, *nsys_extra), os_calls=os_calls),
-        run_dir,
-        timeout,
-    )
+    host_flags, host_note = pytorch_host_flags(nsys, cmd) if pytorch_host else ((), "PyTorch host ranges not requested")
+    run_logged(nsys_command(nsys, run_dir / "trace", cmd, extra=host_flags, os_calls=os_calls), run_dir, None)
     finish_nsys(run_dir)
     if torchrun_split(cmd) is not None:  # several processes: NCCL's payloads name each one's rank
         export_payloads(run_dir, nsys)

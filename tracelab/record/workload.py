@@ -14,37 +14,15 @@ from .process import check_backend, check_gpu, check_world, fresh_dir, run_logge
 
 
 def workload_command(
-    name: str,
-    variant: str,
-    backend: str,
-    quick: bool,
-    run_dir: str | Path,
-    params: Mapping[str, Any] | None = None,
-    seed: int = 0,
-    probe: bool = True,
-    python: str | None = None,
+    name: str, variant: str, backend: str, quick: bool, run_dir: str | Path, params: Mapping[str, Any] | None = None,
+    seed: int = 0, probe: bool = True,
 ) -> list[str]:
     """The runner command line for one variant (without the nsys prefix); a workload of several
     processes is started through torchrun, one process per GPU."""
     world = get_workload(name).world_size
-    launch = (
-        ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m"]
-        if world > 1
-        else ["-m"]
-    )
-    cmd = [
-        python or sys.executable,
-        *launch,
-        "tracelab.workloads.runner",
-        name,
-        variant,
-        "--out",
-        str(run_dir),
-        "--backend",
-        backend,
-        "--seed",
-        str(seed),
-    ]
+    launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", "-m"] if world > 1 else ["-m"]
+    cmd = [sys.executable, *launch, "tracelab.workloads.runner", name, variant, "--out", str(run_dir),
+           "--backend", backend, "--seed", str(seed)]
     if quick:
         cmd.append("--quick")
     if not probe:
@@ -88,18 +66,12 @@ def record_workload(
     out_dir: str | Path | None = None,
     *,
     params: Mapping[str, Any] | None = None,
-    seed: int = 0,
-    probe: bool = True,
-    timeout: float | None = 900,
-    pytorch_host: bool = True,
-    os_calls: bool = True,
 ) -> list[Path]:
     """Record each selected variant in its own subprocess; returns the run directories.
 
-    Under nsys the workload (a Python program) also gets `--pytorch=autograd-nvtx` (when `pytorch_host`
-    and this nsys has the option), as `record_command` gives any Python program, so an nsys run sees the
-    host side of PyTorch as a torch.profiler run does; meta.json's "nsys_host" says what was done.
-    `os_calls=False` leaves OS runtime tracing out (to measure what it costs)."""
+    Under nsys the workload (a Python program) also gets `--pytorch=autograd-nvtx` (when this nsys has
+    the option), as `record_command` gives any Python program, so an nsys run sees the host side of
+    PyTorch as a torch.profiler run does; meta.json's "nsys_host" says what was done."""
     wl = get_workload(name)
     variants = wl.resolve_variants(variant)
     check_backend(backend)
@@ -113,19 +85,17 @@ def record_workload(
         out_dir = runs_dir()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    host_flags, host_note = workload_host_flags(nsys, pytorch_host) if nsys is not None else ((), "")
+    host_flags, host_note = workload_host_flags(nsys) if nsys is not None else ((), "")
     runs = []
     for v in variants:
         suffix = "".join(f"-{safe_name(str(k))}={safe_name(str(val))}" for k, val in sorted((params or {}).items()))
         run_dir = fresh_dir(out / f"{name}-{v}-{backend}{suffix}")
         run_dir.mkdir(parents=True)
-        cmd = build_command(
-            name, v, backend, quick, run_dir, params, seed, nsys or "nsys", probe, host_flags, os_calls
-        )
-        run_logged(cmd, run_dir, timeout)
+        run_logged(build_command(name, v, backend, quick, run_dir, params, nsys=nsys or "nsys", nsys_extra=host_flags),
+                   run_dir, 900)
         if backend == "nsys":
             finish_nsys(run_dir)
-            note_nsys_host(run_dir, host_flags, host_note, os_calls)
+            note_nsys_host(run_dir, host_flags, host_note, True)
         runs.append(run_dir)
     return runs
 

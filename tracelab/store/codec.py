@@ -42,41 +42,17 @@ def loads(text: str) -> Any:
 
 
 def meta_to_json(meta: RunMeta, extra: dict[str, Any] | None = None) -> str:
-    doc = {
-        "meta": {
-            "source": meta.source,
-            "format": meta.format,
-            "ranks": list(meta.ranks),
-            "schema_version": meta.schema_version,
-            "backend": meta.backend,
-            "workload": meta.workload,
-            "variant": meta.variant,
-            "gpu": meta.gpu,
-            "notes": list(meta.notes),
-            "stats": dict(meta.stats),
-            "extra": dict(meta.extra),
-        }
-    }
-    doc.update(extra or {})
-    return dumps(doc)
+    m = {f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}
+    m.update(ranks=list(meta.ranks), notes=list(meta.notes), stats=dict(meta.stats), extra=dict(meta.extra))
+    return dumps({"meta": m, **(extra or {})})
 
 
 def meta_from_json(text: str) -> tuple[RunMeta, dict[str, Any]]:
     doc = loads(text)
     m = doc.pop("meta")
-    meta = RunMeta(
-        source=m["source"],
-        format=m["format"],
-        ranks=tuple(m.get("ranks", (0,))),
-        schema_version=m.get("schema_version", ""),
-        backend=m.get("backend", ""),
-        workload=m.get("workload", ""),
-        variant=m.get("variant", ""),
-        gpu=m.get("gpu", ""),
-        notes=tuple(m.get("notes", ())),
-        stats=m.get("stats", {}),
-        extra=m.get("extra", {}),
-    )
+    kw = {f.name: m[f.name] for f in dataclasses.fields(RunMeta) if f.name in m}
+    meta = RunMeta(**{**kw, "source": m["source"], "format": m["format"], "ranks": tuple(m.get("ranks", (0,))),
+                      "notes": tuple(m.get("notes", ()))})
     return meta, doc
 
 

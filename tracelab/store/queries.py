@@ -165,23 +165,6 @@ def _load_blocks(conn: sqlite3.Connection, rid: str, dtypes: dict[str, str] | No
 
 
 def _record(row) -> RunRecord:
-    (rid, name, source, fmt, backend, workload, variant, gpu, created, fp, events, s, e, metadata, devices) = row
-    meta, _ = codec.meta_from_json(metadata)
-    return RunRecord(
-        id=rid,
-        name=name,
-        source=source,
-        format=fmt,
-        backend=backend,
-        workload=workload,
-        variant=variant,
-        gpu=gpu,
-        created=created,
-        fingerprint=fp,
-        events=events,
-        start_ns=s,
-        end_ns=e,
-        ranks=tuple(meta.ranks),
-        devices=len(codec.loads(devices)),
-        notes=tuple(meta.notes),
-    )
+    """A RunRecord from a row of RUN_COLS (its first 13 columns are the record's first 13 fields)."""
+    meta, _ = codec.meta_from_json(row[13])
+    return RunRecord(*row[:13], ranks=tuple(meta.ranks), devices=len(codec.loads(row[14])), notes=tuple(meta.notes))

@@ -14,17 +14,11 @@ end_max >= t0 (chunk_span = the lane's largest end_max - start_min). Window quer
 through `lanes` first (index lanes_device: run_id, device, lane): the lane implies the device.
 `Store.load` decodes every chunk of a run and scatters it by seq; there is no second copy.
 
-Why not a row per event (schema version 1): row-wise SQLite insertion measured ~1 us per row even for
-narrow integer rows; the 4.5M-event nsys benchmark run took 13.8 s to import (960 MB). As chunks it
-is ~1,100 blobs of ~20 bytes per event (91 MB), imported in 0.7-1.6 s. No zlib: level 1 halved the
-size but added 0.8 s of CPU. Stores of another schema version are refused with a clear BadInput.
-
-Schema version 3 = version 2 plus the measured per-block SM records of a run as ONE columnar blob
-(`sm_block_columns`, the chunk layout of chunks.py) instead of a row per block in `sm_blocks`: a run
-of 150k blocks took 76 MB of rows and 0.4-0.6 s to read back (a Python tuple per row), as a blob
-~2 MB and milliseconds. A store is marked version 3 by the first import that writes blocks that way
-(older tracelab then say "upgrade tracelab" instead of silently showing no blocks); until then it stays
-version 2, readable by older tracelab. Both are read: a run's metadata says where its blocks are.
+Stores of another schema version are refused with a clear BadInput. Schema version 3 = version 2 plus
+the measured per-block SM records of a run as ONE columnar blob (`sm_block_columns`, the chunk layout of
+chunks.py) instead of a row per block in `sm_blocks`. A store is marked version 3 by the first import
+that writes blocks that way (older tracelab then say "upgrade tracelab" instead of silently showing no
+blocks); until then it stays version 2. Both are read: a run's metadata says where its blocks are.
 """
 
 from __future__ import annotations
@@ -163,9 +157,7 @@ def connect(path: Path, *, create: bool, read_only: bool = False) -> Opened:
     if exists and not writable(path):
         return Opened(_connect_read_only(path), created=False, read_only=True)
     try:
-        conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s()
-        )
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s())
     except sqlite3.Error as e:
         raise StoreError(f"cannot open the store: {e}", path) from None
     try:
@@ -200,11 +192,8 @@ def _recovered_store(path: Path) -> Path | None:
     try:
         copy, tmp = recovered_copy(path, MAX_RECOVERED_COPY)
     except RecoveryFailed as exc:
-        raise StoreError(
-            f"an import was interrupted ({journal.name} holds its uncommitted pages) and the store is "
-            f"read-only here, so SQLite cannot roll it back; {exc}",
-            path,
-        ) from None
+        raise StoreError(f"an import was interrupted ({journal.name} holds its uncommitted pages) and the store is "
+                         f"read-only here, so SQLite cannot roll it back; {exc}", path) from None
     atexit.register(shutil.rmtree, tmp, True)
     _RECOVERED[key] = copy
     return copy
@@ -247,9 +236,7 @@ def remove_store_files(path: Path) -> None:
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
         try:
             p.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError:
+        except OSError:  # absent, or not ours to remove
             pass
 
 
@@ -279,15 +266,10 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, *, create: bool) -> boo
     if version < 1:
         raise BadInput("corrupt tracelab store (no schema version)", path)
     if version not in READABLE_VERSIONS:
-        todo = (
-            "upgrade tracelab"
-            if version > STORE_SCHEMA_VERSION
-            else "re-import your traces into a new store (move this file away or pass another --db)"
-        )
-        raise BadInput(
-            f"store schema version {version}; this tracelab reads versions {READABLE_VERSIONS[0]}-{READABLE_VERSIONS[-1]}: {todo}",
-            path,
-        )
+        todo = ("upgrade tracelab" if version > STORE_SCHEMA_VERSION
+                else "re-import your traces into a new store (move this file away or pass another --db)")
+        raise BadInput(f"store schema version {version}; this tracelab reads versions "
+                       f"{READABLE_VERSIONS[0]}-{READABLE_VERSIONS[-1]}: {todo}", path)
     _pragmas(conn)
     return False
 
@@ -314,10 +296,7 @@ def _init(conn: sqlite3.Connection, path: Path) -> bool:
             conn.execute(stmt)
         for col, dtype in SM_BLOCK_COLUMNS.items():
             conn.execute(f"ALTER TABLE sm_blocks ADD COLUMN {quote(col)} {sql_type(dtype)}")
-        conn.execute(
-            "INSERT INTO store_meta VALUES ('schema_version', ?), ('created_by', 'tracelab')",
-            (str(CREATED_VERSION),),
-        )
+        conn.execute("INSERT INTO store_meta VALUES ('schema_version', ?), ('created_by', 'tracelab')", (str(CREATED_VERSION),))
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute("COMMIT")
     except sqlite3.Error as e:

@@ -151,9 +151,6 @@ VIEWS: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
 }
 
-ANALYSIS_VIEWS = frozenset({"gaps", "steps", "findings", "ranges", "collectives"})
-EVENT_VIEWS = frozenset({"events", "kernels"})
-
 Rows = Mapping[str, Sequence[Any]]  # column -> values (one view's rows for one run)
 # fills the views `names` for run `run_id`: {view: columns}
 Filler = Callable[[str, frozenset[str]], Mapping[str, Rows]]
@@ -294,10 +291,3 @@ def _insert(conn: sqlite3.Connection, view: str, rows: Rows) -> None:
     data: Iterable[tuple] = zip(*(rows[c] for c in cols), strict=True)
     conn.executemany(f'INSERT INTO "{view}" VALUES ({", ".join("?" * len(cols))})', data)
 
-
-def view_docs() -> str:
-    """The views and their columns as Markdown (DESIGN.md's "SQL views" section is this text)."""
-    out = []
-    for view, cols in VIEWS.items():
-        out.append(f"- `{view}`: " + ", ".join(f"`{c}`" + (f" ({m})" if m else "") for c, _, m in cols))
-    return "\n".join(out)

@@ -23,14 +23,8 @@ _CHUNK_ROWS = 64  # chunks per executemany batch (and per progress step)
 
 
 def write_run(
-    conn: sqlite3.Connection,
-    timeline: Timeline,
-    source_path: str | Path,
-    fingerprint: str,
-    name: str | None,
-    replace: bool,
-    step: Callable[[int], None],
-    spare: int = 0,
+    conn: sqlite3.Connection, timeline: Timeline, source_path: str | Path, fingerprint: str, name: str | None,
+    replace: bool, step: Callable[[int], None], spare: int = 0,
 ) -> str:
     """Every row of one run (inside the caller's transaction); returns its id. `replace`: a run of the same
     fingerprint is deleted first. `step(k)` as events are written; `spare`: cores the event encoder leaves
@@ -41,16 +35,11 @@ def write_run(
     columnar = block_dtypes is not None and len(blocks) > 0 and all(
         np.dtype(t).kind in "iub" for t in block_dtypes.values()
     )
-    metadata = codec.meta_to_json(
-        timeline.meta,
-        {
-            "sm_blocks": None if columnar else block_dtypes,
-            "sm_block_columns": block_dtypes if columnar else None,
-            "event_columns": list(EVENT_COLUMNS),
-            "chunk_columns": list(CHUNK_COLUMNS),
-            "store_source_path": str(source_path),
-        },
-    )
+    metadata = codec.meta_to_json(timeline.meta, {
+        "sm_blocks": None if columnar else block_dtypes, "sm_block_columns": block_dtypes if columnar else None,
+        "event_columns": list(EVENT_COLUMNS), "chunk_columns": list(CHUNK_COLUMNS),
+        "store_source_path": str(source_path),
+    })
     existing = run_by_fingerprint(conn, fingerprint)
     if existing and replace:
         delete_rows(conn, existing)
@@ -78,13 +67,8 @@ def _new_run_id(conn: sqlite3.Connection, fingerprint: str) -> str:
 
 
 def _insert_run_row(
-    conn: sqlite3.Connection,
-    run_id: str,
-    timeline: Timeline,
-    source_path: str | Path,
-    fingerprint: str,
-    name: str | None,
-    metadata: str,
+    conn: sqlite3.Connection, run_id: str, timeline: Timeline, source_path: str | Path, fingerprint: str,
+    name: str | None, metadata: str,
 ) -> None:
     """The run's row in `runs`; DuplicateRun when a concurrent import of the same content won the race."""
     ev, meta = timeline.events, timeline.meta
@@ -94,24 +78,11 @@ def _insert_run_row(
             "INSERT INTO runs (id, name, source, format, backend, workload, variant, gpu, created,"
             " fingerprint, events, start_ns, end_ns, metadata, devices, contexts)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                name or codec.default_name(meta, str(source_path)),
-                str(source_path or meta.source),
-                meta.format,
-                meta.backend,
-                meta.workload,
-                meta.variant,
-                meta.gpu,
-                datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                fingerprint,
-                n,
-                int(ev["start"].min()) if n else None,
-                int(ev["end"].max()) if n else None,
-                metadata,
-                codec.infos_to_json(timeline.devices),
-                codec.infos_to_json(timeline.contexts),
-            ),
+            (run_id, name or codec.default_name(meta, str(source_path)), str(source_path or meta.source), meta.format,
+             meta.backend, meta.workload, meta.variant, meta.gpu,
+             datetime.now(timezone.utc).isoformat(timespec="milliseconds"), fingerprint, n,
+             int(ev["start"].min()) if n else None, int(ev["end"].max()) if n else None, metadata,
+             codec.infos_to_json(timeline.devices), codec.infos_to_json(timeline.contexts)),
         )
     except sqlite3.IntegrityError:  # a concurrent import of the same content won the race
         raise DuplicateRun(source_path, run_by_fingerprint(conn, fingerprint) or "?") from None
@@ -145,14 +116,8 @@ def _insert_events(conn: sqlite3.Connection, run_id: str, ch: Chunks, step: Call
     meta = [a.tolist() for a in (ch.lane, ch.start_min, ch.start_max, ch.end_max, ch.n, ch.kinds)]
     for lo in range(0, len(ch.blobs), _CHUNK_ROWS):
         hi = min(lo + _CHUNK_ROWS, len(ch.blobs))
-        rows = zip(
-            [run_id] * (hi - lo),
-            *(m[lo:hi] for m in meta[:1]),
-            range(lo, hi),
-            *(m[lo:hi] for m in meta[1:]),
-            ch.blobs[lo:hi],
-        )
-        conn.executemany(sql, rows)
+        conn.executemany(sql, zip([run_id] * (hi - lo), meta[0][lo:hi], range(lo, hi), *(m[lo:hi] for m in meta[1:]),
+                                  ch.blobs[lo:hi]))
         step(int(sum(meta[4][lo:hi])))
 
 

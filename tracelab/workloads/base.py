@@ -77,6 +77,18 @@ class Workload:
         }
 
 
+def declare(
+    module: str, doc: str, description: str, variants: tuple[Variant, ...], world_size: int = 1
+) -> Workload:
+    """The workload of module `module` (its `__name__`; the workload's name is the module's): `doc` (its
+    `__doc__`) after the first paragraph is the effect, WORKLOAD_PARAMS[name] the parameters."""
+    from ..workload_params import WORKLOAD_PARAMS
+
+    name = module.rsplit(".", 1)[1]
+    p = WORKLOAD_PARAMS[name]
+    return Workload(name, description, doc.split("\n\n", 1)[1].strip(), variants, module, p.full, p.quick, world_size)
+
+
 def _coerce(value: Any, default: Any, key: str) -> Any:
     if not isinstance(value, str):
         return value

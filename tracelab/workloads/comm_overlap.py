@@ -23,8 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
 NO_MULTICAST_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -32,18 +31,14 @@ NO_MULTICAST_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 
-WORKLOAD = Workload(
-    name="comm_overlap",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="two GPUs: matmuls + all-reduce per step, sequential, on streams, on SM partitions",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("sequential", "matmuls, then the all-reduce, on one stream"),
         Variant("streams", "all-reduce on a second stream, sharing all SMs with the matmuls"),
         Variant("green_ctx", "matmuls on all SMs but comm_sms, NCCL on a comm_sms green context"),
     ),
-    module="tracelab.workloads.comm_overlap",
-    params=WORKLOAD_PARAMS["comm_overlap"].full,
-    quick=WORKLOAD_PARAMS["comm_overlap"].quick,
     world_size=2,
 )
 

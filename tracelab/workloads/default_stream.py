@@ -20,13 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="default_stream",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="implicit synchronization through the legacy default stream: blocking vs. non-blocking streams",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant(
             "legacy_blocking",
@@ -38,9 +36,6 @@ WORKLOAD = Workload(
             "blocking worker streams, small op on the per-thread default stream: the workers overlap",
         ),
     ),
-    module="tracelab.workloads.default_stream",
-    params=WORKLOAD_PARAMS["default_stream"].full,
-    quick=WORKLOAD_PARAMS["default_stream"].quick,
 )
 
 CUDA_STREAM_PER_THREAD = 0x2  # cudaStreamPerThread / CU_STREAM_PER_THREAD

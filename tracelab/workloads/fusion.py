@@ -15,13 +15,11 @@ import math
 import os
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="fusion",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="kernel fusion: a GeLU as 8 separate torch ops vs. one fused kernel (ATen, torch.compile, Triton, CUDA C++)",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("eager_ops", "tanh-approximate GeLU written as 8 separate torch ops (8 elementwise kernels)"),
         Variant("torch_fused", 'F.gelu(x, approximate="tanh"): one ATen kernel'),
@@ -29,9 +27,6 @@ WORKLOAD = Workload(
         Variant("triton", "a hand-written Triton GeLU kernel"),
         Variant("cuda", "a CUDA C++ GeLU kernel built with torch.utils.cpp_extension.load_inline"),
     ),
-    module="tracelab.workloads.fusion",
-    params=WORKLOAD_PARAMS["fusion"].full,
-    quick=WORKLOAD_PARAMS["fusion"].quick,
 )
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

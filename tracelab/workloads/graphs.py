@@ -20,13 +20,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="graphs",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="launch overhead: eager tiny kernels vs. one CUDA graph replay vs. a device-side WHILE/IF graph",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("eager", "tiny kernels launched one by one from Python (launch-bound)"),
         Variant("graph", "the same kernels captured once and replayed as a CUDA graph"),
@@ -39,9 +37,6 @@ WORKLOAD = Workload(
             "the same two-stream fork/join captured as one CUDA graph and replayed: the branches still overlap",
         ),
     ),
-    module="tracelab.workloads.graphs",
-    params=WORKLOAD_PARAMS["graphs"].full,
-    quick=WORKLOAD_PARAMS["graphs"].quick,
 )
 
 CUDA_SRC = r"""

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="green_contexts",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="SM partitions with green contexts: matmul + elementwise sequential, on streams, on partitions",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("sequential", "matmul, then the sigmoid kernels, on one stream"),
         Variant("streams", "matmul and sigmoids on two ordinary streams, sharing all SMs"),
@@ -33,9 +31,6 @@ WORKLOAD = Workload(
             "green_ctx", "matmul on the large green-context partition, sigmoids on a small_sms partition"
         ),
     ),
-    module="tracelab.workloads.green_contexts",
-    params=WORKLOAD_PARAMS["green_contexts"].full,
-    quick=WORKLOAD_PARAMS["green_contexts"].quick,
 )
 
 

@@ -17,20 +17,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="input_pipeline",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="a DataLoader too slow for the GPU step (2 workers, 5 ms/sample) vs enough workers, pinned, prefetched",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("slow_loader", "2 DataLoader workers for a dataset of 5 ms/sample: the GPU waits for every batch"),
         Variant("fast_loader", "enough workers, pin_memory + non_blocking, prefetch_factor, persistent_workers"),
     ),
-    module="tracelab.workloads.input_pipeline",
-    params=WORKLOAD_PARAMS["input_pipeline"].full,
-    quick=WORKLOAD_PARAMS["input_pipeline"].quick,
 )
 
 

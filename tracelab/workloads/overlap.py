@@ -13,22 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="overlap",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="copy/compute overlap: one stream vs. copy streams with pinned or pageable memory; concurrent kernels",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("serial", "H2D copy, kernel, D2H copy per chunk, all on one stream: nothing overlaps"),
         Variant("streams_pinned", "copies on their own streams from pinned memory: copies overlap compute"),
         Variant("streams_pageable", "the same with pageable host memory: copies serialize with compute"),
         Variant("concurrent_kernels", "independent small kernels on several streams share the SMs"),
     ),
-    module="tracelab.workloads.overlap",
-    params=WORKLOAD_PARAMS["overlap"].full,
-    quick=WORKLOAD_PARAMS["overlap"].quick,
 )
 
 

@@ -17,20 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="pdl",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="Programmatic Dependent Launch: dependent kernels whose preamble overlaps the previous tail",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("no_pdl", "dependent Triton kernels launched one after another (full serialization)"),
         Variant("pdl", "the same kernels with launch_pdl=True and gdc_wait/gdc_launch_dependents"),
     ),
-    module="tracelab.workloads.pdl",
-    params=WORKLOAD_PARAMS["pdl"].full,
-    quick=WORKLOAD_PARAMS["pdl"].quick,
 )
 
 

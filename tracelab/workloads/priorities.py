@@ -14,20 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="priorities",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="stream priorities: a small latency-critical kernel beside long low-priority kernels",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("same_priority", "small kernel on a second stream of the same priority: waits behind the queue"),
         Variant("high_priority", "small kernel on a high-priority stream: dispatched as soon as SMs free up"),
     ),
-    module="tracelab.workloads.priorities",
-    params=WORKLOAD_PARAMS["priorities"].full,
-    quick=WORKLOAD_PARAMS["priorities"].quick,
 )
 
 

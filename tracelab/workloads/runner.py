@@ -188,10 +188,8 @@ def run_variant(
     if backend == "nsys":
         torch.cuda.profiler.stop()
     if world > 1:
-        return _finish_rank(
-            out, rank, world, prof, backend, trace_file, module, wl, ctx, facts, params, quick, seed
-        )
-    meta = _variant_meta(wl, ctx, backend, quick, facts, t0)
+        return _finish_rank(out, rank, world, prof, backend, trace_file, module, wl, ctx, facts, quick)
+    meta = _variant_meta(wl, ctx, backend, quick, facts, gpu_facts(), t0=t0)
     if prof is not None:
         _write_torch_trace(prof, out / "trace.json", out / TORCH_TRACE)
         meta["trace_file"] = TORCH_TRACE
@@ -250,11 +248,14 @@ def _open_window(ctx: RunContext, backend: str, memory: bool, world: int) -> tup
 
 
 def _variant_meta(
-    wl: Any, ctx: RunContext, backend: str, quick: bool, facts: dict[str, Any], t0: float
+    wl: Any, ctx: RunContext, backend: str, quick: bool, facts: dict[str, Any], gpu: dict[str, Any], world: int = 1,
+    t0: float = 0.0,
 ) -> dict[str, Any]:
-    """meta.json of a one-process run: what ran, on which GPU, how long each step took, the facts."""
+    """meta.json of a run (rank 0's of a multi-rank one): what ran, on which GPU, how long each step took,
+    the facts."""
     from .ranges import nvtx_backend
 
+    one = world == 1
     return {
         "tracelab_run": 1,
         "workload": ctx.workload,
@@ -265,17 +266,18 @@ def _variant_meta(
         "params": ctx.params,
         "steps": ctx.steps,
         "warmup": ctx.warmup,
+        **({} if one else {"world_size": world}),
         "description": wl.description,
         "variant_description": {v.name: v.description for v in wl.variants}[ctx.variant],
-        "gpu": gpu_facts(),
-        "nvtx": nvtx_backend(),
+        "gpu": gpu,
+        **({"nvtx": nvtx_backend()} if one else {}),
         "step_wall_ms": [round(x, 4) for x in ctx.step_wall_ms],
         "loop_wall_ms": round(sum(ctx.step_wall_ms), 4),
         "mean_step_ms": round(sum(ctx.step_wall_ms) / max(1, len(ctx.step_wall_ms)), 4),
         "facts": facts,
         "partitions": facts.get("partitions", []),
-        "pdl_kernels": facts.get("pdl_kernels", []),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+        "pdl_kernels": facts.get("pdl_kernels", []) if one else [],
+        **({"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))} if one else {}),
         "command": [sys.executable, "-m", "tracelab.workloads.runner", *sys.argv[1:]],
     }
 
@@ -360,19 +362,7 @@ RANKS_DIR = "ranks"
 
 
 def _finish_rank(
-    out: Path,
-    rank: int,
-    world: int,
-    prof,
-    backend: str,
-    trace_file,
-    module,
-    wl,
-    ctx,
-    facts,
-    params,
-    quick: bool,
-    seed: int,
+    out: Path, rank: int, world: int, prof, backend: str, trace_file, module, wl, ctx, facts, quick: bool
 ) -> Path:
     """A multi-rank variant: rank R writes `ranks/rank<R>.json.gz` (torch backend) and
     `meta_rank<R>.json`; rank 0 also writes meta.json naming the ranks directory (torch) or
@@ -393,29 +383,8 @@ def _finish_rank(
     if hasattr(module, "finish"):
         module.finish()
     if rank == 0:
-        meta: dict[str, Any] = {
-            "tracelab_run": 1,
-            "workload": wl.name,
-            "variant": ctx.variant,
-            "backend": backend,
-            "quick": quick,
-            "seed": seed,
-            "params": params,
-            "steps": ctx.steps,
-            "warmup": ctx.warmup,
-            "world_size": world,
-            "description": wl.description,
-            "variant_description": {v.name: v.description for v in wl.variants}[ctx.variant],
-            "gpu": per_rank["gpu"],
-            "step_wall_ms": per_rank["step_wall_ms"],
-            "loop_wall_ms": round(sum(ctx.step_wall_ms), 4),
-            "mean_step_ms": round(sum(ctx.step_wall_ms) / max(1, len(ctx.step_wall_ms)), 4),
-            "facts": facts,
-            "partitions": facts.get("partitions", []),
-            "pdl_kernels": [],
-            "command": [sys.executable, "-m", "tracelab.workloads.runner", *sys.argv[1:]],
-            "trace_file": RANKS_DIR if backend == "torch" else (trace_file or NSYS_TRACE),
-        }
+        meta = _variant_meta(wl, ctx, backend, quick, facts, per_rank["gpu"], world)
+        meta["trace_file"] = RANKS_DIR if backend == "torch" else (trace_file or NSYS_TRACE)
         (out / META_FILE).write_text(json.dumps(meta, indent=1, default=str))
     return out
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..workload_params import WORKLOAD_PARAMS
-from .base import RunContext, Variant, Workload
+from .base import RunContext, Variant, declare
 
-WORKLOAD = Workload(
-    name="sync_pitfalls",
+WORKLOAD = declare(
+    __name__, __doc__,
     description="host syncs in a training loop: .item() every step, deferred sync, synchronize(), nonzero()",
-    effect=__doc__.split("\n\n", 1)[1].strip(),
     variants=(
         Variant("item_every_step", "loss.item() (print(loss)) every step: one blocking sync per step"),
         Variant("deferred_sync", "losses stay on the GPU, one sync every log_every steps"),
@@ -33,9 +31,6 @@ WORKLOAD = Workload(
         Variant("keep_outputs", "deferred sync, and every step's logits kept on the GPU (memory traced: "
                 "allocated memory grows each step)", memory=True),
     ),
-    module="tracelab.workloads.sync_pitfalls",
-    params=WORKLOAD_PARAMS["sync_pitfalls"].full,
-    quick=WORKLOAD_PARAMS["sync_pitfalls"].quick,
 )
 
 

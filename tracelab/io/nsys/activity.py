@@ -39,16 +39,9 @@ _PDL_HINTS = ("programmatic", "pdl")
 
 def _common(db: NsysDb, table: str) -> tuple[list[str], list[str]]:
     names = ["start", "end", "device", "context", "green_context", "stream", "correlation", "_gpid"]
-    exprs = [
-        '"start"',
-        col_or(db, table, "end", str(NULL_END)) if "end" in db.columns(table) else '"start"',
-        col_or(db, table, "deviceId"),
-        col_or(db, table, "contextId"),
-        col_or(db, table, "greenContextId"),
-        col_or(db, table, "streamId"),
-        col_or(db, table, "correlationId"),
-        col_or(db, table, "globalPid"),
-    ]
+    exprs = ['"start"', col_or(db, table, "end", str(NULL_END)) if "end" in db.columns(table) else '"start"',
+             *(col_or(db, table, c) for c in ("deviceId", "contextId", "greenContextId", "streamId", "correlationId",
+                                             "globalPid"))]
     return names, exprs
 
 
@@ -78,25 +71,18 @@ def missing_column_notes(db: NsysDb, kind: np.ndarray, null_end: np.ndarray) -> 
             continue
         cols = db.columns(table)
         if "end" not in cols:
-            why = " (end is only a generated column: a formula in the file, not a recorded time)" if _generated(
-                db, table, "end"
-            ) else ""
-            notes.append(
-                f"{table} has no end column{why}: {n:,} {label} shown with zero length "
-                "(their busy time, gaps and overlap are not measured)"
-            )
+            why = (" (end is only a generated column: a formula in the file, not a recorded time)"
+                   if _generated(db, table, "end") else "")
+            notes.append(f"{table} has no end column{why}: {n:,} {label} shown with zero length "
+                         "(their busy time, gaps and overlap are not measured)")
         else:
             nulls = int((null_end & mine).sum())
             if nulls:
-                notes.append(
-                    f"{nulls:,} of {n:,} {label} have no end time (end is NULL in {table}): shown with zero length "
-                    "(their busy time, gaps and overlap are not measured)"
-                )
+                notes.append(f"{nulls:,} of {n:,} {label} have no end time (end is NULL in {table}): shown with zero "
+                             "length (their busy time, gaps and overlap are not measured)")
         if "streamId" not in cols:
-            notes.append(
-                f"{table} has no streamId column: {n:,} {label} placed on stream -1 "
-                "(overlap between streams is not measured)"
-            )
+            notes.append(f"{table} has no streamId column: {n:,} {label} placed on stream -1 "
+                         "(overlap between streams is not measured)")
     return notes
 
 
@@ -109,12 +95,6 @@ def _finish_common(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     if node is not None:
         cols["graph_node"] = np.where(node > 0, node, -1)
     return cols
-
-
-def _select(
-    db: NsysDb, table: str, names: list[str], exprs: list[str], where: str = ""
-) -> dict[str, np.ndarray]:
-    return fetch_int_columns(db, table, names, exprs, where)
 
 
 def _name_expr(db: NsysDb, table: str, candidates: tuple[str, ...]) -> str:
@@ -154,7 +134,7 @@ def read_kernels(
     pdl_cols = [c for c in db.columns(KERNEL) if any(h in c.lower() for h in _PDL_HINTS)]
     if pdl_cols:
         extra["_pdl"] = " + ".join(f"(coalesce({quote_ident(c)}, 0) != 0)" for c in pdl_cols)
-    cols = _select(db, KERNEL, names + list(extra), exprs + list(extra.values()))
+    cols = fetch_int_columns(db, KERNEL, names + list(extra), exprs + list(extra.values()))
     cols = _finish_common(cols)
     cols["kind"] = np.full(len(cols["start"]), int(EventKind.KERNEL), dtype=np.int8)
     cols["name"] = strings.map_ids(cols.pop("_name"))
@@ -170,21 +150,18 @@ def read_kernels(
     return cols
 
 
+def _named(strings: NsysStrings, codes: np.ndarray, label) -> np.ndarray:
+    """Each row's name id: `label(code)` interned once per distinct code."""
+    uniq, inverse = factorize(codes)
+    ids = np.array([strings.intern(label(int(c))) for c in uniq.tolist()], dtype=np.int32)
+    return ids[inverse] if len(uniq) else np.zeros(0, dtype=np.int32)
+
+
 def _memcpy_names(strings: NsysStrings, copy: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """'Memcpy HtoD (Pageable -> Device)', as Kineto names them; one string per distinct combination."""
     code = copy.astype(np.int64) * 64 + src.astype(np.int64) * 8 + dst.astype(np.int64)
-    uniq, inverse = factorize(code)
-    ids = np.array(
-        [
-            strings.intern(
-                f"{COPY_LABEL[CopyKind(int(c) // 64)]} "
-                f"({MEM_LABEL[MemKind(int(c) // 8 % 8)]} -> {MEM_LABEL[MemKind(int(c) % 8)]})"
-            )
-            for c in uniq.tolist()
-        ],
-        dtype=np.int32,
-    )
-    return ids[inverse] if len(uniq) else np.zeros(0, dtype=np.int32)
+    return _named(strings, code, lambda c: f"{COPY_LABEL[CopyKind(c // 64)]} "
+                                           f"({MEM_LABEL[MemKind(c // 8 % 8)]} -> {MEM_LABEL[MemKind(c % 8)]})")
 
 
 def _copy_rows(db: NsysDb, table: str, kind: EventKind, extra: dict[str, str]) -> dict[str, np.ndarray]:
@@ -192,7 +169,7 @@ def _copy_rows(db: NsysDb, table: str, kind: EventKind, extra: dict[str, str]) -
     graphNodeId, then their kind and the GRAPH flag of those launched as graph nodes."""
     names, exprs = _common(db, table)
     extra = {**extra, "graph_node": col_or(db, table, "graphNodeId")}
-    cols = _finish_common(_select(db, table, names + list(extra), exprs + list(extra.values())))
+    cols = _finish_common(fetch_int_columns(db, table, names + list(extra), exprs + list(extra.values())))
     n = len(cols["start"])
     cols["kind"] = np.full(n, int(kind), dtype=np.int8)
     flags = np.zeros(n, dtype=np.int16)
@@ -224,13 +201,8 @@ def read_memsets(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | No
         return None
     extra = {"bytes": col_or(db, MEMSET, "bytes"), "_mem": col_or(db, MEMSET, "memKind", "-1")}
     cols = _copy_rows(db, MEMSET, EventKind.MEMSET, extra)
-    n = len(cols["start"])
     cols["dst_mem"] = apply_lookup(mem_kind_table(db), cols.pop("_mem"))
-    uniq, inverse = factorize(cols["dst_mem"])
-    ids = np.array(
-        [strings.intern(f"Memset ({MEM_LABEL[MemKind(int(m))]})") for m in uniq.tolist()], dtype=np.int32
-    )
-    cols["name"] = ids[inverse] if n else np.zeros(0, dtype=np.int32)
+    cols["name"] = _named(strings, cols["dst_mem"], lambda m: f"Memset ({MEM_LABEL[MemKind(m)]})")
     return cols
 
 
@@ -240,15 +212,11 @@ def read_syncs(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None
         return None
     names, exprs = _common(db, SYNC)
     type_col = "syncType" if "syncType" in db.columns(SYNC) else "deprecatedSyncType"
-    cols = _finish_common(_select(db, SYNC, names + ["_type"], exprs + [col_or(db, SYNC, type_col, "0")]))
+    cols = _finish_common(fetch_int_columns(db, SYNC, names + ["_type"], exprs + [col_or(db, SYNC, type_col, "0")]))
     n = len(cols["start"])
     cols["sync_kind"] = apply_lookup(sync_kind_table(db), cols.pop("_type"))
     cols["kind"] = np.full(n, int(EventKind.SYNC), dtype=np.int8)
-    uniq, inverse = factorize(cols["sync_kind"])
-    ids = np.array(
-        [strings.intern(SYNC_LABEL.get(SyncKind(int(k)), "Sync")) for k in uniq.tolist()], dtype=np.int32
-    )
-    cols["name"] = ids[inverse] if n else np.zeros(0, dtype=np.int32)
+    cols["name"] = _named(strings, cols["sync_kind"], lambda k: SYNC_LABEL.get(SyncKind(k), "Sync"))
     blocking = any_of(cols["sync_kind"], [int(SyncKind.STREAM), int(SyncKind.DEVICE), int(SyncKind.EVENT)])
     cols["flags"] = np.where(blocking, Flag.BLOCKING, 0).astype(np.int16)
     return cols
@@ -261,7 +229,7 @@ def read_cuda_events(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] 
     names, exprs = _common(db, CUDA_EVENT)
     exprs[0] = '"timestamp"'
     exprs[1] = '"timestamp"'
-    cols = _finish_common(_select(db, CUDA_EVENT, names, exprs, where='"timestamp" IS NOT NULL'))
+    cols = _finish_common(fetch_int_columns(db, CUDA_EVENT, names, exprs, where='"timestamp" IS NOT NULL'))
     n = len(cols["start"])
     cols["kind"] = np.full(n, int(EventKind.SYNC), dtype=np.int8)
     cols["name"] = np.full(n, strings.intern("Event Record"), dtype=np.int32)

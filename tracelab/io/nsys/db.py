@@ -29,7 +29,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -96,18 +96,7 @@ class NsysDb:
     def reopen(self) -> NsysDb:
         """Another connection to the same file, with the same deadline and query pool (for parallel
         readers; it does not own the private copy)."""
-        conn = _connect(self.uri, self.path, self.deadline)
-        return NsysDb(
-            self.path,
-            conn,
-            self.tables,
-            self.source,
-            self.uri,
-            self.deadline,
-            None,
-            self.pool,
-            self.notes,
-        )
+        return replace(self, conn=_connect(self.uri, self.path, self.deadline), private_dir=None)
 
     def rows_estimate(self, table: str) -> int:
         """About how many rows a table holds, without counting them: the width of its rowid range
@@ -257,7 +246,6 @@ def open_export(path: str | Path) -> NsysDb:
         raise
     db = NsysDb(path=p, conn=conn, tables={}, source=source, uri=uri, deadline=deadline, private_dir=private)
     try:
-        conn.execute("PRAGMA query_only = ON")
         rows = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         views = sorted(n for t, n in rows if t == "view" and _is_read(n))
         if views:
@@ -274,7 +262,7 @@ def open_export(path: str | Path) -> NsysDb:
     except BaseException:
         db.close()
         raise
-    return NsysDb(p, conn, tables, source, uri, deadline, private, None, notes)
+    return replace(db, tables=tables, notes=notes)
 
 
 def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFormatError:
@@ -314,15 +302,8 @@ _NULLABLE = re.compile(r'^coalesce\(("(?:[^"]|"")+"), (-?[0-9]+)\)$')  # what co
 
 
 def _parse_ints(text: str | None, n: int, db: NsysDb, table: str) -> np.ndarray:
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            arr = np.fromstring(text or "", dtype=np.int64, sep=",")
-    except (ValueError, TypeError):
-        arr = np.zeros(0, dtype=np.int64)
-    if len(arr) != n:
+    arr = _ints_or_none(text or "", n) if n else np.zeros(0, dtype=np.int64)
+    if arr is None:
         raise TraceFormatError(f"unexpected non-integer values in table {table}", db.path)
     return arr
 

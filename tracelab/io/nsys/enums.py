@@ -12,104 +12,33 @@ import numpy as np
 from tracelab.io.nsys.db import NsysDb, quote_ident
 from tracelab.model import CopyKind, MemKind, SyncKind
 
-# CUpti_ActivityMemcpyKind (documented values; also the ENUM_CUDA_MEMCPY_OPER ids in every export seen)
+# name -> tracelab code, in the order of the codes (the documented CUPTI values: used when an export has no
+# ENUM_* table). CUpti_ActivityMemcpyKind (also the ENUM_CUDA_MEMCPY_OPER ids in every export seen):
 _COPY_BY_NAME = {
-    "UNKNOWN": CopyKind.UNKNOWN,
-    "HTOD": CopyKind.HTOD,
-    "DTOH": CopyKind.DTOH,
-    "HTOA": CopyKind.HTOD,
-    "ATOH": CopyKind.DTOH,
-    "ATOA": CopyKind.DTOD,
-    "ATOD": CopyKind.DTOD,
-    "DTOA": CopyKind.DTOD,
-    "DTOD": CopyKind.DTOD,
-    "HTOH": CopyKind.HTOH,
-    "PTOP": CopyKind.PTOP,
-    "UVM_HTOD": CopyKind.HTOD,
-    "UVM_DTOH": CopyKind.DTOH,
+    "UNKNOWN": CopyKind.UNKNOWN, "HTOD": CopyKind.HTOD, "DTOH": CopyKind.DTOH, "HTOA": CopyKind.HTOD,
+    "ATOH": CopyKind.DTOH, "ATOA": CopyKind.DTOD, "ATOD": CopyKind.DTOD, "DTOA": CopyKind.DTOD, "DTOD": CopyKind.DTOD,
+    "HTOH": CopyKind.HTOH, "PTOP": CopyKind.PTOP, "UVM_HTOD": CopyKind.HTOD, "UVM_DTOH": CopyKind.DTOH,
     "UVM_DTOD": CopyKind.DTOD,
 }
-_COPY_DEFAULT = [
-    "UNKNOWN",
-    "HTOD",
-    "DTOH",
-    "HTOA",
-    "ATOH",
-    "ATOA",
-    "ATOD",
-    "DTOA",
-    "DTOD",
-    "HTOH",
-    "PTOP",
-    "UVM_HTOD",
-    "UVM_DTOH",
-    "UVM_DTOD",
-]
-
 # CUpti_ActivityMemoryKind as nsys exports it (ENUM_CUDA_MEM_KIND)
 _MEM_BY_NAME = {
-    "PAGEABLE": MemKind.PAGEABLE,
-    "PINNED": MemKind.PINNED,
-    "DEVICE": MemKind.DEVICE,
-    "ARRAY": MemKind.ARRAY,
-    "MANAGED": MemKind.MANAGED,
-    "DEVICE_STATIC": MemKind.DEVICE,
-    "MANAGED_STATIC": MemKind.MANAGED,
+    "PAGEABLE": MemKind.PAGEABLE, "PINNED": MemKind.PINNED, "DEVICE": MemKind.DEVICE, "ARRAY": MemKind.ARRAY,
+    "MANAGED": MemKind.MANAGED, "DEVICE_STATIC": MemKind.DEVICE, "MANAGED_STATIC": MemKind.MANAGED,
     "UNKNOWN": MemKind.UNKNOWN,
 }
-_MEM_DEFAULT = [
-    "PAGEABLE",
-    "PINNED",
-    "DEVICE",
-    "ARRAY",
-    "MANAGED",
-    "DEVICE_STATIC",
-    "MANAGED_STATIC",
-    "UNKNOWN",
-]
-
 # CUpti_ActivitySynchronizationType
 _SYNC_BY_NAME = {
-    "UNKNOWN": SyncKind.NONE,
-    "EVENT_SYNCHRONIZE": SyncKind.EVENT,
-    "STREAM_WAIT_EVENT": SyncKind.STREAM_WAIT_EVENT,
-    "STREAM_SYNCHRONIZE": SyncKind.STREAM,
-    "CONTEXT_SYNCHRONIZE": SyncKind.DEVICE,
+    "UNKNOWN": SyncKind.NONE, "EVENT_SYNCHRONIZE": SyncKind.EVENT, "STREAM_WAIT_EVENT": SyncKind.STREAM_WAIT_EVENT,
+    "STREAM_SYNCHRONIZE": SyncKind.STREAM, "CONTEXT_SYNCHRONIZE": SyncKind.DEVICE,
 }
-_SYNC_DEFAULT = [
-    "UNKNOWN",
-    "EVENT_SYNCHRONIZE",
-    "STREAM_WAIT_EVENT",
-    "STREAM_SYNCHRONIZE",
-    "CONTEXT_SYNCHRONIZE",
-]
 
 # the names Kineto gives the same things, so that both formats show the same strings
-COPY_LABEL = {
-    CopyKind.UNKNOWN: "Memcpy",
-    CopyKind.HTOD: "Memcpy HtoD",
-    CopyKind.DTOH: "Memcpy DtoH",
-    CopyKind.DTOD: "Memcpy DtoD",
-    CopyKind.HTOH: "Memcpy HtoH",
-    CopyKind.PTOP: "Memcpy PtoP",
-}
-MEM_LABEL = {
-    MemKind.UNKNOWN: "Unknown",
-    MemKind.PAGEABLE: "Pageable",
-    MemKind.PINNED: "Pinned",
-    MemKind.DEVICE: "Device",
-    MemKind.ARRAY: "Array",
-    MemKind.MANAGED: "Managed",
-}
-SYNC_LABEL = {
-    SyncKind.NONE: "Unknown Sync",
-    SyncKind.EVENT: "Event Sync",
-    SyncKind.STREAM_WAIT_EVENT: "Stream Wait Event",
-    SyncKind.STREAM: "Stream Sync",
-    SyncKind.DEVICE: "Context Sync",
-}
-
-
+COPY_LABEL = {CopyKind.UNKNOWN: "Memcpy", CopyKind.HTOD: "Memcpy HtoD", CopyKind.DTOH: "Memcpy DtoH",
+              CopyKind.DTOD: "Memcpy DtoD", CopyKind.HTOH: "Memcpy HtoH", CopyKind.PTOP: "Memcpy PtoP"}
+MEM_LABEL = {MemKind.UNKNOWN: "Unknown", MemKind.PAGEABLE: "Pageable", MemKind.PINNED: "Pinned", MemKind.DEVICE: "Device",
+             MemKind.ARRAY: "Array", MemKind.MANAGED: "Managed"}
+SYNC_LABEL = {SyncKind.NONE: "Unknown Sync", SyncKind.EVENT: "Event Sync", SyncKind.STREAM_WAIT_EVENT: "Stream Wait Event",
+              SyncKind.STREAM: "Stream Sync", SyncKind.DEVICE: "Context Sync"}
 MAX_ENUM_CODE = 4096
 
 
@@ -121,14 +50,13 @@ def _enum_rows(db: NsysDb, table: str) -> list[tuple[int, str]] | None:
     return [(i, str(n)) for i, n in rows if type(i) is int and 0 <= i < MAX_ENUM_CODE and n]
 
 
-def _lookup(
-    db: NsysDb, table: str, prefix: str, by_name: dict, default_names: list[str], unknown: int
-) -> np.ndarray:
-    """Array indexed by nsys code -> tracelab code (codes beyond the table map to `unknown`)."""
+def _lookup(db: NsysDb, table: str, prefix: str, by_name: dict, unknown: int) -> np.ndarray:
+    """Array indexed by nsys code -> tracelab code (codes beyond the table map to `unknown`); without the
+    table, the codes are those of `by_name`'s order."""
     rows = _enum_rows(db, table)
     if rows is None:
-        rows = list(enumerate(default_names))
-    size = max([i for i, _ in rows] + [len(default_names) - 1]) + 1
+        rows = list(enumerate(by_name))
+    size = max([i for i, _ in rows] + [len(by_name) - 1]) + 1
     out = np.full(size + 1, int(unknown), dtype=np.int8)  # last slot: out-of-range codes
     for code, name in rows:
         if code < 0:
@@ -148,23 +76,12 @@ def apply_lookup(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def copy_kind_table(db: NsysDb) -> np.ndarray:
-    return _lookup(
-        db, "ENUM_CUDA_MEMCPY_OPER", ("CUDA_MEMCPY_KIND_",), _COPY_BY_NAME, _COPY_DEFAULT, CopyKind.UNKNOWN
-    )
+    return _lookup(db, "ENUM_CUDA_MEMCPY_OPER", ("CUDA_MEMCPY_KIND_",), _COPY_BY_NAME, CopyKind.UNKNOWN)
 
 
 def mem_kind_table(db: NsysDb) -> np.ndarray:
-    return _lookup(
-        db, "ENUM_CUDA_MEM_KIND", ("CUDA_MEMOPR_MEMORY_KIND_",), _MEM_BY_NAME, _MEM_DEFAULT, MemKind.UNKNOWN
-    )
+    return _lookup(db, "ENUM_CUDA_MEM_KIND", ("CUDA_MEMOPR_MEMORY_KIND_",), _MEM_BY_NAME, MemKind.UNKNOWN)
 
 
 def sync_kind_table(db: NsysDb) -> np.ndarray:
-    return _lookup(
-        db,
-        "ENUM_CUPTI_SYNC_TYPE",
-        ("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_",),
-        _SYNC_BY_NAME,
-        _SYNC_DEFAULT,
-        SyncKind.NONE,
-    )
+    return _lookup(db, "ENUM_CUPTI_SYNC_TYPE", ("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_",), _SYNC_BY_NAME, SyncKind.NONE)

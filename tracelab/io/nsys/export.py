@@ -14,6 +14,7 @@ from tracelab.errors import MissingDependency, TraceFormatError
 NSYS_ENV = "TRACELAB_NSYS"
 _SEARCH_GLOBS = (
     "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
     "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
     "/usr/local/cuda/bin/nsys",
     "/usr/local/cuda-*/bin/nsys",

@@ -40,24 +40,23 @@ def host_of(global_id: np.ndarray) -> np.ndarray:
     return np.where(global_id >= 0, (global_id >> 56) & 0xFF, 0)
 
 
-def _read_api(db: NsysDb, table: str, strings: NsysStrings, kind: EventKind) -> dict[str, np.ndarray] | None:
-    if table not in db.tables:
-        return None
-    names = ["start", "end", "_gtid", "correlation", "_name", "_class"]
-    exprs = [
-        '"start"',
-        col_or(db, table, "end", '"start"'),
-        col_or(db, table, "globalTid"),
-        col_or(db, table, "correlationId"),
-        col_or(db, table, "nameId"),
-        col_or(db, table, "eventClass", "-1"),
-    ]
-    cols = fetch_int_columns(db, table, names, exprs)
-    n = len(cols["start"])
-    gtid = cols.pop("_gtid")
+def set_thread(cols: dict[str, np.ndarray], gtid: np.ndarray) -> None:
+    """The thread columns of rows from their globalTid: `_gpid` (the process's globalPid), pid and tid."""
     cols["_gpid"] = np.where(gtid >= 0, gtid & ~0xFFFFFF, -1)
     cols["pid"] = pid_of(gtid)
     cols["tid"] = tid_of(gtid)
+
+
+def read_api(db: NsysDb, table: str, strings: NsysStrings, kind: EventKind) -> dict[str, np.ndarray] | None:
+    """CUDA runtime or driver API calls (RUNTIME rows of the driver's event class are driver calls)."""
+    if table not in db.tables:
+        return None
+    names = ["start", "end", "_gtid", "correlation", "_name", "_class"]
+    exprs = ['"start"', col_or(db, table, "end", '"start"'), col_or(db, table, "globalTid"),
+             col_or(db, table, "correlationId"), col_or(db, table, "nameId"), col_or(db, table, "eventClass", "-1")]
+    cols = fetch_int_columns(db, table, names, exprs)
+    n = len(cols["start"])
+    set_thread(cols, cols.pop("_gtid"))
     klass = cols.pop("_class")
     kinds = np.full(n, int(kind), dtype=np.int8)
     kinds[klass == EVENT_CLASS_DRIVER] = int(EventKind.DRIVER)
@@ -68,14 +67,6 @@ def _read_api(db: NsysDb, table: str, strings: NsysStrings, kind: EventKind) -> 
     cols["sync_kind"] = sync[inverse] if n else np.zeros(0, np.int8)
     cols["flags"] = flags[inverse] if n else np.zeros(0, np.int16)
     return cols
-
-
-def read_runtime(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
-    return _read_api(db, RUNTIME, strings, EventKind.RUNTIME)
-
-
-def read_driver(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
-    return _read_api(db, DRIVER, strings, EventKind.DRIVER)
 
 
 def _domain_names(db: NsysDb, strings: NsysStrings) -> dict[int, int]:
@@ -102,15 +93,8 @@ def read_nvtx(db: NsysDb, strings: NsysStrings) -> tuple[dict[str, np.ndarray] |
     types = NVTX_MARK_TYPES + NVTX_RANGE_TYPES
     where = f'"eventType" IN ({", ".join(str(t) for t in types)})'
     names = ["start", "_end", "_type", "_gtid", "_text_id", "_domain", "_has_text"]
-    exprs = [
-        '"start"',
-        col_or(db, NVTX, "end"),
-        '"eventType"',
-        col_or(db, NVTX, "globalTid"),
-        col_or(db, NVTX, "textId"),
-        col_or(db, NVTX, "domainId", "0"),
-        '("text" IS NOT NULL)' if "text" in db.columns(NVTX) else "0",
-    ]
+    exprs = ['"start"', col_or(db, NVTX, "end"), '"eventType"', col_or(db, NVTX, "globalTid"), col_or(db, NVTX, "textId"),
+             col_or(db, NVTX, "domainId", "0"), '("text" IS NOT NULL)' if "text" in db.columns(NVTX) else "0"]
     cols = fetch_int_columns(db, NVTX, names, exprs, where)  # rowid order, as the text query below
     n = len(cols["start"])
     name = strings.map_ids(cols.pop("_text_id"))
@@ -124,10 +108,7 @@ def read_nvtx(db: NsysDb, strings: NsysStrings) -> tuple[dict[str, np.ndarray] |
     open_range = ~mark & (end < cols["start"])
     cols["end"] = np.where(mark | open_range, cols["start"], end)
     cols["kind"] = np.where(mark, int(EventKind.NVTX_MARK), int(EventKind.NVTX_RANGE)).astype(np.int8)
-    gtid = cols.pop("_gtid")
-    cols["_gpid"] = np.where(gtid >= 0, gtid & ~0xFFFFFF, -1)
-    cols["pid"] = pid_of(gtid)
-    cols["tid"] = tid_of(gtid)
+    set_thread(cols, cols.pop("_gtid"))
     cols["name"] = name
     domains = _domain_names(db, strings)
     dom = cols.pop("_domain")

@@ -32,36 +32,19 @@ def separate_processes(cols: dict[str, np.ndarray], gpu: np.ndarray, processes: 
         return notes
     index = np.searchsorted(procs, gpid)
     ok = (gpid >= 0) & (cols["correlation"] >= 0)
-    cols["correlation"] = np.where(
-        ok, (index.astype(np.int64) << 32) | cols["correlation"], cols["correlation"]
-    )
-
+    cols["correlation"] = np.where(ok, (index.astype(np.int64) << 32) | cols["correlation"], cols["correlation"])
     on_gpu = (cols["device"] >= 0) & (gpid >= 0) & (gpu | (cols["kind"] == int(EventKind.SYNC)))
     if on_gpu.any():
-        keys = pd.DataFrame(
-            {
-                "rank": cols["rank"][on_gpu],
-                "device": cols["device"][on_gpu],
-                "context": cols["context"][on_gpu],
-                "gpid": gpid[on_gpu],
-            }
-        ).drop_duplicates()
+        keys = pd.DataFrame({"rank": cols["rank"][on_gpu], "device": cols["device"][on_gpu],
+                             "context": cols["context"][on_gpu], "gpid": gpid[on_gpu]}).drop_duplicates()
         shared = keys.groupby(["rank", "device", "context"])["gpid"].transform("nunique") > 1
         if shared.any():
             clash = keys[shared]
-            rows = (
-                pd.MultiIndex.from_arrays([cols["rank"], cols["device"], cols["context"]]).isin(
-                    pd.MultiIndex.from_frame(clash[["rank", "device", "context"]])
-                )
-                & on_gpu
-            )
-            cols["context"] = np.where(
-                rows, ((index.astype(np.int64) + 1) << 32) | cols["context"], cols["context"]
-            )
-            notes.append(
-                "several processes use the same CUDA context ids on one GPU: their contexts are shown "
-                "as (process index + 1) << 32 | contextId"
-            )
+            rows = pd.MultiIndex.from_arrays([cols["rank"], cols["device"], cols["context"]]).isin(
+                pd.MultiIndex.from_frame(clash[["rank", "device", "context"]])) & on_gpu
+            cols["context"] = np.where(rows, ((index.astype(np.int64) + 1) << 32) | cols["context"], cols["context"])
+            notes.append("several processes use the same CUDA context ids on one GPU: their contexts are shown "
+                         "as (process index + 1) << 32 | contextId")
     return notes
 
 
@@ -77,17 +60,9 @@ def _pdl_overlap(cols: dict[str, np.ndarray], kernels: np.ndarray) -> np.ndarray
     out = np.zeros(len(kernels), dtype=bool)
     if len(idx) < 2:
         return out
-    df = pd.DataFrame(
-        {
-            "r": cols["rank"][idx],
-            "d": cols["device"][idx],
-            "c": cols["context"][idx],
-            "s": cols["stream"][idx],
-            "start": cols["start"][idx],
-            "end": cols["end"][idx],
-            "i": idx,
-        }
-    ).sort_values(["r", "d", "c", "s", "start"], kind="stable")
+    df = pd.DataFrame({"r": cols["rank"][idx], "d": cols["device"][idx], "c": cols["context"][idx],
+                       "s": cols["stream"][idx], "start": cols["start"][idx], "end": cols["end"][idx], "i": idx,
+                       }).sort_values(["r", "d", "c", "s", "start"], kind="stable")
     keys = ["r", "d", "c", "s"]
     df["run_end"] = df.groupby(keys, sort=False)["end"].cummax()
     prev_end = df.groupby(keys, sort=False)["run_end"].shift(1)
@@ -120,21 +95,15 @@ def link_host_and_gpu(
         graph_corr = corr[api & np.isin(names, graph_ids)]
         flags[gpu & np.isin(corr, graph_corr)] |= Flag.GRAPH
 
-    n_pdl = 0
     kernels = kind == int(EventKind.KERNEL)
     ex_ids = _ids_matching(table, names[api], _EX_LAUNCH)
     if len(ex_ids):
         ex_corr = corr[api & np.isin(names, ex_ids)]
         pdl = kernels & np.isin(corr, ex_corr) & _pdl_overlap(cols, kernels)
         flags[pdl] |= Flag.PDL
-    n_pdl = int(((flags & Flag.PDL) != 0).sum())
     cols["flags"] = flags
-    stats = {
-        "orphan_gpu_events": n_orphan,
-        "graph_gpu_events": int(((flags & Flag.GRAPH) != 0)[gpu].sum()),
-        "pdl_kernels": n_pdl,
-        "comm_kernels": int(((flags & Flag.COMM) != 0)[kernels].sum()),
-    }
+    stats = {"orphan_gpu_events": n_orphan, "graph_gpu_events": int(((flags & Flag.GRAPH) != 0)[gpu].sum()),
+             "pdl_kernels": int(((flags & Flag.PDL) != 0).sum()), "comm_kernels": int(((flags & Flag.COMM) != 0)[kernels].sum())}
     return stats, notes
 
 

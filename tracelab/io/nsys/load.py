@@ -102,22 +102,11 @@ def _undescribed_green_contexts(
     rows = on_device & (cols["green_context"] >= 0)
     if not rows.any():
         return []
-    keys = pd.DataFrame(
-        {k: cols[k][rows] for k in ("rank", "device", "green_context", "context")}
-    ).drop_duplicates(["rank", "device", "green_context"])
+    keys = pd.DataFrame({k: cols[k][rows] for k in ("rank", "device", "green_context", "context")}).drop_duplicates(
+        ["rank", "device", "green_context"])
     known = {(c.rank, c.device, c.green_context) for c in contexts if c.is_green}
-    return [
-        ContextInfo(
-            rank=int(r),
-            device=int(d),
-            context=int(g),
-            is_green=True,
-            parent_context=int(c),
-            green_context=int(g),
-        )
-        for r, d, g, c in keys.itertuples(index=False)
-        if (int(r), int(d), int(g)) not in known
-    ]
+    return [ContextInfo(rank=int(r), device=int(d), context=int(g), is_green=True, parent_context=int(c), green_context=int(g))
+            for r, d, g, c in keys.itertuples(index=False) if (int(r), int(d), int(g)) not in known]
 
 
 def _syncs_on_the_ranks_gpu(cols: dict[str, np.ndarray], gpu: np.ndarray, kind: np.ndarray) -> list[str]:
@@ -180,21 +169,15 @@ def _schema_notes(db: NsysDb, emeta: dict[str, str]) -> list[str]:
     if not version:
         notes.append("export schema version unknown (no META_DATA_EXPORT / EXPORT_META_DATA table)")
     elif major is not None and major > KNOWN_SCHEMA_MAJOR:
-        notes.append(
-            f"export schema {version} is newer than tracelab knows (3.x): parsed on a best-effort basis"
-        )
+        notes.append(f"export schema {version} is newer than tracelab knows (3.x): parsed on a best-effort basis")
     if "DERIVED_WINDOW_NS" in emeta:
         source = emeta.get("DERIVED_FROM", "a larger export")
-        notes.append(
-            f"time-sliced export (window {emeta['DERIVED_WINDOW_NS']} ns of {source}): "
-            "work and launches outside the window are missing"
-        )
+        notes.append(f"time-sliced export (window {emeta['DERIVED_WINDOW_NS']} ns of {source}): "
+                     "work and launches outside the window are missing")
     notes += [msg for table, msg in _MISSING_NOTES.items() if table not in db.tables]
     cuda_event = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
     if cuda_event in db.tables and "timestamp" not in db.columns(cuda_event) and db.count(cuda_event):
-        notes.append(
-            "CUPTI_ACTIVITY_KIND_CUDA_EVENT has no timestamp column in this schema: event records skipped"
-        )
+        notes.append("CUPTI_ACTIVITY_KIND_CUDA_EVENT has no timestamp column in this schema: event records skipped")
     return notes
 
 
@@ -229,11 +212,7 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     notes += separate_processes(cols, gpu, processes)
     fill_graph_ids(db, cols)
     stats, link_notes = link_host_and_gpu(
-        cols,
-        strings,
-        gpu,
-        has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")),
-    )
+        cols, strings, gpu, has_api=any(t in db.tables for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")))
     notes += link_notes
     # checked on a thread of its own while the rest is parsed (sorts and searches: numpy releases the GIL);
     # no column it reads is written in place below. Its notes go where they were always placed.
@@ -268,21 +247,11 @@ def _parse(db: NsysDb, kernel_names: str) -> Timeline:
     table, cols = compact(strings.strings, cols)
     table, renamed = neutralize_names(table)
     if renamed:
-        notes.append(
-            f"{renamed} names held Unicode direction controls or were over 1 MiB: shown with them replaced / cut"
-        )
+        notes.append(f"{renamed} names held Unicode direction controls or were over 1 MiB: shown with them replaced / cut")
     names = sorted({d.name for d in devices if d.name})
     ranks = tuple(int(r) for r in distinct(cols["rank"])) or (0,)
-    meta = RunMeta(
-        source=str(db.path),
-        format="nsys",
-        ranks=ranks,
-        schema_version=version,
-        gpu=", ".join(names),
-        notes=tuple(notes),
-        stats=counts,
-        extra=json_safe(extra),
-    )
+    meta = RunMeta(source=str(db.path), format="nsys", ranks=ranks, schema_version=version, gpu=", ".join(names),
+                   notes=tuple(notes), stats=counts, extra=json_safe(extra))
     return build_timeline(cols, table, meta, devices=devices, contexts=contexts)
 
 
@@ -300,18 +269,14 @@ def _read_columns(db: NsysDb, strings: NsysStrings, kernel_names: str, notes: li
     backwards = cols["end"] < cols["start"]
     if backwards.any():  # CUPTI writes 0 for unknown end times
         cols["end"] = np.where(backwards, cols["start"], cols["end"])
-        notes.append(
-            f"{int(backwards.sum())} events end before they start (unknown end time): shown with zero length"
-        )
+        notes.append(f"{int(backwards.sum())} events end before they start (unknown end time): shown with zero length")
     # nsys times are ns since the session start: a NULL (-1) or negative start is not a time
     cols, checks = validate_columns(cols, strings.strings, db.path, min_time_ns=0)
     notes += checks
     return cols, open_ranges
 
 
-def _assign_ranks(
-    db: NsysDb, cols: dict, gpu: np.ndarray, notes: list[str]
-) -> tuple[dict, np.ndarray, np.ndarray | None]:
+def _assign_ranks(db: NsysDb, cols: dict, gpu: np.ndarray, notes: list[str]) -> tuple[dict, np.ndarray, np.ndarray | None]:
     """cols["rank"]: one rank per host (hardware id) when an export merges several machines, else one
     per process that used a GPU; the events of processes left out are dropped (said in `notes`). Also
     the distinct globalPids of the columns returned (None when rows were dropped: the caller finds them)."""
@@ -338,11 +303,7 @@ def _extra(db: NsysDb, emeta: dict, strings: NsysStrings, cols: dict, host_pids:
     threads = distinct_pairs(cols["pid"][host_pids], cols["tid"][host_pids])
     pids = {p for p, _ in threads}
     extra = {
-        "export": {
-            k: emeta[k]
-            for k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION", "DERIVED_WINDOW_NS")
-            if k in emeta
-        },
+        "export": {k: emeta[k] for k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION", "DERIVED_WINDOW_NS") if k in emeta},
         "process_names": {str(p): n for p, n in process_names(db).items() if p in pids},
         "thread_names": thread_names(db, strings, threads),
         "health": read_health(db),

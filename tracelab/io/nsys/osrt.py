@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.io.nsys.db import NsysDb, col_or, fetch_int_columns
-from tracelab.io.nsys.host import pid_of, tid_of
+from tracelab.io.nsys.host import set_thread
 from tracelab.io.nsys.strings import NsysStrings
 from tracelab.model import EVENT_COLUMNS, EventKind
 from tracelab.model.grouping import any_of, sorted_unique
@@ -34,10 +34,7 @@ def read_osrt(db: NsysDb, strings: NsysStrings) -> dict[str, np.ndarray] | None:
     exprs = ['"start"', '"end"', col_or(db, OSRT, "globalTid"), col_or(db, OSRT, "nameId")]
     cols = fetch_int_columns(db, OSRT, names, exprs, '"end" > "start"')
     n = len(cols["start"])
-    gtid = cols.pop("_gtid")
-    cols["_gpid"] = np.where(gtid >= 0, gtid & ~0xFFFFFF, -1)
-    cols["pid"] = pid_of(gtid)
-    cols["tid"] = tid_of(gtid)
+    set_thread(cols, cols.pop("_gtid"))
     cols["kind"] = np.full(n, int(EventKind.OTHER), dtype=np.int8)
     cols["name"] = strings.map_ids(cols.pop("_name"))
     cols["category"] = np.full(n, strings.intern(OS_CALL_CATEGORY), dtype=np.int32)

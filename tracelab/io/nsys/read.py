@@ -13,34 +13,15 @@ import pandas as pd
 
 from tracelab.io.nsys.activity import read_cuda_events, read_kernels, read_memcpys, read_memsets, read_syncs
 from tracelab.io.nsys.db import NsysDb, QueryPool
-from tracelab.io.nsys.host import read_driver, read_nvtx, read_runtime
+from tracelab.io.nsys.host import DRIVER, RUNTIME, read_api, read_nvtx
 from tracelab.io.nsys.osrt import OSRT, read_osrt
 from tracelab.io.nsys.strings import NsysStrings
-from tracelab.model import EVENT_COLUMNS
+from tracelab.model import EVENT_COLUMNS, EventKind
 from tracelab.model.timeline import DEFAULTS
 
 # columns the parser itself works on after the merge (the others may stay absent)
-_ALWAYS = {
-    "kind",
-    "start",
-    "end",
-    "rank",
-    "device",
-    "context",
-    "green_context",
-    "stream",
-    "pid",
-    "tid",
-    "name",
-    "category",
-    "correlation",
-    "flags",
-    "graph_node",
-    "graph_id",
-    "_gpid",
-}
-
-
+_ALWAYS = {"kind", "start", "end", "rank", "device", "context", "green_context", "stream", "pid", "tid", "name",
+           "category", "correlation", "flags", "graph_node", "graph_id", "_gpid"}
 # columns the parser changes in place after the merge (so never a read-only broadcast view)
 _WRITTEN_IN_PLACE = {"flags"}
 _WIDE = {"device", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers"}
@@ -94,9 +75,7 @@ def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
     workers = min(os.cpu_count() or 1, 4)
     if workers > 1 and n >= PARALLEL_MIN_ROWS:
-        with ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix="nsys-merge"
-        ) as pool:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-merge") as pool:
             cols = list(pool.map(fill, keys))
     else:
         cols = [fill(k) for k in keys]
@@ -106,9 +85,7 @@ def merge_sorted(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 PARALLEL_MIN_ROWS = 200_000  # below this, reading the tables one after the other is as fast
 
 
-def read_tables(
-    db: NsysDb, strings: NsysStrings, kernel_names: str
-) -> tuple[list[dict[str, np.ndarray]], int]:
+def read_tables(db: NsysDb, strings: NsysStrings, kernel_names: str) -> tuple[list[dict[str, np.ndarray]], int]:
     """Every activity table as column arrays, in a fixed order. Big exports are read in parallel:
     one thread per table (its own read-only connection) drives the table's reader, and the readers'
     row-range queries all run on one pool of `cpu_count` threads (QueryPool), so every core stays
@@ -119,8 +96,8 @@ def read_tables(
         ("CUPTI_ACTIVITY_KIND_MEMSET", lambda d: read_memsets(d, strings)),
         ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", lambda d: read_syncs(d, strings)),
         ("CUPTI_ACTIVITY_KIND_CUDA_EVENT", lambda d: read_cuda_events(d, strings)),
-        ("CUPTI_ACTIVITY_KIND_RUNTIME", lambda d: read_runtime(d, strings)),
-        ("CUPTI_ACTIVITY_KIND_DRIVER", lambda d: read_driver(d, strings)),
+        (RUNTIME, lambda d: read_api(d, RUNTIME, strings, EventKind.RUNTIME)),
+        (DRIVER, lambda d: read_api(d, DRIVER, strings, EventKind.DRIVER)),
         ("NVTX_EVENTS", lambda d: read_nvtx(d, strings)),
         (OSRT, lambda d: read_osrt(d, strings)),
     ]
@@ -139,9 +116,7 @@ def read_tables(
                 own.close()
 
         try:
-            with ThreadPoolExecutor(
-                max_workers=len(tasks), thread_name_prefix="nsys-table"
-            ) as readers:
+            with ThreadPoolExecutor(max_workers=len(tasks), thread_name_prefix="nsys-table") as readers:
                 # biggest tables first, so their row ranges are queued first
                 order = sorted(range(len(tasks)), key=lambda i: -sizes[tasks[i][0]])
                 futures = {i: readers.submit(run, tasks[i][1]) for i in order}

@@ -46,22 +46,9 @@ def _select_dicts(db: NsysDb, table: str, wanted: Iterable[str]) -> list[dict[st
     return [dict(zip(cols, row)) for row in db.rows(sql)]
 
 
-_GPU_COLUMNS = (
-    "id",
-    "name",
-    "smCount",
-    "computeMajor",
-    "computeMinor",
-    "totalMemory",
-    "maxWarpsPerSm",
-    "threadsPerWarp",
-    "maxBlocksPerSm",
-    "maxRegistersPerSm",
-    "maxRegistersPerBlock",
-    "maxShmemPerSm",
-    "maxShmemPerBlockOptin",
-    "maxShmemPerBlock",
-)
+_GPU_COLUMNS = ("id", "name", "smCount", "computeMajor", "computeMinor", "totalMemory", "maxWarpsPerSm", "threadsPerWarp",
+                "maxBlocksPerSm", "maxRegistersPerSm", "maxRegistersPerBlock", "maxShmemPerSm", "maxShmemPerBlockOptin",
+                "maxShmemPerBlock")
 
 
 def read_devices(db: NsysDb, used: Iterable[tuple[int, int]]) -> tuple[list[DeviceInfo], bool]:
@@ -81,35 +68,22 @@ def read_devices(db: NsysDb, used: Iterable[tuple[int, int]]) -> tuple[list[Devi
             out.append(DeviceInfo(rank=rank, device=dev, sm_count=sms.get(dev, 0)))
             continue
         warp = _int(g.get("threadsPerWarp"), 32) or 32
-        out.append(
-            DeviceInfo(
-                rank=rank,
-                device=dev,
-                name=str(g.get("name") or ""),
-                sm_count=_int(g.get("smCount")) or sms.get(dev, 0),
-                cc_major=_int(g.get("computeMajor")),
-                cc_minor=_int(g.get("computeMinor")),
-                total_memory=_int(g.get("totalMemory")),
-                max_threads_per_sm=_int(g.get("maxWarpsPerSm")) * warp,
-                max_blocks_per_sm=_int(g.get("maxBlocksPerSm")),
-                registers_per_sm=_int(g.get("maxRegistersPerSm")),
-                max_registers_per_block=_int(g.get("maxRegistersPerBlock")),
-                shared_mem_per_sm=_int(g.get("maxShmemPerSm")),
-                max_shared_mem_per_block=_int(g.get("maxShmemPerBlockOptin"))
-                or _int(g.get("maxShmemPerBlock")),
-                warp_size=warp,
-            )
-        )
+        out.append(DeviceInfo(
+            rank=rank, device=dev, name=str(g.get("name") or ""), sm_count=_int(g.get("smCount")) or sms.get(dev, 0),
+            cc_major=_int(g.get("computeMajor")), cc_minor=_int(g.get("computeMinor")),
+            total_memory=_int(g.get("totalMemory")), max_threads_per_sm=_int(g.get("maxWarpsPerSm")) * warp,
+            max_blocks_per_sm=_int(g.get("maxBlocksPerSm")), registers_per_sm=_int(g.get("maxRegistersPerSm")),
+            max_registers_per_block=_int(g.get("maxRegistersPerBlock")), shared_mem_per_sm=_int(g.get("maxShmemPerSm")),
+            max_shared_mem_per_block=_int(g.get("maxShmemPerBlockOptin")) or _int(g.get("maxShmemPerBlock")),
+            warp_size=warp,
+        ))
     return out, bool(gpus)
 
 
 def read_contexts(db: NsysDb, rank_of_pid: dict[int, int]) -> list[ContextInfo]:
     """Every CUDA context the export describes; green contexts carry their parent and SM count."""
-    rows = _select_dicts(
-        db,
-        "TARGET_INFO_CUDA_CONTEXT_INFO",
-        ("processId", "deviceId", "contextId", "parentContextId", "isGreenContext", "numMultiprocessors"),
-    )
+    rows = _select_dicts(db, "TARGET_INFO_CUDA_CONTEXT_INFO",
+                         ("processId", "deviceId", "contextId", "parentContextId", "isGreenContext", "numMultiprocessors"))
     out: dict[tuple[int, int, int], ContextInfo] = {}
     for r in rows:
         rank = rank_of_pid.get(_int(r.get("processId"), -1), 0)
@@ -117,27 +91,15 @@ def read_contexts(db: NsysDb, rank_of_pid: dict[int, int]) -> list[ContextInfo]:
         ctx = _int(r.get("contextId"), -1)
         parent = _int(r.get("parentContextId"), -1)
         key = (rank, _int(r.get("deviceId"), -1), ctx)
-        out.setdefault(
-            key,
-            ContextInfo(
-                rank=key[0],
-                device=key[1],
-                context=ctx,
-                is_green=green,
-                parent_context=parent if green and parent > 0 else -1,
-                green_context=ctx if green else -1,
-                sm_count=_int(r.get("numMultiprocessors")),
-            ),
-        )
+        out.setdefault(key, ContextInfo(rank=key[0], device=key[1], context=ctx, is_green=green,
+                                        parent_context=parent if green and parent > 0 else -1,
+                                        green_context=ctx if green else -1, sm_count=_int(r.get("numMultiprocessors"))))
     return sorted(out.values(), key=lambda c: (c.rank, c.device, c.context))
 
 
 def process_names(db: NsysDb) -> dict[int, str]:
-    return {
-        _int(r.get("pid"), -1): str(r.get("name") or "")
-        for r in _select_dicts(db, "PROCESSES", ("pid", "name"))
-        if r.get("name")
-    }
+    return {_int(r.get("pid"), -1): str(r.get("name") or "") for r in _select_dicts(db, "PROCESSES", ("pid", "name"))
+            if r.get("name")}
 
 
 def thread_names(db: NsysDb, strings: NsysStrings, wanted: set[tuple[int, int]]) -> dict[str, str]:
@@ -158,13 +120,9 @@ def thread_names(db: NsysDb, strings: NsysStrings, wanted: set[tuple[int, int]])
 def green_streams(db: NsysDb) -> dict[tuple[int, int], int]:
     """(pid, streamId) -> green context id, for streams that TARGET_INFO_CUDA_STREAM places in a
     context that TARGET_INFO_CUDA_CONTEXT_INFO marks green."""
-    green = {
-        (_int(r.get("processId"), -1), _int(r.get("contextId"), -1))
-        for r in _select_dicts(
-            db, "TARGET_INFO_CUDA_CONTEXT_INFO", ("processId", "contextId", "isGreenContext")
-        )
-        if _int(r.get("isGreenContext")) == 1
-    }
+    green = {(_int(r.get("processId"), -1), _int(r.get("contextId"), -1))
+             for r in _select_dicts(db, "TARGET_INFO_CUDA_CONTEXT_INFO", ("processId", "contextId", "isGreenContext"))
+             if _int(r.get("isGreenContext")) == 1}
     if not green:
         return {}
     out: dict[tuple[int, int], int] = {}

@@ -17,20 +17,14 @@ def _delta_doc(d: Delta) -> dict[str, Any]:
     return {"a": d.a, "b": d.b, "delta": d.delta, "pct": None if d.pct is None else round(d.pct, 3)}
 
 
+def _doc(obj: Any, *fields: str) -> dict[str, Any]:
+    """The named fields of `obj`, each Delta as {"a", "b", "delta", "pct"}."""
+    return {f: _delta_doc(v) if isinstance(v := getattr(obj, f), Delta) else v for f in fields}
+
+
 def _device_doc(d: DeviceComparison) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "rank": d.rank,
-        "device": d.device,
-        "b_rank": d.b_rank,
-        "b_device": d.b_device,
-        "name_a": d.name_a,
-        "name_b": d.name_b,
-        "present": d.present,
-    }
-    for f in DeviceComparison.__dataclass_fields__:
-        v = getattr(d, f)
-        if isinstance(v, Delta):
-            doc[f] = _delta_doc(v)
+    doc = _doc(d, "rank", "device", "b_rank", "b_device", "name_a", "name_b", "present")
+    doc.update(_doc(d, *(f for f in DeviceComparison.__dataclass_fields__ if isinstance(getattr(d, f), Delta))))
     doc["busy_fraction"] = {"a": d.busy_fraction_a, "b": d.busy_fraction_b}
     doc["sm"] = {"a": {"source": d.sm_source_a, "busy_fraction": d.sm_busy_a},
                  "b": {"source": d.sm_source_b, "busy_fraction": d.sm_busy_b}}
@@ -63,12 +57,8 @@ def verdict_document(v: Verdict | None) -> dict[str, Any] | None:
     if v is None:
         return None
     return {
-        "basis": v.basis,
-        "a_ns": v.a_ns,
-        "b_ns": v.b_ns,
-        "pct": None if v.pct is None else round(v.pct, 3),
-        "steps_a": v.steps_a,
-        "steps_b": v.steps_b,
+        "basis": v.basis, "a_ns": v.a_ns, "b_ns": v.b_ns, "pct": None if v.pct is None else round(v.pct, 3),
+        "steps_a": v.steps_a, "steps_b": v.steps_b,
         "spread_ns": {"a": v.spread_a, "b": v.spread_b},
         "warnings": list(v.warnings),
         "idle_ns": _delta_doc(v.idle_ns),
@@ -105,40 +95,17 @@ def comparison_document(comparison: Comparison) -> dict[str, Any]:
         "notes": list(c.notes),
         "devices": [_device_doc(d) for d in c.devices],
         "totals": None if c.totals is None else _device_doc(c.totals),
-        "gaps_by_cause": [
-            {"cause": g.cause, "count": _delta_doc(g.count), "total_ns": _delta_doc(g.total_ns)} for g in c.gaps
-        ],
+        "gaps_by_cause": [_doc(g, "cause", "count", "total_ns") for g in c.gaps],
         "findings": {
             "new": c.new_findings,
             "gone": c.gone_findings,
             "changed": c.changed_findings,
             "wasted_ns": _delta_doc(c.wasted_ns),
-            "rules": [
-                {
-                    "rule": f.rule,
-                    "status": f.status,
-                    "severity_a": f.severity_a,
-                    "severity_b": f.severity_b,
-                    "count": _delta_doc(f.count),
-                    "wasted_ns": _delta_doc(f.wasted_ns),
-                    "message_a": f.message_a,
-                    "message_b": f.message_b,
-                }
-                for f in c.findings
-            ],
+            "rules": [_doc(f, "rule", "status", "severity_a", "severity_b", "count", "wasted_ns", "message_a", "message_b")
+                      for f in c.findings],
         },
         "green_contexts": green_context_document(c),
         "comm_overlap": comm_overlap_document(c),
         "kernels_compared": c.kernels_compared,
-        "kernels": [
-            {
-                "name": k.name,
-                "status": k.status,
-                "calls": _delta_doc(k.calls),
-                "total_ns": _delta_doc(k.total_ns),
-                "mean_ns_a": k.mean_ns_a,
-                "mean_ns_b": k.mean_ns_b,
-            }
-            for k in c.kernels
-        ],
+        "kernels": [_doc(k, "name", "status", "calls", "total_ns", "mean_ns_a", "mean_ns_b") for k in c.kernels],
     }

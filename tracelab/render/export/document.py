@@ -128,54 +128,21 @@ def gap_items(gaps: GapTable, evidence: Sequence[str]) -> bytes:
 def gap_doc(g: Gap, evidence: str) -> dict[str, Any]:
     """One gap as the document lists it, with its evidence text (tracelab.render.text.gap_evidence)."""
     launched = g.launch_start_ns >= 0
-    return {
-        "rank": g.rank,
-        "device": g.device,
-        "start_ns": g.start_ns,
-        "end_ns": g.end_ns,
-        "duration_ns": g.duration_ns,
-        "cause": g.cause,
-        "evidence": evidence,
-        "host_data": g.host_data,
-        "details": {
-            "launch_start_ns": g.launch_start_ns if launched else None,
-            "launch_tid": g.launch_tid if launched else None,
-            "host_active_fraction": g.host_active,
-        },
-    }
+    return {"rank": g.rank, "device": g.device, "start_ns": g.start_ns, "end_ns": g.end_ns, "duration_ns": g.duration_ns,
+            "cause": g.cause, "evidence": evidence, "host_data": g.host_data,
+            "details": {"launch_start_ns": g.launch_start_ns if launched else None,
+                        "launch_tid": g.launch_tid if launched else None, "host_active_fraction": g.host_active}}
 
 
 def _device_doc(d: DeviceSummary) -> dict[str, Any]:
     return {
-        "rank": d.rank,
-        "device": d.device,
-        "name": d.name,
-        "sm_count": d.sm_count,
-        "span_ns": d.span_ns,
-        "busy_ns": d.busy_ns,
-        "idle_ns": d.idle_ns,
-        "kernel_ns": d.kernel_ns,
-        "memcpy_ns": d.memcpy_ns,
-        "memset_ns": d.memset_ns,
-        "comm_ns": d.comm_ns,
+        **{k: getattr(d, k) for k in ("rank", "device", "name", "sm_count", "span_ns", "busy_ns", "idle_ns", "kernel_ns",
+                                      "memcpy_ns", "memset_ns", "comm_ns")},
         "overlap": asdict(d.overlap),
-        "streams": [
-            {
-                "stream": s.stream,
-                "context": s.context,
-                "green_context": s.green_context,
-                "busy_ns": s.busy_ns,
-                "kernels": s.kernels,
-                "memcpys": s.memcpys,
-            }
-            for s in d.streams
-        ],
-        "sm": {
-            "source": d.sm.source,
-            "busy_fraction": d.sm.busy_fraction,
-            "partitions": [asdict(p) for p in d.sm.partitions],
-            "excluded_wait_ns": d.sm.excluded_wait_ns,
-        },
+        "streams": [{k: getattr(s, k) for k in ("stream", "context", "green_context", "busy_ns", "kernels", "memcpys")}
+                    for s in d.streams],
+        "sm": {"source": d.sm.source, "busy_fraction": d.sm.busy_fraction,
+               "partitions": [asdict(p) for p in d.sm.partitions], "excluded_wait_ns": d.sm.excluded_wait_ns},
     }
 
 
@@ -185,21 +152,11 @@ def _step_doc(s: StepInfo, rows: dict[tuple[int, int], StepRow]) -> dict[str, An
     }
     r = rows.get((s.rank, s.index))
     if r is not None:
-        doc.update(
-            duration_ns=r.duration_ns,
-            gpu_busy_ns=r.gpu_busy_ns,
-            gpu_idle_ns=r.gpu_idle_ns,
-            idle_by_cause=dict(r.idle_by_cause),
-            blocking_syncs=r.blocking_syncs,
-            kernels=r.kernels,
-            warmup=r.warmup,
-            outlier=r.outlier,
-            gpu_start_ns=r.gpu_start_ns if r.gpu_start_ns >= 0 else None,
-            gpu_end_ns=r.gpu_end_ns if r.gpu_end_ns >= 0 else None,
-            host_ns=r.host_ns,
-            gpu_ns=r.gpu_ns,
-            gpu_runs_into_next=r.gpu_runs_into_next,
-        )
+        doc.update(duration_ns=r.duration_ns, gpu_busy_ns=r.gpu_busy_ns, gpu_idle_ns=r.gpu_idle_ns,
+                   idle_by_cause=dict(r.idle_by_cause), blocking_syncs=r.blocking_syncs, kernels=r.kernels,
+                   warmup=r.warmup, outlier=r.outlier, gpu_start_ns=r.gpu_start_ns if r.gpu_start_ns >= 0 else None,
+                   gpu_end_ns=r.gpu_end_ns if r.gpu_end_ns >= 0 else None, host_ns=r.host_ns, gpu_ns=r.gpu_ns,
+                   gpu_runs_into_next=r.gpu_runs_into_next)
     return doc
 
 
@@ -208,33 +165,16 @@ def document(analysis: Analysis, gap_evidence: Sequence[str] | None) -> dict[str
     `findings[].data` and each gap's `host_data` and `details`. `gap_evidence` holds each gap's evidence
     text, in the order of `analysis.gaps` (tracelab.render.export.document builds it); None: the gaps list left
     empty (tracelab.render.export.document.write_document streams it)."""
-
     rows = {(r.rank, r.index): r for r in analysis.step_rows}
-
     return {
         "schema": SCHEMA_VERSION,
-        "trace": {
-            "source": analysis.trace.source,
-            "format": analysis.trace.format,
-            "ranks": list(analysis.trace.ranks),
-        },
+        "trace": {"source": analysis.trace.source, "format": analysis.trace.format, "ranks": list(analysis.trace.ranks)},
         "devices": [_device_doc(d) for d in analysis.devices],
         "steps": [_step_doc(s, rows) for s in analysis.steps],
-        "setup": _setup_doc(analysis.setup),
+        "setup": setup_document(analysis.setup),
         "gaps": gap_docs(analysis.gaps, gap_evidence) if gap_evidence is not None else [],
-        "findings": [
-            {
-                "rule": f.rule,
-                "severity": f.severity,
-                "count": f.count,
-                "wasted_ns": f.wasted_ns,
-                "message": f.message,
-                "where": f.where,
-                "data": f.data,
-                "scope": f.scope,
-            }
-            for f in analysis.findings
-        ],
+        "findings": [{k: getattr(f, k) for k in ("rule", "severity", "count", "wasted_ns", "message", "where", "data",
+                                                 "scope")} for f in analysis.findings],
         "notes": list(analysis.notes),
     }
 
@@ -254,25 +194,9 @@ def _gap_dicts(gaps: GapTable, evidence: Sequence[str]) -> list[dict[str, Any]]:
     causes = [CAUSES[k] for k in gaps.column("cause").tolist()]
     basis = [gaps.host_data_labels[k] for k in gaps.column("host_data").tolist()]
     return [
-        {
-            "rank": r,
-            "device": d,
-            "start_ns": s,
-            "end_ns": e,
-            "duration_ns": e - s,
-            "cause": k,
-            "evidence": text,
-            "host_data": h,
-            "details": {
-                "launch_start_ns": ls if ls >= 0 else None,
-                "launch_tid": lt if ls >= 0 else None,
-                "host_active_fraction": ha,
-            },
-        }
+        {"rank": r, "device": d, "start_ns": s, "end_ns": e, "duration_ns": e - s, "cause": k, "evidence": text,
+         "host_data": h, "details": {"launch_start_ns": ls if ls >= 0 else None, "launch_tid": lt if ls >= 0 else None,
+                                     "host_active_fraction": ha}}
         for r, d, s, e, ls, lt, ha, k, h, text in zip(*cols, causes, basis, evidence, strict=True)
     ]
-
-
-def _setup_doc(setups: tuple[Any, ...]) -> dict[str, Any] | None:
-    return setup_document(setups)
 

@@ -110,15 +110,9 @@ def _timeline_chunks(
         name_id = part["name"].to_numpy().astype(np.int64)
         name_id = np.where((name_id >= 0) & (name_id < len(timeline.strings)), name_id, len(timeline.strings))
         start, end = part["start"].to_numpy(), part["end"].to_numpy()
-        df = pd.DataFrame({
-            "name": names[name_id],
-            "cat": kind_names[np.clip(kind, 0, len(kind_names) - 1)],
-            "ph": np.where(kind == int(EventKind.NVTX_MARK), "i", "X"),
-            "ts": _us(start, origin),
-            "dur": np.maximum(end - start, 0) / 1e3,
-            "pid": pid[lo:hi],
-            "tid": tid[lo:hi],
-        })
+        df = pd.DataFrame({"name": names[name_id], "cat": kind_names[np.clip(kind, 0, len(kind_names) - 1)],
+                           "ph": np.where(kind == int(EventKind.NVTX_MARK), "i", "X"), "ts": _us(start, origin),
+                           "dur": np.maximum(end - start, 0) / 1e3, "pid": pid[lo:hi], "tid": tid[lo:hi]})
         yield df, part["lane"].to_numpy().astype(np.int64) * 1024 + rows[lo:hi]
 
 
@@ -143,16 +137,11 @@ def _flow_events(timeline: Timeline, origin: int, pid: np.ndarray, tid: np.ndarr
     i, j = pairs["i"].to_numpy(), pairs["j"].to_numpy()
     start = ev["start"].to_numpy()
     ids = np.arange(1, len(pairs) + 1)
-    common = {"name": "launch", "cat": "tracelab.launch"}
-    out = pd.DataFrame({
-        **common, "ph": np.repeat(np.array(["s", "f"]), len(pairs)),
-        "ts": np.concatenate([_us(start[i], origin), _us(start[j], origin)]),
-        "pid": np.concatenate([pid[i], pid[j]]),
-        "tid": np.concatenate([tid[i], tid[j]]),
-        "id": np.concatenate([ids, ids]),
-        "bp": "e",
+    return pd.DataFrame({
+        "name": "launch", "cat": "tracelab.launch", "ph": np.repeat(np.array(["s", "f"]), len(pairs)),
+        "ts": np.concatenate([_us(start[i], origin), _us(start[j], origin)]), "pid": np.concatenate([pid[i], pid[j]]),
+        "tid": np.concatenate([tid[i], tid[j]]), "id": np.concatenate([ids, ids]), "bp": "e",
     })
-    return out
 
 
 def _gap_events(analysis: Analysis, layout: _Layout, origin: int) -> tuple[pd.DataFrame, list[_Track]]:
@@ -167,17 +156,10 @@ def _gap_events(analysis: Analysis, layout: _Layout, origin: int) -> tuple[pd.Da
     start = np.fromiter((g.start_ns for g in gaps), dtype=np.int64, count=len(gaps))
     end = np.fromiter((g.end_ns for g in gaps), dtype=np.int64, count=len(gaps))
     df = pd.DataFrame({
-        "name": [f"idle ({g.cause})" for g in gaps],
-        "cat": "tracelab.gap",
-        "ph": "X",
-        "ts": _us(start, origin),
-        "dur": (end - start) / 1e3,
-        "pid": [layout.gpu_pid.get((g.rank, g.device), TRACELAB_PID) for g in gaps],
-        "tid": GAPS_TID,
-        "args": [
-            {"cause": g.cause, "duration": fmt_ns(g.duration_ns), "evidence": ev}
-            for g, ev in zip(gaps, gap_evidence(analysis))
-        ],
+        "name": [f"idle ({g.cause})" for g in gaps], "cat": "tracelab.gap", "ph": "X", "ts": _us(start, origin),
+        "dur": (end - start) / 1e3, "pid": [layout.gpu_pid.get((g.rank, g.device), TRACELAB_PID) for g in gaps],
+        "tid": GAPS_TID, "args": [{"cause": g.cause, "duration": fmt_ns(g.duration_ns), "evidence": ev}
+                                  for g, ev in zip(gaps, gap_evidence(analysis))],
     })
     return df, tracks
 
@@ -187,14 +169,9 @@ def _finding_events(analysis: Analysis, origin: int) -> tuple[pd.DataFrame, list
     rows = []
     for f in analysis.findings:
         at = f.data.get("start_ns") if isinstance(f.data, dict) else None
-        rows.append({
-            "name": f"{f.rule} ({f.severity})",
-            "cat": "tracelab.finding",
-            "ph": "i",
-            "s": "g",  # drawn across the whole timeline, like a marker
-            "ts": float(_us(int(at) if at is not None else origin, origin)),
-            "pid": TRACELAB_PID,
-            "tid": FINDINGS_TID,
+        rows.append({  # "s": "g": drawn across the whole timeline, like a marker
+            "name": f"{f.rule} ({f.severity})", "cat": "tracelab.finding", "ph": "i", "s": "g",
+            "ts": float(_us(int(at) if at is not None else origin, origin)), "pid": TRACELAB_PID, "tid": FINDINGS_TID,
             "args": {"rule": f.rule, "severity": f.severity, "count": int(f.count),
                      "wasted": fmt_ns(f.wasted_ns), "message": f.message, "where": f.where},
         })
@@ -207,15 +184,9 @@ def _step_events(steps: dict[int, tuple[np.ndarray, np.ndarray]], origin: int) -
         if not len(start):
             continue
         tracks.append(_Track(TRACELAB_PID, STEPS_TID + rank, "tracelab", f"steps (rank {rank})", sort=1 + rank))
-        frames.append(pd.DataFrame({
-            "name": [f"step {i}" for i in range(len(start))],
-            "cat": "tracelab.step",
-            "ph": "X",
-            "ts": _us(start, origin),
-            "dur": (np.asarray(end) - np.asarray(start)) / 1e3,
-            "pid": TRACELAB_PID,
-            "tid": STEPS_TID + rank,
-        }))
+        frames.append(pd.DataFrame({"name": [f"step {i}" for i in range(len(start))], "cat": "tracelab.step", "ph": "X",
+                                    "ts": _us(start, origin), "dur": (np.asarray(end) - np.asarray(start)) / 1e3,
+                                    "pid": TRACELAB_PID, "tid": STEPS_TID + rank}))
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), tracks
 
 
@@ -247,13 +218,7 @@ def _write_events(fh: IO[str], df: pd.DataFrame, first: list[bool]) -> int:
 
 
 def write_perfetto(
-    path: str | Path,
-    timeline: Timeline,
-    analysis: Analysis,
-    *,
-    sm_lanes: bool = True,
-    flows: bool = True,
-    max_sm_rows: int = MAX_SM_ROWS,
+    path: str | Path, timeline: Timeline, analysis: Analysis, *, sm_lanes: bool = True, max_sm_rows: int = MAX_SM_ROWS
 ) -> ExportSummary:
     """Write `timeline` and `analysis` (gaps, findings, steps, per-SM lanes) as Chrome trace-event
     JSON to `path`, atomically. Returns what went on which track."""
@@ -277,20 +242,16 @@ def write_perfetto(
         for df, lane in _timeline_chunks(timeline, origin, pid, tid, rows):
             summary.events += _write_events(fh, df, first)
             used_lanes.update(dict(zip(*np.unique(lane, return_counts=True))))
-        if flows:
-            flow = _flow_events(timeline, origin, pid, tid)
-            summary.events += _write_events(fh, flow, first)
-            summary.flows = len(flow) // 2
+        flow = _flow_events(timeline, origin, pid, tid)
+        summary.events += _write_events(fh, flow, first)
+        summary.flows = len(flow) // 2
         del pid, tid, rows
         for code, n in sorted(used_lanes.items()):
             t = lane_tracks[int(code) // 1024]
             summary.tracks[_track_key(t)] += int(n)  # counted on the lane's own track, all rows
             tracks.append(t.row(int(code) % 1024))
-        extra_parts = [
-            _gap_events(analysis, layout, origin),
-            _finding_events(analysis, origin),
-            _step_events(steps_by_rank(analysis), origin),
-        ]
+        extra_parts = [_gap_events(analysis, layout, origin), _finding_events(analysis, origin),
+                       _step_events(steps_by_rank(analysis), origin)]
         if sm_lanes:
             extra_parts += list(_sm_events(timeline, analysis, layout, origin, summary.notes, max_sm_rows))
         for df, part_tracks in extra_parts:

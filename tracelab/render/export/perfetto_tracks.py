@@ -13,23 +13,12 @@ from tracelab.analyses.results import Analysis
 from tracelab.model import LaneKind, Timeline
 
 TRACELAB_PID = 1
-
-
 FINDINGS_TID = 1
-
-
 STEPS_TID = 100  # + rank
-
-
 GAPS_TID = 1  # inside a GPU process
-
-
 LANE_TID = 10  # + lane id
-
-
+ROW_TID = 1_000_000  # tid offset of the extra rows of a track whose slices overlap
 MAX_SM_ROWS = 300_000  # more per-SM rows than this are merged into busy intervals per SM (noted)
-
-
 MAX_SM_EXPAND = 20_000_000  # kernel x SM rows beyond this are not even expanded
 
 
@@ -137,8 +126,6 @@ def _metadata_events(tracks: list[_Track], process_sort: dict[int, int]) -> list
     return out
 
 
-ROW_TID = 1_000_000  # tid offset of the extra rows of a track whose slices overlap
-
 
 def overlap_rows(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """A row per event (0 = the track itself) such that events of one track (`keys`) on one row never
@@ -223,21 +210,11 @@ def _sm_events(
             shown = shown.copy()
             shown[merged] = np.char.add(np.char.add("busy (", kernels[merged].astype(str)), " kernels)").astype(object)
         shown[(kernels == 1) & (shown == "")] = "busy"
-        df = pd.DataFrame({
-            "name": shown,
-            "cat": np.where(measured, "sm.measured", "sm.estimated"),
-            "ph": "X",
-            "ts": _us(start, origin),
-            "dur": np.maximum(end - start, 0) / 1e3,
-            "pid": pid,
-            "tid": tid,
-        })
-        yield df, tracks
+        yield pd.DataFrame({"name": shown, "cat": np.where(measured, "sm.measured", "sm.estimated"), "ph": "X",
+                            "ts": _us(start, origin), "dur": np.maximum(end - start, 0) / 1e3, "pid": pid, "tid": tid}), tracks
 
 
-def merge_busy(
-    key: np.ndarray, start: np.ndarray, end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def merge_busy(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Union of the intervals of each key (SM track): (key, start, end, intervals merged) per busy
     stretch, vectorized (sorted by key then start; a stretch ends where the next start passes the
     running maximum end of its key)."""

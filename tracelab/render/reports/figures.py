@@ -22,18 +22,9 @@ from tracelab.render.format import run_origin
 from tracelab.render.text.compare import shorten
 
 COLORS = {
-    "a": "#7f8c9a",
-    "b": "#2b7bb9",
-    "kernel": "#2b7bb9",
-    "copy": "#e08a2c",
-    "comm": "#8e44ad",
-    "host_sync": "#d62728",
-    "input_wait": "#17becf",
-    "launch_latency": "#ff9f1c",
-    "dependency_wait": "#9467bd",
-    "no_work": "#7f8c9a",
-    "unknown": "#bcbd22",
-    "profiler": "#e377c2",
+    "a": "#7f8c9a", "b": "#2b7bb9", "kernel": "#2b7bb9", "copy": "#e08a2c", "comm": "#8e44ad", "host_sync": "#d62728",
+    "input_wait": "#17becf", "launch_latency": "#ff9f1c", "dependency_wait": "#9467bd", "no_work": "#7f8c9a",
+    "unknown": "#bcbd22", "profiler": "#e377c2",
 }
 
 
@@ -43,13 +34,8 @@ def esc(text: object, limit: int = 80) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int = 360, **kw) -> go.Figure:
-    fig.update_layout(
-        title={"text": html.escape(title), "x": 0.01, "font": {"size": 15}},
-        height=height,
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        legend={"orientation": "h", "y": -0.18},
-        **kw,
-    )
+    fig.update_layout(title={"text": html.escape(title), "x": 0.01, "font": {"size": 15}}, height=height,
+                      margin={"l": 60, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.18}, **kw)
     return fig
 
 
@@ -111,10 +97,8 @@ def binned_utilization(timeline: Timeline, bins: int = 200) -> tuple[pd.DataFram
         s, e = d["start"].to_numpy(), d["end"].to_numpy()
         rows.append((int(rank), int(device), -1, f"r{rank}/d{device} all", binned_busy(s, e, edges)))
         for stream, sd in d.groupby("stream", sort=True):  # per stream
-            rows.append(
-                (int(rank), int(device), int(stream), f"r{rank}/d{device} s{stream}",
-                 binned_busy(sd["start"].to_numpy(), sd["end"].to_numpy(), edges))
-            )
+            rows.append((int(rank), int(device), int(stream), f"r{rank}/d{device} s{stream}",
+                         binned_busy(sd["start"].to_numpy(), sd["end"].to_numpy(), edges)))
     return pd.DataFrame(rows, columns=["rank", "device", "stream", "label", "busy"]), edges
 
 
@@ -142,18 +126,9 @@ def utilization_heatmap_figure(rows: pd.DataFrame, edges: np.ndarray, origin_ns:
     if len(rows):
         centers_ms = bin_centers_ms(edges, origin_ns)
         z = np.round(np.vstack(rows["busy"].to_list()) * 100).astype(np.uint8)
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x=centers_ms,
-                y=[html.escape(x) for x in rows["label"]],
-                zmin=0,
-                zmax=100,
-                colorscale="Blues",
-                colorbar={"title": {"text": "busy %"}},
-                hovertemplate="%{y}<br>t=%{x:.3f} ms<br>busy %{z}%<extra></extra>",
-            )
-        )
+        fig.add_trace(go.Heatmap(z=z, x=centers_ms, y=[html.escape(x) for x in rows["label"]], zmin=0, zmax=100,
+                                 colorscale="Blues", colorbar={"title": {"text": "busy %"}},
+                                 hovertemplate="%{y}<br>t=%{x:.3f} ms<br>busy %{z}%<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text=_time_axis(origin_ns))
     return _layout(fig, "GPU utilization over time (per device and stream, binned)", height=max(260, 90 + 22 * len(rows)))
@@ -166,13 +141,9 @@ def activity_figure(
     fig = go.Figure()
     x = bin_centers_ms(edges, origin_ns) if len(edges) else []
     for name, values in series.items():
-        fig.add_trace(
-            go.Scatter(
-                x=x, y=np.round(values * 100, 1).astype(np.float32), name=name, mode="lines",
-                line={"color": COLORS["kernel" if name == "compute" else name], "width": 1.5},
-                hovertemplate=f"{name} %{{y:.1f}}%<extra></extra>",
-            )
-        )
+        fig.add_trace(go.Scatter(x=x, y=np.round(values * 100, 1).astype(np.float32), name=name, mode="lines",
+                                 line={"color": COLORS["kernel" if name == "compute" else name], "width": 1.5},
+                                 hovertemplate=f"{name} %{{y:.1f}}%<extra></extra>"))
     fig.update_yaxes(title_text="busy % of bin", range=[0, 105])
     fig.update_xaxes(title_text=_time_axis(origin_ns))
     return _layout(fig, title, hovermode="x unified")
@@ -181,14 +152,12 @@ def activity_figure(
 def device_summary_figure(analysis: Analysis) -> go.Figure:
     """Busy vs idle time per device (stacked horizontal bars)."""
     labels = [f"r{d.rank}/d{d.device}" for d in analysis.devices]
-    fig = go.Figure(
-        [
-            go.Bar(name="busy", y=labels, x=[d.busy_ns / 1e6 for d in analysis.devices], orientation="h",
-                   marker_color=COLORS["b"]),
-            go.Bar(name="idle", y=labels, x=[d.idle_ns / 1e6 for d in analysis.devices], orientation="h",
-                   marker_color="#c9d0d8"),
-        ]
-    )
+    fig = go.Figure([
+        go.Bar(name="busy", y=labels, x=[d.busy_ns / 1e6 for d in analysis.devices], orientation="h",
+               marker_color=COLORS["b"]),
+        go.Bar(name="idle", y=labels, x=[d.idle_ns / 1e6 for d in analysis.devices], orientation="h",
+               marker_color="#c9d0d8"),
+    ])
     fig.update_xaxes(title_text="ms")
     fig.update_yaxes(autorange="reversed", type="category")
     return _layout(fig, "Busy and idle time per device", barmode="stack", height=170 + 34 * len(labels))
@@ -219,13 +188,9 @@ def gaps_by_cause_figure(analysis: Analysis) -> go.Figure:
     """Total idle time per gap cause (horizontal bars, the count in the label)."""
     totals = cause_totals(analysis.gaps, ties="table")
     causes = [c for c, _, _ in totals]
-    fig = go.Figure(
-        go.Bar(
-            y=causes, x=[t / 1e6 for _, _, t in totals], text=[f"{n} gaps" for _, n, _ in totals],
-            orientation="h", marker_color=[COLORS.get(c, "#888") for c in causes], textposition="auto",
-            hovertemplate="%{y}: %{x:.3f} ms (%{text})<extra></extra>",
-        )
-    )
+    fig = go.Figure(go.Bar(y=causes, x=[t / 1e6 for _, _, t in totals], text=[f"{n} gaps" for _, n, _ in totals],
+                           orientation="h", marker_color=[COLORS.get(c, "#888") for c in causes], textposition="auto",
+                           hovertemplate="%{y}: %{x:.3f} ms (%{text})<extra></extra>"))
     fig.update_xaxes(title_text="idle time (ms)")
     fig.update_yaxes(autorange="reversed", type="category")
     return _layout(fig, "Idle gaps by cause", height=150 + 34 * len(causes))
@@ -267,13 +232,11 @@ def kernels_figure(kernels: pd.DataFrame, top: int = 15) -> go.Figure:
     names = [esc(n or "(unnamed)", 60) for n in k["name"]]
     # identical cut names would merge on a category axis: number them
     labels = [f"{i + 1}. {n}" for i, n in enumerate(names)]
-    fig = go.Figure(
-        go.Bar(
-            x=(k["total_ns"] / 1e6).round(4).tolist(), y=labels, orientation="h", marker_color=COLORS["kernel"],
-            customdata=np.c_[k["calls"].to_numpy(), (k["mean_ns"] / 1e3).round(2).to_numpy()],
-            hovertemplate="%{y}<br>total %{x:.3f} ms, %{customdata[0]} calls, mean %{customdata[1]} µs<extra></extra>",
-        )
-    )
+    fig = go.Figure(go.Bar(
+        x=(k["total_ns"] / 1e6).round(4).tolist(), y=labels, orientation="h", marker_color=COLORS["kernel"],
+        customdata=np.c_[k["calls"].to_numpy(), (k["mean_ns"] / 1e3).round(2).to_numpy()],
+        hovertemplate="%{y}<br>total %{x:.3f} ms, %{customdata[0]} calls, mean %{customdata[1]} µs<extra></extra>",
+    ))
     fig.update_xaxes(title_text="total time (ms)")
     fig.update_yaxes(autorange="reversed", type="category", automargin=True)
     return _layout(fig, f"Top {len(k)} kernels by total time", height=max(240, 100 + 24 * len(k)))
@@ -285,11 +248,8 @@ def kernels_figure(kernels: pd.DataFrame, top: int = 15) -> go.Figure:
 def comparison_device_figure(comparison: Comparison) -> go.Figure:
     """Span / busy / idle of A and B, per matched device (grouped bars, ms)."""
     fig = go.Figure()
-    devs = [d for d in comparison.devices]
-    cats = []
-    for d in devs:
-        for f in ("span", "busy", "idle"):
-            cats.append(f"r{d.rank}/d{d.device} {f}")
+    devs = comparison.devices
+    cats = [f"r{d.rank}/d{d.device} {f}" for d in devs for f in ("span", "busy", "idle")]
     for side in ("a", "b"):
         y = [getattr(getattr(d, f + "_ns"), side) / 1e6 for d in devs for f in ("span", "busy", "idle")]
         fig.add_trace(go.Bar(name=f"{side.upper()}", x=cats, y=y, marker_color=COLORS[side]))
@@ -301,13 +261,9 @@ def comparison_gaps_figure(comparison: Comparison) -> go.Figure:
     gaps = [g for g in comparison.gaps if g.count.a or g.count.b]
     fig = go.Figure()
     for side in ("a", "b"):
-        fig.add_trace(
-            go.Bar(
-                name=side.upper(), x=[g.cause for g in gaps], y=[getattr(g.total_ns, side) / 1e6 for g in gaps],
-                text=[f"{getattr(g.count, side)} gaps" for g in gaps], marker_color=COLORS[side],
-                hovertemplate="%{x}: %{y:.3f} ms (%{text})<extra></extra>",
-            )
-        )
+        fig.add_trace(go.Bar(name=side.upper(), x=[g.cause for g in gaps], y=[getattr(g.total_ns, side) / 1e6 for g in gaps],
+                             text=[f"{getattr(g.count, side)} gaps" for g in gaps], marker_color=COLORS[side],
+                             hovertemplate="%{x}: %{y:.3f} ms (%{text})<extra></extra>"))
     fig.update_yaxes(title_text="idle time (ms)")
     return _layout(fig, "Idle gaps by cause: A vs B", barmode="group")
 
@@ -315,13 +271,8 @@ def comparison_gaps_figure(comparison: Comparison) -> go.Figure:
 def comparison_kernels_figure(comparison: Comparison, top: int = 15) -> go.Figure:
     ks = comparison.kernels[:top]
     labels = [f"{i + 1}. {esc(k.name or '(unnamed)', 60)}" for i, k in enumerate(ks)]
-    fig = go.Figure(
-        [
-            go.Bar(name=side.upper(), y=labels, x=[getattr(k.total_ns, side) / 1e6 for k in ks], orientation="h",
-                   marker_color=COLORS[side])
-            for side in ("a", "b")
-        ]
-    )
+    fig = go.Figure([go.Bar(name=side.upper(), y=labels, x=[getattr(k.total_ns, side) / 1e6 for k in ks], orientation="h",
+                            marker_color=COLORS[side]) for side in ("a", "b")])
     fig.update_xaxes(title_text="total time (ms)")
     fig.update_yaxes(autorange="reversed", type="category", automargin=True)
     return _layout(fig, "Top kernels: A vs B", barmode="group", height=max(260, 110 + 34 * len(ks)))

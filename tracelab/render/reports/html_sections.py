@@ -4,8 +4,6 @@ escaped HTML; figures are placed through the page's `Figures`."""
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import pandas as pd
 
@@ -167,12 +165,9 @@ def health_html(analysis: Analysis, extras: tuple | None) -> list[str]:
     if extras is None:
         return []
     h, projection, mem = extras
-    rows = "".join(
-        f"<tr><td>{html.escape(c.status)}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.summary)}</td></tr>"
-        for c in h.checks
-    )
-    weak = "".join(f"<li>finding <code>{html.escape(r)}</code> is weakened: {html.escape(w)}</li>" for r, w in h.weakened)
-    return ['<h2 id="health">Trace health</h2>', f"<table><tbody>{rows}</tbody></table>",
+    rows = [[esc(c.status), esc(c.name), esc(c.summary)] for c in h.checks]
+    weak = "".join(f"<li>finding <code>{esc(r)}</code> is weakened: {esc(w)}</li>" for r, w in h.weakened)
+    return ['<h2 id="health">Trace health</h2>', html_table(["", "", ""], rows, numeric=set()),
             f"<ul>{weak}</ul>" if weak else "", *_ranges_html(projection), *_memory_html(mem, analysis)]
 
 
@@ -181,16 +176,12 @@ def _ranges_html(p) -> list[str]:
 
     if not p.stats:
         return []
-    rows = "".join(
-        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.kind)}</td><td>{s.calls}</td><td>{fmt_ns(s.gpu_ns)}</td>"
-        f"<td>{fmt_ns(s.kernel_ns)}</td><td>{fmt_ns(s.span_ns)}</td><td>{s.share:.1%}</td></tr>"
-        for s in p.stats[:TOP_RANGES]
-    )
-    head = "<tr><th>range</th><th>kind</th><th>calls</th><th>GPU time</th><th>kernels</th><th>span</th><th>share</th></tr>"
+    rows = [[esc(s.name), esc(s.kind), str(s.calls), fmt_ns(s.gpu_ns), fmt_ns(s.kernel_ns), fmt_ns(s.span_ns),
+             f"{s.share:.1%}"] for s in p.stats[:TOP_RANGES]]
     return ['<h2 id="ranges">GPU time by range</h2>',
             (f'<p class="muted">GPU ops launched inside each range on its thread; nested ranges are not subtracted; '
-            f"share of the {html.escape(p.reference)}; top {min(TOP_RANGES, len(p.stats))} of {len(p.stats)} names.</p>"),
-            f"<table><thead>{head}</thead><tbody>{rows}</tbody></table>"]
+            f"share of the {esc(p.reference)}; top {min(TOP_RANGES, len(p.stats))} of {len(p.stats)} names.</p>"),
+            html_table(["range", "kind", "calls", "GPU time", "kernels", "span", "share"], rows, numeric=set())]
 
 
 def _memory_html(mem, analysis: Analysis) -> list[str]:
@@ -199,14 +190,9 @@ def _memory_html(mem, analysis: Analysis) -> list[str]:
     from tracelab.text_format import fmt_bytes
 
     origin = run_origin(analysis)
-    rows = "".join(
-        f"<tr><td>r{q.rank}/d{q.device}</td><td>{fmt_bytes(q.peak_bytes)}</td><td>{fmt_offset(q.at_ns, origin)}</td>"
-        f"<td>{fmt_bytes(q.allocation_bytes)}</td><td>{html.escape(q.op)}</td>"
-        f"<td>{fmt_bytes(q.reserved_peak_bytes) if q.reserved_peak_bytes >= 0 else 'n/a'}</td></tr>"
-        for q in mem.peaks
-    )
+    rows = [[f"r{q.rank}/d{q.device}", fmt_bytes(q.peak_bytes), fmt_offset(q.at_ns, origin), fmt_bytes(q.allocation_bytes),
+             esc(q.op), fmt_bytes(q.reserved_peak_bytes) if q.reserved_peak_bytes >= 0 else "n/a"] for q in mem.peaks]
     steps = ", ".join(f"#{s.index} {fmt_bytes(s.peak_bytes)}" for s in mem.steps[:40])
-    return ['<h2 id="memory">GPU memory</h2>', f'<p class="muted">{html.escape(mem.source)}</p>',
-            ("<table><thead><tr><th>device</th><th>peak allocated</th><th>at</th><th>allocation</th><th>in op</th>"
-            f"<th>reserved peak</th></tr></thead><tbody>{rows}</tbody></table>"),
-            f"<p>peak per step: {html.escape(steps)}</p>" if steps else ""]
+    return ['<h2 id="memory">GPU memory</h2>', f'<p class="muted">{esc(mem.source)}</p>',
+            html_table(["device", "peak allocated", "at", "allocation", "in op", "reserved peak"], rows, numeric=set()),
+            f"<p>peak per step: {esc(steps)}</p>" if steps else ""]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -40,8 +40,6 @@ __all__ = ["ReportParts", "check_output_path", "metadata_rows", "render_report",
            "write_report"]
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
-
-
 HTML_BUDGET_BYTES = 5_000_000  # an HTML report over this is re-rendered with less detail (plotly.js alone is ~4.8 MB)
 
 
@@ -101,9 +99,7 @@ def render_report(fmt: str, analysis: Analysis, timeline: Timeline | None, parts
         try:
             from tracelab.render.reports.html import render_html
         except ImportError as exc:  # plotly is an optional dependency (the `app` extra)
-            raise MissingDependency(
-                f"HTML reports need plotly ({exc.name} is missing): pip install 'tracelab[app]'"
-            ) from exc
+            raise MissingDependency(f"HTML reports need plotly ({exc.name} is missing): pip install 'tracelab[app]'") from exc
         from tracelab.render.reports.html_page import COMPACT
 
         more = {"labels": labels, "extras": parts.extras, "critical_path": parts.critical_path}
@@ -146,11 +142,8 @@ def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()
             what = "the input" if path.name == source.name else f"the input {source}"
             raise BadInput(f"is {what}: refusing to overwrite it with the output (choose another -o)", path)
         if source.is_dir() and _inside(path, source):
-            raise BadInput(
-                f"is inside the input directory {source}: the output would become part of the run it reads "
-                "(choose another -o)",
-                path,
-            )
+            raise BadInput(f"is inside the input directory {source}: the output would become part of the run it reads "
+                           "(choose another -o)", path)
     directory = path.parent
     if not directory.is_dir():
         raise BadInput(f"directory {directory} does not exist", path)
@@ -177,20 +170,15 @@ def atomic_file(path: Path, mode: str = "wb", encoding: str | None = None) -> It
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError as exc:  # a full disk, a quota, an I/O error: one line naming the output, not the temp
-        _unlink(tmp)
+        with suppress(OSError):
+            os.unlink(tmp)
         if isinstance(exc, BrokenPipeError):
             raise
         raise BadInput(f"cannot write ({exc.strerror or exc}); nothing was written", path) from None
     except BaseException:
-        _unlink(tmp)
+        with suppress(OSError):
+            os.unlink(tmp)
         raise
-
-
-def _unlink(tmp: str) -> None:
-    try:
-        os.unlink(tmp)
-    except OSError:
-        pass
 
 
 def write_atomic(path: Path, data: bytes) -> None:

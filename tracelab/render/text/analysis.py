@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from collections import Counter
 from collections.abc import Iterable
+from itertools import zip_longest
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -31,6 +32,15 @@ def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
+def _table(title: str | Text, *columns: str) -> Table:
+    """A titled table in the analysis' style; a column name starting with '>' is right-aligned."""
+    t = Table(title=Text(title, style="bold") if isinstance(title, str) else title, title_justify="left",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for c in columns:
+        t.add_column(c.removeprefix(">"), justify="right" if c.startswith(">") else "left")
+    return t
+
+
 def device_title(d: DeviceSummary) -> str:
     name = term_safe(d.name, 60) or "unknown GPU"
     sms = f", {d.sm_count} SMs" if d.sm_count else ""
@@ -39,19 +49,8 @@ def device_title(d: DeviceSummary) -> str:
 
 def device_table(d: DeviceSummary) -> Table:
     """Span, busy, idle, per-kind time and overlap of one device: value and share of the span."""
-    t = Table(
-        title=Text(device_title(d), style="bold"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-    )
-    t.add_column("", style="dim")
-    t.add_column("time", justify="right")
-    t.add_column("of span", justify="right")
-    t.add_column("", style="dim")
-    t.add_column("overlap", justify="right")
-    t.add_column("of span", justify="right")
+    t = _table(device_title(d), "", ">time", ">of span", "", ">overlap", ">of span")
+    t.columns[0].style = t.columns[3].style = "dim"
     ov = d.overlap
     left = [
         ("span", d.span_ns, ""),
@@ -62,22 +61,10 @@ def device_table(d: DeviceSummary) -> Table:
         (f"memset ({d.memsets})", d.memset_ns, fmt_share(d.memset_ns, d.span_ns)),
         ("comm", d.comm_ns, fmt_share(d.comm_ns, d.span_ns)),
     ]
-    right = [
-        ("compute/compute", ov.compute_compute_ns),
-        ("compute/copy", ov.compute_copy_ns),
-        ("compute/comm", ov.compute_comm_ns),
-        ("copy/copy", ov.copy_copy_ns),
-    ]
-    for i, (label, ns, pct) in enumerate(left):
-        r = right[i] if i < len(right) else None
-        t.add_row(
-            label,
-            fmt_ns(ns),
-            pct,
-            r[0] if r else "",
-            fmt_ns(r[1]) if r else "",
-            fmt_share(r[1], d.span_ns) if r else "",
-        )
+    right = [("compute/compute", ov.compute_compute_ns), ("compute/copy", ov.compute_copy_ns),
+             ("compute/comm", ov.compute_comm_ns), ("copy/copy", ov.copy_copy_ns)]
+    for (label, ns, pct), r in zip_longest(left, right):
+        t.add_row(label, fmt_ns(ns), pct, *((r[0], fmt_ns(r[1]), fmt_share(r[1], d.span_ns)) if r else ("", "", "")))
     return t
 
 
@@ -144,21 +131,12 @@ def gaps_table(analysis: Analysis, top: int = 10) -> RenderableType | None:
     summary = ", ".join(f"{cause} {count}× {fmt_ns(ns)}" for cause, count, ns in cause_totals(table))
     threshold = fmt_ns(analysis.options.gap_threshold_ns)
     title = Text(f"Idle gaps ≥ {threshold}: {n} ({summary})", style="bold")
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    t.add_column("where")
-    t.add_column("at", justify="right")
-    t.add_column("length", justify="right")
-    t.add_column("cause")
+    t = _table(title, "where", ">at", ">length", "cause")
     t.add_column("evidence", overflow="fold")
     shown = _steps_gaps_first(analysis, table, top)
     for g, evidence in zip(shown, gap_evidence(analysis, shown)):
-        t.add_row(
-            f"r{g.rank} GPU {g.device}",
-            fmt_offset(g.start_ns, origin),
-            fmt_ns(g.duration_ns),
-            Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")),
-            Text(term_safe(evidence, 600)),
-        )
+        t.add_row(f"r{g.rank} GPU {g.device}", fmt_offset(g.start_ns, origin), fmt_ns(g.duration_ns),
+                  Text(g.cause, style=CAUSE_STYLE.get(g.cause, "")), Text(term_safe(evidence, 600)))
     if n > top:
         t.caption = f"{n - top} shorter gaps not shown (--json lists all)"
         t.caption_justify = "left"
@@ -171,17 +149,8 @@ def findings_table(findings: Iterable[Finding]) -> Table | None:
     items = sorted(findings, key=lambda f: (f.scope == "setup", order.get(f.severity, 3), -f.wasted_ns))
     if not items:
         return None
-    t = Table(
-        title=Text(f"Findings: {len(items)}", style="bold"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-    )
-    t.add_column("severity")
-    t.add_column("rule", no_wrap=True)
-    t.add_column("count", justify="right")
-    t.add_column("lost", justify="right")
+    t = _table(f"Findings: {len(items)}", "severity", "rule", ">count", ">lost")
+    t.columns[1].no_wrap = True
     t.add_column("evidence", overflow="fold", ratio=1)
     for f in items:
         message, where = (f.message, f.where) if f.message else describe(f)  # analyses.analyze leaves prose out
@@ -190,21 +159,14 @@ def findings_table(findings: Iterable[Finding]) -> Table | None:
         evidence = Text(term_safe(message, 400))
         if where:
             evidence.append("\nwhere: " + term_safe(where, 300), style="dim")
-        t.add_row(
-            Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")),
-            Text(f.rule, style="bold"),
-            str(f.count),
-            fmt_ns(f.wasted_ns) if f.wasted_ns else "-",
-            evidence,
-        )
+        t.add_row(Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")), Text(f.rule, style="bold"), str(f.count),
+                  fmt_ns(f.wasted_ns) if f.wasted_ns else "-", evidence)
     return t
 
 
 def describe_steady(st: SteadyStepTime) -> str:
     """One line: the steady-state GPU step time and what it is the median of."""
-    ranks = (
-        f", rank {st.rank}, the slowest of {len(st.per_rank)} ranks" if len(st.per_rank) > 1 else ""
-    )
+    ranks = f", rank {st.rank}, the slowest of {len(st.per_rank)} ranks" if len(st.per_rank) > 1 else ""
     return f"steady-state GPU step: {fmt_ns(st.ns)} (median of {st.steps} steps after warm-up{ranks})"
 
 
@@ -219,7 +181,7 @@ def steps_table(analysis: Analysis, top: int = 12) -> RenderableType | None:
         return None
     sources = sorted({r.source for r in rows})
     title = Text(f"Steps: {len(rows)} ({', '.join(sources)})", style="bold")
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t = _table(title)
     # a rank with several GPUs: idle is when none of them works, the causes add each GPU's gaps
     per_rank = Counter(d.rank for d in analysis.devices)
     several = max(per_rank.values(), default=1) > 1

@@ -60,26 +60,16 @@ EVENT_CLASSES: dict[str, tuple[str, str]] = {  # class -> (legend name, colour)
 CLASS_CODES = {c: i for i, c in enumerate(EVENT_CLASSES)}
 _THIN = {"cpu_op", "sm", "other"}
 GPU_CLASSES = ("kernel", "comm", "memcpy", "memset")  # the ends of launch -> GPU arrows
-IDLE_COLORS = {  # distinct from the event colours (API calls are orange, blocking calls red)
-    "host_sync": "#7f1d1d",
-    "input_wait": "#0891b2",
-    "launch_latency": "#eab308",
-    "dependency_wait": "#7c3aed",
-    "no_work": "#9ca3af",
-    "unknown": "#65a30d",
-    "profiler": "#db2777",  # last: stored cause codes of the other causes keep their colour
-}
+# distinct from the event colours (API calls are orange, blocking calls red); "profiler" last: stored cause
+# codes of the other causes keep their colour
+IDLE_COLORS = {"host_sync": "#7f1d1d", "input_wait": "#0891b2", "launch_latency": "#eab308",
+               "dependency_wait": "#7c3aed", "no_work": "#9ca3af", "unknown": "#65a30d", "profiler": "#db2777"}
 CAUSES = tuple(IDLE_COLORS)
 BIN_COLOR = "#4c6a92"
 IDLE_ALL_COLOR = "#f2b8b5"
 STEP_COLORS = ("#0f766e", "#5eead4")
 CRITICAL_COLORS = {  # the critical path's categories (tracelab.analyses.ranks.path_model.CATEGORIES)
-    "compute": "#16a34a",
-    "comm": "#2563eb",
-    "wait": "#dc2626",
-    "host": "#f97316",
-    "sync": "#7f1d1d",
-    "idle": "#9ca3af",
+    "compute": "#16a34a", "comm": "#2563eb", "wait": "#dc2626", "host": "#f97316", "sync": "#7f1d1d", "idle": "#9ca3af",
 }
 BOX_PX = 12  # thickness of a full-height box
 IDLE_ALL_PX = 9  # thickness of a fully idle stretch on the idle row
@@ -91,7 +81,6 @@ LABEL_MAX = 400  # names drawn inside at most this many boxes
 LABEL_MIN_PX = 36  # boxes narrower than this carry no name
 NAME_CHARS = 200  # names are sent cut in the middle to this length
 MAX_GAPS = 2000  # more gaps of one cause in a tile are merged where they lie within a pixel
-BIN_KINDS = ("events", "idle", "sm")  # b.kind codes: busy bins, all-idle bins, SM-lane bins
 
 
 def level_px(full: float) -> list[float]:
@@ -103,27 +92,15 @@ def level_px(full: float) -> list[float]:
 def style() -> dict[str, Any]:
     """Colours, legend names and sizes for the canvas (JSON)."""
     return {
-        "classes": [
-            {"key": k, "legend": legend, "color": color, "thin": k in _THIN}
-            for k, (legend, color) in EVENT_CLASSES.items()
-        ],
+        "classes": [{"key": k, "legend": legend, "color": color, "thin": k in _THIN}
+                    for k, (legend, color) in EVENT_CLASSES.items()],
         "gpu_classes": [CLASS_CODES[c] for c in GPU_CLASSES],
         "causes": [{"cause": c, "legend": f"idle ({c})", "color": IDLE_COLORS[c]} for c in CAUSES],
-        "bin_color": BIN_COLOR,
-        "idle_color": IDLE_ALL_COLOR,
-        "step_colors": list(STEP_COLORS),
+        "bin_color": BIN_COLOR, "idle_color": IDLE_ALL_COLOR, "step_colors": list(STEP_COLORS),
         "critical": [{"category": c, "legend": f"critical path: {c}", "color": col} for c, col in CRITICAL_COLORS.items()],
-        "box_px": BOX_PX,
-        "thin_px": 3,
-        "gap_px": GAP_PX,
-        "row_px": ROW_PX,
-        "bin_px": level_px(BOX_PX),
-        "idle_px": level_px(IDLE_ALL_PX),
-        "sm_px": level_px(5),
-        "label_min_px": LABEL_MIN_PX,
-        "label_max": LABEL_MAX,
-        "flow_max": FLOW_MAX,
-        "flow_zoom": FLOW_ZOOM,
+        "box_px": BOX_PX, "thin_px": 3, "gap_px": GAP_PX, "row_px": ROW_PX, "bin_px": level_px(BOX_PX),
+        "idle_px": level_px(IDLE_ALL_PX), "sm_px": level_px(5), "label_min_px": LABEL_MIN_PX, "label_max": LABEL_MAX,
+        "flow_max": FLOW_MAX, "flow_zoom": FLOW_ZOOM,
     }
 
 
@@ -172,15 +149,10 @@ def gaps_frame(gaps: Sequence[Gap]) -> pd.DataFrame:
     """Gaps as columns (rank, device, start, end, cause), in the analysis' order; the position of a gap
     in this frame is its id in tiles and hover requests (whose evidence tracelab.render.text.gap_evidence
     writes for that one gap)."""
-    return pd.DataFrame(
-        {
-            "rank": np.array([gp.rank for gp in gaps], dtype=np.int64),
-            "device": np.array([gp.device for gp in gaps], dtype=np.int64),
-            "start": np.array([gp.start_ns for gp in gaps], dtype=np.int64),
-            "end": np.array([gp.end_ns for gp in gaps], dtype=np.int64),
-            "cause": [str(gp.cause) for gp in gaps],
-        }
-    )
+    return pd.DataFrame({"rank": np.array([gp.rank for gp in gaps], dtype=np.int64),
+                         "device": np.array([gp.device for gp in gaps], dtype=np.int64),
+                         "start": np.array([gp.start_ns for gp in gaps], dtype=np.int64),
+                         "end": np.array([gp.end_ns for gp in gaps], dtype=np.int64), "cause": [str(gp.cause) for gp in gaps]})
 
 
 def gaps_in_window(gaps: pd.DataFrame, rows: pd.DataFrame, t0: int, t1: int, ns_per_px: float) -> pd.DataFrame:
@@ -303,17 +275,13 @@ def _items(parts: TileParts, strings: Sequence[str]) -> tuple[dict[str, np.ndarr
         flags = it["flags"].to_numpy() if "flags" in it.columns else np.zeros(n, np.int64)
         kind = it["kind"].to_numpy()
         launch = np.isin(kind, [EventKind.RUNTIME, EventKind.DRIVER]) & ((flags & Flag.LAUNCH) != 0)
-        add(
-            it["start"].to_numpy(), it["end"].to_numpy(), it["row"].to_numpy(), class_codes(it),
-            it["name"].to_numpy(), it["correlation"].to_numpy(), launch, it["pos"].to_numpy(),
-        )
+        add(it["start"].to_numpy(), it["end"].to_numpy(), it["row"].to_numpy(), class_codes(it), it["name"].to_numpy(),
+            it["correlation"].to_numpy(), launch, it["pos"].to_numpy())
     if parts.sm_view is not None and len(parts.sm_view.items):
         sm = parts.sm_view.items
         m = len(sm)
-        add(
-            sm["start"].to_numpy(), sm["end"].to_numpy(), sm["row"].to_numpy(), np.full(m, CLASS_CODES["sm"]),
-            sm["name"].to_numpy(), np.full(m, -1), np.zeros(m, bool), sm["kernel"].to_numpy(),
-        )
+        add(sm["start"].to_numpy(), sm["end"].to_numpy(), sm["row"].to_numpy(), np.full(m, CLASS_CODES["sm"]),
+            sm["name"].to_numpy(), np.full(m, -1), np.zeros(m, bool), sm["kernel"].to_numpy())
     if not cols["start"]:
         empty = np.zeros(0, np.int64)
         add(empty, empty, empty, empty, empty, empty, empty.astype(bool), empty)
@@ -352,7 +320,8 @@ def _bins(parts: TileParts) -> dict[str, np.ndarray]:
 
 
 def encode_tile(parts: TileParts, strings: Sequence[str]) -> bytes:
-    """One tile as bytes (`pack`): items (i.*), bins (b.*, kind: BIN_KINDS), gaps (g.*) and, in the
+    """One tile as bytes (`pack`): items (i.*), bins (b.*, kind: 0 busy bins, 1 all-idle bins, 2 SM-lane
+    bins), gaps (g.*) and, in the
     header, the names of the items (id -> name, cut to NAME_CHARS)."""
     items, used = _items(parts, strings)
     g = parts.gaps
@@ -367,15 +336,9 @@ def encode_tile(parts: TileParts, strings: Sequence[str]) -> bytes:
         "g.count": _i32(g["count"]),
     }
     header = {
-        "level": parts.level,
-        "index": parts.index,
-        "t0": parts.t0 - parts.origin,
-        "t1": parts.t1 - parts.origin,
-        "events_in_window": int(parts.view.events_in_window),
-        "individual": len(parts.view.items),
-        "aggregated": len(parts.view.bins),
-        "sm_drawn": int(parts.sm_view.n_drawn) if parts.sm_view is not None else 0,
-        "gaps_ready": bool(parts.gaps_ready),
-        "names": {str(i): short_name(strings[i]) for i in sorted(used)},
+        "level": parts.level, "index": parts.index, "t0": parts.t0 - parts.origin, "t1": parts.t1 - parts.origin,
+        "events_in_window": int(parts.view.events_in_window), "individual": len(parts.view.items),
+        "aggregated": len(parts.view.bins), "sm_drawn": int(parts.sm_view.n_drawn) if parts.sm_view is not None else 0,
+        "gaps_ready": bool(parts.gaps_ready), "names": {str(i): short_name(strings[i]) for i in sorted(used)},
     }
     return pack(header, arrays)

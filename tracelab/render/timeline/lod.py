@@ -59,16 +59,6 @@ def _empty_bins() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in _BIN_COLUMNS.items()})
 
 
-def clip_window(t0: int, t1: int, lo: int, hi: int, min_span: int = 1_000) -> tuple[int, int]:
-    """Clamp a requested window into [lo, hi] (the run's extent), keeping at least `min_span` ns."""
-    lo, hi = int(lo), int(hi)
-    t0, t1 = max(int(t0), lo), min(int(t1), hi)
-    if t1 - t0 < min_span:
-        mid = (t0 + t1) // 2
-        t0, t1 = mid - min_span // 2, mid + min_span // 2
-    return t0, t1
-
-
 BIN_CHUNK = 1 << 18  # events per pass of busy_bins: its temporaries stay small (and reused), not n long
 
 
