@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -25,9 +25,6 @@ from tracelab.model import EventKind, Timeline
 if TYPE_CHECKING:
     import pandas as pd
 
-# ---------------------------------------------------------------------------------------------
-# green contexts: why the variant is slower or faster than `sequential`
-# ---------------------------------------------------------------------------------------------
 _MATMUL = re.compile(r"gemm|matmul|xmma|cutlass|nvjet|_mm_|sm\d+_.*tensorop|cublas", re.IGNORECASE)
 
 
@@ -77,8 +74,6 @@ class GreenContextExplanation:
 
 
 WORDS_ONLY = ("elementwise_green_context", "elementwise_sm_count", "device_sm_count", "uninstrumented_launches")
-
-
 _PROBE = re.compile(r"^tl_probe_")
 
 
@@ -103,24 +98,6 @@ def _matmul_id(tl: Timeline, kernels: pd.DataFrame) -> int:
 
 def _total_ns(k: pd.DataFrame) -> int:
     return int((k["end"] - k["start"]).sum())
-
-
-class _PartitionLoad(TypedDict):
-    """How busy the variant's green-context partitions keep their SMs: the busiest one (its work sets the
-    span), the smallest and the largest (None / 0 without green contexts)."""
-
-    starving_green_context: int | None
-    starving_sm_count: int
-    starving_busy_fraction: float
-    small_green_context: int | None
-    small_sm_count: int
-    small_busy_fraction: float
-    small_idle_sm_ns: int
-    large_green_context: int | None
-    large_sm_count: int
-    large_busy_fraction: float
-    large_idle_sm_ns: int
-    source: LaneSource
 
 
 def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> GreenContextExplanation:
@@ -219,8 +196,9 @@ def _waves(tl: Timeline, dev: _Device, parts: list[Partition], k: pd.DataFrame) 
     return int(_estimate(tl, _without_blocks(dev), parts, kernel_columns(k.iloc[:1])).waves[0])
 
 
-def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -> _PartitionLoad:
-    """The busiest, the smallest and the largest green-context partition of the variant's device over its span."""
+def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -> dict[str, Any]:
+    """How busy the variant's green-context partitions keep their SMs over its span: the busiest one (its
+    work sets the span), the smallest and the largest (None / 0 without green contexts)."""
     st = _sm_time(variant_tl, rank, device)
     span = max(v_span, 1)
     green = [(p, b) for p, b in st.partitions if p.green_context >= 0]

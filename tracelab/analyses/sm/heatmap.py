@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
@@ -13,9 +12,6 @@ from tracelab.model import Timeline
 from tracelab.model.grouping import sorted_unique
 
 
-# ---------------------------------------------------------------------------------------------
-# per-SM grid for figures (busy fraction per SM per time bin)
-# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SmGrid:
     """What `render.sm_figures.sm_lanes_figure` draws: busy fraction of every SM in every bin."""
@@ -31,14 +27,8 @@ class SmGrid:
     estimated_kernels: int  # kernel launches without probe data, estimated (measured source only)
 
 
-def _range_bin_coverage(
-    sm_first: np.ndarray,
-    sm_last: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    n_sm: int,
-    edges: np.ndarray,
-) -> np.ndarray:
+def _range_bin_coverage(sm_first: np.ndarray, sm_last: np.ndarray, start: np.ndarray, end: np.ndarray, n_sm: int,
+                        edges: np.ndarray) -> np.ndarray:
     """Busy ns of every SM (0..n_sm-1) in every bin, for intervals covering SM ranges. Vectorized:
     a difference array over SMs and prefix sums of sorted start/end times per SM key."""
     e0, e1 = int(edges[0]), int(edges[-1])
@@ -72,31 +62,13 @@ def _range_bin_coverage(
     return np.diff(per_sm, axis=1)
 
 
-def sm_grid(
-    timeline: Timeline,
-    rank: int,
-    device: int,
-    bins: int = 400,
-    t0: int | None = None,
-    t1: int | None = None,
-    source: Literal["auto", "measured", "estimated"] = "auto",
-) -> SmGrid:
-    """Busy fraction per SM per time bin over [t0, t1) (default: the device's span)."""
-    lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source)
-    lo = dev.span[0] if t0 is None else int(t0)
-    hi = dev.span[1] if t1 is None else int(t1)
-    if hi <= lo:
-        hi = lo + 1
+def sm_grid(timeline: Timeline, rank: int, device: int, bins: int = 400) -> SmGrid:
+    """Busy fraction per SM per time bin over the device's span."""
+    lanes, src, dev, parts, _ = _lanes(timeline, rank, device)
+    lo, hi = dev.span[0], max(dev.span[1], dev.span[0] + 1)
     edges = sorted_unique(np.linspace(lo, hi, max(int(bins), 1) + 1).round().astype(np.int64))
     n_sm = max(dev.sm_count, int(lanes["sm_last"].max()) + 1 if len(lanes) else 0)
-    cover = _range_bin_coverage(
-        lanes["sm_first"].to_numpy(),
-        lanes["sm_last"].to_numpy(),
-        lanes["start"].to_numpy(),
-        lanes["end"].to_numpy(),
-        n_sm,
-        edges,
-    )
+    cover = _range_bin_coverage(*(lanes[c].to_numpy() for c in ("sm_first", "sm_last", "start", "end")), n_sm, edges)
     width = np.maximum(np.diff(edges), 1).astype(np.float64)
     busy = np.clip(cover / width[None, :], 0.0, 1.0)
     owner = np.full(n_sm, NONE_PARTITION, dtype=np.int64)

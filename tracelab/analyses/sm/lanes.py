@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,10 +37,7 @@ if TYPE_CHECKING:
 
 IDLE_PARTITION_THRESHOLD = 0.5  # busy fraction below which a green-context partition is "idle" (warning)
 IDLE_PARTITION_CRITICAL = 0.1
-# below this a partition's idle SM-time is still reported, as `info`: green_ctx's 116-SM partition busy 69.5%
-# leaves 1,006.6 SM-ms idle (7.6 ms of whole-device time, 36x the whole GPU's idle gaps), which the gaps
-# alone never show (issue 28)
-IDLE_PARTITION_INFO = 0.75
+IDLE_PARTITION_INFO = 0.75  # below this a partition's idle SM-time is still reported, as `info`
 
 
 def _lanes(
@@ -92,17 +89,14 @@ def _without_blocks(dev: _Device) -> _Device:
     return _Device(dev.rank, dev.device, dev.name, dev.sm_count, dev.kcols, None, dev.span)
 
 
-def sm_lanes(
-    timeline: Timeline, rank: int, device: int, source: Literal["auto", "measured", "estimated"] = "auto"
-) -> tuple[pd.DataFrame, LaneSource]:
+def sm_lanes(timeline: Timeline, rank: int, device: int) -> tuple[pd.DataFrame, LaneSource]:
     """Per-SM busy intervals of one device (columns `SM_LANE_COLUMNS`) and where they come from.
 
     auto: measured when the run has probe data for the device (uninstrumented kernels estimated,
     `measured` False on their rows), else estimated; "none" when the device has no kernels or its SM
     count is unknown. Rows cover SM ranges `sm_first..sm_last` (inclusive): measured rows are single
     SMs, estimated rows a contiguous run of SM ids of the kernel's partition."""
-    lanes, src, *_ = _lanes(timeline, rank, device, source)
-    return lanes, src
+    return _lanes(timeline, rank, device)[:2]
 
 
 def expand_lanes(lanes: pd.DataFrame) -> pd.DataFrame:
@@ -115,9 +109,6 @@ def expand_lanes(lanes: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# levels and SM-time
-# ---------------------------------------------------------------------------------------------
 def _cumulative(times: np.ndarray, level: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Integral of a step function (value level[i] on [times[i], times[i+1])) from -inf to each edge."""
     if len(times) == 0:
@@ -216,56 +207,29 @@ def _busy_between(times: np.ndarray, level: np.ndarray, t0: int, t1: int) -> flo
     return float(c[1] - c[0])
 
 
-# ---------------------------------------------------------------------------------------------
-# public analyses
-# ---------------------------------------------------------------------------------------------
-def sm_utilization(
-    timeline: Timeline,
-    rank: int,
-    device: int,
-    bins: int | np.ndarray = 200,
-    source: Literal["auto", "measured", "estimated"] = "auto",
-) -> pd.DataFrame:
+def sm_utilization(timeline: Timeline, rank: int, device: int, bins: int = 200) -> pd.DataFrame:
     """SM utilization over time: one row per (bin, scope), scope "device" for the whole GPU and
     "partition" per green-context partition (green_context -1 = outside every green context).
     Columns: start, end, scope, green_context, sm_count, busy_sm_ns, utilization, source.
-    `bins`: a number of equal bins over the device's span, or explicit edges (ns)."""
+    `bins`: a number of equal bins over the device's span."""
     import pandas as pd
 
-    lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source)
+    lanes, src, dev, parts, _ = _lanes(timeline, rank, device)
     cols = ["start", "end", "scope", "green_context", "sm_count", "busy_sm_ns", "utilization", "source"]
     if src == "none" or dev.span[1] <= dev.span[0]:
         return pd.DataFrame({c: [] for c in cols})
-    if np.ndim(bins) == 0:
-        edges = np.linspace(dev.span[0], dev.span[1], int(bins) + 1).round().astype(np.int64)
-        edges = sorted_unique(edges)
-    else:
-        edges = np.asarray(bins, dtype=np.int64)
+    edges = sorted_unique(np.linspace(dev.span[0], dev.span[1], int(bins) + 1).round().astype(np.int64))
     t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)
     width = np.diff(edges).astype(np.float64)
-    frames = []
 
-    def frame(scope: str, g: int, n: int, busy: np.ndarray) -> pd.DataFrame:
-        return pd.DataFrame(
-            {
-                "start": edges[:-1],
-                "end": edges[1:],
-                "scope": scope,
-                "green_context": g,
-                "sm_count": n,
-                "busy_sm_ns": busy,
-                "utilization": np.where(width > 0, busy / (np.maximum(n, 1) * np.maximum(width, 1)), 0.0),
-                "source": src,
-            }
-        )
+    def frame(scope: str, g: int, n: int, t: np.ndarray, level: np.ndarray) -> pd.DataFrame:
+        busy = np.diff(_cumulative(t, level, edges))
+        util = np.where(width > 0, busy / (np.maximum(n, 1) * np.maximum(width, 1)), 0.0)
+        return pd.DataFrame(dict(zip(cols, (edges[:-1], edges[1:], scope, g, n, busy, util, src))))
 
-    frames.append(frame("device", NONE_PARTITION, dev.sm_count, np.diff(_cumulative(t, lvl, edges))))
+    frames = [frame("device", NONE_PARTITION, dev.sm_count, t, lvl)]
     if any(p.green_context >= 0 for p in parts):
-        for p in parts:
-            pt, pl = per_part[p.green_context]
-            frames.append(
-                frame("partition", p.green_context, p.sm_count, np.diff(_cumulative(pt, pl, edges)))
-            )
+        frames += [frame("partition", p.green_context, p.sm_count, *per_part[p.green_context]) for p in parts]
     return pd.concat(frames, ignore_index=True)
 
 

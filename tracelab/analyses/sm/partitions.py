@@ -35,10 +35,6 @@ SM_LANE_COLUMNS: dict[str, str] = {
 LaneSource = Literal["measured", "estimated", "none"]
 
 
-
-# ---------------------------------------------------------------------------------------------
-# partitions
-# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Partition:
     green_context: int  # -1 = outside every green context
@@ -143,35 +139,21 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
         sizes[g] = (max(left // max(len(unknown), 1), 1), False)
     remainder = max(sm_total - sum(s for s, _ in sizes.values()), 0)
 
-    has_none_work = bool((dev.kcols["green_context"] < 0).any()) or (
-        NONE_PARTITION in measured_sms
-    )
+    has_none_work = bool((dev.kcols["green_context"] < 0).any()) or NONE_PARTITION in measured_sms
+    # the SM ids: those the probes saw, topped up with unused ids (estimated: contiguous from 0)
+    used = {int(x) for g in sizes for x in measured_sms.get(g, ())}
+    limit = sm_total if dev.blocks is not None else sm_total + sum(s for s, _ in sizes.values())
+    free = [x for x in range(limit) if x not in used]
     parts: list[Partition] = []
-    if dev.blocks is not None:  # measured: the SM ids the probe saw, topped up with unused ids
-        used = {int(x) for g in sizes for x in measured_sms.get(g, ())}
-        free = [x for x in range(sm_total) if x not in used]
-        for g in sorted(sizes):
-            n, conf = sizes[g]
-            seen = sorted(int(x) for x in measured_sms.get(g, ()))
-            extra, free = free[: max(n - len(seen), 0)], free[max(n - len(seen), 0) :]
-            parts.append(Partition(g, n, tuple(sorted(seen + extra)), conf))
-        if not ids:
-            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True))
-        elif remainder > 0:
-            parts.append(Partition(NONE_PARTITION, remainder, tuple(free[:remainder]), True))
-        elif has_none_work:
-            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
-        return parts
-    base = 0
     for g in sorted(sizes):
         n, conf = sizes[g]
-        parts.append(Partition(g, n, tuple(range(base, base + n)), conf))
-        base += n
+        seen = sorted(int(x) for x in measured_sms.get(g, ()))
+        extra, free = free[: max(n - len(seen), 0)], free[max(n - len(seen), 0) :]
+        parts.append(Partition(g, n, tuple(sorted(seen + extra)), conf))
     if not ids:
         parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True))
-    elif remainder > 0 or has_none_work:
-        if remainder > 0:
-            parts.append(Partition(NONE_PARTITION, remainder, tuple(range(base, base + remainder)), True))
-        else:
-            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
+    elif remainder > 0:
+        parts.append(Partition(NONE_PARTITION, remainder, tuple(free[:remainder]), True))
+    elif has_none_work:
+        parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
     return parts

@@ -35,10 +35,8 @@ activity (kernels, memcpys, memsets), as in `analyze`, less the device's leading
 run (`sm_time.sm_excluded_wait`: its first collective waiting for the last rank to join, which depends on
 when each rank's profiler started), left out of the busy SM-time too and named in the analysis notes.
 
-Modules: `sm_partitions` (green contexts and the SMs outside them), `sm_measured` (probe blocks ->
-per-SM intervals), `sm_estimate` (occupancy estimate), `sm_time` (lanes, SM-time, summary,
-findings), `sm_heatmap` (per-SM grid for figures), `green_explain` (green context explanation).
-This module is the public face: import from here.
+Modules: `partitions`, `measured` (probe blocks), `estimate`, `lanes` (lanes, SM-time, summary, findings),
+`heatmap`, `green_explain`; this one is the public face.
 """
 
 from __future__ import annotations
@@ -57,16 +55,6 @@ from tracelab.analyses.sm.lanes import (
 )
 
 __all__ = [
-    "IDLE_PARTITION_INFO",
-    "IDLE_PARTITION_THRESHOLD",
-    "SmGrid",
-    "_range_bin_coverage",
-    "_sm_time",
-    "expand_lanes",
-    "green_context_explanation",
-    "idle_partition_findings",
-    "sm_grid",
-    "sm_lanes",
-    "sm_summary",
-    "sm_utilization",
+    "IDLE_PARTITION_INFO", "IDLE_PARTITION_THRESHOLD", "SmGrid", "_range_bin_coverage", "_sm_time", "expand_lanes",
+    "green_context_explanation", "idle_partition_findings", "sm_grid", "sm_lanes", "sm_summary", "sm_utilization",
 ]
