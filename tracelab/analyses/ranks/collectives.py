@@ -55,7 +55,6 @@ class Collective:
     end_ns: int  # last participant's kernel end
     skew_ns: int
     last_rank: int
-    last_device: int
     wait_ns: int
     group: str | None = None  # process group name (and description), from the kernels' args
     bytes: int | None = None  # NCCL-tests' size (module docstring); None unknown
@@ -84,7 +83,6 @@ class Collectives:
     inconsistent: int  # matched collectives whose kernels do not all overlap in time
     # per participant waits: (rank, device, start, end) of the time spent waiting for the last arrival
     wait_rank: np.ndarray
-    wait_device: np.ndarray
     wait_start: np.ndarray
     wait_end: np.ndarray
     notes: tuple[str, ...] = ()
@@ -131,7 +129,7 @@ def rank_stragglers(calls: Sequence[Collective]) -> tuple[Straggler, ...]:
 
 def _empty(notes: tuple[str, ...], participants=(), unmatched: int = 0) -> Collectives:
     z = np.zeros(0, dtype=np.int64)
-    return Collectives((), (), tuple(participants), unmatched, 0, z, z, z, z, notes)
+    return Collectives((), (), tuple(participants), unmatched, 0, z, z, z, notes)
 
 
 def _comm_kernel_rows(timeline: Timeline) -> np.ndarray:
@@ -156,12 +154,8 @@ def _host_collective_rows(timeline: Timeline) -> np.ndarray:
 
 def _participant_count(timeline: Timeline, rows: np.ndarray) -> int:
     ev = timeline.events
-    keys = ev["rank"].to_numpy()[rows].astype(np.int64) << 32 | (
-        ev["device"].to_numpy()[rows].astype(np.int64) + 1
-    )
+    keys = ev["rank"].to_numpy()[rows].astype(np.int64) << 32 | (ev["device"].to_numpy()[rows].astype(np.int64) + 1)
     return int(sorted_unique(keys).size)
-
-
 
 def _collective_rows(timeline: Timeline) -> tuple[np.ndarray, str]:
     """The rows of the collective calls and what they are: the communication kernels, or, when fewer than
@@ -224,11 +218,8 @@ def match_collectives(timeline: Timeline) -> Collectives:
     part = part.reshape(-1).astype(np.int64)
     participants = tuple((int(r), int(d)) for r, d in pkeys.tolist())
     if len(participants) < 2:
-        return _empty(
-            ("communication kernels on one GPU only: nothing to match across ranks",),
-            participants,
-            int(rows.size),
-        )
+        return _empty(("communication kernels on one GPU only: nothing to match across ranks",), participants,
+                      rows.size)
 
     seq = _sequence(part, op, start)
     # group by (operation, seq)
@@ -240,10 +231,9 @@ def match_collectives(timeline: Timeline) -> Collectives:
     last = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
     min_end = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
     max_end = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(first, group, start)
-    np.maximum.at(last, group, start)
-    np.minimum.at(min_end, group, end)
-    np.maximum.at(max_end, group, end)
+    for out, ufunc, x in ((first, np.minimum, start), (last, np.maximum, start), (min_end, np.minimum, end),
+                          (max_end, np.maximum, end)):
+        ufunc.at(out, group, x)
     # the last arrival: latest start, ties to the highest (rank, device) so the choice is reproducible
     by_arrival = np.lexsort((part, start, group))
     last_row = by_arrival[np.r_[np.flatnonzero(np.diff(group[by_arrival])), by_arrival.size - 1]]
@@ -259,22 +249,12 @@ def match_collectives(timeline: Timeline) -> Collectives:
         rank, device, start, end, part, meta_of, entries,
     )
     in_matched = matched[group] & (waited > 0)
-    strag = rank_stragglers(calls)
     n_incons = int(inconsistent_mask.sum())
-    notes = _notes(n_incons, int(matched.sum()), unmatched)
     return Collectives(
-        calls=tuple(calls),
-        stragglers=strag,
-        participants=participants,
-        unmatched=unmatched,
-        inconsistent=n_incons,
-        wait_rank=rank[in_matched],
-        wait_device=device[in_matched],
-        wait_start=start[in_matched],
-        wait_end=last[group][in_matched],
-        notes=tuple(notes),
-        source=source,
-        rank_waits=_sum_by(rank[in_matched], (last[group] - start)[in_matched]),
+        calls=tuple(calls), stragglers=rank_stragglers(calls), participants=participants, unmatched=unmatched,
+        inconsistent=n_incons, wait_rank=rank[in_matched], wait_start=start[in_matched],
+        wait_end=last[group][in_matched], notes=tuple(_notes(n_incons, int(matched.sum()), unmatched)),
+        source=source, rank_waits=_sum_by(rank[in_matched], (last[group] - start)[in_matched]),
         rank_calls=_count_pairs(rank[matched[group]], group[matched[group]]),
         call_rows=rows[matched[group]].astype(np.int64),
         call_last_start=last[group][matched[group]].astype(np.int64),
@@ -333,7 +313,6 @@ def _calls(
                 end_ns=int(max_end[g]),
                 skew_ns=int(last[g] - first[g]),
                 last_rank=int(rank[lr]),
-                last_device=int(device[lr]),
                 wait_ns=int(wait[g]),
                 transfer_ns=transfer,
                 per_rank=per_rank,
@@ -347,6 +326,7 @@ def _sum_by(keys: np.ndarray, values: np.ndarray) -> dict[int, int]:
     uniq, inv = np.unique(keys, return_inverse=True)
     sums = np.bincount(inv.reshape(-1), weights=values, minlength=len(uniq)) if len(uniq) else np.zeros(0)
     return {int(k): int(v) for k, v in zip(uniq.tolist(), sums.tolist())}
+
 
 
 def _count_pairs(keys: np.ndarray, groups: np.ndarray) -> dict[int, int]:

@@ -39,9 +39,7 @@ class RankSummary:
     span_ns: int
     busy_ns: int
     idle_ns: int
-    idle_by_cause: tuple[
-        tuple[str, int], ...
-    ]  # (cause, ns) for CAUSES (and any other cause), then ("short", ns)
+    idle_by_cause: tuple[tuple[str, int], ...]  # (cause, ns) for CAUSES (and any other cause), then ("short", ns)
     comm_ns: int
     compute_comm_overlap_ns: int
     collectives: int  # matched collectives this rank took part in
@@ -80,14 +78,14 @@ class RankAnalysis:
         return None
 
 
-def _idle_by_rank_cause(gaps: GapTable) -> dict[tuple[int, str], int]:
-    """Total gap time per (rank, cause)."""
-    if not len(gaps):
+def _by_rank_cause(rank: np.ndarray, cause: np.ndarray, ns: np.ndarray) -> dict[tuple[int, str], int]:
+    """Total time per (rank, cause) of gaps."""
+    if not rank.size:
         return {}
     n = len(GAP_CAUSES)  # (rank, cause) as one key, in the same order
-    keys, inv = distinct_codes(gaps.column("rank") * n + gaps.column("cause"))
+    keys, inv = distinct_codes(rank * n + cause)
     sums = np.zeros(keys.size, dtype=np.int64)
-    np.add.at(sums, inv, gaps.duration)
+    np.add.at(sums, inv, ns)
     return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
 
 
@@ -106,7 +104,7 @@ def rank_summaries(
 
         spans = {r: (v[0], v[1]) for r, v in steps_spans(analysis.step_rows).items()}
     table = GapTable.of(analysis.gaps)
-    idle_of = _idle_by_rank_cause(table)  # from the gap columns, not one pass per rank
+    idle_of = _by_rank_cause(table.column("rank"), table.column("cause"), table.duration)
     in_steps = _steps_figures(timeline, analysis, collectives, spans) if spans else {}
     last_of = {s.rank: s.times_last for s in collectives.stragglers}
     for r in sorted(devices_of):
@@ -114,44 +112,24 @@ def rank_summaries(
         whole_wait = collectives.wait_of(r)
         if r in in_steps:
             f = in_steps[r]
-            out.append(
-                _summary(r, len(devs), f["span"], f["busy"], f["idle"], f["idle_of"], f["comm"], f["overlap"],
-                         f["calls"], f["wait"], last_of.get(r, 0), "steps", whole_wait)
-            )
+            out.append(_summary(r, len(devs), f["span"], f["busy"], f["idle"], f["idle_of"], f["comm"], f["overlap"],
+                                f["calls"], f["wait"], last_of.get(r, 0), "steps", whole_wait))
             continue
-        out.append(
-            _summary(
-                r, len(devs),
-                max(d.end_ns for d in devs) - min(d.start_ns for d in devs),
-                sum(d.busy_ns for d in devs),
-                sum(d.idle_ns for d in devs),
-                {c: ns for (rr, c), ns in idle_of.items() if rr == r},
-                sum(d.comm_ns for d in devs),
-                sum(d.overlap.compute_comm_ns for d in devs),
-                collectives.calls_of(r), whole_wait, last_of.get(r, 0), "whole", whole_wait,
-            )
-        )
+        out.append(_summary(
+            r, len(devs), max(d.end_ns for d in devs) - min(d.start_ns for d in devs), sum(d.busy_ns for d in devs),
+            sum(d.idle_ns for d in devs), {c: ns for (rr, c), ns in idle_of.items() if rr == r},
+            sum(d.comm_ns for d in devs), sum(d.overlap.compute_comm_ns for d in devs),
+            collectives.calls_of(r), whole_wait, last_of.get(r, 0), "whole", whole_wait,
+        ))
     return tuple(out)
 
 
 def _summary(rank, devices, span, busy, idle, idle_of, comm, overlap, calls, wait, last, scope, whole_wait):
     by_cause = {c: idle_of.get(c, 0) for c in CAUSES}
     by_cause.update({c: ns for c, ns in idle_of.items() if c not in by_cause})
-    return RankSummary(
-        rank=rank,
-        devices=devices,
-        span_ns=int(span),
-        busy_ns=int(busy),
-        idle_ns=int(idle),
-        idle_by_cause=(*by_cause.items(), ("short", int(idle) - sum(by_cause.values()))),  # CAUSES first
-        comm_ns=int(comm),
-        compute_comm_overlap_ns=int(overlap),
-        collectives=int(calls),
-        collective_wait_ns=int(wait),
-        times_last=last,
-        scope=scope,
-        whole_collective_wait_ns=int(whole_wait),
-    )
+    short = ("short", int(idle) - sum(by_cause.values()))
+    return RankSummary(rank, devices, int(span), int(busy), int(idle), (*by_cause.items(), short), int(comm),
+                       int(overlap), int(calls), int(wait), last, scope, int(whole_wait))
 
 
 def _steps_figures(
@@ -187,13 +165,7 @@ def _steps_figures(
     g_rank = table.column("rank")
     lo, hi = _per_rank_bounds(g_rank, spans)
     clipped = np.maximum(0, np.minimum(table.column("end"), hi) - np.maximum(table.column("start"), lo))
-    n = len(GAP_CAUSES)
-    sums: dict[tuple[int, str], int] = {}
-    if clipped.size:
-        keys, inv = distinct_codes(g_rank * n + table.column("cause"))
-        tot = np.zeros(keys.size, dtype=np.int64)
-        np.add.at(tot, inv, clipped)
-        sums = {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), tot.tolist())}
+    sums = _by_rank_cause(g_rank, table.column("cause"), clipped)
     w_lo, w_hi = _per_rank_bounds(collectives.wait_rank, spans)
     w_len = np.maximum(0, np.minimum(collectives.wait_end, w_hi) - np.maximum(collectives.wait_start, w_lo))
     w_keys, w_inv = distinct_codes(collectives.wait_rank.astype(np.int64))
@@ -281,14 +253,7 @@ def _loop_idle(analysis: Analysis) -> dict[tuple[int, str], int] | None:
         e = end[mine]
         k = np.searchsorted(a, e, "right") - 1
         keep[mine] = (k >= 0) & (e <= b[np.maximum(k, 0)])
-    n = len(GAP_CAUSES)
-    sel = np.flatnonzero(keep)
-    if not sel.size:
-        return {}
-    keys, inv = distinct_codes(rank[sel] * n + gaps.column("cause")[sel])
-    sums = np.zeros(keys.size, dtype=np.int64)
-    np.add.at(sums, inv, gaps.duration[sel])
-    return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
+    return _by_rank_cause(rank[keep], gaps.column("cause")[keep], gaps.duration[keep])
 
 
 def loop_steps(steps: Sequence[Any]) -> list[Any]:
