@@ -51,7 +51,7 @@ import numpy as np
 
 from tracelab.analyses.core.memo import begun, memo
 from tracelab.analyses.ranks.path_graph import _API_KINDS, _GPU_KINDS, _build
-from tracelab.analyses.ranks.path_model import CATEGORIES, CriticalPath, StepPath
+from tracelab.analyses.ranks.path_model import CriticalPath, StepPath
 from tracelab.analyses.ranks.path_segments import _segments
 from tracelab.analyses.ranks.path_walk import _expand_runs, _heads, _walk
 from tracelab.model import Flag, Timeline
@@ -61,16 +61,13 @@ MAX_SEGMENTS = 400  # segments per step in the JSON document (the longest; `segm
 MAX_DOC_SEGMENTS = 50_000  # and in all: many ranks' steps get fewer each (at least 50)
 
 
-def critical_path(
-    tl: Timeline,
-    windows: dict[int, tuple[np.ndarray, np.ndarray]],
-    collectives: Any | None = None,
-) -> CriticalPath:
+def critical_path(tl: Timeline, windows: dict[int, tuple[np.ndarray, np.ndarray]], collectives: Any | None = None,
+                  ) -> CriticalPath:
     """The critical path of every step window of every rank, and across ranks (module docstring)."""
     if not windows:
         return CriticalPath((), (), ("no steps: the critical path is found per step",))
     gr = _build(tl, collectives)
-    if not gr.row.size:
+    if not gr.rows.size:
         return CriticalPath((), (), ("no GPU work or host launches: no critical path",))
     # read one element at a time through memoryviews: Python ints without a list of the whole column
     lists = tuple(
@@ -101,45 +98,27 @@ def critical_path(
     nodes = [np.concatenate([a, b]) for a, b in zip(walked, more)]
     del walked, more
     paths = _segments(tl, gr, chains, nodes)
-    steps = tuple(p for p in paths if not p.across_ranks)
-    across = tuple(p for p in paths if p.across_ranks)
-    return CriticalPath(steps, across)
-
-
-# ---- the document ------------------------------------------------------------------------------------
+    return CriticalPath(tuple(p for p in paths if not p.across_ranks), tuple(p for p in paths if p.across_ranks))
 
 
 def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
     """`critical_path` of the `analyze --json` document: `bound_by` (shares), per rank and step its
     length, own shares and segments (at most MAX_SEGMENTS, the longest, in time order, with
     `segments_total` when cut), the same per step across ranks, and notes."""
-
     n_paths = len(cp.steps) + len(cp.across)
     cap = max(50, min(MAX_SEGMENTS, MAX_DOC_SEGMENTS // max(n_paths, 1)))
 
     def step_doc(p: StepPath) -> dict[str, Any]:
         idx = np.arange(p.cat.size)
         doc: dict[str, Any] = {
-            "rank": p.rank,
-            "step": p.step,
-            "start_ns": p.start_ns,
-            "length_ns": p.length_ns,
+            "rank": p.rank, "step": p.step, "start_ns": p.start_ns, "length_ns": p.length_ns,
             "bound_by": {k: v / p.length_ns if p.length_ns else 0.0 for k, v in p.by_category().items()},
         }
         if idx.size > cap:
             idx = np.sort(np.argsort(-(p.seg_end - p.seg_start), kind="stable")[:cap])
             doc["segments_total"] = int(p.cat.size)
-        s = p.strings
-        doc["segments"] = [
-            {"category": CATEGORIES[c], "rank": r, "start_ns": a, "end_ns": b, "name": s[n] if 0 <= n < len(s) else ""}
-            for c, r, a, b, n in zip(
-                p.cat[idx].tolist(),
-                p.seg_rank[idx].tolist(),
-                p.seg_start[idx].tolist(),
-                p.seg_end[idx].tolist(),
-                p.seg_name[idx].tolist(),
-            )
-        ]
+        keys = ("category", "rank", "start_ns", "end_ns", "name")
+        doc["segments"] = [dict(zip(keys, x)) for x in p.segment_rows(idx)]
         return doc
 
     return {
@@ -155,12 +134,9 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     without steps)."""
     c = tl.cols
     kind, flags = c["kind"], c["flags"]
-    sel = np.flatnonzero(
-        np.isin(kind, _GPU_KINDS) | (np.isin(kind, _API_KINDS) & ((flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0))
-    )
-    out = {}
+    sel = np.flatnonzero(np.isin(kind, _GPU_KINDS) | (np.isin(kind, _API_KINDS) & ((flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0)))
     if not sel.size:
-        return out
+        return {}
     rank = c["rank"][sel].astype(np.int64)
     ranks = sorted_unique(rank)
     code = np.searchsorted(ranks, rank)
@@ -168,9 +144,7 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     hi = np.full(ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(lo, code, c["start"][sel])
     np.maximum.at(hi, code, c["end"][sel])
-    for i, r in enumerate(ranks.tolist()):
-        out[int(r)] = (lo[i : i + 1].copy(), hi[i : i + 1].copy())
-    return out
+    return {int(r): (lo[i : i + 1].copy(), hi[i : i + 1].copy()) for i, r in enumerate(ranks.tolist())}
 
 
 def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = None) -> CriticalPath:
@@ -214,6 +188,4 @@ def start_path(tl: Timeline) -> None:
 
 
 def _same_windows(a: dict[int, tuple[np.ndarray, np.ndarray]], b: dict[int, tuple[np.ndarray, np.ndarray]]) -> bool:
-    return a.keys() == b.keys() and all(
-        np.array_equal(a[r][0], b[r][0]) and np.array_equal(a[r][1], b[r][1]) for r in a
-    )
+    return a.keys() == b.keys() and all(np.array_equal(a[r][0], b[r][0]) and np.array_equal(a[r][1], b[r][1]) for r in a)

@@ -21,32 +21,6 @@ _API_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
 NONE, STREAM, LAUNCH, HOST, SYNC, COLL = 0, 1, 2, 3, 4, 5
 
 
-@dataclass(frozen=True, eq=False)
-class _Graph:
-    row: np.ndarray  # timeline row of each node
-    is_gpu: np.ndarray
-    rank: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    comm: np.ndarray  # communication kernel
-    # per-rank predecessors and hand-overs (no collective edges)
-    pred: np.ndarray
-    hand: np.ndarray
-    edge: np.ndarray
-    # collective: last arrival time and the node of the last arrival (-1: not a waiting collective call)
-    last_start: np.ndarray
-    last_node: np.ndarray
-    thread: np.ndarray  # host nodes: dense thread id; -1 GPU
-    alt_pred: np.ndarray  # host nodes: the previous call of the thread (a sync's fallback)
-    alt_hand: np.ndarray
-    # host runs: host nodes in (thread, start) order; run_first[i] = the first position of the run of
-    # calls that each follow the previous call of their thread (edge "host") with non-decreasing
-    # hand-overs: the walk passes such a run in one step (`_walk`)
-    host_order: np.ndarray
-    host_pos: np.ndarray  # per node: its position in host_order, -1 for GPU nodes
-    run_first: np.ndarray
-
-
 def _prev_in_group(keys: list[np.ndarray], start: np.ndarray) -> np.ndarray:
     """For each item, the item before it in its group (same keys) by start; -1 for the first."""
     n = start.size
@@ -66,18 +40,32 @@ def _prev_in_group(keys: list[np.ndarray], start: np.ndarray) -> np.ndarray:
 class _Edges:
     """The per-rank part of the graph (no collective edges): what `_build` finishes with a run's collectives."""
 
-    rows: np.ndarray
+    rows: np.ndarray  # timeline row of each node (the ng GPU nodes first)
     ng: int
     rank: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    comm: np.ndarray
+    comm: np.ndarray  # communication kernel
     pred: np.ndarray
     hand: np.ndarray
     edge: np.ndarray
-    thread: np.ndarray
-    alt_pred: np.ndarray
+    thread: np.ndarray  # host nodes: dense thread id; -1 GPU
+    alt_pred: np.ndarray  # host nodes: the previous call of the thread (a sync's fallback)
     alt_hand: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _Graph(_Edges):
+    is_gpu: np.ndarray
+    # collective: last arrival time and the node of the last arrival (-1: not a waiting collective call)
+    last_start: np.ndarray
+    last_node: np.ndarray
+    # host runs: host nodes in (thread, start) order; run_first[i] = the first position of the run of
+    # calls that each follow the previous call of their thread (edge "host") with non-decreasing
+    # hand-overs: the walk passes such a run in one step (`_walk`)
+    host_order: np.ndarray
+    host_pos: np.ndarray  # per node: its position in host_order, -1 for GPU nodes
+    run_first: np.ndarray
 
 
 def per_rank_edges(tl: Timeline) -> _Edges:
@@ -102,15 +90,12 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     is_gpu = np.zeros(n, dtype=bool)
     is_gpu[:ng] = True
     last_start, last_node = _collective_edges(collectives, e.rows, e.start)
-    pred, thread, alt_pred = e.pred, e.thread, e.alt_pred
-    host_order, host_pos, run_first = _host_runs(thread, e.start, pred, e.hand, e.edge, last_node, ng, n)
+    host_order, host_pos, run_first = _host_runs(e.thread, e.start, e.pred, e.hand, e.edge, last_node, ng, n)
     if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns (one at a time)
         last_node = last_node.astype(np.int32)
         host_order, host_pos, run_first = host_order.astype(np.int32), host_pos.astype(np.int32), run_first.astype(np.int32)
-    return _Graph(
-        e.rows, is_gpu, e.rank, e.start, e.end, e.comm, pred, e.hand, e.edge, last_start, last_node, thread,
-        alt_pred, e.alt_hand, host_order, host_pos, run_first,
-    )
+    return _Graph(**vars(e), is_gpu=is_gpu, last_start=last_start, last_node=last_node, host_order=host_order,
+                  host_pos=host_pos, run_first=run_first)
 
 
 def _edges(tl: Timeline, coll_host: np.ndarray) -> _Edges:

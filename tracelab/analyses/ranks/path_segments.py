@@ -68,7 +68,7 @@ def _block_segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray
     head_rank = np.array([c[0] for c in chains], dtype=np.int64)
     names = tl.cols["name"]
     start, is_gpu, comm, rank = gr.start[y], gr.is_gpu[y], gr.comm[y], gr.rank[y]
-    name = names[gr.row[y]].astype(np.int64)
+    name = names[gr.rows[y]].astype(np.int64)
     coll = is_gpu | comm
     b0 = np.where(coll & (e == COLL), np.maximum(start, h), np.where(~coll & (e == SYNC), h, start))
     b0 = np.minimum(b0, out)
