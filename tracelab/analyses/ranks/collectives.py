@@ -133,13 +133,12 @@ def _empty(notes: tuple[str, ...], participants=(), unmatched: int = 0) -> Colle
 
 
 def _comm_kernel_rows(timeline: Timeline) -> np.ndarray:
-    ev = timeline.events
-    kern = np.flatnonzero(ev["kind"].to_numpy() == int(EventKind.KERNEL))
+    """The communication kernels (flagged, or named like a collective), from the columns (no pandas)."""
+    kern = np.flatnonzero(timeline.col("kind") == int(EventKind.KERNEL))
     if kern.size == 0:
         return kern
-    names = ev["name"].to_numpy()[kern]
-    is_comm = ((ev["flags"].to_numpy()[kern] & Flag.COMM) != 0) | comm_mask(timeline.strings, names)
-    return kern[is_comm]
+    names = timeline.col("name")[kern]
+    return kern[((timeline.col("flags")[kern] & Flag.COMM) != 0) | comm_mask(timeline.strings, names)]
 
 
 def _host_collective_rows(timeline: Timeline) -> np.ndarray:

@@ -82,16 +82,10 @@ def comm_by_step(
     bands = Bands.of(len(ranks), start, end, ws0, we0, a0, b0)
     if bands is None:  # a time range too wide for one band per rank: rank by rank
         return _comm_by_step_ranks(timeline, collectives, windows)
-    s, e = bands.shift(start, band), bands.shift(end, band)
     is_comm = (kind[gpu] == int(EventKind.KERNEL)) & ((ev["flags"][gpu] & Flag.COMM) != 0)
-    cs, ce = merge(s[is_comm], e[is_comm])
-    ks, ke = merge(s[~is_comm], e[~is_comm])
-    xs, xe = subtract(cs, ce, ks, ke)
-    ws, we = merge(bands.shift(ws0, w_band), bands.shift(we0, w_band))
-    a, b = bands.shift(a0, win_band), bands.shift(b0, win_band)
-    comm = covered_length(cs, ce, a, b).tolist()
-    exposed = covered_length(xs, xe, a, b).tolist()
-    wait = covered_length(ws, we, a, b).tolist()
+    comm, exposed, wait = (x.tolist() for x in _covered(
+        bands.shift(start, band), bands.shift(end, band), is_comm, bands.shift(ws0, w_band), bands.shift(we0, w_band),
+        bands.shift(a0, win_band), bands.shift(b0, win_band)))
     out = []
     k = 0
     for r in ranks:
@@ -99,6 +93,17 @@ def comm_by_step(
             out.append(StepComm(r, i, lo, hi, int(comm[k]), int(exposed[k]), int(wait[k])))
             k += 1
     return tuple(out)
+
+
+def _covered(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, ws: np.ndarray, we: np.ndarray, a: np.ndarray,
+             b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window [a, b): the union of the communication kernels, its part no other GPU work overlaps, and
+    the union of the waits [ws, we) in it."""
+    cs, ce = merge(s[is_comm], e[is_comm])
+    ks, ke = merge(s[~is_comm], e[~is_comm])
+    xs, xe = subtract(cs, ce, ks, ke)
+    ws, we = merge(ws, we)
+    return covered_length(cs, ce, a, b), covered_length(xs, xe, a, b), covered_length(ws, we, a, b)
 
 
 def _comm_by_step_ranks(
@@ -118,17 +123,10 @@ def _comm_by_step_ranks(
     out = []
     for r in sorted(windows):  # per rank (a few to a few hundred), vectorized inside
         mine = order[np.searchsorted(rs, r, "left") : np.searchsorted(rs, r, "right")]
-        c = mine[is_comm[mine]]
-        k = mine[~is_comm[mine]]
-        cs, ce = merge(start[c], end[c])
-        ks, ke = merge(start[k], end[k])
-        xs, xe = subtract(cs, ce, ks, ke)
         wm = w_order[np.searchsorted(wr, r, "left") : np.searchsorted(wr, r, "right")]
-        ws, we = merge(collectives.wait_start[wm], collectives.wait_end[wm])
         a, b = windows[r]
-        comm = covered_length(cs, ce, a, b)
-        exposed = covered_length(xs, xe, a, b)
-        wait = covered_length(ws, we, a, b)
+        comm, exposed, wait = _covered(start[mine], end[mine], is_comm[mine], collectives.wait_start[wm],
+                                       collectives.wait_end[wm], a, b)
         for i in range(a.size):  # one row per step
             out.append(StepComm(r, i, int(a[i]), int(b[i]), int(comm[i]), int(exposed[i]), int(wait[i])))
     return tuple(out)
@@ -148,11 +146,8 @@ class StragglerCause:
     idle_ns: int = 0  # the idle time before the late arrivals, in all
 
     def sentence(self, fmt_ns) -> str:
-        where = (
-            f"in {self.steps_late} of {self.steps} steps"
-            if self.steps
-            else f"in {self.times_last} of {self.collectives} collectives"
-        )
+        where = (f"in {self.steps_late} of {self.steps} steps" if self.steps
+                 else f"in {self.times_last} of {self.collectives} collectives")
         text = f"rank {self.rank} arrives {fmt_ns(self.late_ns)} late {where}"
         if self.cause is not None and self.idle_before_ns > 0:
             text += (
@@ -192,13 +187,9 @@ def straggler_causes(
         arr = np.asarray(arrivals, dtype=np.int64)
         steps_late = steps_with = 0
         if r in windows:
-            a, b = windows[r]
-            which = np.searchsorted(a, arr, "right") - 1
-            inside = (which >= 0) & (arr < b[np.maximum(which, 0)])
+            which, inside = _step_of(windows[r], arr)
             steps_late = int(np.unique(which[inside]).size)
-            allc = np.asarray(mine_starts, dtype=np.int64)
-            wa = np.searchsorted(a, allc, "right") - 1
-            ins = (wa >= 0) & (allc < b[np.maximum(wa, 0)])
+            wa, ins = _step_of(windows[r], np.asarray(mine_starts, dtype=np.int64))
             steps_with = int(np.unique(wa[ins]).size)
         holding = _holding(np.asarray(late, dtype=np.int64), arr, windows.get(r))
         idle, cause, cause_ns, idle_all = 0, None, 0, 0
@@ -220,21 +211,18 @@ def straggler_causes(
                 idle = int(np.median(totals))
                 k = int(np.argmax(by_cause))
                 cause, cause_ns, idle_all = GAP_CAUSES[k], int(by_cause[k]), int(by_cause.sum())
-        out.append(
-            StragglerCause(
-                rank=r,
-                times_last=s.times_last,
-                collectives=collectives.calls_of(r),
-                late_ns=_late_per_step(np.asarray(late, dtype=np.int64), arr, windows.get(r)),
-                steps_late=steps_late,
-                steps=steps_with,
-                idle_before_ns=idle,
-                cause=cause,
-                cause_ns=cause_ns,
-                idle_ns=idle_all,
-            )
-        )
+        late_ns = _late_per_step(np.asarray(late, dtype=np.int64), arr, windows.get(r))
+        out.append(StragglerCause(r, s.times_last, collectives.calls_of(r), late_ns, steps_late, steps_with, idle, cause,
+                                  cause_ns, idle_all))
     return tuple(out)
+
+
+def _step_of(window: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per time: the step window [a, b) it may lie in (the last one starting at or before it), and whether
+    it does."""
+    a, b = window
+    which = np.searchsorted(a, t, "right") - 1
+    return which, (which >= 0) & (t < b[np.maximum(which, 0)])
 
 
 def _holding(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
@@ -242,9 +230,8 @@ def _holding(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, n
     every late arrival when the run has no steps (or none lies in them)."""
     if window is None or not late.size:
         return np.arange(late.size)
-    a, b = window
-    which = np.searchsorted(a, arrivals, "right") - 1
-    inside = np.flatnonzero((which >= 0) & (arrivals < b[np.maximum(which, 0)]))
+    which, inside = _step_of(window, arrivals)
+    inside = np.flatnonzero(inside)
     if not inside.size:
         return np.arange(late.size)
     order = inside[np.lexsort((-late[inside], which[inside]))]
@@ -258,9 +245,7 @@ def _late_per_step(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndar
     toss-up). The median over its late arrivals when the run has no steps."""
     if window is None or not late.size:
         return int(np.median(late)) if late.size else 0
-    a, b = window
-    which = np.searchsorted(a, arrivals, "right") - 1
-    inside = (which >= 0) & (arrivals < b[np.maximum(which, 0)])
+    which, inside = _step_of(window, arrivals)
     if not inside.any():
         return int(np.median(late))
     w, lt = which[inside], late[inside]
