@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.ranks.path_graph import COLL, HOST, NONE, SYNC, _Graph
 
 
@@ -108,13 +109,9 @@ def _expand_runs(gr: _Graph, rng: list) -> list[np.ndarray]:
         return [z, z, z, z, z]
     r = np.asarray(rng, dtype=np.int64)
     ch, lo, hi, out_hi = r[:, 0], r[:, 1], r[:, 2], r[:, 3]
-    cnt = hi - lo + 1
-    offs = np.repeat(np.cumsum(cnt) - cnt, cnt)
-    pos = np.repeat(lo, cnt) + (np.arange(cnt.sum()) - offs)
+    seg, pos = expand_ranges(lo, hi + 1)
     node = gr.host_order[pos]
-    h = gr.hand[node]
-    last = pos == np.repeat(hi, cnt)
     nxt = gr.host_order[np.minimum(pos + 1, gr.host_order.size - 1)]
-    out = np.where(last, np.repeat(out_hi, cnt), gr.hand[nxt])
-    return [np.repeat(ch, cnt), node, np.full(node.size, HOST, dtype=np.int64), h, out]
+    out = np.where(pos == hi[seg], out_hi[seg], gr.hand[nxt])
+    return [ch[seg], node, np.full(node.size, HOST, dtype=np.int64), gr.hand[node], out]
 

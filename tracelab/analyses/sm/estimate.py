@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
+from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.sm.measured import _empty_lane_columns, _empty_lanes
 from tracelab.analyses.sm.occupancy import DeviceLimits, limits_for, occupancy
 from tracelab.analyses.sm.partitions import NONE_PARTITION, Partition, _Device
@@ -174,9 +175,8 @@ def _map_positions(
     out_last = [base[pidx[simple]] + hi[simple] - 1]
     hard = np.flatnonzero(~simple)
     if len(hard):
-        lens = hi[hard] - lo[hard]
-        rows = np.repeat(hard, lens)
-        pos = np.repeat(lo[hard], lens) + (np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens))
+        seg, pos = expand_ranges(lo[hard], hi[hard])
+        rows = hard[seg]
         table_len = max((len(p.sm_ids) for p in parts), default=1) or 1
         table = np.zeros((len(parts), table_len), dtype=np.int64)
         for i, p in enumerate(parts):  # one row per partition

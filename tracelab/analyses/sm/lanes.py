@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
+from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.core.memo import context_of, memo
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.analyses.sm.estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
@@ -101,9 +102,8 @@ def sm_lanes(timeline: Timeline, rank: int, device: int) -> tuple[pd.DataFrame, 
 
 def expand_lanes(lanes: pd.DataFrame) -> pd.DataFrame:
     """One row per SM (column `sm`) instead of SM ranges — for small windows and hover text."""
-    n = (lanes["sm_last"].to_numpy() - lanes["sm_first"].to_numpy() + 1).astype(np.int64)
-    rows = np.repeat(np.arange(len(lanes)), n)
-    sm = lanes["sm_first"].to_numpy()[rows] + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    first = lanes["sm_first"].to_numpy()
+    rows, sm = expand_ranges(first, (lanes["sm_last"].to_numpy() + 1).astype(first.dtype))
     out = lanes.iloc[rows].reset_index(drop=True).drop(columns=["sm_first", "sm_last"])
     out.insert(0, "sm", sm.astype(np.int32))
     return out

@@ -118,19 +118,6 @@ def group_quantile(gid: np.ndarray, values: np.ndarray, groups: int, q: float = 
     return out
 
 
-def group_median(gid: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Median (lower) of `values` per group id."""
-    return group_quantile(gid, values, groups, 0.5)
-
-
-def _segments(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(segment id, position) for every position in [lo[j], hi[j]) of every segment j."""
-    lengths = np.maximum(hi - lo, 0)
-    seg = np.repeat(np.arange(lo.size), lengths)
-    offsets = np.r_[0, np.cumsum(lengths)[:-1]]
-    return seg, lo[seg] + (np.arange(seg.size) - offsets[seg])
-
-
 def in_rhythm(pos: np.ndarray, period: int) -> np.ndarray:
     """Occurrences with a neighbour occurrence about one period away (drops set-up clusters)."""
     if pos.size < 2:
@@ -215,7 +202,7 @@ def _blocking_anchor(
         blk = np.bincount(cid, weights=seq.blocking[pos_c], minlength=cand.size) > 0
         if not blk.any():
             continue
-        med_dur = group_median(cid, duration[pos_c], cand.size)
+        med_dur = group_quantile(cid, duration[pos_c], cand.size)
         c = int(np.flatnonzero(blk)[np.argmax(med_dur[blk])])
         first = int(np.flatnonzero(ids == cand[c])[0])
         name = _call_name(timeline, tok[first])
@@ -241,7 +228,7 @@ def _pause_anchor(
             continue
         pos_c = np.isin(ids, cand) & steady
         cid = np.searchsorted(cand, ids[pos_c])
-        med_pause = group_median(cid, pause[pos_c], cand.size)
+        med_pause = group_quantile(cid, pause[pos_c], cand.size)
         c = int(np.argmax(med_pause))
         if best is None or med_pause[c] > best[0]:
             best = (float(med_pause[c]), k, ids, int(cand[c]))

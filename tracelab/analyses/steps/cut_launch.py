@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelab.analyses.steps.cut import Cut, _segments, group_quantile
+from tracelab.analyses.core.intervals import expand_ranges
+from tracelab.analyses.steps.cut import Cut, group_quantile
 from tracelab.analyses.steps.sequence import MIN_REPEATS, LaunchSequence
 
 STEADY_CADENCE = 0.5  # interquartile range of the intervals between launches over their median
@@ -40,7 +41,7 @@ def launch_run(
     lo, m = run_start[keep], run_len[keep]
     if lo.size == 0:
         return None
-    seg, p = _segments(lo, lo + m)
+    seg, p = expand_ranges(lo, lo + m)
     all_launch = np.bincount(seg, weights=~seq.launch[p], minlength=lo.size) == 0
     is_graph = np.bincount(seg, weights=~seq.graph[p], minlength=lo.size) == 0
     inner = p > lo[seg]  # intervals: from the launch before, inside the run
@@ -73,7 +74,7 @@ def cut_launch_run(seq: LaunchSequence, run: LaunchRun, calls: LaunchSequence) -
     after_prev = int(np.searchsorted(c_start, seq.end[run.first - 1], side="left")) if run.first else 0
     lo[0] = min(at[0], max(at[0] - back, after_prev))
     pause = np.r_[0, c_start[1:] - c_end[:-1]]
-    seg, idx = _segments(lo, at + 1)
+    seg, idx = expand_ranges(lo, at + 1)
     order = np.lexsort((-pause[idx], seg))
     firsts = np.r_[0, np.flatnonzero(np.diff(seg[order])) + 1]
     starts = c_start[idx[order][firsts]]

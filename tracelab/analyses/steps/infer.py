@@ -48,19 +48,10 @@ from tracelab.analyses.steps.sequence import (
 )
 from tracelab.model import EventKind, Timeline
 
-__all__ = [
-    "Step",
-    "StepSource",
-    "Steps",
-    "find_period",
-    "find_steps",
-    "infer_steps",
-    "marked_steps",
-    "marked_steps_noted",
-]
+__all__ = ["Step", "StepSource", "Steps", "find_period", "find_steps", "infer_steps", "marked_steps",
+           "marked_steps_noted"]
 
 StepSource = Literal["marked", "inferred"]
-
 
 
 @dataclass(frozen=True)
@@ -100,11 +91,9 @@ class Steps:
         return len(self.steps)
 
 
-# ---- marked ----------------------------------------------------------------------------------
 def marked_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-level marked steps of a rank: (start, end) sorted by start; empty when none."""
-    s, e, _ = marked_steps_noted(timeline, rank)
-    return s, e
+    return marked_steps_noted(timeline, rank)[:2]
 
 
 def _untangle(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -129,22 +118,14 @@ def marked_steps_noted(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.nd
         if pos.size == 0:
             continue
         s = column(timeline, "start")[pos]
-        e = column(timeline, "end")[pos]
         order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-        s, e, clipped = _untangle(s, e)
-        note = (
-            f"rank {rank}: {clipped:,} of {len(s):,} marked steps began before the previous one ended "
-            "(overlapping step ranges): each was cut to begin where the one before ends"
-            if clipped
-            else ""
-        )
+        s, e, clipped = _untangle(s[order], column(timeline, "end")[pos][order])
+        note = (f"rank {rank}: {clipped:,} of {len(s):,} marked steps began before the previous one ended "
+                "(overlapping step ranges): each was cut to begin where the one before ends") if clipped else ""
         return s, e, note
-    empty = np.zeros(0, dtype=np.int64)
-    return empty, empty, ""
+    return *_empty(), ""
 
 
-# ---- inferred -----------------------------------------------------------------------------------
 UNRECORDED_NOTE = 0.05  # a note when the host time before steps that nothing recorded is this long
 CLEAN = 0.75  # sequences whose best lag repeats this share of calls are tried first, richest first
 RUN_COVERAGE = 0.5  # host-paced single launches must span this share of the launch sequence
@@ -163,18 +144,15 @@ def _merged(seqs: list[LaunchSequence]) -> tuple[LaunchSequence, LaunchSequence]
     return launches, seqs[0]
 
 
-def _launch_run_steps(
-    seqs: list[LaunchSequence], rank: int, timeline: Timeline, graph: bool
-) -> tuple[np.ndarray, np.ndarray, str] | None:
+def _launch_run_steps(seqs: list[LaunchSequence], rank: int, timeline: Timeline, graph: bool,
+                      ) -> tuple[np.ndarray, np.ndarray, str] | None:
     """Steps of one launch each: CUDA graph replays (graph=True), or host-paced launches of one
     kernel that span most of the launch sequence."""
     launches, calls = _merged(seqs)
     only = launches.start[launches.launch]
     span = max(int(only[-1] - only[0]), 1) if only.size else 1
-    if graph:
-        run = launch_run(launches, graph=True)
-    else:
-        run = launch_run(launches, graph=False, min_paced=HOST_PACED, min_span=RUN_COVERAGE * span)
+    run = launch_run(launches, graph=True) if graph else launch_run(
+        launches, graph=False, min_paced=HOST_PACED, min_span=RUN_COVERAGE * span)
     if run is None:
         return None
     s, e = cut_launch_run(launches, run, calls)
@@ -218,9 +196,8 @@ def unrecorded_before(starts: np.ndarray, calls: LaunchSequence, ranges: HostRan
     return float(np.median(np.maximum(starts[1:] - prev, 0)))
 
 
-def _repetition_steps(
-    seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, calls: LaunchSequence
-) -> tuple[np.ndarray, np.ndarray, str] | str:
+def _repetition_steps(seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, calls: LaunchSequence,
+                      ) -> tuple[np.ndarray, np.ndarray, str] | str:
     """(starts, ends, note) from the repetition of one sequence, or the reason there are none. `calls`:
     every call of the rank's launching threads (where the trace starts; the batch fetches' threads)."""
     origin = calls.start
@@ -231,25 +208,17 @@ def _repetition_steps(
         regular = regular_period(seq.tokens, base)
         if regular:
             match = float(np.mean(seq.tokens[:-regular] == seq.tokens[regular:]))
-            got = _repetition_steps(
-                seq, Period(lag=regular, match=match, best_lag=regular, best_match=match, smallest=regular),
-                rank, timeline, calls,
-            )
+            got = _repetition_steps(seq, Period(regular, match, regular, match, smallest=regular), rank, timeline, calls)
             if not isinstance(got, str):
                 return got
         pp = pause_period(seq, base)
         if pp.lag > base:  # the calls repeat inside the step: the recurring pause finds it
             s, e = cut_by_pause(seq, pp)
             if s.size >= MIN_REPEATS:
-                return (
-                    s,
-                    e,
-                    (
-                        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
-                        f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
-                        f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause"
-                    ),
-                )
+                return s, e, (
+                    f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
+                    f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
+                    f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause")
     if not per.lag:
         return f"{seq.where}: {per.reason}"
     anchor = find_anchor(seq, per.lag, timeline, origin)
@@ -289,9 +258,8 @@ def _repetition_steps(
     return s, e, note
 
 
-def _steady(
-    recorded: list[LaunchSequence], without: list[LaunchSequence] | None
-) -> tuple[list[LaunchSequence], str, Period | None]:
+def _steady(recorded: list[LaunchSequence], without: list[LaunchSequence] | None,
+            ) -> tuple[list[LaunchSequence], str, Period | None]:
     """The sequences to look for a period in, a note and the period of the first (None when not found
     here): `recorded`, or `without` (the caching allocator's calls left out) where those calls break the
     period (a loop that keeps each step's outputs asks for a new block every few steps: the calls repeat
@@ -314,12 +282,7 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     """Inferred steps of a rank: (start, end, note). Empty arrays and a note saying why when none."""
     seqs, allocator_note, first_period = _steady(*sequence_variants(timeline, rank))
     if not seqs:
-        s, e = _empty()
-        return (
-            s,
-            e,
-            f"rank {rank}: no training steps found: no step markers and no launches to infer steps from",
-        )
+        return *_empty(), f"rank {rank}: no training steps found: no step markers and no launches to infer steps from"
     calls = seqs[0]
     ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
 
@@ -364,13 +327,8 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         found = _launch_run_steps(seqs, rank, timeline, graph=False)
         if found is not None:
             return refined(*found)
-    s, e = _empty()
-    return (
-        s,
-        e,
-        f"rank {rank}: no training steps found: no step markers, and none inferred: "
-        + "; ".join(dict.fromkeys(reasons)),
-    )
+    return *_empty(), "rank {}: no training steps found: no step markers, and none inferred: {}".format(
+        rank, "; ".join(dict.fromkeys(reasons)))
 
 
 def find_steps(timeline: Timeline) -> Steps:
@@ -391,8 +349,5 @@ def _find_steps(timeline: Timeline) -> Steps:
             s, e, note = infer_steps(timeline, rank)
             source = "inferred"
             notes.append(note)
-        steps.extend(
-            Step(rank=rank, index=i, start_ns=int(a), end_ns=int(b), source=source)
-            for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True))
-        )
+        steps.extend(Step(rank, i, int(a), int(b), source) for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True)))
     return Steps(steps=tuple(steps), notes=tuple(notes))

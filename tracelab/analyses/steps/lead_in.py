@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tracelab.analyses.steps.cut import Cut, _segments
+from tracelab.analyses.core.intervals import expand_ranges
+from tracelab.analyses.steps.cut import Cut
 from tracelab.analyses.steps.sequence import LaunchSequence
 from tracelab.model.grouping import first_rows, member, sorted_unique, unique_inverse
 
@@ -51,7 +52,7 @@ def refine_starts(starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, r
     # the ranges in each window (lo, start]: window ids, ends relative to lo clipped to the window
     a = np.searchsorted(r_start, lo, side="right")
     b = np.searchsorted(r_start, starts, side="right")
-    seg, idx = _segments(a, b)
+    seg, idx = expand_ranges(a, b)
     new = starts.copy()
     if idx.size:
         offset = np.r_[0, np.cumsum(width + 1)[:-1]]
