@@ -91,16 +91,13 @@ def last_iteration_end(starts: np.ndarray, calls: LaunchSequence, step: float) -
     return int(end[lo:hi].max()) if hi > lo else -1
 
 
-def reanchor_at_input_copies(
-    timeline: Timeline, rank: int, starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence | None = None
-) -> tuple[np.ndarray, np.ndarray] | None:
+def reanchor_at_input_copies(timeline: Timeline, rank: int, starts: np.ndarray, ends: np.ndarray,
+                             calls: LaunchSequence | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Steps starting at the launches of the rank's batch uploads, or None when the copies do not
     keep the rhythm of the found steps on the GPU, cover them, and give at least as many steps. With
     `calls` (every call of the rank's launching threads), the last step lasts at least until the last
     launch of its iteration returns (`last_iteration_end`)."""
-    if starts.size < 2:
-        return None
-    step = float(np.median(ends - starts))
+    step = float(np.median(ends - starts)) if starts.size >= 2 else 0.0
     if step <= 0:
         return None
     gpu, launch = input_copies(timeline, rank)
@@ -109,10 +106,8 @@ def reanchor_at_input_copies(
     keep = np.r_[True, np.diff(gpu) > step / 4]  # the first copy of each cluster (input, labels, ...)
     gpu, launch = gpu[keep], launch[keep]
     lo, hi = _chain(gpu, step)
-    if hi - lo < starts.size:
-        return None
     chain = launch[lo:hi]
-    if np.any(np.diff(chain) <= 0):
+    if hi - lo < starts.size or np.any(np.diff(chain) <= 0):
         return None
     last_end = max(int(ends[-1]), int(chain[-1] + step))
     if calls is not None:
@@ -140,9 +135,8 @@ def loader_fetches(timeline: Timeline, rank: int, threads: np.ndarray) -> np.nda
     return s[s >= prev_end].astype(np.int64)
 
 
-def reanchor_at_loader(
-    timeline: Timeline, rank: int, starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence
-) -> tuple[np.ndarray, np.ndarray] | None:
+def reanchor_at_loader(timeline: Timeline, rank: int, starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence,
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
     """Steps starting at the rank's batch fetches (module docstring), or None when the rank has no
     DataLoader ops or the found steps do not hold one fetch each. `calls`: every call of the rank's
     launching threads (a fetch after the found steps counts when GPU work is launched after it; the last
