@@ -127,12 +127,6 @@ class Rule:
     long: bool = False
 
 
-# ---- helpers shared by rules ------------------------------------------------------------------
-def data_keys(data_type: type) -> frozenset[str]:
-    """The keys a finding's data must have: those of the rule's TypedDict (with Window's)."""
-    return frozenset(get_type_hints(data_type))
-
-
 def _check(where: str, value: Any, hint: Any) -> None:
     """Raise KeyError where value (read from JSON or built by a rule) lacks a key of the TypedDict hint,
     or has one it does not declare; lists and dict values are checked item by item."""
@@ -185,6 +179,13 @@ def generic_prose(f: Finding, title: str) -> Prose:
                                       if k != "rank" and _scalar(x))
                     places.append(f"rank {item['rank']}" + (f": {extra}" if extra else ""))
     return msg + ".", join_places(places)
+
+
+def fired(rule: str, ctx: FindingContext, count: int, wasted: int, data: Mapping[str, Any], base: str = "info",
+          ) -> Finding:
+    """The finding of a rule that fired, its severity by the share of the run's span wasted (`severity`)."""
+    return Finding(rule=rule, severity=severity(wasted, ctx.span_ns(), base), count=count, wasted_ns=wasted,
+                   data=dict(data))
 
 
 def severity(wasted: int, span: int, base: str = "info") -> str:
@@ -240,11 +241,6 @@ def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray
     i = np.searchsorted(s_start, t, side="right") - 1
     ok = (i >= 0) & (t < s_end[np.maximum(i, 0)]) if s_end.size else np.zeros(np.shape(t), dtype=bool)
     return np.where(ok, i, -1)
-
-
-def memcpy_rows(ctx: FindingContext) -> np.ndarray:
-    """Rows of every memcpy of the timeline, in event order (computed once per context)."""
-    return ctx.memcpys
 
 
 def count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> list[dict[str, int]]:

@@ -14,8 +14,8 @@ from tracelab.analyses.rules.base import (
     Prose,
     Rule,
     Window,
+    fired,
     generic_prose,
-    severity,
     step_of,
     window,
 )
@@ -63,13 +63,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     data: ExcessiveSyncData = {
         "ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "info"),
-        count=count,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, count, wasted, data, "info")
 
 
 def describe(f: Finding) -> Prose:

@@ -19,7 +19,15 @@ import numpy as np
 from tracelab.analyses.core.intervals import merge
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.results import CAUSES, Finding
-from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.analyses.rules.base import (
+    FindingContext,
+    Prose,
+    Rule,
+    Window,
+    fired,
+    join_places,
+    window,
+)
 from tracelab.text_format import fmt_ns
 
 INPUT_WAIT = CAUSES.index("input_wait")
@@ -131,13 +139,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         "step_share": share_min,
         **window(worst[0]["start_ns"], worst[0]["end_ns"]),
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning"),
-        count=len(steps),
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, len(steps), wasted, data, "warning")
 
 
 def describe(f: Finding) -> Prose:

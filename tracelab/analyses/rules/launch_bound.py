@@ -16,8 +16,8 @@ from tracelab.analyses.rules.base import (
     Prose,
     Rule,
     Window,
+    fired,
     join_places,
-    severity,
     string_ids,
     window,
 )
@@ -120,13 +120,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         "tiny_kernel_ns": tiny_ns,
         **window(worst[0]["start_ns"], worst[0]["end_ns"]),
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning"),
-        count=kernels_in,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, kernels_in, wasted, data, "warning")
 
 
 def describe(f: Finding) -> Prose:

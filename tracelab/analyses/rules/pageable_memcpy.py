@@ -14,9 +14,8 @@ from tracelab.analyses.rules.base import (
     Rule,
     Window,
     count_places,
+    fired,
     join_places,
-    memcpy_rows,
-    severity,
     window,
 )
 from tracelab.model import CopyKind, MemKind
@@ -42,7 +41,7 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
     """Time the pageable copies lose: per direction, their duration minus what the same bytes take at
     the bandwidth of this trace's pinned copies of that direction (when it has any, else the whole
     duration: an upper bound)."""
-    mc = memcpy_rows(ctx)
+    mc = ctx.memcpys
     pinned = mc[
         ((ctx.col("src_mem")[mc] == int(MemKind.PINNED)) | (ctx.col("dst_mem")[mc] == int(MemKind.PINNED)))
         & (ctx.col("bytes")[mc] >= min_bytes)
@@ -64,7 +63,7 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     min_bytes = int(opt["min_bytes"])
-    mc = memcpy_rows(ctx)
+    mc = ctx.memcpys
     pageable = (ctx.col("src_mem")[mc] == int(MemKind.PAGEABLE)) | (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
     pos = mc[pageable & (ctx.col("bytes")[mc] >= min_bytes)]
     if pos.size == 0:
@@ -81,13 +80,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         "places": cast(list[StreamCopies], count_places(ctx, pos, "copies")),
         **window(ctx.col("start")[pos[longest]], ctx.col("end")[pos[longest]]),  # the longest
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns()),
-        count=int(pos.size),
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, int(pos.size), wasted, data)
 
 
 def describe(f: Finding) -> Prose:

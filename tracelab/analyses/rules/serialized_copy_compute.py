@@ -10,7 +10,15 @@ import numpy as np
 from tracelab.analyses.core.distinct import distinct
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.analyses.rules.base import (
+    FindingContext,
+    Prose,
+    Rule,
+    Window,
+    fired,
+    join_places,
+    window,
+)
 from tracelab.model import CopyKind, EventKind
 from tracelab.text_format import fmt_ns
 
@@ -77,13 +85,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     if not count:
         return None
     data: SerializedCopyComputeData = {"streams": details, **window(worst[1], worst[2])}
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning"),
-        count=count,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, count, wasted, data, "warning")
 
 
 def describe(f: Finding) -> Prose:

@@ -10,7 +10,15 @@ import numpy as np
 
 from tracelab.analyses.core.rows import names_matching
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.analyses.rules.base import (
+    FindingContext,
+    Prose,
+    Rule,
+    Window,
+    fired,
+    join_places,
+    window,
+)
 from tracelab.analyses.rules.waits import idle_during
 from tracelab.model import SyncKind
 from tracelab.text_format import fmt_ns
@@ -64,13 +72,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         "non_blocking_excluded": excluded,
         **window(worst[1], worst[2]),  # the longest call
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns()),
-        count=count,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, count, wasted, data)
 
 
 def describe(f: Finding) -> Prose:

@@ -18,9 +18,8 @@ from tracelab.analyses.rules.base import (
     Prose,
     Rule,
     Window,
+    fired,
     join_places,
-    memcpy_rows,
-    severity,
     step_of,
     window,
 )
@@ -109,18 +108,12 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
         "ranks": per_rank, "steps": sum(r["steps"] for r in per_rank), "steps_with_sync": total_sync,
         "example": example, **win,
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning" if wasted else "info"),
-        count=total_sync,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, total_sync, wasted, data, "warning" if wasted else "info")
 
 
 def _pageable_dtoh_by_rank(ctx: FindingContext) -> dict[int, np.ndarray]:
     """Rows of the device-to-host copies into pageable memory, grouped by rank once (no full mask per rank)."""
-    mc = memcpy_rows(ctx)
+    mc = ctx.memcpys
     dtoh = mc[
         (ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
     ]
