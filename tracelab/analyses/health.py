@@ -33,7 +33,7 @@ import numpy as np
 from tracelab.analyses.core.intervals import merge
 from tracelab.analyses.core.overhead import overhead_table
 from tracelab.analyses.results import CAUSES, Analysis, GapTable
-from tracelab.model.grouping import member, sorted_unique
+from tracelab.model.grouping import any_of, member, sorted_unique
 from tracelab.model.kinds import EventKind, Flag
 from tracelab.model.timeline import Timeline
 
@@ -69,11 +69,8 @@ class Health:
         return next(c for c in self.checks if c.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "checks": [asdict(c) for c in self.checks],
-            "weakened_findings": [{"rule": r, "why": w} for r, w in self.weakened],
-        }
+        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks],
+                "weakened_findings": [{"rule": r, "why": w} for r, w in self.weakened]}
 
 
 def _records(tl: Timeline) -> list[dict[str, Any]]:
@@ -89,10 +86,7 @@ def _records(tl: Timeline) -> list[dict[str, Any]]:
 
 
 def _lines(texts: list[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for t in texts:
-        seen.setdefault(t, None)
-    return list(seen)
+    return list(dict.fromkeys(texts))
 
 
 def _dropped(tl: Timeline) -> HealthCheck:
@@ -160,20 +154,13 @@ def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
     summary = f"{s.size} profiler-overhead intervals ({source}), {int((ue - us).sum()) / 1e6:.3f} ms"
     if covered_n:
         summary += f"; they cover {covered_n} GPU gaps ({covered_ns / 1e6:.3f} ms of idle): cause profiler, not the host"
-        return HealthCheck("profiler_overhead", "warn", summary, data)
-    return HealthCheck("profiler_overhead", "ok", summary, data)
-
-
-def _launch_rows(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
-    kind = tl.col("kind")
-    host = (kind == EventKind.RUNTIME) | (kind == EventKind.DRIVER)
-    launch = host & ((tl.col("flags") & Flag.LAUNCH) != 0)
-    gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
-    return np.flatnonzero(launch), np.flatnonzero(gpu)
+    return HealthCheck("profiler_overhead", "warn" if covered_n else "ok", summary, data)
 
 
 def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
-    lr, gr = _launch_rows(tl)
+    kind = tl.col("kind")
+    lr = np.flatnonzero(any_of(kind, (EventKind.RUNTIME, EventKind.DRIVER)) & ((tl.col("flags") & Flag.LAUNCH) != 0))
+    gr = np.flatnonzero(any_of(kind, GPU_KINDS))
     corr = tl.col("correlation")
     rank = tl.col("rank")  # a broadcast column of a one-rank trace: no int64 copy of every event
     lc = corr[lr]
@@ -235,8 +222,7 @@ def _window(tl: Timeline, an: Analysis | None) -> HealthCheck:
     if open_ranges:
         parts.append(f"{open_ranges} NVTX ranges never ended (cut by the capture window)")
     if an is not None and an.steps:
-        kind = tl.col("kind")
-        g = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
+        g = any_of(tl.col("kind"), GPU_KINDS)
         s, e = tl.col("start")[g], tl.col("end")[g]
         first = min(x.start_ns for x in an.steps)
         last = max(x.end_ns for x in an.steps)
@@ -247,9 +233,8 @@ def _window(tl: Timeline, an: Analysis | None) -> HealthCheck:
         if total and (before + after) > 0.05 * total:
             parts.append(f"{(before + after) / total:.0%} of the GPU time lies outside the steps (partial steps at the "
                          "window's edges)")
-    if parts:
-        return HealthCheck("window", "warn", "; ".join(parts), data)
-    return HealthCheck("window", "ok", "the steps lie inside the capture window", data)
+    return HealthCheck("window", "warn" if parts else "ok", "; ".join(parts) or "the steps lie inside the capture window",
+                       data)
 
 
 def trace_health(tl: Timeline, analysis: Analysis | None = None) -> Health:
