@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tracelab.analyses.core.bands import group_index
 from tracelab.analyses.core.rows import rank_rows
 from tracelab.analyses.steps.infer import Steps, find_steps
 from tracelab.analyses.steps.table import StepRow, gpu_windows
@@ -195,14 +196,9 @@ def clip_spans(timeline: Timeline, spans: Mapping[int, tuple[int, int, int, int]
 
 def _per_rank_bounds(rank: np.ndarray, ranges: Mapping[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """Per event, the [lo, hi) of its rank's range; (0, 0) (nothing kept) for a rank without one."""
-    table = np.array(sorted(ranges), dtype=np.int64)
-    if table.size == 0:
-        zero = np.zeros(rank.size, dtype=np.int64)
-        return zero, zero
-    lo_r = np.array([ranges[r][0] for r in table.tolist()], dtype=np.int64)
-    hi_r = np.array([ranges[r][1] for r in table.tolist()], dtype=np.int64)
-    idx = np.minimum(np.searchsorted(table, rank), table.size - 1)
-    known = table[idx] == rank
+    table = sorted(ranges)
+    lo_r, hi_r = (np.array([ranges[r][k] for r in table] or [0], dtype=np.int64) for k in (0, 1))
+    idx, known = group_index(np.array(table, dtype=np.int64), rank)
     return np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0)
 
 

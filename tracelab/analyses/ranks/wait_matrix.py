@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.analyses.core.bands import group_index
 from tracelab.analyses.ranks.collectives import Collectives
 from tracelab.model import Timeline
 
@@ -60,8 +61,7 @@ def wait_matrix(timeline: Timeline, collectives: Collectives, ranks: Sequence[in
     spans = {int(r): (int(v[0]), int(v[1])) for r, v in (spans or {}).items()}
     if spans:
         keys = np.array(sorted(spans), dtype=np.int64)
-        at = np.minimum(np.searchsorted(keys, waiter), keys.size - 1)
-        known = keys[at] == waiter
+        at, known = group_index(keys, waiter)
         s_lo = np.array([spans[k][0] for k in keys.tolist()], dtype=np.int64)[at]
         s_hi = np.array([spans[k][1] for k in keys.tolist()], dtype=np.int64)[at]
         lo, hi = np.where(known, np.maximum(lo, s_lo), lo), np.where(known, np.minimum(hi, s_hi), hi)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.bands import group_index
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.core.rows import rank_rows
 from tracelab.analyses.results import CAUSES, Finding, Gap, GapTable
@@ -117,9 +118,7 @@ def in_setup_mask(gaps: Sequence[Gap], setups: Sequence[RankSetup]) -> np.ndarra
         return np.zeros(len(table), dtype=bool)
     ranks = np.array(sorted(ends), dtype=np.int64)
     stop = np.array([ends[r] for r in ranks.tolist()], dtype=np.int64)
-    g_rank = table.column("rank")
-    i = np.minimum(np.searchsorted(ranks, g_rank), ranks.size - 1)
-    known = ranks[i] == g_rank
+    i, known = group_index(ranks, table.column("rank"))
     return known & (table.column("end") <= np.where(known, stop[i], -1))
 
 
