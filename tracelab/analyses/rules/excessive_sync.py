@@ -60,9 +60,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         steps_total += n_steps
     if not count:
         return None
-    data: ExcessiveSyncData = {
-        "ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])
-    }
+    data: ExcessiveSyncData = {"ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])}
     return fired(RULE.id, ctx, count, wasted, data, "info")
 
 

@@ -130,13 +130,11 @@ def describe(f: Finding) -> Prose:
         f"each) with the GPU idle {fmt_ns(f.wasted_ns)} between launches: the host cannot launch fast enough. "
         "Capture them in a CUDA graph (torch.cuda.graphs, torch.compile mode='reduce-overhead') or fuse them."
     )
-    where = join_places(
-        [
-            f"rank {x['rank']} device {x['device']}: {x['stretches']} stretches, {x['kernels']} kernels, "
-            f"{fmt_ns(x['idle_ns'])} idle"
-            for x in d["devices"]
-        ]
-    )
+    where = join_places([
+        f"rank {x['rank']} device {x['device']}: {x['stretches']} stretches, {x['kernels']} kernels, "
+        f"{fmt_ns(x['idle_ns'])} idle"
+        for x in d["devices"]
+    ])
     return msg, where
 
 

@@ -68,9 +68,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     pos = mc[pageable & (ctx.col("bytes")[mc] >= min_bytes)]
     if pos.size == 0:
         return None
-    dur = ctx.col("end")[pos] - ctx.col("start")[pos]
-    ck = ctx.col("copy_kind")[pos]
-    nb = ctx.col("bytes")[pos]
+    dur, ck, nb = ctx.col("end")[pos] - ctx.col("start")[pos], ctx.col("copy_kind")[pos], ctx.col("bytes")[pos]
     wasted = _pageable_cost(ctx, dur, ck, nb, min_bytes)
     longest = int(np.argmax(dur))
     data: PageableMemcpyData = {
@@ -90,10 +88,8 @@ def describe(f: Finding) -> Prose:
         f"{f.count} memcpys ({fmt_bytes(d['bytes'])}, {fmt_ns(d['copy_ns'])}) use pageable host memory "
         f"({dirs}); pin it (pin_memory=True, cudaHostAlloc) so copies run at full speed and can overlap with compute."
     )
-    where = join_places(
-        [f"rank {p['rank']} device {p['device']} stream {p['stream']}: {p['copies']} pageable copies" for p in d["places"]]
-    )
-    return msg, where
+    return msg, join_places([f"rank {p['rank']} device {p['device']} stream {p['stream']}: {p['copies']} pageable copies"
+                             for p in d["places"]])
 
 
 RULE = Rule(
@@ -104,9 +100,7 @@ RULE = Rule(
     data=PageableMemcpyData,
     fires_when="copies ≥ min_bytes with a pageable host side",
     severity="critical / warning by the share of the span wasted, else info",
-    counts=(
-        "copies / duration minus the time at the trace's pinned bandwidth (whole duration without pinned copies)"
-    ),
+    counts="copies / duration minus the time at the trace's pinned bandwidth (whole duration without pinned copies)",
     options={"min_bytes": 64 * 1024},
     source=(
         'CUDA C++ Best Practices Guide, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior" '

@@ -95,13 +95,11 @@ def describe(f: Finding) -> Prose:
         f"({fmt_ns(f.wasted_ns)}); issue them on a side stream from pinned memory (non_blocking=True) and prefetch "
         "the next batch while this one computes."
     )
-    where = join_places(
-        [
-            f"rank {x['rank']} device {x['device']} stream {x['stream']}: {x['copies']} copies, "
-            f"{fmt_ns(x['unoverlapped_ns'])} not overlapped"
-            for x in d["streams"]
-        ]
-    )
+    where = join_places([
+        f"rank {x['rank']} device {x['device']} stream {x['stream']}: {x['copies']} copies, "
+        f"{fmt_ns(x['unoverlapped_ns'])} not overlapped"
+        for x in d["streams"]
+    ])
     return msg, where
 
 

@@ -203,13 +203,11 @@ def describe(f: Finding) -> Prose:
         ".item(), .cpu() or torch.cuda.synchronize() every step; keep values on the GPU and read them back "
         "every N steps."
     )
-    where = join_places(
-        [
-            f"rank {v['rank']}: {v['steps_with_sync']} of {v['steps']} steps (step {v['first_step']} … "
-            f"step {v['last_step']})"
-            for v in d["ranks"]
-        ]
-    )
+    where = join_places([
+        f"rank {v['rank']}: {v['steps_with_sync']} of {v['steps']} steps (step {v['first_step']} … "
+        f"step {v['last_step']})"
+        for v in d["ranks"]
+    ])
     return msg, where
 
 
