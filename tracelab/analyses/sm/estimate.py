@@ -68,17 +68,8 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     known = grid > 0
     waves = np.where(known, -(-grid // np.maximum(bps * cap, 1)), 1)
     sms = np.where(known, np.minimum(grid, cap), cap)
-    return _Estimate(
-        kernel=k["row"].astype(np.int64),
-        part=part,
-        start=k["start"].astype(np.int64),
-        end=k["end"].astype(np.int64),
-        sms=sms.astype(np.int64),
-        waves=waves.astype(np.int64),
-        blocks_per_sm=bps,
-        name=k["name"].astype(np.int32),
-        green_context=gc,
-    )
+    return _Estimate(k["row"].astype(np.int64), part, k["start"].astype(np.int64), k["end"].astype(np.int64),
+                     sms.astype(np.int64), waves.astype(np.int64), bps, k["name"].astype(np.int32), gc)
 
 
 def _blocks_per_sm(k: Mapping[str, np.ndarray], threads: np.ndarray, limits: DeviceLimits) -> np.ndarray:
@@ -117,9 +108,8 @@ def _stack_offsets(est: _Estimate, n_parts: int, caps: np.ndarray) -> np.ndarray
     return offs % (caps[0] if n_parts == 1 else caps[est.part])
 
 
-def _estimated_rows(
-    est: _Estimate, parts: list[Partition], columns: dict[str, np.ndarray] | None = None
-) -> pd.DataFrame:
+def _estimated_rows(est: _Estimate, parts: list[Partition], columns: dict[str, np.ndarray] | None = None,
+                    ) -> pd.DataFrame:
     """The estimate's SM lane rows (`columns`: its `_estimated_columns`, when made already)."""
     import pandas as pd
 
@@ -160,14 +150,11 @@ def _estimated_columns(est: _Estimate, parts: list[Partition]) -> dict[str, np.n
     }
 
 
-def _map_positions(
-    pidx: np.ndarray, lo: np.ndarray, hi: np.ndarray, parts: list[Partition]
-) -> dict[str, np.ndarray]:
+def _map_positions(pidx: np.ndarray, lo: np.ndarray, hi: np.ndarray, parts: list[Partition]) -> dict[str, np.ndarray]:
     """Turn [lo, hi) positions within each row's partition into SM-id ranges. Partitions whose ids
     are one contiguous run map directly; others are expanded and re-compressed into runs."""
-    contiguous = np.array(
-        [len(p.sm_ids) > 0 and p.sm_ids[-1] - p.sm_ids[0] == len(p.sm_ids) - 1 for p in parts], dtype=bool
-    )
+    contiguous = np.array([len(p.sm_ids) > 0 and p.sm_ids[-1] - p.sm_ids[0] == len(p.sm_ids) - 1 for p in parts],
+                          dtype=bool)
     base = np.array([p.sm_ids[0] if p.sm_ids else 0 for p in parts], dtype=np.int64)
     simple = contiguous[pidx]
     out_row = [np.flatnonzero(simple)]
@@ -193,8 +180,4 @@ def _map_positions(
         out_row.append(rows[starts])
         out_first.append(sms[starts])
         out_last.append(sms[ends])
-    return {
-        "row": np.concatenate(out_row),
-        "sm_first": np.concatenate(out_first),
-        "sm_last": np.concatenate(out_last),
-    }
+    return {"row": np.concatenate(out_row), "sm_first": np.concatenate(out_first), "sm_last": np.concatenate(out_last)}

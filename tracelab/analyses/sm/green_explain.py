@@ -120,27 +120,17 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
     ew_nv, ew_ns = _total_ns(ew_v), _total_ns(ew_s)
     sms_v, sms_s = mm_part.sm_count if mm_part else var.sm_count, seq.sm_count
     return GreenContextExplanation(
-        variant=variant_tl.meta.variant or "variant",
-        variant_span_ns=int(v_span),
-        sequential_span_ns=int(s_span),
-        ratio=float(ratio),
-        verdict="slowdown" if ratio > 1.05 else "speedup" if ratio < 0.95 else "same",
+        variant=variant_tl.meta.variant or "variant", variant_span_ns=int(v_span), sequential_span_ns=int(s_span),
+        ratio=float(ratio), verdict="slowdown" if ratio > 1.05 else "speedup" if ratio < 0.95 else "same",
         matmul_name=sequential_tl.name(s_mm),
         matmul_name_variant=variant_tl.name(int(v_k["name"].iloc[0])) if len(v_k) else "",
-        matmul_grid_variant=_grid(v_k),
-        matmul_grid_sequential=_grid(s_k),
-        matmul_ns_variant=mm_v,
-        matmul_ns_sequential=mm_s,
-        matmul_ratio=float(_ratio(mm_v, mm_s)),
-        matmul_green_context=None if mm_gc < 0 else mm_gc,
-        matmul_sms_variant=int(sms_v),
-        matmul_sms_sequential=int(sms_s),
-        sm_ratio=float(sms_v / sms_s if sms_s else 0.0),
+        matmul_grid_variant=_grid(v_k), matmul_grid_sequential=_grid(s_k), matmul_ns_variant=mm_v,
+        matmul_ns_sequential=mm_s, matmul_ratio=float(_ratio(mm_v, mm_s)),
+        matmul_green_context=None if mm_gc < 0 else mm_gc, matmul_sms_variant=int(sms_v),
+        matmul_sms_sequential=int(sms_s), sm_ratio=float(sms_v / sms_s if sms_s else 0.0),
         matmul_waves_variant=_waves(variant_tl, var, v_parts, v_k),
         matmul_waves_sequential=_waves(sequential_tl, seq, _partitions(sequential_tl, _without_blocks(seq)), s_k),
-        elementwise_ns_variant=ew_nv,
-        elementwise_ns_sequential=ew_ns,
-        elementwise_ratio=float(_ratio(ew_nv, ew_ns)),
+        elementwise_ns_variant=ew_nv, elementwise_ns_sequential=ew_ns, elementwise_ratio=float(_ratio(ew_nv, ew_ns)),
         baseline=sequential_tl.meta.variant or "baseline",
         elementwise_green_context=None if ew_part is None else ew_part.green_context,
         elementwise_sm_count=0 if ew_part is None else ew_part.sm_count,
@@ -155,9 +145,8 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("inf")
 
 
-def _matmul_kernels(
-    variant_tl: Timeline, var: _Device, sequential_tl: Timeline, seq: _Device
-) -> tuple[int, pd.DataFrame, pd.DataFrame]:
+def _matmul_kernels(variant_tl: Timeline, var: _Device, sequential_tl: Timeline, seq: _Device,
+                    ) -> tuple[int, pd.DataFrame, pd.DataFrame]:
     """The matmul: picked in `sequential` (its name id there), found by name in the variant (or the
     variant's own biggest GEMM, when a different kernel was chosen for the partition); the launches of each."""
     s_mm = _matmul_id(sequential_tl, seq.kernels)
@@ -169,9 +158,8 @@ def _matmul_kernels(
     return s_mm, v_k, seq.kernels[seq.kernels["name"].to_numpy() == s_mm]
 
 
-def _elementwise_kernels(
-    variant_tl: Timeline, var: _Device, v_k: pd.DataFrame, sequential_tl: Timeline, seq: _Device, s_mm: int
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _elementwise_kernels(variant_tl: Timeline, var: _Device, v_k: pd.DataFrame, sequential_tl: Timeline, seq: _Device,
+                         s_mm: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The elementwise work: the variant's other kernels (not the matmul `v_k`, not probes), and the
     same kernel names in `sequential` (not its matmul `s_mm`)."""
     names_v = variant_tl.names(var.kernels["name"])
@@ -227,8 +215,7 @@ def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -
 
 def _grid(k: pd.DataFrame) -> int:
     """Blocks per launch of the first kernel of `k` (0 when unknown)."""
-    if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
-        return 0
-    return int(k["grid_x"].iloc[0]) * max(int(k["grid_y"].iloc[0]), 1) * max(int(k["grid_z"].iloc[0]), 1)
+    x, y, z = (int(k[c].iloc[0]) for c in ("grid_x", "grid_y", "grid_z")) if len(k) else (0, 0, 0)
+    return x * max(y, 1) * max(z, 1) if x > 0 else 0
 
 

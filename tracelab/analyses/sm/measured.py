@@ -13,9 +13,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-# ---------------------------------------------------------------------------------------------
-# lanes
-# ---------------------------------------------------------------------------------------------
 def _empty_lane_columns() -> dict[str, np.ndarray]:
     return {c: np.zeros(0, dtype=t) for c, t in SM_LANE_COLUMNS.items()}
 
@@ -36,22 +33,19 @@ def _merge_intervals(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray)
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
     order = np.lexsort((start, *reversed(keys)))
-    s = start[order]
-    e = end[order]
-    ks = [k[order] for k in keys]
+    s, e = start[order], end[order]
     new_key = np.zeros(n, dtype=bool)
     new_key[0] = True
-    for k in ks:
-        new_key[1:] |= k[1:] != k[:-1]
+    for k in keys:
+        ko = k[order]
+        new_key[1:] |= ko[1:] != ko[:-1]
     # running max of end within a key group
     grp = np.cumsum(new_key) - 1
     running = pd.Series(e).groupby(grp).cummax().to_numpy()
     new = new_key.copy()
     new[1:] |= s[1:] > running[:-1]
     first = np.flatnonzero(new)
-    m_start = s[first]
-    m_end = np.maximum.reduceat(e, first)
-    return order[first], m_start, m_end
+    return order[first], s[first], np.maximum.reduceat(e, first)
 
 
 def _instrumented(dev: _Device) -> np.ndarray:
@@ -89,18 +83,10 @@ def _measured_rows(dev: _Device) -> pd.DataFrame:
     sm = b["sm"].to_numpy().astype(np.int64)
     gc = b["green_context"].to_numpy().astype(np.int64)
     name = b["name"].to_numpy().astype(np.int64)
-    first, ms, me = _merge_intervals(
-        [sm, gc, name], b["start"].to_numpy().astype(np.int64), b["end"].to_numpy().astype(np.int64)
-    )
-    return pd.DataFrame(
-        {
-            "sm_first": sm[first].astype(np.int32),
-            "sm_last": sm[first].astype(np.int32),
-            "start": ms,
-            "end": me,
-            "green_context": gc[first],
-            "name": name[first].astype(np.int32),
-            "measured": np.ones(len(first), dtype=bool),
-            "kernel": np.full(len(first), -1, dtype=np.int64),
-        }
-    )
+    first, ms, me = _merge_intervals([sm, gc, name], b["start"].to_numpy().astype(np.int64),
+                                     b["end"].to_numpy().astype(np.int64))
+    return pd.DataFrame({
+        "sm_first": sm[first].astype(np.int32), "sm_last": sm[first].astype(np.int32), "start": ms, "end": me,
+        "green_context": gc[first], "name": name[first].astype(np.int32), "measured": np.ones(len(first), dtype=bool),
+        "kernel": np.full(len(first), -1, dtype=np.int64),
+    })
