@@ -119,12 +119,8 @@ def rank_stragglers(calls: Sequence[Collective]) -> tuple[Straggler, ...]:
         t = tally.setdefault(c.last_rank, [0, 0])
         t[0] += 1
         t[1] += c.wait_ns
-    return tuple(
-        sorted(
-            (Straggler(rank=r, times_last=v[0], caused_wait_ns=v[1]) for r, v in tally.items()),
-            key=lambda s: (-s.caused_wait_ns, -s.times_last, s.rank),
-        )
-    )
+    return tuple(sorted((Straggler(r, v[0], v[1]) for r, v in tally.items()),
+                        key=lambda s: (-s.caused_wait_ns, -s.times_last, s.rank)))
 
 
 def _empty(notes: tuple[str, ...], participants=(), unmatched: int = 0) -> Collectives:
@@ -294,30 +290,14 @@ def _calls(
         transfer = int(end[lr] - start[lr])
         lg = int(last[g])
         arrival = members[np.lexsort((part[members], start[members]))]
-        per_rank = tuple(
-            (int(r), int(d), int(s0), lg - int(s0), max(0, int(e0) - lg))
-            for r, d, s0, e0 in zip(
-                rank[arrival].tolist(), device[arrival].tolist(), start[arrival].tolist(), end[arrival].tolist()
-            )
-        )
+        per_rank = tuple((int(r), int(d), int(s0), lg - int(s0), max(0, int(e0) - lg))
+                         for r, d, s0, e0 in zip(*(x[arrival].tolist() for x in (rank, device, start, end))))
         info = _call_info(name, int(count[g]), transfer, meta_of, entries, lr, members)
-        calls.append(
-            Collective(
-                name=name,
-                seq=int(gkeys[g, 1]),
-                count=int(count[g]),
-                ranks=tuple(sorted({int(r) for r in rank[members].tolist()})),
-                start_ns=int(first[g]),
-                last_start_ns=lg,
-                end_ns=int(max_end[g]),
-                skew_ns=int(last[g] - first[g]),
-                last_rank=int(rank[lr]),
-                wait_ns=int(wait[g]),
-                transfer_ns=transfer,
-                per_rank=per_rank,
-                **info,
-            )
-        )
+        calls.append(Collective(
+            name=name, seq=int(gkeys[g, 1]), count=int(count[g]),
+            ranks=tuple(sorted({int(r) for r in rank[members].tolist()})), start_ns=int(first[g]), last_start_ns=lg, end_ns=int(max_end[g]), skew_ns=int(last[g] - first[g]),
+            last_rank=int(rank[lr]), wait_ns=int(wait[g]), transfer_ns=transfer, per_rank=per_rank, **info,
+        ))
     return calls
 
 
