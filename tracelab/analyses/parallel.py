@@ -19,9 +19,7 @@ from tracelab.settings import usable_cores
 T = TypeVar("T")
 
 PARALLEL_MIN_EVENTS = 200_000  # below this, one thread is as fast
-# above this, the temporaries of two analyses at once raise the peak memory of the biggest traces by a
-# fifth (x64, 13.8 M events: 2.59 vs 2.11 GiB) while the analyses are a small part of their run: one thread
-PARALLEL_MAX_EVENTS = 8_000_000
+PARALLEL_MAX_EVENTS = 8_000_000  # above this, one thread: two analyses' temporaries at once raise the peak memory
 THREADS_ENV = "TRACELAB_ANALYZE_THREADS"  # caps the threads (1: one thread)
 
 
@@ -72,10 +70,7 @@ def run_each(tasks: Sequence[Callable[[], T]], threads: int, first: Sequence[boo
                     raise  # Ctrl-C: now, not after the helpers' tasks
                 return
 
-    helpers = [
-        threading.Thread(target=work, name=f"tracelab-analyze-{k}", daemon=True)
-        for k in range(min(threads, n) - 1)
-    ]
+    helpers = [threading.Thread(target=work, name=f"tracelab-analyze-{k}", daemon=True) for k in range(min(threads, n) - 1)]
     for h in helpers:
         h.start()
     work()

@@ -14,9 +14,7 @@ from tracelab.model import Timeline
 class LeadingWait:
     """A participant's first matched collective when it arrived before the last rank did. Until that
     collective the ranks have not synchronised once in the recording: how long the early ones wait in
-    it depends on when each rank's work (and its profiler) started, not on the workload (torch.profiler
-    starting 375 ms later on rank 1 left rank 0's first all-reduce waiting 375 ms; the nsys recording
-    of the same run, 0.1 ms)."""
+    it depends on when each rank's work (and its profiler) started, not on the workload."""
 
     rank: int
     device: int

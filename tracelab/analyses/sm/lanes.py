@@ -277,8 +277,7 @@ def _compute_sm_time(timeline: Timeline, rank: int, device: int, source: str) ->
 def sm_excluded_wait(timeline: Timeline, rank: int, device: int) -> tuple[int, int] | None:
     """[start, end) the SM figures of a device leave out: the wait of its first matched collective for
     the last rank to join (`leading_wait.LeadingWait`: before the ranks first synchronise, the wait
-    depends on when each rank's recording started, so the same run recorded twice gives waits of
-    0.1 ms and 375 ms, and SM busy 63% and 6%). Only while the device does nothing else: the cut
+    depends on when each rank's recording started). Only while the device does nothing else: the cut
     ends where other GPU work of the device starts. None when the device did not wait, when the
     ranks' clocks disagree (the collective ended before the last rank arrived), or with one GPU."""
     from tracelab.analyses.core.memo import column
