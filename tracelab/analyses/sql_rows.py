@@ -44,14 +44,8 @@ def kernel_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     rows = np.flatnonzero(tl.col("kind") == EventKind.KERNEL)
     c = tl.col
     start, end = c("start")[rows].astype(np.int64), c("end")[rows].astype(np.int64)
-    out: dict[str, list[Any]] = {
-        "run_id": [run_id] * rows.size,
-        "seq": rows.tolist(),
-        "name": _names(tl, c("name")[rows]),
-        "start_ns": start.tolist(),
-        "end_ns": end.tolist(),
-        "duration_ns": (end - start).tolist(),
-    }
+    out: dict[str, list[Any]] = {"run_id": [run_id] * rows.size, "seq": rows.tolist(), "name": _names(tl, c("name")[rows]),
+                                 "start_ns": start.tolist(), "end_ns": end.tolist(), "duration_ns": (end - start).tolist()}
     for k in ("rank", "device", "context", "green_context", "stream", "correlation", "grid_x", "grid_y", "grid_z",
               "block_x", "block_y", "block_z", "registers", "shared_mem", "graph_id"):
         out[k] = c(k)[rows].tolist()
@@ -65,12 +59,8 @@ def gap_rows(run_id: str, an: Analysis, evidence: Sequence[str]) -> dict[str, li
     start, end = col("start").astype(np.int64), col("end").astype(np.int64)
     ls = col("launch_start").astype(np.int64)
     return {
-        "run_id": [run_id] * len(gaps),
-        "rank": col("rank").tolist(),
-        "device": col("device").tolist(),
-        "start_ns": start.tolist(),
-        "end_ns": end.tolist(),
-        "duration_ns": (end - start).tolist(),
+        "run_id": [run_id] * len(gaps), "rank": col("rank").tolist(), "device": col("device").tolist(),
+        "start_ns": start.tolist(), "end_ns": end.tolist(), "duration_ns": (end - start).tolist(),
         "cause": [CAUSES[k] for k in col("cause").tolist()],
         "evidence": list(evidence),
         "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
@@ -98,14 +88,9 @@ def finding_rows(run_id: str, an: Analysis) -> dict[str, list[Any]]:
     fs = an.findings
     return {
         "run_id": [run_id] * len(fs),
-        "rule": [f.rule for f in fs],
-        "severity": [f.severity for f in fs],
-        "count": [f.count for f in fs],
-        "wasted_ns": [f.wasted_ns for f in fs],
-        "message": [f.message for f in fs],
+        **{k: [getattr(f, k) for f in fs] for k in ("rule", "severity", "count", "wasted_ns", "message")},
         "location": [f.where for f in fs],
-        "data": [orjson.dumps(f.data, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
-                 for f in fs],
+        "data": [orjson.dumps(f.data, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() for f in fs],
     }
 
 
@@ -139,16 +124,9 @@ def collective_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     from tracelab.analyses.ranks.collectives import match_collectives
 
     calls = match_collectives(tl).calls
-    return {
-        "run_id": [run_id] * len(calls),
-        "name": [k.name for k in calls],
-        "seq": [k.seq for k in calls],
-        "participants": [k.count for k in calls],
-        "ranks": [",".join(map(str, k.ranks)) for k in calls],
-        "start_ns": [k.start_ns for k in calls],
-        "last_start_ns": [k.last_start_ns for k in calls],
-        "end_ns": [k.end_ns for k in calls],
-        "skew_ns": [k.skew_ns for k in calls],
-        "last_rank": [k.last_rank for k in calls],
-        "wait_ns": [k.wait_ns for k in calls],
-    }
+    columns = {"name": "name", "seq": "seq", "participants": "count", "ranks": "ranks"}  # column: Collective field
+    columns |= {k: k for k in ("start_ns", "last_start_ns", "end_ns", "skew_ns", "last_rank", "wait_ns")}
+    out: dict[str, list[Any]] = {"run_id": [run_id] * len(calls)}
+    out |= {col: [getattr(k, f) for k in calls] for col, f in columns.items()}
+    out["ranks"] = [",".join(map(str, r)) for r in out["ranks"]]
+    return out
