@@ -147,9 +147,8 @@ def _mean(xs: list[float]) -> float:
     return float(np.mean(xs)) if xs else 0.0
 
 
-def comm_overlap_explanation(
-    variant_tl: Timeline, baseline_tl: Timeline, variant: str = "", baseline: str = ""
-) -> CommOverlapExplanation:
+def comm_overlap_explanation(variant_tl: Timeline, baseline_tl: Timeline, variant: str = "", baseline: str = "",
+                             ) -> CommOverlapExplanation:
     v, b = rank_comm(variant_tl), rank_comm(baseline_tl)
     if not v or not b:
         raise ValueError("both runs need GPU kernels")
@@ -162,31 +161,15 @@ def comm_overlap_explanation(
     partitioned = any(r.comm_green_context is not None and r.comm_green_context != r.compute_green_context for r in v)
     comp_busy = _mean([r.compute_ns / r.span_ns for r in v if r.span_ns])
     comm_busy = _mean([r.comm_ns / r.span_ns for r in v if r.span_ns])
-    if abs(comp_busy - comm_busy) < SAME_BAND:
-        pace: Literal["compute", "comm", "shared"] = "shared"
-    else:
-        pace = "compute" if comp_busy > comm_busy else "comm"
+    pace: Literal["compute", "comm", "shared"] = (
+        "shared" if abs(comp_busy - comm_busy) < SAME_BAND else "compute" if comp_busy > comm_busy else "comm")
     return CommOverlapExplanation(
-        variant=variant or variant_tl.meta.variant or "B",
-        baseline=baseline or baseline_tl.meta.variant or "A",
-        variant_span_ns=v_span,
-        baseline_span_ns=b_span,
-        ratio=ratio,
-        verdict=verdict,
-        compute_ratio=v_comp / b_comp if b_comp else float("inf"),
-        comm_ratio=v_comm / b_comm if b_comm else float("inf"),
-        variant_overlap=_mean([r.comm_overlapped for r in v]),
-        baseline_overlap=_mean([r.comm_overlapped for r in b]),
-        variant_comm_sms=max(r.comm_sms for r in v),
-        baseline_comm_sms=max(r.comm_sms for r in b),
-        variant_comm_partition_sms=min(r.comm_partition_sms for r in v),
-        variant_compute_partition_sms=min(r.compute_partition_sms for r in v),
-        partitioned=partitioned,
-        pace=pace,
-        pace_busy_fraction=max(comp_busy, comm_busy) if pace != "shared" else comp_busy,
-        other_busy_fraction=min(comp_busy, comm_busy) if pace != "shared" else comm_busy,
-        variant_skew_ns=mean_skew_ns(variant_tl),
-        baseline_skew_ns=mean_skew_ns(baseline_tl),
+        variant or variant_tl.meta.variant or "B", baseline or baseline_tl.meta.variant or "A", v_span, b_span, ratio,
+        verdict, v_comp / b_comp if b_comp else float("inf"), v_comm / b_comm if b_comm else float("inf"),
+        _mean([r.comm_overlapped for r in v]), _mean([r.comm_overlapped for r in b]), max(r.comm_sms for r in v),
+        max(r.comm_sms for r in b), min(r.comm_partition_sms for r in v), min(r.compute_partition_sms for r in v),
+        partitioned, pace, max(comp_busy, comm_busy) if pace != "shared" else comp_busy,
+        min(comp_busy, comm_busy) if pace != "shared" else comm_busy, mean_skew_ns(variant_tl), mean_skew_ns(baseline_tl),
     )
 
 
@@ -201,6 +184,4 @@ def mean_skew_ns(tl: Timeline) -> int:
 
 def has_comm(tl: Timeline) -> bool:
     """Whether the run has communication kernels (the explanation applies)."""
-    flags = tl.events["flags"].to_numpy()
-    kind = tl.events["kind"].to_numpy()
-    return bool(((flags & Flag.COMM) != 0)[kind == int(EventKind.KERNEL)].any())
+    return bool(((tl.col("flags") & Flag.COMM) != 0)[tl.col("kind") == int(EventKind.KERNEL)].any())

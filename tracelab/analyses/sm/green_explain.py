@@ -202,15 +202,13 @@ def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -
     def sms(pb: tuple[Partition, float]) -> int:
         return pb[0].sm_count
 
-    sg, sn, sf, _ = fields(max(green, key=frac) if green else None)
-    smg, smn, smf, smi = fields(min(green, key=sms) if green else None)
-    lg, ln, lf, li = fields(max(green, key=sms) if green else None)
-    return {
-        "starving_green_context": sg, "starving_sm_count": sn, "starving_busy_fraction": sf,
-        "small_green_context": smg, "small_sm_count": smn, "small_busy_fraction": smf, "small_idle_sm_ns": smi,
-        "large_green_context": lg, "large_sm_count": ln, "large_busy_fraction": lf, "large_idle_sm_ns": li,
-        "source": st.source,
-    }
+    out: dict[str, Any] = {}
+    for which, pb, keys in (("starving", max(green, key=frac) if green else None, 3),
+                            ("small", min(green, key=sms) if green else None, 4),
+                            ("large", max(green, key=sms) if green else None, 4)):
+        names = ("green_context", "sm_count", "busy_fraction", "idle_sm_ns")[:keys]
+        out |= {f"{which}_{k}": v for k, v in zip(names, fields(pb))}
+    return out | {"source": st.source}
 
 
 def _grid(k: pd.DataFrame) -> int:
