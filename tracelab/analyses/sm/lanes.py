@@ -307,15 +307,10 @@ def sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
     frac = st.device_busy / (st.sm_count * span) if st.sm_count and span else 0.0
     partitions: tuple[SmPartition, ...] = ()
     if any(p.green_context >= 0 for p, _ in st.partitions):
-        partitions = tuple(
-            SmPartition(
-                green_context=None if p.green_context < 0 else p.green_context,
-                sm_count=p.sm_count,
-                busy_fraction=round(b / (p.sm_count * span), 6) if p.sm_count and span else 0.0,
-            )
-            for p, b in st.partitions
-            if not p.overlaps  # the listed partitions are disjoint: their SM counts add up
-        )
+        partitions = tuple(  # the listed partitions are disjoint: their SM counts add up
+            SmPartition(None if p.green_context < 0 else p.green_context, p.sm_count,
+                        round(b / (p.sm_count * span), 6) if p.sm_count and span else 0.0)
+            for p, b in st.partitions if not p.overlaps)
     excluded = st.excluded[1] - st.excluded[0] if st.excluded else 0
     return SmSummary(source=st.source, busy_fraction=round(frac, 6), partitions=partitions, excluded_wait_ns=excluded)
 
@@ -331,7 +326,8 @@ def idle_partition_findings(timeline: Timeline) -> list[Finding]:
     """Rule `idle_partition`: a green-context partition busy less than half of the device's span
     (warning; critical under 10%), or less than three quarters of it (info).
     wasted_ns = the partition's idle SM-time expressed as whole-device time (idle SM-ns / device
-    SMs); data carries the raw numbers (idle_sm_ns, sm_count, busy_fraction, span_ns, source)."""
+    SMs); data carries the raw numbers (idle_sm_ns, sm_count, busy_fraction, span_ns, source); the prose is
+    the rule's (`rules.idle_partition.describe`)."""
     findings: list[Finding] = []
     for rank, device in _gpu_devices(timeline):
         st = _sm_time(timeline, rank, device)
@@ -345,38 +341,17 @@ def idle_partition_findings(timeline: Timeline) -> list[Finding]:
             if frac >= IDLE_PARTITION_INFO:
                 continue
             idle_sm_ns = p.sm_count * span - busy
-            where = f"rank {rank} device {device} green context {p.green_context}"
-            findings.append(
-                Finding(
-                    rule="idle_partition",
-                    severity=(
-                        "critical" if frac < IDLE_PARTITION_CRITICAL
-                        else "warning" if frac < IDLE_PARTITION_THRESHOLD else "info"
-                    ),
-                    count=1,
-                    wasted_ns=round(idle_sm_ns / max(st.sm_count, 1)),
-                    message=(
-                        f"green-context partition {p.green_context} ({p.sm_count} of {st.sm_count} SMs) is busy "
-                        f"{frac:.0%} of the {fmt_ns(span)} span ({st.source}): "
-                        f"{idle_sm_ns / 1e6:,.1f} SM-ms idle, {idle_sm_ns / (st.sm_count * span):.0%} of the "
-                        f"device's SM-time. Give it fewer SMs or more work."
-                    ),
-                    where=where,
-                    data={
-                        "green_context": p.green_context,
-                        "sm_count": p.sm_count,
-                        "device_sm_count": st.sm_count,
-                        "busy_fraction": round(frac, 6),
-                        "idle_sm_ns": round(idle_sm_ns),
-                        "span_ns": int(span),
-                        "source": st.source,
-                        # the leading peer wait left out of the span (sm_excluded_wait), 0 when none
-                        "excluded_wait_ns": int(st.excluded[1] - st.excluded[0]) if st.excluded else 0,
-                        "start_ns": int(st.span[0]),  # the whole span: the partition idles throughout
-                        "end_ns": int(st.span[1]),
-                    },
-                )
-            )
+            severity = ("critical" if frac < IDLE_PARTITION_CRITICAL
+                        else "warning" if frac < IDLE_PARTITION_THRESHOLD else "info")
+            data = {
+                "green_context": p.green_context, "sm_count": p.sm_count, "device_sm_count": st.sm_count,
+                "busy_fraction": round(frac, 6), "idle_sm_ns": round(idle_sm_ns), "span_ns": int(span),
+                "source": st.source,
+                # the leading peer wait left out of the span (sm_excluded_wait), 0 when none
+                "excluded_wait_ns": int(st.excluded[1] - st.excluded[0]) if st.excluded else 0,
+                "start_ns": int(st.span[0]), "end_ns": int(st.span[1]),  # the whole span: it idles throughout
+            }
+            findings.append(Finding("idle_partition", severity, 1, round(idle_sm_ns / max(st.sm_count, 1)), data=data))
     return findings
 
 
