@@ -70,11 +70,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="excessive_sync",
-    title="more blocking host syncs inside the training steps than steps",
-    evaluate=evaluate,
-    describe=describe,
-    data=ExcessiveSyncData,
+    id="excessive_sync", title="more blocking host syncs inside the training steps than steps",
+    evaluate=evaluate, describe=describe, data=ExcessiveSyncData,
     fires_when="more blocking sync calls inside the steps than syncs_per_step × steps (≥ min_steps steps)",
     severity="critical / warning by the share of the span wasted, else info",
     counts="calls / GPU idle during them",

@@ -67,11 +67,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="idle_partition",
-    title="a green-context SM partition is mostly idle",
-    evaluate=evaluate,
-    describe=describe,
-    data=IdlePartitionData,
+    id="idle_partition", title="a green-context SM partition is mostly idle",
+    evaluate=evaluate, describe=describe, data=IdlePartitionData,
     fires_when=(
         "a green-context partition busy < busy_threshold of the span (SM-time), or < info_threshold as info "
         "(green_ctx's 116-SM partition at 70% leaves a quarter of the GPU's SM-time idle while the whole GPU "

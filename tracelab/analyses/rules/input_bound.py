@@ -163,11 +163,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="input_bound",
-    title="training steps whose GPU waits for input data",
-    evaluate=evaluate,
-    describe=describe,
-    data=InputBoundData,
+    id="input_bound", title="training steps whose GPU waits for input data",
+    evaluate=evaluate, describe=describe, data=InputBoundData,
     fires_when=(
         "steps whose GPU idle of cause input_wait is ≥ step_share of the step, adding up to ≥ min_wait_ns on "
         "a rank (without steps: the rank's GPU span as one window)"

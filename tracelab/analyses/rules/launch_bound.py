@@ -139,11 +139,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="launch_bound",
-    title="stretches of tiny kernels with the GPU idle between launches",
-    evaluate=evaluate,
-    describe=describe,
-    data=LaunchBoundData,
+    id="launch_bound", title="stretches of tiny kernels with the GPU idle between launches",
+    evaluate=evaluate, describe=describe, data=LaunchBoundData,
     fires_when=(
         "runs of ≥ min_stretch_kernels tiny kernels (< tiny_kernel_ns, not from a graph, ≤ max_launch_gap_ns "
         "apart) with the GPU idle ≥ stretch_idle_fraction of the run, idle ≥ min_span_fraction of the span"

@@ -93,11 +93,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="pageable_memcpy",
-    title="large memcpys use pageable host memory",
-    evaluate=evaluate,
-    describe=describe,
-    data=PageableMemcpyData,
+    id="pageable_memcpy", title="large memcpys use pageable host memory",
+    evaluate=evaluate, describe=describe, data=PageableMemcpyData,
     fires_when="copies ≥ min_bytes with a pageable host side",
     severity="critical / warning by the share of the span wasted, else info",
     counts="copies / duration minus the time at the trace's pinned bandwidth (whole duration without pinned copies)",

@@ -106,11 +106,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="pdl",
-    title="kernels overlap their predecessor on the same stream (Programmatic Dependent Launch)",
-    evaluate=evaluate,
-    describe=describe,
-    data=PdlData,
+    id="pdl", title="kernels overlap their predecessor on the same stream (Programmatic Dependent Launch)",
+    evaluate=evaluate, describe=describe, data=PdlData,
     fires_when=(
         "kernels flagged PDL, or ≥ min_overlaps starting before their predecessor on the stream ends "
         "(cc ≥ min_cc_major, not AMD)"

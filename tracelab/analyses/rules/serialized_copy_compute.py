@@ -104,11 +104,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="serialized_copy_compute",
-    title="host<->device copies run in line with the kernels of their stream",
-    evaluate=evaluate,
-    describe=describe,
-    data=SerializedCopyComputeData,
+    id="serialized_copy_compute", title="host<->device copies run in line with the kernels of their stream",
+    evaluate=evaluate, describe=describe, data=SerializedCopyComputeData,
     fires_when=(
         "a stream with kernels and ≥ min_copies HtoD/DtoH copies ≥ min_bytes taking ≥ min_span_fraction of the "
         "span, ≥ unoverlapped_fraction not overlapped"

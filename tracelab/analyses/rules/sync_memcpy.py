@@ -81,11 +81,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="sync_memcpy",
-    title="synchronous memcpy calls block the host",
-    evaluate=evaluate,
-    describe=describe,
-    data=SyncMemcpyData,
+    id="sync_memcpy", title="synchronous memcpy calls block the host",
+    evaluate=evaluate, describe=describe, data=SyncMemcpyData,
     fires_when="synchronous memcpy calls that really block",
     severity="critical / warning by the share of the span wasted, else info",
     counts="calls / GPU idle during them",

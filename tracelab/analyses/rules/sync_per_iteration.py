@@ -212,11 +212,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="sync_per_iteration",
-    title="the host waits for the GPU in most training steps",
-    evaluate=evaluate,
-    describe=describe,
-    data=SyncPerIterationData,
+    id="sync_per_iteration", title="the host waits for the GPU in most training steps",
+    evaluate=evaluate, describe=describe, data=SyncPerIterationData,
     fires_when=(
         "≥ step_fraction of ≥ min_steps steps contain a wait (a blocking call, or a DtoH copy into pageable "
         "memory)"

@@ -183,11 +183,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="unfused_elementwise",
-    title="chains of elementwise kernels that one fused kernel would replace",
-    evaluate=evaluate,
-    describe=describe,
-    data=UnfusedElementwiseData,
+    id="unfused_elementwise", title="chains of elementwise kernels that one fused kernel would replace",
+    evaluate=evaluate, describe=describe, data=UnfusedElementwiseData,
     fires_when=(
         "chains of ≥ min_chain elementwise kernels on one stream, same grid and block, ≤ max_gap_ns apart, whose "
         "names repeat with a period of 2..max_period ops, saving ≥ min_fraction of the span (module docstring)"
