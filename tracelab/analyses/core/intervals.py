@@ -224,6 +224,14 @@ def subtract(a_starts, a_ends, b_starts, b_ends) -> tuple[np.ndarray, np.ndarray
     return intersect(a_starts, a_ends, cs, ce)
 
 
+def step_of(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time t: the index of the window [starts[i], ends[i]) (windows sorted by start; the last one starting
+    at or before t) that holds it, or -1."""
+    i = np.searchsorted(starts, t, side="right") - 1
+    ok = (i >= 0) & (t < ends[np.maximum(i, 0)]) if ends.size else np.zeros(np.shape(t), dtype=bool)
+    return np.where(ok, i, -1)
+
+
 def bounded_blocks(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
     """Consecutive index ranges [a, b) of `sizes` (non-negative) whose sizes sum to at most `limit` each, or
     that hold one item which alone is more: work done a bounded block of items at a time."""

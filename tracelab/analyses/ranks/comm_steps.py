@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelab.analyses.core.bands import Bands, group_index
-from tracelab.analyses.core.intervals import covered_length, merge, subtract
+from tracelab.analyses.core.intervals import covered_length, merge, step_of, subtract
 from tracelab.analyses.ranks.collectives import Collectives
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Analysis, GapTable
@@ -187,10 +187,10 @@ def straggler_causes(
         arr = np.asarray(arrivals, dtype=np.int64)
         steps_late = steps_with = 0
         if r in windows:
-            which, inside = _step_of(windows[r], arr)
-            steps_late = int(np.unique(which[inside]).size)
-            wa, ins = _step_of(windows[r], np.asarray(mine_starts, dtype=np.int64))
-            steps_with = int(np.unique(wa[ins]).size)
+            which = step_of(*windows[r], arr)
+            steps_late = int(np.unique(which[which >= 0]).size)
+            wa = step_of(*windows[r], np.asarray(mine_starts, dtype=np.int64))
+            steps_with = int(np.unique(wa[wa >= 0]).size)
         holding = _holding(np.asarray(late, dtype=np.int64), arr, windows.get(r))
         idle, cause, cause_ns, idle_all = 0, None, 0, 0
         sel = np.flatnonzero(g_rank == r)
@@ -217,21 +217,14 @@ def straggler_causes(
     return tuple(out)
 
 
-def _step_of(window: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per time: the step window [a, b) it may lie in (the last one starting at or before it), and whether
-    it does."""
-    a, b = window
-    which = np.searchsorted(a, t, "right") - 1
-    return which, (which >= 0) & (t < b[np.maximum(which, 0)])
-
 
 def _holding(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """Indices of the late arrivals that hold a step's wait: in each step the one the rank was latest for;
     every late arrival when the run has no steps (or none lies in them)."""
     if window is None or not late.size:
         return np.arange(late.size)
-    which, inside = _step_of(window, arrivals)
-    inside = np.flatnonzero(inside)
+    which = step_of(*window, arrivals)
+    inside = np.flatnonzero(which >= 0)
     if not inside.size:
         return np.arange(late.size)
     order = inside[np.lexsort((-late[inside], which[inside]))]
@@ -245,7 +238,8 @@ def _late_per_step(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndar
     toss-up). The median over its late arrivals when the run has no steps."""
     if window is None or not late.size:
         return int(np.median(late)) if late.size else 0
-    which, inside = _step_of(window, arrivals)
+    which = step_of(*window, arrivals)
+    inside = which >= 0
     if not inside.any():
         return int(np.median(late))
     w, lt = which[inside], late[inside]

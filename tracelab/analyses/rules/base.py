@@ -235,13 +235,6 @@ def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray
 _STRING_IDS: dict[tuple[int, str, int], tuple[tuple[str, ...], np.ndarray]] = {}
 
 
-def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Index of the step containing each time t, or -1."""
-    i = np.searchsorted(s_start, t, side="right") - 1
-    ok = (i >= 0) & (t < s_end[np.maximum(i, 0)]) if s_end.size else np.zeros(np.shape(t), dtype=bool)
-    return np.where(ok, i, -1)
-
-
 def count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> list[dict[str, int]]:
     """Per (rank, device, stream): how many of the rows pos, most first (structured `where`)."""
     if pos.size == 0:

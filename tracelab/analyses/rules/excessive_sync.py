@@ -8,6 +8,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import step_of
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules.base import (
     FindingContext,
@@ -16,7 +17,6 @@ from tracelab.analyses.rules.base import (
     Window,
     fired,
     generic_prose,
-    step_of,
     window,
 )
 from tracelab.analyses.rules.waits import idle_during

@@ -16,7 +16,7 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
-from tracelab.analyses.core.intervals import merge
+from tracelab.analyses.core.intervals import merge, step_of
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.results import CAUSES, Finding
 from tracelab.analyses.rules.base import (
@@ -107,8 +107,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
             s_start = np.array([min(d.start_ns for d in devs)], dtype=np.int64)
             s_end = np.array([max(d.end_ns for d in devs)], dtype=np.int64)
         # each interval to the step its end lies in
-        k = np.searchsorted(s_start, ue - 1, side="right") - 1
-        ok = (k >= 0) & (ue - 1 < s_end[np.maximum(k, 0)])
+        k = step_of(s_start, s_end, ue - 1)
+        ok = k >= 0
         wait = np.bincount(k[ok], weights=(ue - us)[ok].astype(np.float64), minlength=s_start.size).astype(np.int64)
         length = np.maximum(s_end - s_start, 1)
         share = np.minimum(wait / length, 1.0)

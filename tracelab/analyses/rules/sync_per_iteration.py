@@ -10,6 +10,7 @@ from typing import Any, TypedDict, cast
 import numpy as np
 
 from tracelab.analyses.core.host import HostView
+from tracelab.analyses.core.intervals import step_of
 from tracelab.analyses.core.rows import positions_by
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules.base import (
@@ -20,7 +21,6 @@ from tracelab.analyses.rules.base import (
     Window,
     fired,
     join_places,
-    step_of,
     window,
 )
 from tracelab.analyses.rules.waits import host_sync_idle

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import step_of
 from tracelab.analyses.core.memo import column
 from tracelab.analyses.core.rows import names_matching, rows_of
 from tracelab.analyses.gaps.input_wait import DATALOADER
@@ -147,8 +148,8 @@ def reanchor_at_loader(timeline: Timeline, rank: int, starts: np.ndarray, ends: 
     f = loader_fetches(timeline, rank, np.asarray(calls.threads, dtype=np.int64))
     if f.size < 2:
         return None
-    which = np.searchsorted(starts, f, "right") - 1
-    inside = (which >= 0) & (f < ends[np.maximum(which, 0)])
+    which = step_of(starts, ends, f)
+    inside = which >= 0
     per = np.bincount(which[inside], minlength=starts.size)
     if per.max() > 1 or np.count_nonzero(per[:-1] == 1) < starts.size - 1:
         return None
