@@ -239,10 +239,8 @@ def match_collectives(timeline: Timeline) -> Collectives:
     unmatched = int(count[~matched].sum())
     inconsistent_mask = matched & (last > min_end)
     meta_of, entries = _args_lookup(timeline, rank, ev["correlation"].to_numpy()[rows].astype(np.int64))
-    calls = _calls(
-        _Groups(gkeys, group, count, first, last, max_end, last_row, wait), matched, op_labels,
-        rank, device, start, end, part, meta_of, entries,
-    )
+    calls = _calls((gkeys, group, count, first, last, max_end, last_row, wait), matched, op_labels, rank, device,
+                   start, end, part, meta_of, entries)
     in_matched = matched[group] & (waited > 0)
     n_incons = int(inconsistent_mask.sum())
     return Collectives(
@@ -257,29 +255,14 @@ def match_collectives(timeline: Timeline) -> Collectives:
     )
 
 
-@dataclass(frozen=True, eq=False)
-class _Groups:
-    """The calls grouped by (operation, seq), one group per collective: per group its key, members'
-    count, first and last arrival, last end and the call of the last arrival, the others' wait; per
-    call its group."""
-
-    keys: np.ndarray
-    of: np.ndarray
-    count: np.ndarray
-    first: np.ndarray
-    last: np.ndarray
-    max_end: np.ndarray
-    last_row: np.ndarray
-    wait: np.ndarray
-
-
 def _calls(
-    gr: _Groups, matched: np.ndarray, op_labels: np.ndarray, rank: np.ndarray, device: np.ndarray,
+    groups: tuple[np.ndarray, ...], matched: np.ndarray, op_labels: np.ndarray, rank: np.ndarray, device: np.ndarray,
     start: np.ndarray, end: np.ndarray, part: np.ndarray, meta_of: np.ndarray, entries: list[dict],
 ) -> list[Collective]:
-    """One Collective per matched group, in order of first arrival."""
-    gkeys, group, count, first, last = gr.keys, gr.of, gr.count, gr.first, gr.last
-    max_end, last_row, wait = gr.max_end, gr.last_row, gr.wait
+    """One Collective per matched group, in order of first arrival. `groups`: the calls grouped by (operation,
+    seq), one group per collective: per group its key, each call's group, per group the members' count, first
+    and last arrival, last end, the call of the last arrival and the others' wait."""
+    gkeys, group, count, first, last, max_end, last_row, wait = groups
     calls = []
     by_group = np.argsort(group, kind="stable")  # members of group g: by_group[bounds[g]:bounds[g + 1]]
     bounds = np.concatenate([[0], np.cumsum(count)])

@@ -124,32 +124,20 @@ def _cc_defaults(major: int, minor: int) -> DeviceLimits | None:
 def limits_for(device: DeviceInfo | None) -> DeviceLimits:
     """The device's limits: what the trace recorded, defaults of its compute capability (or of its
     name) for the rest. Unknown devices get cc 9.0 defaults with sm_count 0."""
-    base: DeviceLimits | None = None
-    sm_guess = 0
-    if device is not None and device.cc_major > 0:
-        base = _cc_defaults(device.cc_major, device.cc_minor)
-    if device is not None:
-        guess = guess_from_name(device.name)
-        if guess is not None:
-            sm_guess = guess[1]
-            if base is None:
-                base = CC_LIMITS[guess[0]]
-    if base is None:
-        base = replace(CC_LIMITS[(9, 0)], sm_count=0)
     if device is None:
-        return base
-    sm_count = device.sm_count or sm_guess or base.sm_count
+        return replace(CC_LIMITS[(9, 0)], sm_count=0)
+    base = _cc_defaults(device.cc_major, device.cc_minor) if device.cc_major > 0 else None
+    guess = guess_from_name(device.name)
+    sm_guess = guess[1] if guess is not None else 0
+    if base is None:
+        base = CC_LIMITS[guess[0]] if guess is not None else replace(CC_LIMITS[(9, 0)], sm_count=0)
+    recorded = ("max_threads_per_sm", "max_blocks_per_sm", "registers_per_sm", "max_registers_per_block",
+                "shared_mem_per_sm", "warp_size")  # what the trace gives wins over the defaults
     return replace(
-        base,
-        sm_count=sm_count,
-        max_threads_per_sm=device.max_threads_per_sm or base.max_threads_per_sm,
-        max_blocks_per_sm=device.max_blocks_per_sm or base.max_blocks_per_sm,
-        registers_per_sm=device.registers_per_sm or base.registers_per_sm,
-        max_registers_per_block=device.max_registers_per_block or base.max_registers_per_block,
-        shared_mem_per_sm=device.shared_mem_per_sm or base.shared_mem_per_sm,
+        base, sm_count=device.sm_count or sm_guess or base.sm_count,
+        **{f: getattr(device, f) or getattr(base, f) for f in recorded},
         # traces often record the 48 KB default per-block limit, not the opt-in one: keep the larger
         max_shared_mem_per_block=max(device.max_shared_mem_per_block, base.max_shared_mem_per_block),
-        warp_size=device.warp_size or base.warp_size,
     )
 
 

@@ -35,7 +35,7 @@ from tracelab.analyses.core.names import short_name
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.core.step_names import PROFILER_STEP, PROFILER_STEP_NAME, STEP_LIKE, STEP_LIKE_NAME
 from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at_loader
-from tracelab.analyses.steps.cut import SHORT_BLOCK, cut_steps, find_anchor, regular_period
+from tracelab.analyses.steps.cut import SHORT_BLOCK, _empty, cut_steps, find_anchor, regular_period
 from tracelab.analyses.steps.cut_launch import HOST_PACED, cut_launch_run, launch_run
 from tracelab.analyses.steps.cut_pause import cut_by_pause, pause_period
 from tracelab.analyses.steps.lead_in import HostRanges, refine_starts
@@ -130,11 +130,6 @@ UNRECORDED_NOTE = 0.05  # a note when the host time before steps that nothing re
 CLEAN = 0.75  # sequences whose best lag repeats this share of calls are tried first, richest first
 RUN_COVERAGE = 0.5  # host-paced single launches must span this share of the launch sequence
 ALLOCATOR_BREAK = 1.5  # the allocator's calls break the period when leaving them out makes it this much shorter
-
-
-def _empty() -> tuple[np.ndarray, np.ndarray]:
-    e = np.zeros(0, dtype=np.int64)
-    return e, e
 
 
 def _merged(seqs: list[LaunchSequence]) -> tuple[LaunchSequence, LaunchSequence]:
