@@ -11,11 +11,9 @@ Two sources, always labelled:
   over its whole duration (the block scheduler spreads blocks over SMs before stacking them; a
   multi-wave kernel, G > B x S with B blocks per SM, keeps all S busy: wave tails are not modelled —
   persistent GEMMs hand out their tiles dynamically). Unknown grids occupy the whole partition.
-  W = ceil(G / (B x S)) waves is reported by the green-context explanation. Checked against the
-  probes on an H200 (tests/sm_agreement.py, tests/test_sm_recorded.py): +0.7% to +8.9% SM-time for
-  kernels that run alone on their partition; kernels running at the same time on one partition
-  share SMs in a way no trace records (8 streams of 16-block kernels ran packed 4 blocks per SM on
-  32-64 SMs, not on 128), so there the estimate is an upper bound (+9% to +253%).
+  W = ceil(G / (B x S)) waves is reported by the green-context explanation. Kernels running at the same
+  time on one partition share SMs in a way no trace records: there the estimate is an upper bound
+  (tests/sm_agreement.py checks it against the probes).
 
 Partitions: each green context of a device (SM count from `ContextInfo.sm_count`, else the distinct
 SMs measured, else the SMs no other green context holds) plus partition -1, the work outside every

@@ -89,20 +89,23 @@ def once_per_period(ids: np.ndarray, period: int, steady: np.ndarray) -> np.ndar
     keep = np.flatnonzero(steady)
     if keep.size == 0:
         return ids[:0]
-    ids = ids[keep]
-    order = np.lexsort((keep, ids))
-    srt = ids[order]
-    new = np.r_[True, srt[1:] != srt[:-1]]
-    gid = np.cumsum(new) - 1
-    uniq = srt[new]
-    occ = np.bincount(gid)
-    d = np.diff(keep[order])
-    same = ~new[1:]
+    uniq, gid, occ, d, same = _by_value(ids[keep], keep)
     tol = max(1, period // 20)
     good = same & (np.abs(d - period) <= tol)
     n_good = np.bincount(gid[1:][good], minlength=uniq.size)
     ok = (occ >= MIN_REPEATS) & (n_good >= ANCHOR_RHYTHM * (occ - 1)) & (occ <= n / period + 2)
     return uniq[ok & (uniq != NO_KGRAM)]
+
+
+def _by_value(values: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The occurrences grouped by value (by value, then position): the distinct values, each occurrence's
+    group there, each value's count, the position steps between successive occurrences and whether each
+    step stays within one value."""
+    order = np.lexsort((pos, values))
+    srt = values[order]
+    new = np.r_[True, srt[1:] != srt[:-1]]
+    gid = np.cumsum(new) - 1
+    return srt[new], gid, np.bincount(gid), np.diff(pos[order]), ~new[1:]
 
 
 def group_quantile(gid: np.ndarray, values: np.ndarray, groups: int, q: float = 0.5) -> np.ndarray:
@@ -152,9 +155,8 @@ def _anchor_name(timeline: Timeline, tok: np.ndarray, at: int, k: int) -> str:
     return name
 
 
-def _trace_start_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _trace_start_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                        ) -> Anchor | None:
     """When the trace starts with the repetition (the profiler was started between steps:
     torch.profiler's schedule, cudaProfilerStart), the first repeating call starts a step: the run
     of k calls from there (the smallest k that occurs once per period) starts every step. When the
@@ -185,9 +187,8 @@ def _trace_start_anchor(
     return None
 
 
-def _blocking_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _blocking_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                     ) -> Anchor | None:
     """A blocking call (else a call pair ending in one) once per period, the longest: each step
     ends when it returns (`loss.item()`'s cudaStreamSynchronize)."""
     tok = seq.tokens
@@ -213,9 +214,8 @@ def _blocking_anchor(
     return None
 
 
-def _pause_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _pause_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                  ) -> Anchor | None:
     """The run of k calls once per period (k = 1, 2, 4, ...) after the longest median host pause:
     each step starts at its first call (the first launch of the forward pass after the data
     loader)."""
@@ -245,9 +245,8 @@ def _pause_anchor(
 INPUT_COPY = "Memcpy HtoD"  # the token of a host-to-device copy launch (the batch upload)
 
 
-def _input_copy_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _input_copy_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                       ) -> Anchor | None:
     """A host-to-device copy once per period: the upload of the step's batch, where a training
     iteration begins (its forward pass follows). Each step starts at it; with several, the first in
     the period."""
@@ -272,15 +271,8 @@ def regular_period(tok: np.ndarray, base: int) -> int:
     n = tok.size
     if n < 2 * MIN_REPEATS or base <= 0:
         return 0
-    order = np.lexsort((np.arange(n), tok))
-    srt = tok[order]
-    new = np.r_[True, srt[1:] != srt[:-1]]
-    gid = np.cumsum(new) - 1
-    occ = np.bincount(gid)
-    gaps = np.diff(order)
-    same = ~new[1:]
-    best = 0
-    votes = 0
+    _, gid, occ, gaps, same = _by_value(tok, np.arange(n))
+    best = votes = 0
     for g in np.flatnonzero((occ >= MIN_REPEATS) & (occ * base * 2 <= n)).tolist():
         d = gaps[same & (gid[1:] == g)]
         if d.size == 0:
@@ -299,9 +291,7 @@ def regular_period(tok: np.ndarray, base: int) -> int:
 REGULAR_MATCH = 0.75  # a regular period must repeat this share of calls one period later
 
 
-def find_anchor(
-    seq: LaunchSequence, period: int, timeline: Timeline, origin: np.ndarray | None = None
-) -> Anchor | None:
+def find_anchor(seq: LaunchSequence, period: int, timeline: Timeline, origin: np.ndarray | None = None) -> Anchor | None:
     """What marks a step boundary, in this order: the trace's start (when the trace starts with
     the repetition), a host-to-device copy once per period (the batch upload that begins an
     iteration), a blocking call once per period, the longest recurring host pause. `origin`:
@@ -339,9 +329,7 @@ def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
     return lo + int(hit[-1]) if hit.size else fallback
 
 
-def _with_warmup_start(
-    ids: np.ndarray, value: int, tok: np.ndarray, pos: np.ndarray, period: int
-) -> np.ndarray:
+def _with_warmup_start(ids: np.ndarray, value: int, tok: np.ndarray, pos: np.ndarray, period: int) -> np.ndarray:
     """A start anchor's occurrence in a longer warm-up step is not in the repeating part (the next
     occurrence is more than a period later): take it back when it lies one to three periods before
     the first steady one and is followed by the token that steadily follows the anchor."""
