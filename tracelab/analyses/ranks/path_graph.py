@@ -195,11 +195,9 @@ def _host_edges(
         hp = _prev_in_group([thread[h]], start[h])
         hp_node = np.where(hp >= 0, ng + hp, -1)
         hp_end = np.where(hp >= 0, end[np.maximum(hp_node, 0)], 0)
-        pred[h] = hp_node
-        hand[h] = np.minimum(hp_end, start[h])
+        pred[h] = alt_pred[h] = hp_node
+        hand[h] = alt_hand[h] = np.minimum(hp_end, start[h])
         edge[h] = np.where(hp >= 0, HOST, NONE)
-        alt_pred[h] = hp_node
-        alt_hand[h] = np.minimum(hp_end, start[h])
         del hp, hp_node, hp_end
         cpu_start = c["start"][cpu]
         del cpu

@@ -23,7 +23,7 @@ import numpy as np
 from tracelab.analyses.core.distinct import distinct_codes
 from tracelab.analyses.core.intervals import intersection_length, union_length
 from tracelab.analyses.core.rows import positions_by
-from tracelab.analyses.ranks.collectives import Collectives, match_collectives, rank_stragglers
+from tracelab.analyses.ranks.collectives import Collectives, _sum_by, match_collectives, rank_stragglers
 from tracelab.analyses.ranks.device_figures import device_figures
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Analysis, GapTable
@@ -89,9 +89,8 @@ def _by_rank_cause(rank: np.ndarray, cause: np.ndarray, ns: np.ndarray) -> dict[
     return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
 
 
-def rank_summaries(
-    analysis: Analysis, collectives: Collectives, timeline: Timeline | None = None
-) -> tuple[RankSummary, ...]:
+def rank_summaries(analysis: Analysis, collectives: Collectives, timeline: Timeline | None = None,
+                   ) -> tuple[RankSummary, ...]:
     """One RankSummary per rank with GPU activity, in rank order: over the rank's steps on the GPU when the
     analysis has steps and the timeline is given (module docstring), else over the whole run."""
     out = []
@@ -132,9 +131,8 @@ def _summary(rank, devices, span, busy, idle, idle_of, comm, overlap, calls, wai
                        int(overlap), int(calls), int(wait), last, scope, int(whole_wait))
 
 
-def _steps_figures(
-    timeline: Timeline, analysis: Analysis, collectives: Collectives, spans: dict[int, tuple[int, int]]
-) -> dict[int, dict[str, Any]]:
+def _steps_figures(timeline: Timeline, analysis: Analysis, collectives: Collectives, spans: dict[int, tuple[int, int]],
+                   ) -> dict[int, dict[str, Any]]:
     """Per rank with steps: the table's figures with every interval clipped to the rank's steps' GPU span
     (its devices' GPU work, its gaps, its waits in matched collectives). Vectorized per device."""
     from tracelab.analyses.core.memo import column
@@ -151,15 +149,9 @@ def _steps_figures(
         got = figures[i] if figures is not None else _device_figure(timeline, dr, lo, hi)
         if got is None:
             continue
-        d_lo, d_hi, busy, idle, comm, overlap = got
-        f["span_lo"], f["span_hi"] = min(f["span_lo"], d_lo), max(f["span_hi"], d_hi)
-        f["busy"] += busy
-        f["idle"] += idle
-        f["comm"] += comm
-        f["overlap"] += overlap
-    for r in spans:
-        if r in out:
-            out[r]["span"] = max(0, out[r]["span_hi"] - out[r]["span_lo"])
+        f["span_lo"], f["span_hi"] = min(f["span_lo"], got[0]), max(f["span_hi"], got[1])
+        for k, v in zip(("busy", "idle", "comm", "overlap"), got[2:]):
+            f[k] += v
     # gaps and waits clipped to their rank's span
     table = GapTable.of(analysis.gaps)
     g_rank = table.column("rank")
@@ -168,9 +160,7 @@ def _steps_figures(
     sums = _by_rank_cause(g_rank, table.column("cause"), clipped)
     w_lo, w_hi = _per_rank_bounds(collectives.wait_rank, spans)
     w_len = np.maximum(0, np.minimum(collectives.wait_end, w_hi) - np.maximum(collectives.wait_start, w_lo))
-    w_keys, w_inv = distinct_codes(collectives.wait_rank.astype(np.int64))
-    w_sum = np.bincount(w_inv, weights=w_len, minlength=w_keys.size).astype(np.int64)
-    w_at = {int(k): i for i, k in enumerate(w_keys.tolist())}
+    wait_of = _sum_by(collectives.wait_rank.astype(np.int64), w_len)
     # matched calls arriving inside the span, each collective once per rank (its last arrival names it)
     c_rank, c_start = column(timeline, "rank")[collectives.call_rows], start[collectives.call_rows]
     c_lo, c_hi = _per_rank_bounds(c_rank, spans)
@@ -182,10 +172,9 @@ def _steps_figures(
         if ns > 0:
             idle_by.setdefault(rr, {})[c] = ns
     for r, f in out.items():
-        f.setdefault("span", 0)
+        f["span"] = max(0, f["span_hi"] - f["span_lo"])
         f["idle_of"] = idle_by.get(r, {})
-        i = w_at.get(r)
-        f["wait"] = int(w_sum[i]) if i is not None else 0
+        f["wait"] = wait_of.get(r, 0)
         f["calls"] = int(calls_of.get(r, 0))
     return out
 
