@@ -108,6 +108,16 @@ def _by_value(values: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, ...]:
     return srt[new], gid, np.bincount(gid), np.diff(pos[order]), ~new[1:]
 
 
+def _candidates(ids: np.ndarray, period: int, steady: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ids once per period (`once_per_period`), where they occur in the repeating part and each of
+    those occurrences' index among them."""
+    cand = once_per_period(ids, period, steady)
+    if cand.size == 0:
+        return cand, cand, cand
+    pos_c = np.isin(ids, cand) & steady
+    return cand, pos_c, np.searchsorted(cand, ids[pos_c])
+
+
 def group_quantile(gid: np.ndarray, values: np.ndarray, groups: int, q: float = 0.5) -> np.ndarray:
     """The q-quantile (lower nearest rank) of `values` per group id (vectorized: one sort)."""
     order = np.lexsort((values, gid))
@@ -195,11 +205,9 @@ def _blocking_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timel
     big = np.r_[-1, tok[:-1]] * (int(tok.max()) + 2) + tok  # (previous, this) pairs
     duration = seq.end - seq.start
     for ids, label in ((tok, ""), (big, "after its predecessor")):
-        cand = once_per_period(ids, period, steady)
+        cand, pos_c, cid = _candidates(ids, period, steady)
         if cand.size == 0:
             continue
-        pos_c = np.isin(ids, cand) & steady
-        cid = np.searchsorted(cand, ids[pos_c])
         blk = np.bincount(cid, weights=seq.blocking[pos_c], minlength=cand.size) > 0
         if not blk.any():
             continue
@@ -223,11 +231,9 @@ def _pause_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline
     pause = host_pauses(seq).astype(np.float64)
     best: tuple[float, int, np.ndarray, int] | None = None
     for k, ids in kgram_levels(tok, min(period, PAUSE_KGRAM_MAX)):
-        cand = once_per_period(ids, period, steady)
+        cand, pos_c, cid = _candidates(ids, period, steady)
         if cand.size == 0:
             continue
-        pos_c = np.isin(ids, cand) & steady
-        cid = np.searchsorted(cand, ids[pos_c])
         med_pause = group_quantile(cid, pause[pos_c], cand.size)
         c = int(np.argmax(med_pause))
         if best is None or med_pause[c] > best[0]:

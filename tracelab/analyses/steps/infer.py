@@ -236,20 +236,11 @@ def _repetition_steps(seq: LaunchSequence, per: Period, rank: int, timeline: Tim
     )
     # only a cut at the longest recurring pause (the weakest anchor) moves to the batch fetches (the
     # DataLoader's iterator op, once per found step), else to the batch uploads
-    fetched = reanchor_at_loader(timeline, rank, s, e, calls) if anchor.how == "pause" else None
-    if fetched is not None and (fetched[0].size != s.size or np.any(fetched[0] != s)):
-        note += (
-            f"; re-anchored at the batch fetches (the DataLoader's iterator op, one in each step): "
-            f"{fetched[0].size} steps (was {s.size})"
-        )
-        return fetched[0], fetched[1], note
-    moved = reanchor_at_input_copies(timeline, rank, s, e, calls) if anchor.how == "pause" else None
-    if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
-        note += (
-            f"; re-anchored at the batch's host-to-device copies, launched once per step: "
-            f"{moved[0].size} steps (was {s.size})"
-        )
-        s, e = moved
+    for again, what in ((reanchor_at_loader, "the batch fetches (the DataLoader's iterator op, one in each step)"),
+                        (reanchor_at_input_copies, "the batch's host-to-device copies, launched once per step")):
+        got = again(timeline, rank, s, e, calls) if anchor.how == "pause" else None
+        if got is not None and (got[0].size != s.size or np.any(got[0] != s)):
+            return got[0], got[1], note + f"; re-anchored at {what}: {got[0].size} steps (was {s.size})"
     return s, e, note
 
 
