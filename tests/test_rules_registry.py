@@ -15,8 +15,11 @@ import pytest
 from tracelab.analyses import rules
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules import __main__ as rules_main
-from tracelab.analyses.rules.base import FindingContext, NotEvaluated, Rule, Window, check_data
+from tracelab.analyses.rules.base import FindingContext, NotEvaluated, Rule, Window
 from tracelab.render.text.findings import describe, with_prose
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+from rule_contract import check_data
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = {"base", "waits", "__main__"}  # modules of the package that are not rules

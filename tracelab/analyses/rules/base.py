@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -125,33 +125,6 @@ class Rule:
     # the rule does long work of its own (classifies idle intervals): when the rules run on several
     # threads it starts first, so it does not run alone at the end (results are the same either way)
     long: bool = False
-
-
-def _check(where: str, value: Any, hint: Any) -> None:
-    """Raise KeyError where value (read from JSON or built by a rule) lacks a key of the TypedDict hint,
-    or has one it does not declare; lists and dict values are checked item by item."""
-    if is_typeddict(hint):
-        if not isinstance(value, Mapping):
-            raise KeyError(f"{where}: expected a mapping, got {type(value).__name__}")
-        hints = get_type_hints(hint)
-        want, have = frozenset(hints), frozenset(value)
-        if want != have:
-            raise KeyError(f"{where}: keys missing {sorted(want - have)}, undeclared {sorted(have - want)}")
-        for k, h in hints.items():
-            _check(f"{where}.{k}", value[k], h)
-    elif get_origin(hint) is list and isinstance(value, list):
-        for i, item in enumerate(value):
-            _check(f"{where}[{i}]", item, get_args(hint)[0])
-    elif get_origin(hint) is dict and isinstance(value, Mapping):
-        for k, item in value.items():
-            _check(f"{where}[{k!r}]", item, get_args(hint)[1])
-
-
-def check_data(rule: Rule, data: Mapping[str, Any]) -> None:
-    """Raise KeyError when a finding's data (or a record inside it) lacks a key of the rule's TypedDicts
-    or has one they do not declare (tests run every rule's findings through it: a renamed key fails,
-    never prints 0)."""
-    _check(rule.id, data, rule.data)
 
 
 def _scalar(v: Any) -> bool:
