@@ -100,9 +100,8 @@ def _args_lookup(timeline: Timeline, rank: np.ndarray, corr: np.ndarray) -> tupl
     return found, entries
 
 
-def _call_info(
-    op: str, count: int, transfer: int, meta_of: np.ndarray, entries: list[dict], last: int, members: np.ndarray
-) -> dict:
+def _call_info(op: str, count: int, transfer: int, meta_of: np.ndarray, entries: list[dict], last: int,
+               members: np.ndarray) -> dict:
     """group, bytes, dtype, group size and bandwidths of one collective from its calls' metadata (the
     last arrival's, else any participant's)."""
     idx = int(meta_of[last]) if meta_of.size and meta_of[last] >= 0 else -1

@@ -255,10 +255,9 @@ def match_collectives(timeline: Timeline) -> Collectives:
     )
 
 
-def _calls(
-    groups: tuple[np.ndarray, ...], matched: np.ndarray, op_labels: np.ndarray, rank: np.ndarray, device: np.ndarray,
-    start: np.ndarray, end: np.ndarray, part: np.ndarray, meta_of: np.ndarray, entries: list[dict],
-) -> list[Collective]:
+def _calls(groups: tuple[np.ndarray, ...], matched: np.ndarray, op_labels: np.ndarray, rank: np.ndarray,
+           device: np.ndarray, start: np.ndarray, end: np.ndarray, part: np.ndarray, meta_of: np.ndarray,
+           entries: list[dict]) -> list[Collective]:
     """One Collective per matched group, in order of first arrival. `groups`: the calls grouped by (operation,
     seq), one group per collective: per group its key, each call's group, per group the members' count, first
     and last arrival, last end, the call of the last arrival and the others' wait."""

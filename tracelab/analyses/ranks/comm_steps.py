@@ -59,9 +59,8 @@ class StepComm:
     wait_ns: int
 
 
-def comm_by_step(
-    timeline: Timeline, collectives: Collectives, windows: dict[int, tuple[np.ndarray, np.ndarray]]
-) -> tuple[StepComm, ...]:
+def comm_by_step(timeline: Timeline, collectives: Collectives,
+                 windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[StepComm, ...]:
     """Communication, exposed communication and waiting per step of every rank (module docstring): every
     rank at once, each in its own band of the number line (tracelab.analyses.core.bands)."""
     ev = timeline.cols
@@ -106,9 +105,8 @@ def _covered(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, ws: np.ndarray, 
     return covered_length(cs, ce, a, b), covered_length(xs, xe, a, b), covered_length(ws, we, a, b)
 
 
-def _comm_by_step_ranks(
-    timeline: Timeline, collectives: Collectives, windows: dict[int, tuple[np.ndarray, np.ndarray]]
-) -> tuple[StepComm, ...]:
+def _comm_by_step_ranks(timeline: Timeline, collectives: Collectives,
+                        windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[StepComm, ...]:
     """comm_by_step rank by rank (for times too far apart for one band per rank)."""
     ev = timeline.cols
     kind = ev["kind"]
@@ -160,9 +158,8 @@ class StragglerCause:
         return text
 
 
-def straggler_causes(
-    collectives: Collectives, analysis: Analysis, windows: dict[int, tuple[np.ndarray, np.ndarray]], limit: int = 3
-) -> tuple[StragglerCause, ...]:
+def straggler_causes(collectives: Collectives, analysis: Analysis,
+                     windows: dict[int, tuple[np.ndarray, np.ndarray]], limit: int = 3) -> tuple[StragglerCause, ...]:
     """Why each of the (at most `limit`) most frequent last arrivals is late (module docstring)."""
     out = []
     gaps = GapTable.of(analysis.gaps)

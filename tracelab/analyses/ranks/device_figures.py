@@ -13,9 +13,8 @@ from tracelab.analyses.core.rows import DeviceRows, comm_kernels
 from tracelab.model import EventKind, Timeline
 
 
-def device_figures(
-    timeline: Timeline, devices: list[DeviceRows], spans: dict[int, tuple[int, int]]
-) -> list[tuple[int, int, int, int, int, int] | None] | None:
+def device_figures(timeline: Timeline, devices: list[DeviceRows], spans: dict[int, tuple[int, int]],
+                   ) -> list[tuple[int, int, int, int, int, int] | None] | None:
     """Per device (of a rank in `spans`), its GPU work clipped to the rank's [lo, hi): (first start, last
     end, busy, idle, comm, compute/comm overlap) as `_steps_figures` sums them, None for a device with no
     work inside; None for all when the bands would pass 2^60 (the caller goes device by device)."""

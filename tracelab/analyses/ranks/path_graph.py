@@ -133,10 +133,8 @@ def _edges(tl: Timeline, coll_host: np.ndarray) -> _Edges:
     return _Edges(rows, ng, rank, start, end, comm, pred, hand, edge, thread, alt_pred, alt_hand)
 
 
-def _gpu_edges(
-    c: Any, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
-    pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
-) -> None:
+def _gpu_edges(c: Any, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray,
+               end: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray) -> None:
     """A GPU operation's predecessor: the previous operation on its stream, its launch call, or another
     stream's operation that ended after both (module docstring of `critical_path`). In place."""
     flags = c["flags"]
@@ -172,10 +170,9 @@ def _gpu_edges(
     edge[:ng] = np.where(by_launch, LAUNCH, np.where(by_stream, STREAM, NONE))
 
 
-def _host_edges(
-    tl: Timeline, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
-    pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _host_edges(tl: Timeline, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray,
+                start: np.ndarray, end: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A host call's predecessor: the previous call of its thread, or of another thread it waited for;
     a blocking call that waited: the GPU operation it waited for (in place). Returns each node's thread
     and a sync's host predecessor and hand-over (when the sync edge does not apply)."""
@@ -215,9 +212,8 @@ def _host_edges(
     return thread, alt_pred, alt_hand
 
 
-def _collective_edges(
-    collectives: Any | None, rows: np.ndarray, start: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _collective_edges(collectives: Any | None, rows: np.ndarray,
+                      start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per node: the last arrival of its collective and that arrival's node, when the call arrived before
     it (a collective edge across ranks); the minimum and -1 otherwise."""
     n = rows.size
@@ -240,10 +236,8 @@ def _collective_edges(
     return last_start, last_node
 
 
-def _host_runs(
-    thread: np.ndarray, start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
-    last_node: np.ndarray, ng: int, n: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _host_runs(thread: np.ndarray, start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
+               last_node: np.ndarray, ng: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host nodes in (thread, start) order, each node's position there, and per position the first
     position of its run: a node continues the run when its predecessor is the call before it on its
     thread (edge "host"), it is not a collective that waited, and its hand-over is not before the one
@@ -264,10 +258,9 @@ def _host_runs(
     return order, pos, run_first
 
 
-def _other_threads(
-    rank: np.ndarray, start: np.ndarray, end: np.ndarray, thread: np.ndarray, cpu_thread: np.ndarray,
-    cpu_start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray, ng: int, n: int,
-) -> None:
+def _other_threads(rank: np.ndarray, start: np.ndarray, end: np.ndarray, thread: np.ndarray, cpu_thread: np.ndarray,
+                   cpu_start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray, ng: int, n: int,
+                   ) -> None:
     """A host call whose thread recorded no CPU op since its previous call, while another thread of its
     rank finished a call (or a collective's range) later than that: the thread waited for that one (a
     `backward()` waiting for the autograd thread, DDP waiting for its communication thread). Its

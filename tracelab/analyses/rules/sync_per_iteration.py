@@ -131,9 +131,8 @@ def _too_few_steps(rank: int, n_steps: int, n_block: int, min_steps: int) -> str
     )
 
 
-def _rank_waits(
-    ctx: FindingContext, host: HostView, dtoh: np.ndarray, s_start: np.ndarray, s_end: np.ndarray
-) -> _RankWaits:
+def _rank_waits(ctx: FindingContext, host: HostView, dtoh: np.ndarray, s_start: np.ndarray,
+                s_end: np.ndarray) -> _RankWaits:
     """The rank's waits placed in its steps: (a) device-to-host copies into pageable memory (the call blocks:
     .item(), .cpu()), at their launching call (else at the copy); (b) calls that really block: synchronize
     calls, synchronous copies that wait."""

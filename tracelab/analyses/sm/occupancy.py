@@ -163,12 +163,8 @@ def _round_up(x: np.ndarray, unit: int) -> np.ndarray:
     return -(-x // unit) * unit
 
 
-def occupancy(
-    threads_per_block: np.ndarray | int,
-    registers_per_thread: np.ndarray | int,
-    shared_mem_per_block: np.ndarray | int,
-    limits: DeviceLimits,
-) -> Occupancy:
+def occupancy(threads_per_block: np.ndarray | int, registers_per_thread: np.ndarray | int,
+              shared_mem_per_block: np.ndarray | int, limits: DeviceLimits) -> Occupancy:
     """Theoretical occupancy of each launch configuration (numpy arrays or scalars).
 
     Unknown registers (< 0) count as 0 (no register limit); unknown shared memory (< 0) as 0.

@@ -24,9 +24,8 @@ class LaunchRun:
     paced: float  # median interval over the median launch call duration
 
 
-def launch_run(
-    seq: LaunchSequence, graph: bool, min_paced: float = 0.0, min_span: float = 0.0
-) -> LaunchRun | None:
+def launch_run(seq: LaunchSequence, graph: bool, min_paced: float = 0.0,
+               min_span: float = 0.0) -> LaunchRun | None:
     """The longest run of ≥ MIN_REPEATS consecutive launches of the same token (nothing else
     launched or waited for between them) at a steady cadence, of graph launches (graph=True) or of
     anything else, at least `min_paced` call durations apart and spanning at least `min_span` ns

@@ -85,9 +85,8 @@ def refine_starts(starts: np.ndarray, ends: np.ndarray, calls: LaunchSequence, r
     return new.astype(np.int64), out_ends.astype(np.int64)
 
 
-def _same_head(
-    names: np.ndarray, seg: np.ndarray, idx: np.ndarray, gap: np.ndarray, heads_w: np.ndarray, heads: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _same_head(names: np.ndarray, seg: np.ndarray, idx: np.ndarray, gap: np.ndarray, heads_w: np.ndarray,
+               heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(windows, range positions): the steps that start at a range of another name than three in four steps
     (COMMON_HEAD) do, and the first top-level range of that name (idle host time before it) in their window
     to start at instead (none where fewer agree: on nsys's emit_nvtx ranges, named with their op_id, the
