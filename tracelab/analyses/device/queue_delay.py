@@ -3,8 +3,7 @@ kernel name; and the overlap of kernels inside CUDA graphs.
 
 - queue delay of a kernel / copy = its GPU start − the start of the host API call that launched it
   (matched by correlation id; both formats put host and GPU on one clock). Work without a launch
-  call in the trace (e.g. kernels of a graph replay, which share one cudaGraphLaunch) is left out
-  of the per-stream figures unless `include_graph=True`.
+  call in the trace and kernels of a graph replay (which share one cudaGraphLaunch) are left out.
 - per-stream figures: count, median, p90, max, mean of the queue delay of that stream's kernels.
 - latency distribution of one kernel name: the same figures over the kernels whose name contains a
   pattern (the priorities workload's `latency_kernel`).
@@ -97,8 +96,8 @@ def graph_kernel_mask(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     return mask
 
 
-def queue_delays(timeline: Timeline, include_graph: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(kernel rows, queue delay ns) for every kernel with a launch call in the trace."""
+def queue_delays(timeline: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel rows, queue delay ns) for every kernel with a launch call of its own in the trace."""
     from tracelab.analyses.core.launches import launch_starts
 
     rows = _kernels(timeline)
@@ -106,9 +105,7 @@ def queue_delays(timeline: Timeline, include_graph: bool = False) -> tuple[np.nd
     rank = timeline.col("rank")[rows]
     for r in sorted_unique(rank).tolist():  # one per rank
         t_launch[rank == r] = launch_starts(timeline, int(r), rows[rank == r])
-    keep = t_launch >= 0
-    if not include_graph:
-        keep &= ~graph_kernel_mask(timeline, rows)
+    keep = (t_launch >= 0) & ~graph_kernel_mask(timeline, rows)
     rows = rows[keep]
     return rows, timeline.events["start"].to_numpy()[rows] - t_launch[keep]
 
