@@ -10,15 +10,7 @@ import numpy as np
 
 from tracelab.analyses.core.intervals import step_of
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import (
-    FindingContext,
-    Prose,
-    Rule,
-    Window,
-    fired,
-    generic_prose,
-    window,
-)
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, generic_prose, window
 from tracelab.analyses.rules.waits import idle_during
 
 

@@ -19,15 +19,7 @@ import numpy as np
 from tracelab.analyses.core.intervals import merge, step_of
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.results import CAUSES, Finding
-from tracelab.analyses.rules.base import (
-    FindingContext,
-    Prose,
-    Rule,
-    Window,
-    fired,
-    join_places,
-    window,
-)
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, join_places, window
 from tracelab.text_format import fmt_ns
 
 INPUT_WAIT = CAUSES.index("input_wait")

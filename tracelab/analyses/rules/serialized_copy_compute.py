@@ -10,15 +10,7 @@ import numpy as np
 from tracelab.analyses.core.distinct import distinct
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import (
-    FindingContext,
-    Prose,
-    Rule,
-    Window,
-    fired,
-    join_places,
-    window,
-)
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, join_places, window
 from tracelab.model import CopyKind, EventKind
 from tracelab.text_format import fmt_ns
 

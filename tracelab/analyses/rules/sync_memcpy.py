@@ -10,15 +10,7 @@ import numpy as np
 
 from tracelab.analyses.core.rows import names_matching
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import (
-    FindingContext,
-    Prose,
-    Rule,
-    Window,
-    fired,
-    join_places,
-    window,
-)
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, join_places, window
 from tracelab.analyses.rules.waits import idle_during
 from tracelab.model import SyncKind
 from tracelab.text_format import fmt_ns
