@@ -73,8 +73,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         rows = rows[~_graph_kernels(ctx, rows, dr.rank)]
         if rows.size < min_kernels:
             continue
-        s = ctx.col("start")[rows]
-        e = ctx.col("end")[rows]
+        s, e = ctx.col("start")[rows], ctx.col("end")[rows]
         reach = np.maximum.accumulate(e)
         gap = s[1:] - reach[:-1]  # device idle before each next kernel (<= 0: overlapping)
         tiny = (e - s) < tiny_ns
@@ -101,25 +100,16 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         count += int(ok.sum())
         wasted += idle_ok
         kernels_in += int(n_k[ok].sum())
-        devices.append(
-            {"rank": dr.rank, "device": dr.device, "stretches": int(ok.sum()), "kernels": int(n_k[ok].sum()),
-             "idle_ns": idle_ok}
-        )
-        for f, l_, k, i_ in zip(first[ok].tolist(), last[ok].tolist(), n_k[ok].tolist(), idle[ok].tolist()):
-            stretches.append(
-                {"rank": dr.rank, "device": dr.device, "start_ns": int(s[f]), "end_ns": int(reach[l_]),
-                 "kernels": int(k), "idle_ns": int(i_)}
-            )
+        devices.append({"rank": dr.rank, "device": dr.device, "stretches": int(ok.sum()),
+                        "kernels": int(n_k[ok].sum()), "idle_ns": idle_ok})
+        stretches += [{"rank": dr.rank, "device": dr.device, "start_ns": int(s[f]), "end_ns": int(reach[l_]),
+                       "kernels": int(k), "idle_ns": int(i_)}
+                      for f, l_, k, i_ in zip(first[ok].tolist(), last[ok].tolist(), n_k[ok].tolist(), idle[ok].tolist())]
     if not count:
         return None
     worst = sorted(stretches, key=lambda x: -x["idle_ns"])[:20]
-    data: LaunchBoundData = {
-        "stretches": worst,
-        "n_stretches": count,
-        "devices": devices,
-        "tiny_kernel_ns": tiny_ns,
-        **window(worst[0]["start_ns"], worst[0]["end_ns"]),
-    }
+    data: LaunchBoundData = {"stretches": worst, "n_stretches": count, "devices": devices, "tiny_kernel_ns": tiny_ns,
+                             **window(worst[0]["start_ns"], worst[0]["end_ns"])}
     return fired(RULE.id, ctx, kernels_in, wasted, data, "warning")
 
 

@@ -114,9 +114,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
 def _pageable_dtoh_by_rank(ctx: FindingContext) -> dict[int, np.ndarray]:
     """Rows of the device-to-host copies into pageable memory, grouped by rank once (no full mask per rank)."""
     mc = ctx.memcpys
-    dtoh = mc[
-        (ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
-    ]
+    dtoh = mc[(ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))]
     return {r: dtoh[p] for r, p in positions_by(ctx.col("rank")[dtoh]).items()}
 
 
@@ -153,14 +151,11 @@ def _rank_syncs(ctx: FindingContext, rank: int, w: _RankWaits) -> RankSyncs:
     in_steps = np.zeros(w.s_start.size, dtype=bool)
     in_steps[w.steps_with] = True
     return {
-        "rank": rank,
-        "steps": int(w.s_start.size),
-        "steps_with_sync": int(w.steps_with.size),
+        "rank": rank, "steps": int(w.s_start.size), "steps_with_sync": int(w.steps_with.size),
         "wasted_ns": host_sync_idle(ctx, rank, w.s_start[in_steps], w.s_end[in_steps]),
         "steps_with_dtoh_copy": int(sorted_unique(w.step_copy[w.step_copy >= 0]).size),
         "steps_with_sync_call": int(sorted_unique(w.step_blk[w.step_blk >= 0]).size),
-        "first_step": int(w.steps_with[0]) + ctx.step_base,
-        "last_step": int(w.steps_with[-1]) + ctx.step_base,
+        "first_step": int(w.steps_with[0]) + ctx.step_base, "last_step": int(w.steps_with[-1]) + ctx.step_base,
     }
 
 
@@ -169,22 +164,12 @@ def _example(ctx: FindingContext, rank: int, host: HostView, w: _RankWaits) -> E
     hit = np.flatnonzero(w.step_copy >= 0)
     if hit.size:
         j = int(hit[0])
-        found = bool(w.copy_found[j])
-        return {
-            "call": ctx.timeline.name(int(host.api_name[w.copy_call[j]])) if found else "",
-            "tid": int(host.api_tid[w.copy_call[j]]) if found else -1,
-            "what": "dtoh_pageable_copy",
-            "rank": rank,
-            "step": int(w.step_copy[j]) + ctx.step_base,
-        }
-    j = int(np.flatnonzero(w.step_blk >= 0)[0])
-    return {
-        "call": ctx.timeline.name(int(host.api_name[w.blk[j]])),
-        "tid": int(host.api_tid[w.blk[j]]),
-        "what": "sync_call",
-        "rank": rank,
-        "step": int(w.step_blk[j]) + ctx.step_base,
-    }
+        call, found, what, step = int(w.copy_call[j]), bool(w.copy_found[j]), "dtoh_pageable_copy", w.step_copy[j]
+    else:
+        j = int(np.flatnonzero(w.step_blk >= 0)[0])
+        call, found, what, step = int(w.blk[j]), True, "sync_call", w.step_blk[j]
+    return {"call": ctx.timeline.name(int(host.api_name[call])) if found else "",
+            "tid": int(host.api_tid[call]) if found else -1, "what": what, "rank": rank, "step": int(step) + ctx.step_base}
 
 
 def describe(f: Finding) -> Prose:
