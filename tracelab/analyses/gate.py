@@ -113,11 +113,9 @@ def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, spa
         slower = bool(mw.p_value < ALPHA and mb > ma * f)
         pct = 100.0 * (mb - ma) / ma if ma else None
         pct_text = "n/a" if pct is None else f"{pct:+.1f}%"
-        reason = (
-            f"B's median GPU step {mb / 1e6:.3f} ms vs A's {ma / 1e6:.3f} ms ({pct_text}); "
-            f"one-sided Mann-Whitney U of B > A x {f:.3f}: U={mw.u:.1f}, p={mw.p_value:.3g} "
-            f"({'<' if mw.p_value < ALPHA else '>='} {ALPHA}) over {ta.size} and {tb.size} steady steps"
-        )
+        reason = (f"B's median GPU step {mb / 1e6:.3f} ms vs A's {ma / 1e6:.3f} ms ({pct_text}); "
+                  f"one-sided Mann-Whitney U of B > A x {f:.3f}: U={mw.u:.1f}, p={mw.p_value:.3g} "
+                  f"({'<' if mw.p_value < ALPHA else '>='} {ALPHA}) over {ta.size} and {tb.size} steady steps")
         from tracelab.analyses.steps.steady import steady_step_time
 
         on_gpu = steady_step_time(a.step_rows) is not None and steady_step_time(b.step_rows) is not None

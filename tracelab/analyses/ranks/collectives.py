@@ -188,10 +188,8 @@ def _sequence(part: np.ndarray, op: np.ndarray, start: np.ndarray) -> np.ndarray
 def _notes(n_incons: int, n_matched: int, unmatched: int) -> list[str]:
     notes = []
     if n_incons:
-        notes.append(
-            f"{n_incons} of {n_matched} matched collectives have kernels that do not all overlap in "
-            "time: the ranks' clocks may not be aligned, or their collective sequences differ"
-        )
+        notes.append(f"{n_incons} of {n_matched} matched collectives have kernels that do not all overlap in "
+                     "time: the ranks' clocks may not be aligned, or their collective sequences differ")
     if unmatched:
         notes.append(f"{unmatched} communication kernels have no counterpart on another rank")
     return notes

@@ -148,10 +148,8 @@ class StragglerCause:
                  else f"in {self.times_last} of {self.collectives} collectives")
         text = f"rank {self.rank} arrives {fmt_ns(self.late_ns)} late {where}"
         if self.cause is not None and self.idle_before_ns > 0:
-            text += (
-                f"; before each, its GPU is idle {fmt_ns(self.idle_before_ns)}: {self.cause}"
-                f" ({CAUSE_WORDS.get(self.cause, self.cause)}"
-            )
+            text += (f"; before each, its GPU is idle {fmt_ns(self.idle_before_ns)}: {self.cause}"
+                     f" ({CAUSE_WORDS.get(self.cause, self.cause)}")
             if self.idle_ns > self.cause_ns > 0:
                 text += f", {fmt_ns(self.cause_ns)} of {fmt_ns(self.idle_ns)} in all"
             text += ")"

@@ -165,8 +165,6 @@ RULE = Rule(
     counts="input-bound steps / their input_wait idle",
     options={"step_share": 0.1, "min_wait_ns": 100_000},
     long=True,
-    source=(
-        "PyTorch docs, torch.utils.data (num_workers, pin_memory, prefetch_factor, persistent_workers); "
-        "gap cause input_wait: tracelab.analyses.gaps.input_wait"
-    ),
+    source=("PyTorch docs, torch.utils.data (num_workers, pin_memory, prefetch_factor, persistent_workers); "
+            "gap cause input_wait: tracelab.analyses.gaps.input_wait"),
 )

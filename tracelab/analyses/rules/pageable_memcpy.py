@@ -99,8 +99,6 @@ RULE = Rule(
     severity="critical / warning by the share of the span wasted, else info",
     counts="copies / duration minus the time at the trace's pinned bandwidth (whole duration without pinned copies)",
     options={"min_bytes": 64 * 1024},
-    source=(
-        'CUDA C++ Best Practices Guide, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior" '
-        "(pageable copies are staged and cannot overlap)"
-    ),
+    source=('CUDA C++ Best Practices Guide, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior" '
+            "(pageable copies are staged and cannot overlap)"),
 )

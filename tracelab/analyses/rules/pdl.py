@@ -95,12 +95,10 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
 
 def describe(f: Finding) -> Prose:
     d = cast(PdlData, f.data)
-    msg = (
-        f"{f.count} kernels start before their predecessor on the same stream has finished "
-        f"(Programmatic Dependent Launch; {d['flagged']} flagged at launch): {d['overlapping_pairs']} "
-        f"overlaps bought {fmt_ns(d['overlap_ns'])} in total ({fmt_ns(d['mean_overlap_ns'])} each on "
-        "average)."
-    )
+    msg = (f"{f.count} kernels start before their predecessor on the same stream has finished "
+           f"(Programmatic Dependent Launch; {d['flagged']} flagged at launch): {d['overlapping_pairs']} "
+           f"overlaps bought {fmt_ns(d['overlap_ns'])} in total ({fmt_ns(d['mean_overlap_ns'])} each on "
+           "average).")
     return msg, join_places([f"rank {x['rank']} device {x['device']}: {x['kernels']} kernels (most often "
                              f"{short_name(x['most_often'], 50)}), {fmt_ns(x['overlap_ns'])} overlap" for x in d["devices"]])
 
@@ -108,10 +106,8 @@ def describe(f: Finding) -> Prose:
 RULE = Rule(
     id="pdl", title="kernels overlap their predecessor on the same stream (Programmatic Dependent Launch)",
     evaluate=evaluate, describe=describe, data=PdlData,
-    fires_when=(
-        "kernels flagged PDL, or ≥ min_overlaps starting before their predecessor on the stream ends "
-        "(cc ≥ min_cc_major, not AMD)"
-    ),
+    fires_when=("kernels flagged PDL, or ≥ min_overlaps starting before their predecessor on the stream ends "
+                "(cc ≥ min_cc_major, not AMD)"),
     severity="info (PDL is a gain: the finding says how much it bought)",
     counts="kernels / 0",
     options={"min_overlaps": 2, "min_cc_major": 9},

@@ -206,8 +206,6 @@ RULE = Rule(
     counts="steps that wait / host_sync idle starting in them",
     options={"min_steps": 3, "step_fraction": 0.8},
     long=True,
-    source=(
-        'CUDA Runtime API, "API synchronization behavior" (which calls block the host); steps: '
-        "tracelab.analyses.steps.infer (marked or inferred)"
-    ),
+    source=('CUDA Runtime API, "API synchronization behavior" (which calls block the host); steps: '
+            "tracelab.analyses.steps.infer (marked or inferred)"),
 )

@@ -158,10 +158,8 @@ def _launch_run_steps(seqs: list[LaunchSequence], rank: int, timeline: Timeline,
         else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
         f"durations apart: the host works between them"
     )
-    note = (
-        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
-        f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)"
-    )
+    note = (f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+            f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)")
     return s, e, note
 
 
@@ -229,11 +227,9 @@ def _repetition_steps(seq: LaunchSequence, per: Period, rank: int, timeline: Tim
         "pause": "the longest recurring host pause is before it",
         "input_copy": "the batch's host-to-device copy, once per period, begins the iteration",
     }[anchor.how]
-    note = (
-        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
-        f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
-        f"step {where}: {anchor.name} ({why})"
-    )
+    note = (f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+            f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
+            f"step {where}: {anchor.name} ({why})")
     # only a cut at the longest recurring pause (the weakest anchor) moves to the batch fetches (the
     # DataLoader's iterator op, once per found step), else to the batch uploads
     for again, what in ((reanchor_at_loader, "the batch fetches (the DataLoader's iterator op, one in each step)"),
@@ -281,11 +277,9 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         blind = unrecorded_before(s2, calls, ranges)
         length = float(np.median(e2 - s2)) if s2.size else 0.0
         if s2.size > 1 and length > 0 and blind / length >= UNRECORDED_NOTE:
-            note += (
-                f"; before each step's first recorded host activity the host recorded nothing for a "
-                f"median {blind / 1e3:.0f} µs ({blind / length:.0%} of a step): the loop's own boundary "
-                f"lies somewhere in that stretch, which the trace cannot place"
-            )
+            note += (f"; before each step's first recorded host activity the host recorded nothing for a "
+                     f"median {blind / 1e3:.0f} µs ({blind / length:.0%} of a step): the loop's own boundary "
+                     f"lies somewhere in that stretch, which the trace cannot place")
         return s2, e2, note
 
     if seqs[0].where != "GPU ops":

@@ -23,10 +23,8 @@ POLLING = re.compile(r"^cu(da)?(Event|Stream)Query")
 # the caching allocators' calls: a new block is asked for when the cached ones run out (every few steps
 # when each step keeps its outputs), so they are no part of a step's fixed sequence either; PyTorch's
 # device allocator asks cudaStreamIsCapturing right before each cudaMalloc (cudaMallocMaybeCapturing)
-ALLOCATOR = re.compile(
-    r"^(cu(da)?(Malloc|Free|MemAlloc|MemFree|HostAlloc)(Async|Host|Managed|Pitch)?"
-    r"|cuMem(Create|Map|Unmap|Release|SetAccess|AddressReserve|AddressFree))(_v\d+)?$"
-)
+ALLOCATOR = re.compile(r"^(cu(da)?(Malloc|Free|MemAlloc|MemFree|HostAlloc)(Async|Host|Managed|Pitch)?"
+                       r"|cuMem(Create|Map|Unmap|Release|SetAccess|AddressReserve|AddressFree))(_v\d+)?$")
 CAPTURE_QUERY = re.compile(r"^cu(da)?StreamIsCapturing(_v\d+)?$")
 ALLOCATOR_SPREAD = 4  # the allocator's calls are left out only when some lie in each of this many parts of the run
 MAX_THREADS = 4  # launching threads tried alone (most launches first)
