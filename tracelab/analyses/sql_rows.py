@@ -28,13 +28,9 @@ def event_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     start, end = c("start").astype(np.int64), c("end").astype(np.int64)
     kind = c("kind").astype(np.int64)
     return {
-        "run_id": [run_id] * n,
-        "seq": list(range(n)),
-        "kind": _KIND_NAMES[np.clip(kind, 0, len(_KIND_NAMES) - 1)].tolist(),
-        "name": _names(tl, c("name")),
-        "category": _names(tl, c("category")),
-        "start_ns": start.tolist(),
-        "end_ns": end.tolist(),
+        "run_id": [run_id] * n, "seq": list(range(n)),
+        "kind": _KIND_NAMES[np.clip(kind, 0, len(_KIND_NAMES) - 1)].tolist(), "name": _names(tl, c("name")),
+        "category": _names(tl, c("category")), "start_ns": start.tolist(), "end_ns": end.tolist(),
         "duration_ns": (end - start).tolist(),
         **{k: c(k).tolist() for k in ("rank", "device", "stream", "pid", "tid", "correlation", "bytes", "flags")},
     }
@@ -61,8 +57,7 @@ def gap_rows(run_id: str, an: Analysis, evidence: Sequence[str]) -> dict[str, li
     return {
         "run_id": [run_id] * len(gaps), "rank": col("rank").tolist(), "device": col("device").tolist(),
         "start_ns": start.tolist(), "end_ns": end.tolist(), "duration_ns": (end - start).tolist(),
-        "cause": [CAUSES[k] for k in col("cause").tolist()],
-        "evidence": list(evidence),
+        "cause": [CAUSES[k] for k in col("cause").tolist()], "evidence": list(evidence),
         "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
         "launch_start_ns": [x if x >= 0 else None for x in ls.tolist()],
         "host_active_fraction": col("host_active").tolist(),
@@ -102,21 +97,14 @@ def range_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     c = tl.col
     has = p.gpu_ops > 0
     return {
-        "run_id": [run_id] * r.size,
-        "seq": r.tolist(),
+        "run_id": [run_id] * r.size, "seq": r.tolist(),
         "kind": np.where(c("kind")[r] == EventKind.CPU_OP, "cpu_op", "nvtx").tolist(),
-        "name": _names(tl, c("name")[r]),
-        "rank": c("rank")[r].tolist(),
-        "pid": c("pid")[r].tolist(),
-        "tid": c("tid")[r].tolist(),
-        "depth": p.depth.tolist(),
-        "start_ns": c("start")[r].tolist(),
-        "end_ns": c("end")[r].tolist(),
-        "gpu_ops": p.gpu_ops.tolist(),
+        "name": _names(tl, c("name")[r]), "rank": c("rank")[r].tolist(), "pid": c("pid")[r].tolist(),
+        "tid": c("tid")[r].tolist(), "depth": p.depth.tolist(), "start_ns": c("start")[r].tolist(),
+        "end_ns": c("end")[r].tolist(), "gpu_ops": p.gpu_ops.tolist(),
         "gpu_start_ns": [int(x) if h else None for x, h in zip(p.gpu_start.tolist(), has.tolist(), strict=True)],
         "gpu_end_ns": [int(x) if h else None for x, h in zip(p.gpu_end.tolist(), has.tolist(), strict=True)],
-        "gpu_ns": p.gpu_ns.tolist(),
-        "kernel_ns": p.kernel_ns.tolist(),
+        "gpu_ns": p.gpu_ns.tolist(), "kernel_ns": p.kernel_ns.tolist(),
     }
 
 

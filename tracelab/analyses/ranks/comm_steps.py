@@ -38,13 +38,9 @@ __all__ = ["StepComm", "StragglerCause", "comm_by_step", "step_windows", "stragg
 
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 CAUSE_WORDS = {
-    "no_work": "host not launching",
-    "launch_latency": "host launch-bound",
-    "host_sync": "host blocked in a sync",
-    "dependency_wait": "waiting on another stream",
-    "input_wait": "waiting for input data",
-    "unknown": "cause unknown",
-    "profiler": "held up by the profiler",
+    "no_work": "host not launching", "launch_latency": "host launch-bound",
+    "host_sync": "host blocked in a sync", "dependency_wait": "waiting on another stream",
+    "input_wait": "waiting for input data", "unknown": "cause unknown", "profiler": "held up by the profiler",
 }
 
 

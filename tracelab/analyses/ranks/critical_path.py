@@ -122,10 +122,8 @@ def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
         return doc
 
     return {
-        "bound_by": cp.bound_by(),
-        "steps": [step_doc(p) for p in cp.steps],
-        "across_ranks": [step_doc(p) for p in cp.across],
-        "notes": list(cp.notes),
+        "bound_by": cp.bound_by(), "steps": [step_doc(p) for p in cp.steps],
+        "across_ranks": [step_doc(p) for p in cp.across], "notes": list(cp.notes),
     }
 
 

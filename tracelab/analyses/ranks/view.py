@@ -210,8 +210,7 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
     windows = step_windows(analysis.step_rows or analysis.steps)  # the steps' GPU windows
     # the straggler's cause: its late arrivals (GPU times) in the loop steps' GPU windows, as it is ranked
     return RankAnalysis(
-        ranks=rank_summaries(analysis, collectives, timeline),
-        collectives=collectives,
+        ranks=rank_summaries(analysis, collectives, timeline), collectives=collectives,
         step_comm=comm_by_step(timeline, collectives, windows),
         straggler_causes=straggler_causes(collectives, analysis, step_windows(loop_steps(analysis.step_rows or analysis.steps))),
         loop_idle=_loop_idle(analysis),

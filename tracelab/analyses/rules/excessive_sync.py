@@ -66,7 +66,6 @@ RULE = Rule(
     evaluate=evaluate, describe=describe, data=ExcessiveSyncData,
     fires_when="more blocking sync calls inside the steps than syncs_per_step × steps (≥ min_steps steps)",
     severity="critical / warning by the share of the span wasted, else info",
-    counts="calls / GPU idle during them",
-    options={"min_steps": 3, "syncs_per_step": 1.0},
+    counts="calls / GPU idle during them", options={"min_steps": 3, "syncs_per_step": 1.0},
     source='CUDA Runtime API, "API synchronization behavior" (which calls block the host)',
 )

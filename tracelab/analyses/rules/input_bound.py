@@ -124,12 +124,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     worst = sorted(steps, key=lambda s: -s["input_wait_ns"])
     data: InputBoundData = {
         "steps": sorted(worst[:MAX_STEPS_LISTED], key=lambda s: (s["rank"], s["start_ns"])),
-        "input_bound_steps": len(steps),
-        "total_steps": total_steps,
-        "ranks": ranks,
+        "input_bound_steps": len(steps), "total_steps": total_steps, "ranks": ranks,
         "loader_ops": dict(sorted(loader_ops.items(), key=lambda kv: -kv[1]["total_ns"])[:10]),
-        "step_share": share_min,
-        **window(worst[0]["start_ns"], worst[0]["end_ns"]),
+        "step_share": share_min, **window(worst[0]["start_ns"], worst[0]["end_ns"]),
     }
     return fired(RULE.id, ctx, len(steps), wasted, data, "warning")
 

@@ -139,14 +139,10 @@ def _estimated_columns(est: _Estimate, parts: list[Partition]) -> dict[str, np.n
     rows = _map_positions(pidx, lo2, hi2, parts)
     r_sel = sel2[rows["row"]]
     return {
-        "sm_first": rows["sm_first"].astype(np.int32),
-        "sm_last": rows["sm_last"].astype(np.int32),
-        "start": est.start[r_sel],
-        "end": est.end[r_sel],
+        "sm_first": rows["sm_first"].astype(np.int32), "sm_last": rows["sm_last"].astype(np.int32),
+        "start": est.start[r_sel], "end": est.end[r_sel],
         "green_context": np.array([p.green_context for p in parts], dtype=np.int64)[est.part[r_sel]],
-        "name": est.name[r_sel],
-        "measured": np.zeros(len(r_sel), dtype=bool),
-        "kernel": est.kernel[r_sel],
+        "name": est.name[r_sel], "measured": np.zeros(len(r_sel), dtype=bool), "kernel": est.kernel[r_sel],
     }
 
 

@@ -84,13 +84,8 @@ def sm_grid(timeline: Timeline, rank: int, device: int, bins: int = 400) -> SmGr
     name = timeline.device_info(rank, device)
     label = f"rank {rank} device {device}" + (f" · {name.name}" if name and name.name else "")
     return SmGrid(
-        source=src,
-        device_label=label,
-        sm_count=dev.sm_count,
-        edges=edges,
-        sm_ids=order.astype(np.int64),
-        sm_partition=owner[order],
-        busy=busy[order],
+        source=src, device_label=label, sm_count=dev.sm_count, edges=edges, sm_ids=order.astype(np.int64),
+        sm_partition=owner[order], busy=busy[order],
         partitions=tuple((p.green_context, p.sm_count) for p in parts),
         estimated_kernels=int(lanes.loc[~lanes["measured"], "kernel"].nunique()) if src == "measured" else 0,
     )

@@ -222,8 +222,7 @@ def _repetition_steps(seq: LaunchSequence, per: Period, rank: int, timeline: Tim
         return f"{seq.where}: period {per.lag} launches but only {s.size} steps cut"
     where = "ends when it returns" if anchor.at_end else "starts at its launch"
     why = {
-        "blocking": "a blocking call once per period",
-        "trace_start": "the trace starts with the repetition",
+        "blocking": "a blocking call once per period", "trace_start": "the trace starts with the repetition",
         "pause": "the longest recurring host pause is before it",
         "input_copy": "the batch's host-to-device copy, once per period, begins the iteration",
     }[anchor.how]
