@@ -79,10 +79,8 @@ def _records(tl: Timeline) -> list[dict[str, Any]]:
     Kineto parser writes "log" and "overhead")."""
     extra = tl.meta.extra if isinstance(tl.meta.extra, dict) else {}
     out = [extra["health"]] if isinstance(extra.get("health"), dict) else []
-    for e in (extra.get("rank_extra") or {}).values():
-        if isinstance(e, dict) and isinstance(e.get("health"), dict):
-            out.append(e["health"])
-    return out
+    return out + [e["health"] for e in (extra.get("rank_extra") or {}).values()
+                  if isinstance(e, dict) and isinstance(e.get("health"), dict)]
 
 
 def _lines(texts: list[str]) -> list[str]:

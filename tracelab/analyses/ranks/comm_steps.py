@@ -81,13 +81,8 @@ def comm_by_step(timeline: Timeline, collectives: Collectives,
     comm, exposed, wait = (x.tolist() for x in _covered(
         bands.shift(start, band), bands.shift(end, band), is_comm, bands.shift(ws0, w_band), bands.shift(we0, w_band),
         bands.shift(a0, win_band), bands.shift(b0, win_band)))
-    out = []
-    k = 0
-    for r in ranks:
-        for i, (lo, hi) in enumerate(zip(windows[r][0].tolist(), windows[r][1].tolist(), strict=True)):  # per step
-            out.append(StepComm(r, i, lo, hi, int(comm[k]), int(exposed[k]), int(wait[k])))
-            k += 1
-    return tuple(out)
+    steps = [(r, i, lo, hi) for r in ranks for i, (lo, hi) in enumerate(zip(*(w.tolist() for w in windows[r])))]
+    return tuple(StepComm(*st, int(c), int(x), int(w)) for st, c, x, w in zip(steps, comm, exposed, wait, strict=True))
 
 
 def _covered(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, ws: np.ndarray, we: np.ndarray, a: np.ndarray,

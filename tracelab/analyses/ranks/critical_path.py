@@ -70,16 +70,12 @@ def critical_path(tl: Timeline, windows: dict[int, tuple[np.ndarray, np.ndarray]
     if not gr.rows.size:
         return CriticalPath((), (), ("no GPU work or host launches: no critical path",))
     # read one element at a time through memoryviews: Python ints without a list of the whole column
-    lists = tuple(
-        memoryview(np.ascontiguousarray(getattr(gr, k)))
-        for k in ("pred", "hand", "edge", "end", "last_start", "last_node", "alt_pred", "alt_hand")
-    )
+    lists = tuple(memoryview(np.ascontiguousarray(getattr(gr, k)))
+                  for k in ("pred", "hand", "edge", "end", "last_start", "last_node", "alt_pred", "alt_hand"))
     heads = _heads(gr, windows)
-    chains: list[tuple[int, int, int, int, bool, int]] = []  # rank, step, w0, w1, across, head
-    for r in sorted(windows):
-        a, b = windows[r]
-        for i, (w0, w1, hd) in enumerate(zip(a.tolist(), b.tolist(), heads[r].tolist())):
-            chains.append((r, i, w0, w1, False, hd))
+    chains: list[tuple[int, int, int, int, bool, int]] = [  # rank, step, w0, w1, across, head
+        (r, i, w0, w1, False, hd) for r in sorted(windows)
+        for i, (w0, w1, hd) in enumerate(zip(windows[r][0].tolist(), windows[r][1].tolist(), heads[r].tolist()))]
     if len(windows) > 1 and gr.last_node.max(initial=-1) >= 0:
         for i in range(min(v[0].size for v in windows.values())):  # per step: the rank whose step ends last
             w1, r = max((int(windows[r][1][i]), r) for r in windows)

@@ -60,15 +60,11 @@ class InputBoundData(Window):
 
 def _input_idle(by_rank: dict[int, list[Any]], rank: int) -> tuple[np.ndarray, np.ndarray]:
     """The union of the rank's GPU idle intervals of cause input_wait (all its devices), sorted."""
-    starts, ends = [], []
-    for idle in by_rank.get(rank, ()):
-        m = idle.cause == INPUT_WAIT
-        starts.append(idle.start[m])
-        ends.append(idle.end[m])
-    if not starts:
+    idle = by_rank.get(rank, ())
+    if not idle:
         z = np.zeros(0, dtype=np.int64)
         return z, z
-    return merge(np.concatenate(starts), np.concatenate(ends))
+    return merge(*(np.concatenate([getattr(x, k)[x.cause == INPUT_WAIT] for x in idle]) for k in ("start", "end")))
 
 
 def _idle_by_rank(ctx: FindingContext) -> dict[int, list[Any]]:
