@@ -177,13 +177,10 @@ def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
     cdata = {"launches": int(lr.size), "without_correlation": no_corr, "without_gpu_op": int(unmatched.sum()),
              "orphan_gpu_ops": orphans}
     bad = no_corr or orphans
-    parts = []
-    if no_corr:
-        parts.append(f"{no_corr} launch calls carry no correlation id")
-    if orphans:
-        parts.append(f"{orphans} GPU ops match no launch (launched before the capture window?)")
-    if unmatched.sum():
-        parts.append(f"{int(unmatched.sum())} launches have no GPU op in the trace")
+    n_unmatched = cdata["without_gpu_op"]
+    parts = [text for n, text in ((no_corr, f"{no_corr} launch calls carry no correlation id"),
+                                  (orphans, f"{orphans} GPU ops match no launch (launched before the capture window?)"),
+                                  (n_unmatched, f"{n_unmatched} launches have no GPU op in the trace")) if n]
     corr_check = HealthCheck("correlation", "warn" if bad else "ok",
                              "; ".join(parts) or f"all {lr.size} launches and their GPU ops are linked", cdata)
     gdata = {"graph_launches": graph_launches, "without_node_kernels": graph_unmatched, "graph_gpu_ops": graph_ops}
