@@ -15,14 +15,12 @@ from tracelab.analyses.sm.lanes import (
     _level_functions,
     _without_blocks,
 )
-from tracelab.analyses.sm.measured import (
-    _instrumented,
-    _measured_rows,
-    _merge_intervals,
-)
 from tracelab.analyses.sm.partitions import (
     Partition,
     _device,
+    _instrumented,
+    _measured_rows,
+    _merge_intervals,
     _partitions,
 )
 from tracelab.model import Timeline

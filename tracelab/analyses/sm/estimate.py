@@ -10,9 +10,14 @@ import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
 from tracelab.analyses.core.intervals import expand_ranges
-from tracelab.analyses.sm.measured import _empty_lane_columns, _empty_lanes
 from tracelab.analyses.sm.occupancy import DeviceLimits, limits_for, occupancy
-from tracelab.analyses.sm.partitions import NONE_PARTITION, Partition, _Device
+from tracelab.analyses.sm.partitions import (
+    NONE_PARTITION,
+    Partition,
+    _Device,
+    _empty_lane_columns,
+    _empty_lanes,
+)
 from tracelab.model import Timeline
 
 if TYPE_CHECKING:

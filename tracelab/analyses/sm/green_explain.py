@@ -10,13 +10,13 @@ import numpy as np
 
 from tracelab.analyses.sm.estimate import _estimate
 from tracelab.analyses.sm.lanes import _sm_time, _without_blocks
-from tracelab.analyses.sm.measured import _instrumented
 from tracelab.analyses.sm.partitions import (
     NONE_PARTITION,
     LaneSource,
     Partition,
     _Device,
     _device,
+    _instrumented,
     _partitions,
     kernel_columns,
 )

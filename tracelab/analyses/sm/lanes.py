@@ -12,13 +12,6 @@ from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.core.memo import context_of, memo
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.analyses.sm.estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
-from tracelab.analyses.sm.measured import (
-    _empty_lane_columns,
-    _empty_lanes,
-    _instrumented,
-    _measured_rows,
-    _merge_intervals,
-)
 from tracelab.analyses.sm.partitions import (
     NONE_PARTITION,
     SM_LANE_COLUMNS,
@@ -26,6 +19,11 @@ from tracelab.analyses.sm.partitions import (
     Partition,
     _Device,
     _device,
+    _empty_lane_columns,
+    _empty_lanes,
+    _instrumented,
+    _measured_rows,
+    _merge_intervals,
     _partitions,
     select_kernels,
 )

@@ -33,7 +33,7 @@ activity (kernels, memcpys, memsets), as in `analyze`, less the device's leading
 run (`sm_time.sm_excluded_wait`: its first collective waiting for the last rank to join, which depends on
 when each rank's profiler started), left out of the busy SM-time too and named in the analysis notes.
 
-Modules: `partitions`, `measured` (probe blocks), `estimate`, `lanes` (lanes, SM-time, summary, findings),
+Modules: `partitions` (with the probe blocks' lanes), `estimate`, `lanes` (lanes, SM-time, summary, findings),
 `heatmap`, `green_explain`; this one is the public face.
 """
 

@@ -35,9 +35,16 @@ from tracelab.analyses.core.names import short_name
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.core.step_names import PROFILER_STEP, PROFILER_STEP_NAME, STEP_LIKE, STEP_LIKE_NAME
 from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at_loader
-from tracelab.analyses.steps.cut import SHORT_BLOCK, _empty, cut_steps, find_anchor, regular_period
+from tracelab.analyses.steps.cut import (
+    SHORT_BLOCK,
+    _empty,
+    cut_by_pause,
+    cut_steps,
+    find_anchor,
+    pause_period,
+    regular_period,
+)
 from tracelab.analyses.steps.cut_launch import HOST_PACED, cut_launch_run, launch_run
-from tracelab.analyses.steps.cut_pause import cut_by_pause, pause_period
 from tracelab.analyses.steps.lead_in import HostRanges, refine_starts
 from tracelab.analyses.steps.sequence import (
     MIN_REPEATS,
