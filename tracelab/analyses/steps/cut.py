@@ -1,7 +1,7 @@
 """Cutting a repeating call sequence into steps (docs/DESIGN.md "Steps", steps 3–4): where the repetition
 is, where a step boundary lies (the anchor) and the steps cut there. Steps made of a repeated short block
 (the recurring host pause) are cut here too (`cut_by_pause`), steps of one launch each (graph replays, host-paced
-launches) in steps.infer, and host activity before a step's first call is given to it by steps.lead_in.
+launches) in steps.infer, and host activity before a step's first call is given to it by steps.anchor.
 Used by `steps.infer_steps`."""
 
 from __future__ import annotations

@@ -35,7 +35,12 @@ from tracelab.analyses.core.memo import column, memo
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.core.step_names import PROFILER_STEP, PROFILER_STEP_NAME, STEP_LIKE, STEP_LIKE_NAME
-from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at_loader
+from tracelab.analyses.steps.anchor import (
+    HostRanges,
+    reanchor_at_input_copies,
+    reanchor_at_loader,
+    refine_starts,
+)
 from tracelab.analyses.steps.cut import (
     SHORT_BLOCK,
     Cut,
@@ -47,7 +52,6 @@ from tracelab.analyses.steps.cut import (
     pause_period,
     regular_period,
 )
-from tracelab.analyses.steps.lead_in import HostRanges, refine_starts
 from tracelab.analyses.steps.sequence import (
     MIN_REPEATS,
     LaunchSequence,
