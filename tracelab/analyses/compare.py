@@ -82,10 +82,8 @@ def _match_devices(a: Analysis, b: Analysis) -> tuple[list[tuple[DeviceSummary |
     if not common and by_a and len(by_a) == len(by_b):
         ka, kb = sorted(by_a), sorted(by_b)
         pairs: list[tuple[DeviceSummary | None, DeviceSummary | None]] = [(by_a[x], by_b[y]) for x, y in zip(ka, kb)]
-        notes.append(
-            "no (rank, device) in common; devices paired in order: "
-            + ", ".join(f"A r{x[0]}/d{x[1]} with B r{y[0]}/d{y[1]}" for x, y in zip(ka, kb))
-        )
+        notes.append("no (rank, device) in common; devices paired in order: "
+                     + ", ".join(f"A r{x[0]}/d{x[1]} with B r{y[0]}/d{y[1]}" for x, y in zip(ka, kb)))
         return pairs, notes
     pairs = [(by_a[k], by_b.get(k)) for k in sorted(by_a)]
     pairs += [(None, by_b[k]) for k in sorted(by_b) if k not in by_a]

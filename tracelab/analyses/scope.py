@@ -225,11 +225,9 @@ def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray, gpu_ranges: Mappin
 
 def _with_scope(timeline: Timeline, scope: Scope, ranges: dict[int, tuple[int, int]]) -> Timeline:
     extra = dict(timeline.meta.extra)
-    extra["scope"] = {
-        "steps": list(scope.steps) if scope.steps else None,
-        "window_ns": list(scope.window_ns) if scope.window_ns else None,
-        "ranges_ns": {str(r): [int(a), int(b)] for r, (a, b) in ranges.items()},
-    }
+    extra["scope"] = {"steps": list(scope.steps) if scope.steps else None,
+                      "window_ns": list(scope.window_ns) if scope.window_ns else None,
+                      "ranges_ns": {str(r): [int(a), int(b)] for r, (a, b) in ranges.items()}}
     return timeline.with_meta(extra=extra)
 
 

@@ -54,14 +54,12 @@ def gap_rows(run_id: str, an: Analysis, evidence: Sequence[str]) -> dict[str, li
     col = gaps.column
     start, end = col("start").astype(np.int64), col("end").astype(np.int64)
     ls = col("launch_start").astype(np.int64)
-    return {
-        "run_id": [run_id] * len(gaps), "rank": col("rank").tolist(), "device": col("device").tolist(),
-        "start_ns": start.tolist(), "end_ns": end.tolist(), "duration_ns": (end - start).tolist(),
-        "cause": [CAUSES[k] for k in col("cause").tolist()], "evidence": list(evidence),
-        "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
-        "launch_start_ns": [x if x >= 0 else None for x in ls.tolist()],
-        "host_active_fraction": col("host_active").tolist(),
-    }
+    return {"run_id": [run_id] * len(gaps), "rank": col("rank").tolist(), "device": col("device").tolist(),
+            "start_ns": start.tolist(), "end_ns": end.tolist(), "duration_ns": (end - start).tolist(),
+            "cause": [CAUSES[k] for k in col("cause").tolist()], "evidence": list(evidence),
+            "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
+            "launch_start_ns": [x if x >= 0 else None for x in ls.tolist()],
+            "host_active_fraction": col("host_active").tolist()}
 
 
 def step_rows(run_id: str, an: Analysis) -> dict[str, list[Any]]:

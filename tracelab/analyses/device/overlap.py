@@ -33,12 +33,10 @@ def device_overlap(kind: np.ndarray, start: np.ndarray, end: np.ndarray, stream_
     comm_k = is_kernel & comm
     copy = (kind == int(EventKind.MEMCPY)) | (kind == int(EventKind.MEMSET))
     cs, ce = start[compute], end[compute]
-    return Overlap(
-        compute_compute_ns=coverage_at_least(cs, ce, stream_key[compute], 2),
-        compute_copy_ns=intersection_length(cs, ce, start[copy], end[copy]),
-        compute_comm_ns=intersection_length(cs, ce, start[comm_k], end[comm_k]),
-        copy_copy_ns=coverage_at_least(start[copy], end[copy], stream_key[copy], 2),
-    )
+    return Overlap(compute_compute_ns=coverage_at_least(cs, ce, stream_key[compute], 2),
+                   compute_copy_ns=intersection_length(cs, ce, start[copy], end[copy]),
+                   compute_comm_ns=intersection_length(cs, ce, start[comm_k], end[comm_k]),
+                   copy_copy_ns=coverage_at_least(start[copy], end[copy], stream_key[copy], 2))
 
 
 def stream_overlap_matrix(timeline: Timeline, rank: int, device: int) -> pd.DataFrame:

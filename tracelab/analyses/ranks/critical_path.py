@@ -117,10 +117,8 @@ def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
         doc["segments"] = [dict(zip(keys, x)) for x in p.segment_rows(idx)]
         return doc
 
-    return {
-        "bound_by": cp.bound_by(), "steps": [step_doc(p) for p in cp.steps],
-        "across_ranks": [step_doc(p) for p in cp.across], "notes": list(cp.notes),
-    }
+    return {"bound_by": cp.bound_by(), "steps": [step_doc(p) for p in cp.steps],
+            "across_ranks": [step_doc(p) for p in cp.across], "notes": list(cp.notes)}
 
 
 def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:

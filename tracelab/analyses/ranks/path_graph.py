@@ -249,10 +249,8 @@ def _host_runs(thread: np.ndarray, start: np.ndarray, pred: np.ndarray, hand: np
     cont = np.zeros(order.size, dtype=bool)
     if order.size > 1:
         cur, prev = order[1:], order[:-1]
-        cont[1:] = (
-            (edge[cur] == HOST) & (pred[cur] == prev) & (last_node[cur] < 0) & (last_node[prev] < 0)
-            & (hand[cur] >= np.where(edge[prev] == HOST, hand[prev], np.iinfo(np.int64).min))
-        )
+        cont[1:] = ((edge[cur] == HOST) & (pred[cur] == prev) & (last_node[cur] < 0) & (last_node[prev] < 0)
+                    & (hand[cur] >= np.where(edge[prev] == HOST, hand[prev], np.iinfo(np.int64).min)))
     idx = np.arange(order.size)
     run_first = np.maximum.accumulate(np.where(cont, 0, idx)) if order.size else idx
     return order, pos, run_first

@@ -42,10 +42,8 @@ def rule_by_id(rule_id: str) -> Rule | None:
 
 def design_table(rules: Sequence[Rule] | None = None) -> str:
     """DESIGN.md's rule table (Markdown), from the rules' declarations, in registry order."""
-    lines = [
-        "| rule | detects | fires when | severity | count / wasted_ns | options (defaults) | source |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = ["| rule | detects | fires when | severity | count / wasted_ns | options (defaults) | source |",
+             "|---|---|---|---|---|---|---|"]
     for r in RULES if rules is None else rules:
         options = ", ".join(f"{k} {v}" for k, v in r.options.items()) or "—"
         cells = (f"`{r.id}`", r.title, r.fires_when, r.severity, r.counts, options, r.source)

@@ -40,10 +40,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     parts = [cast(Partition, f.data) for f in per_partition]
     w = cast(Partition, worst.data)
     data: IdlePartitionData = {"partitions": parts, "start_ns": w["start_ns"], "end_ns": w["end_ns"], "worst": w}
-    return Finding(
-        rule=RULE.id, severity=worst.severity, count=len(per_partition),
-        wasted_ns=sum(f.wasted_ns for f in per_partition), data=dict(data),
-    )
+    return Finding(rule=RULE.id, severity=worst.severity, count=len(per_partition),
+                   wasted_ns=sum(f.wasted_ns for f in per_partition), data=dict(data))
 
 
 def describe(f: Finding) -> Prose:

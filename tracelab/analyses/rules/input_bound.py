@@ -140,10 +140,8 @@ def describe(f: Finding) -> Prose:
         ".to(device, non_blocking=True), raise prefetch_factor, keep workers alive with persistent_workers=True, "
         "and move decoding / augmentation to the GPU (e.g. DALI, torchvision.io.decode_jpeg on cuda)."
     )
-    where = join_places([
-        f"rank {s['rank']} " + (f"step {s['step']}" if s["step"] >= 0 else "(whole run)")
-        + f": {fmt_ns(s['input_wait_ns'])} ({s['share']:.0%})" for s in d["steps"]
-    ])
+    where = join_places([f"rank {s['rank']} " + (f"step {s['step']}" if s["step"] >= 0 else "(whole run)")
+                         + f": {fmt_ns(s['input_wait_ns'])} ({s['share']:.0%})" for s in d["steps"]])
     return msg, where
 
 

@@ -137,9 +137,7 @@ RULE = Rule(
     ),
     severity="critical / warning by the share of the span wasted, else warning",
     counts="kernels / idle inside the runs",
-    options={
-        "tiny_kernel_ns": 10_000, "max_launch_gap_ns": 100_000, "min_stretch_kernels": 32,
-        "stretch_idle_fraction": 0.5, "min_span_fraction": 0.02,
-    },
+    options={"tiny_kernel_ns": 10_000, "max_launch_gap_ns": 100_000, "min_stretch_kernels": 32,
+             "stretch_idle_fraction": 0.5, "min_span_fraction": 0.02},
     source='CUDA C++ Programming Guide, "CUDA Graphs" (launch overhead a graph removes)',
 )

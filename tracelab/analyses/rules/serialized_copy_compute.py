@@ -42,11 +42,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         e = ctx.col("end")[rows]
         lane = ctx.col("lane")[rows]
         is_k = kind == int(EventKind.KERNEL)
-        hd = (
-            (kind == int(EventKind.MEMCPY))
-            & np.isin(ctx.col("copy_kind")[rows], [int(CopyKind.HTOD), int(CopyKind.DTOH)])
-            & (ctx.col("bytes")[rows] >= min_bytes)
-        )
+        hd = ((kind == int(EventKind.MEMCPY))
+              & np.isin(ctx.col("copy_kind")[rows], [int(CopyKind.HTOD), int(CopyKind.DTOH)])
+              & (ctx.col("bytes")[rows] >= min_bytes))
         if not hd.any() or not is_k.any():
             continue
         ku, ke = merge(s[is_k], e[is_k], assume_sorted=True)
@@ -87,11 +85,9 @@ def describe(f: Finding) -> Prose:
         f"({fmt_ns(f.wasted_ns)}); issue them on a side stream from pinned memory (non_blocking=True) and prefetch "
         "the next batch while this one computes."
     )
-    where = join_places([
-        f"rank {x['rank']} device {x['device']} stream {x['stream']}: {x['copies']} copies, "
-        f"{fmt_ns(x['unoverlapped_ns'])} not overlapped"
-        for x in d["streams"]
-    ])
+    where = join_places([f"rank {x['rank']} device {x['device']} stream {x['stream']}: {x['copies']} copies, "
+                         f"{fmt_ns(x['unoverlapped_ns'])} not overlapped"
+                         for x in d["streams"]])
     return msg, where
 
 

@@ -122,11 +122,9 @@ def _too_few_steps(rank: int, n_steps: int, n_block: int, min_steps: int) -> str
     """Why a rank with blocking host syncs but too few steps is not evaluated (None: nothing to say)."""
     if n_block < min_steps:
         return None
-    return (
-        f"rank {rank}: {n_block} blocking host syncs but "
-        + (f"only {n_steps} training step(s)" if n_steps else "no training steps found")
-        + f" (at least {min_steps} needed)"
-    )
+    return (f"rank {rank}: {n_block} blocking host syncs but "
+            + (f"only {n_steps} training step(s)" if n_steps else "no training steps found")
+            + f" (at least {min_steps} needed)")
 
 
 def _rank_waits(ctx: FindingContext, host: HostView, dtoh: np.ndarray, s_start: np.ndarray,

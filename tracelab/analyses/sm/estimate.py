@@ -51,11 +51,9 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     part = np.array([lookup.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
     cap = caps[part] if len(part) else np.zeros(0, dtype=np.int64)
     # a non-green context may itself be limited (ContextInfo.sm_count)
-    ctx_caps = {
-        c.context: c.sm_count
-        for c in tl.contexts
-        if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0
-    }
+    ctx_caps = {c.context: c.sm_count
+                for c in tl.contexts
+                if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0}
     if ctx_caps:
         cu, cinv = distinct_codes(k["context"])
         cc = np.array([ctx_caps.get(int(c), 1 << 30) for c in cu], dtype=np.int64)[cinv]
@@ -143,12 +141,10 @@ def _estimated_columns(est: _Estimate, parts: list[Partition]) -> dict[str, np.n
     pidx = est.part[sel2]
     rows = _map_positions(pidx, lo2, hi2, parts)
     r_sel = sel2[rows["row"]]
-    return {
-        "sm_first": rows["sm_first"].astype(np.int32), "sm_last": rows["sm_last"].astype(np.int32),
-        "start": est.start[r_sel], "end": est.end[r_sel],
-        "green_context": np.array([p.green_context for p in parts], dtype=np.int64)[est.part[r_sel]],
-        "name": est.name[r_sel], "measured": np.zeros(len(r_sel), dtype=bool), "kernel": est.kernel[r_sel],
-    }
+    return {"sm_first": rows["sm_first"].astype(np.int32), "sm_last": rows["sm_last"].astype(np.int32),
+            "start": est.start[r_sel], "end": est.end[r_sel],
+            "green_context": np.array([p.green_context for p in parts], dtype=np.int64)[est.part[r_sel]],
+            "name": est.name[r_sel], "measured": np.zeros(len(r_sel), dtype=bool), "kernel": est.kernel[r_sel]}
 
 
 def _map_positions(pidx: np.ndarray, lo: np.ndarray, hi: np.ndarray, parts: list[Partition]) -> dict[str, np.ndarray]:

@@ -165,12 +165,10 @@ def _launch_run_steps(seqs: list[LaunchSequence], rank: int, timeline: Timeline,
         return None
     s, e = cut_launch_run(launches, run, calls)
     name = short_name(timeline.name(int(launches.tokens[run.first])) or "?")
-    what = (
-        f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
-        if graph
-        else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
-        f"durations apart: the host works between them"
-    )
+    what = (f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
+            if graph
+            else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
+            f"durations apart: the host works between them")
     note = (f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
             f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)")
     return s, e, note
