@@ -17,12 +17,10 @@ def rank_document_of(ra: RankAnalysis) -> dict[str, Any]:
         # a RankSummary's fields, in order (its idle by cause as a mapping)
         "ranks": [{k if k != "idle_by_cause" else "idle_by_cause_ns": v if k != "idle_by_cause" else dict(v)
                    for k, v in vars(r).items()} for r in ra.ranks],
-        "collectives": [
-            {**{k: getattr(c, k) for k in _COLLECTIVE_KEYS},
-             "per_rank": [{"rank": r, "device": d, "start_ns": s0, "wait_ns": w, "transfer_ns": t}
-                          for r, d, s0, w, t in c.per_rank]}
-            for c in ra.collectives.calls
-        ],
+        "collectives": [{**{k: getattr(c, k) for k in _COLLECTIVE_KEYS},
+                         "per_rank": [{"rank": r, "device": d, "start_ns": s0, "wait_ns": w, "transfer_ns": t}
+                                      for r, d, s0, w, t in c.per_rank]}
+                        for c in ra.collectives.calls],
         "stragglers": [
             {"rank": s.rank, "times_last": s.times_last, "caused_wait_ns": s.caused_wait_ns, **_cause_doc(ra, s.rank),
              # why it is late: its own GPU idle's main cause (issue 29: a rank starved by its loader)

@@ -94,20 +94,18 @@ def setup_document(setups: tuple[RankSetup, ...]) -> dict[str, Any] | None:
     if not setups:
         return None
     top = max(setups, key=lambda s: s.top_gap_ns)
-    return {
-        "end_ns": max(s.end_ns for s in setups),
-        "span_ns": max(s.span_ns for s in setups),
-        "idle_ns": sum(s.idle_ns for s in setups),
-        "gaps": sum(s.gaps for s in setups),
-        "gap_ns": sum(s.gap_ns for s in setups),
-        "top_gap": {"rank": top.rank, "start_ns": top.top_gap_start_ns, "duration_ns": top.top_gap_ns,
-                    "cause": top.top_gap_cause} if top.top_gap_ns else None,
-        "ranks": [
-            {"rank": s.rank, "start_ns": s.start_ns, "end_ns": s.end_ns, "span_ns": s.span_ns,
-             "idle_ns": s.idle_ns, "gaps": s.gaps, "gap_ns": s.gap_ns}
-            for s in setups
-        ],
-    }
+    return {"end_ns": max(s.end_ns for s in setups),
+            "span_ns": max(s.span_ns for s in setups),
+            "idle_ns": sum(s.idle_ns for s in setups),
+            "gaps": sum(s.gaps for s in setups),
+            "gap_ns": sum(s.gap_ns for s in setups),
+            "top_gap": {"rank": top.rank, "start_ns": top.top_gap_start_ns, "duration_ns": top.top_gap_ns,
+                        "cause": top.top_gap_cause} if top.top_gap_ns else None,
+            "ranks": [
+                {"rank": s.rank, "start_ns": s.start_ns, "end_ns": s.end_ns, "span_ns": s.span_ns,
+                 "idle_ns": s.idle_ns, "gaps": s.gaps, "gap_ns": s.gap_ns}
+                for s in setups
+            ]}
 
 
 def in_setup_mask(gaps: Sequence[Gap], setups: Sequence[RankSetup]) -> np.ndarray:
