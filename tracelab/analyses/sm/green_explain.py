@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from tracelab.analyses.sm.estimate import _estimate
-from tracelab.analyses.sm.lanes import _sm_time, _without_blocks
+from tracelab.analyses.sm.lanes import _sm_time
 from tracelab.analyses.sm.partitions import (
     NONE_PARTITION,
     LaneSource,
@@ -129,7 +129,7 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
         matmul_green_context=None if mm_gc < 0 else mm_gc, matmul_sms_variant=int(sms_v),
         matmul_sms_sequential=int(sms_s), sm_ratio=float(sms_v / sms_s if sms_s else 0.0),
         matmul_waves_variant=_waves(variant_tl, var, v_parts, v_k),
-        matmul_waves_sequential=_waves(sequential_tl, seq, _partitions(sequential_tl, _without_blocks(seq)), s_k),
+        matmul_waves_sequential=_waves(sequential_tl, seq, _partitions(sequential_tl, seq.without_blocks()), s_k),
         elementwise_ns_variant=ew_nv, elementwise_ns_sequential=ew_ns, elementwise_ratio=float(_ratio(ew_nv, ew_ns)),
         baseline=sequential_tl.meta.variant or "baseline",
         elementwise_green_context=None if ew_part is None else ew_part.green_context,
@@ -181,7 +181,7 @@ def _waves(tl: Timeline, dev: _Device, parts: list[Partition], k: pd.DataFrame) 
     """Waves of the first launch of `k` (0 when its launch configuration is unknown)."""
     if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
         return 0
-    return int(_estimate(tl, _without_blocks(dev), parts, kernel_columns(k.iloc[:1])).waves[0])
+    return int(_estimate(tl, dev.without_blocks(), parts, kernel_columns(k.iloc[:1])).waves[0])
 
 
 def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from tracelab.analyses.sm.partitions import (
     _measured_rows,
     _merge_intervals,
     _partitions,
-    select_kernels,
 )
 from tracelab.model import Timeline
 from tracelab.model.grouping import sorted_unique
@@ -57,7 +56,7 @@ def _lanes(
     use_measured = dev.blocks is not None and source in ("auto", "measured")
     if source == "measured" and dev.blocks is None:
         return none, "none", dev, [], None
-    parts = _partitions(tl, dev) if use_measured else _partitions(tl, _without_blocks(dev))
+    parts = _partitions(tl, dev) if use_measured else _partitions(tl, dev.without_blocks())
     kernels = dev.kcols
     if not use_measured:
         est = _estimate(tl, dev, parts, kernels)
@@ -70,7 +69,8 @@ def _lanes(
         frames = [_estimated_rows(est, parts, columns)]
     else:
         frames = [_measured_rows(dev)]
-        est = _estimate(tl, dev, parts, select_kernels(kernels, ~_instrumented(dev)))
+        probed = _instrumented(dev)
+        est = _estimate(tl, dev, parts, {c: v[~probed] for c, v in kernels.items()})
         frames.append(_estimated_rows(est, parts))
     frames = [f for f in frames if len(f)]
     if not ordered and len(frames) == 1:  # the SM-time integrals need neither the dtypes nor the order
@@ -82,10 +82,6 @@ def _lanes(
     if ordered:
         lanes = lanes.sort_values(["start", "sm_first"], kind="stable").reset_index(drop=True)
     return lanes, ("measured" if use_measured else "estimated"), dev, parts, est
-
-
-def _without_blocks(dev: _Device) -> _Device:
-    return _Device(dev.rank, dev.device, dev.name, dev.sm_count, dev.kcols, None, dev.span)
 
 
 def sm_lanes(timeline: Timeline, rank: int, device: int) -> tuple[pd.DataFrame, LaneSource]:

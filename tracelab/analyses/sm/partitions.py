@@ -4,7 +4,7 @@ and the measured SM lanes: probe blocks (`Timeline.sm_blocks`) merged into busy 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
@@ -67,6 +67,9 @@ class _Device:
     def n_kernels(self) -> int:
         return len(self.kcols["row"])
 
+    def without_blocks(self) -> _Device:
+        return replace(self, blocks=None)
+
 
 # the kernel columns the SM analyses read (the lanes, the estimate, the partitions, the probe match)
 _KERNEL_COLUMNS = [
@@ -105,11 +108,6 @@ def kernel_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     out = {c: frame[c].to_numpy() for c in _KERNEL_COLUMNS}
     out["row"] = frame.index.to_numpy()
     return out
-
-
-def select_kernels(kcols: Mapping[str, np.ndarray], which: np.ndarray) -> dict[str, np.ndarray]:
-    """The kernel columns at a mask or positions."""
-    return {c: v[which] for c, v in kcols.items()}
 
 
 def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
