@@ -152,10 +152,8 @@ def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = Non
         windows = whole_run_windows(tl)
         notes = ("no steps found: the critical path of the whole run, one window per rank",)
     started = begun(tl, _STARTED) if collectives is None else None  # what start_path found
-    if started is not None and _same_windows(started[0], windows):
-        cp = started[1]
-    else:
-        cp = critical_path(tl, windows, collectives)
+    same = started is not None and _same_windows(started[0], windows)
+    cp = started[1] if same else critical_path(tl, windows, collectives)
     return CriticalPath(cp.steps, cp.across, cp.notes + notes)
 
 

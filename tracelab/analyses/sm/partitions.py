@@ -119,12 +119,9 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
             configured[c.green_context] = max(configured.get(c.green_context, 0), c.sm_count)
     ids = set(configured)
     ids.update(int(g) for g in distinct(dev.kcols["green_context"]) if g >= 0)
-    measured_sms: dict[int, np.ndarray] = {}
-    if dev.blocks is not None:
-        b = dev.blocks
-        for g, sms in b.groupby("green_context")["sm"]:
-            measured_sms[int(g)] = sorted_unique(sms.to_numpy())
-        ids.update(g for g in measured_sms if g >= 0)
+    measured_sms: dict[int, np.ndarray] = {} if dev.blocks is None else {
+        int(g): sorted_unique(sms.to_numpy()) for g, sms in dev.blocks.groupby("green_context")["sm"]}
+    ids.update(g for g in measured_sms if g >= 0)
     sm_total = dev.sm_count
     sizes: dict[int, tuple[int, bool]] = {}
     for g in sorted(ids):
