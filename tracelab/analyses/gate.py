@@ -67,10 +67,7 @@ def mann_whitney_greater(a: np.ndarray, b: np.ndarray) -> MannWhitney:
     mean = n1 * n2 / 2.0
     ties = float((counts**3 - counts).sum())
     var = n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
-    if var <= 0:
-        z = 0.0 if u <= mean else math.inf
-    else:
-        z = (u - mean - 0.5) / math.sqrt(var)
+    z = (0.0 if u <= mean else math.inf) if var <= 0 else (u - mean - 0.5) / math.sqrt(var)
     p = 0.5 * math.erfc(z / math.sqrt(2.0))
     return MannWhitney(u=u, z=z, p_value=p)
 
@@ -120,8 +117,7 @@ def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, spa
 
         on_gpu = steady_step_time(a.step_rows) is not None and steady_step_time(b.step_rows) is not None
         return Gate(threshold_pct, "gpu_step" if on_gpu else "step", "mann_whitney_u_one_sided", ALPHA, int(ta.size),
-                    int(tb.size), ma, mb,
-                    pct, mw.u, mw.z, mw.p_value, slower, EXIT_SLOWER if slower else 0, reason)
+                    int(tb.size), ma, mb, pct, mw.u, mw.z, mw.p_value, slower, EXIT_SLOWER if slower else 0, reason)
     sa, sb = float(span_a_ns), float(span_b_ns)
     slower = bool(sa > 0 and sb > sa * f)
     pct = 100.0 * (sb - sa) / sa if sa else None
