@@ -13,16 +13,13 @@ from tracelab.analyses.sm.lanes import (
     _busy_between,
     _cumulative,
     _level_functions,
-    _without_blocks,
-)
-from tracelab.analyses.sm.measured import (
-    _instrumented,
-    _measured_rows,
-    _merge_intervals,
 )
 from tracelab.analyses.sm.partitions import (
     Partition,
     _device,
+    _instrumented,
+    _measured_rows,
+    _merge_intervals,
     _partitions,
 )
 from tracelab.model import Timeline
@@ -133,7 +130,7 @@ def kernel_sm_agreement(timeline: Timeline, rank: int, device: int) -> KernelSmA
     measured = np.bincount(inv, weights=(me - ms).astype(np.float64), minlength=len(kernels))
     # the estimate as the estimated lanes make it (partitions without the probe data), for every
     # kernel of the device: the uninstrumented ones take their part of the partition share
-    parts = _partitions(timeline, _without_blocks(dev))
+    parts = _partitions(timeline, dev.without_blocks())
     est = _estimate(timeline, dev, parts, dev.kcols)
     mine = np.isin(est.kernel, kernels)  # est follows dev.kcols' (ascending) row order
     estimated = est.sms[mine].astype(np.float64) * (est.end - est.start)[mine].astype(np.float64)

@@ -174,7 +174,6 @@ def test_nccl_sms_are_the_grid_clipped_to_the_comm_partition(runs):
     grids = [g[0] * g[1] * g[2] for n, _s, _e, g in raw_kernels(runs["green_ctx"], 0) if n == NCCL]
     for r in rank_comm(load_run_dir(runs["green_ctx"])):
         assert r.comm_partition_sms == small["sm_count"] == 16
-        assert r.comm_blocks == max(grids)
         assert r.comm_sms == min(max(grids), 16)
         assert r.comm_green_context is not None and r.comm_green_context != r.compute_green_context
         assert r.compute_partition_sms == 116

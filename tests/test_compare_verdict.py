@@ -95,7 +95,8 @@ def test_verdict_on_span_without_steps(runs):
 
     assert (v.a_ns, v.b_ns) == (gpu_span(tl_a), gpu_span(tl_b))
     assert verdict_line(v).startswith(f"B is {100 * (v.b_ns - v.a_ns) / v.a_ns:.1f}% slower in GPU span")
-    same = verdict(an_a, an_a, list(compare(an_a, an_a).devices), c.gaps[:0], ())
+    none = np.zeros(0, dtype=np.int64)
+    same = verdict(an_a, an_a, list(compare(an_a, an_a).devices), c.gaps[:0], (), none, none)
     assert same is not None and verdict_line(same) == "B takes the same time in GPU span; GPU idle 0"
 
 

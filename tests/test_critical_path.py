@@ -20,8 +20,7 @@ import pytest
 
 from tracelab.analyses import analyze
 from tracelab.analyses.ranks import path_segments
-from tracelab.analyses.ranks.collective_size import bus_factor, dtype_bytes
-from tracelab.analyses.ranks.collectives import match_collectives
+from tracelab.analyses.ranks.collectives import bus_factor, dtype_bytes, match_collectives
 from tracelab.analyses.ranks.comm_steps import step_windows
 from tracelab.analyses.ranks.critical_path import critical_path, critical_path_for
 from tracelab.analyses.ranks.rank_document import rank_document_of

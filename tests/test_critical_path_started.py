@@ -80,8 +80,8 @@ def test_gloo_path_does_not_use_the_edges_started_early(monkeypatch):
 
     coll_rows = np.flatnonzero(tl.col("kind") == int(EventKind.NVTX_RANGE))
     graph = _build(tl, ranks.collectives)
-    assert set(coll_rows.tolist()) <= set(graph.row.tolist())
-    assert graph.comm[np.isin(graph.row, coll_rows)].all()
+    assert set(coll_rows.tolist()) <= set(graph.rows.tolist())
+    assert graph.comm[np.isin(graph.rows, coll_rows)].all()
     assert not set(coll_rows.tolist()) & set(per_rank_edges(tl).rows.tolist())
 
 

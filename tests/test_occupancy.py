@@ -9,7 +9,6 @@ import pytest
 
 from tracelab.analyses.sm.occupancy import (
     CC_LIMITS,
-    LIMITERS,
     device_sm_count,
     limits_for,
     occupancy,
@@ -49,8 +48,6 @@ def test_shared_memory_limit_differs_by_cc():
     # 48 KB + 1 KB reserved = 50176 B per block: 164 KB / 50176 = 3 on A100, 228 KB / 50176 = 4 on H100
     assert blocks_per_sm(256, 32, 48 * 1024, A100) == 3
     assert blocks_per_sm(256, 32, 48 * 1024, H100) == 4
-    r = occupancy(256, 32, 48 * 1024, H100)
-    assert LIMITERS[r.limiter[0]] == "shared_mem"
     # granularity: 100 B + 1 KB reserved rounds to 1152 B -> 228 KB / 1152 = 202, capped by 32 blocks
     assert blocks_per_sm(32, 16, 100, H100) == 32
     # 7 KB + 1 KB = 8 KB per block: 228 / 8 = 28 blocks
@@ -75,7 +72,6 @@ def test_vectorized_matches_scalar():
             int(threads[i]), int(regs[i]), int(smem[i]), H100
         )
     assert ((r.occupancy >= 0) & (r.occupancy <= 1)).all()
-    assert (r.active_warps == r.blocks_per_sm * r.warps_per_block).all()
 
 
 def test_limits_from_trace_and_defaults():

@@ -8,15 +8,18 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import is_typeddict
+from typing import get_type_hints, is_typeddict
 
 import pytest
 
 from tracelab.analyses import rules
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules import __main__ as rules_main
-from tracelab.analyses.rules.base import FindingContext, NotEvaluated, Rule, Window, check_data, data_keys
+from tracelab.analyses.rules.base import FindingContext, NotEvaluated, Rule, Window
 from tracelab.render.text.findings import describe, with_prose
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+from rule_contract import check_data
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = {"base", "waits", "__main__"}  # modules of the package that are not rules
@@ -32,7 +35,7 @@ def test_every_rule_module_is_discovered_with_its_contract():
             assert text and "\n" not in text and "|" not in text
         assert callable(r.evaluate) and callable(r.describe) and all(isinstance(k, str) for k in r.options)
         # its data is a TypedDict holding the window every finding points at
-        assert is_typeddict(r.data) and data_keys(Window) <= data_keys(r.data)
+        assert is_typeddict(r.data) and set(get_type_hints(Window)) <= set(get_type_hints(r.data))
         assert r.describe.__module__ == r.evaluate.__module__ == f"tracelab.analyses.rules.{r.id}"  # one file
 
 

@@ -257,7 +257,7 @@ def test_idle_partition_fires_on_idle_partition_only():
     span = f.data["span_ns"]
     assert f.data["idle_sm_ns"] == pytest.approx(16 * span * (1 - f.data["busy_fraction"]), rel=1e-3)
     assert f.wasted_ns == pytest.approx(f.data["idle_sm_ns"] / 132, abs=1)
-    assert "16 of 132 SMs" in f.message and f.data["source"] == "measured"
+    assert f.data["device_sm_count"] == 132 and f.data["source"] == "measured"
     assert f.data["end_ns"] - f.data["start_ns"] == span  # the dashboard link opens the whole span
     # a device without green contexts never has an idle partition
     t = Trace()

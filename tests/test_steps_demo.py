@@ -94,7 +94,7 @@ def test_every_demo_run_is_checked() -> None:
 # marker, with host activity between (a strict xfail until issue 24's third session): its batch fetch ("load
 # batch") had 11 µs less idle host time before it than its upload ("h2d"), so the step started at the upload
 # while the other 11 start at the fetch. A step now starts at the range most steps start at, where three in four
-# do (steps.lead_in._same_head): 0.001 median steps from its marker.
+# do (steps.anchor._same_head): 0.001 median steps from its marker.
 # sync_pitfalls-keep_outputs-{nsys,torch} (issue 27's memory-traced variant, recorded 2026-11-28): each step keeps
 # its logits on the GPU, so the caching allocator asks for a new block (cudaStreamIsCapturing + cudaMalloc) every
 # second step and the launch sequence repeats with a period of two steps: 9 steps were inferred for 20 marked,

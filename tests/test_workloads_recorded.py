@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tracelab.analyses import analyze
-from tracelab.analyses.device.fusion import fusion_figures, speedup
+from tracelab.analyses.device.fusion import fusion_figures
 from tracelab.analyses.device.queue_delay import graph_overlap, kernel_latency, stream_delays
 from tracelab.demo import demo_archives, demo_run
 from tracelab.io.detect import load_run_dir
@@ -78,7 +78,8 @@ def test_fusion_kernels_bytes_and_speedup(run, backend: str) -> None:
         f = fusion_figures(tl)
         assert f.kernels_per_step == 1 and f.bytes_per_step == FUSED_BYTES, v
         # 9x fewer bytes: a fused memory-bound kernel must be at least 4x faster than the 8 kernels
-        assert speedup(eager, f) > 4, (v, speedup(eager, f))
+        speedup = eager.kernel_ns_per_step / f.kernel_ns_per_step
+        assert speedup > 4, (v, speedup)
     # the eager kernels stream at a real HBM3 bandwidth (H100: 3.35 TB/s peak)
     assert 1500 < eager.bandwidth_gb_s < 3350
 

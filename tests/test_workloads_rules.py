@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from rule_contract import check_findings
 from trace_builder import Program
 
-from tracelab.analyses.rules.unfused_elementwise import op_label, period
+from tracelab.analyses.rules.unfused_elementwise import op_label, periods
 from tracelab.cli import main
 
 
@@ -35,6 +35,10 @@ def analyze_doc(request, tmp_path, monkeypatch):
         return {f["rule"]: f for f in findings}
 
     return run
+
+
+def period(codes: np.ndarray, max_period: int) -> int:
+    return int(periods(codes, np.array([0]), np.array([codes.size]), max_period)[0])
 
 
 def test_period_and_labels() -> None:

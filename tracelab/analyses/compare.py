@@ -34,8 +34,6 @@ _SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
 TOP_KERNELS = 20
 
 
-# ---- devices ---------------------------------------------------------------------------------------
-
 _DEVICE_FIELDS = ("span_ns", "busy_ns", "idle_ns", "kernel_ns", "memcpy_ns", "memset_ns", "comm_ns")
 _OVERLAP_FIELDS = ("compute_compute_ns", "compute_copy_ns", "compute_comm_ns", "copy_copy_ns")
 
@@ -52,29 +50,19 @@ def _figures(d: DeviceSummary | None, gaps: dict[tuple[int, int], tuple[int, int
     return out
 
 
-def _device_comparison(
-    da: DeviceSummary | None,
-    db: DeviceSummary | None,
-    gaps_a: dict[tuple[int, int], tuple[int, int]],
-    gaps_b: dict[tuple[int, int], tuple[int, int]],
-) -> DeviceComparison:
+def _device_comparison(da: DeviceSummary | None, db: DeviceSummary | None, gaps_a: dict[tuple[int, int], tuple[int, int]],
+                       gaps_b: dict[tuple[int, int], tuple[int, int]]) -> DeviceComparison:
     fa, fb = _figures(da, gaps_a), _figures(db, gaps_b)
     ref = da if da is not None else db
     assert ref is not None
     present: Literal["both", "a", "b"] = "both" if da is not None and db is not None else "a" if db is None else "b"
     return DeviceComparison(
-        rank=ref.rank,
-        device=ref.device,
-        b_rank=(db or ref).rank,
-        b_device=(db or ref).device,
-        name_a=da.name if da is not None else "",
-        name_b=db.name if db is not None else "",
-        present=present,
+        rank=ref.rank, device=ref.device, b_rank=(db or ref).rank, b_device=(db or ref).device,
+        name_a=da.name if da is not None else "", name_b=db.name if db is not None else "", present=present,
         **{k: Delta(fa[k], fb[k]) for k in fa},
         sm_busy_a=float(da.sm.busy_fraction) if da is not None else 0.0,
         sm_busy_b=float(db.sm.busy_fraction) if db is not None else 0.0,
-        sm_source_a=da.sm.source if da is not None else "none",
-        sm_source_b=db.sm.source if db is not None else "none",
+        sm_source_a=da.sm.source if da is not None else "none", sm_source_b=db.sm.source if db is not None else "none",
     )
 
 
@@ -94,19 +82,15 @@ def _match_devices(a: Analysis, b: Analysis) -> tuple[list[tuple[DeviceSummary |
     if not common and by_a and len(by_a) == len(by_b):
         ka, kb = sorted(by_a), sorted(by_b)
         pairs: list[tuple[DeviceSummary | None, DeviceSummary | None]] = [(by_a[x], by_b[y]) for x, y in zip(ka, kb)]
-        notes.append(
-            "no (rank, device) in common; devices paired in order: "
-            + ", ".join(f"A r{x[0]}/d{x[1]} with B r{y[0]}/d{y[1]}" for x, y in zip(ka, kb))
-        )
+        notes.append("no (rank, device) in common; devices paired in order: "
+                     + ", ".join(f"A r{x[0]}/d{x[1]} with B r{y[0]}/d{y[1]}" for x, y in zip(ka, kb)))
         return pairs, notes
     pairs = [(by_a[k], by_b.get(k)) for k in sorted(by_a)]
     pairs += [(None, by_b[k]) for k in sorted(by_b) if k not in by_a]
-    only_a = [k for k in by_a if k not in by_b]
-    only_b = [k for k in by_b if k not in by_a]
-    if only_a:
-        notes.append("only in A: " + ", ".join(f"r{r}/d{d}" for r, d in sorted(only_a)))
-    if only_b:
-        notes.append("only in B: " + ", ".join(f"r{r}/d{d}" for r, d in sorted(only_b)))
+    for side, mine, other in (("A", by_a, by_b), ("B", by_b, by_a)):
+        only = [k for k in mine if k not in other]
+        if only:
+            notes.append(f"only in {side}: " + ", ".join(f"r{r}/d{d}" for r, d in sorted(only)))
     return pairs, notes
 
 
@@ -122,23 +106,14 @@ def _totals(devices: list[DeviceComparison]) -> DeviceComparison | None:
     )
 
 
-# ---- gaps, findings, kernels -----------------------------------------------------------------------
-
-
 def _gap_causes(a: Analysis, b: Analysis) -> tuple[GapCauseDelta, ...]:
     def tally(an: Analysis) -> dict[str, tuple[int, int]]:
         return {c: (n, t) for c, n, t in cause_totals(an.gaps)}
 
     ta, tb = tally(a), tally(b)
     causes = list(GAP_CAUSES) + sorted((set(ta) | set(tb)) - set(GAP_CAUSES))
-    return tuple(
-        GapCauseDelta(
-            cause=c,
-            count=Delta(ta.get(c, (0, 0))[0], tb.get(c, (0, 0))[0]),
-            total_ns=Delta(ta.get(c, (0, 0))[1], tb.get(c, (0, 0))[1]),
-        )
-        for c in causes
-    )
+    return tuple(GapCauseDelta(c, Delta(ta.get(c, (0, 0))[0], tb.get(c, (0, 0))[0]),
+                               Delta(ta.get(c, (0, 0))[1], tb.get(c, (0, 0))[1])) for c in causes)
 
 
 def _by_rule(findings: tuple[Finding, ...]) -> dict[str, tuple[str, int, int, str]]:
@@ -164,28 +139,17 @@ def _findings(a: Analysis, b: Analysis) -> tuple[FindingDelta, ...]:
             status = "changed"
         else:
             status = "same"
-        out.append(
-            FindingDelta(
-                rule=rule,
-                status=status,
-                severity_a=fa[0] if fa else None,
-                severity_b=fb[0] if fb else None,
-                count=Delta(fa[1] if fa else 0, fb[1] if fb else 0),
-                wasted_ns=Delta(fa[2] if fa else 0, fb[2] if fb else 0),
-                message_a=fa[3] if fa else "",
-                message_b=fb[3] if fb else "",
-            )
-        )
+        out.append(FindingDelta(rule, status, fa[0] if fa else None, fb[0] if fb else None,
+                                Delta(fa[1] if fa else 0, fb[1] if fb else 0), Delta(fa[2] if fa else 0, fb[2] if fb else 0),
+                                fa[3] if fa else "", fb[3] if fb else ""))
     order = {"new": 0, "changed": 1, "gone": 2, "same": 3}
     return tuple(sorted(out, key=lambda f: (order[f.status], -max(f.wasted_ns.a, f.wasted_ns.b))))
 
 
 def _kernels(a_tl: Timeline, b_tl: Timeline, top: int) -> tuple[KernelDelta, ...]:
-    ka = kernel_summary(a_tl).set_index("name")
-    kb = kernel_summary(b_tl).set_index("name")
     # duplicate names cannot happen (grouped by interned name), but "" (unnamed) could collide: sum
-    ka = ka.groupby(level=0).agg({"calls": "sum", "total_ns": "sum"})
-    kb = kb.groupby(level=0).agg({"calls": "sum", "total_ns": "sum"})
+    ka, kb = (kernel_summary(t).set_index("name").groupby(level=0).agg({"calls": "sum", "total_ns": "sum"})
+              for t in (a_tl, b_tl))
     joined = ka.add_suffix("_a").join(kb.add_suffix("_b"), how="outer").fillna(0)
     if joined.empty:
         return ()
@@ -195,20 +159,9 @@ def _kernels(a_tl: Timeline, b_tl: Timeline, top: int) -> tuple[KernelDelta, ...
     for name, row in joined.iterrows():  # at most `top` rows
         ca, cb = int(row["calls_a"]), int(row["calls_b"])
         ta, tb = int(row["total_ns_a"]), int(row["total_ns_b"])
-        out.append(
-            KernelDelta(
-                name=str(name),
-                calls=Delta(ca, cb),
-                total_ns=Delta(ta, tb),
-                mean_ns_a=ta / ca if ca else 0.0,
-                mean_ns_b=tb / cb if cb else 0.0,
-                status="both" if ca and cb else ("a" if ca else "b"),
-            )
-        )
+        out.append(KernelDelta(str(name), Delta(ca, cb), Delta(ta, tb), ta / ca if ca else 0.0, tb / cb if cb else 0.0,
+                               "both" if ca and cb else ("a" if ca else "b")))
     return tuple(out)
-
-
-# ---- green contexts --------------------------------------------------------------------------------
 
 
 def uses_green_contexts(tl: Timeline) -> bool:
@@ -220,9 +173,7 @@ def _has_kernels(tl: Timeline) -> bool:
     return bool((tl.events["kind"].to_numpy() == int(EventKind.KERNEL)).any())
 
 
-def _green_contexts(
-    a_tl: Timeline, b_tl: Timeline
-) -> tuple[GreenContextExplanation | None, Literal["a", "b"] | None]:
+def _green_contexts(a_tl: Timeline, b_tl: Timeline) -> tuple[GreenContextExplanation | None, Literal["a", "b"] | None]:
     """The explanation when exactly one run uses green contexts and both ran kernels."""
     ga, gb = uses_green_contexts(a_tl), uses_green_contexts(b_tl)
     if ga == gb or not (_has_kernels(a_tl) and _has_kernels(b_tl)):
@@ -232,32 +183,21 @@ def _green_contexts(
     return green_context_explanation(a_tl, b_tl), "a"
 
 
-# ---- verdict ---------------------------------------------------------------------------------------
-
-
-def compare(
-    a: Analysis,
-    b: Analysis,
-    a_timeline: Timeline | None = None,
-    b_timeline: Timeline | None = None,
-    *,
-    top_kernels: int = TOP_KERNELS,
-) -> Comparison:
+def compare(a: Analysis, b: Analysis, a_timeline: Timeline | None = None, b_timeline: Timeline | None = None,
+            ) -> Comparison:
     """Baseline `a` against variant `b`. Deltas are b - a; percentages are relative to a."""
     pairs, notes = _match_devices(a, b)
     gaps_a, gaps_b = _gaps_by_device(a), _gaps_by_device(b)
     devices = [_device_comparison(da, db, gaps_a, gaps_b) for da, db in pairs]
     if a.options.gap_threshold_ns != b.options.gap_threshold_ns:
-        notes.append(
-            f"gap thresholds differ: A {a.options.gap_threshold_ns} ns, B {b.options.gap_threshold_ns} ns"
-        )
+        notes.append(f"gap thresholds differ: A {a.options.gap_threshold_ns} ns, B {b.options.gap_threshold_ns} ns")
     kernels: tuple[KernelDelta, ...] = ()
     have_timelines = a_timeline is not None and b_timeline is not None
     green: GreenContextExplanation | None = None
     green_run: Literal["a", "b"] | None = None
     comm: CommOverlapExplanation | None = None
     if a_timeline is not None and b_timeline is not None:
-        kernels = _kernels(a_timeline, b_timeline, top_kernels)
+        kernels = _kernels(a_timeline, b_timeline, TOP_KERNELS)
         if has_comm(a_timeline) and has_comm(b_timeline):
             # NCCL on its own partition: the compute/comm explanation replaces the matmul/elementwise one
             # over the steps (set-up such as the communicator's warm-up left out) when both runs have
@@ -276,32 +216,11 @@ def compare(
         notes.append("kernels not compared (timelines not given)")
     gap_deltas = _gap_causes(a, b)
     finding_deltas = _findings(a, b)
-    answer = verdict(
-        a,
-        b,
-        devices,
-        gap_deltas,
-        finding_deltas,
-        step_durations(a),
-        step_durations(b),
-    )
+    answer = verdict(a, b, devices, gap_deltas, finding_deltas, step_durations(a), step_durations(b))
     caveats = relatedness_caveats(devices, a_timeline, b_timeline)
     if caveats:
         notes += [f"caution: {c}" for c in caveats]
         if answer is not None:
             answer = replace(answer, caveats=tuple(caveats))
-    return Comparison(
-        a=a.trace,
-        b=b.trace,
-        devices=tuple(devices),
-        gaps=gap_deltas,
-        findings=finding_deltas,
-        kernels=kernels,
-        totals=_totals(devices),
-        notes=tuple(notes),
-        kernels_compared=have_timelines,
-        green_contexts=green,
-        green_contexts_run=green_run,
-        verdict=answer,
-        comm_overlap=comm,
-    )
+    return Comparison(a.trace, b.trace, tuple(devices), gap_deltas, finding_deltas, kernels, _totals(devices),
+                      tuple(notes), have_timelines, green, green_run, answer, comm)

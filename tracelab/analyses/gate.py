@@ -67,10 +67,7 @@ def mann_whitney_greater(a: np.ndarray, b: np.ndarray) -> MannWhitney:
     mean = n1 * n2 / 2.0
     ties = float((counts**3 - counts).sum())
     var = n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
-    if var <= 0:
-        z = 0.0 if u <= mean else math.inf
-    else:
-        z = (u - mean - 0.5) / math.sqrt(var)
+    z = (0.0 if u <= mean else math.inf) if var <= 0 else (u - mean - 0.5) / math.sqrt(var)
     p = 0.5 * math.erfc(z / math.sqrt(2.0))
     return MannWhitney(u=u, z=z, p_value=p)
 
@@ -113,17 +110,14 @@ def gate(a: Analysis, b: Analysis, threshold_pct: float, span_a_ns: int = 0, spa
         slower = bool(mw.p_value < ALPHA and mb > ma * f)
         pct = 100.0 * (mb - ma) / ma if ma else None
         pct_text = "n/a" if pct is None else f"{pct:+.1f}%"
-        reason = (
-            f"B's median GPU step {mb / 1e6:.3f} ms vs A's {ma / 1e6:.3f} ms ({pct_text}); "
-            f"one-sided Mann-Whitney U of B > A x {f:.3f}: U={mw.u:.1f}, p={mw.p_value:.3g} "
-            f"({'<' if mw.p_value < ALPHA else '>='} {ALPHA}) over {ta.size} and {tb.size} steady steps"
-        )
+        reason = (f"B's median GPU step {mb / 1e6:.3f} ms vs A's {ma / 1e6:.3f} ms ({pct_text}); "
+                  f"one-sided Mann-Whitney U of B > A x {f:.3f}: U={mw.u:.1f}, p={mw.p_value:.3g} "
+                  f"({'<' if mw.p_value < ALPHA else '>='} {ALPHA}) over {ta.size} and {tb.size} steady steps")
         from tracelab.analyses.steps.steady import steady_step_time
 
         on_gpu = steady_step_time(a.step_rows) is not None and steady_step_time(b.step_rows) is not None
         return Gate(threshold_pct, "gpu_step" if on_gpu else "step", "mann_whitney_u_one_sided", ALPHA, int(ta.size),
-                    int(tb.size), ma, mb,
-                    pct, mw.u, mw.z, mw.p_value, slower, EXIT_SLOWER if slower else 0, reason)
+                    int(tb.size), ma, mb, pct, mw.u, mw.z, mw.p_value, slower, EXIT_SLOWER if slower else 0, reason)
     sa, sb = float(span_a_ns), float(span_b_ns)
     slower = bool(sa > 0 and sb > sa * f)
     pct = 100.0 * (sb - sa) / sa if sa else None

@@ -33,7 +33,7 @@ import numpy as np
 from tracelab.analyses.core.intervals import merge
 from tracelab.analyses.core.overhead import overhead_table
 from tracelab.analyses.results import CAUSES, Analysis, GapTable
-from tracelab.model.grouping import member, sorted_unique
+from tracelab.model.grouping import any_of, member, sorted_unique
 from tracelab.model.kinds import EventKind, Flag
 from tracelab.model.timeline import Timeline
 
@@ -69,11 +69,8 @@ class Health:
         return next(c for c in self.checks if c.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "checks": [asdict(c) for c in self.checks],
-            "weakened_findings": [{"rule": r, "why": w} for r, w in self.weakened],
-        }
+        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks],
+                "weakened_findings": [{"rule": r, "why": w} for r, w in self.weakened]}
 
 
 def _records(tl: Timeline) -> list[dict[str, Any]]:
@@ -82,17 +79,12 @@ def _records(tl: Timeline) -> list[dict[str, Any]]:
     Kineto parser writes "log" and "overhead")."""
     extra = tl.meta.extra if isinstance(tl.meta.extra, dict) else {}
     out = [extra["health"]] if isinstance(extra.get("health"), dict) else []
-    for e in (extra.get("rank_extra") or {}).values():
-        if isinstance(e, dict) and isinstance(e.get("health"), dict):
-            out.append(e["health"])
-    return out
+    return out + [e["health"] for e in (extra.get("rank_extra") or {}).values()
+                  if isinstance(e, dict) and isinstance(e.get("health"), dict)]
 
 
 def _lines(texts: list[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for t in texts:
-        seen.setdefault(t, None)
-    return list(seen)
+    return list(dict.fromkeys(texts))
 
 
 def _dropped(tl: Timeline) -> HealthCheck:
@@ -160,20 +152,13 @@ def _overhead(tl: Timeline, an: Analysis | None) -> HealthCheck:
     summary = f"{s.size} profiler-overhead intervals ({source}), {int((ue - us).sum()) / 1e6:.3f} ms"
     if covered_n:
         summary += f"; they cover {covered_n} GPU gaps ({covered_ns / 1e6:.3f} ms of idle): cause profiler, not the host"
-        return HealthCheck("profiler_overhead", "warn", summary, data)
-    return HealthCheck("profiler_overhead", "ok", summary, data)
-
-
-def _launch_rows(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
-    kind = tl.col("kind")
-    host = (kind == EventKind.RUNTIME) | (kind == EventKind.DRIVER)
-    launch = host & ((tl.col("flags") & Flag.LAUNCH) != 0)
-    gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
-    return np.flatnonzero(launch), np.flatnonzero(gpu)
+    return HealthCheck("profiler_overhead", "warn" if covered_n else "ok", summary, data)
 
 
 def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
-    lr, gr = _launch_rows(tl)
+    kind = tl.col("kind")
+    lr = np.flatnonzero(any_of(kind, (EventKind.RUNTIME, EventKind.DRIVER)) & ((tl.col("flags") & Flag.LAUNCH) != 0))
+    gr = np.flatnonzero(any_of(kind, GPU_KINDS))
     corr = tl.col("correlation")
     rank = tl.col("rank")  # a broadcast column of a one-rank trace: no int64 copy of every event
     lc = corr[lr]
@@ -192,13 +177,10 @@ def _correlation_and_graphs(tl: Timeline) -> tuple[HealthCheck, HealthCheck]:
     cdata = {"launches": int(lr.size), "without_correlation": no_corr, "without_gpu_op": int(unmatched.sum()),
              "orphan_gpu_ops": orphans}
     bad = no_corr or orphans
-    parts = []
-    if no_corr:
-        parts.append(f"{no_corr} launch calls carry no correlation id")
-    if orphans:
-        parts.append(f"{orphans} GPU ops match no launch (launched before the capture window?)")
-    if unmatched.sum():
-        parts.append(f"{int(unmatched.sum())} launches have no GPU op in the trace")
+    n_unmatched = cdata["without_gpu_op"]
+    parts = [text for n, text in ((no_corr, f"{no_corr} launch calls carry no correlation id"),
+                                  (orphans, f"{orphans} GPU ops match no launch (launched before the capture window?)"),
+                                  (n_unmatched, f"{n_unmatched} launches have no GPU op in the trace")) if n]
     corr_check = HealthCheck("correlation", "warn" if bad else "ok",
                              "; ".join(parts) or f"all {lr.size} launches and their GPU ops are linked", cdata)
     gdata = {"graph_launches": graph_launches, "without_node_kernels": graph_unmatched, "graph_gpu_ops": graph_ops}
@@ -235,8 +217,7 @@ def _window(tl: Timeline, an: Analysis | None) -> HealthCheck:
     if open_ranges:
         parts.append(f"{open_ranges} NVTX ranges never ended (cut by the capture window)")
     if an is not None and an.steps:
-        kind = tl.col("kind")
-        g = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
+        g = any_of(tl.col("kind"), GPU_KINDS)
         s, e = tl.col("start")[g], tl.col("end")[g]
         first = min(x.start_ns for x in an.steps)
         last = max(x.end_ns for x in an.steps)
@@ -247,9 +228,8 @@ def _window(tl: Timeline, an: Analysis | None) -> HealthCheck:
         if total and (before + after) > 0.05 * total:
             parts.append(f"{(before + after) / total:.0%} of the GPU time lies outside the steps (partial steps at the "
                          "window's edges)")
-    if parts:
-        return HealthCheck("window", "warn", "; ".join(parts), data)
-    return HealthCheck("window", "ok", "the steps lie inside the capture window", data)
+    return HealthCheck("window", "warn" if parts else "ok", "; ".join(parts) or "the steps lie inside the capture window",
+                       data)
 
 
 def trace_health(tl: Timeline, analysis: Analysis | None = None) -> Health:

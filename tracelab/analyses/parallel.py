@@ -19,9 +19,7 @@ from tracelab.settings import release_memory, usable_cores
 T = TypeVar("T")
 
 PARALLEL_MIN_EVENTS = 100_000  # below this, one thread is as fast (54 MB, 123 k events: 0.58 vs 0.68 s on 16 cores)
-# above this, the temporaries of two analyses at once raise the peak memory of the biggest traces by a
-# fifth (x64, 13.8 M events: 2.59 vs 2.11 GiB) while the analyses are a small part of their run: one thread
-PARALLEL_MAX_EVENTS = 8_000_000
+PARALLEL_MAX_EVENTS = 8_000_000  # above this, one thread: two analyses' temporaries at once raise the peak memory
 THREADS_ENV = "TRACELAB_ANALYZE_THREADS"  # caps the threads (1: one thread)
 # above this, memory first (issue 26: x64, 7.9 M events, within 2.5 GiB on the 16-core host): the C allocator's
 # free memory is given back after each task of the analysis (`run_each(..., release=True)`: each helper thread's
@@ -33,8 +31,6 @@ MEMORY_FIRST_EVENTS = 4_000_000
 def memory_first(n_events: int) -> bool:
     """Whether a timeline of n_events events is analysed memory first (MEMORY_FIRST_EVENTS)."""
     return n_events > MEMORY_FIRST_EVENTS
-
-
 
 
 def threads_for(n_events: int) -> int:
@@ -88,10 +84,7 @@ def run_each(
                     raise  # Ctrl-C: now, not after the helpers' tasks
                 return
 
-    helpers = [
-        threading.Thread(target=work, name=f"tracelab-analyze-{k}", daemon=True)
-        for k in range(min(threads, n) - 1)
-    ]
+    helpers = [threading.Thread(target=work, name=f"tracelab-analyze-{k}", daemon=True) for k in range(min(threads, n) - 1)]
     for h in helpers:
         h.start()
     work()

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tracelab.analyses.core.bands import group_index
 from tracelab.analyses.core.rows import rank_rows
 from tracelab.analyses.steps.infer import Steps, find_steps
 from tracelab.analyses.steps.table import StepRow, gpu_windows
@@ -53,24 +54,20 @@ TIME_LIMIT_US = (1 << 62) / 1000.0  # every time tracelab holds is below 2^62 ns
 
 def check_gap_threshold_us(text: str) -> float:
     """--gap-threshold-us as a float: a finite number of µs from 0 to TIME_LIMIT_US; BadInput (one
-    line) otherwise (nan, inf, 1e308 and -5 used to end in a traceback or click's usage text)."""
+    line) otherwise (nan, inf, 1e308, -5)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or not 0 <= value <= TIME_LIMIT_US:
-        raise BadInput(
-            f"--gap-threshold-us {text[:40]!r}: expected a number of microseconds from 0 to {TIME_LIMIT_US:.3g}"
-        )
+        raise BadInput(f"--gap-threshold-us {text[:40]!r}: expected a number of microseconds from 0 to {TIME_LIMIT_US:.3g}")
     return value
 
 
 def _us_to_ns(text: str, window_us: str) -> int:
     value = float(text)
     if not math.isfinite(value) or abs(value) >= TIME_LIMIT_US:
-        raise BadInput(
-            f"--window {window_us[:80]!r}: {text[:40]} µs is out of range (times are below {TIME_LIMIT_US:.3g} µs)"
-        )
+        raise BadInput(f"--window {window_us[:80]!r}: {text[:40]} µs is out of range (times are below {TIME_LIMIT_US:.3g} µs)")
     return round(value * 1000)
 
 
@@ -86,19 +83,14 @@ def parse_scope(steps: str | None, window_us: str | None) -> Scope | None:
         if not m or (not m.group(1) and not m.group(2)):
             raise BadInput(f"--steps {steps!r}: expected A:B (step indices, e.g. 1:10, 3:, :5 or 4)")
         first = int(m.group(1)) if m.group(1) else 0
-        if m.group(2) is None:
-            stop = first + 1
-        else:
-            stop = int(m.group(3)) if m.group(3) else OPEN_END
+        stop = first + 1 if m.group(2) is None else int(m.group(3)) if m.group(3) else OPEN_END
         if stop <= first:
             raise BadInput(f"--steps {steps!r}: the range is empty (B must be greater than A)")
         return Scope(steps=(first, stop), window_ns=None)
     assert window_us is not None
     m = _US_RANGE.match(window_us)
     if not m:
-        raise BadInput(
-            f"--window {window_us!r}: expected START_US:END_US (microseconds from the run start, e.g. 1000:2500)"
-        )
+        raise BadInput(f"--window {window_us!r}: expected START_US:END_US (microseconds from the run start, e.g. 1000:2500)")
     start = _us_to_ns(m.group(1), window_us) if m.group(1) else 0
     end = _us_to_ns(m.group(2), window_us) if m.group(2) else OPEN_END
     if end <= start:
@@ -138,9 +130,7 @@ def chosen_steps(timeline: Timeline, scope: Scope, steps: Steps) -> list[_Window
     for rank in ranks:
         s, e = steps.of_rank(rank)
         if first >= s.size:
-            raise BadInput(
-                f"--steps {first}:{_stop_text(stop)}: rank {rank} has {s.size} steps (0..{s.size - 1})"
-            )
+            raise BadInput(f"--steps {first}:{_stop_text(stop)}: rank {rank} has {s.size} steps (0..{s.size - 1})")
         g0, g1 = gpu_windows(timeline, rank, gpu_of.get(rank, empty), s, e)
         for i in range(first, min(stop, s.size)):  # one entry per chosen step
             out.append(_Window(rank, i, int(s[i]), int(e[i]), int(g0[i]), int(g1[i])))
@@ -178,10 +168,8 @@ def apply_scope(timeline: Timeline, scope: Scope | None, steps: Steps) -> tuple[
         g0, g1 = spans[r][0], spans[r][1]
         idx = [w.index for w in chosen if w.rank == r]
         n_all = steps.of_rank(r)[0].size
-        parts.append(
-            f"rank {r}: steps {min(idx)}–{max(idx)} of 0–{n_all - 1} ({fmt_ns(g1 - g0)} on the GPU, "
-            f"+{fmt_ns(g0 - origin)} … +{fmt_ns(g1 - origin)})"
-        )
+        parts.append(f"rank {r}: steps {min(idx)}–{max(idx)} of 0–{n_all - 1} ({fmt_ns(g1 - g0)} on the GPU, "
+                     f"+{fmt_ns(g0 - origin)} … +{fmt_ns(g1 - origin)})")
     source = _source_text(steps)
     note = "figures cover " + "; ".join(parts) + (f" ({source} steps)" if source else "")
     ranges = {r: (v[0], v[1]) for r, v in spans.items()}
@@ -203,27 +191,18 @@ def clip_spans(timeline: Timeline, spans: Mapping[int, tuple[int, int, int, int]
     g_lo, g_hi = _per_rank_bounds(rank, {r: (v[0], v[1]) for r, v in spans.items()})
     h_lo, h_hi = _per_rank_bounds(rank, {r: (v[2], v[3]) for r, v in spans.items()})
     gpu = np.isin(timeline.col("kind"), _GPU_SIDE)
-    return _clip(
-        timeline, np.where(gpu, g_lo, h_lo), np.where(gpu, g_hi, h_hi), {r: (v[0], v[1]) for r, v in spans.items()}
-    )
+    return _clip(timeline, np.where(gpu, g_lo, h_lo), np.where(gpu, g_hi, h_hi), {r: (v[0], v[1]) for r, v in spans.items()})
 
 
 def _per_rank_bounds(rank: np.ndarray, ranges: Mapping[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """Per event, the [lo, hi) of its rank's range; (0, 0) (nothing kept) for a rank without one."""
-    table = np.array(sorted(ranges), dtype=np.int64)
-    if table.size == 0:
-        zero = np.zeros(rank.size, dtype=np.int64)
-        return zero, zero
-    lo_r = np.array([ranges[r][0] for r in table.tolist()], dtype=np.int64)
-    hi_r = np.array([ranges[r][1] for r in table.tolist()], dtype=np.int64)
-    idx = np.minimum(np.searchsorted(table, rank), table.size - 1)
-    known = table[idx] == rank
+    table = sorted(ranges)
+    lo_r, hi_r = (np.array([ranges[r][k] for r in table] or [0], dtype=np.int64) for k in (0, 1))
+    idx, known = group_index(np.array(table, dtype=np.int64), rank)
     return np.where(known, lo_r[idx], 0), np.where(known, hi_r[idx], 0)
 
 
-def _clip(
-    timeline: Timeline, lo: np.ndarray, hi: np.ndarray, gpu_ranges: Mapping[int, tuple[int, int]]
-) -> Timeline:
+def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray, gpu_ranges: Mapping[int, tuple[int, int]]) -> Timeline:
     """Events overlapping [lo, hi) (per event), clipped to it; instantaneous events inside it; SM blocks
     overlapping their rank's `gpu_ranges` entry, clipped to it. By columns: no pandas unless the
     timeline carries SM blocks."""
@@ -246,11 +225,9 @@ def _clip(
 
 def _with_scope(timeline: Timeline, scope: Scope, ranges: dict[int, tuple[int, int]]) -> Timeline:
     extra = dict(timeline.meta.extra)
-    extra["scope"] = {
-        "steps": list(scope.steps) if scope.steps else None,
-        "window_ns": list(scope.window_ns) if scope.window_ns else None,
-        "ranges_ns": {str(r): [int(a), int(b)] for r, (a, b) in ranges.items()},
-    }
+    extra["scope"] = {"steps": list(scope.steps) if scope.steps else None,
+                      "window_ns": list(scope.window_ns) if scope.window_ns else None,
+                      "ranges_ns": {str(r): [int(a), int(b)] for r, (a, b) in ranges.items()}}
     return timeline.with_meta(extra=extra)
 
 
@@ -261,14 +238,11 @@ def _steps_inside(steps: Steps, ranges: dict[int, tuple[int, int]]) -> str:
         lo, hi = ranges.get(r, (0, 0))
         total += s.size
         inside += int(np.count_nonzero((s >= lo) & (e <= hi)))
-    if not total:
-        return "no steps found"
-    return f"{inside} of {total} steps fully inside"
+    return f"{inside} of {total} steps fully inside" if total else "no steps found"
 
 
 def _source_text(steps: Steps) -> str:
-    sources = sorted({s.source for s in steps.steps})
-    return "/".join(sources)
+    return "/".join(sorted({s.source for s in steps.steps}))
 
 
 def whole_run_note(steps: Steps) -> str:
@@ -278,17 +252,11 @@ def whole_run_note(steps: Steps) -> str:
     for r in steps.ranks():
         s, e = steps.of_rank(r)
         d = e - s
-        med = float(np.median(d))
-        first = int(d[0])
+        med, first = float(np.median(d)), int(d[0])
         ratio = f", {first / med:.1f}× the median step" if med > 0 else ""
-        parts.append(
-            f"rank {r}: {s.size} steps, median {fmt_ns(int(med))}; warm-up step 0 {fmt_ns(first)}{ratio}"
-        )
-    return (
-        f"figures cover the whole trace, {_source_text(steps)} steps included: "
-        + "; ".join(parts)
-        + " (--steps 1: leaves the warm-up out)"
-    )
+        parts.append(f"rank {r}: {s.size} steps, median {fmt_ns(int(med))}; warm-up step 0 {fmt_ns(first)}{ratio}")
+    return (f"figures cover the whole trace, {_source_text(steps)} steps included: " + "; ".join(parts)
+            + " (--steps 1: leaves the warm-up out)")
 
 
 def steps_in_ranges(steps: Steps, ranges: dict[int, tuple[int, int]]) -> Steps:
@@ -302,9 +270,8 @@ def steps_in_ranges(steps: Steps, ranges: dict[int, tuple[int, int]]) -> Steps:
     return Steps(tuple(kept), steps.notes)
 
 
-def scope_timeline(
-    timeline: Timeline, steps_option: str | None, window_option: str | None
-) -> tuple[Timeline, Steps, str]:
+def scope_timeline(timeline: Timeline, steps_option: str | None, window_option: str | None,
+                   ) -> tuple[Timeline, Steps, str]:
     """What `--steps` / `--window` do, in one call: the timeline restricted to the scope, its steps
     (`--steps`: the chosen ones, whole; `--window`: those inside the range, clipped; with their original
     indices) and the note on what the figures cover. Without either option: the whole timeline, all its

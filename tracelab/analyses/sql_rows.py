@@ -28,13 +28,9 @@ def event_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     start, end = c("start").astype(np.int64), c("end").astype(np.int64)
     kind = c("kind").astype(np.int64)
     return {
-        "run_id": [run_id] * n,
-        "seq": list(range(n)),
-        "kind": _KIND_NAMES[np.clip(kind, 0, len(_KIND_NAMES) - 1)].tolist(),
-        "name": _names(tl, c("name")),
-        "category": _names(tl, c("category")),
-        "start_ns": start.tolist(),
-        "end_ns": end.tolist(),
+        "run_id": [run_id] * n, "seq": list(range(n)),
+        "kind": _KIND_NAMES[np.clip(kind, 0, len(_KIND_NAMES) - 1)].tolist(), "name": _names(tl, c("name")),
+        "category": _names(tl, c("category")), "start_ns": start.tolist(), "end_ns": end.tolist(),
         "duration_ns": (end - start).tolist(),
         **{k: c(k).tolist() for k in ("rank", "device", "stream", "pid", "tid", "correlation", "bytes", "flags")},
     }
@@ -44,14 +40,8 @@ def kernel_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     rows = np.flatnonzero(tl.col("kind") == EventKind.KERNEL)
     c = tl.col
     start, end = c("start")[rows].astype(np.int64), c("end")[rows].astype(np.int64)
-    out: dict[str, list[Any]] = {
-        "run_id": [run_id] * rows.size,
-        "seq": rows.tolist(),
-        "name": _names(tl, c("name")[rows]),
-        "start_ns": start.tolist(),
-        "end_ns": end.tolist(),
-        "duration_ns": (end - start).tolist(),
-    }
+    out: dict[str, list[Any]] = {"run_id": [run_id] * rows.size, "seq": rows.tolist(), "name": _names(tl, c("name")[rows]),
+                                 "start_ns": start.tolist(), "end_ns": end.tolist(), "duration_ns": (end - start).tolist()}
     for k in ("rank", "device", "context", "green_context", "stream", "correlation", "grid_x", "grid_y", "grid_z",
               "block_x", "block_y", "block_z", "registers", "shared_mem", "graph_id"):
         out[k] = c(k)[rows].tolist()
@@ -64,19 +54,12 @@ def gap_rows(run_id: str, an: Analysis, evidence: Sequence[str]) -> dict[str, li
     col = gaps.column
     start, end = col("start").astype(np.int64), col("end").astype(np.int64)
     ls = col("launch_start").astype(np.int64)
-    return {
-        "run_id": [run_id] * len(gaps),
-        "rank": col("rank").tolist(),
-        "device": col("device").tolist(),
-        "start_ns": start.tolist(),
-        "end_ns": end.tolist(),
-        "duration_ns": (end - start).tolist(),
-        "cause": [CAUSES[k] for k in col("cause").tolist()],
-        "evidence": list(evidence),
-        "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
-        "launch_start_ns": [x if x >= 0 else None for x in ls.tolist()],
-        "host_active_fraction": col("host_active").tolist(),
-    }
+    return {"run_id": [run_id] * len(gaps), "rank": col("rank").tolist(), "device": col("device").tolist(),
+            "start_ns": start.tolist(), "end_ns": end.tolist(), "duration_ns": (end - start).tolist(),
+            "cause": [CAUSES[k] for k in col("cause").tolist()], "evidence": list(evidence),
+            "host_data": [gaps.host_data_labels[k] for k in col("host_data").tolist()],
+            "launch_start_ns": [x if x >= 0 else None for x in ls.tolist()],
+            "host_active_fraction": col("host_active").tolist()}
 
 
 def step_rows(run_id: str, an: Analysis) -> dict[str, list[Any]]:
@@ -98,14 +81,9 @@ def finding_rows(run_id: str, an: Analysis) -> dict[str, list[Any]]:
     fs = an.findings
     return {
         "run_id": [run_id] * len(fs),
-        "rule": [f.rule for f in fs],
-        "severity": [f.severity for f in fs],
-        "count": [f.count for f in fs],
-        "wasted_ns": [f.wasted_ns for f in fs],
-        "message": [f.message for f in fs],
+        **{k: [getattr(f, k) for f in fs] for k in ("rule", "severity", "count", "wasted_ns", "message")},
         "location": [f.where for f in fs],
-        "data": [orjson.dumps(f.data, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
-                 for f in fs],
+        "data": [orjson.dumps(f.data, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode() for f in fs],
     }
 
 
@@ -117,21 +95,14 @@ def range_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     c = tl.col
     has = p.gpu_ops > 0
     return {
-        "run_id": [run_id] * r.size,
-        "seq": r.tolist(),
+        "run_id": [run_id] * r.size, "seq": r.tolist(),
         "kind": np.where(c("kind")[r] == EventKind.CPU_OP, "cpu_op", "nvtx").tolist(),
-        "name": _names(tl, c("name")[r]),
-        "rank": c("rank")[r].tolist(),
-        "pid": c("pid")[r].tolist(),
-        "tid": c("tid")[r].tolist(),
-        "depth": p.depth.tolist(),
-        "start_ns": c("start")[r].tolist(),
-        "end_ns": c("end")[r].tolist(),
-        "gpu_ops": p.gpu_ops.tolist(),
+        "name": _names(tl, c("name")[r]), "rank": c("rank")[r].tolist(), "pid": c("pid")[r].tolist(),
+        "tid": c("tid")[r].tolist(), "depth": p.depth.tolist(), "start_ns": c("start")[r].tolist(),
+        "end_ns": c("end")[r].tolist(), "gpu_ops": p.gpu_ops.tolist(),
         "gpu_start_ns": [int(x) if h else None for x, h in zip(p.gpu_start.tolist(), has.tolist(), strict=True)],
         "gpu_end_ns": [int(x) if h else None for x, h in zip(p.gpu_end.tolist(), has.tolist(), strict=True)],
-        "gpu_ns": p.gpu_ns.tolist(),
-        "kernel_ns": p.kernel_ns.tolist(),
+        "gpu_ns": p.gpu_ns.tolist(), "kernel_ns": p.kernel_ns.tolist(),
     }
 
 
@@ -139,16 +110,9 @@ def collective_rows(run_id: str, tl: Timeline) -> dict[str, list[Any]]:
     from tracelab.analyses.ranks.collectives import match_collectives
 
     calls = match_collectives(tl).calls
-    return {
-        "run_id": [run_id] * len(calls),
-        "name": [k.name for k in calls],
-        "seq": [k.seq for k in calls],
-        "participants": [k.count for k in calls],
-        "ranks": [",".join(map(str, k.ranks)) for k in calls],
-        "start_ns": [k.start_ns for k in calls],
-        "last_start_ns": [k.last_start_ns for k in calls],
-        "end_ns": [k.end_ns for k in calls],
-        "skew_ns": [k.skew_ns for k in calls],
-        "last_rank": [k.last_rank for k in calls],
-        "wait_ns": [k.wait_ns for k in calls],
-    }
+    columns = {"name": "name", "seq": "seq", "participants": "count", "ranks": "ranks"}  # column: Collective field
+    columns |= {k: k for k in ("start_ns", "last_start_ns", "end_ns", "skew_ns", "last_rank", "wait_ns")}
+    out: dict[str, list[Any]] = {"run_id": [run_id] * len(calls)}
+    out |= {col: [getattr(k, f) for k in calls] for col, f in columns.items()}
+    out["ranks"] = [",".join(map(str, r)) for r in out["ranks"]]
+    return out

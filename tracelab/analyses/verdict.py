@@ -7,13 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from tracelab.analyses.comparison import (
-    Delta,
-    DeviceComparison,
-    FindingDelta,
-    GapCauseDelta,
-    Verdict,
-)
+from tracelab.analyses.comparison import Delta, DeviceComparison, FindingDelta, GapCauseDelta, Verdict
 from tracelab.analyses.device.kernels import kernel_summary
 from tracelab.analyses.results import Analysis
 from tracelab.analyses.steps.steady import steady_step_time
@@ -28,25 +22,15 @@ def step_durations(an: Analysis) -> np.ndarray:
 
 
 def _gpu_span(an: Analysis) -> int:
-    if not an.devices:
-        return 0
-    return int(max(d.end_ns for d in an.devices) - min(d.start_ns for d in an.devices))
+    return int(max(d.end_ns for d in an.devices) - min(d.start_ns for d in an.devices)) if an.devices else 0
 
 
-def verdict(
-    a: Analysis,
-    b: Analysis,
-    devices: list[DeviceComparison],
-    gaps: tuple[GapCauseDelta, ...],
-    findings: tuple[FindingDelta, ...],
-    a_steps: np.ndarray | None = None,
-    b_steps: np.ndarray | None = None,
-) -> Verdict | None:
+def verdict(a: Analysis, b: Analysis, devices: list[DeviceComparison], gaps: tuple[GapCauseDelta, ...],
+            findings: tuple[FindingDelta, ...], a_steps: np.ndarray, b_steps: np.ndarray) -> Verdict | None:
     """Per-step time when both runs mark steps, else GPU span; idle change; the causes that moved."""
     if not a.devices and not b.devices:
         return None
-    na = 0 if a_steps is None else int(a_steps.size)
-    nb = 0 if b_steps is None else int(b_steps.size)
+    na, nb = int(a_steps.size), int(b_steps.size)
     sa, sb = steady_step_time(a.step_rows), steady_step_time(b.step_rows)
     spread_a = spread_b = 0
     warnings: list[str] = []
@@ -62,7 +46,7 @@ def verdict(
             warnings.append(f"rank counts differ: A {len(sa.per_rank)}, B {len(sb.per_rank)}")
     elif na and nb:
         basis = "step"
-        a_ns, b_ns = round(float(a_steps.mean())), round(float(b_steps.mean()))  # type: ignore[union-attr]
+        a_ns, b_ns = round(float(a_steps.mean())), round(float(b_steps.mean()))
     else:
         basis, a_ns, b_ns = "span", _gpu_span(a), _gpu_span(b)
         if bool(na) != bool(nb) or (sa is None) != (sb is None):
@@ -71,30 +55,17 @@ def verdict(
     idle = Delta(sum(d.idle_ns.a for d in both), sum(d.idle_ns.b for d in both))
     span = Delta(sum(d.span_ns.a for d in both), sum(d.span_ns.b for d in both))
     moved = sorted((g for g in gaps if g.total_ns.delta), key=lambda g: -abs(g.total_ns.delta))
-    return Verdict(
-        basis=basis,
-        a_ns=int(a_ns),
-        b_ns=int(b_ns),
-        steps_a=na,
-        steps_b=nb,
-        idle_ns=idle,
-        idle_fraction_a=idle.a / span.a if span.a else 0.0,
-        idle_fraction_b=idle.b / span.b if span.b else 0.0,
-        causes=tuple(moved[:VERDICT_CAUSES]),
-        new_findings=tuple(f.rule for f in findings if f.status == "new"),
-        gone_findings=tuple(f.rule for f in findings if f.status == "gone"),
-        spread_a=spread_a,
-        spread_b=spread_b,
-        warnings=tuple(warnings),
-    )
+    return Verdict(basis, int(a_ns), int(b_ns), na, nb, idle, idle.a / span.a if span.a else 0.0,
+                   idle.b / span.b if span.b else 0.0, tuple(moved[:VERDICT_CAUSES]),
+                   tuple(f.rule for f in findings if f.status == "new"),
+                   tuple(f.rule for f in findings if f.status == "gone"), spread_a, spread_b, tuple(warnings))
 
 
 UNRELATED_SHARE = 0.2  # below this share of kernel time in kernels both runs ran, they are unrelated
 
 
-def relatedness_caveats(
-    devices: list[DeviceComparison], a_timeline: Timeline | None, b_timeline: Timeline | None
-) -> list[str]:
+def relatedness_caveats(devices: list[DeviceComparison], a_timeline: Timeline | None, b_timeline: Timeline | None,
+                        ) -> list[str]:
     """Reasons a verdict between these runs may mean little: matched devices of different GPU models,
     and (with timelines) runs whose kernel time lies mostly in kernels the other run never ran."""
     out: list[str] = []

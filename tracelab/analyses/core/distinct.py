@@ -83,8 +83,7 @@ class FirstPosition:
 
 def _hashable(v: np.ndarray) -> bool:
     """Whether hashing (pandas) beats np.unique's sort here: big enough, integers, and pandas already
-    loaded or the array so big that loading it (~0.3-0.6 s) pays (a small trace's `analyze` never
-    imports pandas: that import alone was a third of its run)."""
+    loaded or the array so big that loading it pays (a small trace's `analyze` never imports pandas)."""
     if v.size < SMALL or v.dtype.kind not in "iub":
         return False
     return "pandas" in sys.modules or v.size >= IMPORT_PANDAS_AT

@@ -16,43 +16,27 @@ _I64 = np.int64
 
 def os_call_rows(timeline: Timeline, rank: int) -> np.ndarray:
     """Positions (ascending) of the rank's OS runtime calls (nsys --trace=osrt)."""
-    os_cat = memo(timeline, "os_call_category", lambda: _string_id(timeline.strings, OS_CALL_CATEGORY))
+    strings = timeline.strings
+    os_cat = memo(timeline, "os_call_category",
+                  lambda: strings.index(OS_CALL_CATEGORY) if OS_CALL_CATEGORY in strings else -1)
     if os_cat < 0:
         return np.zeros(0, dtype=_I64)
     other = rows_of(timeline, rank, (EventKind.OTHER,))
     return other[column(timeline, "category")[other] == os_cat]
 
 
-
 FEW_THREADS = 16  # up to this many threads, a mask per thread beats sorting every host event by thread
 
 
-def _life_spans(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, tuple[int, int]]:
-    """Per thread: (first start, last end) of its events (in any order)."""
-    if tid.size == 0:
-        return {}
+def _first_starts(tid: np.ndarray, start: np.ndarray) -> dict[int, int]:
+    """Per thread: the first start of its events (in any order)."""
     threads = distinct(tid)
     if threads.size <= FEW_THREADS:
-        spans = {}
-        for t in threads.tolist():
-            m = tid == t
-            spans[int(t)] = (int(start[m].min()), int(end[m].max()))
-        return spans
+        return {int(t): int(start[tid == t].min()) for t in threads.tolist()}
     order = np.argsort(tid, kind="stable")
     t = tid[order]
     first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
-    lo = np.minimum.reduceat(start[order], first)
-    hi = np.maximum.reduceat(end[order], first)
-    return {int(a): (int(b), int(c)) for a, b, c in zip(t[first].tolist(), lo.tolist(), hi.tolist(), strict=True)}
-
-
-
-def _string_id(strings: tuple[str, ...], s: str) -> int:
-    try:
-        return strings.index(s)
-    except ValueError:
-        return -1
-
+    return dict(zip(t[first].tolist(), np.minimum.reduceat(start[order], first).tolist(), strict=True))
 
 
 FirstSeen = dict[tuple[int, int], int]  # (rank, tid) -> start of the thread's first recorded host activity
@@ -68,8 +52,7 @@ def thread_first_seen(timeline: Timeline) -> FirstSeen:
         rows = np.concatenate([rows_of(timeline, rank, (*HOST_API_KINDS, EventKind.CPU_OP, EventKind.NVTX_RANGE)),
                                os_call_rows(timeline, rank)])
         if rows.size:
-            spans = _life_spans(tid[rows], start[rows], start[rows])
-            out.update({(rank, t): first for t, (first, _) in spans.items()})
+            out.update({(rank, t): first for t, first in _first_starts(tid[rows], start[rows]).items()})
     return out
 
 

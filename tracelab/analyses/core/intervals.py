@@ -47,14 +47,9 @@ def merge(
     new[0] = True
     np.greater(s[1:], runmax[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.empty_like(first)
-    last[:-1] = first[1:] - 1
-    last[-1] = n - 1
-    us = s[first]
-    ue = runmax[last]
+    us, ue = s[first], runmax[np.r_[first[1:] - 1, n - 1]]
     if return_index:
-        idx = first if order is None else order[first]
-        return us, ue, idx
+        return us, ue, (first if order is None else order[first])
     return us, ue
 
 
@@ -108,10 +103,7 @@ def merge_grouped(starts, ends, groups, presorted: bool = False) -> tuple[np.nda
     new = boundary.copy()
     new[1:] |= s[1:] > runmax[:-1]
     first = np.flatnonzero(new)
-    last = np.empty_like(first)
-    last[:-1] = first[1:] - 1
-    last[-1] = n - 1
-    return s[first], runmax[last], g[first]
+    return s[first], runmax[np.r_[first[1:] - 1, n - 1]], g[first]
 
 
 def _by_group_then_start(s: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -206,10 +198,15 @@ def intersect(a_starts, a_ends, b_starts, b_ends) -> tuple[np.ndarray, np.ndarra
         return _EMPTY, _EMPTY
     lo = np.searchsorted(b_e, a_s, side="right")  # first B ending after A_i starts
     hi = np.searchsorted(b_s, a_e, side="left")  # B starting before A_i ends
-    n = np.maximum(hi - lo, 0)
-    i = np.repeat(np.arange(a_s.size), n)
-    j = np.arange(i.size) - np.repeat(np.cumsum(n) - n, n) + lo[i]
+    i, j = expand_ranges(lo, hi)
     return np.maximum(a_s[i], b_s[j]), np.minimum(a_e[i], b_e[j])
+
+
+def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(range j, position) for every position in [lo[j], hi[j]) of every range j (none when hi <= lo)."""
+    n = np.maximum(hi - lo, 0)
+    seg = np.repeat(np.arange(lo.size), n)
+    return seg, lo[seg] + (np.arange(seg.size) - np.repeat(np.cumsum(n) - n, n))
 
 
 def complement_all(us, ue) -> tuple[np.ndarray, np.ndarray]:
@@ -225,6 +222,14 @@ def subtract(a_starts, a_ends, b_starts, b_ends) -> tuple[np.ndarray, np.ndarray
     """(union A) minus (union B), both unions as `merge` returns them."""
     cs, ce = complement_all(b_starts, b_ends)
     return intersect(a_starts, a_ends, cs, ce)
+
+
+def step_of(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time t: the index of the window [starts[i], ends[i]) (windows sorted by start; the last one starting
+    at or before t) that holds it, or -1."""
+    i = np.searchsorted(starts, t, side="right") - 1
+    ok = (i >= 0) & (t < ends[np.maximum(i, 0)]) if ends.size else np.zeros(np.shape(t), dtype=bool)
+    return np.where(ok, i, -1)
 
 
 def bounded_blocks(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:

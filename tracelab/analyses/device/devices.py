@@ -40,9 +40,7 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
     span_start, span_end = int(start.min()), int(end.max())
     span = span_end - span_start
 
-    is_k = kind == int(EventKind.KERNEL)
-    is_c = kind == int(EventKind.MEMCPY)
-    is_s = kind == int(EventKind.MEMSET)
+    is_k, is_c, is_s = (kind == int(k) for k in (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET))
 
     def kind_len(mask: np.ndarray) -> int:
         return union_length(start[mask], end[mask], assume_sorted=True)
@@ -50,49 +48,25 @@ def summarize_device(timeline: Timeline, dr: DeviceRows) -> DeviceSummary:
     # per stream (a GPU_STREAM lane = rank, device, context, green context, stream)
     n_lanes = timeline.n_lanes
     lane_busy = grouped_union_lengths(start, end, lane, n_lanes)
-    nk = np.bincount(lane[is_k], minlength=n_lanes)
-    nc = np.bincount(lane[is_c], minlength=n_lanes)
-    ns = np.bincount(lane[is_s], minlength=n_lanes)
+    nk, nc, ns = (np.bincount(lane[m], minlength=n_lanes) for m in (is_k, is_c, is_s))
     used = distinct(lane)
     l_stream = lane_column(timeline, "stream")
     l_ctx = lane_column(timeline, "context")
     l_green = lane_column(timeline, "green_context")
     streams = sorted(
-        (
-            StreamSummary(
-                stream=int(l_stream[i]),
-                context=_opt(int(l_ctx[i])),
-                green_context=_opt(int(l_green[i])),
-                busy_ns=int(lane_busy[i]),
-                kernels=int(nk[i]),
-                memcpys=int(nc[i]),
-                memsets=int(ns[i]),
-            )
-            for i in used.tolist()
-        ),
+        (StreamSummary(stream=int(l_stream[i]), context=_opt(int(l_ctx[i])), green_context=_opt(int(l_green[i])),
+                       busy_ns=int(lane_busy[i]), kernels=int(nk[i]), memcpys=int(nc[i]), memsets=int(ns[i]))
+         for i in used.tolist()),
         key=lambda s: (s.stream, s.context or -1, s.green_context or -1),
     )
 
     info = timeline.device_info(dr.rank, dr.device)
     return DeviceSummary(
-        rank=dr.rank,
-        device=dr.device,
-        name=info.name if info else "",
-        sm_count=info.sm_count if info else 0,
-        start_ns=span_start,
-        end_ns=span_end,
-        span_ns=span,
-        busy_ns=busy,
-        idle_ns=span - busy,
-        kernel_ns=kind_len(is_k),
-        memcpy_ns=kind_len(is_c),
-        memset_ns=kind_len(is_s),
-        comm_ns=kind_len(comm),
-        overlap=device_overlap(kind, start, end, lane, comm),
-        streams=tuple(streams),
-        sm=sm_summary(timeline, dr.rank, dr.device),
-        kernels=int(is_k.sum()),
-        memcpys=int(is_c.sum()),
+        rank=dr.rank, device=dr.device, name=info.name if info else "", sm_count=info.sm_count if info else 0,
+        start_ns=span_start, end_ns=span_end, span_ns=span, busy_ns=busy, idle_ns=span - busy,
+        kernel_ns=kind_len(is_k), memcpy_ns=kind_len(is_c), memset_ns=kind_len(is_s), comm_ns=kind_len(comm),
+        overlap=device_overlap(kind, start, end, lane, comm), streams=tuple(streams),
+        sm=sm_summary(timeline, dr.rank, dr.device), kernels=int(is_k.sum()), memcpys=int(is_c.sum()),
         memsets=int(is_s.sum()),
     )
 

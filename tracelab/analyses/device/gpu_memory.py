@@ -112,7 +112,7 @@ def memory_timeline(tl: Timeline, analysis: Analysis | None = None) -> MemoryTim
     order = np.lexsort((t, dev))
     t, dev, alloc, reserved, size, tid, corr = (a[order] for a in (t, dev, alloc, reserved, size, tid, corr))
     rank = int(tl.meta.ranks[0]) if tl.meta.ranks else 0
-    peaks = []
+    peaks, steps = [], []
     for d in sorted_unique(dev).tolist():
         idx = np.flatnonzero(dev == d)
         i = int(idx[np.argmax(alloc[idx])])  # the first time the peak is reached
@@ -121,16 +121,11 @@ def memory_timeline(tl: Timeline, analysis: Analysis | None = None) -> MemoryTim
         res = reserved[idx]
         peaks.append(MemoryPeak(rank, int(d), int(alloc[i]), int(t[i]), int(size[i]), op,
                                 int(res.max()) if (res >= 0).any() else -1, int(idx.size)))
-    steps: list[StepMemory] = []
-    if analysis is not None and analysis.steps:
-        for d in sorted_unique(dev).tolist():
-            idx = np.flatnonzero(dev == d)
+        if analysis is not None and analysis.steps:
             td, ad = t[idx], alloc[idx]
             st = [s for s in analysis.steps if s.rank == rank] or list(analysis.steps)
-            s0 = np.array([s.start_ns for s in st], dtype=_I64)
-            s1 = np.array([s.end_ns for s in st], dtype=_I64)
-            lo = np.searchsorted(td, s0, side="left")
-            hi = np.searchsorted(td, s1, side="left")
+            lo, hi = (np.searchsorted(td, np.array([getattr(s, k) for s in st], dtype=_I64), side="left")
+                      for k in ("start_ns", "end_ns"))
             before = np.where(lo > 0, ad[np.maximum(lo - 1, 0)], 0)  # the level carried into the step
             inside = np.full(len(st), np.iinfo(_I64).min, _I64)
             has = hi > lo

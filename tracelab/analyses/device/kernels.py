@@ -73,19 +73,13 @@ def kernel_table(timeline: Timeline, occupancy: pd.Series | None = None) -> pd.D
     k = ev[ev["kind"] == int(EventKind.KERNEL)]
     if k.empty:
         return pd.DataFrame({c: [] for c in KERNEL_TABLE_COLUMNS})
-    df = pd.DataFrame(
-        {
-            "name_id": k["name"].to_numpy(),
-            "grid": k["grid_x"].astype(str) + "×" + k["grid_y"].astype(str) + "×" + k["grid_z"].astype(str),
-            "block": k["block_x"].astype(str)
-            + "×"
-            + k["block_y"].astype(str)
-            + "×"
-            + k["block_z"].astype(str),
-            "dur": (k["end"] - k["start"]).to_numpy(),
-            "occ": occupancy.reindex(k.index).to_numpy(dtype=float) if occupancy is not None else np.nan,
-        }
-    )
+    df = pd.DataFrame({
+        "name_id": k["name"].to_numpy(),
+        "grid": k["grid_x"].astype(str) + "×" + k["grid_y"].astype(str) + "×" + k["grid_z"].astype(str),
+        "block": k["block_x"].astype(str) + "×" + k["block_y"].astype(str) + "×" + k["block_z"].astype(str),
+        "dur": (k["end"] - k["start"]).to_numpy(),
+        "occ": occupancy.reindex(k.index).to_numpy(dtype=float) if occupancy is not None else np.nan,
+    })
     unknown = k["grid_x"].to_numpy() < 0
     df.loc[unknown, "grid"] = ""
     df.loc[k["block_x"].to_numpy() < 0, "block"] = ""

@@ -24,9 +24,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def device_overlap(
-    kind: np.ndarray, start: np.ndarray, end: np.ndarray, stream_key: np.ndarray, comm: np.ndarray
-) -> Overlap:
+def device_overlap(kind: np.ndarray, start: np.ndarray, end: np.ndarray, stream_key: np.ndarray, comm: np.ndarray,
+                   ) -> Overlap:
     """Overlap figures for the GPU events of one device (columns as arrays of equal length;
     stream_key identifies a stream, e.g. the event's lane id)."""
     is_kernel = kind == int(EventKind.KERNEL)
@@ -34,12 +33,10 @@ def device_overlap(
     comm_k = is_kernel & comm
     copy = (kind == int(EventKind.MEMCPY)) | (kind == int(EventKind.MEMSET))
     cs, ce = start[compute], end[compute]
-    return Overlap(
-        compute_compute_ns=coverage_at_least(cs, ce, stream_key[compute], 2),
-        compute_copy_ns=intersection_length(cs, ce, start[copy], end[copy]),
-        compute_comm_ns=intersection_length(cs, ce, start[comm_k], end[comm_k]),
-        copy_copy_ns=coverage_at_least(start[copy], end[copy], stream_key[copy], 2),
-    )
+    return Overlap(compute_compute_ns=coverage_at_least(cs, ce, stream_key[compute], 2),
+                   compute_copy_ns=intersection_length(cs, ce, start[copy], end[copy]),
+                   compute_comm_ns=intersection_length(cs, ce, start[comm_k], end[comm_k]),
+                   copy_copy_ns=coverage_at_least(start[copy], end[copy], stream_key[copy], 2))
 
 
 def stream_overlap_matrix(timeline: Timeline, rank: int, device: int) -> pd.DataFrame:
@@ -48,17 +45,11 @@ def stream_overlap_matrix(timeline: Timeline, rank: int, device: int) -> pd.Data
     import pandas as pd
 
     ev = timeline.events
-    m = (
-        ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy()
-        & (ev["rank"].to_numpy() == rank)
-        & (ev["device"].to_numpy() == device)
-    )
-    gpu = ev[m]
+    gpu = ev[ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS]).to_numpy() & (ev["rank"].to_numpy() == rank)
+             & (ev["device"].to_numpy() == device)]
     streams = sorted(set(gpu["stream"].tolist()))
-    parts = {}
-    for s in streams:  # per stream (a handful), vectorized inside
-        sel = gpu["stream"].to_numpy() == s
-        parts[s] = (gpu["start"].to_numpy()[sel], gpu["end"].to_numpy()[sel])
+    stream, start, end = (gpu[c].to_numpy() for c in ("stream", "start", "end"))
+    parts = {s: (start[stream == s], end[stream == s]) for s in streams}  # per stream (a handful)
     labels = [f"stream {s}" for s in streams]
     mat = np.zeros((len(streams), len(streams)), dtype=np.int64)
     for i, a in enumerate(streams):

@@ -3,8 +3,7 @@ kernel name; and the overlap of kernels inside CUDA graphs.
 
 - queue delay of a kernel / copy = its GPU start − the start of the host API call that launched it
   (matched by correlation id; both formats put host and GPU on one clock). Work without a launch
-  call in the trace (e.g. kernels of a graph replay, which share one cudaGraphLaunch) is left out
-  of the per-stream figures unless `include_graph=True`.
+  call in the trace and kernels of a graph replay (which share one cudaGraphLaunch) are left out.
 - per-stream figures: count, median, p90, max, mean of the queue delay of that stream's kernels.
 - latency distribution of one kernel name: the same figures over the kernels whose name contains a
   pattern (the priorities workload's `latency_kernel`).
@@ -44,13 +43,7 @@ class DelayStats:
         d = np.asarray(delays, dtype=np.int64)
         if d.size == 0:
             return DelayStats(0, 0, 0, 0, 0)
-        return DelayStats(
-            count=int(d.size),
-            median_ns=int(np.median(d)),
-            p90_ns=int(np.percentile(d, 90)),
-            max_ns=int(d.max()),
-            mean_ns=int(d.mean()),
-        )
+        return DelayStats(int(d.size), int(np.median(d)), int(np.percentile(d, 90)), int(d.max()), int(d.mean()))
 
 
 @dataclass(frozen=True)
@@ -68,7 +61,6 @@ class KernelLatency:
     pattern: str
     delay: DelayStats
     duration: DelayStats
-    delays_ns: tuple[int, ...]  # in start order
 
 
 @dataclass(frozen=True)
@@ -88,18 +80,6 @@ def _kernels(timeline: Timeline) -> np.ndarray:
     return np.flatnonzero(timeline.events["kind"].to_numpy() == int(EventKind.KERNEL))
 
 
-def launch_times(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
-    """Start of the host API call that launched each row (-1 where the trace has none)."""
-    from tracelab.analyses.core.launches import launch_starts
-
-    out = np.full(rows.size, -1, dtype=np.int64)
-    rank = timeline.col("rank")[rows]
-    for r in sorted_unique(rank).tolist():  # one per rank
-        sel = rank == r
-        out[sel] = launch_starts(timeline, int(r), rows[sel])
-    return out
-
-
 def graph_kernel_mask(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     """Which rows are kernels launched by a CUDA graph."""
     ev = timeline.events
@@ -116,13 +96,16 @@ def graph_kernel_mask(timeline: Timeline, rows: np.ndarray) -> np.ndarray:
     return mask
 
 
-def queue_delays(timeline: Timeline, include_graph: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(kernel rows, queue delay ns) for every kernel with a launch call in the trace."""
+def queue_delays(timeline: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel rows, queue delay ns) for every kernel with a launch call of its own in the trace."""
+    from tracelab.analyses.core.launches import launch_starts
+
     rows = _kernels(timeline)
-    t_launch = launch_times(timeline, rows)
-    keep = t_launch >= 0
-    if not include_graph:
-        keep &= ~graph_kernel_mask(timeline, rows)
+    t_launch = np.full(rows.size, -1, dtype=np.int64)  # the start of each one's launch call
+    rank = timeline.col("rank")[rows]
+    for r in sorted_unique(rank).tolist():  # one per rank
+        t_launch[rank == r] = launch_starts(timeline, int(r), rows[rank == r])
+    keep = (t_launch >= 0) & ~graph_kernel_mask(timeline, rows)
     rows = rows[keep]
     return rows, timeline.events["start"].to_numpy()[rows] - t_launch[keep]
 
@@ -131,11 +114,9 @@ def stream_delays(timeline: Timeline) -> tuple[StreamDelay, ...]:
     """Queue-delay figures per (rank, device, stream), streams in id order."""
     rows, delay = queue_delays(timeline)
     ev = timeline.events
-    key = np.stack(
-        [ev["rank"].to_numpy()[rows], ev["device"].to_numpy()[rows], ev["stream"].to_numpy()[rows]], axis=1
-    ).astype(np.int64)
     if rows.size == 0:
         return ()
+    key = np.stack([ev[c].to_numpy()[rows] for c in ("rank", "device", "stream")], axis=1).astype(np.int64)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     inv = inv.reshape(-1)
     order = np.argsort(inv, kind="stable")
@@ -155,7 +136,7 @@ def kernel_latency(timeline: Timeline, pattern: str) -> KernelLatency:
     rows, delay = rows[sel], delay[sel]
     ev = timeline.events
     dur = ev["end"].to_numpy()[rows] - ev["start"].to_numpy()[rows]
-    return KernelLatency(pattern, DelayStats.of(delay), DelayStats.of(dur), tuple(int(x) for x in delay))
+    return KernelLatency(pattern, DelayStats.of(delay), DelayStats.of(dur))
 
 
 def graph_overlap(timeline: Timeline) -> GraphOverlap:
@@ -165,10 +146,5 @@ def graph_overlap(timeline: Timeline) -> GraphOverlap:
     ev = timeline.events
     s = ev["start"].to_numpy()[rows]
     e = ev["end"].to_numpy()[rows]
-    return GraphOverlap(
-        kernels=int(rows.size),
-        sum_ns=int((e - s).sum()),
-        union_ns=union_length(s, e),
-        concurrent_ns=coverage_at_least(s, e, np.arange(rows.size), 2),
-        streams=int(sorted_unique(ev["stream"].to_numpy()[rows]).size),
-    )
+    return GraphOverlap(int(rows.size), int((e - s).sum()), union_length(s, e),
+                        coverage_at_least(s, e, np.arange(rows.size), 2), int(sorted_unique(ev["stream"].to_numpy()[rows]).size))

@@ -8,27 +8,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelab.analyses.core.intervals import bounded_blocks, grouped_union_lengths, merge_grouped
+from tracelab.analyses.core.intervals import (
+    bounded_blocks,
+    expand_ranges,
+    grouped_union_lengths,
+    merge_grouped,
+)
 from tracelab.model.grouping import stable_order
 from tracelab.model.kinds import EventKind
 from tracelab.model.timeline import Timeline
 
 _I64 = np.int64
 BLOCK = 1 << 17  # (range, op) pairs materialised at once
-
-
-def blocks(sizes: np.ndarray) -> list[tuple[int, int]]:
-    """`bounded_blocks` of `sizes` under `BLOCK`: the (range, op) pairs are materialised one block at a time."""
-    return bounded_blocks(sizes, BLOCK)
-
-
-def expand(lo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (i, item) pairs: item lo[i] .. lo[i] + count[i] - 1 of every i, in order."""
-    which = np.repeat(np.arange(count.size, dtype=_I64), count)
-    item = np.arange(which.size, dtype=_I64)
-    item -= (np.cumsum(count, dtype=_I64) - count)[which]
-    item += lo[which]
-    return which, item
 
 
 def unions(which: np.ndarray, op_rank: np.ndarray, s_rank: np.ndarray, e_rank: np.ndarray,
@@ -84,8 +75,8 @@ def instance_figures(timeline: Timeline, ops: np.ndarray, op_rank: np.ndarray, o
     del by_rank, kdur
     gpu_start = np.full(n, -1, _I64)
     gpu_end = np.full(n, -1, _I64)
-    for a, b in blocks(count):
-        item = expand(olo[a:b], count[a:b])[1]
+    for a, b in bounded_blocks(count, BLOCK):  # the (range, op) pairs a block at a time
+        item = expand_ranges(olo[a:b], olo[a:b] + count[a:b])[1]
         if item.size:
             has = count[a:b] > 0
             bounds = (np.cumsum(count[a:b]) - count[a:b])[has]
@@ -104,8 +95,8 @@ def instance_kernel_ns(o: PairOps) -> np.ndarray:
 def instance_unions(o: PairOps, by: np.ndarray) -> np.ndarray:
     """Per instance (timeline row order): the union of its ops' GPU intervals, ranges a block at a time."""
     lengths = np.zeros(by.size, _I64)
-    for a, b in blocks(o.count):
-        which, item = expand(o.olo[a:b], o.count[a:b])
+    for a, b in bounded_blocks(o.count, BLOCK):
+        which, item = expand_ranges(o.olo[a:b], o.olo[a:b] + o.count[a:b])
         lengths[a:b] = unions(which, o.op_rank[item], o.s_rank, o.e_rank, b - a)[0]
     out = np.empty_like(lengths)
     out[by] = lengths
@@ -126,7 +117,7 @@ def name_ops(o: PairOps, inv_by: np.ndarray, g: int) -> tuple[np.ndarray, np.nda
     inst, group = inst[order], group[order]
     del order
     cut = np.searchsorted(group, np.arange(g + 1))
-    for a, b in blocks(np.diff(cut)):
+    for a, b in bounded_blocks(np.diff(cut), BLOCK):
         sel = inst[cut[a] : cut[b]]
         lo = o.olo[sel].astype(_I64)
         ma, mb, mg = merge_grouped(lo, lo + o.count[sel], group[cut[a] : cut[b]])
@@ -134,8 +125,8 @@ def name_ops(o: PairOps, inv_by: np.ndarray, g: int) -> tuple[np.ndarray, np.nda
         size = mb - ma
         ops_n[a:b] = np.bincount(mg - a, weights=size, minlength=b - a)
         at = np.searchsorted(mg, np.arange(a, b + 1))
-        for a2, b2 in blocks(ops_n[a:b]):
-            which, item = expand(ma[at[a2] : at[b2]], size[at[a2] : at[b2]])
+        for a2, b2 in bounded_blocks(ops_n[a:b], BLOCK):
+            which, item = expand_ranges(ma[at[a2] : at[b2]], mb[at[a2] : at[b2]])
             pair_group = mg[at[a2] : at[b2]][which]
             pair_group -= a + a2
             del which

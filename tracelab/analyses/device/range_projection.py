@@ -23,7 +23,6 @@ from functools import cached_property, partial
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
-from tracelab.analyses.core.intervals import merge_grouped
 from tracelab.analyses.core.thread_codes import thread_codes
 from tracelab.analyses.device import range_pairs
 from tracelab.analyses.device.range_pairs import (
@@ -99,37 +98,14 @@ class RangeProjection:
     def per_instance(self) -> RangeInstances:
         return self.instances()
 
-    @property
-    def rows(self) -> np.ndarray:
-        return self.per_instance.rows
+    def __getattr__(self, name: str) -> np.ndarray:
+        """The per-instance arrays (`rows`, `depth`, ...) read as attributes of the projection."""
+        if name in _INSTANCE_ARRAYS:
+            return getattr(self.per_instance, name)
+        raise AttributeError(name)
 
-    @property
-    def depth(self) -> np.ndarray:
-        return self.per_instance.depth
 
-    @property
-    def parent(self) -> np.ndarray:
-        return self.per_instance.parent
-
-    @property
-    def gpu_ops(self) -> np.ndarray:
-        return self.per_instance.gpu_ops
-
-    @property
-    def gpu_start(self) -> np.ndarray:
-        return self.per_instance.gpu_start
-
-    @property
-    def gpu_end(self) -> np.ndarray:
-        return self.per_instance.gpu_end
-
-    @property
-    def kernel_ns(self) -> np.ndarray:
-        return self.per_instance.kernel_ns
-
-    @property
-    def gpu_ns(self) -> np.ndarray:
-        return self.per_instance.gpu_ns
+_INSTANCE_ARRAYS = frozenset(("rows", "depth", "parent", "gpu_ops", "gpu_start", "gpu_end", "kernel_ns", "gpu_ns"))
 
 
 def _thread_order(thread: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -317,10 +293,6 @@ def _project(timeline: Timeline) -> _Projected:
     return _Projected(rr, by, depth, parent, gpu_start, gpu_end, o, unlaunched, gpu_span)
 
 
-def _made(instances: RangeInstances) -> RangeInstances:
-    return instances
-
-
 def _instances_of(timeline: Timeline) -> RangeInstances:
     return _project(timeline).instances()
 
@@ -338,7 +310,7 @@ def project_ranges(timeline: Timeline, reference_ns: int = 0, reference: str = "
     stats = _by_name(timeline, x, start, end, reference_ns)
     return RangeProjection(
         stats=stats, reference_ns=int(reference_ns), reference=reference, unlaunched_ops=x.unlaunched,
-        n=int(x.rows.size), instances=partial(_made, x.instances()) if keep_instances else partial(_instances_of, timeline),
+        n=int(x.rows.size), instances=partial(lambda i: i, x.instances()) if keep_instances else partial(_instances_of, timeline),
     )
 
 
@@ -390,23 +362,10 @@ def _by_name(timeline: Timeline, x: _Projected, start: np.ndarray, end: np.ndarr
     out = []
     for i in np.argsort(-gpu, kind="stable").tolist():
         nid, k = divmod(int(ukeys[i]), 16)
-        out.append(
-            RangeStat(
-                name=text(nid),
-                kind="cpu_op" if k == EventKind.CPU_OP else "nvtx",
-                calls=int(calls[i]),
-                host_ns=int(host[i]),
-                gpu_ops=int(ops_n[i]),
-                gpu_ns=int(gpu[i]),
-                kernel_ns=int(kern[i]),
-                span_ns=int(span[i]),
-                share=float(gpu[i]) / reference_ns if reference_ns > 0 else 0.0,
-                depth=int(min_depth[i]),
-                parent=text(int(pname[i])),
-                first_start_ns=int(first_start[i]),
-                first_end_ns=int(first_end[i]),
-            )
-        )
+        out.append(RangeStat(
+            text(nid), "cpu_op" if k == EventKind.CPU_OP else "nvtx", int(calls[i]), int(host[i]), int(ops_n[i]),
+            int(gpu[i]), int(kern[i]), int(span[i]), float(gpu[i]) / reference_ns if reference_ns > 0 else 0.0,
+            int(min_depth[i]), text(int(pname[i])), int(first_start[i]), int(first_end[i])))
     return tuple(out)
 
 
@@ -431,10 +390,4 @@ def tree_order(stats: tuple[RangeStat, ...]) -> list[tuple[int, RangeStat]]:
     return out
 
 
-def projected_intervals(p: RangeProjection) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The projected ranges that enclose GPU work: (timeline rows, start, end) — the timeline lane."""
-    has = p.gpu_ops > 0
-    return p.rows[has], p.gpu_start[has], p.gpu_end[has]
-
-
-__all__ = ["RangeInstances", "RangeProjection", "RangeStat", "merge_grouped", "project_ranges", "projected_intervals"]
+__all__ = ["RangeInstances", "RangeProjection", "RangeStat", "project_ranges"]

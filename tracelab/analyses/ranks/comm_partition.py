@@ -7,8 +7,7 @@ Definitions (per rank and device; probe kernels `tl_probe_*` left out):
   length of their intersection; `comm_overlapped` = overlap_ns / comm_ns.
 - NCCL's SMs: one CTA per channel, each CTA resident on one SM for the whole kernel (NCCL kernels are
   persistent), so a comm kernel occupies min(grid blocks, SMs of its partition) SMs — the same
-  estimate as `tracelab.analyses.sm.estimate`; `comm_sms` is the largest such value on the rank and
-  `comm_sm_share` the comm kernels' SM-time over the device's SM-time over the span.
+  estimate as `tracelab.analyses.sm.estimate`; `comm_sms` is the largest such value on the rank.
 - Collectives are matched across ranks by `tracelab.analyses.ranks.collectives` (the k-th call of each
   operation on every GPU); the explanation reports their mean arrival skew.
 - Pace: in a run whose compute and comm run in different green contexts, the partition whose work
@@ -43,14 +42,11 @@ class RankComm:
     compute_kernel_ns: int  # sum of compute kernel durations
     comm_kernel_ns: int  # sum of comm kernel durations
     comm_kernels: int
-    comm_blocks: int  # largest grid (blocks) of a comm kernel; 0 unknown
     comm_sms: int  # SMs the comm kernels occupy (estimate: min(blocks, partition SMs))
-    comm_sm_share: float  # comm SM-time / (device SMs × span)
     comm_green_context: int | None
     comm_partition_sms: int
     compute_green_context: int | None
     compute_partition_sms: int
-    device_sms: int
 
     @property
     def comm_overlapped(self) -> float:
@@ -92,11 +88,9 @@ def rank_comm(tl: Timeline) -> tuple[RankComm, ...]:
     rank_c, dev_c = ev["rank"].to_numpy(), ev["device"].to_numpy()
     start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
     flags, gcol = ev["flags"].to_numpy(), ev["green_context"].to_numpy()
-    grid = (
-        np.maximum(ev["grid_x"].to_numpy().astype(np.int64), 0)
-        * np.maximum(ev["grid_y"].to_numpy().astype(np.int64), 1)
-        * np.maximum(ev["grid_z"].to_numpy().astype(np.int64), 1)
-    )
+    grid = np.maximum(ev["grid_x"].to_numpy().astype(np.int64), 0)
+    for c in ("grid_y", "grid_z"):
+        grid = grid * np.maximum(ev[c].to_numpy().astype(np.int64), 1)
     keys = sorted({(int(r), int(d)) for r, d in zip(rank_c[gpu], dev_c[gpu])})
     for rank, device in keys:
         on_dev = gpu[(rank_c[gpu] == rank) & (dev_c[gpu] == device)]
@@ -113,28 +107,12 @@ def rank_comm(tl: Timeline) -> tuple[RankComm, ...]:
         blocks = grid[comm]
         known = blocks > 0
         sms_each = np.minimum(blocks, comm_part if comm_part else blocks)
-        sm_time = float((sms_each[known] * (end[comm][known] - start[comm][known])).sum())
-        out.append(
-            RankComm(
-                rank=rank,
-                device=device,
-                span_ns=span,
-                compute_ns=int((ce - cs).sum()),
-                comm_ns=int((me - ms).sum()),
-                overlap_ns=int(intersection_length(cs, ce, ms, me)),
-                compute_kernel_ns=int((end[comp] - start[comp]).sum()),
-                comm_kernel_ns=int((end[comm] - start[comm]).sum()),
-                comm_kernels=int(comm.size),
-                comm_blocks=int(blocks.max()) if known.any() else 0,
-                comm_sms=int(sms_each[known].max()) if known.any() else 0,
-                comm_sm_share=sm_time / (dev_sms * span) if dev_sms and span else 0.0,
-                comm_green_context=comm_gc,
-                comm_partition_sms=comm_part,
-                compute_green_context=comp_gc,
-                compute_partition_sms=_partition_sms(tl, rank, device, comp_gc, dev_sms),
-                device_sms=dev_sms,
-            )
-        )
+        out.append(RankComm(
+            rank, device, span, int((ce - cs).sum()), int((me - ms).sum()), int(intersection_length(cs, ce, ms, me)),
+            int((end[comp] - start[comp]).sum()), int((end[comm] - start[comm]).sum()), int(comm.size),
+            int(sms_each[known].max()) if known.any() else 0, comm_gc, comm_part, comp_gc,
+            _partition_sms(tl, rank, device, comp_gc, dev_sms),
+        ))
     return tuple(out)
 
 
@@ -169,58 +147,36 @@ def _mean(xs: list[float]) -> float:
     return float(np.mean(xs)) if xs else 0.0
 
 
-def comm_overlap_explanation(
-    variant_tl: Timeline, baseline_tl: Timeline, variant: str = "", baseline: str = ""
-) -> CommOverlapExplanation:
+def comm_overlap_explanation(variant_tl: Timeline, baseline_tl: Timeline, variant: str = "", baseline: str = "",
+                             ) -> CommOverlapExplanation:
     v, b = rank_comm(variant_tl), rank_comm(baseline_tl)
     if not v or not b:
         raise ValueError("both runs need GPU kernels")
     v_span, b_span = max(r.span_ns for r in v), max(r.span_ns for r in b)
     ratio = v_span / b_span if b_span else float("inf")
     verdict: Literal["slowdown", "speedup", "same"] = (
-        "slowdown" if ratio > 1 + SAME_BAND else "speedup" if ratio < 1 - SAME_BAND else "same"
-    )
+        "slowdown" if ratio > 1 + SAME_BAND else "speedup" if ratio < 1 - SAME_BAND else "same")
     v_comp, b_comp = _mean([r.compute_kernel_ns for r in v]), _mean([r.compute_kernel_ns for r in b])
     v_comm, b_comm = _mean([r.comm_kernel_ns for r in v]), _mean([r.comm_kernel_ns for r in b])
-    partitioned = any(
-        r.comm_green_context is not None and r.comm_green_context != r.compute_green_context for r in v
-    )
+    partitioned = any(r.comm_green_context is not None and r.comm_green_context != r.compute_green_context for r in v)
     comp_busy = _mean([r.compute_ns / r.span_ns for r in v if r.span_ns])
     comm_busy = _mean([r.comm_ns / r.span_ns for r in v if r.span_ns])
-    if abs(comp_busy - comm_busy) < SAME_BAND:
-        pace: Literal["compute", "comm", "shared"] = "shared"
-    else:
-        pace = "compute" if comp_busy > comm_busy else "comm"
+    pace: Literal["compute", "comm", "shared"] = (
+        "shared" if abs(comp_busy - comm_busy) < SAME_BAND else "compute" if comp_busy > comm_busy else "comm")
     return CommOverlapExplanation(
-        variant=variant or variant_tl.meta.variant or "B",
-        baseline=baseline or baseline_tl.meta.variant or "A",
-        variant_span_ns=v_span,
-        baseline_span_ns=b_span,
-        ratio=ratio,
-        verdict=verdict,
-        compute_ratio=v_comp / b_comp if b_comp else float("inf"),
-        comm_ratio=v_comm / b_comm if b_comm else float("inf"),
-        variant_overlap=_mean([r.comm_overlapped for r in v]),
-        baseline_overlap=_mean([r.comm_overlapped for r in b]),
-        variant_comm_sms=max(r.comm_sms for r in v),
-        baseline_comm_sms=max(r.comm_sms for r in b),
-        variant_comm_partition_sms=min(r.comm_partition_sms for r in v),
-        variant_compute_partition_sms=min(r.compute_partition_sms for r in v),
-        partitioned=partitioned,
-        pace=pace,
-        pace_busy_fraction=max(comp_busy, comm_busy) if pace != "shared" else comp_busy,
-        other_busy_fraction=min(comp_busy, comm_busy) if pace != "shared" else comm_busy,
-        variant_skew_ns=mean_skew_ns(variant_tl),
-        baseline_skew_ns=mean_skew_ns(baseline_tl),
+        variant or variant_tl.meta.variant or "B", baseline or baseline_tl.meta.variant or "A", v_span, b_span, ratio,
+        verdict, v_comp / b_comp if b_comp else float("inf"), v_comm / b_comm if b_comm else float("inf"),
+        _mean([r.comm_overlapped for r in v]), _mean([r.comm_overlapped for r in b]), max(r.comm_sms for r in v),
+        max(r.comm_sms for r in b), min(r.comm_partition_sms for r in v), min(r.compute_partition_sms for r in v),
+        partitioned, pace, max(comp_busy, comm_busy) if pace != "shared" else comp_busy,
+        min(comp_busy, comm_busy) if pace != "shared" else comm_busy, mean_skew_ns(variant_tl), mean_skew_ns(baseline_tl),
     )
 
 
 def mean_skew_ns(tl: Timeline) -> int:
     """Mean arrival skew of the collectives matched across ranks (`tracelab.analyses.ranks.collectives`);
     0 when nothing matches."""
-    from tracelab.analyses.ranks.collectives import (
-        match_collectives,  # cross-rank only: a one-rank `analyze` never loads it
-    )
+    from tracelab.analyses.ranks.collectives import match_collectives  # a one-rank `analyze` never loads it
 
     calls = match_collectives(tl).calls
     return round(float(np.mean([c.skew_ns for c in calls]))) if calls else 0
@@ -228,6 +184,4 @@ def mean_skew_ns(tl: Timeline) -> int:
 
 def has_comm(tl: Timeline) -> bool:
     """Whether the run has communication kernels (the explanation applies)."""
-    flags = tl.events["flags"].to_numpy()
-    kind = tl.events["kind"].to_numpy()
-    return bool(((flags & Flag.COMM) != 0)[kind == int(EventKind.KERNEL)].any())
+    return bool(((tl.col("flags") & Flag.COMM) != 0)[tl.col("kind") == int(EventKind.KERNEL)].any())

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelab.analyses.core.bands import Bands, group_index
-from tracelab.analyses.core.intervals import covered_length, merge, subtract
+from tracelab.analyses.core.intervals import covered_length, merge, step_of, subtract
 from tracelab.analyses.ranks.collectives import Collectives
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Analysis, GapTable
@@ -38,13 +38,9 @@ __all__ = ["StepComm", "StragglerCause", "comm_by_step", "step_windows", "stragg
 
 _GPU_KINDS = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
 CAUSE_WORDS = {
-    "no_work": "host not launching",
-    "launch_latency": "host launch-bound",
-    "host_sync": "host blocked in a sync",
-    "dependency_wait": "waiting on another stream",
-    "input_wait": "waiting for input data",
-    "unknown": "cause unknown",
-    "profiler": "held up by the profiler",
+    "no_work": "host not launching", "launch_latency": "host launch-bound",
+    "host_sync": "host blocked in a sync", "dependency_wait": "waiting on another stream",
+    "input_wait": "waiting for input data", "unknown": "cause unknown", "profiler": "held up by the profiler",
 }
 
 
@@ -59,9 +55,8 @@ class StepComm:
     wait_ns: int
 
 
-def comm_by_step(
-    timeline: Timeline, collectives: Collectives, windows: dict[int, tuple[np.ndarray, np.ndarray]]
-) -> tuple[StepComm, ...]:
+def comm_by_step(timeline: Timeline, collectives: Collectives,
+                 windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[StepComm, ...]:
     """Communication, exposed communication and waiting per step of every rank (module docstring): every
     rank at once, each in its own band of the number line (tracelab.analyses.core.bands)."""
     ev = timeline.cols
@@ -82,28 +77,27 @@ def comm_by_step(
     bands = Bands.of(len(ranks), start, end, ws0, we0, a0, b0)
     if bands is None:  # a time range too wide for one band per rank: rank by rank
         return _comm_by_step_ranks(timeline, collectives, windows)
-    s, e = bands.shift(start, band), bands.shift(end, band)
     is_comm = (kind[gpu] == int(EventKind.KERNEL)) & ((ev["flags"][gpu] & Flag.COMM) != 0)
+    comm, exposed, wait = (x.tolist() for x in _covered(
+        bands.shift(start, band), bands.shift(end, band), is_comm, bands.shift(ws0, w_band), bands.shift(we0, w_band),
+        bands.shift(a0, win_band), bands.shift(b0, win_band)))
+    steps = [(r, i, lo, hi) for r in ranks for i, (lo, hi) in enumerate(zip(*(w.tolist() for w in windows[r])))]
+    return tuple(StepComm(*st, int(c), int(x), int(w)) for st, c, x, w in zip(steps, comm, exposed, wait, strict=True))
+
+
+def _covered(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, ws: np.ndarray, we: np.ndarray, a: np.ndarray,
+             b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window [a, b): the union of the communication kernels, its part no other GPU work overlaps, and
+    the union of the waits [ws, we) in it."""
     cs, ce = merge(s[is_comm], e[is_comm])
     ks, ke = merge(s[~is_comm], e[~is_comm])
     xs, xe = subtract(cs, ce, ks, ke)
-    ws, we = merge(bands.shift(ws0, w_band), bands.shift(we0, w_band))
-    a, b = bands.shift(a0, win_band), bands.shift(b0, win_band)
-    comm = covered_length(cs, ce, a, b).tolist()
-    exposed = covered_length(xs, xe, a, b).tolist()
-    wait = covered_length(ws, we, a, b).tolist()
-    out = []
-    k = 0
-    for r in ranks:
-        for i, (lo, hi) in enumerate(zip(windows[r][0].tolist(), windows[r][1].tolist(), strict=True)):  # per step
-            out.append(StepComm(r, i, lo, hi, int(comm[k]), int(exposed[k]), int(wait[k])))
-            k += 1
-    return tuple(out)
+    ws, we = merge(ws, we)
+    return covered_length(cs, ce, a, b), covered_length(xs, xe, a, b), covered_length(ws, we, a, b)
 
 
-def _comm_by_step_ranks(
-    timeline: Timeline, collectives: Collectives, windows: dict[int, tuple[np.ndarray, np.ndarray]]
-) -> tuple[StepComm, ...]:
+def _comm_by_step_ranks(timeline: Timeline, collectives: Collectives,
+                        windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[StepComm, ...]:
     """comm_by_step rank by rank (for times too far apart for one band per rank)."""
     ev = timeline.cols
     kind = ev["kind"]
@@ -118,17 +112,10 @@ def _comm_by_step_ranks(
     out = []
     for r in sorted(windows):  # per rank (a few to a few hundred), vectorized inside
         mine = order[np.searchsorted(rs, r, "left") : np.searchsorted(rs, r, "right")]
-        c = mine[is_comm[mine]]
-        k = mine[~is_comm[mine]]
-        cs, ce = merge(start[c], end[c])
-        ks, ke = merge(start[k], end[k])
-        xs, xe = subtract(cs, ce, ks, ke)
         wm = w_order[np.searchsorted(wr, r, "left") : np.searchsorted(wr, r, "right")]
-        ws, we = merge(collectives.wait_start[wm], collectives.wait_end[wm])
         a, b = windows[r]
-        comm = covered_length(cs, ce, a, b)
-        exposed = covered_length(xs, xe, a, b)
-        wait = covered_length(ws, we, a, b)
+        comm, exposed, wait = _covered(start[mine], end[mine], is_comm[mine], collectives.wait_start[wm],
+                                       collectives.wait_end[wm], a, b)
         for i in range(a.size):  # one row per step
             out.append(StepComm(r, i, int(a[i]), int(b[i]), int(comm[i]), int(exposed[i]), int(wait[i])))
     return tuple(out)
@@ -148,26 +135,20 @@ class StragglerCause:
     idle_ns: int = 0  # the idle time before the late arrivals, in all
 
     def sentence(self, fmt_ns) -> str:
-        where = (
-            f"in {self.steps_late} of {self.steps} steps"
-            if self.steps
-            else f"in {self.times_last} of {self.collectives} collectives"
-        )
+        where = (f"in {self.steps_late} of {self.steps} steps" if self.steps
+                 else f"in {self.times_last} of {self.collectives} collectives")
         text = f"rank {self.rank} arrives {fmt_ns(self.late_ns)} late {where}"
         if self.cause is not None and self.idle_before_ns > 0:
-            text += (
-                f"; before each, its GPU is idle {fmt_ns(self.idle_before_ns)}: {self.cause}"
-                f" ({CAUSE_WORDS.get(self.cause, self.cause)}"
-            )
+            text += (f"; before each, its GPU is idle {fmt_ns(self.idle_before_ns)}: {self.cause}"
+                     f" ({CAUSE_WORDS.get(self.cause, self.cause)}")
             if self.idle_ns > self.cause_ns > 0:
                 text += f", {fmt_ns(self.cause_ns)} of {fmt_ns(self.idle_ns)} in all"
             text += ")"
         return text
 
 
-def straggler_causes(
-    collectives: Collectives, analysis: Analysis, windows: dict[int, tuple[np.ndarray, np.ndarray]], limit: int = 3
-) -> tuple[StragglerCause, ...]:
+def straggler_causes(collectives: Collectives, analysis: Analysis,
+                     windows: dict[int, tuple[np.ndarray, np.ndarray]], limit: int = 3) -> tuple[StragglerCause, ...]:
     """Why each of the (at most `limit`) most frequent last arrivals is late (module docstring)."""
     out = []
     gaps = GapTable.of(analysis.gaps)
@@ -192,14 +173,10 @@ def straggler_causes(
         arr = np.asarray(arrivals, dtype=np.int64)
         steps_late = steps_with = 0
         if r in windows:
-            a, b = windows[r]
-            which = np.searchsorted(a, arr, "right") - 1
-            inside = (which >= 0) & (arr < b[np.maximum(which, 0)])
-            steps_late = int(np.unique(which[inside]).size)
-            allc = np.asarray(mine_starts, dtype=np.int64)
-            wa = np.searchsorted(a, allc, "right") - 1
-            ins = (wa >= 0) & (allc < b[np.maximum(wa, 0)])
-            steps_with = int(np.unique(wa[ins]).size)
+            which = step_of(*windows[r], arr)
+            steps_late = int(np.unique(which[which >= 0]).size)
+            wa = step_of(*windows[r], np.asarray(mine_starts, dtype=np.int64))
+            steps_with = int(np.unique(wa[wa >= 0]).size)
         holding = _holding(np.asarray(late, dtype=np.int64), arr, windows.get(r))
         idle, cause, cause_ns, idle_all = 0, None, 0, 0
         sel = np.flatnonzero(g_rank == r)
@@ -220,21 +197,11 @@ def straggler_causes(
                 idle = int(np.median(totals))
                 k = int(np.argmax(by_cause))
                 cause, cause_ns, idle_all = GAP_CAUSES[k], int(by_cause[k]), int(by_cause.sum())
-        out.append(
-            StragglerCause(
-                rank=r,
-                times_last=s.times_last,
-                collectives=collectives.calls_of(r),
-                late_ns=_late_per_step(np.asarray(late, dtype=np.int64), arr, windows.get(r)),
-                steps_late=steps_late,
-                steps=steps_with,
-                idle_before_ns=idle,
-                cause=cause,
-                cause_ns=cause_ns,
-                idle_ns=idle_all,
-            )
-        )
+        late_ns = _late_per_step(np.asarray(late, dtype=np.int64), arr, windows.get(r))
+        out.append(StragglerCause(r, s.times_last, collectives.calls_of(r), late_ns, steps_late, steps_with, idle, cause,
+                                  cause_ns, idle_all))
     return tuple(out)
+
 
 
 def _holding(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
@@ -242,9 +209,8 @@ def _holding(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, n
     every late arrival when the run has no steps (or none lies in them)."""
     if window is None or not late.size:
         return np.arange(late.size)
-    a, b = window
-    which = np.searchsorted(a, arrivals, "right") - 1
-    inside = np.flatnonzero((which >= 0) & (arrivals < b[np.maximum(which, 0)]))
+    which = step_of(*window, arrivals)
+    inside = np.flatnonzero(which >= 0)
     if not inside.size:
         return np.arange(late.size)
     order = inside[np.lexsort((-late[inside], which[inside]))]
@@ -258,9 +224,8 @@ def _late_per_step(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndar
     toss-up). The median over its late arrivals when the run has no steps."""
     if window is None or not late.size:
         return int(np.median(late)) if late.size else 0
-    a, b = window
-    which = np.searchsorted(a, arrivals, "right") - 1
-    inside = (which >= 0) & (arrivals < b[np.maximum(which, 0)])
+    which = step_of(*window, arrivals)
+    inside = which >= 0
     if not inside.any():
         return int(np.median(late))
     w, lt = which[inside], late[inside]

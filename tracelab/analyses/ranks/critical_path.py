@@ -49,11 +49,11 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.core.memo import begun, memo
-from tracelab.analyses.ranks.path_graph import _API_KINDS, _GPU_KINDS, _build
-from tracelab.analyses.ranks.path_model import CATEGORIES, CriticalPath, StepPath
+from tracelab.analyses.ranks.path_graph import _API_KINDS, _GPU_KINDS, COLL, HOST, NONE, SYNC, _build, _Graph
+from tracelab.analyses.ranks.path_model import CriticalPath, StepPath
 from tracelab.analyses.ranks.path_segments import _segments
-from tracelab.analyses.ranks.path_walk import _expand_runs, _heads, _walk
 from tracelab.model import Flag, Timeline
 from tracelab.model.grouping import sorted_unique
 
@@ -61,28 +61,21 @@ MAX_SEGMENTS = 400  # segments per step in the JSON document (the longest; `segm
 MAX_DOC_SEGMENTS = 50_000  # and in all: many ranks' steps get fewer each (at least 50)
 
 
-def critical_path(
-    tl: Timeline,
-    windows: dict[int, tuple[np.ndarray, np.ndarray]],
-    collectives: Any | None = None,
-) -> CriticalPath:
+def critical_path(tl: Timeline, windows: dict[int, tuple[np.ndarray, np.ndarray]], collectives: Any | None = None,
+                  ) -> CriticalPath:
     """The critical path of every step window of every rank, and across ranks (module docstring)."""
     if not windows:
         return CriticalPath((), (), ("no steps: the critical path is found per step",))
     gr = _build(tl, collectives)
-    if not gr.row.size:
+    if not gr.rows.size:
         return CriticalPath((), (), ("no GPU work or host launches: no critical path",))
     # read one element at a time through memoryviews: Python ints without a list of the whole column
-    lists = tuple(
-        memoryview(np.ascontiguousarray(getattr(gr, k)))
-        for k in ("pred", "hand", "edge", "end", "last_start", "last_node", "alt_pred", "alt_hand")
-    )
+    lists = tuple(memoryview(np.ascontiguousarray(getattr(gr, k)))
+                  for k in ("pred", "hand", "edge", "end", "last_start", "last_node", "alt_pred", "alt_hand"))
     heads = _heads(gr, windows)
-    chains: list[tuple[int, int, int, int, bool, int]] = []  # rank, step, w0, w1, across, head
-    for r in sorted(windows):
-        a, b = windows[r]
-        for i, (w0, w1, hd) in enumerate(zip(a.tolist(), b.tolist(), heads[r].tolist())):
-            chains.append((r, i, w0, w1, False, hd))
+    chains: list[tuple[int, int, int, int, bool, int]] = [  # rank, step, w0, w1, across, head
+        (r, i, w0, w1, False, hd) for r in sorted(windows)
+        for i, (w0, w1, hd) in enumerate(zip(windows[r][0].tolist(), windows[r][1].tolist(), heads[r].tolist()))]
     if len(windows) > 1 and gr.last_node.max(initial=-1) >= 0:
         for i in range(min(v[0].size for v in windows.values())):  # per step: the rank whose step ends last
             w1, r = max((int(windows[r][1][i]), r) for r in windows)
@@ -101,53 +94,31 @@ def critical_path(
     nodes = [np.concatenate([a, b]) for a, b in zip(walked, more)]
     del walked, more
     paths = _segments(tl, gr, chains, nodes)
-    steps = tuple(p for p in paths if not p.across_ranks)
-    across = tuple(p for p in paths if p.across_ranks)
-    return CriticalPath(steps, across)
-
-
-# ---- the document ------------------------------------------------------------------------------------
+    return CriticalPath(tuple(p for p in paths if not p.across_ranks), tuple(p for p in paths if p.across_ranks))
 
 
 def critical_path_document(cp: CriticalPath) -> dict[str, Any]:
     """`critical_path` of the `analyze --json` document: `bound_by` (shares), per rank and step its
     length, own shares and segments (at most MAX_SEGMENTS, the longest, in time order, with
     `segments_total` when cut), the same per step across ranks, and notes."""
-
     n_paths = len(cp.steps) + len(cp.across)
     cap = max(50, min(MAX_SEGMENTS, MAX_DOC_SEGMENTS // max(n_paths, 1)))
 
     def step_doc(p: StepPath) -> dict[str, Any]:
         idx = np.arange(p.cat.size)
         doc: dict[str, Any] = {
-            "rank": p.rank,
-            "step": p.step,
-            "start_ns": p.start_ns,
-            "length_ns": p.length_ns,
+            "rank": p.rank, "step": p.step, "start_ns": p.start_ns, "length_ns": p.length_ns,
             "bound_by": {k: v / p.length_ns if p.length_ns else 0.0 for k, v in p.by_category().items()},
         }
         if idx.size > cap:
             idx = np.sort(np.argsort(-(p.seg_end - p.seg_start), kind="stable")[:cap])
             doc["segments_total"] = int(p.cat.size)
-        s = p.strings
-        doc["segments"] = [
-            {"category": CATEGORIES[c], "rank": r, "start_ns": a, "end_ns": b, "name": s[n] if 0 <= n < len(s) else ""}
-            for c, r, a, b, n in zip(
-                p.cat[idx].tolist(),
-                p.seg_rank[idx].tolist(),
-                p.seg_start[idx].tolist(),
-                p.seg_end[idx].tolist(),
-                p.seg_name[idx].tolist(),
-            )
-        ]
+        keys = ("category", "rank", "start_ns", "end_ns", "name")
+        doc["segments"] = [dict(zip(keys, x)) for x in p.segment_rows(idx)]
         return doc
 
-    return {
-        "bound_by": cp.bound_by(),
-        "steps": [step_doc(p) for p in cp.steps],
-        "across_ranks": [step_doc(p) for p in cp.across],
-        "notes": list(cp.notes),
-    }
+    return {"bound_by": cp.bound_by(), "steps": [step_doc(p) for p in cp.steps],
+            "across_ranks": [step_doc(p) for p in cp.across], "notes": list(cp.notes)}
 
 
 def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -155,12 +126,9 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     without steps)."""
     c = tl.cols
     kind, flags = c["kind"], c["flags"]
-    sel = np.flatnonzero(
-        np.isin(kind, _GPU_KINDS) | (np.isin(kind, _API_KINDS) & ((flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0))
-    )
-    out = {}
+    sel = np.flatnonzero(np.isin(kind, _GPU_KINDS) | (np.isin(kind, _API_KINDS) & ((flags & (Flag.LAUNCH | Flag.BLOCKING)) != 0)))
     if not sel.size:
-        return out
+        return {}
     rank = c["rank"][sel].astype(np.int64)
     ranks = sorted_unique(rank)
     code = np.searchsorted(ranks, rank)
@@ -168,9 +136,7 @@ def whole_run_windows(tl: Timeline) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     hi = np.full(ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(lo, code, c["start"][sel])
     np.maximum.at(hi, code, c["end"][sel])
-    for i, r in enumerate(ranks.tolist()):
-        out[int(r)] = (lo[i : i + 1].copy(), hi[i : i + 1].copy())
-    return out
+    return {int(r): (lo[i : i + 1].copy(), hi[i : i + 1].copy()) for i, r in enumerate(ranks.tolist())}
 
 
 def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = None) -> CriticalPath:
@@ -186,10 +152,8 @@ def critical_path_for(tl: Timeline, analysis: Any, collectives: Any | None = Non
         windows = whole_run_windows(tl)
         notes = ("no steps found: the critical path of the whole run, one window per rank",)
     started = begun(tl, _STARTED) if collectives is None else None  # what start_path found
-    if started is not None and _same_windows(started[0], windows):
-        cp = started[1]
-    else:
-        cp = critical_path(tl, windows, collectives)
+    same = started is not None and _same_windows(started[0], windows)
+    cp = started[1] if same else critical_path(tl, windows, collectives)
     return CriticalPath(cp.steps, cp.across, cp.notes + notes)
 
 
@@ -214,6 +178,110 @@ def start_path(tl: Timeline) -> None:
 
 
 def _same_windows(a: dict[int, tuple[np.ndarray, np.ndarray]], b: dict[int, tuple[np.ndarray, np.ndarray]]) -> bool:
-    return a.keys() == b.keys() and all(
-        np.array_equal(a[r][0], b[r][0]) and np.array_equal(a[r][1], b[r][1]) for r in a
-    )
+    return a.keys() == b.keys() and all(np.array_equal(a[r][0], b[r][0]) and np.array_equal(a[r][1], b[r][1]) for r in a)
+
+
+def _heads(gr: _Graph, windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> dict[int, np.ndarray]:
+    """Per rank, the node that reaches furthest into each window (-1 none): the GPU operation that reaches
+    its end when there is one (a step's GPU window ends where its last GPU operation ends: a host call
+    still running then, a sync returning or the next step's launches, does not set the step's length),
+    else any node."""
+    out = {}
+    every = np.lexsort((gr.start, gr.rank))
+    gpu = every[gr.is_gpu[every]]
+    r_every, r_gpu = gr.rank[every], gr.rank[gpu]
+    for r, (a, b) in windows.items():
+        heads = _reach(gr, every[np.searchsorted(r_every, r, "left") : np.searchsorted(r_every, r, "right")], a, b)
+        on_gpu = _reach(gr, gpu[np.searchsorted(r_gpu, r, "left") : np.searchsorted(r_gpu, r, "right")], a, b)
+        ok = (on_gpu >= 0) & (gr.end[np.maximum(on_gpu, 0)] >= b)
+        out[r] = np.where(ok, on_gpu, heads)
+    return out
+
+
+def _reach(gr: _Graph, mine: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per window [a, b), the node of `mine` (nodes in start order) that started before b and ends last,
+    the latest-starting one among equals; -1 when none ends after a."""
+    heads = np.full(a.size, -1, dtype=np.int64)
+    if mine.size:
+        ends = gr.end[mine]
+        runmax = np.maximum.accumulate(ends)
+        pos = np.arange(mine.size)
+        arg = np.maximum.accumulate(np.where(ends == runmax, pos, 0))
+        i = np.searchsorted(gr.start[mine], b, "left") - 1
+        ok = (i >= 0) & (runmax[np.maximum(i, 0)] > a)
+        heads[ok] = mine[arg[i[ok]]]
+    return heads
+
+
+def _walk(lists: tuple, runs: tuple, head: int, w0: int, w1: int, across: bool, chain: int, acc: list, rng: list) -> None:
+    """Follow predecessors from `head` back to the window start; append (chain, node, edge, hand-over,
+    out) of every node of the path to `acc`, and pass a run of host calls (`_host_runs`) in one step,
+    recorded in `rng` as (chain, first position, last position, out). One Python step per node of the
+    path outside such runs: kept lean."""
+    pred, hand, edge, end, last_start, last_node, alt_pred, alt_hand = lists
+    host_pos, run_first, hand_sorted, host_order = runs
+    cs, ys, es, hs, outs = (x.append for x in acc)
+    y = head
+    out = min(end[y], w1)
+    same: set[int] = set()  # nodes passed without time going back (a cycle of zero-length hand-overs)
+    while True:
+        e = edge[y]
+        if e == HOST and not (across and last_node[y] >= 0):
+            j = host_pos[y]
+            r0 = run_first[j]
+            if r0 < j - 1:
+                # the run's calls up to where a hand-over reaches the window start: hand_sorted[i + 1] is
+                # the hand-over that leaves position i + 1 for position i
+                lo, hi = r0, j
+                while lo < hi:  # first i in [r0, j) with hand_sorted[i + 1] > w0 (non-decreasing)
+                    mid = (lo + hi) // 2
+                    if hand_sorted[mid + 1] > w0:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                if lo < j - 1:
+                    rng.append((chain, lo + 1, j, out))
+                    y = host_order[lo]
+                    out = hand_sorted[lo + 1]
+                    same = set()
+                    continue
+        if across and last_node[y] >= 0:
+            e, p, h = COLL, last_node[y], last_start[y]
+        else:
+            p = pred[y]
+            h = hand[y]
+            if e == SYNC and h >= out:  # the wait lies after the time the path needs: the call's own time
+                p = alt_pred[y]
+                h = alt_hand[y]
+                e = HOST if p >= 0 else NONE
+        if h >= out:
+            h = out
+            if p in same:
+                p = -1
+            same.add(y)
+        elif same:
+            same = set()
+        cs(chain)
+        ys(y)
+        es(e)
+        outs(out)
+        if p < 0 or h <= w0:
+            hs(w0)
+            return
+        hs(h)
+        y = p
+        out = h
+
+
+def _expand_runs(gr: _Graph, rng: list) -> list[np.ndarray]:
+    """The nodes of the runs `_walk` passed in one step: (chain, node, edge, hand-over, out) each."""
+    if not rng:
+        z = np.zeros(0, dtype=np.int64)
+        return [z, z, z, z, z]
+    r = np.asarray(rng, dtype=np.int64)
+    ch, lo, hi, out_hi = r[:, 0], r[:, 1], r[:, 2], r[:, 3]
+    seg, pos = expand_ranges(lo, hi + 1)
+    node = gr.host_order[pos]
+    nxt = gr.host_order[np.minimum(pos + 1, gr.host_order.size - 1)]
+    out = np.where(pos == hi[seg], out_hi[seg], gr.hand[nxt])
+    return [ch[seg], node, np.full(node.size, HOST, dtype=np.int64), gr.hand[node], out]

@@ -40,17 +40,11 @@ def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int,
     if not ids:
         return None
     ev = timeline.events
-    sel = np.flatnonzero(
-        np.isin(ev["name"].to_numpy(), ids)
-        & np.isin(ev["kind"].to_numpy(), [int(EventKind.NVTX_RANGE), int(EventKind.CPU_OP)])
-    )
+    kinds = [int(EventKind.NVTX_RANGE), int(EventKind.CPU_OP)]
+    sel = np.flatnonzero(np.isin(ev["name"].to_numpy(), ids) & np.isin(ev["kind"].to_numpy(), kinds))
     steps: dict[int, dict[int, tuple[int, int]]] = {r: {} for r in ranks}
-    for r, n, s, e in zip(
-        ev["rank"].to_numpy()[sel].tolist(),
-        ev["name"].to_numpy()[sel].tolist(),
-        ev["start"].to_numpy()[sel].tolist(),
-        ev["end"].to_numpy()[sel].tolist(),
-    ):  # one row per step marker (a handful per rank), not per event
+    # one row per step marker (a handful per rank), not per event
+    for r, n, s, e in zip(*(ev[c].to_numpy()[sel].tolist() for c in ("rank", "name", "start", "end"))):
         if r in steps:
             k = int(PROFILER_STEP_NAME.match(timeline.strings[n]).group(1))
             old = steps[r].get(k)
@@ -61,9 +55,8 @@ def _profiler_steps(timeline: Timeline, ranks: list[int]) -> dict[int, dict[int,
     return steps
 
 
-def _found_steps(
-    timeline: Timeline, ranks: list[int], steps: Sequence[Any] | None
-) -> dict[int, dict[int, tuple[int, int]]] | None:
+def _found_steps(timeline: Timeline, ranks: list[int], steps: Sequence[Any] | None,
+                 ) -> dict[int, dict[int, tuple[int, int]]] | None:
     """{rank: {step index: (start, end)}} from the analysis's steps (`Analysis.step_rows`: each step's GPU
     window, `Analysis.steps`: host ranges), or else from
     `analyses.steps.find_steps`, when every rank has the same number (≥ 2) of steps; None otherwise."""
@@ -89,12 +82,8 @@ def _rows_by_rank(rank_col: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
     return [order[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
 
 
-def rank_heatmap(
-    timeline: Timeline,
-    collectives: Collectives | None = None,
-    bins: int = 40,
-    steps: Sequence[Any] | None = None,
-) -> RankHeatmap:
+def rank_heatmap(timeline: Timeline, collectives: Collectives | None = None, bins: int = 40,
+                 steps: Sequence[Any] | None = None) -> RankHeatmap:
     """Busy fraction and collective wait per rank and step (ProfilerStep#N on every rank, else the steps
     `analyses.steps` finds when every rank has as many; pass the analysis's `steps` to reuse them), else
     per time bin of the run's GPU span (`bins` equal bins)."""
@@ -117,9 +106,7 @@ def rank_heatmap(
         kind = "step"
     else:
         t0, t1 = int(start.min()), int(end.max())
-        edges = (
-            t0 + (np.arange(bins + 1, dtype=np.int64) * (t1 - t0)) // bins
-        )  # exact: epoch ns overflow float
+        edges = t0 + (np.arange(bins + 1, dtype=np.int64) * (t1 - t0)) // bins  # exact: epoch ns overflow float
         w0 = np.tile(edges[:-1], (len(ranks), 1))
         w1 = np.tile(edges[1:], (len(ranks), 1))
         labels = tuple(f"+{(a - t0) / 1e6:.3f} ms" for a in edges[:-1].tolist())
@@ -133,13 +120,4 @@ def rank_heatmap(
         busy[i] = covered_length(us, ue, w0[i], w1[i])
         ws, we = merge(collectives.wait_start[wait_of[i]], collectives.wait_end[wait_of[i]])
         wait[i] = covered_length(ws, we, w0[i], w1[i])
-    width = np.maximum(w1 - w0, 1)
-    return RankHeatmap(
-        ranks=tuple(ranks),
-        column_kind=kind,
-        labels=labels,
-        starts=w0,
-        ends=w1,
-        busy_fraction=busy / width,
-        wait_ns=wait,
-    )
+    return RankHeatmap(tuple(ranks), kind, labels, w0, w1, busy / np.maximum(w1 - w0, 1), wait)

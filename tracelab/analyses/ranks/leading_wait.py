@@ -7,17 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelab.model import EventKind, Flag, Timeline
-from tracelab.model.api_names import comm_mask
+from tracelab.model import Timeline
 
 
 @dataclass(frozen=True)
 class LeadingWait:
     """A participant's first matched collective when it arrived before the last rank did. Until that
     collective the ranks have not synchronised once in the recording: how long the early ones wait in
-    it depends on when each rank's work (and its profiler) started, not on the workload (torch.profiler
-    starting 375 ms later on rank 1 left rank 0's first all-reduce waiting 375 ms; the nsys recording
-    of the same run, 0.1 ms)."""
+    it depends on when each rank's work (and its profiler) started, not on the workload."""
 
     rank: int
     device: int
@@ -41,22 +38,16 @@ def leading_waits(timeline: Timeline) -> dict[tuple[int, int], LeadingWait]:
     def compute() -> dict[tuple[int, int], LeadingWait]:
         if len(device_rows(timeline)) < 2:  # one GPU: nothing to match
             return {}
-        from tracelab.analyses.ranks.collectives import operation
-        # the columns, not timeline.events: the SM figures of an `analyze` never load pandas
-        kern = np.flatnonzero(column(timeline, "kind") == int(EventKind.KERNEL))
-        names = column(timeline, "name")[kern]
-        is_comm = ((column(timeline, "flags")[kern] & Flag.COMM) != 0) | comm_mask(timeline.strings, names)
-        rows = kern[is_comm]
+        from tracelab.analyses.ranks.collectives import _comm_kernel_rows, _operations
+
+        rows = _comm_kernel_rows(timeline)  # the columns: the SM figures of an `analyze` never load pandas
         if rows.size < 2:
             return {}
         rank = column(timeline, "rank")[rows].astype(np.int64)
         device = column(timeline, "device")[rows].astype(np.int64)
         start = column(timeline, "start")[rows].astype(np.int64)
         end = column(timeline, "end")[rows].astype(np.int64)
-        uniq_names, name_inv = np.unique(names[is_comm], return_inverse=True)
-        op_of_name = [operation(timeline.name(int(i))) for i in uniq_names.tolist()]
-        op_labels, op_of_uniq = np.unique(np.array(op_of_name, dtype=object), return_inverse=True)
-        op = op_of_uniq[name_inv.reshape(-1)].astype(np.int64)
+        op_labels, op = _operations(timeline, column(timeline, "name")[rows])
         _, part = np.unique((rank << 32) | (device & 0xFFFFFFFF), return_inverse=True)  # (rank, device) order
         part = part.reshape(-1).astype(np.int64)
         # each participant's first call of each operation (collective 0 of that operation)
@@ -84,15 +75,8 @@ def leading_waits(timeline: Timeline) -> dict[tuple[int, int], LeadingWait]:
             if members[k] < 2 or last[k] <= start[i]:
                 continue  # not matched on another GPU, or it arrived last: no wait
             out[(int(rank[i]), int(device[i]))] = LeadingWait(
-                rank=int(rank[i]),
-                device=int(device[i]),
-                row=int(rows[i]),
-                name=str(op_labels[k]),
-                start_ns=int(start[i]),
-                end_ns=int(last[k]),
-                last_rank=int(rank[last_of[k]]),
-                consistent=bool(end[i] >= last[k]),
-            )
+                int(rank[i]), int(device[i]), int(rows[i]), str(op_labels[k]), int(start[i]), int(last[k]),
+                int(rank[last_of[k]]), bool(end[i] >= last[k]))
         return out
 
     return memo(timeline, "leading_waits", compute)

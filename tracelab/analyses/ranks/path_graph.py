@@ -21,32 +21,6 @@ _API_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
 NONE, STREAM, LAUNCH, HOST, SYNC, COLL = 0, 1, 2, 3, 4, 5
 
 
-@dataclass(frozen=True, eq=False)
-class _Graph:
-    row: np.ndarray  # timeline row of each node
-    is_gpu: np.ndarray
-    rank: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    comm: np.ndarray  # communication kernel
-    # per-rank predecessors and hand-overs (no collective edges)
-    pred: np.ndarray
-    hand: np.ndarray
-    edge: np.ndarray
-    # collective: last arrival time and the node of the last arrival (-1: not a waiting collective call)
-    last_start: np.ndarray
-    last_node: np.ndarray
-    thread: np.ndarray  # host nodes: dense thread id; -1 GPU
-    alt_pred: np.ndarray  # host nodes: the previous call of the thread (a sync's fallback)
-    alt_hand: np.ndarray
-    # host runs: host nodes in (thread, start) order; run_first[i] = the first position of the run of
-    # calls that each follow the previous call of their thread (edge "host") with non-decreasing
-    # hand-overs: the walk passes such a run in one step (`_walk`)
-    host_order: np.ndarray
-    host_pos: np.ndarray  # per node: its position in host_order, -1 for GPU nodes
-    run_first: np.ndarray
-
-
 def _prev_in_group(keys: list[np.ndarray], start: np.ndarray) -> np.ndarray:
     """For each item, the item before it in its group (same keys) by start; -1 for the first."""
     n = start.size
@@ -66,18 +40,32 @@ def _prev_in_group(keys: list[np.ndarray], start: np.ndarray) -> np.ndarray:
 class _Edges:
     """The per-rank part of the graph (no collective edges): what `_build` finishes with a run's collectives."""
 
-    rows: np.ndarray
+    rows: np.ndarray  # timeline row of each node (the ng GPU nodes first)
     ng: int
     rank: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    comm: np.ndarray
+    comm: np.ndarray  # communication kernel
     pred: np.ndarray
     hand: np.ndarray
     edge: np.ndarray
-    thread: np.ndarray
-    alt_pred: np.ndarray
+    thread: np.ndarray  # host nodes: dense thread id; -1 GPU
+    alt_pred: np.ndarray  # host nodes: the previous call of the thread (a sync's fallback)
     alt_hand: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _Graph(_Edges):
+    is_gpu: np.ndarray
+    # collective: last arrival time and the node of the last arrival (-1: not a waiting collective call)
+    last_start: np.ndarray
+    last_node: np.ndarray
+    # host runs: host nodes in (thread, start) order; run_first[i] = the first position of the run of
+    # calls that each follow the previous call of their thread (edge "host") with non-decreasing
+    # hand-overs: the walk passes such a run in one step (`_walk`)
+    host_order: np.ndarray
+    host_pos: np.ndarray  # per node: its position in host_order, -1 for GPU nodes
+    run_first: np.ndarray
 
 
 def per_rank_edges(tl: Timeline) -> _Edges:
@@ -102,15 +90,12 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     is_gpu = np.zeros(n, dtype=bool)
     is_gpu[:ng] = True
     last_start, last_node = _collective_edges(collectives, e.rows, e.start)
-    pred, thread, alt_pred = e.pred, e.thread, e.alt_pred
-    host_order, host_pos, run_first = _host_runs(thread, e.start, pred, e.hand, e.edge, last_node, ng, n)
+    host_order, host_pos, run_first = _host_runs(e.thread, e.start, e.pred, e.hand, e.edge, last_node, ng, n)
     if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns (one at a time)
         last_node = last_node.astype(np.int32)
         host_order, host_pos, run_first = host_order.astype(np.int32), host_pos.astype(np.int32), run_first.astype(np.int32)
-    return _Graph(
-        e.rows, is_gpu, e.rank, e.start, e.end, e.comm, pred, e.hand, e.edge, last_start, last_node, thread,
-        alt_pred, e.alt_hand, host_order, host_pos, run_first,
-    )
+    return _Graph(**vars(e), is_gpu=is_gpu, last_start=last_start, last_node=last_node, host_order=host_order,
+                  host_pos=host_pos, run_first=run_first)
 
 
 def _edges(tl: Timeline, coll_host: np.ndarray) -> _Edges:
@@ -148,10 +133,8 @@ def _edges(tl: Timeline, coll_host: np.ndarray) -> _Edges:
     return _Edges(rows, ng, rank, start, end, comm, pred, hand, edge, thread, alt_pred, alt_hand)
 
 
-def _gpu_edges(
-    c: Any, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
-    pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
-) -> None:
+def _gpu_edges(c: Any, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray,
+               end: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray) -> None:
     """A GPU operation's predecessor: the previous operation on its stream, its launch call, or another
     stream's operation that ended after both (module docstring of `critical_path`). In place."""
     flags = c["flags"]
@@ -187,10 +170,9 @@ def _gpu_edges(
     edge[:ng] = np.where(by_launch, LAUNCH, np.where(by_stream, STREAM, NONE))
 
 
-def _host_edges(
-    tl: Timeline, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray,
-    pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _host_edges(tl: Timeline, gpu_rows: np.ndarray, host_rows: np.ndarray, rank: np.ndarray,
+                start: np.ndarray, end: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A host call's predecessor: the previous call of its thread, or of another thread it waited for;
     a blocking call that waited: the GPU operation it waited for (in place). Returns each node's thread
     and a sync's host predecessor and hand-over (when the sync edge does not apply)."""
@@ -210,11 +192,9 @@ def _host_edges(
         hp = _prev_in_group([thread[h]], start[h])
         hp_node = np.where(hp >= 0, ng + hp, -1)
         hp_end = np.where(hp >= 0, end[np.maximum(hp_node, 0)], 0)
-        pred[h] = hp_node
-        hand[h] = np.minimum(hp_end, start[h])
+        pred[h] = alt_pred[h] = hp_node
+        hand[h] = alt_hand[h] = np.minimum(hp_end, start[h])
         edge[h] = np.where(hp >= 0, HOST, NONE)
-        alt_pred[h] = hp_node
-        alt_hand[h] = np.minimum(hp_end, start[h])
         del hp, hp_node, hp_end
         cpu_start = c["start"][cpu]
         del cpu
@@ -232,9 +212,8 @@ def _host_edges(
     return thread, alt_pred, alt_hand
 
 
-def _collective_edges(
-    collectives: Any | None, rows: np.ndarray, start: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _collective_edges(collectives: Any | None, rows: np.ndarray,
+                      start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per node: the last arrival of its collective and that arrival's node, when the call arrived before
     it (a collective edge across ranks); the minimum and -1 otherwise."""
     n = rows.size
@@ -257,10 +236,8 @@ def _collective_edges(
     return last_start, last_node
 
 
-def _host_runs(
-    thread: np.ndarray, start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
-    last_node: np.ndarray, ng: int, n: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _host_runs(thread: np.ndarray, start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray,
+               last_node: np.ndarray, ng: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host nodes in (thread, start) order, each node's position there, and per position the first
     position of its run: a node continues the run when its predecessor is the call before it on its
     thread (edge "host"), it is not a collective that waited, and its hand-over is not before the one
@@ -272,19 +249,16 @@ def _host_runs(
     cont = np.zeros(order.size, dtype=bool)
     if order.size > 1:
         cur, prev = order[1:], order[:-1]
-        cont[1:] = (
-            (edge[cur] == HOST) & (pred[cur] == prev) & (last_node[cur] < 0) & (last_node[prev] < 0)
-            & (hand[cur] >= np.where(edge[prev] == HOST, hand[prev], np.iinfo(np.int64).min))
-        )
+        cont[1:] = ((edge[cur] == HOST) & (pred[cur] == prev) & (last_node[cur] < 0) & (last_node[prev] < 0)
+                    & (hand[cur] >= np.where(edge[prev] == HOST, hand[prev], np.iinfo(np.int64).min)))
     idx = np.arange(order.size)
     run_first = np.maximum.accumulate(np.where(cont, 0, idx)) if order.size else idx
     return order, pos, run_first
 
 
-def _other_threads(
-    rank: np.ndarray, start: np.ndarray, end: np.ndarray, thread: np.ndarray, cpu_thread: np.ndarray,
-    cpu_start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray, ng: int, n: int,
-) -> None:
+def _other_threads(rank: np.ndarray, start: np.ndarray, end: np.ndarray, thread: np.ndarray, cpu_thread: np.ndarray,
+                   cpu_start: np.ndarray, pred: np.ndarray, hand: np.ndarray, edge: np.ndarray, ng: int, n: int,
+                   ) -> None:
     """A host call whose thread recorded no CPU op since its previous call, while another thread of its
     rank finished a call (or a collective's range) later than that: the thread waited for that one (a
     `backward()` waiting for the autograd thread, DDP waiting for its communication thread). Its

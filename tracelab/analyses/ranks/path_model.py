@@ -52,18 +52,16 @@ class StepPath:
         t = np.bincount(self.cat, weights=self.seg_end - self.seg_start, minlength=len(CATEGORIES))
         return {c: int(t[i]) for i, c in enumerate(CATEGORIES)}
 
+    def segment_rows(self, idx: np.ndarray | slice = slice(None)) -> list[tuple[str, int, int, int, str]]:
+        """(category, rank, start, end, name) of the segments at `idx`."""
+        s = self.strings
+        cols = (self.cat, self.seg_rank, self.seg_start, self.seg_end, self.seg_name)
+        return [(CATEGORIES[c], r, a, b, s[n] if 0 <= n < len(s) else "")
+                for c, r, a, b, n in zip(*(x[idx].tolist() for x in cols))]
+
     @property
     def segments(self) -> tuple[Segment, ...]:
-        return tuple(
-            Segment(CATEGORIES[c], r, a, b, self.strings[n] if 0 <= n < len(self.strings) else "")
-            for c, r, a, b, n in zip(
-                self.cat.tolist(),
-                self.seg_rank.tolist(),
-                self.seg_start.tolist(),
-                self.seg_end.tolist(),
-                self.seg_name.tolist(),
-            )
-        )
+        return tuple(Segment(*x) for x in self.segment_rows())
 
 
 @dataclass(frozen=True)
@@ -82,6 +80,3 @@ class CriticalPath:
                 tot[k] += v
         whole = sum(tot.values())
         return {k: (v / whole if whole else 0.0) for k, v in tot.items()}
-
-
-# ---- the graph ---------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def _block_segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray
     head_rank = np.array([c[0] for c in chains], dtype=np.int64)
     names = tl.cols["name"]
     start, is_gpu, comm, rank = gr.start[y], gr.is_gpu[y], gr.comm[y], gr.rank[y]
-    name = names[gr.row[y]].astype(np.int64)
+    name = names[gr.rows[y]].astype(np.int64)
     coll = is_gpu | comm
     b0 = np.where(coll & (e == COLL), np.maximum(start, h), np.where(~coll & (e == SYNC), h, start))
     b0 = np.minimum(b0, out)
@@ -118,13 +118,8 @@ def _block_segments(tl: Timeline, gr: _Graph, chains: list, acc: list[np.ndarray
     out_paths = []
     for k, (r, i, c0, c1, acr, _hd) in enumerate(chains):
         s_, e_ = cut[k], cut[k + 1]
-        out_paths.append(
-            StepPath(
-                r, i, c0, c1, acr,
-                m_cat[s_:e_].astype(np.int8), m_rk[s_:e_].astype(np.int32), m_a[s_:e_], m_b[s_:e_],
-                m_nm[s_:e_].astype(np.int32), strings, top[k],
-            )
-        )
+        out_paths.append(StepPath(r, i, c0, c1, acr, m_cat[s_:e_].astype(np.int8), m_rk[s_:e_].astype(np.int32),
+                                  m_a[s_:e_], m_b[s_:e_], m_nm[s_:e_].astype(np.int32), strings, top[k]))
     return out_paths
 
 
@@ -176,10 +171,7 @@ def _resolve_host_gaps(tl: Timeline, ch, cat, rk, a, b, nm, host: dict | None = 
         busy[m] = covered[m] if has_cpu_ops else (gb[m] - ga[m]) - covered[m]
     keep = ~gap
     z = np.full(ga.size, -1, dtype=np.int64)
-    cols = [
-        np.concatenate([x[keep], xg, xg])
-        for x, xg in ((ch, ch[gap]), (rk, rk[gap]))
-    ]
+    cols = [np.concatenate([x[keep], xg, xg]) for x, xg in ((ch, ch[gap]), (rk, rk[gap]))]
     cat2 = np.concatenate([cat[keep], np.full(ga.size, CAT["host"]), np.full(ga.size, CAT["idle"])])
     a2 = np.concatenate([a[keep], ga, ga + busy])
     b2 = np.concatenate([b[keep], ga + busy, gb])

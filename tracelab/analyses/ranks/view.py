@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.bands import Bands, band_sums
 from tracelab.analyses.core.distinct import distinct_codes
-from tracelab.analyses.core.intervals import intersection_length, union_length
-from tracelab.analyses.core.rows import positions_by
-from tracelab.analyses.ranks.collectives import Collectives, match_collectives, rank_stragglers
-from tracelab.analyses.ranks.device_figures import device_figures
+from tracelab.analyses.core.intervals import intersect, intersection_length, merge, union_length
+from tracelab.analyses.core.memo import column
+from tracelab.analyses.core.rows import DeviceRows, comm_kernels, positions_by
+from tracelab.analyses.ranks.collectives import Collectives, _sum_by, match_collectives, rank_stragglers
 from tracelab.analyses.results import CAUSES as GAP_CAUSES
 from tracelab.analyses.results import Analysis, GapTable
 from tracelab.model import EventKind, Timeline
@@ -39,9 +40,7 @@ class RankSummary:
     span_ns: int
     busy_ns: int
     idle_ns: int
-    idle_by_cause: tuple[
-        tuple[str, int], ...
-    ]  # (cause, ns) for CAUSES (and any other cause), then ("short", ns)
+    idle_by_cause: tuple[tuple[str, int], ...]  # (cause, ns) for CAUSES (and any other cause), then ("short", ns)
     comm_ns: int
     compute_comm_overlap_ns: int
     collectives: int  # matched collectives this rank took part in
@@ -80,20 +79,19 @@ class RankAnalysis:
         return None
 
 
-def _idle_by_rank_cause(gaps: GapTable) -> dict[tuple[int, str], int]:
-    """Total gap time per (rank, cause)."""
-    if not len(gaps):
+def _by_rank_cause(rank: np.ndarray, cause: np.ndarray, ns: np.ndarray) -> dict[tuple[int, str], int]:
+    """Total time per (rank, cause) of gaps."""
+    if not rank.size:
         return {}
     n = len(GAP_CAUSES)  # (rank, cause) as one key, in the same order
-    keys, inv = distinct_codes(gaps.column("rank") * n + gaps.column("cause"))
+    keys, inv = distinct_codes(rank * n + cause)
     sums = np.zeros(keys.size, dtype=np.int64)
-    np.add.at(sums, inv, gaps.duration)
+    np.add.at(sums, inv, ns)
     return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
 
 
-def rank_summaries(
-    analysis: Analysis, collectives: Collectives, timeline: Timeline | None = None
-) -> tuple[RankSummary, ...]:
+def rank_summaries(analysis: Analysis, collectives: Collectives, timeline: Timeline | None = None,
+                   ) -> tuple[RankSummary, ...]:
     """One RankSummary per rank with GPU activity, in rank order: over the rank's steps on the GPU when the
     analysis has steps and the timeline is given (module docstring), else over the whole run."""
     out = []
@@ -106,7 +104,7 @@ def rank_summaries(
 
         spans = {r: (v[0], v[1]) for r, v in steps_spans(analysis.step_rows).items()}
     table = GapTable.of(analysis.gaps)
-    idle_of = _idle_by_rank_cause(table)  # from the gap columns, not one pass per rank
+    idle_of = _by_rank_cause(table.column("rank"), table.column("cause"), table.duration)
     in_steps = _steps_figures(timeline, analysis, collectives, spans) if spans else {}
     last_of = {s.rank: s.times_last for s in collectives.stragglers}
     for r in sorted(devices_of):
@@ -114,49 +112,28 @@ def rank_summaries(
         whole_wait = collectives.wait_of(r)
         if r in in_steps:
             f = in_steps[r]
-            out.append(
-                _summary(r, len(devs), f["span"], f["busy"], f["idle"], f["idle_of"], f["comm"], f["overlap"],
-                         f["calls"], f["wait"], last_of.get(r, 0), "steps", whole_wait)
-            )
+            out.append(_summary(r, len(devs), f["span"], f["busy"], f["idle"], f["idle_of"], f["comm"], f["overlap"],
+                                f["calls"], f["wait"], last_of.get(r, 0), "steps", whole_wait))
             continue
-        out.append(
-            _summary(
-                r, len(devs),
-                max(d.end_ns for d in devs) - min(d.start_ns for d in devs),
-                sum(d.busy_ns for d in devs),
-                sum(d.idle_ns for d in devs),
-                {c: ns for (rr, c), ns in idle_of.items() if rr == r},
-                sum(d.comm_ns for d in devs),
-                sum(d.overlap.compute_comm_ns for d in devs),
-                collectives.calls_of(r), whole_wait, last_of.get(r, 0), "whole", whole_wait,
-            )
-        )
+        out.append(_summary(
+            r, len(devs), max(d.end_ns for d in devs) - min(d.start_ns for d in devs), sum(d.busy_ns for d in devs),
+            sum(d.idle_ns for d in devs), {c: ns for (rr, c), ns in idle_of.items() if rr == r},
+            sum(d.comm_ns for d in devs), sum(d.overlap.compute_comm_ns for d in devs),
+            collectives.calls_of(r), whole_wait, last_of.get(r, 0), "whole", whole_wait,
+        ))
     return tuple(out)
 
 
 def _summary(rank, devices, span, busy, idle, idle_of, comm, overlap, calls, wait, last, scope, whole_wait):
     by_cause = {c: idle_of.get(c, 0) for c in CAUSES}
     by_cause.update({c: ns for c, ns in idle_of.items() if c not in by_cause})
-    return RankSummary(
-        rank=rank,
-        devices=devices,
-        span_ns=int(span),
-        busy_ns=int(busy),
-        idle_ns=int(idle),
-        idle_by_cause=(*by_cause.items(), ("short", int(idle) - sum(by_cause.values()))),  # CAUSES first
-        comm_ns=int(comm),
-        compute_comm_overlap_ns=int(overlap),
-        collectives=int(calls),
-        collective_wait_ns=int(wait),
-        times_last=last,
-        scope=scope,
-        whole_collective_wait_ns=int(whole_wait),
-    )
+    short = ("short", int(idle) - sum(by_cause.values()))
+    return RankSummary(rank, devices, int(span), int(busy), int(idle), (*by_cause.items(), short), int(comm),
+                       int(overlap), int(calls), int(wait), last, scope, int(whole_wait))
 
 
-def _steps_figures(
-    timeline: Timeline, analysis: Analysis, collectives: Collectives, spans: dict[int, tuple[int, int]]
-) -> dict[int, dict[str, Any]]:
+def _steps_figures(timeline: Timeline, analysis: Analysis, collectives: Collectives, spans: dict[int, tuple[int, int]],
+                   ) -> dict[int, dict[str, Any]]:
     """Per rank with steps: the table's figures with every interval clipped to the rank's steps' GPU span
     (its devices' GPU work, its gaps, its waits in matched collectives). Vectorized per device."""
     from tracelab.analyses.core.memo import column
@@ -173,32 +150,18 @@ def _steps_figures(
         got = figures[i] if figures is not None else _device_figure(timeline, dr, lo, hi)
         if got is None:
             continue
-        d_lo, d_hi, busy, idle, comm, overlap = got
-        f["span_lo"], f["span_hi"] = min(f["span_lo"], d_lo), max(f["span_hi"], d_hi)
-        f["busy"] += busy
-        f["idle"] += idle
-        f["comm"] += comm
-        f["overlap"] += overlap
-    for r in spans:
-        if r in out:
-            out[r]["span"] = max(0, out[r]["span_hi"] - out[r]["span_lo"])
+        f["span_lo"], f["span_hi"] = min(f["span_lo"], got[0]), max(f["span_hi"], got[1])
+        for k, v in zip(("busy", "idle", "comm", "overlap"), got[2:]):
+            f[k] += v
     # gaps and waits clipped to their rank's span
     table = GapTable.of(analysis.gaps)
     g_rank = table.column("rank")
     lo, hi = _per_rank_bounds(g_rank, spans)
     clipped = np.maximum(0, np.minimum(table.column("end"), hi) - np.maximum(table.column("start"), lo))
-    n = len(GAP_CAUSES)
-    sums: dict[tuple[int, str], int] = {}
-    if clipped.size:
-        keys, inv = distinct_codes(g_rank * n + table.column("cause"))
-        tot = np.zeros(keys.size, dtype=np.int64)
-        np.add.at(tot, inv, clipped)
-        sums = {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), tot.tolist())}
+    sums = _by_rank_cause(g_rank, table.column("cause"), clipped)
     w_lo, w_hi = _per_rank_bounds(collectives.wait_rank, spans)
     w_len = np.maximum(0, np.minimum(collectives.wait_end, w_hi) - np.maximum(collectives.wait_start, w_lo))
-    w_keys, w_inv = distinct_codes(collectives.wait_rank.astype(np.int64))
-    w_sum = np.bincount(w_inv, weights=w_len, minlength=w_keys.size).astype(np.int64)
-    w_at = {int(k): i for i, k in enumerate(w_keys.tolist())}
+    wait_of = _sum_by(collectives.wait_rank.astype(np.int64), w_len)
     # matched calls arriving inside the span, each collective once per rank (its last arrival names it)
     c_rank, c_start = column(timeline, "rank")[collectives.call_rows], start[collectives.call_rows]
     c_lo, c_hi = _per_rank_bounds(c_rank, spans)
@@ -210,10 +173,9 @@ def _steps_figures(
         if ns > 0:
             idle_by.setdefault(rr, {})[c] = ns
     for r, f in out.items():
-        f.setdefault("span", 0)
+        f["span"] = max(0, f["span_hi"] - f["span_lo"])
         f["idle_of"] = idle_by.get(r, {})
-        i = w_at.get(r)
-        f["wait"] = int(w_sum[i]) if i is not None else 0
+        f["wait"] = wait_of.get(r, 0)
         f["calls"] = int(calls_of.get(r, 0))
     return out
 
@@ -249,8 +211,7 @@ def rank_analysis(timeline: Timeline, analysis: Analysis) -> RankAnalysis:
     windows = step_windows(analysis.step_rows or analysis.steps)  # the steps' GPU windows
     # the straggler's cause: its late arrivals (GPU times) in the loop steps' GPU windows, as it is ranked
     return RankAnalysis(
-        ranks=rank_summaries(analysis, collectives, timeline),
-        collectives=collectives,
+        ranks=rank_summaries(analysis, collectives, timeline), collectives=collectives,
         step_comm=comm_by_step(timeline, collectives, windows),
         straggler_causes=straggler_causes(collectives, analysis, step_windows(loop_steps(analysis.step_rows or analysis.steps))),
         loop_idle=_loop_idle(analysis),
@@ -281,14 +242,7 @@ def _loop_idle(analysis: Analysis) -> dict[tuple[int, str], int] | None:
         e = end[mine]
         k = np.searchsorted(a, e, "right") - 1
         keep[mine] = (k >= 0) & (e <= b[np.maximum(k, 0)])
-    n = len(GAP_CAUSES)
-    sel = np.flatnonzero(keep)
-    if not sel.size:
-        return {}
-    keys, inv = distinct_codes(rank[sel] * n + gaps.column("cause")[sel])
-    sums = np.zeros(keys.size, dtype=np.int64)
-    np.add.at(sums, inv, gaps.duration[sel])
-    return {(int(k) // n, GAP_CAUSES[int(k) % n]): int(t) for k, t in zip(keys.tolist(), sums.tolist(), strict=True)}
+    return _by_rank_cause(rank[keep], gaps.column("cause")[keep], gaps.duration[keep])
 
 
 def loop_steps(steps: Sequence[Any]) -> list[Any]:
@@ -341,3 +295,42 @@ def _inside(rank: int, at: int, spans: dict[int, tuple[int, int, int, int]]) -> 
     without steps."""
     span = spans.get(rank)
     return span is None or span[0] <= at < span[1]
+
+
+def device_figures(timeline: Timeline, devices: list[DeviceRows], spans: dict[int, tuple[int, int]],
+                   ) -> list[tuple[int, int, int, int, int, int] | None] | None:
+    """Per device (of a rank in `spans`), its GPU work clipped to the rank's [lo, hi): (first start, last
+    end, busy, idle, comm, compute/comm overlap) as `_steps_figures` sums them, None for a device with no
+    work inside; None for all when the bands would pass 2^60 (the caller goes device by device)."""
+    n = len(devices)
+    start, end, kind = column(timeline, "start"), column(timeline, "end"), column(timeline, "kind")
+    rows = np.concatenate([dr.rows for dr in devices]) if n else np.zeros(0, dtype=np.int64)
+    dev = np.repeat(np.arange(n, dtype=np.int64), [dr.rows.size for dr in devices])
+    lo_d = np.array([spans[dr.rank][0] for dr in devices], dtype=np.int64)[dev]
+    hi_d = np.array([spans[dr.rank][1] for dr in devices], dtype=np.int64)[dev]
+    s, e = start[rows], end[rows]
+    keep = (e > lo_d) & (s < hi_d)
+    rows, dev = rows[keep], dev[keep]
+    s, e = np.maximum(s[keep], lo_d[keep]), np.minimum(e[keep], hi_d[keep])  # start order kept per device
+    bands = Bands.of(n, s, e)
+    if bands is None:
+        return None
+    bs, be = bands.shift(s, dev), bands.shift(e, dev)
+    comm = comm_kernels(timeline, rows)
+    compute = (kind[rows] == int(EventKind.KERNEL)) & ~comm
+    us, ue = merge(bs, be, assume_sorted=True)
+    busy = band_sums(bands, us, ue - us, n)
+    cs, ce = merge(bs[comm], be[comm], assume_sorted=True)
+    comm_ns = band_sums(bands, cs, ce - cs, n)
+    # compute/comm overlap as device_overlap defines it (kernels that are not communication ∩ comm kernels)
+    xs, xe = intersect(*merge(bs[compute], be[compute]), *merge(bs[comm], be[comm]))
+    overlap = band_sums(bands, xs, xe - xs, n)
+    out: list[tuple[int, int, int, int, int, int] | None] = [None] * n
+    if dev.size:
+        first = np.flatnonzero(np.r_[True, dev[1:] != dev[:-1]])
+        d_lo = np.minimum.reduceat(s, first).tolist()
+        d_hi = np.maximum.reduceat(e, first).tolist()
+        b, c, o = busy.tolist(), comm_ns.tolist(), overlap.tolist()
+        for d, lo, hi in zip(dev[first].tolist(), d_lo, d_hi, strict=True):
+            out[d] = (lo, hi, b[d], (hi - lo) - b[d], c[d], o[d])
+    return out

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.analyses.core.bands import group_index
 from tracelab.analyses.ranks.collectives import Collectives
 from tracelab.model import Timeline
 
@@ -47,12 +48,8 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def wait_matrix(
-    timeline: Timeline,
-    collectives: Collectives,
-    ranks: Sequence[int] = (),
-    spans: Mapping[int, Sequence[int]] | None = None,
-) -> WaitMatrix:
+def wait_matrix(timeline: Timeline, collectives: Collectives, ranks: Sequence[int] = (),
+                spans: Mapping[int, Sequence[int]] | None = None) -> WaitMatrix:
     """The matrix over `ranks` (and any other rank that took part in a matched collective), waits clipped
     to `spans` ({rank: (lo, hi, ...)}: the steps' GPU span of each rank that has steps; module docstring)."""
     rank_col = timeline.events["rank"].to_numpy().astype(np.int64)
@@ -64,8 +61,7 @@ def wait_matrix(
     spans = {int(r): (int(v[0]), int(v[1])) for r, v in (spans or {}).items()}
     if spans:
         keys = np.array(sorted(spans), dtype=np.int64)
-        at = np.minimum(np.searchsorted(keys, waiter), keys.size - 1)
-        known = keys[at] == waiter
+        at, known = group_index(keys, waiter)
         s_lo = np.array([spans[k][0] for k in keys.tolist()], dtype=np.int64)[at]
         s_hi = np.array([spans[k][1] for k in keys.tolist()], dtype=np.int64)[at]
         lo, hi = np.where(known, np.maximum(lo, s_lo), lo), np.where(known, np.minimum(hi, s_hi), hi)
@@ -76,9 +72,5 @@ def wait_matrix(
     waited = wait > 0
     flat_wait = np.bincount(i * n + j, weights=wait, minlength=n * n) if n else np.zeros(0)
     flat_count = np.bincount((i * n + j)[waited], minlength=n * n) if n else np.zeros(0)
-    return WaitMatrix(
-        ranks=tuple(order.tolist()),
-        wait_ns=_frozen(np.rint(flat_wait).astype(np.int64).reshape(n, n)),
-        count=_frozen(flat_count.astype(np.int64).reshape(n, n)),
-        scope="steps" if spans else "whole",
-    )
+    return WaitMatrix(tuple(order.tolist()), _frozen(np.rint(flat_wait).astype(np.int64).reshape(n, n)),
+                      _frozen(flat_count.astype(np.int64).reshape(n, n)), "steps" if spans else "whole")

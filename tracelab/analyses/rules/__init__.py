@@ -14,16 +14,7 @@ from typing import Any
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules.base import FindingContext, NotEvaluated, Rule
 
-__all__ = [
-    "RULES",
-    "FindingContext",
-    "NotEvaluated",
-    "Rule",
-    "collect",
-    "design_table",
-    "rule_by_id",
-    "rule_tasks",
-]
+__all__ = ["RULES", "FindingContext", "NotEvaluated", "Rule", "collect", "design_table", "rule_by_id", "rule_tasks"]
 
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -49,40 +40,25 @@ def rule_by_id(rule_id: str) -> Rule | None:
     return next((r for r in RULES if r.id == rule_id), None)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _options(options: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in options.items()) or "—"
-
-
 def design_table(rules: Sequence[Rule] | None = None) -> str:
     """DESIGN.md's rule table (Markdown), from the rules' declarations, in registry order."""
-    lines = [
-        "| rule | detects | fires when | severity | count / wasted_ns | options (defaults) | source |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = ["| rule | detects | fires when | severity | count / wasted_ns | options (defaults) | source |",
+             "|---|---|---|---|---|---|---|"]
     for r in RULES if rules is None else rules:
-        cells = (f"`{r.id}`", r.title, r.fires_when, r.severity, r.counts, _options(r.options), r.source)
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        options = ", ".join(f"{k} {v}" for k, v in r.options.items()) or "—"
+        cells = (f"`{r.id}`", r.title, r.fires_when, r.severity, r.counts, options, r.source)
+        lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def rule_tasks(
-    ctx: FindingContext, overrides: Mapping[str, Mapping[str, Any]] | None = None
-) -> list[Callable[[], Finding | NotEvaluated | None]]:
+def rule_tasks(ctx: FindingContext, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+               ) -> list[Callable[[], Finding | NotEvaluated | None]]:
     """One call per rule (in registry order) evaluating it on ctx: independent of each other, so a
     caller may run them on several threads (`analyses.parallel.run_each`) and `collect` the outcomes."""
-    return [
-        functools.partial(rule.evaluate, ctx, {**rule.options, **((overrides or {}).get(rule.id, {}))})
-        for rule in RULES
-    ]
+    return [functools.partial(rule.evaluate, ctx, {**rule.options, **((overrides or {}).get(rule.id, {}))}) for rule in RULES]
 
 
-def collect(
-    outcomes: Sequence[Finding | NotEvaluated | None],
-) -> tuple[tuple[Finding, ...], tuple[NotEvaluated, ...]]:
+def collect(outcomes: Sequence[Finding | NotEvaluated | None]) -> tuple[tuple[Finding, ...], tuple[NotEvaluated, ...]]:
     """The rules' outcomes (in registry order) as (findings, not evaluated): the findings most severe first,
     then by GPU time wasted; the rules that could not be evaluated with why."""
     findings = [out for out in outcomes if isinstance(out, Finding)]

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -127,39 +127,6 @@ class Rule:
     long: bool = False
 
 
-# ---- helpers shared by rules ------------------------------------------------------------------
-def data_keys(data_type: type) -> frozenset[str]:
-    """The keys a finding's data must have: those of the rule's TypedDict (with Window's)."""
-    return frozenset(get_type_hints(data_type))
-
-
-def _check(where: str, value: Any, hint: Any) -> None:
-    """Raise KeyError where value (read from JSON or built by a rule) lacks a key of the TypedDict hint,
-    or has one it does not declare; lists and dict values are checked item by item."""
-    if is_typeddict(hint):
-        if not isinstance(value, Mapping):
-            raise KeyError(f"{where}: expected a mapping, got {type(value).__name__}")
-        hints = get_type_hints(hint)
-        want, have = frozenset(hints), frozenset(value)
-        if want != have:
-            raise KeyError(f"{where}: keys missing {sorted(want - have)}, undeclared {sorted(have - want)}")
-        for k, h in hints.items():
-            _check(f"{where}.{k}", value[k], h)
-    elif get_origin(hint) is list and isinstance(value, list):
-        for i, item in enumerate(value):
-            _check(f"{where}[{i}]", item, get_args(hint)[0])
-    elif get_origin(hint) is dict and isinstance(value, Mapping):
-        for k, item in value.items():
-            _check(f"{where}[{k!r}]", item, get_args(hint)[1])
-
-
-def check_data(rule: Rule, data: Mapping[str, Any]) -> None:
-    """Raise KeyError when a finding's data (or a record inside it) lacks a key of the rule's TypedDicts
-    or has one they do not declare (tests run every rule's findings through it: a renamed key fails,
-    never prints 0)."""
-    _check(rule.id, data, rule.data)
-
-
 def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float, str)) and not isinstance(v, bool)
 
@@ -185,6 +152,13 @@ def generic_prose(f: Finding, title: str) -> Prose:
                                       if k != "rank" and _scalar(x))
                     places.append(f"rank {item['rank']}" + (f": {extra}" if extra else ""))
     return msg + ".", join_places(places)
+
+
+def fired(rule: str, ctx: FindingContext, count: int, wasted: int, data: Mapping[str, Any], base: str = "info",
+          ) -> Finding:
+    """The finding of a rule that fired, its severity by the share of the run's span wasted (`severity`)."""
+    return Finding(rule=rule, severity=severity(wasted, ctx.span_ns(), base), count=count, wasted_ns=wasted,
+                   data=dict(data))
 
 
 def severity(wasted: int, span: int, base: str = "info") -> str:
@@ -218,8 +192,7 @@ def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray
     if hit is not None and hit[0] is strings:
         return hit[1]
     if pattern.flags & re.IGNORECASE and _WORD.match(pattern.pattern):
-        # a plain word matched in any case: a substring test of the case-folded string, linear at C
-        # speed (the regex took ~150 µs per 10 KB name)
+        # a plain word matched in any case: a substring test of the case-folded string
         word = pattern.pattern.casefold()
         found = (i for i, s in enumerate(strings) if word in (s.lower() if s.isascii() else s.casefold()))
     else:
@@ -233,18 +206,6 @@ def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray
 
 
 _STRING_IDS: dict[tuple[int, str, int], tuple[tuple[str, ...], np.ndarray]] = {}
-
-
-def step_of(s_start: np.ndarray, s_end: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Index of the step containing each time t, or -1."""
-    i = np.searchsorted(s_start, t, side="right") - 1
-    ok = (i >= 0) & (t < s_end[np.maximum(i, 0)]) if s_end.size else np.zeros(np.shape(t), dtype=bool)
-    return np.where(ok, i, -1)
-
-
-def memcpy_rows(ctx: FindingContext) -> np.ndarray:
-    """Rows of every memcpy of the timeline, in event order (computed once per context)."""
-    return ctx.memcpys
 
 
 def count_places(ctx: FindingContext, pos: np.ndarray, what: str) -> list[dict[str, int]]:

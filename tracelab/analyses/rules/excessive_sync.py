@@ -8,17 +8,9 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import step_of
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import (
-    FindingContext,
-    Prose,
-    Rule,
-    Window,
-    generic_prose,
-    severity,
-    step_of,
-    window,
-)
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, generic_prose, window
 from tracelab.analyses.rules.waits import idle_during
 
 
@@ -60,16 +52,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         steps_total += n_steps
     if not count:
         return None
-    data: ExcessiveSyncData = {
-        "ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])
-    }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "info"),
-        count=count,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    data: ExcessiveSyncData = {"ranks": ranks, "syncs": count, "steps": steps_total, **window(longest[1], longest[2])}
+    return fired(RULE.id, ctx, count, wasted, data, "info")
 
 
 def describe(f: Finding) -> Prose:
@@ -78,14 +62,10 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="excessive_sync",
-    title="more blocking host syncs inside the training steps than steps",
-    evaluate=evaluate,
-    describe=describe,
-    data=ExcessiveSyncData,
+    id="excessive_sync", title="more blocking host syncs inside the training steps than steps",
+    evaluate=evaluate, describe=describe, data=ExcessiveSyncData,
     fires_when="more blocking sync calls inside the steps than syncs_per_step × steps (≥ min_steps steps)",
     severity="critical / warning by the share of the span wasted, else info",
-    counts="calls / GPU idle during them",
-    options={"min_steps": 3, "syncs_per_step": 1.0},
+    counts="calls / GPU idle during them", options={"min_steps": 3, "syncs_per_step": 1.0},
     source='CUDA Runtime API, "API synchronization behavior" (which calls block the host)',
 )

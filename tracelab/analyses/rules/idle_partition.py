@@ -40,13 +40,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     parts = [cast(Partition, f.data) for f in per_partition]
     w = cast(Partition, worst.data)
     data: IdlePartitionData = {"partitions": parts, "start_ns": w["start_ns"], "end_ns": w["end_ns"], "worst": w}
-    return Finding(
-        rule=RULE.id,
-        severity=worst.severity,
-        count=len(per_partition),
-        wasted_ns=sum(f.wasted_ns for f in per_partition),
-        data=dict(data),
-    )
+    return Finding(rule=RULE.id, severity=worst.severity, count=len(per_partition),
+                   wasted_ns=sum(f.wasted_ns for f in per_partition), data=dict(data))
 
 
 def describe(f: Finding) -> Prose:
@@ -67,11 +62,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="idle_partition",
-    title="a green-context SM partition is mostly idle",
-    evaluate=evaluate,
-    describe=describe,
-    data=IdlePartitionData,
+    id="idle_partition", title="a green-context SM partition is mostly idle",
+    evaluate=evaluate, describe=describe, data=IdlePartitionData,
     fires_when=(
         "a green-context partition busy < busy_threshold of the span (SM-time), or < info_threshold as info "
         "(green_ctx's 116-SM partition at 70% leaves a quarter of the GPU's SM-time idle while the whole GPU "

@@ -16,10 +16,10 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
-from tracelab.analyses.core.intervals import merge
+from tracelab.analyses.core.intervals import merge, step_of
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.results import CAUSES, Finding
-from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, join_places, window
 from tracelab.text_format import fmt_ns
 
 INPUT_WAIT = CAUSES.index("input_wait")
@@ -60,15 +60,11 @@ class InputBoundData(Window):
 
 def _input_idle(by_rank: dict[int, list[Any]], rank: int) -> tuple[np.ndarray, np.ndarray]:
     """The union of the rank's GPU idle intervals of cause input_wait (all its devices), sorted."""
-    starts, ends = [], []
-    for idle in by_rank.get(rank, ()):
-        m = idle.cause == INPUT_WAIT
-        starts.append(idle.start[m])
-        ends.append(idle.end[m])
-    if not starts:
+    idle = by_rank.get(rank, ())
+    if not idle:
         z = np.zeros(0, dtype=np.int64)
         return z, z
-    return merge(np.concatenate(starts), np.concatenate(ends))
+    return merge(*(np.concatenate([getattr(x, k)[x.cause == INPUT_WAIT] for x in idle]) for k in ("start", "end")))
 
 
 def _idle_by_rank(ctx: FindingContext) -> dict[int, list[Any]]:
@@ -99,8 +95,8 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
             s_start = np.array([min(d.start_ns for d in devs)], dtype=np.int64)
             s_end = np.array([max(d.end_ns for d in devs)], dtype=np.int64)
         # each interval to the step its end lies in
-        k = np.searchsorted(s_start, ue - 1, side="right") - 1
-        ok = (k >= 0) & (ue - 1 < s_end[np.maximum(k, 0)])
+        k = step_of(s_start, s_end, ue - 1)
+        ok = k >= 0
         wait = np.bincount(k[ok], weights=(ue - us)[ok].astype(np.float64), minlength=s_start.size).astype(np.int64)
         length = np.maximum(s_end - s_start, 1)
         share = np.minimum(wait / length, 1.0)
@@ -124,20 +120,11 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     worst = sorted(steps, key=lambda s: -s["input_wait_ns"])
     data: InputBoundData = {
         "steps": sorted(worst[:MAX_STEPS_LISTED], key=lambda s: (s["rank"], s["start_ns"])),
-        "input_bound_steps": len(steps),
-        "total_steps": total_steps,
-        "ranks": ranks,
+        "input_bound_steps": len(steps), "total_steps": total_steps, "ranks": ranks,
         "loader_ops": dict(sorted(loader_ops.items(), key=lambda kv: -kv[1]["total_ns"])[:10]),
-        "step_share": share_min,
-        **window(worst[0]["start_ns"], worst[0]["end_ns"]),
+        "step_share": share_min, **window(worst[0]["start_ns"], worst[0]["end_ns"]),
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning"),
-        count=len(steps),
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, len(steps), wasted, data, "warning")
 
 
 def describe(f: Finding) -> Prose:
@@ -153,19 +140,14 @@ def describe(f: Finding) -> Prose:
         ".to(device, non_blocking=True), raise prefetch_factor, keep workers alive with persistent_workers=True, "
         "and move decoding / augmentation to the GPU (e.g. DALI, torchvision.io.decode_jpeg on cuda)."
     )
-    where = join_places([
-        f"rank {s['rank']} " + (f"step {s['step']}" if s["step"] >= 0 else "(whole run)")
-        + f": {fmt_ns(s['input_wait_ns'])} ({s['share']:.0%})" for s in d["steps"]
-    ])
+    where = join_places([f"rank {s['rank']} " + (f"step {s['step']}" if s["step"] >= 0 else "(whole run)")
+                         + f": {fmt_ns(s['input_wait_ns'])} ({s['share']:.0%})" for s in d["steps"]])
     return msg, where
 
 
 RULE = Rule(
-    id="input_bound",
-    title="training steps whose GPU waits for input data",
-    evaluate=evaluate,
-    describe=describe,
-    data=InputBoundData,
+    id="input_bound", title="training steps whose GPU waits for input data",
+    evaluate=evaluate, describe=describe, data=InputBoundData,
     fires_when=(
         "steps whose GPU idle of cause input_wait is ≥ step_share of the step, adding up to ≥ min_wait_ns on "
         "a rank (without steps: the rank's GPU span as one window)"
@@ -174,8 +156,6 @@ RULE = Rule(
     counts="input-bound steps / their input_wait idle",
     options={"step_share": 0.1, "min_wait_ns": 100_000},
     long=True,
-    source=(
-        "PyTorch docs, torch.utils.data (num_workers, pin_memory, prefetch_factor, persistent_workers); "
-        "gap cause input_wait: tracelab.analyses.gaps.input_wait"
-    ),
+    source=("PyTorch docs, torch.utils.data (num_workers, pin_memory, prefetch_factor, persistent_workers); "
+            "gap cause input_wait: tracelab.analyses.gaps.input_wait"),
 )

@@ -16,8 +16,8 @@ from tracelab.analyses.rules.base import (
     Prose,
     Rule,
     Window,
+    fired,
     join_places,
-    severity,
     string_ids,
     window,
 )
@@ -73,8 +73,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         rows = rows[~_graph_kernels(ctx, rows, dr.rank)]
         if rows.size < min_kernels:
             continue
-        s = ctx.col("start")[rows]
-        e = ctx.col("end")[rows]
+        s, e = ctx.col("start")[rows], ctx.col("end")[rows]
         reach = np.maximum.accumulate(e)
         gap = s[1:] - reach[:-1]  # device idle before each next kernel (<= 0: overlapping)
         tiny = (e - s) < tiny_ns
@@ -101,32 +100,17 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         count += int(ok.sum())
         wasted += idle_ok
         kernels_in += int(n_k[ok].sum())
-        devices.append(
-            {"rank": dr.rank, "device": dr.device, "stretches": int(ok.sum()), "kernels": int(n_k[ok].sum()),
-             "idle_ns": idle_ok}
-        )
-        for f, l_, k, i_ in zip(first[ok].tolist(), last[ok].tolist(), n_k[ok].tolist(), idle[ok].tolist()):
-            stretches.append(
-                {"rank": dr.rank, "device": dr.device, "start_ns": int(s[f]), "end_ns": int(reach[l_]),
-                 "kernels": int(k), "idle_ns": int(i_)}
-            )
+        devices.append({"rank": dr.rank, "device": dr.device, "stretches": int(ok.sum()),
+                        "kernels": int(n_k[ok].sum()), "idle_ns": idle_ok})
+        stretches += [{"rank": dr.rank, "device": dr.device, "start_ns": int(s[f]), "end_ns": int(reach[l_]),
+                       "kernels": int(k), "idle_ns": int(i_)}
+                      for f, l_, k, i_ in zip(first[ok].tolist(), last[ok].tolist(), n_k[ok].tolist(), idle[ok].tolist())]
     if not count:
         return None
     worst = sorted(stretches, key=lambda x: -x["idle_ns"])[:20]
-    data: LaunchBoundData = {
-        "stretches": worst,
-        "n_stretches": count,
-        "devices": devices,
-        "tiny_kernel_ns": tiny_ns,
-        **window(worst[0]["start_ns"], worst[0]["end_ns"]),
-    }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning"),
-        count=kernels_in,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    data: LaunchBoundData = {"stretches": worst, "n_stretches": count, "devices": devices, "tiny_kernel_ns": tiny_ns,
+                             **window(worst[0]["start_ns"], worst[0]["end_ns"])}
+    return fired(RULE.id, ctx, kernels_in, wasted, data, "warning")
 
 
 def describe(f: Finding) -> Prose:
@@ -136,34 +120,24 @@ def describe(f: Finding) -> Prose:
         f"each) with the GPU idle {fmt_ns(f.wasted_ns)} between launches: the host cannot launch fast enough. "
         "Capture them in a CUDA graph (torch.cuda.graphs, torch.compile mode='reduce-overhead') or fuse them."
     )
-    where = join_places(
-        [
-            f"rank {x['rank']} device {x['device']}: {x['stretches']} stretches, {x['kernels']} kernels, "
-            f"{fmt_ns(x['idle_ns'])} idle"
-            for x in d["devices"]
-        ]
-    )
+    where = join_places([
+        f"rank {x['rank']} device {x['device']}: {x['stretches']} stretches, {x['kernels']} kernels, "
+        f"{fmt_ns(x['idle_ns'])} idle"
+        for x in d["devices"]
+    ])
     return msg, where
 
 
 RULE = Rule(
-    id="launch_bound",
-    title="stretches of tiny kernels with the GPU idle between launches",
-    evaluate=evaluate,
-    describe=describe,
-    data=LaunchBoundData,
+    id="launch_bound", title="stretches of tiny kernels with the GPU idle between launches",
+    evaluate=evaluate, describe=describe, data=LaunchBoundData,
     fires_when=(
         "runs of ≥ min_stretch_kernels tiny kernels (< tiny_kernel_ns, not from a graph, ≤ max_launch_gap_ns "
         "apart) with the GPU idle ≥ stretch_idle_fraction of the run, idle ≥ min_span_fraction of the span"
     ),
     severity="critical / warning by the share of the span wasted, else warning",
     counts="kernels / idle inside the runs",
-    options={
-        "tiny_kernel_ns": 10_000,
-        "max_launch_gap_ns": 100_000,
-        "min_stretch_kernels": 32,
-        "stretch_idle_fraction": 0.5,
-        "min_span_fraction": 0.02,
-    },
+    options={"tiny_kernel_ns": 10_000, "max_launch_gap_ns": 100_000, "min_stretch_kernels": 32,
+             "stretch_idle_fraction": 0.5, "min_span_fraction": 0.02},
     source='CUDA C++ Programming Guide, "CUDA Graphs" (launch overhead a graph removes)',
 )

@@ -14,9 +14,8 @@ from tracelab.analyses.rules.base import (
     Rule,
     Window,
     count_places,
+    fired,
     join_places,
-    memcpy_rows,
-    severity,
     window,
 )
 from tracelab.model import CopyKind, MemKind
@@ -42,7 +41,7 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
     """Time the pageable copies lose: per direction, their duration minus what the same bytes take at
     the bandwidth of this trace's pinned copies of that direction (when it has any, else the whole
     duration: an upper bound)."""
-    mc = memcpy_rows(ctx)
+    mc = ctx.memcpys
     pinned = mc[
         ((ctx.col("src_mem")[mc] == int(MemKind.PINNED)) | (ctx.col("dst_mem")[mc] == int(MemKind.PINNED)))
         & (ctx.col("bytes")[mc] >= min_bytes)
@@ -64,14 +63,12 @@ def _pageable_cost(ctx: FindingContext, dur: np.ndarray, ck: np.ndarray, nbytes:
 
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     min_bytes = int(opt["min_bytes"])
-    mc = memcpy_rows(ctx)
+    mc = ctx.memcpys
     pageable = (ctx.col("src_mem")[mc] == int(MemKind.PAGEABLE)) | (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
     pos = mc[pageable & (ctx.col("bytes")[mc] >= min_bytes)]
     if pos.size == 0:
         return None
-    dur = ctx.col("end")[pos] - ctx.col("start")[pos]
-    ck = ctx.col("copy_kind")[pos]
-    nb = ctx.col("bytes")[pos]
+    dur, ck, nb = ctx.col("end")[pos] - ctx.col("start")[pos], ctx.col("copy_kind")[pos], ctx.col("bytes")[pos]
     wasted = _pageable_cost(ctx, dur, ck, nb, min_bytes)
     longest = int(np.argmax(dur))
     data: PageableMemcpyData = {
@@ -81,13 +78,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         "places": cast(list[StreamCopies], count_places(ctx, pos, "copies")),
         **window(ctx.col("start")[pos[longest]], ctx.col("end")[pos[longest]]),  # the longest
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns()),
-        count=int(pos.size),
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, int(pos.size), wasted, data)
 
 
 def describe(f: Finding) -> Prose:
@@ -97,26 +88,17 @@ def describe(f: Finding) -> Prose:
         f"{f.count} memcpys ({fmt_bytes(d['bytes'])}, {fmt_ns(d['copy_ns'])}) use pageable host memory "
         f"({dirs}); pin it (pin_memory=True, cudaHostAlloc) so copies run at full speed and can overlap with compute."
     )
-    where = join_places(
-        [f"rank {p['rank']} device {p['device']} stream {p['stream']}: {p['copies']} pageable copies" for p in d["places"]]
-    )
-    return msg, where
+    return msg, join_places([f"rank {p['rank']} device {p['device']} stream {p['stream']}: {p['copies']} pageable copies"
+                             for p in d["places"]])
 
 
 RULE = Rule(
-    id="pageable_memcpy",
-    title="large memcpys use pageable host memory",
-    evaluate=evaluate,
-    describe=describe,
-    data=PageableMemcpyData,
+    id="pageable_memcpy", title="large memcpys use pageable host memory",
+    evaluate=evaluate, describe=describe, data=PageableMemcpyData,
     fires_when="copies ≥ min_bytes with a pageable host side",
     severity="critical / warning by the share of the span wasted, else info",
-    counts=(
-        "copies / duration minus the time at the trace's pinned bandwidth (whole duration without pinned copies)"
-    ),
+    counts="copies / duration minus the time at the trace's pinned bandwidth (whole duration without pinned copies)",
     options={"min_bytes": 64 * 1024},
-    source=(
-        'CUDA C++ Best Practices Guide, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior" '
-        "(pageable copies are staged and cannot overlap)"
-    ),
+    source=('CUDA C++ Best Practices Guide, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior" '
+            "(pageable copies are staged and cannot overlap)"),
 )

@@ -62,8 +62,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         lane = ctx.col("lane")[rows].astype(np.int64)
         order = np.lexsort((ctx.col("start")[rows], lane))
         rows, lane = rows[order], lane[order]
-        s = ctx.col("start")[rows]
-        e = ctx.col("end")[rows]
+        s, e = ctx.col("start")[rows], ctx.col("end")[rows]
         same = np.concatenate([[False], lane[1:] == lane[:-1]])
         prev_end = np.concatenate([[0], e[:-1]])
         ov = np.where(same, np.minimum(prev_end, e) - s, 0)
@@ -83,54 +82,32 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         pairs_total += int(overlapping.sum())
         overlap_total += o
         names, counts = np.unique(ctx.col("name")[rows][hit], return_counts=True)
-        devices.append(
-            {"rank": dr.rank, "device": dr.device, "kernels": n, "overlap_ns": o,
-             "most_often": ctx.timeline.name(int(names[np.argmax(counts)]))}
-        )
+        devices.append({"rank": dr.rank, "device": dr.device, "kernels": n, "overlap_ns": o,
+                        "most_often": ctx.timeline.name(int(names[np.argmax(counts)]))})
     if not total:
         return None
     mean = overlap_total / pairs_total if pairs_total else 0
-    data: PdlData = {
-        "kernels": total,
-        "flagged": flagged_total,
-        "overlapping_pairs": pairs_total,
-        "overlap_ns": overlap_total,
-        "mean_overlap_ns": int(mean),
-        "devices": devices,
-        "start_ns": win["start_ns"],
-        "end_ns": win["end_ns"],
-    }
+    data: PdlData = {"kernels": total, "flagged": flagged_total, "overlapping_pairs": pairs_total,
+                     "overlap_ns": overlap_total, "mean_overlap_ns": int(mean), "devices": devices,
+                     "start_ns": win["start_ns"], "end_ns": win["end_ns"]}
     return Finding(rule=RULE.id, severity="info", count=total, wasted_ns=0, data=dict(data))
 
 
 def describe(f: Finding) -> Prose:
     d = cast(PdlData, f.data)
-    msg = (
-        f"{f.count} kernels start before their predecessor on the same stream has finished "
-        f"(Programmatic Dependent Launch; {d['flagged']} flagged at launch): {d['overlapping_pairs']} "
-        f"overlaps bought {fmt_ns(d['overlap_ns'])} in total ({fmt_ns(d['mean_overlap_ns'])} each on "
-        "average)."
-    )
-    where = join_places(
-        [
-            f"rank {x['rank']} device {x['device']}: {x['kernels']} kernels (most often "
-            f"{short_name(x['most_often'], 50)}), {fmt_ns(x['overlap_ns'])} overlap"
-            for x in d["devices"]
-        ]
-    )
-    return msg, where
+    msg = (f"{f.count} kernels start before their predecessor on the same stream has finished "
+           f"(Programmatic Dependent Launch; {d['flagged']} flagged at launch): {d['overlapping_pairs']} "
+           f"overlaps bought {fmt_ns(d['overlap_ns'])} in total ({fmt_ns(d['mean_overlap_ns'])} each on "
+           "average).")
+    return msg, join_places([f"rank {x['rank']} device {x['device']}: {x['kernels']} kernels (most often "
+                             f"{short_name(x['most_often'], 50)}), {fmt_ns(x['overlap_ns'])} overlap" for x in d["devices"]])
 
 
 RULE = Rule(
-    id="pdl",
-    title="kernels overlap their predecessor on the same stream (Programmatic Dependent Launch)",
-    evaluate=evaluate,
-    describe=describe,
-    data=PdlData,
-    fires_when=(
-        "kernels flagged PDL, or ≥ min_overlaps starting before their predecessor on the stream ends "
-        "(cc ≥ min_cc_major, not AMD)"
-    ),
+    id="pdl", title="kernels overlap their predecessor on the same stream (Programmatic Dependent Launch)",
+    evaluate=evaluate, describe=describe, data=PdlData,
+    fires_when=("kernels flagged PDL, or ≥ min_overlaps starting before their predecessor on the stream ends "
+                "(cc ≥ min_cc_major, not AMD)"),
     severity="info (PDL is a gain: the finding says how much it bought)",
     counts="kernels / 0",
     options={"min_overlaps": 2, "min_cc_major": 9},

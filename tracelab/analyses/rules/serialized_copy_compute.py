@@ -10,7 +10,7 @@ import numpy as np
 from tracelab.analyses.core.distinct import distinct
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, join_places, window
 from tracelab.model import CopyKind, EventKind
 from tracelab.text_format import fmt_ns
 
@@ -42,11 +42,9 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
         e = ctx.col("end")[rows]
         lane = ctx.col("lane")[rows]
         is_k = kind == int(EventKind.KERNEL)
-        hd = (
-            (kind == int(EventKind.MEMCPY))
-            & np.isin(ctx.col("copy_kind")[rows], [int(CopyKind.HTOD), int(CopyKind.DTOH)])
-            & (ctx.col("bytes")[rows] >= min_bytes)
-        )
+        hd = ((kind == int(EventKind.MEMCPY))
+              & np.isin(ctx.col("copy_kind")[rows], [int(CopyKind.HTOD), int(CopyKind.DTOH)])
+              & (ctx.col("bytes")[rows] >= min_bytes))
         if not hd.any() or not is_k.any():
             continue
         ku, ke = merge(s[is_k], e[is_k], assume_sorted=True)
@@ -77,13 +75,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     if not count:
         return None
     data: SerializedCopyComputeData = {"streams": details, **window(worst[1], worst[2])}
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning"),
-        count=count,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, count, wasted, data, "warning")
 
 
 def describe(f: Finding) -> Prose:
@@ -93,22 +85,15 @@ def describe(f: Finding) -> Prose:
         f"({fmt_ns(f.wasted_ns)}); issue them on a side stream from pinned memory (non_blocking=True) and prefetch "
         "the next batch while this one computes."
     )
-    where = join_places(
-        [
-            f"rank {x['rank']} device {x['device']} stream {x['stream']}: {x['copies']} copies, "
-            f"{fmt_ns(x['unoverlapped_ns'])} not overlapped"
-            for x in d["streams"]
-        ]
-    )
+    where = join_places([f"rank {x['rank']} device {x['device']} stream {x['stream']}: {x['copies']} copies, "
+                         f"{fmt_ns(x['unoverlapped_ns'])} not overlapped"
+                         for x in d["streams"]])
     return msg, where
 
 
 RULE = Rule(
-    id="serialized_copy_compute",
-    title="host<->device copies run in line with the kernels of their stream",
-    evaluate=evaluate,
-    describe=describe,
-    data=SerializedCopyComputeData,
+    id="serialized_copy_compute", title="host<->device copies run in line with the kernels of their stream",
+    evaluate=evaluate, describe=describe, data=SerializedCopyComputeData,
     fires_when=(
         "a stream with kernels and ≥ min_copies HtoD/DtoH copies ≥ min_bytes taking ≥ min_span_fraction of the "
         "span, ≥ unoverlapped_fraction not overlapped"

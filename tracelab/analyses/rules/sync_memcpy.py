@@ -10,7 +10,7 @@ import numpy as np
 
 from tracelab.analyses.core.rows import names_matching
 from tracelab.analyses.results import Finding
-from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, join_places, severity, window
+from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, fired, join_places, window
 from tracelab.analyses.rules.waits import idle_during
 from tracelab.model import SyncKind
 from tracelab.text_format import fmt_ns
@@ -26,11 +26,6 @@ class SyncMemcpyData(Window):
 MEMCPY_NAME = re.compile(r"Memcpy", re.IGNORECASE)
 
 
-def memcpy_names(ctx: FindingContext) -> np.ndarray:
-    """For every string id (and -1, the last slot): whether the name is a memcpy call's."""
-    return names_matching(ctx.timeline, MEMCPY_NAME)
-
-
 def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     count = blocked = wasted = excluded = 0
     calls: dict[str, int] = {}
@@ -38,7 +33,7 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
     worst = (-1, 0, 0)
     for rank, host in ctx.hosts.items():
         # memcpy calls only (a synchronous memset blocks too, and is a wait for the gap causes, but is no copy)
-        sync_copy = (host.api_sync == int(SyncKind.MEMCPY)) & memcpy_names(ctx)[host.api_name]
+        sync_copy = (host.api_sync == int(SyncKind.MEMCPY)) & names_matching(ctx.timeline, MEMCPY_NAME)[host.api_name]
         excluded += int((sync_copy & host.api_nonblocking_sync).sum())
         pos = np.flatnonzero(sync_copy & host.api_blocking)
         if pos.size == 0:
@@ -57,31 +52,18 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | None:
             worst = (int(e[j] - s[j]), int(s[j]), int(e[j]))
     if not count:
         return None
-    data: SyncMemcpyData = {
-        "calls": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
-        "host_blocked_ns": blocked,
-        "ranks": ranks,
-        "non_blocking_excluded": excluded,
-        **window(worst[1], worst[2]),  # the longest call
-    }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns()),
-        count=count,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    data: SyncMemcpyData = {"calls": dict(sorted(calls.items(), key=lambda kv: -kv[1])), "host_blocked_ns": blocked,
+                            "ranks": ranks, "non_blocking_excluded": excluded,
+                            **window(worst[1], worst[2])}  # the longest call
+    return fired(RULE.id, ctx, count, wasted, data)
 
 
 def describe(f: Finding) -> Prose:
     d = cast(SyncMemcpyData, f.data)
     calls = ", ".join(f"{c}× {n}" for n, c in list(d["calls"].items())[:3])
     excluded = d["non_blocking_excluded"]
-    note = (
-        f" ({excluded} device-to-device or device-memset calls that do not block the host are not counted)"
-        if excluded
-        else ""
-    )
+    note = (f" ({excluded} device-to-device or device-memset calls that do not block the host are not counted)"
+            if excluded else "")
     msg = (
         f"{f.count} synchronous memcpy calls ({calls}) block the host for {fmt_ns(d['host_blocked_ns'])}, "
         f"{fmt_ns(f.wasted_ns)} of it with the GPU idle{note}; use the Async variants with pinned memory on a "
@@ -91,11 +73,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="sync_memcpy",
-    title="synchronous memcpy calls block the host",
-    evaluate=evaluate,
-    describe=describe,
-    data=SyncMemcpyData,
+    id="sync_memcpy", title="synchronous memcpy calls block the host",
+    evaluate=evaluate, describe=describe, data=SyncMemcpyData,
     fires_when="synchronous memcpy calls that really block",
     severity="critical / warning by the share of the span wasted, else info",
     counts="calls / GPU idle during them",

@@ -10,6 +10,7 @@ from typing import Any, TypedDict, cast
 import numpy as np
 
 from tracelab.analyses.core.host import HostView
+from tracelab.analyses.core.intervals import step_of
 from tracelab.analyses.core.rows import positions_by
 from tracelab.analyses.results import Finding
 from tracelab.analyses.rules.base import (
@@ -18,10 +19,8 @@ from tracelab.analyses.rules.base import (
     Prose,
     Rule,
     Window,
+    fired,
     join_places,
-    memcpy_rows,
-    severity,
-    step_of,
     window,
 )
 from tracelab.analyses.rules.waits import host_sync_idle
@@ -109,21 +108,13 @@ def evaluate(ctx: FindingContext, opt: Mapping[str, Any]) -> Finding | NotEvalua
         "ranks": per_rank, "steps": sum(r["steps"] for r in per_rank), "steps_with_sync": total_sync,
         "example": example, **win,
     }
-    return Finding(
-        rule=RULE.id,
-        severity=severity(wasted, ctx.span_ns(), "warning" if wasted else "info"),
-        count=total_sync,
-        wasted_ns=wasted,
-        data=dict(data),
-    )
+    return fired(RULE.id, ctx, total_sync, wasted, data, "warning" if wasted else "info")
 
 
 def _pageable_dtoh_by_rank(ctx: FindingContext) -> dict[int, np.ndarray]:
     """Rows of the device-to-host copies into pageable memory, grouped by rank once (no full mask per rank)."""
-    mc = memcpy_rows(ctx)
-    dtoh = mc[
-        (ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))
-    ]
+    mc = ctx.memcpys
+    dtoh = mc[(ctx.col("copy_kind")[mc] == int(CopyKind.DTOH)) & (ctx.col("dst_mem")[mc] == int(MemKind.PAGEABLE))]
     return {r: dtoh[p] for r, p in positions_by(ctx.col("rank")[dtoh]).items()}
 
 
@@ -131,16 +122,13 @@ def _too_few_steps(rank: int, n_steps: int, n_block: int, min_steps: int) -> str
     """Why a rank with blocking host syncs but too few steps is not evaluated (None: nothing to say)."""
     if n_block < min_steps:
         return None
-    return (
-        f"rank {rank}: {n_block} blocking host syncs but "
-        + (f"only {n_steps} training step(s)" if n_steps else "no training steps found")
-        + f" (at least {min_steps} needed)"
-    )
+    return (f"rank {rank}: {n_block} blocking host syncs but "
+            + (f"only {n_steps} training step(s)" if n_steps else "no training steps found")
+            + f" (at least {min_steps} needed)")
 
 
-def _rank_waits(
-    ctx: FindingContext, host: HostView, dtoh: np.ndarray, s_start: np.ndarray, s_end: np.ndarray
-) -> _RankWaits:
+def _rank_waits(ctx: FindingContext, host: HostView, dtoh: np.ndarray, s_start: np.ndarray,
+                s_end: np.ndarray) -> _RankWaits:
     """The rank's waits placed in its steps: (a) device-to-host copies into pageable memory (the call blocks:
     .item(), .cpu()), at their launching call (else at the copy); (b) calls that really block: synchronize
     calls, synchronous copies that wait."""
@@ -161,14 +149,11 @@ def _rank_syncs(ctx: FindingContext, rank: int, w: _RankWaits) -> RankSyncs:
     in_steps = np.zeros(w.s_start.size, dtype=bool)
     in_steps[w.steps_with] = True
     return {
-        "rank": rank,
-        "steps": int(w.s_start.size),
-        "steps_with_sync": int(w.steps_with.size),
+        "rank": rank, "steps": int(w.s_start.size), "steps_with_sync": int(w.steps_with.size),
         "wasted_ns": host_sync_idle(ctx, rank, w.s_start[in_steps], w.s_end[in_steps]),
         "steps_with_dtoh_copy": int(sorted_unique(w.step_copy[w.step_copy >= 0]).size),
         "steps_with_sync_call": int(sorted_unique(w.step_blk[w.step_blk >= 0]).size),
-        "first_step": int(w.steps_with[0]) + ctx.step_base,
-        "last_step": int(w.steps_with[-1]) + ctx.step_base,
+        "first_step": int(w.steps_with[0]) + ctx.step_base, "last_step": int(w.steps_with[-1]) + ctx.step_base,
     }
 
 
@@ -177,22 +162,12 @@ def _example(ctx: FindingContext, rank: int, host: HostView, w: _RankWaits) -> E
     hit = np.flatnonzero(w.step_copy >= 0)
     if hit.size:
         j = int(hit[0])
-        found = bool(w.copy_found[j])
-        return {
-            "call": ctx.timeline.name(int(host.api_name[w.copy_call[j]])) if found else "",
-            "tid": int(host.api_tid[w.copy_call[j]]) if found else -1,
-            "what": "dtoh_pageable_copy",
-            "rank": rank,
-            "step": int(w.step_copy[j]) + ctx.step_base,
-        }
-    j = int(np.flatnonzero(w.step_blk >= 0)[0])
-    return {
-        "call": ctx.timeline.name(int(host.api_name[w.blk[j]])),
-        "tid": int(host.api_tid[w.blk[j]]),
-        "what": "sync_call",
-        "rank": rank,
-        "step": int(w.step_blk[j]) + ctx.step_base,
-    }
+        call, found, what, step = int(w.copy_call[j]), bool(w.copy_found[j]), "dtoh_pageable_copy", w.step_copy[j]
+    else:
+        j = int(np.flatnonzero(w.step_blk >= 0)[0])
+        call, found, what, step = int(w.blk[j]), True, "sync_call", w.step_blk[j]
+    return {"call": ctx.timeline.name(int(host.api_name[call])) if found else "",
+            "tid": int(host.api_tid[call]) if found else -1, "what": what, "rank": rank, "step": int(step) + ctx.step_base}
 
 
 def describe(f: Finding) -> Prose:
@@ -210,22 +185,17 @@ def describe(f: Finding) -> Prose:
         ".item(), .cpu() or torch.cuda.synchronize() every step; keep values on the GPU and read them back "
         "every N steps."
     )
-    where = join_places(
-        [
-            f"rank {v['rank']}: {v['steps_with_sync']} of {v['steps']} steps (step {v['first_step']} … "
-            f"step {v['last_step']})"
-            for v in d["ranks"]
-        ]
-    )
+    where = join_places([
+        f"rank {v['rank']}: {v['steps_with_sync']} of {v['steps']} steps (step {v['first_step']} … "
+        f"step {v['last_step']})"
+        for v in d["ranks"]
+    ])
     return msg, where
 
 
 RULE = Rule(
-    id="sync_per_iteration",
-    title="the host waits for the GPU in most training steps",
-    evaluate=evaluate,
-    describe=describe,
-    data=SyncPerIterationData,
+    id="sync_per_iteration", title="the host waits for the GPU in most training steps",
+    evaluate=evaluate, describe=describe, data=SyncPerIterationData,
     fires_when=(
         "≥ step_fraction of ≥ min_steps steps contain a wait (a blocking call, or a DtoH copy into pageable "
         "memory)"
@@ -234,8 +204,6 @@ RULE = Rule(
     counts="steps that wait / host_sync idle starting in them",
     options={"min_steps": 3, "step_fraction": 0.8},
     long=True,
-    source=(
-        'CUDA Runtime API, "API synchronization behavior" (which calls block the host); steps: '
-        "tracelab.analyses.steps.infer (marked or inferred)"
-    ),
+    source=('CUDA Runtime API, "API synchronization behavior" (which calls block the host); steps: '
+            "tracelab.analyses.steps.infer (marked or inferred)"),
 )

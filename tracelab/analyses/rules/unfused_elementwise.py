@@ -32,13 +32,8 @@ from tracelab.analyses.rules.base import FindingContext, Prose, Rule, Window, jo
 from tracelab.model import EventKind
 from tracelab.text_format import fmt_ns
 
-OPTIONS: dict[str, Any] = {
-    "min_chain": 3,
-    "max_period": 16,
-    "max_gap_ns": 100_000,
-    "min_fraction": 0.01,
-    "warning_fraction": 0.05,
-}
+OPTIONS: dict[str, Any] = {"min_chain": 3, "max_period": 16, "max_gap_ns": 100_000, "min_fraction": 0.01,
+                           "warning_fraction": 0.05}
 ELEMENTWISE = re.compile(r"(?:vectorized_|unrolled_)?elementwise_kernel|^triton_poi_")
 _KERNEL_CUDA = re.compile(r"(\w+?)_kernel_(?:cuda|impl)\b")
 _FUNCTOR = re.compile(r"[A-Za-z_]*Functor[A-Za-z_]*")
@@ -82,17 +77,9 @@ def op_label(name: str) -> str:
     return short_name(name, 40)
 
 
-def period(codes: np.ndarray, max_period: int) -> int:
-    """The shortest p in 1..max_period with codes[p:] == codes[:-p] (and len ≥ 2p); 0 if none."""
-    n = codes.size
-    for p in range(1, min(max_period, n // 2) + 1):
-        if np.array_equal(codes[p:], codes[:-p]):
-            return p
-    return 0
-
-
 def periods(codes: np.ndarray, first: np.ndarray, length: np.ndarray, max_period: int) -> np.ndarray:
-    """`period` of every chain codes[first:first + length] at once (chains do not overlap): one pass over
+    """The period of every chain codes[first:first + length]: the shortest p in 1..max_period with
+    chain[p:] == chain[:-p] (and length ≥ 2p), 0 if none. All chains at once (they do not overlap): one pass over
     all the codes per candidate p, not a comparison per chain and p (a big trace has tens of thousands
     of chains). A chain has period p when none of its positions i < length - p differs from i + p."""
     out = np.zeros(first.size, dtype=np.int64)
@@ -128,13 +115,8 @@ def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[st
         shape = np.stack([ctx.col(c)[rows] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")],
                          axis=1)  # the launch shape of each of these kernels (not of every event)
         ew = is_ew[name[rows]]
-        same = (
-            (stream[rows][1:] == stream[rows][:-1])
-            & (shape[1:] == shape[:-1]).all(axis=1)
-            & (start[rows][1:] - end[rows][:-1] <= options["max_gap_ns"])
-            & ew[1:]
-            & ew[:-1]
-        )
+        same = ((stream[rows][1:] == stream[rows][:-1]) & (shape[1:] == shape[:-1]).all(axis=1)
+                & (start[rows][1:] - end[rows][:-1] <= options["max_gap_ns"]) & ew[1:] & ew[:-1])
         chain_id = np.concatenate([[0], np.cumsum(~same)])
         bounds = np.flatnonzero(np.r_[True, chain_id[1:] != chain_id[:-1], True])
         lengths = np.diff(bounds)
@@ -152,22 +134,10 @@ def find_chains(ctx: FindingContext, options: Mapping[str, Any]) -> list[dict[st
             *(x[good].tolist() for x in (firsts[keep], lengths[keep], per, reps, shortest, saved_ns, total)), strict=True
         ):  # one per chain that saves
             crow = rows[lo : lo + n]
-            out.append(
-                {
-                    "rank": dr.rank,
-                    "device": dr.device,
-                    "stream": int(stream[crow[0]]),
-                    "rows": crow,
-                    "period": p,
-                    "repetitions": r,
-                    "kernels_ns": kernels_ns,
-                    "fused_kernel_ns": fused,
-                    "saved_ns": saved,
-                    "ops": [op_label(strings[int(i)]) for i in name[crow[:p]]],
-                    "grid": shape[lo, :3].tolist(),
-                    "block": shape[lo, 3:].tolist(),
-                }
-            )
+            out.append({"rank": dr.rank, "device": dr.device, "stream": int(stream[crow[0]]), "rows": crow, "period": p,
+                        "repetitions": r, "kernels_ns": kernels_ns, "fused_kernel_ns": fused, "saved_ns": saved,
+                        "ops": [op_label(strings[int(i)]) for i in name[crow[:p]]], "grid": shape[lo, :3].tolist(),
+                        "block": shape[lo, 3:].tolist()})
     return out
 
 
@@ -186,25 +156,14 @@ def evaluate(ctx: FindingContext, options: Mapping[str, Any]) -> Finding | None:
     start = ctx.col("start")
     places = [f"r{c['rank']} GPU {c['device']} stream {c['stream']}" for c in chains]
     data: UnfusedElementwiseData = {
-        "chains": [
-            cast(
-                Chain,
-                {k: (v if k != "rows" else int(v.size)) for k, v in c.items()} | {"start_ns": int(start[c["rows"][0]])},
-            )
-            for c in chains[:20]
-        ],
+        "chains": [cast(Chain, {k: (v if k != "rows" else int(v.size)) for k, v in c.items()}
+                        | {"start_ns": int(start[c["rows"][0]])}) for c in chains[:20]],
         "n_chains": len(chains),
         "kernels_ns": int(sum(c["kernels_ns"] for c in chains)),
         **window(int(start[best["rows"][0]]), int(ctx.col("end")[best["rows"][best["period"] - 1]])),
     }
-    return Finding(
-        rule=RULE.id,
-        severity="warning" if saved >= opts["warning_fraction"] * span else "info",
-        count=kernels,
-        wasted_ns=int(saved),
-        where=join_places(sorted(set(places))),
-        data=dict(data),
-    )
+    return Finding(rule=RULE.id, severity="warning" if saved >= opts["warning_fraction"] * span else "info",
+                   count=kernels, wasted_ns=int(saved), where=join_places(sorted(set(places))), data=dict(data))
 
 
 def describe(f: Finding) -> Prose:
@@ -224,11 +183,8 @@ def describe(f: Finding) -> Prose:
 
 
 RULE = Rule(
-    id="unfused_elementwise",
-    title="chains of elementwise kernels that one fused kernel would replace",
-    evaluate=evaluate,
-    describe=describe,
-    data=UnfusedElementwiseData,
+    id="unfused_elementwise", title="chains of elementwise kernels that one fused kernel would replace",
+    evaluate=evaluate, describe=describe, data=UnfusedElementwiseData,
     fires_when=(
         "chains of ≥ min_chain elementwise kernels on one stream, same grid and block, ≤ max_gap_ns apart, whose "
         "names repeat with a period of 2..max_period ops, saving ≥ min_fraction of the span (module docstring)"

@@ -9,9 +9,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
-from tracelab.analyses.sm.measured import _empty_lane_columns, _empty_lanes
+from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.sm.occupancy import DeviceLimits, limits_for, occupancy
-from tracelab.analyses.sm.partitions import NONE_PARTITION, Partition, _Device
+from tracelab.analyses.sm.partitions import (
+    NONE_PARTITION,
+    Partition,
+    _Device,
+    _empty_lane_columns,
+    _empty_lanes,
+)
 from tracelab.model import Timeline
 
 if TYPE_CHECKING:
@@ -45,11 +51,9 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     part = np.array([lookup.get(int(g), none_idx) for g in uniq], dtype=np.int64)[inv]
     cap = caps[part] if len(part) else np.zeros(0, dtype=np.int64)
     # a non-green context may itself be limited (ContextInfo.sm_count)
-    ctx_caps = {
-        c.context: c.sm_count
-        for c in tl.contexts
-        if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0
-    }
+    ctx_caps = {c.context: c.sm_count
+                for c in tl.contexts
+                if c.rank == dev.rank and c.device == dev.device and not c.is_green and c.sm_count > 0}
     if ctx_caps:
         cu, cinv = distinct_codes(k["context"])
         cc = np.array([ctx_caps.get(int(c), 1 << 30) for c in cu], dtype=np.int64)[cinv]
@@ -67,17 +71,8 @@ def _estimate(tl: Timeline, dev: _Device, parts: list[Partition], kernels: Mappi
     known = grid > 0
     waves = np.where(known, -(-grid // np.maximum(bps * cap, 1)), 1)
     sms = np.where(known, np.minimum(grid, cap), cap)
-    return _Estimate(
-        kernel=k["row"].astype(np.int64),
-        part=part,
-        start=k["start"].astype(np.int64),
-        end=k["end"].astype(np.int64),
-        sms=sms.astype(np.int64),
-        waves=waves.astype(np.int64),
-        blocks_per_sm=bps,
-        name=k["name"].astype(np.int32),
-        green_context=gc,
-    )
+    return _Estimate(k["row"].astype(np.int64), part, k["start"].astype(np.int64), k["end"].astype(np.int64),
+                     sms.astype(np.int64), waves.astype(np.int64), bps, k["name"].astype(np.int32), gc)
 
 
 def _blocks_per_sm(k: Mapping[str, np.ndarray], threads: np.ndarray, limits: DeviceLimits) -> np.ndarray:
@@ -116,9 +111,8 @@ def _stack_offsets(est: _Estimate, n_parts: int, caps: np.ndarray) -> np.ndarray
     return offs % (caps[0] if n_parts == 1 else caps[est.part])
 
 
-def _estimated_rows(
-    est: _Estimate, parts: list[Partition], columns: dict[str, np.ndarray] | None = None
-) -> pd.DataFrame:
+def _estimated_rows(est: _Estimate, parts: list[Partition], columns: dict[str, np.ndarray] | None = None,
+                    ) -> pd.DataFrame:
     """The estimate's SM lane rows (`columns`: its `_estimated_columns`, when made already)."""
     import pandas as pd
 
@@ -147,26 +141,17 @@ def _estimated_columns(est: _Estimate, parts: list[Partition]) -> dict[str, np.n
     pidx = est.part[sel2]
     rows = _map_positions(pidx, lo2, hi2, parts)
     r_sel = sel2[rows["row"]]
-    return {
-        "sm_first": rows["sm_first"].astype(np.int32),
-        "sm_last": rows["sm_last"].astype(np.int32),
-        "start": est.start[r_sel],
-        "end": est.end[r_sel],
-        "green_context": np.array([p.green_context for p in parts], dtype=np.int64)[est.part[r_sel]],
-        "name": est.name[r_sel],
-        "measured": np.zeros(len(r_sel), dtype=bool),
-        "kernel": est.kernel[r_sel],
-    }
+    return {"sm_first": rows["sm_first"].astype(np.int32), "sm_last": rows["sm_last"].astype(np.int32),
+            "start": est.start[r_sel], "end": est.end[r_sel],
+            "green_context": np.array([p.green_context for p in parts], dtype=np.int64)[est.part[r_sel]],
+            "name": est.name[r_sel], "measured": np.zeros(len(r_sel), dtype=bool), "kernel": est.kernel[r_sel]}
 
 
-def _map_positions(
-    pidx: np.ndarray, lo: np.ndarray, hi: np.ndarray, parts: list[Partition]
-) -> dict[str, np.ndarray]:
+def _map_positions(pidx: np.ndarray, lo: np.ndarray, hi: np.ndarray, parts: list[Partition]) -> dict[str, np.ndarray]:
     """Turn [lo, hi) positions within each row's partition into SM-id ranges. Partitions whose ids
     are one contiguous run map directly; others are expanded and re-compressed into runs."""
-    contiguous = np.array(
-        [len(p.sm_ids) > 0 and p.sm_ids[-1] - p.sm_ids[0] == len(p.sm_ids) - 1 for p in parts], dtype=bool
-    )
+    contiguous = np.array([len(p.sm_ids) > 0 and p.sm_ids[-1] - p.sm_ids[0] == len(p.sm_ids) - 1 for p in parts],
+                          dtype=bool)
     base = np.array([p.sm_ids[0] if p.sm_ids else 0 for p in parts], dtype=np.int64)
     simple = contiguous[pidx]
     out_row = [np.flatnonzero(simple)]
@@ -174,9 +159,8 @@ def _map_positions(
     out_last = [base[pidx[simple]] + hi[simple] - 1]
     hard = np.flatnonzero(~simple)
     if len(hard):
-        lens = hi[hard] - lo[hard]
-        rows = np.repeat(hard, lens)
-        pos = np.repeat(lo[hard], lens) + (np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens))
+        seg, pos = expand_ranges(lo[hard], hi[hard])
+        rows = hard[seg]
         table_len = max((len(p.sm_ids) for p in parts), default=1) or 1
         table = np.zeros((len(parts), table_len), dtype=np.int64)
         for i, p in enumerate(parts):  # one row per partition
@@ -193,8 +177,4 @@ def _map_positions(
         out_row.append(rows[starts])
         out_first.append(sms[starts])
         out_last.append(sms[ends])
-    return {
-        "row": np.concatenate(out_row),
-        "sm_first": np.concatenate(out_first),
-        "sm_last": np.concatenate(out_last),
-    }
+    return {"row": np.concatenate(out_row), "sm_first": np.concatenate(out_first), "sm_last": np.concatenate(out_last)}

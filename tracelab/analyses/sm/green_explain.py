@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from tracelab.analyses.sm.estimate import _estimate
-from tracelab.analyses.sm.lanes import _sm_time, _without_blocks
-from tracelab.analyses.sm.measured import _instrumented
+from tracelab.analyses.sm.lanes import _sm_time
 from tracelab.analyses.sm.partitions import (
     NONE_PARTITION,
     LaneSource,
     Partition,
     _Device,
     _device,
+    _instrumented,
     _partitions,
     kernel_columns,
 )
@@ -25,9 +25,6 @@ from tracelab.model import EventKind, Timeline
 if TYPE_CHECKING:
     import pandas as pd
 
-# ---------------------------------------------------------------------------------------------
-# green contexts: why the variant is slower or faster than `sequential`
-# ---------------------------------------------------------------------------------------------
 _MATMUL = re.compile(r"gemm|matmul|xmma|cutlass|nvjet|_mm_|sm\d+_.*tensorop|cublas", re.IGNORECASE)
 
 
@@ -77,8 +74,6 @@ class GreenContextExplanation:
 
 
 WORDS_ONLY = ("elementwise_green_context", "elementwise_sm_count", "device_sm_count", "uninstrumented_launches")
-
-
 _PROBE = re.compile(r"^tl_probe_")
 
 
@@ -105,24 +100,6 @@ def _total_ns(k: pd.DataFrame) -> int:
     return int((k["end"] - k["start"]).sum())
 
 
-class _PartitionLoad(TypedDict):
-    """How busy the variant's green-context partitions keep their SMs: the busiest one (its work sets the
-    span), the smallest and the largest (None / 0 without green contexts)."""
-
-    starving_green_context: int | None
-    starving_sm_count: int
-    starving_busy_fraction: float
-    small_green_context: int | None
-    small_sm_count: int
-    small_busy_fraction: float
-    small_idle_sm_ns: int
-    large_green_context: int | None
-    large_sm_count: int
-    large_busy_fraction: float
-    large_idle_sm_ns: int
-    source: LaneSource
-
-
 def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> GreenContextExplanation:
     """Explain a green-context variant's slowdown or speedup against `sequential`, from the data:
     which partition's work sets the span, how much longer the matmul runs on fewer SMs (and in how
@@ -143,27 +120,17 @@ def green_context_explanation(variant_tl: Timeline, sequential_tl: Timeline) -> 
     ew_nv, ew_ns = _total_ns(ew_v), _total_ns(ew_s)
     sms_v, sms_s = mm_part.sm_count if mm_part else var.sm_count, seq.sm_count
     return GreenContextExplanation(
-        variant=variant_tl.meta.variant or "variant",
-        variant_span_ns=int(v_span),
-        sequential_span_ns=int(s_span),
-        ratio=float(ratio),
-        verdict="slowdown" if ratio > 1.05 else "speedup" if ratio < 0.95 else "same",
+        variant=variant_tl.meta.variant or "variant", variant_span_ns=int(v_span), sequential_span_ns=int(s_span),
+        ratio=float(ratio), verdict="slowdown" if ratio > 1.05 else "speedup" if ratio < 0.95 else "same",
         matmul_name=sequential_tl.name(s_mm),
         matmul_name_variant=variant_tl.name(int(v_k["name"].iloc[0])) if len(v_k) else "",
-        matmul_grid_variant=_grid(v_k),
-        matmul_grid_sequential=_grid(s_k),
-        matmul_ns_variant=mm_v,
-        matmul_ns_sequential=mm_s,
-        matmul_ratio=float(_ratio(mm_v, mm_s)),
-        matmul_green_context=None if mm_gc < 0 else mm_gc,
-        matmul_sms_variant=int(sms_v),
-        matmul_sms_sequential=int(sms_s),
-        sm_ratio=float(sms_v / sms_s if sms_s else 0.0),
+        matmul_grid_variant=_grid(v_k), matmul_grid_sequential=_grid(s_k), matmul_ns_variant=mm_v,
+        matmul_ns_sequential=mm_s, matmul_ratio=float(_ratio(mm_v, mm_s)),
+        matmul_green_context=None if mm_gc < 0 else mm_gc, matmul_sms_variant=int(sms_v),
+        matmul_sms_sequential=int(sms_s), sm_ratio=float(sms_v / sms_s if sms_s else 0.0),
         matmul_waves_variant=_waves(variant_tl, var, v_parts, v_k),
-        matmul_waves_sequential=_waves(sequential_tl, seq, _partitions(sequential_tl, _without_blocks(seq)), s_k),
-        elementwise_ns_variant=ew_nv,
-        elementwise_ns_sequential=ew_ns,
-        elementwise_ratio=float(_ratio(ew_nv, ew_ns)),
+        matmul_waves_sequential=_waves(sequential_tl, seq, _partitions(sequential_tl, seq.without_blocks()), s_k),
+        elementwise_ns_variant=ew_nv, elementwise_ns_sequential=ew_ns, elementwise_ratio=float(_ratio(ew_nv, ew_ns)),
         baseline=sequential_tl.meta.variant or "baseline",
         elementwise_green_context=None if ew_part is None else ew_part.green_context,
         elementwise_sm_count=0 if ew_part is None else ew_part.sm_count,
@@ -178,9 +145,8 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("inf")
 
 
-def _matmul_kernels(
-    variant_tl: Timeline, var: _Device, sequential_tl: Timeline, seq: _Device
-) -> tuple[int, pd.DataFrame, pd.DataFrame]:
+def _matmul_kernels(variant_tl: Timeline, var: _Device, sequential_tl: Timeline, seq: _Device,
+                    ) -> tuple[int, pd.DataFrame, pd.DataFrame]:
     """The matmul: picked in `sequential` (its name id there), found by name in the variant (or the
     variant's own biggest GEMM, when a different kernel was chosen for the partition); the launches of each."""
     s_mm = _matmul_id(sequential_tl, seq.kernels)
@@ -192,9 +158,8 @@ def _matmul_kernels(
     return s_mm, v_k, seq.kernels[seq.kernels["name"].to_numpy() == s_mm]
 
 
-def _elementwise_kernels(
-    variant_tl: Timeline, var: _Device, v_k: pd.DataFrame, sequential_tl: Timeline, seq: _Device, s_mm: int
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _elementwise_kernels(variant_tl: Timeline, var: _Device, v_k: pd.DataFrame, sequential_tl: Timeline, seq: _Device,
+                         s_mm: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The elementwise work: the variant's other kernels (not the matmul `v_k`, not probes), and the
     same kernel names in `sequential` (not its matmul `s_mm`)."""
     names_v = variant_tl.names(var.kernels["name"])
@@ -216,11 +181,12 @@ def _waves(tl: Timeline, dev: _Device, parts: list[Partition], k: pd.DataFrame) 
     """Waves of the first launch of `k` (0 when its launch configuration is unknown)."""
     if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
         return 0
-    return int(_estimate(tl, _without_blocks(dev), parts, kernel_columns(k.iloc[:1])).waves[0])
+    return int(_estimate(tl, dev.without_blocks(), parts, kernel_columns(k.iloc[:1])).waves[0])
 
 
-def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -> _PartitionLoad:
-    """The busiest, the smallest and the largest green-context partition of the variant's device over its span."""
+def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -> dict[str, Any]:
+    """How busy the variant's green-context partitions keep their SMs over its span: the busiest one (its
+    work sets the span), the smallest and the largest (None / 0 without green contexts)."""
     st = _sm_time(variant_tl, rank, device)
     span = max(v_span, 1)
     green = [(p, b) for p, b in st.partitions if p.green_context >= 0]
@@ -236,21 +202,18 @@ def _partition_load(variant_tl: Timeline, rank: int, device: int, v_span: int) -
     def sms(pb: tuple[Partition, float]) -> int:
         return pb[0].sm_count
 
-    sg, sn, sf, _ = fields(max(green, key=frac) if green else None)
-    smg, smn, smf, smi = fields(min(green, key=sms) if green else None)
-    lg, ln, lf, li = fields(max(green, key=sms) if green else None)
-    return {
-        "starving_green_context": sg, "starving_sm_count": sn, "starving_busy_fraction": sf,
-        "small_green_context": smg, "small_sm_count": smn, "small_busy_fraction": smf, "small_idle_sm_ns": smi,
-        "large_green_context": lg, "large_sm_count": ln, "large_busy_fraction": lf, "large_idle_sm_ns": li,
-        "source": st.source,
-    }
+    out: dict[str, Any] = {}
+    for which, pb, keys in (("starving", max(green, key=frac) if green else None, 3),
+                            ("small", min(green, key=sms) if green else None, 4),
+                            ("large", max(green, key=sms) if green else None, 4)):
+        names = ("green_context", "sm_count", "busy_fraction", "idle_sm_ns")[:keys]
+        out |= {f"{which}_{k}": v for k, v in zip(names, fields(pb))}
+    return out | {"source": st.source}
 
 
 def _grid(k: pd.DataFrame) -> int:
     """Blocks per launch of the first kernel of `k` (0 when unknown)."""
-    if not len(k) or int(k["grid_x"].iloc[0]) <= 0:
-        return 0
-    return int(k["grid_x"].iloc[0]) * max(int(k["grid_y"].iloc[0]), 1) * max(int(k["grid_z"].iloc[0]), 1)
+    x, y, z = (int(k[c].iloc[0]) for c in ("grid_x", "grid_y", "grid_z")) if len(k) else (0, 0, 0)
+    return x * max(y, 1) * max(z, 1) if x > 0 else 0
 
 

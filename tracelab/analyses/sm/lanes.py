@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
+from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.core.memo import context_of, memo
 from tracelab.analyses.results import Finding, SmPartition, SmSummary
 from tracelab.analyses.sm.estimate import _Estimate, _estimate, _estimated_columns, _estimated_rows
-from tracelab.analyses.sm.measured import (
-    _empty_lane_columns,
-    _empty_lanes,
-    _instrumented,
-    _measured_rows,
-    _merge_intervals,
-)
 from tracelab.analyses.sm.partitions import (
     NONE_PARTITION,
     SM_LANE_COLUMNS,
@@ -25,8 +19,12 @@ from tracelab.analyses.sm.partitions import (
     Partition,
     _Device,
     _device,
+    _empty_lane_columns,
+    _empty_lanes,
+    _instrumented,
+    _measured_rows,
+    _merge_intervals,
     _partitions,
-    select_kernels,
 )
 from tracelab.model import Timeline
 from tracelab.model.grouping import sorted_unique
@@ -37,10 +35,7 @@ if TYPE_CHECKING:
 
 IDLE_PARTITION_THRESHOLD = 0.5  # busy fraction below which a green-context partition is "idle" (warning)
 IDLE_PARTITION_CRITICAL = 0.1
-# below this a partition's idle SM-time is still reported, as `info`: green_ctx's 116-SM partition busy 69.5%
-# leaves 1,006.6 SM-ms idle (7.6 ms of whole-device time, 36x the whole GPU's idle gaps), which the gaps
-# alone never show (issue 28)
-IDLE_PARTITION_INFO = 0.75
+IDLE_PARTITION_INFO = 0.75  # below this a partition's idle SM-time is still reported, as `info`
 
 
 def _lanes(
@@ -61,7 +56,7 @@ def _lanes(
     use_measured = dev.blocks is not None and source in ("auto", "measured")
     if source == "measured" and dev.blocks is None:
         return none, "none", dev, [], None
-    parts = _partitions(tl, dev) if use_measured else _partitions(tl, _without_blocks(dev))
+    parts = _partitions(tl, dev) if use_measured else _partitions(tl, dev.without_blocks())
     kernels = dev.kcols
     if not use_measured:
         est = _estimate(tl, dev, parts, kernels)
@@ -74,7 +69,8 @@ def _lanes(
         frames = [_estimated_rows(est, parts, columns)]
     else:
         frames = [_measured_rows(dev)]
-        est = _estimate(tl, dev, parts, select_kernels(kernels, ~_instrumented(dev)))
+        probed = _instrumented(dev)
+        est = _estimate(tl, dev, parts, {c: v[~probed] for c, v in kernels.items()})
         frames.append(_estimated_rows(est, parts))
     frames = [f for f in frames if len(f)]
     if not ordered and len(frames) == 1:  # the SM-time integrals need neither the dtypes nor the order
@@ -88,36 +84,25 @@ def _lanes(
     return lanes, ("measured" if use_measured else "estimated"), dev, parts, est
 
 
-def _without_blocks(dev: _Device) -> _Device:
-    return _Device(dev.rank, dev.device, dev.name, dev.sm_count, dev.kcols, None, dev.span)
-
-
-def sm_lanes(
-    timeline: Timeline, rank: int, device: int, source: Literal["auto", "measured", "estimated"] = "auto"
-) -> tuple[pd.DataFrame, LaneSource]:
+def sm_lanes(timeline: Timeline, rank: int, device: int) -> tuple[pd.DataFrame, LaneSource]:
     """Per-SM busy intervals of one device (columns `SM_LANE_COLUMNS`) and where they come from.
 
     auto: measured when the run has probe data for the device (uninstrumented kernels estimated,
     `measured` False on their rows), else estimated; "none" when the device has no kernels or its SM
     count is unknown. Rows cover SM ranges `sm_first..sm_last` (inclusive): measured rows are single
     SMs, estimated rows a contiguous run of SM ids of the kernel's partition."""
-    lanes, src, *_ = _lanes(timeline, rank, device, source)
-    return lanes, src
+    return _lanes(timeline, rank, device)[:2]
 
 
 def expand_lanes(lanes: pd.DataFrame) -> pd.DataFrame:
     """One row per SM (column `sm`) instead of SM ranges — for small windows and hover text."""
-    n = (lanes["sm_last"].to_numpy() - lanes["sm_first"].to_numpy() + 1).astype(np.int64)
-    rows = np.repeat(np.arange(len(lanes)), n)
-    sm = lanes["sm_first"].to_numpy()[rows] + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    first = lanes["sm_first"].to_numpy()
+    rows, sm = expand_ranges(first, (lanes["sm_last"].to_numpy() + 1).astype(first.dtype))
     out = lanes.iloc[rows].reset_index(drop=True).drop(columns=["sm_first", "sm_last"])
     out.insert(0, "sm", sm.astype(np.int32))
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# levels and SM-time
-# ---------------------------------------------------------------------------------------------
 def _cumulative(times: np.ndarray, level: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Integral of a step function (value level[i] on [times[i], times[i+1])) from -inf to each edge."""
     if len(times) == 0:
@@ -216,56 +201,29 @@ def _busy_between(times: np.ndarray, level: np.ndarray, t0: int, t1: int) -> flo
     return float(c[1] - c[0])
 
 
-# ---------------------------------------------------------------------------------------------
-# public analyses
-# ---------------------------------------------------------------------------------------------
-def sm_utilization(
-    timeline: Timeline,
-    rank: int,
-    device: int,
-    bins: int | np.ndarray = 200,
-    source: Literal["auto", "measured", "estimated"] = "auto",
-) -> pd.DataFrame:
+def sm_utilization(timeline: Timeline, rank: int, device: int, bins: int = 200) -> pd.DataFrame:
     """SM utilization over time: one row per (bin, scope), scope "device" for the whole GPU and
     "partition" per green-context partition (green_context -1 = outside every green context).
     Columns: start, end, scope, green_context, sm_count, busy_sm_ns, utilization, source.
-    `bins`: a number of equal bins over the device's span, or explicit edges (ns)."""
+    `bins`: a number of equal bins over the device's span."""
     import pandas as pd
 
-    lanes, src, dev, parts, _ = _lanes(timeline, rank, device, source)
+    lanes, src, dev, parts, _ = _lanes(timeline, rank, device)
     cols = ["start", "end", "scope", "green_context", "sm_count", "busy_sm_ns", "utilization", "source"]
     if src == "none" or dev.span[1] <= dev.span[0]:
         return pd.DataFrame({c: [] for c in cols})
-    if np.ndim(bins) == 0:
-        edges = np.linspace(dev.span[0], dev.span[1], int(bins) + 1).round().astype(np.int64)
-        edges = sorted_unique(edges)
-    else:
-        edges = np.asarray(bins, dtype=np.int64)
+    edges = sorted_unique(np.linspace(dev.span[0], dev.span[1], int(bins) + 1).round().astype(np.int64))
     t, lvl, per_part = _level_functions(lanes, parts, dev.sm_count)
     width = np.diff(edges).astype(np.float64)
-    frames = []
 
-    def frame(scope: str, g: int, n: int, busy: np.ndarray) -> pd.DataFrame:
-        return pd.DataFrame(
-            {
-                "start": edges[:-1],
-                "end": edges[1:],
-                "scope": scope,
-                "green_context": g,
-                "sm_count": n,
-                "busy_sm_ns": busy,
-                "utilization": np.where(width > 0, busy / (np.maximum(n, 1) * np.maximum(width, 1)), 0.0),
-                "source": src,
-            }
-        )
+    def frame(scope: str, g: int, n: int, t: np.ndarray, level: np.ndarray) -> pd.DataFrame:
+        busy = np.diff(_cumulative(t, level, edges))
+        util = np.where(width > 0, busy / (np.maximum(n, 1) * np.maximum(width, 1)), 0.0)
+        return pd.DataFrame(dict(zip(cols, (edges[:-1], edges[1:], scope, g, n, busy, util, src))))
 
-    frames.append(frame("device", NONE_PARTITION, dev.sm_count, np.diff(_cumulative(t, lvl, edges))))
+    frames = [frame("device", NONE_PARTITION, dev.sm_count, t, lvl)]
     if any(p.green_context >= 0 for p in parts):
-        for p in parts:
-            pt, pl = per_part[p.green_context]
-            frames.append(
-                frame("partition", p.green_context, p.sm_count, np.diff(_cumulative(pt, pl, edges)))
-            )
+        frames += [frame("partition", p.green_context, p.sm_count, *per_part[p.green_context]) for p in parts]
     return pd.concat(frames, ignore_index=True)
 
 
@@ -313,8 +271,7 @@ def _compute_sm_time(timeline: Timeline, rank: int, device: int, source: str) ->
 def sm_excluded_wait(timeline: Timeline, rank: int, device: int) -> tuple[int, int] | None:
     """[start, end) the SM figures of a device leave out: the wait of its first matched collective for
     the last rank to join (`leading_wait.LeadingWait`: before the ranks first synchronise, the wait
-    depends on when each rank's recording started, so the same run recorded twice gives waits of
-    0.1 ms and 375 ms, and SM busy 63% and 6%). Only while the device does nothing else: the cut
+    depends on when each rank's recording started). Only while the device does nothing else: the cut
     ends where other GPU work of the device starts. None when the device did not wait, when the
     ranks' clocks disagree (the collective ended before the last rank arrived), or with one GPU."""
     from tracelab.analyses.core.memo import column
@@ -344,15 +301,10 @@ def sm_summary(timeline: Timeline, rank: int, device: int) -> SmSummary:
     frac = st.device_busy / (st.sm_count * span) if st.sm_count and span else 0.0
     partitions: tuple[SmPartition, ...] = ()
     if any(p.green_context >= 0 for p, _ in st.partitions):
-        partitions = tuple(
-            SmPartition(
-                green_context=None if p.green_context < 0 else p.green_context,
-                sm_count=p.sm_count,
-                busy_fraction=round(b / (p.sm_count * span), 6) if p.sm_count and span else 0.0,
-            )
-            for p, b in st.partitions
-            if not p.overlaps  # the listed partitions are disjoint: their SM counts add up
-        )
+        partitions = tuple(  # the listed partitions are disjoint: their SM counts add up
+            SmPartition(None if p.green_context < 0 else p.green_context, p.sm_count,
+                        round(b / (p.sm_count * span), 6) if p.sm_count and span else 0.0)
+            for p, b in st.partitions if not p.overlaps)
     excluded = st.excluded[1] - st.excluded[0] if st.excluded else 0
     return SmSummary(source=st.source, busy_fraction=round(frac, 6), partitions=partitions, excluded_wait_ns=excluded)
 
@@ -368,7 +320,8 @@ def idle_partition_findings(timeline: Timeline) -> list[Finding]:
     """Rule `idle_partition`: a green-context partition busy less than half of the device's span
     (warning; critical under 10%), or less than three quarters of it (info).
     wasted_ns = the partition's idle SM-time expressed as whole-device time (idle SM-ns / device
-    SMs); data carries the raw numbers (idle_sm_ns, sm_count, busy_fraction, span_ns, source)."""
+    SMs); data carries the raw numbers (idle_sm_ns, sm_count, busy_fraction, span_ns, source); the prose is
+    the rule's (`rules.idle_partition.describe`)."""
     findings: list[Finding] = []
     for rank, device in _gpu_devices(timeline):
         st = _sm_time(timeline, rank, device)
@@ -382,38 +335,17 @@ def idle_partition_findings(timeline: Timeline) -> list[Finding]:
             if frac >= IDLE_PARTITION_INFO:
                 continue
             idle_sm_ns = p.sm_count * span - busy
-            where = f"rank {rank} device {device} green context {p.green_context}"
-            findings.append(
-                Finding(
-                    rule="idle_partition",
-                    severity=(
-                        "critical" if frac < IDLE_PARTITION_CRITICAL
-                        else "warning" if frac < IDLE_PARTITION_THRESHOLD else "info"
-                    ),
-                    count=1,
-                    wasted_ns=round(idle_sm_ns / max(st.sm_count, 1)),
-                    message=(
-                        f"green-context partition {p.green_context} ({p.sm_count} of {st.sm_count} SMs) is busy "
-                        f"{frac:.0%} of the {fmt_ns(span)} span ({st.source}): "
-                        f"{idle_sm_ns / 1e6:,.1f} SM-ms idle, {idle_sm_ns / (st.sm_count * span):.0%} of the "
-                        f"device's SM-time. Give it fewer SMs or more work."
-                    ),
-                    where=where,
-                    data={
-                        "green_context": p.green_context,
-                        "sm_count": p.sm_count,
-                        "device_sm_count": st.sm_count,
-                        "busy_fraction": round(frac, 6),
-                        "idle_sm_ns": round(idle_sm_ns),
-                        "span_ns": int(span),
-                        "source": st.source,
-                        # the leading peer wait left out of the span (sm_excluded_wait), 0 when none
-                        "excluded_wait_ns": int(st.excluded[1] - st.excluded[0]) if st.excluded else 0,
-                        "start_ns": int(st.span[0]),  # the whole span: the partition idles throughout
-                        "end_ns": int(st.span[1]),
-                    },
-                )
-            )
+            severity = ("critical" if frac < IDLE_PARTITION_CRITICAL
+                        else "warning" if frac < IDLE_PARTITION_THRESHOLD else "info")
+            data = {
+                "green_context": p.green_context, "sm_count": p.sm_count, "device_sm_count": st.sm_count,
+                "busy_fraction": round(frac, 6), "idle_sm_ns": round(idle_sm_ns), "span_ns": int(span),
+                "source": st.source,
+                # the leading peer wait left out of the span (sm_excluded_wait), 0 when none
+                "excluded_wait_ns": int(st.excluded[1] - st.excluded[0]) if st.excluded else 0,
+                "start_ns": int(st.span[0]), "end_ns": int(st.span[1]),  # the whole span: it idles throughout
+            }
+            findings.append(Finding("idle_partition", severity, 1, round(idle_sm_ns / max(st.sm_count, 1)), data=data))
     return findings
 
 

@@ -61,31 +61,10 @@ class DeviceLimits:
         return self.max_threads_per_sm // self.warp_size
 
 
-def _limits(
-    major: int,
-    minor: int,
-    sms: int,
-    threads: int,
-    blocks: int,
-    smem_sm_kb: int,
-    smem_block_kb: int,
-    reserved: int,
-    smem_gran: int,
-) -> DeviceLimits:
-    return DeviceLimits(
-        cc_major=major,
-        cc_minor=minor,
-        sm_count=sms,
-        max_threads_per_sm=threads,
-        max_blocks_per_sm=blocks,
-        registers_per_sm=64 * KB,
-        max_registers_per_block=64 * KB,
-        max_registers_per_thread=255,
-        shared_mem_per_sm=smem_sm_kb * KB,
-        max_shared_mem_per_block=smem_block_kb * KB,
-        reserved_shared_mem_per_block=reserved,
-        shared_mem_granularity=smem_gran,
-    )
+def _limits(major: int, minor: int, sms: int, threads: int, blocks: int, smem_sm_kb: int, smem_block_kb: int,
+            reserved: int, smem_gran: int) -> DeviceLimits:
+    return DeviceLimits(major, minor, sms, threads, blocks, 64 * KB, 64 * KB, 255, smem_sm_kb * KB, smem_block_kb * KB,
+                        reserved, shared_mem_granularity=smem_gran)
 
 
 # CUDA C Programming Guide, "Technical Specifications per Compute Capability"; granularities from
@@ -145,32 +124,20 @@ def _cc_defaults(major: int, minor: int) -> DeviceLimits | None:
 def limits_for(device: DeviceInfo | None) -> DeviceLimits:
     """The device's limits: what the trace recorded, defaults of its compute capability (or of its
     name) for the rest. Unknown devices get cc 9.0 defaults with sm_count 0."""
-    base: DeviceLimits | None = None
-    sm_guess = 0
-    if device is not None and device.cc_major > 0:
-        base = _cc_defaults(device.cc_major, device.cc_minor)
-    if device is not None:
-        guess = guess_from_name(device.name)
-        if guess is not None:
-            sm_guess = guess[1]
-            if base is None:
-                base = CC_LIMITS[guess[0]]
-    if base is None:
-        base = replace(CC_LIMITS[(9, 0)], sm_count=0)
     if device is None:
-        return base
-    sm_count = device.sm_count or sm_guess or base.sm_count
+        return replace(CC_LIMITS[(9, 0)], sm_count=0)
+    base = _cc_defaults(device.cc_major, device.cc_minor) if device.cc_major > 0 else None
+    guess = guess_from_name(device.name)
+    sm_guess = guess[1] if guess is not None else 0
+    if base is None:
+        base = CC_LIMITS[guess[0]] if guess is not None else replace(CC_LIMITS[(9, 0)], sm_count=0)
+    recorded = ("max_threads_per_sm", "max_blocks_per_sm", "registers_per_sm", "max_registers_per_block",
+                "shared_mem_per_sm", "warp_size")  # what the trace gives wins over the defaults
     return replace(
-        base,
-        sm_count=sm_count,
-        max_threads_per_sm=device.max_threads_per_sm or base.max_threads_per_sm,
-        max_blocks_per_sm=device.max_blocks_per_sm or base.max_blocks_per_sm,
-        registers_per_sm=device.registers_per_sm or base.registers_per_sm,
-        max_registers_per_block=device.max_registers_per_block or base.max_registers_per_block,
-        shared_mem_per_sm=device.shared_mem_per_sm or base.shared_mem_per_sm,
+        base, sm_count=device.sm_count or sm_guess or base.sm_count,
+        **{f: getattr(device, f) or getattr(base, f) for f in recorded},
         # traces often record the 48 KB default per-block limit, not the opt-in one: keep the larger
         max_shared_mem_per_block=max(device.max_shared_mem_per_block, base.max_shared_mem_per_block),
-        warp_size=device.warp_size or base.warp_size,
     )
 
 
@@ -184,30 +151,20 @@ def device_sm_count(device: DeviceInfo | None) -> int:
     return guess[1] if guess else 0
 
 
-LIMITERS = ("warps", "blocks", "registers", "shared_mem", "invalid")
-
-
 @dataclass(frozen=True)
 class Occupancy:
     """Per-configuration results, arrays aligned with the inputs."""
 
     blocks_per_sm: np.ndarray  # int64, 0 = the configuration cannot launch
-    warps_per_block: np.ndarray  # int64
-    active_warps: np.ndarray  # int64, blocks_per_sm x warps_per_block
-    occupancy: np.ndarray  # float64, active warps / max warps per SM
-    limiter: np.ndarray  # int8 index into LIMITERS
+    occupancy: np.ndarray  # float64, active warps (blocks x warps per block) / max warps per SM
 
 
 def _round_up(x: np.ndarray, unit: int) -> np.ndarray:
     return -(-x // unit) * unit
 
 
-def occupancy(
-    threads_per_block: np.ndarray | int,
-    registers_per_thread: np.ndarray | int,
-    shared_mem_per_block: np.ndarray | int,
-    limits: DeviceLimits,
-) -> Occupancy:
+def occupancy(threads_per_block: np.ndarray | int, registers_per_thread: np.ndarray | int,
+              shared_mem_per_block: np.ndarray | int, limits: DeviceLimits) -> Occupancy:
     """Theoretical occupancy of each launch configuration (numpy arrays or scalars).
 
     Unknown registers (< 0) count as 0 (no register limit); unknown shared memory (< 0) as 0.
@@ -240,22 +197,9 @@ def occupancy(
     by_smem = np.where(smem_alloc > 0, limits.shared_mem_per_sm // np.maximum(smem_alloc, 1), big)
     by_smem = np.where(smem_fail, 0, by_smem)
 
-    invalid = (
-        (threads <= 0) | (threads > limits.max_threads_per_block) | (regs > limits.max_registers_per_thread)
-    )
-    stacked = np.stack([by_warps, by_blocks, by_regs, by_smem])
-    limiter = np.argmin(stacked, axis=0).astype(np.int8)
-    blocks = stacked.min(axis=0)
-    blocks = np.where(invalid, 0, blocks)
-    limiter = np.where(invalid, LIMITERS.index("invalid"), limiter).astype(np.int8)
-    active = blocks * warps_pb
-    return Occupancy(
-        blocks_per_sm=blocks.astype(np.int64),
-        warps_per_block=warps_pb.astype(np.int64),
-        active_warps=active.astype(np.int64),
-        occupancy=active / float(limits.max_warps_per_sm),
-        limiter=limiter,
-    )
+    invalid = (threads <= 0) | (threads > limits.max_threads_per_block) | (regs > limits.max_registers_per_thread)
+    blocks = np.where(invalid, 0, np.minimum.reduce([by_warps, by_blocks, by_regs, by_smem]))
+    return Occupancy(blocks.astype(np.int64), (blocks * warps_pb) / float(limits.max_warps_per_sm))
 
 
 def launch_occupancy(timeline: Timeline) -> pd.Series:
@@ -268,20 +212,14 @@ def launch_occupancy(timeline: Timeline) -> pd.Series:
     out = pd.Series(np.nan, index=k.index, dtype=float)
     if k.empty:
         return out
-    threads = (
-        k["block_x"].clip(lower=0) * k["block_y"].clip(lower=1) * k["block_z"].clip(lower=1)
-    ).to_numpy()
+    threads = (k["block_x"].clip(lower=0) * k["block_y"].clip(lower=1) * k["block_z"].clip(lower=1)).to_numpy()
     known = (k["block_x"].to_numpy() > 0) & (k["registers"].to_numpy() >= 0)
     keys = k[["rank", "device"]].drop_duplicates().itertuples(index=False)
     for rank, device in keys:  # per device: one vectorized call
         m = known & (k["rank"].to_numpy() == rank) & (k["device"].to_numpy() == device)
         if not m.any():
             continue
-        occ = occupancy(
-            threads[m],
-            k["registers"].to_numpy()[m],
-            k["shared_mem"].to_numpy()[m],
-            limits_for(timeline.device_info(int(rank), int(device))),
-        )
+        limits = limits_for(timeline.device_info(int(rank), int(device)))
+        occ = occupancy(threads[m], k["registers"].to_numpy()[m], k["shared_mem"].to_numpy()[m], limits)
         out.iloc[np.flatnonzero(m)] = occ.occupancy
     return out

@@ -1,9 +1,10 @@
-"""SM partitions of a device: its green contexts and the SMs outside them (see `tracelab.analyses.sm.summary`)."""
+"""SM partitions of a device: its green contexts and the SMs outside them (see `tracelab.analyses.sm.summary`),
+and the measured SM lanes: probe blocks (`Timeline.sm_blocks`) merged into busy intervals per SM."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
@@ -35,10 +36,6 @@ SM_LANE_COLUMNS: dict[str, str] = {
 LaneSource = Literal["measured", "estimated", "none"]
 
 
-
-# ---------------------------------------------------------------------------------------------
-# partitions
-# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Partition:
     green_context: int  # -1 = outside every green context
@@ -69,6 +66,9 @@ class _Device:
     @property
     def n_kernels(self) -> int:
         return len(self.kcols["row"])
+
+    def without_blocks(self) -> _Device:
+        return replace(self, blocks=None)
 
 
 # the kernel columns the SM analyses read (the lanes, the estimate, the partitions, the probe match)
@@ -110,11 +110,6 @@ def kernel_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return out
 
 
-def select_kernels(kcols: Mapping[str, np.ndarray], which: np.ndarray) -> dict[str, np.ndarray]:
-    """The kernel columns at a mask or positions."""
-    return {c: v[which] for c, v in kcols.items()}
-
-
 def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
     """Green-context partitions of the device (sorted by id), then partition -1 when it has work
     or SMs of its own."""
@@ -124,12 +119,9 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
             configured[c.green_context] = max(configured.get(c.green_context, 0), c.sm_count)
     ids = set(configured)
     ids.update(int(g) for g in distinct(dev.kcols["green_context"]) if g >= 0)
-    measured_sms: dict[int, np.ndarray] = {}
-    if dev.blocks is not None:
-        b = dev.blocks
-        for g, sms in b.groupby("green_context")["sm"]:
-            measured_sms[int(g)] = sorted_unique(sms.to_numpy())
-        ids.update(g for g in measured_sms if g >= 0)
+    measured_sms: dict[int, np.ndarray] = {} if dev.blocks is None else {
+        int(g): sorted_unique(sms.to_numpy()) for g, sms in dev.blocks.groupby("green_context")["sm"]}
+    ids.update(g for g in measured_sms if g >= 0)
     sm_total = dev.sm_count
     sizes: dict[int, tuple[int, bool]] = {}
     for g in sorted(ids):
@@ -143,35 +135,100 @@ def _partitions(tl: Timeline, dev: _Device) -> list[Partition]:
         sizes[g] = (max(left // max(len(unknown), 1), 1), False)
     remainder = max(sm_total - sum(s for s, _ in sizes.values()), 0)
 
-    has_none_work = bool((dev.kcols["green_context"] < 0).any()) or (
-        NONE_PARTITION in measured_sms
-    )
+    has_none_work = bool((dev.kcols["green_context"] < 0).any()) or NONE_PARTITION in measured_sms
+    # the SM ids: those the probes saw, topped up with unused ids (estimated: contiguous from 0)
+    used = {int(x) for g in sizes for x in measured_sms.get(g, ())}
+    limit = sm_total if dev.blocks is not None else sm_total + sum(s for s, _ in sizes.values())
+    free = [x for x in range(limit) if x not in used]
     parts: list[Partition] = []
-    if dev.blocks is not None:  # measured: the SM ids the probe saw, topped up with unused ids
-        used = {int(x) for g in sizes for x in measured_sms.get(g, ())}
-        free = [x for x in range(sm_total) if x not in used]
-        for g in sorted(sizes):
-            n, conf = sizes[g]
-            seen = sorted(int(x) for x in measured_sms.get(g, ()))
-            extra, free = free[: max(n - len(seen), 0)], free[max(n - len(seen), 0) :]
-            parts.append(Partition(g, n, tuple(sorted(seen + extra)), conf))
-        if not ids:
-            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True))
-        elif remainder > 0:
-            parts.append(Partition(NONE_PARTITION, remainder, tuple(free[:remainder]), True))
-        elif has_none_work:
-            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
-        return parts
-    base = 0
     for g in sorted(sizes):
         n, conf = sizes[g]
-        parts.append(Partition(g, n, tuple(range(base, base + n)), conf))
-        base += n
+        seen = sorted(int(x) for x in measured_sms.get(g, ()))
+        extra, free = free[: max(n - len(seen), 0)], free[max(n - len(seen), 0) :]
+        parts.append(Partition(g, n, tuple(sorted(seen + extra)), conf))
     if not ids:
         parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True))
-    elif remainder > 0 or has_none_work:
-        if remainder > 0:
-            parts.append(Partition(NONE_PARTITION, remainder, tuple(range(base, base + remainder)), True))
-        else:
-            parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
+    elif remainder > 0:
+        parts.append(Partition(NONE_PARTITION, remainder, tuple(free[:remainder]), True))
+    elif has_none_work:
+        parts.append(Partition(NONE_PARTITION, sm_total, tuple(range(sm_total)), True, overlaps=True))
     return parts
+
+
+def _empty_lane_columns() -> dict[str, np.ndarray]:
+    return {c: np.zeros(0, dtype=t) for c, t in SM_LANE_COLUMNS.items()}
+
+
+def _empty_lanes() -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(_empty_lane_columns())
+
+
+def _merge_intervals(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Union of intervals per key (vectorized). Returns (first row index of each merged interval,
+    merged start, merged end) in key order."""
+    import pandas as pd
+
+    n = len(start)
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    order = np.lexsort((start, *reversed(keys)))
+    s, e = start[order], end[order]
+    new_key = np.zeros(n, dtype=bool)
+    new_key[0] = True
+    for k in keys:
+        ko = k[order]
+        new_key[1:] |= ko[1:] != ko[:-1]
+    # running max of end within a key group
+    grp = np.cumsum(new_key) - 1
+    running = pd.Series(e).groupby(grp).cummax().to_numpy()
+    new = new_key.copy()
+    new[1:] |= s[1:] > running[:-1]
+    first = np.flatnonzero(new)
+    return order[first], s[first], np.maximum.reduceat(e, first)
+
+
+def _instrumented(dev: _Device) -> np.ndarray:
+    """Which kernel events of the device have probe blocks: a block of the same name that starts
+    within the event (the probe aligns each invocation's first block to its kernel's start).
+    Workloads may probe only some launches of a kernel; the others are estimated."""
+    k = dev.kcols
+    out = np.zeros(dev.n_kernels, dtype=bool)
+    if dev.blocks is None or not dev.n_kernels:
+        return out
+    k_name = k["name"]
+    b_name = dev.blocks["name"].to_numpy()
+    b_start = dev.blocks["start"].to_numpy()
+    for nid in sorted_unique(b_name):  # one pass per probed kernel name
+        rows = np.flatnonzero(k_name == nid)
+        if not len(rows):
+            continue
+        order = np.argsort(k["start"][rows], kind="stable")
+        rows = rows[order]
+        ks = k["start"][rows]
+        ke = k["end"][rows]
+        bs = b_start[b_name == nid]
+        idx = np.searchsorted(ks, bs, side="right") - 1
+        hit = idx >= 0
+        hit[hit] = bs[hit] <= ke[idx[hit]]
+        out[rows[sorted_unique(idx[hit])]] = True
+    return out
+
+
+def _measured_rows(dev: _Device) -> pd.DataFrame:
+    import pandas as pd
+
+    b = dev.blocks
+    assert b is not None
+    sm = b["sm"].to_numpy().astype(np.int64)
+    gc = b["green_context"].to_numpy().astype(np.int64)
+    name = b["name"].to_numpy().astype(np.int64)
+    first, ms, me = _merge_intervals([sm, gc, name], b["start"].to_numpy().astype(np.int64),
+                                     b["end"].to_numpy().astype(np.int64))
+    return pd.DataFrame({
+        "sm_first": sm[first].astype(np.int32), "sm_last": sm[first].astype(np.int32), "start": ms, "end": me,
+        "green_context": gc[first], "name": name[first].astype(np.int32), "measured": np.ones(len(first), dtype=bool),
+        "kernel": np.full(len(first), -1, dtype=np.int64),
+    })

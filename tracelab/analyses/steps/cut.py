@@ -1,7 +1,7 @@
 """Cutting a repeating call sequence into steps (docs/DESIGN.md "Steps", steps 3–4): where the repetition
 is, where a step boundary lies (the anchor) and the steps cut there. Steps made of a repeated short block
-(the recurring host pause) are cut by steps.cut_pause, steps of one launch each (graph replays, host-paced
-launches) by steps.cut_launch, and host activity before a step's first call is given to it by steps.lead_in.
+(the recurring host pause) are cut here too (`cut_by_pause`), steps of one launch each (graph replays, host-paced
+launches) in steps.infer, and host activity before a step's first call is given to it by steps.anchor.
 Used by `steps.infer_steps`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_counts
 from tracelab.analyses.core.names import short_name
-from tracelab.analyses.steps.sequence import MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
+from tracelab.analyses.steps.sequence import MAX_TOKENS, MIN_REPEATS, NO_KGRAM, LaunchSequence, kgram_levels
 from tracelab.model import Timeline
 
 Cut = tuple[np.ndarray, np.ndarray]  # (start ns, end ns) of the steps, int64
@@ -89,20 +89,33 @@ def once_per_period(ids: np.ndarray, period: int, steady: np.ndarray) -> np.ndar
     keep = np.flatnonzero(steady)
     if keep.size == 0:
         return ids[:0]
-    ids = ids[keep]
-    order = np.lexsort((keep, ids))
-    srt = ids[order]
-    new = np.r_[True, srt[1:] != srt[:-1]]
-    gid = np.cumsum(new) - 1
-    uniq = srt[new]
-    occ = np.bincount(gid)
-    d = np.diff(keep[order])
-    same = ~new[1:]
+    uniq, gid, occ, d, same = _by_value(ids[keep], keep)
     tol = max(1, period // 20)
     good = same & (np.abs(d - period) <= tol)
     n_good = np.bincount(gid[1:][good], minlength=uniq.size)
     ok = (occ >= MIN_REPEATS) & (n_good >= ANCHOR_RHYTHM * (occ - 1)) & (occ <= n / period + 2)
     return uniq[ok & (uniq != NO_KGRAM)]
+
+
+def _by_value(values: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The occurrences grouped by value (by value, then position): the distinct values, each occurrence's
+    group there, each value's count, the position steps between successive occurrences and whether each
+    step stays within one value."""
+    order = np.lexsort((pos, values))
+    srt = values[order]
+    new = np.r_[True, srt[1:] != srt[:-1]]
+    gid = np.cumsum(new) - 1
+    return srt[new], gid, np.bincount(gid), np.diff(pos[order]), ~new[1:]
+
+
+def _candidates(ids: np.ndarray, period: int, steady: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ids once per period (`once_per_period`), where they occur in the repeating part and each of
+    those occurrences' index among them."""
+    cand = once_per_period(ids, period, steady)
+    if cand.size == 0:
+        return cand, cand, cand
+    pos_c = np.isin(ids, cand) & steady
+    return cand, pos_c, np.searchsorted(cand, ids[pos_c])
 
 
 def group_quantile(gid: np.ndarray, values: np.ndarray, groups: int, q: float = 0.5) -> np.ndarray:
@@ -116,19 +129,6 @@ def group_quantile(gid: np.ndarray, values: np.ndarray, groups: int, q: float = 
     has = counts > 0
     out[has] = v[at[has]]
     return out
-
-
-def group_median(gid: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Median (lower) of `values` per group id."""
-    return group_quantile(gid, values, groups, 0.5)
-
-
-def _segments(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(segment id, position) for every position in [lo[j], hi[j]) of every segment j."""
-    lengths = np.maximum(hi - lo, 0)
-    seg = np.repeat(np.arange(lo.size), lengths)
-    offsets = np.r_[0, np.cumsum(lengths)[:-1]]
-    return seg, lo[seg] + (np.arange(seg.size) - offsets[seg])
 
 
 def in_rhythm(pos: np.ndarray, period: int) -> np.ndarray:
@@ -165,9 +165,8 @@ def _anchor_name(timeline: Timeline, tok: np.ndarray, at: int, k: int) -> str:
     return name
 
 
-def _trace_start_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _trace_start_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                        ) -> Anchor | None:
     """When the trace starts with the repetition (the profiler was started between steps:
     torch.profiler's schedule, cudaProfilerStart), the first repeating call starts a step: the run
     of k calls from there (the smallest k that occurs once per period) starts every step. When the
@@ -198,24 +197,21 @@ def _trace_start_anchor(
     return None
 
 
-def _blocking_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _blocking_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                     ) -> Anchor | None:
     """A blocking call (else a call pair ending in one) once per period, the longest: each step
     ends when it returns (`loss.item()`'s cudaStreamSynchronize)."""
     tok = seq.tokens
     big = np.r_[-1, tok[:-1]] * (int(tok.max()) + 2) + tok  # (previous, this) pairs
     duration = seq.end - seq.start
     for ids, label in ((tok, ""), (big, "after its predecessor")):
-        cand = once_per_period(ids, period, steady)
+        cand, pos_c, cid = _candidates(ids, period, steady)
         if cand.size == 0:
             continue
-        pos_c = np.isin(ids, cand) & steady
-        cid = np.searchsorted(cand, ids[pos_c])
         blk = np.bincount(cid, weights=seq.blocking[pos_c], minlength=cand.size) > 0
         if not blk.any():
             continue
-        med_dur = group_median(cid, duration[pos_c], cand.size)
+        med_dur = group_quantile(cid, duration[pos_c], cand.size)
         c = int(np.flatnonzero(blk)[np.argmax(med_dur[blk])])
         first = int(np.flatnonzero(ids == cand[c])[0])
         name = _call_name(timeline, tok[first])
@@ -226,9 +222,8 @@ def _blocking_anchor(
     return None
 
 
-def _pause_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _pause_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                  ) -> Anchor | None:
     """The run of k calls once per period (k = 1, 2, 4, ...) after the longest median host pause:
     each step starts at its first call (the first launch of the forward pass after the data
     loader)."""
@@ -236,12 +231,10 @@ def _pause_anchor(
     pause = host_pauses(seq).astype(np.float64)
     best: tuple[float, int, np.ndarray, int] | None = None
     for k, ids in kgram_levels(tok, min(period, PAUSE_KGRAM_MAX)):
-        cand = once_per_period(ids, period, steady)
+        cand, pos_c, cid = _candidates(ids, period, steady)
         if cand.size == 0:
             continue
-        pos_c = np.isin(ids, cand) & steady
-        cid = np.searchsorted(cand, ids[pos_c])
-        med_pause = group_median(cid, pause[pos_c], cand.size)
+        med_pause = group_quantile(cid, pause[pos_c], cand.size)
         c = int(np.argmax(med_pause))
         if best is None or med_pause[c] > best[0]:
             best = (float(med_pause[c]), k, ids, int(cand[c]))
@@ -258,9 +251,8 @@ def _pause_anchor(
 INPUT_COPY = "Memcpy HtoD"  # the token of a host-to-device copy launch (the batch upload)
 
 
-def _input_copy_anchor(
-    seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray
-) -> Anchor | None:
+def _input_copy_anchor(seq: LaunchSequence, period: int, steady: np.ndarray, timeline: Timeline, origin: np.ndarray,
+                       ) -> Anchor | None:
     """A host-to-device copy once per period: the upload of the step's batch, where a training
     iteration begins (its forward pass follows). Each step starts at it; with several, the first in
     the period."""
@@ -285,15 +277,8 @@ def regular_period(tok: np.ndarray, base: int) -> int:
     n = tok.size
     if n < 2 * MIN_REPEATS or base <= 0:
         return 0
-    order = np.lexsort((np.arange(n), tok))
-    srt = tok[order]
-    new = np.r_[True, srt[1:] != srt[:-1]]
-    gid = np.cumsum(new) - 1
-    occ = np.bincount(gid)
-    gaps = np.diff(order)
-    same = ~new[1:]
-    best = 0
-    votes = 0
+    _, gid, occ, gaps, same = _by_value(tok, np.arange(n))
+    best = votes = 0
     for g in np.flatnonzero((occ >= MIN_REPEATS) & (occ * base * 2 <= n)).tolist():
         d = gaps[same & (gid[1:] == g)]
         if d.size == 0:
@@ -312,9 +297,7 @@ def regular_period(tok: np.ndarray, base: int) -> int:
 REGULAR_MATCH = 0.75  # a regular period must repeat this share of calls one period later
 
 
-def find_anchor(
-    seq: LaunchSequence, period: int, timeline: Timeline, origin: np.ndarray | None = None
-) -> Anchor | None:
+def find_anchor(seq: LaunchSequence, period: int, timeline: Timeline, origin: np.ndarray | None = None) -> Anchor | None:
     """What marks a step boundary, in this order: the trace's start (when the trace starts with
     the repetition), a host-to-device copy once per period (the batch upload that begins an
     iteration), a blocking call once per period, the longest recurring host pause. `origin`:
@@ -352,9 +335,7 @@ def _first_step_start(tok: np.ndarray, pos: np.ndarray, period: int) -> int:
     return lo + int(hit[-1]) if hit.size else fallback
 
 
-def _with_warmup_start(
-    ids: np.ndarray, value: int, tok: np.ndarray, pos: np.ndarray, period: int
-) -> np.ndarray:
+def _with_warmup_start(ids: np.ndarray, value: int, tok: np.ndarray, pos: np.ndarray, period: int) -> np.ndarray:
     """A start anchor's occurrence in a longer warm-up step is not in the repeating part (the next
     occurrence is more than a period later): take it back when it lies one to three periods before
     the first steady one and is followed by the token that steadily follows the anchor."""
@@ -390,4 +371,84 @@ def cut_steps(seq: LaunchSequence, period: int, anchor: Anchor) -> Cut:
         starts = seq.start[pos]
         stop = _repeating_run_end(tok, int(pos[-1]), period)
         ends = np.r_[starts[1:], seq.end[int(pos[-1]) : max(stop, int(pos[-1]) + 1)].max()]
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+PAUSE_RATIO = 3.0  # the step-boundary pause must be this many times the typical pause
+PAUSE_QUANTILE = 25  # per phase, this percentile of the pauses over the periods (robust to set-up)
+PAUSE_NEAR_BEST = 0.7  # the smallest multiple whose ratio is this close to the best one
+MAX_MULTIPLE = 256
+
+
+@dataclass(frozen=True)
+class PausePeriod:
+    lag: int  # a multiple of the token period
+    ratio: float  # the recurring pause over the typical pause
+    threshold: float  # ns: pauses at least this long are step boundaries
+
+
+def pause_period(seq: LaunchSequence, base: int) -> PausePeriod:
+    """When a step repeats the same short block of launches k times (a loop inside the step; used
+    for token periods under SHORT_BLOCK), the tokens repeat every block, but the host pauses once
+    per step (Python between iterations, the data loader): fold the pauses before each launch at
+    every multiple q of the token period and keep the smallest q at which one phase pauses
+    PAUSE_RATIO times longer than usual in (nearly) every period."""
+    pause = host_pauses(seq).astype(np.float64)[:MAX_TOKENS]
+    n = pause.size
+    typical = max(float(np.median(pause)), 1.0)
+    results = []
+    for m in range(1, min(MAX_MULTIPLE, n // (MIN_REPEATS * base)) + 1):
+        q = m * base
+        k = n // q
+        fold = np.percentile(pause[: k * q].reshape(k, q), PAUSE_QUANTILE, axis=0)
+        results.append((q, float(fold.max()) / typical))
+    if not results:
+        return PausePeriod(base, 0.0, 0.0)
+    best = max(r for _, r in results)
+    if best < PAUSE_RATIO:
+        return PausePeriod(base, best, 0.0)
+    q, ratio = next((q, r) for q, r in results if r >= PAUSE_NEAR_BEST * best)
+    return PausePeriod(q, ratio, typical * np.sqrt(ratio))
+
+
+def _centered_max(x: np.ndarray, h: int) -> np.ndarray:
+    """max(x[i-h : i+h+1]) for every i, in O(n) (van Herk / Gil-Werman: block prefix and suffix
+    maxima)."""
+    w = 2 * h + 1
+    n = x.size
+    lo = np.iinfo(np.int64).min
+    total = -(-(n + 2 * h) // w) * w
+    padded = np.full(total, lo, dtype=np.int64)
+    padded[h : h + n] = x
+    blocks = padded.reshape(-1, w)
+    prefix = np.maximum.accumulate(blocks, axis=1).ravel()
+    suffix = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    i = np.arange(n)
+    return np.maximum(suffix[i], prefix[np.minimum(i + w - 1, total - 1)])
+
+
+def cut_by_pause(seq: LaunchSequence, pp: PausePeriod) -> Cut:
+    """Steps starting at the calls that follow a step-boundary pause (in rhythm); the first step
+    also when the sequence starts with it, without a pause before."""
+    q = pp.lag
+    pause = host_pauses(seq)
+    # boundaries: long pauses that are the longest within half a step on either side
+    peak = pause >= _centered_max(pause, q // 2)
+    pos = in_rhythm(np.flatnonzero((pause >= pp.threshold) & peak), q)
+    if pos.size == 0:
+        return _empty()
+    tol = max(1, q // 20)
+    if pos.size > 2 and pos[1] - pos[0] < q and np.median(np.diff(pos[1:])) == q:
+        # steps of exactly q calls, but a shorter first one (the first call has no pause before it
+        # to tell; a slow first launch makes the second look like a boundary): q calls too
+        pos = np.r_[max(0, int(pos[1]) - q), pos[1:]]
+    elif pos[0] >= q - tol:
+        pos = np.r_[max(0, int(pos[0]) - q), pos]
+    # the teardown after the loop (a final synchronize after a pause) is no step
+    stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
+    if pos.size > 1 and stop - int(pos[-1]) < q // 2:
+        pos = pos[:-1]
+        stop = _repeating_run_end(seq.tokens, int(pos[-1]), q)
+    starts = seq.start[pos]
+    ends = np.r_[starts[1:], seq.end[int(pos[-1]) : max(stop, int(pos[-1]) + 1)].max()]
     return starts.astype(np.int64), ends.astype(np.int64)

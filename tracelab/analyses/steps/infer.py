@@ -30,15 +30,28 @@ from typing import Literal
 
 import numpy as np
 
+from tracelab.analyses.core.intervals import expand_ranges
 from tracelab.analyses.core.memo import column, memo
 from tracelab.analyses.core.names import short_name
 from tracelab.analyses.core.rows import names_matching, ranks_of, rows_of
 from tracelab.analyses.core.step_names import PROFILER_STEP, PROFILER_STEP_NAME, STEP_LIKE, STEP_LIKE_NAME
-from tracelab.analyses.steps.anchor import reanchor_at_input_copies, reanchor_at_loader
-from tracelab.analyses.steps.cut import SHORT_BLOCK, cut_steps, find_anchor, regular_period
-from tracelab.analyses.steps.cut_launch import HOST_PACED, cut_launch_run, launch_run
-from tracelab.analyses.steps.cut_pause import cut_by_pause, pause_period
-from tracelab.analyses.steps.lead_in import HostRanges, refine_starts
+from tracelab.analyses.steps.anchor import (
+    HostRanges,
+    reanchor_at_input_copies,
+    reanchor_at_loader,
+    refine_starts,
+)
+from tracelab.analyses.steps.cut import (
+    SHORT_BLOCK,
+    Cut,
+    _empty,
+    cut_by_pause,
+    cut_steps,
+    find_anchor,
+    group_quantile,
+    pause_period,
+    regular_period,
+)
 from tracelab.analyses.steps.sequence import (
     MIN_REPEATS,
     LaunchSequence,
@@ -48,19 +61,10 @@ from tracelab.analyses.steps.sequence import (
 )
 from tracelab.model import EventKind, Timeline
 
-__all__ = [
-    "Step",
-    "StepSource",
-    "Steps",
-    "find_period",
-    "find_steps",
-    "infer_steps",
-    "marked_steps",
-    "marked_steps_noted",
-]
+__all__ = ["Step", "StepSource", "Steps", "find_period", "find_steps", "infer_steps", "marked_steps",
+           "marked_steps_noted"]
 
 StepSource = Literal["marked", "inferred"]
-
 
 
 @dataclass(frozen=True)
@@ -100,11 +104,9 @@ class Steps:
         return len(self.steps)
 
 
-# ---- marked ----------------------------------------------------------------------------------
 def marked_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-level marked steps of a rank: (start, end) sorted by start; empty when none."""
-    s, e, _ = marked_steps_noted(timeline, rank)
-    return s, e
+    return marked_steps_noted(timeline, rank)[:2]
 
 
 def _untangle(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -129,31 +131,18 @@ def marked_steps_noted(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.nd
         if pos.size == 0:
             continue
         s = column(timeline, "start")[pos]
-        e = column(timeline, "end")[pos]
         order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-        s, e, clipped = _untangle(s, e)
-        note = (
-            f"rank {rank}: {clipped:,} of {len(s):,} marked steps began before the previous one ended "
-            "(overlapping step ranges): each was cut to begin where the one before ends"
-            if clipped
-            else ""
-        )
+        s, e, clipped = _untangle(s[order], column(timeline, "end")[pos][order])
+        note = (f"rank {rank}: {clipped:,} of {len(s):,} marked steps began before the previous one ended "
+                "(overlapping step ranges): each was cut to begin where the one before ends") if clipped else ""
         return s, e, note
-    empty = np.zeros(0, dtype=np.int64)
-    return empty, empty, ""
+    return *_empty(), ""
 
 
-# ---- inferred -----------------------------------------------------------------------------------
 UNRECORDED_NOTE = 0.05  # a note when the host time before steps that nothing recorded is this long
 CLEAN = 0.75  # sequences whose best lag repeats this share of calls are tried first, richest first
 RUN_COVERAGE = 0.5  # host-paced single launches must span this share of the launch sequence
 ALLOCATOR_BREAK = 1.5  # the allocator's calls break the period when leaving them out makes it this much shorter
-
-
-def _empty() -> tuple[np.ndarray, np.ndarray]:
-    e = np.zeros(0, dtype=np.int64)
-    return e, e
 
 
 def _merged(seqs: list[LaunchSequence]) -> tuple[LaunchSequence, LaunchSequence]:
@@ -163,32 +152,25 @@ def _merged(seqs: list[LaunchSequence]) -> tuple[LaunchSequence, LaunchSequence]
     return launches, seqs[0]
 
 
-def _launch_run_steps(
-    seqs: list[LaunchSequence], rank: int, timeline: Timeline, graph: bool
-) -> tuple[np.ndarray, np.ndarray, str] | None:
+def _launch_run_steps(seqs: list[LaunchSequence], rank: int, timeline: Timeline, graph: bool,
+                      ) -> tuple[np.ndarray, np.ndarray, str] | None:
     """Steps of one launch each: CUDA graph replays (graph=True), or host-paced launches of one
     kernel that span most of the launch sequence."""
     launches, calls = _merged(seqs)
     only = launches.start[launches.launch]
     span = max(int(only[-1] - only[0]), 1) if only.size else 1
-    if graph:
-        run = launch_run(launches, graph=True)
-    else:
-        run = launch_run(launches, graph=False, min_paced=HOST_PACED, min_span=RUN_COVERAGE * span)
+    run = launch_run(launches, graph=True) if graph else launch_run(
+        launches, graph=False, min_paced=HOST_PACED, min_span=RUN_COVERAGE * span)
     if run is None:
         return None
     s, e = cut_launch_run(launches, run, calls)
     name = short_name(timeline.name(int(launches.tokens[run.first])) or "?")
-    what = (
-        f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
-        if graph
-        else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
-        f"durations apart: the host works between them"
-    )
-    note = (
-        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
-        f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)"
-    )
+    what = (f"one CUDA graph replay each ({run.count} replays in a row of the graph starting with {name}"
+            if graph
+            else f"one launch each ({run.count} launches in a row of {name}, {run.paced:.0f} launch "
+            f"durations apart: the host works between them")
+    note = (f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+            f"{launches.where}: {what}, every {run.interval_ns / 1e3:.0f} µs)")
     return s, e, note
 
 
@@ -218,9 +200,8 @@ def unrecorded_before(starts: np.ndarray, calls: LaunchSequence, ranges: HostRan
     return float(np.median(np.maximum(starts[1:] - prev, 0)))
 
 
-def _repetition_steps(
-    seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, calls: LaunchSequence
-) -> tuple[np.ndarray, np.ndarray, str] | str:
+def _repetition_steps(seq: LaunchSequence, per: Period, rank: int, timeline: Timeline, calls: LaunchSequence,
+                      ) -> tuple[np.ndarray, np.ndarray, str] | str:
     """(starts, ends, note) from the repetition of one sequence, or the reason there are none. `calls`:
     every call of the rank's launching threads (where the trace starts; the batch fetches' threads)."""
     origin = calls.start
@@ -231,25 +212,17 @@ def _repetition_steps(
         regular = regular_period(seq.tokens, base)
         if regular:
             match = float(np.mean(seq.tokens[:-regular] == seq.tokens[regular:]))
-            got = _repetition_steps(
-                seq, Period(lag=regular, match=match, best_lag=regular, best_match=match, smallest=regular),
-                rank, timeline, calls,
-            )
+            got = _repetition_steps(seq, Period(regular, match, regular, match, smallest=regular), rank, timeline, calls)
             if not isinstance(got, str):
                 return got
         pp = pause_period(seq, base)
         if pp.lag > base:  # the calls repeat inside the step: the recurring pause finds it
             s, e = cut_by_pause(seq, pp)
             if s.size >= MIN_REPEATS:
-                return (
-                    s,
-                    e,
-                    (
-                        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
-                        f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
-                        f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause"
-                    ),
-                )
+                return s, e, (
+                    f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence "
+                    f"of {seq.where}: a block of {base} launches repeats, and every {pp.lag} launches "
+                    f"the host pauses {pp.ratio:.0f}× longer than usual; each step starts after that pause")
     if not per.lag:
         return f"{seq.where}: {per.reason}"
     anchor = find_anchor(seq, per.lag, timeline, origin)
@@ -260,38 +233,25 @@ def _repetition_steps(
         return f"{seq.where}: period {per.lag} launches but only {s.size} steps cut"
     where = "ends when it returns" if anchor.at_end else "starts at its launch"
     why = {
-        "blocking": "a blocking call once per period",
-        "trace_start": "the trace starts with the repetition",
+        "blocking": "a blocking call once per period", "trace_start": "the trace starts with the repetition",
         "pause": "the longest recurring host pause is before it",
         "input_copy": "the batch's host-to-device copy, once per period, begins the iteration",
     }[anchor.how]
-    note = (
-        f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
-        f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
-        f"step {where}: {anchor.name} ({why})"
-    )
+    note = (f"rank {rank}: no step markers; {s.size} steps inferred from the launch sequence of "
+            f"{seq.where} (period {per.lag} launches, {per.match:.0%} repeat one period later); each "
+            f"step {where}: {anchor.name} ({why})")
     # only a cut at the longest recurring pause (the weakest anchor) moves to the batch fetches (the
     # DataLoader's iterator op, once per found step), else to the batch uploads
-    fetched = reanchor_at_loader(timeline, rank, s, e, calls) if anchor.how == "pause" else None
-    if fetched is not None and (fetched[0].size != s.size or np.any(fetched[0] != s)):
-        note += (
-            f"; re-anchored at the batch fetches (the DataLoader's iterator op, one in each step): "
-            f"{fetched[0].size} steps (was {s.size})"
-        )
-        return fetched[0], fetched[1], note
-    moved = reanchor_at_input_copies(timeline, rank, s, e, calls) if anchor.how == "pause" else None
-    if moved is not None and (moved[0].size != s.size or np.any(moved[0] != s)):
-        note += (
-            f"; re-anchored at the batch's host-to-device copies, launched once per step: "
-            f"{moved[0].size} steps (was {s.size})"
-        )
-        s, e = moved
+    for again, what in ((reanchor_at_loader, "the batch fetches (the DataLoader's iterator op, one in each step)"),
+                        (reanchor_at_input_copies, "the batch's host-to-device copies, launched once per step")):
+        got = again(timeline, rank, s, e, calls) if anchor.how == "pause" else None
+        if got is not None and (got[0].size != s.size or np.any(got[0] != s)):
+            return got[0], got[1], note + f"; re-anchored at {what}: {got[0].size} steps (was {s.size})"
     return s, e, note
 
 
-def _steady(
-    recorded: list[LaunchSequence], without: list[LaunchSequence] | None
-) -> tuple[list[LaunchSequence], str, Period | None]:
+def _steady(recorded: list[LaunchSequence], without: list[LaunchSequence] | None,
+            ) -> tuple[list[LaunchSequence], str, Period | None]:
     """The sequences to look for a period in, a note and the period of the first (None when not found
     here): `recorded`, or `without` (the caching allocator's calls left out) where those calls break the
     period (a loop that keeps each step's outputs asks for a new block every few steps: the calls repeat
@@ -314,12 +274,7 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
     """Inferred steps of a rank: (start, end, note). Empty arrays and a note saying why when none."""
     seqs, allocator_note, first_period = _steady(*sequence_variants(timeline, rank))
     if not seqs:
-        s, e = _empty()
-        return (
-            s,
-            e,
-            f"rank {rank}: no training steps found: no step markers and no launches to infer steps from",
-        )
+        return *_empty(), f"rank {rank}: no training steps found: no step markers and no launches to infer steps from"
     calls = seqs[0]
     ranges = host_ranges(timeline, rank, np.array(calls.threads, dtype=np.int64))
 
@@ -332,11 +287,9 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         blind = unrecorded_before(s2, calls, ranges)
         length = float(np.median(e2 - s2)) if s2.size else 0.0
         if s2.size > 1 and length > 0 and blind / length >= UNRECORDED_NOTE:
-            note += (
-                f"; before each step's first recorded host activity the host recorded nothing for a "
-                f"median {blind / 1e3:.0f} µs ({blind / length:.0%} of a step): the loop's own boundary "
-                f"lies somewhere in that stretch, which the trace cannot place"
-            )
+            note += (f"; before each step's first recorded host activity the host recorded nothing for a "
+                     f"median {blind / 1e3:.0f} µs ({blind / length:.0%} of a step): the loop's own boundary "
+                     f"lies somewhere in that stretch, which the trace cannot place")
         return s2, e2, note
 
     if seqs[0].where != "GPU ops":
@@ -364,13 +317,8 @@ def infer_steps(timeline: Timeline, rank: int) -> tuple[np.ndarray, np.ndarray, 
         found = _launch_run_steps(seqs, rank, timeline, graph=False)
         if found is not None:
             return refined(*found)
-    s, e = _empty()
-    return (
-        s,
-        e,
-        f"rank {rank}: no training steps found: no step markers, and none inferred: "
-        + "; ".join(dict.fromkeys(reasons)),
-    )
+    return *_empty(), "rank {}: no training steps found: no step markers, and none inferred: {}".format(
+        rank, "; ".join(dict.fromkeys(reasons)))
 
 
 def find_steps(timeline: Timeline) -> Steps:
@@ -391,8 +339,78 @@ def _find_steps(timeline: Timeline) -> Steps:
             s, e, note = infer_steps(timeline, rank)
             source = "inferred"
             notes.append(note)
-        steps.extend(
-            Step(rank=rank, index=i, start_ns=int(a), end_ns=int(b), source=source)
-            for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True))
-        )
+        steps.extend(Step(rank, i, int(a), int(b), source) for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True)))
     return Steps(steps=tuple(steps), notes=tuple(notes))
+
+
+STEADY_CADENCE = 0.5  # interquartile range of the intervals between launches over their median
+HOST_PACED = 6.0  # launches at least this many call durations apart: the host works in between
+
+
+@dataclass(frozen=True)
+class LaunchRun:
+    first: int  # position in the sequence of the run's first launch
+    count: int
+    graph: bool  # CUDA graph replays (else launches of one kernel)
+    interval_ns: float  # median time from launch to launch
+    paced: float  # median interval over the median launch call duration
+
+
+def launch_run(seq: LaunchSequence, graph: bool, min_paced: float = 0.0,
+               min_span: float = 0.0) -> LaunchRun | None:
+    """The longest run of ≥ MIN_REPEATS consecutive launches of the same token (nothing else
+    launched or waited for between them) at a steady cadence, of graph launches (graph=True) or of
+    anything else, at least `min_paced` call durations apart and spanning at least `min_span` ns
+    (count × interval); None when there is none. Vectorized over all runs at once."""
+    tok = seq.tokens
+    n = tok.size
+    if n < MIN_REPEATS:
+        return None
+    run_start = np.flatnonzero(np.r_[True, tok[1:] != tok[:-1]])
+    run_len = np.diff(np.r_[run_start, n])
+    keep = run_len >= MIN_REPEATS
+    lo, m = run_start[keep], run_len[keep]
+    if lo.size == 0:
+        return None
+    seg, p = expand_ranges(lo, lo + m)
+    all_launch = np.bincount(seg, weights=~seq.launch[p], minlength=lo.size) == 0
+    is_graph = np.bincount(seg, weights=~seq.graph[p], minlength=lo.size) == 0
+    inner = p > lo[seg]  # intervals: from the launch before, inside the run
+    iv = (seq.start[p] - seq.start[np.maximum(p - 1, 0)]).astype(np.float64)
+    med = group_quantile(seg[inner], iv[inner], lo.size, 0.5)
+    q25 = group_quantile(seg[inner], iv[inner], lo.size, 0.25)
+    q75 = group_quantile(seg[inner], iv[inner], lo.size, 0.75)
+    dur = np.maximum(group_quantile(seg, (seq.end[p] - seq.start[p]).astype(np.float64), lo.size), 1.0)
+    ok = all_launch & (is_graph == graph) & (med > 0) & (q75 - q25 <= STEADY_CADENCE * med)
+    ok &= (med / dur >= min_paced) & (m * med >= min_span)
+    if not ok.any():
+        return None
+    c = int(np.flatnonzero(ok)[np.argmax(m[ok])])  # the longest (the first of equals)
+    return LaunchRun(int(lo[c]), int(m[c]), bool(is_graph[c]), float(med[c]), float(med[c] / dur[c]))
+
+
+def cut_launch_run(seq: LaunchSequence, run: LaunchRun, calls: LaunchSequence) -> Cut:
+    """One step per launch of the run. A step starts at the first call after the longest host
+    pause since the previous launch (e.g. the stream-capture check just before a graph launch),
+    looked up in `calls` (the same thread(s) with every API call); the last one ends at the next
+    call after the loop, at most a median interval after its start."""
+    launch_start = seq.start[run.first : run.first + run.count]
+    launch_end = seq.end[run.first : run.first + run.count]
+    c_start, c_end = calls.start, calls.end
+    at = np.searchsorted(c_start, launch_start)  # the launch itself in `calls`
+    prev_end = np.r_[launch_start[0], launch_end[:-1]]  # the first launch: from itself
+    lo = np.minimum(np.searchsorted(c_start, prev_end, side="left"), at)
+    # the first step: as many calls back as the others have at most, not into the set-up
+    back = int(np.max(at[1:] - lo[1:])) if at.size > 1 else 0
+    after_prev = int(np.searchsorted(c_start, seq.end[run.first - 1], side="left")) if run.first else 0
+    lo[0] = min(at[0], max(at[0] - back, after_prev))
+    pause = np.r_[0, c_start[1:] - c_end[:-1]]
+    seg, idx = expand_ranges(lo, at + 1)
+    order = np.lexsort((-pause[idx], seg))
+    firsts = np.r_[0, np.flatnonzero(np.diff(seg[order])) + 1]
+    starts = c_start[idx[order][firsts]]
+    nxt = int(np.searchsorted(c_start, launch_end[-1], side="left"))
+    cap = int(starts[-1]) + int(run.interval_ns)
+    last_end = min(cap, int(c_start[nxt])) if nxt < c_start.size else cap
+    ends = np.r_[starts[1:], max(last_end, int(launch_end[-1]))]
+    return starts.astype(np.int64), ends.astype(np.int64)

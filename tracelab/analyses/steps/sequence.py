@@ -23,10 +23,8 @@ POLLING = re.compile(r"^cu(da)?(Event|Stream)Query")
 # the caching allocators' calls: a new block is asked for when the cached ones run out (every few steps
 # when each step keeps its outputs), so they are no part of a step's fixed sequence either; PyTorch's
 # device allocator asks cudaStreamIsCapturing right before each cudaMalloc (cudaMallocMaybeCapturing)
-ALLOCATOR = re.compile(
-    r"^(cu(da)?(Malloc|Free|MemAlloc|MemFree|HostAlloc)(Async|Host|Managed|Pitch)?"
-    r"|cuMem(Create|Map|Unmap|Release|SetAccess|AddressReserve|AddressFree))(_v\d+)?$"
-)
+ALLOCATOR = re.compile(r"^(cu(da)?(Malloc|Free|MemAlloc|MemFree|HostAlloc)(Async|Host|Managed|Pitch)?"
+                       r"|cuMem(Create|Map|Unmap|Release|SetAccess|AddressReserve|AddressFree))(_v\d+)?$")
 CAPTURE_QUERY = re.compile(r"^cu(da)?StreamIsCapturing(_v\d+)?$")
 ALLOCATOR_SPREAD = 4  # the allocator's calls are left out only when some lie in each of this many parts of the run
 MAX_THREADS = 4  # launching threads tried alone (most launches first)
@@ -144,19 +142,14 @@ def _sequences(c: _CallArrays, by_count: np.ndarray, threads: np.ndarray) -> lis
     def on_threads(codes: np.ndarray) -> tuple[int, ...]:  # the distinct threads of some calls, sorted
         return tuple(int(t) for t in threads[np.bincount(codes, minlength=threads.size) > 0])
 
-    def seq(m: np.ndarray | None, where: str) -> LaunchSequence:
-        if m is None:  # every call
-            on = on_threads(c.thread)
-            return LaunchSequence(c.tokens, c.start, c.end, c.blocking, c.launch, c.graph, where, on)
-        on = on_threads(c.thread[m])
-        return LaunchSequence(
-            c.tokens[m], c.start[m], c.end[m], c.blocking[m], c.launch[m], c.graph[m], where, on
-        )
+    def seq(m: np.ndarray | slice, where: str) -> LaunchSequence:
+        return LaunchSequence(c.tokens[m], c.start[m], c.end[m], c.blocking[m], c.launch[m], c.graph[m], where,
+                              on_threads(c.thread[m]))
 
     is_lb = c.launch | c.blocking
     rich = not is_lb.all()  # some calls neither launch nor block: a richer sequence exists
-    seqs = [seq(None, f"threads {listed}, every API call")] if rich else []
-    seqs.append(seq(None if not rich else is_lb, f"threads {listed}"))
+    seqs = [seq(slice(None), f"threads {listed}, every API call")] if rich else []
+    seqs.append(seq(is_lb if rich else slice(None), f"threads {listed}"))
     if by_count.size > 1:
         for t in by_count[:MAX_THREADS]:
             mine = c.tid == t
@@ -281,20 +274,12 @@ def find_period(tokens: np.ndarray) -> Period:
             cand.update(x for x in (c - 1, c, c + 1) if 1 <= x <= max_lag)
     lags = np.array(sorted(cand), dtype=np.int64)
     window = n - int(lags.max())  # one common window: every lag judged on the same positions
-    match = np.array(
-        [np.count_nonzero(t[:window] == t[lag : lag + window]) / window for lag in lags.tolist()]
-    )
+    match = np.array([np.count_nonzero(t[:window] == t[lag : lag + window]) / window for lag in lags.tolist()])
     best = int(np.argmax(match))
     best_lag, best_match = int(lags[best]), float(match[best])
     if best_match < MIN_MATCH:
-        return Period(
-            0,
-            0.0,
-            best_lag,
-            best_match,
-            f"no repeating launch sequence (the best lag, {best_lag} launches, repeats only "
-            f"{best_match:.0%} of them; {MIN_MATCH:.0%} needed)",
-        )
+        return Period(0, 0.0, best_lag, best_match, f"no repeating launch sequence (the best lag, {best_lag} "
+                      f"launches, repeats only {best_match:.0%} of them; {MIN_MATCH:.0%} needed)")
     limit = MISMATCH_SLACK * (1.0 - best_match) + MISMATCH_MARGIN
     # the period divides the best lag (which may be a multiple of it): a shorter lag that does not
     # is an inner repetition (the ops of a layer) that the step's other calls break
@@ -303,12 +288,6 @@ def find_period(tokens: np.ndarray) -> Period:
     ok = np.flatnonzero((1.0 - match <= limit) & divides)
     lag = int(lags[ok[0]])
     if lag < MIN_PERIOD:
-        return Period(
-            0,
-            0.0,
-            best_lag,
-            best_match,
-            "the launch sequence is one operation repeated, with no recurring host pause to cut it by",
-            smallest=lag,
-        )
+        return Period(0, 0.0, best_lag, best_match,
+                      "the launch sequence is one operation repeated, with no recurring host pause to cut it by", lag)
     return Period(lag, float(match[ok[0]]), best_lag, best_match, smallest=lag)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tracelab.analyses.core.bands import group_index
 from tracelab.analyses.core.intervals import covered_length, merge
 from tracelab.analyses.core.rows import rank_rows
 from tracelab.analyses.results import CAUSES, Finding, Gap, GapTable
@@ -64,21 +65,8 @@ def rank_setups(timeline: Timeline, step_rows: tuple, gap_seq: Sequence[Gap]) ->
         mine = (g_rank == rank) & (g_end <= stop)
         dur = (g_end - g_start)[mine]
         top = int(np.argmax(dur)) if dur.size else -1
-        out.append(
-            RankSetup(
-                rank=rank,
-                start_ns=lo,
-                end_ns=stop,
-                span_ns=stop - lo,
-                gpu_busy_ns=busy,
-                idle_ns=stop - lo - busy,
-                gaps=int(mine.sum()),
-                gap_ns=int(dur.sum()),
-                top_gap_start_ns=int(g_start[mine][top]) if top >= 0 else -1,
-                top_gap_ns=int(dur[top]) if top >= 0 else 0,
-                top_gap_cause=CAUSES[int(g_cause[mine][top])] if top >= 0 else "",
-            )
-        )
+        top_gap = (int(g_start[mine][top]), int(dur[top]), CAUSES[int(g_cause[mine][top])]) if top >= 0 else (-1, 0, "")
+        out.append(RankSetup(rank, lo, stop, stop - lo, busy, stop - lo - busy, int(mine.sum()), int(dur.sum()), *top_gap))
     return tuple(out)
 
 
@@ -87,12 +75,8 @@ def is_material(setups: tuple[RankSetup, ...], spans: Mapping[int, int]) -> bool
     return any(s.span_ns >= SETUP_SHARE * max(1, spans.get(s.rank, 0)) for s in setups)
 
 
-def scope_findings(
-    findings: tuple[Finding, ...],
-    has_steps: bool,
-    material: bool,
-    steps_only: Callable[[], tuple[Finding, ...]],
-) -> tuple[Finding, ...]:
+def scope_findings(findings: tuple[Finding, ...], has_steps: bool, material: bool,
+                   steps_only: Callable[[], tuple[Finding, ...]]) -> tuple[Finding, ...]:
     """Each finding with its scope; set-up findings last. `steps_only` evaluates the rules on the
     steps alone (called only when the set-up is material and a rule fired)."""
     if not has_steps:
@@ -110,24 +94,18 @@ def setup_document(setups: tuple[RankSetup, ...]) -> dict[str, Any] | None:
     if not setups:
         return None
     top = max(setups, key=lambda s: s.top_gap_ns)
-    return {
-        "end_ns": max(s.end_ns for s in setups),
-        "span_ns": max(s.span_ns for s in setups),
-        "idle_ns": sum(s.idle_ns for s in setups),
-        "gaps": sum(s.gaps for s in setups),
-        "gap_ns": sum(s.gap_ns for s in setups),
-        "top_gap": (
-            {"rank": top.rank, "start_ns": top.top_gap_start_ns, "duration_ns": top.top_gap_ns,
-             "cause": top.top_gap_cause}
-            if top.top_gap_ns
-            else None
-        ),
-        "ranks": [
-            {"rank": s.rank, "start_ns": s.start_ns, "end_ns": s.end_ns, "span_ns": s.span_ns,
-             "idle_ns": s.idle_ns, "gaps": s.gaps, "gap_ns": s.gap_ns}
-            for s in setups
-        ],
-    }
+    return {"end_ns": max(s.end_ns for s in setups),
+            "span_ns": max(s.span_ns for s in setups),
+            "idle_ns": sum(s.idle_ns for s in setups),
+            "gaps": sum(s.gaps for s in setups),
+            "gap_ns": sum(s.gap_ns for s in setups),
+            "top_gap": {"rank": top.rank, "start_ns": top.top_gap_start_ns, "duration_ns": top.top_gap_ns,
+                        "cause": top.top_gap_cause} if top.top_gap_ns else None,
+            "ranks": [
+                {"rank": s.rank, "start_ns": s.start_ns, "end_ns": s.end_ns, "span_ns": s.span_ns,
+                 "idle_ns": s.idle_ns, "gaps": s.gaps, "gap_ns": s.gap_ns}
+                for s in setups
+            ]}
 
 
 def in_setup_mask(gaps: Sequence[Gap], setups: Sequence[RankSetup]) -> np.ndarray:
@@ -138,9 +116,7 @@ def in_setup_mask(gaps: Sequence[Gap], setups: Sequence[RankSetup]) -> np.ndarra
         return np.zeros(len(table), dtype=bool)
     ranks = np.array(sorted(ends), dtype=np.int64)
     stop = np.array([ends[r] for r in ranks.tolist()], dtype=np.int64)
-    g_rank = table.column("rank")
-    i = np.minimum(np.searchsorted(ranks, g_rank), ranks.size - 1)
-    known = ranks[i] == g_rank
+    i, known = group_index(ranks, table.column("rank"))
     return known & (table.column("end") <= np.where(known, stop[i], -1))
 
 
@@ -151,6 +127,4 @@ def steps_gaps_first(gaps: Sequence[Gap], setups: Sequence[RankSetup], k: int | 
     table = GapTable.of(gaps)
     setup = in_setup_mask(table, setups)
     order = np.lexsort((np.arange(len(table)), -table.duration, setup))  # ties keep their order
-    if k is not None:
-        order = order[:k]
-    return table._rows(order)
+    return table._rows(order if k is None else order[:k])

@@ -46,7 +46,5 @@ def steady_step_time(rows: Sequence[StepRow]) -> SteadyStepTime | None:
     t = rank_gpu_times(rows, rank)
     q1, q3 = np.percentile(t, [25, 75]) if t.size else (0.0, 0.0)
     sources = "+".join(sorted({r.source for r in rows}))
-    return SteadyStepTime(
-        ns=ns, rank=rank, steps=n, per_rank=tuple(per_rank), spread_ns=round(float(q3 - q1)),
-        source=sources, total_steps=len(rows),
-    )
+    return SteadyStepTime(ns=ns, rank=rank, steps=n, per_rank=tuple(per_rank), spread_ns=round(float(q3 - q1)),
+                          source=sources, total_steps=len(rows))
