@@ -21,11 +21,12 @@ T = TypeVar("T")
 PARALLEL_MIN_EVENTS = 100_000  # below this, one thread is as fast (54 MB, 123 k events: 0.58 vs 0.68 s on 16 cores)
 PARALLEL_MAX_EVENTS = 8_000_000  # above this, one thread: two analyses' temporaries at once raise the peak memory
 THREADS_ENV = "TRACELAB_ANALYZE_THREADS"  # caps the threads (1: one thread)
-# above this, memory first (issue 26: x64, 7.9 M events, within 2.5 GiB on the 16-core host): the C allocator's
+# above this, memory first (issue 26: x64, 7.9 M events, within 2.5 GiB on the 16-core host; the 1M-kernel nsys
+# export, 4.5 M events, stays below: memory first took it from 5.2-5.4 to 5.5-6.2 s): the C allocator's
 # free memory is given back after each task of the analysis (`run_each(..., release=True)`: each helper thread's
 # malloc arena otherwise keeps what its tasks freed, ~0.7 GB at x64 with 4 threads) and the extras begin after
 # the analysis, not beside it (tracelab.api.analysis.start_extras)
-MEMORY_FIRST_EVENTS = 4_000_000
+MEMORY_FIRST_EVENTS = 6_000_000
 
 
 def memory_first(n_events: int) -> bool:
