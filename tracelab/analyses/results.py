@@ -394,10 +394,12 @@ class GapDetails:
 
     @classmethod
     def concat(cls, strings: tuple[str, ...], parts: Sequence[dict[str, np.ndarray]]) -> GapDetails:
-        """One table from per-device column dicts (in row order)."""
+        """One table from per-part column dicts (in row order), joined column by column: each part's column
+        is taken out of its dict once joined, so no column is held twice at once beyond the one being joined
+        (the parts' dicts are left empty)."""
         cols = {}
         for name in cls.column_names():
-            arrays = [p[name] for p in parts]
+            arrays = [p.pop(name) for p in parts]
             cols[name] = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
         return cls(strings=strings, **cols)
 

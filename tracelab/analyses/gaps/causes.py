@@ -75,24 +75,11 @@ class _Classified:
         evidence depend on it alone, so this is what classifying those intervals alone gives)."""
         return _take(self, m)
 
-    @staticmethod
-    def joined(parts: list[_Classified]) -> _Classified:
-        """The classifications of consecutive runs of intervals joined in order (what classifying them all
-        at once gives, for the same reason as `take`)."""
-        return _join(parts)  # type: ignore[return-value]
-
 
 def _take(x: object, m: np.ndarray) -> object:
     if isinstance(x, np.ndarray):
         return x[m]
     return type(x)(*(_take(getattr(x, f.name), m) for f in fields(x)))  # type: ignore[arg-type]
-
-
-def _join(parts: list) -> object:
-    first = parts[0]
-    if isinstance(first, np.ndarray):
-        return np.concatenate(parts)
-    return type(first)(*(_join([getattr(p, f.name) for p in parts]) for f in fields(first)))
 
 
 @dataclass(frozen=True)

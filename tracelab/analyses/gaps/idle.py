@@ -225,10 +225,7 @@ class Classification:
             # profiler-overhead names follow the timeline's strings (GapDetails.profiler_name)
             strings = self.timeline.strings + overhead_names(self.timeline)
             parts, self._details = self._details, []
-            # column by column, each part's column dropped once joined (not every column twice at once)
-            cols = {name: np.concatenate([p.pop(name) for p in parts]) if parts else np.zeros(0, dtype=_I64)
-                    for name in GapDetails.column_names()}
-            self._gaps = GapTable.concat(self._tables), GapDetails(strings=strings, **cols)
+            self._gaps = GapTable.concat(self._tables), GapDetails.concat(strings, parts)
             self._tables = []
         return self._gaps
 
