@@ -72,6 +72,14 @@ _LOOSE = msgspec.json.Decoder(list[_LooseEvent])
 EMPTY_ARGS = Args()
 
 
+def _rejected(exc: msgspec.DecodeError) -> Exception:
+    """msgspec >= 0.23 reports invalid UTF-8 as a DecodeError ("Invalid UTF-8 encoded string"). Cuts fall on
+    ASCII structure bytes, so bad UTF-8 is the file's, never a wrong cut's: a ChunkError that says so."""
+    if "UTF-8" in str(exc):
+        return ChunkError(f"invalid UTF-8 in traceEvents ({exc})")
+    return PieceRejected(str(exc))
+
+
 def decode(piece: bytes) -> list:
     """The events of a piece (a JSON array): strict structs, else loose ones. PieceRejected when the piece
     is not valid JSON (a wrong cut), ChunkError when it is JSON but not a list of events."""
@@ -81,14 +89,14 @@ def decode(piece: bytes) -> list:
         except msgspec.ValidationError:
             pass
         except msgspec.DecodeError as exc:
-            raise PieceRejected(str(exc)) from None
+            raise _rejected(exc) from None
         try:
             return _LOOSE.decode(piece)
         except msgspec.ValidationError as exc:  # e.g. an element that is not an object
             raise ChunkError(f"traceEvents holds something that is not an event ({exc})") from None
         except msgspec.DecodeError as exc:
-            raise PieceRejected(str(exc)) from None
-    except UnicodeDecodeError as exc:
+            raise _rejected(exc) from None
+    except UnicodeDecodeError as exc:  # msgspec < 0.23 raises this for invalid UTF-8 in a string
         raise ChunkError(f"invalid UTF-8 in traceEvents ({exc.reason})") from None
     except RecursionError:
         raise ChunkError("JSON in traceEvents is nested too deeply (limit about 1000 levels)") from None
