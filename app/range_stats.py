@@ -5,8 +5,7 @@ overlap the range, clipped at its edges)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import pandas as pd
 from dash import html
 
@@ -28,8 +27,7 @@ def window_us(origin: int, t0: int, t1: int) -> str:
     return f"{us(t0)}:{us(t1)}"
 
 
-@dataclass(frozen=True)
-class RangeStats:
+class RangeStats(msgspec.Struct, frozen=True):
     t0: int
     t1: int
     window: str  # the range as `--window START_US:END_US`

@@ -7,7 +7,6 @@ store, can live in one process: the tests do that).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import logging
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 import plotly
@@ -53,7 +53,7 @@ def cache_budget_bytes() -> int:
 
 def approx_bytes(value: Any, depth: int = 0) -> int:
     """About how many bytes `value` holds: numpy buffers, frames, strings, bytes exactly, a Dash layout as its
-    JSON; containers and dataclasses by their items (at most 3 levels deep; long sequences from a sample of
+    JSON; containers and records (msgspec Structs) by their items (at most 3 levels deep; long sequences from a sample of
     256 items)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return len(value)
@@ -80,8 +80,8 @@ def approx_bytes(value: Any, depth: int = 0) -> int:
         items = list(itertools.islice(value, 256))
         each = sum(approx_bytes(v, depth + 1) for v in items)
         return 56 + (each * len(value) // len(items) if items else 0)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return 64 + sum(approx_bytes(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value))
+    if isinstance(value, msgspec.Struct):
+        return 64 + sum(approx_bytes(getattr(value, f, None), depth + 1) for f in value.__struct_fields__)
     return sys.getsizeof(value)
 
 
@@ -145,8 +145,7 @@ class _Lru:
             self.bytes = 0
 
 
-@dataclass(frozen=True)
-class CorrelationIndex:
+class CorrelationIndex(msgspec.Struct, frozen=True):
     """Events sorted by correlation id, for launch <-> GPU op lookups in O(log n)."""
 
     order: np.ndarray  # positions into timeline.events, sorted by correlation

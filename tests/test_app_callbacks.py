@@ -699,13 +699,15 @@ def test_compare_preselects_no_unrelated_baseline(env):
     A run of the same trace file name, or of the same workload, is pre-selected."""
     from dataclasses import replace
 
+    import msgspec
+
     from app.pages import compare
 
     state, a, b = env
 
     def program(source_path: str, fp: str) -> str:
         tl = synthetic_timeline(source="ddp")
-        tl = replace(tl, meta=replace(tl.meta, workload="", variant=""))
+        tl = replace(tl, meta=msgspec.structs.replace(tl.meta, workload="", variant=""))
         return state.store.import_timeline(tl, source_path=source_path, fingerprint=fp * 64, name=source_path)
 
     ddp = program("ddp.json", "c")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import replace
 
 import numpy as np
 import orjson
 import pytest
+from msgspec.structs import replace
 from test_reports import CORPUS, HOSTILE, analysis_of, hostile_analysis, synthetic_timeline
 
 from tracelab.analyses.compare import compare

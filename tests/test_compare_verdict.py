@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import replace
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from msgspec.structs import replace
 
 from tracelab.analyses.compare import compare
 from tracelab.analyses.verdict import verdict

@@ -53,7 +53,7 @@ def test_cli_json_is_the_whole_dump() -> None:
 
 def test_no_gaps_document() -> None:
     analysis = analyze(load(TRACE))
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     empty = replace(analysis, gaps=())
     out = io.BytesIO()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 import json
 import re
-from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from tracelab.analyses import analyze
 from tracelab.analyses.device.kernels import kernel_summary

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 import pytest
@@ -323,7 +324,7 @@ def test_lanes_figure_has_one_row_per_sm():
 
 def test_lanes_figure_compact_and_escaped_title():
     grid = sm.sm_grid(green_run(), 0, 0, bins=120)
-    hostile = dataclasses.replace(grid, device_label="rank 0 device 0 · <b onmouseover=x>GPU</b> & co")
+    hostile = msgspec.structs.replace(grid, device_label="rank 0 device 0 · <b onmouseover=x>GPU</b> & co")
     title = sm_lanes_figure(hostile).layout.title.text
     assert "<b" not in title and "&lt;b onmouseover=x&gt;GPU&lt;/b&gt; &amp; co" in title
     full = [tr for tr in sm_lanes_figure(grid).data if tr.type == "heatmap"]

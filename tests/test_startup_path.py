@@ -213,7 +213,6 @@ def test_numpy_loads_with_one_blas_thread_and_the_setting_does_not_leak():
 
 NOT_LOADED_BY_ANALYZE = (
     "numpy.ma",  # np.unique's first plain call imports it (~20 ms): sorted_unique instead
-    "msgspec",  # the reference decoder: only for pieces the C scanner declines
     "tempfile",  # only for exporting a .nsys-rep
     "gzip",  # the sniff inflates a .json.gz's first bytes with zlib; the reader uses isal
     "pandas",

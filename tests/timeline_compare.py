@@ -25,7 +25,6 @@ def assert_same_timeline(a, b) -> None:
 def _plain(meta) -> dict:
     """RunMeta's fields with numpy arrays (the Kineto `[memory]` columns in `extra`) as lists, so that
     two metas compare by value."""
-    from dataclasses import fields
 
     def plain(v):
         if isinstance(v, np.ndarray):
@@ -34,4 +33,4 @@ def _plain(meta) -> dict:
             return {k: plain(x) for k, x in v.items()}
         return v
 
-    return {f.name: plain(getattr(meta, f.name)) for f in fields(meta)}
+    return {f: plain(getattr(meta, f)) for f in meta.__struct_fields__}

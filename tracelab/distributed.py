@@ -25,10 +25,10 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from .errors import BadInput, MissingDependency
@@ -48,8 +48,7 @@ Progress = Callable[[int, int], None]
 _GLOB_CHARS = frozenset("*?[")
 
 
-@dataclass(frozen=True)
-class RankColumns:
+class RankColumns(msgspec.Struct, frozen=True):
     """One parsed rank file in columnar form: what a Dask task sends back."""
 
     path: str

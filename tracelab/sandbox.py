@@ -25,17 +25,17 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .errors import BadInput, DuplicateRun, TracelabError
 
 _CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class Budget:
+class Budget(msgspec.Struct, frozen=True):
     """What one child may use. seconds: wall clock; memory_bytes: its address space (RLIMIT_AS:
     virtual, so it includes the ~0.6 GiB that Python, numpy and pandas map at start)."""
 

@@ -6,12 +6,12 @@ defaults, without importing the workloads (a layer above it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 
-@dataclass(frozen=True)
-class WorkloadParams:
+
+class WorkloadParams(msgspec.Struct, frozen=True):
     full: Mapping[str, Any]  # full size
     quick: Mapping[str, Any]  # --quick overrides
 

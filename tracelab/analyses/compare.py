@@ -10,8 +10,9 @@ speedup against the other (`tracelab.analyses.sm.summary.green_context_explanati
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Literal, get_args
+
+import msgspec
 
 from tracelab.analyses.comparison import (
     Comparison,
@@ -98,7 +99,7 @@ def _totals(devices: list[DeviceComparison]) -> DeviceComparison | None:
     both = [d for d in devices if d.present == "both"]
     if not both:
         return None
-    fields = [f for f in DeviceComparison.__dataclass_fields__ if isinstance(getattr(both[0], f), Delta)]
+    fields = [f for f in DeviceComparison.__struct_fields__ if isinstance(getattr(both[0], f), Delta)]
     sums = {f: Delta(sum(getattr(d, f).a for d in both), sum(getattr(d, f).b for d in both)) for f in fields}
     return DeviceComparison(
         rank=-1, device=-1, b_rank=-1, b_device=-1, name_a="all matched devices", name_b="all matched devices",
@@ -221,6 +222,6 @@ def compare(a: Analysis, b: Analysis, a_timeline: Timeline | None = None, b_time
     if caveats:
         notes += [f"caution: {c}" for c in caveats]
         if answer is not None:
-            answer = replace(answer, caveats=tuple(caveats))
+            answer = msgspec.structs.replace(answer, caveats=tuple(caveats))
     return Comparison(a.trace, b.trace, tuple(devices), gap_deltas, finding_deltas, kernels, _totals(devices),
                       tuple(notes), have_timelines, green, green_run, answer, comm)

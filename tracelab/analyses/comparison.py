@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from tracelab.analyses.ranks.comm_partition import CommOverlapExplanation
 from tracelab.analyses.results import TraceInfo
@@ -12,8 +13,7 @@ from tracelab.analyses.sm.green_explain import GreenContextExplanation
 FindingStatus = Literal["new", "gone", "changed", "same"]
 
 
-@dataclass(frozen=True)
-class Delta:
+class Delta(msgspec.Struct, frozen=True):
     """A figure in A and in B. `delta` = b - a; `pct` = 100 * delta / a (None when a is 0)."""
 
     a: int
@@ -28,8 +28,7 @@ class Delta:
         return None if self.a == 0 else 100.0 * (self.b - self.a) / self.a
 
 
-@dataclass(frozen=True)
-class DeviceComparison:
+class DeviceComparison(msgspec.Struct, frozen=True):
     rank: int  # the (rank, device) of A (of B when the device is only in B)
     device: int
     b_rank: int  # the (rank, device) of B it was matched with
@@ -67,15 +66,13 @@ class DeviceComparison:
         return self.busy_ns.b / self.span_ns.b if self.span_ns.b else 0.0
 
 
-@dataclass(frozen=True)
-class GapCauseDelta:
+class GapCauseDelta(msgspec.Struct, frozen=True):
     cause: str
     count: Delta
     total_ns: Delta
 
 
-@dataclass(frozen=True)
-class FindingDelta:
+class FindingDelta(msgspec.Struct, frozen=True):
     rule: str
     status: FindingStatus
     severity_a: str | None  # the highest severity of this rule in A (None: absent)
@@ -86,8 +83,7 @@ class FindingDelta:
     message_b: str
 
 
-@dataclass(frozen=True)
-class KernelDelta:
+class KernelDelta(msgspec.Struct, frozen=True):
     name: str  # untrusted text: escape it when rendering
     calls: Delta
     total_ns: Delta
@@ -96,8 +92,7 @@ class KernelDelta:
     status: Literal["both", "a", "b"]
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """The one-line answer of a comparison, as numbers (the wording is in render/text/compare.py).
 
     `basis` "gpu_step": `a_ns`/`b_ns` are each run's steady-state GPU step time (step_time: median GPU
@@ -130,8 +125,7 @@ class Verdict:
         return None if self.a_ns == 0 else 100.0 * (self.b_ns - self.a_ns) / self.a_ns
 
 
-@dataclass(frozen=True)
-class Comparison:
+class Comparison(msgspec.Struct, frozen=True):
     a: TraceInfo
     b: TraceInfo
     devices: tuple[DeviceComparison, ...]

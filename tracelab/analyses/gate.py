@@ -17,9 +17,9 @@ one place.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.results import Analysis
@@ -46,8 +46,7 @@ def step_times_for_gate(analysis: Analysis) -> np.ndarray:
     return np.array([s.end_ns - s.start_ns for s in analysis.steps], dtype=np.float64)
 
 
-@dataclass(frozen=True)
-class MannWhitney:
+class MannWhitney(msgspec.Struct, frozen=True):
     u: float  # pairs with b > a (ties 1/2)
     z: float
     p_value: float  # one-sided: P(U >= u) under H0
@@ -72,8 +71,7 @@ def mann_whitney_greater(a: np.ndarray, b: np.ndarray) -> MannWhitney:
     return MannWhitney(u=u, z=z, p_value=p)
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(msgspec.Struct, frozen=True):
     threshold_pct: float
     basis: Literal["gpu_step", "step", "span"]
     test: str
@@ -91,7 +89,7 @@ class Gate:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = msgspec.structs.asdict(self)
         if d["z"] is not None and not math.isfinite(d["z"]):
             d["z"] = None
         return d

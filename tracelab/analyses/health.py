@@ -25,9 +25,9 @@ host-cause and launch findings when profiler overhead covers gaps), said in the 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.intervals import merge
@@ -48,16 +48,14 @@ KINETO_DROPPED_N = re.compile(r"dropped (\d+) activity records", re.IGNORECASE)
 HOST_CAUSE_RULES = ("launch_bound", "excessive_sync", "sync_per_iteration", "sync_memcpy", "waits", "idle_partition")
 
 
-@dataclass(frozen=True)
-class HealthCheck:
+class HealthCheck(msgspec.Struct, frozen=True):
     name: str
     status: Status
     summary: str
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Health:
+class Health(msgspec.Struct, frozen=True):
     checks: tuple[HealthCheck, ...]
     weakened: tuple[tuple[str, str], ...]  # (finding rule, why)
 
@@ -69,7 +67,7 @@ class Health:
         return next(c for c in self.checks if c.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks],
+        return {"ok": self.ok, "checks": [msgspec.structs.asdict(c) for c in self.checks],
                 "weakened_findings": [{"rule": r, "why": w} for r, w in self.weakened]}
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from functools import partial
 from typing import Any
+
+import msgspec
 
 from tracelab.analyses.core.host import host_views
 from tracelab.analyses.core.host_threads import FirstSeen, thread_first_seen
@@ -32,7 +34,7 @@ def drop_orphans(timeline: Timeline) -> tuple[Timeline, int]:
     if n == 0:
         return timeline, 0
     keep = ~orphan
-    return replace(timeline, cols={c: a[keep] for c, a in timeline.cols.items()}), n
+    return dataclasses.replace(timeline, cols={c: a[keep] for c, a in timeline.cols.items()}), n
 
 
 DEFAULT_OPTIONS = AnalysisOptions()
@@ -201,5 +203,5 @@ def with_setup(
         return analyze(inner, options, rule_options, steps=steps, run_start=start).findings
 
     findings = scope_findings(an.findings, bool(an.steps), is_material(setups, spans), steps_only)
-    return replace(an, setup=setups, findings=findings)
+    return msgspec.structs.replace(an, setup=setups, findings=findings)
 

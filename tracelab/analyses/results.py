@@ -6,9 +6,9 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.gaps.input_wait import DEFAULT_INPUT_WORDS
@@ -25,8 +25,7 @@ SmSource = Literal["measured", "estimated", "none"]
 StepSource = Literal["marked", "inferred"]
 
 
-@dataclass(frozen=True)
-class AnalysisOptions:
+class AnalysisOptions(msgspec.Struct, frozen=True):
     gap_threshold_ns: int = 10_000
     # Drop GPU events whose correlation matches no host launch before analysing (TraceLens does).
     exclude_orphans: bool = False
@@ -35,16 +34,14 @@ class AnalysisOptions:
     input_words: tuple[str, ...] = DEFAULT_INPUT_WORDS
 
 
-@dataclass(frozen=True)
-class Overlap:
+class Overlap(msgspec.Struct, frozen=True):
     compute_compute_ns: int = 0
     compute_copy_ns: int = 0
     compute_comm_ns: int = 0
     copy_copy_ns: int = 0
 
 
-@dataclass(frozen=True)
-class StreamSummary:
+class StreamSummary(msgspec.Struct, frozen=True):
     stream: int
     context: int | None
     green_context: int | None
@@ -54,23 +51,20 @@ class StreamSummary:
     memsets: int = 0
 
 
-@dataclass(frozen=True)
-class SmPartition:
+class SmPartition(msgspec.Struct, frozen=True):
     green_context: int | None  # None = the part of the device outside every green context
     sm_count: int
     busy_fraction: float
 
 
-@dataclass(frozen=True)
-class SmSummary:
+class SmSummary(msgspec.Struct, frozen=True):
     source: SmSource = "none"
     busy_fraction: float = 0.0
     partitions: tuple[SmPartition, ...] = ()
     excluded_wait_ns: int = 0  # the leading peer wait left out of the SM figures (sm_time.sm_excluded_wait)
 
 
-@dataclass(frozen=True)
-class DeviceSummary:
+class DeviceSummary(msgspec.Struct, frozen=True):
     rank: int
     device: int
     name: str
@@ -92,8 +86,7 @@ class DeviceSummary:
     memsets: int = 0
 
 
-@dataclass(frozen=True)
-class Gap:
+class Gap(msgspec.Struct, frozen=True):
     rank: int
     device: int
     start_ns: int
@@ -306,8 +299,7 @@ def longest_gaps(gaps: Sequence[Gap], k: int | None = None) -> list[Gap]:
     return out if k is None else out[:k]
 
 
-@dataclass(frozen=True, eq=False)
-class GapDetails:
+class GapDetails(msgspec.Struct, frozen=True, eq=False):
     """The structured evidence of the gaps of an analysis, as columns: row `Gap.detail` describes that
     gap. Names are ids into `strings` (the timeline's string table, then the names of the profiler-overhead
     intervals: tracelab.analyses.core.overhead.overhead_names); -1 means none / not in the trace.
@@ -390,7 +382,7 @@ class GapDetails:
 
     @staticmethod
     def column_names() -> tuple[str, ...]:
-        return tuple(f.name for f in fields(GapDetails) if f.name != "strings")
+        return tuple(f.name for f in msgspec.structs.fields(GapDetails) if f.name != "strings")
 
     @classmethod
     def concat(cls, strings: tuple[str, ...], parts: Sequence[dict[str, np.ndarray]]) -> GapDetails:
@@ -408,8 +400,7 @@ class GapDetails:
         return GapDetails(self.strings, **{n: getattr(self, n)[rows] for n in self.column_names()})
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     rule: str
     severity: Severity
     count: int
@@ -417,13 +408,12 @@ class Finding:
     message: str = ""  # prose, filled by tracelab.render.text.findings (api.analyze does it)
     where: str = ""  # prose, filled with the message
     # structured details, documented per rule (DESIGN.md "Findings"): numbers, places, windows
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
     # "steps": it fires within the steps; "setup": only before the first step; "whole": no steps
     scope: str = "whole"
 
 
-@dataclass(frozen=True)
-class StepInfo:
+class StepInfo(msgspec.Struct, frozen=True):
     """One training step of a rank (tracelab.analyses.steps.infer.Step, as the analysis reports it)."""
 
     rank: int
@@ -433,8 +423,7 @@ class StepInfo:
     source: StepSource
 
 
-@dataclass(frozen=True)
-class TraceInfo:
+class TraceInfo(msgspec.Struct, frozen=True):
     source: str
     format: str
     ranks: tuple[int, ...]
@@ -442,8 +431,7 @@ class TraceInfo:
     start_ns: int | None = None
 
 
-@dataclass(frozen=True)
-class Analysis:
+class Analysis(msgspec.Struct, frozen=True):
     trace: TraceInfo
     devices: tuple[DeviceSummary, ...]
     gaps: Sequence[Gap]  # a GapTable from `analyze` (columns; Gap objects made when asked for)
@@ -453,6 +441,6 @@ class Analysis:
     steps: tuple[StepInfo, ...] = ()
     step_rows: tuple[StepRow, ...] = ()  # the per-step table (tracelab.analyses.steps.table)
     # the gaps' structured evidence (row Gap.detail); its prose is built by tracelab.render.text.gap_evidence
-    gap_details: GapDetails | None = field(default=None, compare=False, repr=False)
+    gap_details: GapDetails | None = None
     setup: tuple[Any, ...] = ()  # per rank: what ran before its first step (tracelab.analyses.steps.setup_phase.RankSetup)
 

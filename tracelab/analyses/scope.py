@@ -18,12 +18,13 @@ overlap and gaps computed on the result are the figures of that range under the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.bands import group_index
@@ -43,8 +44,7 @@ _US_RANGE = re.compile(rf"^\s*{_NUM}\s*:\s*{_NUM}\s*$")
 OPEN_END = np.iinfo(np.int64).max // 4
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(msgspec.Struct, frozen=True):
     steps: tuple[int, int] | None  # [first, stop): step indices, a Python slice
     window_ns: tuple[int, int] | None  # [start, end) in ns from the run start
 
@@ -220,7 +220,7 @@ def _clip(timeline: Timeline, lo: np.ndarray, hi: np.ndarray, gpu_ranges: Mappin
         blocks["start"] = np.maximum(bs[bkeep], b_lo[bkeep])
         blocks["end"] = np.minimum(be[bkeep], b_hi[bkeep])
         blocks = blocks.reset_index(drop=True)
-    return replace(timeline, cols=cols, sm_blocks=blocks)
+    return dataclasses.replace(timeline, cols=cols, sm_blocks=blocks)
 
 
 def _with_scope(timeline: Timeline, scope: Scope, ranges: dict[int, tuple[int, int]]) -> Timeline:
@@ -266,7 +266,7 @@ def steps_in_ranges(steps: Steps, ranges: dict[int, tuple[int, int]]) -> Steps:
         lo, hi = ranges.get(st.rank, (0, 0))
         a, b = max(st.start_ns, lo), min(st.end_ns, hi)
         if b > a:
-            kept.append(replace(st, start_ns=a, end_ns=b))
+            kept.append(msgspec.structs.replace(st, start_ns=a, end_ns=b))
     return Steps(tuple(kept), steps.notes)
 
 

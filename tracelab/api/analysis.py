@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from tracelab.analyses.core.memo import AnalysisContext, using
 
 if TYPE_CHECKING:
@@ -131,11 +133,10 @@ def start_extras(timeline: Timeline, context: AnalysisContext) -> None:
 
 def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
     """The `ranges` part of `analyze --json` (every name; `top` keeps the largest only)."""
-    from dataclasses import replace
 
     from tracelab.render.reports.extras import ranges_doc
 
-    return ranges_doc(projection if top is None else replace(projection, stats=projection.stats[:top]))
+    return ranges_doc(projection if top is None else msgspec.structs.replace(projection, stats=projection.stats[:top]))
 
 
 def memory(timeline: Timeline, analysis: Analysis | None = None, context: AnalysisContext | None = None) -> Any:
@@ -260,7 +261,6 @@ def options(
     gap_threshold_us: float | None = None, exclude_orphans: bool = False, input_words: tuple[str, ...] = ()
 ) -> AnalysisOptions:
     """AnalysisOptions from the command-line settings (None / empty: the defaults)."""
-    from dataclasses import replace
 
     from tracelab.analyses.results import AnalysisOptions
 
@@ -268,7 +268,7 @@ def options(
         opts = AnalysisOptions(exclude_orphans=exclude_orphans)
     else:
         opts = AnalysisOptions(gap_threshold_ns=round(gap_threshold_us * 1000), exclude_orphans=exclude_orphans)
-    return replace(opts, input_words=tuple(input_words)) if input_words else opts
+    return msgspec.structs.replace(opts, input_words=tuple(input_words)) if input_words else opts
 
 
 def check_scope(steps: str | None, window_us: str | None) -> None:

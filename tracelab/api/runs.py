@@ -3,9 +3,10 @@ sets), resolve a run reference, and where the store lives."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from ..errors import BadInput
@@ -22,8 +23,7 @@ def load(path: str | Path, progress: Progress | None = None) -> Timeline:
     return load_trace(path, progress)
 
 
-@dataclass(frozen=True)
-class Imported:
+class Imported(msgspec.Struct, frozen=True):
     run_id: str
     new: bool  # False: the same content was already in the store (its run id is returned)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import fields, replace
 
+import msgspec
 import numpy as np
 
 from tracelab.errors import TraceFormatError
@@ -215,7 +215,7 @@ def check_devices(devices: Sequence[DeviceInfo]) -> tuple[list[DeviceInfo], list
         changes: dict[str, object] = {}
         if _BIDI_RE.search(d.name) or len(d.name) > 256:
             changes["name"] = _BIDI_RE.sub("\ufffd", d.name)[:256]
-        for f in fields(d):
+        for f in msgspec.structs.fields(d):
             if f.name in ("rank", "device", "name"):
                 continue
             v = getattr(d, f.name)
@@ -230,7 +230,7 @@ def check_devices(devices: Sequence[DeviceInfo]) -> tuple[list[DeviceInfo], list
                 f"({', '.join(sorted(set(changes) - {'name'}))})"
             )
         if changes:
-            d = replace(d, **changes)
+            d = msgspec.structs.replace(d, **changes)
         out.append(d)
     return out, notes
 

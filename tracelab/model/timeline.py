@@ -15,10 +15,11 @@ columns use -1 for "unknown / not applicable".
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from .grouping import any_of, first_rows, group_codes_of, sorted_unique
@@ -84,8 +85,7 @@ class ModelError(AssertionError):
     """A Timeline broke one of its invariants (a bug in a parser, never the user's fault)."""
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(msgspec.Struct, frozen=True):
     """One GPU of one rank, with the limits an occupancy estimate needs (0 = unknown)."""
 
     rank: int
@@ -104,8 +104,7 @@ class DeviceInfo:
     warp_size: int = 32
 
 
-@dataclass(frozen=True)
-class ContextInfo:
+class ContextInfo(msgspec.Struct, frozen=True):
     """A CUDA context of a device; green contexts carry their own SM count (0 = unknown)."""
 
     rank: int
@@ -117,8 +116,7 @@ class ContextInfo:
     sm_count: int = 0
 
 
-@dataclass(frozen=True)
-class RunMeta:
+class RunMeta(msgspec.Struct, frozen=True):
     source: str
     format: str  # "kineto" | "nsys"
     ranks: tuple[int, ...] = (0,)
@@ -128,8 +126,8 @@ class RunMeta:
     variant: str = ""
     gpu: str = ""
     notes: tuple[str, ...] = ()  # what is missing or degraded, in words
-    stats: Mapping[str, int] = field(default_factory=dict)  # e.g. orphan_gpu_events
-    extra: Mapping[str, Any] = field(default_factory=dict)  # free-form metadata (meta.json, distributedInfo)
+    stats: Mapping[str, int] = msgspec.field(default_factory=dict)  # e.g. orphan_gpu_events
+    extra: Mapping[str, Any] = msgspec.field(default_factory=dict)  # free-form metadata (meta.json, distributedInfo)
 
 
 def _frame_columns(frame: Any) -> Columns:
@@ -142,7 +140,7 @@ def _frame(cols: Columns) -> pd.DataFrame:
     return pd.DataFrame(cols, copy=False)
 
 
-@dataclass(frozen=True, init=False, eq=False, repr=False)
+@dataclasses.dataclass(frozen=True, init=False, eq=False, repr=False)
 class Timeline:
     """`cols` (EVENT_COLUMNS, sorted by start) and `lane_cols` (LANE_COLUMNS, lane i at row i) are numpy
     columns; `events` / `lanes` show them as DataFrames (built on first use, zero-copy). Construct with
@@ -245,7 +243,7 @@ class Timeline:
         return None
 
     def with_meta(self, **changes: Any) -> Timeline:
-        return replace(self, meta=replace(self.meta, **changes))
+        return dataclasses.replace(self, meta=msgspec.structs.replace(self.meta, **changes))
 
     # ---- invariants --------------------------------------------------------------------------
     def validate(self) -> None:
@@ -438,7 +436,7 @@ def build_timeline(
 def merge_timelines(parts: Sequence[Timeline], meta: RunMeta) -> Timeline:
     """Join per-rank timelines (each already carrying its rank) into one, re-interning strings."""
     if len(parts) == 1:
-        return replace(parts[0], meta=meta)
+        return dataclasses.replace(parts[0], meta=meta)
     table: dict[str, int] = {}
     strings: list[str] = []
     remaps = []

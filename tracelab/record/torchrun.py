@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..errors import BadInput
 
@@ -30,8 +31,7 @@ TORCHRUN_FLAGS = frozenset(
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
-@dataclass(frozen=True)
-class TorchrunLaunch:
+class TorchrunLaunch(msgspec.Struct, frozen=True):
     """A torchrun command line taken apart: the launcher (`torchrun` or `python -m
     torch.distributed.run`), its options, and the program each rank runs (a script, or a module
     when `module`)."""

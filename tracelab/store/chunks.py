@@ -16,8 +16,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -35,8 +35,7 @@ def byte_widths(rng: np.ndarray) -> np.ndarray:
     return np.select([rng == 0, rng <= 0xFF, rng <= 0xFFFF, rng <= 0xFFFFFFFF], [0, 1, 2, 4], 8)
 
 
-@dataclass(frozen=True)
-class Chunks:
+class Chunks(msgspec.Struct, frozen=True):
     """Per-chunk arrays (chunk order = (lane, start)) and the encoded blobs."""
 
     lane: np.ndarray
@@ -52,8 +51,7 @@ class Chunks:
 PARALLEL_MIN_EVENTS = 200_000  # below this, encoding the columns one after the other is as fast
 
 
-@dataclass(frozen=True)
-class _Cut:
+class _Cut(msgspec.Struct, frozen=True):
     """Where the chunks of a run lie: its events in chunk order (`order`: rows of ev), their lane, start
     and end in that order, and each chunk's first row, end row and count in it."""
 

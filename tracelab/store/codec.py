@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import string
 from typing import Any
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -42,7 +42,7 @@ def loads(text: str) -> Any:
 
 
 def meta_to_json(meta: RunMeta, extra: dict[str, Any] | None = None) -> str:
-    m = {f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}
+    m = msgspec.structs.asdict(meta)
     m.update(ranks=list(meta.ranks), notes=list(meta.notes), stats=dict(meta.stats), extra=dict(meta.extra))
     return dumps({"meta": m, **(extra or {})})
 
@@ -50,14 +50,14 @@ def meta_to_json(meta: RunMeta, extra: dict[str, Any] | None = None) -> str:
 def meta_from_json(text: str) -> tuple[RunMeta, dict[str, Any]]:
     doc = loads(text)
     m = doc.pop("meta")
-    kw = {f.name: m[f.name] for f in dataclasses.fields(RunMeta) if f.name in m}
+    kw = {f: m[f] for f in RunMeta.__struct_fields__ if f in m}
     meta = RunMeta(**{**kw, "source": m["source"], "format": m["format"], "ranks": tuple(m.get("ranks", (0,))),
                       "notes": tuple(m.get("notes", ()))})
     return meta, doc
 
 
 def infos_to_json(infos) -> str:
-    return dumps([dataclasses.asdict(i) for i in infos])
+    return dumps([msgspec.structs.asdict(i) for i in infos])
 
 
 def devices_from_json(text: str) -> tuple[DeviceInfo, ...]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
+import msgspec
 
-@dataclass(frozen=True)
-class RunRecord:
+
+class RunRecord(msgspec.Struct, frozen=True):
     id: str
     name: str
     source: str
@@ -30,7 +30,7 @@ class RunRecord:
         return 0 if self.start_ns is None or self.end_ns is None else self.end_ns - self.start_ns
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = msgspec.structs.asdict(self)
         d["ranks"] = list(self.ranks)
         d["notes"] = list(self.notes)
         return d

@@ -27,8 +27,9 @@ import atexit
 import os
 import shutil
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..errors import BadInput, StoreError
 from ..hot_journal import RecoveryFailed, hot_journal, recovered_copy
@@ -109,8 +110,7 @@ DDL: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Opened:
+class Opened(msgspec.Struct, frozen=True):
     """One open connection to the store and how it was opened."""
 
     conn: sqlite3.Connection

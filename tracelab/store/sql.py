@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from ..errors import BadInput
 
@@ -156,8 +157,7 @@ Rows = Mapping[str, Sequence[Any]]  # column -> values (one view's rows for one 
 Filler = Callable[[str, frozenset[str]], Mapping[str, Rows]]
 
 
-@dataclass(frozen=True)
-class SqlResult:
+class SqlResult(msgspec.Struct, frozen=True):
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
     views: tuple[str, ...]  # the views the query read
@@ -174,11 +174,10 @@ class SqlResult:
         }
 
 
-@dataclass
-class ViewCache:
+class ViewCache(msgspec.Struct):
     """Filled views kept between queries of one process: (run id, import time, view) -> rows."""
 
-    rows: dict[tuple[str, str, str], Rows] = field(default_factory=dict)
+    rows: dict[tuple[str, str, str], Rows] = msgspec.field(default_factory=dict)
 
 
 _READ_ACTIONS = frozenset(

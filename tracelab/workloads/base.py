@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from ..errors import BadInput
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(msgspec.Struct, frozen=True):
     name: str
     description: str
     # recorded with GPU memory tracing (issue 27): torch.profiler profile_memory=True ([memory] instants),
@@ -20,8 +20,7 @@ class Variant:
     memory: bool = False
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(msgspec.Struct, frozen=True):
     """A built-in workload: named variants of one loop that each show (or avoid) one effect."""
 
     name: str
@@ -106,8 +105,7 @@ def _coerce(value: Any, default: Any, key: str) -> Any:
     return value
 
 
-@dataclass
-class RunContext:
+class RunContext(msgspec.Struct):
     """Everything a variant needs while it runs: parameters, the probe recorder, step timing."""
 
     workload: str
@@ -118,8 +116,8 @@ class RunContext:
     steps: int
     warmup: int
     probe_steps: tuple[int, ...] = ()  # measured steps (0-based) whose launches are probed
-    step_wall_ms: list[float] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)  # variant facts for meta.json
+    step_wall_ms: list[float] = msgspec.field(default_factory=list)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)  # variant facts for meta.json
     on_measure_start: Any = None  # callback: the runner starts torch.profiler here
 
     def loop(self, setup: Callable[[], None] | None = None) -> Iterator[tuple[int, bool]]:

@@ -34,10 +34,10 @@ opaque library kernel (cuBLAS); they show which SMs a stream / green-context par
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 PROBE_FILE = "sm_probe.npz"
@@ -111,17 +111,16 @@ if HAVE_TRITON:
     }
 
 
-@dataclass
-class ProbeRecorder:
+class ProbeRecorder(msgspec.Struct):
     """Hands out probe buffers to instrumented launches and collects them after the run."""
 
     enabled: bool = True
     max_rows: int = 4_000_000
-    counts: dict[str, int] = field(default_factory=dict)  # launches per kernel name
-    base: dict[str, int] = field(default_factory=dict)  # launches before counting reset
-    _pending: list[tuple[str, int, Any, int]] = field(default_factory=list)
+    counts: dict[str, int] = msgspec.field(default_factory=dict)  # launches per kernel name
+    base: dict[str, int] = msgspec.field(default_factory=dict)  # launches before counting reset
+    _pending: list[tuple[str, int, Any, int]] = msgspec.field(default_factory=list)
     _rows: int = 0
-    kinds: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, str] = msgspec.field(default_factory=dict)
     active: bool = True  # probe the next launches (workloads switch it per step)
     _pool: Any = None
     discard: bool = False  # probe but keep nothing (warm-up: compiles the probed kernel variant)

@@ -11,15 +11,13 @@ loops over its groups.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 _LIMIT = 1 << 60
 
 
-@dataclass(frozen=True)
-class Bands:
+class Bands(msgspec.Struct, frozen=True):
     """The band of every group: `shift(t, band)` moves times of the groups `band` (0, 1, ...) into theirs."""
 
     lo: int

@@ -3,13 +3,11 @@ sets (starts, running maximum of the ends, their union) that gap causes look up 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 
-@dataclass(frozen=True)
-class OsCalls:
+class OsCalls(msgspec.Struct, frozen=True):
     """One thread's OS runtime calls sorted by start (with the running maximum of their ends and which
     call holds it; their ends sorted, for counting), and the union of the time it was blocked in them
     outside its CUDA API calls."""
@@ -27,8 +25,7 @@ class OsCalls:
     is_input: np.ndarray  # per call (start order): an INPUT_OS_CALLS call
 
 
-@dataclass(frozen=True)
-class InputSpans:
+class InputSpans(msgspec.Struct, frozen=True):
     """One thread's data-loading ranges sorted by start (running maximum of their ends and which range
     holds it, their names and ends) and the union of its input-wait time (ranges and OS waits for data)."""
 
@@ -41,8 +38,7 @@ class InputSpans:
     wait_end: np.ndarray
 
 
-@dataclass(frozen=True)
-class WaitSet:
+class WaitSet(msgspec.Struct, frozen=True):
     """A subset of a HostView's waits (positions `idx` into its wait_* arrays), sorted by start, with
     the running maximum of their ends (and which wait holds it) and their union."""
 

@@ -3,8 +3,7 @@ cause `profiler` rests on, read from the parsers' health records (tracelab.io.ns
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct
@@ -18,8 +17,7 @@ from tracelab.model.grouping import member, sorted_unique
 _I64 = np.int64
 
 
-@dataclass(frozen=True)
-class Overhead:
+class Overhead(msgspec.Struct, frozen=True):
     """The profiler-overhead intervals of one rank's processes, in start order: name (index into
     `overhead_names(timeline)`), running maximum of the ends (for "the interval running at t") and their union."""
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
@@ -21,8 +21,7 @@ from tracelab.model.grouping import any_of, sorted_unique, stable_order
 _GPU_KINDS = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.int8)
 
 
-@dataclass(frozen=True)
-class DeviceRows:
+class DeviceRows(msgspec.Struct, frozen=True):
     """The GPU activity rows (positions into timeline.events, in start order) of one device."""
 
     rank: int

@@ -13,8 +13,8 @@ the bandwidth that implies.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.names import short_name
@@ -22,8 +22,7 @@ from tracelab.analyses.steps.infer import marked_steps
 from tracelab.model import EventKind, Timeline
 
 
-@dataclass(frozen=True)
-class FusionFigures:
+class FusionFigures(msgspec.Struct, frozen=True):
     steps: int
     kernels: int
     kernels_per_step: float

@@ -8,9 +8,9 @@ step counts). Vectorized (sorts, searchsorted, maximum.reduceat)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.results import Analysis
@@ -21,8 +21,7 @@ from tracelab.model.timeline import Timeline
 _I64 = np.int64
 
 
-@dataclass(frozen=True)
-class MemoryPeak:
+class MemoryPeak(msgspec.Struct, frozen=True):
     rank: int
     device: int
     peak_bytes: int  # allocated at the peak
@@ -33,8 +32,7 @@ class MemoryPeak:
     events: int
 
 
-@dataclass(frozen=True)
-class StepMemory:
+class StepMemory(msgspec.Struct, frozen=True):
     rank: int
     device: int
     index: int
@@ -42,8 +40,7 @@ class StepMemory:
     start_bytes: int  # allocated when the step began
 
 
-@dataclass(frozen=True, eq=False)
-class MemoryTimeline:
+class MemoryTimeline(msgspec.Struct, frozen=True, eq=False):
     source: str
     t: np.ndarray  # event times, sorted within each device
     device: np.ndarray
@@ -62,8 +59,8 @@ class MemoryTimeline:
         return t[edges], np.maximum.reduceat(v, edges)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "events": int(self.t.size), "peaks": [asdict(p) for p in self.peaks],
-                "steps": [asdict(s) for s in self.steps]}
+        return {"source": self.source, "events": int(self.t.size), "peaks": [msgspec.structs.asdict(p) for p in self.peaks],
+                "steps": [msgspec.structs.asdict(s) for s in self.steps]}
 
 
 def _enclosing_op(tl: Timeline, tid: int, t: int) -> str:

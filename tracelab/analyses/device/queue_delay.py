@@ -16,8 +16,8 @@ kernel name; and the overlap of kernels inside CUDA graphs.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.host import HostView
@@ -28,8 +28,7 @@ from tracelab.model.grouping import sorted_unique
 GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class DelayStats:
+class DelayStats(msgspec.Struct, frozen=True):
     """Queue delays (ns) of a set of GPU operations."""
 
     count: int
@@ -46,16 +45,14 @@ class DelayStats:
         return DelayStats(int(d.size), int(np.median(d)), int(np.percentile(d, 90)), int(d.max()), int(d.mean()))
 
 
-@dataclass(frozen=True)
-class StreamDelay:
+class StreamDelay(msgspec.Struct, frozen=True):
     rank: int
     device: int
     stream: int
     stats: DelayStats
 
 
-@dataclass(frozen=True)
-class KernelLatency:
+class KernelLatency(msgspec.Struct, frozen=True):
     """Queue delay (launch → start) and duration of the kernels whose name contains `pattern`."""
 
     pattern: str
@@ -63,8 +60,7 @@ class KernelLatency:
     duration: DelayStats
 
 
-@dataclass(frozen=True)
-class GraphOverlap:
+class GraphOverlap(msgspec.Struct, frozen=True):
     kernels: int
     sum_ns: int
     union_ns: int

@@ -4,8 +4,7 @@ for BLOCK pairs (or ranges, or names) at a time and their temporaries stay bound
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.intervals import (
@@ -43,8 +42,7 @@ def unions(which: np.ndarray, op_rank: np.ndarray, s_rank: np.ndarray, e_rank: n
     return grouped_union_lengths(s_rank[r], e_rank[r], g, n_groups, presorted=True), g, r
 
 
-@dataclass(frozen=True, eq=False)
-class PairOps:
+class PairOps(msgspec.Struct, frozen=True, eq=False):
     """The launched GPU ops: `op_rank[i]` is the place in start (row) order of the i-th op in launch order;
     s/e/k_rank: their start, end and kernel time in start order; each range (in (thread, start) order)
     holds the ops olo[j] .. olo[j] + count[j] - 1 of the launch order."""

@@ -17,9 +17,9 @@ materialised once (ops x nesting depth) for the unions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
@@ -42,8 +42,7 @@ GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 LAUNCH_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
 
 
-@dataclass(frozen=True)
-class RangeStat:
+class RangeStat(msgspec.Struct, frozen=True):
     """One range name's projection (all instances of that name on every thread and rank)."""
 
     name: str
@@ -61,8 +60,7 @@ class RangeStat:
     first_end_ns: int = -1  # ... to the later of its host end and its projected end
 
 
-@dataclass(frozen=True, eq=False)
-class RangeInstances:
+class RangeInstances(msgspec.Struct, frozen=True, eq=False, dict=True):
     """Per instance: arrays, one row per host range, in timeline row order."""
 
     rows: np.ndarray  # timeline rows of the range instances
@@ -72,7 +70,7 @@ class RangeInstances:
     gpu_start: np.ndarray  # projected start (-1 when no op)
     gpu_end: np.ndarray  # projected end (-1 when no op)
     kernel_ns: np.ndarray
-    unions: Callable[[], np.ndarray] = field(repr=False)  # computes `gpu_ns`
+    unions: Callable[[], np.ndarray]  # computes `gpu_ns`
 
     @cached_property
     def gpu_ns(self) -> np.ndarray:
@@ -80,8 +78,7 @@ class RangeInstances:
         return self.unions()
 
 
-@dataclass(frozen=True, eq=False)
-class RangeProjection:
+class RangeProjection(msgspec.Struct, frozen=True, eq=False, dict=True):
     """Per name (`stats`, largest GPU time first) and per instance (`RangeInstances`' arrays: `rows`,
     `depth`, `parent`, `gpu_ops`, `gpu_start`, `gpu_end`, `kernel_ns`, `gpu_ns`). The per-instance arrays
     are made when first asked for, unless `project_ranges` was asked to keep them: the per-name figures
@@ -92,7 +89,7 @@ class RangeProjection:
     reference: str  # "steps" or "gpu span" or "none"
     unlaunched_ops: int  # GPU ops whose launch call is not in the trace (belong to no range)
     n: int  # range instances
-    instances: Callable[[], RangeInstances] = field(repr=False)  # makes (or returns) the per-instance arrays
+    instances: Callable[[], RangeInstances]  # makes (or returns) the per-instance arrays
 
     @cached_property
     def per_instance(self) -> RangeInstances:
@@ -232,8 +229,7 @@ def _slices(lkey: np.ndarray, width: int, t0: int, op_pos: np.ndarray, r_thread:
     return olo, ohi
 
 
-@dataclass(frozen=True, eq=False)
-class _Projected:
+class _Projected(msgspec.Struct, frozen=True, eq=False):
     """project_ranges' arrays, per instance in (thread, start) order (`by`: their timeline row order
     positions), and `rows`: the instances' timeline rows (row order)."""
 
@@ -318,8 +314,8 @@ def with_reference(projection: RangeProjection, reference_ns: int, reference: st
     """The same projection with each name's `share` of `reference_ns` (> 0) instead: what
     `project_ranges(timeline, reference_ns, reference)` gives, without projecting again (the projection
     may start before the steps that give the reference are known)."""
-    stats = tuple(replace(s, share=float(s.gpu_ns) / reference_ns) for s in projection.stats)
-    return replace(projection, stats=stats, reference_ns=int(reference_ns), reference=reference)
+    stats = tuple(msgspec.structs.replace(s, share=float(s.gpu_ns) / reference_ns) for s in projection.stats)
+    return msgspec.structs.replace(projection, stats=stats, reference_ns=int(reference_ns), reference=reference)
 
 
 def _by_name(timeline: Timeline, x: _Projected, start: np.ndarray, end: np.ndarray, reference_ns: int,

@@ -4,8 +4,7 @@ rules that pick the cause from that evidence (tracelab.analyses.gaps.evidence)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct
@@ -41,8 +40,7 @@ _DEP, _HOST_SYNC, _INPUT, _LAUNCH, _NO_WORK, _UNKNOWN, _PROFILER = (
     _CODE[c] for c in ("dependency_wait", "host_sync", "input_wait", "launch_latency", "no_work", "unknown", "profiler"))
 
 
-@dataclass(frozen=True)
-class _Classified:
+class _Classified(msgspec.Struct, frozen=True):
     """The gaps of one device, their causes (codes into CAUSES) and what their evidence rests on."""
 
     a: np.ndarray  # gap starts
@@ -79,11 +77,10 @@ class _Classified:
 def _take(x: object, m: np.ndarray) -> object:
     if isinstance(x, np.ndarray):
         return x[m]
-    return type(x)(*(_take(getattr(x, f.name), m) for f in fields(x)))  # type: ignore[arg-type]
+    return type(x)(*(_take(getattr(x, f.name), m) for f in msgspec.structs.fields(x)))  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class _Idle:
+class _Idle(msgspec.Struct, frozen=True):
     """Every idle interval (> 0 ns) of one device inside its span, and the GPU op that ends each."""
 
     a: np.ndarray
@@ -104,8 +101,7 @@ def _idle_of(timeline: Timeline, dr: DeviceRows) -> _Idle | None:
     return _Idle(ue[:-1], us[1:], rows[first[1:]])
 
 
-@dataclass(frozen=True)
-class _Launch:
+class _Launch(msgspec.Struct, frozen=True):
     """Per gap, the host API call that launched the GPU op ending it."""
 
     found: np.ndarray  # the launch is in the trace
@@ -128,8 +124,7 @@ def _next_launch(timeline: Timeline, host: HostView, idle: _Idle) -> _Launch:
     return _Launch(found, lic, l_start, l_tid, found & (l_end <= a))
 
 
-@dataclass(frozen=True)
-class _ThreadEvidence:
+class _ThreadEvidence(msgspec.Struct, frozen=True):
     """Per gap, what the launching thread's waits (and waits on the device), recorded activity, OS calls and
     input waits say, read thread by thread."""
 

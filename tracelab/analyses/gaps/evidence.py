@@ -4,8 +4,7 @@ stretch without recorded host activity. Each fills its columns for many gaps at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.host import HostView
@@ -16,8 +15,7 @@ from tracelab.analyses.core.overhead import Overhead
 _I64 = np.int64
 
 
-@dataclass(frozen=True)
-class _OsEvidence:
+class _OsEvidence(msgspec.Struct, frozen=True):
     """Per gap, what the launching thread's OS runtime calls say (zeros without OS-call data)."""
 
     blocked: np.ndarray  # no_work because the host was blocked in the OS (the rule below)
@@ -36,8 +34,7 @@ class _OsEvidence:
                            z.copy(), z.copy())
 
 
-@dataclass(frozen=True)
-class _InputEvidence:
+class _InputEvidence(msgspec.Struct, frozen=True):
     """Per gap, the launching thread's input waits (tracelab.analyses.gaps.input_wait) up to its launch."""
 
     frac: np.ndarray  # share of the window spent in data-loading ranges or OS waits for data
@@ -52,8 +49,7 @@ class _InputEvidence:
         return _InputEvidence(np.zeros(n), np.full(n, -1, _I64), z, z.copy(), np.zeros(n, dtype=bool))
 
 
-@dataclass(frozen=True)
-class _ProfilerEvidence:
+class _ProfilerEvidence(msgspec.Struct, frozen=True):
     """Per gap, the profiler's own work on the rank's processes (nsys PROFILER_OVERHEAD, Kineto "overhead"
     events) inside it."""
 

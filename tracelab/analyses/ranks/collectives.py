@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from tracelab.model import EventKind, Flag, Timeline
@@ -53,8 +53,7 @@ _NCCL_OP = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 _HOST_OP = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):([a-z_]+)$")
 
 
-@dataclass(frozen=True)
-class Collective:
+class Collective(msgspec.Struct, frozen=True):
     """One collective call matched across ranks."""
 
     name: str  # the operation (AllReduce, SendRecv, ...)
@@ -78,15 +77,13 @@ class Collective:
     per_rank: tuple[tuple[int, int, int, int, int], ...] = ()
 
 
-@dataclass(frozen=True)
-class Straggler:
+class Straggler(msgspec.Struct, frozen=True):
     rank: int
     times_last: int  # matched collectives in which this rank arrived last
     caused_wait_ns: int  # the others' wait in those collectives
 
 
-@dataclass(frozen=True, eq=False)
-class Collectives:
+class Collectives(msgspec.Struct, frozen=True, eq=False):
     calls: tuple[Collective, ...]  # in order of first arrival
     stragglers: tuple[Straggler, ...]  # ranks that were ever last, the one the others waited longest for first
     participants: tuple[tuple[int, int], ...]  # (rank, device) with communication kernels
@@ -99,13 +96,13 @@ class Collectives:
     notes: tuple[str, ...] = ()
     source: str = "kernels"  # what the calls are: "kernels" (NCCL / RCCL) or "host ranges" (c10d, e.g. gloo)
 
-    rank_waits: dict[int, int] = field(default_factory=dict)  # rank -> time waited in matched collectives
-    rank_calls: dict[int, int] = field(default_factory=dict)  # rank -> matched collectives it took part in
+    rank_waits: dict[int, int] = msgspec.field(default_factory=dict)  # rank -> time waited in matched collectives
+    rank_calls: dict[int, int] = msgspec.field(default_factory=dict)  # rank -> matched collectives it took part in
     # every call of a matched collective: its timeline row, the last arrival of its collective, and the
     # timeline row of that last arrival's call (critical path: who a waiting rank waited for)
-    call_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    call_last_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    call_last_row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    call_rows: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    call_last_start: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    call_last_row: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def wait_of(self, rank: int) -> int:
         return self.rank_waits.get(rank, 0)

@@ -17,9 +17,9 @@ Definitions (per rank and device; probe kernels `tl_probe_*` left out):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.intervals import intersection_length, merge
@@ -29,8 +29,7 @@ _PROBE = re.compile(r"^tl_probe_")
 SAME_BAND = 0.05  # ratios within ±5 % count as "the same"
 
 
-@dataclass(frozen=True)
-class RankComm:
+class RankComm(msgspec.Struct, frozen=True):
     """Compute/comm figures of one (rank, device)."""
 
     rank: int
@@ -116,8 +115,7 @@ def rank_comm(tl: Timeline) -> tuple[RankComm, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class CommOverlapExplanation:
+class CommOverlapExplanation(msgspec.Struct, frozen=True):
     """Why a variant's step is faster or slower than a baseline's, from both runs' numbers (rank
     figures are averaged over ranks; spans are the slowest rank's)."""
 

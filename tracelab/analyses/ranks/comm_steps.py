@@ -22,8 +22,7 @@ Steps come through `step_windows` only: the step table's rows, each step's GPU w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.bands import Bands, group_index
@@ -44,8 +43,7 @@ CAUSE_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class StepComm:
+class StepComm(msgspec.Struct, frozen=True):
     rank: int
     step: int
     start_ns: int
@@ -121,8 +119,7 @@ def _comm_by_step_ranks(timeline: Timeline, collectives: Collectives,
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class StragglerCause:
+class StragglerCause(msgspec.Struct, frozen=True):
     rank: int
     times_last: int
     collectives: int  # matched collectives the rank took part in

@@ -5,9 +5,9 @@ else equal time bins of the run's GPU span."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.intervals import covered_length, merge
@@ -20,8 +20,7 @@ from tracelab.model.grouping import sorted_unique
 _GPU_KINDS = [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]
 
 
-@dataclass(frozen=True, eq=False)
-class RankHeatmap:
+class RankHeatmap(msgspec.Struct, frozen=True, eq=False):
     """Per rank and column (a step, or a time bin): GPU busy fraction and collective wait (ns)."""
 
     ranks: tuple[int, ...]

@@ -3,15 +3,13 @@ synchronised once in the recording."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracelab.model import Timeline
 
 
-@dataclass(frozen=True)
-class LeadingWait:
+class LeadingWait(msgspec.Struct, frozen=True):
     """A participant's first matched collective when it arrived before the last rank did. Until that
     collective the ranks have not synchronised once in the recording: how long the early ones wait in
     it depends on when each rank's work (and its profiler) started, not on the workload."""

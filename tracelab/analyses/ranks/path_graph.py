@@ -4,9 +4,9 @@ numpy once per timeline."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition
@@ -36,8 +36,7 @@ def _prev_in_group(keys: list[np.ndarray], start: np.ndarray) -> np.ndarray:
     return prev
 
 
-@dataclass(frozen=True, eq=False)
-class _Edges:
+class _Edges(msgspec.Struct, frozen=True, eq=False):
     """The per-rank part of the graph (no collective edges): what `_build` finishes with a run's collectives."""
 
     rows: np.ndarray  # timeline row of each node (the ng GPU nodes first)
@@ -54,8 +53,7 @@ class _Edges:
     alt_hand: np.ndarray
 
 
-@dataclass(frozen=True, eq=False)
-class _Graph(_Edges):
+class _Graph(_Edges, frozen=True, eq=False):
     is_gpu: np.ndarray
     # collective: last arrival time and the node of the last arrival (-1: not a waiting collective call)
     last_start: np.ndarray
@@ -94,7 +92,7 @@ def _build(tl: Timeline, collectives: Any | None) -> _Graph:
     if n < 2**31 - 1:  # node indices as int32: half the memory of the graph's index columns (one at a time)
         last_node = last_node.astype(np.int32)
         host_order, host_pos, run_first = host_order.astype(np.int32), host_pos.astype(np.int32), run_first.astype(np.int32)
-    return _Graph(**vars(e), is_gpu=is_gpu, last_start=last_start, last_node=last_node, host_order=host_order,
+    return _Graph(**msgspec.structs.asdict(e), is_gpu=is_gpu, last_start=last_start, last_node=last_node, host_order=host_order,
                   host_pos=host_pos, run_first=run_first)
 
 

@@ -4,8 +4,8 @@ step's path and the whole result."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 CATEGORIES = ("compute", "comm", "wait", "host", "sync", "idle")
@@ -13,8 +13,7 @@ CAT = {c: i for i, c in enumerate(CATEGORIES)}
 _HOSTGAP = len(CATEGORIES)  # host time between calls, resolved into host / idle by what the thread recorded
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(msgspec.Struct, frozen=True):
     category: str
     rank: int
     start_ns: int
@@ -26,8 +25,7 @@ class Segment:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True, eq=False)
-class StepPath:
+class StepPath(msgspec.Struct, frozen=True, eq=False):
     """One step's path. Its segments are columns (category code into CATEGORIES, rank, start, end, name
     id into `strings`, -1 none); `segments` makes Segment objects when asked."""
 
@@ -64,11 +62,10 @@ class StepPath:
         return tuple(Segment(*x) for x in self.segment_rows())
 
 
-@dataclass(frozen=True)
-class CriticalPath:
+class CriticalPath(msgspec.Struct, frozen=True):
     steps: tuple[StepPath, ...]  # per rank and step
     across: tuple[StepPath, ...] = ()  # per step index, across ranks (multi-rank runs with collectives)
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
     def bound_by(self, paths: Sequence[StepPath] | None = None) -> dict[str, float]:
         """Each category's share of the paths' total length (the cross-rank paths when there are, else

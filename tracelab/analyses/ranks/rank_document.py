@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from tracelab.analyses.ranks.view import RankAnalysis
 
 _COLLECTIVE_KEYS = ("name", "seq", "count", "start_ns", "skew_ns", "last_rank", "wait_ns", "group", "bytes", "dtype",
@@ -16,7 +18,7 @@ def rank_document_of(ra: RankAnalysis) -> dict[str, Any]:
     return {
         # a RankSummary's fields, in order (its idle by cause as a mapping)
         "ranks": [{k if k != "idle_by_cause" else "idle_by_cause_ns": v if k != "idle_by_cause" else dict(v)
-                   for k, v in vars(r).items()} for r in ra.ranks],
+                   for k, v in msgspec.structs.asdict(r).items()} for r in ra.ranks],
         "collectives": [{**{k: getattr(c, k) for k in _COLLECTIVE_KEYS},
                          "per_rank": [{"rank": r, "device": d, "start_ns": s0, "wait_ns": w, "transfer_ns": t}
                                       for r, d, s0, w, t in c.per_rank]}

@@ -15,9 +15,9 @@ how often it was the last one (`tracelab.analyses.ranks.collectives`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.bands import Bands, band_sums
@@ -33,8 +33,7 @@ from tracelab.model import EventKind, Timeline
 CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_work", "unknown", "profiler")
 
 
-@dataclass(frozen=True)
-class RankSummary:
+class RankSummary(msgspec.Struct, frozen=True):
     rank: int
     devices: int
     span_ns: int
@@ -53,8 +52,7 @@ class RankSummary:
     whole_collective_wait_ns: int = 0  # its collective wait over the whole run (set-up included)
 
 
-@dataclass(frozen=True, eq=False)
-class RankAnalysis:
+class RankAnalysis(msgspec.Struct, frozen=True, eq=False):
     ranks: tuple[RankSummary, ...]
     collectives: Collectives
     step_comm: tuple[Any, ...] = ()  # comm_steps.StepComm per (rank, step)
@@ -287,7 +285,7 @@ def steps_stragglers(collectives: Collectives, analysis: Analysis) -> Collective
         f"stragglers ranked over the {len(inside)} of {len(collectives.calls)} matched collectives inside the steps "
         "on the GPU (set-up's, a warm-up first step's and those after the last step left out)"
     )
-    return replace(collectives, stragglers=ranked, notes=(*collectives.notes, note))
+    return msgspec.structs.replace(collectives, stragglers=ranked, notes=(*collectives.notes, note))
 
 
 def _inside(rank: int, at: int, spans: dict[int, tuple[int, int, int, int]]) -> bool:

@@ -14,8 +14,8 @@ for a rank without steps) the whole run. Vectorized over the calls.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.bands import group_index
@@ -23,8 +23,7 @@ from tracelab.analyses.ranks.collectives import Collectives
 from tracelab.model import Timeline
 
 
-@dataclass(frozen=True, eq=False)
-class WaitMatrix:
+class WaitMatrix(msgspec.Struct, frozen=True, eq=False):
     """Collective wait by (waiting rank, rank waited for); arrays are read-only."""
 
     ranks: tuple[int, ...]  # the rows' and the columns' ranks, in order

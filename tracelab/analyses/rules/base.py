@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, TypedDict
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.host import HostView
@@ -43,8 +43,7 @@ class StepsLike(Protocol):
     def of_rank(self, rank: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-@dataclass(frozen=True)
-class FindingContext:
+class FindingContext(msgspec.Struct, frozen=True, dict=True):
     timeline: Timeline
     rows: list[DeviceRows]
     hosts: dict[int, HostView]
@@ -94,8 +93,7 @@ class FindingContext:
         return {(dr.rank, dr.device): idle_intervals(self.timeline, dr, self.hosts[dr.rank]) for dr in self.rows}
 
 
-@dataclass(frozen=True)
-class NotEvaluated:
+class NotEvaluated(msgspec.Struct, frozen=True):
     rule: str
     reason: str
 
@@ -110,8 +108,7 @@ class Window(TypedDict):
     end_ns: int
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     id: str
     title: str  # one line: what the rule detects (docs, the generic prose)
     evaluate: Callable[[FindingContext, Mapping[str, Any]], Finding | NotEvaluated | None]
@@ -120,7 +117,7 @@ class Rule:
     fires_when: str  # the condition, in words (DESIGN.md's rule table)
     severity: str  # how the severity is chosen, in words
     counts: str  # what `count` / `wasted_ns` are, in words
-    options: Mapping[str, Any] = field(default_factory=dict)  # thresholds, with their defaults
+    options: Mapping[str, Any] = msgspec.field(default_factory=dict)  # thresholds, with their defaults
     source: str = ""  # CUDA docs section / reference for the definition
     # the rule does long work of its own (classifies idle intervals): when the rules run on several
     # threads it starts first, so it does not run alone at the end (results are the same either way)

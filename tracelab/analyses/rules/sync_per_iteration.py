@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.host import HostView
@@ -61,8 +61,7 @@ class SyncPerIterationData(Window):
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class _RankWaits:
+class _RankWaits(msgspec.Struct, frozen=True):
     """One rank's waits, each with the step it falls in (-1: outside every step)."""
 
     s_start: np.ndarray  # the rank's steps

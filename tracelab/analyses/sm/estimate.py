@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
@@ -24,8 +24,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-@dataclass(frozen=True)
-class _Estimate:
+class _Estimate(msgspec.Struct, frozen=True):
     kernel: np.ndarray  # event row
     part: np.ndarray  # index into the partition list
     start: np.ndarray

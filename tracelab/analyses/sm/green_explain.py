@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.sm.estimate import _estimate
@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 _MATMUL = re.compile(r"gemm|matmul|xmma|cutlass|nvjet|_mm_|sm\d+_.*tensorop|cublas", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class GreenContextExplanation:
+class GreenContextExplanation(msgspec.Struct, frozen=True):
     """Why a green-context run is slower or faster than `sequential`, in numbers from both runs."""
 
     variant: str

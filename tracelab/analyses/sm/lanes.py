@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
@@ -227,8 +227,7 @@ def sm_utilization(timeline: Timeline, rank: int, device: int, bins: int = 200) 
     return pd.concat(frames, ignore_index=True)
 
 
-@dataclass(frozen=True)
-class _SmTime:
+class _SmTime(msgspec.Struct, frozen=True):
     source: LaneSource
     span: tuple[int, int]
     sm_count: int

@@ -22,9 +22,9 @@ device's compute capability (`limits_for`), else (no compute capability) from th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from tracelab.model import DeviceInfo, EventKind, Timeline
@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 KB = 1024
 
 
-@dataclass(frozen=True)
-class DeviceLimits:
+class DeviceLimits(msgspec.Struct, frozen=True):
     """Per-SM limits an occupancy calculation needs (one compute capability)."""
 
     cc_major: int
@@ -115,9 +114,9 @@ def _cc_defaults(major: int, minor: int) -> DeviceLimits | None:
     same_major = sorted(k for k in CC_LIMITS if k[0] == major)
     if same_major:  # e.g. 8.x not listed: the closest lower minor of that major
         lower = [k for k in same_major if k[1] <= minor] or same_major
-        return replace(CC_LIMITS[lower[-1]], cc_minor=minor)
+        return msgspec.structs.replace(CC_LIMITS[lower[-1]], cc_minor=minor)
     if major > 12:
-        return replace(CC_LIMITS[(12, 0)], cc_major=major, cc_minor=minor)
+        return msgspec.structs.replace(CC_LIMITS[(12, 0)], cc_major=major, cc_minor=minor)
     return None
 
 
@@ -125,15 +124,15 @@ def limits_for(device: DeviceInfo | None) -> DeviceLimits:
     """The device's limits: what the trace recorded, defaults of its compute capability (or of its
     name) for the rest. Unknown devices get cc 9.0 defaults with sm_count 0."""
     if device is None:
-        return replace(CC_LIMITS[(9, 0)], sm_count=0)
+        return msgspec.structs.replace(CC_LIMITS[(9, 0)], sm_count=0)
     base = _cc_defaults(device.cc_major, device.cc_minor) if device.cc_major > 0 else None
     guess = guess_from_name(device.name)
     sm_guess = guess[1] if guess is not None else 0
     if base is None:
-        base = CC_LIMITS[guess[0]] if guess is not None else replace(CC_LIMITS[(9, 0)], sm_count=0)
+        base = CC_LIMITS[guess[0]] if guess is not None else msgspec.structs.replace(CC_LIMITS[(9, 0)], sm_count=0)
     recorded = ("max_threads_per_sm", "max_blocks_per_sm", "registers_per_sm", "max_registers_per_block",
                 "shared_mem_per_sm", "warp_size")  # what the trace gives wins over the defaults
-    return replace(
+    return msgspec.structs.replace(
         base, sm_count=device.sm_count or sm_guess or base.sm_count,
         **{f: getattr(device, f) or getattr(base, f) for f in recorded},
         # traces often record the 48 KB default per-block limit, not the opt-in one: keep the larger
@@ -151,8 +150,7 @@ def device_sm_count(device: DeviceInfo | None) -> int:
     return guess[1] if guess else 0
 
 
-@dataclass(frozen=True)
-class Occupancy:
+class Occupancy(msgspec.Struct, frozen=True):
     """Per-configuration results, arrays aligned with the inputs."""
 
     blocks_per_sm: np.ndarray  # int64, 0 = the configuration cannot launch

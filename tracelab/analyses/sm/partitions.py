@@ -4,10 +4,10 @@ and the measured SM lanes: probe blocks (`Timeline.sm_blocks`) merged into busy 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct
@@ -36,8 +36,7 @@ SM_LANE_COLUMNS: dict[str, str] = {
 LaneSource = Literal["measured", "estimated", "none"]
 
 
-@dataclass(frozen=True)
-class Partition:
+class Partition(msgspec.Struct, frozen=True):
     green_context: int  # -1 = outside every green context
     sm_count: int
     sm_ids: tuple[int, ...]  # the SM ids lanes use for it (estimated layout, or measured ids)
@@ -45,8 +44,7 @@ class Partition:
     overlaps: bool = False  # partition -1 spanning the whole device (green contexts hold every SM)
 
 
-@dataclass(frozen=True)
-class _Device:
+class _Device(msgspec.Struct, frozen=True, dict=True):
     rank: int
     device: int
     name: str
@@ -68,7 +66,7 @@ class _Device:
         return len(self.kcols["row"])
 
     def without_blocks(self) -> _Device:
-        return replace(self, blocks=None)
+        return msgspec.structs.replace(self, blocks=None)
 
 
 # the kernel columns the SM analyses read (the lanes, the estimate, the partitions, the probe match)

@@ -39,8 +39,7 @@ Modules: `partitions` (with the probe blocks' lanes), `estimate`, `lanes` (lanes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracelab.analyses.sm.green_explain import green_context_explanation
@@ -65,8 +64,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class SmGrid:
+class SmGrid(msgspec.Struct, frozen=True):
     """What `render.sm_figures.sm_lanes_figure` draws: busy fraction of every SM in every bin."""
 
     source: LaneSource

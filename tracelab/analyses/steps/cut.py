@@ -6,8 +6,7 @@ Used by `steps.infer_steps`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_counts
@@ -142,8 +141,7 @@ def in_rhythm(pos: np.ndarray, period: int) -> np.ndarray:
 
 
 # ---- the anchor ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Anchor:
+class Anchor(msgspec.Struct, frozen=True):
     pos: np.ndarray  # positions in the sequence of the step boundaries, in rhythm
     at_end: bool  # True: a step ends when the call at pos returns; False: it starts at pos
     name: str  # what the anchor is, for the note
@@ -380,8 +378,7 @@ PAUSE_NEAR_BEST = 0.7  # the smallest multiple whose ratio is this close to the 
 MAX_MULTIPLE = 256
 
 
-@dataclass(frozen=True)
-class PausePeriod:
+class PausePeriod(msgspec.Struct, frozen=True):
     lag: int  # a multiple of the token period
     ratio: float  # the recurring pause over the typical pause
     threshold: float  # ns: pauses at least this long are step boundaries

@@ -24,10 +24,10 @@ boundary cannot be placed). Where no steps are found, `Steps.notes` says why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.intervals import expand_ranges
@@ -67,8 +67,7 @@ __all__ = ["Step", "StepSource", "Steps", "find_period", "find_steps", "infer_st
 StepSource = Literal["marked", "inferred"]
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     rank: int
     index: int  # 0-based, per rank, in time order
     start_ns: int
@@ -76,8 +75,7 @@ class Step:
     source: StepSource
 
 
-@dataclass(frozen=True)
-class Steps:
+class Steps(msgspec.Struct, frozen=True, dict=True):
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
 
@@ -347,8 +345,7 @@ STEADY_CADENCE = 0.5  # interquartile range of the intervals between launches ov
 HOST_PACED = 6.0  # launches at least this many call durations apart: the host works in between
 
 
-@dataclass(frozen=True)
-class LaunchRun:
+class LaunchRun(msgspec.Struct, frozen=True):
     first: int  # position in the sequence of the run's first launch
     count: int
     graph: bool  # CUDA graph replays (else launches of one kernel)

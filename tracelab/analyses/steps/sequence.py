@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import FirstPosition, distinct_codes, distinct_counts
@@ -47,8 +47,7 @@ def string_ids(strings: tuple[str, ...], pattern: re.Pattern[str]) -> np.ndarray
     return np.fromiter((i for i, s in enumerate(strings) if pattern.search(s)), dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class LaunchSequence:
+class LaunchSequence(msgspec.Struct, frozen=True):
     """Host calls (or GPU ops) of one rank in time order, each as a token (a string id)."""
 
     tokens: np.ndarray  # int64 string ids: the launched GPU op's name, else the call's own name
@@ -119,8 +118,7 @@ def sequence_variants(timeline: Timeline, rank: int) -> tuple[list[LaunchSequenc
     return recorded, (_sequences(arrays.subset(~alloc), by_count, threads) if spread else None)
 
 
-@dataclass(frozen=True)
-class _CallArrays:
+class _CallArrays(msgspec.Struct, frozen=True):
     tokens: np.ndarray
     start: np.ndarray
     end: np.ndarray
@@ -131,7 +129,7 @@ class _CallArrays:
     thread: np.ndarray  # each call's thread as an index into the sorted launching threads
 
     def subset(self, m: np.ndarray) -> _CallArrays:
-        return _CallArrays(*(getattr(self, f.name)[m] for f in fields(self)))
+        return _CallArrays(*(getattr(self, f.name)[m] for f in msgspec.structs.fields(self)))
 
 
 def _sequences(c: _CallArrays, by_count: np.ndarray, threads: np.ndarray) -> list[LaunchSequence]:
@@ -202,8 +200,7 @@ def kgram_levels(tok: np.ndarray, max_k: int) -> Iterator[tuple[int, np.ndarray]
         k *= 2
 
 
-@dataclass(frozen=True)
-class Period:
+class Period(msgspec.Struct, frozen=True):
     lag: int  # 0 when none was found
     match: float  # fraction of positions equal one lag later (on the common window)
     best_lag: int

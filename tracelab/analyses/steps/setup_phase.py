@@ -14,9 +14,9 @@ re-examined carries the numbers of the steps alone (set-up events left out of it
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.bands import group_index
@@ -28,8 +28,7 @@ from tracelab.model import Timeline
 SETUP_SHARE = 0.05  # re-examine the findings on the steps alone when the set-up holds this share
 
 
-@dataclass(frozen=True)
-class RankSetup:
+class RankSetup(msgspec.Struct, frozen=True):
     rank: int
     start_ns: int  # the rank's first GPU activity
     end_ns: int  # its first step's start
@@ -80,12 +79,12 @@ def scope_findings(findings: tuple[Finding, ...], has_steps: bool, material: boo
     """Each finding with its scope; set-up findings last. `steps_only` evaluates the rules on the
     steps alone (called only when the set-up is material and a rule fired)."""
     if not has_steps:
-        return tuple(replace(f, scope="whole") for f in findings)
+        return tuple(msgspec.structs.replace(f, scope="whole") for f in findings)
     if not material or not findings:
-        return tuple(replace(f, scope="steps") for f in findings)
+        return tuple(msgspec.structs.replace(f, scope="steps") for f in findings)
     inside = {f.rule: f for f in steps_only()}
-    steps = [replace(inside[f.rule], scope="steps") for f in findings if f.rule in inside]
-    setup = [replace(f, scope="setup") for f in findings if f.rule not in inside]
+    steps = [msgspec.structs.replace(inside[f.rule], scope="steps") for f in findings if f.rule in inside]
+    setup = [msgspec.structs.replace(f, scope="setup") for f in findings if f.rule not in inside]
     return (*steps, *setup)
 
 

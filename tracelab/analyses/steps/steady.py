@@ -8,15 +8,14 @@ step is as long as its slowest rank). Steps that launched no GPU work are left o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.steps.table import StepRow
 
 
-@dataclass(frozen=True)
-class SteadyStepTime:
+class SteadyStepTime(msgspec.Struct, frozen=True):
     ns: int  # the slowest rank's median GPU step time
     rank: int  # that rank
     steps: int  # steps the median is over (that rank)

@@ -20,8 +20,8 @@ Definitions (per rank; a step is the host-time interval [start, end) that enqueu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.bands import Bands, group_index
@@ -39,8 +39,7 @@ CAUSES = ("host_sync", "input_wait", "launch_latency", "dependency_wait", "no_wo
 _STEP_CAUSE = np.array([CAUSES.index(c) for c in GAP_CAUSES], dtype=np.int64)  # GapTable cause -> index here
 
 
-@dataclass(frozen=True)
-class StepRow:
+class StepRow(msgspec.Struct, frozen=True):
     rank: int
     index: int
     source: str  # "marked" | "inferred"

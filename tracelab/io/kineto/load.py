@@ -20,11 +20,12 @@ user_annotation -> NVTX_RANGE; gpu_user_annotation -> GPU_ANNOTATION on its stre
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -68,10 +69,10 @@ def relabel_rank(tl: Timeline, rank: int) -> Timeline:
     """The same timeline with every event, lane and device moved to `rank`."""
     cols = dict(tl.cols, rank=np.full(tl.n_events, rank, dtype=np.int32))
     lanes = dict(tl.lane_cols, rank=np.full(tl.n_lanes, rank, dtype=np.int32))
-    devices = tuple(replace(d, rank=rank) for d in tl.devices)
-    contexts = tuple(replace(c, rank=rank) for c in tl.contexts)
-    return replace(
-        tl, cols=cols, lane_cols=lanes, devices=devices, contexts=contexts, meta=replace(tl.meta, ranks=(rank,))
+    devices = tuple(msgspec.structs.replace(d, rank=rank) for d in tl.devices)
+    contexts = tuple(msgspec.structs.replace(c, rank=rank) for c in tl.contexts)
+    return dataclasses.replace(
+        tl, cols=cols, lane_cols=lanes, devices=devices, contexts=contexts, meta=msgspec.structs.replace(tl.meta, ranks=(rank,))
     )
 
 

@@ -7,8 +7,7 @@ ones."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 from tracelab.io.kineto.columns import dense_part
@@ -30,8 +29,7 @@ from tracelab.model import EventKind, SyncKind
 from tracelab.model.kinds import NO_STREAM
 
 
-@dataclass
-class PieceWork:
+class PieceWork(msgspec.Struct):
     """What one piece's rows give: counts, first examples, the `[memory]` instants and CUPTI overhead
     events found, and the columns of the complete events kept (`cols`, all but name and category, which
     `sel` still has to intern: its rows are those of `cols`)."""
@@ -53,10 +51,10 @@ class PieceWork:
     # overhead events: how many candidates ("X" events of category "overhead", the first MAX_OVERHEAD),
     # and of those with a valid time: their position among the candidates, start, end (ns) and name
     overhead_candidates: int = 0
-    overhead_at: list[int] = field(default_factory=list)
-    overhead_start: list[int] = field(default_factory=list)
-    overhead_end: list[int] = field(default_factory=list)
-    overhead_name: list[str] = field(default_factory=list)
+    overhead_at: list[int] = msgspec.field(default_factory=list)
+    overhead_start: list[int] = msgspec.field(default_factory=list)
+    overhead_end: list[int] = msgspec.field(default_factory=list)
+    overhead_name: list[str] = msgspec.field(default_factory=list)
     cols: dict[str, np.ndarray] | None = None
     sel: Rows | None = None
 

@@ -29,10 +29,10 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import numpy as np
 
 from tracelab.errors import TraceFormatError
@@ -78,8 +78,7 @@ ACTIVITY_TABLES = (
 )
 
 
-@dataclass(frozen=True)
-class NsysDb:
+class NsysDb(msgspec.Struct, frozen=True):
     """An open export: the connection and, per table, its column names. `path` is the user's file
     (named in messages); `source` is the file SQLite reads (the same file, or a private copy)."""
 
@@ -89,14 +88,14 @@ class NsysDb:
     source: Path | None = None
     uri: str = ""
     deadline: float = 0.0
-    private_dir: str | None = field(default=None, compare=False)
-    pool: QueryPool | None = field(default=None, compare=False)  # runs chunk queries in parallel
-    notes: tuple[str, ...] = field(default=(), compare=False)  # what opening it found doubtful
+    private_dir: str | None = None
+    pool: QueryPool | None = None  # runs chunk queries in parallel
+    notes: tuple[str, ...] = ()  # what opening it found doubtful
 
     def reopen(self) -> NsysDb:
         """Another connection to the same file, with the same deadline and query pool (for parallel
         readers; it does not own the private copy)."""
-        return replace(self, conn=_connect(self.uri, self.path, self.deadline), private_dir=None)
+        return msgspec.structs.replace(self, conn=_connect(self.uri, self.path, self.deadline), private_dir=None)
 
     def rows_estimate(self, table: str) -> int:
         """About how many rows a table holds, without counting them: the width of its rowid range
@@ -262,7 +261,7 @@ def open_export(path: str | Path) -> NsysDb:
     except BaseException:
         db.close()
         raise
-    return replace(db, tables=tables, notes=notes)
+    return msgspec.structs.replace(db, tables=tables, notes=notes)
 
 
 def sqlite_error(exc: sqlite3.Error | UnicodeDecodeError, path: Path) -> TraceFormatError:

@@ -6,8 +6,8 @@ import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -106,7 +106,7 @@ def read_tables(db: NsysDb, strings: NsysStrings, kernel_names: str) -> tuple[li
     cores = os.cpu_count() or 1
     if cores > 1 and len(tasks) > 0 and sum(sizes.values()) >= PARALLEL_MIN_ROWS:
         pool = QueryPool(db, cores)
-        shared = replace(db, pool=pool)
+        shared = msgspec.structs.replace(db, pool=pool)
 
         def run(fn: Callable):
             own = shared.reopen()

@@ -22,13 +22,14 @@ run knows:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -203,7 +204,7 @@ def run_dir_timeline(d: Path, meta: dict[str, Any], chosen: Path, tl: Timeline) 
     if overhead:
         extra["probe_overhead_in_trace"] = overhead
     gpu = meta.get("gpu") or {}
-    run_meta = replace(
+    run_meta = msgspec.structs.replace(
         tl.meta,
         source=str(d),
         backend=str(meta.get("backend") or tl.meta.backend),
@@ -218,7 +219,7 @@ def run_dir_timeline(d: Path, meta: dict[str, Any], chosen: Path, tl: Timeline) 
         return build_timeline(
             cols, strings, run_meta, devices=devices, contexts=contexts, sm_blocks=sm_blocks
         )
-    return replace(tl, meta=run_meta, sm_blocks=sm_blocks)
+    return dataclasses.replace(tl, meta=run_meta, sm_blocks=sm_blocks)
 
 
 def _green_partitions(
@@ -280,7 +281,7 @@ def _devices(tl: Timeline, meta: dict[str, Any]) -> list[DeviceInfo]:
         ):
             if not getattr(d, attr) and gpu.get(key):
                 fill[attr] = int(gpu[key])
-        out.append(replace(d, **fill) if fill else d)
+        out.append(msgspec.structs.replace(d, **fill) if fill else d)
     return out
 
 
@@ -297,7 +298,7 @@ def _with_green(
         ):
             found = True
             if not c.sm_count and sm_count:
-                c = replace(c, sm_count=sm_count)
+                c = msgspec.structs.replace(c, sm_count=sm_count)
         out.append(c)
     if not found:
         out.append(

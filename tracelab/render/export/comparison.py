@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from typing import Any
+
+import msgspec
 
 from tracelab.analyses.comparison import Comparison, Delta, DeviceComparison, Verdict
 from tracelab.analyses.sm.green_explain import WORDS_ONLY
@@ -24,7 +25,7 @@ def _doc(obj: Any, *fields: str) -> dict[str, Any]:
 
 def _device_doc(d: DeviceComparison) -> dict[str, Any]:
     doc = _doc(d, "rank", "device", "b_rank", "b_device", "name_a", "name_b", "present")
-    doc.update(_doc(d, *(f for f in DeviceComparison.__dataclass_fields__ if isinstance(getattr(d, f), Delta))))
+    doc.update(_doc(d, *(f for f in DeviceComparison.__struct_fields__ if isinstance(getattr(d, f), Delta))))
     doc["busy_fraction"] = {"a": d.busy_fraction_a, "b": d.busy_fraction_b}
     doc["sm"] = {"a": {"source": d.sm_source_a, "busy_fraction": d.sm_busy_a},
                  "b": {"source": d.sm_source_b, "busy_fraction": d.sm_busy_b}}
@@ -39,7 +40,7 @@ def green_context_document(comparison: Comparison) -> dict[str, Any] | None:
     if g is None:
         return None
     doc: dict[str, Any] = {"run": comparison.green_contexts_run}
-    for k, v in asdict(g).items():
+    for k, v in msgspec.structs.asdict(g).items():
         if k in WORDS_ONLY:
             continue
         if k == "baseline":
@@ -79,7 +80,7 @@ def comm_overlap_document(comparison: Comparison) -> dict[str, Any] | None:
     e = comparison.comm_overlap
     if e is None:
         return None
-    doc = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in asdict(e).items()}
+    doc = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in msgspec.structs.asdict(e).items()}
     doc["message"] = explain_comm_overlap(e)
     return doc
 

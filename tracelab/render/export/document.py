@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.results import (
@@ -138,11 +138,11 @@ def _device_doc(d: DeviceSummary) -> dict[str, Any]:
     return {
         **{k: getattr(d, k) for k in ("rank", "device", "name", "sm_count", "span_ns", "busy_ns", "idle_ns", "kernel_ns",
                                       "memcpy_ns", "memset_ns", "comm_ns")},
-        "overlap": asdict(d.overlap),
+        "overlap": msgspec.structs.asdict(d.overlap),
         "streams": [{k: getattr(s, k) for k in ("stream", "context", "green_context", "busy_ns", "kernels", "memcpys")}
                     for s in d.streams],
         "sm": {"source": d.sm.source, "busy_fraction": d.sm.busy_fraction,
-               "partitions": [asdict(p) for p in d.sm.partitions], "excluded_wait_ns": d.sm.excluded_wait_ns},
+               "partitions": [msgspec.structs.asdict(p) for p in d.sm.partitions], "excluded_wait_ns": d.sm.excluded_wait_ns},
     }
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import msgspec
 import numpy as np
 import orjson
 import pandas as pd
@@ -57,15 +57,14 @@ CHUNK_ROWS = 200_000
 _KIND_NAMES = {int(k): k.name.lower() for k in EventKind}
 
 
-@dataclass
-class ExportSummary:
+class ExportSummary(msgspec.Struct):
     """What was written: events per track (keyed by "process name / track name") and notes."""
 
     path: Path
     events: int = 0
     flows: int = 0  # launch -> GPU work arrows
-    tracks: Counter[str] = field(default_factory=Counter)
-    notes: list[str] = field(default_factory=list)
+    tracks: Counter[str] = msgspec.field(default_factory=Counter)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 # ---- event chunks -----------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -22,8 +22,7 @@ MAX_SM_ROWS = 300_000  # more per-SM rows than this are merged into busy interva
 MAX_SM_EXPAND = 20_000_000  # kernel x SM rows beyond this are not even expanded
 
 
-@dataclass(frozen=True)
-class _Track:
+class _Track(msgspec.Struct, frozen=True):
     pid: int
     tid: int
     process: str

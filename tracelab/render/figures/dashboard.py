@@ -11,6 +11,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -137,7 +138,7 @@ def gaps_table(
     columns = [*GAPS_TABLE_COLUMNS, *(["part"] if parts is not None else [])]
     if not gaps:
         return pd.DataFrame(columns=columns)
-    df = pd.DataFrame([g.__dict__ for g in gaps])
+    df = pd.DataFrame([msgspec.structs.asdict(g) for g in gaps])
     df["evidence"] = list(evidence) if evidence is not None else ""
     if parts is not None:
         df["part"] = list(parts)

@@ -3,8 +3,9 @@ timeline by the analyses: the same figures as `analyze --json`'s `health`, `rang
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
+
+import msgspec
 
 from tracelab.analyses.device.gpu_memory import MemoryTimeline, memory_timeline
 from tracelab.analyses.device.range_projection import RangeProjection, project_ranges
@@ -26,5 +27,5 @@ def extras(timeline: Timeline, analysis: Analysis) -> tuple[Health, RangeProject
 
 def ranges_doc(p: RangeProjection) -> dict[str, Any]:
     return {"reference": p.reference, "reference_ns": p.reference_ns, "nested_subtracted": False, "instances": p.n,
-            "unlaunched_gpu_ops": p.unlaunched_ops, "names": len(p.stats), "ranges": [asdict(s) for s in p.stats]}
+            "unlaunched_gpu_ops": p.unlaunched_ops, "names": len(p.stats), "ranges": [msgspec.structs.asdict(s) for s in p.stats]}
 

@@ -12,10 +12,10 @@ html_sections.py the sections about one run, html_compare.py the comparison.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+import msgspec
 import pandas as pd
 
 from tracelab.analyses.comparison import Comparison
@@ -151,7 +151,7 @@ def _utilization_section(analysis: Analysis, timeline: Timeline, figs: Figures, 
 
 def _streams_section(analysis: Analysis, timeline: Timeline | None, figs: Figures, limits: Limits) -> list[str]:
     """Per-stream utilization (the busiest streams of each device), then per-SM utilization."""
-    trimmed = [replace(d, streams=tuple(sorted(d.streams, key=lambda st: -st.busy_ns)[:limits.max_streams]))
+    trimmed = [msgspec.structs.replace(d, streams=tuple(sorted(d.streams, key=lambda st: -st.busy_ns)[:limits.max_streams]))
                for d in analysis.devices]
     body = ['<h2 id="streams">Per-stream utilization</h2>', figs.place(dash_figures.stream_utilization_figure(trimmed))]
     if any(len(d.streams) > limits.max_streams for d in analysis.devices):

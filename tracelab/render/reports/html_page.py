@@ -5,8 +5,8 @@ around the sections (`page`)."""
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
 
+import msgspec
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io.json import to_json_plotly
@@ -17,8 +17,7 @@ from tracelab.render.text.compare import shorten
 NAME_LIMIT = 160
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     """How much detail a report embeds. COMPACT is used when the full report would pass the size budget."""
 
     top_gaps: int = 15
@@ -70,8 +69,7 @@ _SECTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class _Fig:
+class _Fig(msgspec.Struct, frozen=True):
     id: str
     figure: go.Figure
 

@@ -15,10 +15,10 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import msgspec
 import orjson
 
 from tracelab.analyses.comparison import Comparison
@@ -43,8 +43,7 @@ FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".js
 HTML_BUDGET_BYTES = 5_000_000  # an HTML report over this is re-rendered with less detail (plotly.js alone is ~4.8 MB)
 
 
-@dataclass(frozen=True)
-class ReportParts:
+class ReportParts(msgspec.Struct, frozen=True):
     """What a report shows besides the analysis, computed by the api: the comparison with a baseline and
     the runs' labels (A, B), the kernel table (html / md), the trace health, GPU time by range and GPU
     memory (`extras`), and the critical path (None without one)."""

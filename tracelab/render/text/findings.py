@@ -5,7 +5,7 @@ data's scalar values). Pure: Finding in, strings out."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import msgspec
 
 from tracelab.analyses import rules
 from tracelab.analyses.results import Analysis, Finding
@@ -30,5 +30,5 @@ def with_prose(analysis: Analysis) -> Analysis:
         msg, where = describe(f)
         if f.scope == "setup":
             msg = f"In the set-up, before the first step (not counted in the steps' figures): {msg}"
-        out.append(replace(f, message=msg, where=f.where or where))
-    return replace(analysis, findings=tuple(out))
+        out.append(msgspec.structs.replace(f, message=msg, where=f.where or where))
+    return msgspec.structs.replace(analysis, findings=tuple(out))

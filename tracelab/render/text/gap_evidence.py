@@ -15,8 +15,8 @@ how the gap's own start is written); the durations come from text_format.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracelab.analyses.core.distinct import distinct_codes
@@ -59,8 +59,7 @@ def gap_evidence(analysis: Analysis, gaps: Sequence[Gap] | None = None) -> list[
     return out.tolist()
 
 
-@dataclass(frozen=True)
-class _Words:
+class _Words(msgspec.Struct, frozen=True):
     """What every cause's sentence is built from: the rows' columns, the names, and the pieces formatted once
     for every row (the next op, the launch call, times from the gap's start, what host data was recorded)."""
 

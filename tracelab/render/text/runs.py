@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from tracelab.render.text.compare import term_safe
 from tracelab.text_format import fmt_count, fmt_ns
@@ -52,8 +53,7 @@ def truncate(text: str, width: int) -> str:
     return text[:cut].rstrip() + ELLIPSIS
 
 
-@dataclass
-class _Column:
+class _Column(msgspec.Struct):
     title: str
     cells: list[str]
     right: bool = False

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -199,8 +199,7 @@ def gaps_in_window(gaps: pd.DataFrame, rows: pd.DataFrame, t0: int, t1: int, ns_
 # tiles
 
 
-@dataclass(frozen=True)
-class TileParts:
+class TileParts(msgspec.Struct, frozen=True):
     """What one tile holds. `view.items` need start, end, row, kind, flags, correlation, name and
     pos (the event's position in Timeline.events); `sm_view.items` start, end, row, name, kernel
     (position of its kernel, -1 for measured rows); `idle` is LodView.bins-like (busy = the idle

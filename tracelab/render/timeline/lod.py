@@ -11,8 +11,7 @@ Everything is vectorized: one pass of numpy over the window's events, no per-eve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -23,8 +22,7 @@ DEFAULT_WIDTH_PX = 1600
 DEFAULT_MAX_ITEMS = 4000
 
 
-@dataclass(frozen=True)
-class LodView:
+class LodView(msgspec.Struct, frozen=True):
     """What one view draws. `items`: the events drawn one by one (the window's rows, plus `row`).
     `bins`: aggregated segments, columns row, start, end (ns), count (events folded in), busy (mean
     busy fraction over the segment, 0..1) and level (index into LEVELS)."""
@@ -108,8 +106,7 @@ of events left out (those drawn one by one)."""
     return covered, counts
 
 
-@dataclass
-class _BinSums:
+class _BinSums(msgspec.Struct):
     time: np.ndarray  # (n_rows + 1) * n_bins: covered ns (per row, or a difference array over rows)
     count: np.ndarray  # the same for event counts
     inner: np.ndarray | None  # (n_rows + 1) * (n_bins + 1): 2-D difference array of whole inner bins

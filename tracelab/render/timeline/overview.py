@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:  # the drawing code loads only for a run that gets an overview (imports stay light)
     import pandas as pd
@@ -35,8 +36,7 @@ OVERVIEW_TILE = f"timeline.overview.tile.v{OVERVIEW_VERSION}"
 OVERVIEW_KEYS = (OVERVIEW_ROWS, OVERVIEW_TILE)
 
 
-@dataclass(frozen=True)
-class Overview:
+class Overview(msgspec.Struct, frozen=True):
     """A big run's first view: `rows` (a `timeline_rows` frame, `attrs["stream_lanes"]` included) for
     the lane groups `show`, the whole-run tile `tile` computed for `width_px` / `max_items`, and
     `run_window_events`, the number of events overlapping [run start, run end)."""

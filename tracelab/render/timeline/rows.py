@@ -6,9 +6,9 @@ threads. Pure functions over the store's lane table."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -25,8 +25,7 @@ def stream_label(stream: int) -> str:
     return f"stream {stream}" if stream >= 0 else "device-wide syncs (no stream)"
 
 
-@dataclass(frozen=True)
-class SmRows:
+class SmRows(msgspec.Struct, frozen=True):
     """What the per-SM rows of one device need: SM count, "measured"|"estimated", and its partitions
     as (green context, first SM, last SM), disjoint and sorted (empty: the device as one block)."""
 

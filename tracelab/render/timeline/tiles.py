@@ -13,9 +13,9 @@ stored overview and the served tiles.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -101,8 +101,7 @@ def default_show(n_devices: int) -> list[str]:
 # ---- rows ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SmLanes:
+class SmLanes(msgspec.Struct, frozen=True):
     rank: int
     device: int
     frame: pd.DataFrame  # the SM lane columns of `tracelab.analyses.sm.summary.sm_lanes`, sorted by start
@@ -316,7 +315,7 @@ def _full_items(view: LodView, events: pd.DataFrame) -> LodView:
     rows of `events` at those positions (keeping the row each was drawn in)."""
     pos = view.items["pos"].to_numpy()
     items = events.iloc[pos].assign(row=view.items["row"].to_numpy(), pos=pos)
-    return replace(view, items=items)
+    return msgspec.structs.replace(view, items=items)
 
 
 def window_view(
@@ -399,8 +398,7 @@ def tile_window(start_ns: int, span_ns: int, level: int, index: int) -> tuple[in
     return start_ns + ((span * index) >> level), start_ns + ((span * (index + 1)) >> level)
 
 
-@dataclass(frozen=True)
-class RunGaps:
+class RunGaps(msgspec.Struct, frozen=True):
     """The run's gaps as `tracelab.render.timeline.data.gaps_frame` columns, and whether they are there yet
     (False: a big run's analysis still runs; the idle rows show idle time without causes)."""
 
