@@ -78,7 +78,7 @@ def write_document(
 def _item(launch: bytes) -> bytes:
     return (
         b'\n    {\n      "rank": %d,\n      "device": %d,\n      "start_ns": %d,\n      "end_ns": %d,\n'
-        b'      "duration_ns": %d,\n      "cause": %s,\n      "evidence": %s,\n      "host_data": %s,\n'
+        b'      "duration_ns": %d,\n      "cause": %s,\n      "evidence": "%s",\n      "host_data": %s,\n'
         b'      "details": {\n        "launch_start_ns": ' + launch + b',\n        "launch_tid": ' + launch
         + b',\n        "host_active_fraction": %s\n      }\n    }'
     )
@@ -101,6 +101,19 @@ def _encoded_floats(values: np.ndarray) -> list[bytes]:
     return np.array(table, dtype=object)[inverse.reshape(-1)].tolist()
 
 
+def _encoded_strings(texts: Sequence[str]) -> list[bytes]:
+    """orjson's text of each string, without its quotes, from one `dumps` of them all, cut at '","': exact
+    when no '\\"' is in it (no string holds a '"', none ends in a backslash), as every '"' is then one that
+    opens or closes a string. Otherwise each string is encoded on its own."""
+    import orjson
+
+    texts = texts if isinstance(texts, list) else list(texts)
+    encoded = orjson.dumps(texts)
+    if b'\\"' in encoded:
+        return [orjson.dumps(t)[1:-1] for t in texts]
+    return encoded[2:-2].split(b'","')
+
+
 def gap_items(gaps: GapTable, evidence: Sequence[str]) -> bytes:
     """The gaps' items of the `--json` document's "gaps" list, with their evidence texts, byte for byte
     what orjson writes for `gap_docs(gaps, evidence)` one level down (each item starts with its newline
@@ -113,13 +126,13 @@ def gap_items(gaps: GapTable, evidence: Sequence[str]) -> bytes:
     cause = [orjson.dumps(c) for c in CAUSES]
     labels = [orjson.dumps(h) for h in gaps.host_data_labels]
     col = gaps.column
-    dumps, launched, no_launch = orjson.dumps, _ITEM_LAUNCHED, _ITEM_NO_LAUNCH
+    launched, no_launch = _ITEM_LAUNCHED, _ITEM_NO_LAUNCH
     return b",".join([
-        launched % (r, d, s, e, e - s, cause[k], dumps(t), labels[h], ls, lt, a) if ls >= 0
-        else no_launch % (r, d, s, e, e - s, cause[k], dumps(t), labels[h], a)
+        launched % (r, d, s, e, e - s, cause[k], t, labels[h], ls, lt, a) if ls >= 0
+        else no_launch % (r, d, s, e, e - s, cause[k], t, labels[h], a)
         for r, d, s, e, k, t, h, ls, lt, a in zip(
             col("rank").tolist(), col("device").tolist(), col("start").tolist(), col("end").tolist(),
-            col("cause").tolist(), evidence, col("host_data").tolist(), col("launch_start").tolist(),
+            col("cause").tolist(), _encoded_strings(evidence), col("host_data").tolist(), col("launch_start").tolist(),
             col("launch_tid").tolist(), _encoded_floats(col("host_active")), strict=True,
         )
     ])
