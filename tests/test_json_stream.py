@@ -9,6 +9,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracelab.api import analyze, load
 from tracelab.render.export.document import to_document, write_document
@@ -97,3 +99,13 @@ def test_gap_items_are_orjson_bytes_for_odd_values() -> None:
         cut = [*texts[:7], odd_text, *texts[8:]]
         want = orjson.dumps({"gaps": gap_docs(table, cut)}, option=orjson.OPT_INDENT_2)
         assert gap_items(table, cut) == want[_ITEMS_FROM:-_ITEMS_TO]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.text(alphabet='",\\a\x01é ', max_size=6), min_size=1, max_size=6))
+def test_evidence_texts_encoded_at_once_are_each_ones_own(texts: list[str]) -> None:
+    """One orjson.dumps of all the texts, cut at '","', against orjson's text of each (quotes, commas and
+    backslashes in every place: ends in '",', is '","', ends in a backslash)."""
+    from tracelab.render.export.document import _encoded_strings
+
+    assert _encoded_strings(texts) == [orjson.dumps(t)[1:-1] for t in texts]
