@@ -186,7 +186,6 @@ def with_setup(
     rule_options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Analysis:
     """The analysis with its set-up (tracelab.analyses.steps.setup_phase) and every finding's scope."""
-
     from tracelab.analyses.scope import steps_span_timeline
     from tracelab.analyses.steps.infer import Step, Steps
     from tracelab.analyses.steps.setup_phase import is_material, rank_setups, scope_findings

@@ -382,7 +382,7 @@ class GapDetails(msgspec.Struct, frozen=True, eq=False):
 
     @staticmethod
     def column_names() -> tuple[str, ...]:
-        return tuple(f.name for f in msgspec.structs.fields(GapDetails) if f.name != "strings")
+        return tuple(f for f in GapDetails.__struct_fields__ if f != "strings")
 
     @classmethod
     def concat(cls, strings: tuple[str, ...], parts: Sequence[dict[str, np.ndarray]]) -> GapDetails:

@@ -133,7 +133,6 @@ def start_extras(timeline: Timeline, context: AnalysisContext) -> None:
 
 def ranges_document(projection: Any, top: int | None = None) -> dict[str, Any]:
     """The `ranges` part of `analyze --json` (every name; `top` keeps the largest only)."""
-
     from tracelab.render.reports.extras import ranges_doc
 
     return ranges_doc(projection if top is None else msgspec.structs.replace(projection, stats=projection.stats[:top]))
@@ -261,7 +260,6 @@ def options(
     gap_threshold_us: float | None = None, exclude_orphans: bool = False, input_words: tuple[str, ...] = ()
 ) -> AnalysisOptions:
     """AnalysisOptions from the command-line settings (None / empty: the defaults)."""
-
     from tracelab.analyses.results import AnalysisOptions
 
     if gap_threshold_us is None:

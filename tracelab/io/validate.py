@@ -215,15 +215,15 @@ def check_devices(devices: Sequence[DeviceInfo]) -> tuple[list[DeviceInfo], list
         changes: dict[str, object] = {}
         if _BIDI_RE.search(d.name) or len(d.name) > 256:
             changes["name"] = _BIDI_RE.sub("\ufffd", d.name)[:256]
-        for f in msgspec.structs.fields(d):
-            if f.name in ("rank", "device", "name"):
+        for f in d.__struct_fields__:
+            if f in ("rank", "device", "name"):
                 continue
-            v = getattr(d, f.name)
+            v = getattr(d, f)
             if isinstance(v, bool) or not isinstance(v, int):
-                changes[f.name] = 0 if f.name != "warp_size" else 32
+                changes[f] = 0 if f != "warp_size" else 32
                 continue
-            if not 0 <= v < _DEVICE_INT_LIMIT.get(f.name, INT32_LIMIT):
-                changes[f.name] = 0 if f.name != "warp_size" else 32
+            if not 0 <= v < _DEVICE_INT_LIMIT.get(f, INT32_LIMIT):
+                changes[f] = 0 if f != "warp_size" else 32
         if set(changes) - {"name"}:
             notes.append(
                 f"device {d.device} of rank {d.rank}: out-of-range properties treated as unknown "

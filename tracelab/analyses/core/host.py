@@ -46,6 +46,7 @@ def _narrow(rows: np.ndarray, n: int) -> np.ndarray:
     """Row positions (below n) as int32 when every one fits."""
     return rows.astype(np.int32) if n < _NARROW else rows
 
+
 HostData = Literal["cpu_ops", "cuda_api", "none"]
 
 
@@ -479,7 +480,6 @@ class HostView:
         c = np.asarray(correlation, dtype=_I64)
         i = self._corr_first.find(c)
         return np.where(i >= 0, self._corr_pos[np.maximum(i, 0)] if self._corr_pos.size else -1, -1)
-
 
 
 def host_views(timeline: Timeline, first_seen: FirstSeen | None = None,

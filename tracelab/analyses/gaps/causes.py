@@ -77,7 +77,7 @@ class _Classified(msgspec.Struct, frozen=True):
 def _take(x: object, m: np.ndarray) -> object:
     if isinstance(x, np.ndarray):
         return x[m]
-    return type(x)(*(_take(getattr(x, f.name), m) for f in msgspec.structs.fields(x)))  # type: ignore[arg-type]
+    return type(x)(*(_take(getattr(x, f), m) for f in x.__struct_fields__))  # type: ignore[attr-defined]
 
 
 class _Idle(msgspec.Struct, frozen=True):

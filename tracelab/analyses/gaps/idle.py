@@ -85,7 +85,6 @@ PART_MIN = 1 << 15
 BLOCK = 1 << 16
 
 
-
 class IdleIntervals:
     """Every idle interval of one device (inside its span, > 0 ns) and its cause (index into CAUSES).
     The causes are classified when asked for: all of them (`cause`), or only those of some intervals

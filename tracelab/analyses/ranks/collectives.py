@@ -295,7 +295,6 @@ def _sum_by(keys: np.ndarray, values: np.ndarray) -> dict[int, int]:
     return {int(k): int(v) for k, v in zip(uniq.tolist(), sums.tolist())}
 
 
-
 def _count_pairs(keys: np.ndarray, groups: np.ndarray) -> dict[int, int]:
     """Per key, the number of distinct groups it appears in."""
     if not len(keys):

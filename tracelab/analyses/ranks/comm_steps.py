@@ -200,7 +200,6 @@ def straggler_causes(collectives: Collectives, analysis: Analysis,
     return tuple(out)
 
 
-
 def _holding(late: np.ndarray, arrivals: np.ndarray, window: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """Indices of the late arrivals that hold a step's wait: in each step the one the rank was latest for;
     every late arrival when the run has no steps (or none lies in them)."""

@@ -129,7 +129,7 @@ class _CallArrays(msgspec.Struct, frozen=True):
     thread: np.ndarray  # each call's thread as an index into the sorted launching threads
 
     def subset(self, m: np.ndarray) -> _CallArrays:
-        return _CallArrays(*(getattr(self, f.name)[m] for f in msgspec.structs.fields(self)))
+        return _CallArrays(*(getattr(self, f)[m] for f in self.__struct_fields__))
 
 
 def _sequences(c: _CallArrays, by_count: np.ndarray, threads: np.ndarray) -> list[LaunchSequence]:

@@ -121,7 +121,6 @@ def take(seq: list, idx: np.ndarray) -> list:
     return seq if len(idx) == len(seq) else list(map(seq.__getitem__, idx.tolist()))
 
 
-
 _MAIN = {
     "kind": np.int8,
     "start": np.int64,

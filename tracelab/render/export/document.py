@@ -132,8 +132,8 @@ def gap_items(gaps: GapTable, evidence: Sequence[str]) -> bytes:
         else no_launch % (r, d, s, e, e - s, cause[k], t, labels[h], a)
         for r, d, s, e, k, t, h, ls, lt, a in zip(
             col("rank").tolist(), col("device").tolist(), col("start").tolist(), col("end").tolist(),
-            col("cause").tolist(), _encoded_strings(evidence), col("host_data").tolist(), col("launch_start").tolist(),
-            col("launch_tid").tolist(), _encoded_floats(col("host_active")), strict=True,
+            col("cause").tolist(), _encoded_strings(evidence), col("host_data").tolist(),
+            col("launch_start").tolist(), col("launch_tid").tolist(), _encoded_floats(col("host_active")), strict=True,
         )
     ])
 

@@ -125,7 +125,6 @@ def _metadata_events(tracks: list[_Track], process_sort: dict[int, int]) -> list
     return out
 
 
-
 def overlap_rows(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """A row per event (0 = the track itself) such that events of one track (`keys`) on one row never
     overlap: Perfetto drops slices that overlap without nesting (PDL kernels on a stream, stacked SM
