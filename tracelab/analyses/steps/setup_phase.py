@@ -4,11 +4,14 @@ Everything of a rank before its first step is its *set-up*: imports, model const
 communicator's warm-up, the first copies to the GPU. Per rank: the set-up's span (first GPU activity
 to the first step's start), the GPU's idle time in it, the gaps that end in it and the longest one.
 
-Findings get a `scope`: "steps" when the rule also fires on the steps alone, "setup" when it fires on
-the whole run but not on the steps (its events all lie in the set-up), "whole" when the run has no
-steps. The steps alone are only re-examined when the set-up is material (SETUP_SHARE of some rank's
-GPU span) and a rule fired: otherwise every finding of a run with steps is "steps". A "steps" finding
-re-examined carries the numbers of the steps alone (set-up events left out of its count and waste).
+Findings get a `scope`: "steps" when the rule fires on the steps alone, "setup" when it fires on the
+whole run but not on the steps (its events all lie in the set-up), "whole" when the run has no steps.
+The steps alone are only re-examined when the set-up is material (SETUP_SHARE of some rank's GPU
+span): otherwise every finding of a run with steps is "steps". When they are, the "steps" findings are
+those of the steps alone, with their numbers (set-up events left out of count and waste), whether or
+not the rule fired on the whole run: a threshold taken as a share of the span (e.g.
+serialized_copy_compute's min_span_fraction) is diluted by a long set-up, whose length depends on when
+the profiler started (nsys from the process's start, torch.profiler later), not on the loop.
 """
 
 from __future__ import annotations
@@ -77,14 +80,16 @@ def is_material(setups: tuple[RankSetup, ...], spans: Mapping[int, int]) -> bool
 def scope_findings(findings: tuple[Finding, ...], has_steps: bool, material: bool,
                    steps_only: Callable[[], tuple[Finding, ...]]) -> tuple[Finding, ...]:
     """Each finding with its scope; set-up findings last. `steps_only` evaluates the rules on the
-    steps alone (called only when the set-up is material and a rule fired)."""
+    steps alone (called only when the set-up is material): its findings are the "steps" ones, also
+    those of rules that did not fire on the whole run."""
     if not has_steps:
         return tuple(msgspec.structs.replace(f, scope="whole") for f in findings)
-    if not material or not findings:
+    if not material:
         return tuple(msgspec.structs.replace(f, scope="steps") for f in findings)
-    inside = {f.rule: f for f in steps_only()}
-    steps = [msgspec.structs.replace(inside[f.rule], scope="steps") for f in findings if f.rule in inside]
-    setup = [msgspec.structs.replace(f, scope="setup") for f in findings if f.rule not in inside]
+    inside = steps_only()
+    fired_inside = {f.rule for f in inside}
+    steps = [msgspec.structs.replace(f, scope="steps") for f in inside]
+    setup = [msgspec.structs.replace(f, scope="setup") for f in findings if f.rule not in fired_inside]
     return (*steps, *setup)
 
 
