@@ -160,7 +160,8 @@ def _in_blocks(timeline: Timeline, dr: DeviceRows, host: HostView, idle: _Idle, 
 
 
 def _causes(c: _Classified, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """What the lazy causes keep of a classification: the causes and which intervals a sync drained."""
+    """What the lazy causes keep of a classification: the causes and which intervals a sync drained.
+    (`first`, the block's first row, is not needed: the signature is `_in_blocks`'s per-block call.)"""
     return c.cause, c.drained
 
 
@@ -190,6 +191,7 @@ class Classification:
         self._tables: list[GapTable] = []
         self._details: list[dict[str, np.ndarray]] = []
         self._gaps: tuple[GapTable, GapDetails] | None = None
+        row = 0  # the next device's first gap's row in the table
         for dr in self.rows:
             idle = _idle_of(timeline, dr)
             if idle is None:
@@ -197,7 +199,6 @@ class Classification:
                 continue
             sel = (idle.b - idle.a) >= max(int(threshold_ns), 1)
             host = self.hosts[dr.rank]
-            row = sum(t.column("start").size for t in self._tables)  # the device's first gap's row in the table
 
             def gap_rows(c: _Classified, first: int, dr: DeviceRows = dr, host: HostView = host, row: int = row
                          ) -> tuple[GapTable, dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -213,6 +214,7 @@ class Classification:
             else:
                 got = _in_blocks(timeline, dr, host, idle, np.flatnonzero(sel), True, gap_rows)
             self._tables.extend(g[0] for g in got)
+            row += sum(g[0].column("start").size for g in got)
             self._details.extend(g[1] for g in got)
             gap_causes = _joined_causes([g[2] for g in got]) if got else None
             self._parts.append((dr, idle, sel, gap_causes))
