@@ -40,23 +40,30 @@ def _timed(fn: Callable[..., Any], step: str) -> Callable[..., Any]:
 
 def _wrap(owner: Any, attr: str, step: str) -> None:
     if not hasattr(owner, attr):
-        raise SystemExit(f"load_timeline: {getattr(owner, '__name__', owner)}.{attr} no longer exists: update STEPS")
+        raise SystemExit(f"load_timeline: {getattr(owner, '__name__', owner)}.{attr} no longer exists: update _instrument")
     setattr(owner, attr, _timed(getattr(owner, attr), step))
 
 
+class _TimedDecompress:
+    """A decompressor whose `decompress` calls are timed ("inflate"); the rest is the decompressor's."""
+
+    def __init__(self, d: Any) -> None:
+        self._d = d
+        self.decompress = _timed(d.decompress, "inflate")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._d, name)
+
+
 class _TimedInflater:
-    """The reader's zlib-like module with each `decompress` call timed ("inflate")."""
+    """The reader's zlib-like module, its decompressors timed."""
 
     def __init__(self, module: Any) -> None:
         self._module = module
         self.error = module.error
 
-    def decompressobj(self, *args: Any) -> Any:
-        d = self._module.decompressobj(*args)
-        return type("TimedDecompress", (), {
-            "decompress": staticmethod(_timed(d.decompress, "inflate")),
-            "__getattr__": lambda _self, name: getattr(d, name),
-        })()
+    def decompressobj(self, *args: Any) -> _TimedDecompress:
+        return _TimedDecompress(self._module.decompressobj(*args))
 
 
 def _instrument() -> Callable[[], None]:
@@ -86,8 +93,11 @@ def _instrument() -> Callable[[], None]:
 
 
 def _thread_group(name: str) -> str:
-    """Pool threads counted together: tracelab-scan_3 -> tracelab-scan."""
-    return name.rsplit("_", 1)[0] if name.startswith("tracelab-scan") else name.rsplit("-", 1)[0] if name.startswith("tracelab-analyze") else name
+    """Pool threads counted together: tracelab-scan_3 -> tracelab-scan, tracelab-analyze-2 -> tracelab-analyze."""
+    for pool in ("tracelab-scan", "tracelab-analyze"):
+        if name.startswith(pool):
+            return pool
+    return name
 
 
 def main() -> None:

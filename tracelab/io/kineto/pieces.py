@@ -51,19 +51,20 @@ def _piece_works(parts: list[Rows]) -> list[PieceWork]:
 
 class _Parsed:
     """Accumulates column arrays chunk by chunk. `pipeline=True`: each chunk (or each part of a big one)
-    is scanned and turned into columns on other threads (the C scanner runs without the GIL; `piece_work`
-    touches nothing shared) while this thread merges the previous chunk's; chunks are still merged one by
-    one in file order, so the result is the same."""
+    is scanned on other threads (the C scanner runs without the GIL), and a chunk's parts are turned into
+    columns on one of them (`piece_work` touches nothing shared) while this thread merges the previous
+    chunk's; chunks are still merged one by one in file order, so the result is the same."""
 
     def __init__(self, pipeline: bool = False, input_bytes: int = 0) -> None:
         self._pool: ThreadPoolExecutor | None = None  # scans pieces (the parts of a big one at once)
         self._parts = min(MAX_PARTS, usable_cores())
         self._halves = pipeline and self._parts > 1  # big pieces are scanned in parts until cutting fails twice
         self._halves_failed = 0
-        self._pending: list[Future[PieceWork]] = []  # the last piece's parts, being turned into columns
+        self._pending: Future[list[PieceWork]] | None = None  # the last piece's parts, being turned into columns
         self._pending_bytes = 0  # that piece's length
         if pipeline and scanner_available():
             # twice the parts: the next piece's parts are scanned while the last one's are turned into columns
+            # (on one thread) and the assembler's next pages are mapped (`populate`)
             self._pool = ThreadPoolExecutor(2 * max(self._parts, 1), thread_name_prefix="tracelab-scan")
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
@@ -149,7 +150,7 @@ class _Parsed:
         side only contend for it (on 16 cores, 4 at once took 4x the CPU of one), while the C scanner of
         the next piece runs beside it without the GIL."""
         assert self._pool is not None
-        self._pending = [self._pool.submit(_piece_works, parts)]
+        self._pending = self._pool.submit(_piece_works, parts)
         self._pending_bytes = piece_bytes
 
     def _scan_halves(self, piece: memoryview) -> list[Rows] | None:
@@ -197,9 +198,9 @@ class _Parsed:
         return StructRows(decode(piece), Event, EMPTY_ARGS)  # declined by the scanner: msgspec decides
 
     def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if pending:
-            self._merge([w for job in pending for w in job.result()], self._pending_bytes)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._merge(pending.result(), self._pending_bytes)
 
     @property
     def pool(self) -> tuple[ThreadPoolExecutor | None, int]:
